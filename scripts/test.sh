@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install everything the tests need (Python deps pinned, kcat from apt), lint, then run the whole test suite.
+# Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v kcat >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat) >/dev/null 2>&1 \
+      || echo "warning: could not install kcat; kcat tests will be skipped" >&2
+  else
+    echo "warning: kcat not found and cannot apt-get install it; kcat tests will be skipped" >&2
+  fi
+fi
+scripts/bootstrap.sh test
+.venv/bin/ruff check src tests bench
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,1 @@
+"""The broker: asyncio server wiring the protocol to the storage engine."""

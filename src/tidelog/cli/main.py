@@ -1,0 +1,48 @@
+"""The ``tidelog`` command. Sub-commands live in their own modules and are imported only when used."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# command name -> "module:attribute" of a click.Command
+COMMANDS: dict[str, str] = {
+    "serve": "tidelog.cli.serve:serve",
+    "dump-log": "tidelog.cli.dump_log:dump_log",
+    "topics": "tidelog.cli.topics:topics",
+    "produce": "tidelog.cli.console:produce",
+    "consume": "tidelog.cli.console:consume",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            return None
+        return getattr(module, attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tidelog")
+def cli() -> None:
+    """tidelog: a Kafka-compatible commit log that writes Kafka's own segment files."""
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

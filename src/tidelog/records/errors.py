@@ -1,0 +1,47 @@
+"""Errors raised by the sans-io record layer.
+
+Every error names what is wrong so a broker can log it and map it to a Kafka error code
+(``kafka_error`` is the Kafka error name the broker answers with).
+"""
+
+from __future__ import annotations
+
+
+class RecordError(ValueError):
+    """Base class: the bytes are not a valid record batch."""
+
+    kafka_error = "CORRUPT_MESSAGE"
+
+
+class CorruptRecordError(RecordError):
+    """CRC mismatch, truncated batch, lengths that contradict each other, undecodable records."""
+
+    kafka_error = "CORRUPT_MESSAGE"
+
+
+class InvalidMagicError(RecordError):
+    """The magic byte is not 2 (tidelog reads and writes only v2 batches)."""
+
+    kafka_error = "UNSUPPORTED_FOR_MESSAGE_FORMAT"
+
+
+class InvalidRecordError(RecordError):
+    """Structurally valid batch that the broker must refuse (e.g. record count mismatch)."""
+
+    kafka_error = "INVALID_RECORD"
+
+
+class RecordTooLargeError(RecordError):
+    """The batch exceeds max.message.bytes."""
+
+    kafka_error = "MESSAGE_TOO_LARGE"
+
+
+class DecompressionLimitError(CorruptRecordError):
+    """Decompressed data would exceed the allowed size (a compression bomb or a lying header)."""
+
+
+class UnsupportedCompressionError(RecordError):
+    """Compression codec bits 5..7 are not a known codec."""
+
+    kafka_error = "UNSUPPORTED_COMPRESSION_TYPE"

@@ -1,0 +1,1 @@
+"""Kafka's on-disk log: segments, indexes, checkpoints, recovery. No network."""
