@@ -1,0 +1,50 @@
+"""Request handlers, one module per API family.
+
+A handler is an ``async def handle(ctx: RequestContext, request: dict) -> dict`` registered with
+``@handles(api_key)``. ``request`` is the decoded body (snake_case keys, see ``tidelog.protocol``); the returned
+dict is the response body, encoded by the server at ``ctx.api_version``. Handlers never raise for client
+errors: they answer with the Kafka error code. An exception escaping a handler is logged and the server answers
+with the API's generic error (UNKNOWN_SERVER_ERROR) where the schema allows, else closes the connection.
+
+Modules listed in ``HANDLER_MODULES`` are imported by the server at start, which fills ``REGISTRY``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tidelog.broker.server import Broker
+
+Handler = Callable[["RequestContext", dict], Awaitable[dict | None]]
+
+REGISTRY: dict[int, Handler] = {}
+
+HANDLER_MODULES = (
+    "tidelog.broker.handlers.core",  # ApiVersions, Metadata, Produce, Fetch, ListOffsets
+    "tidelog.broker.handlers.admin",  # CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, configs, cluster
+    "tidelog.broker.handlers.producer_id",  # InitProducerId
+)
+
+
+@dataclass(slots=True)
+class RequestContext:
+    broker: Broker
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    client_host: str = ""
+    extra: Any = None
+
+
+def handles(api_key: int) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        if api_key in REGISTRY:
+            raise RuntimeError(f"api key {api_key} registered twice")
+        REGISTRY[api_key] = fn
+        return fn
+
+    return register
