@@ -1,0 +1,45 @@
+"""Storage-layer errors. ``kafka_error`` names the Kafka error code a broker answers with."""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    kafka_error = "KAFKA_STORAGE_ERROR"
+
+
+class OffsetOutOfRangeError(StorageError):
+    kafka_error = "OFFSET_OUT_OF_RANGE"
+
+
+class InvalidTimestampError(StorageError):
+    kafka_error = "INVALID_TIMESTAMP"
+
+
+class OutOfOrderSequenceError(StorageError):
+    kafka_error = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+class DuplicateSequenceError(StorageError):
+    kafka_error = "DUPLICATE_SEQUENCE_NUMBER"
+
+
+class InvalidProducerEpochError(StorageError):
+    kafka_error = "INVALID_PRODUCER_EPOCH"
+
+
+class UnknownProducerIdError(StorageError):
+    kafka_error = "UNKNOWN_PRODUCER_ID"
+
+
+class CorruptCheckpointError(StorageError):
+    """A checkpoint or metadata file does not parse strictly (wrong version, count mismatch, bad line)."""
+
+
+class InvalidConfigError(ValueError):
+    kafka_error = "INVALID_CONFIG"
+
+    def __init__(self, name: str, value: object, reason: str) -> None:
+        super().__init__(f"Invalid value {value!r} for configuration {name}: {reason}")
+        self.name = name
+        self.value = value
+        self.reason = reason
