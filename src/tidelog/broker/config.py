@@ -1,0 +1,539 @@
+"""Broker configuration: Kafka's broker property names and defaults.
+
+Sources: Kafka ``server.properties`` / ``KafkaConfig`` (``ServerConfigs``, ``ServerLogConfigs``, ``SocketServerConfigs``,
+``GroupCoordinatorConfig``), see /work/shared/reference/kafka-facts.md §1.7–1.8.
+
+Differences from Kafka, on purpose:
+
+* ``log.dirs`` defaults to ``./data`` (Kafka: ``/tmp/kafka-logs``) so ``tidelog serve`` keeps its data next to you.
+* ``listeners`` defaults to ``PLAINTEXT://127.0.0.1:9092`` (Kafka binds all interfaces); only PLAINTEXT exists.
+* ``tidelog.metrics.listener`` (alias ``metrics.port``) serves Prometheus ``/metrics``; default
+  ``127.0.0.1:9404``. Set it to ``off`` (or an empty value) to disable. Port ``0`` picks a free port (logged).
+  If the port is busy the broker logs a warning and runs without metrics: metrics never stop the data path.
+* ``cluster.id``: when unset, the id in ``meta.properties`` of the first log dir is used, else a new one is made.
+
+Unknown keys are warned about and kept (Kafka does the same); a bad value raises :class:`ConfigException`
+naming the key, the value and the reason.
+
+Topic-level defaults (``log.segment.bytes``, ``log.retention.ms``, ``message.max.bytes``, ...) are validated and
+turned into a :class:`tidelog.storage.config.LogConfig` by ``LogConfig.from_broker_properties``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tidelog.storage.config import LogConfig
+
+log = logging.getLogger("tidelog.broker.config")
+
+LONG_MAX = 9223372036854775807
+INT_MAX = 2147483647
+
+
+class ConfigException(ValueError):
+    """A broker configuration value is invalid (Kafka: ``org.apache.kafka.common.config.ConfigException``)."""
+
+    def __init__(self, name: str, value: object, reason: str) -> None:
+        super().__init__(f"Invalid value {value!r} for configuration {name}: {reason}")
+        self.name = name
+        self.value = value
+        self.reason = reason
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Value parsers (Kafka's ConfigDef types)
+
+
+def _parse_int(value: str, lo: int = -(2**31), hi: int = INT_MAX) -> int:
+    v = int(value.strip())
+    if not lo <= v <= hi:
+        raise ValueError(f"must be in [{lo}, {hi}]")
+    return v
+
+
+def _parse_long(value: str) -> int:
+    return _parse_int(value, -(2**63), LONG_MAX)
+
+
+def _parse_bool(value: str) -> bool:
+    s = value.strip().lower()
+    if s == "true":
+        return True
+    if s == "false":
+        return False
+    raise ValueError("expected true or false")
+
+
+def _parse_list(value: str) -> list[str]:
+    return [p.strip() for p in value.split(",") if p.strip()]
+
+
+def _nonneg_int(value: str) -> int:
+    return _parse_int(value, 0)
+
+
+def _pos_int(value: str) -> int:
+    return _parse_int(value, 1)
+
+
+def _nonneg_long(value: str) -> int:
+    v = _parse_long(value)
+    if v < 0:
+        raise ValueError("must be >= 0")
+    return v
+
+
+def _replication_factor(value: str) -> int:
+    return _parse_int(value, 1, 32767)
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+_LISTENER_RE = re.compile(r"^([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:\[\]]*):(\d+)$")
+
+
+def parse_listeners(value: str) -> list[Listener]:
+    out: list[Listener] = []
+    for part in _parse_list(value):
+        m = _LISTENER_RE.match(part)
+        if not m:
+            raise ValueError(f"{part!r} is not NAME://host:port")
+        name, host, port = m.group(1).upper(), m.group(2).strip("[]"), int(m.group(3))
+        if port > 65535:
+            raise ValueError(f"port {port} out of range")
+        out.append(Listener(name, host, port))
+    if not out:
+        raise ValueError("at least one listener is required")
+    names = [li.name for li in out]
+    if len(set(names)) != len(names):
+        raise ValueError("each listener name must appear once")
+    return out
+
+
+def parse_host_port(value: str) -> tuple[str, int] | None:
+    """``host:port`` or ``port`` or ``off``/empty (disabled)."""
+    s = value.strip()
+    if s.lower() in ("", "off", "none", "false", "disabled"):
+        return None
+    if ":" in s:
+        host, _, port_s = s.rpartition(":")
+        host = host.strip("[]") or "0.0.0.0"
+    else:
+        host, port_s = "127.0.0.1", s
+    port = int(port_s)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} out of range")
+    return host, port
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The known keys: name -> (default as Kafka writes it, parser, doc). ``None`` default = unset.
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    name: str
+    default: str | None
+    parse: Callable[[str], Any]
+    doc: str
+
+
+def _key(name: str, default: str | None, parse: Callable[[str], Any], doc: str = "") -> ConfigKey:
+    return ConfigKey(name, default, parse, doc)
+
+
+BROKER_KEYS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in [
+        _key("node.id", None, _nonneg_int, "this broker's id (KRaft name); defaults to broker.id"),
+        _key("broker.id", "0", lambda v: _parse_int(v, -1), "this broker's id (ZooKeeper-era name)"),
+        _key("listeners", "PLAINTEXT://127.0.0.1:9092", parse_listeners, "NAME://host:port, comma separated"),
+        _key("advertised.listeners", None, parse_listeners, "what Metadata tells clients; default listeners"),
+        _key("listener.security.protocol.map", None, str, "accepted; only PLAINTEXT exists"),
+        _key("inter.broker.listener.name", None, str),
+        _key("log.dirs", None, _parse_list, "data directories (tidelog default ./data; Kafka /tmp/kafka-logs)"),
+        _key("log.dir", "./data", str, "single data directory, used when log.dirs is unset"),
+        _key("num.partitions", "1", _pos_int, "partitions of an auto-created topic"),
+        _key("default.replication.factor", "1", _replication_factor),
+        _key("auto.create.topics.enable", "true", _parse_bool),
+        _key("delete.topic.enable", "true", _parse_bool),
+        _key("socket.request.max.bytes", "104857600", _pos_int, "largest request frame accepted"),
+        _key("socket.send.buffer.bytes", "102400", lambda v: _parse_int(v, -1)),
+        _key("socket.receive.buffer.bytes", "102400", lambda v: _parse_int(v, -1)),
+        _key("socket.listen.backlog.size", "50", _pos_int),
+        _key("connections.max.idle.ms", "600000", _parse_long, "idle connections are closed after this"),
+        _key("num.network.threads", "3", _pos_int, "accepted for compatibility; tidelog uses one event loop"),
+        _key("num.io.threads", "8", _pos_int, "accepted for compatibility"),
+        _key("queued.max.requests", "500", _pos_int),
+        _key("num.recovery.threads.per.data.dir", "2", _pos_int),
+        _key("log.flush.offset.checkpoint.interval.ms", "60000", _nonneg_int),
+        _key("log.flush.start.offset.checkpoint.interval.ms", "60000", _nonneg_int),
+        _key("log.flush.scheduler.interval.ms", str(LONG_MAX), _parse_long),
+        _key("log.retention.check.interval.ms", "300000", _nonneg_long),
+        _key("replica.high.watermark.checkpoint.interval.ms", "5000", _nonneg_long),
+        _key("group.initial.rebalance.delay.ms", "3000", _nonneg_int),
+        _key("group.min.session.timeout.ms", "6000", _nonneg_int),
+        _key("group.max.session.timeout.ms", "1800000", _nonneg_int),
+        _key("offsets.topic.num.partitions", "50", _pos_int),
+        _key("offsets.topic.replication.factor", "3", _replication_factor),
+        _key("offsets.retention.minutes", "10080", _pos_int),
+        _key("transaction.state.log.num.partitions", "50", _pos_int),
+        _key("transaction.state.log.replication.factor", "3", _replication_factor),
+        _key("transaction.state.log.min.isr", "2", _pos_int),
+        _key("transaction.max.timeout.ms", "900000", _pos_int),
+        _key("transactional.id.expiration.ms", "604800000", _pos_int),
+        _key("producer.id.expiration.ms", "86400000", _nonneg_int),
+        _key("replica.fetch.max.bytes", "1048576", _nonneg_int),
+        _key("replica.lag.time.max.ms", "30000", _parse_long),
+        _key("fetch.max.bytes", "57671680", _nonneg_int, "upper bound on a fetch response"),
+        _key("request.timeout.ms", "30000", _nonneg_int),
+        _key("cluster.id", None, str, "default: from meta.properties, else generated"),
+        _key("process.roles", None, str, "accepted; tidelog runs broker,controller in one process"),
+        _key("controller.quorum.voters", None, str),
+        _key("controller.listener.names", None, str),
+        _key("zookeeper.connect", None, str, "ignored: tidelog needs no ZooKeeper"),
+        _key("metrics.port", None, str, "alias of tidelog.metrics.listener"),
+        _key("tidelog.metrics.listener", "127.0.0.1:9404", parse_host_port, "Prometheus host:port, or off"),
+        _key("tidelog.log.tick.interval.ms", "1000", _pos_int, "how often the log manager's tick runs"),
+    ]
+}
+
+# Broker keys that set topic-level defaults; validated by LogConfig.from_broker_properties. Listed so they do
+# not trigger the unknown-key warning. Sources: Kafka ServerLogConfigs, CleanerConfig.
+LOG_DEFAULT_KEYS: frozenset[str] = frozenset(
+    {
+        "log.segment.bytes",
+        "log.roll.ms",
+        "log.roll.hours",
+        "log.roll.jitter.ms",
+        "log.roll.jitter.hours",
+        "log.index.size.max.bytes",
+        "log.index.interval.bytes",
+        "log.retention.ms",
+        "log.retention.minutes",
+        "log.retention.hours",
+        "log.retention.bytes",
+        "log.cleanup.policy",
+        "log.cleaner.enable",
+        "log.cleaner.threads",
+        "log.cleaner.min.cleanable.ratio",
+        "log.cleaner.delete.retention.ms",
+        "log.cleaner.min.compaction.lag.ms",
+        "log.cleaner.max.compaction.lag.ms",
+        "log.cleaner.backoff.ms",
+        "log.cleaner.dedupe.buffer.size",
+        "log.cleaner.io.buffer.size",
+        "log.cleaner.io.buffer.load.factor",
+        "log.cleaner.io.max.bytes.per.second",
+        "log.message.timestamp.type",
+        "log.message.timestamp.before.max.ms",
+        "log.message.timestamp.after.max.ms",
+        "log.message.timestamp.difference.max.ms",
+        "log.message.downconversion.enable",
+        "log.segment.delete.delay.ms",
+        "log.flush.interval.messages",
+        "log.flush.interval.ms",
+        "log.preallocate",
+        "log.local.retention.ms",
+        "log.local.retention.bytes",
+        "compression.type",
+        "compression.gzip.level",
+        "compression.lz4.level",
+        "compression.zstd.level",
+        "message.max.bytes",
+        "min.insync.replicas",
+        "unclean.leader.election.enable",
+    }
+)
+
+
+def is_known_key(name: str) -> bool:
+    return name in BROKER_KEYS or name in LOG_DEFAULT_KEYS
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Java properties files
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(s: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and i + 1 < len(s):
+            n = s[i + 1]
+            if n == "u" and i + 6 <= len(s):
+                try:
+                    out.append(chr(int(s[i + 2 : i + 6], 16)))
+                    i += 6
+                    continue
+                except ValueError:
+                    pass
+            out.append(_ESCAPES.get(n, n))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _split_key_value(line: str) -> tuple[str, str]:
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c in "=: \t\f":
+            break
+        i += 1
+    key = line[:i]
+    rest = line[i:].lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t\f")
+    return _unescape(key), _unescape(rest)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java ``.properties`` text: ``#``/``!`` comments, ``=``/``:``/space separators, ``\\`` continuations."""
+    props: dict[str, str] = {}
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.lstrip(" \t\f") if not logical else raw.lstrip(" \t\f")
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        # a line ending in an odd number of backslashes continues on the next line
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            logical += line[:-1]
+            continue
+        logical += line
+        if logical.strip():
+            k, v = _split_key_value(logical)
+            props[k] = v
+        logical = ""
+    if logical.strip():
+        k, v = _split_key_value(logical)
+        props[k] = v
+    return props
+
+
+def load_properties(path: str | Path) -> dict[str, str]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigException("--config", str(path), f"cannot read file: {exc.strerror or exc}") from exc
+    return parse_properties(text)
+
+
+def parse_override(item: str) -> tuple[str, str]:
+    """``key=value`` as given to ``--override`` (kafka-server-start.sh ``--override``)."""
+    key, sep, value = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigException("--override", item, "expected key=value")
+    return key, value.strip()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    """Parsed broker configuration. ``props`` keeps every key as given (file, then overrides)."""
+
+    props: dict[str, str] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
+    unknown_keys: list[str] = field(default_factory=list)
+    _log_config: LogConfig | None = None
+
+    # -- construction ----------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str], *, warn_unknown: bool = True) -> BrokerConfig:
+        props = {str(k).strip(): str(v) for k, v in props.items()}
+        values: dict[str, Any] = {}
+        for key in BROKER_KEYS.values():
+            raw = props.get(key.name, key.default)
+            if raw is None:
+                values[key.name] = None
+                continue
+            try:
+                values[key.name] = key.parse(raw)
+            except (ValueError, TypeError) as exc:
+                raise ConfigException(key.name, raw, str(exc) or "not a valid value") from None
+        unknown = sorted(k for k in props if not is_known_key(k))
+        if warn_unknown:
+            for k in unknown:
+                log.warning("unknown broker config %s=%s ignored (kept as given)", k, props[k])
+        cfg = cls(props=props, values=values, unknown_keys=unknown)
+        cfg._validate()
+        return cfg
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path | None = None,
+        overrides: Iterable[str | tuple[str, str]] = (),
+        **convenience: Any,
+    ) -> BrokerConfig:
+        """Load a properties file (optional), then apply ``key=value`` overrides, then convenience options
+        (``host``, ``port``, ``data_dir``; ``None`` = not given), later wins."""
+        props: dict[str, str] = load_properties(path) if path is not None else {}
+        for item in overrides:
+            k, v = parse_override(item) if isinstance(item, str) else item
+            props[k] = v
+        host, port, data_dir = convenience.get("host"), convenience.get("port"), convenience.get("data_dir")
+        if host is not None or port is not None:
+            base = cls.from_properties({k: v for k, v in props.items() if k in ("listeners",)}, warn_unknown=False)
+            first = base.listeners[0]
+            props["listeners"] = (
+                f"{first.name}://{host if host is not None else first.host}:{port if port is not None else first.port}"
+            )
+        if data_dir is not None:
+            props["log.dirs"] = str(data_dir)
+        return cls.from_properties(props)
+
+    def _validate(self) -> None:
+        for li in self.listeners:
+            if li.name != "PLAINTEXT":
+                raise ConfigException(
+                    "listeners", str(li), "only PLAINTEXT listeners are supported (no TLS/SASL yet)"
+                )
+        adv = self.values.get("advertised.listeners")
+        if adv is not None and all(a.name != self.listeners[0].name for a in adv):
+            raise ConfigException(
+                "advertised.listeners", self.props["advertised.listeners"], "must name the PLAINTEXT listener"
+            )
+        if "node.id" in self.props and "broker.id" in self.props and self.node_id != self.values["broker.id"]:
+            raise ConfigException("node.id", self.props["node.id"], "differs from broker.id")
+        if self.node_id < 0:
+            raise ConfigException("broker.id", self.values["broker.id"], "automatic broker ids are not supported")
+        if self.values["default.replication.factor"] > 1:
+            log.warning(
+                "default.replication.factor=%s: this broker runs alone, topics with RF>1 cannot be created",
+                self.values["default.replication.factor"],
+            )
+        if "metrics.port" in self.props and "tidelog.metrics.listener" not in self.props:
+            try:
+                self.values["tidelog.metrics.listener"] = parse_host_port(self.props["metrics.port"])
+            except ValueError as exc:
+                raise ConfigException("metrics.port", self.props["metrics.port"], str(exc)) from None
+        # validate topic-level defaults now, so a bad value stops the broker at start with a clear message
+        self.log_config()
+
+    # -- typed accessors -------------------------------------------------------------------------------------
+
+    def get(self, name: str) -> Any:
+        return self.values[name]
+
+    @property
+    def node_id(self) -> int:
+        nid = self.values.get("node.id")
+        return int(nid) if nid is not None else int(self.values["broker.id"])
+
+    @property
+    def listeners(self) -> list[Listener]:
+        return self.values["listeners"]
+
+    @property
+    def listener(self) -> Listener:
+        return self.listeners[0]
+
+    @property
+    def advertised_listener(self) -> Listener | None:
+        adv = self.values.get("advertised.listeners")
+        if adv is None:
+            return None
+        for a in adv:
+            if a.name == self.listener.name:
+                return a
+        return adv[0]
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        dirs = self.values.get("log.dirs") or [self.values["log.dir"]]
+        return [Path(d) for d in dirs]
+
+    @property
+    def num_partitions(self) -> int:
+        return self.values["num.partitions"]
+
+    @property
+    def default_replication_factor(self) -> int:
+        return self.values["default.replication.factor"]
+
+    @property
+    def auto_create_topics_enable(self) -> bool:
+        return self.values["auto.create.topics.enable"]
+
+    @property
+    def socket_request_max_bytes(self) -> int:
+        return self.values["socket.request.max.bytes"]
+
+    @property
+    def connections_max_idle_ms(self) -> int:
+        return self.values["connections.max.idle.ms"]
+
+    @property
+    def metrics_listener(self) -> tuple[str, int] | None:
+        return self.values["tidelog.metrics.listener"]
+
+    @property
+    def cluster_id(self) -> str | None:
+        return self.values.get("cluster.id")
+
+    @property
+    def message_max_bytes(self) -> int:
+        raw = self.props.get("message.max.bytes", "1048588")
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigException("message.max.bytes", raw, "not an integer") from None
+
+    def broker_log_properties(self) -> dict[str, str]:
+        """The broker-level properties that define topic defaults (``log.*``, ``message.max.bytes``, ...)."""
+        return {k: v for k, v in self.props.items() if k in LOG_DEFAULT_KEYS or k.startswith("log.")}
+
+    def log_config(self) -> LogConfig:
+        """The default LogConfig for topics (topic overrides are applied on top by the TopicManager)."""
+        if self._log_config is None:
+            from tidelog.storage.config import LogConfig  # storage owns topic-level config semantics
+
+            try:
+                self._log_config = LogConfig.from_broker_properties(self.broker_log_properties())
+            except ValueError as exc:  # storage's InvalidConfigError is a ValueError
+                name = getattr(exc, "name", "log config")
+                value = getattr(exc, "value", "")
+                reason = getattr(exc, "reason", str(exc))
+                raise ConfigException(name, value, reason) from None
+        return self._log_config
+
+    def describe(self) -> dict[str, str]:
+        """Effective value of every known key (for logs and DescribeConfigs on the broker resource)."""
+        out: dict[str, str] = {}
+        for key in BROKER_KEYS.values():
+            raw = self.props.get(key.name, key.default)
+            if raw is not None:
+                out[key.name] = raw
+        for k, v in self.props.items():
+            out.setdefault(k, v)
+        return out
