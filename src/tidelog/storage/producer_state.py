@@ -1,0 +1,447 @@
+"""Idempotent-producer bookkeeping for one partition (Kafka's ``ProducerStateManager``).
+
+Per producer id the manager keeps the current producer epoch, the metadata of the last
+:data:`NUM_BATCHES_TO_RETAIN` (5) batches (for duplicate detection), the last timestamp (for
+expiration) and the first offset of an ongoing transaction.
+
+Flow on the leader's produce path::
+
+    dup = state.check(header)          # raises on fencing / out-of-order; returns original offsets of a duplicate
+    if dup is None:
+        ... append the batch at [first, last] ...
+        state.update(header, first, last, max_timestamp)
+
+Validation rules follow Kafka 2.5+ (KIP-360; ``ProducerAppendInfo.checkProducerEpoch/checkSequence``):
+
+* an epoch lower than the producer's current epoch -> :class:`InvalidProducerEpochError`;
+* a batch of a *new* epoch must start at sequence 0, else :class:`OutOfOrderSequenceError`;
+* a batch whose (first, last) sequence and epoch equal one of the retained batches is a duplicate:
+  ``check`` returns that batch's ``(first_offset, last_offset, timestamp)`` and nothing is written;
+* otherwise the first sequence must be ``last_seq + 1`` (``Integer.MAX_VALUE`` wraps to 0), else
+  :class:`OutOfOrderSequenceError`;
+* an *unknown* producer id (never seen, expired, or removed with its data by retention) is accepted at
+  any sequence, as in Kafka since 2.5 — Kafka no longer answers UNKNOWN_PRODUCER_ID from the log.
+
+Snapshots (``<20-digit offset>.snapshot``, ProducerSnapshot v1)::
+
+    0  version  int16  (= 1)
+    2  crc      uint32 (CRC-32C of bytes 6..end)
+    6  count    int32
+    10 entries  46 bytes each: producerId int64, epoch int16, lastSequence int32, lastOffset int64,
+                offsetDelta int32, timestamp int64, coordinatorEpoch int32, currentTxnFirstOffset int64
+
+Only each producer's last batch is stored, so after a reload a producer retains one batch until it
+appends more (as in Kafka).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tidelog.records.crc import crc32c
+from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
+from tidelog.storage.checkpoints import atomic_write
+from tidelog.storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError, StorageError
+
+NUM_BATCHES_TO_RETAIN = 5
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+VERSION_OFFSET = 0
+CRC_OFFSET = 2
+PRODUCER_ENTRIES_OFFSET = 6
+ENTRY_SIZE = 46
+_INT32_MAX = 2**31 - 1
+
+_SNAPSHOT_HEADER = struct.Struct(">hIi")  # version, crc, count
+_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
+assert _SNAPSHOT_ENTRY.size == ENTRY_SIZE
+_SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
+
+
+class CorruptSnapshotError(StorageError):
+    """A producer snapshot fails its version, size or CRC check."""
+
+
+def snapshot_file_name(offset: int) -> str:
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def _decrease_sequence(sequence: int, decrement: int) -> int:
+    """Sequence arithmetic modulo 2**31 (Kafka's ``DefaultRecordBatch.decrementSequence``)."""
+    if sequence - decrement < 0:
+        return _INT32_MAX - (decrement - sequence) + 1
+    return sequence - decrement
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """What is retained of one appended batch."""
+
+    last_seq: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+    @property
+    def first_seq(self) -> int:
+        return _decrease_sequence(self.last_seq, self.offset_delta)
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int
+    batches: deque[BatchMetadata] = field(default_factory=deque)
+    coordinator_epoch: int = -1
+    last_timestamp: int = -1
+    current_txn_first_offset: int | None = None
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def first_seq(self) -> int:
+        return self.batches[0].first_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_data_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    @property
+    def last_offset_delta(self) -> int:
+        return self.batches[-1].offset_delta if self.batches else 0
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.producer_epoch:
+            return None
+        for batch in self.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+    def add_batch(self, epoch: int, last_seq: int, last_offset: int, offset_delta: int, timestamp: int) -> None:
+        if epoch != self.producer_epoch:
+            self.batches.clear()
+            self.producer_epoch = epoch
+        self.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
+        while len(self.batches) > NUM_BATCHES_TO_RETAIN:
+            self.batches.popleft()
+        self.last_timestamp = timestamp
+
+    def copy(self) -> ProducerStateEntry:
+        return ProducerStateEntry(
+            self.producer_id,
+            self.producer_epoch,
+            deque(self.batches),
+            self.coordinator_epoch,
+            self.last_timestamp,
+            self.current_txn_first_offset,
+        )
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == _INT32_MAX)
+
+
+# ----------------------------------------------------------------------------------------- snapshot codec
+
+
+def encode_snapshot(entries: list[ProducerStateEntry]) -> bytes:
+    body = bytearray(_SNAPSHOT_HEADER.size + ENTRY_SIZE * len(entries))
+    pos = _SNAPSHOT_HEADER.size
+    for e in entries:
+        _SNAPSHOT_ENTRY.pack_into(
+            body,
+            pos,
+            e.producer_id,
+            e.producer_epoch,
+            e.last_seq,
+            e.last_data_offset,
+            e.last_offset_delta,
+            e.last_timestamp,
+            e.coordinator_epoch,
+            -1 if e.current_txn_first_offset is None else e.current_txn_first_offset,
+        )
+        pos += ENTRY_SIZE
+    struct.pack_into(">i", body, PRODUCER_ENTRIES_OFFSET, len(entries))
+    crc = crc32c(memoryview(body)[PRODUCER_ENTRIES_OFFSET:])
+    struct.pack_into(">hI", body, VERSION_OFFSET, SNAPSHOT_VERSION, crc)
+    return bytes(body)
+
+
+def decode_snapshot(data: bytes, name: str = "snapshot") -> list[ProducerStateEntry]:
+    if len(data) < _SNAPSHOT_HEADER.size:
+        raise CorruptSnapshotError(f"{name}: {len(data)} bytes is too short for a producer snapshot")
+    version, crc, count = _SNAPSHOT_HEADER.unpack_from(data, 0)
+    if version != SNAPSHOT_VERSION:
+        raise CorruptSnapshotError(f"{name}: unknown snapshot version {version}")
+    computed = crc32c(memoryview(data)[PRODUCER_ENTRIES_OFFSET:])
+    if computed != crc:
+        raise CorruptSnapshotError(f"{name}: stored CRC {crc:#010x} != computed {computed:#010x}")
+    if count < 0 or len(data) != _SNAPSHOT_HEADER.size + count * ENTRY_SIZE:
+        raise CorruptSnapshotError(f"{name}: {count} entries do not match the file size {len(data)}")
+    entries = []
+    for i in range(count):
+        pid, epoch, last_seq, last_offset, delta, ts, coord, txn_first = _SNAPSHOT_ENTRY.unpack_from(
+            data, _SNAPSHOT_HEADER.size + i * ENTRY_SIZE
+        )
+        entry = ProducerStateEntry(pid, epoch, deque(), coord, ts, None if txn_first < 0 else txn_first)
+        if last_offset >= 0:
+            entry.batches.append(BatchMetadata(last_seq, last_offset, delta, ts))
+        entries.append(entry)
+    return entries
+
+
+# ------------------------------------------------------------------------------------------------ manager
+
+
+class ProducerStateManager:
+    """Producer state of one partition directory. Thread-safe (one internal lock)."""
+
+    def __init__(self, dir: Path) -> None:
+        self.dir = Path(dir)
+        self._producers: dict[int, ProducerStateEntry] = {}
+        self._lock = threading.RLock()
+        #: every batch below this offset is reflected in the state (Kafka's ``mapEndOffset``)
+        self.map_end_offset = 0
+
+    # ----------------------------------------------------------------------------------- validation
+
+    def check(self, header: BatchHeader) -> tuple[int, int, int] | None:
+        """Validate a batch a client wants to append. Returns ``(first_offset, last_offset, timestamp)``
+        of the original append when the batch is a duplicate of one of the retained batches, else None.
+        Raises :class:`InvalidProducerEpochError` or :class:`OutOfOrderSequenceError`."""
+        pid = header.producer_id
+        if pid == NO_PRODUCER_ID or pid < 0:
+            return None
+        with self._lock:
+            entry = self._producers.get(pid)
+            if entry is None:
+                return None  # unknown producer: any sequence is accepted (Kafka >= 2.5)
+            epoch = header.producer_epoch
+            if not header.is_control and header.base_sequence != NO_SEQUENCE:
+                dup = entry.find_duplicate(epoch, header.base_sequence, header.last_sequence)
+                if dup is not None:
+                    return dup.first_offset, dup.last_offset, dup.timestamp
+            if epoch < entry.producer_epoch:
+                raise InvalidProducerEpochError(
+                    f"epoch of producer {pid} is {epoch}, which is smaller than the last seen epoch "
+                    f"{entry.producer_epoch}"
+                )
+            if header.is_control or header.base_sequence == NO_SEQUENCE:
+                return None
+            first_seq = header.base_sequence
+            if epoch != entry.producer_epoch:
+                if first_seq != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
+                    raise OutOfOrderSequenceError(
+                        f"invalid sequence number for new epoch {epoch} of producer {pid}: {first_seq} "
+                        f"(expected 0; current epoch {entry.producer_epoch})"
+                    )
+                return None
+            if entry.producer_epoch != NO_PRODUCER_EPOCH and not _in_sequence(entry.last_seq, first_seq):
+                raise OutOfOrderSequenceError(
+                    f"out of order sequence number for producer {pid}: {first_seq} (incoming), "
+                    f"{entry.last_seq} (current end sequence number)"
+                )
+            return None
+
+    # ---------------------------------------------------------------------------------------- update
+
+    def update(
+        self,
+        header: BatchHeader,
+        first_offset: int,
+        last_offset: int,
+        timestamp: int,
+        coordinator_epoch: int | None = None,
+    ) -> None:
+        """Record an appended (or replayed) batch. Any batch may be passed: batches without a producer id
+        only advance :attr:`map_end_offset`. A control batch ends the producer's ongoing transaction
+        (``coordinator_epoch`` is the marker's, when the caller decoded it). ``timestamp`` is the batch's
+        max timestamp as appended (the append time for LogAppendTime)."""
+        with self._lock:
+            pid = header.producer_id
+            if pid >= 0:
+                entry = self._producers.get(pid)
+                if entry is None:
+                    entry = ProducerStateEntry(pid, header.producer_epoch)
+                    self._producers[pid] = entry
+                if header.is_control:
+                    if header.producer_epoch != entry.producer_epoch:
+                        entry.batches.clear()
+                        entry.producer_epoch = header.producer_epoch
+                    entry.current_txn_first_offset = None
+                    entry.last_timestamp = timestamp
+                    if coordinator_epoch is not None:
+                        entry.coordinator_epoch = coordinator_epoch
+                else:
+                    if header.base_sequence != NO_SEQUENCE:
+                        entry.add_batch(
+                            header.producer_epoch,
+                            header.last_sequence,
+                            last_offset,
+                            last_offset - first_offset,
+                            timestamp,
+                        )
+                    else:
+                        if header.producer_epoch != entry.producer_epoch:
+                            entry.batches.clear()
+                            entry.producer_epoch = header.producer_epoch
+                        entry.last_timestamp = timestamp
+                    if header.is_transactional and entry.current_txn_first_offset is None:
+                        entry.current_txn_first_offset = first_offset
+            self.map_end_offset = max(self.map_end_offset, last_offset + 1)
+
+    # --------------------------------------------------------------------------------------- queries
+
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        with self._lock:
+            entry = self._producers.get(producer_id)
+            return entry.copy() if entry is not None else None
+
+    def active_producers(self) -> dict[int, ProducerStateEntry]:
+        """A copy of every producer's state (for DescribeProducers)."""
+        with self._lock:
+            return {pid: e.copy() for pid, e in self._producers.items()}
+
+    def first_unstable_offset(self) -> int | None:
+        """The smallest first offset of an ongoing transaction, if any."""
+        with self._lock:
+            offsets = [e.current_txn_first_offset for e in self._producers.values()]
+            present = [o for o in offsets if o is not None]
+            return min(present) if present else None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._producers)
+
+    # ------------------------------------------------------------------------------------ retention
+
+    def expire(self, now_ms: int, producer_id_expiration_ms: int) -> list[int]:
+        """Forget producers without an ongoing transaction whose last timestamp is at least
+        ``producer_id_expiration_ms`` old (``producer.id.expiration.ms``). Returns the expired ids."""
+        with self._lock:
+            expired = [
+                pid
+                for pid, e in self._producers.items()
+                if e.current_txn_first_offset is None and now_ms - e.last_timestamp >= producer_id_expiration_ms
+            ]
+            for pid in expired:
+                del self._producers[pid]
+            return expired
+
+    def on_log_start(self, offset: int) -> None:
+        """The log start offset moved to ``offset`` (retention / DeleteRecords): forget producers whose
+        last batch is below it (their data is gone) unless a transaction is open, and advance
+        :attr:`map_end_offset` if it is behind."""
+        with self._lock:
+            self._drop_below(offset)
+            if self.map_end_offset < offset:
+                self.map_end_offset = offset
+
+    def _drop_below(self, offset: int) -> None:
+        gone = [
+            pid
+            for pid, e in self._producers.items()
+            if e.last_data_offset < offset and e.current_txn_first_offset is None
+        ]
+        for pid in gone:
+            del self._producers[pid]
+
+    # ------------------------------------------------------------------------------------- snapshots
+
+    def snapshot_path(self, offset: int) -> Path:
+        return self.dir / snapshot_file_name(offset)
+
+    def _snapshot_files(self) -> Iterator[tuple[int, Path]]:
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return
+        for name in names:
+            m = _SNAPSHOT_NAME.match(name)
+            if m:
+                yield int(m.group(1)), self.dir / name
+
+    def snapshot_offsets(self) -> list[int]:
+        """Offsets of the snapshot files present, ascending."""
+        return sorted(offset for offset, _ in self._snapshot_files())
+
+    def latest_snapshot_offset(self) -> int | None:
+        offsets = self.snapshot_offsets()
+        return offsets[-1] if offsets else None
+
+    def take_snapshot(self, offset: int | None = None) -> Path:
+        """Write the current state to ``<offset>.snapshot`` (default: :attr:`map_end_offset`) atomically.
+        Kafka takes one at every segment roll, at the new segment's base offset."""
+        with self._lock:
+            at = self.map_end_offset if offset is None else offset
+            data = encode_snapshot(sorted(self._producers.values(), key=lambda e: e.producer_id))
+            path = self.snapshot_path(at)
+            atomic_write(path, data)
+            return path
+
+    def read_snapshot(self, offset: int) -> list[ProducerStateEntry]:
+        path = self.snapshot_path(offset)
+        return decode_snapshot(path.read_bytes(), str(path))
+
+    def delete_snapshots_below(self, offset: int) -> None:
+        for snap_offset, path in list(self._snapshot_files()):
+            if snap_offset < offset:
+                path.unlink(missing_ok=True)
+
+    def delete_snapshots_above(self, offset: int) -> None:
+        for snap_offset, path in list(self._snapshot_files()):
+            if snap_offset > offset:
+                path.unlink(missing_ok=True)
+
+    def load(self, log_start_offset: int, log_end_offset: int) -> int:
+        """Rebuild the state from the newest valid snapshot at or below ``log_end_offset``.
+
+        Snapshots above the log end are deleted, corrupt ones are deleted and skipped, producers whose
+        last offset lies below ``log_start_offset`` are dropped. Returns the offset from which the caller
+        must replay the log's batches through :meth:`update` (the snapshot offset, or
+        ``log_start_offset`` when no snapshot is usable).
+        """
+        with self._lock:
+            self._producers.clear()
+            for stray in self.dir.glob("*" + SNAPSHOT_SUFFIX + ".tmp") if self.dir.is_dir() else []:
+                stray.unlink(missing_ok=True)
+            self.delete_snapshots_above(log_end_offset)
+            replay_from = log_start_offset
+            for offset in reversed(self.snapshot_offsets()):
+                try:
+                    entries = self.read_snapshot(offset)
+                except CorruptSnapshotError:
+                    self.snapshot_path(offset).unlink(missing_ok=True)
+                    continue
+                for entry in entries:
+                    self._producers[entry.producer_id] = entry
+                replay_from = max(offset, log_start_offset)
+                break
+            self._drop_below(log_start_offset)
+            self.map_end_offset = replay_from
+            return replay_from
+
+    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int) -> int:
+        """After the log was truncated (or its start moved): drop snapshots outside the log and, unless
+        the state already ends exactly at ``log_end_offset``, reload from the newest valid snapshot.
+        Returns the offset from which batches must be replayed through :meth:`update`."""
+        with self._lock:
+            self.delete_snapshots_above(log_end_offset)
+            if log_end_offset != self.map_end_offset:
+                return self.load(log_start_offset, log_end_offset)
+            self.on_log_start(log_start_offset)
+            return self.map_end_offset
