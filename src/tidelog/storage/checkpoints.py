@@ -459,7 +459,9 @@ def clean_shutdown_path(log_dir: Path) -> Path:
 
 def write_clean_shutdown(log_dir: Path, broker_epoch: int = -1) -> None:
     """Write ``{"version":0,"brokerEpoch":N}``. Kafka in ZooKeeper mode writes brokerEpoch -1."""
-    text = json.dumps({"version": CLEAN_SHUTDOWN_VERSION, "brokerEpoch": int(broker_epoch)}, separators=(",", ":"))
+    text = json.dumps(
+        {"version": CLEAN_SHUTDOWN_VERSION, "brokerEpoch": int(broker_epoch)}, separators=(",", ":")
+    )
     atomic_write(clean_shutdown_path(log_dir), text.encode("utf-8"))
 
 

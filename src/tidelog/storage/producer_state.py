@@ -131,7 +131,9 @@ class ProducerStateEntry:
                 return batch
         return None
 
-    def add_batch(self, epoch: int, last_seq: int, last_offset: int, offset_delta: int, timestamp: int) -> None:
+    def add_batch(
+        self, epoch: int, last_seq: int, last_offset: int, offset_delta: int, timestamp: int
+    ) -> None:
         if epoch != self.producer_epoch:
             self.batches.clear()
             self.producer_epoch = epoch
@@ -336,7 +338,8 @@ class ProducerStateManager:
             expired = [
                 pid
                 for pid, e in self._producers.items()
-                if e.current_txn_first_offset is None and now_ms - e.last_timestamp >= producer_id_expiration_ms
+                if e.current_txn_first_offset is None
+                and now_ms - e.last_timestamp >= producer_id_expiration_ms
             ]
             for pid in expired:
                 del self._producers[pid]
