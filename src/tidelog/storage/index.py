@@ -1,0 +1,464 @@
+"""Sparse, memory-mapped segment indexes: ``.index`` (OffsetIndex) and ``.timeindex`` (TimeIndex).
+
+Both follow Kafka's ``AbstractIndex`` (facts 1.4):
+
+* A new index file is **preallocated** to ``segment.index.bytes`` rounded down to whole entries and
+  memory-mapped; entries are appended in place.  When the segment becomes inactive, or is closed, the file is
+  **trimmed** to its valid entries, so a cleanly closed index is exactly ``entries * entry_size`` bytes.
+* Invariants: offset-index relative offsets strictly increase and positions never decrease; time-index
+  timestamps never decrease (an entry is written only when the timestamp exceeds the last one) and their
+  offsets never decrease.  There is no checksum; an index that breaks these rules fails :meth:`sanity_check`
+  and the segment rebuilds it from the ``.log``.
+
+Valid entries of an existing file.  Kafka takes ``file length // entry size`` and relies on the segment being
+trimmed on close (or rebuilt after a crash).  tidelog does the same for a trimmed file, and for a file that
+still has its preallocated zero tail (a crash before the trim) it stops at the first all-zero entry past the
+first: such an entry cannot be valid, because relative offsets (offset index) and timestamps (time index)
+must increase from one entry to the next.  Whatever survives is then checked by :meth:`sanity_check`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import mmap
+import os
+import struct
+import sys
+import threading
+from array import array
+from pathlib import Path
+
+from tidelog.storage.errors import StorageError
+
+INT32_MAX = 2**31 - 1
+NO_TIMESTAMP = -1
+
+
+class CorruptIndexError(StorageError):
+    """The index breaks its invariants and must be rebuilt from the log."""
+
+
+class IndexFullError(StorageError):
+    """An append was attempted on a full index (the segment should have rolled)."""
+
+
+class InvalidIndexOffsetError(StorageError):
+    """An append would break the ordering invariant, or the offset is not relative to the base offset."""
+
+
+def _round_down(value: int, factor: int) -> int:
+    return factor * (value // factor)
+
+
+class AbstractIndex:
+    """Common machinery: file + mmap, entry count, resize/trim, binary search over one key column."""
+
+    ENTRY_SIZE = 0  # overridden
+    _KIND = "index"
+
+    def __init__(self, path: Path | str, base_offset: int, max_index_size: int = 10 * 1024 * 1024) -> None:
+        self.path = Path(path)
+        self.base_offset = base_offset
+        self.max_index_size = max_index_size
+        self._lock = threading.RLock()
+        newly_created = not self.path.exists()
+        self._file = open(self.path, "w+b" if newly_created else "r+b")  # noqa: SIM115 - kept open
+        if newly_created:
+            os.ftruncate(self._file.fileno(), _round_down(max_index_size, self.ENTRY_SIZE))
+        self.newly_created = newly_created
+        self._length = os.fstat(self._file.fileno()).st_size
+        self._mm: mmap.mmap | None = None
+        self._map()
+        if newly_created:
+            self._entries = 0
+        else:
+            self._entries = self._count_valid_entries()
+
+    # ------------------------------------------------------------------ mapping and sizes
+    def _map(self) -> None:
+        if self._length > 0:
+            self._mm = mmap.mmap(self._file.fileno(), self._length, access=mmap.ACCESS_WRITE)
+        else:
+            self._mm = None
+
+    def _unmap(self) -> None:
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
+
+    def _count_valid_entries(self) -> int:
+        mm = self._mm
+        if mm is None:
+            return 0
+        n = self._length // self.ENTRY_SIZE
+        zero = bytes(self.ENTRY_SIZE)
+        start = self.ENTRY_SIZE
+        while True:
+            hit = mm.find(zero, start)
+            if hit < 0 or hit + self.ENTRY_SIZE > n * self.ENTRY_SIZE:
+                return n
+            if hit % self.ENTRY_SIZE == 0:
+                return hit // self.ENTRY_SIZE
+            start = hit + 1
+
+    @property
+    def entries(self) -> int:
+        return self._entries
+
+    @property
+    def max_entries(self) -> int:
+        return self._length // self.ENTRY_SIZE
+
+    @property
+    def length(self) -> int:
+        """Current file (and mapping) length in bytes."""
+        return self._length
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Bytes of valid entries."""
+        return self._entries * self.ENTRY_SIZE
+
+    def is_full(self) -> bool:
+        return self._entries >= self.max_entries
+
+    def resize(self, new_size: int) -> bool:
+        """Resize the file to ``new_size`` rounded down to whole entries (never below the valid entries)."""
+        with self._lock:
+            rounded = max(_round_down(new_size, self.ENTRY_SIZE), self._entries * self.ENTRY_SIZE)
+            if rounded == self._length:
+                return False
+            self._unmap()
+            os.ftruncate(self._file.fileno(), rounded)
+            self._length = rounded
+            self._map()
+            return True
+
+    def trim_to_valid_size(self) -> None:
+        self.resize(self._entries * self.ENTRY_SIZE)
+
+    def reset(self) -> None:
+        """Drop every entry and restore the preallocated size (used before a rebuild)."""
+        with self._lock:
+            self._truncate_to_entries(0)
+            self._unmap()
+            os.ftruncate(self._file.fileno(), 0)
+            self._length = 0
+            self.resize(self.max_index_size)
+
+    def _truncate_to_entries(self, entries: int) -> None:
+        with self._lock:
+            if self._mm is not None and entries < self._entries:
+                # zero the dropped tail so a crash cannot resurrect stale entries
+                start = entries * self.ENTRY_SIZE
+                end = self._entries * self.ENTRY_SIZE
+                self._mm[start:end] = bytes(end - start)
+            self._entries = entries
+
+    def truncate(self) -> None:
+        self._truncate_to_entries(0)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._mm is not None:
+                self._mm.flush()
+            if not self._file.closed:
+                os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        """Trim to the valid size and release the mapping and the file."""
+        with self._lock:
+            if self._file.closed:
+                return
+            self.trim_to_valid_size()
+            self._unmap()
+            self._file.close()
+
+    def close_handler(self) -> None:
+        """Release the mapping and the file without trimming."""
+        with self._lock:
+            self._unmap()
+            if not self._file.closed:
+                self._file.close()
+
+    def delete_if_exists(self) -> bool:
+        self.close_handler()
+        try:
+            self.path.unlink()
+            return True
+        except FileNotFoundError:
+            return False
+
+    def rename_to(self, new_path: Path) -> None:
+        os.replace(self.path, new_path)
+        self.path = new_path
+
+    def _relative(self, offset: int) -> int:
+        rel = offset - self.base_offset
+        if rel < 0 or rel > INT32_MAX:
+            raise InvalidIndexOffsetError(
+                f"offset {offset} cannot be stored relative to base offset {self.base_offset} in {self.path}"
+            )
+        return rel
+
+    def _check_length(self) -> None:
+        if self._length % self.ENTRY_SIZE != 0:
+            raise CorruptIndexError(
+                f"{self._KIND} file {self.path} has length {self._length}, not a multiple of {self.ENTRY_SIZE}"
+            )
+
+
+class OffsetIndex(AbstractIndex):
+    """``.index``: 8-byte entries ``relativeOffset int32 | position int32``; maps offset -> file position.
+
+    An entry (O, P) says the batch starting at file position P has last offset O (Kafka writes the largest
+    offset of the appended batch with the batch's starting position).  ``lookup(t)`` returns the greatest
+    entry with offset <= t, so scanning forward from its position finds the batch holding t.
+    """
+
+    ENTRY_SIZE = 8
+    _KIND = "offset index"
+    _FMT_CHARS = "ii"
+    _ENTRY = struct.Struct(">ii")
+
+    def __init__(self, path: Path | str, base_offset: int, max_index_size: int = 10 * 1024 * 1024) -> None:
+        super().__init__(path, base_offset, max_index_size)
+        self._last_offset = self._read_last_offset()
+
+    def _read_last_offset(self) -> int:
+        if self._entries == 0 or self._mm is None:
+            return self.base_offset
+        rel, _ = self._ENTRY.unpack_from(self._mm, (self._entries - 1) * self.ENTRY_SIZE)
+        return self.base_offset + rel
+
+    @property
+    def last_offset(self) -> int:
+        return self._last_offset
+
+    def entry(self, n: int) -> tuple[int, int]:
+        """The n-th entry as (absolute offset, position)."""
+        if n < 0 or n >= self._entries or self._mm is None:
+            raise IndexError(f"entry {n} out of range [0, {self._entries})")
+        rel, pos = self._ENTRY.unpack_from(self._mm, n * self.ENTRY_SIZE)
+        return self.base_offset + rel, pos
+
+    def entries_list(self) -> list[tuple[int, int]]:
+        return [self.entry(i) for i in range(self._entries)]
+
+    def append(self, offset: int, position: int) -> None:
+        with self._lock:
+            if self.is_full():
+                raise IndexFullError(f"offset index {self.path} is full ({self._entries} entries)")
+            if self._entries > 0 and offset <= self._last_offset:
+                raise InvalidIndexOffsetError(
+                    f"offset {offset} is not larger than the last offset {self._last_offset} in {self.path}"
+                )
+            rel = self._relative(offset)
+            assert self._mm is not None
+            self._ENTRY.pack_into(self._mm, self._entries * self.ENTRY_SIZE, rel, position)
+            self._entries += 1
+            self._last_offset = offset
+
+    def _slot_for(self, target: int) -> int:
+        """Index of the greatest entry with offset <= target, or -1."""
+        mm = self._mm
+        if mm is None or self._entries == 0:
+            return -1
+        rel_target = target - self.base_offset
+        unpack = self._ENTRY.unpack_from
+        if unpack(mm, 0)[0] > rel_target:
+            return -1
+        lo, hi = 0, self._entries - 1
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            if unpack(mm, mid * 8)[0] <= rel_target:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def lookup(self, target_offset: int) -> tuple[int, int]:
+        """(offset, position) of the greatest entry with offset <= target, else (base_offset, 0)."""
+        with self._lock:
+            slot = self._slot_for(target_offset)
+            if slot < 0:
+                return self.base_offset, 0
+            return self.entry(slot)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry with offset >= ``offset``."""
+        with self._lock:
+            slot = self._slot_for(offset)
+            if slot < 0:
+                keep = 0
+            elif self.entry(slot)[0] == offset:
+                keep = slot
+            else:
+                keep = slot + 1
+            self._truncate_to_entries(keep)
+            self._last_offset = self._read_last_offset()
+
+    def _truncate_to_entries(self, entries: int) -> None:
+        super()._truncate_to_entries(entries)
+        self._last_offset = self._read_last_offset()
+
+    def sanity_check(self, log_size: int | None = None) -> None:
+        """Raise :class:`CorruptIndexError` unless the index is well-formed (see module docstring)."""
+        with self._lock:
+            self._check_length()
+            if self._entries == 0:
+                return
+            if self._last_offset < self.base_offset:
+                raise CorruptIndexError(
+                    f"offset index {self.path}: last offset {self._last_offset} is below base {self.base_offset}"
+                )
+            values = self._int32_columns()
+            rel = values[0::2]
+            pos = values[1::2]
+            if rel[0] < 0 or pos[0] < 0:
+                raise CorruptIndexError(f"offset index {self.path}: negative first entry")
+            if any(a >= b for a, b in itertools.pairwise(rel)):
+                raise CorruptIndexError(f"offset index {self.path}: offsets are not strictly increasing")
+            if any(a > b for a, b in itertools.pairwise(pos)):
+                raise CorruptIndexError(f"offset index {self.path}: positions decrease")
+            if log_size is not None and pos[-1] >= max(log_size, 1):
+                raise CorruptIndexError(
+                    f"offset index {self.path}: position {pos[-1]} lies beyond the log size {log_size}"
+                )
+
+    def _int32_columns(self) -> array[int]:
+        assert self._mm is not None
+        values = array("i", self._mm[: self._entries * self.ENTRY_SIZE])
+        if sys.byteorder == "little":
+            values.byteswap()
+        return values
+
+
+class TimeIndex(AbstractIndex):
+    """``.timeindex``: 12-byte entries ``timestamp int64 | relativeOffset int32``.
+
+    An entry (T, O) means every record with timestamp > T lies after offset O.  As in Kafka, the index
+    reports full one entry early, so that the final entry written when the segment becomes inactive fits.
+    """
+
+    ENTRY_SIZE = 12
+    _KIND = "time index"
+    _FMT_CHARS = "qi"
+    _ENTRY = struct.Struct(">qi")
+
+    def __init__(self, path: Path | str, base_offset: int, max_index_size: int = 10 * 1024 * 1024) -> None:
+        super().__init__(path, base_offset, max_index_size)
+        self._last_entry = self._read_last_entry()
+
+    def _read_last_entry(self) -> tuple[int, int]:
+        if self._entries == 0 or self._mm is None:
+            return NO_TIMESTAMP, self.base_offset
+        return self.entry(self._entries - 1)
+
+    def entry(self, n: int) -> tuple[int, int]:
+        """The n-th entry as (timestamp, absolute offset)."""
+        if n < 0 or n >= self._entries or self._mm is None:
+            raise IndexError(f"entry {n} out of range [0, {self._entries})")
+        ts, rel = self._ENTRY.unpack_from(self._mm, n * self.ENTRY_SIZE)
+        return ts, self.base_offset + rel
+
+    def entries_list(self) -> list[tuple[int, int]]:
+        return [self.entry(i) for i in range(self._entries)]
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry, or (-1, base_offset) when empty."""
+        return self._last_entry
+
+    def is_full(self) -> bool:
+        return self._entries >= self.max_entries - 1
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> bool:
+        """Append (timestamp, offset) if timestamp exceeds the last entry's; returns whether it did."""
+        with self._lock:
+            if not skip_full_check and self.is_full():
+                raise IndexFullError(f"time index {self.path} is full ({self._entries} entries)")
+            last_ts, last_off = self._last_entry
+            if self._entries > 0 and offset < last_off:
+                raise InvalidIndexOffsetError(
+                    f"time index {self.path}: offset {offset} is below the last indexed offset {last_off}"
+                )
+            if self._entries > 0 and timestamp < last_ts:
+                raise InvalidIndexOffsetError(
+                    f"time index {self.path}: timestamp {timestamp} is below the last indexed timestamp {last_ts}"
+                )
+            if timestamp <= last_ts:
+                return False
+            if self._entries >= self.max_entries:
+                # only reachable with skip_full_check on an index without any room left
+                return False
+            rel = self._relative(offset)
+            assert self._mm is not None
+            self._ENTRY.pack_into(self._mm, self._entries * self.ENTRY_SIZE, timestamp, rel)
+            self._entries += 1
+            self._last_entry = (timestamp, offset)
+            return True
+
+    def _slot_for(self, key: int, column: int) -> int:
+        """Greatest slot whose column value (0 = timestamp, 1 = relative offset) is <= key, or -1."""
+        mm = self._mm
+        if mm is None or self._entries == 0:
+            return -1
+        unpack = self._ENTRY.unpack_from
+        if unpack(mm, 0)[column] > key:
+            return -1
+        lo, hi = 0, self._entries - 1
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            if unpack(mm, mid * 12)[column] <= key:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def lookup(self, target_timestamp: int) -> tuple[int, int]:
+        """(timestamp, offset) of the greatest entry with timestamp <= target, else (-1, base_offset)."""
+        with self._lock:
+            slot = self._slot_for(target_timestamp, 0)
+            if slot < 0:
+                return NO_TIMESTAMP, self.base_offset
+            return self.entry(slot)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is >= ``offset``."""
+        with self._lock:
+            slot = self._slot_for(offset - self.base_offset, 1)
+            if slot < 0:
+                keep = 0
+            elif self.entry(slot)[1] == offset:
+                # several entries may share an offset only transiently; drop from the first one equal
+                keep = slot
+                while keep > 0 and self.entry(keep - 1)[1] == offset:
+                    keep -= 1
+            else:
+                keep = slot + 1
+            self._truncate_to_entries(keep)
+
+    def _truncate_to_entries(self, entries: int) -> None:
+        super()._truncate_to_entries(entries)
+        self._last_entry = self._read_last_entry()
+
+    def sanity_check(self) -> None:
+        with self._lock:
+            self._check_length()
+            if self._entries == 0:
+                return
+            ts_col: list[int] = []
+            rel_col: list[int] = []
+            assert self._mm is not None
+            for ts, rel in self._ENTRY.iter_unpack(self._mm[: self._entries * self.ENTRY_SIZE]):
+                ts_col.append(ts)
+                rel_col.append(rel)
+            if self._last_entry[1] < self.base_offset or rel_col[0] < 0:
+                raise CorruptIndexError(
+                    f"time index {self.path}: offset {self._last_entry[1]} is below base {self.base_offset}"
+                )
+            if any(a >= b for a, b in itertools.pairwise(ts_col)):
+                raise CorruptIndexError(f"time index {self.path}: timestamps are not increasing")
+            if any(a > b for a, b in itertools.pairwise(rel_col)):
+                raise CorruptIndexError(f"time index {self.path}: offsets decrease")

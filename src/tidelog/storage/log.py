@@ -1,0 +1,954 @@
+"""The log of one partition directory ``<topic>-<partition>``: segments, appends, reads, recovery.
+
+Kafka's ``UnifiedLog``/``LocalLog``/``LogLoader`` in one class.  Hot paths never decode records: an append
+validates the batch from its header plus one CRC, stamps baseOffset and partitionLeaderEpoch in place (both
+outside the CRC) and writes it with ``os.write``; a read returns :class:`FileRegion` views for ``os.sendfile``.
+Nothing on the append or read path calls fsync: that happens in :meth:`flush`, :meth:`flush_if_due`,
+:meth:`close`, on a background thread after a roll, or on append only when the topic asks for it through
+``flush.messages``.
+
+Thread safety: one re-entrant lock guards the segment list and the offsets; fsync runs outside it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from tidelog.records.crc import crc32c
+from tidelog.records.errors import InvalidRecordError
+from tidelog.records.header import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    LOG_APPEND_TIME,
+    MAX_TIMESTAMP_OFFSET,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    stamp_base_offset,
+    stamp_partition_leader_epoch,
+    validate_batch,
+)
+from tidelog.storage.config import LogConfig
+from tidelog.storage.errors import InvalidTimestampError, OffsetOutOfRangeError, StorageError
+from tidelog.storage.index import CorruptIndexError
+from tidelog.storage.segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    FileRegion,
+    LogSegment,
+    index_file,
+    log_file,
+    offset_from_filename,
+    time_index_file,
+)
+
+try:  # the records layer's rewrite (LogAppendTime, CRC) and decoder, when present
+    from tidelog.records.batch import decode_records as _decode_records
+    from tidelog.records.batch import rewrite_batch_for_append as _rewrite_batch_for_append
+except ImportError:  # pragma: no cover - only while records/batch.py does not exist
+    _decode_records = None  # type: ignore[assignment]
+    _rewrite_batch_for_append = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
+
+_INT16 = struct.Struct(">h")
+_INT64 = struct.Struct(">q")
+_UINT32 = struct.Struct(">I")
+
+DIR_SUFFIXES = ("-delete", "-future", "-stray")
+
+
+class UnexpectedAppendOffsetError(StorageError):
+    """A follower batch starts below the log end offset (Kafka's UnexpectedAppendOffsetException)."""
+
+    kafka_error = "UNKNOWN_SERVER_ERROR"
+
+
+class EpochCache(Protocol):
+    def assign(self, epoch: int, start_offset: int) -> Any: ...
+    def truncate_from_end(self, end_offset: int) -> Any: ...
+    def truncate_from_start(self, start_offset: int) -> Any: ...
+    def latest_epoch(self) -> int | None: ...
+
+
+class ProducerState(Protocol):
+    def check(self, header: BatchHeader) -> tuple[int, int, int] | None: ...
+    def update(self, header: BatchHeader, first_offset: int, last_offset: int, timestamp: int) -> Any: ...
+    def take_snapshot(self, offset: int) -> Any: ...
+    def load(self, log_start_offset: int, log_end_offset: int) -> int: ...
+    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int) -> int: ...
+    def on_log_start(self, offset: int) -> Any: ...
+
+
+@dataclass(slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time: int
+    log_start_offset: int
+    duplicate: bool = False
+    record_count: int = 0
+    size: int = 0
+
+
+@dataclass(slots=True)
+class ReadInfo:
+    regions: list[FileRegion]
+    size: int
+    first_batch_offset: int  # -1 when nothing was read
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int = -1
+
+    def read_bytes(self) -> bytes:
+        return b"".join(r.read_bytes() for r in self.regions)
+
+
+def parse_topic_partition(dir_name: str) -> tuple[str, int]:
+    """``<topic>-<partition>`` (topic names may contain '-'); also ``.<uuid>-delete/-future/-stray``."""
+    name = dir_name
+    for suffix in DIR_SUFFIXES:
+        if name.endswith(suffix) and "." in name:
+            name = name[: name.rindex(".")]
+            break
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        raise ValueError(f"{dir_name!r} is not a partition directory name (<topic>-<partition>)")
+    return topic, int(partition)
+
+
+_flush_executor: ThreadPoolExecutor | None = None
+_flush_executor_lock = threading.Lock()
+
+
+def _background() -> ThreadPoolExecutor:
+    global _flush_executor
+    with _flush_executor_lock:
+        if _flush_executor is None:
+            _flush_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidelog-flush")
+        return _flush_executor
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PartitionLog:
+    """The segments of one partition (see module docstring)."""
+
+    def __init__(self, directory: Path, config: LogConfig) -> None:
+        # use PartitionLog.open(); the constructor only sets fields
+        self.dir = Path(directory)
+        self.topic, self.partition = parse_topic_partition(self.dir.name)
+        self.config = config
+        self.epoch_cache: EpochCache | None = None
+        self.producer_state: ProducerState | None = None
+        self._lock = threading.RLock()
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self._log_end_offset = 0
+        self._high_watermark = 0
+        self.recovery_point = 0
+        self.last_flush_time = _now_ms()
+        self._pending: list[Future[None]] = []
+        self._deleted: list[tuple[int, LogSegment]] = []  # (time renamed, segment) awaiting file deletion
+        self._closed = False
+        self.recovered_segments = 0  # segments scanned by recovery during open (observability, tests)
+
+    # ================================================================== loading
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        high_watermark: int | None = None,
+        clean_shutdown: bool = False,
+        epoch_cache: EpochCache | None = None,
+        producer_state: ProducerState | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        now_ms: int | None = None,
+    ) -> PartitionLog:
+        """Load (and if needed recover) the partition directory, creating it and a first segment if needed."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self = cls(directory, config)
+        self.epoch_cache = epoch_cache
+        self.producer_state = producer_state
+        now = _now_ms() if now_ms is None else now_ms
+        self._load(recovery_point, log_start_offset, clean_shutdown, progress, now)
+        hw = self.log_start_offset if high_watermark is None else high_watermark
+        self._high_watermark = min(max(hw, self.log_start_offset), self._log_end_offset)
+        return self
+
+    def _load(
+        self,
+        recovery_point: int,
+        checkpoint_log_start: int,
+        clean_shutdown: bool,
+        progress: Callable[[int, int], None] | None,
+        now: int,
+    ) -> None:
+        d = self.dir
+        # Pass 1: remove temporary files, collect swap files.
+        swap_logs: list[Path] = []
+        for path in list(d.iterdir()):
+            if not path.is_file():
+                continue
+            name = path.name
+            if name.endswith(DELETED_SUFFIX) or name.endswith(CLEANED_SUFFIX):
+                path.unlink(missing_ok=True)
+            elif name.endswith(SWAP_SUFFIX):
+                base_name = name[: -len(SWAP_SUFFIX)]
+                if base_name.endswith(LOG_SUFFIX):
+                    swap_logs.append(path)
+                else:  # an index swap file: indexes are rebuilt from the swapped-in log
+                    path.unlink(missing_ok=True)
+        # Pass 2: delete segments whose offsets fall inside the swapped range.  Pass 3: rename the swaps.
+        if swap_logs:
+            ranges = []
+            for path in swap_logs:
+                base = offset_from_filename(path.name)
+                seg = LogSegment(d, base, self.config, file_suffix=SWAP_SUFFIX, now_ms=now)
+                seg.recover()
+                ranges.append((base, seg.read_next_offset()))
+                seg.close_handlers()
+                for p in (index_file(d, base, SWAP_SUFFIX), time_index_file(d, base, SWAP_SUFFIX)):
+                    p.unlink(missing_ok=True)
+            lo = min(r[0] for r in ranges)
+            hi = max(r[1] for r in ranges)
+            for path in list(d.iterdir()):
+                if path.name.endswith(LOG_SUFFIX):
+                    try:
+                        base = offset_from_filename(path.name)
+                    except ValueError:
+                        continue
+                    if lo <= base < hi:
+                        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                            (d / f"{base:020d}{suffix}").unlink(missing_ok=True)
+            for path in swap_logs:
+                base = offset_from_filename(path.name)
+                os.replace(path, log_file(d, base))
+                index_file(d, base).unlink(missing_ok=True)
+                time_index_file(d, base).unlink(missing_ok=True)
+        # Pass 4: load segments; delete indexes without a log; rebuild missing or corrupt indexes.
+        bases: list[int] = []
+        for path in d.iterdir():
+            name = path.name
+            try:
+                base = offset_from_filename(name)
+            except ValueError:
+                continue
+            if name.endswith(LOG_SUFFIX):
+                bases.append(base)
+            elif (
+                name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX))
+                and not log_file(d, base).exists()
+            ):
+                path.unlink(missing_ok=True)
+        bases.sort()
+        for base in bases:
+            seg = LogSegment(d, base, self.config, now_ms=now)
+            try:
+                seg.sanity_check()
+            except (CorruptIndexError, FileNotFoundError) as exc:
+                log.warning("rebuilding indexes of %s: %s", seg.log_path, exc)
+                seg.recover()
+            self._segments.append(seg)
+        self._bases = [s.base_offset for s in self._segments]
+
+        # Recovery of the unflushed segments after an unclean shutdown.
+        if not clean_shutdown and self._segments:
+            self._recover_from(recovery_point, progress)
+
+        if not self._segments:
+            self._add_segment(LogSegment(d, max(checkpoint_log_start, 0), self.config, now_ms=now))
+        self._log_end_offset = self._segments[-1].read_next_offset()
+        self.log_start_offset = max(checkpoint_log_start, self._segments[0].base_offset)
+        if self._log_end_offset < self.log_start_offset:
+            # everything below the checkpointed start is gone; start the log afresh there
+            self._replace_all_segments(self.log_start_offset, now)
+        self._segments[-1].resize_indexes(self.config.segment_index_bytes)
+        if clean_shutdown:
+            self.recovery_point = self._log_end_offset
+        else:
+            self.recovery_point = min(max(recovery_point, self.log_start_offset), self._log_end_offset)
+        if self.epoch_cache is not None:
+            self.epoch_cache.truncate_from_end(self._log_end_offset)
+            self.epoch_cache.truncate_from_start(self.log_start_offset)
+        if self.producer_state is not None:
+            start = self.producer_state.load(self.log_start_offset, self._log_end_offset)
+            self._replay_producer_state(start)
+
+    def _recover_from(self, recovery_point: int, progress: Callable[[int, int], None] | None) -> None:
+        # every segment holding offsets >= recovery_point: the one containing it and all later ones
+        first = max(bisect.bisect_right(self._bases, recovery_point) - 1, 0)
+        to_recover = self._segments[first:]
+        total = sum(s.size for s in to_recover)
+        done = 0
+        if progress is not None:
+            progress(0, total)
+
+        def advance(n: int) -> None:
+            nonlocal done
+            done += n
+            if progress is not None and (done == total or done % (1 << 20) < n):
+                progress(done, total)
+
+        for i, seg in enumerate(to_recover):
+            self.recovered_segments += 1
+            before = done
+            truncated = seg.recover(on_batch=self._recovery_epoch_hook(), progress=advance)
+            done = before + seg.size + truncated
+            if truncated > 0:
+                log.warning("truncated %d invalid bytes from %s", truncated, seg.log_path)
+                for later in to_recover[i + 1 :]:
+                    log.warning("deleting %s after the corruption in %s", later.log_path, seg.log_path)
+                    later.delete()
+                    self._segments.remove(later)
+                self._bases = [s.base_offset for s in self._segments]
+                if progress is not None:
+                    progress(total, total)
+                break
+            if progress is not None:
+                progress(done, total)
+        # an empty trailing segment that is not the first one is pointless but harmless: Kafka keeps it
+
+    def _recovery_epoch_hook(self) -> Callable[[int, BatchHeader], None] | None:
+        cache = self.epoch_cache
+        if cache is None:
+            return None
+
+        def on_batch(_position: int, header: BatchHeader) -> None:
+            epoch = header.partition_leader_epoch
+            if epoch >= 0:
+                latest = cache.latest_epoch()
+                if latest is None or epoch > latest:
+                    cache.assign(epoch, header.base_offset)
+
+        return on_batch
+
+    def _replay_producer_state(self, start: int) -> None:
+        ps = self.producer_state
+        if ps is None:
+            return
+        for _seg, _pos, header in self._iter_batches_from(start):
+            if header.base_offset >= start or header.last_offset >= start:
+                ps.update(header, header.base_offset, header.last_offset, header.max_timestamp)
+
+    def _iter_batches_from(self, offset: int) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
+        """Every batch whose last offset is >= ``offset`` (header reads only)."""
+        with self._lock:
+            segments = list(self._segments)
+        i = max(bisect.bisect_right([s.base_offset for s in segments], offset) - 1, 0)
+        for seg in segments[i:]:
+            start = 0
+            if seg.base_offset <= offset:
+                found = seg.translate_offset(offset)
+                if found is None:
+                    continue
+                start = found[0]
+            for pos, header in seg.iter_headers(start):
+                yield seg, pos, header
+
+    # ================================================================== properties
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The segments sorted by base offset (a copy)."""
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        with self._lock:
+            self._high_watermark = min(max(value, self.log_start_offset), self._log_end_offset)
+
+    @property
+    def size_in_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._log_end_offset - self.recovery_point
+
+    def _add_segment(self, seg: LogSegment) -> None:
+        i = bisect.bisect_left(self._bases, seg.base_offset)
+        self._segments.insert(i, seg)
+        self._bases.insert(i, seg.base_offset)
+
+    def _segment_for(self, offset: int) -> int:
+        """Index of the segment whose range holds ``offset`` (floor by base offset), or -1."""
+        return bisect.bisect_right(self._bases, offset) - 1
+
+    # ================================================================== append
+    def append_as_leader(
+        self,
+        batch: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int = 0,
+        now_ms: int | None = None,
+        assign_offsets: bool = True,
+        reject_control_batches: bool = False,
+    ) -> AppendInfo:
+        """Validate, stamp and append exactly one client batch (see module docstring).
+
+        ``reject_control_batches`` is set by the broker for client produce requests (Kafka's
+        AppendOrigin.CLIENT): only the coordinator may write control batches.
+        """
+        buf = bytearray(batch)
+        header = validate_batch(buf, 0, self.config.max_message_bytes)
+        if header.size != len(buf):
+            raise InvalidRecordError(
+                f"a produce request may carry exactly one batch per partition; {len(buf) - header.size} "
+                f"bytes follow the first batch"
+            )
+        self._validate_client_batch(header, reject_control_batches)
+        now = _now_ms() if now_ms is None else now_ms
+        config = self.config
+        log_append = config.log_append_time
+        if not log_append:
+            self._check_create_time(header, now)
+
+        with self._lock:
+            self._ensure_open()
+            ps = self.producer_state
+            if ps is not None and header.producer_id >= 0:
+                dup = ps.check(header)
+                if dup is not None:
+                    first, last, ts = dup
+                    return AppendInfo(
+                        first_offset=first,
+                        last_offset=last,
+                        max_timestamp=ts,
+                        log_append_time=ts if log_append else NO_TIMESTAMP,
+                        log_start_offset=self.log_start_offset,
+                        duplicate=True,
+                        record_count=header.records_count,
+                        size=0,
+                    )
+            if assign_offsets:
+                base = self._log_end_offset
+            else:
+                base = header.base_offset
+                if base < self._log_end_offset:
+                    raise UnexpectedAppendOffsetError(
+                        f"batch base offset {base} is below the log end offset {self._log_end_offset}"
+                    )
+            header = self._stamp(buf, header, base, leader_epoch, now if log_append else None)
+            self._maybe_roll(header, now)
+            self._append_stamped(buf, header)
+            if self.epoch_cache is not None and leader_epoch >= 0:
+                latest = self.epoch_cache.latest_epoch()
+                if latest is None or leader_epoch > latest:
+                    self.epoch_cache.assign(leader_epoch, header.base_offset)
+            info = AppendInfo(
+                first_offset=header.base_offset,
+                last_offset=header.last_offset,
+                max_timestamp=header.max_timestamp,
+                log_append_time=now if log_append else NO_TIMESTAMP,
+                log_start_offset=self.log_start_offset,
+                record_count=header.records_count,
+                size=header.size,
+            )
+            flush_needed = self.unflushed_messages >= config.flush_messages
+        if flush_needed:
+            self.flush()
+        return info
+
+    @staticmethod
+    def _validate_client_batch(header: BatchHeader, reject_control: bool) -> None:
+        """Header-only checks Kafka's LogValidator makes on a client batch."""
+        if reject_control and header.is_control:
+            raise InvalidRecordError("clients are not allowed to write control records")
+        if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
+            raise InvalidRecordError(
+                f"record count {header.records_count} does not match lastOffsetDelta {header.last_offset_delta}"
+            )
+        if header.producer_id >= 0 and header.base_sequence < 0:
+            raise InvalidRecordError(f"producer {header.producer_id} sent a batch without a base sequence")
+        if header.is_transactional and header.producer_id < 0:
+            raise InvalidRecordError("a transactional batch must carry a producer id")
+
+    def _check_create_time(self, header: BatchHeader, now: int) -> None:
+        before = self.config.message_timestamp_before_max_ms
+        after = self.config.message_timestamp_after_max_ms
+        for ts in (header.base_timestamp, header.max_timestamp):
+            if ts == NO_TIMESTAMP:
+                continue
+            if ts < now - before or ts > now + after:
+                raise InvalidTimestampError(
+                    f"timestamp {ts} of a batch is out of range for {self.topic}-{self.partition}: "
+                    f"must be within [{now - before}, {now + after}] "
+                    f"(message.timestamp.before.max.ms={before}, message.timestamp.after.max.ms={after})"
+                )
+
+    @staticmethod
+    def _stamp(
+        buf: bytearray, header: BatchHeader, base_offset: int, leader_epoch: int, log_append_time: int | None
+    ) -> BatchHeader:
+        if _rewrite_batch_for_append is not None:
+            header = _rewrite_batch_for_append(
+                buf,
+                base_offset=base_offset,
+                partition_leader_epoch=leader_epoch,
+                log_append_time=log_append_time,
+            )
+        else:  # pragma: no cover - fallback while records/batch.py is absent
+            stamp_base_offset(buf, base_offset)
+            stamp_partition_leader_epoch(buf, leader_epoch)
+            if log_append_time is not None:
+                attrs = header.attributes | TIMESTAMP_TYPE_MASK
+                _INT16.pack_into(buf, ATTRIBUTES_OFFSET, attrs)
+                _INT64.pack_into(buf, MAX_TIMESTAMP_OFFSET, log_append_time)
+                _UINT32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+            header = BatchHeader.parse(buf)
+        if log_append_time is None and header.timestamp_type == LOG_APPEND_TIME:
+            # a CreateTime topic: clear a LogAppendTime bit the client set, as Kafka's setMaxTimestamp does
+            _INT16.pack_into(buf, ATTRIBUTES_OFFSET, header.attributes & ~TIMESTAMP_TYPE_MASK)
+            with memoryview(buf) as view:
+                _UINT32.pack_into(buf, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
+            header = BatchHeader.parse(buf)
+        return header
+
+    def append_as_follower(self, batches: bytes | bytearray | memoryview) -> list[AppendInfo]:
+        """Append replicated batches (offsets assigned by the leader); each must start at or after the LEO."""
+        view = memoryview(batches)
+        infos: list[AppendInfo] = []
+        headers: list[tuple[int, BatchHeader]] = []
+        pos = 0
+        total = len(view)
+        while pos < total:
+            header = validate_batch(view, pos, None, total - pos)
+            headers.append((pos, header))
+            pos += header.size
+        with self._lock:
+            self._ensure_open()
+            expected = self._log_end_offset
+            for _, header in headers:
+                if header.base_offset < expected:
+                    raise UnexpectedAppendOffsetError(
+                        f"follower batch base offset {header.base_offset} is below the expected {expected}"
+                    )
+                expected = header.next_offset
+            now = _now_ms()
+            for p, header in headers:
+                data = view[p : p + header.size]
+                self._maybe_roll(header, now)
+                self._append_stamped(data, header)
+                epoch = header.partition_leader_epoch
+                if self.epoch_cache is not None and epoch >= 0:
+                    latest = self.epoch_cache.latest_epoch()
+                    if latest is None or epoch > latest:
+                        self.epoch_cache.assign(epoch, header.base_offset)
+                infos.append(
+                    AppendInfo(
+                        first_offset=header.base_offset,
+                        last_offset=header.last_offset,
+                        max_timestamp=header.max_timestamp,
+                        log_append_time=header.max_timestamp
+                        if header.timestamp_type == LOG_APPEND_TIME
+                        else -1,
+                        log_start_offset=self.log_start_offset,
+                        record_count=header.records_count,
+                        size=header.size,
+                    )
+                )
+            flush_needed = self.unflushed_messages >= self.config.flush_messages
+        if flush_needed:
+            self.flush()
+        return infos
+
+    def _append_stamped(self, data: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+        """Write one stamped batch to the active segment and advance the LEO (lock held)."""
+        seg = self._segments[-1]
+        seg.append(header.last_offset, header.max_timestamp, header.last_offset, data)
+        self._log_end_offset = header.next_offset
+        if self.producer_state is not None:
+            self.producer_state.update(header, header.base_offset, header.last_offset, header.max_timestamp)
+
+    # ================================================================== roll
+    def _maybe_roll(self, header: BatchHeader, now: int) -> None:
+        seg = self._segments[-1]
+        if seg.size == 0:
+            return  # an empty active segment is never rolled; the batch goes into it
+        if seg.should_roll(
+            segment_bytes=self.config.segment_bytes,
+            segment_ms=self.config.segment_ms,
+            messages_size=header.size,
+            max_timestamp_in_messages=header.max_timestamp,
+            max_offset_in_messages=header.last_offset,
+            now_ms=now,
+        ):
+            self.roll(header.base_offset, now_ms=now)
+
+    def roll(self, new_base_offset: int | None = None, *, now_ms: int | None = None) -> LogSegment:
+        """Start a new active segment at ``new_base_offset`` (default: the LEO)."""
+        with self._lock:
+            self._ensure_open()
+            base = self._log_end_offset if new_base_offset is None else new_base_offset
+            old = self._segments[-1]
+            if base < self._log_end_offset:
+                raise ValueError(f"cannot roll to {base}: below the log end offset {self._log_end_offset}")
+            if old.base_offset == base:
+                if old.size == 0:
+                    return old
+                raise ValueError(f"a segment with base offset {base} exists already")
+            for stale in (
+                log_file(self.dir, base),
+                index_file(self.dir, base),
+                time_index_file(self.dir, base),
+            ):
+                if stale.exists():
+                    log.warning("deleting stale %s beyond the log end offset", stale)
+                    stale.unlink()
+            old.on_becoming_inactive()
+            seg = LogSegment(self.dir, base, self.config, now_ms=now_ms)
+            self._add_segment(seg)
+            if self.producer_state is not None:
+                self.producer_state.take_snapshot(base)
+            self._pending = [f for f in self._pending if not f.done()]
+            self._pending.append(_background().submit(self.flush, base))
+            return seg
+
+    def wait_for_background_flushes(self, timeout: float | None = None) -> None:
+        """Block until the flushes scheduled by rolls have finished (for shutdown and tests)."""
+        with self._lock:
+            pending = list(self._pending)
+        for f in pending:
+            f.result(timeout)
+
+    # ================================================================== read
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> ReadInfo:
+        """Whole batches from the one holding ``offset`` (see module docstring); never decodes records."""
+        with self._lock:
+            self._ensure_open()
+            lso, leo = self.log_start_offset, self._log_end_offset
+            if offset < lso or offset > leo:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is out of range for {self.topic}-{self.partition}: "
+                    f"log start offset {lso}, log end offset {leo}"
+                )
+            segments = self._segments[max(self._segment_for(offset), 0) :]
+            hw = self._high_watermark
+        info = ReadInfo([], 0, -1, lso, leo, hw)
+        if offset == leo or (max_offset is not None and max_offset <= offset):
+            return info
+        budget = max_bytes
+        for seg in segments:
+            try:
+                region = seg.read(
+                    offset,
+                    budget,
+                    min_one_batch=min_one_batch and not info.regions,
+                    max_offset=max_offset,
+                )
+            except ValueError:  # segment closed by a concurrent truncation or deletion
+                break
+            if region is None:
+                continue  # nothing at or after offset in this segment (e.g. a compaction gap)
+            if region.length == 0:
+                break
+            if not info.regions:
+                info.first_batch_offset = region.first_offset
+            info.regions.append(region)
+            info.size += region.length
+            budget -= region.length
+            if budget <= 0:
+                break
+            # the next segment starts where this one ended only if this segment was read to its end
+            if region.position + region.length < seg.size:
+                break
+        return info
+
+    # ================================================================== timestamps
+    def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp``, or None."""
+        with self._lock:
+            segments = list(self._segments)
+            lso = self.log_start_offset
+        for seg in segments:
+            if seg.max_timestamp_so_far < timestamp:
+                continue
+            found = seg.find_offset_by_timestamp(timestamp, lso)
+            if found is None:
+                continue
+            pos, header = found
+            exact = self._record_at_or_after(seg, pos, header, lambda rec_ts, _o: rec_ts >= timestamp, lso)
+            if exact is not None:
+                return exact
+        return None
+
+    @staticmethod
+    def _record_at_or_after(
+        seg: LogSegment,
+        pos: int,
+        header: BatchHeader,
+        predicate: Callable[[int, int], bool],
+        min_offset: int,
+    ) -> tuple[int, int] | None:
+        """Decode only this batch and return (offset, timestamp) of its first matching record."""
+        if _decode_records is None:  # pragma: no cover - no decoder: the batch granularity answer
+            return max(header.base_offset, min_offset), header.max_timestamp
+        records = _decode_records(seg.read_batch(pos, header.size))
+        for rec in records:
+            if rec.offset >= min_offset and predicate(rec.timestamp, rec.offset):
+                return rec.offset, rec.timestamp
+        return None
+
+    def latest_timestamp(self) -> int:
+        """The largest record timestamp in the log (-1 when none)."""
+        with self._lock:
+            segments = list(self._segments)
+        return max((s.max_timestamp_so_far for s in segments), default=NO_TIMESTAMP)
+
+    def offset_of_max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record holding the largest timestamp (ListOffsets -3)."""
+        with self._lock:
+            segments = list(self._segments)
+        best: LogSegment | None = None
+        for seg in segments:
+            if seg.max_timestamp_so_far >= 0 and (
+                best is None or seg.max_timestamp_so_far > best.max_timestamp_so_far
+            ):
+                best = seg
+        if best is None:
+            return None
+        ts, shallow_offset = best.max_timestamp_and_offset
+        _, pos = best.offset_index.lookup(shallow_offset)
+        for p, header in best.iter_headers(pos):
+            if header.max_timestamp == ts:
+                return self._record_at_or_after(best, p, header, lambda rec_ts, _o: rec_ts == ts, 0)
+        return None
+
+    # ================================================================== truncation and retention hooks
+    def truncate_to(self, target_offset: int) -> bool:
+        """Follower truncation: remove every offset >= ``target_offset``.  Returns whether anything changed."""
+        if target_offset < 0:
+            raise ValueError(f"cannot truncate to a negative offset {target_offset}")
+        with self._lock:
+            self._ensure_open()
+            if target_offset >= self._log_end_offset:
+                return False
+            if self._segments[0].base_offset > target_offset:
+                self.truncate_fully_and_start_at(target_offset)
+                return True
+            for seg in [s for s in self._segments if s.base_offset > target_offset]:
+                seg.delete()
+                self._segments.remove(seg)
+            self._bases = [s.base_offset for s in self._segments]
+            active = self._segments[-1]
+            active.truncate_to(target_offset)
+            self._log_end_offset = active.read_next_offset()
+            self.log_start_offset = min(self.log_start_offset, self._log_end_offset)
+            self.recovery_point = min(self.recovery_point, self._log_end_offset)
+            self._high_watermark = min(self._high_watermark, self._log_end_offset)
+            if self.epoch_cache is not None:
+                self.epoch_cache.truncate_from_end(self._log_end_offset)
+            if self.producer_state is not None:
+                start = self.producer_state.truncate_and_reload(self.log_start_offset, self._log_end_offset)
+                self._replay_producer_state(start)
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Delete every segment and start an empty log at ``new_offset``."""
+        with self._lock:
+            self._ensure_open()
+            self._replace_all_segments(new_offset, None)
+            self._log_end_offset = new_offset
+            self.log_start_offset = new_offset
+            self.recovery_point = new_offset
+            self._high_watermark = new_offset
+            cache = self.epoch_cache
+            if cache is not None:
+                clear = getattr(cache, "clear_and_flush", None)
+                if clear is not None:
+                    clear()
+                else:
+                    cache.truncate_from_end(new_offset)
+                    cache.truncate_from_start(new_offset)
+            if self.producer_state is not None:
+                self.producer_state.truncate_and_reload(new_offset, new_offset)
+
+    def _replace_all_segments(self, new_offset: int, now: int | None) -> None:
+        for seg in self._segments:
+            seg.delete()
+        self._segments = []
+        self._bases = []
+        self._add_segment(LogSegment(self.dir, new_offset, self.config, now_ms=now))
+        self._log_end_offset = new_offset
+
+    def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
+        """Advance the log start offset (DeleteRecords, retention); never beyond the high watermark."""
+        with self._lock:
+            self._ensure_open()
+            if new_log_start_offset > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot increment the log start offset to {new_log_start_offset} of "
+                    f"{self.topic}-{self.partition}: it is larger than the high watermark {self._high_watermark}"
+                )
+            if new_log_start_offset <= self.log_start_offset:
+                return False
+            self.log_start_offset = new_log_start_offset
+            if self.epoch_cache is not None:
+                self.epoch_cache.truncate_from_start(new_log_start_offset)
+            if self.producer_state is not None:
+                self.producer_state.on_log_start(new_log_start_offset)
+            return True
+
+    def delete_segments_before(self, offset: int, *, now_ms: int | None = None) -> list[LogSegment]:
+        """Remove the segments wholly below ``min(offset, high watermark)``.
+
+        The removed segments are renamed ``.deleted`` and their files are removed later by
+        :meth:`delete_expired_files` once ``file.delete.delay.ms`` has passed (Kafka's asynchronous delete).
+        The active segment is rolled first if it would be removed too, so the log always has a segment.
+        The log start offset moves to the first remaining segment's base if that is higher.
+        """
+        now = _now_ms() if now_ms is None else now_ms
+        with self._lock:
+            self._ensure_open()
+            limit = min(offset, self._high_watermark)
+            doomed: list[LogSegment] = []
+            for i, seg in enumerate(self._segments):
+                is_last = i + 1 == len(self._segments)
+                upper = self._log_end_offset if is_last else self._segments[i + 1].base_offset
+                if upper > limit or (is_last and seg.size == 0):
+                    break
+                doomed.append(seg)
+            if not doomed:
+                return []
+            if len(doomed) == len(self._segments):
+                self.roll(now_ms=now)
+            for seg in doomed:
+                self._segments.remove(seg)
+                seg.rename_suffix(DELETED_SUFFIX)
+                self._deleted.append((now, seg))
+            self._bases = [s.base_offset for s in self._segments]
+            self.maybe_increment_log_start_offset(max(self.log_start_offset, self._segments[0].base_offset))
+            return doomed
+
+    def delete_expired_files(self, now_ms: int | None = None) -> int:
+        """Delete the files of segments renamed ``.deleted`` at least ``file.delete.delay.ms`` ago."""
+        now = _now_ms() if now_ms is None else now_ms
+        with self._lock:
+            due = [(t, s) for t, s in self._deleted if now - t >= self.config.file_delete_delay_ms]
+            self._deleted = [(t, s) for t, s in self._deleted if now - t < self.config.file_delete_delay_ms]
+        for _, seg in due:
+            seg.delete()
+        return len(due)
+
+    # ================================================================== flush, config, close
+    def flush(self, up_to_offset: int | None = None) -> None:
+        """fsync the segments holding offsets in [recovery point, up_to_offset) and advance the recovery point."""
+        with self._lock:
+            if self._closed:
+                return
+            target = self._log_end_offset if up_to_offset is None else min(up_to_offset, self._log_end_offset)
+            if target <= self.recovery_point:
+                return
+            first = max(self._segment_for(self.recovery_point), 0)
+            segments = [s for s in self._segments[first:] if s.base_offset < target]
+        for seg in segments:  # outside the lock: fsync must not hold up appends
+            seg.flush()
+        with self._lock:
+            if target > self.recovery_point:
+                self.recovery_point = target
+            self.last_flush_time = _now_ms()
+
+    def flush_if_due(self, now_ms: int | None = None) -> bool:
+        """Flush when ``flush.ms`` has passed since the last flush (the manager's flusher calls this)."""
+        now = _now_ms() if now_ms is None else now_ms
+        if now - self.last_flush_time >= self.config.flush_ms and self.unflushed_messages > 0:
+            self.flush()
+            return True
+        return False
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply a new configuration live; segment-level settings apply to segments created from now on."""
+        with self._lock:
+            self.config = config
+            active = self._segments[-1]
+            active.index_interval_bytes = config.index_interval_bytes
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"log {self.dir} is closed")
+
+    def close(self) -> None:
+        """Flush everything, write final time-index entries, trim indexes and release files."""
+        self.wait_for_background_flushes()
+        self.flush()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for seg in self._segments:
+                seg.close()
+            for _, seg in self._deleted:
+                seg.close_handlers()
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory."""
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.close_handlers()
+            for _, seg in self._deleted:
+                seg.close_handlers()
+            self._segments = []
+            self._bases = []
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.topic}-{self.partition}, segments={len(self._segments)}, "
+            f"log_start_offset={self.log_start_offset}, log_end_offset={self._log_end_offset})"
+        )
+
+
+__all__ = [
+    "AppendInfo",
+    "PartitionLog",
+    "ReadInfo",
+    "UnexpectedAppendOffsetError",
+    "parse_topic_partition",
+]
