@@ -1,0 +1,81 @@
+"""InitProducerId (API key 22): producer ids for idempotent producers.
+
+* ``transactional_id`` null, no producer id given: a new producer id (never used before, see
+  :mod:`tidelog.broker.producer_ids`) with epoch 0. This is what Kafka's ``TransactionCoordinator`` answers a
+  non-transactional InitProducerId with.
+* ``transactional_id`` null, ``producer_id``/``producer_epoch`` given (v3+, KIP-360): the idempotent producer
+  asks for an epoch bump after a fatal-for-the-sequence error (e.g. UNKNOWN_PRODUCER_ID, an expired batch). We
+  answer the same producer id with ``epoch + 1`` when the id was issued here and the epoch is the latest we gave
+  out; otherwise (unknown id, stale epoch, epoch exhausted) a fresh id with epoch 0, Kafka's answer for any
+  non-transactional request. Bumping keeps the producer id, so batches still in flight under the old epoch are
+  fenced by the log (INVALID_PRODUCER_EPOCH) instead of being accepted as another producer's.
+* ``transactional_id`` set: transactions are not supported yet. We answer
+  ``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``, which both the Java client and librdkafka treat as *fatal* for
+  ``initTransactions()``: the application fails at once with a clear "transactional id" error. The alternatives
+  were worse: COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR / CONCURRENT_TRANSACTIONS are retriable, so clients
+  retry until ``transaction.timeout.ms``/``max.block.ms`` and then report a timeout that hides the cause, and
+  an unexpected code such as INVALID_REQUEST reads as a client bug. ``v6`` fields (2PC, KIP-939) are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from tidelog.broker.handlers import RequestContext, handles
+from tidelog.broker.producer_ids import ProducerIdManager
+from tidelog.protocol.errors import error_code
+
+log = logging.getLogger("tidelog.broker.producer_id")
+
+INIT_PRODUCER_ID = 22
+TRANSACTIONS_UNSUPPORTED_ERROR = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+
+
+def _manager(ctx: RequestContext) -> ProducerIdManager:
+    mgr = getattr(ctx.broker, "producer_ids", None)
+    if mgr is None:
+        # The broker core constructs one at start; this covers brokers built without it (tests, tools).
+        mgr = ProducerIdManager(ctx.broker.config.log_dirs)
+        ctx.broker.producer_ids = mgr
+    return mgr
+
+
+@handles(INIT_PRODUCER_ID)
+async def init_producer_id(ctx: RequestContext, request: dict) -> dict:
+    transactional_id = request.get("transactional_id")
+    if transactional_id is not None:
+        log.info(
+            "InitProducerId with transactional.id=%r from %s refused: transactions are not supported",
+            transactional_id,
+            ctx.client_id,
+        )
+        return {
+            "throttle_time_ms": 0,
+            "error_code": error_code(TRANSACTIONS_UNSUPPORTED_ERROR),
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+
+    mgr = _manager(ctx)
+    producer_id = int(request.get("producer_id", -1) if ctx.api_version >= 3 else -1)
+    producer_epoch = int(request.get("producer_epoch", -1) if ctx.api_version >= 3 else -1)
+    if (producer_id >= 0 and producer_epoch < 0) or (producer_id < 0 and producer_epoch >= 0):
+        # Kafka: "Either both or neither of producerId and producerEpoch must be set"
+        return {
+            "throttle_time_ms": 0,
+            "error_code": error_code("INVALID_REQUEST"),
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+
+    # Reserving a new block fsyncs a file: keep that off the event loop.
+    if producer_id >= 0:
+        if mgr.block_exhausted():
+            pid, epoch = await asyncio.to_thread(mgr.bump_epoch, producer_id, producer_epoch)
+        else:
+            pid, epoch = mgr.bump_epoch(producer_id, producer_epoch)
+    else:
+        pid = await asyncio.to_thread(mgr.allocate) if mgr.block_exhausted() else mgr.allocate()
+        epoch = 0
+    return {"throttle_time_ms": 0, "error_code": 0, "producer_id": pid, "producer_epoch": epoch}

@@ -1,0 +1,168 @@
+"""Shared helpers for the client CLIs (``tidelog topics|produce|consume``).
+
+These commands speak the Kafka protocol through confluent-kafka (librdkafka), so they work against any Kafka
+broker, not only tidelog. Nothing here imports the broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import click
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+BOOTSTRAP_ENV = "TIDELOG_BOOTSTRAP"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def bootstrap_option(fn: F) -> F:
+    """``--bootstrap-server`` (env TIDELOG_BOOTSTRAP) and ``-X key=value`` (librdkafka properties)."""
+    fn = click.option(
+        "-X",
+        "--property",
+        "properties",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Extra client property passed to librdkafka (repeatable), e.g. -X debug=broker.",
+    )(fn)
+    fn = click.option(
+        "--bootstrap-server",
+        "-b",
+        "bootstrap",
+        envvar=BOOTSTRAP_ENV,
+        default=DEFAULT_BOOTSTRAP,
+        show_default=True,
+        show_envvar=True,
+        help="Broker(s) to connect to, host:port[,host:port...].",
+    )(fn)
+    return fn
+
+
+def parse_key_values(items: Iterable[str], what: str) -> list[tuple[str, str]]:
+    """``["a=1", "b=2"]`` -> ``[("a", "1"), ("b", "2")]``; a missing ``=`` is a usage error."""
+    out: list[tuple[str, str]] = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=what)
+        out.append((key, value))
+    return out
+
+
+def client_config(bootstrap: str, properties: Sequence[str] = (), **extra: Any) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "client.id": "tidelog-cli",
+        # fail fast when nothing listens, instead of librdkafka's long defaults
+        "socket.connection.setup.timeout.ms": 10000,
+        "logger": _quiet_logger(),
+    }
+    conf.update(extra)
+    conf.update(dict(parse_key_values(properties, "-X")))
+    return conf
+
+
+class _StderrOnce(logging.Handler):
+    """Writes each distinct librdkafka warning to stderr once (librdkafka repeats connection errors on every
+    reconnect backoff)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self._seen: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if text in self._seen:
+            return
+        self._seen.add(text)
+        try:
+            click.echo(f"tidelog: {text}", err=True)
+        except (BrokenPipeError, OSError):
+            pass
+
+
+def _quiet_logger() -> logging.Logger:
+    logger = logging.getLogger("tidelog.cli.librdkafka")
+    logger.propagate = False
+    logger.setLevel(logging.WARNING)
+    if not any(isinstance(h, _StderrOnce) for h in logger.handlers):
+        logger.addHandler(_StderrOnce())
+    return logger
+
+
+def kafka_error_text(exc: BaseException) -> str:
+    """``TOPIC_ALREADY_EXISTS: Topic 't' already exists.`` from a confluent-kafka exception."""
+    err = exc.args[0] if exc.args else None
+    name = getattr(err, "name", None)
+    if callable(name):
+        code = err.name()
+        text = err.str()
+        return f"{code}: {text}" if text and text != code else str(code)
+    return str(exc)
+
+
+def kafka_error_name(exc: BaseException) -> str | None:
+    err = exc.args[0] if exc.args else None
+    name = getattr(err, "name", None)
+    return err.name() if callable(name) else None
+
+
+def wait_all(futures: dict[Any, Future], timeout: float) -> dict[Any, BaseException | None]:
+    """Wait for admin futures; returns key -> exception (None on success). Timeouts become TimeoutError."""
+    out: dict[Any, BaseException | None] = {}
+    for key, fut in futures.items():
+        try:
+            fut.result(timeout=timeout)
+            out[key] = None
+        except Exception as exc:
+            out[key] = exc
+    return out
+
+
+def is_tty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> None:
+    """A rich table on a terminal, tab-separated lines (with a header line) otherwise."""
+    rows = [["" if v is None else str(v) for v in r] for r in rows]
+    if is_tty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title, show_lines=False)
+        for h in headers:
+            table.add_column(h)
+        for r in rows:
+            table.add_row(*r)
+        Console().print(table)
+        return
+    if title:
+        safe_echo(f"# {title}")
+    safe_echo("\t".join(headers))
+    for r in rows:
+        safe_echo("\t".join(r))
+
+
+def safe_echo(text: str) -> None:
+    click.echo(text)
+
+
+def exit_quietly_on_broken_pipe() -> None:
+    """After a BrokenPipeError on stdout (``| head``): point stdout at /dev/null so the interpreter's final
+    flush does not raise again, then exit 0 (as ``cat`` exits quietly under SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    sys.exit(0)

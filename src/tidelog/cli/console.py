@@ -1,0 +1,340 @@
+"""``tidelog produce`` and ``tidelog consume``: pipe-friendly console clients over the Kafka protocol.
+
+``produce`` sends one record per stdin line; ``consume`` prints one record per line. Both are confluent-kafka
+clients and work against any Kafka-compatible broker. Bytes are passed through unchanged (no decoding), except
+``--format json`` which prints UTF-8 text (or base64 for bytes that are not UTF-8).
+
+Without ``--group`` the consumer assigns partitions itself and commits nothing (librdkafka insists on a
+``group.id`` anyway, so a per-process one is set and never used for commits).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any, BinaryIO
+
+import click
+
+from tidelog.cli._client import (
+    bootstrap_option,
+    client_config,
+    exit_quietly_on_broken_pipe,
+    kafka_error_text,
+    parse_key_values,
+)
+
+ACKS = ("all", "-1", "0", "1")
+COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def _unescape(sep: str) -> str:
+    """Let ``--key-separator '\\t'`` mean a tab."""
+    return sep.encode("utf-8").decode("unicode_escape") if "\\" in sep else sep
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# produce
+
+
+def _lines(stream: BinaryIO) -> Any:
+    for raw in stream:
+        if raw.endswith(b"\n"):
+            raw = raw[:-1]
+            if raw.endswith(b"\r"):
+                raw = raw[:-1]
+        yield raw
+
+
+@click.command()
+@click.argument("topic")
+@click.option("--key-separator", "-K", default=None, help="Split each line at the first SEP into key and value.")
+@click.option("--partition", "-p", type=int, default=None, help="Send every record to this partition.")
+@click.option("--acks", type=click.Choice(ACKS), default="all", show_default=True)
+@click.option("--compression", "-z", type=click.Choice(COMPRESSION), default="none", show_default=True)
+@click.option("--header", "-H", "headers", multiple=True, metavar="KEY=VALUE", help="Header for every record.")
+@click.option("--idempotent", is_flag=True, help="Idempotent producer (enable.idempotence=true, acks=all).")
+@click.option("--batch-size", type=int, default=None, help="Max bytes per batch (librdkafka batch.size).")
+@click.option("--linger-ms", "--linger", type=float, default=None, help="Wait this long to fill a batch.")
+@click.option(
+    "--delivery-timeout-ms",
+    type=int,
+    default=30000,
+    show_default=True,
+    help="Give up on a record after this long (message.timeout.ms).",
+)
+@click.option("--verbose", "-v", is_flag=True, help="Print topic/partition/offset of each record to stderr.")
+@bootstrap_option
+def produce(
+    topic: str,
+    key_separator: str | None,
+    partition: int | None,
+    acks: str,
+    compression: str,
+    headers: tuple[str, ...],
+    idempotent: bool,
+    batch_size: int | None,
+    linger_ms: float | None,
+    delivery_timeout_ms: int,
+    verbose: bool,
+    bootstrap: str,
+    properties: tuple[str, ...],
+) -> None:
+    """Send each line of stdin to TOPIC as one record. Exits non-zero if any record was not delivered."""
+    from confluent_kafka import KafkaException, Producer
+
+    extra: dict[str, Any] = {
+        "acks": acks,
+        "compression.type": compression,
+        "message.timeout.ms": delivery_timeout_ms,
+    }
+    if idempotent:
+        if acks not in ("all", "-1"):
+            raise click.UsageError("--idempotent needs --acks all")
+        extra["enable.idempotence"] = True
+    if batch_size is not None:
+        extra["batch.size"] = batch_size
+    if linger_ms is not None:
+        extra["linger.ms"] = linger_ms
+    try:
+        producer = Producer(client_config(bootstrap, properties, **extra))
+    except KafkaException as exc:
+        raise click.ClickException(kafka_error_text(exc)) from None
+    header_list = [(k, v.encode("utf-8")) for k, v in parse_key_values(headers, "--header")] or None
+    sep = _unescape(key_separator).encode("utf-8") if key_separator is not None else None
+
+    state = {"delivered": 0, "failed": 0}
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            state["failed"] += 1
+            if state["failed"] <= 10:
+                click.echo(f"tidelog: delivery failed: {err.name()}: {err.str()}", err=True)
+        else:
+            state["delivered"] += 1
+            if verbose:
+                click.echo(f"{msg.topic()}\t{msg.partition()}\t{msg.offset()}", err=True)
+
+    kwargs: dict[str, Any] = {"on_delivery": on_delivery}
+    if partition is not None:
+        kwargs["partition"] = partition
+    if header_list:
+        kwargs["headers"] = header_list
+
+    stdin = click.get_binary_stream("stdin")
+    for lineno, line in enumerate(_lines(stdin), start=1):
+        key: bytes | None = None
+        value = line
+        if sep is not None:
+            key, found, value = line.partition(sep)
+            if not found:
+                producer.flush(delivery_timeout_ms / 1000)
+                raise click.ClickException(f"line {lineno} has no key separator {key_separator!r}")
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.1)  # local queue full: serve delivery reports, then retry
+            except KafkaException as exc:
+                raise click.ClickException(kafka_error_text(exc)) from None
+        producer.poll(0)
+    remaining = producer.flush(delivery_timeout_ms / 1000 + 5)
+    if remaining:
+        state["failed"] += remaining
+        click.echo(f"tidelog: {remaining} record(s) not delivered before the timeout", err=True)
+    if verbose:
+        click.echo(f"tidelog: {state['delivered']} record(s) delivered, {state['failed']} failed", err=True)
+    if state["failed"]:
+        sys.exit(1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# consume
+
+
+def _text(b: bytes | None) -> str:
+    return "null" if b is None else b.decode("utf-8", errors="replace")
+
+
+def _json_field(out: dict[str, Any], name: str, b: bytes | None) -> None:
+    if b is None:
+        out[name] = None
+        return
+    try:
+        out[name] = b.decode("utf-8")
+    except UnicodeDecodeError:
+        out[name + "_base64"] = base64.b64encode(b).decode("ascii")
+
+
+def format_record(
+    msg: Any,
+    fmt: str,
+    print_key: bool,
+    print_offset: bool,
+    print_headers: bool,
+    key_separator: bytes,
+) -> bytes:
+    """One output line (without the newline) for a consumed message."""
+    if fmt == "json":
+        obj: dict[str, Any] = {"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset()}
+        ts_type, ts = msg.timestamp()
+        obj["timestamp"] = ts if ts_type else None
+        _json_field(obj, "key", msg.key())
+        _json_field(obj, "value", msg.value())
+        hdrs = []
+        for hk, hv in msg.headers() or []:
+            h: dict[str, Any] = {"key": hk}
+            _json_field(h, "value", hv)
+            hdrs.append(h)
+        obj["headers"] = hdrs
+        return json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    fields: list[bytes] = []
+    if print_offset:
+        fields.append(f"Partition:{msg.partition()}\tOffset:{msg.offset()}".encode())
+    if print_headers:
+        hdrs_b = [hk.encode("utf-8") + b":" + (b"null" if hv is None else hv) for hk, hv in (msg.headers() or [])]
+        fields.append(b",".join(hdrs_b) if hdrs_b else b"NO_HEADERS")
+    value = msg.value()
+    record = b"null" if value is None else value
+    if print_key:
+        key = msg.key()
+        record = (b"null" if key is None else key) + key_separator + record
+    fields.append(record)
+    return b"\t".join(fields)
+
+
+@click.command()
+@click.argument("topic")
+@click.option("--from-beginning", is_flag=True, help="Start at the log start offset (default: the end).")
+@click.option("--offset", "-o", "start_offset", type=int, default=None, help="Start at this offset.")
+@click.option("--partition", "-p", type=int, default=None, help="Read only this partition.")
+@click.option("--group", "-g", default=None, help="Join this consumer group (subscribe and commit).")
+@click.option("--max-messages", "-n", type=int, default=None, help="Exit after this many records.")
+@click.option("--timeout-ms", type=int, default=None, help="Exit when no record arrives for this long.")
+@click.option("--print-key", is_flag=True, help="Print KEY<sep>VALUE.")
+@click.option("--print-offset", is_flag=True, help="Prefix Partition:P<tab>Offset:O.")
+@click.option("--print-headers", is_flag=True, help="Print headers as k:v,k:v (NO_HEADERS when none).")
+@click.option("--key-separator", default="\\t", show_default=True, help="Separator after the key.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--isolation-level", type=click.Choice(["read_uncommitted", "read_committed"]), default=None)
+@click.option("--verbose", "-v", is_flag=True, help="Report the number of records to stderr at exit.")
+@bootstrap_option
+def consume(
+    topic: str,
+    from_beginning: bool,
+    start_offset: int | None,
+    partition: int | None,
+    group: str | None,
+    max_messages: int | None,
+    timeout_ms: int | None,
+    print_key: bool,
+    print_offset: bool,
+    print_headers: bool,
+    key_separator: str,
+    fmt: str,
+    isolation_level: str | None,
+    verbose: bool,
+    bootstrap: str,
+    properties: tuple[str, ...],
+) -> None:
+    """Print records of TOPIC to stdout, one per line."""
+    from confluent_kafka import (
+        OFFSET_BEGINNING,
+        OFFSET_END,
+        Consumer,
+        KafkaError,
+        KafkaException,
+        TopicPartition,
+    )
+
+    if from_beginning and start_offset is not None:
+        raise click.UsageError("--from-beginning and --offset are exclusive")
+    if group is not None and (start_offset is not None or partition is not None):
+        raise click.UsageError("--offset/--partition assign partitions themselves; they cannot be used with --group")
+    if max_messages is not None and max_messages <= 0:
+        return
+
+    reset = "earliest" if from_beginning else "latest"
+    if start_offset is not None:
+        reset = "error"  # an explicit offset out of range is reported, not silently moved
+    extra: dict[str, Any] = {
+        "auto.offset.reset": reset,
+        "enable.partition.eof": False,
+    }
+    if isolation_level:
+        extra["isolation.level"] = isolation_level
+    if group is not None:
+        extra["group.id"] = group
+    else:
+        # librdkafka requires a group.id; with assign() and no commits the group is never joined
+        extra["group.id"] = f"tidelog-console-{os.getpid()}-{int(time.time() * 1000)}"
+        extra["enable.auto.commit"] = False
+        extra["enable.auto.offset.store"] = False
+    try:
+        consumer = Consumer(client_config(bootstrap, properties, **extra))
+    except KafkaException as exc:
+        raise click.ClickException(kafka_error_text(exc)) from None
+
+    out = sys.stdout.buffer
+    sep_b = _unescape(key_separator).encode("utf-8")
+    count = 0
+    interrupted = False
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        if group is not None:
+            consumer.subscribe([topic])
+        else:
+            md = consumer.list_topics(topic, timeout=30)
+            tmd = md.topics.get(topic)
+            if tmd is None or tmd.error is not None:
+                err = tmd.error if tmd is not None else None
+                raise click.ClickException(f"topic {topic!r} is not available ({err.name() if err else 'unknown'})")
+            parts = sorted(tmd.partitions) if partition is None else [partition]
+            if partition is not None and partition not in tmd.partitions:
+                raise click.ClickException(f"topic {topic!r} has no partition {partition}")
+            if start_offset is not None:
+                start = start_offset
+            else:
+                start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+            consumer.assign([TopicPartition(topic, p, start) for p in parts])
+
+        idle_deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+        while max_messages is None or count < max_messages:
+            wait = 0.5
+            if idle_deadline is not None:
+                wait = max(0.0, min(wait, idle_deadline - time.monotonic()))
+            msg = consumer.poll(wait)
+            if msg is None:
+                if idle_deadline is not None and time.monotonic() >= idle_deadline:
+                    break
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal() or not err.retriable():
+                    raise click.ClickException(f"{err.name()}: {err.str()}")
+                click.echo(f"tidelog: {err.name()}: {err.str()}", err=True)
+                continue
+            out.write(format_record(msg, fmt, print_key, print_offset, print_headers, sep_b) + b"\n")
+            out.flush()
+            count += 1
+            if idle_deadline is not None:
+                idle_deadline = time.monotonic() + timeout_ms / 1000  # type: ignore[operator]
+    except BrokenPipeError:
+        consumer.close()
+        exit_quietly_on_broken_pipe()
+    except KeyboardInterrupt:
+        interrupted = True
+    consumer.close()
+    if verbose or interrupted:
+        click.echo(f"Processed a total of {count} messages", err=True)

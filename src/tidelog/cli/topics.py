@@ -1,0 +1,262 @@
+"""``tidelog topics``: create, list, describe, delete topics and change their configs, over the Kafka protocol.
+
+Works against any Kafka-compatible broker (it is a confluent-kafka AdminClient). Output is a table on a
+terminal and tab-separated lines otherwise, so it pipes into ``cut``/``awk``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from tidelog.cli._client import (
+    bootstrap_option,
+    client_config,
+    kafka_error_name,
+    kafka_error_text,
+    parse_key_values,
+    print_table,
+    safe_echo,
+    wait_all,
+)
+
+timeout_option = click.option(
+    "--timeout",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for the broker(s).",
+)
+
+
+def _admin(bootstrap: str, properties: tuple[str, ...]) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(client_config(bootstrap, properties))
+
+
+def _fail(message: str, code: int = 1) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+def _metadata(admin: Any, timeout: float, topic: str | None = None) -> Any:
+    from confluent_kafka import KafkaException
+
+    try:
+        return admin.list_topics(topic=topic, timeout=timeout)
+    except KafkaException as exc:
+        _fail(f"cannot fetch metadata: {kafka_error_text(exc)}")
+    raise AssertionError("unreachable")
+
+
+@click.group()
+def topics() -> None:
+    """Create, list, describe, delete topics; change topic configs."""
+
+
+@topics.command("create")
+@click.argument("name")
+@click.option("--partitions", "-p", type=int, default=-1, help="Partition count (default: the broker's num.partitions).")
+@click.option(
+    "--replication-factor", "-r", type=int, default=-1, help="Replicas per partition (default: the broker's)."
+)
+@click.option("--config", "-c", "configs", multiple=True, metavar="KEY=VALUE", help="Topic config (repeatable).")
+@click.option("--if-not-exists", is_flag=True, help="Succeed quietly when the topic already exists.")
+@click.option("--validate-only", is_flag=True, help="Ask the broker to check the request without creating.")
+@bootstrap_option
+@timeout_option
+def create(
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    configs: tuple[str, ...],
+    if_not_exists: bool,
+    validate_only: bool,
+    bootstrap: str,
+    properties: tuple[str, ...],
+    timeout: float,
+) -> None:
+    """Create topic NAME."""
+    from confluent_kafka.admin import NewTopic
+
+    cfg = dict(parse_key_values(configs, "--config"))
+    admin = _admin(bootstrap, properties)
+    new = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=cfg)
+    futures = admin.create_topics([new], operation_timeout=timeout, request_timeout=timeout, validate_only=validate_only)
+    errors = wait_all(futures, timeout + 5)
+    exc = errors[name]
+    if exc is not None:
+        if if_not_exists and kafka_error_name(exc) == "TOPIC_ALREADY_EXISTS":
+            return
+        _fail(f"cannot create topic {name!r}: {kafka_error_text(exc)}")
+    safe_echo(f"{'Validated' if validate_only else 'Created'} topic {name}.")
+
+
+@topics.command("list")
+@click.option("--all", "-a", "show_all", is_flag=True, help="Include internal topics (__consumer_offsets ...).")
+@bootstrap_option
+@timeout_option
+def list_(show_all: bool, bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
+    """Print topic names, one per line."""
+    md = _metadata(_admin(bootstrap, properties), timeout)
+    for name in sorted(md.topics):
+        if not show_all and name.startswith("__"):
+            continue
+        safe_echo(name)
+
+
+def _offsets(admin: Any, partitions: list[tuple[str, int]], timeout: float) -> dict[tuple[str, int], tuple[Any, Any]]:
+    """(log start offset, log end offset) per partition through ListOffsets; "?" when unavailable."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    result: dict[tuple[str, int], list[Any]] = {tp: ["?", "?"] for tp in partitions}
+    if not partitions:
+        return {}
+    for slot, spec in ((0, OffsetSpec.earliest()), (1, OffsetSpec.latest())):
+        req = {TopicPartition(t, p): spec for t, p in partitions}
+        try:
+            futs = admin.list_offsets(req, request_timeout=timeout)
+        except Exception:  # old broker or client: leave "?"
+            continue
+        for tp, fut in futs.items():
+            try:
+                result[(tp.topic, tp.partition)][slot] = fut.result(timeout=timeout).offset
+            except Exception:
+                pass
+    return {k: (v[0], v[1]) for k, v in result.items()}
+
+
+def _overrides(admin: Any, names: list[str], timeout: float) -> dict[str, list[tuple[str, str]]]:
+    from confluent_kafka.admin import ConfigResource, ConfigSource
+
+    out: dict[str, list[tuple[str, str]]] = {n: [] for n in names}
+    if not names:
+        return out
+    futs = admin.describe_configs([ConfigResource("topic", n) for n in names], request_timeout=timeout)
+    for res, fut in futs.items():
+        try:
+            entries = fut.result(timeout=timeout)
+        except Exception:
+            continue
+        out[res.name] = sorted(
+            (e.name, "" if e.value is None else e.value)
+            for e in entries.values()
+            if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+        )
+    return out
+
+
+@topics.command("describe")
+@click.argument("names", nargs=-1)
+@click.option("--all", "-a", "show_all", is_flag=True, help="Include internal topics when no NAME is given.")
+@bootstrap_option
+@timeout_option
+def describe(names: tuple[str, ...], show_all: bool, bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
+    """Describe topics (all when no NAME): partitions, leader, replicas, ISR, offsets, config overrides."""
+    admin = _admin(bootstrap, properties)
+    md = _metadata(admin, timeout)
+    wanted = list(names) if names else sorted(n for n in md.topics if show_all or not n.startswith("__"))
+    missing = [n for n in wanted if n not in md.topics or md.topics[n].error is not None]
+    present = [n for n in wanted if n not in missing]
+    tps = [(n, p) for n in present for p in sorted(md.topics[n].partitions)]
+    offsets = _offsets(admin, tps, timeout)
+    overrides = _overrides(admin, present, timeout)
+
+    rows = []
+    for n in present:
+        tmd = md.topics[n]
+        for p in sorted(tmd.partitions):
+            pmd = tmd.partitions[p]
+            start, end = offsets.get((n, p), ("?", "?"))
+            rows.append(
+                [
+                    n,
+                    p,
+                    pmd.leader,
+                    ",".join(str(r) for r in pmd.replicas),
+                    ",".join(str(r) for r in pmd.isrs),
+                    start,
+                    end,
+                ]
+            )
+    print_table(["topic", "partition", "leader", "replicas", "isr", "log_start_offset", "log_end_offset"], rows)
+    cfg_rows = [[n, k, v] for n in present for k, v in overrides.get(n, [])]
+    if cfg_rows:
+        safe_echo("")
+        print_table(["topic", "config", "value"], cfg_rows)
+    if missing:
+        for n in missing:
+            err = md.topics[n].error if n in md.topics else None
+            click.echo(f"Error: topic {n!r} does not exist{f' ({err})' if err else ''}", err=True)
+        sys.exit(1)
+
+
+@topics.command("delete")
+@click.argument("names", nargs=-1, required=True)
+@click.option("--if-exists", is_flag=True, help="Succeed quietly when a topic does not exist.")
+@bootstrap_option
+@timeout_option
+def delete(names: tuple[str, ...], if_exists: bool, bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
+    """Delete topics."""
+    admin = _admin(bootstrap, properties)
+    futures = admin.delete_topics(list(names), operation_timeout=timeout, request_timeout=timeout)
+    failed = False
+    for name, exc in wait_all(futures, timeout + 5).items():
+        if exc is None:
+            safe_echo(f"Deleted topic {name}.")
+        elif if_exists and kafka_error_name(exc) == "UNKNOWN_TOPIC_OR_PART":
+            continue
+        else:
+            failed = True
+            click.echo(f"Error: cannot delete topic {name!r}: {kafka_error_text(exc)}", err=True)
+    if failed:
+        sys.exit(1)
+
+
+@topics.command("alter-config")
+@click.argument("name")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a topic config (repeatable).")
+@click.option("--delete", "deletes", multiple=True, metavar="KEY", help="Remove an override (repeatable).")
+@bootstrap_option
+@timeout_option
+def alter_config(
+    name: str, sets: tuple[str, ...], deletes: tuple[str, ...], bootstrap: str, properties: tuple[str, ...], timeout: float
+) -> None:
+    """Change topic NAME's config overrides (IncrementalAlterConfigs)."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    if not sets and not deletes:
+        raise click.UsageError("nothing to do: give --set KEY=VALUE and/or --delete KEY")
+    entries = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in parse_key_values(sets, "--set")
+    ]
+    entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in deletes]
+    admin = _admin(bootstrap, properties)
+    futures = admin.incremental_alter_configs(
+        [ConfigResource("topic", name, incremental_configs=entries)], request_timeout=timeout
+    )
+    for _res, exc in wait_all(futures, timeout + 5).items():
+        if exc is not None:
+            _fail(f"cannot alter configs of {name!r}: {kafka_error_text(exc)}")
+    safe_echo(f"Updated config of topic {name}.")
+
+
+@topics.command("add-partitions")
+@click.argument("name")
+@click.option("--partitions", "-p", type=int, required=True, help="The new total partition count.")
+@bootstrap_option
+@timeout_option
+def add_partitions(name: str, partitions: int, bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
+    """Grow topic NAME to PARTITIONS partitions (CreatePartitions)."""
+    from confluent_kafka.admin import NewPartitions
+
+    admin = _admin(bootstrap, properties)
+    futures = admin.create_partitions([NewPartitions(name, partitions)], operation_timeout=timeout, request_timeout=timeout)
+    for _n, exc in wait_all(futures, timeout + 5).items():
+        if exc is not None:
+            _fail(f"cannot add partitions to {name!r}: {kafka_error_text(exc)}")
+    safe_echo(f"Topic {name} now has {partitions} partitions.")
