@@ -1,0 +1,653 @@
+"""LogManager: every partition log of a broker, across one or more log directories.
+
+A log directory looks exactly like Kafka's (ZooKeeper mode)::
+
+    <log.dir>/
+        .lock                                 held with flock while the broker runs
+        meta.properties                       version=0, broker.id, cluster.id
+        .kafka_cleanshutdown                  present only between a clean shutdown and the next start
+        recovery-point-offset-checkpoint      topic partition offset (flushed up to)
+        log-start-offset-checkpoint           topic partition offset
+        replication-offset-checkpoint         topic partition high watermark
+        <topic>-<partition>/                  a PartitionLog (segments, leader-epoch-checkpoint, partition.metadata)
+        <topic>-<partition>.<uuid hex>-delete a deleted partition, removed in the background
+
+Lifecycle: ``startup()`` -> ``create_log`` / ``get_log`` / ``delete_log`` / ``tick`` -> ``shutdown()``.
+
+Startup per directory (Kafka's ``LogManager.loadLogs``): take the lock, check or create meta.properties,
+note and delete ``.kafka_cleanshutdown`` (so a crash before the next clean shutdown triggers recovery),
+read the checkpoints, finish pending deletions, then open every partition directory in a thread pool.
+
+Per-topic configuration: ``startup(topic_configs)`` takes either a mapping ``topic -> LogConfig`` or a
+callable ``topic -> LogConfig | None``; topics without an entry use ``default_config``. (The broker keeps
+topic overrides in its own metadata and can hand over a lookup function rather than a snapshot.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import re
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tidelog.storage.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    LOCK_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    META_PROPERTIES,
+    PARTITION_METADATA,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    MetaProperties,
+    clean_shutdown_exists,
+    delete_clean_shutdown,
+    fsync_dir,
+    new_uuid,
+    read_meta_properties,
+    read_offset_checkpoint,
+    read_partition_metadata,
+    uuid_to_str,
+    write_clean_shutdown,
+    write_meta_properties,
+    write_offset_checkpoint,
+    write_partition_metadata,
+)
+from tidelog.storage.config import LogConfig
+from tidelog.storage.epoch import LeaderEpochCache
+from tidelog.storage.errors import CorruptCheckpointError, StorageError
+from tidelog.storage.producer_state import ProducerStateManager
+
+if TYPE_CHECKING:
+    from tidelog.storage.log import PartitionLog
+
+log = logging.getLogger("tidelog.storage.manager")
+
+TopicPartition = tuple[str, int]
+TopicConfigs = Mapping[str, LogConfig] | Callable[[str], "LogConfig | None"]
+
+DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
+STRAY_DIR_SUFFIX = "-stray"
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+\Z")
+_PARTITION_DIR = re.compile(r"(?P<topic>.+)-(?P<partition>0|[1-9][0-9]*)\Z")
+
+#: Show a recovery progress bar only when at least this many log bytes must be scanned.
+PROGRESS_MIN_BYTES = 64 * 1024 * 1024
+
+
+class LogDirLockedError(StorageError):
+    """Another process (or another LogManager in this one) holds the log directory's ``.lock``."""
+
+
+class InconsistentBrokerIdError(StorageError):
+    """meta.properties names a different broker id than the one configured."""
+
+
+class InconsistentClusterIdError(StorageError):
+    """meta.properties files (or the configured cluster id) disagree about the cluster id."""
+
+
+class LogExistsError(StorageError):
+    """A partition log exists with a different topic id."""
+
+
+def validate_topic_name(topic: str) -> None:
+    """Kafka's ``Topic.validate``: 1..249 chars from ``[a-zA-Z0-9._-]``, not ``.`` or ``..``."""
+    if not topic or topic in (".", ".."):
+        raise ValueError(f"invalid topic name {topic!r}")
+    if len(topic) > MAX_TOPIC_NAME_LENGTH:
+        raise ValueError(f"topic name {topic!r} is longer than {MAX_TOPIC_NAME_LENGTH} characters")
+    if not _LEGAL_TOPIC.match(topic):
+        raise ValueError(
+            f"topic name {topic!r} contains characters other than ASCII alphanumerics, '.', '_', '-'"
+        )
+
+
+def parse_partition_dir(name: str) -> TopicPartition | None:
+    """``orders-3`` -> ``("orders", 3)``; None for anything that is not a live partition directory."""
+    if name.endswith((DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+        return None
+    m = _PARTITION_DIR.match(name)
+    if not m or not _LEGAL_TOPIC.match(m.group("topic")):
+        return None
+    return m.group("topic"), int(m.group("partition"))
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+@dataclass
+class _LogDir:
+    path: Path
+    lock_fd: int = -1
+    had_clean_shutdown: bool = False
+    recovery_points: dict[TopicPartition, int] = field(default_factory=dict)
+    log_start_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    high_watermarks: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+class LogManager:
+    """Owns the log directories and every :class:`PartitionLog` in them. Thread-safe."""
+
+    def __init__(
+        self,
+        log_dirs: list[Path],
+        default_config: LogConfig,
+        *,
+        broker_id: int = 0,
+        cluster_id: str | None = None,
+        recovery_threads: int = 2,
+        show_progress: bool = True,
+        broker_epoch: int = -1,
+        recovery_point_checkpoint_interval_ms: int = 60000,
+        log_start_offset_checkpoint_interval_ms: int = 60000,
+        high_watermark_checkpoint_interval_ms: int = 5000,
+    ) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log directory is required")
+        resolved = [Path(d).absolute() for d in log_dirs]
+        if len(set(resolved)) != len(resolved):
+            raise ValueError(f"duplicate log directories in {log_dirs}")
+        self.log_dirs = resolved
+        self.default_config = default_config
+        self.broker_id = broker_id
+        self.cluster_id = cluster_id
+        self.recovery_threads = max(1, recovery_threads)
+        self.show_progress = show_progress
+        self.broker_epoch = broker_epoch
+        self.recovery_point_checkpoint_interval_ms = recovery_point_checkpoint_interval_ms
+        self.log_start_offset_checkpoint_interval_ms = log_start_offset_checkpoint_interval_ms
+        self.high_watermark_checkpoint_interval_ms = high_watermark_checkpoint_interval_ms
+
+        self._lock = threading.RLock()
+        self._dirs: dict[Path, _LogDir] = {}
+        self._logs: dict[TopicPartition, PartitionLog] = {}
+        self._log_root: dict[TopicPartition, Path] = {}
+        self._topic_ids: dict[str, bytes] = {}
+        self._topic_configs: Callable[[str], LogConfig | None] = lambda _topic: None
+        self._deleter: ThreadPoolExecutor | None = None
+        self._pending_deletes: list[Future[None]] = []
+        self._last_recovery_checkpoint_ms: int | None = None
+        self._last_log_start_checkpoint_ms: int | None = None
+        self._last_hw_checkpoint_ms: int | None = None
+        self._started = False
+        #: True when every log directory had a clean-shutdown marker at startup
+        self.had_clean_shutdown = False
+
+    # ======================================================================================== startup
+
+    def startup(self, topic_configs: TopicConfigs | None = None) -> None:
+        """Lock and load every log directory; see the module docstring for the steps."""
+        if self._started:
+            raise RuntimeError("LogManager already started")
+        self._topic_configs = _config_lookup(topic_configs)
+        self._deleter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-deleter")
+        try:
+            for path in self.log_dirs:
+                path.mkdir(parents=True, exist_ok=True)
+                d = _LogDir(path)
+                self._dirs[path] = d
+                d.lock_fd = _lock_dir(path)
+            self._check_meta_properties()
+            for d in self._dirs.values():
+                self._prepare_dir(d)
+            self._load_logs()
+        except BaseException:
+            self._close_all_quietly()
+            self._release_locks()
+            self._dirs.clear()
+            if self._deleter is not None:
+                self._deleter.shutdown(wait=True)
+                self._deleter = None
+            raise
+        self.had_clean_shutdown = all(d.had_clean_shutdown for d in self._dirs.values())
+        self._started = True
+
+    def _check_meta_properties(self) -> None:
+        metas: dict[Path, MetaProperties | None] = {}
+        for path in self._dirs:
+            meta = read_meta_properties(path / META_PROPERTIES)
+            metas[path] = meta
+            if meta is not None and meta.node_id != self.broker_id:
+                key = "broker.id" if meta.version == 0 else "node.id"
+                raise InconsistentBrokerIdError(
+                    f"Configured broker.id {self.broker_id} doesn't match stored {key} {meta.node_id} "
+                    f"in {path / META_PROPERTIES}. If you moved your data, make sure your configured "
+                    f"broker.id matches. If you intend to create a new broker, you should remove all data "
+                    f"in your data directories (log.dirs)."
+                )
+        found = {m.cluster_id for m in metas.values() if m is not None and m.cluster_id}
+        if self.cluster_id is not None:
+            found.add(self.cluster_id)
+        if len(found) > 1:
+            raise InconsistentClusterIdError(
+                f"log directories {[str(p) for p in self._dirs]} disagree about the cluster id: {sorted(found)}"
+            )
+        cluster_id = found.pop() if found else uuid_to_str(new_uuid())
+        self.cluster_id = cluster_id
+        for path, meta in metas.items():
+            if meta is None:
+                write_meta_properties(path / META_PROPERTIES, MetaProperties(0, self.broker_id, cluster_id))
+            elif not meta.cluster_id:
+                # a v0 file without cluster.id (pre-0.10.1 Kafka): record the id, as Kafka does
+                write_meta_properties(path / META_PROPERTIES, MetaProperties(0, meta.node_id, cluster_id))
+
+    def _prepare_dir(self, d: _LogDir) -> None:
+        d.had_clean_shutdown = clean_shutdown_exists(d.path)
+        if d.had_clean_shutdown:
+            # Deleted before loading: a crash from now until the next clean shutdown must recover.
+            delete_clean_shutdown(d.path)
+        d.recovery_points = _read_checkpoint_or_reset(d.path / RECOVERY_POINT_CHECKPOINT)
+        d.log_start_offsets = _read_checkpoint_or_reset(d.path / LOG_START_OFFSET_CHECKPOINT)
+        d.high_watermarks = _read_checkpoint_or_reset(d.path / REPLICATION_OFFSET_CHECKPOINT)
+        for child in d.path.iterdir():
+            if child.is_dir() and child.name.endswith(DELETE_DIR_SUFFIX):
+                log.info("finishing deletion of %s", child)
+                shutil.rmtree(child, ignore_errors=True)
+        fsync_dir(d.path)
+
+    def _load_logs(self) -> None:
+        jobs: list[tuple[_LogDir, TopicPartition, Path]] = []
+        for d in self._dirs.values():
+            for child in sorted(d.path.iterdir()):
+                if not child.is_dir():
+                    continue
+                tp = parse_partition_dir(child.name)
+                if tp is None:
+                    if child.name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+                        log.warning("ignoring %s (future/stray logs are not supported)", child)
+                    continue
+                if tp in self._log_root:
+                    raise StorageError(
+                        f"Duplicate log directories for {tp[0]}-{tp[1]} are found in both "
+                        f"{self._log_root[tp] / child.name} and {child}"
+                    )
+                self._log_root[tp] = d.path
+                jobs.append((d, tp, child))
+        if not jobs:
+            return
+        to_scan = sum(
+            _bytes_to_recover(path, d.recovery_points.get(tp, 0))
+            for d, tp, path in jobs
+            if not d.had_clean_shutdown
+        )
+        with _recovery_progress(self.show_progress and to_scan >= PROGRESS_MIN_BYTES, to_scan) as advance:
+            workers = self.recovery_threads * len(self._dirs)
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-recovery") as pool:
+                futures = {pool.submit(self._open_existing, d, tp, path, advance): tp for d, tp, path in jobs}
+                errors: list[BaseException] = []
+                for fut, tp in futures.items():
+                    try:
+                        self._logs[tp] = fut.result()
+                    except BaseException as e:  # keep loading the others so every opened log can be closed
+                        errors.append(e)
+                        log.error("failed to load log %s-%s: %s", tp[0], tp[1], e)
+                if errors:
+                    raise errors[0]
+
+    def _open_existing(
+        self, d: _LogDir, tp: TopicPartition, path: Path, advance: Callable[[int], None] | None
+    ) -> PartitionLog:
+        from tidelog.storage.log import PartitionLog
+
+        topic_id = read_partition_metadata(path / PARTITION_METADATA)
+        if topic_id is not None:
+            with self._lock:
+                known = self._topic_ids.setdefault(tp[0], topic_id)
+            if known != topic_id:
+                raise StorageError(
+                    f"{path / PARTITION_METADATA}: topic id {uuid_to_str(topic_id)} differs from "
+                    f"{uuid_to_str(known)} found in another partition of {tp[0]}"
+                )
+        per_log: Callable[[int, int], None] | None = None
+        if advance is not None:
+            last_done = 0
+
+            def per_log(done: int, _total: int) -> None:  # PartitionLog reports (done, total) per log
+                nonlocal last_done
+                if done > last_done:
+                    advance(done - last_done)
+                    last_done = done
+
+        return PartitionLog.open(
+            path,
+            self._config_for(tp[0]),
+            recovery_point=d.recovery_points.get(tp, 0),
+            log_start_offset=d.log_start_offsets.get(tp, 0),
+            high_watermark=d.high_watermarks.get(tp),
+            clean_shutdown=d.had_clean_shutdown,
+            epoch_cache=LeaderEpochCache(path / LEADER_EPOCH_CHECKPOINT),
+            producer_state=ProducerStateManager(path),
+            progress=per_log,
+        )
+
+    def _config_for(self, topic: str) -> LogConfig:
+        return self._topic_configs(topic) or self.default_config
+
+    # ======================================================================================= registry
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        with self._lock:
+            return self._logs.get((topic, partition))
+
+    def all_logs(self) -> dict[TopicPartition, PartitionLog]:
+        with self._lock:
+            return dict(self._logs)
+
+    def topic_id_of(self, topic: str) -> bytes | None:
+        """The topic id recorded in the topic's ``partition.metadata`` files, or None if unknown."""
+        with self._lock:
+            return self._topic_ids.get(topic)
+
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        """The log directory (root) holding the partition."""
+        with self._lock:
+            return self._log_root.get((topic, partition))
+
+    def create_log(
+        self, topic: str, partition: int, config: LogConfig | None, topic_id: bytes
+    ) -> PartitionLog:
+        """Get or create the log of ``topic-partition`` with ``partition.metadata`` recording ``topic_id``.
+
+        The directory goes to the log dir holding the fewest partitions (as Kafka's ``nextLogDirs``).
+        An existing log is returned as it is, unless its topic id differs (:class:`LogExistsError`).
+        """
+        from tidelog.storage.log import PartitionLog
+
+        self._check_started()
+        validate_topic_name(topic)
+        if partition < 0:
+            raise ValueError(f"invalid partition {partition}")
+        if len(topic_id) != 16 or topic_id == bytes(16):
+            raise ValueError("topic_id must be 16 bytes and not the zero Uuid")
+        tp = (topic, partition)
+        with self._lock:
+            known = self._topic_ids.get(topic)
+            if known is not None and known != topic_id:
+                raise LogExistsError(
+                    f"topic {topic} has id {uuid_to_str(known)} on this broker, not {uuid_to_str(topic_id)}"
+                )
+            existing = self._logs.get(tp)
+            if existing is not None:
+                return existing
+            counts = {p: 0 for p in self._dirs}
+            for root in self._log_root.values():
+                counts[root] += 1
+            root = min(self._dirs, key=lambda p: (counts[p], self.log_dirs.index(p)))
+            path = root / partition_dir_name(topic, partition)
+            path.mkdir()
+            fsync_dir(root)
+            write_partition_metadata(path / PARTITION_METADATA, topic_id)
+            new_log = PartitionLog.open(
+                path,
+                config or self._config_for(topic),
+                recovery_point=0,
+                log_start_offset=0,
+                high_watermark=None,
+                clean_shutdown=True,
+                epoch_cache=LeaderEpochCache(path / LEADER_EPOCH_CHECKPOINT),
+                producer_state=ProducerStateManager(path),
+                progress=None,
+            )
+            self._logs[tp] = new_log
+            self._log_root[tp] = root
+            self._topic_ids[topic] = topic_id
+            return new_log
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Close the log, rename its directory to ``<topic>-<partition>.<uuid hex>-delete`` and remove it
+        in the background. Returns False when there was no such log."""
+        self._check_started()
+        tp = (topic, partition)
+        with self._lock:
+            plog = self._logs.pop(tp, None)
+            root = self._log_root.pop(tp, None)
+            if plog is None or root is None:
+                return False
+            if not any(t == topic for t, _ in self._logs):
+                self._topic_ids.pop(topic, None)
+        src = root / partition_dir_name(topic, partition)
+        plog.close()
+        dst = root / f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        os.rename(src, dst)
+        fsync_dir(root)
+        self._checkpoint_dir_offsets(root)
+        assert self._deleter is not None
+        fut: Future[None] = self._deleter.submit(shutil.rmtree, dst, True)
+        with self._lock:
+            self._pending_deletes = [f for f in self._pending_deletes if not f.done()] + [fut]
+        return True
+
+    def wait_for_deletions(self) -> None:
+        """Block until background directory removals queued so far have finished."""
+        with self._lock:
+            pending = list(self._pending_deletes)
+        for fut in pending:
+            fut.result()
+
+    # ===================================================================================== checkpoints
+
+    def checkpoint_recovery_points(self) -> None:
+        self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda plog: plog.recovery_point)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self._checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda plog: plog.log_start_offset)
+
+    def checkpoint_high_watermarks(self) -> None:
+        self._checkpoint(REPLICATION_OFFSET_CHECKPOINT, lambda plog: plog.high_watermark)
+
+    def _checkpoint(
+        self, name: str, value: Callable[[Any], int], roots: Iterable[Path] | None = None
+    ) -> None:
+        with self._lock:
+            by_root: dict[Path, dict[TopicPartition, int]] = {p: {} for p in (roots or self._dirs)}
+            for tp, plog in self._logs.items():
+                root = self._log_root[tp]
+                if root in by_root:
+                    by_root[root][tp] = int(value(plog))
+        for root, entries in by_root.items():
+            write_offset_checkpoint(root / name, entries)
+
+    def _checkpoint_dir_offsets(self, root: Path) -> None:
+        self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda plog: plog.recovery_point, [root])
+        self._checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda plog: plog.log_start_offset, [root])
+        self._checkpoint(REPLICATION_OFFSET_CHECKPOINT, lambda plog: plog.high_watermark, [root])
+
+    def tick(self, now_ms: int) -> None:
+        """Periodic work for the broker's scheduler thread: the flush.ms policy of every log, then the
+        recovery-point / log-start-offset / high-watermark checkpoints when their intervals elapsed
+        (``log.flush.offset.checkpoint.interval.ms``, ``log.flush.start.offset.checkpoint.interval.ms``,
+        ``replica.high.watermark.checkpoint.interval.ms``)."""
+        self._check_started()
+        for plog in self.all_logs().values():
+            try:
+                plog.flush_if_due(now_ms)
+            except Exception:  # one bad log must not stop the others' flushes
+                log.exception(
+                    "flush of %s-%s failed", getattr(plog, "topic", "?"), getattr(plog, "partition", "?")
+                )
+        if self._due(now_ms, "_last_recovery_checkpoint_ms", self.recovery_point_checkpoint_interval_ms):
+            self.checkpoint_recovery_points()
+        if self._due(now_ms, "_last_log_start_checkpoint_ms", self.log_start_offset_checkpoint_interval_ms):
+            self.checkpoint_log_start_offsets()
+        if self._due(now_ms, "_last_hw_checkpoint_ms", self.high_watermark_checkpoint_interval_ms):
+            self.checkpoint_high_watermarks()
+
+    def _due(self, now_ms: int, attr: str, interval_ms: int) -> bool:
+        last = getattr(self, attr)
+        if last is None:
+            setattr(self, attr, now_ms)  # the first interval starts at the first tick
+            return False
+        if now_ms - last >= interval_ms:
+            setattr(self, attr, now_ms)
+            return True
+        return False
+
+    # ======================================================================================= shutdown
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write all checkpoints, then ``.kafka_cleanshutdown`` in each log dir
+        whose logs all closed cleanly, and release the locks."""
+        if not self._started:
+            return
+        with self._lock:
+            logs = dict(self._logs)
+            roots = dict(self._log_root)
+        failed_roots: set[Path] = set()
+        final: dict[TopicPartition, tuple[int, int, int]] = {}
+
+        def close_one(tp: TopicPartition, plog: PartitionLog) -> None:
+            plog.flush()
+            final[tp] = (int(plog.recovery_point), int(plog.log_start_offset), int(plog.high_watermark))
+            plog.close()
+
+        workers = max(1, self.recovery_threads * len(self._dirs))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-close") as pool:
+            futures = {pool.submit(close_one, tp, plog): tp for tp, plog in logs.items()}
+            for fut, tp in futures.items():
+                try:
+                    fut.result()
+                except Exception:
+                    log.exception("failed to close log %s-%s", tp[0], tp[1])
+                    failed_roots.add(roots[tp])
+        if self._deleter is not None:
+            self._deleter.shutdown(wait=True)
+            self._deleter = None
+        for root in self._dirs:
+            mine = {tp: v for tp, v in final.items() if roots[tp] == root}
+            try:
+                write_offset_checkpoint(
+                    root / RECOVERY_POINT_CHECKPOINT, {tp: v[0] for tp, v in mine.items()}
+                )
+                write_offset_checkpoint(
+                    root / LOG_START_OFFSET_CHECKPOINT, {tp: v[1] for tp, v in mine.items()}
+                )
+                write_offset_checkpoint(
+                    root / REPLICATION_OFFSET_CHECKPOINT, {tp: v[2] for tp, v in mine.items()}
+                )
+                if root not in failed_roots:
+                    write_clean_shutdown(root, self.broker_epoch)
+            except OSError:
+                log.exception("failed to write the shutdown checkpoints of %s", root)
+        with self._lock:
+            self._logs.clear()
+            self._log_root.clear()
+        self._release_locks()
+        self._started = False
+
+    # ========================================================================================= helpers
+
+    def _check_started(self) -> None:
+        if not self._started:
+            raise RuntimeError("LogManager is not started")
+
+    def _close_all_quietly(self) -> None:
+        for plog in list(self._logs.values()):
+            with contextlib.suppress(Exception):
+                plog.close()
+        self._logs.clear()
+        self._log_root.clear()
+
+    def _release_locks(self) -> None:
+        for d in self._dirs.values():
+            if d.lock_fd >= 0:
+                with contextlib.suppress(OSError):
+                    fcntl.flock(d.lock_fd, fcntl.LOCK_UN)
+                os.close(d.lock_fd)
+                d.lock_fd = -1
+
+    def __enter__(self) -> LogManager:
+        self.startup()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+# ============================================================================================ functions
+
+
+def _config_lookup(topic_configs: TopicConfigs | None) -> Callable[[str], LogConfig | None]:
+    if topic_configs is None:
+        return lambda _topic: None
+    if callable(topic_configs):
+        return topic_configs
+    mapping = dict(topic_configs)
+    return mapping.get
+
+
+def _lock_dir(path: Path) -> int:
+    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        raise LogDirLockedError(
+            f"Failed to acquire lock on file {LOCK_FILE} in {path}. A Kafka instance in another process "
+            f"or thread is using this directory."
+        ) from e
+    return fd
+
+
+def _read_checkpoint_or_reset(path: Path) -> dict[TopicPartition, int]:
+    """As Kafka: a corrupt checkpoint is logged and treated as empty (full recovery / segment bases)."""
+    try:
+        return read_offset_checkpoint(path)
+    except CorruptCheckpointError as e:
+        log.warning("%s; resetting it (logs will be recovered from their start)", e)
+        return {}
+
+
+_SEGMENT_LOG = re.compile(r"(\d{20})\.log\Z")
+
+
+def _bytes_to_recover(partition_dir: Path, recovery_point: int) -> int:
+    """Bytes of ``.log`` files holding offsets at or beyond ``recovery_point`` (what recovery scans)."""
+    segments = []
+    for entry in os.scandir(partition_dir):
+        m = _SEGMENT_LOG.match(entry.name)
+        if m:
+            segments.append((int(m.group(1)), entry.stat().st_size))
+    segments.sort()
+    total = 0
+    for i, (_base, size) in enumerate(segments):
+        next_base = segments[i + 1][0] if i + 1 < len(segments) else None
+        if next_base is None or next_base > recovery_point:
+            total += size
+    return total
+
+
+@contextlib.contextmanager
+def _recovery_progress(enabled: bool, total: int) -> Any:
+    """Yield an ``advance(nbytes)`` callback driving a rich progress bar on stderr (or None)."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("recovering logs"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("recovery", total=total)
+
+        def advance(nbytes: int) -> None:
+            progress.advance(task, nbytes)
+
+        yield advance

@@ -1,0 +1,437 @@
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tidelog.records.crc import crc32c
+from tidelog.storage import manager as manager_module
+from tidelog.storage.checkpoints import (
+    MetaProperties,
+    read_leader_epoch_checkpoint,
+    read_meta_properties,
+    read_offset_checkpoint,
+    read_partition_metadata,
+    uuid_to_str,
+    write_meta_properties,
+)
+from tidelog.storage.config import LogConfig
+from tidelog.storage.manager import (
+    InconsistentBrokerIdError,
+    InconsistentClusterIdError,
+    LogDirLockedError,
+    LogExistsError,
+    LogManager,
+    parse_partition_dir,
+)
+
+TOPIC_ID = bytes.fromhex("11223344556677889900aabbccddeeff")
+OTHER_ID = bytes.fromhex("ffeeddccbbaa00998877665544332211")
+SMALL = LogConfig(segment_bytes=4096, segment_index_bytes=4096)
+
+
+def _zigzag(n: int) -> bytes:
+    v = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def make_batch(values: list[bytes], *, ts: int = 1_700_000_000_000, pid: int = -1, seq: int = -1) -> bytes:
+    """A minimal uncompressed v2 batch (written here so these tests depend only on the storage layer)."""
+    records = b""
+    for i, value in enumerate(values):
+        body = b"\x00" + _zigzag(0) + _zigzag(i) + _zigzag(-1) + _zigzag(len(value)) + value + _zigzag(0)
+        records += _zigzag(len(body)) + body
+    after_crc = (
+        struct.pack(">hiqqqhii", 0, len(values) - 1, ts, ts, pid, 0 if pid >= 0 else -1, seq, len(values))
+        + records
+    )
+    crc = crc32c(after_crc)
+    head = struct.pack(">qiibI", 0, 4 + 1 + 4 + len(after_crc), -1, 2, crc)
+    return head + after_crc
+
+
+def new_manager(dirs: list[Path], **kwargs: object) -> LogManager:
+    kwargs.setdefault("show_progress", False)
+    return LogManager(dirs, SMALL, **kwargs)  # type: ignore[arg-type]
+
+
+def test_parse_partition_dir() -> None:
+    assert parse_partition_dir("orders-0") == ("orders", 0)
+    assert parse_partition_dir("my-topic-12") == ("my-topic", 12)
+    assert parse_partition_dir("orders-0.0123abcd-delete") is None
+    assert parse_partition_dir("orders-0.0123abcd-future") is None
+    assert parse_partition_dir("orders") is None
+    assert parse_partition_dir("orders-01") is None
+    assert parse_partition_dir("bad topic-1") is None
+
+
+def test_startup_on_empty_dir_and_shutdown_files(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    m = new_manager([d], broker_id=3)
+    m.startup()
+    assert (d / ".lock").exists()
+    meta = read_meta_properties(d / "meta.properties")
+    assert meta is not None and meta.version == 0 and meta.node_id == 3
+    assert meta.cluster_id == m.cluster_id and meta.cluster_id is not None and len(meta.cluster_id) == 22
+    text = (d / "meta.properties").read_text()
+    assert text.startswith("#\n#") and "broker.id=3\n" in text and "version=0\n" in text
+    assert m.all_logs() == {}
+    assert not (d / ".kafka_cleanshutdown").exists()
+    m.shutdown()
+    assert (d / ".kafka_cleanshutdown").read_text() == '{"version":0,"brokerEpoch":-1}'
+    for name in (
+        "recovery-point-offset-checkpoint",
+        "log-start-offset-checkpoint",
+        "replication-offset-checkpoint",
+    ):
+        assert (d / name).read_text() == "0\n0\n"
+    assert not list(d.glob("*.tmp"))
+
+
+def test_create_append_shutdown_restart_clean(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    m = new_manager([d])
+    m.startup()
+    plog = m.create_log("orders", 0, None, TOPIC_ID)
+    m.create_log("orders", 1, None, TOPIC_ID)
+    assert m.create_log("orders", 0, None, TOPIC_ID) is plog  # get-or-create
+    assert read_partition_metadata(d / "orders-0" / "partition.metadata") == TOPIC_ID
+    assert (
+        d / "orders-0" / "partition.metadata"
+    ).read_text() == f"version: 0\ntopic_id: {uuid_to_str(TOPIC_ID)}"
+    for i in range(5):
+        plog.append_as_leader(make_batch([b"v%d" % i, b"w"]), leader_epoch=4)
+    plog.high_watermark = 6
+    assert plog.log_end_offset == 10
+    assert read_leader_epoch_checkpoint(d / "orders-0" / "leader-epoch-checkpoint") == [(4, 0)]
+    m.shutdown()
+
+    assert (d / ".kafka_cleanshutdown").exists()
+    assert read_offset_checkpoint(d / "recovery-point-offset-checkpoint") == {
+        ("orders", 0): 10,
+        ("orders", 1): 0,
+    }
+    assert read_offset_checkpoint(d / "log-start-offset-checkpoint") == {("orders", 0): 0, ("orders", 1): 0}
+    assert read_offset_checkpoint(d / "replication-offset-checkpoint") == {("orders", 0): 6, ("orders", 1): 0}
+    assert m.get_log("orders", 0) is None
+    with pytest.raises(RuntimeError):
+        m.tick(0)  # stopped
+
+    m2 = new_manager([d])
+    m2.startup()
+    assert m2.had_clean_shutdown
+    assert not (d / ".kafka_cleanshutdown").exists()  # removed so a crash from now on recovers
+    plog2 = m2.get_log("orders", 0)
+    assert plog2 is not None
+    assert (plog2.log_end_offset, plog2.recovery_point, plog2.high_watermark) == (10, 10, 6)
+    assert plog2.recovered_segments == 0
+    assert m2.topic_id_of("orders") == TOPIC_ID
+    assert m2.topic_id_of("nope") is None
+    assert sorted(m2.all_logs()) == [("orders", 0), ("orders", 1)]
+    m2.shutdown()
+
+
+_CRASHER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+    sys.path[:0] = [sys.argv[2]]
+    from test_manager import make_batch, new_manager, TOPIC_ID
+    m = new_manager([Path(sys.argv[1])])
+    m.startup()
+    plog = m.create_log("crash", 0, None, TOPIC_ID)
+    for i in range(20):
+        plog.append_as_leader(make_batch([b"x" * 100]), leader_epoch=2)
+    m.checkpoint_recovery_points()   # recovery point 0: nothing was flushed
+    plog.append_as_leader(make_batch([b"y" * 100], pid=77, seq=0), leader_epoch=2)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def _run_crasher(d: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _CRASHER, str(d), str(Path(__file__).parent)],
+        capture_output=True,
+        timeout=60,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+
+
+def test_killed_broker_recovers(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    _run_crasher(d)
+    assert not (d / ".kafka_cleanshutdown").exists()
+    # a torn write at the end of the active segment
+    (seg,) = sorted((d / "crash-0").glob("*.log"))
+    with open(seg, "ab") as f:
+        f.write(b"\x00\x00\x00\x00\x00\x00\x00\x15\x00\x00\x01\x00garbage")
+    m = new_manager([d])
+    m.startup()  # the lock of the killed process is gone with it
+    assert not m.had_clean_shutdown
+    plog = m.get_log("crash", 0)
+    assert plog is not None
+    assert plog.recovered_segments >= 1
+    assert plog.log_end_offset == 21
+    assert b"garbage" not in seg.read_bytes()  # truncated at the first invalid byte
+    assert plog.producer_state is not None
+    entry = plog.producer_state.last_entry(77)  # type: ignore[attr-defined]
+    assert entry is not None and entry.last_data_offset == 20
+    assert m.topic_id_of("crash") == TOPIC_ID
+    m.shutdown()
+    m2 = new_manager([d])
+    m2.startup()
+    assert m2.had_clean_shutdown
+    m2.shutdown()
+
+
+def test_lock_prevents_second_manager(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    m1 = new_manager([d])
+    m1.startup()
+    m2 = new_manager([d])
+    with pytest.raises(LogDirLockedError, match=r"\.lock"):
+        m2.startup()
+    # a separate process cannot take it either
+    code = (
+        "import fcntl, os, sys\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+        "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept OSError:\n    sys.exit(3)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code, str(d / ".lock")], timeout=60).returncode == 3
+    m1.shutdown()
+    m2.startup()  # released by shutdown
+    m2.shutdown()
+
+
+def test_broker_id_mismatch_is_an_error_and_releases_lock(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    m = new_manager([d], broker_id=1)
+    m.startup()
+    m.shutdown()
+    with pytest.raises(InconsistentBrokerIdError, match=r"broker\.id 2 doesn't match stored broker\.id 1"):
+        new_manager([d], broker_id=2).startup()
+    ok = new_manager([d], broker_id=1)
+    ok.startup()
+    ok.shutdown()
+
+
+def test_cluster_id_kept_and_checked(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    m = new_manager([d], cluster_id="AAAAAAAAAAAAAAAAAAAAAQ")
+    m.startup()
+    m.shutdown()
+    m = new_manager([d])
+    m.startup()
+    assert m.cluster_id == "AAAAAAAAAAAAAAAAAAAAAQ"
+    m.shutdown()
+    with pytest.raises(InconsistentClusterIdError):
+        new_manager([d], cluster_id="BBBBBBBBBBBBBBBBBBBBBQ").startup()
+
+
+def test_accepts_kraft_meta_properties(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    d.mkdir()
+    write_meta_properties(d / "meta.properties", MetaProperties(1, 0, "MkU3OEVBNTcwNTJENDM2Qg", TOPIC_ID))
+    m = new_manager([d])
+    m.startup()
+    assert m.cluster_id == "MkU3OEVBNTcwNTJENDM2Qg"
+    m.shutdown()
+    assert read_meta_properties(d / "meta.properties") == MetaProperties(
+        1, 0, "MkU3OEVBNTcwNTJENDM2Qg", TOPIC_ID
+    )
+
+
+def test_delete_log_and_leftover_delete_dirs(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    m = new_manager([d])
+    m.startup()
+    plog = m.create_log("gone", 0, None, TOPIC_ID)
+    plog.append_as_leader(make_batch([b"a"]))
+    m.create_log("kept", 0, None, OTHER_ID)
+    assert m.delete_log("gone", 0)
+    assert not m.delete_log("gone", 0)
+    assert m.get_log("gone", 0) is None and m.topic_id_of("gone") is None
+    assert not (d / "gone-0").exists()
+    m.wait_for_deletions()
+    assert not [p for p in d.iterdir() if p.name.startswith("gone-0")]
+    assert read_offset_checkpoint(d / "recovery-point-offset-checkpoint") == {("kept", 0): 0}
+    # the same topic can be re-created with a new id once deleted
+    m.create_log("gone", 0, None, OTHER_ID)
+    with pytest.raises(LogExistsError):
+        m.create_log("gone", 1, None, TOPIC_ID)
+    m.shutdown()
+
+    leftover = d / "old-3.0123456789abcdef0123456789abcdef-delete"
+    leftover.mkdir()
+    (leftover / "00000000000000000000.log").write_bytes(b"x")
+    m = new_manager([d])
+    m.startup()
+    assert not leftover.exists()
+    assert sorted(m.all_logs()) == [("gone", 0), ("kept", 0)]
+    m.shutdown()
+
+
+def test_delete_dir_name_format(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = tmp_path / "data"
+    m = new_manager([d])
+    m.startup()
+    m.create_log("t", 0, None, TOPIC_ID)
+    renames: list[str] = []
+    real_rename = os.rename
+
+    def spy(src: object, dst: object) -> None:
+        renames.append(Path(str(dst)).name)
+        real_rename(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(manager_module.os, "rename", spy)
+    m.delete_log("t", 0)
+    monkeypatch.undo()
+    (name,) = renames
+    prefix, _, rest = name.partition(".")
+    assert prefix == "t-0" and rest.endswith("-delete") and len(rest) == 32 + len("-delete")
+    int(rest[:32], 16)
+    m.shutdown()
+
+
+def test_topic_configs_mapping_and_callable(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    m = new_manager([d])
+    m.startup()
+    m.create_log("a", 0, None, TOPIC_ID)
+    m.create_log("b", 0, None, OTHER_ID)
+    m.shutdown()
+    special = LogConfig(segment_bytes=8192, retention_ms=1000)
+    m = new_manager([d])
+    m.startup({"a": special})
+    assert m.get_log("a", 0).config == special  # type: ignore[union-attr]
+    assert m.get_log("b", 0).config == SMALL  # type: ignore[union-attr]
+    m.shutdown()
+    m = new_manager([d])
+    m.startup(lambda topic: special if topic == "b" else None)
+    assert m.get_log("b", 0).config == special  # type: ignore[union-attr]
+    assert m.get_log("a", 0).config == SMALL  # type: ignore[union-attr]
+    m.shutdown()
+
+
+def test_multiple_log_dirs_spread_and_reload(tmp_path: Path) -> None:
+    dirs = [tmp_path / "d1", tmp_path / "d2"]
+    m = new_manager(dirs)
+    m.startup()
+    for p in range(4):
+        m.create_log("t", p, None, TOPIC_ID)
+    counts = [len([c for c in d.iterdir() if c.is_dir()]) for d in dirs]
+    assert counts == [2, 2]
+    cluster = m.cluster_id
+    m.shutdown()
+    for d in dirs:
+        meta = read_meta_properties(d / "meta.properties")
+        assert meta is not None and meta.cluster_id == cluster
+        assert (d / ".kafka_cleanshutdown").exists()
+        assert len(read_offset_checkpoint(d / "recovery-point-offset-checkpoint")) == 2
+    m = new_manager(dirs, recovery_threads=1)
+    m.startup()
+    assert sorted(m.all_logs()) == [("t", p) for p in range(4)]
+    assert {m.log_dir_of("t", p) for p in range(4)} == {d.absolute() for d in dirs}
+    m.shutdown()
+
+
+def test_tick_flushes_and_checkpoints(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    m = LogManager(
+        [d],
+        LogConfig(segment_bytes=4096, segment_index_bytes=4096, flush_ms=100),
+        show_progress=False,
+        recovery_point_checkpoint_interval_ms=1000,
+    )
+    m.startup()
+    plog = m.create_log("t", 0, None, TOPIC_ID)
+    plog.append_as_leader(make_batch([b"a", b"b", b"c"]))
+    assert plog.recovery_point == 0
+    now = plog.last_flush_time
+    m.tick(now)  # starts the checkpoint intervals; flush not due yet
+    assert plog.recovery_point == 0
+    m.tick(now + 150)  # flush.ms elapsed
+    assert plog.recovery_point == 3
+    assert read_offset_checkpoint(d / "recovery-point-offset-checkpoint") == {}
+    m.tick(now + 1000)  # checkpoint interval elapsed
+    assert read_offset_checkpoint(d / "recovery-point-offset-checkpoint") == {("t", 0): 3}
+    m.shutdown()
+
+
+def test_corrupt_recovery_checkpoint_means_full_recovery(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    m = new_manager([d])
+    m.startup()
+    m.create_log("t", 0, None, TOPIC_ID).append_as_leader(make_batch([b"a"]))
+    m.shutdown()
+    (d / ".kafka_cleanshutdown").unlink()
+    (d / "recovery-point-offset-checkpoint").write_text("0\n5\nt 0 1\n")
+    m = new_manager([d])
+    m.startup()
+    plog = m.get_log("t", 0)
+    assert plog is not None and plog.recovered_segments >= 1 and plog.log_end_offset == 1
+    m.shutdown()
+
+
+def test_progress_bar_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = tmp_path / "data"
+    m = new_manager([d])
+    m.startup()
+    plog = m.create_log("t", 0, None, TOPIC_ID)
+    for _ in range(10):
+        plog.append_as_leader(make_batch([b"z" * 200]))
+    m.shutdown()
+    (d / ".kafka_cleanshutdown").unlink()
+    advanced: list[int] = []
+    real = manager_module._recovery_progress
+
+    def spy(enabled: bool, total: int):  # type: ignore[no-untyped-def]
+        assert enabled and total > 2000
+
+        class Wrap:
+            def __enter__(self):  # type: ignore[no-untyped-def]
+                self.cm = real(enabled, total)
+                inner = self.cm.__enter__()
+
+                def advance(n: int) -> None:
+                    advanced.append(n)
+                    inner(n)
+
+                return advance
+
+            def __exit__(self, *exc: object) -> None:
+                self.cm.__exit__(*exc)
+
+        return Wrap()
+
+    monkeypatch.setattr(manager_module, "PROGRESS_MIN_BYTES", 1)
+    monkeypatch.setattr(manager_module, "_recovery_progress", spy)
+    m = LogManager([d], SMALL, show_progress=True)
+    m.startup()
+    assert sum(advanced) > 0
+    m.shutdown()
+
+
+def test_rejects_bad_topics(tmp_path: Path) -> None:
+    m = new_manager([tmp_path / "data"])
+    m.startup()
+    for bad in ("", ".", "..", "a b", "x" * 250, "é"):
+        with pytest.raises(ValueError):
+            m.create_log(bad, 0, None, TOPIC_ID)
+    with pytest.raises(ValueError):
+        m.create_log("ok", -1, None, TOPIC_ID)
+    with pytest.raises(ValueError):
+        m.create_log("ok", 0, None, bytes(16))
+    m.shutdown()
