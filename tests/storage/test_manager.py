@@ -435,3 +435,26 @@ def test_rejects_bad_topics(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         m.create_log("ok", 0, None, bytes(16))
     m.shutdown()
+
+
+def test_failed_close_leaves_no_clean_marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = tmp_path / "data"
+    m = new_manager([d])
+    m.startup()
+    bad = m.create_log("bad", 0, None, TOPIC_ID)
+    m.create_log("good", 0, None, OTHER_ID).append_as_leader(make_batch([b"a", b"b"]))
+    real_close = bad.close
+
+    def failing_close() -> None:
+        real_close()
+        raise OSError("disk error while closing")
+
+    monkeypatch.setattr(bad, "close", failing_close)
+    m.shutdown()
+    assert not (d / ".kafka_cleanshutdown").exists()  # the next start must recover
+    # the recovery points were taken after each log's successful flush, so they are still valid
+    assert read_offset_checkpoint(d / "recovery-point-offset-checkpoint") == {("bad", 0): 0, ("good", 0): 2}
+    m = new_manager([d])
+    m.startup()  # and the lock was released
+    assert not m.had_clean_shutdown
+    m.shutdown()

@@ -171,6 +171,8 @@ class LogManager:
         self.high_watermark_checkpoint_interval_ms = high_watermark_checkpoint_interval_ms
 
         self._lock = threading.RLock()
+        # serialises checkpoint writes: the scheduler's tick and delete_log may write the same file
+        self._checkpoint_lock = threading.Lock()
         self._dirs: dict[Path, _LogDir] = {}
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self._log_root: dict[TopicPartition, Path] = {}
@@ -456,8 +458,9 @@ class LogManager:
                 root = self._log_root[tp]
                 if root in by_root:
                     by_root[root][tp] = int(value(plog))
-        for root, entries in by_root.items():
-            write_offset_checkpoint(root / name, entries)
+        with self._checkpoint_lock:
+            for root, entries in by_root.items():
+                write_offset_checkpoint(root / name, entries)
 
     def _checkpoint_dir_offsets(self, root: Path) -> None:
         self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda plog: plog.recovery_point, [root])
@@ -526,25 +529,27 @@ class LogManager:
             self._deleter = None
         for root in self._dirs:
             mine = {tp: v for tp, v in final.items() if roots[tp] == root}
-            try:
-                write_offset_checkpoint(
-                    root / RECOVERY_POINT_CHECKPOINT, {tp: v[0] for tp, v in mine.items()}
-                )
-                write_offset_checkpoint(
-                    root / LOG_START_OFFSET_CHECKPOINT, {tp: v[1] for tp, v in mine.items()}
-                )
-                write_offset_checkpoint(
-                    root / REPLICATION_OFFSET_CHECKPOINT, {tp: v[2] for tp, v in mine.items()}
-                )
-                if root not in failed_roots:
-                    write_clean_shutdown(root, self.broker_epoch)
-            except OSError:
-                log.exception("failed to write the shutdown checkpoints of %s", root)
+            with self._checkpoint_lock:
+                self._write_shutdown_files(root, mine, root not in failed_roots)
         with self._lock:
             self._logs.clear()
             self._log_root.clear()
         self._release_locks()
         self._started = False
+
+    def _write_shutdown_files(
+        self, root: Path, final: dict[TopicPartition, tuple[int, int, int]], clean: bool
+    ) -> None:
+        try:
+            write_offset_checkpoint(root / RECOVERY_POINT_CHECKPOINT, {tp: v[0] for tp, v in final.items()})
+            write_offset_checkpoint(root / LOG_START_OFFSET_CHECKPOINT, {tp: v[1] for tp, v in final.items()})
+            write_offset_checkpoint(
+                root / REPLICATION_OFFSET_CHECKPOINT, {tp: v[2] for tp, v in final.items()}
+            )
+            if clean:
+                write_clean_shutdown(root, self.broker_epoch)
+        except OSError:
+            log.exception("failed to write the shutdown checkpoints of %s", root)
 
     # ========================================================================================= helpers
 
