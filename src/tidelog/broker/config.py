@@ -1,7 +1,7 @@
 """Broker configuration: Kafka's broker property names and defaults.
 
 Sources: Kafka ``server.properties`` / ``KafkaConfig`` (``ServerConfigs``, ``ServerLogConfigs``, ``SocketServerConfigs``,
-``GroupCoordinatorConfig``), see /work/shared/reference/kafka-facts.md §1.7–1.8.
+``GroupCoordinatorConfig``), see /work/shared/reference/kafka-facts.md §1.7-1.8.
 
 Differences from Kafka, on purpose:
 
@@ -210,6 +210,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("metrics.port", None, str, "alias of tidelog.metrics.listener"),
         _key("tidelog.metrics.listener", "127.0.0.1:9404", parse_host_port, "Prometheus host:port, or off"),
         _key("tidelog.log.tick.interval.ms", "1000", _pos_int, "how often the log manager's tick runs"),
+        _key(
+            "tidelog.min.segment.bytes",
+            None,
+            _pos_int,
+            "lower the 1 MiB minimum of segment.bytes (KIP-1030) for tests that need tiny segments",
+        ),
     ]
 }
 
@@ -317,7 +323,7 @@ def parse_properties(text: str) -> dict[str, str]:
     props: dict[str, str] = {}
     logical = ""
     for raw in text.splitlines():
-        line = raw.lstrip(" \t\f") if not logical else raw.lstrip(" \t\f")
+        line = raw.lstrip(" \t\f")
         if not logical and (not line or line[0] in "#!"):
             continue
         # a line ending in an odd number of backslashes continues on the next line
@@ -519,7 +525,9 @@ class BrokerConfig:
             from tidelog.storage.config import LogConfig  # storage owns topic-level config semantics
 
             try:
-                self._log_config = LogConfig.from_broker_properties(self.broker_log_properties())
+                self._log_config = LogConfig.from_broker_properties(
+                    self.broker_log_properties(), min_segment_bytes=self.values.get("tidelog.min.segment.bytes")
+                )
             except ValueError as exc:  # storage's InvalidConfigError is a ValueError
                 name = getattr(exc, "name", "log config")
                 value = getattr(exc, "value", "")

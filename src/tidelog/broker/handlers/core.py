@@ -1,0 +1,575 @@
+"""Core APIs: ApiVersions, Metadata, Produce, Fetch, ListOffsets.
+
+Kafka behaviours reproduced (sources: Kafka ``KafkaApis``, ``ReplicaManager``, ``Partition``, ``UnifiedLog``;
+facts in /work/shared/reference/kafka-facts.md §2):
+
+* ApiVersions advertises Produce with min version 0 although v0-2 are rejected (KAFKA-18659: librdkafka
+  < 2.11.1 silently disables compression otherwise). An unsupported ApiVersions version is answered by the
+  server in v0 (KIP-511).
+* Metadata: ``topics`` null = all topics (v0: empty list = all). An unknown topic with
+  ``allow_auto_topic_creation`` and ``auto.create.topics.enable`` is created at once with broker defaults and
+  returned in the same response (creation is synchronous here, so there is no window in which Kafka would
+  answer LEADER_NOT_AVAILABLE). Invalid names: INVALID_TOPIC_EXCEPTION.
+* Produce: ``acks`` 0 (no response; on error the connection is closed, as Kafka does so the producer
+  notices), 1, -1 (through :class:`DelayedProduce`: completes once the HW covers the batch; with one node at
+  once). Other acks: INVALID_REQUIRED_ACKS. ``min.insync.replicas`` above the ISR size with acks=-1:
+  NOT_ENOUGH_REPLICAS and nothing is appended. Duplicates (idempotent retries) answer the original offsets.
+* Fetch: reads up to the HW (read_uncommitted) or the LSO (= HW: no transactions); KIP-74: the first batch of
+  the response is returned whole even if larger than the limits; long poll through :class:`DelayedFetch`.
+  Fetch sessions are not implemented: the response carries ``session_id`` 0, which Kafka also answers when it
+  cannot create a session; clients then send full fetch requests (Java and librdkafka both handle it).
+  Follower fetches (``replica_id`` >= 0) are refused with NOT_LEADER_OR_FOLLOWER until replication exists.
+* ListOffsets: -1 latest (HW), -2 earliest (log start), -3 max timestamp, -4 earliest local (= log start),
+  -5 latest tiered (-1: no tiered storage); by timestamp only offsets below the HW are returned.
+
+All storage/record exceptions become error codes in one place, :func:`error_of`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+from tidelog.broker.handlers import REGISTRY, RequestContext, handles
+from tidelog.broker.purgatory import DelayedFetch, DelayedProduce, FetchPartitionStatus
+from tidelog.broker.server import PartitionError
+from tidelog.protocol.errors import ERRORS_BY_NAME
+
+log = logging.getLogger("tidelog.broker.core")
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS = 0, 1, 2, 3, 18
+
+NONE = 0
+UNKNOWN_SERVER_ERROR = -1
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
+INVALID_TOPIC_EXCEPTION = 17
+NOT_ENOUGH_REPLICAS = 19
+INVALID_REQUIRED_ACKS = 21
+INVALID_RECORD = 87
+FETCH_SESSION_ID_NOT_FOUND = 70
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
+UNKNOWN_TOPIC_ID = 100
+
+LEADER_EPOCH = 0  # one node, never re-elected: epoch 0 (the epoch stamped into batches)
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+# Kafka AclOperation codes: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9,
+# DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12. No ACLs: everything is allowed.
+TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+
+ZERO_UUID = bytes(16)
+_MIN_BATCH = 61  # a v2 batch header: any available batch satisfies a min_bytes up to this
+
+
+def error_of(exc: BaseException) -> tuple[int, str]:
+    """(Kafka error code, message) for an exception from storage, records, topics or the broker."""
+    name = getattr(exc, "kafka_error", None)
+    err = ERRORS_BY_NAME.get(name) if isinstance(name, str) else None
+    if err is None:
+        log.error("unexpected error mapped to UNKNOWN_SERVER_ERROR", exc_info=exc)
+        return UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
+    return err.code, str(exc) or err.message
+
+
+def _uuid_bytes(value: Any) -> bytes:
+    if value is None:
+        return ZERO_UUID
+    if isinstance(value, uuid.UUID):
+        return value.bytes
+    return bytes(value)
+
+
+def _leader_epoch_error(requested: int | None) -> int:
+    """Kafka's check of ``current_leader_epoch`` (-1 = not given)."""
+    if requested is None or requested < 0 or requested == LEADER_EPOCH:
+        return NONE
+    return FENCED_LEADER_EPOCH if requested < LEADER_EPOCH else UNKNOWN_LEADER_EPOCH
+
+
+# ------------------------------------------------------------------------------------------------------------
+# ApiVersions
+
+
+def _supported_versions() -> dict[int, tuple[int, int]]:
+    from tidelog.protocol import codec
+
+    out: dict[int, tuple[int, int]] = {}
+    for key, rng in dict(codec.SUPPORTED_VERSIONS).items():
+        if isinstance(rng, tuple):
+            lo, hi = rng
+        else:
+            lo = getattr(rng, "min", getattr(rng, "min_version", None))
+            hi = getattr(rng, "max", getattr(rng, "max_version", None))
+        out[int(key)] = (int(lo), int(hi))  # type: ignore[arg-type]
+    return out
+
+
+_API_LIST: list[dict] | None = None
+
+
+def api_versions_list() -> list[dict]:
+    """The ApiVersions ``api_keys``: every API with a handler and a codec, Produce advertised from 0."""
+    global _API_LIST
+    if _API_LIST is None or len(_API_LIST) != len([k for k in REGISTRY if k in _supported_versions()]):
+        supported = _supported_versions()
+        entries = []
+        for key in sorted(REGISTRY):
+            if key not in supported:
+                continue
+            lo, hi = supported[key]
+            if key == PRODUCE:
+                lo = 0  # KAFKA-18659: librdkafka < 2.11.1 needs Produce min 0 to enable compression
+            entries.append({"api_key": key, "min_version": lo, "max_version": hi})
+        _API_LIST = entries
+    return _API_LIST
+
+
+@handles(API_VERSIONS)
+async def api_versions(ctx: RequestContext, request: dict) -> dict:
+    return {"error_code": NONE, "api_keys": api_versions_list(), "throttle_time_ms": 0}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Metadata
+
+
+def _partition_metadata(broker: Any, name: str, num_partitions: int, v: int) -> list[dict]:
+    node = broker.node_id
+    parts = []
+    for p in range(num_partitions):
+        parts.append(
+            {
+                "error_code": NONE,
+                "partition_index": p,
+                "leader_id": node,
+                "leader_epoch": LEADER_EPOCH,
+                "replica_nodes": [node],
+                "isr_nodes": list(broker.isr(name, p)),
+                "offline_replicas": [],
+            }
+        )
+    return parts
+
+
+def _topic_metadata(broker: Any, info: Any, v: int, include_ops: bool) -> dict:
+    return {
+        "error_code": NONE,
+        "name": info.name,
+        "topic_id": info.topic_id,
+        "is_internal": info.name.startswith("__"),
+        "partitions": _partition_metadata(broker, info.name, info.num_partitions, v),
+        "topic_authorized_operations": TOPIC_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+def _topic_error(name: str | None, code: int, topic_id: bytes = ZERO_UUID) -> dict:
+    return {
+        "error_code": code,
+        "name": name,
+        "topic_id": topic_id,
+        "is_internal": False,
+        "partitions": [],
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+@handles(METADATA)
+async def metadata(ctx: RequestContext, request: dict) -> dict:
+    broker = ctx.broker
+    topics_mgr = broker.topics
+    v = ctx.api_version
+    include_ops = bool(request.get("include_topic_authorized_operations", False))
+    requested = request.get("topics")
+    allow_auto = bool(request.get("allow_auto_topic_creation", True)) if v >= 4 else True
+    out: list[dict] = []
+    if requested is None or (v == 0 and not requested):
+        for name in sorted(topics_mgr.names()):
+            info = topics_mgr.get(name)
+            if info is not None:
+                out.append(_topic_metadata(broker, info, v, include_ops))
+    else:
+        from tidelog.broker.topics import TopicError
+
+        for t in requested:
+            name = t.get("name")
+            tid = _uuid_bytes(t.get("topic_id")) if v >= 10 else ZERO_UUID
+            if name is None:
+                if tid == ZERO_UUID:
+                    out.append(_topic_error(None, INVALID_TOPIC_EXCEPTION))
+                    continue
+                info = topics_mgr.by_id(tid)
+                if info is None:
+                    out.append(_topic_error(None, UNKNOWN_TOPIC_ID, tid))
+                else:
+                    out.append(_topic_metadata(broker, info, v, include_ops))
+                continue
+            info = topics_mgr.get(name)
+            if info is None:
+                try:
+                    topics_mgr.validate_topic_name(name)
+                except TopicError:
+                    out.append(_topic_error(name, INVALID_TOPIC_EXCEPTION))
+                    continue
+                if allow_auto:
+                    try:
+                        info = topics_mgr.maybe_auto_create(name)
+                    except TopicError as exc:
+                        code, _ = error_of(exc)
+                        out.append(_topic_error(name, code))
+                        continue
+                if info is None:
+                    out.append(_topic_error(name, UNKNOWN_TOPIC_OR_PARTITION))
+                    continue
+            out.append(_topic_metadata(broker, info, v, include_ops))
+    rack = broker.config.props.get("broker.rack")
+    return {
+        "throttle_time_ms": 0,
+        "brokers": [{"node_id": broker.node_id, "host": broker.host, "port": broker.port, "rack": rack}],
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
+        "topics": out,
+        "cluster_authorized_operations": CLUSTER_OPERATIONS
+        if request.get("include_cluster_authorized_operations")
+        else AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Produce
+
+
+class CloseConnection(Exception):
+    """Raised by a handler to close the connection without answering (acks=0 produce that failed)."""
+
+    quiet = True
+
+
+def _resolve_topic(ctx: RequestContext, t: dict) -> tuple[str | None, bytes, int]:
+    """(name, topic_id, error) for a request topic given by name (old versions) or id (new versions)."""
+    topics = ctx.broker.topics
+    name = t.get("name", t.get("topic"))
+    tid = _uuid_bytes(t.get("topic_id"))
+    if name is None or name == "":
+        if tid == ZERO_UUID:
+            return None, tid, UNKNOWN_TOPIC_ID
+        info = topics.by_id(tid)
+        if info is None:
+            return None, tid, UNKNOWN_TOPIC_ID
+        return info.name, tid, NONE
+    info = topics.get(name)
+    return name, (info.topic_id if info is not None else ZERO_UUID), NONE
+
+
+@handles(PRODUCE)
+async def produce(ctx: RequestContext, request: dict) -> dict | None:
+    broker = ctx.broker
+    v = ctx.api_version
+    acks = request.get("acks", 1)
+    timeout_ms = request.get("timeout_ms", 30000)
+    now_ms = time.time_ns() // 1_000_000
+    responses: list[dict] = []
+    appended: dict[tuple[str, int], int] = {}  # tp -> required offset for acks=-1
+    results: dict[tuple[str, int], dict] = {}
+    any_error = False
+    metrics = broker.metrics
+    for t in request.get("topic_data") or ():
+        name, tid, topic_err = _resolve_topic(ctx, t)
+        parts_out: list[dict] = []
+        responses.append({"name": name or "", "topic_id": tid, "partition_responses": parts_out})
+        for pd in t.get("partition_data") or ():
+            index = pd.get("index", 0)
+            pr = {
+                "index": index,
+                "error_code": NONE,
+                "base_offset": -1,
+                "log_append_time_ms": -1,
+                "log_start_offset": -1,
+                "record_errors": [],
+                "error_message": None,
+            }
+            parts_out.append(pr)
+            if topic_err:
+                pr["error_code"] = topic_err
+                any_error = True
+                continue
+            if acks not in (0, 1, -1):
+                pr["error_code"] = INVALID_REQUIRED_ACKS
+                any_error = True
+                continue
+            try:
+                assert name is not None
+                plog = broker.leader_log(name, index)
+                if acks == -1 and len(broker.isr(name, index)) < plog.config.min_insync_replicas:
+                    pr["error_code"] = NOT_ENOUGH_REPLICAS
+                    pr["error_message"] = (
+                        f"The size of the current ISR {len(broker.isr(name, index))} is insufficient to satisfy "
+                        f"the min.isr requirement of {plog.config.min_insync_replicas} for partition {name}-{index}"
+                    )
+                    any_error = True
+                    continue
+                records = pd.get("records")
+                if records is None or len(records) == 0:
+                    pr["error_code"] = INVALID_RECORD
+                    pr["error_message"] = (
+                        "Produce requests with version 3 or later must have at least one record batch per partition."
+                    )
+                    any_error = True
+                    continue
+                info = plog.append_as_leader(
+                    records, leader_epoch=LEADER_EPOCH, now_ms=now_ms, reject_control_batches=True
+                )
+            except Exception as exc:
+                code, message = error_of(exc)
+                pr["error_code"] = code
+                pr["error_message"] = message if v >= 8 else None
+                any_error = True
+                if code != UNKNOWN_TOPIC_OR_PARTITION:
+                    log.info(
+                        "produce rejected",
+                        extra={"kv": {"topic": name, "partition": index, "error": code, "reason": message,
+                                      "client_id": ctx.client_id}},
+                    )
+                continue
+            pr["base_offset"] = info.first_offset
+            pr["log_append_time_ms"] = info.log_append_time
+            pr["log_start_offset"] = info.log_start_offset
+            tp = (name, index)
+            if not info.duplicate:
+                metrics.record_produce(name, info.size, info.record_count)
+                broker.on_append(tp, plog)
+            appended[tp] = info.last_offset + 1
+            results[tp] = pr
+
+    if acks == 0:
+        if any_error:
+            raise CloseConnection("acks=0 produce failed")
+        return None
+    body = {"responses": responses, "throttle_time_ms": 0}
+    if acks == -1 and appended:
+        op = DelayedProduce(appended, timeout_ms, broker.high_watermark)
+        if not broker.purgatory.produce.try_complete_else_watch(op, list(appended)):
+            pass
+        status = await op.wait()
+        for tp, err in status.items():
+            if err is not None:
+                pr = results[tp]
+                code = ERRORS_BY_NAME[err].code if err in ERRORS_BY_NAME else UNKNOWN_SERVER_ERROR
+                pr["error_code"] = code
+    return body
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Fetch
+
+
+class _FetchPartition:
+    __slots__ = ("error", "fetch_offset", "index", "max_bytes", "name", "out", "tid")
+
+    def __init__(self, name: str | None, tid: bytes, index: int, fetch_offset: int, max_bytes: int, out: dict) -> None:
+        self.name = name
+        self.tid = tid
+        self.index = index
+        self.fetch_offset = fetch_offset
+        self.max_bytes = max_bytes
+        self.out = out
+        self.error = NONE
+
+
+def _read_partitions(broker: Any, parts: list[_FetchPartition], response_max: int, hard_limit: bool) -> tuple[int, bool]:
+    """Fill each partition's response entry with what is readable now. Returns (bytes, any_error)."""
+    from tidelog.protocol.compiler import RecordsChunks
+
+    total = 0
+    any_error = False
+    min_one = not hard_limit
+    metrics = broker.metrics
+    for fp in parts:
+        out = fp.out
+        if fp.error:
+            out["error_code"] = fp.error
+            any_error = True
+            continue
+        try:
+            plog = broker.leader_log(fp.name, fp.index)
+        except PartitionError as exc:
+            out["error_code"], _ = error_of(exc)
+            any_error = True
+            continue
+        hw = plog.high_watermark
+        out["high_watermark"] = hw
+        out["last_stable_offset"] = hw
+        out["log_start_offset"] = plog.log_start_offset
+        limit = min(fp.max_bytes, response_max - total)
+        if limit <= 0 and not min_one:
+            out["records"] = b""
+            continue
+        try:
+            info = plog.read(fp.fetch_offset, max(limit, 0), max_offset=hw, min_one_batch=min_one)
+        except Exception as exc:
+            code, _ = error_of(exc)
+            out["error_code"] = code
+            any_error = True
+            out["records"] = b""
+            continue
+        out["error_code"] = NONE
+        out["high_watermark"] = info.high_watermark if info.high_watermark >= 0 else hw
+        out["last_stable_offset"] = out["high_watermark"]
+        out["log_start_offset"] = info.log_start_offset
+        if info.size:
+            out["records"] = RecordsChunks(list(info.regions), info.size)
+            total += info.size
+            min_one = False
+            metrics.record_fetch(fp.name, info.size)
+        else:
+            out["records"] = b""
+    return total, any_error
+
+
+@handles(FETCH)
+async def fetch(ctx: RequestContext, request: dict) -> dict:
+    broker = ctx.broker
+    v = ctx.api_version
+    replica_id = request.get("replica_id", -1)
+    if v >= 15:
+        state = request.get("replica_state") or {}
+        replica_id = state.get("replica_id", -1) if isinstance(state, dict) else -1
+    session_id = request.get("session_id", 0)
+    session_epoch = request.get("session_epoch", -1)
+    isolation = request.get("isolation_level", 0)
+    max_wait_ms = request.get("max_wait_ms", 0)
+    min_bytes = request.get("min_bytes", 1)
+    response_max = request.get("max_bytes", 0x7FFFFFFF)
+    if response_max <= 0:
+        response_max = 0x7FFFFFFF
+    response_max = min(response_max, broker.config.get("fetch.max.bytes"))
+
+    if session_id != 0 or session_epoch > 0:
+        # we never handed out a session: an incremental fetch cannot be served (Kafka: FETCH_SESSION_ID_NOT_FOUND)
+        return {"throttle_time_ms": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
+
+    parts: list[_FetchPartition] = []
+    responses: list[dict] = []
+    for t in request.get("topics") or ():
+        name, tid, topic_err = _resolve_topic(ctx, {"name": t.get("topic"), "topic_id": t.get("topic_id")})
+        parts_out: list[dict] = []
+        responses.append({"topic": name or "", "topic_id": tid, "partitions": parts_out})
+        for p in t.get("partitions") or ():
+            out = {
+                "partition_index": p.get("partition", 0),
+                "error_code": NONE,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "aborted_transactions": [] if isolation == 1 else None,
+                "preferred_read_replica": -1,
+                "records": b"",
+            }
+            parts_out.append(out)
+            fp = _FetchPartition(name, tid, out["partition_index"], p.get("fetch_offset", 0),
+                                 p.get("partition_max_bytes", 1 << 20), out)
+            if topic_err:
+                fp.error = topic_err
+            elif replica_id >= 0:
+                fp.error = NOT_LEADER_OR_FOLLOWER  # follower fetching: replication is not implemented yet
+            else:
+                fp.error = _leader_epoch_error(p.get("current_leader_epoch", -1))
+            parts.append(fp)
+
+    body = {"throttle_time_ms": 0, "error_code": NONE, "session_id": 0, "responses": responses}
+    hard_limit = v <= 2
+    total, any_error = _read_partitions(broker, parts, response_max, hard_limit)
+    if total >= min_bytes or max_wait_ms <= 0 or any_error or not parts:
+        return body
+
+    # long poll: wait until min_bytes are readable (or max_wait_ms), then read again
+    statuses = [FetchPartitionStatus((fp.name, fp.index), fp.fetch_offset, fp.max_bytes) for fp in parts]  # type: ignore[arg-type]
+
+    def probe(status: FetchPartitionStatus) -> int:
+        plog = broker.leader_log(*status.tp)
+        hw = plog.high_watermark
+        offset = status.fetch_offset
+        if offset < plog.log_start_offset or offset > plog.log_end_offset:
+            raise PartitionError("OFFSET_OUT_OF_RANGE")
+        if hw <= offset:
+            return 0
+        if min_bytes <= _MIN_BATCH:
+            return _MIN_BATCH
+        return plog.read(offset, status.max_bytes, max_offset=hw, min_one_batch=False).size
+
+    op = DelayedFetch(statuses, min_bytes, max_wait_ms, probe)
+    if not broker.purgatory.fetch.try_complete_else_watch(op, [s.tp for s in statuses]):
+        await op.wait()
+    _read_partitions(broker, parts, response_max, hard_limit)
+    return body
+
+
+# ------------------------------------------------------------------------------------------------------------
+# ListOffsets
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+def _list_offset(broker: Any, name: str, index: int, timestamp: int, isolation: int, replica_id: int) -> tuple[int, int, int]:
+    """(error_code, offset, timestamp) for one partition."""
+    plog = broker.leader_log(name, index)
+    if replica_id == -2:  # debugging consumer: may see up to the LEO
+        last_fetchable = plog.log_end_offset
+    else:
+        last_fetchable = plog.high_watermark  # LSO = HW: no transactions
+    if timestamp == LATEST:
+        return NONE, last_fetchable, -1
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return NONE, plog.log_start_offset, -1
+    if timestamp == LATEST_TIERED:
+        return NONE, -1, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = plog.offset_of_max_timestamp()
+    elif timestamp < 0:
+        return error_of(PartitionError("INVALID_REQUEST"))[0], -1, -1
+    else:
+        found = plog.find_offset_by_timestamp(timestamp)
+    if found is None or found[0] >= last_fetchable:
+        return NONE, -1, -1
+    return NONE, found[0], found[1]
+
+
+@handles(LIST_OFFSETS)
+async def list_offsets(ctx: RequestContext, request: dict) -> dict:
+    broker = ctx.broker
+    replica_id = request.get("replica_id", -1)
+    isolation = request.get("isolation_level", 0)
+    out_topics = []
+    for t in request.get("topics") or ():
+        name = t.get("name")
+        parts_out = []
+        out_topics.append({"name": name, "partitions": parts_out})
+        for p in t.get("partitions") or ():
+            index = p.get("partition_index", 0)
+            entry = {
+                "partition_index": index,
+                "error_code": NONE,
+                "old_style_offsets": [],
+                "timestamp": -1,
+                "offset": -1,
+                "leader_epoch": -1,
+            }
+            parts_out.append(entry)
+            err = _leader_epoch_error(p.get("current_leader_epoch", -1))
+            if err:
+                entry["error_code"] = err
+                continue
+            try:
+                code, offset, ts = _list_offset(broker, name, index, p.get("timestamp", LATEST), isolation, replica_id)
+            except Exception as exc:
+                entry["error_code"], _ = error_of(exc)
+                continue
+            entry["error_code"] = code
+            entry["offset"] = offset
+            entry["timestamp"] = ts
+            entry["leader_epoch"] = LEADER_EPOCH if offset >= 0 else -1
+    return {"throttle_time_ms": 0, "topics": out_topics}

@@ -1,0 +1,166 @@
+"""Prometheus metrics, served as ``/metrics`` over HTTP by a small asyncio handler on the broker's loop.
+
+Why not ``prometheus_client.start_http_server``: its thread would read partition state (log sizes) while the loop
+appends; the asyncio handler collects on the loop, between requests, so it sees a consistent picture.
+
+Hot-path cost: label children are cached in plain dicts (one dict lookup + one ``inc`` per event).
+Names follow Kafka's JMX metrics where one exists (BytesInPerSec → ``tidelog_topic_bytes_in_total``, ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+log = logging.getLogger("tidelog.broker.metrics")
+
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class _PartitionCollector(Collector):
+    """Log size / offsets per partition, collected at scrape time from ``source()``:
+    an iterable of (topic, partition, size_bytes, log_start_offset, log_end_offset, high_watermark)."""
+
+    def __init__(self, source: Callable[[], Iterable[tuple[str, int, int, int, int, int]]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        size = GaugeMetricFamily("tidelog_log_size_bytes", "Bytes on disk per partition", labels=["topic", "partition"])
+        start = GaugeMetricFamily("tidelog_log_start_offset", "Log start offset", labels=["topic", "partition"])
+        end = GaugeMetricFamily("tidelog_log_end_offset", "Log end offset", labels=["topic", "partition"])
+        hw = GaugeMetricFamily("tidelog_high_watermark", "High watermark", labels=["topic", "partition"])
+        try:
+            for topic, partition, nbytes, lso, leo, hwm in self._source():
+                labels = [topic, str(partition)]
+                size.add_metric(labels, nbytes)
+                start.add_metric(labels, lso)
+                end.add_metric(labels, leo)
+                hw.add_metric(labels, hwm)
+        except Exception:  # a scrape must never break the broker
+            log.exception("collecting partition metrics failed")
+        return [size, start, end, hw]
+
+
+class BrokerMetrics:
+    """All broker metrics in one registry (a registry per broker, so tests can run several in one process)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self._bytes_in = Counter("tidelog_topic_bytes_in", "Bytes appended per topic", ["topic"], registry=r)
+        self._bytes_out = Counter("tidelog_topic_bytes_out", "Bytes fetched per topic", ["topic"], registry=r)
+        self._messages_in = Counter("tidelog_topic_messages_in", "Records appended per topic", ["topic"], registry=r)
+        self._requests = Counter("tidelog_requests", "Requests handled per API", ["api"], registry=r)
+        self._latency = Histogram(
+            "tidelog_request_latency_seconds",
+            "Time from request decoded to response written, per API",
+            ["api"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._errors = Counter("tidelog_errors", "Error codes returned per API and error", ["api", "error"], registry=r)
+        self.connections = Gauge("tidelog_connections", "Open client connections", registry=r)
+        self._closed = Counter("tidelog_connections_closed", "Connections closed by reason", ["reason"], registry=r)
+        self._child_cache: dict[tuple[str, str], Any] = {}
+        self._partition_source: Callable[[], Iterable[tuple[str, int, int, int, int, int]]] | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self.port: int | None = None
+
+    def _child(self, metric: Any, kind: str, label: str) -> Any:
+        key = (kind, label)
+        child = self._child_cache.get(key)
+        if child is None:
+            child = metric.labels(label)
+            self._child_cache[key] = child
+        return child
+
+    # -- hot path ----------------------------------------------------------------------------------------------
+
+    def record_produce(self, topic: str, nbytes: int, records: int) -> None:
+        self._child(self._bytes_in, "bi", topic).inc(nbytes)
+        if records:
+            self._child(self._messages_in, "mi", topic).inc(records)
+
+    def record_fetch(self, topic: str, nbytes: int) -> None:
+        if nbytes:
+            self._child(self._bytes_out, "bo", topic).inc(nbytes)
+
+    def record_request(self, api: str, seconds: float) -> None:
+        self._child(self._requests, "rq", api).inc()
+        self._child(self._latency, "lt", api).observe(seconds)
+
+    def record_error(self, api: str, error: str, count: int = 1) -> None:
+        key = ("er", api + "\0" + error)
+        child = self._child_cache.get(key)
+        if child is None:
+            child = self._errors.labels(api, error)
+            self._child_cache[key] = child
+        child.inc(count)
+
+    def record_close(self, reason: str) -> None:
+        self._child(self._closed, "cl", reason).inc()
+
+    def forget_topic(self, topic: str) -> None:
+        for kind, metric in (("bi", self._bytes_in), ("bo", self._bytes_out), ("mi", self._messages_in)):
+            if self._child_cache.pop((kind, topic), None) is not None:
+                try:
+                    metric.remove(topic)
+                except KeyError:
+                    pass
+
+    def set_partition_source(self, source: Callable[[], Iterable[tuple[str, int, int, int, int, int]]]) -> None:
+        if self._partition_source is None:
+            self.registry.register(_PartitionCollector(lambda: self._partition_source() if self._partition_source else ()))
+        self._partition_source = source
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # -- HTTP --------------------------------------------------------------------------------------------------
+
+    async def start_http(self, host: str, port: int) -> int | None:
+        """Serve ``GET /metrics``. Returns the bound port, or None when the port cannot be bound (logged)."""
+        try:
+            self._server = await asyncio.start_server(self._handle_http, host, port)
+        except OSError as exc:
+            log.warning("metrics listener %s:%s not started: %s", host, port, exc)
+            return None
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("metrics listening", extra={"kv": {"url": f"http://{host}:{self.port}/metrics"}})
+        return self.port
+
+    async def stop_http(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _handle_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            request_line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+            if len(request_line) >= 2 and request_line[0] in ("GET", "HEAD") and request_line[1].split("?")[0] in (
+                "/metrics",
+                "/",
+            ):
+                body = self.render()
+                status = b"200 OK"
+                ctype = b"text/plain; version=0.0.4; charset=utf-8"
+            else:
+                body, status, ctype = b"not found\n", b"404 Not Found", b"text/plain"
+            writer.write(
+                b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nContent-Length: "
+                + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n"
+                + (body if request_line[:1] != ["HEAD"] else b"")
+            )
+            await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass
+        finally:
+            writer.close()

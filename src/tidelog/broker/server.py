@@ -1,0 +1,712 @@
+"""The broker: one asyncio event loop serving the Kafka wire protocol over PLAINTEXT.
+
+Connections (see :class:`Connection`)
+    Each accepted socket is owned directly (non-blocking, ``TCP_NODELAY``), not through an asyncio transport, so
+    that fetch responses can go out with ``os.sendfile`` straight from the segment files: uvloop has no
+    ``loop.sendfile`` and an asyncio transport hides its socket's buffer, so writing around it is unsafe. Reads
+    and writes try the syscall first and only wait for readiness (``loop.add_reader``/``add_writer``) on
+    ``EAGAIN``: on a busy connection most requests cost one ``recv`` and one ``sendmsg``. This works the same
+    on uvloop and on the default loop (measurements: docs/ARCHITECTURE.md, "Broker network path").
+
+Framing and order (as Kafka's SocketServer)
+    ``int32 size | request``. A size < 0 or > ``socket.request.max.bytes`` closes the connection; the buffer
+    grows only as bytes arrive, so a lying size prefix allocates nothing. One request per connection is processed
+    at a time, in order (Kafka mutes the channel until the response is sent); pipelined requests wait in the
+    socket buffer, which is the backpressure. A response is written completely before the next request is read.
+
+Errors
+    Unknown API key, unsupported version (except ApiVersions, answered in v0 with UNSUPPORTED_VERSION and the
+    full list: KIP-511) and malformed requests close the connection, as Kafka does. A handler exception is
+    logged and closes that connection only.
+
+Leadership
+    :meth:`Broker.leader_log` is the single "am I the leader of this partition" check every data-path handler
+    uses; the high watermark is advanced in one place, :meth:`Broker.maybe_increment_high_watermark`
+    (HW = min LEO over the ISR; alone in the ISR, HW = LEO after each append).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import importlib
+import logging
+import os
+import signal
+import socket
+import struct
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tidelog.broker.config import BrokerConfig
+from tidelog.broker.handlers import HANDLER_MODULES, REGISTRY, RequestContext
+from tidelog.broker.metrics import BrokerMetrics
+from tidelog.broker.purgatory import Purgatory
+
+if TYPE_CHECKING:
+    from tidelog.broker.topics import TopicManager
+
+log = logging.getLogger("tidelog.broker.server")
+
+_I32 = struct.Struct(">i")
+_READ_CHUNK = 256 * 1024
+API_VERSIONS_KEY = 18
+_IOV_MAX = 512
+
+
+class PartitionError(Exception):
+    """A partition-level failure carrying the Kafka error name to answer with."""
+
+    def __init__(self, kafka_error: str, message: str = "") -> None:
+        super().__init__(message or kafka_error)
+        self.kafka_error = kafka_error
+
+
+class _ConnectionClosed(Exception):
+    pass
+
+
+def _api_name(api_key: int) -> str:
+    try:
+        from tidelog.protocol.api_keys import ApiKey
+
+        return ApiKey(api_key).name
+    except (ImportError, ValueError):
+        return str(api_key)
+
+
+_API_NAMES: dict[int, str] = {}
+
+
+def api_name(api_key: int) -> str:
+    name = _API_NAMES.get(api_key)
+    if name is None:
+        name = _API_NAMES[api_key] = _api_name(api_key)
+    return name
+
+
+def _count_errors(body: Any, out: dict[int, int], depth: int = 0) -> None:
+    """Non-zero ``error_code`` fields of a response body (for the errors metric)."""
+    if depth > 6:
+        return
+    if isinstance(body, dict):
+        code = body.get("error_code")
+        if code:
+            out[code] = out.get(code, 0) + 1
+        for v in body.values():
+            if isinstance(v, list) and v and isinstance(v[0], dict):
+                for item in v:
+                    _count_errors(item, out, depth + 1)
+            elif isinstance(v, dict):
+                _count_errors(v, out, depth + 1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class Connection:
+    """One client connection: reads frames, runs handlers one at a time, writes responses (zero-copy regions
+    with ``os.sendfile``)."""
+
+    def __init__(self, broker: Broker, sock: socket.socket, peer: str) -> None:
+        self.broker = broker
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.peer = peer
+        self.client_host = peer.rsplit(":", 1)[0]
+        self._loop = asyncio.get_running_loop()
+        self._rbuf = bytearray()
+        self.last_active = self._loop.time()
+        self.busy = False  # a request is being processed or its response written
+        self.closed = False
+        self.task: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    # -- readiness ---------------------------------------------------------------------------------------------
+
+    async def _wait(self, writable: bool) -> None:
+        fut = self._loop.create_future()
+        self._waiter = fut
+        add, remove = (
+            (self._loop.add_writer, self._loop.remove_writer)
+            if writable
+            else (self._loop.add_reader, self._loop.remove_reader)
+        )
+
+        def ready() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        add(self.fd, ready)
+        try:
+            await fut
+        finally:
+            remove(self.fd)
+            self._waiter = None
+
+    def abort(self) -> None:
+        """Wake a waiting read/write so the connection task notices it must close (idle reaper, shutdown)."""
+        self.closed = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(_ConnectionClosed())
+
+    # -- reading -----------------------------------------------------------------------------------------------
+
+    async def _recv_more(self, want: int) -> None:
+        while True:
+            if self.closed:
+                raise _ConnectionClosed()
+            try:
+                data = self.sock.recv(want)
+            except (BlockingIOError, InterruptedError):
+                await self._wait(False)
+                continue
+            if not data:
+                raise _ConnectionClosed()
+            self._rbuf += data
+            return
+
+    async def read_frame(self) -> bytes | None:
+        """The next request payload, or None when the peer closed between requests."""
+        rbuf = self._rbuf
+        while len(rbuf) < 4:
+            try:
+                await self._recv_more(_READ_CHUNK)
+            except _ConnectionClosed:
+                if rbuf:
+                    log.info("connection closed mid-frame", extra={"kv": {"peer": self.peer, "buffered": len(rbuf)}})
+                    self.broker.metrics.record_close("truncated_frame")
+                return None
+        (size,) = _I32.unpack_from(rbuf, 0)
+        limit = self.broker.config.socket_request_max_bytes
+        if size < 0 or size > limit:
+            log.warning(
+                "closing connection: request size outside limits",
+                extra={"kv": {"peer": self.peer, "size": size, "socket.request.max.bytes": limit}},
+            )
+            self.broker.metrics.record_close("invalid_size")
+            return None
+        end = 4 + size
+        while len(rbuf) < end:
+            try:
+                await self._recv_more(max(_READ_CHUNK, min(end - len(rbuf), 4 * 1024 * 1024)))
+            except _ConnectionClosed:
+                log.info(
+                    "connection closed mid-frame",
+                    extra={"kv": {"peer": self.peer, "size": size, "received": len(rbuf) - 4}},
+                )
+                self.broker.metrics.record_close("truncated_frame")
+                return None
+        with memoryview(rbuf) as mv:
+            frame = bytes(mv[4:end])
+        del rbuf[:end]
+        return frame
+
+    # -- writing -----------------------------------------------------------------------------------------------
+
+    async def _send_buffers(self, bufs: list[Any]) -> None:
+        views = [memoryview(b) for b in bufs if len(b)]
+        while views:
+            try:
+                n = self.sock.sendmsg(views[:_IOV_MAX])
+            except (BlockingIOError, InterruptedError):
+                await self._wait(True)
+                continue
+            while n:
+                first = views[0]
+                if n >= len(first):
+                    n -= len(first)
+                    views.pop(0)
+                else:
+                    views[0] = first[n:]
+                    n = 0
+
+    async def _send_region(self, fd: int, position: int, length: int) -> None:
+        while length > 0:
+            try:
+                n = os.sendfile(self.fd, fd, position, length)
+            except (BlockingIOError, InterruptedError):
+                await self._wait(True)
+                continue
+            if n == 0:
+                # the file is shorter than the region (truncated underneath us): the response cannot be finished
+                raise OSError(errno.EIO, f"sendfile hit end of file with {length} bytes left")
+            position += n
+            length -= n
+
+    async def write_chunks(self, chunks: Iterable[Any]) -> int:
+        """Write a response: ``bytes``-like chunks gathered into ``sendmsg``, file regions (objects with ``fd``,
+        ``position``, ``length``) with ``os.sendfile``. Objects with ``.chunks`` are flattened."""
+        pending: list[Any] = []
+        total = 0
+        for chunk in _flatten(chunks):
+            if isinstance(chunk, (bytes, bytearray, memoryview)):
+                pending.append(chunk)
+                total += len(chunk)
+                continue
+            if pending:
+                await self._send_buffers(pending)
+                pending = []
+            await self._send_region(chunk.fd, chunk.position, chunk.length)
+            total += chunk.length
+        if pending:
+            await self._send_buffers(pending)
+        return total
+
+    # -- the request loop --------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        broker = self.broker
+        broker.metrics.connections.inc()
+        try:
+            while not self.closed:
+                frame = await self.read_frame()
+                if frame is None:
+                    break
+                self.busy = True
+                self.last_active = self._loop.time()
+                keep = await self.process(frame)
+                self.busy = False
+                self.last_active = self._loop.time()
+                if not keep or broker.stopping:
+                    break
+        except _ConnectionClosed:
+            pass
+        except (ConnectionError, OSError) as exc:
+            log.info("connection error", extra={"kv": {"peer": self.peer, "error": repr(exc)}})
+            broker.metrics.record_close("io_error")
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self.close()
+            broker.metrics.connections.dec()
+            broker.connections.discard(self)
+
+    def close(self) -> None:
+        self.closed = True
+        with contextlib.suppress(Exception):
+            self._loop.remove_reader(self.fd)
+            self._loop.remove_writer(self.fd)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    async def process(self, frame: bytes) -> bool:
+        """Decode, dispatch, answer. Returns False when the connection must be closed."""
+        from tidelog.protocol import codec
+        from tidelog.protocol.exceptions import (
+            InvalidRequestError,
+            UnknownApiKeyError,
+            UnsupportedVersionError,
+        )
+
+        broker = self.broker
+        t0 = time.perf_counter()
+        try:
+            header, body = codec.decode_request(frame)
+        except UnsupportedVersionError as exc:
+            if exc.api_key == API_VERSIONS_KEY:
+                # KIP-511: answer in v0 with UNSUPPORTED_VERSION and our ranges; the client retries lower.
+                response = api_versions_unsupported_body(broker)
+                chunks = codec.encode_response(API_VERSIONS_KEY, 0, exc.correlation_id, response)
+                await self.write_chunks(chunks)
+                broker.metrics.record_error("API_VERSIONS", "UNSUPPORTED_VERSION")
+                return True
+            log.info(
+                "closing connection: unsupported API version",
+                extra={"kv": {"peer": self.peer, "api": api_name(exc.api_key), "version": exc.version,
+                              "client_id": exc.client_id}},
+            )
+            broker.metrics.record_close("unsupported_version")
+            return False
+        except UnknownApiKeyError as exc:
+            log.info(
+                "closing connection: unknown API key",
+                extra={"kv": {"peer": self.peer, "api_key": exc.api_key, "version": exc.version}},
+            )
+            broker.metrics.record_close("unknown_api_key")
+            return False
+        except InvalidRequestError as exc:
+            log.info("closing connection: invalid request", extra={"kv": {"peer": self.peer, "error": str(exc)}})
+            broker.metrics.record_close("invalid_request")
+            return False
+
+        api_key = header.api_key
+        handler = REGISTRY.get(api_key)
+        name = api_name(api_key)
+        if handler is None:
+            log.info(
+                "closing connection: no handler for API",
+                extra={"kv": {"peer": self.peer, "api": name, "version": header.api_version}},
+            )
+            broker.metrics.record_close("unknown_api_key")
+            return False
+        ctx = RequestContext(
+            broker=broker,
+            api_key=api_key,
+            api_version=header.api_version,
+            correlation_id=header.correlation_id,
+            client_id=header.client_id,
+            client_host=self.client_host,
+        )
+        try:
+            response = await handler(ctx, body)
+        except Exception as exc:
+            if getattr(exc, "quiet", False):  # a handler's deliberate close (e.g. failed acks=0 produce)
+                log.info("closing connection", extra={"kv": {"peer": self.peer, "api": name, "reason": str(exc)}})
+                broker.metrics.record_close("handler_close")
+                return False
+            log.exception(
+                "handler failed; closing connection",
+                extra={"kv": {"peer": self.peer, "api": name, "version": header.api_version}},
+            )
+            broker.metrics.record_error(name, "UNKNOWN_SERVER_ERROR")
+            broker.metrics.record_close("handler_error")
+            return False
+        if response is not None:
+            chunks = codec.encode_response(api_key, header.api_version, header.correlation_id, response)
+            await self.write_chunks(chunks)
+            errors: dict[int, int] = {}
+            _count_errors(response, errors)
+            for code, n in errors.items():
+                broker.metrics.record_error(name, error_name(code), n)
+        broker.metrics.record_request(name, time.perf_counter() - t0)
+        return True
+
+
+def _flatten(chunks: Iterable[Any]) -> Iterable[Any]:
+    for c in chunks:
+        if isinstance(c, (bytes, bytearray, memoryview)) or hasattr(c, "fd"):
+            yield c
+        elif hasattr(c, "chunks"):
+            yield from _flatten(c.chunks)
+        else:
+            raise TypeError(f"cannot send response chunk of type {type(c).__name__}")
+
+
+def error_name(code: int) -> str:
+    try:
+        from tidelog.protocol.errors import error_for_code
+
+        return error_for_code(code).name
+    except Exception:
+        return str(code)
+
+
+def api_versions_unsupported_body(broker: Broker) -> dict:
+    from tidelog.broker.handlers.core import api_versions_list
+
+    return {"error_code": 35, "api_keys": api_versions_list(), "throttle_time_ms": 0}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _HW:
+    """Replica bookkeeping per partition (one node: the leader alone is the ISR)."""
+
+    isr: tuple[int, ...]
+
+
+class Broker:
+    """A single tidelog broker. Handlers reach everything through ``ctx.broker``:
+
+    ``config`` (BrokerConfig), ``logs`` (storage LogManager), ``topics`` (TopicManager), ``purgatory``,
+    ``metrics``, ``node_id``, ``cluster_id``, ``host``/``port`` (advertised), ``producer_ids``.
+    """
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.cluster_id: str = config.cluster_id or ""
+        listener = config.listener
+        self.bind_host = listener.host or "0.0.0.0"
+        self.bind_port = listener.port
+        adv = config.advertised_listener
+        self.host = adv.host if adv is not None else (listener.host if listener.host not in ("", "0.0.0.0") else "127.0.0.1")
+        self.port = adv.port if adv is not None else listener.port
+        self.logs: Any = None
+        self.topics: TopicManager = None  # type: ignore[assignment]
+        self.purgatory = Purgatory()
+        self.metrics = BrokerMetrics()
+        self.producer_ids: Any = None
+        self.connections: set[Connection] = set()
+        self.stopping = False
+        self._listen_sock: socket.socket | None = None
+        self._accept_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+        self.started = False
+
+    # -- partition state: the leader check and the high watermark ---------------------------------------------
+
+    def leader_log(self, topic: str, partition: int) -> Any:
+        """The PartitionLog of (topic, partition) if this broker leads it; raises :class:`PartitionError`
+        (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER) otherwise. The one leadership check."""
+        log_ = self.topics.get_log(topic, partition)
+        if log_ is None:
+            raise PartitionError("UNKNOWN_TOPIC_OR_PARTITION", f"{topic}-{partition} is not hosted here")
+        return log_
+
+    def isr(self, topic: str, partition: int) -> tuple[int, ...]:
+        return (self.node_id,)
+
+    def maybe_increment_high_watermark(self, tp: tuple[str, int], log_: Any) -> bool:
+        """HW = min LEO over the ISR. With this node alone in the ISR that is the local LEO. Returns True if it
+        moved (then waiting produces/fetches are re-checked)."""
+        new_hw = log_.log_end_offset  # min over ISR LEOs: only ourselves
+        if new_hw > log_.high_watermark:
+            log_.high_watermark = new_hw
+            return True
+        return False
+
+    def on_append(self, tp: tuple[str, int], log_: Any) -> None:
+        """Called by Produce after a successful append."""
+        self.maybe_increment_high_watermark(tp, log_)
+        self.purgatory.check_and_complete(tp)
+
+    def high_watermark(self, tp: tuple[str, int]) -> int:
+        return self.leader_log(*tp).high_watermark
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    def _load_handlers(self) -> None:
+        for mod in HANDLER_MODULES:
+            try:
+                importlib.import_module(mod)
+            except ModuleNotFoundError as exc:
+                if exc.name != mod:
+                    raise
+                log.info("handler module not present, skipped", extra={"kv": {"module": mod}})
+
+    def _open_storage(self) -> None:
+        """Blocking: recovery, loading the topic registry. Runs in a thread before serving."""
+        from tidelog.broker.topics import TopicManager
+        from tidelog.storage.manager import LogManager
+
+        cfg = self.config
+        for d in cfg.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        self.topics = TopicManager(self)
+        self.logs = LogManager(list(cfg.log_dirs), cfg.log_config(), **self.topics.log_manager_kwargs())
+        self.logs.startup(self.topics.topic_config)
+        self.topics.load()
+        self.cluster_id = self.cluster_id or self._cluster_id_from_storage()
+        try:
+            from tidelog.broker.producer_ids import ProducerIdManager
+
+            self.producer_ids = ProducerIdManager(cfg.log_dirs)
+        except ImportError:
+            self.producer_ids = None
+
+    def _cluster_id_from_storage(self) -> str:
+        cid = getattr(self.logs, "cluster_id", None)
+        if cid:
+            return str(cid)
+        try:
+            from tidelog.storage.checkpoints import read_meta_properties
+
+            for d in self.config.log_dirs:
+                meta = read_meta_properties(Path(d) / "meta.properties")
+                if meta is not None and getattr(meta, "cluster_id", None):
+                    return str(meta.cluster_id)
+        except ImportError:
+            pass
+        from tidelog.broker.topics import new_cluster_id
+
+        return new_cluster_id()
+
+    async def start(self) -> None:
+        """Open storage (recovery runs in a thread), bind the listener, start background tasks."""
+        self._load_handlers()
+        t0 = time.monotonic()
+        await asyncio.to_thread(self._open_storage)
+        log.info(
+            "storage ready",
+            extra={"kv": {"log_dirs": ",".join(str(d) for d in self.config.log_dirs),
+                          "topics": len(self.topics.names()), "seconds": round(time.monotonic() - t0, 3)}},
+        )
+        self.metrics.set_partition_source(self._partition_metrics)
+        sock = socket.socket(socket.AF_INET6 if ":" in self.bind_host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.bind_host, self.bind_port))
+        except OSError:
+            sock.close()
+            raise
+        sock.listen(max(50, self.config.get("socket.listen.backlog.size")))
+        sock.setblocking(False)
+        self._listen_sock = sock
+        bound_port = sock.getsockname()[1]
+        if self.bind_port == 0 and self.config.advertised_listener is None:
+            self.port = bound_port
+        self.bind_port = bound_port
+        loop = asyncio.get_running_loop()
+        self._accept_task = loop.create_task(self._accept_loop())
+        self._tasks.append(loop.create_task(self._tick_loop()))
+        self._tasks.append(loop.create_task(self._idle_reaper()))
+        ml = self.config.metrics_listener
+        if ml is not None:
+            await self.metrics.start_http(*ml)
+        self.started = True
+        log.info(
+            "broker started",
+            extra={"kv": {"node.id": self.node_id, "cluster.id": self.cluster_id,
+                          "listener": f"PLAINTEXT://{self.bind_host}:{bound_port}",
+                          "advertised": f"{self.host}:{self.port}",
+                          "loop": type(loop).__module__.split(".")[0]}},
+        )
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._listen_sock is not None
+        lsock = self._listen_sock
+        while not self.stopping:
+            try:
+                sock, addr = await loop.sock_accept(lsock)
+            except asyncio.CancelledError:
+                raise
+            except OSError as exc:
+                if self.stopping:
+                    return
+                log.warning("accept failed", extra={"kv": {"error": repr(exc)}})
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    await asyncio.sleep(0.1)  # out of descriptors: back off instead of spinning
+                continue
+            sock.setblocking(False)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for opt, key in ((socket.SO_SNDBUF, "socket.send.buffer.bytes"), (socket.SO_RCVBUF, "socket.receive.buffer.bytes")):
+                size = self.config.get(key)
+                if size and size > 0:
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.SOL_SOCKET, opt, size)
+            peer = f"{addr[0]}:{addr[1]}"
+            conn = Connection(self, sock, peer)
+            self.connections.add(conn)
+            conn.task = loop.create_task(conn.run())
+
+    async def _tick_loop(self) -> None:
+        """Drive the log manager's periodic work (retention, checkpoints, flushes) from the loop."""
+        interval = self.config.get("tidelog.log.tick.interval.ms") / 1000.0
+        while not self.stopping:
+            await asyncio.sleep(interval)
+            try:
+                # LogManager is thread-safe and its tick flushes and writes checkpoints (fsync): off the loop
+                await asyncio.to_thread(self.logs.tick, time.time_ns() // 1_000_000)
+            except Exception:
+                log.exception("log manager tick failed")
+
+    async def _idle_reaper(self) -> None:
+        """Close connections idle longer than ``connections.max.idle.ms`` (Kafka's Selector does the same)."""
+        idle_s = self.config.connections_max_idle_ms / 1000.0
+        if idle_s <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        period = min(max(idle_s / 10, 0.05), 30.0)
+        while not self.stopping:
+            await asyncio.sleep(period)
+            now = loop.time()
+            for conn in list(self.connections):
+                if not conn.busy and now - conn.last_active > idle_s:
+                    log.info("closing idle connection", extra={"kv": {"peer": conn.peer}})
+                    self.metrics.record_close("idle")
+                    conn.abort()
+
+    def _partition_metrics(self) -> Iterable[tuple[str, int, int, int, int, int]]:
+        if self.topics is None:
+            return
+        for name in self.topics.names():
+            info = self.topics.get(name)
+            if info is None:
+                continue
+            for p in range(info.num_partitions):
+                lg = self.topics.get_log(name, p)
+                if lg is None:
+                    continue
+                yield name, p, lg.size_in_bytes, lg.log_start_offset, lg.log_end_offset, lg.high_watermark
+
+    async def shutdown(self) -> None:
+        """Graceful stop: stop accepting, let in-flight requests finish, close connections, shut storage down
+        (which writes the clean-shutdown marker)."""
+        if self.stopping:
+            await self._stopped.wait()
+            return
+        self.stopping = True
+        log.info("broker shutting down", extra={"kv": {"connections": len(self.connections)}})
+        loop = asyncio.get_running_loop()
+        if self._accept_task is not None:
+            self._accept_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._accept_task
+        if self._listen_sock is not None:
+            self._listen_sock.close()
+        # complete long polls now so their responses go out
+        self.purgatory.shutdown()
+        # idle connections (waiting for a request) close now; busy ones finish their response first
+        for conn in list(self.connections):
+            if not conn.busy:
+                conn.abort()
+        pending = [c.task for c in self.connections if c.task is not None]
+        if pending:
+            _, still = await asyncio.wait(pending, timeout=10)
+            for t in still:
+                t.cancel()
+            if still:
+                await asyncio.wait(still, timeout=1)
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await self.metrics.stop_http()
+        if self.logs is not None:
+            await loop.run_in_executor(None, self.logs.shutdown)
+        log.info("broker stopped")
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def install_event_loop_policy(use_uvloop: bool = True) -> str:
+    """uvloop when available (and wanted), else asyncio's default. Returns the name used."""
+    if use_uvloop:
+        try:
+            import uvloop
+
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+            return "uvloop"
+        except ImportError:
+            pass
+    asyncio.set_event_loop_policy(None)
+    return "asyncio"
+
+
+async def serve(config: BrokerConfig, *, ready: asyncio.Event | None = None) -> None:
+    """Run a broker until SIGTERM/SIGINT, then shut down gracefully."""
+    broker = Broker(config)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    await broker.start()
+    if ready is not None:
+        ready.set()
+    await stop.wait()
+    await broker.shutdown()
+
+
+def run(config: BrokerConfig, *, use_uvloop: bool | None = None) -> None:
+    if use_uvloop is None:
+        use_uvloop = os.environ.get("TIDELOG_LOOP", "uvloop") != "asyncio"
+    install_event_loop_policy(use_uvloop)
+    asyncio.run(serve(config))

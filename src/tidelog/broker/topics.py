@@ -1,0 +1,567 @@
+"""Topic metadata: names, ids, partition counts and per-topic config overrides.
+
+Kafka keeps this in ZooKeeper or the KRaft metadata log. tidelog keeps it in one JSON file at the root of each
+log dir, ``tidelog-topics.json``. Kafka's own log loader only looks at directories named ``<topic>-<partition>``
+and at its known checkpoint files, so the extra file does not disturb a Kafka broker opening the same dir.
+The file is written atomically (``.tmp`` + fsync + rename + directory fsync) to every log dir; each write carries
+an increasing ``generation`` and the highest generation found wins on load::
+
+    {"version": 1, "generation": 7,
+     "topics": {"orders": {"topic_id": "<22-char Kafka Uuid>", "partitions": 3,
+                           "configs": {"retention.ms": "3600000"}}}}
+
+``configs`` holds only the overrides (as a Kafka ``AlterConfigs`` would store them); effective values are the
+overrides on top of the broker's ``log.*`` defaults.
+
+Partition directories found on disk for topics the file does not know (a registry lost, a dir copied from
+Kafka) are adopted at start: the topic gets ``max(partition) + 1`` partitions and the id from
+``partition.metadata`` (or a new id).
+
+Everything here runs on the event loop and is synchronous: creating a partition creates a directory and a few
+small files (milliseconds). Validation errors raise :class:`TopicError` with Kafka's error name.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tidelog.broker.server import Broker
+    from tidelog.storage.config import LogConfig
+
+log = logging.getLogger("tidelog.broker.topics")
+
+REGISTRY_FILE = "tidelog-topics.json"
+REGISTRY_VERSION = 1
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+\Z")
+
+# DescribeConfigs sources (Kafka's ConfigSource / DescribeConfigsResponse.ConfigSource)
+DYNAMIC_TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
+# IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType)
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+# Topic config -> broker-level synonyms, in Kafka's precedence order (LogConfig.TopicConfigSynonyms).
+_BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "segment.ms": ("log.roll.ms", "log.roll.hours"),
+    "segment.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+}
+
+
+class TopicError(Exception):
+    """A topic operation refused with a Kafka error name (e.g. ``TOPIC_ALREADY_EXISTS``)."""
+
+    def __init__(self, kafka_error: str, message: str) -> None:
+        super().__init__(message)
+        self.kafka_error = kafka_error
+        self.message = message
+
+
+@dataclass(slots=True)
+class TopicInfo:
+    name: str
+    topic_id: bytes
+    num_partitions: int
+    overrides: dict[str, str]
+    log_config: LogConfig
+
+    @property
+    def topic_id_str(self) -> str:
+        return _uuid_str(self.topic_id)
+
+
+@dataclass(slots=True)
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: int
+
+
+@dataclass(slots=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: int
+    read_only: bool = False
+    is_sensitive: bool = False
+    synonyms: list[ConfigSynonym] = field(default_factory=list)
+    config_type: str | None = None
+    documentation: str | None = None
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == DEFAULT_CONFIG
+
+
+def _uuid_str(value: bytes) -> str:
+    return base64.urlsafe_b64encode(value).rstrip(b"=").decode("ascii")
+
+
+def _uuid_bytes(text: str) -> bytes:
+    from tidelog.storage.checkpoints import uuid_from_str
+
+    return uuid_from_str(text)
+
+
+def new_topic_id() -> bytes:
+    from tidelog.storage.checkpoints import new_uuid
+
+    return new_uuid()
+
+
+def new_cluster_id() -> str:
+    return _uuid_str(new_topic_id())
+
+
+def validate_topic_name(name: Any) -> None:
+    """Kafka's ``Topic.validate``: non-empty, not ``.``/``..``, at most 249 chars of ``[a-zA-Z0-9._-]``."""
+    if not isinstance(name, str) or not name:
+        raise TopicError("INVALID_TOPIC_EXCEPTION", "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise TopicError("INVALID_TOPIC_EXCEPTION", "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_NAME_LENGTH:
+        raise TopicError(
+            "INVALID_TOPIC_EXCEPTION",
+            f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters, topic name: {name}",
+        )
+    if not _LEGAL.match(name):
+        raise TopicError(
+            "INVALID_TOPIC_EXCEPTION",
+            f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' "
+            "and '-'",
+        )
+
+
+def _collision_key(name: str) -> str:
+    return name.replace(".", "_")
+
+
+class TopicManager:
+    """The broker's topic registry. ``broker`` supplies ``config`` (BrokerConfig), ``logs`` (LogManager),
+    ``node_id``, and optionally ``purgatory``/``metrics`` (woken / cleaned on delete)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.config = broker.config
+        self._topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[bytes, TopicInfo] = {}
+        self._logs: dict[tuple[str, int], Any] = {}
+        self._generation = 0
+        self._load_registry()
+
+    # -- persistence --------------------------------------------------------------------------------------------
+
+    @property
+    def _min_segment_bytes(self) -> int | None:
+        v = self.config.props.get("tidelog.min.segment.bytes")
+        return int(v) if v is not None else None
+
+    def default_log_config(self) -> LogConfig:
+        return self.config.log_config()
+
+    def _log_config(self, overrides: dict[str, str]) -> LogConfig:
+        from tidelog.storage.config import LogConfig
+
+        return LogConfig.from_properties(overrides, self.default_log_config(), min_segment_bytes=self._min_segment_bytes)
+
+    def _registry_paths(self) -> list[Path]:
+        return [Path(d) / REGISTRY_FILE for d in self.config.log_dirs]
+
+    def _load_registry(self) -> None:
+        best: dict[str, Any] | None = None
+        for path in self._registry_paths():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as exc:
+                log.error("topic registry unreadable, ignoring this copy", extra={"kv": {"path": path, "error": exc}})
+                continue
+            if not isinstance(data, dict) or data.get("version") != REGISTRY_VERSION:
+                log.error("topic registry has an unknown version, ignoring this copy", extra={"kv": {"path": path}})
+                continue
+            if best is None or int(data.get("generation", 0)) > int(best.get("generation", 0)):
+                best = data
+        if best is None:
+            return
+        self._generation = int(best.get("generation", 0))
+        for name, t in (best.get("topics") or {}).items():
+            try:
+                overrides = {str(k): str(v) for k, v in (t.get("configs") or {}).items()}
+                try:
+                    cfg = self._log_config(overrides)
+                except ValueError as exc:
+                    log.error(
+                        "stored config of topic invalid now; using broker defaults",
+                        extra={"kv": {"topic": name, "error": exc}},
+                    )
+                    cfg = self.default_log_config()
+                info = TopicInfo(name, _uuid_bytes(t["topic_id"]), int(t["partitions"]), overrides, cfg)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.error("skipping malformed topic registry entry", extra={"kv": {"topic": name, "error": exc}})
+                continue
+            self._topics[name] = info
+            self._by_id[info.topic_id] = info
+
+    def _persist(self) -> None:
+        from tidelog.storage.checkpoints import atomic_write
+
+        self._generation += 1
+        data = {
+            "version": REGISTRY_VERSION,
+            "generation": self._generation,
+            "topics": {
+                t.name: {"topic_id": t.topic_id_str, "partitions": t.num_partitions, "configs": dict(sorted(t.overrides.items()))}
+                for t in sorted(self._topics.values(), key=lambda t: t.name)
+            },
+        }
+        blob = (json.dumps(data, indent=1, sort_keys=False) + "\n").encode()
+        for path in self._registry_paths():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, blob)
+
+    # -- startup -----------------------------------------------------------------------------------------------
+
+    def topic_config(self, topic: str) -> LogConfig:
+        """The LogConfig for ``topic`` (its overrides on the broker defaults); the LogManager's per-topic hook."""
+        info = self._topics.get(topic)
+        return info.log_config if info is not None else self.default_log_config()
+
+    def log_manager_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``LogManager(...)`` beyond log dirs and the default config."""
+        cfg = self.config
+        return {
+            "broker_id": self.broker.node_id,
+            "cluster_id": cfg.cluster_id,
+            "recovery_threads": cfg.get("num.recovery.threads.per.data.dir"),
+            "show_progress": False,
+            "recovery_point_checkpoint_interval_ms": cfg.get("log.flush.offset.checkpoint.interval.ms"),
+            "log_start_offset_checkpoint_interval_ms": cfg.get("log.flush.start.offset.checkpoint.interval.ms"),
+            "high_watermark_checkpoint_interval_ms": cfg.get("replica.high.watermark.checkpoint.interval.ms"),
+        }
+
+    def load(self) -> None:
+        """After ``LogManager.startup()``: match logs on disk with the registry, create missing partitions,
+        adopt unregistered ones, apply per-topic configs."""
+        logs = self.broker.logs
+        on_disk: dict[str, dict[int, Any]] = {}
+        for (topic, partition), lg in logs.all_logs().items():
+            on_disk.setdefault(topic, {})[partition] = lg
+        changed = False
+        for topic, parts in on_disk.items():
+            info = self._topics.get(topic)
+            if info is None:
+                topic_id = logs.topic_id_of(topic) or new_topic_id()
+                info = TopicInfo(topic, bytes(topic_id), max(parts) + 1, {}, self.default_log_config())
+                self._topics[topic] = info
+                self._by_id[info.topic_id] = info
+                changed = True
+                log.warning(
+                    "adopted topic found on disk but not in the registry",
+                    extra={"kv": {"topic": topic, "partitions": info.num_partitions}},
+                )
+            elif max(parts) + 1 > info.num_partitions:
+                info.num_partitions = max(parts) + 1
+                changed = True
+        for info in self._topics.values():
+            parts = on_disk.get(info.name, {})
+            for p in range(info.num_partitions):
+                lg = parts.get(p)
+                if lg is None:
+                    lg = logs.create_log(info.name, p, info.log_config, info.topic_id)
+                elif getattr(lg, "config", None) != info.log_config:
+                    lg.update_config(info.log_config)
+                self._logs[(info.name, p)] = lg
+        if changed or (self._topics and not all(p.exists() for p in self._registry_paths())):
+            self._persist()
+
+    # -- queries -----------------------------------------------------------------------------------------------
+
+    validate_topic_name = staticmethod(validate_topic_name)
+
+    def exists(self, name: str) -> bool:
+        return name in self._topics
+
+    def names(self) -> list[str]:
+        return list(self._topics)
+
+    def get(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def by_id(self, topic_id: bytes) -> TopicInfo | None:
+        return self._by_id.get(bytes(topic_id))
+
+    def get_log(self, topic: str, partition: int) -> Any:
+        """The local PartitionLog, or None."""
+        return self._logs.get((topic, partition))
+
+    def all_topics(self) -> Iterable[TopicInfo]:
+        return self._topics.values()
+
+    # -- create / delete ---------------------------------------------------------------------------------------
+
+    def _validate_new_name(self, name: str) -> None:
+        validate_topic_name(name)
+        if name in self._topics:
+            raise TopicError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
+        key = _collision_key(name)
+        for other in self._topics:
+            if _collision_key(other) == key:
+                raise TopicError(
+                    "INVALID_TOPIC_EXCEPTION", f"Topic '{name}' collides with existing topic: {other}"
+                )
+
+    def _validate_configs(self, configs: dict[str, str | None] | None) -> tuple[dict[str, str], LogConfig]:
+        overrides: dict[str, str] = {}
+        for k, v in (configs or {}).items():
+            if v is None:
+                raise TopicError("INVALID_CONFIG", f"Null value not supported for topic configs: {k}")
+            overrides[k] = str(v)
+        try:
+            cfg = self._log_config(overrides)
+        except ValueError as exc:
+            raise TopicError("INVALID_CONFIG", str(exc)) from None
+        return overrides, cfg
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: dict[str, str | None] | None = None,
+        validate_only: bool = False,
+    ) -> TopicInfo:
+        self._validate_new_name(name)
+        if num_partitions == -1:
+            num_partitions = self.config.num_partitions
+        if num_partitions <= 0:
+            raise TopicError("INVALID_PARTITIONS", "Number of partitions was set to an invalid non-positive value.")
+        if replication_factor == -1:
+            replication_factor = self.config.default_replication_factor
+        if replication_factor <= 0:
+            raise TopicError(
+                "INVALID_REPLICATION_FACTOR", "Replication factor must be larger than 0, or -1 to use the default value."
+            )
+        if replication_factor > 1:
+            raise TopicError(
+                "INVALID_REPLICATION_FACTOR",
+                f"Unable to replicate the partition {replication_factor} time(s): The target replication factor of "
+                f"{replication_factor} cannot be reached because only 1 broker(s) are registered.",
+            )
+        overrides, cfg = self._validate_configs(configs)
+        topic_id = new_topic_id()
+        while topic_id in self._by_id:
+            topic_id = new_topic_id()
+        info = TopicInfo(name, topic_id, num_partitions, overrides, cfg)
+        if validate_only:
+            return info
+        # registry first: a crash between here and the logs is repaired at start (missing partitions are created)
+        self._topics[name] = info
+        self._by_id[topic_id] = info
+        try:
+            self._persist()
+            for p in range(num_partitions):
+                self._logs[(name, p)] = self.broker.logs.create_log(name, p, cfg, topic_id)
+        except Exception:
+            log.exception("topic creation failed", extra={"kv": {"topic": name}})
+            self._drop(info)
+            raise
+        log.info(
+            "topic created",
+            extra={"kv": {"topic": name, "partitions": num_partitions, "topic_id": info.topic_id_str,
+                          "configs": overrides or ""}},
+        )
+        return info
+
+    def _drop(self, info: TopicInfo) -> None:
+        self._topics.pop(info.name, None)
+        self._by_id.pop(info.topic_id, None)
+        for p in range(info.num_partitions):
+            lg = self._logs.pop((info.name, p), None)
+            if lg is not None:
+                try:
+                    self.broker.logs.delete_log(info.name, p)
+                except Exception:
+                    log.exception("deleting partition failed", extra={"kv": {"topic": info.name, "partition": p}})
+
+    def delete_topic(self, name: str) -> TopicInfo:
+        info = self._topics.get(name)
+        if info is None:
+            raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"This server does not host topic {name}.")
+        self._topics.pop(name, None)
+        self._by_id.pop(info.topic_id, None)
+        self._persist()
+        for p in range(info.num_partitions):
+            self._logs.pop((name, p), None)
+            try:
+                self.broker.logs.delete_log(name, p)
+            except Exception:
+                log.exception("deleting partition failed", extra={"kv": {"topic": name, "partition": p}})
+            purgatory = getattr(self.broker, "purgatory", None)
+            if purgatory is not None:
+                purgatory.check_and_complete((name, p))
+        metrics = getattr(self.broker, "metrics", None)
+        if metrics is not None:
+            metrics.forget_topic(name)
+        log.info("topic deleted", extra={"kv": {"topic": name, "topic_id": info.topic_id_str}})
+        return info
+
+    def create_partitions(self, name: str, total_count: int, validate_only: bool = False) -> TopicInfo:
+        info = self._topics.get(name)
+        if info is None:
+            raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"This server does not host topic {name}.")
+        current = info.num_partitions
+        if total_count == current:
+            raise TopicError("INVALID_PARTITIONS", f"Topic already has {current} partitions.")
+        if total_count < current:
+            raise TopicError(
+                "INVALID_PARTITIONS",
+                f"Topic currently has {current} partitions, which is higher than the requested {total_count}.",
+            )
+        if validate_only:
+            return info
+        info.num_partitions = total_count
+        self._persist()
+        for p in range(current, total_count):
+            self._logs[(name, p)] = self.broker.logs.create_log(name, p, info.log_config, info.topic_id)
+        log.info("partitions added", extra={"kv": {"topic": name, "from": current, "to": total_count}})
+        return info
+
+    def maybe_auto_create(self, name: str) -> TopicInfo | None:
+        """Create ``name`` with broker defaults if ``auto.create.topics.enable``; None if disabled. Raises
+        TopicError for invalid names or when the defaults cannot be met."""
+        info = self._topics.get(name)
+        if info is not None:
+            return info
+        if not self.config.auto_create_topics_enable:
+            return None
+        return self.create_topic(name)
+
+    # -- configs -----------------------------------------------------------------------------------------------
+
+    def _apply_overrides(self, info: TopicInfo, overrides: dict[str, str], cfg: LogConfig) -> None:
+        info.overrides = overrides
+        info.log_config = cfg
+        self._persist()
+        for p in range(info.num_partitions):
+            lg = self._logs.get((info.name, p))
+            if lg is not None:
+                lg.update_config(cfg)
+        log.info("topic configs changed", extra={"kv": {"topic": info.name, "configs": overrides or ""}})
+
+    def _require(self, name: str) -> TopicInfo:
+        info = self._topics.get(name)
+        if info is None:
+            raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"Topic {name} does not exist.")
+        return info
+
+    def alter_configs(self, name: str, overrides: dict[str, str | None], validate_only: bool = False) -> TopicInfo:
+        """Replace all overrides of ``name`` (Kafka's AlterConfigs semantics)."""
+        info = self._require(name)
+        new_overrides, cfg = self._validate_configs(overrides)
+        if not validate_only:
+            self._apply_overrides(info, new_overrides, cfg)
+        return info
+
+    def incremental_alter_configs(
+        self, name: str, ops: list[tuple[str, int, str | None]], validate_only: bool = False
+    ) -> TopicInfo:
+        """Apply (config, op, value) changes: SET=0, DELETE=1, APPEND=2, SUBTRACT=3 (list configs only)."""
+        from tidelog.storage.config import LogConfig
+
+        info = self._require(name)
+        overrides = dict(info.overrides)
+        seen: set[str] = set()
+        for key, op, value in ops:
+            if key in seen:
+                raise TopicError("INVALID_REQUEST", f"Error due to duplicate config keys: {key}")
+            seen.add(key)
+            if not LogConfig.is_known(key):
+                raise TopicError("INVALID_CONFIG", f"Unknown topic config name: {key}")
+            if op == OP_SET:
+                if value is None:
+                    raise TopicError("INVALID_CONFIG", f"Null value not supported for: {key}")
+                overrides[key] = value
+            elif op == OP_DELETE:
+                overrides.pop(key, None)
+            elif op in (OP_APPEND, OP_SUBTRACT):
+                default_value = LogConfig().get(key)
+                if not isinstance(default_value, tuple):
+                    raise TopicError(
+                        "INVALID_CONFIG",
+                        f"Config value {'append' if op == OP_APPEND else 'subtract'} is not allowed for config key: {key}",
+                    )
+                current = overrides.get(key)
+                items = (
+                    [s.strip() for s in current.split(",") if s.strip()]
+                    if current is not None
+                    else list(default_value)
+                )
+                given = [s.strip() for s in (value or "").split(",") if s.strip()]
+                if op == OP_APPEND:
+                    items += [g for g in given if g not in items]
+                else:
+                    items = [i for i in items if i not in given]
+                overrides[key] = ",".join(items)
+            else:
+                raise TopicError("INVALID_REQUEST", f"Unknown alter config operation {op}")
+        new_overrides, cfg = self._validate_configs(overrides)
+        if not validate_only:
+            self._apply_overrides(info, new_overrides, cfg)
+        return info
+
+    def _entries(self, overrides: dict[str, str], keys: Iterable[str] | None) -> list[ConfigEntry]:
+        from tidelog.storage.config import BROKER_TO_TOPIC_CONFIG, LogConfig
+
+        defaults = LogConfig().to_properties()
+        try:
+            effective = self._log_config(overrides).to_properties()
+        except ValueError:
+            effective = self.default_log_config().to_properties()
+        broker_defaults = self.default_log_config().to_properties()
+        topic_to_broker: dict[str, list[str]] = {}
+        for b, t in BROKER_TO_TOPIC_CONFIG.items():
+            topic_to_broker.setdefault(t, []).append(b)
+        for t, bs in _BROKER_SYNONYMS.items():
+            topic_to_broker.setdefault(t, []).extend(bs)
+        props = self.config.props
+        wanted = list(LogConfig.names()) if keys is None else [k for k in keys if LogConfig.is_known(k)]
+        out: list[ConfigEntry] = []
+        for name in wanted:
+            synonyms: list[ConfigSynonym] = []
+            if name in overrides:
+                synonyms.append(ConfigSynonym(name, overrides[name], DYNAMIC_TOPIC_CONFIG))
+            for b in topic_to_broker.get(name, []):
+                if b in props:
+                    synonyms.append(ConfigSynonym(b, props[b], STATIC_BROKER_CONFIG))
+            synonyms.append(ConfigSynonym(name, defaults.get(name), DEFAULT_CONFIG))
+            if name in overrides:
+                source, value = DYNAMIC_TOPIC_CONFIG, effective[name]
+            elif any(s.source == STATIC_BROKER_CONFIG for s in synonyms):
+                source, value = STATIC_BROKER_CONFIG, broker_defaults[name]
+            else:
+                source, value = DEFAULT_CONFIG, defaults.get(name)
+            out.append(ConfigEntry(name, value, source, read_only=False, is_sensitive=False, synonyms=synonyms))
+        return out
+
+    def describe_configs(self, name: str, keys: Iterable[str] | None = None) -> list[ConfigEntry]:
+        info = self._require(name)
+        return self._entries(info.overrides, keys)
+
+    def describe_default_configs(self, configs: dict[str, str] | None = None) -> list[ConfigEntry]:
+        """What ``describe_configs`` would answer for a new topic with ``configs`` (CreateTopics validate_only)."""
+        overrides = {k: v for k, v in (configs or {}).items() if v is not None}
+        return self._entries(overrides, None)
