@@ -1,0 +1,919 @@
+"""Admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs, AlterConfigs,
+IncrementalAlterConfigs, DescribeCluster.
+
+The handlers translate between request/response bodies and the broker's :class:`TopicManager`; validation of
+topic names, partition counts, replication factors and config values lives there and is reported as
+``TopicError(kafka_error_name, message)``, which becomes a per-topic (or per-resource) error code and message
+here, as Kafka does: one bad topic never fails the others.
+
+Kafka behaviours reproduced (sources: Kafka ``ControllerApis``/``KafkaApis``, ``ReplicationControlManager``,
+``ConfigAdminManager``, ``UnifiedLog.deleteRecords``):
+
+* A topic named twice in one CreateTopics / DeleteTopics / CreatePartitions request: INVALID_REQUEST for it.
+* CreateTopics with explicit ``assignments`` must leave ``num_partitions``/``replication_factor`` at -1.
+  Assignments must cover partitions 0..n-1, every partition the same non-empty set of distinct brokers; on one
+  node that means ``[[node_id]]`` per partition, anything else is INVALID_REPLICA_ASSIGNMENT.
+* CreateTopics v5+ answers the topic's configs (with sources), partition count and replication factor; v7 the
+  topic id. ``validate_only`` answers the same without creating anything.
+* DeleteTopics v6 deletes by name or by topic id (not both: INVALID_REQUEST); unknown id is UNKNOWN_TOPIC_ID.
+* DeleteRecords: offset -1 means the high watermark; an offset below 0 or above the high watermark is
+  OFFSET_OUT_OF_RANGE; a topic whose ``cleanup.policy`` lacks ``delete`` is POLICY_VIOLATION. The answer is
+  the partition's new low watermark (log start offset).
+* AlterConfigs/IncrementalAlterConfigs on a BROKER resource: tidelog's broker configs are all static (read
+  from ``server.properties`` at start), so any change is refused as Kafka refuses a non-dynamic broker config:
+  INVALID_REQUEST "Cannot update these configs dynamically". An empty change set is accepted.
+* DescribeCluster with ``endpoint_type`` 2 (controllers) sent to a broker listener: UNSUPPORTED_ENDPOINT_TYPE.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from tidelog.broker.handlers import RequestContext, handles
+from tidelog.protocol.errors import error_code
+
+log = logging.getLogger("tidelog.broker.admin")
+
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DELETE_RECORDS = 21
+DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
+CREATE_PARTITIONS = 37
+INCREMENTAL_ALTER_CONFIGS = 44
+DESCRIBE_CLUSTER = 60
+
+# ConfigResource.Type
+RESOURCE_UNKNOWN = 0
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+
+# DescribeConfigsResponse.ConfigSource
+SOURCE_UNKNOWN = 0
+SOURCE_TOPIC_CONFIG = 1
+SOURCE_DYNAMIC_BROKER_CONFIG = 2
+SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+SOURCE_STATIC_BROKER_CONFIG = 4
+SOURCE_DEFAULT_CONFIG = 5
+
+# DescribeConfigsResponse.ConfigType
+TYPE_UNKNOWN = 0
+TYPE_BOOLEAN = 1
+TYPE_STRING = 2
+TYPE_INT = 3
+TYPE_SHORT = 4
+TYPE_LONG = 5
+TYPE_DOUBLE = 6
+TYPE_LIST = 7
+TYPE_CLASS = 8
+TYPE_PASSWORD = 9
+
+# IncrementalAlterConfigs OpType
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+OP_NAMES = {OP_SET: "SET", OP_DELETE: "DELETE", OP_APPEND: "APPEND", OP_SUBTRACT: "SUBTRACT"}
+
+# AclOperation codes; without an authorizer Kafka reports every operation the resource type supports.
+_ACL_OPS_CLUSTER = (
+    5,
+    7,
+    8,
+    9,
+    10,
+    11,
+    12,
+)  # CREATE ALTER DESCRIBE CLUSTER_ACTION DESCRIBE/ALTER_CONFIGS IDEMPOTENT_WRITE
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+ENDPOINT_BROKERS = 1
+ENDPOINT_CONTROLLERS = 2
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# helpers
+
+
+async def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call a TopicManager / log method that may be sync or async."""
+    result = fn(*args, **kwargs)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _error_of(exc: BaseException) -> tuple[int, str]:
+    """(error code, message) for an exception carrying a Kafka error name (TopicError, storage errors)."""
+    name = getattr(exc, "kafka_error", None) or "UNKNOWN_SERVER_ERROR"
+    message = getattr(exc, "message", None)
+    if not isinstance(message, str):
+        message = str(exc)
+    try:
+        return error_code(name), message
+    except (KeyError, ValueError):
+        return error_code("UNKNOWN_SERVER_ERROR"), message
+
+
+def _is_client_error(exc: BaseException) -> bool:
+    """TopicError and storage/record errors name the Kafka error to answer with; anything else is a bug."""
+    return isinstance(getattr(exc, "kafka_error", None), str)
+
+
+def _uuid(value: Any) -> uuid.UUID:
+    """Topic ids are 16 raw bytes in the TopicManager and ``uuid.UUID`` in protocol bodies."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, bytes | bytearray) and len(value) == 16:
+        return uuid.UUID(bytes=bytes(value))
+    return uuid.UUID(int=0)
+
+
+def _duplicates(names: Iterable[Any]) -> set[Any]:
+    return {n for n, c in Counter(names).items() if c > 1}
+
+
+def _node_id(ctx: RequestContext) -> int:
+    nid = getattr(ctx.broker, "node_id", None)
+    return int(nid) if nid is not None else int(ctx.broker.config.node_id)
+
+
+def _str_value(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# config entries (DescribeConfigs, CreateTopics v5+)
+
+
+def _entry_field(entry: Any, name: str, default: Any = None) -> Any:
+    if isinstance(entry, dict):
+        return entry.get(name, default)
+    return getattr(entry, name, default)
+
+
+def _config_source(entry: Any) -> int:
+    src = _entry_field(entry, "source", None)
+    if src is None:
+        src = _entry_field(entry, "config_source", SOURCE_UNKNOWN)
+    if isinstance(src, str):
+        return {
+            "TOPIC_CONFIG": SOURCE_TOPIC_CONFIG,
+            "DYNAMIC_TOPIC_CONFIG": SOURCE_TOPIC_CONFIG,
+            "DYNAMIC_BROKER_CONFIG": SOURCE_DYNAMIC_BROKER_CONFIG,
+            "DYNAMIC_DEFAULT_BROKER_CONFIG": SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG,
+            "STATIC_BROKER_CONFIG": SOURCE_STATIC_BROKER_CONFIG,
+            "DEFAULT_CONFIG": SOURCE_DEFAULT_CONFIG,
+        }.get(src.upper(), SOURCE_UNKNOWN)
+    return int(getattr(src, "value", src))
+
+
+def _config_type(entry: Any, value: str | None) -> int:
+    t = _entry_field(entry, "config_type", None)
+    if t is None:
+        t = _entry_field(entry, "type", None)
+    if isinstance(t, str):
+        return {
+            "BOOLEAN": TYPE_BOOLEAN,
+            "STRING": TYPE_STRING,
+            "INT": TYPE_INT,
+            "SHORT": TYPE_SHORT,
+            "LONG": TYPE_LONG,
+            "DOUBLE": TYPE_DOUBLE,
+            "LIST": TYPE_LIST,
+            "CLASS": TYPE_CLASS,
+            "PASSWORD": TYPE_PASSWORD,
+        }.get(t.upper(), TYPE_UNKNOWN)
+    if t is not None:
+        return int(getattr(t, "value", t))
+    known = _topic_config_type(str(_entry_field(entry, "name", "")))
+    return known if known != TYPE_UNKNOWN else _guess_type(value)
+
+
+def _guess_type(value: str | None) -> int:
+    if value is None:
+        return TYPE_STRING
+    if value in ("true", "false"):
+        return TYPE_BOOLEAN
+    try:
+        v = int(value)
+    except ValueError:
+        pass
+    else:
+        return TYPE_INT if -(2**31) <= v < 2**31 else TYPE_LONG
+    try:
+        float(value)
+    except ValueError:
+        return TYPE_LIST if "," in value else TYPE_STRING
+    return TYPE_DOUBLE
+
+
+def _synonyms(entry: Any, value: str | None, source: int) -> list[dict]:
+    raw = _entry_field(entry, "synonyms", None)
+    out: list[dict] = []
+    if raw:
+        for s in raw:
+            if isinstance(s, tuple | list):
+                sname, svalue, ssource = s[0], s[1], s[2]
+            else:
+                sname = _entry_field(s, "name")
+                svalue = _entry_field(s, "value")
+                ssource = _config_source(s)
+            out.append({"name": sname, "value": _str_value(svalue), "source": _source_int(ssource)})
+    if not out:
+        out.append({"name": _entry_field(entry, "name"), "value": value, "source": source})
+    return out
+
+
+def _source_int(src: Any) -> int:
+    if isinstance(src, int):
+        return src
+    return _config_source({"source": src})
+
+
+def _describe_entry(entry: Any, version: int, include_synonyms: bool, include_documentation: bool) -> dict:
+    """A DescribeConfigs result entry with only the fields ``version`` carries."""
+    value = _str_value(_entry_field(entry, "value"))
+    source = _config_source(entry)
+    sensitive = bool(_entry_field(entry, "is_sensitive", False))
+    out: dict[str, Any] = {
+        "name": _entry_field(entry, "name"),
+        "value": None if sensitive else value,
+        "read_only": bool(_entry_field(entry, "read_only", False)),
+        "is_sensitive": sensitive,
+    }
+    if version == 0:
+        out["is_default"] = source == SOURCE_DEFAULT_CONFIG
+    else:
+        out["config_source"] = source
+        out["synonyms"] = _synonyms(entry, value, source) if include_synonyms else []
+    if version >= 3:
+        out["config_type"] = _config_type(entry, value)
+        out["documentation"] = _entry_field(entry, "documentation", None) if include_documentation else None
+    return out
+
+
+def _broker_config_entries(ctx: RequestContext) -> list[dict]:
+    """Every broker config with its effective value. All are static (read-only) in tidelog."""
+    from tidelog.broker import config as bc
+
+    cfg = ctx.broker.config
+    out: list[dict] = []
+    seen: set[str] = set()
+    for key in bc.BROKER_KEYS.values():
+        explicit = key.name in cfg.props
+        raw = cfg.props.get(key.name, key.default)
+        if key.name == "log.dirs" and raw is None:
+            raw = ",".join(str(d) for d in cfg.log_dirs)
+        if key.name == "node.id" and raw is None:
+            raw = str(cfg.node_id)
+        parsed = cfg.values.get(key.name)
+        if parsed is None and raw is not None:
+            try:
+                parsed = key.parse(raw)
+            except (ValueError, TypeError):
+                parsed = None
+        if isinstance(parsed, bool):
+            ctype = TYPE_BOOLEAN
+        elif isinstance(parsed, list):
+            ctype = TYPE_LIST
+        elif isinstance(parsed, int):
+            ctype = TYPE_LONG if (key.name.endswith(".ms") or abs(parsed) >= 2**31) else TYPE_INT
+        else:
+            ctype = TYPE_STRING
+        out.append(
+            {
+                "name": key.name,
+                "value": raw,
+                "read_only": True,
+                "source": SOURCE_STATIC_BROKER_CONFIG if explicit else SOURCE_DEFAULT_CONFIG,
+                "config_type": ctype,
+                "documentation": key.doc or None,
+            }
+        )
+        seen.add(key.name)
+    defaults = _broker_log_defaults(ctx)
+    for name in sorted(set(bc.LOG_DEFAULT_KEYS) | set(defaults)):
+        if name in seen:
+            continue
+        explicit = name in cfg.props
+        raw = cfg.props.get(name, defaults.get(name))
+        if raw is None:
+            continue
+        out.append(
+            {
+                "name": name,
+                "value": raw,
+                "read_only": True,
+                "source": SOURCE_STATIC_BROKER_CONFIG if explicit else SOURCE_DEFAULT_CONFIG,
+            }
+        )
+        seen.add(name)
+    for name in sorted(cfg.props):  # unknown keys are kept and shown, as Kafka does
+        if name not in seen:
+            out.append(
+                {
+                    "name": name,
+                    "value": cfg.props[name],
+                    "read_only": True,
+                    "source": SOURCE_STATIC_BROKER_CONFIG,
+                }
+            )
+    return out
+
+
+# Kafka defaults of the hour-based broker keys (ServerLogConfigs); the ms/minutes variants default to null.
+_HOUR_KEY_DEFAULTS = {"log.retention.hours": "168", "log.roll.hours": "168", "log.roll.jitter.hours": "0"}
+
+
+def _broker_log_defaults(ctx: RequestContext) -> dict[str, str]:
+    """Defaults of the broker-level topic-default keys (``log.segment.bytes`` ...): Kafka's topic defaults
+    under their broker names."""
+    from tidelog.storage import config as sc
+
+    out = dict(_HOUR_KEY_DEFAULTS)
+    for broker_name, topic_name in sc.BROKER_TO_TOPIC_CONFIG.items():
+        value = sc.TOPIC_CONFIG_DEFAULTS.get(topic_name)
+        if value is not None:
+            out[broker_name] = value
+    return out
+
+
+def _topic_config_type(name: str) -> int:
+    """ConfigType of a topic config from the storage layer's spec (int/long/double/boolean/string/list)."""
+    from tidelog.storage import config as sc
+
+    spec = getattr(sc, "_BY_NAME", {}).get(name)
+    kind = getattr(spec, "kind", None)
+    return {
+        "int": TYPE_INT,
+        "long": TYPE_LONG,
+        "double": TYPE_DOUBLE,
+        "boolean": TYPE_BOOLEAN,
+        "string": TYPE_STRING,
+        "list": TYPE_LIST,
+    }.get(kind or "", TYPE_UNKNOWN)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CreateTopics
+
+
+def _validate_assignments(ctx: RequestContext, assignments: list[dict]) -> tuple[int, int] | tuple[str, str]:
+    """(num_partitions, replication_factor) for a valid manual assignment, else (error_name, message)."""
+    node = _node_id(ctx)
+    indexes = sorted(int(a.get("partition_index", -1)) for a in assignments)
+    if indexes != list(range(len(assignments))):
+        return (
+            "INVALID_REPLICA_ASSIGNMENT",
+            "Partitions should be a consecutive 0-based integer sequence.",
+        )
+    rf = None
+    for a in assignments:
+        brokers = [int(b) for b in a.get("broker_ids") or []]
+        if not brokers:
+            return (
+                "INVALID_REPLICA_ASSIGNMENT",
+                f"The manual partition assignment includes an empty replica "
+                f"list for partition {a.get('partition_index')}.",
+            )
+        if len(set(brokers)) != len(brokers):
+            return (
+                "INVALID_REPLICA_ASSIGNMENT",
+                f"The manual partition assignment includes the broker "
+                f"{brokers} more than once for partition {a.get('partition_index')}.",
+            )
+        unknown = [b for b in brokers if b != node]
+        if unknown:
+            return (
+                "INVALID_REPLICA_ASSIGNMENT",
+                f"The manual partition assignment includes broker(s) {unknown}, "
+                f"but only broker {node} is registered.",
+            )
+        if rf is None:
+            rf = len(brokers)
+        elif rf != len(brokers):
+            return (
+                "INVALID_REPLICA_ASSIGNMENT",
+                "The manual partition assignment includes partitions with different replication factors.",
+            )
+    return len(assignments), rf or 1
+
+
+@handles(CREATE_TOPICS)
+async def create_topics(ctx: RequestContext, request: dict) -> dict:
+    topics_req = request.get("topics") or []
+    validate_only = bool(request.get("validate_only", False))
+    dups = _duplicates(t.get("name") for t in topics_req)
+    results: list[dict] = []
+    answered: set[str] = set()
+    for t in topics_req:
+        name = t.get("name")
+        if name in answered:
+            continue
+        answered.add(name)
+        results.append(await _create_one(ctx, t, name in dups, validate_only))
+    return {"throttle_time_ms": 0, "topics": results}
+
+
+def _config_problem(configs: list[dict]) -> tuple[str, str] | None:
+    names = [c.get("name") for c in configs]
+    for c in configs:
+        if c.get("value") is None:
+            return "INVALID_CONFIG", f"Null value not supported for topic configs: {c.get('name')}"
+    if _duplicates(names):
+        return "INVALID_REQUEST", f"Duplicate configs in request: {sorted(_duplicates(names))}"
+    return None
+
+
+async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_only: bool) -> dict:
+    v = ctx.api_version
+    name = t.get("name")
+    result: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
+    if v >= 5:
+        result.update(num_partitions=-1, replication_factor=-1, configs=None)
+
+    def fail(err: str, msg: str) -> dict:
+        result["error_code"] = error_code(err)
+        result["error_message"] = msg
+        return result
+
+    if duplicated:
+        return fail("INVALID_REQUEST", f"Create topics request contains multiple entries for the topic {name}.")
+    num_partitions = int(t.get("num_partitions", -1))
+    replication_factor = int(t.get("replication_factor", -1))
+    assignments = t.get("assignments") or []
+    if assignments:
+        if num_partitions != -1 or replication_factor != -1:
+            return fail(
+                "INVALID_REQUEST",
+                "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                "Both cannot be used at the same time.",
+            )
+        checked = _validate_assignments(ctx, assignments)
+        if isinstance(checked[0], str):
+            return fail(str(checked[0]), str(checked[1]))
+        num_partitions, replication_factor = int(checked[0]), int(checked[1])
+    config_list = t.get("configs") or []
+    problem = _config_problem(config_list)
+    if problem is not None:
+        return fail(*problem)
+    configs = {c["name"]: c["value"] for c in config_list}
+    topics = ctx.broker.topics
+    try:
+        info = await _call(
+            topics.create_topic,
+            name,
+            num_partitions=num_partitions,
+            replication_factor=replication_factor,
+            configs=configs,
+            validate_only=validate_only,
+        )
+    except Exception as exc:
+        if not _is_client_error(exc):
+            raise
+        code, msg = _error_of(exc)
+        result["error_code"], result["error_message"] = code, msg
+        return result
+    if v >= 5:
+        result["num_partitions"] = int(info.num_partitions)
+        rf = replication_factor if replication_factor > 0 else ctx.broker.config.default_replication_factor
+        result["replication_factor"] = int(rf)
+        if validate_only:
+            entries = list(await _call(topics.describe_default_configs, configs) or [])
+        else:
+            entries = list(await _call(topics.describe_configs, name, None) or [])
+        result["configs"] = _create_topic_configs(entries)
+    if v >= 7:
+        result["topic_id"] = _uuid(info.topic_id)
+    return result
+
+
+def _create_topic_configs(entries: list[Any]) -> list[dict]:
+    out = []
+    for e in entries:
+        d = _describe_entry(e, 1, include_synonyms=False, include_documentation=False)
+        out.append(
+            {
+                "name": d["name"],
+                "value": d["value"],
+                "read_only": d["read_only"],
+                "config_source": d["config_source"],
+                "is_sensitive": d["is_sensitive"],
+            }
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DeleteTopics
+
+
+def _delete_disabled(ctx: RequestContext) -> bool:
+    try:
+        return not bool(ctx.broker.config.get("delete.topic.enable"))
+    except (KeyError, AttributeError):
+        return False
+
+
+@handles(DELETE_TOPICS)
+async def delete_topics(ctx: RequestContext, request: dict) -> dict:
+    v = ctx.api_version
+    wanted: list[tuple[str | None, uuid.UUID]] = []
+    if v >= 6:
+        for t in request.get("topics") or []:
+            wanted.append((t.get("name"), _uuid(t.get("topic_id"))))
+    else:
+        for n in request.get("topic_names") or []:
+            wanted.append((n, uuid.UUID(int=0)))
+    name_dups = _duplicates(n for n, _ in wanted if n is not None)
+    id_dups = _duplicates(i for n, i in wanted if n is None and i.int != 0)
+    responses: list[dict] = []
+    for name, topic_id in wanted:
+        resp: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
+        if v >= 6:
+            resp["topic_id"] = topic_id
+        code, msg = await _delete_one(ctx, name, topic_id, name_dups, id_dups, resp)
+        resp["error_code"], resp["error_message"] = code, msg
+        responses.append(resp)
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+async def _delete_one(
+    ctx: RequestContext,
+    name: str | None,
+    topic_id: uuid.UUID,
+    name_dups: set[Any],
+    id_dups: set[Any],
+    resp: dict[str, Any],
+) -> tuple[int, str | None]:
+    topics = ctx.broker.topics
+    if name is not None and topic_id.int != 0:
+        return error_code("INVALID_REQUEST"), "Deleting topics by both name and id is not supported."
+    if name is None and topic_id.int == 0:
+        return error_code("INVALID_REQUEST"), "Neither topic name nor topic id was specified."
+    if (name is not None and name in name_dups) or (name is None and topic_id in id_dups):
+        return error_code("INVALID_REQUEST"), "Duplicate topic name or id in the request."
+    if _delete_disabled(ctx):
+        return error_code("TOPIC_DELETION_DISABLED"), "Topic deletion is disabled (delete.topic.enable=false)."
+    if name is None:
+        info = topics.by_id(topic_id.bytes)
+        if info is None:
+            return error_code("UNKNOWN_TOPIC_ID"), f"Topic id {topic_id} does not exist."
+        name = info.name
+        resp["name"] = name
+    try:
+        info = await _call(topics.delete_topic, name)
+    except Exception as exc:
+        if not _is_client_error(exc):
+            raise
+        return _error_of(exc)
+    if "topic_id" in resp:
+        resp["topic_id"] = _uuid(info.topic_id)
+    return 0, None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CreatePartitions
+
+
+@handles(CREATE_PARTITIONS)
+async def create_partitions(ctx: RequestContext, request: dict) -> dict:
+    topics = ctx.broker.topics
+    validate_only = bool(request.get("validate_only", False))
+    req = request.get("topics") or []
+    dups = _duplicates(t.get("name") for t in req)
+    node = _node_id(ctx)
+    results: list[dict] = []
+    answered: set[str] = set()
+    for t in req:
+        name = t.get("name")
+        if name in answered:
+            continue
+        answered.add(name)
+        res: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
+
+        def fail(err: str, msg: str, res: dict[str, Any] = res) -> None:
+            res["error_code"] = error_code(err)
+            res["error_message"] = msg
+
+        count = int(t.get("count", 0))
+        assignments = t.get("assignments")
+        if name in dups:
+            fail("INVALID_REQUEST", f"Duplicate topic in request: {name}")
+        elif not topics.exists(name):
+            fail("UNKNOWN_TOPIC_OR_PARTITION", f"The topic '{name}' does not exist.")
+        else:
+            current = int(topics.get(name).num_partitions)
+            problem = None
+            if assignments is not None and count > current:
+                if len(assignments) != count - current:
+                    problem = (
+                        f"Attempted to add {count - current} additional partition(s), but only "
+                        f"{len(assignments)} assignment(s) were specified."
+                    )
+                else:
+                    for a in assignments:
+                        brokers = [int(b) for b in a.get("broker_ids") or []]
+                        if brokers != [node]:
+                            problem = (
+                                f"The manual partition assignment includes broker(s) {brokers}, but only "
+                                f"broker {node} is registered and the replication factor is 1."
+                            )
+                            break
+            if problem is not None:
+                fail("INVALID_REPLICA_ASSIGNMENT", problem)
+            else:
+                try:
+                    await _call(topics.create_partitions, name, count, validate_only=validate_only)
+                except Exception as exc:
+                    if not _is_client_error(exc):
+                        raise
+                    res["error_code"], res["error_message"] = _error_of(exc)
+        results.append(res)
+    return {"throttle_time_ms": 0, "results": results}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DeleteRecords
+
+
+def _allows_delete(info: Any) -> bool:
+    return "delete" in info.log_config.cleanup_policy
+
+
+@handles(DELETE_RECORDS)
+async def delete_records(ctx: RequestContext, request: dict) -> dict:
+    topics = ctx.broker.topics
+    out_topics: list[dict] = []
+    for t in request.get("topics") or []:
+        name = t.get("name")
+        parts_out: list[dict] = []
+        exists = topics.exists(name)
+        info = topics.get(name) if exists else None
+        for p in t.get("partitions") or []:
+            index = int(p.get("partition_index", -1))
+            offset = int(p.get("offset", -1))
+            res: dict[str, Any] = {"partition_index": index, "low_watermark": -1, "error_code": 0}
+            parts_out.append(res)
+            if info is None or not 0 <= index < int(info.num_partitions):
+                res["error_code"] = error_code("UNKNOWN_TOPIC_OR_PARTITION")
+                continue
+            try:
+                plog = await _call(topics.get_log, name, index)
+            except Exception as exc:
+                if not _is_client_error(exc):
+                    raise
+                res["error_code"] = _error_of(exc)[0]
+                continue
+            if plog is None:
+                res["error_code"] = error_code("UNKNOWN_TOPIC_OR_PARTITION")
+                continue
+            if not _allows_delete(info):
+                res["error_code"] = error_code("POLICY_VIOLATION")
+                res["low_watermark"] = int(plog.log_start_offset)
+                continue
+            hw = int(plog.high_watermark)
+            target = hw if offset == -1 else offset
+            if target < 0 or target > hw:
+                res["error_code"] = error_code("OFFSET_OUT_OF_RANGE")
+                res["low_watermark"] = int(plog.log_start_offset)
+                continue
+            try:
+                await _call(plog.maybe_increment_log_start_offset, target)
+            except Exception as exc:
+                if not _is_client_error(exc):
+                    raise
+                res["error_code"] = _error_of(exc)[0]
+            res["low_watermark"] = int(plog.log_start_offset)
+        out_topics.append({"name": name, "partitions": parts_out})
+    return {"throttle_time_ms": 0, "topics": out_topics}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DescribeConfigs
+
+
+@handles(DESCRIBE_CONFIGS)
+async def describe_configs(ctx: RequestContext, request: dict) -> dict:
+    include_synonyms = bool(request.get("include_synonyms", False)) and ctx.api_version >= 1
+    include_doc = bool(request.get("include_documentation", False)) and ctx.api_version >= 3
+    topics = ctx.broker.topics
+    results: list[dict] = []
+    for r in request.get("resources") or []:
+        rtype = int(r.get("resource_type", RESOURCE_UNKNOWN))
+        rname = r.get("resource_name") or ""
+        keys = r.get("configuration_keys")
+        res: dict[str, Any] = {
+            "error_code": 0,
+            "error_message": None,
+            "resource_type": rtype,
+            "resource_name": rname,
+            "configs": [],
+        }
+        results.append(res)
+        entries: list[Any]
+        if rtype == RESOURCE_TOPIC:
+            if not topics.exists(rname):
+                res["error_code"] = error_code("UNKNOWN_TOPIC_OR_PARTITION")
+                res["error_message"] = f"Topic '{rname}' does not exist."
+                continue
+            try:
+                entries = list(await _call(topics.describe_configs, rname, keys) or [])
+            except Exception as exc:
+                if not _is_client_error(exc):
+                    raise
+                res["error_code"], res["error_message"] = _error_of(exc)
+                continue
+        elif rtype == RESOURCE_BROKER:
+            if rname and rname != str(_node_id(ctx)):
+                res["error_code"] = error_code("INVALID_REQUEST")
+                res["error_message"] = f"Unexpected broker id, expected {_node_id(ctx)} but received {rname}"
+                continue
+            entries = _broker_config_entries(ctx)
+        elif rtype == RESOURCE_BROKER_LOGGER:
+            res["error_code"] = error_code("INVALID_REQUEST")
+            res["error_message"] = "Describing broker loggers is not supported."
+            continue
+        else:
+            res["error_code"] = error_code("INVALID_REQUEST")
+            res["error_message"] = f"Unsupported resource type {rtype}."
+            continue
+        if keys is not None:
+            wanted = set(keys)
+            entries = [e for e in entries if _entry_field(e, "name") in wanted]
+        res["configs"] = [_describe_entry(e, ctx.api_version, include_synonyms, include_doc) for e in entries]
+    return {"throttle_time_ms": 0, "results": results}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# AlterConfigs / IncrementalAlterConfigs
+
+
+def _broker_alter_refusal(ctx: RequestContext, rname: str, names: list[str]) -> tuple[str, str] | None:
+    if rname and rname != str(_node_id(ctx)):
+        return "INVALID_REQUEST", f"Unexpected broker id, expected {_node_id(ctx)} but received {rname}"
+    if names:
+        return (
+            "INVALID_REQUEST",
+            f"Invalid config value for resource ConfigResource(type=BROKER, name='{rname}'): "
+            f"Cannot update these configs dynamically: {sorted(set(names))} "
+            "(tidelog broker configs are static; edit server.properties and restart)",
+        )
+    return None
+
+
+@handles(ALTER_CONFIGS)
+async def alter_configs(ctx: RequestContext, request: dict) -> dict:
+    validate_only = bool(request.get("validate_only", False))
+    topics = ctx.broker.topics
+    responses: list[dict] = []
+    for r in request.get("resources") or []:
+        rtype = int(r.get("resource_type", RESOURCE_UNKNOWN))
+        rname = r.get("resource_name") or ""
+        res: dict[str, Any] = {
+            "error_code": 0,
+            "error_message": None,
+            "resource_type": rtype,
+            "resource_name": rname,
+        }
+        responses.append(res)
+        configs = r.get("configs") or []
+        names = [c.get("name") for c in configs]
+        refusal: tuple[str, str] | None = None
+        if _duplicates(names):
+            refusal = ("INVALID_REQUEST", f"Error due to duplicate config keys: {sorted(_duplicates(names))}")
+        elif rtype == RESOURCE_BROKER:
+            refusal = _broker_alter_refusal(ctx, rname, names)
+        elif rtype != RESOURCE_TOPIC:
+            refusal = ("INVALID_REQUEST", f"Unsupported resource type {rtype}.")
+        elif not topics.exists(rname):
+            refusal = ("UNKNOWN_TOPIC_OR_PARTITION", f"Topic '{rname}' does not exist.")
+        else:
+            nulls = [c.get("name") for c in configs if c.get("value") is None]
+            if nulls:
+                refusal = ("INVALID_REQUEST", f"Null value not supported for : {', '.join(nulls)}")
+        if refusal is not None:
+            res["error_code"], res["error_message"] = error_code(refusal[0]), refusal[1]
+            continue
+        if rtype == RESOURCE_BROKER:
+            continue  # empty change set on the broker: nothing to do
+        overrides = {c["name"]: c["value"] for c in configs}
+        try:
+            await _call(topics.alter_configs, rname, overrides, validate_only=validate_only)
+        except Exception as exc:
+            if not _is_client_error(exc):
+                raise
+            res["error_code"], res["error_message"] = _error_of(exc)
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+@handles(INCREMENTAL_ALTER_CONFIGS)
+async def incremental_alter_configs(ctx: RequestContext, request: dict) -> dict:
+    validate_only = bool(request.get("validate_only", False))
+    topics = ctx.broker.topics
+    responses: list[dict] = []
+    for r in request.get("resources") or []:
+        rtype = int(r.get("resource_type", RESOURCE_UNKNOWN))
+        rname = r.get("resource_name") or ""
+        res: dict[str, Any] = {
+            "error_code": 0,
+            "error_message": None,
+            "resource_type": rtype,
+            "resource_name": rname,
+        }
+        responses.append(res)
+        configs = r.get("configs") or []
+        names = [c.get("name") for c in configs]
+        refusal: tuple[str, str] | None = None
+        bad_ops = [c for c in configs if int(c.get("config_operation", -1)) not in OP_NAMES]
+        if _duplicates(names):
+            refusal = ("INVALID_REQUEST", f"Error due to duplicate config keys: {sorted(_duplicates(names))}")
+        elif bad_ops:
+            refusal = ("INVALID_REQUEST", f"Unknown config operation {bad_ops[0].get('config_operation')}")
+        elif rtype == RESOURCE_BROKER:
+            refusal = _broker_alter_refusal(ctx, rname, names)
+        elif rtype != RESOURCE_TOPIC:
+            refusal = ("INVALID_REQUEST", f"Unsupported resource type {rtype}.")
+        elif not topics.exists(rname):
+            refusal = ("UNKNOWN_TOPIC_OR_PARTITION", f"Topic '{rname}' does not exist.")
+        else:
+            nulls = [
+                c.get("name")
+                for c in configs
+                if c.get("value") is None and int(c.get("config_operation", 0)) != OP_DELETE
+            ]
+            if nulls:
+                refusal = ("INVALID_REQUEST", f"Null value not supported for : {', '.join(nulls)}")
+        if refusal is not None:
+            res["error_code"], res["error_message"] = error_code(refusal[0]), refusal[1]
+            continue
+        if rtype == RESOURCE_BROKER:
+            continue
+        ops = [(c["name"], int(c["config_operation"]), c.get("value")) for c in configs]
+        try:
+            await _call(topics.incremental_alter_configs, rname, ops, validate_only=validate_only)
+        except Exception as exc:
+            if not _is_client_error(exc):
+                raise
+            res["error_code"], res["error_message"] = _error_of(exc)
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DescribeCluster
+
+
+def advertised_endpoint(ctx: RequestContext) -> tuple[str, int]:
+    """The host/port clients should use for this broker (advertised listener, else the bound address)."""
+    broker = ctx.broker
+    adv = getattr(broker, "advertised_host_port", None)
+    if callable(adv):
+        adv = adv()
+    if isinstance(adv, tuple):
+        return str(adv[0]), int(adv[1])
+    listener = getattr(broker.config, "advertised_listener", None)
+    if listener is not None:
+        return listener.host, int(listener.port)
+    return str(broker.host), int(broker.port)
+
+
+@handles(DESCRIBE_CLUSTER)
+async def describe_cluster(ctx: RequestContext, request: dict) -> dict:
+    endpoint_type = int(request.get("endpoint_type", ENDPOINT_BROKERS)) if ctx.api_version >= 1 else 1
+    node = _node_id(ctx)
+    resp: dict[str, Any] = {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "error_message": None,
+        "endpoint_type": endpoint_type,
+        "cluster_id": str(ctx.broker.cluster_id),
+        "controller_id": node,
+        "brokers": [],
+        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+    if endpoint_type != ENDPOINT_BROKERS:
+        resp["error_code"] = error_code("UNSUPPORTED_ENDPOINT_TYPE")
+        resp["error_message"] = (
+            "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER"
+        )
+        resp["controller_id"] = -1
+        return resp
+    host, port = advertised_endpoint(ctx)
+    rack = ctx.broker.config.props.get("broker.rack") if hasattr(ctx.broker.config, "props") else None
+    resp["brokers"] = [{"broker_id": node, "host": host, "port": port, "rack": rack, "is_fenced": False}]
+    if request.get("include_cluster_authorized_operations"):
+        bits = 0
+        for op in _ACL_OPS_CLUSTER:
+            bits |= 1 << op
+        resp["cluster_authorized_operations"] = bits
+    return resp
