@@ -171,11 +171,21 @@ class LogSegment:
         if roll_jitter_ms is None:
             roll_jitter_ms = self.random_jitter(config)
         self.roll_jitter_ms = roll_jitter_ms
-        self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry = self._bytes_after_last_index_entry()
         # (max timestamp so far, last offset of the batch holding it); None until loaded lazily
         self._max_ts_and_offset: tuple[int, int] | None = None if self._size else (NO_TIMESTAMP, -1)
         # max timestamp of the first batch (segment.ms is measured from it); None until loaded lazily
         self._rolling_based_ts: int | None = None if self._size else NO_TIMESTAMP
+
+    def _bytes_after_last_index_entry(self) -> int:
+        """The append counter a rebuild would have: bytes from the last indexed batch's start to the end.
+
+        Kafka resets the counter to 0 on open and truncation; continuing from the rebuilt value instead keeps
+        the indexes byte-identical to what recovery would produce from the same ``.log``.
+        """
+        if self.offset_index.entries == 0:
+            return self._size
+        return self._size - self.offset_index.entry(self.offset_index.entries - 1)[1]
 
     @staticmethod
     def random_jitter(config: LogConfig) -> int:
@@ -498,7 +508,7 @@ class LogSegment:
                 self._max_ts_and_offset = (NO_TIMESTAMP, -1)
             else:
                 self._max_ts_and_offset = None
-            self._bytes_since_last_index_entry = 0
+            self._bytes_since_last_index_entry = self._bytes_after_last_index_entry()
             return removed
 
     def resize_indexes(self, size: int) -> None:

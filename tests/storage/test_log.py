@@ -1,0 +1,391 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidelog.records.batch import build_batch, decode_records
+from tidelog.records.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from tidelog.records.header import LOG_APPEND_TIME, BatchHeader, iter_batch_headers, validate_batch
+from tidelog.storage.config import LogConfig
+from tidelog.storage.epoch import LeaderEpochCache
+from tidelog.storage.errors import InvalidTimestampError, OffsetOutOfRangeError, OutOfOrderSequenceError
+from tidelog.storage.log import PartitionLog, UnexpectedAppendOffsetError, parse_topic_partition
+from tidelog.storage.producer_state import ProducerStateManager
+from tidelog.storage.segment import LogSegment
+
+NOW = 1_700_000_000_000
+
+
+def records(n: int, ts: int = NOW, size: int = 10) -> list[tuple[bytes, bytes, tuple[()], int]]:
+    return [(b"k%d" % i, b"v" * size, (), ts + i) for i in range(n)]
+
+
+def open_log(path: Path, **config: object) -> PartitionLog:
+    return PartitionLog.open(path / "topic-with-dash-0", LogConfig(**config), now_ms=NOW)  # type: ignore[arg-type]
+
+
+def fill(lg: PartitionLog, batches: int, per: int = 2, ts: int = NOW) -> list[tuple[int, int, int]]:
+    """Append and return (first, last, max_ts) per batch."""
+    out = []
+    for i in range(batches):
+        info = lg.append_as_leader(build_batch(records(per, ts + 10 * i)), now_ms=ts + 10 * i)
+        out.append((info.first_offset, info.last_offset, info.max_timestamp))
+    return out
+
+
+def all_headers(lg: PartitionLog) -> list[BatchHeader]:
+    data = lg.read(lg.log_start_offset, 1 << 30).read_bytes()
+    return [h for _, h in iter_batch_headers(data)]
+
+
+def test_dir_name_parsing(tmp_path: Path) -> None:
+    assert parse_topic_partition("my-topic-12") == ("my-topic", 12)
+    assert parse_topic_partition("t-0.0123456789abcdef0123456789abcdef-delete") == ("t", 0)
+    with pytest.raises(ValueError):
+        parse_topic_partition("nopartition")
+    lg = open_log(tmp_path)
+    assert (lg.topic, lg.partition) == ("topic-with-dash", 0)
+    assert [s.base_offset for s in lg.segments] == [0]
+    lg.close()
+
+
+def test_append_assigns_offsets_and_stamps_epoch(tmp_path: Path) -> None:
+    lg = open_log(tmp_path)
+    data = build_batch(records(3), base_offset=777)
+    info = lg.append_as_leader(data, leader_epoch=5, now_ms=NOW)
+    assert (info.first_offset, info.last_offset, info.record_count, info.size) == (0, 2, 3, len(data))
+    assert info.log_append_time == -1 and info.max_timestamp == NOW + 2 and not info.duplicate
+    info = lg.append_as_leader(build_batch(records(2)), leader_epoch=5, now_ms=NOW)
+    assert (info.first_offset, info.last_offset) == (3, 4)
+    assert lg.log_end_offset == 5
+    raw = lg.read(0, 1 << 20).read_bytes()
+    headers = [h for _, h in iter_batch_headers(raw)]  # CRCs still valid after stamping
+    assert [(h.base_offset, h.partition_leader_epoch) for h in headers] == [(0, 5), (3, 5)]
+    assert [r.offset for r in decode_records(raw)] == [0, 1, 2]
+    lg.close()
+
+
+def test_log_append_time_rewrites_timestamp_and_crc(tmp_path: Path) -> None:
+    lg = open_log(tmp_path, message_timestamp_type="LogAppendTime")
+    info = lg.append_as_leader(build_batch(records(2, ts=5)), now_ms=NOW + 123)
+    assert info.log_append_time == NOW + 123 and info.max_timestamp == NOW + 123
+    raw = lg.read(0, 1 << 20).read_bytes()
+    h = validate_batch(raw)
+    assert h.timestamp_type == LOG_APPEND_TIME and h.max_timestamp == NOW + 123
+    assert [r.timestamp for r in decode_records(raw)] == [NOW + 123, NOW + 123]
+    lg.close()
+
+
+def test_rejections_leave_nothing_on_disk(tmp_path: Path) -> None:
+    lg = open_log(tmp_path, max_message_bytes=300, message_timestamp_before_max_ms=1000)
+    good = build_batch(records(1))
+    with pytest.raises(RecordTooLargeError):
+        lg.append_as_leader(build_batch(records(1, size=400)), now_ms=NOW)
+    with pytest.raises(InvalidRecordError):
+        lg.append_as_leader(good + good, now_ms=NOW)  # exactly one batch per append
+    with pytest.raises(CorruptRecordError):
+        lg.append_as_leader(good[:-1] + bytes([good[-1] ^ 1]), now_ms=NOW)
+    with pytest.raises(InvalidTimestampError):
+        lg.append_as_leader(build_batch(records(1, ts=NOW - 1001)), now_ms=NOW)
+    with pytest.raises(InvalidTimestampError):
+        lg.append_as_leader(build_batch(records(1, ts=NOW + 3600001)), now_ms=NOW)
+    control = build_batch(
+        [(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", (), NOW)],
+        is_control=True,
+        producer_id=1,
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    with pytest.raises(InvalidRecordError):
+        lg.append_as_leader(control, now_ms=NOW, reject_control_batches=True)
+    assert lg.log_end_offset == 0 and lg.size_in_bytes == 0
+    lg.append_as_leader(build_batch(records(1, ts=NOW - 1000)), now_ms=NOW)
+    lg.append_as_leader(control, now_ms=NOW)  # from the coordinator
+    assert lg.log_end_offset == 2
+    lg.close()
+
+
+def test_producer_state_duplicates_and_sequence_errors(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    ps = ProducerStateManager(d)
+    lg = PartitionLog.open(d, LogConfig(), producer_state=ps, now_ms=NOW)
+    b0 = build_batch(records(2), producer_id=7, producer_epoch=0, base_sequence=0)
+    first = lg.append_as_leader(b0, now_ms=NOW)
+    lg.append_as_leader(build_batch(records(1)), now_ms=NOW)
+    dup = lg.append_as_leader(b0, now_ms=NOW)
+    assert dup.duplicate and (dup.first_offset, dup.last_offset) == (first.first_offset, first.last_offset)
+    assert lg.log_end_offset == 3
+    with pytest.raises(OutOfOrderSequenceError):
+        lg.append_as_leader(
+            build_batch(records(1), producer_id=7, producer_epoch=0, base_sequence=5), now_ms=NOW
+        )
+    lg.append_as_leader(build_batch(records(1), producer_id=7, producer_epoch=0, base_sequence=2), now_ms=NOW)
+    lg.close()
+    # reopen (unclean) rebuilds producer state from the log: the duplicate is still detected
+    ps2 = ProducerStateManager(d)
+    lg2 = PartitionLog.open(d, LogConfig(), producer_state=ps2, now_ms=NOW)
+    again = lg2.append_as_leader(b0, now_ms=NOW)
+    assert again.duplicate and again.first_offset == 0
+    lg2.close()
+
+
+def test_epoch_cache_assign_and_truncate(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    cache = LeaderEpochCache(d / "leader-epoch-checkpoint")
+    lg = PartitionLog.open(d, LogConfig(), epoch_cache=cache, now_ms=NOW)
+    lg.append_as_leader(build_batch(records(2)), leader_epoch=1, now_ms=NOW)
+    lg.append_as_leader(build_batch(records(2)), leader_epoch=1, now_ms=NOW)
+    lg.append_as_leader(build_batch(records(2)), leader_epoch=3, now_ms=NOW)
+    assert cache.entries() == [(1, 0), (3, 4)]
+    lg.truncate_to(4)
+    assert cache.entries() == [(1, 0)]
+    lg.close()
+    # a recovery rebuilds the cache from the batches' partitionLeaderEpoch
+    (tmp_path / "elsewhere").mkdir()
+    cache2 = LeaderEpochCache(tmp_path / "elsewhere" / "leader-epoch-checkpoint")
+    lg2 = PartitionLog.open(d, LogConfig(), epoch_cache=cache2, now_ms=NOW)
+    assert cache2.entries() == [(1, 0)]
+    lg2.close()
+
+
+def test_roll_on_segment_bytes_and_segment_ms(tmp_path: Path) -> None:
+    data = build_batch(records(1))
+    lg = open_log(tmp_path, segment_bytes=3 * len(data))
+    for _ in range(7):
+        lg.append_as_leader(build_batch(records(1)), now_ms=NOW)
+    assert [s.base_offset for s in lg.segments] == [0, 3, 6]
+    assert all(s.size <= 3 * len(data) for s in lg.segments)
+    lg.wait_for_background_flushes()
+    assert lg.recovery_point == 6  # the roll flushed the old segments off the caller's thread
+    names = sorted(p.name for p in lg.dir.iterdir())
+    assert "00000000000000000003.log" in names and "00000000000000000006.index" in names
+    # closed segments have trimmed indexes
+    assert all((s.offset_index.length == s.offset_index.size_in_bytes) for s in lg.segments[:-1])
+    lg.close()
+
+    lg = open_log(tmp_path / "b", segment_ms=1000)
+    lg.append_as_leader(build_batch(records(1, ts=NOW)), now_ms=NOW)
+    lg.append_as_leader(build_batch(records(1, ts=NOW + 1000)), now_ms=NOW + 1000)
+    assert len(lg.segments) == 1
+    lg.append_as_leader(build_batch(records(1, ts=NOW + 1001)), now_ms=NOW + 1001)
+    assert [s.base_offset for s in lg.segments] == [0, 2]
+    lg.close()
+
+
+def test_roll_on_full_index_takes_producer_snapshot(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    ps = ProducerStateManager(d)
+    lg = PartitionLog.open(
+        d, LogConfig(segment_index_bytes=24, index_interval_bytes=0), producer_state=ps, now_ms=NOW
+    )
+    for i in range(6):
+        lg.append_as_leader(build_batch(records(1, ts=NOW + i)), now_ms=NOW)
+    # time index of 2 slots is full after one entry: every segment holds two batches
+    assert [s.base_offset for s in lg.segments] == [0, 2, 4]
+    assert ps.snapshot_offsets() == [2, 4]
+    lg.close()
+
+
+def test_read_offsets_and_limits(tmp_path: Path) -> None:
+    lg = open_log(tmp_path, segment_bytes=1000)
+    batches = fill(lg, 30, per=3)
+    assert len(lg.segments) > 3
+    with pytest.raises(OffsetOutOfRangeError):
+        lg.read(-1, 100)
+    with pytest.raises(OffsetOutOfRangeError):
+        lg.read(lg.log_end_offset + 1, 100)
+    empty = lg.read(lg.log_end_offset, 100)
+    assert empty.regions == [] and empty.size == 0 and empty.log_end_offset == 90
+    one = lg.read(4, 1)
+    assert one.first_batch_offset == 3 and len(one.regions) == 1
+    assert lg.read(4, 1, min_one_batch=False).size == 0
+    # whole log across segments
+    whole = lg.read(0, 1 << 30)
+    assert len(whole.regions) == len(lg.segments)
+    assert [h.base_offset for _, h in iter_batch_headers(whole.read_bytes())] == [b[0] for b in batches]
+    # bounded by the high watermark at batch granularity
+    lg.high_watermark = 31
+    assert lg.high_watermark == 31
+    capped = lg.read(0, 1 << 30, max_offset=lg.high_watermark)
+    assert [h.last_offset for _, h in iter_batch_headers(capped.read_bytes())][-1] == 29
+    assert lg.read(31, 100, max_offset=31).size == 0
+    lg.high_watermark = 10**9
+    assert lg.high_watermark == lg.log_end_offset
+    lg.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 4), min_size=1, max_size=25),
+    start=st.integers(0, 100),
+    max_bytes=st.integers(0, 3000),
+    min_one=st.booleans(),
+)
+def test_read_matches_model(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[int], start: int, max_bytes: int, min_one: bool
+) -> None:
+    lg = PartitionLog.open(tmp_path_factory.mktemp("r") / "t-0", LogConfig(segment_bytes=700), now_ms=NOW)
+    model: list[tuple[int, int, int]] = []  # (first, last, size)
+    for n in sizes:
+        info = lg.append_as_leader(build_batch(records(n)), now_ms=NOW)
+        model.append((info.first_offset, info.last_offset, info.size))
+    start = min(start, lg.log_end_offset)
+    got = lg.read(start, max_bytes, min_one_batch=min_one)
+    expected: list[int] = []
+    total = 0
+    for first, last, size in model:
+        if last < start:
+            continue
+        if total + size > max_bytes and not (min_one and not expected):
+            break
+        expected.append(first)
+        total += size
+    got_firsts = [h.base_offset for _, h in iter_batch_headers(got.read_bytes())]
+    # regions stop at segment ends only when the budget allows continuing; the model allows it too
+    assert got_firsts == expected
+    assert got.size == total
+    lg.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(timestamps=st.lists(st.integers(0, 1000), min_size=1, max_size=30), target=st.integers(-10, 1100))
+def test_find_offset_by_timestamp_matches_model(
+    tmp_path_factory: pytest.TempPathFactory, timestamps: list[int], target: int
+) -> None:
+    lg = PartitionLog.open(
+        tmp_path_factory.mktemp("ts") / "t-0",
+        LogConfig(
+            segment_bytes=400,
+            index_interval_bytes=50,
+            message_timestamp_after_max_ms=10**13,
+            message_timestamp_before_max_ms=10**13,
+        ),
+        now_ms=NOW,
+    )
+    recs: list[tuple[int, int]] = []
+    for i in range(0, len(timestamps), 2):
+        chunk = timestamps[i : i + 2]
+        info = lg.append_as_leader(build_batch([(b"k", b"v", (), t) for t in chunk]), now_ms=NOW)
+        recs.extend((info.first_offset + j, t) for j, t in enumerate(chunk))
+    # Kafka's answer: the first batch whose max timestamp >= target, then its first record with ts >= target
+    by_batch: dict[int, list[tuple[int, int]]] = {}
+    for off, t in recs:
+        by_batch.setdefault(off // 2, []).append((off, t))
+    expected = None
+    for _, rs in sorted(by_batch.items()):
+        if max(t for _, t in rs) >= target:
+            expected = next((o, t) for o, t in rs if t >= target)
+            break
+    assert lg.find_offset_by_timestamp(target) == expected
+    best = max(t for _, t in recs)
+    assert lg.latest_timestamp() == best
+    assert lg.offset_of_max_timestamp() == next((o, t) for o, t in recs if t == best)
+    lg.close()
+
+
+def test_truncate_to_and_fully(tmp_path: Path) -> None:
+    lg = open_log(tmp_path, segment_bytes=600)
+    fill(lg, 20, per=2)
+    n_segments = len(lg.segments)
+    lg.high_watermark = 40
+    lg.flush()
+    assert lg.recovery_point == 40
+    assert not lg.truncate_to(40)
+    assert lg.truncate_to(17)  # inside batch [16, 17]: cut at the batch boundary
+    assert lg.log_end_offset == 16 and lg.high_watermark == 16 and lg.recovery_point == 16
+    assert len(lg.segments) < n_segments
+    assert all_headers(lg)[-1].last_offset == 15
+    info = lg.append_as_leader(build_batch(records(2)), now_ms=NOW)
+    assert info.first_offset == 16
+    lg.truncate_fully_and_start_at(100)
+    assert (lg.log_start_offset, lg.log_end_offset, len(lg.segments)) == (100, 100, 1)
+    assert [p.name for p in sorted(lg.dir.glob("*.log"))] == ["00000000000000000100.log"]
+    assert lg.append_as_leader(build_batch(records(1)), now_ms=NOW).first_offset == 100
+    lg.close()
+
+
+def test_follower_append(tmp_path: Path) -> None:
+    lg = open_log(tmp_path, segment_bytes=500)
+    data = b"".join(build_batch(records(2), base_offset=o, partition_leader_epoch=4) for o in (0, 2, 10, 12))
+    infos = lg.append_as_follower(data)
+    assert [i.first_offset for i in infos] == [0, 2, 10, 12]
+    assert lg.log_end_offset == 14
+    with pytest.raises(UnexpectedAppendOffsetError):
+        lg.append_as_follower(build_batch(records(1), base_offset=13))
+    with pytest.raises(CorruptRecordError):
+        lg.append_as_follower(build_batch(records(1), base_offset=14)[:-3])
+    assert lg.log_end_offset == 14
+    assert lg.read(5, 1000).first_batch_offset == 10  # an offset gap (as after compaction)
+    lg.close()
+
+
+def test_log_start_offset_and_segment_deletion(tmp_path: Path) -> None:
+    lg = open_log(tmp_path, segment_bytes=600, file_delete_delay_ms=1000)
+    fill(lg, 20, per=2)
+    bases = [s.base_offset for s in lg.segments]
+    lg.high_watermark = 20
+    with pytest.raises(OffsetOutOfRangeError):
+        lg.maybe_increment_log_start_offset(21)
+    assert lg.maybe_increment_log_start_offset(5)
+    assert not lg.maybe_increment_log_start_offset(3)
+    with pytest.raises(OffsetOutOfRangeError):
+        lg.read(4, 100)
+    assert lg.read(5, 1).first_batch_offset == 4  # the batch holding offset 5
+    removed = lg.delete_segments_before(10**9, now_ms=NOW)  # capped at the high watermark
+    assert removed and all(
+        (bases + [lg.log_end_offset])[bases.index(s.base_offset) + 1] <= 20 for s in removed
+    )
+    assert lg.segments[0].base_offset <= 20 and lg.log_start_offset == lg.segments[0].base_offset
+    assert list(lg.dir.glob("*.deleted"))
+    assert lg.delete_expired_files(NOW + 999) == 0
+    assert lg.delete_expired_files(NOW + 1000) == len(removed)
+    assert not list(lg.dir.glob("*.deleted"))
+    lg.close()
+
+
+def test_flush_policies(tmp_path: Path) -> None:
+    lg = open_log(tmp_path, flush_messages=5)
+    fill(lg, 2, per=2)
+    assert lg.recovery_point == 0
+    fill(lg, 1, per=2)
+    assert lg.recovery_point == 6  # 6 unflushed >= flush.messages
+    lg.update_config(LogConfig(flush_ms=100))
+    fill(lg, 1, per=1)
+    before = lg.last_flush_time
+    assert not lg.flush_if_due(before + 99)
+    assert lg.flush_if_due(before + 100)
+    assert lg.recovery_point == 7
+    lg.close()
+
+
+def test_clean_reopen_skips_recovery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lg = open_log(tmp_path, segment_bytes=600)
+    fill(lg, 20)
+    leo = lg.log_end_offset
+    lg.close()
+    calls: list[int] = []
+    original = LogSegment.recover
+
+    def spy(self: LogSegment, *args: object, **kwargs: object) -> int:
+        calls.append(self.base_offset)
+        return original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LogSegment, "recover", spy)
+    lg = PartitionLog.open(tmp_path / "topic-with-dash-0", LogConfig(segment_bytes=600), clean_shutdown=True)
+    assert calls == [] and lg.log_end_offset == leo and lg.recovery_point == leo
+    lg.close()
+    progress: list[tuple[int, int]] = []
+    lg = PartitionLog.open(
+        tmp_path / "topic-with-dash-0",
+        LogConfig(segment_bytes=600),
+        recovery_point=leo,
+        progress=lambda done, total: progress.append((done, total)),
+    )
+    # unclean: only the segment holding the recovery point onwards is scanned
+    assert calls == [lg.segments[-1].base_offset]
+    assert progress[-1][0] == progress[-1][1] == lg.segments[-1].size
+    lg.close()
