@@ -1,0 +1,697 @@
+"""Build and decode the records of v2 batches (Kafka's ``DefaultRecordBatch`` / ``DefaultRecord``).
+
+A record inside a batch (all varints zig-zag, see :mod:`tidelog.records.varint`)::
+
+    length varint | attributes int8 (unused, 0) | timestampDelta varlong | offsetDelta varint
+    | keyLength varint | key | valueLength varint | value
+    | headersCount varint | [headerKeyLength varint | headerKey utf8 | headerValueLength varint | headerValue]
+
+A length of -1 means null (key, value, header value). When the batch is compressed, everything after
+recordsCount is one compressed block. The record offset is baseOffset + offsetDelta; its timestamp is
+baseTimestamp + timestampDelta, except in a LogAppendTime batch, where every record reads as maxTimestamp.
+
+Header keys are UTF-8; they are decoded with ``surrogateescape`` so that bytes which are not UTF-8 survive a
+decode/build round trip unchanged (Kafka's Java reader would replace them instead of failing).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import NamedTuple
+
+from tidelog.records.compression import CompressionType, compress, decompress
+from tidelog.records.crc import crc32c
+from tidelog.records.errors import CorruptRecordError, InvalidRecordError
+from tidelog.records.header import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_MASK,
+    CRC_OFFSET,
+    CREATE_TIME,
+    DELETE_HORIZON_MASK,
+    LENGTH_OFFSET,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAX_TIMESTAMP_OFFSET,
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    NO_TIMESTAMP,
+    RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    BatchHeader,
+    stamp_base_offset,
+    stamp_partition_leader_epoch,
+    validate_batch,
+)
+from tidelog.records.varint import INT32_MAX, INT64_MAX, INT64_MIN, decode_varint, decode_varlong
+
+Buffer = bytes | bytearray | memoryview
+Header = tuple[str, bytes | None]
+
+DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
+"""Default bound on the decompressed records of one batch (a compression bomb stops here)."""
+
+MIN_RECORD_SIZE = 7
+"""Smallest encoded record: length, attributes, timestampDelta, offsetDelta, key -1, value -1, 0 headers."""
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_UINT32 = struct.Struct(">I")
+_INT16 = struct.Struct(">h")
+_INT64 = struct.Struct(">q")
+_CONTROL_KEY = struct.Struct(">hh")
+_END_TXN_VALUE = struct.Struct(">hi")
+
+# Unsigned varint bytes for 0..127 (one byte): the common case of every field.
+_UV1: list[bytes] = [bytes((i,)) for i in range(128)]
+_NULL = b"\x01"  # zig-zag varint of -1
+
+
+@dataclass(slots=True)
+class Record:
+    """One decoded record. ``offset`` and ``timestamp`` are absolute (as a consumer sees them)."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header] = field(default_factory=list)
+    offset_delta: int = 0
+    timestamp_delta: int = 0
+
+
+class RecordSpec(NamedTuple):
+    """A record to build. ``timestamp`` None = now; ``offset_delta`` None = its index in the batch."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[Header] = ()
+    timestamp: int | None = None
+    offset_delta: int | None = None
+
+
+RecordLike = RecordSpec | Record | tuple
+
+
+def _uvarint(value: int) -> bytes:
+    """Unsigned varint of a non-negative value (callers guarantee the range)."""
+    if value < 0x80:
+        return _UV1[value]
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _normalize(records: Iterable[RecordLike]) -> list[tuple]:
+    """Records as (key, value, headers, timestamp, offset_delta) tuples."""
+    out: list[tuple] = []
+    append = out.append
+    for rec in records:
+        if type(rec) is Record:
+            append((rec.key, rec.value, rec.headers, rec.timestamp, rec.offset_delta))
+        elif type(rec) is RecordSpec:
+            append(rec)
+        else:
+            n = len(rec)
+            if n == 5:
+                append(tuple(rec))
+            elif n == 2:
+                append((rec[0], rec[1], (), None, None))
+            elif n == 3:
+                append((rec[0], rec[1], rec[2], None, None))
+            elif n == 4:
+                append((rec[0], rec[1], rec[2], rec[3], None))
+            else:
+                raise ValueError(
+                    f"a record is (key, value[, headers[, timestamp[, offset_delta]]]), got {rec!r}"
+                )
+    return out
+
+
+def _encode_records(recs: list[tuple], base_timestamp: int, now: int) -> tuple[bytes, int, int]:
+    """Encode records; returns (bytes, max timestamp, last offset delta)."""
+    parts: list[bytes] = []
+    extend = parts.extend
+    uv = _uvarint
+    uv1 = _UV1
+    max_ts = NO_TIMESTAMP
+    prev_delta = -1
+    for index, (key, value, headers, ts, od) in enumerate(recs):
+        if ts is None:
+            ts = now
+        if od is None:
+            od = index
+        if od <= prev_delta or od > INT32_MAX:
+            raise ValueError(
+                f"record {index}: offset delta {od} must increase and fit an int32 (previous {prev_delta})"
+            )
+        prev_delta = od
+        if ts > max_ts:
+            max_ts = ts
+        tsd = ts - base_timestamp
+        if tsd > INT64_MAX or tsd < INT64_MIN:
+            raise ValueError(f"record {index}: timestamp delta {tsd} does not fit an int64")
+        body = [b"\x00", uv((tsd << 1) ^ (tsd >> 63)), uv1[od << 1] if od < 64 else uv(od << 1)]
+        if key is None:
+            body.append(_NULL)
+        else:
+            n = len(key)
+            body.append(uv1[n << 1] if n < 64 else uv(n << 1))
+            body.append(key)
+        if value is None:
+            body.append(_NULL)
+        else:
+            n = len(value)
+            body.append(uv1[n << 1] if n < 64 else uv(n << 1))
+            body.append(value)
+        if headers:
+            n = len(headers)
+            body.append(uv(n << 1))
+            for hkey, hval in headers:
+                hk = hkey.encode("utf-8", "surrogateescape") if type(hkey) is str else bytes(hkey)
+                body.append(uv(len(hk) << 1))
+                body.append(hk)
+                if hval is None:
+                    body.append(_NULL)
+                else:
+                    body.append(uv(len(hval) << 1))
+                    body.append(hval)
+        else:
+            body.append(b"\x00")
+        encoded = b"".join(body)
+        n = len(encoded)
+        extend((uv1[n << 1] if n < 64 else uv(n << 1), encoded))
+    return b"".join(parts), max_ts, prev_delta
+
+
+def build_batch(
+    records: Iterable[RecordLike],
+    *,
+    base_offset: int = 0,
+    compression: int = CompressionType.NONE,
+    compression_level: int | None = None,
+    timestamp_type: int = CREATE_TIME,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    max_timestamp: int | None = None,
+    delete_horizon_ms: int | None = None,
+    last_offset_delta: int | None = None,
+    now_ms: int | None = None,
+) -> bytes:
+    """Build one v2 batch and return its bytes (CRC-32C included).
+
+    ``records`` are :class:`RecordSpec`, :class:`Record` (rebuilding keeps offset deltas and timestamps) or
+    tuples ``(key, value[, headers[, timestamp[, offset_delta]]])``. Missing timestamps are ``now_ms``
+    (default: the wall clock).
+
+    * baseTimestamp is the first record's timestamp, or ``delete_horizon_ms`` when given (which also sets the
+      delete-horizon attribute; record deltas are then relative to it, as in Kafka).
+    * maxTimestamp is the largest record timestamp for CreateTime, unless ``max_timestamp`` overrides it; for
+      LogAppendTime ``max_timestamp`` is the append time and is required.
+    * ``last_offset_delta`` defaults to the last record's offset delta; it may be larger (the cleaner keeps the
+      last offset of a batch whose tail it removed) and is required for an empty batch.
+    * An empty batch is written as Kafka's ``writeEmptyHeader`` does: uncompressed, baseTimestamp -1 (or the
+      delete horizon), maxTimestamp = ``max_timestamp`` or -1.
+    """
+    recs = _normalize(records)
+    if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
+        raise ValueError(
+            f"timestamp_type must be CREATE_TIME (0) or LOG_APPEND_TIME (1), got {timestamp_type}"
+        )
+    if timestamp_type == LOG_APPEND_TIME and max_timestamp is None:
+        raise ValueError("a LogAppendTime batch needs max_timestamp (the log append time)")
+    codec = CompressionType(compression)
+    if recs:
+        now = now_ms
+        if now is None and any(r[3] is None for r in recs):
+            now = int(time.time() * 1000)
+        first_ts = recs[0][3] if recs[0][3] is not None else now
+        base_timestamp = first_ts if delete_horizon_ms is None else delete_horizon_ms
+        payload, record_max_ts, last_delta = _encode_records(recs, base_timestamp, now or 0)
+        if last_offset_delta is None:
+            last_offset_delta = last_delta
+        elif last_offset_delta < last_delta:
+            raise ValueError(
+                f"last_offset_delta {last_offset_delta} is below the last record's delta {last_delta}"
+            )
+        if max_timestamp is None:
+            max_timestamp = record_max_ts
+        if codec != CompressionType.NONE:
+            payload = compress(codec, payload, compression_level)
+    else:
+        if last_offset_delta is None:
+            raise ValueError("an empty batch needs last_offset_delta")
+        codec = CompressionType.NONE
+        payload = b""
+        base_timestamp = NO_TIMESTAMP if delete_horizon_ms is None else delete_horizon_ms
+        if max_timestamp is None:
+            max_timestamp = NO_TIMESTAMP
+    if not 0 <= last_offset_delta <= INT32_MAX:
+        raise ValueError(f"last_offset_delta {last_offset_delta} out of range")
+
+    attributes = int(codec)
+    if timestamp_type == LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if is_control:
+        attributes |= CONTROL_MASK
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_MASK
+
+    size = RECORD_BATCH_OVERHEAD + len(payload)
+    if size - LOG_OVERHEAD > INT32_MAX:
+        raise ValueError(f"batch of {size} bytes does not fit an int32 length")
+    header = bytearray(
+        _HEADER.pack(
+            base_offset,
+            size - LOG_OVERHEAD,
+            partition_leader_epoch,
+            MAGIC,
+            0,
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(recs),
+        )
+    )
+    crc = crc32c(payload, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
+    _UINT32.pack_into(header, CRC_OFFSET, crc)
+    header += payload
+    return bytes(header)
+
+
+# ---------------------------------------------------------------------------------------------- decoding
+
+
+def _truncated(index: int, pos: int, n: int) -> CorruptRecordError:
+    return CorruptRecordError(
+        f"record {index} is truncated: it runs past the end of the records ({n} bytes) near byte {pos}"
+    )
+
+
+def _check_count(count: int, n: int) -> None:
+    if count * MIN_RECORD_SIZE > n:
+        raise InvalidRecordError(
+            f"batch declares {count} records but its {n} bytes of records can hold at most {n // MIN_RECORD_SIZE}"
+        )
+
+
+def _parse_headers(data: bytes, pos: int, end: int, count: int, index: int) -> tuple[list[Header], int]:
+    headers: list[Header] = []
+    append = headers.append
+    for _ in range(count):
+        b = data[pos]
+        if b < 0x80:
+            klen = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            klen, pos = decode_varint(data, pos)
+        if klen < 0:
+            raise CorruptRecordError(f"record {index}: header key length {klen} is negative")
+        kend = pos + klen
+        if kend > end:
+            raise CorruptRecordError(f"record {index}: header key of {klen} bytes runs past the record's end")
+        hkey = data[pos:kend].decode("utf-8", "surrogateescape")
+        pos = kend
+        b = data[pos]
+        if b < 0x80:
+            vlen = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            vlen, pos = decode_varint(data, pos)
+        if vlen < 0:
+            append((hkey, None))
+        else:
+            vend = pos + vlen
+            if vend > end:
+                raise CorruptRecordError(
+                    f"record {index}: header value of {vlen} bytes runs past the record's end"
+                )
+            append((hkey, data[pos:vend]))
+            pos = vend
+    return headers, pos
+
+
+def parse_records(
+    data: bytes, count: int, base_offset: int = 0, base_timestamp: int = 0, log_append_time: int | None = None
+) -> list[Record]:
+    """Decode ``count`` records from uncompressed record bytes; ``data`` must hold exactly those records."""
+    n = len(data)
+    _check_count(count, n)
+    records: list[Record] = []
+    append = records.append
+    new_record = Record
+    dvarint = decode_varint
+    dvarlong = decode_varlong
+    pos = 0
+    index = 0
+    try:
+        for index in range(count):
+            b = data[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                length = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                length, pos = dvarint(data, pos)
+            end = pos + length
+            if length < MIN_RECORD_SIZE - 1 or end > n:
+                raise CorruptRecordError(
+                    f"record {index} at byte {pos} declares length {length}, but {n - pos} bytes remain"
+                )
+            # attributes (pos) are unused in v2
+            b = data[pos + 1]
+            if b < 0x80:
+                tsd = (b >> 1) ^ -(b & 1)
+                pos += 2
+            elif data[pos + 2] < 0x80:
+                b = (b & 0x7F) | (data[pos + 2] << 7)
+                tsd = (b >> 1) ^ -(b & 1)
+                pos += 3
+            else:
+                tsd, pos = dvarlong(data, pos + 1)
+            b = data[pos]
+            if b < 0x80:
+                od = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                od = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                od, pos = dvarint(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                klen = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                klen, pos = dvarint(data, pos)
+            if klen < 0:
+                key = None
+            else:
+                kend = pos + klen
+                if kend > end:
+                    raise CorruptRecordError(
+                        f"record {index}: key of {klen} bytes runs past the record's end"
+                    )
+                key = data[pos:kend]
+                pos = kend
+            b = data[pos]
+            if b < 0x80:
+                vlen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                vlen = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                vlen, pos = dvarint(data, pos)
+            if vlen < 0:
+                value = None
+            else:
+                vend = pos + vlen
+                if vend > end:
+                    raise CorruptRecordError(
+                        f"record {index}: value of {vlen} bytes runs past the record's end"
+                    )
+                value = data[pos:vend]
+                pos = vend
+            b = data[pos]
+            if b == 0:
+                headers = []
+                pos += 1
+            else:
+                if b < 0x80:
+                    hcount = (b >> 1) ^ -(b & 1)
+                    pos += 1
+                else:
+                    hcount, pos = dvarint(data, pos)
+                if hcount < 0 or 2 * hcount > end - pos:
+                    raise CorruptRecordError(f"record {index}: invalid header count {hcount}")
+                headers, pos = _parse_headers(data, pos, end, hcount, index)
+            if pos != end:
+                raise CorruptRecordError(
+                    f"record {index}: declared length {length} does not match its fields "
+                    f"({length + pos - end} bytes)"
+                )
+            append(new_record(base_offset + od, base_timestamp + tsd, key, value, headers, od, tsd))
+    except IndexError:
+        raise _truncated(index, pos, n) from None
+    if pos != n:
+        raise InvalidRecordError(
+            f"batch declares {count} records but {n - pos} bytes remain after the last one"
+        )
+    if log_append_time is not None:
+        for rec in records:
+            rec.timestamp = log_append_time
+    return records
+
+
+def _header_for_decode(buf: Buffer, pos: int, verify_crc: bool) -> BatchHeader:
+    if verify_crc:
+        return validate_batch(buf, pos)
+    header = BatchHeader.parse(buf, pos)
+    header.check_sizes(len(buf) - pos)
+    return header
+
+
+def _records_bytes(buf: Buffer, pos: int, header: BatchHeader, max_decompressed: int) -> bytes:
+    payload = memoryview(buf)[pos + RECORD_BATCH_OVERHEAD : pos + header.size]
+    codec = header.attributes & 0x07
+    if codec:
+        return decompress(codec, payload, max_decompressed)
+    return payload.tobytes()
+
+
+def decode_batch(
+    buf: Buffer, pos: int = 0, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED, verify_crc: bool = True
+) -> tuple[BatchHeader, list[Record]]:
+    """Validate the batch at ``buf[pos:]`` (header, sizes, CRC) and decode all its records.
+
+    ``verify_crc=False`` skips only the CRC (for a batch the caller validated already). Raises
+    :class:`CorruptRecordError` / :class:`InvalidRecordError` (or another RecordError) naming what is wrong.
+    """
+    header = _header_for_decode(buf, pos, verify_crc)
+    data = _records_bytes(buf, pos, header, max_decompressed)
+    lat = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+    records = parse_records(data, header.records_count, header.base_offset, header.base_timestamp, lat)
+    return header, records
+
+
+def decode_records(
+    buf: Buffer, pos: int = 0, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED, verify_crc: bool = True
+) -> list[Record]:
+    """The records of the batch at ``buf[pos:]`` (see :func:`decode_batch`)."""
+    return decode_batch(buf, pos, max_decompressed=max_decompressed, verify_crc=verify_crc)[1]
+
+
+def decode_batches(
+    buf: Buffer, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
+) -> Iterator[tuple[int, BatchHeader, list[Record]]]:
+    """Yield ``(position, header, records)`` for each whole batch in ``buf``; a partial tail is ignored."""
+    pos = 0
+    end = len(buf)
+    while end - pos >= LOG_OVERHEAD:
+        (length,) = struct.unpack_from(">i", buf, pos + LENGTH_OFFSET)
+        if length + LOG_OVERHEAD > end - pos:
+            return
+        header, records = decode_batch(buf, pos, max_decompressed=max_decompressed)
+        yield pos, header, records
+        pos += header.size
+
+
+def read_keys(
+    buf: Buffer, pos: int = 0, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED, verify_crc: bool = True
+) -> list[bytes | None]:
+    """Only the keys of the batch's records (the compacted-topic "records must have keys" check).
+
+    Checks the record framing (count, lengths, no trailing bytes) but does not decode values or headers.
+    """
+    header = _header_for_decode(buf, pos, verify_crc)
+    data = _records_bytes(buf, pos, header, max_decompressed)
+    count = header.records_count
+    n = len(data)
+    _check_count(count, n)
+    keys: list[bytes | None] = []
+    append = keys.append
+    p = 0
+    index = 0
+    try:
+        for index in range(count):
+            b = data[p]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                length, p = decode_varint(data, p)
+            end = p + length
+            if length < MIN_RECORD_SIZE - 1 or end > n:
+                raise CorruptRecordError(
+                    f"record {index} at byte {p} declares length {length}, but {n - p} bytes remain"
+                )
+            _, p = decode_varlong(data, p + 1)
+            _, p = decode_varint(data, p)
+            klen, p = decode_varint(data, p)
+            if klen < 0:
+                append(None)
+            else:
+                if p + klen > end:
+                    raise CorruptRecordError(
+                        f"record {index}: key of {klen} bytes runs past the record's end"
+                    )
+                append(data[p : p + klen])
+            p = end
+    except IndexError:
+        raise _truncated(index, p, n) from None
+    if p != n:
+        raise InvalidRecordError(
+            f"batch declares {count} records but {n - p} bytes remain after the last one"
+        )
+    return keys
+
+
+# ---------------------------------------------------------------------------------------- control records
+
+
+class ControlRecordType(IntEnum):
+    """Type of a control record, from its key (Kafka's ``ControlRecordType``)."""
+
+    ABORT = 0
+    COMMIT = 1
+    LEADER_CHANGE = 2
+    SNAPSHOT_HEADER = 3
+    SNAPSHOT_FOOTER = 4
+    KRAFT_VERSION = 5
+    KRAFT_VOTERS = 6
+
+
+class ControlRecord(NamedTuple):
+    """A parsed control record. ``coordinator_epoch`` is set for end-txn markers (ABORT/COMMIT) only."""
+
+    type: int
+    version: int
+    coordinator_epoch: int | None = None
+
+    @property
+    def is_end_txn(self) -> bool:
+        return self.type in (ControlRecordType.ABORT, ControlRecordType.COMMIT)
+
+
+def build_control_batch(
+    kind: int,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    base_offset: int,
+    timestamp: int,
+    *,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+) -> bytes:
+    """An end-transaction marker batch (``kind`` COMMIT=1 or ABORT=0), as Kafka's
+    ``MemoryRecords.withEndTransactionMarker`` writes it: transactional control batch, one record, no
+    sequence, CreateTime, uncompressed."""
+    if kind not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+        raise ValueError(f"end-txn marker kind must be ABORT (0) or COMMIT (1), got {kind}")
+    key = _CONTROL_KEY.pack(0, kind)
+    value = _END_TXN_VALUE.pack(0, coordinator_epoch)
+    return build_batch(
+        [RecordSpec(key, value, (), timestamp, 0)],
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=NO_SEQUENCE,
+        is_transactional=True,
+        is_control=True,
+        partition_leader_epoch=partition_leader_epoch,
+    )
+
+
+def parse_control_record(record: Record) -> ControlRecord:
+    """Read a control record's key (version int16, type int16) and, for end-txn markers, its value
+    (version int16, coordinatorEpoch int32). Unknown types are returned as their raw number."""
+    key = record.key
+    if key is None or len(key) < 4:
+        raise InvalidRecordError(
+            f"control record at offset {record.offset} has a key of {0 if key is None else len(key)} bytes, need 4"
+        )
+    version, ctype = _CONTROL_KEY.unpack_from(key)
+    if version < 0:
+        raise InvalidRecordError(
+            f"control record at offset {record.offset} has invalid key version {version}"
+        )
+    if ctype not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+        try:
+            ctype = ControlRecordType(ctype)
+        except ValueError:
+            pass
+        return ControlRecord(ctype, version)
+    value = record.value
+    if value is None or len(value) < _END_TXN_VALUE.size:
+        raise InvalidRecordError(
+            f"end-txn marker at offset {record.offset} has a value of {0 if value is None else len(value)} bytes, need 6"
+        )
+    value_version, coordinator_epoch = _END_TXN_VALUE.unpack_from(value)
+    if value_version < 0:
+        raise InvalidRecordError(
+            f"end-txn marker at offset {record.offset} has invalid value version {value_version}"
+        )
+    return ControlRecord(ControlRecordType(ctype), version, coordinator_epoch)
+
+
+# ------------------------------------------------------------------------------------------------ append
+
+
+def rewrite_batch_for_append(
+    batch: bytearray | memoryview,
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    log_append_time: int | None = None,
+    pos: int = 0,
+) -> BatchHeader:
+    """Assign offsets and the leader epoch in place; return the updated header.
+
+    baseOffset and partitionLeaderEpoch sit outside the CRC. With ``log_append_time`` the batch becomes a
+    LogAppendTime batch as Kafka's ``DefaultRecordBatch.setMaxTimestamp`` does it: the timestamp-type bit and
+    maxTimestamp are written (other attribute bits and baseTimestamp are kept) and the CRC is recomputed, only
+    when something changed. The caller is expected to have validated the batch.
+    """
+    stamp_base_offset(batch, base_offset, pos)
+    stamp_partition_leader_epoch(batch, partition_leader_epoch, pos)
+    if log_append_time is not None:
+        (attributes,) = _INT16.unpack_from(batch, pos + ATTRIBUTES_OFFSET)
+        (current_max,) = _INT64.unpack_from(batch, pos + MAX_TIMESTAMP_OFFSET)
+        new_attributes = attributes | TIMESTAMP_TYPE_MASK
+        if new_attributes != attributes or current_max != log_append_time:
+            (length,) = struct.unpack_from(">i", batch, pos + LENGTH_OFFSET)
+            _INT16.pack_into(batch, pos + ATTRIBUTES_OFFSET, new_attributes)
+            _INT64.pack_into(batch, pos + MAX_TIMESTAMP_OFFSET, log_append_time)
+            with memoryview(batch) as view:
+                crc = crc32c(view[pos + ATTRIBUTES_OFFSET : pos + LOG_OVERHEAD + length])
+            _UINT32.pack_into(batch, pos + CRC_OFFSET, crc)
+    return BatchHeader.parse(batch, pos)
