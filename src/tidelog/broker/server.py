@@ -281,6 +281,9 @@ class Connection:
             broker.metrics.record_close("io_error")
         except asyncio.CancelledError:
             pass
+        except Exception:  # e.g. a response that cannot be encoded: this connection only
+            log.exception("connection failed", extra={"kv": {"peer": self.peer}})
+            broker.metrics.record_close("internal_error")
         finally:
             self.close()
             broker.metrics.connections.dec()

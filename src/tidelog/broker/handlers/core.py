@@ -553,7 +553,6 @@ async def list_offsets(ctx: RequestContext, request: dict) -> dict:
             entry = {
                 "partition_index": index,
                 "error_code": NONE,
-                "old_style_offsets": [],
                 "timestamp": -1,
                 "offset": -1,
                 "leader_epoch": -1,
@@ -571,5 +570,6 @@ async def list_offsets(ctx: RequestContext, request: dict) -> dict:
             entry["error_code"] = code
             entry["offset"] = offset
             entry["timestamp"] = ts
-            entry["leader_epoch"] = LEADER_EPOCH if offset >= 0 else -1
+            if ctx.api_version >= 4:  # not ignorable: only versions that carry it may see a non-default
+                entry["leader_epoch"] = LEADER_EPOCH if offset >= 0 else -1
     return {"throttle_time_ms": 0, "topics": out_topics}
