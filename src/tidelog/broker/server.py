@@ -467,6 +467,13 @@ class Broker:
             return True
         return False
 
+    def become_leader(self, tp: tuple[str, int], log_: Any) -> None:
+        """Take leadership of a partition (at start, or when a topic/partition is created). Kafka's
+        ``Partition.makeLeader`` ends with ``maybeIncrementLeaderHW``: alone in the ISR, the HW catches up with
+        the LEO at once, so after a crash everything recovered to the LEO is readable (the checkpointed HW may
+        lag by up to ``replica.high.watermark.checkpoint.interval.ms``)."""
+        self.maybe_increment_high_watermark(tp, log_)
+
     def on_append(self, tp: tuple[str, int], log_: Any) -> None:
         """Called by Produce after a successful append."""
         self.maybe_increment_high_watermark(tp, log_)
@@ -498,6 +505,11 @@ class Broker:
         self.logs = LogManager(list(cfg.log_dirs), cfg.log_config(), **self.topics.log_manager_kwargs())
         self.logs.startup(self.topics.topic_config)
         self.topics.load()
+        for info in self.topics.all_topics():
+            for p in range(info.num_partitions):
+                lg = self.topics.get_log(info.name, p)
+                if lg is not None:
+                    self.become_leader((info.name, p), lg)
         self.cluster_id = self.cluster_id or self._cluster_id_from_storage()
         try:
             from tidelog.broker.producer_ids import ProducerIdManager
