@@ -76,11 +76,11 @@ def test_index_bytes_follow_kafka_append_rule(tmp_path: Path) -> None:
     seg.close()
     assert (tmp_path / "00000000000000000100.index").read_bytes() == b"".join(expected_offset)
     assert (tmp_path / "00000000000000000100.timeindex").read_bytes() == b"".join(expected_time)
-    # a literal spot check: batch sizes are 61 + records; first entry is for the batch after >150 bytes
-    assert struct.unpack(">ii", expected_offset[0]) == (
-        headers[[i for i in range(len(plan)) if sum(sizes[:i]) > 150][0]].last_offset - 100,
-        positions[[i for i in range(len(plan)) if sum(sizes[:i]) > 150][0]],
-    )
+    # the same worked out by hand: batch sizes 157, 109, 205, 109, 157, 109 at positions 0, 157, 266, 471,
+    # 580, 737; the counter exceeds 150 before batches 1, 3 and 5
+    assert [len(batch(b, n, t, value_size=40)) for b, n, t in plan] == [157, 109, 205, 109, 157, 109]
+    assert b"".join(expected_offset) == struct.pack(">6i", 2, 157, 6, 471, 9, 737)
+    assert b"".join(expected_time) == struct.pack(">qiqiqi", 5001, 1, 6002, 5, 7001, 8)
 
 
 def test_recover_rebuilds_identical_indexes(tmp_path: Path) -> None:
@@ -271,7 +271,7 @@ def test_rename_and_delete(tmp_path: Path) -> None:
 
 
 def test_region_keeps_file_open_after_segment_close(tmp_path: Path) -> None:
-    seg, batches = _filled(tmp_path, n=3)
+    seg, _ = _filled(tmp_path, n=3)
     region = seg.read(10, 10**6)
     assert isinstance(region, FileRegion)
     fd = region.fd

@@ -29,7 +29,7 @@ from tidelog.records.header import (
     validate_batch,
 )
 from tidelog.storage.config import LogConfig
-from tidelog.storage.index import INT32_MAX, NO_TIMESTAMP, OffsetIndex, TimeIndex
+from tidelog.storage.index import INT32_MAX, NO_TIMESTAMP, CorruptIndexError, OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -426,6 +426,20 @@ class LogSegment:
             raise FileNotFoundError(f"index files of segment {self.log_path} are missing")
         self.offset_index.sanity_check(self._size)
         self.time_index.sanity_check()
+        # Completeness of the tail (beyond Kafka, which would keep e.g. an emptied index): walking the
+        # batches after the last entry, the append rule must not have called for another entry.  A smaller
+        # index.interval.bytes than the one the index was written with only costs an unneeded rebuild.
+        last_pos = (
+            self.offset_index.entry(self.offset_index.entries - 1)[1] if self.offset_index.entries else 0
+        )
+        try:
+            for pos, _ in self.iter_headers(last_pos):
+                if pos - last_pos > self.index_interval_bytes:
+                    raise CorruptIndexError(
+                        f"offset index {self.offset_index.path} lacks an entry for the batch at position {pos}"
+                    )
+        except RecordError:
+            pass  # a damaged .log is recovery's business, not the index check's
 
     def recover(
         self,
