@@ -254,3 +254,17 @@ def test_invalid_utf8_is_invalid_request() -> None:
     with pytest.raises(InvalidRequestError) as ei:
         decode_request(frame)
     assert ei.value.correlation_id == 1
+
+
+def test_empty_arrays_equal_their_default() -> None:
+    # Produce v10 response: node_endpoints is a tagged array; [] is its default and is not written
+    assert encode_response(0, 10, 1, {"node_endpoints": []}) == encode_response(0, 10, 1, {})
+    _, body = decode_response(0, 10, b"".join(encode_response(0, 10, 1, {}))[4:])
+    assert body["node_endpoints"] == [] and isinstance(body["node_endpoints"], list)
+    nodes = [{"node_id": 1, "host": "h", "port": 9092, "rack": None}]
+    frame = encode_response(0, 10, 1, {"node_endpoints": nodes})
+    assert decode_response(0, 10, b"".join(frame)[4:])[1]["node_endpoints"] == nodes
+    # Fetch v12 cannot carry node_endpoints (v16+), but an empty list is the default, so it is fine
+    encode_response(1, 12, 1, {"node_endpoints": []})
+    with pytest.raises(EncodeError):
+        encode_response(1, 12, 1, {"node_endpoints": nodes})

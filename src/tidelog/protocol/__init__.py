@@ -1,1 +1,11 @@
-"""The Kafka wire protocol, sans-io: frames, request/response codecs, error codes. No sockets, no files."""
+"""The Kafka wire protocol, sans-io: frames, request/response codecs, error codes. No sockets, no files.
+
+* ``frames``   — size-prefixed framing (``read_frame_size``, ``FrameReader``, ``MAX_REQUEST_SIZE``).
+* ``codec``    — ``decode_request`` / ``encode_response`` (broker side), ``encode_request`` /
+  ``decode_response`` (clients, tools, replication), ``SUPPORTED_VERSIONS`` and friends.
+* ``schema`` + ``compiler`` — Kafka's JSON message specs (read at runtime from the installed
+  kafka-python distribution, as data) compiled per (api_key, version, request|response) into
+  specialised Python functions over plain dicts with snake_case keys.
+* ``errors``   — Kafka's error-code table; ``api_keys`` — the ApiKey enum.
+* ``exceptions`` — the only exceptions a malformed frame can raise.
+"""

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.compiler import ZERO_COPY, CompiledMessage, RecordsChunks
+from tidelog.protocol.compiler import ZERO_COPY, CompiledMessage, FileRegionLike, RecordsChunks
 from tidelog.protocol.exceptions import (
     EncodeError,
     InvalidRequestError,
@@ -31,6 +31,7 @@ __all__ = [
     "GROUP_API_VERSIONS",
     "SUPPORTED_VERSIONS",
     "EncodeError",
+    "FileRegionLike",
     "InvalidRequestError",
     "ProtocolError",
     "RecordsChunks",

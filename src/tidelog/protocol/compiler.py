@@ -23,7 +23,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from tidelog.protocol.exceptions import EncodeError, InvalidRequestError
 from tidelog.protocol.schema import (
@@ -48,6 +48,13 @@ _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _UV1 = [bytes((i,)) for i in range(128)]
+
+
+class FileRegionLike(Protocol):
+    """A region of a file the server sends with os.sendfile; only ``length`` matters to the codec."""
+
+    @property
+    def length(self) -> int: ...
 
 
 class RecordsChunks:
@@ -192,6 +199,7 @@ _BASE_NS: dict[str, Any] = {
     "_rec_cn": _enc_records_compact_nn,
     "_rec_pn": _enc_records_plain_nn,
     "_ZC": ZERO_COPY,
+    "_ZCMIN": ZERO_COPY_MIN,
 }
 
 # ----------------------------------------------------------------------------------------- generator
@@ -421,7 +429,9 @@ class _Gen:
             for f in tagged:
                 n = self.name("v")
                 d = field_default(f, v)
-                if isinstance(d, dict | list):
+                if d == [] and f.is_array:
+                    lines.append(f"    {n} = []")
+                elif isinstance(d, dict | list):
                     lines.append(f"    {n} = _copy({self.const(d)})")
                 else:
                     lines.append(f"    {n} = {self.const(d)}")
@@ -501,7 +511,15 @@ class _Gen:
         compact = self.compact(f)
         if t == "records":
             helper = ("_rec_c" if compact else "_rec_p") + ("" if nullable else "n")
-            return [f"{ind}{helper}({x}, w)"]
+            prefix = "_uv(n + 1)" if compact else "_I32.pack(n)"
+            return [
+                f"{ind}if type({x}) is bytes and len({x}) < _ZCMIN:",
+                f"{ind}    n = len({x})",
+                f"{ind}    w.append({prefix})",
+                f"{ind}    w.append({x})",
+                f"{ind}else:",
+                f"{ind}    {helper}({x}, w)",
+            ]
         width = "h" if t == "string" else "i"
         lines = [f"{ind}if {x} is None:"]
         if nullable:
@@ -557,7 +575,12 @@ class _Gen:
                 continue
             d = field_default(f, v)
             dc = self.const(d)
-            check = f"_isdef(d[{f.key!r}], {dc})" if f.is_struct and isinstance(d, dict) else f"d[{f.key!r}] == {dc}"
+            if f.is_array and d == []:
+                check = f"d[{f.key!r}] is not None and not d[{f.key!r}]"
+            elif f.is_struct and isinstance(d, dict):
+                check = f"_isdef(d[{f.key!r}], {dc})"
+            else:
+                check = f"d[{f.key!r}] == {dc}"
             lines += [
                 f"    if {f.key!r} in d and not ({check}):",
                 f"        _unsup({f.key!r}, {v})",
@@ -599,7 +622,9 @@ class _Gen:
                     d = field_default(f, v)
                     dc = self.const(d)
                     lines.append(f"    x = g({f.key!r}, {dc})")
-                    if f.is_struct and isinstance(d, dict):
+                    if f.is_array and d == []:
+                        cond = "x is None or len(x) > 0"
+                    elif f.is_struct and isinstance(d, dict):
                         cond = f"x is not {dc} and not _isdef(x, {dc})"
                     elif dc.startswith("_"):
                         cond = f"x is not {dc} and x != {dc}"
