@@ -1,0 +1,236 @@
+"""Shared helpers for the codec / durability / bad-input / fuzz integration suites.
+
+Everything talks to a real ``tidelog serve`` (the ``broker`` / ``broker_factory`` fixtures of conftest.py) over
+127.0.0.1: a raw-socket client built on ``tidelog.protocol.codec``, thin confluent-kafka produce/consume
+wrappers, and readers of the broker's data dir through ``tidelog.records`` (what is really on disk).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+
+from tidelog.protocol.codec import decode_response, encode_request
+from tidelog.records import Record, decode_batches
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 19, 22
+
+# Kafka error codes used by these suites
+NONE = 0
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+MESSAGE_TOO_LARGE = 10
+INVALID_TOPIC_EXCEPTION = 17
+UNSUPPORTED_VERSION = 35
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+INVALID_RECORD = 87
+
+
+def new_topic(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+# ------------------------------------------------------------------------------------------------ raw client
+
+
+class RawClient:
+    """A blocking socket speaking Kafka frames encoded by ``tidelog.protocol.codec``."""
+
+    def __init__(self, port: int, timeout: float = 10.0, client_id: str = "raw-test") -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.client_id = client_id
+        self._cid = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def next_cid(self) -> int:
+        self._cid += 1
+        return self._cid
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
+            buf += chunk
+        return bytes(buf)
+
+    def recv_frame(self) -> bytes:
+        (size,) = struct.unpack(">i", self.recv_exact(4))
+        return self.recv_exact(size)
+
+    def request(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        cid = self.next_cid()
+        self.send(encode_request(api_key, version, cid, self.client_id, body))
+        got, resp = decode_response(api_key, version, self.recv_frame())
+        assert got == cid, f"correlation id {got} != {cid}"
+        return resp
+
+    def assert_closed_within(self, seconds: float = 1.0) -> float:
+        """The server closes the connection (EOF or reset, no response bytes) within ``seconds``; returns the
+        time it took."""
+        t0 = time.monotonic()
+        self.sock.settimeout(seconds)
+        try:
+            data = self.sock.recv(65536)
+        except ConnectionResetError:
+            data = b""
+        except TimeoutError:
+            raise AssertionError(f"connection still open after {seconds}s") from None
+        assert data == b"", f"expected the server to close, got {len(data)} bytes: {data[:64]!r}"
+        return time.monotonic() - t0
+
+
+def api_versions_ok(port: int, version: int = 3) -> bool:
+    with RawClient(port, timeout=5) as c:
+        return c.request(API_VERSIONS, version, {"client_software_name": "t", "client_software_version": "1"}
+                         if version >= 3 else {})["error_code"] == NONE
+
+
+def produce_body(topic: str, partition: int, records: bytes, acks: int = -1, timeout_ms: int = 5000) -> dict:
+    return {"transactional_id": None, "acks": acks, "timeout_ms": timeout_ms,
+            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}]}
+
+
+def produce_raw(client: RawClient, topic: str, partition: int, records: bytes, *, acks: int = -1,
+                version: int = 9) -> dict[str, Any]:
+    """Produce ``records`` (batch bytes) and return the partition response."""
+    resp = client.request(PRODUCE, version, produce_body(topic, partition, records, acks))
+    return resp["responses"][0]["partition_responses"][0]
+
+
+def list_offset_raw(client: RawClient, topic: str, partition: int, timestamp: int, version: int = 7) -> dict:
+    body = {"replica_id": -1, "isolation_level": 0,
+            "topics": [{"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
+                                                       "timestamp": timestamp}]}]}
+    return client.request(LIST_OFFSETS, version, body)["topics"][0]["partitions"][0]
+
+
+def log_end_offset(port: int, topic: str, partition: int = 0) -> int:
+    with RawClient(port) as c:
+        p = list_offset_raw(c, topic, partition, -1)
+        assert p["error_code"] == NONE, p
+        return p["offset"]
+
+
+def create_topic_raw(client: RawClient, name: str, partitions: int = 1, configs: dict[str, str] | None = None,
+                     version: int = 5) -> dict:
+    body = {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [],
+                        "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
+            "timeout_ms": 10000, "validate_only": False}
+    return client.request(CREATE_TOPICS, version, body)["topics"][0]
+
+
+def fetch_raw(client: RawClient, topic: str, partition: int, offset: int, version: int = 11,
+              max_bytes: int = 1 << 20) -> dict:
+    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": max_bytes, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": [{"partition": partition, "current_leader_epoch": -1,
+                                                        "fetch_offset": offset, "last_fetched_epoch": -1,
+                                                        "log_start_offset": -1,
+                                                        "partition_max_bytes": max_bytes}]}],
+            "forgotten_topics_data": [], "rack_id": ""}
+    return client.request(FETCH, version, body)["responses"][0]["partitions"][0]
+
+
+# ------------------------------------------------------------------------------------------- confluent-kafka
+
+
+def confluent_produce(bootstrap: str, topic: str, messages: Iterable[dict[str, Any]], *, timeout: float = 30.0,
+                      **conf: Any) -> list[Any]:
+    """Produce dicts (value, key, headers, timestamp, partition) and return the delivered messages in
+    delivery order; fails on any delivery error."""
+    delivered: list[Any] = []
+    errors: list[Any] = []
+
+    def cb(err: Any, msg: Any) -> None:
+        (errors if err else delivered).append(err or msg)
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
+    for m in messages:
+        p.produce(topic, on_delivery=cb, **{"partition": 0, **m})
+    assert p.flush(timeout) == 0, "messages still in flight"
+    assert errors == [], errors
+    return delivered
+
+
+def confluent_consume(bootstrap: str, topic: str, n: int, *, partition: int = 0, offset: int = OFFSET_BEGINNING,
+                      timeout: float = 20.0, **conf: Any) -> list[Any]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
+                  "fetch.wait.max.ms": 100, **conf})
+    try:
+        c.assign([TopicPartition(topic, partition, offset)])
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                raise KafkaException(m.error())
+            out.append(m)
+        return out
+    finally:
+        c.close()
+
+
+def consume_all(bootstrap: str, topic: str, *, partition: int = 0, timeout: float = 20.0) -> list[Any]:
+    """Every message from the beginning up to the current end offset (read first)."""
+    end = log_end_offset(int(bootstrap.rsplit(":", 1)[1]), topic, partition)
+    msgs = confluent_consume(bootstrap, topic, end, partition=partition, timeout=timeout) if end else []
+    assert len(msgs) == end, f"read {len(msgs)} of {end} messages"
+    return msgs
+
+
+# --------------------------------------------------------------------------------------------------- on disk
+
+
+def partition_dir(data_dir: Path, topic: str, partition: int = 0) -> Path:
+    return Path(data_dir) / f"{topic}-{partition}"
+
+
+def segment_logs(data_dir: Path, topic: str, partition: int = 0) -> list[Path]:
+    return sorted(partition_dir(data_dir, topic, partition).glob("*.log"))
+
+
+def records_on_disk(data_dir: Path, topic: str, partition: int = 0) -> list[tuple[Any, Record]]:
+    """(batch header, record) for every record of every ``.log`` segment, decoded and CRC-checked by
+    ``tidelog.records.decode_batches``; asserts the segments are whole batches back to back."""
+    out: list[tuple[Any, Record]] = []
+    for path in segment_logs(data_dir, topic, partition):
+        data = path.read_bytes()
+        end = 0
+        for pos, header, records in decode_batches(data):
+            assert pos == end, f"{path.name}: gap or overlap at {pos}"
+            end = pos + header.size
+            out.extend((header, r) for r in records)
+        assert end == len(data), f"{path.name}: {len(data) - end} trailing bytes that are not a whole batch"
+    return out
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
