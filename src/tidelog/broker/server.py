@@ -6,7 +6,13 @@ Connections (see :class:`Connection`)
     ``loop.sendfile`` and an asyncio transport hides its socket's buffer, so writing around it is unsafe. Reads
     and writes try the syscall first and only wait for readiness (``loop.add_reader``/``add_writer``) on
     ``EAGAIN``: on a busy connection most requests cost one ``recv`` and one ``sendmsg``. This works the same
-    on uvloop and on the default loop (measurements: docs/ARCHITECTURE.md, "Broker network path").
+    on uvloop and on the default loop.
+
+    Measured (2-core VM, Python client in another process, 16 MB Fetch responses from page cache, one
+    connection; run-to-run noise about +-20%): sendfile 1.7-1.8 GB/s vs ``os.pread`` + ``sendmsg`` 0.8-1.2 GB/s,
+    on both loops. Small requests (ApiVersions v3 round trips): ~20k/s, against ~26k/s for a bare uvloop echo
+    server (~17k/s on the asyncio loop), i.e. ~12 us of broker work per request. uvloop is the default (faster
+    wakeups); ``tidelog serve --loop asyncio`` switches.
 
 Framing and order (as Kafka's SocketServer)
     ``int32 size | request``. A size < 0 or > ``socket.request.max.bytes`` closes the connection; the buffer
@@ -46,6 +52,8 @@ from tidelog.broker.config import BrokerConfig
 from tidelog.broker.handlers import HANDLER_MODULES, REGISTRY, RequestContext
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
+from tidelog.protocol import codec
+from tidelog.protocol.exceptions import InvalidRequestError, UnknownApiKeyError, UnsupportedVersionError
 
 if TYPE_CHECKING:
     from tidelog.broker.topics import TopicManager
@@ -56,6 +64,8 @@ _I32 = struct.Struct(">i")
 _READ_CHUNK = 256 * 1024
 API_VERSIONS_KEY = 18
 _IOV_MAX = 512
+# responses not scanned for error codes (big lists, errors rare): ApiVersions, Metadata
+_NO_ERROR_SCAN = frozenset({18, 3})
 
 
 class PartitionError(Exception):
@@ -299,13 +309,6 @@ class Connection:
 
     async def process(self, frame: bytes) -> bool:
         """Decode, dispatch, answer. Returns False when the connection must be closed."""
-        from tidelog.protocol import codec
-        from tidelog.protocol.exceptions import (
-            InvalidRequestError,
-            UnknownApiKeyError,
-            UnsupportedVersionError,
-        )
-
         broker = self.broker
         t0 = time.perf_counter()
         try:
@@ -372,10 +375,11 @@ class Connection:
         if response is not None:
             chunks = codec.encode_response(api_key, header.api_version, header.correlation_id, response)
             await self.write_chunks(chunks)
-            errors: dict[int, int] = {}
-            _count_errors(response, errors)
-            for code, n in errors.items():
-                broker.metrics.record_error(name, error_name(code), n)
+            if api_key not in _NO_ERROR_SCAN:
+                errors: dict[int, int] = {}
+                _count_errors(response, errors)
+                for code, n in errors.items():
+                    broker.metrics.record_error(name, error_name(code), n)
         broker.metrics.record_request(name, time.perf_counter() - t0)
         return True
 

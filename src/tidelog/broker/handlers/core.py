@@ -110,12 +110,15 @@ def _supported_versions() -> dict[int, tuple[int, int]]:
 
 
 _API_LIST: list[dict] | None = None
+_API_LIST_KEY = -1
 
 
 def api_versions_list() -> list[dict]:
     """The ApiVersions ``api_keys``: every API with a handler and a codec, Produce advertised from 0."""
-    global _API_LIST
-    if _API_LIST is None or len(_API_LIST) != len([k for k in REGISTRY if k in _supported_versions()]):
+    global _API_LIST, _API_LIST_KEY
+    key = len(REGISTRY)  # handler modules register at import; rebuild if more arrived
+    if _API_LIST is None or key != _API_LIST_KEY:
+        _API_LIST_KEY = key
         supported = _supported_versions()
         entries = []
         for key in sorted(REGISTRY):
