@@ -1,0 +1,1007 @@
+"""The group coordinator (classic protocol) and the offsets store in ``__consumer_offsets``.
+
+Runs entirely on the broker's event loop: state changes are synchronous, JoinGroup/SyncGroup wait on futures
+and timers (``loop.call_later``), never on sleeps. Every durable change is one batch appended to the group's
+``__consumer_offsets`` partition through ``PartitionLog.append_as_leader`` (one node: HW = LEO after the append),
+before the client is answered.
+
+Startup: :meth:`GroupCoordinator.start` reads every ``__consumer_offsets`` partition in a worker thread
+(latest record per key wins, tombstones delete) and installs the result; until then group requests are answered
+COORDINATOR_LOAD_IN_PROGRESS. The topic is created lazily (compacted, ``offsets.topic.num.partitions``) on the
+first FindCoordinator or write, as Kafka does.
+
+Kafka behaviours reproduced (facts from Kafka's classic ``GroupCoordinator``/``GroupMetadataManager``):
+
+* JoinGroup v4+ without a member id and without ``group.instance.id``: MEMBER_ID_REQUIRED with a fresh member
+  id, kept pending for one session timeout.
+* ``group.initial.rebalance.delay.ms``: the first rebalance of an Empty group waits that long, extended by each
+  new member up to the rebalance timeout. Other rebalances complete as soon as every member rejoined, or after
+  the largest rebalance timeout; members that did not rejoin are removed (this is where max.poll.interval bites).
+* Session timeout: a member without a heartbeat (or pending join/sync) for ``session.timeout.ms`` is removed and
+  the group rebalances. Static members (``group.instance.id``) rejoining with a new member id replace the old
+  one; in a Stable group with unchanged protocols this needs no rebalance; the old id is FENCED_INSTANCE_ID.
+* OffsetCommit from a member needs the current generation (ILLEGAL_GENERATION), a known member
+  (UNKNOWN_MEMBER_ID) and no CompletingRebalance (REBALANCE_IN_PROGRESS); generation -1 commits (admin, simple
+  consumers) are allowed only while the group is Empty. Unknown partitions: UNKNOWN_TOPIC_OR_PARTITION;
+  metadata above ``offset.metadata.max.bytes`` (4096): OFFSET_METADATA_TOO_LARGE.
+* Offset retention (``offsets.retention.minutes``): offsets of an Empty group expire that long after the group
+  emptied (or after the commit, if later); an explicit expire timestamp (OffsetCommit v2-4) wins. A group that
+  is Empty with no offsets left is removed (tombstone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from tidelog.broker.group import records as rec
+from tidelog.broker.group.records import OFFSETS_TOPIC, GroupValue, OffsetValue
+from tidelog.broker.group.state import Group, GroupState, Member
+from tidelog.protocol.errors import ERRORS_BY_NAME
+
+if TYPE_CHECKING:
+    from tidelog.broker.server import Broker
+
+log = logging.getLogger("tidelog.broker.group")
+
+
+def _code(name: str) -> int:
+    return ERRORS_BY_NAME[name].code
+
+
+NONE = 0
+UNKNOWN_SERVER_ERROR = -1
+UNKNOWN_TOPIC_OR_PARTITION = _code("UNKNOWN_TOPIC_OR_PARTITION")
+OFFSET_METADATA_TOO_LARGE = _code("OFFSET_METADATA_TOO_LARGE")
+COORDINATOR_LOAD_IN_PROGRESS = _code("COORDINATOR_LOAD_IN_PROGRESS")
+COORDINATOR_NOT_AVAILABLE = _code("COORDINATOR_NOT_AVAILABLE")
+NOT_COORDINATOR = _code("NOT_COORDINATOR")
+ILLEGAL_GENERATION = _code("ILLEGAL_GENERATION")
+INCONSISTENT_GROUP_PROTOCOL = _code("INCONSISTENT_GROUP_PROTOCOL")
+INVALID_GROUP_ID = _code("INVALID_GROUP_ID")
+UNKNOWN_MEMBER_ID = _code("UNKNOWN_MEMBER_ID")
+INVALID_SESSION_TIMEOUT = _code("INVALID_SESSION_TIMEOUT")
+REBALANCE_IN_PROGRESS = _code("REBALANCE_IN_PROGRESS")
+INVALID_COMMIT_OFFSET_SIZE = _code("INVALID_COMMIT_OFFSET_SIZE")
+NON_EMPTY_GROUP = _code("NON_EMPTY_GROUP")
+GROUP_ID_NOT_FOUND = _code("GROUP_ID_NOT_FOUND")
+MEMBER_ID_REQUIRED = _code("MEMBER_ID_REQUIRED")
+GROUP_MAX_SIZE_REACHED = _code("GROUP_MAX_SIZE_REACHED")
+FENCED_INSTANCE_ID = _code("FENCED_INSTANCE_ID")
+GROUP_SUBSCRIBED_TO_TOPIC = _code("GROUP_SUBSCRIBED_TO_TOPIC")
+INVALID_REQUEST = _code("INVALID_REQUEST")
+
+OFFSET_METADATA_MAX_BYTES = 4096
+_LOAD_CHUNK = 1 << 20
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class CoordinatorError(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _join_error(code: int, member_id: str = "") -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "generation_id": -1,
+        "protocol_type": None,
+        "protocol_name": None,
+        "leader": "",
+        "skip_assignment": False,
+        "member_id": member_id,
+        "members": [],
+    }
+
+
+class GroupCoordinator:
+    """All groups of this broker. Public methods are called by ``tidelog.broker.handlers.group``."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.groups: dict[str, Group] = {}
+        self.loading = True
+        self.active = False
+        self.initial_rebalance_delay_ms = int(cfg.get("group.initial.rebalance.delay.ms"))
+        self.min_session_timeout_ms = int(cfg.get("group.min.session.timeout.ms"))
+        self.max_session_timeout_ms = int(cfg.get("group.max.session.timeout.ms"))
+        self.configured_partitions = int(cfg.get("offsets.topic.num.partitions"))
+        self.retention_ms = int(cfg.get("offsets.retention.minutes")) * 60_000
+        props = cfg.props
+        self.retention_check_interval_ms = int(props.get("offsets.retention.check.interval.ms", "600000"))
+        self.group_max_size = int(props.get("group.max.size", str(2**31 - 1)))
+        self.metadata_max_bytes = int(props.get("offset.metadata.max.bytes", str(OFFSET_METADATA_MAX_BYTES)))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.loaded = asyncio.Event()
+
+    # ============================================================== lifecycle
+
+    @property
+    def num_partitions(self) -> int:
+        info = self.broker.topics.get(OFFSETS_TOPIC) if self.broker.topics is not None else None
+        return info.num_partitions if info is not None else self.configured_partitions
+
+    async def start(self) -> None:
+        """Begin loading ``__consumer_offsets`` in the background; requests get LOAD_IN_PROGRESS meanwhile."""
+        self._loop = asyncio.get_running_loop()
+        self.active = True
+        self._tasks.append(self._loop.create_task(self._load_all()))
+        self._tasks.append(self._loop.create_task(self._expiry_loop()))
+
+    async def _load_all(self) -> None:
+        t0 = time.monotonic()
+        logs = []
+        info = self.broker.topics.get(OFFSETS_TOPIC)
+        if info is not None:
+            for p in range(info.num_partitions):
+                lg = self.broker.topics.get_log(OFFSETS_TOPIC, p)
+                if lg is not None:
+                    logs.append(lg)
+        try:
+            state = await asyncio.to_thread(_read_partitions, logs)
+        except Exception:
+            log.exception("loading __consumer_offsets failed; groups start empty")
+            state = ({}, {})
+        groups_v, offsets_v = state
+        now = _now_ms()
+        for gid, gv in groups_v.items():
+            self._install_group(gid, gv, now)
+        for (gid, topic, part), ov in offsets_v.items():
+            self._group(gid, create=True).offsets[(topic, part)] = ov  # type: ignore[union-attr]
+        self.loading = False
+        self.loaded.set()
+        log.info(
+            "group coordinator loaded",
+            extra={"kv": {"partitions": len(logs), "groups": len(self.groups),
+                          "offsets": len(offsets_v), "seconds": round(time.monotonic() - t0, 3)}},
+        )
+
+    def _install_group(self, gid: str, gv: GroupValue, now: int) -> None:
+        g = Group(gid)
+        g.protocol_type = gv.protocol_type or None
+        g.generation = gv.generation
+        g.protocol_name = gv.protocol
+        g.leader_id = gv.leader
+        g.current_state_timestamp = gv.current_state_timestamp
+        g.persisted = True
+        for mv in gv.members:
+            m = Member(
+                mv.member_id, mv.group_instance_id, mv.client_id, mv.client_host, mv.rebalance_timeout,
+                mv.session_timeout, gv.protocol_type, [(gv.protocol or "", mv.subscription)], mv.assignment,
+            )
+            g.members[m.member_id] = m
+            if m.group_instance_id is not None:
+                g.static_members[m.group_instance_id] = m.member_id
+        g.state = GroupState.STABLE if g.members else GroupState.EMPTY
+        self.groups[gid] = g
+        for m in g.members.values():
+            self._schedule_heartbeat(g, m)
+
+    def shutdown(self) -> None:
+        """Answer every waiting JoinGroup/SyncGroup with NOT_COORDINATOR and stop timers (broker stopping)."""
+        self.active = False
+        for t in self._tasks:
+            t.cancel()
+        for g in self.groups.values():
+            if g.join_timer is not None:
+                g.join_timer.cancel()
+            for timer in g.pending_members.values():
+                if timer is not None:
+                    timer.cancel()
+            for m in g.members.values():
+                m.cancel_timer()
+                if m.awaiting_join:
+                    m.join_future.set_result(_join_error(NOT_COORDINATOR, m.member_id))  # type: ignore[union-attr]
+                if m.awaiting_sync:
+                    m.sync_future.set_result(self._sync_result(NOT_COORDINATOR, g))  # type: ignore[union-attr]
+
+    # ============================================================== helpers
+
+    def check(self, group_id: str | None) -> int:
+        """The coordinator-level error for a request about ``group_id`` (0 = go ahead)."""
+        if not self.active or self.broker.stopping:
+            return NOT_COORDINATOR
+        if self.loading:
+            return COORDINATOR_LOAD_IN_PROGRESS
+        if group_id is None:
+            return INVALID_GROUP_ID
+        info = self.broker.topics.get(OFFSETS_TOPIC)
+        if info is not None:
+            p = rec.partition_for(group_id, info.num_partitions)
+            if self.broker.topics.get_log(OFFSETS_TOPIC, p) is None:
+                return NOT_COORDINATOR
+        return NONE
+
+    def ensure_offsets_topic(self) -> Any:
+        info = self.broker.topics.get(OFFSETS_TOPIC)
+        if info is None:
+            info = self.broker.topics.create_topic(
+                OFFSETS_TOPIC,
+                self.configured_partitions,
+                1,
+                {"cleanup.policy": "compact", "segment.bytes": "104857600", "compression.type": "producer"},
+            )
+        return info
+
+    def _group(self, group_id: str, create: bool = False) -> Group | None:
+        g = self.groups.get(group_id)
+        if g is None and create:
+            g = self.groups[group_id] = Group(group_id)
+            g.current_state_timestamp = _now_ms()
+        return g
+
+    def _append(self, group_id: str, entries: list[tuple[bytes, bytes | None]]) -> int:
+        """Append ``(key, value)`` records for ``group_id`` as one batch; returns an error code."""
+        from tidelog.records.batch import build_batch
+
+        if not entries:
+            return NONE
+        try:
+            info = self.ensure_offsets_topic()
+            p = rec.partition_for(group_id, info.num_partitions)
+            plog = self.broker.leader_log(OFFSETS_TOPIC, p)
+            batch = build_batch([(k, v) for k, v in entries])
+            plog.append_as_leader(batch, leader_epoch=0)
+            self.broker.on_append((OFFSETS_TOPIC, p), plog)
+        except Exception as exc:
+            name = getattr(exc, "kafka_error", None)
+            log.warning("__consumer_offsets append failed", extra={"kv": {"group": group_id, "error": repr(exc)}})
+            if name in ("UNKNOWN_TOPIC_OR_PARTITION", "NOT_LEADER_OR_FOLLOWER"):
+                return NOT_COORDINATOR
+            if name in ("MESSAGE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_FETCH_SIZE"):
+                return INVALID_COMMIT_OFFSET_SIZE
+            return UNKNOWN_SERVER_ERROR
+        return NONE
+
+    def _store_group(self, g: Group) -> int:
+        value = GroupValue(
+            g.protocol_type or "", g.generation, g.protocol_name, g.leader_id, g.current_state_timestamp,
+            g.member_values(),
+        )
+        err = self._append(g.group_id, [(rec.encode_group_key(g.group_id), rec.encode_group_value(value))])
+        if err == NONE:
+            g.persisted = True
+        return err
+
+    def _new_member_id(self, prefix: str | None) -> str:
+        return f"{prefix or ''}-{uuid.uuid4()}"
+
+    def _loop_(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    # ============================================================== heartbeats and expiry
+
+    def _schedule_heartbeat(self, g: Group, m: Member) -> None:
+        m.cancel_timer()
+        m.heartbeat_timer = self._loop_().call_later(
+            m.session_timeout_ms / 1000.0, self._heartbeat_expired, g.group_id, m.member_id
+        )
+
+    def _heartbeat_expired(self, group_id: str, member_id: str) -> None:
+        g = self.groups.get(group_id)
+        if g is None:
+            return
+        m = g.members.get(member_id)
+        if m is None:
+            return
+        m.heartbeat_timer = None
+        if m.awaiting_join or m.awaiting_sync:
+            self._schedule_heartbeat(g, m)  # a member waiting on us is alive
+            return
+        log.info("member session expired", extra={"kv": {"group": group_id, "member": member_id,
+                                                         "generation": g.generation}})
+        self._remove_member_and_update(g, m)
+
+    def _remove_member(self, g: Group, m: Member, code: int = UNKNOWN_MEMBER_ID) -> None:
+        m.cancel_timer()
+        g.members.pop(m.member_id, None)
+        if m.group_instance_id is not None and g.static_members.get(m.group_instance_id) == m.member_id:
+            g.static_members.pop(m.group_instance_id, None)
+        if m.awaiting_join:
+            m.join_future.set_result(_join_error(code, m.member_id))  # type: ignore[union-attr]
+        if m.awaiting_sync:
+            m.sync_future.set_result(self._sync_result(code, g))  # type: ignore[union-attr]
+        if g.leader_id == m.member_id:
+            g.leader_id = next(iter(g.members), None)
+
+    def _remove_member_and_update(self, g: Group, m: Member) -> None:
+        self._remove_member(g, m)
+        if g.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(g, f"member {m.member_id} left or expired")
+        elif g.state == GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(g)
+
+    def _add_pending(self, g: Group, member_id: str, session_timeout_ms: int) -> None:
+        def expire() -> None:
+            if g.pending_members.pop(member_id, "gone") != "gone" and g.state == GroupState.PREPARING_REBALANCE:
+                self._maybe_complete_join(g)
+
+        g.pending_members[member_id] = self._loop_().call_later(session_timeout_ms / 1000.0, expire)
+
+    # ============================================================== rebalancing
+
+    def _prepare_rebalance(self, g: Group, reason: str) -> None:
+        now = _now_ms()
+        if g.state == GroupState.COMPLETING_REBALANCE:
+            # members waiting for their assignment must rejoin
+            for m in g.members.values():
+                m.assignment = b""
+                if m.awaiting_sync:
+                    m.sync_future.set_result(self._sync_result(REBALANCE_IN_PROGRESS, g))  # type: ignore[union-attr]
+        if g.join_timer is not None:
+            g.join_timer.cancel()
+        rebalance_timeout = g.rebalance_timeout_ms()
+        if g.state == GroupState.EMPTY and self.initial_rebalance_delay_ms > 0:
+            delay = min(self.initial_rebalance_delay_ms, rebalance_timeout)
+            g.initial_delay_active = True
+            g.initial_delay_remaining_ms = max(rebalance_timeout - delay, 0)
+            g.new_member_added = False
+            g.join_timer = self._loop_().call_later(delay / 1000.0, self._initial_delay_expired, g)
+        else:
+            g.initial_delay_active = False
+            g.join_timer = self._loop_().call_later(rebalance_timeout / 1000.0, self._complete_join, g)
+        g.transition(GroupState.PREPARING_REBALANCE, now)
+        log.info("preparing to rebalance group", extra={"kv": {"group": g.group_id, "generation": g.generation,
+                                                               "reason": reason}})
+
+    def _initial_delay_expired(self, g: Group) -> None:
+        g.join_timer = None
+        if g.new_member_added and g.initial_delay_remaining_ms > 0:
+            g.new_member_added = False
+            delay = min(self.initial_rebalance_delay_ms, g.initial_delay_remaining_ms)
+            g.initial_delay_remaining_ms -= delay
+            g.join_timer = self._loop_().call_later(delay / 1000.0, self._initial_delay_expired, g)
+            return
+        g.initial_delay_active = False
+        self._complete_join(g)
+
+    def _maybe_complete_join(self, g: Group) -> None:
+        if g.state == GroupState.PREPARING_REBALANCE and not g.initial_delay_active and g.all_members_joined():
+            self._complete_join(g)
+
+    def _complete_join(self, g: Group) -> None:
+        if g.state != GroupState.PREPARING_REBALANCE:
+            return
+        if g.join_timer is not None:
+            g.join_timer.cancel()
+            g.join_timer = None
+        g.initial_delay_active = False
+        for m in [m for m in g.members.values() if not m.awaiting_join]:
+            log.info("removing member that did not rejoin", extra={"kv": {"group": g.group_id, "member": m.member_id}})
+            self._remove_member(g, m)
+        now = _now_ms()
+        g.generation += 1
+        if g.is_empty():
+            g.protocol_name = None
+            g.leader_id = None
+            g.transition(GroupState.EMPTY, now)
+            self._store_group(g)
+            log.info("group is empty", extra={"kv": {"group": g.group_id, "generation": g.generation}})
+            return
+        g.protocol_name = g.select_protocol()
+        if g.leader_id not in g.members:
+            g.leader_id = next(iter(g.members))
+        g.transition(GroupState.COMPLETING_REBALANCE, now)
+        log.info("group rebalanced", extra={"kv": {"group": g.group_id, "generation": g.generation,
+                                                   "members": len(g.members), "protocol": g.protocol_name}})
+        for m in g.members.values():
+            members = []
+            if m.member_id == g.leader_id:
+                members = [
+                    {"member_id": o.member_id, "group_instance_id": o.group_instance_id,
+                     "metadata": o.metadata_for(g.protocol_name)}
+                    for o in g.members.values()
+                ]
+            result = {
+                "error_code": NONE,
+                "generation_id": g.generation,
+                "protocol_type": g.protocol_type,
+                "protocol_name": g.protocol_name,
+                "leader": g.leader_id,
+                "skip_assignment": False,
+                "member_id": m.member_id,
+                "members": members,
+            }
+            m.is_new = False
+            assert m.join_future is not None
+            m.join_future.set_result(result)
+            self._schedule_heartbeat(g, m)
+
+    # ============================================================== JoinGroup
+
+    async def join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        require_known_member_id: bool,
+    ) -> dict[str, Any]:
+        err = self.check(group_id)
+        if err:
+            return _join_error(err, member_id)
+        if not group_id:
+            return _join_error(INVALID_GROUP_ID, member_id)
+        if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
+            return _join_error(INVALID_SESSION_TIMEOUT, member_id)
+        g = self.groups.get(group_id)
+        if g is None:
+            if member_id:
+                return _join_error(UNKNOWN_MEMBER_ID, member_id)
+            g = self._group(group_id, create=True)
+            assert g is not None
+        if g.state == GroupState.DEAD:
+            return _join_error(COORDINATOR_NOT_AVAILABLE if not member_id else UNKNOWN_MEMBER_ID, member_id)
+        if not g.supports(protocol_type, protocols):
+            return _join_error(INCONSISTENT_GROUP_PROTOCOL, member_id)
+        loop = self._loop_()
+        fut: asyncio.Future[dict[str, Any]] = loop.create_future()
+
+        if not member_id:
+            if group_instance_id is not None and group_instance_id in g.static_members:
+                return await self._replace_static_member(
+                    g, group_instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                    protocol_type, protocols,
+                )
+            if len(g.members) + len(g.pending_members) >= self.group_max_size:
+                return _join_error(GROUP_MAX_SIZE_REACHED)
+            new_id = self._new_member_id(group_instance_id if group_instance_id is not None else client_id)
+            if require_known_member_id and group_instance_id is None:
+                self._add_pending(g, new_id, session_timeout_ms)
+                return _join_error(MEMBER_ID_REQUIRED, new_id)
+            m = Member(new_id, group_instance_id, client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
+                       protocol_type, list(protocols))
+            self._add_member(g, m, fut)
+            return await fut
+
+        # a known (or pending) member id
+        if member_id in g.pending_members:
+            timer = g.pending_members.pop(member_id)
+            if timer is not None:
+                timer.cancel()
+            if group_instance_id is not None and group_instance_id in g.static_members:
+                return _join_error(FENCED_INSTANCE_ID, member_id)
+            m = Member(member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
+                       session_timeout_ms, protocol_type, list(protocols))
+            self._add_member(g, m, fut)
+            return await fut
+        m_or_none = g.members.get(member_id)
+        if group_instance_id is not None:
+            known = g.static_members.get(group_instance_id)
+            if known is not None and known != member_id:
+                return _join_error(FENCED_INSTANCE_ID, member_id)
+        if m_or_none is None:
+            return _join_error(UNKNOWN_MEMBER_ID, member_id)
+        m = m_or_none
+        if g.state == GroupState.PREPARING_REBALANCE:
+            self._update_member(g, m, protocols, session_timeout_ms, rebalance_timeout_ms, fut)
+            self._maybe_complete_join(g)
+            return await fut
+        if g.state == GroupState.COMPLETING_REBALANCE:
+            if m.matches(protocols):
+                return self._current_join_result(g, m)  # a retried join: same answer, no new rebalance
+            self._update_member(g, m, protocols, session_timeout_ms, rebalance_timeout_ms, fut)
+            self._prepare_rebalance(g, f"member {member_id} changed its protocols")
+            return await fut
+        if g.state == GroupState.STABLE:
+            if m.member_id != g.leader_id and m.matches(protocols):
+                return self._current_join_result(g, m)
+            self._update_member(g, m, protocols, session_timeout_ms, rebalance_timeout_ms, fut)
+            self._prepare_rebalance(g, f"member {member_id} rejoined" + (" (leader)" if m.member_id == g.leader_id else ""))
+            return await fut
+        return _join_error(UNKNOWN_MEMBER_ID, member_id)
+
+    def _current_join_result(self, g: Group, m: Member) -> dict[str, Any]:
+        members = []
+        if m.member_id == g.leader_id:
+            members = [{"member_id": o.member_id, "group_instance_id": o.group_instance_id,
+                        "metadata": o.metadata_for(g.protocol_name)} for o in g.members.values()]
+        self._schedule_heartbeat(g, m)
+        return {
+            "error_code": NONE,
+            "generation_id": g.generation,
+            "protocol_type": g.protocol_type,
+            "protocol_name": g.protocol_name,
+            "leader": g.leader_id or "",
+            "skip_assignment": False,
+            "member_id": m.member_id,
+            "members": members,
+        }
+
+    def _add_member(self, g: Group, m: Member, fut: asyncio.Future[dict[str, Any]]) -> None:
+        if g.is_empty():
+            g.protocol_type = m.protocol_type
+        m.join_future = fut
+        m.is_new = True
+        g.members[m.member_id] = m
+        if m.group_instance_id is not None:
+            g.static_members[m.group_instance_id] = m.member_id
+        if g.leader_id is None:
+            g.leader_id = m.member_id
+        g.new_member_added = True
+        if g.state in (GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(g, f"adding new member {m.member_id}")
+        else:
+            self._maybe_complete_join(g)
+        self._schedule_heartbeat(g, m)
+
+    def _update_member(
+        self, g: Group, m: Member, protocols: list[tuple[str, bytes]], session_timeout_ms: int,
+        rebalance_timeout_ms: int, fut: asyncio.Future[dict[str, Any]],
+    ) -> None:
+        m.protocols = list(protocols)
+        m.session_timeout_ms = session_timeout_ms
+        m.rebalance_timeout_ms = rebalance_timeout_ms
+        if m.awaiting_join:
+            # a duplicate join from the same member: the older request gets the rebalance error
+            m.join_future.set_result(_join_error(REBALANCE_IN_PROGRESS, m.member_id))  # type: ignore[union-attr]
+        m.join_future = fut
+
+    async def _replace_static_member(
+        self, g: Group, instance_id: str, client_id: str, client_host: str, session_timeout_ms: int,
+        rebalance_timeout_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]],
+    ) -> dict[str, Any]:
+        old_id = g.static_members[instance_id]
+        old = g.members[old_id]
+        new_id = self._new_member_id(instance_id)
+        old.cancel_timer()
+        if old.awaiting_join:
+            old.join_future.set_result(_join_error(FENCED_INSTANCE_ID, old_id))  # type: ignore[union-attr]
+        if old.awaiting_sync:
+            old.sync_future.set_result(self._sync_result(FENCED_INSTANCE_ID, g))  # type: ignore[union-attr]
+        del g.members[old_id]
+        same_protocols = old.matches(protocols)
+        m = Member(new_id, instance_id, client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
+                   protocol_type, list(protocols), old.assignment)
+        g.members[new_id] = m
+        g.static_members[instance_id] = new_id
+        if g.leader_id == old_id:
+            g.leader_id = new_id
+        log.info("static member replaced", extra={"kv": {"group": g.group_id, "instance": instance_id,
+                                                         "old": old_id, "new": new_id}})
+        if g.state == GroupState.STABLE and same_protocols:
+            err = self._store_group(g)
+            if err:
+                return _join_error(err, new_id)
+            result = self._current_join_result(g, m)
+            result["members"] = []  # the static leader keeps the current assignment: nothing to compute
+            return result
+        fut: asyncio.Future[dict[str, Any]] = self._loop_().create_future()
+        m.join_future = fut
+        if g.state == GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(g)
+        else:
+            self._prepare_rebalance(g, f"static member {instance_id} rejoined with new protocols")
+        self._schedule_heartbeat(g, m)
+        return await fut
+
+    # ============================================================== SyncGroup
+
+    def _sync_result(self, code: int, g: Group | None, assignment: bytes = b"") -> dict[str, Any]:
+        return {
+            "error_code": code,
+            "protocol_type": g.protocol_type if g is not None and code == NONE else None,
+            "protocol_name": g.protocol_name if g is not None and code == NONE else None,
+            "assignment": assignment,
+        }
+
+    def _validate_member(self, g: Group, member_id: str, instance_id: str | None) -> int:
+        if instance_id is not None:
+            known = g.static_members.get(instance_id)
+            if known is not None and known != member_id:
+                return FENCED_INSTANCE_ID
+        if member_id not in g.members:
+            return UNKNOWN_MEMBER_ID
+        return NONE
+
+    async def sync_group(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+        protocol_type: str | None, protocol_name: str | None, assignments: list[tuple[str, bytes]],
+    ) -> dict[str, Any]:
+        err = self.check(group_id)
+        if err:
+            return self._sync_result(err, None)
+        g = self.groups.get(group_id)
+        if g is None:
+            return self._sync_result(UNKNOWN_MEMBER_ID, None)
+        if g.state == GroupState.DEAD:
+            return self._sync_result(COORDINATOR_NOT_AVAILABLE, None)
+        err = self._validate_member(g, member_id, group_instance_id)
+        if err:
+            return self._sync_result(err, None)
+        if generation_id != g.generation:
+            return self._sync_result(ILLEGAL_GENERATION, None)
+        if (protocol_type is not None and protocol_type != g.protocol_type) or (
+            protocol_name is not None and protocol_name != g.protocol_name
+        ):
+            return self._sync_result(INCONSISTENT_GROUP_PROTOCOL, None)
+        m = g.members[member_id]
+        if g.state == GroupState.PREPARING_REBALANCE:
+            return self._sync_result(REBALANCE_IN_PROGRESS, None)
+        if g.state == GroupState.STABLE:
+            self._schedule_heartbeat(g, m)
+            return self._sync_result(NONE, g, m.assignment)
+        if g.state != GroupState.COMPLETING_REBALANCE:
+            return self._sync_result(UNKNOWN_MEMBER_ID, None)
+        fut: asyncio.Future[dict[str, Any]] = self._loop_().create_future()
+        if m.awaiting_sync:
+            m.sync_future.set_result(self._sync_result(REBALANCE_IN_PROGRESS, None))  # type: ignore[union-attr]
+        m.sync_future = fut
+        self._schedule_heartbeat(g, m)
+        if member_id == g.leader_id:
+            given = {mid: bytes(a) for mid, a in assignments}
+            for mem in g.members.values():
+                mem.assignment = given.get(mem.member_id, b"")
+            generation = g.generation
+            err = self._store_group(g)
+            if g.state == GroupState.COMPLETING_REBALANCE and g.generation == generation:
+                if err:
+                    for mem in g.members.values():
+                        mem.assignment = b""
+                        if mem.awaiting_sync:
+                            mem.sync_future.set_result(self._sync_result(err, None))  # type: ignore[union-attr]
+                    self._prepare_rebalance(g, "storing the assignment failed")
+                else:
+                    g.transition(GroupState.STABLE, _now_ms())
+                    for mem in g.members.values():
+                        if mem.awaiting_sync:
+                            mem.sync_future.set_result(self._sync_result(NONE, g, mem.assignment))  # type: ignore[union-attr]
+                    log.info("group stable", extra={"kv": {"group": g.group_id, "generation": g.generation,
+                                                           "members": len(g.members)}})
+        return await fut
+
+    # ============================================================== Heartbeat / LeaveGroup
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> int:
+        err = self.check(group_id)
+        if err:
+            return err
+        g = self.groups.get(group_id)
+        if g is None:
+            return UNKNOWN_MEMBER_ID
+        if g.state == GroupState.DEAD:
+            return COORDINATOR_NOT_AVAILABLE
+        if g.state == GroupState.EMPTY:
+            return UNKNOWN_MEMBER_ID
+        err = self._validate_member(g, member_id, group_instance_id)
+        if err:
+            return err
+        m = g.members[member_id]
+        if g.state == GroupState.PREPARING_REBALANCE:
+            self._schedule_heartbeat(g, m)
+            return REBALANCE_IN_PROGRESS
+        if generation_id != g.generation:
+            return ILLEGAL_GENERATION
+        self._schedule_heartbeat(g, m)
+        return NONE
+
+    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[int, list[dict[str, Any]]]:
+        """``members`` = [(member_id, group_instance_id)]; returns (top-level error, per-member results)."""
+        err = self.check(group_id)
+        if err:
+            return err, []
+        g = self.groups.get(group_id)
+        if g is None or g.state == GroupState.DEAD:
+            return UNKNOWN_MEMBER_ID, [
+                {"member_id": mid, "group_instance_id": iid, "error_code": UNKNOWN_MEMBER_ID} for mid, iid in members
+            ]
+        results = []
+        left: list[Member] = []
+        for mid, iid in members:
+            code = NONE
+            target: Member | None = None
+            if iid is not None:
+                known = g.static_members.get(iid)
+                if known is None:
+                    code = UNKNOWN_MEMBER_ID
+                elif mid and mid != known:
+                    code = FENCED_INSTANCE_ID
+                else:
+                    target = g.members.get(known)
+            elif mid in g.pending_members:
+                timer = g.pending_members.pop(mid)
+                if timer is not None:
+                    timer.cancel()
+            else:
+                target = g.members.get(mid)
+                if target is None:
+                    code = UNKNOWN_MEMBER_ID
+            if target is not None:
+                left.append(target)
+            results.append({"member_id": mid, "group_instance_id": iid, "error_code": code})
+        for m in left:
+            log.info("member left group", extra={"kv": {"group": group_id, "member": m.member_id}})
+            self._remove_member_and_update(g, m)
+        if g.state == GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(g)
+        return NONE, results
+
+    # ============================================================== offsets
+
+    def commit_offsets(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+        retention_time_ms: int, offsets: list[tuple[str, int, int, int, str | None]],
+    ) -> tuple[int, dict[tuple[str, int], int]]:
+        """``offsets`` = [(topic, partition, offset, leader_epoch, metadata)]. Returns (group error, per-tp)."""
+        err = self.check(group_id)
+        if not err and not group_id:
+            err = INVALID_GROUP_ID
+        if not err:
+            err = self._validate_commit(group_id, generation_id, member_id, group_instance_id)
+        if err:
+            return err, {(t, p): err for t, p, *_ in offsets}
+        g = self._group(group_id, create=True)
+        assert g is not None
+        now = _now_ms()
+        expire = now + retention_time_ms if retention_time_ms is not None and retention_time_ms >= 0 else -1
+        results: dict[tuple[str, int], int] = {}
+        entries: list[tuple[bytes, bytes | None]] = []
+        accepted: list[tuple[tuple[str, int], OffsetValue]] = []
+        topics = self.broker.topics
+        for topic, part, offset, epoch, metadata in offsets:
+            info = topics.get(topic)
+            if info is None or not 0 <= part < info.num_partitions:
+                results[(topic, part)] = UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            meta = metadata or ""
+            if len(meta.encode("utf-8")) > self.metadata_max_bytes:
+                results[(topic, part)] = OFFSET_METADATA_TOO_LARGE
+                continue
+            ov = OffsetValue(offset, epoch if epoch is not None else -1, meta, now, expire)
+            entries.append((rec.encode_offset_key(group_id, topic, part), rec.encode_offset_value(ov)))
+            accepted.append(((topic, part), ov))
+        code = self._append(group_id, entries)
+        for tp, ov in accepted:
+            results[tp] = code
+            if code == NONE:
+                g.offsets[tp] = ov
+        return NONE, results
+
+    def _validate_commit(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
+        g = self.groups.get(group_id)
+        if g is None:
+            return NONE if generation_id < 0 else ILLEGAL_GENERATION
+        if g.state == GroupState.DEAD:
+            return COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and g.state == GroupState.EMPTY:
+            return NONE  # an admin / simple-consumer commit
+        if g.state == GroupState.EMPTY and generation_id >= 0 and not g.members:
+            return ILLEGAL_GENERATION if member_id == "" else UNKNOWN_MEMBER_ID
+        err = self._validate_member(g, member_id, instance_id)
+        if err:
+            return err
+        if generation_id != g.generation:
+            return ILLEGAL_GENERATION
+        if g.state == GroupState.COMPLETING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
+        m = g.members[member_id]
+        self._schedule_heartbeat(g, m)  # a commit proves the member is alive (Kafka does the same)
+        return NONE
+
+    def fetch_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]] | None
+    ) -> tuple[int, list[tuple[str, int, OffsetValue | None]]]:
+        """(group error, [(topic, partition, value or None)]); ``partitions`` None = all committed."""
+        err = self.check(group_id)
+        if err:
+            return err, [(t, p, None) for t, p in partitions or ()]
+        g = self.groups.get(group_id)
+        stored = g.offsets if g is not None else {}
+        if partitions is None:
+            return NONE, [(t, p, ov) for (t, p), ov in sorted(stored.items())]
+        return NONE, [(t, p, stored.get((t, p))) for t, p in partitions]
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
+        err = self.check(group_id)
+        if err:
+            return err, {}
+        g = self.groups.get(group_id)
+        if g is None or g.state == GroupState.DEAD:
+            return GROUP_ID_NOT_FOUND, {}
+        results: dict[tuple[str, int], int] = {}
+        subscribed: set[str] | None = set()
+        if g.state != GroupState.EMPTY:
+            if g.protocol_type != "consumer":
+                return NON_EMPTY_GROUP, {}
+            subscribed = g.subscribed_topics()
+        entries = []
+        to_delete = []
+        for tp in partitions:
+            if subscribed is None or tp[0] in subscribed:
+                results[tp] = GROUP_SUBSCRIBED_TO_TOPIC
+                continue
+            results[tp] = NONE
+            if tp in g.offsets:
+                entries.append((rec.encode_offset_key(group_id, tp[0], tp[1]), None))
+                to_delete.append(tp)
+        code = self._append(group_id, entries)
+        if code:
+            return code, {}
+        for tp in to_delete:
+            g.offsets.pop(tp, None)
+        return NONE, results
+
+    # ============================================================== describe / list / delete
+
+    def describe_group(self, group_id: str) -> dict[str, Any]:
+        err = self.check(group_id)
+        out: dict[str, Any] = {
+            "error_code": err, "error_message": None, "group_id": group_id, "group_state": "",
+            "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": -2147483648,
+        }
+        if err:
+            return out
+        g = self.groups.get(group_id)
+        if g is None:
+            out["group_state"] = GroupState.DEAD.value
+            return out
+        stable = g.state == GroupState.STABLE
+        out["group_state"] = g.state.value
+        out["protocol_type"] = g.protocol_type or ""
+        out["protocol_data"] = (g.protocol_name or "") if stable else ""
+        out["members"] = [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "member_metadata": m.metadata_for(g.protocol_name) if stable else b"",
+                "member_assignment": m.assignment if stable else b"",
+            }
+            for m in g.members.values()
+        ]
+        return out
+
+    def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[int, list[dict[str, Any]]]:
+        err = self.check("")
+        if err == INVALID_GROUP_ID:
+            err = NONE
+        if err:
+            return err, []
+        wanted_states = {s.lower() for s in states}
+        wanted_types = {t.lower() for t in types}
+        out = []
+        for g in self.groups.values():
+            if g.state == GroupState.DEAD:
+                continue
+            if wanted_states and g.state.value.lower() not in wanted_states:
+                continue
+            if wanted_types and "classic" not in wanted_types:
+                continue
+            out.append({"group_id": g.group_id, "protocol_type": g.protocol_type or "",
+                        "group_state": g.state.value, "group_type": "classic"})
+        return NONE, out
+
+    def delete_group(self, group_id: str) -> int:
+        err = self.check(group_id)
+        if err:
+            return err
+        g = self.groups.get(group_id)
+        if g is None or g.state == GroupState.DEAD:
+            return GROUP_ID_NOT_FOUND
+        if g.state != GroupState.EMPTY:
+            return NON_EMPTY_GROUP
+        entries: list[tuple[bytes, bytes | None]] = [
+            (rec.encode_offset_key(group_id, t, p), None) for (t, p) in g.offsets
+        ]
+        entries.append((rec.encode_group_key(group_id), None))
+        code = self._append(group_id, entries)
+        if code:
+            return code
+        g.transition(GroupState.DEAD, _now_ms())
+        g.offsets.clear()
+        self.groups.pop(group_id, None)
+        log.info("group deleted", extra={"kv": {"group": group_id}})
+        return NONE
+
+    # ============================================================== retention
+
+    async def _expiry_loop(self) -> None:
+        await self.loaded.wait()
+        interval = max(self.retention_check_interval_ms, 10) / 1000.0
+        while self.active:
+            await asyncio.sleep(interval)  # a periodic task, like Kafka's offsets-retention scheduler
+            with contextlib.suppress(Exception):
+                self.expire_offsets(_now_ms())
+
+    def expire_offsets(self, now_ms: int) -> int:
+        """Remove expired offsets (and Empty groups left with none); returns how many offsets expired."""
+        removed = 0
+        for g in list(self.groups.values()):
+            if g.state != GroupState.EMPTY:
+                continue
+            expired = []
+            for tp, ov in g.offsets.items():
+                if ov.expire_timestamp >= 0:
+                    due = now_ms >= ov.expire_timestamp
+                else:
+                    base = max(ov.commit_timestamp, g.current_state_timestamp)
+                    due = now_ms - base >= self.retention_ms
+                if due:
+                    expired.append(tp)
+            entries: list[tuple[bytes, bytes | None]] = [
+                (rec.encode_offset_key(g.group_id, t, p), None) for t, p in expired
+            ]
+            drop_group = len(expired) == len(g.offsets) and not g.members
+            if drop_group:
+                entries.append((rec.encode_group_key(g.group_id), None))
+            if not entries or self._append(g.group_id, entries):
+                continue
+            for tp in expired:
+                g.offsets.pop(tp, None)
+            removed += len(expired)
+            if drop_group:
+                g.transition(GroupState.DEAD, now_ms)
+                self.groups.pop(g.group_id, None)
+            if expired:
+                log.info("offsets expired", extra={"kv": {"group": g.group_id, "count": len(expired),
+                                                          "group_removed": drop_group}})
+        return removed
+
+
+# ------------------------------------------------------------------------------------------------ loading
+
+
+def _read_partitions(
+    logs: list[Any],
+) -> tuple[dict[str, GroupValue], dict[tuple[str, str, int], OffsetValue]]:
+    """Blocking: replay ``__consumer_offsets`` partitions (latest record per key wins, tombstones delete)."""
+    from tidelog.records.batch import decode_batches
+
+    groups: dict[str, GroupValue] = {}
+    offsets: dict[tuple[str, str, int], OffsetValue] = {}
+    for lg in logs:
+        offset = lg.log_start_offset
+        end = lg.log_end_offset
+        while offset < end:
+            info = lg.read(offset, _LOAD_CHUNK, max_offset=end, min_one_batch=True)
+            if info.size == 0:
+                break
+            data = info.read_bytes()
+            advanced = False
+            for _, header, records in decode_batches(data, max_decompressed=64 << 20):
+                offset = max(offset, header.last_offset + 1)
+                advanced = True
+                if header.is_control:
+                    continue
+                for r in records:
+                    if r.key is None:
+                        continue
+                    try:
+                        key = rec.decode_key(r.key)
+                        if isinstance(key, rec.OffsetKey):
+                            k = (key.group, key.topic, key.partition)
+                            if r.value is None:
+                                offsets.pop(k, None)
+                            else:
+                                offsets[k] = rec.decode_offset_value(r.value)
+                        else:
+                            if r.value is None:
+                                groups.pop(key.group, None)
+                            else:
+                                groups[key.group] = rec.decode_group_value(r.value)
+                    except rec.SchemaError as exc:
+                        log.warning("skipping undecodable __consumer_offsets record",
+                                    extra={"kv": {"partition": getattr(lg, "partition", "?"), "offset": r.offset,
+                                                  "error": str(exc)}})
+            if not advanced:
+                break
+    return groups, offsets

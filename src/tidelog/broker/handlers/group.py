@@ -1,0 +1,304 @@
+"""Group APIs (classic protocol): FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
+
+Thin adapters between request/response versions and :class:`tidelog.broker.group.coordinator.GroupCoordinator`
+(``ctx.broker.group_coordinator``). Version notes:
+
+* FindCoordinator v0-3 carries one ``key``; v4+ a batch of ``coordinator_keys``. Key type 0 = group; type 1
+  (transaction) answers COORDINATOR_NOT_AVAILABLE until a transaction coordinator exists; others INVALID_REQUEST.
+* JoinGroup v0 has no rebalance timeout (the session timeout is used); v4+ needs a known member id
+  (MEMBER_ID_REQUIRED round trip) unless the member is static (v5+ ``group_instance_id``).
+* LeaveGroup v0-2 name one ``member_id``; v3+ a batch of members with per-member errors.
+* OffsetFetch v0-1 report errors per partition, v2-7 at the top, v8 per group.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from tidelog.broker.handlers import RequestContext, handles
+
+if TYPE_CHECKING:
+    from tidelog.broker.group.coordinator import GroupCoordinator
+
+log = logging.getLogger("tidelog.broker.handlers.group")
+
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 10, 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
+
+NONE = 0
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+INVALID_REQUEST = 42
+
+
+def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
+    return getattr(ctx.broker, "group_coordinator", None)
+
+
+def _str(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+# ------------------------------------------------------------------------------------------ FindCoordinator
+
+
+def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, str | None]:
+    coord = _coordinator(ctx)
+    if key_type == 1:
+        return COORDINATOR_NOT_AVAILABLE, "The transaction coordinator is not available."
+    if key_type != 0:
+        return INVALID_REQUEST, f"Unknown coordinator key type {key_type}"
+    if coord is None or not coord.active or ctx.broker.stopping:
+        return COORDINATOR_NOT_AVAILABLE, "The coordinator is not available."
+    if not key:
+        return INVALID_REQUEST, "The group id must not be empty."  # Kafka: invalid group id
+    try:
+        coord.ensure_offsets_topic()
+    except Exception as exc:
+        log.warning("cannot create __consumer_offsets", extra={"kv": {"error": repr(exc)}})
+        return COORDINATOR_NOT_AVAILABLE, "The coordinator is not available."
+    return NONE, None
+
+
+@handles(FIND_COORDINATOR)
+async def find_coordinator(ctx: RequestContext, request: dict) -> dict:
+    b = ctx.broker
+    key_type = request.get("key_type", 0) or 0
+    if ctx.api_version >= 4:
+        coordinators = []
+        for key in request.get("coordinator_keys") or ():
+            err, msg = _find_one(ctx, key, key_type)
+            coordinators.append({
+                "key": key, "node_id": b.node_id if not err else -1, "host": b.host if not err else "",
+                "port": b.port if not err else -1, "error_code": err, "error_message": msg,
+            })
+        return {"throttle_time_ms": 0, "coordinators": coordinators}
+    err, msg = _find_one(ctx, _str(request.get("key")), key_type)
+    return {
+        "throttle_time_ms": 0, "error_code": err, "error_message": msg,
+        "node_id": b.node_id if not err else -1, "host": b.host if not err else "", "port": b.port if not err else -1,
+    }
+
+
+# ------------------------------------------------------------------------------------------ membership
+
+
+def _join_response(v: int, res: dict) -> dict:
+    out = dict(res)
+    if v < 7:
+        out["protocol_name"] = _str(out.get("protocol_name"))
+    out["leader"] = _str(out.get("leader"))
+    out["throttle_time_ms"] = 0
+    return out
+
+
+@handles(JOIN_GROUP)
+async def join_group(ctx: RequestContext, request: dict) -> dict:
+    from tidelog.broker.group.coordinator import _join_error
+
+    v = ctx.api_version
+    coord = _coordinator(ctx)
+    member_id = _str(request.get("member_id"))
+    if coord is None:
+        return _join_response(v, _join_error(COORDINATOR_NOT_AVAILABLE, member_id))
+    session = int(request.get("session_timeout_ms", 0))
+    rebalance = int(request.get("rebalance_timeout_ms", -1)) if v >= 1 else session
+    if rebalance < 0:
+        rebalance = session
+    protocols = [(_str(p.get("name")), bytes(p.get("metadata") or b"")) for p in request.get("protocols") or ()]
+    res = await coord.join_group(
+        _str(request.get("group_id")),
+        member_id,
+        request.get("group_instance_id") if v >= 5 else None,
+        _str(ctx.client_id),
+        "/" + ctx.client_host if ctx.client_host else "",
+        session,
+        rebalance,
+        _str(request.get("protocol_type")),
+        protocols,
+        require_known_member_id=v >= 4,
+    )
+    return _join_response(v, res)
+
+
+@handles(SYNC_GROUP)
+async def sync_group(ctx: RequestContext, request: dict) -> dict:
+    v = ctx.api_version
+    coord = _coordinator(ctx)
+    if coord is None:
+        return {"throttle_time_ms": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "assignment": b""}
+    assignments = [(_str(a.get("member_id")), bytes(a.get("assignment") or b"")) for a in request.get("assignments") or ()]
+    res = await coord.sync_group(
+        _str(request.get("group_id")),
+        int(request.get("generation_id", -1)),
+        _str(request.get("member_id")),
+        request.get("group_instance_id") if v >= 3 else None,
+        request.get("protocol_type") if v >= 5 else None,
+        request.get("protocol_name") if v >= 5 else None,
+        assignments,
+    )
+    res["throttle_time_ms"] = 0
+    return res
+
+
+@handles(HEARTBEAT)
+async def heartbeat(ctx: RequestContext, request: dict) -> dict:
+    coord = _coordinator(ctx)
+    if coord is None:
+        return {"throttle_time_ms": 0, "error_code": COORDINATOR_NOT_AVAILABLE}
+    err = coord.heartbeat(
+        _str(request.get("group_id")),
+        int(request.get("generation_id", -1)),
+        _str(request.get("member_id")),
+        request.get("group_instance_id") if ctx.api_version >= 3 else None,
+    )
+    return {"throttle_time_ms": 0, "error_code": err}
+
+
+@handles(LEAVE_GROUP)
+async def leave_group(ctx: RequestContext, request: dict) -> dict:
+    v = ctx.api_version
+    coord = _coordinator(ctx)
+    if v >= 3:
+        members = [(_str(m.get("member_id")), m.get("group_instance_id")) for m in request.get("members") or ()]
+    else:
+        members = [(_str(request.get("member_id")), None)]
+    if coord is None:
+        return {"throttle_time_ms": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "members": []}
+    err, results = coord.leave_group(_str(request.get("group_id")), members)
+    if v < 3 and not err and results:
+        err = results[0]["error_code"]
+    return {"throttle_time_ms": 0, "error_code": err, "members": results if v >= 3 else []}
+
+
+# ------------------------------------------------------------------------------------------ offsets
+
+
+@handles(OFFSET_COMMIT)
+async def offset_commit(ctx: RequestContext, request: dict) -> dict:
+    v = ctx.api_version
+    coord = _coordinator(ctx)
+    wanted: list[tuple[str, int, int, int, str | None]] = []
+    for t in request.get("topics") or ():
+        for p in t.get("partitions") or ():
+            wanted.append((
+                _str(t.get("name")),
+                int(p.get("partition_index", 0)),
+                int(p.get("committed_offset", -1)),
+                int(p.get("committed_leader_epoch", -1)) if v >= 6 else -1,
+                p.get("committed_metadata"),
+            ))
+    if coord is None:
+        results = {(t, p): COORDINATOR_NOT_AVAILABLE for t, p, *_ in wanted}
+    else:
+        retention = int(request.get("retention_time_ms", -1)) if 2 <= v <= 4 else -1
+        _, results = coord.commit_offsets(
+            _str(request.get("group_id")),
+            int(request.get("generation_id_or_member_epoch", -1)),
+            _str(request.get("member_id")),
+            request.get("group_instance_id") if v >= 7 else None,
+            retention,
+            wanted,
+        )
+    topics: dict[str, list[dict]] = {}
+    for t, p, *_ in wanted:
+        topics.setdefault(t, []).append({"partition_index": p, "error_code": results.get((t, p), NONE)})
+    return {"throttle_time_ms": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+
+
+def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: list[dict] | None) -> tuple[int, list[dict]]:
+    partitions = None
+    if topics is not None:
+        partitions = [(_str(t.get("name")), int(p)) for t in topics for p in t.get("partition_indexes") or ()]
+    if coord is None:
+        err, rows = COORDINATOR_NOT_AVAILABLE, [(t, p, None) for t, p in partitions or ()]
+    else:
+        err, rows = coord.fetch_offsets(group_id, partitions)
+    by_topic: dict[str, list[dict]] = {}
+    for t, p, ov in rows:
+        by_topic.setdefault(t, []).append({
+            "partition_index": p,
+            "committed_offset": ov.offset if ov is not None else -1,
+            "committed_leader_epoch": ov.leader_epoch if ov is not None else -1,
+            "metadata": ov.metadata if ov is not None else "",
+            "error_code": err,
+        })
+    return err, [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
+
+
+@handles(OFFSET_FETCH)
+async def offset_fetch(ctx: RequestContext, request: dict) -> dict:
+    v = ctx.api_version
+    coord = _coordinator(ctx)
+    if v >= 8:
+        groups = []
+        for grp in request.get("groups") or ():
+            gid = _str(grp.get("group_id"))
+            err, topics = _fetch_group(coord, gid, grp.get("topics"))
+            groups.append({"group_id": gid, "topics": topics, "error_code": err})
+        return {"throttle_time_ms": 0, "groups": groups}
+    topics_req = request.get("topics")
+    if v < 2 and topics_req is None:
+        topics_req = []
+    err, topics = _fetch_group(coord, _str(request.get("group_id")), topics_req)
+    if v >= 2:
+        for t in topics:  # the error is reported once, at the top
+            for p in t["partitions"]:
+                p["error_code"] = NONE
+    return {"throttle_time_ms": 0, "topics": topics, "error_code": err}
+
+
+@handles(OFFSET_DELETE)
+async def offset_delete(ctx: RequestContext, request: dict) -> dict:
+    coord = _coordinator(ctx)
+    wanted = [(_str(t.get("name")), int(p.get("partition_index", 0)))
+              for t in request.get("topics") or () for p in t.get("partitions") or ()]
+    if coord is None:
+        return {"error_code": COORDINATOR_NOT_AVAILABLE, "throttle_time_ms": 0, "topics": []}
+    err, results = coord.delete_offsets(_str(request.get("group_id")), wanted)
+    topics: dict[str, list[dict]] = {}
+    if not err:
+        for t, p in wanted:
+            topics.setdefault(t, []).append({"partition_index": p, "error_code": results.get((t, p), NONE)})
+    return {"error_code": err, "throttle_time_ms": 0,
+            "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+
+
+# ------------------------------------------------------------------------------------------ admin
+
+
+@handles(DESCRIBE_GROUPS)
+async def describe_groups(ctx: RequestContext, request: dict) -> dict:
+    coord = _coordinator(ctx)
+    out = []
+    for gid in request.get("groups") or ():
+        if coord is None:
+            out.append({"error_code": COORDINATOR_NOT_AVAILABLE, "group_id": gid, "group_state": "",
+                        "protocol_type": "", "protocol_data": "", "members": []})
+            continue
+        d = coord.describe_group(_str(gid))
+        if request.get("include_authorized_operations"):
+            d["authorized_operations"] = sum(1 << op for op in (3, 6, 8))  # READ, DELETE, DESCRIBE
+        out.append(d)
+    return {"throttle_time_ms": 0, "groups": out}
+
+
+@handles(LIST_GROUPS)
+async def list_groups(ctx: RequestContext, request: dict) -> dict:
+    coord = _coordinator(ctx)
+    if coord is None:
+        return {"throttle_time_ms": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "groups": []}
+    err, groups = coord.list_groups(request.get("states_filter") or (), request.get("types_filter") or ())
+    return {"throttle_time_ms": 0, "error_code": err, "groups": groups}
+
+
+@handles(DELETE_GROUPS)
+async def delete_groups(ctx: RequestContext, request: dict) -> dict:
+    coord = _coordinator(ctx)
+    results = []
+    for gid in request.get("groups_names") or ():
+        err = COORDINATOR_NOT_AVAILABLE if coord is None else coord.delete_group(_str(gid))
+        results.append({"group_id": gid, "error_code": err})
+    return {"throttle_time_ms": 0, "results": results}
