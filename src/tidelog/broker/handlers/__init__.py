@@ -26,6 +26,7 @@ HANDLER_MODULES = (
     "tidelog.broker.handlers.core",  # ApiVersions, Metadata, Produce, Fetch, ListOffsets
     "tidelog.broker.handlers.admin",  # CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, configs, cluster
     "tidelog.broker.handlers.producer_id",  # InitProducerId
+    "tidelog.broker.handlers.group",  # group coordinator APIs (classic protocol) and offsets
 )
 
 

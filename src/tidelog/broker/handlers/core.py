@@ -99,7 +99,7 @@ def _supported_versions() -> dict[int, tuple[int, int]]:
     from tidelog.protocol import codec
 
     out: dict[int, tuple[int, int]] = {}
-    for key, rng in dict(codec.SUPPORTED_VERSIONS).items():
+    for key, rng in {**codec.SUPPORTED_VERSIONS, **codec.GROUP_API_VERSIONS}.items():
         if isinstance(rng, tuple):
             lo, hi = rng
         else:
