@@ -312,7 +312,7 @@ class Connection:
         broker = self.broker
         t0 = time.perf_counter()
         try:
-            header, body = codec.decode_request(frame)
+            header, body = codec.decode_request(frame, broker.accepted_versions)
         except UnsupportedVersionError as exc:
             if exc.api_key == API_VERSIONS_KEY:
                 # KIP-511: answer in v0 with UNSUPPORTED_VERSION and our ranges; the client retries lower.
@@ -448,6 +448,8 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self.started = False
+        self.group_coordinator: Any = None
+        self.accepted_versions: dict[int, tuple[int, int]] | None = None  # None: codec.ACCEPTED_VERSIONS
 
     # -- partition state: the leader check and the high watermark ---------------------------------------------
 
@@ -496,6 +498,11 @@ class Broker:
                 if exc.name != mod:
                     raise
                 log.info("handler module not present, skipped", extra={"kv": {"module": mod}})
+        from tidelog.protocol import codec
+
+        # the group APIs are accepted once their handlers are registered
+        groups = {k: r for k, r in codec.GROUP_API_VERSIONS.items() if k in REGISTRY}
+        self.accepted_versions = {**codec.ACCEPTED_VERSIONS, **codec.accepted_versions(groups)}
 
     def _open_storage(self) -> None:
         """Blocking: recovery, loading the topic registry. Runs in a thread before serving."""
@@ -550,6 +557,13 @@ class Broker:
                           "topics": len(self.topics.names()), "seconds": round(time.monotonic() - t0, 3)}},
         )
         self.metrics.set_partition_source(self._partition_metrics)
+        try:
+            from tidelog.broker.group.coordinator import GroupCoordinator
+
+            self.group_coordinator = GroupCoordinator(self)
+            await self.group_coordinator.start()  # loads __consumer_offsets in the background
+        except ImportError:
+            self.group_coordinator = None
         sock = socket.socket(socket.AF_INET6 if ":" in self.bind_host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -666,6 +680,8 @@ class Broker:
             self._listen_sock.close()
         # complete long polls now so their responses go out
         self.purgatory.shutdown()
+        if self.group_coordinator is not None:  # answers waiting joins/syncs NOT_COORDINATOR
+            self.group_coordinator.shutdown()
         # idle connections (waiting for a request) close now; busy ones finish their response first
         for conn in list(self.connections):
             if not conn.busy:
