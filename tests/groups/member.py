@@ -1,0 +1,164 @@
+"""A consumer-group member run as a subprocess (so a test can SIGKILL it: no LeaveGroup, no commit).
+
+Usage: ``python member.py CLIENT BOOTSTRAP GROUP TOPIC [options as JSON]``; CLIENT is confluent, kafka-python or
+aiokafka. Prints one JSON object per line on stdout:
+
+* ``{"event": "assigned", "partitions": [..]}`` whenever the assignment changes (after a rebalance);
+* ``{"event": "msg", "p": partition, "o": offset, "v": value}`` for each record *processed*;
+* ``{"event": "committed", "p": partition, "o": next offset}`` after each synchronous commit.
+
+Options: ``session_ms`` (default 3000), ``strategy`` (range | roundrobin | cooperative-sticky), ``instance_id``,
+``mode``: ``at-least-once`` (process, then commit; default) or ``at-most-once`` (commit, then process),
+``crash_after`` N: after N records, exit abruptly (os._exit) between processing and commit (at-least-once) or
+between commit and processing (at-most-once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+
+def emit(**kw: Any) -> None:
+    sys.stdout.write(json.dumps(kw) + "\n")
+    sys.stdout.flush()
+
+
+class Runner:
+    def __init__(self, opts: dict[str, Any]) -> None:
+        self.mode = opts.get("mode", "at-least-once")
+        self.crash_after = opts.get("crash_after")
+        self.count = 0
+        self.assigned: list[int] = []
+
+    def note_assignment(self, parts: list[int]) -> None:
+        parts = sorted(parts)
+        if parts != self.assigned:
+            self.assigned = parts
+            emit(event="assigned", partitions=parts)
+
+    def handle(self, p: int, o: int, v: bytes, commit: Any) -> None:
+        """Process one record with the configured delivery semantics; ``commit(p, next_offset)`` commits sync."""
+        crash = self.crash_after is not None and self.count + 1 >= self.crash_after
+        if self.mode == "at-most-once":
+            commit(p, o + 1)
+            emit(event="committed", p=p, o=o + 1)
+            if crash:
+                os._exit(3)  # committed, never processed: a gap
+            emit(event="msg", p=p, o=o, v=v.decode())
+        else:
+            emit(event="msg", p=p, o=o, v=v.decode())
+            if crash:
+                os._exit(3)  # processed, never committed: a duplicate later
+            commit(p, o + 1)
+            emit(event="committed", p=p, o=o + 1)
+        self.count += 1
+
+
+def run_confluent(bootstrap: str, group: str, topic: str, opts: dict[str, Any]) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    runner = Runner(opts)
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": opts.get("session_ms", 3000),
+        "heartbeat.interval.ms": 300,
+        "partition.assignment.strategy": opts.get("strategy", "range"),
+        "topic.metadata.refresh.interval.ms": 1000,
+    }
+    if opts.get("instance_id"):
+        conf["group.instance.id"] = opts["instance_id"]
+    c = Consumer(conf)
+    c.subscribe([topic])
+
+    def commit(p: int, o: int) -> None:
+        c.commit(offsets=[TopicPartition(topic, p, o)], asynchronous=False)
+
+    while True:
+        m = c.poll(0.2)
+        runner.note_assignment([tp.partition for tp in c.assignment()])
+        if m is None or m.error():
+            continue
+        runner.handle(m.partition(), m.offset(), m.value(), commit)
+
+
+def run_kafka_python(bootstrap: str, group: str, topic: str, opts: dict[str, Any]) -> None:
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.consumer.subscription_state import ConsumerRebalanceListener  # noqa: F401
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from kafka.structs import OffsetAndMetadata
+
+    runner = Runner(opts)
+    assignor = RoundRobinPartitionAssignor if opts.get("strategy") == "roundrobin" else RangePartitionAssignor
+    c = KafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
+        session_timeout_ms=opts.get("session_ms", 3000), heartbeat_interval_ms=300,
+        partition_assignment_strategy=[assignor], metadata_max_age_ms=1000,
+        group_instance_id=opts.get("instance_id"),
+    )
+    c.subscribe([topic])
+
+    def commit(p: int, o: int) -> None:
+        c.commit({TopicPartition(topic, p): OffsetAndMetadata(o, "", -1)})
+
+    while True:
+        batches = c.poll(timeout_ms=200)
+        runner.note_assignment([tp.partition for tp in c.assignment()])
+        for _tp, msgs in batches.items():
+            for m in msgs:
+                runner.handle(m.partition, m.offset, m.value, commit)
+
+
+async def run_aiokafka(bootstrap: str, group: str, topic: str, opts: dict[str, Any]) -> None:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from aiokafka.structs import OffsetAndMetadata
+
+    runner = Runner(opts)
+    assignor = RoundRobinPartitionAssignor if opts.get("strategy") == "roundrobin" else RangePartitionAssignor
+    c = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
+        session_timeout_ms=opts.get("session_ms", 3000), heartbeat_interval_ms=300,
+        partition_assignment_strategy=(assignor,), metadata_max_age_ms=1000,
+    )
+    await c.start()
+    pending: list[tuple[int, int]] = []
+
+    def commit(p: int, o: int) -> None:
+        pending.append((p, o))
+
+    while True:
+        batches = await c.getmany(timeout_ms=200)
+        runner.note_assignment([tp.partition for tp in c.assignment()])
+        for _tp, msgs in batches.items():
+            for m in msgs:
+                runner.handle(m.partition, m.offset, m.value, commit)
+                # the commit itself is async; do it before the next record so each record is committed in turn
+                while pending:
+                    p, o = pending.pop(0)
+                    await c.commit({TopicPartition(topic, p): OffsetAndMetadata(o, "")})
+
+
+def main() -> None:
+    client, bootstrap, group, topic = sys.argv[1:5]
+    opts = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
+    if client == "confluent":
+        run_confluent(bootstrap, group, topic, opts)
+    elif client == "kafka-python":
+        run_kafka_python(bootstrap, group, topic, opts)
+    elif client == "aiokafka":
+        asyncio.run(run_aiokafka(bootstrap, group, topic, opts))
+    else:
+        raise SystemExit(f"unknown client {client}")
+
+
+if __name__ == "__main__":
+    main()
