@@ -468,7 +468,7 @@ class Dumper:
                     data["key_b64"] = base64.b64encode(key).decode("ascii")
                 if value is not None:
                     value_text = bytes(value).decode("utf-8", "replace")
-                    parts.append(f"payload: {value_text}")
+                    parts.append(f"payload: {value_text}" if parts else f"| payload: {value_text}")
                     data["payload"] = value_text
                     data["payload_b64"] = base64.b64encode(value).decode("ascii")
                 data["headers"] = [
