@@ -575,3 +575,26 @@ def test_help_lists_kafka_option_names() -> None:
     ):
         assert name in result.output
     assert CliRunner().invoke(dump_log, []).exit_code == 2
+
+
+def test_null_keys_and_values(tmp_path: Path) -> None:
+    part = tmp_path / "nulls-0"
+    log = PartitionLog.open(part, LogConfig(), now_ms=NOW)
+    log.append_as_leader(build_batch([(None, b"only-value", (), NOW), (b"tomb", None, (), NOW)]), now_ms=NOW)
+    log.close()
+    path = str(part / f"{SEG}.log")
+    code, out, _ = run("--files", path, "--print-data-log")
+    assert code == 0
+    lines = [line for line in out.splitlines() if line.startswith("|")]
+    assert "keySize: -1 valueSize: 10" in lines[0] and lines[0].endswith(" payload: only-value")
+    assert "key:" not in lines[0]
+    assert "keySize: 4 valueSize: -1" in lines[1] and lines[1].endswith(" key: tomb")
+    code, out, _ = run("--files", path, "--print-data-log", "--skip-record-metadata")
+    assert [line for line in out.splitlines() if line.startswith("|")] == [
+        "| payload: only-value",
+        "| key: tomb",
+    ]
+    code, out, _ = run("--files", path, "--print-data-log", "--json")
+    records = [e for e in json_lines(out) if e["type"] == "record"]
+    assert "key" not in records[0] and records[0]["key_size"] == -1
+    assert "payload" not in records[1] and records[1]["value_size"] == -1
