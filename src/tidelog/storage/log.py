@@ -150,6 +150,19 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 class PartitionLog:
     """The segments of one partition (see module docstring)."""
 
@@ -210,13 +223,23 @@ class PartitionLog:
         now: int,
     ) -> None:
         d = self.dir
-        # Pass 1: remove temporary files, collect swap files.
+        # Pass 1: remove temporary files, collect swap files.  As Kafka's LogLoader, a swap file whose base
+        # offset is at or above the smallest ``.cleaned`` base offset is deleted too: it belongs to an operation
+        # that had not finished writing all of its output (KAFKA-6264), so the originals are still authoritative.
         swap_logs: list[Path] = []
+        min_cleaned = None
         for path in list(d.iterdir()):
             if not path.is_file():
                 continue
             name = path.name
-            if name.endswith(DELETED_SUFFIX) or name.endswith(CLEANED_SUFFIX):
+            if name.endswith(CLEANED_SUFFIX):
+                try:
+                    base = offset_from_filename(name)
+                    min_cleaned = base if min_cleaned is None else min(min_cleaned, base)
+                except ValueError:
+                    pass
+                path.unlink(missing_ok=True)
+            elif name.endswith(DELETED_SUFFIX):
                 path.unlink(missing_ok=True)
             elif name.endswith(SWAP_SUFFIX):
                 base_name = name[: -len(SWAP_SUFFIX)]
@@ -224,6 +247,11 @@ class PartitionLog:
                     swap_logs.append(path)
                 else:  # an index swap file: indexes are rebuilt from the swapped-in log
                     path.unlink(missing_ok=True)
+        if min_cleaned is not None:
+            for path in [p for p in swap_logs if offset_from_filename(p.name) >= min_cleaned]:
+                log.warning("deleting %s: it is newer than an unfinished .cleaned file", path)
+                path.unlink(missing_ok=True)
+                swap_logs.remove(path)
         # Pass 2: delete segments whose offsets fall inside the swapped range.  Pass 3: rename the swaps.
         if swap_logs:
             ranges = []
@@ -865,6 +893,58 @@ class PartitionLog:
             self._bases = [s.base_offset for s in self._segments]
             self.maybe_increment_log_start_offset(max(self.log_start_offset, self._segments[0].base_offset))
             return doomed
+
+    def replace_segments(
+        self,
+        old: list[LogSegment],
+        new: LogSegment,
+        *,
+        expected_sizes: list[int] | None = None,
+        now_ms: int | None = None,
+        fault: Callable[[str], None] | None = None,
+    ) -> bool:
+        """Swap the cleaned segment ``new`` (files named ``.cleaned``) in for the contiguous ``old`` segments.
+
+        Crash-safe order (facts 1.6/1.7): ``new`` becomes ``.swap``; the segment list is replaced in one
+        assignment; the old segments become ``.deleted`` (their files go after ``file.delete.delay.ms``; readers
+        holding their regions keep valid descriptors); ``new`` gets its final names.  The loader finishes or
+        undoes any prefix of these steps.  Returns False, changing nothing, when the old segments are no longer
+        exactly as the caller read them (retention, truncation or a close happened meanwhile).
+        ``fault(step)`` is a test hook called after each durable step.
+        """
+        now = _now_ms() if now_ms is None else now_ms
+        with self._lock:
+            if self._closed or not old:
+                return False
+            try:
+                i = next(k for k, s in enumerate(self._segments) if s is old[0])
+            except StopIteration:
+                return False
+            current = self._segments[i : i + len(old)]
+            if len(current) != len(old) or any(a is not b for a, b in zip(current, old, strict=True)):
+                return False
+            if i + len(old) >= len(self._segments):  # the active segment is never replaced
+                return False
+            if expected_sizes is not None and [s.size for s in old] != list(expected_sizes):
+                return False
+            if new.base_offset != old[0].base_offset:
+                raise ValueError(f"cleaned segment base {new.base_offset} != first old base {old[0].base_offset}")
+            new.rename_suffix(SWAP_SUFFIX)
+            _fsync_dir(self.dir)
+            if fault is not None:
+                fault("swap")
+            self._segments = self._segments[:i] + [new] + self._segments[i + len(old) :]
+            self._bases = [s.base_offset for s in self._segments]
+            for seg in old:
+                seg.rename_suffix(DELETED_SUFFIX)
+                self._deleted.append((now, seg))
+            if fault is not None:
+                fault("old-deleted")
+            new.rename_suffix("")
+            _fsync_dir(self.dir)
+            if fault is not None:
+                fault("swapped")
+            return True
 
     def delete_expired_files(self, now_ms: int | None = None) -> int:
         """Delete the files of segments renamed ``.deleted`` at least ``file.delete.delay.ms`` ago."""
