@@ -1,0 +1,931 @@
+"""Log compaction: keep only the newest record per key (``cleanup.policy`` containing ``compact``).
+
+What the cleaner does, following the behaviour Kafka documents (facts 1.7, seed 001 §2):
+
+* **Choosing a log.** Each compacted log splits at its *first dirty offset* (from ``cleaner-offset-checkpoint``,
+  reset to the log start offset when out of range) into a clean head and a dirty tail. The dirty section ends at
+  the *first uncleanable offset*: the active segment, the high watermark / first unstable (open transaction)
+  offset, and the first segment younger than ``min.compaction.lag.ms``, rounded down to a segment boundary.
+  The dirty ratio is dirty bytes / (clean + dirty bytes). A log is eligible when the ratio exceeds
+  ``min.cleanable.dirty.ratio``, when its oldest dirty record is older than ``max.compaction.lag.ms``, or when a
+  delete horizon it wrote has passed (tombstones are due for removal). The eligible log with the highest ratio
+  goes first; a log is never cleaned by two threads at once.
+* **Offset map.** One pass over the dirty section records key -> last offset in a fixed-size
+  :class:`~tidelog.storage.offset_map.OffsetMap` (``log.cleaner.dedupe.buffer.size`` split over the threads).
+  When the map fills, the round ends at the last batch that fit; the rest is cleaned in later rounds.
+* **Rewrite.** Every inactive segment below the map's end is recopied, grouped so that a group's original
+  ``.log`` and index sizes fit ``segment.bytes`` / ``segment.index.bytes`` and its offsets fit relative to
+  the group's base. A record survives when no later offset for its key is in the map. Tombstones (null value)
+  survive until the batch's delete horizon: the first cleaning that keeps a tombstone rewrites its batch with
+  the delete-horizon attribute and baseTimestamp = now + ``delete.retention.ms``; a cleaning after that time
+  drops them. A batch that loses all its records is kept empty when it is its producer's last batch (producer
+  state needs its offsets and sequence). Batches keep their base offset, last offset delta, producer fields,
+  leader epoch and codec; an unchanged batch is copied byte for byte.
+* **Swap.** A group is written to ``<base>.log.cleaned`` (+ indexes), fsynced, renamed ``.swap``, swapped into
+  the segment list under the log's lock, the originals renamed ``.deleted`` (removed after
+  ``file.delete.delay.ms``), and the swap renamed to the final names (:meth:`PartitionLog.replace_segments`).
+  When the group's last offset was not retained, an empty batch at that offset ends the cleaned segment, so a
+  recovered ``.swap`` covers the whole range it replaces. ``cleaner-offset-checkpoint`` then records the map's
+  end as the next first dirty offset.
+
+Not done (yet): transactional data and control batches are copied unchanged and their keys are not put in the
+map (so an aborted transaction is never removed, and committed transactional writes do not supersede older
+values); Kafka removes aborted data and, after the delete horizon, markers of finished transactions.
+
+Threads: ``log.cleaner.threads`` daemon threads, each waiting ``log.cleaner.backoff.ms`` between idle checks.
+All file I/O happens on them, never on the broker's event loop. ``log.cleaner.io.max.bytes.per.second`` limits
+the bytes read + written per second across all threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidelog.records.batch import build_batch, decode_batch
+from tidelog.records.header import LOG_APPEND_TIME, NO_PRODUCER_ID, BatchHeader
+from tidelog.storage.index import INT32_MAX
+from tidelog.storage.log import PartitionLog
+from tidelog.storage.offset_map import OffsetMap
+from tidelog.storage.segment import (
+    CLEANED_SUFFIX,
+    SWAP_SUFFIX,
+    FileHandle,
+    LogSegment,
+    index_file,
+    log_file,
+    read_header_at,
+    time_index_file,
+    txn_index_file,
+)
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+Fault = Callable[[str], None]
+
+DOUBLE_MAX = 1.7976931348623157e308
+
+#: the fault-injection steps, in order (tests raise or exit at each)
+FAULT_STEPS = ("map-built", "cleaned", "swap", "old-deleted", "swapped", "checkpoint")
+
+
+class CleanerAbortedError(Exception):
+    """Cleaning stopped because the cleaner is shutting down or the log went away."""
+
+
+class DedupeBufferTooSmallError(Exception):
+    """One batch has more records than the offset map can hold."""
+
+
+# =============================================================================================== config
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerConfig:
+    """Broker-level cleaner settings (Kafka's ``CleanerConfig`` names and defaults, facts 1.7)."""
+
+    enable: bool = True
+    threads: int = 1
+    dedupe_buffer_size: int = 128 * 1024 * 1024
+    io_buffer_load_factor: float = 0.9
+    io_buffer_size: int = 512 * 1024
+    io_max_bytes_per_second: float = DOUBLE_MAX
+    backoff_ms: int = 15000
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> CleanerConfig:
+        """From broker properties (``log.cleaner.*``); a bad value raises ValueError naming the key."""
+        d = cls()
+
+        def get(name: str, default: Any, parse: Callable[[str], Any], ok: Callable[[Any], bool], why: str) -> Any:
+            raw = props.get(name)
+            if raw is None:
+                return default
+            try:
+                value = parse(str(raw).strip())
+            except ValueError:
+                raise ValueError(f"Invalid value {raw!r} for configuration {name}: {why}") from None
+            if not ok(value):
+                raise ValueError(f"Invalid value {raw!r} for configuration {name}: {why}")
+            return value
+
+        def boolean(s: str) -> bool:
+            if s.lower() not in ("true", "false"):
+                raise ValueError(s)
+            return s.lower() == "true"
+
+        return cls(
+            enable=get("log.cleaner.enable", d.enable, boolean, lambda _v: True, "expected true or false"),
+            threads=get("log.cleaner.threads", d.threads, int, lambda v: v >= 0, "must be >= 0"),
+            dedupe_buffer_size=get(
+                "log.cleaner.dedupe.buffer.size", d.dedupe_buffer_size, int, lambda v: v >= 24, "must be >= 24"
+            ),
+            io_buffer_load_factor=get(
+                "log.cleaner.io.buffer.load.factor",
+                d.io_buffer_load_factor,
+                float,
+                lambda v: 0 < v <= 1,
+                "must be in (0, 1]",
+            ),
+            io_buffer_size=get("log.cleaner.io.buffer.size", d.io_buffer_size, int, lambda v: v >= 0, "must be >= 0"),
+            io_max_bytes_per_second=get(
+                "log.cleaner.io.max.bytes.per.second",
+                d.io_max_bytes_per_second,
+                float,
+                lambda v: v > 0,
+                "must be > 0",
+            ),
+            backoff_ms=get("log.cleaner.backoff.ms", d.backoff_ms, int, lambda v: v >= 0, "must be >= 0"),
+        )
+
+    def map_memory_per_thread(self) -> int:
+        return max(24, self.dedupe_buffer_size // max(1, self.threads))
+
+
+# =============================================================================================== throttle
+
+
+class Throttler:
+    """Limits bytes per second across callers by sleeping (waits are cut short by ``stop``)."""
+
+    def __init__(self, bytes_per_second: float, stop: threading.Event | None = None) -> None:
+        self.rate = bytes_per_second
+        self.stop = stop or threading.Event()
+        self._lock = threading.Lock()
+        self._start = time.monotonic()
+        self._count = 0.0
+        self.throttled_seconds = 0.0
+
+    def maybe_throttle(self, nbytes: int) -> None:
+        if self.rate >= DOUBLE_MAX or nbytes <= 0:
+            return
+        with self._lock:
+            self._count += nbytes
+            now = time.monotonic()
+            elapsed = now - self._start
+            wait = self._count / self.rate - elapsed
+            if elapsed >= 1.0 and wait <= 0:  # on schedule: start a new window (idle time is not credit)
+                self._start, self._count = now, 0.0
+        if wait > 0.001:
+            self.throttled_seconds += wait
+            self.stop.wait(wait)  # a rate limit, not synchronisation: the sleep *is* the feature
+
+
+# =============================================================================================== planning
+
+
+@dataclass(slots=True)
+class LogToClean:
+    """The cleanable state of one log at one moment."""
+
+    tp: TopicPartition
+    plog: PartitionLog
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    clean_bytes: int
+    cleanable_bytes: int
+    compaction_delay_ms: int = 0
+    horizon_due: bool = False
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.cleanable_bytes
+
+    @property
+    def dirty_ratio(self) -> float:
+        total = self.total_bytes
+        return self.cleanable_bytes / total if total else 0.0
+
+    @property
+    def needs_compaction_now(self) -> bool:
+        return self.compaction_delay_ms > 0
+
+
+def _floor_to_segment_base(segments: list[LogSegment], offset: int) -> int:
+    base = segments[0].base_offset
+    for seg in segments:
+        if seg.base_offset <= offset:
+            base = seg.base_offset
+        else:
+            break
+    return base
+
+
+def plan_log(
+    tp: TopicPartition,
+    plog: PartitionLog,
+    checkpoint: int | None,
+    now_ms: int,
+    horizon: int | None = None,
+) -> LogToClean:
+    """Compute first dirty / first uncleanable offsets and the byte counts (see module docstring)."""
+    segments = plog.segments
+    lso = plog.log_start_offset
+    leo = plog.log_end_offset
+    first_dirty = checkpoint if checkpoint is not None else lso
+    if first_dirty < lso or first_dirty > leo:
+        first_dirty = lso
+    active = segments[-1]
+    bound = active.base_offset
+    bound = min(bound, plog.high_watermark)
+    ps = plog.producer_state
+    unstable = getattr(ps, "first_unstable_offset", None)
+    if unstable is not None:
+        fuo = unstable()
+        if fuo is not None:
+            bound = min(bound, fuo)
+    cfg = plog.config
+    dirty_inactive = [
+        (s, segments[i + 1].base_offset)
+        for i, s in enumerate(segments[:-1])
+        if segments[i + 1].base_offset > first_dirty
+    ]
+    if cfg.min_compaction_lag_ms > 0:
+        for seg, _upper in dirty_inactive:
+            if seg.largest_timestamp > now_ms - cfg.min_compaction_lag_ms:
+                bound = min(bound, seg.base_offset)
+                break
+    bound = _floor_to_segment_base(segments, bound)
+    first_uncleanable = max(bound, first_dirty)
+    clean_bytes = 0
+    cleanable_bytes = 0
+    for i, seg in enumerate(segments[:-1]):
+        upper = segments[i + 1].base_offset
+        if upper <= first_dirty:
+            clean_bytes += seg.size
+        elif seg.base_offset < first_uncleanable:
+            cleanable_bytes += seg.size
+    delay = 0
+    if cfg.max_compaction_lag_ms < 2**63 - 1 and cleanable_bytes > 0:
+        firsts = [
+            s.rolling_based_timestamp
+            for s, upper in dirty_inactive
+            if s.base_offset < first_uncleanable and s.rolling_based_timestamp > 0
+        ]
+        if firsts:
+            delay = max(0, now_ms - min(firsts) - cfg.max_compaction_lag_ms)
+    return LogToClean(
+        tp,
+        plog,
+        first_dirty,
+        first_uncleanable,
+        clean_bytes,
+        cleanable_bytes,
+        compaction_delay_ms=delay,
+        horizon_due=horizon is not None and now_ms >= horizon and clean_bytes + cleanable_bytes > 0,
+    )
+
+
+def group_segments_by_size(
+    segments: list[LogSegment], uppers: list[int], max_size: int, max_index_size: int
+) -> list[list[LogSegment]]:
+    """Consecutive groups whose summed ``.log`` sizes fit ``max_size`` and summed offset/time index sizes fit
+    ``max_index_size``, with every offset of a group expressible relative to its first base offset."""
+    groups: list[list[LogSegment]] = []
+    i = 0
+    n = len(segments)
+    while i < n:
+        group = [segments[i]]
+        log_size = segments[i].size
+        offset_index = segments[i].offset_index.size_in_bytes
+        time_index = segments[i].time_index.size_in_bytes
+        base = segments[i].base_offset
+        i += 1
+        while i < n:
+            seg = segments[i]
+            if (
+                log_size + seg.size > max_size
+                or offset_index + seg.offset_index.size_in_bytes > max_index_size
+                or time_index + seg.time_index.size_in_bytes > max_index_size
+                or uppers[i] - 1 - base > INT32_MAX
+            ):
+                break
+            group.append(seg)
+            log_size += seg.size
+            offset_index += seg.offset_index.size_in_bytes
+            time_index += seg.time_index.size_in_bytes
+            i += 1
+        groups.append(group)
+    return groups
+
+
+# =============================================================================================== cleaning
+
+
+@dataclass(slots=True)
+class CleanResult:
+    tp: TopicPartition
+    first_dirty_offset: int
+    end_offset: int
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_retained: int = 0
+    batches_rewritten: int = 0
+    groups: int = 0
+    map_entries: int = 0
+    map_utilization: float = 0.0
+    seconds: float = 0.0
+    min_delete_horizon: int | None = None
+    aborted: bool = False
+
+    @property
+    def recopy_percent(self) -> float:
+        return 100.0 * self.bytes_written / self.bytes_read if self.bytes_read else 0.0
+
+
+def _iter_batches(handle: FileHandle, size: int) -> Iterator[tuple[int, BatchHeader]]:
+    pos = 0
+    while True:
+        header = read_header_at(handle.fd, pos, size)
+        if header is None or pos + header.size > size:
+            return
+        yield pos, header
+        pos += header.size
+
+
+def _pread(handle: FileHandle, pos: int, size: int) -> bytes:
+    chunks: list[bytes] = []
+    done = 0
+    while done < size:
+        chunk = os.pread(handle.fd, size - done, pos + done)
+        if not chunk:
+            raise OSError(f"short read at {pos + done}")
+        chunks.append(chunk)
+        done += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+class _Context:
+    def __init__(
+        self,
+        throttler: Throttler | None,
+        should_abort: Callable[[], bool],
+        fault: Fault | None,
+        result: CleanResult,
+    ) -> None:
+        self.throttler = throttler
+        self.should_abort = should_abort
+        self.fault = fault
+        self.result = result
+
+    def io(self, nbytes: int) -> None:
+        if self.should_abort():
+            raise CleanerAbortedError("cleaning aborted")
+        if self.throttler is not None:
+            self.throttler.maybe_throttle(nbytes)
+
+    def step(self, name: str) -> None:
+        if self.fault is not None:
+            self.fault(name)
+
+
+def build_offset_map(
+    plog: PartitionLog, start: int, end: int, offset_map: OffsetMap, ctx: _Context
+) -> int:
+    """Put every keyed, non-transactional record with offset in [start, end) into the map; returns the offset
+    up to which the map is complete (``end``, or less when the map filled up)."""
+    segments = plog.segments[:-1]
+    for i, seg in enumerate(segments):
+        upper = segments[i + 1].base_offset if i + 1 < len(segments) else plog.segments[-1].base_offset
+        if upper <= start:
+            continue
+        if seg.base_offset >= end:
+            break
+        try:
+            handle = seg.handle
+        except ValueError:  # closed by retention or truncation meanwhile
+            raise CleanerAbortedError(f"segment {seg.log_path} was closed") from None
+        for pos, header in _iter_batches(handle, seg.size):
+            if header.last_offset < start:
+                continue
+            if header.base_offset >= end:
+                return end
+            if header.is_control or header.is_transactional:
+                continue
+            if len(offset_map) + header.records_count > offset_map.max_entries:
+                if len(offset_map) == 0:
+                    raise DedupeBufferTooSmallError(
+                        f"a batch of {header.records_count} records does not fit the offset map "
+                        f"({offset_map.max_entries} entries); raise log.cleaner.dedupe.buffer.size"
+                    )
+                return max(header.base_offset, start)
+            data = _pread(handle, pos, header.size)
+            ctx.io(header.size)
+            ctx.result.bytes_read += header.size
+            _, records = decode_batch(data)
+            put = offset_map.put
+            for rec in records:
+                if rec.key is not None and rec.offset >= start:
+                    put(rec.key, rec.offset)
+    return end
+
+
+@dataclass(slots=True)
+class _Filter:
+    offset_map: OffsetMap
+    now_ms: int
+    delete_retention_ms: int
+    producer_last_offsets: dict[int, int]
+    min_horizon: int | None = None
+
+    def apply(self, data: bytes, header: BatchHeader) -> tuple[bytes | None, int, int]:
+        """(bytes to write or None, records read, records kept) for one batch."""
+        if header.is_control or header.is_transactional:
+            return data, header.records_count, header.records_count
+        _, records = decode_batch(data)
+        horizon = header.base_timestamp if header.has_delete_horizon else None
+        get = self.offset_map.get
+        kept = []
+        tombstones = False
+        for rec in records:
+            if rec.key is None:  # a compacted log has no use for a record without a key
+                continue
+            found = get(rec.key)
+            if found >= 0 and rec.offset < found:
+                continue
+            if rec.value is None:
+                if horizon is not None and self.now_ms >= horizon:
+                    continue
+                tombstones = True
+            kept.append(rec)
+        need_horizon = horizon is None and tombstones
+        if tombstones:
+            h = horizon if horizon is not None else self.now_ms + self.delete_retention_ms
+            self.min_horizon = h if self.min_horizon is None else min(self.min_horizon, h)
+        if len(kept) == len(records) and not need_horizon:
+            return data, len(records), len(kept)
+        new_horizon = self.now_ms + self.delete_retention_ms if need_horizon else horizon
+        if not kept:
+            pid = header.producer_id
+            if pid == NO_PRODUCER_ID or self.producer_last_offsets.get(pid) != header.last_offset:
+                return None, len(records), 0
+        lat = header.timestamp_type == LOG_APPEND_TIME
+        rebuilt = build_batch(
+            kept,
+            base_offset=header.base_offset,
+            compression=header.compression if kept else 0,
+            timestamp_type=header.timestamp_type,
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            base_sequence=header.base_sequence,
+            is_transactional=header.is_transactional,
+            partition_leader_epoch=header.partition_leader_epoch,
+            max_timestamp=header.max_timestamp if lat or not kept else None,
+            delete_horizon_ms=new_horizon,
+            last_offset_delta=header.last_offset_delta,
+        )
+        return rebuilt, len(records), len(kept)
+
+
+def _remove_leftovers(plog: PartitionLog, base: int) -> None:
+    for suffix in (CLEANED_SUFFIX, SWAP_SUFFIX):
+        for f in (log_file, index_file, time_index_file, txn_index_file):
+            f(plog.dir, base, suffix).unlink(missing_ok=True)
+
+
+def clean_segments(
+    plog: PartitionLog,
+    group: list[LogSegment],
+    group_upper: int,
+    flt: _Filter,
+    ctx: _Context,
+    now_ms: int,
+) -> bool:
+    """Recopy ``group`` into one cleaned segment and swap it in. False when the log changed meanwhile."""
+    base = group[0].base_offset
+    sizes = [s.size for s in group]
+    try:
+        handles = [s.handle for s in group]  # held: retention may close the segments while we read them
+    except ValueError:
+        return False
+    _remove_leftovers(plog, base)
+    cleaned = LogSegment(plog.dir, base, plog.config, file_suffix=CLEANED_SUFFIX, now_ms=now_ms)
+    swapped = False
+    try:
+        last_written = -1
+        last_seen = -1
+        for seg_handle, size in zip(handles, sizes, strict=True):
+            for pos, header in _iter_batches(seg_handle, size):
+                data = _pread(seg_handle, pos, header.size)
+                ctx.io(header.size)
+                ctx.result.bytes_read += header.size
+                out, nread, nkept = flt.apply(data, header)
+                ctx.result.records_read += nread
+                ctx.result.records_retained += nkept
+                last_seen = header.last_offset
+                if out is None:
+                    continue
+                if out is not data:
+                    ctx.result.batches_rewritten += 1
+                h = BatchHeader.parse(out)
+                cleaned.append(h.last_offset, h.max_timestamp, h.last_offset, out)
+                last_written = h.last_offset
+                ctx.io(len(out))
+                ctx.result.bytes_written += len(out)
+        end_marker = min(last_seen, group_upper - 1)
+        if end_marker > last_written:
+            # keep the cleaned segment's offset range equal to the group's, so that a .swap recovered after a
+            # crash removes every segment it replaces (the loader derives the range from the swap's offsets)
+            empty = build_batch([], base_offset=end_marker, last_offset_delta=0)
+            cleaned.append(end_marker, -1, end_marker, empty)
+            ctx.result.bytes_written += len(empty)
+        cleaned.on_becoming_inactive()
+        cleaned.flush()
+        ctx.step("cleaned")
+        swapped = plog.replace_segments(group, cleaned, expected_sizes=sizes, now_ms=now_ms, fault=ctx.fault)
+        return swapped
+    finally:
+        if not swapped and cleaned.file_suffix == CLEANED_SUFFIX:
+            cleaned.delete()
+
+
+def producer_last_offsets(plog: PartitionLog) -> dict[int, int]:
+    ps = plog.producer_state
+    active = getattr(ps, "active_producers", None)
+    if active is None:
+        return {}
+    return {pid: e.last_data_offset for pid, e in active().items()}
+
+
+def clean_log(
+    ltc: LogToClean,
+    offset_map: OffsetMap,
+    *,
+    now_ms: int | None = None,
+    throttler: Throttler | None = None,
+    should_abort: Callable[[], bool] = lambda: False,
+    fault: Fault | None = None,
+) -> CleanResult:
+    """One cleaning round of ``ltc.plog`` (see module docstring). ``result.end_offset`` is the new first dirty
+    offset; ``result.aborted`` is set when the log changed under the cleaner (nothing is lost, retry later)."""
+    t0 = time.monotonic()
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    plog = ltc.plog
+    result = CleanResult(ltc.tp, ltc.first_dirty_offset, ltc.first_dirty_offset)
+    ctx = _Context(throttler, should_abort, fault, result)
+    offset_map.clear()
+    end = build_offset_map(plog, ltc.first_dirty_offset, ltc.first_uncleanable_offset, offset_map, ctx)
+    result.end_offset = end
+    result.map_entries = len(offset_map)
+    result.map_utilization = offset_map.utilization
+    ctx.step("map-built")
+    flt = _Filter(offset_map, now, plog.config.delete_retention_ms, producer_last_offsets(plog))
+    segments = plog.segments
+    inactive = segments[:-1]
+    uppers = [segments[i + 1].base_offset for i in range(len(inactive))]
+    # every inactive segment holding offsets below the map's end (clean head and dirty section alike), except
+    # those wholly below the log start offset, which retention removes
+    chosen = [
+        (s, u) for s, u in zip(inactive, uppers, strict=True) if s.base_offset < end and u > plog.log_start_offset
+    ]
+    if chosen:
+        cfg = plog.config
+        groups = group_segments_by_size(
+            [s for s, _ in chosen], [u for _, u in chosen], cfg.segment_bytes, cfg.segment_index_bytes
+        )
+        upper_of = {id(s): u for s, u in chosen}
+        for group in groups:
+            if not clean_segments(plog, group, upper_of[id(group[-1])], flt, ctx, now):
+                result.aborted = True
+                break
+            result.groups += 1
+    result.min_delete_horizon = flt.min_horizon
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+# =============================================================================================== the cleaner
+
+
+@dataclass(slots=True)
+class LogCleanerStats:
+    """Per-log state shown in metrics and ``tidelog topics describe``."""
+
+    first_dirty_offset: int = 0
+    first_uncleanable_offset: int = 0
+    dirty_ratio: float = 0.0
+    cleanable_bytes: int = 0
+    total_bytes: int = 0
+    compaction_delay_ms: int = 0
+    runs: int = 0
+    last_clean_ms: int = -1
+    last_seconds: float = 0.0
+    last_recopy_percent: float = 0.0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_removed: int = 0
+    uncleanable: str | None = None
+
+
+@dataclass
+class _Totals:
+    runs: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    max_buffer_utilization: float = 0.0
+    max_clean_seconds: float = 0.0
+    last_recopy_percent: float = 0.0
+    dead_threads: int = 0
+    last_run_ms: int = -1
+    errors: int = 0
+    horizons: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+class LogCleaner:
+    """The cleaner threads of one broker (see module docstring).
+
+    ``logs()`` returns the current logs; ``checkpoints`` is the initial content of every log dir's
+    ``cleaner-offset-checkpoint``; ``write_checkpoints(entries)`` persists the whole map (the LogManager
+    splits it per log dir).
+    """
+
+    def __init__(
+        self,
+        config: CleanerConfig,
+        logs: Callable[[], Mapping[TopicPartition, PartitionLog]],
+        checkpoints: Mapping[TopicPartition, int] | None = None,
+        write_checkpoints: Callable[[dict[TopicPartition, int]], None] | None = None,
+        *,
+        clock_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self.config = config
+        self._logs = logs
+        self._checkpoints: dict[TopicPartition, int] = dict(checkpoints or {})
+        self._write_checkpoints = write_checkpoints
+        self._clock = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        self._lock = threading.Lock()
+        self._in_progress: set[TopicPartition] = set()
+        self._aborted: set[TopicPartition] = set()
+        self._stats: dict[TopicPartition, LogCleanerStats] = {}
+        self._totals = _Totals()
+        self._stop = threading.Event()
+        self._wakeup = threading.Condition(self._lock)
+        self._wake_pending = False
+        self._threads: list[threading.Thread] = []
+        self.throttler = Throttler(config.io_max_bytes_per_second, self._stop)
+        self.fault: Fault | None = None  # test hook, see FAULT_STEPS
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        if not self.config.enable:
+            return
+        for n in range(self.config.threads):
+            t = threading.Thread(target=self._run, name=f"kafka-log-cleaner-thread-{n}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        with self._lock:
+            self._wakeup.notify_all()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        self._threads = []
+
+    def wakeup(self) -> None:
+        """Run a check now instead of after the backoff (tests, topic config changes)."""
+        with self._lock:
+            self._wake_pending = True
+            self._wakeup.notify_all()
+
+    def _run(self) -> None:
+        offset_map = OffsetMap(self.config.map_memory_per_thread(), self.config.io_buffer_load_factor)
+        while not self._stop.is_set():
+            try:
+                result = self.clean_filthiest(offset_map)
+            except Exception:
+                log.exception("log cleaner iteration failed")
+                with self._lock:
+                    self._totals.errors += 1
+                result = None
+            if result is not None:
+                continue
+            with self._lock:
+                if not self._wake_pending and not self._stop.is_set():
+                    self._wakeup.wait(self.config.backoff_ms / 1000.0)
+                self._wake_pending = False
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoints(self) -> dict[TopicPartition, int]:
+        with self._lock:
+            return dict(self._checkpoints)
+
+    def forget(self, tp: TopicPartition) -> None:
+        """The log was deleted: stop an ongoing cleaning and drop its checkpoint."""
+        with self._lock:
+            if tp in self._in_progress:
+                self._aborted.add(tp)
+            self._checkpoints.pop(tp, None)
+            self._stats.pop(tp, None)
+            self._totals.horizons.pop(tp, None)
+
+    def abort(self, tp: TopicPartition) -> None:
+        with self._lock:
+            if tp in self._in_progress:
+                self._aborted.add(tp)
+
+    def _persist(self) -> None:
+        if self._write_checkpoints is None:
+            return
+        with self._lock:
+            logs = self._logs()
+            entries = {tp: off for tp, off in self._checkpoints.items() if tp in logs}
+        self._write_checkpoints(entries)
+
+    # ------------------------------------------------------------------ selection and cleaning
+    def plans(self, now_ms: int | None = None) -> list[LogToClean]:
+        now = self._clock() if now_ms is None else now_ms
+        out = []
+        for tp, plog in sorted(self._logs().items()):
+            if not plog.config.compact:
+                continue
+            with self._lock:
+                cp = self._checkpoints.get(tp)
+                horizon = self._totals.horizons.get(tp)
+            try:
+                ltc = plan_log(tp, plog, cp, now, horizon)
+            except (ValueError, OSError):  # closed or deleted concurrently
+                continue
+            out.append(ltc)
+            with self._lock:
+                st = self._stats.setdefault(tp, LogCleanerStats())
+                st.first_dirty_offset = ltc.first_dirty_offset
+                st.first_uncleanable_offset = ltc.first_uncleanable_offset
+                st.dirty_ratio = ltc.dirty_ratio
+                st.cleanable_bytes = ltc.cleanable_bytes
+                st.total_bytes = ltc.total_bytes
+                st.compaction_delay_ms = ltc.compaction_delay_ms
+        return out
+
+    def grab_filthiest(self, now_ms: int | None = None) -> LogToClean | None:
+        candidates = []
+        for ltc in self.plans(now_ms):
+            ratio_ok = ltc.cleanable_bytes > 0 and ltc.dirty_ratio > ltc.plog.config.min_cleanable_dirty_ratio
+            lag_ok = ltc.needs_compaction_now and ltc.cleanable_bytes > 0
+            if ratio_ok or lag_ok or ltc.horizon_due:
+                candidates.append(ltc)
+        with self._lock:
+            candidates = [c for c in candidates if c.tp not in self._in_progress]
+            if not candidates:
+                return None
+            best = max(
+                candidates,
+                key=lambda c: (c.needs_compaction_now or c.cleanable_bytes > 0, c.dirty_ratio, c.compaction_delay_ms),
+            )
+            self._in_progress.add(best.tp)
+            self._aborted.discard(best.tp)
+        return best
+
+    def clean_filthiest(self, offset_map: OffsetMap, now_ms: int | None = None) -> CleanResult | None:
+        """Pick and clean one log (what each thread does in a loop; tests call it directly)."""
+        ltc = self.grab_filthiest(now_ms)
+        if ltc is None:
+            with self._lock:
+                self._totals.last_run_ms = self._clock()
+            return None
+        tp = ltc.tp
+        try:
+            result = clean_log(
+                ltc,
+                offset_map,
+                now_ms=now_ms,
+                throttler=self.throttler,
+                should_abort=lambda: self._stop.is_set() or tp in self._aborted,
+                fault=self.fault,
+            )
+        except CleanerAbortedError:
+            result = CleanResult(tp, ltc.first_dirty_offset, ltc.first_dirty_offset, aborted=True)
+        except Exception:
+            with self._lock:
+                self._in_progress.discard(tp)
+                st = self._stats.setdefault(tp, LogCleanerStats())
+                st.uncleanable = "error"
+            raise
+        with self._lock:
+            self._in_progress.discard(tp)
+            done = not result.aborted and tp not in self._aborted
+            if done:
+                self._checkpoints[tp] = result.end_offset
+                if result.min_delete_horizon is not None:
+                    self._totals.horizons[tp] = result.min_delete_horizon
+                else:
+                    self._totals.horizons.pop(tp, None)
+                st = self._stats.setdefault(tp, LogCleanerStats())
+                st.runs += 1
+                st.first_dirty_offset = result.end_offset
+                st.last_clean_ms = self._clock()
+                st.last_seconds = result.seconds
+                st.last_recopy_percent = result.recopy_percent
+                st.bytes_read += result.bytes_read
+                st.bytes_written += result.bytes_written
+                st.records_removed += result.records_read - result.records_retained
+                st.uncleanable = None
+                t = self._totals
+                t.runs += 1
+                t.bytes_read += result.bytes_read
+                t.bytes_written += result.bytes_written
+                t.max_buffer_utilization = max(t.max_buffer_utilization, result.map_utilization)
+                t.max_clean_seconds = max(t.max_clean_seconds, result.seconds)
+                t.last_recopy_percent = result.recopy_percent
+                t.last_run_ms = st.last_clean_ms
+        if done:
+            if self.fault is not None:
+                self.fault("checkpoint")
+            self._persist()
+            log.info(
+                "cleaned %s-%s: offsets [%d, %d) read %d bytes wrote %d (%.1f%%) in %.3fs, %d groups",
+                tp[0], tp[1], ltc.first_dirty_offset, result.end_offset, result.bytes_read,
+                result.bytes_written, result.recopy_percent, result.seconds, result.groups,
+            )
+        return result
+
+    def clean_until_done(self, now_ms: int | None = None, max_rounds: int = 1000) -> list[CleanResult]:
+        """Synchronously clean until no log is eligible (tests, benchmarks); uses a fresh offset map."""
+        offset_map = OffsetMap(self.config.map_memory_per_thread(), self.config.io_buffer_load_factor)
+        results = []
+        for _ in range(max_rounds):
+            r = self.clean_filthiest(offset_map, now_ms)
+            if r is None:
+                break
+            results.append(r)
+            if r.aborted:
+                break
+        return results
+
+    # ------------------------------------------------------------------ observability
+    def stats(self) -> dict[TopicPartition, LogCleanerStats]:
+        self.plans()
+        with self._lock:
+            return {tp: LogCleanerStats(**{f: getattr(s, f) for f in s.__slots__}) for tp, s in self._stats.items()}
+
+    def metrics(self) -> list[tuple[str, str, dict[str, str], float]]:
+        """(name, help, labels, value) rows for the broker's Prometheus endpoint."""
+        per_log = self.stats()
+        with self._lock:
+            t = self._totals
+            dead = sum(1 for th in self._threads if not th.is_alive()) if not self._stop.is_set() else 0
+            now = self._clock()
+            rows: list[tuple[str, str, dict[str, str], float]] = [
+                ("tidelog_cleaner_runs_total", "Completed cleaning rounds", {}, t.runs),
+                ("tidelog_cleaner_bytes_read_total", "Bytes read by the cleaner", {}, t.bytes_read),
+                ("tidelog_cleaner_bytes_written_total", "Bytes written by the cleaner", {}, t.bytes_written),
+                ("tidelog_cleaner_recopy_percent", "Written/read of the last round", {}, t.last_recopy_percent),
+                (
+                    "tidelog_cleaner_max_buffer_utilization_percent",
+                    "Largest offset-map fill seen",
+                    {},
+                    100.0 * t.max_buffer_utilization,
+                ),
+                ("tidelog_cleaner_max_clean_time_seconds", "Longest cleaning round", {}, t.max_clean_seconds),
+                ("tidelog_cleaner_dead_threads", "Cleaner threads that died", {}, dead),
+                ("tidelog_cleaner_errors_total", "Cleaning rounds that failed", {}, t.errors),
+                (
+                    "tidelog_cleaner_time_since_last_run_ms",
+                    "Milliseconds since a cleaner thread last checked",
+                    {},
+                    now - t.last_run_ms if t.last_run_ms >= 0 else -1,
+                ),
+            ]
+        max_dirty = 0.0
+        for (topic, partition), s in per_log.items():
+            labels = {"topic": topic, "partition": str(partition)}
+            max_dirty = max(max_dirty, s.dirty_ratio)
+            rows += [
+                ("tidelog_cleaner_dirty_ratio", "Dirty bytes / cleanable bytes per log", labels, s.dirty_ratio),
+                ("tidelog_cleaner_first_dirty_offset", "Where the next cleaning starts", labels, s.first_dirty_offset),
+                ("tidelog_cleaner_cleanable_bytes", "Dirty bytes the cleaner may clean now", labels, s.cleanable_bytes),
+                ("tidelog_cleaner_log_runs_total", "Cleaning rounds per log", labels, s.runs),
+                ("tidelog_cleaner_last_clean_timestamp_ms", "When the log was last cleaned", labels, s.last_clean_ms),
+                (
+                    "tidelog_cleaner_max_compaction_delay_ms",
+                    "How far past max.compaction.lag.ms the oldest dirty record is",
+                    labels,
+                    s.compaction_delay_ms,
+                ),
+            ]
+        rows.append(("tidelog_cleaner_max_dirty_percent", "Highest dirty ratio of any log", {}, 100.0 * max_dirty))
+        return rows
+
+
+__all__ = [
+    "FAULT_STEPS",
+    "CleanResult",
+    "CleanerAbortedError",
+    "CleanerConfig",
+    "DedupeBufferTooSmallError",
+    "LogCleaner",
+    "LogCleanerStats",
+    "LogToClean",
+    "Throttler",
+    "clean_log",
+    "group_segments_by_size",
+    "plan_log",
+]
