@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidelog.storage.checkpoints import (
+    CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
     LOCK_FILE,
     LOG_START_OFFSET_CHECKPOINT,
@@ -67,6 +68,7 @@ from tidelog.storage.errors import CorruptCheckpointError, StorageError
 from tidelog.storage.producer_state import ProducerStateManager
 
 if TYPE_CHECKING:
+    from tidelog.storage.cleaner import CleanerConfig, LogCleaner
     from tidelog.storage.log import PartitionLog
 
 log = logging.getLogger("tidelog.storage.manager")
@@ -153,6 +155,8 @@ class LogManager:
         recovery_point_checkpoint_interval_ms: int = 60000,
         log_start_offset_checkpoint_interval_ms: int = 60000,
         high_watermark_checkpoint_interval_ms: int = 5000,
+        retention_check_interval_ms: int = 300000,
+        cleaner_config: CleanerConfig | None = None,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is required")
@@ -169,6 +173,11 @@ class LogManager:
         self.recovery_point_checkpoint_interval_ms = recovery_point_checkpoint_interval_ms
         self.log_start_offset_checkpoint_interval_ms = log_start_offset_checkpoint_interval_ms
         self.high_watermark_checkpoint_interval_ms = high_watermark_checkpoint_interval_ms
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.cleaner_config = cleaner_config
+        #: the log cleaner (compaction threads); None until startup
+        self.cleaner: LogCleaner | None = None
+        self._last_retention_check_ms: int | None = None
 
         self._lock = threading.RLock()
         # serialises checkpoint writes: the scheduler's tick and delete_log may write the same file
@@ -205,6 +214,7 @@ class LogManager:
             for d in self._dirs.values():
                 self._prepare_dir(d)
             self._load_logs()
+            self._start_cleaner()
         except BaseException:
             self._close_all_quietly()
             self._release_locks()
@@ -420,6 +430,8 @@ class LogManager:
             if not any(t == topic for t, _ in self._logs):
                 self._topic_ids.pop(topic, None)
         src = root / partition_dir_name(topic, partition)
+        if self.cleaner is not None:
+            self.cleaner.forget(tp)
         plog.close()
         dst = root / f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         os.rename(src, dst)
@@ -467,6 +479,55 @@ class LogManager:
         self._checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda plog: plog.log_start_offset, [root])
         self._checkpoint(REPLICATION_OFFSET_CHECKPOINT, lambda plog: plog.high_watermark, [root])
 
+    # ========================================================================= retention and cleaning
+
+    def _start_cleaner(self) -> None:
+        from tidelog.storage.cleaner import CleanerConfig, LogCleaner
+
+        initial: dict[TopicPartition, int] = {}
+        for d in self._dirs.values():
+            initial.update(_read_checkpoint_or_reset(d.path / CLEANER_OFFSET_CHECKPOINT))
+        self.cleaner = LogCleaner(
+            self.cleaner_config or CleanerConfig(), self.all_logs, initial, self._write_cleaner_checkpoints
+        )
+        self.cleaner.start()
+
+    def _write_cleaner_checkpoints(self, entries: dict[TopicPartition, int]) -> None:
+        """``cleaner-offset-checkpoint`` of every log dir from the cleaner's whole map."""
+        with self._lock:
+            by_root: dict[Path, dict[TopicPartition, int]] = {p: {} for p in self._dirs}
+            for tp, offset in entries.items():
+                root = self._log_root.get(tp)
+                if root in by_root:
+                    by_root[root][tp] = offset
+        with self._checkpoint_lock:
+            for root, mine in by_root.items():
+                write_offset_checkpoint(root / CLEANER_OFFSET_CHECKPOINT, mine)
+
+    def run_retention(self, now_ms: int) -> int:
+        """One retention pass over every log (``tidelog.storage.retention``); returns segments removed."""
+        from tidelog.storage.retention import apply_retention
+
+        removed = 0
+        for tp, plog in self.all_logs().items():
+            try:
+                removed += apply_retention(plog, now_ms).deleted_segments
+            except Exception:  # one bad log must not stop the others
+                log.exception("retention of %s-%s failed", tp[0], tp[1])
+        if removed:
+            self.checkpoint_log_start_offsets()
+        return removed
+
+    def delete_expired_files(self, now_ms: int) -> int:
+        """Remove ``.deleted`` segment files whose ``file.delete.delay.ms`` has passed, in every log."""
+        n = 0
+        for tp, plog in self.all_logs().items():
+            try:
+                n += plog.delete_expired_files(now_ms)
+            except Exception:
+                log.exception("deleting old segment files of %s-%s failed", tp[0], tp[1])
+        return n
+
     def tick(self, now_ms: int) -> None:
         """Periodic work for the broker's scheduler thread: the flush.ms policy of every log, then the
         recovery-point / log-start-offset / high-watermark checkpoints when their intervals elapsed
@@ -486,6 +547,9 @@ class LogManager:
             self.checkpoint_log_start_offsets()
         if self._due(now_ms, "_last_hw_checkpoint_ms", self.high_watermark_checkpoint_interval_ms):
             self.checkpoint_high_watermarks()
+        if self._due(now_ms, "_last_retention_check_ms", self.retention_check_interval_ms):
+            self.run_retention(now_ms)
+        self.delete_expired_files(now_ms)
 
     def _due(self, now_ms: int, attr: str, interval_ms: int) -> bool:
         last = getattr(self, attr)
@@ -504,6 +568,10 @@ class LogManager:
         whose logs all closed cleanly, and release the locks."""
         if not self._started:
             return
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
+            with contextlib.suppress(OSError):
+                self._write_cleaner_checkpoints(self.cleaner.checkpoints())
         with self._lock:
             logs = dict(self._logs)
             roots = dict(self._log_root)
