@@ -47,6 +47,25 @@ class _PartitionCollector(Collector):
         return [size, start, end, hw]
 
 
+class _RowsCollector(Collector):
+    """Gauges from ``source()``: rows of (name, help, labels, value), e.g. the log cleaner's state."""
+
+    def __init__(self, source: Callable[[], Iterable[tuple[str, str, dict[str, str], float]]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        families: dict[str, GaugeMetricFamily] = {}
+        try:
+            for name, doc, labels, value in self._source():
+                fam = families.get(name)
+                if fam is None:
+                    fam = families[name] = GaugeMetricFamily(name, doc, labels=list(labels))
+                fam.add_metric(list(labels.values()), value)
+        except Exception:  # a scrape must never break the broker
+            log.exception("collecting metrics rows failed")
+        return list(families.values())
+
+
 class BrokerMetrics:
     """All broker metrics in one registry (a registry per broker, so tests can run several in one process)."""
 
@@ -118,6 +137,10 @@ class BrokerMetrics:
         if self._partition_source is None:
             self.registry.register(_PartitionCollector(lambda: self._partition_source() if self._partition_source else ()))
         self._partition_source = source
+
+    def add_rows_source(self, source: Callable[[], Iterable[tuple[str, str, dict[str, str], float]]]) -> None:
+        """Register gauges computed at scrape time (the log cleaner's metrics)."""
+        self.registry.register(_RowsCollector(source))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -557,6 +557,8 @@ class Broker:
                           "topics": len(self.topics.names()), "seconds": round(time.monotonic() - t0, 3)}},
         )
         self.metrics.set_partition_source(self._partition_metrics)
+        if getattr(self.logs, "cleaner", None) is not None:
+            self.metrics.add_rows_source(self.logs.cleaner.metrics)
         try:
             from tidelog.broker.group.coordinator import GroupCoordinator
 

@@ -242,6 +242,8 @@ class TopicManager:
 
     def log_manager_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``LogManager(...)`` beyond log dirs and the default config."""
+        from tidelog.storage.cleaner import CleanerConfig
+
         cfg = self.config
         return {
             "broker_id": self.broker.node_id,
@@ -251,6 +253,8 @@ class TopicManager:
             "recovery_point_checkpoint_interval_ms": cfg.get("log.flush.offset.checkpoint.interval.ms"),
             "log_start_offset_checkpoint_interval_ms": cfg.get("log.flush.start.offset.checkpoint.interval.ms"),
             "high_watermark_checkpoint_interval_ms": cfg.get("replica.high.watermark.checkpoint.interval.ms"),
+            "retention_check_interval_ms": cfg.get("log.retention.check.interval.ms"),
+            "cleaner_config": CleanerConfig.from_properties(cfg.props),
         }
 
     def load(self) -> None:
