@@ -861,8 +861,10 @@ class LogCleaner:
         return results
 
     # ------------------------------------------------------------------ observability
-    def stats(self) -> dict[TopicPartition, LogCleanerStats]:
-        self.plans()
+    def stats(self, refresh: bool = False) -> dict[TopicPartition, LogCleanerStats]:
+        """Per-log state as of the last check (``refresh`` recomputes ratios now; it reads segment headers)."""
+        if refresh:
+            self.plans()
         with self._lock:
             return {tp: LogCleanerStats(**{f: getattr(s, f) for f in s.__slots__}) for tp, s in self._stats.items()}
 
