@@ -33,6 +33,44 @@ NOT_COORDINATOR = 16
 INVALID_REQUEST = 42
 
 
+def _drop_absent(fields: list[Any], version: int, body: dict) -> dict:
+    """Remove the keys ``version`` does not carry (the encoder rejects non-default values there)."""
+    out = {}
+    for f in fields:
+        lo, hi = f.versions
+        if f.key not in body or not lo <= version <= hi:
+            continue
+        value = body[f.key]
+        if f.fields and isinstance(value, list):
+            value = [_drop_absent(f.fields, version, v) if isinstance(v, dict) else v for v in value]
+        elif f.fields and isinstance(value, dict):
+            value = _drop_absent(f.fields, version, value)
+        out[f.key] = value
+    return out
+
+
+def fit(api_key: int, version: int, body: dict) -> dict:
+    """``body`` reduced to the fields of the ``api_key`` response at ``version``."""
+    from tidelog.protocol.schema import spec_index
+
+    spec = spec_index()[(api_key, "response")]
+    return _drop_absent(spec.fields, version, body)
+
+
+def _fitted(api_key: int) -> Any:
+    """Decorator: the handler's response is passed through :func:`fit` for the request's version."""
+
+    def wrap(fn: Any) -> Any:
+        async def handler(ctx: RequestContext, request: dict) -> dict:
+            return fit(api_key, ctx.api_version, await fn(ctx, request))
+
+        handler.__name__ = fn.__name__
+        handler.__doc__ = fn.__doc__
+        return handler
+
+    return wrap
+
+
 def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
     return getattr(ctx.broker, "group_coordinator", None)
 
@@ -63,6 +101,7 @@ def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, str | 
 
 
 @handles(FIND_COORDINATOR)
+@_fitted(FIND_COORDINATOR)
 async def find_coordinator(ctx: RequestContext, request: dict) -> dict:
     b = ctx.broker
     key_type = request.get("key_type", 0) or 0
@@ -77,7 +116,7 @@ async def find_coordinator(ctx: RequestContext, request: dict) -> dict:
         return {"throttle_time_ms": 0, "coordinators": coordinators}
     err, msg = _find_one(ctx, _str(request.get("key")), key_type)
     return {
-        "throttle_time_ms": 0, "error_code": err, "error_message": msg,
+        "throttle_time_ms": 0, "error_code": err, "error_message": msg if ctx.api_version >= 1 else None,
         "node_id": b.node_id if not err else -1, "host": b.host if not err else "", "port": b.port if not err else -1,
     }
 
@@ -95,6 +134,7 @@ def _join_response(v: int, res: dict) -> dict:
 
 
 @handles(JOIN_GROUP)
+@_fitted(JOIN_GROUP)
 async def join_group(ctx: RequestContext, request: dict) -> dict:
     from tidelog.broker.group.coordinator import _join_error
 
@@ -124,6 +164,7 @@ async def join_group(ctx: RequestContext, request: dict) -> dict:
 
 
 @handles(SYNC_GROUP)
+@_fitted(SYNC_GROUP)
 async def sync_group(ctx: RequestContext, request: dict) -> dict:
     v = ctx.api_version
     coord = _coordinator(ctx)
@@ -144,6 +185,7 @@ async def sync_group(ctx: RequestContext, request: dict) -> dict:
 
 
 @handles(HEARTBEAT)
+@_fitted(HEARTBEAT)
 async def heartbeat(ctx: RequestContext, request: dict) -> dict:
     coord = _coordinator(ctx)
     if coord is None:
@@ -158,6 +200,7 @@ async def heartbeat(ctx: RequestContext, request: dict) -> dict:
 
 
 @handles(LEAVE_GROUP)
+@_fitted(LEAVE_GROUP)
 async def leave_group(ctx: RequestContext, request: dict) -> dict:
     v = ctx.api_version
     coord = _coordinator(ctx)
@@ -177,6 +220,7 @@ async def leave_group(ctx: RequestContext, request: dict) -> dict:
 
 
 @handles(OFFSET_COMMIT)
+@_fitted(OFFSET_COMMIT)
 async def offset_commit(ctx: RequestContext, request: dict) -> dict:
     v = ctx.api_version
     coord = _coordinator(ctx)
@@ -229,6 +273,7 @@ def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: list[dic
 
 
 @handles(OFFSET_FETCH)
+@_fitted(OFFSET_FETCH)
 async def offset_fetch(ctx: RequestContext, request: dict) -> dict:
     v = ctx.api_version
     coord = _coordinator(ctx)
@@ -251,6 +296,7 @@ async def offset_fetch(ctx: RequestContext, request: dict) -> dict:
 
 
 @handles(OFFSET_DELETE)
+@_fitted(OFFSET_DELETE)
 async def offset_delete(ctx: RequestContext, request: dict) -> dict:
     coord = _coordinator(ctx)
     wanted = [(_str(t.get("name")), int(p.get("partition_index", 0)))
@@ -270,6 +316,7 @@ async def offset_delete(ctx: RequestContext, request: dict) -> dict:
 
 
 @handles(DESCRIBE_GROUPS)
+@_fitted(DESCRIBE_GROUPS)
 async def describe_groups(ctx: RequestContext, request: dict) -> dict:
     coord = _coordinator(ctx)
     out = []
@@ -286,6 +333,7 @@ async def describe_groups(ctx: RequestContext, request: dict) -> dict:
 
 
 @handles(LIST_GROUPS)
+@_fitted(LIST_GROUPS)
 async def list_groups(ctx: RequestContext, request: dict) -> dict:
     coord = _coordinator(ctx)
     if coord is None:
@@ -295,6 +343,7 @@ async def list_groups(ctx: RequestContext, request: dict) -> dict:
 
 
 @handles(DELETE_GROUPS)
+@_fitted(DELETE_GROUPS)
 async def delete_groups(ctx: RequestContext, request: dict) -> dict:
     coord = _coordinator(ctx)
     results = []
