@@ -1,0 +1,197 @@
+"""``tidelog groups``: list, describe (with per-partition lag), reset offsets of and delete consumer groups.
+
+Like ``kafka-consumer-groups``, over the Kafka protocol (a confluent-kafka AdminClient plus a Consumer for log
+end offsets), so it works against any Kafka-compatible broker. ``reset-offsets`` prints the plan and changes
+nothing unless ``--execute`` is given; offsets can only be reset while the group is empty (the broker refuses
+commits without a member otherwise, as Kafka does).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from tidelog.cli._client import bootstrap_option, client_config, kafka_error_text, print_table, safe_echo
+
+timeout_option = click.option("--timeout", type=float, default=30.0, show_default=True,
+                              help="Seconds to wait for the broker(s).")
+
+
+def _fail(message: str, code: int = 1) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+def _admin(bootstrap: str, properties: tuple[str, ...]) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(client_config(bootstrap, properties))
+
+
+def _end_offsets(bootstrap: str, properties: tuple[str, ...], tps: list[Any], timeout: float,
+                 earliest: bool = False) -> dict[tuple[str, int], int]:
+    """Log end (or start) offsets through a plain consumer's watermark query."""
+    from confluent_kafka import Consumer
+
+    c = Consumer(client_config(bootstrap, properties, **{"group.id": "tidelog-groups-cli", "enable.auto.commit": False}))
+    try:
+        out = {}
+        for tp in tps:
+            lo, hi = c.get_watermark_offsets(tp, timeout=timeout)
+            out[(tp.topic, tp.partition)] = lo if earliest else hi
+        return out
+    finally:
+        c.close()
+
+
+def _committed(admin: Any, group: str, timeout: float) -> list[Any]:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+    return list(fut.result(timeout).topic_partitions or [])
+
+
+def _describe(admin: Any, group: str, timeout: float) -> Any:
+    return admin.describe_consumer_groups([group], request_timeout=timeout)[group].result(timeout)
+
+
+@click.group()
+def groups() -> None:
+    """Consumer groups: list, describe with lag, reset offsets, delete."""
+
+
+@groups.command("list")
+@bootstrap_option
+@timeout_option
+def list_cmd(bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
+    """List consumer groups with their state."""
+    admin = _admin(bootstrap, properties)
+    try:
+        res = admin.list_consumer_groups(request_timeout=timeout).result(timeout)
+    except Exception as exc:
+        _fail(kafka_error_text(exc))
+    rows = sorted((g.group_id, getattr(g.state, "name", str(g.state)), "consumer" if g.is_simple_consumer_group is False
+                   else "simple") for g in res.valid)
+    print_table(["GROUP", "STATE", "TYPE"], rows)
+    for err in res.errors:
+        click.echo(f"Warning: {err}", err=True)
+
+
+@groups.command("describe")
+@click.argument("group")
+@bootstrap_option
+@timeout_option
+def describe_cmd(group: str, bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
+    """Per-partition committed offset, log end offset, lag and owner of GROUP (like kafka-consumer-groups)."""
+    admin = _admin(bootstrap, properties)
+    try:
+        desc = _describe(admin, group, timeout)
+        committed = _committed(admin, group, timeout)
+    except Exception as exc:
+        _fail(kafka_error_text(exc))
+    owners: dict[tuple[str, int], Any] = {}
+    for m in desc.members:
+        for tp in (m.assignment.topic_partitions if m.assignment else []):
+            owners[(tp.topic, tp.partition)] = m
+    tps = {(tp.topic, tp.partition): tp for tp in committed}
+    from confluent_kafka import TopicPartition
+
+    for key in owners:
+        tps.setdefault(key, TopicPartition(key[0], key[1], -1001))
+    ends = _end_offsets(bootstrap, properties, [TopicPartition(t, p) for t, p in tps], timeout) if tps else {}
+    rows = []
+    for key in sorted(tps):
+        off = tps[key].offset
+        end = ends.get(key, -1)
+        cur = off if off is not None and off >= 0 else None
+        lag = end - cur if cur is not None and end >= 0 else None
+        m = owners.get(key)
+        rows.append([group, key[0], key[1], "-" if cur is None else cur, end, "-" if lag is None else lag,
+                     m.member_id if m else "-", m.host if m else "-", m.client_id if m else "-"])
+    state = getattr(desc.state, "name", str(desc.state))
+    print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+                 "CLIENT-ID"], rows, title=f"{group} ({state}, {len(desc.members)} members)")
+
+
+@groups.command("reset-offsets")
+@click.argument("group")
+@click.option("--topic", "topics", multiple=True, required=True, help="Topic (or topic:p1,p2) to reset; repeatable.")
+@click.option("--to-earliest", "mode", flag_value="earliest", help="Reset to the log start offset.")
+@click.option("--to-latest", "mode", flag_value="latest", help="Reset to the log end offset.")
+@click.option("--to-offset", type=int, default=None, help="Reset to this offset.")
+@click.option("--shift-by", type=int, default=None, help="Move the committed offset by N (may be negative).")
+@click.option("--execute", is_flag=True, help="Apply the plan (default: only print it).")
+@bootstrap_option
+@timeout_option
+def reset_cmd(group: str, topics: tuple[str, ...], mode: str | None, to_offset: int | None, shift_by: int | None,
+              execute: bool, bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
+    """Compute new offsets for GROUP and (with --execute) commit them. The group must be empty."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    chosen = [x for x in (mode, to_offset is not None and "offset", shift_by is not None and "shift") if x]
+    if len(chosen) != 1:
+        _fail("give exactly one of --to-earliest, --to-latest, --to-offset, --shift-by", 2)
+    admin = _admin(bootstrap, properties)
+    tps: list[Any] = []
+    try:
+        for spec in topics:
+            name, _, parts = spec.partition(":")
+            if parts:
+                tps += [TopicPartition(name, int(p)) for p in parts.split(",")]
+            else:
+                md = admin.list_topics(topic=name, timeout=timeout).topics.get(name)
+                if md is None or md.error is not None:
+                    _fail(f"unknown topic {name}")
+                tps += [TopicPartition(name, p) for p in sorted(md.partitions)]
+        lows = _end_offsets(bootstrap, properties, tps, timeout, earliest=True)
+        highs = _end_offsets(bootstrap, properties, tps, timeout)
+        current = {(tp.topic, tp.partition): tp.offset for tp in _committed(admin, group, timeout)}
+    except Exception as exc:
+        _fail(kafka_error_text(exc))
+    plan = []
+    for tp in tps:
+        key = (tp.topic, tp.partition)
+        lo, hi = lows[key], highs[key]
+        if mode == "earliest":
+            new = lo
+        elif mode == "latest":
+            new = hi
+        elif to_offset is not None:
+            new = to_offset
+        else:
+            base = current.get(key, -1)
+            new = (base if base is not None and base >= 0 else lo) + (shift_by or 0)
+        plan.append(TopicPartition(tp.topic, tp.partition, max(lo, min(hi, new))))  # clamped like Kafka's tool
+    print_table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], [[group, t.topic, t.partition, t.offset] for t in plan])
+    if not execute:
+        safe_echo("(dry run: add --execute to apply)")
+        return
+    hint = "offsets can only be reset while the group has no active members"
+    try:
+        res = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, plan)])[group].result(timeout)
+    except Exception as exc:
+        _fail(f"{kafka_error_text(exc)} ({hint})")
+    errors = [f"{tp.topic}-{tp.partition}: {tp.error.str()}" for tp in res.topic_partitions or [] if tp.error]
+    if errors:
+        _fail("; ".join(errors) + f" ({hint})")
+
+
+@groups.command("delete")
+@click.argument("group_ids", nargs=-1, required=True)
+@bootstrap_option
+@timeout_option
+def delete_cmd(group_ids: tuple[str, ...], bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
+    """Delete empty consumer groups and their committed offsets."""
+    admin = _admin(bootstrap, properties)
+    failed = False
+    for gid, fut in admin.delete_consumer_groups(list(group_ids), request_timeout=timeout).items():
+        try:
+            fut.result(timeout)
+            safe_echo(f"Deleted group {gid}")
+        except Exception as exc:
+            failed = True
+            click.echo(f"Error: group {gid}: {kafka_error_text(exc)}", err=True)
+    if failed:
+        sys.exit(1)
