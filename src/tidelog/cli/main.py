@@ -13,6 +13,7 @@ COMMANDS: dict[str, str] = {
     "topics": "tidelog.cli.topics:topics",
     "produce": "tidelog.cli.console:produce",
     "consume": "tidelog.cli.console:consume",
+    "groups": "tidelog.cli.groups:groups",
 }
 
 
