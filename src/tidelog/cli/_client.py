@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
@@ -78,9 +79,11 @@ class _StderrOnce(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage()
-        if text in self._seen:
+        # "Disconnected (after 26ms in state UP)" repeats with other numbers: compare without digits
+        shape = re.sub(r"\d+", "#", text)
+        if shape in self._seen:
             return
-        self._seen.add(text)
+        self._seen.add(shape)
         try:
             click.echo(f"tidelog: {text}", err=True)
         except (BrokenPipeError, OSError):
