@@ -34,7 +34,7 @@ def compact_config(**overrides: object) -> LogConfig:
 def open_log(root: Path, config: LogConfig, *, clean_shutdown: bool = True, recovery_point: int = 0) -> PartitionLog:
     d = root / f"{TP[0]}-{TP[1]}"
     d.mkdir(parents=True, exist_ok=True)
-    return PartitionLog.open(
+    plog = PartitionLog.open(
         d,
         config,
         clean_shutdown=clean_shutdown,
@@ -43,6 +43,8 @@ def open_log(root: Path, config: LogConfig, *, clean_shutdown: bool = True, reco
         producer_state=ProducerStateManager(d),
         now_ms=NOW,
     )
+    plog.high_watermark = plog.log_end_offset  # a single-replica leader: the HW catches up at once
+    return plog
 
 
 def append(plog: PartitionLog, recs: list[tuple[bytes | None, bytes | None]], ts: int = NOW, **kw: object) -> None:
