@@ -1,0 +1,164 @@
+"""``tidelog topics|produce|consume`` as a user runs them: subprocesses, shell pipes, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+TIDELOG = str(Path(sys.executable).with_name("tidelog"))
+
+
+def _env(broker: Any) -> dict[str, str]:
+    return dict(os.environ, TIDELOG_BOOTSTRAP=broker.bootstrap, PATH=f"{Path(TIDELOG).parent}:{os.environ['PATH']}")
+
+
+def tl(broker: Any, *args: str, input: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([TIDELOG, *args], input=input, capture_output=True, env=_env(broker), timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"tidelog {' '.join(args)} exited {proc.returncode}: {proc.stderr.decode()}")
+    return proc
+
+
+def sh(broker: Any, script: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", "-o", "pipefail", "-c", script], capture_output=True, env=_env(broker), timeout=120
+    )
+
+
+def test_pipe_round_trip(broker: Any) -> None:
+    tl(broker, "topics", "create", "cli-rt", "--partitions", "1")
+    proc = sh(broker, "printf 'a\\nb\\n' | tidelog produce cli-rt && tidelog consume cli-rt --from-beginning --max-messages 2")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout == b"a\nb\n"
+    assert proc.stderr == b""
+
+
+def test_keys_headers_offsets_and_json(broker: Any) -> None:
+    tl(broker, "topics", "create", "cli-kv", "--partitions", "1")
+    tl(
+        broker,
+        "produce",
+        "cli-kv",
+        "--key-separator",
+        ":",
+        "--header",
+        "h1=v1",
+        "--compression",
+        "gzip",
+        "--acks",
+        "1",
+        input=b"k1:hello\nk2:world: with colon\n",
+    )
+    out = tl(
+        broker,
+        "consume",
+        "cli-kv",
+        "--from-beginning",
+        "--max-messages",
+        "2",
+        "--print-key",
+        "--print-offset",
+        "--print-headers",
+    ).stdout
+    assert out.decode().splitlines() == [
+        "Partition:0\tOffset:0\th1:v1\tk1\thello",
+        "Partition:0\tOffset:1\th1:v1\tk2\tworld: with colon",
+    ]
+    out = tl(broker, "consume", "cli-kv", "--offset", "1", "--partition", "0", "-n", "1", "--format", "json").stdout
+    rec = json.loads(out)
+    assert rec["offset"] == 1 and rec["key"] == "k2" and rec["value"] == "world: with colon"
+    assert rec["headers"] == [{"key": "h1", "value": "v1"}]
+    # a line without the separator is an error (non-zero exit)
+    bad = tl(broker, "produce", "cli-kv", "--key-separator", ":", input=b"nokey\n", check=False)
+    assert bad.returncode != 0 and b"separator" in bad.stderr
+
+
+def test_idempotent_produce_and_partition_option(broker: Any) -> None:
+    tl(broker, "topics", "create", "cli-idem", "--partitions", "3")
+    lines = b"".join(f"{i}\n".encode() for i in range(500))
+    proc = tl(broker, "produce", "cli-idem", "--idempotent", "--partition", "2", "--linger-ms", "5", "-v", input=lines)
+    assert b"500 record(s) delivered, 0 failed" in proc.stderr
+    out = tl(broker, "consume", "cli-idem", "--partition", "2", "--from-beginning", "--max-messages", "500").stdout
+    assert out == lines
+    # nothing went to the other partitions
+    empty = tl(broker, "consume", "cli-idem", "--partition", "0", "--from-beginning", "--timeout-ms", "1500").stdout
+    assert empty == b""
+
+
+def test_produce_failure_exits_non_zero(broker: Any) -> None:
+    tl(broker, "topics", "create", "cli-small", "--config", "max.message.bytes=1000")
+    big = b"x" * 5000 + b"\n"
+    proc = tl(broker, "produce", "cli-small", "--delivery-timeout-ms", "5000", input=big, check=False)
+    assert proc.returncode == 1
+    assert b"MSG_SIZE_TOO_LARGE" in proc.stderr
+    proc = tl(broker, "produce", "cli-small", "--partition", "7", "--delivery-timeout-ms", "3000", input=b"a\n", check=False)
+    assert proc.returncode == 1
+
+
+def test_consume_broken_pipe_exits_quietly(broker: Any) -> None:
+    tl(broker, "topics", "create", "cli-pipe")
+    tl(broker, "produce", "cli-pipe", input=b"".join(f"line {i}\n".encode() for i in range(2000)))
+    proc = sh(broker, "tidelog consume cli-pipe --from-beginning | head -n 3")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout == b"line 0\nline 1\nline 2\n"
+    assert b"Traceback" not in proc.stderr and b"BrokenPipe" not in proc.stderr
+
+
+def test_consume_timeout_exits_when_idle(broker: Any) -> None:
+    tl(broker, "topics", "create", "cli-idle")
+    tl(broker, "produce", "cli-idle", input=b"only\n")
+    proc = tl(broker, "consume", "cli-idle", "--from-beginning", "--timeout-ms", "2000")
+    assert proc.stdout == b"only\n"
+
+
+def test_topics_commands(broker: Any) -> None:
+    tl(broker, "topics", "create", "cli-t1", "--partitions", "2", "--config", "retention.ms=3600000")
+    again = tl(broker, "topics", "create", "cli-t1", check=False)
+    assert again.returncode == 1 and b"TOPIC_ALREADY_EXISTS" in again.stderr
+    tl(broker, "topics", "create", "cli-t1", "--if-not-exists")
+    bad = tl(broker, "topics", "create", "cli-rf", "--replication-factor", "3", check=False)
+    assert bad.returncode == 1 and b"INVALID_REPLICATION_FACTOR" in bad.stderr
+    assert "cli-t1" in tl(broker, "topics", "list").stdout.decode().splitlines()
+
+    tl(broker, "produce", "cli-t1", "--partition", "1", input=b"a\nb\nc\n")
+    out = tl(broker, "topics", "describe", "cli-t1").stdout.decode()
+    lines = out.splitlines()
+    assert lines[0] == "topic\tpartition\tleader\treplicas\tisr\tlog_start_offset\tlog_end_offset"
+    assert lines[1] == "cli-t1\t0\t0\t0\t0\t0\t0"
+    assert lines[2] == "cli-t1\t1\t0\t0\t0\t0\t3"
+    assert "cli-t1\tretention.ms\t3600000" in lines
+
+    tl(broker, "topics", "alter-config", "cli-t1", "--set", "segment.ms=100000", "--delete", "retention.ms")
+    lines = tl(broker, "topics", "describe", "cli-t1").stdout.decode().splitlines()
+    assert "cli-t1\tsegment.ms\t100000" in lines
+    assert not any("retention.ms" in line for line in lines)
+    bad = tl(broker, "topics", "alter-config", "cli-t1", "--set", "segment.ms=never", check=False)
+    assert bad.returncode == 1 and b"INVALID_CONFIG" in bad.stderr
+
+    tl(broker, "topics", "add-partitions", "cli-t1", "--partitions", "3")
+    lines = tl(broker, "topics", "describe", "cli-t1").stdout.decode().splitlines()
+    assert sum(1 for line in lines if line.startswith("cli-t1\t2\t")) == 1
+
+    missing = tl(broker, "topics", "describe", "cli-nope", check=False)
+    assert missing.returncode == 1
+    tl(broker, "topics", "delete", "cli-t1")
+    assert "cli-t1" not in tl(broker, "topics", "list").stdout.decode().splitlines()
+    gone = tl(broker, "topics", "delete", "cli-t1", check=False)
+    assert gone.returncode == 1
+    tl(broker, "topics", "delete", "cli-t1", "--if-exists")
+
+
+def test_unreachable_broker_fails(tmp_path: Path) -> None:
+    class Nowhere:
+        bootstrap = "127.0.0.1:1"
+
+    proc = tl(Nowhere(), "topics", "list", "--timeout", "3", check=False)
+    assert proc.returncode != 0
