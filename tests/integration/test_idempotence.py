@@ -231,3 +231,51 @@ def test_confluent_idempotent_producer_no_duplicates_in_order(broker: Any) -> No
     c.close()
     assert got[0] == list(range(0, n, 2))
     assert got[1] == list(range(1, n, 2))
+
+
+def test_kafka_python_idempotent_producer(broker: Any) -> None:
+    """kafka-python 3 is idempotent by default (InitProducerId up to v4)."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    raw = RawClient(broker.bootstrap)
+    try:
+        raw.create_topic("idem-kp")
+    finally:
+        raw.close()
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=True, linger_ms=5)
+    futures = [p.send("idem-kp", str(i).encode(), partition=0) for i in range(300)]
+    p.flush(30)
+    offsets = [f.get(timeout=30).offset for f in futures]
+    p.close()
+    assert offsets == list(range(300))
+    c = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False, consumer_timeout_ms=10000)
+    tp = TopicPartition("idem-kp", 0)
+    c.assign([tp])
+    c.seek(tp, 0)
+    values = [int(m.value) for _, m in zip(range(300), c)]
+    c.close()
+    assert values == list(range(300))
+
+
+def test_aiokafka_idempotent_producer(broker: Any) -> None:
+    """aiokafka sends InitProducerId v0."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    raw = RawClient(broker.bootstrap)
+    try:
+        raw.create_topic("idem-aio")
+    finally:
+        raw.close()
+
+    async def run() -> list[int]:
+        p = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=True)
+        await p.start()
+        try:
+            metas = [await p.send_and_wait("idem-aio", str(i).encode(), partition=0) for i in range(50)]
+        finally:
+            await p.stop()
+        return [m.offset for m in metas]
+
+    assert asyncio.run(run()) == list(range(50))
