@@ -452,6 +452,10 @@ class TopicManager:
             return info
         if not self.config.auto_create_topics_enable:
             return None
+        if name.startswith("__"):
+            # Internal topics (__consumer_offsets, __transaction_state) are created by their coordinators with
+            # their own configs (compaction, partition count), never by a client's Metadata/Produce request.
+            return None
         return self.create_topic(name)
 
     # -- configs -----------------------------------------------------------------------------------------------
