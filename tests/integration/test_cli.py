@@ -162,3 +162,14 @@ def test_unreachable_broker_fails(tmp_path: Path) -> None:
 
     proc = tl(Nowhere(), "topics", "list", "--timeout", "3", check=False)
     assert proc.returncode != 0
+
+
+def test_consume_with_group_commits(broker: Any) -> None:
+    tl(broker, "topics", "create", "cli-group")
+    tl(broker, "produce", "cli-group", input=b"1\n2\n3\n")
+    first = tl(broker, "consume", "cli-group", "--group", "g1", "--from-beginning", "--max-messages", "2").stdout
+    assert first == b"1\n2\n"
+    tl(broker, "produce", "cli-group", input=b"4\n")
+    # the group resumes after what it consumed (offsets committed on close), whatever --from-beginning says
+    rest = tl(broker, "consume", "cli-group", "--group", "g1", "--from-beginning", "--timeout-ms", "5000").stdout
+    assert rest == b"3\n4\n"
