@@ -218,6 +218,12 @@ def test_delete_records_then_consume_from_zero(broker: Any) -> None:
     assert (lo, hi) == (6, 10)
     c.close()
 
+    # the new log start offset survives a clean restart (log-start-offset-checkpoint)
+    broker.restart()
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "delrec-3", "enable.auto.commit": False})
+    assert c.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT) == (6, 10)
+    c.close()
+
 
 def test_describe_cluster(broker: Any) -> None:
     admin = _admin(broker)

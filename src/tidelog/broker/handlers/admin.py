@@ -873,20 +873,6 @@ async def incremental_alter_configs(ctx: RequestContext, request: dict) -> dict:
 # DescribeCluster
 
 
-def advertised_endpoint(ctx: RequestContext) -> tuple[str, int]:
-    """The host/port clients should use for this broker (advertised listener, else the bound address)."""
-    broker = ctx.broker
-    adv = getattr(broker, "advertised_host_port", None)
-    if callable(adv):
-        adv = adv()
-    if isinstance(adv, tuple):
-        return str(adv[0]), int(adv[1])
-    listener = getattr(broker.config, "advertised_listener", None)
-    if listener is not None:
-        return listener.host, int(listener.port)
-    return str(broker.host), int(broker.port)
-
-
 @handles(DESCRIBE_CLUSTER)
 async def describe_cluster(ctx: RequestContext, request: dict) -> dict:
     endpoint_type = int(request.get("endpoint_type", ENDPOINT_BROKERS)) if ctx.api_version >= 1 else 1
@@ -908,9 +894,9 @@ async def describe_cluster(ctx: RequestContext, request: dict) -> dict:
         )
         resp["controller_id"] = -1
         return resp
-    host, port = advertised_endpoint(ctx)
-    rack = ctx.broker.config.props.get("broker.rack") if hasattr(ctx.broker.config, "props") else None
-    resp["brokers"] = [{"broker_id": node, "host": host, "port": port, "rack": rack, "is_fenced": False}]
+    b = ctx.broker  # host/port are the advertised endpoint (the bound port when the listener asked for 0)
+    rack = b.config.props.get("broker.rack")
+    resp["brokers"] = [{"broker_id": node, "host": b.host, "port": int(b.port), "rack": rack, "is_fenced": False}]
     if request.get("include_cluster_authorized_operations"):
         bits = 0
         for op in _ACL_OPS_CLUSTER:
