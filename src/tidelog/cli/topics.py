@@ -150,13 +150,63 @@ def _overrides(admin: Any, names: list[str], timeout: float) -> dict[str, list[t
     return out
 
 
+def _cleaner_state(url: str | None, bootstrap: str) -> dict[tuple[str, int], dict[str, str]]:
+    """Per-partition log-cleaner gauges from a tidelog broker's Prometheus endpoint (empty when unavailable:
+    another Kafka, metrics disabled, or a different port). ``url`` None tries ``http://<bootstrap host>:9404``."""
+    import re
+    import urllib.request
+
+    if url is None:
+        host = bootstrap.split(",")[0].rsplit(":", 1)[0].strip("[]") or "127.0.0.1"
+        url = f"http://{host}:9404/metrics"
+    elif "://" not in url:
+        url = f"http://{url}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            text = resp.read().decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return {}
+    wanted = {
+        "tidelog_cleaner_dirty_ratio": "dirty_ratio",
+        "tidelog_cleaner_first_dirty_offset": "first_dirty_offset",
+        "tidelog_cleaner_log_runs_total": "cleaner_runs",
+    }
+    pattern = re.compile(r"^(\w+)\{([^}]*)\} (\S+)$")
+    out: dict[tuple[str, int], dict[str, str]] = {}
+    for line in text.splitlines():
+        m = pattern.match(line)
+        if not m or m.group(1) not in wanted:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        if "topic" not in labels or not labels.get("partition", "").isdigit():
+            continue
+        value = float(m.group(3))
+        shown = f"{value:.3f}" if m.group(1) == "tidelog_cleaner_dirty_ratio" else str(int(value))
+        out.setdefault((labels["topic"], int(labels["partition"])), {})[wanted[m.group(1)]] = shown
+    return out
+
+
 @topics.command("describe")
 @click.argument("names", nargs=-1)
 @click.option("--all", "-a", "show_all", is_flag=True, help="Include internal topics when no NAME is given.")
+@click.option(
+    "--metrics",
+    "metrics_url",
+    default=None,
+    help="tidelog metrics endpoint (host:port or URL) for log-cleaner columns; default <bootstrap host>:9404.",
+)
 @bootstrap_option
 @timeout_option
-def describe(names: tuple[str, ...], show_all: bool, bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
-    """Describe topics (all when no NAME): partitions, leader, replicas, ISR, offsets, config overrides."""
+def describe(
+    names: tuple[str, ...],
+    show_all: bool,
+    metrics_url: str | None,
+    bootstrap: str,
+    properties: tuple[str, ...],
+    timeout: float,
+) -> None:
+    """Describe topics (all when no NAME): partitions, leader, replicas, ISR, offsets, config overrides;
+    for compacted topics on a tidelog broker also the cleaner's dirty ratio, first dirty offset and runs."""
     admin = _admin(bootstrap, properties)
     md = _metadata(admin, timeout)
     wanted = list(names) if names else sorted(n for n in md.topics if show_all or not n.startswith("__"))
@@ -183,7 +233,15 @@ def describe(names: tuple[str, ...], show_all: bool, bootstrap: str, properties:
                     end,
                 ]
             )
-    print_table(["topic", "partition", "leader", "replicas", "isr", "log_start_offset", "log_end_offset"], rows)
+    columns = ["topic", "partition", "leader", "replicas", "isr", "log_start_offset", "log_end_offset"]
+    cleaner = _cleaner_state(metrics_url, bootstrap) if present else {}
+    if any((n, p) in cleaner for n in present for p in md.topics[n].partitions):
+        extra = ["dirty_ratio", "first_dirty_offset", "cleaner_runs"]
+        columns += extra
+        for row in rows:
+            state = cleaner.get((row[0], row[1]), {})
+            row.extend(state.get(k, "-") for k in extra)
+    print_table(columns, rows)
     cfg_rows = [[n, k, v] for n in present for k, v in overrides.get(n, [])]
     if cfg_rows:
         safe_echo("")
