@@ -246,18 +246,53 @@ class OffsetIndex(AbstractIndex):
         return [self.entry(i) for i in range(self._entries)]
 
     def append(self, offset: int, position: int) -> None:
+        # hot path (one call per indexed batch): the checks of is_full/_relative inlined, same errors
         with self._lock:
-            if self.is_full():
-                raise IndexFullError(f"offset index {self.path} is full ({self._entries} entries)")
-            if self._entries > 0 and offset <= self._last_offset:
+            n = self._entries
+            if n >= self._length // 8:
+                raise IndexFullError(f"offset index {self.path} is full ({n} entries)")
+            if n > 0 and offset <= self._last_offset:
                 raise InvalidIndexOffsetError(
                     f"offset {offset} is not larger than the last offset {self._last_offset} in {self.path}"
                 )
-            rel = self._relative(offset)
+            rel = offset - self.base_offset
+            if rel < 0 or rel > INT32_MAX:
+                self._relative(offset)  # raises
             assert self._mm is not None
-            self._ENTRY.pack_into(self._mm, self._entries * self.ENTRY_SIZE, rel, position)
-            self._entries += 1
+            self._ENTRY.pack_into(self._mm, n * 8, rel, position)
+            self._entries = n + 1
             self._last_offset = offset
+
+    def append_bulk(self, relative_offsets: list[int], positions: list[int]) -> None:
+        """Append many entries at once (recovery's index rebuild): the same checks as :meth:`append`, made
+        once over the columns, then one write into the mapping instead of a locked call per entry."""
+        count = len(relative_offsets)
+        if count != len(positions):
+            raise ValueError("relative_offsets and positions differ in length")
+        if count == 0:
+            return
+        with self._lock:
+            n = self._entries
+            if n + count > self._length // 8:
+                raise IndexFullError(f"offset index {self.path} is full ({self._length // 8} entries)")
+            rel_last = self._last_offset - self.base_offset
+            if (n > 0 and relative_offsets[0] <= rel_last) or any(
+                a >= b for a, b in itertools.pairwise(relative_offsets)
+            ):
+                raise InvalidIndexOffsetError(f"offsets appended to {self.path} are not strictly increasing")
+            if relative_offsets[0] < 0 or relative_offsets[-1] > INT32_MAX:
+                raise InvalidIndexOffsetError(
+                    f"offsets {relative_offsets[0]}..{relative_offsets[-1]} (relative) do not fit {self.path}"
+                )
+            values = array("i", [0]) * (2 * count)
+            values[0::2] = array("i", relative_offsets)
+            values[1::2] = array("i", positions)
+            if sys.byteorder == "little":
+                values.byteswap()
+            assert self._mm is not None
+            self._mm[n * 8 : (n + count) * 8] = values.tobytes()
+            self._entries = n + count
+            self._last_offset = self.base_offset + relative_offsets[-1]
 
     def _slot_for(self, target: int) -> int:
         """Index of the greatest entry with offset <= target, or -1."""
@@ -375,29 +410,70 @@ class TimeIndex(AbstractIndex):
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> bool:
         """Append (timestamp, offset) if timestamp exceeds the last entry's; returns whether it did."""
+        # hot path (one call per indexed batch): is_full/max_entries/_relative inlined, same checks and errors
         with self._lock:
-            if not skip_full_check and self.is_full():
-                raise IndexFullError(f"time index {self.path} is full ({self._entries} entries)")
+            n = self._entries
+            max_entries = self._length // 12
+            if not skip_full_check and n >= max_entries - 1:
+                raise IndexFullError(f"time index {self.path} is full ({n} entries)")
             last_ts, last_off = self._last_entry
-            if self._entries > 0 and offset < last_off:
-                raise InvalidIndexOffsetError(
-                    f"time index {self.path}: offset {offset} is below the last indexed offset {last_off}"
-                )
-            if self._entries > 0 and timestamp < last_ts:
-                raise InvalidIndexOffsetError(
-                    f"time index {self.path}: timestamp {timestamp} is below the last indexed timestamp {last_ts}"
-                )
+            if n > 0:
+                if offset < last_off:
+                    raise InvalidIndexOffsetError(
+                        f"time index {self.path}: offset {offset} is below the last indexed offset {last_off}"
+                    )
+                if timestamp < last_ts:
+                    raise InvalidIndexOffsetError(
+                        f"time index {self.path}: timestamp {timestamp} is below the last indexed timestamp "
+                        f"{last_ts}"
+                    )
             if timestamp <= last_ts:
                 return False
-            if self._entries >= self.max_entries:
+            if n >= max_entries:
                 # only reachable with skip_full_check on an index without any room left
                 return False
-            rel = self._relative(offset)
+            rel = offset - self.base_offset
+            if rel < 0 or rel > INT32_MAX:
+                self._relative(offset)  # raises
             assert self._mm is not None
-            self._ENTRY.pack_into(self._mm, self._entries * self.ENTRY_SIZE, timestamp, rel)
-            self._entries += 1
+            self._ENTRY.pack_into(self._mm, n * 12, timestamp, rel)
+            self._entries = n + 1
             self._last_entry = (timestamp, offset)
             return True
+
+    def append_bulk(self, timestamps: list[int], relative_offsets: list[int]) -> None:
+        """Append many entries at once (recovery's index rebuild).  Each timestamp must exceed the previous
+        one (and the last entry's) and offsets must not decrease: the entries :meth:`maybe_append` would have
+        written.  As with repeated :meth:`maybe_append` calls, the index must not become full."""
+        count = len(timestamps)
+        if count != len(relative_offsets):
+            raise ValueError("timestamps and relative_offsets differ in length")
+        if count == 0:
+            return
+        with self._lock:
+            n = self._entries
+            if n + count > self._length // 12 - 1:
+                raise IndexFullError(f"time index {self.path} is full ({n} entries)")
+            last_ts, last_off = self._last_entry
+            if (
+                (timestamps[0] <= last_ts)
+                or (n > 0 and self.base_offset + relative_offsets[0] < last_off)
+                or any(a >= b for a, b in itertools.pairwise(timestamps))
+                or any(a > b for a, b in itertools.pairwise(relative_offsets))
+            ):
+                raise InvalidIndexOffsetError(f"entries appended to {self.path} are not increasing")
+            if relative_offsets[0] < 0 or relative_offsets[-1] > INT32_MAX:
+                raise InvalidIndexOffsetError(
+                    f"offsets {relative_offsets[0]}..{relative_offsets[-1]} (relative) do not fit {self.path}"
+                )
+            out = bytearray(count * 12)
+            pack_into = self._ENTRY.pack_into
+            for i, (ts, rel) in enumerate(zip(timestamps, relative_offsets, strict=True)):
+                pack_into(out, i * 12, ts, rel)
+            assert self._mm is not None
+            self._mm[n * 12 : (n + count) * 12] = out
+            self._entries = n + count
+            self._last_entry = (timestamps[-1], self.base_offset + relative_offsets[-1])
 
     def _slot_for(self, key: int, column: int) -> int:
         """Greatest slot whose column value (0 = timestamp, 1 = relative offset) is <= key, or -1."""

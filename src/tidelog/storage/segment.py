@@ -12,9 +12,9 @@ the batch holding it)``, then reset the counter; afterwards add the batch's size
 
 from __future__ import annotations
 
-import mmap
 import os
 import random
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +26,9 @@ from tidelog.records.header import (
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
-    validate_batch,
+    HeaderTuple,
+    parse_header_tuple,
+    validate_batch_tuple,
 )
 from tidelog.storage.config import LogConfig
 from tidelog.storage.index import INT32_MAX, NO_TIMESTAMP, CorruptIndexError, OffsetIndex, TimeIndex
@@ -38,6 +40,8 @@ TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
+
+_LENGTH = struct.Struct(">i")
 
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
@@ -134,6 +138,62 @@ def read_header_at(fd: int, position: int, end: int) -> BatchHeader | None:
     if len(raw) < RECORD_BATCH_OVERHEAD:
         return None
     return BatchHeader.parse(raw)
+
+
+HEADER_SCAN_CHUNK = 4096
+"""Bytes read per ``pread`` when scanning headers: a 4 KiB read costs about what a 61-byte one does, and
+holds every header of a run of small batches (the index interval is 4 KiB by default)."""
+
+RECOVERY_READ_CHUNK = 8 * 1024 * 1024
+"""Bytes read per ``pread`` by recovery (batches are validated in the buffer, whole batches at a time)."""
+
+
+def iter_header_tuples(fd: int, start: int, end: int) -> Iterator[tuple[int, HeaderTuple]]:
+    """``(position, header tuple)`` of every whole batch in ``[start, end)`` of ``fd``; no CRC check.
+
+    Headers are read in :data:`HEADER_SCAN_CHUNK` preads: every header inside the chunk is parsed from it,
+    and only a header beyond the chunk costs another read.  Stops at a partial or undersized batch; raises
+    like :meth:`BatchHeader.parse` on a bad magic.
+    """
+    pos = start
+    buf = b""
+    buf_start = 0
+    while end - pos >= RECORD_BATCH_OVERHEAD:
+        rel = pos - buf_start
+        if rel < 0 or len(buf) - rel < RECORD_BATCH_OVERHEAD:
+            buf = os.pread(fd, min(HEADER_SCAN_CHUNK, end - pos), pos)
+            buf_start, rel = pos, 0
+            if len(buf) < RECORD_BATCH_OVERHEAD:
+                return
+        fields = parse_header_tuple(buf, rel)
+        size = fields[1] + LOG_OVERHEAD
+        if size < RECORD_BATCH_OVERHEAD or pos + size > end:
+            return
+        yield pos, fields
+        pos += size
+
+
+def _peek_size(buf: bytes | memoryview, pos: int) -> int:
+    """Whole size of the batch at ``buf[pos:]`` from its length field (0 if fewer than 12 bytes)."""
+    if len(buf) - pos < LOG_OVERHEAD:
+        return 0
+    return _LENGTH.unpack_from(buf, pos + 8)[0] + LOG_OVERHEAD
+
+
+def _pread_full(fd: int, n: int, position: int) -> bytes:
+    """``n`` bytes from ``position`` (fewer only at the end of the file)."""
+    data = os.pread(fd, n, position)
+    if len(data) >= n or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < n:
+        more = os.pread(fd, n - got, position + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
 
 
 class LogSegment:
@@ -282,16 +342,38 @@ class LogSegment:
         now_ms: int,
     ) -> bool:
         """Kafka's five roll conditions (facts 1.5)."""
-        reached_roll_ms = (
-            self.time_waited_for_roll(now_ms, max_timestamp_in_messages) > segment_ms - self.roll_jitter_ms
+        return self._should_roll(
+            segment_bytes, segment_ms, messages_size, max_timestamp_in_messages, max_offset_in_messages, now_ms
         )
+
+    def _should_roll(
+        self,
+        segment_bytes: int,
+        segment_ms: int,
+        messages_size: int,
+        max_timestamp_in_messages: int,
+        max_offset_in_messages: int,
+        now_ms: int,
+    ) -> bool:
+        """:meth:`should_roll` with positional arguments and its helpers inlined (the append hot path)."""
         size = self._size
+        if size > segment_bytes - messages_size:
+            return True
+        if size > 0:
+            ts = self._rolling_based_ts
+            if ts is None:
+                ts = self.rolling_based_timestamp
+            waited = max_timestamp_in_messages - ts if ts >= 0 else now_ms - self.created_ms
+            if waited > segment_ms - self.roll_jitter_ms:
+                return True
+        oi = self.offset_index
+        ti = self.time_index
+        rel = max_offset_in_messages - self.base_offset
         return (
-            size > segment_bytes - messages_size
-            or (size > 0 and reached_roll_ms)
-            or self.offset_index.is_full()
-            or self.time_index.is_full()
-            or not self.can_convert_to_relative_offset(max_offset_in_messages)
+            oi.entries >= oi.max_entries
+            or ti.entries >= ti.max_entries - 1
+            or rel < 0
+            or rel > INT32_MAX
         )
 
     # ------------------------------------------------------------------ append
@@ -306,61 +388,89 @@ class LogSegment:
 
         ``offset_of_max_timestamp`` is the (shallow) last offset of the batch that holds the max timestamp.
         """
+        self.append_parts(largest_offset, largest_timestamp, offset_of_max_timestamp, (batch,))
+
+    def append_parts(
+        self,
+        largest_offset: int,
+        largest_timestamp: int,
+        offset_of_max_timestamp: int,
+        parts: tuple[bytes | bytearray | memoryview, ...] | list[bytes | bytearray | memoryview],
+    ) -> int:
+        """:meth:`append` of the batch bytes given as consecutive pieces, written with one ``os.writev``.
+
+        The log writes a batch as (its stamped first 16 bytes, the rest of the caller's buffer), so that a
+        large batch is never copied in Python.  Fails whole: on an error nothing of the write remains.
+        Returns the file position the bytes were written at.
+        """
         with self._lock:
-            if not self.can_convert_to_relative_offset(largest_offset):
+            rel = largest_offset - self.base_offset
+            if rel < 0 or rel > INT32_MAX:
                 raise ValueError(
                     f"offset {largest_offset} cannot be stored relative to segment base {self.base_offset}"
                 )
             position = self._size
-            view = memoryview(batch)
+            handle = self._handle
+            if handle is None:
+                raise ValueError(f"segment {self.log_path} is closed")
+            fd = handle.fd
+            total = 0
+            for p in parts:
+                total += len(p)
             try:
-                fd = self.fd
-                written = 0
-                total = len(view)
-                try:
+                written = os.writev(fd, parts) if len(parts) > 1 else os.write(fd, parts[0])
+                if written < total:  # short write (not seen on regular files): write the remainder
+                    rest = memoryview(b"".join(parts))
                     while written < total:
-                        written += os.write(fd, view[written:])
-                except OSError:
-                    # fail whole: leave nothing of a partial write behind
-                    os.ftruncate(fd, position)
-                    raise
-            finally:
-                view.release()
+                        written += os.write(fd, rest[written:])
+            except BaseException:
+                # fail whole: leave nothing of a partial write behind
+                os.ftruncate(fd, position)
+                raise
             self._size = position + total
             if position == 0:
                 self._rolling_based_ts = None
-            current = self.max_timestamp_and_offset if position else (NO_TIMESTAMP, -1)
+                current = (NO_TIMESTAMP, -1)
+            else:
+                current = self._max_ts_and_offset or self.max_timestamp_and_offset
             if largest_timestamp > current[0]:
                 current = (largest_timestamp, offset_of_max_timestamp)
             self._max_ts_and_offset = current
             if self._bytes_since_last_index_entry > self.index_interval_bytes:
                 self.offset_index.append(largest_offset, position)
                 self.time_index.maybe_append(current[0], current[1])
-                self._bytes_since_last_index_entry = 0
-            self._bytes_since_last_index_entry += total
+                self._bytes_since_last_index_entry = total
+            else:
+                self._bytes_since_last_index_entry += total
+            return position
 
     # ------------------------------------------------------------------ reading
     def iter_headers(
         self, start_position: int = 0, end_position: int | None = None
     ) -> Iterator[tuple[int, BatchHeader]]:
         """Yield ``(position, header)`` for every whole batch from ``start_position`` (header reads only)."""
-        fd = self.fd
         end = self._size if end_position is None else min(end_position, self._size)
-        pos = start_position
-        while True:
-            header = read_header_at(fd, pos, end)
-            if header is None or header.size < RECORD_BATCH_OVERHEAD or pos + header.size > end:
-                return
-            yield pos, header
-            pos += header.size
+        for pos, fields in iter_header_tuples(self.fd, start_position, end):
+            yield pos, BatchHeader(*fields)
+
+    def iter_header_tuples(
+        self, start_position: int = 0, end_position: int | None = None
+    ) -> Iterator[tuple[int, HeaderTuple]]:
+        """:meth:`iter_headers` yielding plain header tuples (see :func:`iter_header_tuples`)."""
+        end = self._size if end_position is None else min(end_position, self._size)
+        return iter_header_tuples(self.fd, start_position, end)
+
+    def _translate(self, offset: int, start_position: int = 0) -> tuple[int, HeaderTuple] | None:
+        _, index_pos = self.offset_index.lookup(offset)
+        for pos, fields in iter_header_tuples(self.fd, max(index_pos, start_position), self._size):
+            if fields[0] + fields[6] >= offset:
+                return pos, fields
+        return None
 
     def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= ``offset``, or None."""
-        _, index_pos = self.offset_index.lookup(offset)
-        for pos, header in self.iter_headers(max(index_pos, start_position)):
-            if header.last_offset >= offset:
-                return pos, header
-        return None
+        found = self._translate(offset, start_position)
+        return None if found is None else (found[0], BatchHeader(*found[1]))
 
     def read(
         self,
@@ -376,24 +486,31 @@ class LogSegment:
         or holding ``max_offset`` or later offsets, are not returned.  With ``min_one_batch`` the first
         batch is returned whole even when it is larger than ``max_size`` (KIP-74).
         """
-        found = self.translate_offset(start_offset)
+        found = self._translate(start_offset)
         if found is None:
             return None
         start, first = found
         handle = self.handle
         limit = self._size if max_position is None else min(max_position, self._size)
         length = 0
-        pos = start
-        header: BatchHeader | None = first
-        while header is not None and pos + header.size <= limit:
-            if max_offset is not None and header.last_offset >= max_offset:
-                break
-            if length + header.size > max_size and not (min_one_batch and length == 0):
-                break
-            length += header.size
-            pos += header.size
-            header = read_header_at(handle.fd, pos, limit)
-        return FileRegion(handle.fd, start, length, first.base_offset if length else -1, handle)
+        # the first batch, then the following ones from chunked header reads; no read once the budget
+        # cannot hold another batch (a lookup with max_size 1 costs one header scan)
+        size = first[1] + LOG_OVERHEAD
+        if (
+            start + size <= limit
+            and not (max_offset is not None and first[0] + first[6] >= max_offset)
+            and (size <= max_size or min_one_batch)
+        ):
+            length = size
+        if length and max_size - length >= RECORD_BATCH_OVERHEAD:
+            for _, fields in iter_header_tuples(handle.fd, start + length, limit):
+                if max_offset is not None and fields[0] + fields[6] >= max_offset:
+                    break
+                size = fields[1] + LOG_OVERHEAD
+                if length + size > max_size:
+                    break
+                length += size
+        return FileRegion(handle.fd, start, length, first[0] if length else -1, handle)
 
     def read_next_offset(self) -> int:
         """The offset after the last batch of the segment (the base offset when empty)."""
@@ -401,8 +518,8 @@ class LogSegment:
         next_offset = self.base_offset
         if self.offset_index.entries:
             next_offset = last_offset + 1
-        for _, header in self.iter_headers(pos):
-            next_offset = header.next_offset
+        for _, fields in iter_header_tuples(self.fd, pos, self._size):
+            next_offset = fields[0] + fields[6] + 1
         return next_offset
 
     def find_offset_by_timestamp(
@@ -411,9 +528,9 @@ class LogSegment:
         """(position, header) of the first batch at or after ``start_offset`` with maxTimestamp >= timestamp."""
         _, ts_offset = self.time_index.lookup(timestamp)
         _, pos = self.offset_index.lookup(max(ts_offset, start_offset))
-        for p, header in self.iter_headers(pos):
-            if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
-                return p, header
+        for p, fields in iter_header_tuples(self.fd, pos, self._size):
+            if fields[8] >= timestamp and fields[0] + fields[6] >= start_offset:
+                return p, BatchHeader(*fields)
         return None
 
     def read_batch(self, position: int, size: int) -> bytes:
@@ -446,13 +563,21 @@ class LogSegment:
         max_message_bytes: int | None = None,
         on_batch: Callable[[int, BatchHeader], None] | None = None,
         progress: Callable[[int], None] | None = None,
+        *,
+        on_header: Callable[[int, HeaderTuple], None] | None = None,
     ) -> int:
         """Re-validate every batch, rebuild both indexes, truncate at the first invalid byte.
 
         Each batch must have a sane size, magic 2, a matching CRC-32C and offsets that increase from the
         segment's base offset and fit relative to it.  ``max_message_bytes`` (optional) caps a batch's size;
         the log does not pass it, so lowering max.message.bytes never truncates data already written.
-        ``on_batch(position, header)`` is called for each valid batch.  Returns the bytes truncated.
+        ``on_batch(position, header)`` is called for each valid batch; ``on_header(position, header tuple)``
+        likewise, with the lean tuple of :mod:`tidelog.records.header`.  Returns the bytes truncated.
+
+        The ``.log`` is read with large preads (:data:`RECOVERY_READ_CHUNK`) rather than mapped: a mapping
+        pays a page fault per 4 KiB inside the CRC and an expensive unmap.  The index entries are collected
+        in lists and written to the indexes in bulk at the end, with the same append rule as
+        :meth:`append` (Kafka's ``LogSegment.recover``).
         """
         with self._lock:
             self.offset_index.reset()
@@ -460,34 +585,63 @@ class LogSegment:
             valid_bytes = 0
             last_index_entry = 0
             max_ts, max_ts_offset = NO_TIMESTAMP, -1
-            expected_min = self.base_offset
+            base = self.base_offset
+            expected_min = base
             size = self._size
-            mm = mmap.mmap(self.fd, size, access=mmap.ACCESS_READ) if size else None
-            try:
-                while mm is not None and size - valid_bytes >= LOG_OVERHEAD:
-                    try:
-                        header = validate_batch(mm, valid_bytes, max_message_bytes, size - valid_bytes)
-                    except RecordError:
+            interval = self.index_interval_bytes
+            off_rel: list[int] = []
+            off_pos: list[int] = []
+            time_ts: list[int] = []
+            time_rel: list[int] = []
+            last_time_ts = NO_TIMESTAMP
+            fd = self.fd
+            buf: bytes | memoryview = b""
+            buf_start = 0
+            validate = validate_batch_tuple
+            while size - valid_bytes >= LOG_OVERHEAD:
+                rel_pos = valid_bytes - buf_start
+                have = len(buf) - rel_pos
+                if have < RECORD_BATCH_OVERHEAD or have < _peek_size(buf, rel_pos):
+                    # refill from this batch on: a chunk, or the whole batch if it is larger
+                    want = RECOVERY_READ_CHUNK
+                    if size - valid_bytes >= RECORD_BATCH_OVERHEAD:
+                        head = os.pread(fd, LOG_OVERHEAD, valid_bytes)
+                        if len(head) == LOG_OVERHEAD:
+                            want = max(want, _peek_size(head, 0))
+                    buf = _pread_full(fd, min(want, size - valid_bytes), valid_bytes)
+                    buf_start, rel_pos = valid_bytes, 0
+                    if not buf:
                         break
-                    if header.base_offset < expected_min or not self.can_convert_to_relative_offset(
-                        header.last_offset
-                    ):
-                        break
-                    if header.max_timestamp > max_ts:
-                        max_ts, max_ts_offset = header.max_timestamp, header.last_offset
-                    if valid_bytes - last_index_entry > self.index_interval_bytes:
-                        self.offset_index.append(header.last_offset, valid_bytes)
-                        self.time_index.maybe_append(max_ts, max_ts_offset)
-                        last_index_entry = valid_bytes
-                    if on_batch is not None:
-                        on_batch(valid_bytes, header)
-                    valid_bytes += header.size
-                    expected_min = header.next_offset
-                    if progress is not None:
-                        progress(header.size)
-            finally:
-                if mm is not None:
-                    mm.close()
+                try:
+                    fields = validate(buf, rel_pos, max_message_bytes, size - valid_bytes)
+                except RecordError:
+                    break
+                first = fields[0]
+                last = first + fields[6]
+                if first < expected_min or last - base > INT32_MAX:
+                    break
+                batch_max_ts = fields[8]
+                if batch_max_ts > max_ts:
+                    max_ts, max_ts_offset = batch_max_ts, last
+                if valid_bytes - last_index_entry > interval:
+                    off_rel.append(last - base)
+                    off_pos.append(valid_bytes)
+                    if max_ts > last_time_ts:
+                        time_ts.append(max_ts)
+                        time_rel.append(max_ts_offset - base)
+                        last_time_ts = max_ts
+                    last_index_entry = valid_bytes
+                if on_header is not None:
+                    on_header(valid_bytes, fields)
+                if on_batch is not None:
+                    on_batch(valid_bytes, BatchHeader(*fields))
+                batch_size = fields[1] + LOG_OVERHEAD
+                valid_bytes += batch_size
+                expected_min = last + 1
+                if progress is not None:
+                    progress(batch_size)
+            self.offset_index.append_bulk(off_rel, off_pos)
+            self.time_index.append_bulk(time_ts, time_rel)
             truncated = size - valid_bytes
             if truncated > 0:
                 os.ftruncate(self.fd, valid_bytes)
