@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
-
-from test_admin_handlers import Harness, err, run_broker
 
 from tidelog.broker.producer_ids import PRODUCER_ID_BLOCK_FILE
 from tidelog.protocol import codec
+
+# the in-process harness lives in test_admin_handlers.py (pytest runs in importlib mode: load it by path)
+_spec = importlib.util.spec_from_file_location(
+    "tidelog_test_admin_harness", Path(__file__).with_name("test_admin_handlers.py")
+)
+assert _spec is not None and _spec.loader is not None
+_harness = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_harness)
+Harness, err, run_broker = _harness.Harness, _harness.err, _harness.run_broker
 
 INIT_PRODUCER_ID = 22
 
