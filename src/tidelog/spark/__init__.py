@@ -1,0 +1,91 @@
+"""PySpark data sources for tidelog (and any Kafka-compatible broker), on PySpark's Python Data Source API.
+
+Usage::
+
+    from tidelog.spark import register
+    register(spark)
+    df = (spark.read.format("tidelog")                 # was: format("kafka")
+          .option("kafka.bootstrap.servers", "127.0.0.1:9092")
+          .option("subscribe", "events").load())
+    hist = spark.read.format("tidelog-log").load("/var/lib/tidelog/data")   # log directories, no broker
+
+Formats:
+
+* ``tidelog``: source and sink over the Kafka protocol (batch and Structured Streaming); the options and the
+  schema of Spark's ``kafka`` format, plus ``commitOffsetsToGroup``.
+* ``tidelog-log``: batch source reading the segment files of tidelog or Apache Kafka data directories.
+
+The Python workers must run an interpreter that has tidelog installed (``spark.pyspark.python`` or the
+``PYSPARK_PYTHON`` environment variable).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from tidelog.spark.arrow import ddl
+from tidelog.spark.options import parse_bool
+
+__all__ = ["TidelogDataSource", "TidelogLogDataSource", "register"]
+
+
+class TidelogDataSource(DataSource):
+    """``format("tidelog")``: Kafka-protocol source and sink."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "tidelog"
+
+    def schema(self) -> str:
+        return ddl(parse_bool(self.options, "includeHeaders", False))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from tidelog.spark.kafka_source import KafkaBatchReader
+
+        return KafkaBatchReader(self.options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from tidelog.spark.kafka_source import KafkaStreamReader
+
+        return KafkaStreamReader(self.options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from tidelog.spark.kafka_sink import KafkaSinkWriter
+
+        return KafkaSinkWriter(self.options, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from tidelog.spark.kafka_sink import KafkaSinkStreamWriter
+
+        return KafkaSinkStreamWriter(self.options, schema)
+
+
+class TidelogLogDataSource(DataSource):
+    """``format("tidelog-log")``: reads log directories (tidelog's or Apache Kafka's) without a broker."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "tidelog-log"
+
+    def schema(self) -> str:
+        return ddl(parse_bool(self.options, "includeHeaders", False))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from tidelog.spark.log_source import LogDirReader
+
+        return LogDirReader(self.options)
+
+
+def register(spark: Any) -> None:
+    """Register ``tidelog`` and ``tidelog-log`` with a SparkSession."""
+    spark.dataSource.register(TidelogDataSource)
+    spark.dataSource.register(TidelogLogDataSource)

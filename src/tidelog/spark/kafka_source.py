@@ -1,0 +1,516 @@
+"""The ``tidelog`` source: reads topics over the Kafka protocol (any Kafka-compatible broker).
+
+The driver plans offset ranges (one :class:`OffsetRange` per Spark partition) from partition metadata and
+watermarks; executors read each range with confluent-kafka (``assign`` + start offset, no group
+membership, no commits) and yield Arrow record batches in Spark's Kafka schema. Streaming offsets are Spark's
+Kafka offsets: ``{"topic": {"partition": nextOffset}}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from tidelog.spark.arrow import BATCH_ROWS, record_batch
+from tidelog.spark.options import (
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+    OptionError,
+    SourceOptions,
+    TopicPartition,
+    map_to_stream_offset,
+    stream_offset_to_map,
+)
+
+log = logging.getLogger("tidelog.spark")
+
+METADATA_TIMEOUT_S = 30.0
+
+
+class DataLossError(RuntimeError):
+    """Offsets a query needs are gone (retention, DeleteRecords, topic deletion) and failOnDataLoss is true."""
+
+
+def data_loss_message(detail: str, fail: bool = True) -> str:
+    """Spark's wording, so that users recognise it."""
+    if fail:
+        return (
+            f"{detail}\nSome data may have been lost because they are not available in Kafka any more; either the "
+            "data was aged out by Kafka or the topic may have been deleted before all the data in the topic was "
+            "processed. If you don't want your streaming query to fail on such cases, set the source option "
+            '"failOnDataLoss" to "false".'
+        )
+    return (
+        f"{detail}\nSome data may have been lost because they are not available in Kafka any more; either the "
+        "data was aged out by Kafka or the topic may have been deleted before all the data in the topic was "
+        'processed. If you want your streaming query to fail on such cases, set the source option "failOnDataLoss" '
+        'to "true".'
+    )
+
+
+def report_data_loss(fail: bool, detail: str) -> None:
+    if fail:
+        raise DataLossError(data_loss_message(detail, True))
+    log.warning(data_loss_message(detail, False))
+
+
+@dataclass(frozen=True)
+class OffsetRange(InputPartition):
+    """Records [start, end) of one topic partition: one Spark input partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+
+# ------------------------------------------------------------------------------------------ driver metadata
+
+
+class KafkaMetadata:
+    """Partition lists, watermarks and timestamp lookups on the driver (one confluent-kafka consumer that
+    never joins a group)."""
+
+    def __init__(self, client: Mapping[str, str], group_id: str | None) -> None:
+        from confluent_kafka import Consumer
+
+        conf: dict[str, Any] = dict(client)
+        conf.setdefault("group.id", group_id or f"spark-kafka-relation-{uuid.uuid4()}-driver")
+        conf.update({"enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        self._consumer = Consumer(conf)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def topic_partitions(self, opts: SourceOptions) -> list[TopicPartition]:
+        sub = opts.subscription
+        if sub.partitions:
+            return sorted(set(sub.partitions))
+        md = self._consumer.list_topics(timeout=METADATA_TIMEOUT_S)
+        out: list[TopicPartition] = []
+        for name, topic in md.topics.items():
+            if topic.error is not None or not sub.matches_topic(name):
+                continue
+            if sub.pattern is not None and name.startswith("__"):
+                continue  # internal topics only when named explicitly
+            out.extend((name, p) for p in topic.partitions)
+        return sorted(out)
+
+    def watermarks(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+        from confluent_kafka import TopicPartition as KTP
+
+        out: dict[TopicPartition, tuple[int, int]] = {}
+        for t, p in tps:
+            lo, hi = self._consumer.get_watermark_offsets(KTP(t, p), timeout=METADATA_TIMEOUT_S, cached=False)
+            out[(t, p)] = (int(lo), int(hi))
+        return out
+
+    def offsets_for_times(self, wanted: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        """Earliest offset whose timestamp is >= the given one; None when there is none."""
+        from confluent_kafka import TopicPartition as KTP
+
+        if not wanted:
+            return {}
+        res = self._consumer.offsets_for_times([KTP(t, p, ts) for (t, p), ts in wanted.items()],
+                                               timeout=METADATA_TIMEOUT_S)
+        out: dict[TopicPartition, int | None] = {}
+        for ktp in res:
+            if ktp.error is not None:
+                raise RuntimeError(f"ListOffsets by timestamp failed for {ktp.topic}-{ktp.partition}: {ktp.error}")
+            out[(ktp.topic, ktp.partition)] = None if ktp.offset < 0 else int(ktp.offset)
+        return out
+
+    def resolve(
+        self,
+        spec: OffsetSpec,
+        tps: Sequence[TopicPartition],
+        marks: Mapping[TopicPartition, tuple[int, int]],
+        *,
+        starting: bool,
+        strategy: str = "error",
+    ) -> dict[TopicPartition, int]:
+        """Concrete offsets for ``spec`` on ``tps`` (watermarks ``marks`` already fetched)."""
+        if spec.kind == "earliest":
+            return {tp: marks[tp][0] for tp in tps}
+        if spec.kind == "latest":
+            return {tp: marks[tp][1] for tp in tps}
+        if spec.kind == "offsets":
+            missing = sorted(set(tps) - set(spec.offsets))
+            if missing:
+                raise OptionError(
+                    f"{'startingOffsets' if starting else 'endingOffsets'} for {missing} are not specified; "
+                    "specific offsets must name every assigned partition"
+                )
+            out = {}
+            for tp in tps:
+                v = spec.offsets[tp]
+                out[tp] = marks[tp][0] if v == EARLIEST else marks[tp][1] if v == LATEST else v
+            return out
+        if spec.kind == "timestamp":
+            wanted = {tp: int(spec.timestamp or 0) for tp in tps}
+        else:
+            missing = sorted(set(tps) - set(spec.offsets))
+            if missing:
+                raise OptionError(f"Offsets by timestamp are not specified for {missing}")
+            wanted = {tp: spec.offsets[tp] for tp in tps}
+        found = self.offsets_for_times(wanted)
+        out = {}
+        for tp in tps:
+            off = found.get(tp)
+            if off is None:
+                if starting and strategy == "error":
+                    raise OptionError(
+                        f"No offset matched from request of topic-partition {tp[0]}-{tp[1]} and timestamp "
+                        f"{wanted[tp]}. Set 'startingOffsetsByTimestampStrategy' to 'latest' to start from the "
+                        "latest offset instead."
+                    )
+                off = marks[tp][1]
+            out[tp] = off
+        return out
+
+
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None) -> list[OffsetRange]:
+    """Spark's KafkaOffsetRangeCalculator: cap each range at ``max_records`` and, when there are fewer ranges
+    than ``min_partitions``, split the large ones in proportion to their size."""
+    ranges = [r for r in ranges if r.size > 0]
+    out: list[OffsetRange] = []
+
+    def split(r: OffsetRange, parts: int) -> None:
+        parts = max(1, min(parts, r.size))
+        step, extra = divmod(r.size, parts)
+        s = r.start
+        for i in range(parts):
+            e = s + step + (1 if i < extra else 0)
+            out.append(OffsetRange(r.topic, r.partition, s, e))
+            s = e
+
+    total = sum(r.size for r in ranges)
+    for r in ranges:
+        parts = 1
+        if max_records is not None:
+            parts = -(-r.size // max_records)
+        if min_partitions is not None and len(ranges) < min_partitions and total > 0:
+            parts = max(parts, round(r.size / total * min_partitions))
+        split(r, parts)
+    return out
+
+
+# --------------------------------------------------------------------------------------------- executors
+
+
+def read_range(
+    client: Mapping[str, str],
+    group_id: str | None,
+    r: OffsetRange,
+    *,
+    fail_on_data_loss: bool,
+    include_headers: bool,
+    poll_timeout_ms: int,
+) -> Iterator[Any]:
+    """Yield Arrow batches with the records [r.start, r.end) of one partition (runs on an executor)."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException
+    from confluent_kafka import TopicPartition as KTP
+
+    if r.size <= 0:
+        return
+    conf: dict[str, Any] = dict(client)
+    conf.setdefault("group.id", group_id or "spark-kafka-relation-executor")
+    conf.update({
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+    })
+    conf.setdefault("fetch.max.bytes", 64 * 1024 * 1024)
+    conf.setdefault("max.partition.fetch.bytes", 16 * 1024 * 1024)
+    conf.setdefault("queued.max.messages.kbytes", 256 * 1024)
+    consumer = Consumer(conf)
+    tp_name = f"{r.topic}-{r.partition}"
+    try:
+        consumer.assign([KTP(r.topic, r.partition, r.start)])
+        keys: list[bytes | None] = []
+        values: list[bytes | None] = []
+        offsets: list[int] = []
+        stamps: list[int] = []
+        types: list[int] = []
+        headers: list[Any] | None = [] if include_headers else None
+        expected = r.start
+        deadline = time.monotonic() + poll_timeout_ms / 1000.0
+        done = False
+        while not done and expected < r.end:
+            msgs = consumer.consume(num_messages=BATCH_ROWS, timeout=0.5)
+            if not msgs:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"Cannot fetch record for offset {expected} in {poll_timeout_ms} milliseconds "
+                        f"(TopicPartition: {tp_name})"
+                    )
+                continue
+            deadline = time.monotonic() + poll_timeout_ms / 1000.0
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    code = err.code()
+                    if code == KafkaError._PARTITION_EOF:
+                        if m.offset() >= r.end:
+                            done = True
+                            break
+                        continue  # the high watermark may still move up to r.end
+                    if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                        lo, hi = consumer.get_watermark_offsets(KTP(r.topic, r.partition), timeout=30, cached=False)
+                        report_data_loss(
+                            fail_on_data_loss,
+                            f"Cannot fetch offset {expected} (TopicPartition: {tp_name}); the partition holds "
+                            f"offsets [{lo}, {hi}).",
+                        )
+                        if lo >= r.end or lo <= expected:
+                            done = True
+                            break
+                        expected = lo
+                        consumer.assign([KTP(r.topic, r.partition, lo)])
+                        break
+                    raise KafkaException(err)
+                off = m.offset()
+                if off >= r.end:
+                    done = True
+                    break
+                if off > expected:
+                    # A gap: compaction or transaction markers (fine) or records deleted under us (data loss).
+                    lo, _ = consumer.get_watermark_offsets(KTP(r.topic, r.partition), timeout=30, cached=True)
+                    if lo > expected:
+                        report_data_loss(
+                            fail_on_data_loss,
+                            f"Cannot fetch offset {expected} (TopicPartition: {tp_name}); the earliest available "
+                            f"offset is now {lo}.",
+                        )
+                elif off < expected:
+                    continue
+                keys.append(m.key())
+                values.append(m.value())
+                offsets.append(off)
+                ts_type, ts = m.timestamp()
+                stamps.append(ts)
+                types.append(ts_type - 1)
+                if headers is not None:
+                    h = m.headers()
+                    headers.append(list(h) if h else None)
+                expected = off + 1
+            if len(values) >= BATCH_ROWS or (values and (done or expected >= r.end)):
+                yield record_batch(r.topic, r.partition, keys, values, offsets, stamps, types, headers)
+                keys, values, offsets, stamps, types = [], [], [], [], []
+                headers = [] if include_headers else None
+        if values:
+            yield record_batch(r.topic, r.partition, keys, values, offsets, stamps, types, headers)
+    finally:
+        consumer.close()
+
+
+# ------------------------------------------------------------------------------------------------ batch
+
+
+class KafkaBatchReader(DataSourceReader):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.opts = SourceOptions.parse(options, streaming=False)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        o = self.opts
+        meta = KafkaMetadata(o.client, o.group_id)
+        try:
+            tps = meta.topic_partitions(o)
+            marks = meta.watermarks(tps)
+            start = meta.resolve(o.starting, tps, marks, starting=True, strategy=o.starting_by_ts_strategy)
+            end = meta.resolve(o.ending, tps, marks, starting=False)
+        finally:
+            meta.close()
+        ranges = []
+        for tp in tps:
+            s, e = start[tp], end[tp]
+            lo, _ = marks[tp]
+            if s < lo:
+                report_data_loss(o.fail_on_data_loss,
+                                 f"Cannot fetch offset {s} (TopicPartition: {tp[0]}-{tp[1]}); the earliest "
+                                 f"available offset is {lo}.")
+                s = lo
+            if e < s:
+                if o.ending.kind == "offsets" or o.starting.kind == "offsets":
+                    raise OptionError(
+                        f"The specified ending offset {e} is less than the starting offset {s} for partition "
+                        f"{tp[0]}-{tp[1]}"
+                    )
+                continue
+            ranges.append(OffsetRange(tp[0], tp[1], s, e))
+        return split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if not isinstance(partition, OffsetRange):
+            return  # no ranges planned: PySpark hands a placeholder partition
+        o = self.opts
+        yield from read_range(o.client, o.group_id, partition, fail_on_data_loss=o.fail_on_data_loss,
+                              include_headers=o.include_headers, poll_timeout_ms=o.poll_timeout_ms)
+
+
+# -------------------------------------------------------------------------------------------- streaming
+
+
+def limit_offsets(
+    start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int], max_rows: int
+) -> dict[TopicPartition, int]:
+    """Spread ``max_rows`` over the partitions in proportion to what each has available (Spark's rateLimit)."""
+    avail = {tp: max(0, latest[tp] - start.get(tp, latest[tp])) for tp in latest}
+    total = sum(avail.values())
+    if total <= max_rows:
+        return dict(latest)
+    out = {}
+    given = 0
+    tps = sorted(latest)
+    for tp in tps:
+        share = int(max_rows * avail[tp] / total)
+        out[tp] = start.get(tp, latest[tp]) + share
+        given += share
+    # hand the rounding remainder out in order so that a trigger always makes progress
+    for tp in tps:
+        if given >= max_rows:
+            break
+        extra = min(latest[tp] - out[tp], max_rows - given)
+        out[tp] += extra
+        given += extra
+    return out
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.opts = SourceOptions.parse(options, streaming=True)
+        self._meta: KafkaMetadata | None = None
+        self._available_now: dict[TopicPartition, int] | None = None
+        self._committer: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_meta"] = None
+        state["_committer"] = None
+        return state
+
+    @property
+    def meta(self) -> KafkaMetadata:
+        if self._meta is None:
+            self._meta = KafkaMetadata(self.opts.client, self.opts.group_id)
+        return self._meta
+
+    def _current(self) -> tuple[list[TopicPartition], dict[TopicPartition, tuple[int, int]]]:
+        tps = self.meta.topic_partitions(self.opts)
+        return tps, self.meta.watermarks(tps)
+
+    def initialOffset(self) -> dict:
+        o = self.opts
+        tps, marks = self._current()
+        start = self.meta.resolve(o.starting, tps, marks, starting=True, strategy=o.starting_by_ts_strategy)
+        return map_to_stream_offset(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        tps, marks = self._current()
+        self._available_now = {tp: marks[tp][1] for tp in tps}
+
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        begin = stream_offset_to_map(start or {})
+        if self._available_now is not None:
+            latest = dict(self._available_now)
+            new = [tp for tp in latest if tp not in begin]
+            marks = self.meta.watermarks(new) if new else {}
+        else:
+            tps, marks = self._current()
+            latest = {tp: marks[tp][1] for tp in tps}
+        # partitions that appeared since ``start`` begin at their earliest offset
+        for tp in latest:
+            if tp not in begin:
+                begin[tp] = marks[tp][0] if tp in marks else 0
+        if isinstance(limit, ReadMaxRows):
+            latest = limit_offsets(begin, latest, int(limit.max_rows))
+        # never move backwards (a shrinking watermark is reported as data loss when planning)
+        for tp in latest:
+            if tp in begin and latest[tp] < begin[tp]:
+                latest[tp] = begin[tp]
+        return map_to_stream_offset(latest)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        o = self.opts
+        begin = stream_offset_to_map(start)
+        until = stream_offset_to_map(end)
+        gone = sorted(set(begin) - set(until))
+        if gone:
+            report_data_loss(o.fail_on_data_loss, f"{gone} are gone")
+        tps = sorted(until)
+        marks = self.meta.watermarks(tps) if tps else {}
+        ranges = []
+        for tp in tps:
+            s = begin.get(tp, marks[tp][0])
+            e = until[tp]
+            lo = marks[tp][0]
+            if s < lo:
+                report_data_loss(
+                    o.fail_on_data_loss,
+                    f"Cannot fetch offset {s} (TopicPartition: {tp[0]}-{tp[1]}); the earliest available offset "
+                    f"is {lo}.",
+                )
+                s = min(lo, e)
+            if e < s:
+                report_data_loss(o.fail_on_data_loss,
+                                 f"Partition {tp[0]}-{tp[1]}'s offset was changed from {s} to {e}")
+                continue
+            ranges.append(OffsetRange(tp[0], tp[1], s, e))
+        return split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if not isinstance(partition, OffsetRange):
+            return  # no ranges planned: PySpark hands a placeholder partition
+        o = self.opts
+        yield from read_range(o.client, o.group_id, partition, fail_on_data_loss=o.fail_on_data_loss,
+                              include_headers=o.include_headers, poll_timeout_ms=o.poll_timeout_ms)
+
+    def commit(self, end: dict) -> None:
+        group = self.opts.commit_group
+        if not group:
+            return
+        from confluent_kafka import Consumer
+        from confluent_kafka import TopicPartition as KTP
+
+        if self._committer is None:
+            conf: dict[str, Any] = dict(self.opts.client)
+            conf.update({"group.id": group, "enable.auto.commit": False})
+            self._committer = Consumer(conf)
+        offsets = [KTP(t, p, o) for (t, p), o in sorted(stream_offset_to_map(end).items())]
+        if not offsets:
+            return
+        try:
+            self._committer.commit(offsets=offsets, asynchronous=False)
+        except Exception as exc:  # progress reporting must not fail the query
+            log.warning("could not commit offsets to group %s: %s", group, exc)
+
+    def stop(self) -> None:
+        if self._meta is not None:
+            self._meta.close()
+            self._meta = None
+        if self._committer is not None:
+            self._committer.close()
+            self._committer = None

@@ -1,0 +1,319 @@
+"""The ``tidelog-log`` source: reads the segment files of log directories directly, without a broker.
+
+Works on tidelog's data directories and on Apache Kafka's (the layout and the v2 batch format are the same).
+It only reads: no lock is taken, nothing is written, and the active segment's torn tail (a batch still being
+written, or cut short by a crash) is ignored.
+
+Planning (driver): every ``<topic>-<partition>`` directory under each given log directory whose topic and
+partition pass the filters; in each, the ``<20 digits>.log`` segments whose offsets overlap the wanted range.
+Each segment is one Spark partition; a segment larger than ``maxBytesPerPartition`` is split at positions of its
+``.index`` (each index position is a batch boundary, so no batch is read twice). Reading (executor): batches
+whose offsets or max timestamp lie outside the filters are skipped by their header, before decompression and
+decoding; control batches are skipped; records below the partition's log start offset (from
+``log-start-offset-checkpoint``) are dropped, as a consumer would never see them.
+
+Options: ``path`` (``load(path)``; several directories separated by commas), ``subscribe`` /
+``subscribePattern`` / ``assign`` (optional topic and partition filters; internal ``__*`` topics are read only
+when named), ``startingOffsets`` / ``endingOffsets`` (``earliest`` / ``latest`` or JSON per partition, end
+exclusive), ``startingTimestamp`` / ``endingTimestamp`` (ms; start inclusive, end exclusive),
+``includeHeaders``, ``maxBytesPerPartition`` (default 128 MiB), ``failOnDataLoss`` (a segment deleted between
+planning and reading fails the task unless false), ``verifyCrc`` (default true).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import re
+import struct
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from tidelog.records.batch import decode_batch
+from tidelog.records.errors import RecordError
+from tidelog.records.header import (
+    CONTROL_MASK,
+    LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+)
+from tidelog.spark.arrow import BATCH_ROWS, record_batch
+from tidelog.spark.options import (
+    EARLIEST,
+    LATEST,
+    OptionError,
+    TopicPartition,
+    parse_bool,
+    parse_int,
+    parse_partition_json,
+    parse_subscription,
+)
+from tidelog.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint
+
+log = logging.getLogger("tidelog.spark")
+
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+_SEGMENT = re.compile(r"^(\d{20})\.log$")
+_INDEX_ENTRY = struct.Struct(">ii")
+_LENGTH = struct.Struct(">i")
+READ_CHUNK = 8 * 1024 * 1024
+DEFAULT_MAX_BYTES = 128 * 1024 * 1024
+NO_END = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class SegmentSlice(InputPartition):
+    """Bytes [start_pos, end_pos) of one segment file, records with offsets in [min_offset, max_offset)."""
+
+    path: str
+    topic: str
+    partition: int
+    base_offset: int
+    start_pos: int
+    end_pos: int
+    min_offset: int
+    max_offset: int
+    active: bool  # the last segment of its partition (a torn tail is tolerated)
+
+
+def read_index_positions(path: Path, base_offset: int, log_size: int) -> list[tuple[int, int]]:
+    """The valid ``(offset, position)`` entries of an ``.index`` file (read-only; a preallocated, zero-filled
+    tail and entries past ``log_size`` are ignored)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    out: list[tuple[int, int]] = []
+    last_rel, last_pos = -1, -1
+    for i in range(len(data) // 8):
+        rel, pos = _INDEX_ENTRY.unpack_from(data, i * 8)
+        if (i > 0 and rel == 0 and pos == 0) or rel <= last_rel or pos <= last_pos or pos >= log_size:
+            break
+        out.append((base_offset + rel, pos))
+        last_rel, last_pos = rel, pos
+    return out
+
+
+def _log_start_offsets(log_dir: Path) -> dict[TopicPartition, int]:
+    path = log_dir / LOG_START_OFFSET_CHECKPOINT
+    if not path.exists():
+        return {}
+    try:
+        return read_offset_checkpoint(path)
+    except Exception as exc:  # a checkpoint being replaced right now; offsets then come from the segments
+        log.warning("cannot read %s: %s", path, exc)
+        return {}
+
+
+class LogDirReader(DataSourceReader):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        raw = options.get("path") or options.get("paths")
+        if not raw:
+            raise OptionError("Option 'path' is required: load('/path/to/log-dir') or a comma-separated list")
+        if raw.startswith("["):
+            import json
+
+            dirs = [str(p) for p in json.loads(raw)]
+        else:
+            dirs = [p.strip() for p in raw.split(",") if p.strip()]
+        self.dirs = dirs
+        self.subscription = parse_subscription(options, required=False)
+        self.starting = self._offsets(options, "startingOffsets", EARLIEST)
+        self.ending = self._offsets(options, "endingOffsets", LATEST)
+        self.start_ts = parse_int(options, "startingTimestamp", None, minimum=-(2**63))
+        self.end_ts = parse_int(options, "endingTimestamp", None, minimum=-(2**63))
+        self.include_headers = parse_bool(options, "includeHeaders", False)
+        self.max_bytes = parse_int(options, "maxBytesPerPartition", DEFAULT_MAX_BYTES) or DEFAULT_MAX_BYTES
+        self.fail_on_data_loss = parse_bool(options, "failOnDataLoss", True)
+        self.verify_crc = parse_bool(options, "verifyCrc", True)
+
+    @staticmethod
+    def _offsets(options: Mapping[str, str], name: str, default: int) -> dict[TopicPartition, int] | int:
+        raw = options.get(name)
+        if raw is None or raw.strip().lower() in ("earliest", "latest"):
+            if raw is not None and raw.strip().lower() == ("latest" if default == EARLIEST else "earliest"):
+                raise OptionError(f"{name} can't be {raw.strip().lower()} for the tidelog-log source")
+            return default
+        return parse_partition_json(raw, name)
+
+    def _wanted(self, topic: str, partition: int) -> bool:
+        sub = self.subscription
+        if sub is None:
+            return not topic.startswith("__")
+        if sub.partitions:
+            return (topic, partition) in sub.partitions
+        if sub.pattern is not None and topic.startswith("__"):
+            return False
+        return sub.matches_topic(topic)
+
+    def _range(self, tp: TopicPartition) -> tuple[int, int]:
+        lo = self.starting.get(tp, EARLIEST) if isinstance(self.starting, dict) else self.starting
+        hi = self.ending.get(tp, LATEST) if isinstance(self.ending, dict) else self.ending
+        return (0 if lo in (EARLIEST, LATEST) else lo), (NO_END if hi in (EARLIEST, LATEST) else hi)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        out: list[SegmentSlice] = []
+        for d in self.dirs:
+            log_dir = Path(d)
+            if not log_dir.is_dir():
+                raise OptionError(f"Log directory {d} does not exist")
+            starts = _log_start_offsets(log_dir)
+            for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
+                m = _PARTITION_DIR.match(entry.name)
+                if not m or not entry.is_dir():
+                    continue
+                topic, partition = m.group(1), int(m.group(2))
+                if not self._wanted(topic, partition):
+                    continue
+                lo, hi = self._range((topic, partition))
+                lo = max(lo, starts.get((topic, partition), 0))
+                out.extend(self._plan_partition(Path(entry.path), topic, partition, lo, hi))
+        return out
+
+    def _plan_partition(self, pdir: Path, topic: str, partition: int, lo: int, hi: int) -> list[SegmentSlice]:
+        bases = sorted(int(m.group(1)) for name in os.listdir(pdir) if (m := _SEGMENT.match(name)))
+        out: list[SegmentSlice] = []
+        for i, base in enumerate(bases):
+            nxt = bases[i + 1] if i + 1 < len(bases) else NO_END
+            if nxt <= lo or base >= hi:
+                continue
+            path = pdir / f"{base:020d}.log"
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                continue  # deleted by retention while we listed
+            if size == 0:
+                continue
+            entries = read_index_positions(pdir / f"{base:020d}.index", base, size)
+            # first position: the greatest index entry whose offset is below ``lo`` (its batch ends before lo)
+            start_pos = 0
+            for off, pos in entries:
+                if off < lo:
+                    start_pos = pos
+                else:
+                    break
+            # last position: an index entry (off, pos) names the last offset ``off`` of the batch at ``pos``, so
+            # the entry after the first one with off >= hi starts a batch wholly past the end
+            end_pos = size
+            for j, (off, _pos) in enumerate(entries):
+                if off >= hi:
+                    if j + 1 < len(entries):
+                        end_pos = entries[j + 1][1]
+                    break
+            cuts = [start_pos]
+            for _off, pos in entries:
+                if pos > cuts[-1] and pos - cuts[-1] >= self.max_bytes and pos < end_pos:
+                    cuts.append(pos)
+            cuts.append(end_pos)
+            active = nxt == NO_END
+            for a, b in itertools.pairwise(cuts):
+                out.append(SegmentSlice(str(path), topic, partition, base, a, b, lo, hi, active and b == end_pos))
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if not isinstance(partition, SegmentSlice):
+            return  # no ranges planned: PySpark hands a placeholder partition
+        yield from read_slice(partition, self.include_headers, self.start_ts, self.end_ts,
+                              self.fail_on_data_loss, self.verify_crc)
+
+
+def _batches(s: SegmentSlice) -> Iterator[tuple[memoryview, int]]:
+    """Yield ``(buffer, position)`` of each whole batch in the slice. A partial batch at the end of the active
+    segment is a torn tail and ends the slice; elsewhere it is corruption."""
+    with open(s.path, "rb") as f:
+        f.seek(s.start_pos)
+        pos = s.start_pos
+        buf = b""
+        off = 0
+        eof = False
+        while True:
+            if len(buf) - off < LOG_OVERHEAD or (
+                len(buf) - off >= LOG_OVERHEAD
+                and _LENGTH.unpack_from(buf, off + 8)[0] + LOG_OVERHEAD > len(buf) - off
+            ):
+                if eof or pos >= s.end_pos:
+                    rest = len(buf) - off
+                    if rest and not s.active:
+                        raise RecordError(f"{s.path}: truncated batch at position {pos - rest}")
+                    return
+                want = READ_CHUNK
+                if len(buf) - off >= LOG_OVERHEAD:
+                    want = max(want, _LENGTH.unpack_from(buf, off + 8)[0] + LOG_OVERHEAD)
+                want = min(want, s.end_pos - pos)
+                chunk = f.read(want)
+                if len(chunk) < want:
+                    eof = True
+                pos += len(chunk)
+                buf = buf[off:] + chunk
+                off = 0
+                continue
+            (length,) = _LENGTH.unpack_from(buf, off + 8)
+            if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
+                # zero-filled (preallocated) or torn space at the end of the active segment
+                if s.active:
+                    return
+                raise RecordError(f"{s.path}: invalid batch length {length} at position {pos - (len(buf) - off)}")
+            yield memoryview(buf)[off : off + length + LOG_OVERHEAD], 0
+            off += length + LOG_OVERHEAD
+
+
+def read_slice(
+    s: SegmentSlice,
+    include_headers: bool,
+    start_ts: int | None,
+    end_ts: int | None,
+    fail_on_data_loss: bool = True,
+    verify_crc: bool = True,
+) -> Iterator[Any]:
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    offsets: list[int] = []
+    stamps: list[int] = []
+    types: list[int] = []
+    headers: list[Any] | None = [] if include_headers else None
+    lo, hi = s.min_offset, s.max_offset
+    try:
+        for view, _ in _batches(s):
+            h = BatchHeader.parse(view)
+            if h.attributes & CONTROL_MASK or h.last_offset < lo or h.base_offset >= hi:
+                continue
+            if start_ts is not None and h.max_timestamp < start_ts:
+                continue
+            try:
+                _, recs = decode_batch(view, verify_crc=verify_crc)
+            except RecordError:
+                if s.active:
+                    break  # a torn tail that happens to look whole
+                raise
+            ts_type = 1 if h.attributes & TIMESTAMP_TYPE_MASK else 0
+            if h.base_offset < lo or h.last_offset >= hi or start_ts is not None or end_ts is not None:
+                recs = [
+                    r for r in recs
+                    if lo <= r.offset < hi
+                    and (start_ts is None or r.timestamp >= start_ts)
+                    and (end_ts is None or r.timestamp < end_ts)
+                ]
+            for r in recs:
+                keys.append(r.key)
+                values.append(r.value)
+                offsets.append(r.offset)
+                stamps.append(r.timestamp)
+                types.append(ts_type)
+            if headers is not None:
+                headers.extend((list(r.headers) if r.headers else None) for r in recs)
+            if len(values) >= BATCH_ROWS:
+                yield record_batch(s.topic, s.partition, keys, values, offsets, stamps, types, headers)
+                keys, values, offsets, stamps, types = [], [], [], [], []
+                headers = [] if include_headers else None
+    except FileNotFoundError:
+        from tidelog.spark.kafka_source import report_data_loss
+
+        report_data_loss(fail_on_data_loss, f"Segment {s.path} was deleted before it could be read.")
+    if values:
+        yield record_batch(s.topic, s.partition, keys, values, offsets, stamps, types, headers)
