@@ -11,6 +11,6 @@ if ! command -v kcat >/dev/null 2>&1; then
     echo "warning: kcat not found and cannot apt-get install it; kcat tests will be skipped" >&2
   fi
 fi
-scripts/bootstrap.sh test
+scripts/bootstrap.sh test,spark
 .venv/bin/ruff check src tests bench
 exec .venv/bin/python -m pytest "$@"
