@@ -38,7 +38,7 @@ class OffsetMap:
         if self._max_entries >= slots:  # always leave one empty slot so a probe terminates
             self._max_entries = slots - 1 if slots > 1 else 1
         self._digests = bytearray(slots * DIGEST_SIZE)
-        self._offsets = array("q", [_EMPTY]) * slots
+        self._offsets = array("q", [_EMPTY]) * slots  # one allocation of exactly 8 bytes per slot
         self._size = 0
         self.latest_offset = -1
         self.lookups = 0
@@ -120,8 +120,13 @@ class OffsetMap:
         return self.get(key) != _EMPTY
 
     def clear(self) -> None:
-        self._digests[:] = bytes(len(self._digests))
-        self._offsets[:] = array("q", [_EMPTY]) * self._slots
+        # only the offsets mark a slot as used; reset them in chunks so no slot-sized temporary is allocated
+        chunk = min(self._slots, 65536)
+        empty = array("q", [_EMPTY]) * chunk
+        offsets = self._offsets
+        for start in range(0, self._slots, chunk):
+            n = min(chunk, self._slots - start)
+            offsets[start : start + n] = empty if n == chunk else empty[:n]
         self._size = 0
         self.latest_offset = -1
         self.lookups = self.probes = 0
