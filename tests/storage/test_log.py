@@ -389,3 +389,57 @@ def test_clean_reopen_skips_recovery(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert calls == [lg.segments[-1].base_offset]
     assert progress[-1][0] == progress[-1][1] == lg.segments[-1].size
     lg.close()
+
+
+def test_coordinator_end_txn_marker_without_sequence_is_accepted(tmp_path: Path) -> None:
+    # Kafka allows baseSequence -1 on control batches: the coordinator's markers carry no sequence
+    from tidelog.records.batch import ControlRecordType, build_control_batch
+
+    d = tmp_path / "t-0"
+    lg = PartitionLog.open(d, LogConfig(), producer_state=ProducerStateManager(d), now_ms=NOW)
+    data = build_batch(records(1), producer_id=9, producer_epoch=0, base_sequence=0, is_transactional=True)
+    lg.append_as_leader(data, now_ms=NOW)
+    marker = build_control_batch(ControlRecordType.COMMIT, 9, 0, 3, 0, NOW)
+    assert BatchHeader.parse(marker).base_sequence == -1
+    with pytest.raises(InvalidRecordError, match="control records"):
+        lg.append_as_leader(marker, now_ms=NOW, reject_control_batches=True)
+    info = lg.append_as_leader(marker, now_ms=NOW, reject_control_batches=False)
+    assert (info.first_offset, lg.log_end_offset) == (1, 2)
+    # a data batch with a producer id still needs a base sequence
+    with pytest.raises(InvalidRecordError, match="without a base sequence"):
+        lg.append_as_leader(build_batch(records(1), producer_id=9, producer_epoch=0, base_sequence=-1), now_ms=NOW)
+    assert lg.log_end_offset == 2
+    lg.close()
+
+
+def test_append_stamps_without_touching_the_callers_buffer(tmp_path: Path) -> None:
+    lg = open_log(tmp_path)
+    first = build_batch(records(3))
+    frame = bytearray(b"request-frame:" + first + b":tail")
+    view = memoryview(frame)[14 : 14 + len(first)]  # the broker passes a slice of its request frame
+    before = bytes(frame)
+    lg.append_as_leader(build_batch(records(2)), leader_epoch=4, now_ms=NOW)
+    info = lg.append_as_leader(view, leader_epoch=4, now_ms=NOW)
+    assert bytes(frame) == before  # stamped on the way to the file, not in the caller's memory
+    assert (info.first_offset, info.last_offset, info.size) == (2, 4, len(first))
+    region = lg.read(2, 10**6).regions[0]
+    on_disk = region.read_bytes()
+    header = validate_batch(on_disk)  # CRC still valid
+    assert (header.base_offset, header.partition_leader_epoch) == (2, 4)
+    assert on_disk[16:] == first[16:]
+    lg.close()
+
+
+def test_rejected_batch_crc_leaves_nothing_and_log_append_time_copy_path(tmp_path: Path) -> None:
+    lg = open_log(tmp_path, message_timestamp_type="LogAppendTime")
+    good = build_batch(records(2, ts=5))
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError):
+        lg.append_as_leader(bytes(bad), now_ms=NOW)
+    assert lg.log_end_offset == 0 and lg.size_in_bytes == 0
+    info = lg.append_as_leader(memoryview(good), now_ms=NOW + 7)
+    assert info.log_append_time == NOW + 7 and info.max_timestamp == NOW + 7
+    h = validate_batch(lg.read(0, 10**6).read_bytes())
+    assert h.timestamp_type == LOG_APPEND_TIME and h.max_timestamp == NOW + 7
+    lg.close()

@@ -295,3 +295,52 @@ def test_largest_timestamp_reloaded_after_reopen(tmp_path: Path) -> None:
     assert again.rolling_based_timestamp == batches[0][1].max_timestamp
     assert again.read_next_offset() == batches[-1][1].next_offset
     again.close()
+
+
+@pytest.mark.parametrize("chunk", [61, 100, 333, 4096])
+def test_chunked_header_scans_and_recovery_match_per_batch_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    import tidelog.storage.segment as segment_mod
+    from tidelog.storage.segment import read_header_at
+
+    config = LogConfig(index_interval_bytes=150)
+    seg = LogSegment(tmp_path, 0, config)
+    off = 0
+    for i, n in enumerate([1, 3, 1, 7, 2, 1, 40, 1, 2, 5]):
+        append(seg, batch(off, n, 100 + 3 * i, value_size=7 * (i % 4)))
+        off += n
+    # the reference: one 61-byte pread per header
+    expected = []
+    pos = 0
+    while (h := read_header_at(seg.fd, pos, seg.size)) is not None:
+        expected.append((pos, h))
+        pos += h.size
+    offset_entries = seg.offset_index.entries_list()
+    time_entries = seg.time_index.entries_list()
+    monkeypatch.setattr(segment_mod, "HEADER_SCAN_CHUNK", chunk)
+    monkeypatch.setattr(segment_mod, "RECOVERY_READ_CHUNK", chunk)
+    assert list(seg.iter_headers()) == expected
+    assert list(seg.iter_headers(expected[3][0], expected[7][0])) == expected[3:7]
+    for target in range(off):
+        want = next((p, h) for p, h in expected if h.last_offset >= target)
+        assert seg.translate_offset(target) == want
+        region = seg.read(target, 1)
+        assert region is not None and (region.position, region.length) == (want[0], want[1].size)
+        two = seg.read(target, 10**6)
+        assert two is not None and two.position + two.length == seg.size
+    assert seg.read_next_offset() == off
+    assert seg.recover() == 0
+    assert seg.offset_index.entries_list() == offset_entries
+    assert seg.time_index.entries_list()[: len(time_entries)] == time_entries
+    # a flipped byte in the middle of a batch that straddles chunks: recovery cuts there, as before
+    p6, h6 = expected[6]
+    with open(seg.log_path, "r+b") as f:
+        f.seek(p6 + h6.size - 5)
+        byte = f.read(1)
+        f.seek(p6 + h6.size - 5)
+        f.write(bytes([byte[0] ^ 0x55]))
+    size = seg.size
+    assert seg.recover() == size - p6
+    assert seg.size == p6 and seg.read_next_offset() == h6.base_offset
+    seg.close()

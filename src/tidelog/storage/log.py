@@ -29,15 +29,19 @@ from tidelog.records.crc import crc32c
 from tidelog.records.errors import InvalidRecordError
 from tidelog.records.header import (
     ATTRIBUTES_OFFSET,
+    CONTROL_MASK,
     CRC_OFFSET,
     LOG_APPEND_TIME,
+    LOG_OVERHEAD,
     MAX_TIMESTAMP_OFFSET,
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     stamp_base_offset,
     stamp_partition_leader_epoch,
     validate_batch,
+    validate_batch_tuple,
 )
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import InvalidTimestampError, OffsetOutOfRangeError, StorageError
@@ -70,6 +74,9 @@ log = logging.getLogger(__name__)
 _INT16 = struct.Struct(">h")
 _INT64 = struct.Struct(">q")
 _UINT32 = struct.Struct(">I")
+# baseOffset, batchLength, partitionLeaderEpoch: the first 16 bytes of a batch, all outside the CRC
+_STAMP = struct.Struct(">qii")
+_STAMP_SIZE = _STAMP.size
 
 DIR_SUFFIXES = ("-delete", "-future", "-stray")
 
@@ -455,26 +462,52 @@ class PartitionLog:
 
         ``reject_control_batches`` is set by the broker for client produce requests (Kafka's
         AppendOrigin.CLIENT): only the coordinator may write control batches.
+
+        Hot path (brief, "Rules of the hot path" 1): the header is read as a plain tuple
+        (:func:`validate_batch_tuple`: sizes, magic and one CRC-32C call), and the caller's bytes are never
+        copied: baseOffset, batchLength and partitionLeaderEpoch, the first 16 bytes and all outside the
+        CRC, are packed fresh and written with a view of the rest of the caller's buffer in one
+        ``os.writev`` (the broker passes a memoryview into its request frame).  Only a batch whose bytes
+        under the CRC change (LogAppendTime, or a LogAppendTime bit on a CreateTime topic) is copied and
+        re-checksummed.  The CRC is verified before anything is written, so a rejected batch never reaches
+        the file (no write-then-truncate).
         """
-        buf = bytearray(batch)
-        header = validate_batch(buf, 0, self.config.max_message_bytes)
-        if header.size != len(buf):
+        config = self.config
+        fields = validate_batch_tuple(batch, 0, config.max_message_bytes)
+        (_, batch_length, _, _, _, attributes, last_delta, base_ts, max_ts, pid, _, base_seq, count) = fields
+        size = batch_length + LOG_OVERHEAD
+        if size != len(batch):
             raise InvalidRecordError(
-                f"a produce request may carry exactly one batch per partition; {len(buf) - header.size} "
+                f"a produce request may carry exactly one batch per partition; {len(batch) - size} "
                 f"bytes follow the first batch"
             )
-        self._validate_client_batch(header, reject_control_batches)
+        # Kafka's LogValidator checks on a client batch, from the header only (see _validate_client_batch)
+        if (
+            (reject_control_batches and attributes & CONTROL_MASK)
+            or count <= 0
+            or count != last_delta + 1
+            or (pid >= 0 and base_seq < 0 and not attributes & CONTROL_MASK)
+            or (pid < 0 and attributes & TRANSACTIONAL_MASK)
+        ):
+            self._validate_client_batch(BatchHeader(*fields), reject_control_batches)  # raises
         now = _now_ms() if now_ms is None else now_ms
-        config = self.config
         log_append = config.log_append_time
         if not log_append:
-            self._check_create_time(header, now)
+            low = now - config.message_timestamp_before_max_ms
+            high = now + config.message_timestamp_after_max_ms
+            if (base_ts != NO_TIMESTAMP and not low <= base_ts <= high) or (
+                max_ts != NO_TIMESTAMP and not low <= max_ts <= high
+            ):
+                self._check_create_time(BatchHeader(*fields), now)  # raises
+        # bytes under the CRC change only for LogAppendTime (or to clear a client's LogAppendTime bit)
+        copy = bytearray(batch) if log_append or attributes & TIMESTAMP_TYPE_MASK else None
 
         with self._lock:
-            self._ensure_open()
+            if self._closed:
+                self._ensure_open()
             ps = self.producer_state
-            if ps is not None and header.producer_id >= 0:
-                dup = ps.check(header)
+            if ps is not None and pid >= 0:
+                dup = ps.check(BatchHeader(*fields))
                 if dup is not None:
                     first, last, ts = dup
                     return AppendInfo(
@@ -484,34 +517,44 @@ class PartitionLog:
                         log_append_time=ts if log_append else NO_TIMESTAMP,
                         log_start_offset=self.log_start_offset,
                         duplicate=True,
-                        record_count=header.records_count,
+                        record_count=count,
                         size=0,
                     )
             if assign_offsets:
                 base = self._log_end_offset
             else:
-                base = header.base_offset
+                base = fields[0]
                 if base < self._log_end_offset:
                     raise UnexpectedAppendOffsetError(
                         f"batch base offset {base} is below the log end offset {self._log_end_offset}"
                     )
-            header = self._stamp(buf, header, base, leader_epoch, now if log_append else None)
-            self._maybe_roll(header, now)
-            self._append_stamped(buf, header)
-            if self.epoch_cache is not None and leader_epoch >= 0:
-                latest = self.epoch_cache.latest_epoch()
+            last_offset = base + last_delta
+            parts: tuple[bytes | bytearray | memoryview, ...]
+            if copy is None:
+                parts = (_STAMP.pack(base, batch_length, leader_epoch), memoryview(batch)[_STAMP_SIZE:])
+            else:
+                header = self._stamp(copy, BatchHeader(*fields), base, leader_epoch, now if log_append else None)
+                max_ts = header.max_timestamp
+                parts = (copy,)
+            seg = self._segments[-1]
+            if seg._size and seg._should_roll(
+                config.segment_bytes, config.segment_ms, size, max_ts, last_offset, now
+            ):
+                seg = self.roll(base, now_ms=now)
+            seg.append_parts(last_offset, max_ts, last_offset, parts)
+            self._log_end_offset = last_offset + 1
+            if ps is not None:
+                stamped = (base, batch_length, leader_epoch, *fields[3:])
+                ps.update(BatchHeader(*stamped), base, last_offset, max_ts)
+            cache = self.epoch_cache
+            if cache is not None and leader_epoch >= 0:
+                latest = cache.latest_epoch()
                 if latest is None or leader_epoch > latest:
-                    self.epoch_cache.assign(leader_epoch, header.base_offset)
+                    cache.assign(leader_epoch, base)
             info = AppendInfo(
-                first_offset=header.base_offset,
-                last_offset=header.last_offset,
-                max_timestamp=header.max_timestamp,
-                log_append_time=now if log_append else NO_TIMESTAMP,
-                log_start_offset=self.log_start_offset,
-                record_count=header.records_count,
-                size=header.size,
+                base, last_offset, max_ts, now if log_append else NO_TIMESTAMP, self.log_start_offset, False, count, size
             )
-            flush_needed = self.unflushed_messages >= config.flush_messages
+            flush_needed = self._log_end_offset - self.recovery_point >= config.flush_messages
         if flush_needed:
             self.flush()
         return info
@@ -525,7 +568,8 @@ class PartitionLog:
             raise InvalidRecordError(
                 f"record count {header.records_count} does not match lastOffsetDelta {header.last_offset_delta}"
             )
-        if header.producer_id >= 0 and header.base_sequence < 0:
+        if header.producer_id >= 0 and header.base_sequence < 0 and not header.is_control:
+            # Kafka allows baseSequence -1 on control batches (the coordinator's transaction markers)
             raise InvalidRecordError(f"producer {header.producer_id} sent a batch without a base sequence")
         if header.is_transactional and header.producer_id < 0:
             raise InvalidRecordError("a transactional batch must carry a producer id")
@@ -632,13 +676,9 @@ class PartitionLog:
         seg = self._segments[-1]
         if seg.size == 0:
             return  # an empty active segment is never rolled; the batch goes into it
-        if seg.should_roll(
-            segment_bytes=self.config.segment_bytes,
-            segment_ms=self.config.segment_ms,
-            messages_size=header.size,
-            max_timestamp_in_messages=header.max_timestamp,
-            max_offset_in_messages=header.last_offset,
-            now_ms=now,
+        config = self.config
+        if seg._should_roll(
+            config.segment_bytes, config.segment_ms, header.size, header.max_timestamp, header.last_offset, now
         ):
             self.roll(header.base_offset, now_ms=now)
 
