@@ -246,22 +246,28 @@ class OffsetIndex(AbstractIndex):
         return [self.entry(i) for i in range(self._entries)]
 
     def append(self, offset: int, position: int) -> None:
-        # hot path (one call per indexed batch): the checks of is_full/_relative inlined, same errors
         with self._lock:
-            n = self._entries
-            if n >= self._length // 8:
-                raise IndexFullError(f"offset index {self.path} is full ({n} entries)")
-            if n > 0 and offset <= self._last_offset:
-                raise InvalidIndexOffsetError(
-                    f"offset {offset} is not larger than the last offset {self._last_offset} in {self.path}"
-                )
-            rel = offset - self.base_offset
-            if rel < 0 or rel > INT32_MAX:
-                self._relative(offset)  # raises
-            assert self._mm is not None
-            self._ENTRY.pack_into(self._mm, n * 8, rel, position)
-            self._entries = n + 1
-            self._last_offset = offset
+            self.append_unlocked(offset, position)
+
+    def append_unlocked(self, offset: int, position: int) -> None:
+        """:meth:`append` for a caller that serialises every change of this index itself (the segment
+        appends under its own lock, as it also resizes, truncates and closes its indexes).  Lookups may run
+        concurrently: the entry is written before the entry count that makes it visible grows.
+        The hot path: the checks of is_full/_relative are inlined, with the same errors."""
+        n = self._entries
+        if n >= self._length // 8:
+            raise IndexFullError(f"offset index {self.path} is full ({n} entries)")
+        if n > 0 and offset <= self._last_offset:
+            raise InvalidIndexOffsetError(
+                f"offset {offset} is not larger than the last offset {self._last_offset} in {self.path}"
+            )
+        rel = offset - self.base_offset
+        if rel < 0 or rel > INT32_MAX:
+            self._relative(offset)  # raises
+        assert self._mm is not None
+        self._ENTRY.pack_into(self._mm, n * 8, rel, position)
+        self._entries = n + 1
+        self._last_offset = offset
 
     def append_bulk(self, relative_offsets: list[int], positions: list[int]) -> None:
         """Append many entries at once (recovery's index rebuild): the same checks as :meth:`append`, made
@@ -410,36 +416,40 @@ class TimeIndex(AbstractIndex):
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> bool:
         """Append (timestamp, offset) if timestamp exceeds the last entry's; returns whether it did."""
-        # hot path (one call per indexed batch): is_full/max_entries/_relative inlined, same checks and errors
         with self._lock:
-            n = self._entries
-            max_entries = self._length // 12
-            if not skip_full_check and n >= max_entries - 1:
-                raise IndexFullError(f"time index {self.path} is full ({n} entries)")
-            last_ts, last_off = self._last_entry
-            if n > 0:
-                if offset < last_off:
-                    raise InvalidIndexOffsetError(
-                        f"time index {self.path}: offset {offset} is below the last indexed offset {last_off}"
-                    )
-                if timestamp < last_ts:
-                    raise InvalidIndexOffsetError(
-                        f"time index {self.path}: timestamp {timestamp} is below the last indexed timestamp "
-                        f"{last_ts}"
-                    )
-            if timestamp <= last_ts:
-                return False
-            if n >= max_entries:
-                # only reachable with skip_full_check on an index without any room left
-                return False
-            rel = offset - self.base_offset
-            if rel < 0 or rel > INT32_MAX:
-                self._relative(offset)  # raises
-            assert self._mm is not None
-            self._ENTRY.pack_into(self._mm, n * 12, timestamp, rel)
-            self._entries = n + 1
-            self._last_entry = (timestamp, offset)
-            return True
+            return self.maybe_append_unlocked(timestamp, offset, skip_full_check)
+
+    def maybe_append_unlocked(self, timestamp: int, offset: int, skip_full_check: bool = False) -> bool:
+        """:meth:`maybe_append` for a caller that serialises every change of this index itself (see
+        :meth:`OffsetIndex.append_unlocked`); is_full/max_entries/_relative inlined, same checks and errors."""
+        n = self._entries
+        max_entries = self._length // 12
+        if not skip_full_check and n >= max_entries - 1:
+            raise IndexFullError(f"time index {self.path} is full ({n} entries)")
+        last_ts, last_off = self._last_entry
+        if n > 0:
+            if offset < last_off:
+                raise InvalidIndexOffsetError(
+                    f"time index {self.path}: offset {offset} is below the last indexed offset {last_off}"
+                )
+            if timestamp < last_ts:
+                raise InvalidIndexOffsetError(
+                    f"time index {self.path}: timestamp {timestamp} is below the last indexed timestamp "
+                    f"{last_ts}"
+                )
+        if timestamp <= last_ts:
+            return False
+        if n >= max_entries:
+            # only reachable with skip_full_check on an index without any room left
+            return False
+        rel = offset - self.base_offset
+        if rel < 0 or rel > INT32_MAX:
+            self._relative(offset)  # raises
+        assert self._mm is not None
+        self._ENTRY.pack_into(self._mm, n * 12, timestamp, rel)
+        self._entries = n + 1
+        self._last_entry = (timestamp, offset)
+        return True
 
     def append_bulk(self, timestamps: list[int], relative_offsets: list[int]) -> None:
         """Append many entries at once (recovery's index rebuild).  Each timestamp must exceed the previous

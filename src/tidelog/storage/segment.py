@@ -369,9 +369,9 @@ class LogSegment:
         oi = self.offset_index
         ti = self.time_index
         rel = max_offset_in_messages - self.base_offset
-        return (
-            oi.entries >= oi.max_entries
-            or ti.entries >= ti.max_entries - 1
+        return (  # the indexes' is_full(), inlined
+            oi._entries >= oi._length // oi.ENTRY_SIZE
+            or ti._entries >= ti._length // ti.ENTRY_SIZE - 1
             or rel < 0
             or rel > INT32_MAX
         )
@@ -414,9 +414,7 @@ class LogSegment:
             if handle is None:
                 raise ValueError(f"segment {self.log_path} is closed")
             fd = handle.fd
-            total = 0
-            for p in parts:
-                total += len(p)
+            total = len(parts[0]) + len(parts[1]) if len(parts) == 2 else sum(map(len, parts))
             try:
                 written = os.writev(fd, parts) if len(parts) > 1 else os.write(fd, parts[0])
                 if written < total:  # short write (not seen on regular files): write the remainder
@@ -437,8 +435,9 @@ class LogSegment:
                 current = (largest_timestamp, offset_of_max_timestamp)
             self._max_ts_and_offset = current
             if self._bytes_since_last_index_entry > self.index_interval_bytes:
-                self.offset_index.append(largest_offset, position)
-                self.time_index.maybe_append(current[0], current[1])
+                # the segment lock serialises every change of its indexes (append, resize, truncate, close)
+                self.offset_index.append_unlocked(largest_offset, position)
+                self.time_index.maybe_append_unlocked(current[0], current[1])
                 self._bytes_since_last_index_entry = total
             else:
                 self._bytes_since_last_index_entry += total
@@ -680,8 +679,9 @@ class LogSegment:
             return removed
 
     def resize_indexes(self, size: int) -> None:
-        self.offset_index.resize(size)
-        self.time_index.resize(size)
+        with self._lock:
+            self.offset_index.resize(size)
+            self.time_index.resize(size)
 
     def on_becoming_inactive(self) -> None:
         """Write the final time-index entry and trim both indexes (Kafka ``onBecomeInactiveSegment``)."""
