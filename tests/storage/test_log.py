@@ -443,3 +443,29 @@ def test_rejected_batch_crc_leaves_nothing_and_log_append_time_copy_path(tmp_pat
     h = validate_batch(lg.read(0, 10**6).read_bytes())
     assert h.timestamp_type == LOG_APPEND_TIME and h.max_timestamp == NOW + 7
     lg.close()
+
+
+@pytest.mark.parametrize("compression", [0, 1])
+def test_find_offset_by_timestamp_inside_batches(tmp_path: Path, compression: int) -> None:
+    from tidelog.records.compression import CompressionType
+
+    lg = open_log(tmp_path)
+    # timestamps inside a batch need not increase: the first record >= the target is the answer
+    lg.append_as_leader(
+        build_batch(
+            [(b"k", b"v" * i, (), NOW + t) for i, t in enumerate([5, 1, 9, 3, 7])],
+            compression=CompressionType(compression),
+        ),
+        now_ms=NOW,
+    )
+    lg.append_as_leader(build_batch([(None, b"x", (), NOW + 20), (b"k", None, (), NOW + 11)]), now_ms=NOW)
+    assert lg.find_offset_by_timestamp(NOW) == (0, NOW + 5)
+    assert lg.find_offset_by_timestamp(NOW + 6) == (2, NOW + 9)
+    assert lg.find_offset_by_timestamp(NOW + 10) == (5, NOW + 20)
+    assert lg.find_offset_by_timestamp(NOW + 21) is None
+    assert lg.offset_of_max_timestamp() == (5, NOW + 20)
+    lg.close()
+    lat = open_log(tmp_path / "lat", message_timestamp_type="LogAppendTime")
+    lat.append_as_leader(build_batch(records(3, ts=5)), now_ms=NOW + 50)
+    assert lat.find_offset_by_timestamp(NOW) == (0, NOW + 50)
+    lat.close()

@@ -26,6 +26,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from tidelog.records.crc import _crc32c as _crc32c_raw
 from tidelog.records.crc import crc32c
 from tidelog.records.errors import CorruptRecordError, InvalidMagicError, RecordTooLargeError
 
@@ -227,8 +228,8 @@ def validate_batch_tuple(
         or records_count < 0
     ):
         BatchHeader(*fields).check_sizes(n if available is None else available, max_size)  # raises
-    with memoryview(buf) as view:
-        actual = crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size])
+    # the slice's view is released as soon as the call returns (refcount), no context manager needed
+    actual = _crc32c_raw(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
     if actual != crc:
         raise CorruptRecordError(
             f"batch at offset {fields[0]} is corrupt: stored CRC {crc:#010x}, computed {actual:#010x}"

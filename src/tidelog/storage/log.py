@@ -26,23 +26,29 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tidelog.records.crc import crc32c
-from tidelog.records.errors import InvalidRecordError
+from tidelog.records.errors import CorruptRecordError, InvalidRecordError
 from tidelog.records.header import (
     ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
     CONTROL_MASK,
     CRC_OFFSET,
+    H_BASE_OFFSET,
+    H_PARTITION_LEADER_EPOCH,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
     MAX_TIMESTAMP_OFFSET,
     NO_TIMESTAMP,
+    RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     BatchHeader,
+    HeaderTuple,
     stamp_base_offset,
     stamp_partition_leader_epoch,
     validate_batch,
     validate_batch_tuple,
 )
+from tidelog.records.varint import decode_varint, decode_varlong
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import InvalidTimestampError, OffsetOutOfRangeError, StorageError
 from tidelog.storage.index import CorruptIndexError
@@ -168,6 +174,33 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _scan_uncompressed_records(
+    data: bytes, header: BatchHeader, predicate: Callable[[int, int], bool], min_offset: int
+) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record of an uncompressed batch at or after ``min_offset`` that
+    satisfies ``predicate``, reading only each record's prefix (length, attributes, timestampDelta,
+    offsetDelta) and skipping the rest.  The batch was validated when it was appended or recovered."""
+    base_offset = header.base_offset
+    log_append = header.attributes & TIMESTAMP_TYPE_MASK
+    pos = RECORD_BATCH_OVERHEAD
+    end = len(data)
+    for _ in range(header.records_count):
+        if pos >= end:
+            raise CorruptRecordError(f"batch at offset {base_offset} ends before its {header.records_count} records")
+        length, pos = decode_varint(data, pos)
+        next_pos = pos + length
+        if length < 3 or next_pos > end:
+            raise CorruptRecordError(f"record of length {length} does not fit the batch at offset {base_offset}")
+        ts_delta, p = decode_varlong(data, pos + 1)  # after the attributes byte
+        offset_delta, _ = decode_varint(data, p)
+        offset = base_offset + offset_delta
+        ts = header.max_timestamp if log_append else header.base_timestamp + ts_delta
+        if offset >= min_offset and predicate(ts, offset):
+            return offset, ts
+        pos = next_pos
+    return None
 
 
 class PartitionLog:
@@ -353,7 +386,7 @@ class PartitionLog:
         for i, seg in enumerate(to_recover):
             self.recovered_segments += 1
             before = done
-            truncated = seg.recover(on_batch=self._recovery_epoch_hook(), progress=advance)
+            truncated = seg.recover(on_header=self._recovery_epoch_hook(), progress=advance)
             done = before + seg.size + truncated
             if truncated > 0:
                 log.warning("truncated %d invalid bytes from %s", truncated, seg.log_path)
@@ -369,19 +402,19 @@ class PartitionLog:
                 progress(done, total)
         # an empty trailing segment that is not the first one is pointless but harmless: Kafka keeps it
 
-    def _recovery_epoch_hook(self) -> Callable[[int, BatchHeader], None] | None:
+    def _recovery_epoch_hook(self) -> Callable[[int, HeaderTuple], None] | None:
         cache = self.epoch_cache
         if cache is None:
             return None
 
-        def on_batch(_position: int, header: BatchHeader) -> None:
-            epoch = header.partition_leader_epoch
+        def on_header(_position: int, fields: HeaderTuple) -> None:
+            epoch = fields[H_PARTITION_LEADER_EPOCH]
             if epoch >= 0:
                 latest = cache.latest_epoch()
                 if latest is None or epoch > latest:
-                    cache.assign(epoch, header.base_offset)
+                    cache.assign(epoch, fields[H_BASE_OFFSET])
 
-        return on_batch
+        return on_header
 
     def _replay_producer_state(self, start: int) -> None:
         ps = self.producer_state
@@ -795,6 +828,9 @@ class PartitionLog:
         min_offset: int,
     ) -> tuple[int, int] | None:
         """Decode only this batch and return (offset, timestamp) of its first matching record."""
+        if header.attributes & COMPRESSION_MASK == 0:
+            # uncompressed (the common case): walk the records' fixed prefixes, no Record objects
+            return _scan_uncompressed_records(seg.read_batch(pos, header.size), header, predicate, min_offset)
         if _decode_records is None:  # pragma: no cover - no decoder: the batch granularity answer
             return max(header.base_offset, min_offset), header.max_timestamp
         records = _decode_records(seg.read_batch(pos, header.size))
