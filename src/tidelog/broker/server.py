@@ -464,6 +464,23 @@ class Broker:
     def isr(self, topic: str, partition: int) -> tuple[int, ...]:
         return (self.node_id,)
 
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The partition's current leader epoch (one node, never re-elected: 0). Cluster mode overrides."""
+        return 0
+
+    # Metadata hooks: None means "this node alone" (the single-node answers in handlers/core.py); the cluster
+    # broker (tidelog.cluster.broker) returns the ZooKeeper view.
+    def partition_metadata(self, topic: str, partition: int) -> dict | None:
+        return None
+
+    def metadata_brokers(self) -> list[dict] | None:
+        return None
+
+    def metadata_controller_id(self) -> int:
+        return self.node_id
+
+    replica_fetch: Any = None  # cluster mode: async (request, replica_id, version) -> Fetch response
+
     def maybe_increment_high_watermark(self, tp: tuple[str, int], log_: Any) -> bool:
         """HW = min LEO over the ISR. With this node alone in the ISR that is the local LEO. Returns True if it
         moved (then waiting produces/fetches are re-checked)."""
@@ -504,15 +521,19 @@ class Broker:
         groups = {k: r for k, r in codec.GROUP_API_VERSIONS.items() if k in REGISTRY}
         self.accepted_versions = {**codec.ACCEPTED_VERSIONS, **codec.accepted_versions(groups)}
 
+    def topic_manager_class(self) -> type:
+        from tidelog.broker.topics import TopicManager
+
+        return TopicManager
+
     def _open_storage(self) -> None:
         """Blocking: recovery, loading the topic registry. Runs in a thread before serving."""
-        from tidelog.broker.topics import TopicManager
         from tidelog.storage.manager import LogManager
 
         cfg = self.config
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        self.topics = TopicManager(self)
+        self.topics = self.topic_manager_class()(self)
         self.logs = LogManager(list(cfg.log_dirs), cfg.log_config(), **self.topics.log_manager_kwargs())
         self.logs.startup(self.topics.topic_config)
         self.topics.load()
@@ -729,7 +750,12 @@ def install_event_loop_policy(use_uvloop: bool = True) -> str:
 
 async def serve(config: BrokerConfig, *, ready: asyncio.Event | None = None) -> None:
     """Run a broker until SIGTERM/SIGINT, then shut down gracefully."""
-    broker = Broker(config)
+    if config.get("zookeeper.connect"):
+        from tidelog.cluster.broker import ClusterBroker
+
+        broker: Broker = ClusterBroker(config)
+    else:
+        broker = Broker(config)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

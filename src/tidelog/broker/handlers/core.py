@@ -84,11 +84,11 @@ def _uuid_bytes(value: Any) -> bytes:
     return bytes(value)
 
 
-def _leader_epoch_error(requested: int | None) -> int:
-    """Kafka's check of ``current_leader_epoch`` (-1 = not given)."""
-    if requested is None or requested < 0 or requested == LEADER_EPOCH:
+def _leader_epoch_error(requested: int | None, current: int = LEADER_EPOCH) -> int:
+    """Kafka's check of ``current_leader_epoch`` (-1 = not given) against the partition's epoch."""
+    if requested is None or requested < 0 or requested == current:
         return NONE
-    return FENCED_LEADER_EPOCH if requested < LEADER_EPOCH else UNKNOWN_LEADER_EPOCH
+    return FENCED_LEADER_EPOCH if requested < current else UNKNOWN_LEADER_EPOCH
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -145,6 +145,10 @@ def _partition_metadata(broker: Any, name: str, num_partitions: int, v: int) -> 
     node = broker.node_id
     parts = []
     for p in range(num_partitions):
+        cluster_view = broker.partition_metadata(name, p)
+        if cluster_view is not None:
+            parts.append(cluster_view)
+            continue
         parts.append(
             {
                 "error_code": NONE,
@@ -230,11 +234,14 @@ async def metadata(ctx: RequestContext, request: dict) -> dict:
                     continue
             out.append(_topic_metadata(broker, info, v, include_ops))
     rack = broker.config.props.get("broker.rack")
+    brokers = broker.metadata_brokers()
+    if brokers is None:
+        brokers = [{"node_id": broker.node_id, "host": broker.host, "port": broker.port, "rack": rack}]
     return {
         "throttle_time_ms": 0,
-        "brokers": [{"node_id": broker.node_id, "host": broker.host, "port": broker.port, "rack": rack}],
+        "brokers": brokers,
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
+        "controller_id": broker.metadata_controller_id(),
         "topics": out,
         "cluster_authorized_operations": CLUSTER_OPERATIONS
         if request.get("include_cluster_authorized_operations")
@@ -324,7 +331,8 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
                     any_error = True
                     continue
                 info = plog.append_as_leader(
-                    records, leader_epoch=LEADER_EPOCH, now_ms=now_ms, reject_control_batches=True
+                    records, leader_epoch=broker.leader_epoch(name, index), now_ms=now_ms,
+                    reject_control_batches=True,
                 )
             except Exception as exc:
                 code, message = error_of(exc)
@@ -451,6 +459,9 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
         response_max = 0x7FFFFFFF
     response_max = min(response_max, broker.config.get("fetch.max.bytes"))
 
+    if replica_id >= 0 and broker.replica_fetch is not None:  # a follower (cluster mode)
+        return await broker.replica_fetch(request, replica_id, v)
+
     if session_id != 0 or session_epoch > 0:
         # we never handed out a session: an incremental fetch cannot be served (Kafka: FETCH_SESSION_ID_NOT_FOUND)
         return {"throttle_time_ms": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
@@ -480,7 +491,9 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
             elif replica_id >= 0:
                 fp.error = NOT_LEADER_OR_FOLLOWER  # follower fetching: replication is not implemented yet
             else:
-                fp.error = _leader_epoch_error(p.get("current_leader_epoch", -1))
+                fp.error = _leader_epoch_error(
+                    p.get("current_leader_epoch", -1), broker.leader_epoch(name, fp.index) if name else LEADER_EPOCH
+                )
             parts.append(fp)
 
     body = {"throttle_time_ms": 0, "error_code": NONE, "session_id": 0, "responses": responses}
@@ -561,7 +574,7 @@ async def list_offsets(ctx: RequestContext, request: dict) -> dict:
                 "leader_epoch": -1,
             }
             parts_out.append(entry)
-            err = _leader_epoch_error(p.get("current_leader_epoch", -1))
+            err = _leader_epoch_error(p.get("current_leader_epoch", -1), broker.leader_epoch(name, index))
             if err:
                 entry["error_code"] = err
                 continue
@@ -574,5 +587,5 @@ async def list_offsets(ctx: RequestContext, request: dict) -> dict:
             entry["offset"] = offset
             entry["timestamp"] = ts
             if ctx.api_version >= 4:  # not ignorable: only versions that carry it may see a non-default
-                entry["leader_epoch"] = LEADER_EPOCH if offset >= 0 else -1
+                entry["leader_epoch"] = broker.leader_epoch(name, index) if offset >= 0 else -1
     return {"throttle_time_ms": 0, "topics": out_topics}

@@ -1,0 +1,9 @@
+"""Replication and the cluster (issue 7): ZooKeeper-coordinated leaders, followers, ISR and high watermark.
+
+Everything here is used only when ``zookeeper.connect`` is set; without it ``tidelog serve`` is the single-node
+embedded broker and imports nothing from this package.
+
+* :mod:`tidelog.cluster.zkdata`: the znode paths and JSON values, as Kafka's ZooKeeper mode writes them.
+* :mod:`tidelog.cluster.controller`: the controller (elected through the ephemeral ``/controller``).
+* :mod:`tidelog.cluster.broker`: :class:`ClusterBroker`, the broker's replica manager and replica fetcher.
+"""

@@ -1,0 +1,644 @@
+"""ClusterBroker: the broker in ZooKeeper mode (``zookeeper.connect`` set).
+
+How a broker learns its roles: **ZooKeeper watches**, not LeaderAndIsr/UpdateMetadata requests. Every broker
+watches ``/brokers/ids`` (endpoints for Metadata), ``/controller``, ``/brokers/topics`` and each partition's
+``state`` znode. The state znode is the one source of truth; its znode version is the fencing token of every
+write (the controller's, in a ``multi`` that also checks ``/controller_epoch``, and the leader's own ISR
+changes). Watches deliver the committed state itself, in ZooKeeper's order, so no second (controller -> broker)
+channel can disagree with ZooKeeper, and a broker that was away simply reads the current state when it comes
+back. Kafka pushed LeaderAndIsr to avoid watch storms with 100k+ partitions; at tidelog's scale the watches are
+cheap. Watch callbacks run on kazoo's thread and only hand the decoded value to the event loop
+(``call_soon_threadsafe``); every role change happens on the loop, one at a time.
+
+Replication (``Partition``/``ReplicaManager`` in Kafka):
+
+* leader: follower fetches (``replica_id`` >= 0) report the follower's LEO (its fetch offset); HW = min LEO over
+  the ISR; a moved HW completes DelayedProduce (acks=-1) and consumer long polls. A follower not caught up for
+  ``replica.lag.time.max.ms`` leaves the ISR; one that reaches the HW joins it. ISR changes are conditional
+  writes of the state znode (never a leader-epoch bump), applied locally only once ZooKeeper accepted them.
+* follower: on a new leader or epoch, truncate through OffsetForLeaderEpoch (KIP-101, KIP-279: ask again with
+  the follower's own epoch until both agree), never to its own HW; then fetch from the LEO and
+  ``append_as_follower``; its HW = min(leader HW, LEO).
+* losing the ZooKeeper session (e.g. SIGSTOP past the session timeout) drops every leadership at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidelog.broker.server import Broker, PartitionError
+from tidelog.cluster import zkdata as zd
+
+log = logging.getLogger("tidelog.cluster.broker")
+
+FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
+FETCH_VERSION, OFFSET_FOR_LEADER_EPOCH_VERSION = 12, 4
+_MIN_BATCH = 61
+
+
+@dataclass(slots=True)
+class Replica:
+    """This broker's view of one partition it hosts."""
+
+    tp: tuple[str, int]
+    log: Any
+    replicas: list[int]
+    leader: int = zd.NO_LEADER
+    leader_epoch: int = -1
+    isr: tuple[int, ...] = ()
+    zk_version: int = -1
+    controller_epoch: int = -1
+    is_leader: bool = False
+    leader_since: float = 0.0
+    epoch_start_offset: int = 0
+    follower_leo: dict[int, int] = field(default_factory=dict)
+    last_caught_up: dict[int, float] = field(default_factory=dict)
+    last_fetch_leo: dict[int, int] = field(default_factory=dict)
+    last_fetch_time: dict[int, float] = field(default_factory=dict)
+    isr_update_pending: bool = False
+    fetcher: asyncio.Task | None = None
+
+
+class ClusterBroker(Broker):
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        props = config.props
+        self.zk_connect: str = config.get("zookeeper.connect")
+        self.session_timeout_s = config.get("zookeeper.session.timeout.ms") / 1000.0
+        self.lag_max_s = config.get("replica.lag.time.max.ms") / 1000.0
+        self.fetch_max_bytes = config.get("replica.fetch.max.bytes")
+        self.fetch_wait_ms = config.get("replica.fetch.wait.max.ms")
+        self.fetch_backoff_s = config.get("replica.fetch.backoff.ms") / 1000.0
+        self.unclean = str(props.get("unclean.leader.election.enable", "false")).lower() == "true"
+        self.zk: Any = None
+        self.controller: Any = None
+        self.live: dict[int, zd.BrokerInfo] = {}
+        self.controller_node = -1
+        self.assignments: dict[str, zd.TopicAssignment] = {}
+        self.states: dict[tuple[str, int], zd.LeaderIsr] = {}
+        self.replicas: dict[tuple[str, int], Replica] = {}
+        self._watched_topics: set[str] = set()
+        self._watched_states: set[tuple[str, int]] = set()
+        self._live_changed = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- hooks of the single-node broker -----------------------------------------------------------------
+
+    def _load_handlers(self) -> None:
+        import tidelog.cluster.handlers  # noqa: F401  (registers OffsetForLeaderEpoch)
+
+        super()._load_handlers()
+
+    def topic_manager_class(self) -> type:
+        from tidelog.cluster.topics import ClusterTopicManager
+
+        return ClusterTopicManager  # topic changes go through ZooKeeper
+
+    def become_leader(self, tp: tuple[str, int], log_: Any) -> None:
+        """At start nothing is led until ZooKeeper says so."""
+
+    def leader_log(self, topic: str, partition: int) -> Any:
+        r = self.replicas.get((topic, partition))
+        if r is None:
+            if topic in self.assignments and partition in self.assignments[topic].partitions:
+                raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"{topic}-{partition} is not hosted here")
+            raise PartitionError("UNKNOWN_TOPIC_OR_PARTITION", f"{topic}-{partition} is not hosted here")
+        if not r.is_leader:
+            raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"{topic}-{partition}: the leader is {r.leader}")
+        return r.log
+
+    def isr(self, topic: str, partition: int) -> tuple[int, ...]:
+        r = self.replicas.get((topic, partition))
+        return r.isr if r is not None else ()
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        s = self.states.get((topic, partition))
+        return s.leader_epoch if s is not None else -1
+
+    def check_leader_epoch(self, topic: str, partition: int, requested: int | None) -> None:
+        if requested is None or requested < 0:
+            return
+        current = self.leader_epoch(topic, partition)
+        if requested < current:
+            raise PartitionError("FENCED_LEADER_EPOCH")
+        if requested > current:
+            raise PartitionError("UNKNOWN_LEADER_EPOCH")
+
+    def maybe_increment_high_watermark(self, tp: tuple[str, int], log_: Any) -> bool:
+        r = self.replicas.get(tp)
+        if r is None or not r.is_leader:
+            return False
+        new_hw = log_.log_end_offset
+        for b in r.isr:
+            if b != self.node_id:
+                new_hw = min(new_hw, r.follower_leo.get(b, -1))
+        if new_hw > log_.high_watermark:
+            log_.high_watermark = new_hw
+            return True
+        return False
+
+    def high_watermark(self, tp: tuple[str, int]) -> int:
+        """For DelayedProduce: fails the produce when leadership is lost or the ISR fell below
+        ``min.insync.replicas`` after the append (NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
+        plog = self.leader_log(*tp)
+        if len(self.isr(*tp)) < plog.config.min_insync_replicas:
+            raise PartitionError("NOT_ENOUGH_REPLICAS_AFTER_APPEND")
+        return plog.high_watermark
+
+    def partition_metadata(self, topic: str, partition: int) -> dict:
+        a = self.assignments.get(topic)
+        replicas = list(a.partitions.get(partition, [])) if a is not None else []
+        s = self.states.get((topic, partition))
+        leader = s.leader if s is not None else zd.NO_LEADER
+        return {
+            "error_code": 0 if leader != zd.NO_LEADER and leader in self.live else 5,  # LEADER_NOT_AVAILABLE
+            "partition_index": partition,
+            "leader_id": leader if leader in self.live else zd.NO_LEADER,
+            "leader_epoch": s.leader_epoch if s is not None else -1,
+            "replica_nodes": replicas,
+            "isr_nodes": list(s.isr) if s is not None else [],
+            "offline_replicas": [r for r in replicas if r not in self.live],
+        }
+
+    def metadata_brokers(self) -> list[dict]:
+        return [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
+                for b in sorted(self.live.values(), key=lambda b: b.id)]
+
+    def metadata_controller_id(self) -> int:
+        return self.controller_node
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await super().start()
+        self._loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self._start_zk)
+        self._tasks.append(self._loop.create_task(self._isr_shrink_loop()))
+
+    def _start_zk(self) -> None:
+        from kazoo.client import KazooClient
+
+        from tidelog.cluster.controller import Controller
+
+        self.zk = KazooClient(hosts=self.zk_connect, timeout=self.session_timeout_s)
+        self.zk.add_listener(self._zk_state)
+        self.zk.start(timeout=max(10.0, self.session_timeout_s))
+        for p in zd.PERSISTENT_PATHS:
+            self.zk.ensure_path(p)
+        self._register()
+        self.zk.ChildrenWatch(zd.BROKER_IDS, self._brokers_changed)
+        self.zk.DataWatch(zd.CONTROLLER, self._controller_moved)
+        self.zk.ChildrenWatch(zd.BROKER_TOPICS, self._topics_changed)
+        self.controller = Controller(self.zk, self.node_id, unclean_election=self.unclean)
+        self.controller.start()
+
+    def _register(self) -> None:
+        """Create ``/brokers/ids/<id>``; after a kill -9 the previous session's node lingers until its session
+        times out, so wait for its deletion (a watch, not a poll)."""
+        import threading
+
+        from kazoo.exceptions import NodeExistsError
+
+        path = zd.broker_path(self.node_id)
+        data = zd.encode_broker(zd.BrokerInfo(self.node_id, self.host, self.port, self.config.props.get("broker.rack")))
+        deadline = time.monotonic() + 3 * self.session_timeout_s + 30
+        while True:
+            try:
+                self.zk.create(path, data, ephemeral=True, makepath=True)
+                log.info("registered in ZooKeeper", extra={"kv": {"path": path, "endpoint": f"{self.host}:{self.port}"}})
+                return
+            except NodeExistsError:
+                gone = threading.Event()
+                if self.zk.exists(path, watch=lambda _e, gone=gone: gone.set()) is None:
+                    continue
+                log.info("previous registration still present; waiting for its session to expire",
+                         extra={"kv": {"path": path}})
+                if not gone.wait(max(0.0, deadline - time.monotonic())):
+                    raise RuntimeError(f"{path} is held by another live broker") from None
+
+    async def shutdown(self) -> None:
+        if not self.stopping:
+            for r in self.replicas.values():
+                if r.fetcher is not None:
+                    r.fetcher.cancel()
+            if self.controller is not None:
+                self.controller.stop()
+            if self.zk is not None:
+                zk, self.zk = self.zk, None
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(self._stop_zk, zk)
+        await super().shutdown()
+
+    @staticmethod
+    def _stop_zk(zk: Any) -> None:
+        zk.stop()
+        zk.close()
+
+    # -- ZooKeeper watches (kazoo thread) -> the loop ----------------------------------------------------------
+
+    def _post(self, fn: Any, *args: Any) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(fn, *args)
+
+    def _zk_state(self, state: Any) -> None:
+        from kazoo.protocol.states import KazooState
+
+        if state == KazooState.LOST:
+            log.warning("ZooKeeper session lost: resigning every leadership")
+            self._post(self._resign_all)
+            if self.zk is not None:
+                self.zk.handler.spawn(self._reregister)
+
+    def _reregister(self) -> None:
+        with contextlib.suppress(Exception):
+            self._register()
+
+    def _brokers_changed(self, children: list[str]) -> bool | None:
+        if self.zk is None:
+            return False
+        live: dict[int, zd.BrokerInfo] = {}
+        for c in children:
+            with contextlib.suppress(Exception):
+                data, _ = self.zk.get(zd.broker_path(int(c)))
+                live[int(c)] = zd.decode_broker(int(c), data)
+        self._post(self._set_live, live)
+        return None
+
+    def _controller_moved(self, data: Any, _stat: Any) -> bool | None:
+        if self.zk is None:
+            return False
+        self._post(setattr, self, "controller_node", zd.decode_controller(data))
+        return None
+
+    def _topics_changed(self, children: list[str]) -> bool | None:
+        if self.zk is None:
+            return False
+        for topic in children:
+            if topic not in self._watched_topics:
+                self._watched_topics.add(topic)
+                self.zk.DataWatch(zd.topic_path(topic), self._assignment_watch(topic))
+        return None
+
+    def _assignment_watch(self, topic: str):
+        def changed(data: Any, _stat: Any) -> bool | None:
+            if self.zk is None:
+                return False
+            if data is None:
+                return None  # deletion (not implemented yet)
+            a = zd.decode_topic(data)
+            try:
+                cfg_data, _ = self.zk.get(zd.topic_config_path(topic))
+            except Exception:
+                cfg_data = None
+            self._post(self._on_assignment, topic, a, zd.decode_topic_config(cfg_data))
+            for p in a.partitions:
+                if (topic, p) not in self._watched_states:
+                    self._watched_states.add((topic, p))
+                    self.zk.DataWatch(zd.state_path(topic, p), self._state_watch((topic, p)))
+            return None
+
+        return changed
+
+    def _state_watch(self, tp: tuple[str, int]):
+        def changed(data: Any, stat: Any) -> bool | None:
+            if self.zk is None:
+                return False
+            if data:
+                self._post(self._on_state, tp, zd.decode_state(data, stat.version))
+            return None
+
+        return changed
+
+    # -- role changes (on the loop) ------------------------------------------------------------------------
+
+    def _set_live(self, live: dict[int, zd.BrokerInfo]) -> None:
+        self.live = live
+        self._live_changed.set()
+        self._live_changed = asyncio.Event()
+
+    def _on_assignment(self, topic: str, a: zd.TopicAssignment, config: dict[str, str]) -> None:
+        self.assignments[topic] = a
+        local = [p for p, reps in a.partitions.items() if self.node_id in reps]
+        self.topics.adopt(topic, a.topic_id, max(a.partitions) + 1, config, local)
+        for p in local:
+            tp = (topic, p)
+            if tp not in self.replicas:
+                self.replicas[tp] = Replica(tp, self.topics.get_log(topic, p), list(a.partitions[p]))
+            s = self.states.get(tp)
+            if s is not None:
+                self._apply_state(self.replicas[tp], s)
+
+    def _on_state(self, tp: tuple[str, int], s: zd.LeaderIsr) -> None:
+        old = self.states.get(tp)
+        if old is not None and old.zk_version > s.zk_version:
+            return
+        self.states[tp] = s
+        r = self.replicas.get(tp)
+        if r is not None:
+            self._apply_state(r, s)
+
+    def _apply_state(self, r: Replica, s: zd.LeaderIsr) -> None:
+        if s.zk_version < r.zk_version:
+            return
+        new_term = (s.leader, s.leader_epoch) != (r.leader, r.leader_epoch)
+        r.isr, r.zk_version, r.controller_epoch = s.isr, s.zk_version, s.controller_epoch
+        if s.leader == self.node_id:
+            if not r.is_leader:
+                self._make_leader(r, s)
+            elif new_term:
+                r.leader_epoch = s.leader_epoch  # the controller shrank the ISR (epoch bump): same leader
+                if r.log.epoch_cache is not None:
+                    r.log.epoch_cache.assign(s.leader_epoch, r.log.log_end_offset)
+            self._leader_progress(r)
+        elif new_term or r.is_leader:
+            self._make_follower(r, s)
+        r.leader, r.leader_epoch = s.leader, s.leader_epoch
+
+    def _make_leader(self, r: Replica, s: zd.LeaderIsr) -> None:
+        if r.fetcher is not None:
+            r.fetcher.cancel()
+            r.fetcher = None
+        plog = r.log
+        r.is_leader = True
+        r.leader, r.leader_epoch = s.leader, s.leader_epoch
+        r.leader_since = time.monotonic()
+        r.epoch_start_offset = plog.log_end_offset
+        if plog.epoch_cache is not None:
+            plog.epoch_cache.assign(s.leader_epoch, plog.log_end_offset)
+        r.follower_leo = {}
+        r.last_caught_up = {b: r.leader_since for b in r.replicas if b != self.node_id}
+        r.last_fetch_leo, r.last_fetch_time = {}, {}
+        log.info("became leader", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1], "leader_epoch": s.leader_epoch,
+                                                "isr": ",".join(map(str, s.isr)), "leo": plog.log_end_offset,
+                                                "hw": plog.high_watermark}})
+
+    def _make_follower(self, r: Replica, s: zd.LeaderIsr) -> None:
+        was_leader = r.is_leader
+        r.is_leader = False
+        if r.fetcher is not None:
+            r.fetcher.cancel()
+            r.fetcher = None
+        if was_leader:
+            self.purgatory.check_and_complete(r.tp)  # waiting acks=-1 produces fail NOT_LEADER_OR_FOLLOWER
+        if s.leader != zd.NO_LEADER and self._loop is not None and not self.stopping:
+            r.fetcher = self._loop.create_task(self._follow(r, s.leader, s.leader_epoch))
+        log.info("became follower", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1], "leader": s.leader,
+                                                  "leader_epoch": s.leader_epoch}})
+
+    def _resign_all(self) -> None:
+        for r in self.replicas.values():
+            if r.is_leader:
+                r.is_leader = False
+                r.leader = zd.NO_LEADER
+                self.purgatory.check_and_complete(r.tp)
+
+    def _leader_progress(self, r: Replica) -> None:
+        if self.maybe_increment_high_watermark(r.tp, r.log):
+            self.purgatory.check_and_complete(r.tp)
+        else:
+            self.purgatory.produce.check_and_complete(r.tp)  # the ISR may have fallen below min.insync.replicas
+
+    # -- leader side: follower fetches and the ISR ---------------------------------------------------------
+
+    def record_follower_fetch(self, r: Replica, follower: int, fetch_offset: int) -> None:
+        now = time.monotonic()
+        leo = r.log.log_end_offset
+        if fetch_offset >= leo:
+            r.last_caught_up[follower] = now
+        elif fetch_offset >= r.last_fetch_leo.get(follower, leo + 1):
+            r.last_caught_up[follower] = r.last_fetch_time[follower]
+        r.last_fetch_leo[follower] = leo
+        r.last_fetch_time[follower] = now
+        r.follower_leo[follower] = fetch_offset
+        if (follower not in r.isr and follower in r.replicas and fetch_offset >= r.log.high_watermark
+                and fetch_offset >= r.epoch_start_offset):
+            self._change_isr(r, tuple(sorted((*r.isr, follower))))
+        self._leader_progress(r)
+
+    def _change_isr(self, r: Replica, new_isr: tuple[int, ...]) -> None:
+        if r.isr_update_pending or self._loop is None or self.zk is None:
+            return
+        r.isr_update_pending = True
+        self._loop.create_task(self._write_isr(r, new_isr))
+
+    async def _write_isr(self, r: Replica, new_isr: tuple[int, ...]) -> None:
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        epoch, version = r.leader_epoch, r.zk_version
+        new = zd.LeaderIsr(self.node_id, epoch, new_isr, r.controller_epoch)
+        try:
+            zk = self.zk
+            if zk is None:
+                return
+            stat = await asyncio.to_thread(zk.set, zd.state_path(*r.tp), zd.encode_state(new), version)
+        except (BadVersionError, NoNodeError):
+            log.info("ISR update refused (state changed); waiting for the new state",
+                     extra={"kv": {"topic": r.tp[0], "partition": r.tp[1]}})
+            return
+        except Exception:
+            log.exception("ISR update failed")
+            return
+        finally:
+            r.isr_update_pending = False
+        log.info("ISR changed", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1],
+                                              "isr": ",".join(map(str, new_isr))}})
+        if r.is_leader and r.leader_epoch == epoch and r.zk_version == version:
+            r.isr, r.zk_version = new_isr, stat.version
+            self.states[r.tp] = new.with_zk_version(stat.version)
+            self._leader_progress(r)
+
+    async def _isr_shrink_loop(self) -> None:
+        period = max(0.05, self.lag_max_s / 2)
+        while not self.stopping:
+            await asyncio.sleep(period)  # periodic check, as Kafka's isr-expiration task
+            now = time.monotonic()
+            for r in list(self.replicas.values()):
+                if not r.is_leader:
+                    continue
+                lagging = [b for b in r.isr if b != self.node_id
+                           and now - r.last_caught_up.get(b, r.leader_since) > self.lag_max_s]
+                if lagging:
+                    log.info("follower out of sync", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1],
+                                                                    "followers": ",".join(map(str, lagging))}})
+                    self._change_isr(r, tuple(b for b in r.isr if b not in lagging))
+
+    async def replica_fetch(self, request: dict, replica_id: int, version: int) -> dict:
+        """A Fetch from follower ``replica_id``: read up to the LEO, record its LEO, long poll on appends."""
+        from tidelog.broker.handlers.core import error_of
+        from tidelog.broker.purgatory import DelayedFetch, FetchPartitionStatus
+        from tidelog.protocol.compiler import RecordsChunks
+
+        responses: list[dict] = []
+        items: list[tuple[Replica | None, int, int, dict]] = []
+        for t in request.get("topics") or ():
+            name = t.get("topic")
+            parts_out: list[dict] = []
+            responses.append({"topic": name, "topic_id": t.get("topic_id", bytes(16)), "partitions": parts_out})
+            for p in t.get("partitions") or ():
+                index = p.get("partition", 0)
+                out = {"partition_index": index, "error_code": 0, "high_watermark": -1, "last_stable_offset": -1,
+                       "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
+                       "records": b""}
+                parts_out.append(out)
+                r = None
+                try:
+                    self.leader_log(name, index)
+                    self.check_leader_epoch(name, index, p.get("current_leader_epoch", -1))
+                    r = self.replicas[(name, index)]
+                    offset = p.get("fetch_offset", 0)
+                    if offset > r.log.log_end_offset or offset < r.log.log_start_offset:
+                        raise PartitionError("OFFSET_OUT_OF_RANGE")
+                    self.record_follower_fetch(r, replica_id, offset)
+                except PartitionError as exc:
+                    out["error_code"], _ = error_of(exc)
+                    r = None
+                items.append((r, p.get("fetch_offset", 0), p.get("partition_max_bytes", self.fetch_max_bytes), out))
+
+        def read_all() -> int:
+            total = 0
+            for r, offset, max_bytes, out in items:
+                if r is None:
+                    continue
+                info = r.log.read(offset, max_bytes, max_offset=None, min_one_batch=True)
+                out["high_watermark"] = out["last_stable_offset"] = r.log.high_watermark
+                out["log_start_offset"] = r.log.log_start_offset
+                out["records"] = RecordsChunks(list(info.regions), info.size) if info.size else b""
+                total += info.size
+            return total
+
+        total = read_all()
+        max_wait = request.get("max_wait_ms", 0)
+        live = [(r, off, mb) for r, off, mb, _ in items if r is not None]
+        if total == 0 and max_wait > 0 and live:
+            statuses = [FetchPartitionStatus(r.tp, off, mb) for r, off, mb in live]
+
+            def probe(status: FetchPartitionStatus) -> int:
+                plog = self.leader_log(*status.tp)
+                return _MIN_BATCH if plog.log_end_offset > status.fetch_offset else 0
+
+            op = DelayedFetch(statuses, 1, max_wait, probe)
+            if not self.purgatory.fetch.try_complete_else_watch(op, [s.tp for s in statuses]):
+                await op.wait()
+            for r, _off, _mb, out in items:
+                if r is not None and not r.is_leader:
+                    out["error_code"] = 6  # NOT_LEADER_OR_FOLLOWER: lost leadership while waiting
+            items[:] = [(r if (r is not None and r.is_leader) else None, o, m, out) for r, o, m, out in items]
+            read_all()
+        return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
+
+    # -- follower side: truncation and the fetch loop ------------------------------------------------------
+
+    async def _leader_endpoint(self, leader: int) -> zd.BrokerInfo:
+        while leader not in self.live:
+            await self._live_changed.wait()
+        return self.live[leader]
+
+    async def _follow(self, r: Replica, leader: int, epoch: int) -> None:
+        from tidelog.cluster.peer import Peer
+
+        peer: Peer | None = None
+        truncated = False
+        topic, partition = r.tp
+        try:
+            while not self.stopping:
+                try:
+                    if peer is None:
+                        info = await self._leader_endpoint(leader)
+                        peer = Peer(info.host, info.port, f"tidelog-replica-{self.node_id}")
+                    if not truncated:
+                        await self._truncate(peer, r, epoch)
+                        truncated = True
+                    await self._fetch_once(peer, r, epoch)
+                except asyncio.CancelledError:
+                    raise
+                except _RetriableFetchError as exc:
+                    log.debug("replica fetch error", extra={"kv": {"topic": topic, "partition": partition,
+                                                                   "error": str(exc)}})
+                    await asyncio.sleep(self.fetch_backoff_s)  # replica.fetch.backoff.ms
+                except (TimeoutError, OSError, ConnectionError, asyncio.IncompleteReadError) as exc:
+                    log.info("replica fetch connection failed", extra={"kv": {"topic": topic, "partition": partition,
+                                                                              "leader": leader, "error": repr(exc)}})
+                    if peer is not None:
+                        peer.close()
+                    peer = None
+                    await asyncio.sleep(self.fetch_backoff_s)  # replica.fetch.backoff.ms
+        finally:
+            if peer is not None:
+                peer.close()
+
+    async def _truncate(self, peer: Any, r: Replica, epoch: int) -> None:
+        """KIP-101/KIP-279: find the largest offset both logs agree on and truncate there."""
+        plog = r.log
+        cache = plog.epoch_cache
+        if plog.log_end_offset == 0:
+            return
+        latest = cache.latest_epoch() if cache is not None else None
+        if latest is None or latest < 0:
+            target = plog.high_watermark  # no epochs at all: the pre-KIP-101 rule is all there is
+            if target < plog.log_end_offset:
+                plog.truncate_to(target)
+            return
+        requested = latest
+        for _ in range(1000):
+            body = {"replica_id": self.node_id, "topics": [{"topic": r.tp[0], "partitions": [
+                {"partition": r.tp[1], "current_leader_epoch": epoch, "leader_epoch": requested}]}]}
+            resp = await peer.request(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, body)
+            part = resp["topics"][0]["partitions"][0]
+            if part["error_code"]:
+                raise _RetriableFetchError(f"OffsetForLeaderEpoch error {part['error_code']}")
+            leader_epoch, end_offset = part["leader_epoch"], part["end_offset"]
+            leo = plog.log_end_offset
+            if leader_epoch < 0:
+                target, done = min(plog.high_watermark, leo), True
+            else:
+                f_epoch, f_end = cache.end_offset_for(leader_epoch, leo)
+                if f_epoch < 0:
+                    target, done = min(end_offset, leo), True
+                elif f_epoch != leader_epoch:
+                    target, done = min(f_end, end_offset, leo), False
+                    requested = f_epoch
+                else:
+                    target, done = min(end_offset, f_end, leo), True
+            if target < plog.log_end_offset:
+                log.info("truncating", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1], "from": leo,
+                                                      "to": target, "leader_epoch": leader_epoch}})
+                plog.truncate_to(target)
+            if done:
+                return
+        raise _RetriableFetchError("OffsetForLeaderEpoch did not converge")
+
+    async def _fetch_once(self, peer: Any, r: Replica, epoch: int) -> None:
+        plog = r.log
+        body = {
+            "replica_id": self.node_id, "max_wait_ms": self.fetch_wait_ms, "min_bytes": 1,
+            "max_bytes": max(self.fetch_max_bytes, 1 << 20), "isolation_level": 0, "session_id": 0,
+            "session_epoch": -1,
+            "topics": [{"topic": r.tp[0], "partitions": [{
+                "partition": r.tp[1], "current_leader_epoch": epoch, "fetch_offset": plog.log_end_offset,
+                "last_fetched_epoch": -1, "log_start_offset": plog.log_start_offset,
+                "partition_max_bytes": self.fetch_max_bytes}]}],
+            "forgotten_topics_data": [], "rack_id": "",
+        }
+        resp = await peer.request(FETCH, FETCH_VERSION, body, timeout=30 + self.fetch_wait_ms / 1000)
+        if resp.get("error_code"):
+            raise _RetriableFetchError(f"fetch error {resp['error_code']}")
+        part = resp["responses"][0]["partitions"][0]
+        if part["error_code"]:
+            raise _RetriableFetchError(f"fetch partition error {part['error_code']}")
+        if r.is_leader or r.leader_epoch != epoch:
+            return
+        records = part.get("records")
+        if records:
+            plog.append_as_follower(bytes(records))
+        hw = min(part["high_watermark"], plog.log_end_offset)
+        if hw > plog.high_watermark:
+            plog.high_watermark = hw
+
+
+class _RetriableFetchError(Exception):
+    pass

@@ -1,0 +1,251 @@
+"""ZooKeeper layout, paths and JSON values exactly as Kafka's ZooKeeper mode writes them (``kafka.zk.ZkData``).
+
+=========================================== ==============================================================
+znode                                        value
+=========================================== ==============================================================
+``/brokers/ids/<id>`` (ephemeral)            ``{"features":{},"listener_security_protocol_map":{...},
+                                             "endpoints":["PLAINTEXT://h:p"],"jmx_port":-1,"port":p,
+                                             "host":"h","version":5,"timestamp":"<ms>"}`` (+ ``rack``)
+``/controller`` (ephemeral)                  ``{"version":1,"brokerid":N,"timestamp":"<ms>"}``
+``/controller_epoch``                        ``N`` (decimal text)
+``/brokers/topics/<t>``                      ``{"version":3,"partitions":{"0":[1,2,3]},"adding_replicas":{},
+                                             "removing_replicas":{},"topic_id":"<base64 uuid>"}``
+``/brokers/topics/<t>/partitions/<p>/state`` ``{"controller_epoch":C,"leader":L,"version":1,
+                                             "leader_epoch":E,"isr":[...]}``
+``/config/topics/<t>``                       ``{"version":1,"config":{...}}``
+=========================================== ==============================================================
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from dataclasses import dataclass, field
+
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CONFIG_TOPICS = "/config/topics"
+PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, "/admin/delete_topics", "/isr_change_notification")
+
+NO_LEADER = -1
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}"
+
+
+def state_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+def _now_ms_text() -> str:
+    return str(time.time_ns() // 1_000_000)
+
+
+def _dumps(value: dict) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def uuid_to_kafka(raw: bytes) -> str:
+    """Kafka's ``Uuid.toString``: URL-safe base64 without padding (22 characters)."""
+    return base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
+
+
+def uuid_from_kafka(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+# -- broker registration -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+def encode_broker(info: BrokerInfo) -> bytes:
+    """``BrokerIdZNode.encode`` version 5."""
+    value: dict = {
+        "features": {},
+        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"],
+        "jmx_port": -1,
+        "port": info.port,
+        "host": info.host,
+        "version": 5,
+        "timestamp": _now_ms_text(),
+    }
+    if info.rack is not None:
+        value["rack"] = info.rack
+    return _dumps(value)
+
+
+def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
+    value = json.loads(data)
+    host, port = value.get("host"), value.get("port", -1)
+    for ep in value.get("endpoints") or ():
+        proto, _, hostport = ep.partition("://")
+        if proto == "PLAINTEXT":
+            h, _, p = hostport.rpartition(":")
+            host, port = h.strip("[]"), int(p)
+            break
+    return BrokerInfo(broker_id, str(host), int(port), value.get("rack"))
+
+
+# -- controller ----------------------------------------------------------------------------------------------------
+
+
+def encode_controller(broker_id: int) -> bytes:
+    return _dumps({"version": 1, "brokerid": broker_id, "timestamp": _now_ms_text()})
+
+
+def decode_controller(data: bytes | None) -> int:
+    if not data:
+        return -1
+    try:
+        return int(json.loads(data)["brokerid"])
+    except (ValueError, KeyError, TypeError):
+        return -1
+
+
+# -- topics ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TopicAssignment:
+    partitions: dict[int, list[int]]
+    topic_id: bytes | None = None
+    adding: dict[int, list[int]] = field(default_factory=dict)
+    removing: dict[int, list[int]] = field(default_factory=dict)
+
+
+def encode_topic(a: TopicAssignment) -> bytes:
+    """``TopicZNode.encode`` (version 3)."""
+    value: dict = {
+        "version": 3,
+        "partitions": {str(p): list(r) for p, r in sorted(a.partitions.items())},
+        "adding_replicas": {str(p): list(r) for p, r in sorted(a.adding.items())},
+        "removing_replicas": {str(p): list(r) for p, r in sorted(a.removing.items())},
+    }
+    if a.topic_id is not None:
+        value["topic_id"] = uuid_to_kafka(a.topic_id)
+    return _dumps(value)
+
+
+def decode_topic(data: bytes) -> TopicAssignment:
+    value = json.loads(data)
+    tid = value.get("topic_id")
+    return TopicAssignment(
+        {int(p): [int(b) for b in r] for p, r in (value.get("partitions") or {}).items()},
+        uuid_from_kafka(tid) if tid else None,
+        {int(p): [int(b) for b in r] for p, r in (value.get("adding_replicas") or {}).items()},
+        {int(p): [int(b) for b in r] for p, r in (value.get("removing_replicas") or {}).items()},
+    )
+
+
+def encode_topic_config(config: dict[str, str]) -> bytes:
+    return _dumps({"version": 1, "config": dict(config)})
+
+
+def decode_topic_config(data: bytes | None) -> dict[str, str]:
+    if not data:
+        return {}
+    return {str(k): str(v) for k, v in (json.loads(data).get("config") or {}).items()}
+
+
+# -- partition state -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderIsr:
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int = -1  # the znode's version when read: the token of the next conditional write
+
+    def with_zk_version(self, version: int) -> LeaderIsr:
+        return LeaderIsr(self.leader, self.leader_epoch, self.isr, self.controller_epoch, version)
+
+
+def encode_state(s: LeaderIsr) -> bytes:
+    """``TopicPartitionStateZNode.encode`` (version 1; leader_recovery_state is not used)."""
+    return _dumps(
+        {
+            "controller_epoch": s.controller_epoch,
+            "leader": s.leader,
+            "version": 1,
+            "leader_epoch": s.leader_epoch,
+            "isr": list(s.isr),
+        }
+    )
+
+
+def decode_state(data: bytes, zk_version: int) -> LeaderIsr:
+    value = json.loads(data)
+    return LeaderIsr(
+        int(value["leader"]),
+        int(value["leader_epoch"]),
+        tuple(int(b) for b in value["isr"]),
+        int(value["controller_epoch"]),
+        zk_version,
+    )
+
+
+# -- replica assignment (AdminUtils.assignReplicasToBrokers, rack unaware) ------------------------------------------
+
+
+def assign_replicas(
+    brokers: list[int], num_partitions: int, replication_factor: int, *, start_index: int = -1,
+    start_partition: int = 0, next_shift: int = -1, rng=None,
+) -> dict[int, list[int]]:
+    """Kafka's rack-unaware assignment: the first replica of partition p goes round robin from a random start
+    broker; the other replicas follow at an increasing shift, so leaders and followers spread evenly."""
+    import random
+
+    rng = rng or random
+    ids = sorted(brokers)
+    n = len(ids)
+    if replication_factor > n:
+        raise ValueError(f"replication factor {replication_factor} larger than available brokers {n}")
+    start = start_index if start_index >= 0 else rng.randrange(n)
+    shift = next_shift if next_shift >= 0 else rng.randrange(n)
+    out: dict[int, list[int]] = {}
+    current = start_partition
+    for _ in range(num_partitions):
+        if current > 0 and current % n == 0:
+            shift += 1
+        first = (current + start) % n
+        replicas = [ids[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(ids[_replica_index(first, shift, j, n)])
+        out[current] = replicas
+        current += 1
+    return out
+
+
+def _replica_index(first: int, second_shift: int, replica_index: int, n: int) -> int:
+    shift = 1 + (second_shift + replica_index) % (n - 1)
+    return (first + shift) % n
