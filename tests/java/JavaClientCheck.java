@@ -1,0 +1,766 @@
+// Drives a real `tidelog serve` with the Apache Kafka Java client (kafka-clients), for tests/java/.
+// Compiled at test time by tests/java/test_java_client.py (javac, into a temp dir, against the jars).
+//
+//   java -cp <jars>:<classes> JavaClientCheck SCENARIO BOOTSTRAP TOPIC [GROUP]
+//   SCENARIO: version | admin | roundtrip | offsets | group
+//
+// Every observation is one JSON object per line on stdout ({"event": ..., ...}); the pytest side asserts on them.
+// The program asserts nothing itself: it only reports what the client saw. Exceptions are reported as
+// {"event": "error", ...} and give exit code 1. Every wait is bounded by a deadline.
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Properties;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.ConsumerGroupDescription;
+import org.apache.kafka.clients.admin.ConsumerGroupListing;
+import org.apache.kafka.clients.admin.CreateTopicsResult;
+import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.ListOffsetsResult.ListOffsetsResultInfo;
+import org.apache.kafka.clients.admin.MemberDescription;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.RecordsToDelete;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.Node;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.kafka.common.utils.AppInfoParser;
+
+public final class JavaClientCheck {
+    static final String[] CODECS = {"none", "gzip", "snappy", "lz4", "zstd"};
+    static final int PER_CODEC = 20;
+    static final long TS_BASE = 1_700_000_000_000L;
+    static final long DEADLINE_MS = 40_000;
+
+    private JavaClientCheck() {}
+
+    public static void main(String[] args) throws Exception {
+        if (args.length < 1) {
+            System.err.println("usage: JavaClientCheck version | SCENARIO BOOTSTRAP TOPIC [GROUP]");
+            System.exit(2);
+        }
+        int rc = 0;
+        try {
+            switch (args[0]) {
+                case "version" -> emit(obj("event", "version", "version", AppInfoParser.getVersion(),
+                        "commit", AppInfoParser.getCommitId()));
+                case "admin" -> admin(args[1], args[2]);
+                case "roundtrip" -> roundtrip(args[1], args[2]);
+                case "offsets" -> offsets(args[1], args[2]);
+                case "group" -> group(args[1], args[2], args[3]);
+                default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
+            }
+            emit(obj("event", "done"));
+        } catch (Throwable t) {
+            Throwable c = t instanceof ExecutionException && t.getCause() != null ? t.getCause() : t;
+            emit(obj("event", "error", "type", c.getClass().getName(), "message", String.valueOf(c.getMessage())));
+            t.printStackTrace();
+            rc = 1;
+        }
+        System.out.flush();
+        System.exit(rc);
+    }
+
+    // ------------------------------------------------------------------------------------------- clients
+
+    static Properties common(String bootstrap, String clientId) {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("client.id", clientId);
+        p.put("request.timeout.ms", "15000");
+        p.put("default.api.timeout.ms", "20000");
+        return p;
+    }
+
+    static Admin admin(String bootstrap) {
+        Properties p = common(bootstrap, "java-check-admin");
+        p.put(AdminClientConfig.RETRIES_CONFIG, "5");
+        return Admin.create(p);
+    }
+
+    static KafkaProducer<byte[], byte[]> producer(String bootstrap, String codec) {
+        Properties p = common(bootstrap, "java-check-producer-" + codec);
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec);
+        // long linger + flush(): everything sent before flush() leaves in as few batches as fit
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "5000");
+        p.put(ProducerConfig.BATCH_SIZE_CONFIG, "1048576");
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "20000");
+        return new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
+    }
+
+    static KafkaConsumer<byte[], byte[]> consumer(String bootstrap, String clientId, String group) {
+        Properties p = common(bootstrap, clientId);
+        if (group != null) {
+            p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+            p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "6000");
+            p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "500");
+            p.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, "30000");
+        }
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "7");  // several polls per partition
+        return new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+    }
+
+    static void createTopic(Admin admin, String topic, int partitions) throws Exception {
+        admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get();
+    }
+
+    // ---------------------------------------------------------------------------------------- scenario 1
+
+    static void admin(String bootstrap, String topic) throws Exception {
+        try (Admin admin = admin(bootstrap); KafkaProducer<byte[], byte[]> producer = producer(bootstrap, "none")) {
+            DescribeClusterResult cluster = admin.describeCluster();
+            List<Object> nodes = new ArrayList<>();
+            for (Node n : cluster.nodes().get()) {
+                nodes.add(obj("id", n.id(), "host", n.host(), "port", n.port()));
+            }
+            Node controller = cluster.controller().get();
+            emit(obj("event", "cluster", "cluster_id", cluster.clusterId().get(), "nodes", nodes,
+                    "controller", controller == null ? null : controller.id()));
+
+            NewTopic nt = new NewTopic(topic, 3, (short) 1)
+                    .configs(Map.of("retention.ms", "7200000", "cleanup.policy", "delete"));
+            CreateTopicsResult created = admin.createTopics(List.of(nt));
+            created.all().get();
+            Map<String, Object> createdCfg = new TreeMap<>();
+            for (ConfigEntry e : created.config(topic).get().entries()) {
+                createdCfg.put(e.name(), e.value());
+            }
+            emit(obj("event", "created", "partitions", created.numPartitions(topic).get(),
+                    "replication_factor", created.replicationFactor(topic).get(),
+                    "topic_id", String.valueOf(created.topicId(topic).get()), "configs", createdCfg));
+
+            // creating it again must fail with TopicExistsException
+            try {
+                admin.createTopics(List.of(new NewTopic(topic, 3, (short) 1))).all().get();
+                emit(obj("event", "create_again", "error", null));
+            } catch (ExecutionException e) {
+                emit(obj("event", "create_again", "error", e.getCause().getClass().getSimpleName()));
+            }
+
+            TopicDescription td = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+            List<Object> parts = new ArrayList<>();
+            for (TopicPartitionInfo pi : td.partitions()) {
+                parts.add(obj("partition", pi.partition(), "leader", pi.leader() == null ? null : pi.leader().id(),
+                        "replicas", pi.replicas().stream().map(Node::id).toList(),
+                        "isr", pi.isr().stream().map(Node::id).toList()));
+            }
+            emit(obj("event", "described", "name", td.name(), "internal", td.isInternal(),
+                    "topic_id", String.valueOf(td.topicId()), "partitions", parts));
+
+            ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+            Config cfg = admin.describeConfigs(List.of(res)).all().get().get(res);
+            Map<String, Object> entries = new TreeMap<>();
+            for (ConfigEntry e : cfg.entries()) {
+                entries.put(e.name(), obj("value", e.value(), "source", e.source().name(),
+                        "default", e.isDefault(), "read_only", e.isReadOnly(), "sensitive", e.isSensitive()));
+            }
+            emit(obj("event", "configs", "entries", entries));
+
+            emit(obj("event", "listed", "names", new ArrayList<>(new TreeMap<>(toMap(admin.listTopics().names().get())).keySet())));
+
+            // ten records per partition, then DeleteRecords: p0 before 4, p1 all (high watermark), p2 untouched
+            List<RecordMetadata> mds = new ArrayList<>();
+            List<java.util.concurrent.Future<RecordMetadata>> fs = new ArrayList<>();
+            for (int p = 0; p < 3; p++) {
+                for (int i = 0; i < 10; i++) {
+                    fs.add(producer.send(new ProducerRecord<>(topic, p, bytes("k" + i), bytes("v" + p + "-" + i))));
+                }
+            }
+            producer.flush();
+            for (var f : fs) {
+                mds.add(f.get());
+            }
+            Map<Integer, Long> ends = new TreeMap<>();
+            for (RecordMetadata md : mds) {
+                ends.merge(md.partition(), md.offset() + 1, Math::max);
+            }
+            emit(obj("event", "produced", "ends", ends));
+
+            TopicPartition p0 = new TopicPartition(topic, 0);
+            TopicPartition p1 = new TopicPartition(topic, 1);
+            TopicPartition p2 = new TopicPartition(topic, 2);
+            var del = admin.deleteRecords(Map.of(p0, RecordsToDelete.beforeOffset(4), p1, RecordsToDelete.beforeOffset(-1)));
+            Map<String, Object> lows = new TreeMap<>();
+            for (var e : del.lowWatermarks().entrySet()) {
+                lows.put(String.valueOf(e.getKey().partition()), e.getValue().get().lowWatermark());
+            }
+            emit(obj("event", "deleted_records", "low_watermarks", lows));
+
+            // out of range: beyond the high watermark
+            try {
+                admin.deleteRecords(Map.of(p2, RecordsToDelete.beforeOffset(11))).all().get();
+                emit(obj("event", "delete_records_beyond_end", "error", null));
+            } catch (ExecutionException e) {
+                emit(obj("event", "delete_records_beyond_end", "error", e.getCause().getClass().getSimpleName()));
+            }
+
+            Map<TopicPartition, OffsetSpec> q = new HashMap<>();
+            for (TopicPartition tp : List.of(p0, p1, p2)) {
+                q.put(tp, OffsetSpec.earliest());
+            }
+            Map<String, Object> earliest = new TreeMap<>();
+            for (var e : admin.listOffsets(q).all().get().entrySet()) {
+                earliest.put(String.valueOf(e.getKey().partition()), e.getValue().offset());
+            }
+            emit(obj("event", "earliest_after_delete", "offsets", earliest));
+
+            // a consumer from the beginning of p0 starts at the new log start offset
+            try (KafkaConsumer<byte[], byte[]> c = consumer(bootstrap, "java-check-admin-reader", null)) {
+                c.assign(List.of(p0));
+                c.seekToBeginning(List.of(p0));
+                List<ConsumerRecord<byte[], byte[]>> got = readUntil(c, Map.of(p0, 10L));
+                emit(obj("event", "read_after_delete", "offsets", got.stream().map(ConsumerRecord::offset).toList(),
+                        "values", got.stream().map(r -> str(r.value())).toList()));
+            }
+
+            admin.deleteTopics(List.of(topic)).all().get();
+            emit(obj("event", "topic_deleted"));
+            boolean listed = admin.listTopics().names().get().contains(topic);
+            String describeErr = null;
+            try {
+                admin.describeTopics(List.of(topic)).allTopicNames().get();
+            } catch (ExecutionException e) {
+                describeErr = e.getCause().getClass().getSimpleName();
+            }
+            emit(obj("event", "after_delete", "listed", listed, "describe_error", describeErr));
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------- scenario 2
+
+    static List<Header> headersFor(int i) {
+        List<Header> hs = new ArrayList<>();
+        switch (i % 4) {
+            case 0 -> { }
+            case 1 -> hs.add(new RecordHeader("trace", bytes("t-" + i)));
+            case 2 -> {
+                hs.add(new RecordHeader("dup", bytes("first")));
+                hs.add(new RecordHeader("dup", bytes("second")));
+                hs.add(new RecordHeader("null-header", (byte[]) null));
+                hs.add(new RecordHeader("empty", new byte[0]));
+            }
+            default -> hs.add(new RecordHeader("bin\u00e9", new byte[] {0, (byte) 0xff, 1, (byte) 0x80}));
+        }
+        return hs;
+    }
+
+    static byte[] keyFor(String codec, int i) {
+        if (i % 5 == 0) return null;
+        if (i % 5 == 1) return new byte[0];
+        return bytes("key-" + codec + "-" + i);
+    }
+
+    static byte[] valueFor(String codec, int i) {
+        if (i % 7 == 3) return null;
+        if (i % 7 == 4) return new byte[0];
+        StringBuilder sb = new StringBuilder();
+        for (int r = 0; r < 1 + i * 3; r++) sb.append("value ").append(codec).append(' ').append(i).append(';');
+        byte[] text = bytes(sb.toString());
+        byte[] out = new byte[text.length + 256];
+        System.arraycopy(text, 0, out, 0, text.length);
+        for (int b = 0; b < 256; b++) out[text.length + b] = (byte) b;  // every byte value
+        return out;
+    }
+
+    static void roundtrip(String bootstrap, String topic) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            createTopic(admin, topic, 1);
+        }
+        TopicPartition tp = new TopicPartition(topic, 0);
+        for (String codec : CODECS) {
+            try (KafkaProducer<byte[], byte[]> producer = producer(bootstrap, codec)) {
+                List<java.util.concurrent.Future<RecordMetadata>> fs = new ArrayList<>();
+                for (int i = 0; i < PER_CODEC; i++) {
+                    long ts = TS_BASE + i * 1000L + (codec.hashCode() & 0xff);
+                    fs.add(producer.send(new ProducerRecord<>(topic, 0, ts, keyFor(codec, i), valueFor(codec, i),
+                            headersFor(i))));
+                }
+                producer.flush();
+                for (int i = 0; i < PER_CODEC; i++) {
+                    RecordMetadata md = fs.get(i).get();
+                    ProducerRecord<byte[], byte[]> sent = new ProducerRecord<>(topic, 0,
+                            TS_BASE + i * 1000L + (codec.hashCode() & 0xff), keyFor(codec, i), valueFor(codec, i),
+                            headersFor(i));
+                    emit(recordJson("sent", codec, md.partition(), md.offset(), md.timestamp(), "CreateTime",
+                            sent.key(), sent.value(), sent.headers()));
+                }
+            }
+        }
+        try (KafkaConsumer<byte[], byte[]> c = consumer(bootstrap, "java-check-roundtrip-reader", null)) {
+            c.assign(List.of(tp));
+            c.seekToBeginning(List.of(tp));
+            long end = c.endOffsets(List.of(tp)).get(tp);
+            emit(obj("event", "end_offset", "offset", end));
+            for (ConsumerRecord<byte[], byte[]> r : readUntil(c, Map.of(tp, end))) {
+                emit(recordJson("read", null, r.partition(), r.offset(), r.timestamp(), r.timestampType().name,
+                        r.key(), r.value(), r.headers()));
+            }
+        }
+    }
+
+    static Map<String, Object> recordJson(String event, String codec, int partition, long offset, long ts,
+                                          String tsType, byte[] key, byte[] value, Iterable<Header> headers) {
+        List<Object> hs = new ArrayList<>();
+        for (Header h : headers) {
+            hs.add(Arrays.asList(h.key(), hexOrNull(h.value())));
+        }
+        Map<String, Object> m = obj("event", event, "partition", partition, "offset", offset, "timestamp", ts,
+                "timestamp_type", tsType, "key", hexOrNull(key), "value", hexOrNull(value), "headers", hs);
+        if (codec != null) m.put("codec", codec);
+        return m;
+    }
+
+    // ---------------------------------------------------------------------------------------- scenario 3
+
+    static void offsets(String bootstrap, String topic) throws Exception {
+        TopicPartition p0 = new TopicPartition(topic, 0);
+        TopicPartition p1 = new TopicPartition(topic, 1);
+        TopicPartition p2 = new TopicPartition(topic, 2);  // stays empty
+        List<TopicPartition> all = List.of(p0, p1, p2);
+        try (Admin admin = admin(bootstrap)) {
+            createTopic(admin, topic, 3);
+            try (KafkaProducer<byte[], byte[]> producer = producer(bootstrap, "none")) {
+                List<java.util.concurrent.Future<RecordMetadata>> fs = new ArrayList<>();
+                for (int i = 0; i < 10; i++) {  // p0: TS_BASE + 0, 1000, ..., 9000
+                    fs.add(producer.send(new ProducerRecord<>(topic, 0, TS_BASE + i * 1000L, null, bytes("p0-" + i))));
+                }
+                for (int i = 0; i < 5; i++) {  // p1: TS_BASE + 500, 2500, ..., 8500 (+ one out of order, below)
+                    fs.add(producer.send(new ProducerRecord<>(topic, 1, TS_BASE + 500 + i * 2000L, null, bytes("p1-" + i))));
+                }
+                // a late record with an older timestamp: offsetsForTimes must not return it for a later target
+                fs.add(producer.send(new ProducerRecord<>(topic, 1, TS_BASE + 100, null, bytes("p1-late"))));
+                producer.flush();
+                for (var f : fs) {
+                    f.get();
+                }
+            }
+            try (KafkaConsumer<byte[], byte[]> c = consumer(bootstrap, "java-check-offsets", null)) {
+                emit(obj("event", "beginning", "offsets", byPartition(c.beginningOffsets(all))));
+                emit(obj("event", "end", "offsets", byPartition(c.endOffsets(all))));
+                long[][] queries = {
+                    {0, TS_BASE - 1}, {0, TS_BASE}, {0, TS_BASE + 1500}, {0, TS_BASE + 9000}, {0, TS_BASE + 9001},
+                    {1, TS_BASE}, {1, TS_BASE + 501}, {1, TS_BASE + 8500}, {1, TS_BASE + 8501}, {2, TS_BASE},
+                };
+                for (long[] qy : queries) {
+                    TopicPartition tp = new TopicPartition(topic, (int) qy[0]);
+                    OffsetAndTimestamp ot = c.offsetsForTimes(Map.of(tp, qy[1])).get(tp);
+                    emit(obj("event", "for_time", "partition", (int) qy[0], "target", qy[1],
+                            "offset", ot == null ? null : ot.offset(), "timestamp", ot == null ? null : ot.timestamp()));
+                }
+            }
+            // the Admin view of the same: earliest / latest / max timestamp
+            for (String spec : List.of("earliest", "latest", "max_timestamp")) {
+                Map<TopicPartition, OffsetSpec> q = new HashMap<>();
+                for (TopicPartition tp : all) {
+                    q.put(tp, switch (spec) {
+                        case "earliest" -> OffsetSpec.earliest();
+                        case "latest" -> OffsetSpec.latest();
+                        default -> OffsetSpec.maxTimestamp();
+                    });
+                }
+                Map<String, Object> res = new TreeMap<>();
+                for (Map.Entry<TopicPartition, ListOffsetsResultInfo> e : admin.listOffsets(q).all().get().entrySet()) {
+                    res.put(String.valueOf(e.getKey().partition()),
+                            obj("offset", e.getValue().offset(), "timestamp", e.getValue().timestamp()));
+                }
+                emit(obj("event", "admin_list_offsets", "spec", spec, "result", res));
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------- scenario 4
+
+    /** One group member on its own thread (a KafkaConsumer is single-threaded); its state is guarded by
+     *  the shared {@code lock}, which it notifies on every change. */
+    static final class Member implements Runnable, ConsumerRebalanceListener {
+        final String name;
+        final KafkaConsumer<byte[], byte[]> consumer;
+        final String topic;
+        final AtomicLong target;  // position every assigned partition must reach
+        final AtomicBoolean stop;
+        final Object lock;
+        final List<Object> rebalances = new ArrayList<>();
+        final Map<Integer, List<Long>> consumed = new TreeMap<>();
+        Set<Integer> assignment = Set.of();
+        boolean caughtUp;  // every assigned partition read to caughtUpAt and committed, no rebalance since
+        long caughtUpAt = -1;
+        String consumerId;
+        Throwable failure;
+        boolean exited;
+
+        Member(String name, String bootstrap, String topic, String group, AtomicLong target, AtomicBoolean stop,
+               Object lock) {
+            this.name = name;
+            this.consumer = consumer(bootstrap, name, group);
+            this.topic = topic;
+            this.target = target;
+            this.stop = stop;
+            this.lock = lock;
+        }
+
+        @Override
+        public void onPartitionsRevoked(Collection<TopicPartition> parts) {
+            synchronized (lock) {
+                caughtUp = false;
+                lock.notifyAll();
+            }
+        }
+
+        @Override
+        public void onPartitionsAssigned(Collection<TopicPartition> parts) {
+            Set<Integer> s = new HashSet<>();
+            for (TopicPartition tp : parts) s.add(tp.partition());
+            synchronized (lock) {
+                assignment = Set.copyOf(s);
+                caughtUp = false;
+                rebalances.add(new ArrayList<>(new TreeMap<>(toMap(s)).keySet()));
+                lock.notifyAll();
+            }
+        }
+
+        @Override
+        public void run() {
+            try {
+                consumer.subscribe(List.of(topic), this);
+                long committedFor = -1;
+                while (!stop.get()) {
+                    long want = target.get();
+                    for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(100))) {
+                        synchronized (lock) {
+                            consumed.computeIfAbsent(r.partition(), k -> new ArrayList<>()).add(r.offset());
+                        }
+                    }
+                    Set<TopicPartition> mine = consumer.assignment();
+                    boolean done = !mine.isEmpty();
+                    for (TopicPartition tp : mine) {
+                        done &= consumer.position(tp) >= want;
+                    }
+                    synchronized (lock) {
+                        if (!caughtUp) committedFor = -1;  // a rebalance since the last commit: commit again
+                    }
+                    if (done && committedFor != want) {
+                        consumer.commitSync();
+                        committedFor = want;
+                        String id = consumer.groupMetadata().memberId();
+                        synchronized (lock) {
+                            consumerId = id;
+                            caughtUp = true;
+                            caughtUpAt = want;
+                            lock.notifyAll();
+                        }
+                    }
+                }
+            } catch (Throwable t) {
+                synchronized (lock) {
+                    failure = t;
+                    lock.notifyAll();
+                }
+            } finally {
+                consumer.close(Duration.ofSeconds(10));  // LeaveGroup
+                synchronized (lock) {
+                    exited = true;
+                    lock.notifyAll();
+                }
+            }
+        }
+    }
+
+    static void group(String bootstrap, String topic, String group) throws Exception {
+        final int partitions = 4;
+        final long first = 10;  // records per partition while both members are in
+        final long more = 5;    // added after they left
+        try (Admin admin = admin(bootstrap); KafkaProducer<byte[], byte[]> producer = producer(bootstrap, "lz4")) {
+            createTopic(admin, topic, partitions);
+
+            AtomicBoolean stop = new AtomicBoolean();
+            AtomicLong target = new AtomicLong(0);
+            Object lock = new Object();
+            Member a = new Member("java-member-a", bootstrap, topic, group, target, stop, lock);
+            Member b = new Member("java-member-b", bootstrap, topic, group, target, stop, lock);
+            Thread ta = new Thread(a, "member-a");
+            Thread tb = new Thread(b, "member-b");
+            ta.start();
+            tb.start();
+            // phase 1: both members in, the partitions split between them (topic still empty)
+            boolean split = awaitSplit(a, b, lock, partitions, 0);
+            emit(obj("event", "split_empty", "ok", split));
+            // phase 2: records arrive; each member reads its own partitions and commits
+            produceEach(producer, topic, partitions, 0, first);
+            target.set(first);
+            split = awaitSplit(a, b, lock, partitions, first);
+            for (Member m : List.of(a, b)) {
+                synchronized (lock) {
+                    emit(obj("event", "member", "name", m.name, "member_id", m.consumerId,
+                            "assignment", new ArrayList<>(new TreeMap<>(toMap(m.assignment)).keySet()),
+                            "caught_up", m.caughtUp, "rebalances", m.rebalances, "consumed", stringKeys(m.consumed)));
+                }
+            }
+            emit(obj("event", "split", "ok", split));
+
+            // while both members are in: the Admin view of the group
+            Map<String, Object> listing = new TreeMap<>();
+            for (ConsumerGroupListing l : admin.listConsumerGroups().all().get()) {
+                listing.put(l.groupId(), obj("simple", l.isSimpleConsumerGroup(),
+                        "state", l.state().map(Enum::name).orElse(null)));
+            }
+            emit(obj("event", "list_groups", "groups", listing));
+            emit(describeGroup(admin, group, "describe_active"));
+            emit(obj("event", "committed_active", "offsets", committedOffsets(admin, group)));
+
+            stop.set(true);
+            ta.join(20_000);
+            tb.join(20_000);
+            emit(obj("event", "members_closed", "alive", ta.isAlive() || tb.isAlive(),
+                    "failure", a.failure != null ? a.failure.toString() : b.failure != null ? b.failure.toString() : null));
+            emit(describeGroup(admin, group, "describe_empty"));
+
+            produceEach(producer, topic, partitions, first, more);
+
+            // a fresh member of the same group resumes at the committed offsets
+            try (KafkaConsumer<byte[], byte[]> c = consumer(bootstrap, "java-member-fresh", group)) {
+                c.subscribe(List.of(topic));
+                Map<Integer, List<Long>> got = new TreeMap<>();
+                long want = partitions * more;
+                long n = 0;
+                Map<String, Object> positionsAtAssign = null;
+                long dl = System.currentTimeMillis() + DEADLINE_MS;
+                while (n < want && System.currentTimeMillis() < dl) {
+                    for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
+                        got.computeIfAbsent(r.partition(), k -> new ArrayList<>()).add(r.offset());
+                        n++;
+                    }
+                    if (positionsAtAssign == null && !c.assignment().isEmpty()) {
+                        positionsAtAssign = new TreeMap<>();
+                        Map<TopicPartition, OffsetAndMetadata> com = c.committed(c.assignment());
+                        for (var e : com.entrySet()) {
+                            positionsAtAssign.put(String.valueOf(e.getKey().partition()),
+                                    e.getValue() == null ? null : e.getValue().offset());
+                        }
+                    }
+                }
+                // nothing beyond what was produced arrives after a short extra poll
+                for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(300))) {
+                    got.computeIfAbsent(r.partition(), k -> new ArrayList<>()).add(r.offset());
+                }
+                emit(obj("event", "fresh_member", "committed_seen", positionsAtAssign, "consumed", stringKeys(got),
+                        "assignment", c.assignment().stream().map(TopicPartition::partition).sorted().toList()));
+                c.commitSync();
+            }
+            emit(obj("event", "committed_final", "offsets", committedOffsets(admin, group)));
+        }
+    }
+
+    /** Wait (bounded) until both members hold disjoint, non-empty assignments covering the topic and have
+     *  read and committed every assigned partition up to {@code want}. */
+    static boolean awaitSplit(Member a, Member b, Object lock, int partitions, long want) throws Exception {
+        long deadline = System.currentTimeMillis() + DEADLINE_MS;
+        synchronized (lock) {
+            while (true) {
+                if (a.failure != null) throw new RuntimeException("member a failed", a.failure);
+                if (b.failure != null) throw new RuntimeException("member b failed", b.failure);
+                Set<Integer> union = new HashSet<>(a.assignment);
+                union.addAll(b.assignment);
+                boolean split = a.caughtUp && b.caughtUp && a.caughtUpAt == want && b.caughtUpAt == want
+                        && !a.assignment.isEmpty() && !b.assignment.isEmpty()
+                        && union.size() == partitions && a.assignment.size() + b.assignment.size() == partitions;
+                long left = deadline - System.currentTimeMillis();
+                if (split || left <= 0) return split;
+                lock.wait(left);  // members notify on every assignment / progress change
+            }
+        }
+    }
+
+    static void produceEach(KafkaProducer<byte[], byte[]> producer, String topic, int partitions, long from, long count)
+            throws Exception {
+        List<java.util.concurrent.Future<RecordMetadata>> fs = new ArrayList<>();
+        for (int p = 0; p < partitions; p++) {
+            for (long i = from; i < from + count; i++) {
+                fs.add(producer.send(new ProducerRecord<>(topic, p, bytes("k" + i), bytes("p" + p + "-" + i))));
+            }
+        }
+        producer.flush();
+        for (var f : fs) {
+            f.get();
+        }
+    }
+
+    static Map<String, Object> describeGroup(Admin admin, String group, String event) throws Exception {
+        ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+        List<Object> members = new ArrayList<>();
+        for (MemberDescription m : d.members()) {
+            members.add(obj("member_id", m.consumerId(), "client_id", m.clientId(), "host", m.host(),
+                    "group_instance_id", m.groupInstanceId().orElse(null),
+                    "assignment", m.assignment().topicPartitions().stream()
+                            .map(tp -> tp.topic() + ":" + tp.partition()).sorted().toList()));
+        }
+        Node coord = d.coordinator();
+        return obj("event", event, "group_id", d.groupId(), "state", d.state().name(), "simple", d.isSimpleConsumerGroup(),
+                "assignor", d.partitionAssignor(), "coordinator", coord == null ? null : coord.id(), "members", members);
+    }
+
+    static Map<String, Object> committedOffsets(Admin admin, String group) throws Exception {
+        Map<String, Object> out = new TreeMap<>();
+        for (var e : admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get().entrySet()) {
+            OffsetAndMetadata om = e.getValue();
+            out.put(e.getKey().topic() + ":" + e.getKey().partition(), om == null ? null : om.offset());
+        }
+        return out;
+    }
+
+    // ------------------------------------------------------------------------------------------- helpers
+
+    /** Poll until every partition's position reaches its target (or the deadline); returns what was read. */
+    static List<ConsumerRecord<byte[], byte[]>> readUntil(KafkaConsumer<byte[], byte[]> c, Map<TopicPartition, Long> until) {
+        List<ConsumerRecord<byte[], byte[]>> out = new ArrayList<>();
+        long deadline = System.currentTimeMillis() + DEADLINE_MS;
+        while (System.currentTimeMillis() < deadline) {
+            boolean done = true;
+            for (var e : until.entrySet()) {
+                done &= c.position(e.getKey()) >= e.getValue();
+            }
+            if (done) break;
+            for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
+                out.add(r);
+            }
+        }
+        return out;
+    }
+
+    static Map<String, Object> byPartition(Map<TopicPartition, Long> m) {
+        Map<String, Object> out = new TreeMap<>();
+        for (var e : m.entrySet()) out.put(String.valueOf(e.getKey().partition()), e.getValue());
+        return out;
+    }
+
+    static <V> Map<String, Object> stringKeys(Map<Integer, V> m) {
+        Map<String, Object> out = new TreeMap<>();
+        for (var e : m.entrySet()) out.put(String.valueOf(e.getKey()), e.getValue());
+        return out;
+    }
+
+    static <T> Map<T, Boolean> toMap(Collection<T> xs) {
+        Map<T, Boolean> m = new LinkedHashMap<>();
+        for (T x : xs) m.put(x, true);
+        return m;
+    }
+
+    static byte[] bytes(String s) {
+        return s.getBytes(StandardCharsets.UTF_8);
+    }
+
+    static String str(byte[] b) {
+        return b == null ? null : new String(b, StandardCharsets.UTF_8);
+    }
+
+    static String hexOrNull(byte[] b) {
+        if (b == null) return null;
+        StringBuilder sb = new StringBuilder(b.length * 2);
+        for (byte x : b) sb.append(Character.forDigit((x >> 4) & 0xf, 16)).append(Character.forDigit(x & 0xf, 16));
+        return sb.toString();
+    }
+
+    // ---------------------------------------------------------------------------------------- tiny JSON
+
+    static Map<String, Object> obj(Object... kv) {
+        Map<String, Object> m = new LinkedHashMap<>();
+        for (int i = 0; i < kv.length; i += 2) m.put((String) kv[i], kv[i + 1]);
+        return m;
+    }
+
+    static synchronized void emit(Map<String, Object> m) {
+        StringBuilder sb = new StringBuilder();
+        json(sb, m);
+        System.out.println(sb);
+        System.out.flush();
+    }
+
+    static void json(StringBuilder sb, Object v) {
+        if (v == null) {
+            sb.append("null");
+        } else if (v instanceof Boolean || v instanceof Integer || v instanceof Long || v instanceof Short) {
+            sb.append(v);
+        } else if (v instanceof Optional<?> o) {
+            json(sb, o.orElse(null));
+        } else if (v instanceof Map<?, ?> m) {
+            sb.append('{');
+            boolean firstItem = true;
+            for (var e : m.entrySet()) {
+                if (!firstItem) sb.append(',');
+                firstItem = false;
+                string(sb, String.valueOf(e.getKey()));
+                sb.append(':');
+                json(sb, e.getValue());
+            }
+            sb.append('}');
+        } else if (v instanceof Iterable<?> it) {
+            sb.append('[');
+            boolean firstItem = true;
+            for (Object x : it) {
+                if (!firstItem) sb.append(',');
+                firstItem = false;
+                json(sb, x);
+            }
+            sb.append(']');
+        } else {
+            string(sb, v.toString());
+        }
+    }
+
+    static void string(StringBuilder sb, String s) {
+        sb.append('"');
+        for (int i = 0; i < s.length(); i++) {
+            char ch = s.charAt(i);
+            switch (ch) {
+                case '"' -> sb.append("\\\"");
+                case '\\' -> sb.append("\\\\");
+                case '\n' -> sb.append("\\n");
+                case '\r' -> sb.append("\\r");
+                case '\t' -> sb.append("\\t");
+                default -> {
+                    if (ch < 0x20 || ch > 0x7e) sb.append(String.format("\\u%04x", (int) ch));
+                    else sb.append(ch);
+                }
+            }
+        }
+        sb.append('"');
+    }
+}

@@ -1,0 +1,245 @@
+"""The Apache Kafka Java client (kafka-clients 3.9.0) against a real ``tidelog serve``.
+
+Each test runs one scenario of JavaClientCheck.java in a JVM; the program reports what the client saw as JSON
+lines and the assertions are here. Where it helps, what the broker stored is checked on disk too, decoded by
+``tidelog.records`` independently of the Java client.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidelog.records import CompressionType, decode_batches
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+PER_CODEC = 20
+TS_BASE = 1_700_000_000_000
+ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+@pytest.fixture(scope="module")
+def jbroker(broker_factory: Any) -> Any:
+    # short group timers so the two-member group forms within the test's time budget
+    return broker_factory({"group.initial.rebalance.delay.ms": "200", "group.min.session.timeout.ms": "1000"})
+
+
+def name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def by_event(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The single event of each kind (kinds that repeat are read from the list)."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in events:
+        out.setdefault(e["event"], e)
+    return out
+
+
+def batches_on_disk(data_dir: Path, topic: str, partition: int = 0) -> list[tuple[Any, list[Any]]]:
+    out = []
+    for seg in sorted((Path(data_dir) / f"{topic}-{partition}").glob("*.log")):
+        data = seg.read_bytes()
+        end = 0
+        for pos, header, records in decode_batches(data):
+            assert pos == end, f"{seg.name}: gap at {pos}"
+            end = pos + header.size
+            out.append((header, records))
+        assert end == len(data), f"{seg.name}: trailing bytes"
+    return out
+
+
+def test_client_version(java_client: Any) -> None:
+    ev = by_event(java_client.run("version"))
+    assert ev["version"]["version"] == "3.9.0"
+
+
+# --------------------------------------------------------------------------------------------- 1. admin
+
+
+def test_admin_topic_lifecycle(java_client: Any, jbroker: Any) -> None:
+    topic = name("java-admin")
+    events = java_client.run("admin", jbroker.bootstrap, topic, broker=jbroker)
+    ev = by_event(events)
+
+    cluster = ev["cluster"]
+    assert [(n["host"], n["port"]) for n in cluster["nodes"]] == [("127.0.0.1", jbroker.port)]
+    node_id = cluster["nodes"][0]["id"]
+    assert cluster["controller"] == node_id
+    assert cluster["cluster_id"]
+
+    created = ev["created"]
+    assert created["partitions"] == 3 and created["replication_factor"] == 1
+    assert created["configs"]["retention.ms"] == "7200000"
+    assert created["configs"]["cleanup.policy"] == "delete"
+    assert created["topic_id"] != ZERO_UUID
+    assert ev["create_again"]["error"] == "TopicExistsException"
+
+    described = ev["described"]
+    assert described["name"] == topic and described["internal"] is False
+    assert described["topic_id"] == created["topic_id"]
+    assert described["partitions"] == [
+        {"partition": p, "leader": node_id, "replicas": [node_id], "isr": [node_id]} for p in range(3)
+    ]
+
+    entries = ev["configs"]["entries"]
+    assert entries["retention.ms"] == {"value": "7200000", "source": "DYNAMIC_TOPIC_CONFIG", "default": False,
+                                       "read_only": False, "sensitive": False}
+    assert entries["cleanup.policy"]["value"] == "delete"
+    assert entries["cleanup.policy"]["source"] == "DYNAMIC_TOPIC_CONFIG"
+    # a config left alone comes from the broker's defaults
+    assert entries["segment.bytes"]["source"] in ("DEFAULT_CONFIG", "STATIC_BROKER_CONFIG")
+    assert entries["segment.bytes"]["value"] == "1073741824"
+    assert {"max.message.bytes", "compression.type", "min.insync.replicas"} <= entries.keys()
+
+    assert topic in ev["listed"]["names"]
+
+    assert ev["produced"]["ends"] == {"0": 10, "1": 10, "2": 10}
+    assert ev["deleted_records"]["low_watermarks"] == {"0": 4, "1": 10}
+    assert ev["delete_records_beyond_end"]["error"] == "OffsetOutOfRangeException"
+    assert ev["earliest_after_delete"]["offsets"] == {"0": 4, "1": 10, "2": 0}
+    assert ev["read_after_delete"]["offsets"] == list(range(4, 10))
+    assert ev["read_after_delete"]["values"] == [f"v0-{i}" for i in range(4, 10)]
+
+    assert "topic_deleted" in ev
+    assert ev["after_delete"] == {"event": "after_delete", "listed": False,
+                                  "describe_error": "UnknownTopicOrPartitionException"}
+
+
+# ------------------------------------------------------------------------------------ 2. produce / consume
+
+
+def test_idempotent_produce_every_codec_and_read_back(java_client: Any, jbroker: Any) -> None:
+    topic = name("java-roundtrip")
+    events = java_client.run("roundtrip", jbroker.bootstrap, topic, broker=jbroker)
+    sent = [e for e in events if e["event"] == "sent"]
+    read = [e for e in events if e["event"] == "read"]
+    n = PER_CODEC * len(CODECS)
+    assert [s["codec"] for s in sent] == [c for c in CODECS for _ in range(PER_CODEC)]
+    assert [s["offset"] for s in sent] == list(range(n))
+    assert by_event(events)["end_offset"]["offset"] == n
+
+    # the data covers what it claims to: null and empty keys/values, null header values, repeated header keys
+    assert any(s["key"] is None for s in sent) and any(s["key"] == "" for s in sent)
+    assert any(s["value"] is None for s in sent) and any(s["value"] == "" for s in sent)
+    assert any(h[1] is None for s in sent for h in s["headers"])
+    assert any([h[0] for h in s["headers"]].count("dup") == 2 for s in sent)
+
+    fields = ("partition", "offset", "timestamp", "key", "value", "headers")
+    assert len(read) == n
+    for s, r in zip(sent, read, strict=True):
+        assert {f: r[f] for f in fields} == {f: s[f] for f in fields}, f"offset {s['offset']} ({s['codec']})"
+        assert r["timestamp_type"] == "CreateTime"
+
+    # on disk: each producer's records arrived compressed with its codec, in idempotent batches
+    want_codec = {s["offset"]: CompressionType[s["codec"].upper()] for s in sent}
+    batches = batches_on_disk(jbroker.data_dir, topic)
+    pids_by_codec: dict[str, set[int]] = defaultdict(set)
+    first_seq: dict[str, int] = {}
+    stored = {}
+    for header, records in batches:
+        codecs = {want_codec[r.offset] for r in records}
+        assert codecs == {CompressionType(header.compression)}, f"batch at {header.base_offset}"
+        codec = sent[header.base_offset]["codec"]
+        assert header.producer_id >= 0 and header.producer_epoch >= 0, "idempotent batches carry a producer id"
+        pids_by_codec[codec].add(header.producer_id)
+        first_seq.setdefault(codec, header.base_sequence)
+        for r in records:
+            stored[r.offset] = r
+    assert all(len(p) == 1 for p in pids_by_codec.values()), pids_by_codec
+    assert len({next(iter(p)) for p in pids_by_codec.values()}) == len(CODECS), "one producer id per producer"
+    assert first_seq == dict.fromkeys(CODECS, 0)
+    assert sorted(stored) == list(range(n))
+    for s in sent:
+        r = stored[s["offset"]]
+        assert r.timestamp == s["timestamp"]
+        assert (None if r.key is None else r.key.hex()) == s["key"]
+        assert (None if r.value is None else r.value.hex()) == s["value"]
+        assert [[k, None if v is None else v.hex()] for k, v in r.headers] == s["headers"]
+
+
+# ----------------------------------------------------------------------------------------- 3. offsets
+
+
+def test_offsets_for_times_beginning_end(java_client: Any, jbroker: Any) -> None:
+    topic = name("java-offsets")
+    events = java_client.run("offsets", jbroker.bootstrap, topic, broker=jbroker)
+    ev = by_event(events)
+    assert ev["beginning"]["offsets"] == {"0": 0, "1": 0, "2": 0}
+    assert ev["end"]["offsets"] == {"0": 10, "1": 6, "2": 0}
+
+    # p0: TS_BASE + 1000*i (offsets 0..9); p1: TS_BASE + 500 + 2000*i (offsets 0..4), then TS_BASE + 100 (offset 5)
+    expected = {
+        (0, TS_BASE - 1): (0, TS_BASE),
+        (0, TS_BASE): (0, TS_BASE),
+        (0, TS_BASE + 1500): (2, TS_BASE + 2000),
+        (0, TS_BASE + 9000): (9, TS_BASE + 9000),
+        (0, TS_BASE + 9001): (None, None),
+        (1, TS_BASE): (0, TS_BASE + 500),
+        (1, TS_BASE + 501): (1, TS_BASE + 2500),
+        (1, TS_BASE + 8500): (4, TS_BASE + 8500),
+        (1, TS_BASE + 8501): (None, None),
+        (2, TS_BASE): (None, None),
+    }
+    got = {(e["partition"], e["target"]): (e["offset"], e["timestamp"]) for e in events if e["event"] == "for_time"}
+    assert got == expected
+
+    admin = {e["spec"]: e["result"] for e in events if e["event"] == "admin_list_offsets"}
+    assert {p: v["offset"] for p, v in admin["earliest"].items()} == {"0": 0, "1": 0, "2": 0}
+    assert {p: v["offset"] for p, v in admin["latest"].items()} == {"0": 10, "1": 6, "2": 0}
+    assert admin["max_timestamp"]["0"] == {"offset": 9, "timestamp": TS_BASE + 9000}
+    assert admin["max_timestamp"]["1"] == {"offset": 4, "timestamp": TS_BASE + 8500}
+    assert admin["max_timestamp"]["2"]["offset"] == -1
+
+
+# ---------------------------------------------------------------------------------------- 4. groups
+
+
+def test_consumer_group_split_commit_resume_describe(java_client: Any, jbroker: Any) -> None:
+    topic, group = name("java-group"), name("java-g")
+    events = java_client.run("group", jbroker.bootstrap, topic, group, broker=jbroker)
+    ev = by_event(events)
+    assert ev["split_empty"]["ok"] is True, "two members never split the partitions"
+    assert ev["split"]["ok"] is True, events
+
+    members = {e["name"]: e for e in events if e["event"] == "member"}
+    assert set(members) == {"java-member-a", "java-member-b"}
+    a, b = members["java-member-a"], members["java-member-b"]
+    assert a["assignment"] and b["assignment"]
+    assert sorted(a["assignment"] + b["assignment"]) == [0, 1, 2, 3]
+    for m in (a, b):
+        # each member read exactly its own partitions, every record once
+        assert m["consumed"] == {str(p): list(range(10)) for p in m["assignment"]}, m
+
+    groups = ev["list_groups"]["groups"]
+    assert groups[group] == {"simple": False, "state": "STABLE"}
+
+    active = ev["describe_active"]
+    assert active["group_id"] == group and active["state"] == "STABLE" and active["simple"] is False
+    assert active["assignor"] == "range"
+    assert active["coordinator"] is not None and active["coordinator"] >= 0
+    described = {m["client_id"]: m for m in active["members"]}
+    assert set(described) == {"java-member-a", "java-member-b"}
+    for client_id, m in members.items():
+        d = described[client_id]
+        assert d["member_id"] == m["member_id"]
+        assert d["host"].lstrip("/") == "127.0.0.1"
+        assert d["group_instance_id"] is None
+        assert d["assignment"] == [f"{topic}:{p}" for p in m["assignment"]]
+
+    assert ev["committed_active"]["offsets"] == {f"{topic}:{p}": 10 for p in range(4)}
+    assert ev["members_closed"] == {"event": "members_closed", "alive": False, "failure": None}
+    empty = ev["describe_empty"]
+    assert empty["state"] == "EMPTY" and empty["members"] == []
+
+    fresh = ev["fresh_member"]
+    assert fresh["assignment"] == [0, 1, 2, 3]
+    assert fresh["committed_seen"] == {str(p): 10 for p in range(4)}
+    assert fresh["consumed"] == {str(p): list(range(10, 15)) for p in range(4)}, "did not resume at the commits"
+    assert ev["committed_final"]["offsets"] == {f"{topic}:{p}": 15 for p in range(4)}
