@@ -335,13 +335,17 @@ class PartitionLog:
             ):
                 path.unlink(missing_ok=True)
         bases.sort()
-        for base in bases:
+        # after an unclean shutdown the segments from the one holding the recovery point on are recovered
+        # below (indexes rebuilt from the .log): checking their indexes first would be wasted work
+        first_recovered = len(bases) if clean_shutdown else max(bisect.bisect_right(bases, recovery_point) - 1, 0)
+        for i, base in enumerate(bases):
             seg = LogSegment(d, base, self.config, now_ms=now)
-            try:
-                seg.sanity_check()
-            except (CorruptIndexError, FileNotFoundError) as exc:
-                log.warning("rebuilding indexes of %s: %s", seg.log_path, exc)
-                seg.recover()
+            if i < first_recovered:
+                try:
+                    seg.sanity_check()
+                except (CorruptIndexError, FileNotFoundError) as exc:
+                    log.warning("rebuilding indexes of %s: %s", seg.log_path, exc)
+                    seg.recover()
             self._segments.append(seg)
         self._bases = [s.base_offset for s in self._segments]
 
