@@ -1,0 +1,138 @@
+"""A real ZooKeeper (Debian's ``zookeeper`` package, standalone) and three real ``tidelog serve`` processes in
+ZooKeeper mode, all on 127.0.0.1. Skips with the reason when ZooKeeper (or kazoo) is not installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ZK_SERVER = Path(os.environ.get("TIDELOG_ZK_SERVER", "/usr/share/zookeeper/bin/zkServer.sh"))
+SESSION_TIMEOUT_MS = 4000
+
+_path = Path(__file__).resolve().parents[1] / "integration" / "conftest.py"
+_spec = importlib.util.spec_from_file_location("tidelog_test_cluster_broker_fixtures", _path)
+assert _spec is not None and _spec.loader is not None
+_fixtures = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_fixtures)
+BrokerProcess = _fixtures.BrokerProcess
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ZooKeeper:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def connect(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        data = self.root / "zk-data"
+        data.mkdir(parents=True, exist_ok=True)
+        cfg = self.root / "zoo.cfg"
+        cfg.write_text(
+            f"tickTime=500\ndataDir={data}\nclientPort={self.port}\nclientPortAddress=127.0.0.1\n"
+            "admin.enableServer=false\nmaxSessionTimeout=20000\n"
+        )
+        env = dict(os.environ, ZOO_LOG_DIR=str(self.root))
+        out = open(self.root / "zk.out", "wb")  # noqa: SIM115  (owned by the process)
+        self.proc = subprocess.Popen([str(ZK_SERVER), "start-foreground", str(cfg)], stdout=out,
+                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        from kazoo.client import KazooClient
+
+        zk = KazooClient(hosts=self.connect)
+        try:
+            zk.start(timeout=30)  # connecting is the readiness check
+        finally:
+            zk.stop()
+            zk.close()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Cluster:
+    def __init__(self, root: Path, zk: ZooKeeper, n: int = 3) -> None:
+        self.root, self.zk = root, zk
+        self.brokers: dict[int, Any] = {}
+        for i in range(1, n + 1):
+            self.brokers[i] = BrokerProcess(root / f"broker-{i}", {
+                "broker.id": str(i), "zookeeper.connect": zk.connect,
+                "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+                "replica.lag.time.max.ms": "10000", "replica.fetch.backoff.ms": "200",
+                "default.replication.factor": "3", "min.insync.replicas": "2",
+                "auto.create.topics.enable": "false", "num.partitions": "1",
+                "replica.high.watermark.checkpoint.interval.ms": "500",
+            })
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values() if b.running)
+
+    def admin(self) -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def wait_for(self, what: str, pred: Any, timeout: float = 60.0) -> Any:
+        """Re-read cluster metadata until ``pred(metadata)`` holds (a condition, not a fixed sleep)."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                md = self.admin().list_topics(timeout=5)
+                last = md
+                result = pred(md)
+                if result:
+                    return result
+            except Exception as exc:  # brokers coming and going
+                last = exc
+            time.sleep(0.2)  # polling interval of the metadata re-read
+        raise AssertionError(f"timed out waiting for {what}; last metadata: {last!r}")
+
+    def partition(self, md: Any, topic: str, p: int = 0) -> Any:
+        t = md.topics.get(topic)
+        if t is None or t.error is not None or p not in t.partitions:
+            return None
+        return t.partitions[p]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    pytest.importorskip("kazoo", reason="kazoo is not installed (pip install kazoo==2.11.0)")
+    if not ZK_SERVER.exists() or shutil.which("java") is None:
+        pytest.skip(f"ZooKeeper is not installed ({ZK_SERVER} missing or no java); apt-get install zookeeper")
+    root = Path(tempfile.mkdtemp(prefix="tidelog-cluster-"))
+    zk = ZooKeeper(root)
+    zk.start()
+    c = Cluster(root, zk)
+    try:
+        for b in c.brokers.values():
+            b.start()
+        c.wait_for("3 registered brokers", lambda md: len(md.brokers) == 3)
+        yield c
+    finally:
+        for b in c.brokers.values():
+            b.kill()
+        zk.stop()
+        if os.environ.get("TIDELOG_KEEP_TEST_DIRS") is None:
+            shutil.rmtree(root, ignore_errors=True)
