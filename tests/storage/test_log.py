@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -469,3 +470,39 @@ def test_find_offset_by_timestamp_inside_batches(tmp_path: Path, compression: in
     lat.append_as_leader(build_batch(records(3, ts=5)), now_ms=NOW + 50)
     assert lat.find_offset_by_timestamp(NOW) == (0, NOW + 50)
     lat.close()
+
+
+def test_large_batch_crc_checked_after_write_leaves_nothing(tmp_path: Path) -> None:
+    from tidelog.storage import log as log_module
+
+    lg = open_log(tmp_path, segment_bytes=500_000)
+    big = build_batch([(b"k", b"v" * 100_000, (), NOW + i) for i in range(3)])
+    assert len(big) >= log_module._CRC_AFTER_WRITE_BYTES
+    corrupt = bytearray(big)
+    corrupt[len(corrupt) // 2] ^= 0x01
+    lg.append_as_leader(build_batch(records(2)), now_ms=NOW)
+    size_before = lg.size_in_bytes
+    with pytest.raises(CorruptRecordError):
+        lg.append_as_leader(memoryview(corrupt), now_ms=NOW)
+    seg = lg.active_segment
+    assert lg.log_end_offset == 2 and lg.size_in_bytes == size_before == os.path.getsize(seg.log_path)
+    assert seg.offset_index.entries == 0 and seg.max_timestamp_so_far == NOW + 1
+    # a corrupt batch with an out-of-range timestamp still reports the corruption (check-first precedence)
+    stale = bytearray(build_batch([(b"k", b"v" * 300_000, (), NOW - 10**9)]))
+    stale[-1] ^= 0x01
+    with pytest.raises(CorruptRecordError):
+        lg.append_as_leader(bytes(stale), now_ms=NOW)
+    info = lg.append_as_leader(big, now_ms=NOW)
+    assert (info.first_offset, lg.log_end_offset) == (2, 5)
+    # the next big batch needs a roll: a corrupt one must not roll the log
+    with pytest.raises(CorruptRecordError):
+        lg.append_as_leader(bytes(corrupt), now_ms=NOW)
+    assert len(lg.segments) == 1 and lg.log_end_offset == 5
+    lg.append_as_leader(big, now_ms=NOW)
+    assert len(lg.segments) == 2 and lg.log_end_offset == 8
+    raw = lg.read(0, 10**7).read_bytes()
+    assert [h.base_offset for _, h in iter_batch_headers(raw)] == [0, 2, 5]  # validated, CRCs intact
+    lg.close()
+    reopened = PartitionLog.open(tmp_path / "topic-with-dash-0", LogConfig(), recovery_point=0, now_ms=NOW)
+    assert reopened.log_end_offset == 8
+    reopened.close()

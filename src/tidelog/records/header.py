@@ -206,10 +206,19 @@ def parse_header_tuple(buf: bytes | bytearray | memoryview, pos: int = 0) -> Hea
 
 
 def validate_batch_tuple(
-    buf: bytes | bytearray | memoryview, pos: int = 0, max_size: int | None = None, available: int | None = None
+    buf: bytes | bytearray | memoryview,
+    pos: int = 0,
+    max_size: int | None = None,
+    available: int | None = None,
+    *,
+    check_crc: bool = True,
 ) -> HeaderTuple:
     """:func:`validate_batch` returning the header as a plain tuple: the same checks in the same order, with
-    the same errors (header, magic, sizes, one CRC-32C call), without building a :class:`BatchHeader`."""
+    the same errors (header, magic, sizes, one CRC-32C call), without building a :class:`BatchHeader`.
+
+    ``check_crc=False`` leaves the CRC to the caller (:func:`check_batch_crc`), e.g. to checksum a large
+    batch right after writing it, while it is still in the CPU cache.
+    """
     n = len(buf) - pos
     if n < RECORD_BATCH_OVERHEAD:
         raise CorruptRecordError(
@@ -228,6 +237,8 @@ def validate_batch_tuple(
         or records_count < 0
     ):
         BatchHeader(*fields).check_sizes(n if available is None else available, max_size)  # raises
+    if not check_crc:
+        return fields
     # the slice's view is released as soon as the call returns (refcount), no context manager needed
     actual = _crc32c_raw(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
     if actual != crc:
@@ -235,6 +246,15 @@ def validate_batch_tuple(
             f"batch at offset {fields[0]} is corrupt: stored CRC {crc:#010x}, computed {actual:#010x}"
         )
     return fields
+
+
+def check_batch_crc(buf: bytes | bytearray | memoryview, fields: HeaderTuple, pos: int = 0) -> None:
+    """The CRC-32C check of :func:`validate_batch_tuple` alone, for a header it returned unchecked."""
+    actual = _crc32c_raw(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + fields[1] + LOG_OVERHEAD])
+    if actual != fields[4]:
+        raise CorruptRecordError(
+            f"batch at offset {fields[0]} is corrupt: stored CRC {fields[4]:#010x}, computed {actual:#010x}"
+        )
 
 
 def peek_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> int | None:

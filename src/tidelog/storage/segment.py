@@ -392,12 +392,17 @@ class LogSegment:
         largest_timestamp: int,
         offset_of_max_timestamp: int,
         parts: tuple[bytes | bytearray | memoryview, ...] | list[bytes | bytearray | memoryview],
+        check: Callable[[], None] | None = None,
     ) -> int:
         """:meth:`append` of the batch bytes given as consecutive pieces, written with one ``os.writev``.
 
         The log writes a batch as (its stamped first 16 bytes, the rest of the caller's buffer), so that a
         large batch is never copied in Python.  Fails whole: on an error nothing of the write remains.
         Returns the file position the bytes were written at.
+
+        ``check()``, when given, runs after the write and before anything else changes (size, indexes,
+        timestamps); if it raises, the file is cut back to its previous size and the error propagates.  No
+        reader sees the bytes meanwhile: reads stop at :attr:`size`, and the log's end offset has not moved.
         """
         with self._lock:
             rel = largest_offset - self.base_offset
@@ -417,6 +422,8 @@ class LogSegment:
                     rest = memoryview(b"".join(parts))
                     while written < total:
                         written += os.write(fd, rest[written:])
+                if check is not None:
+                    check()
             except BaseException:
                 # fail whole: leave nothing of a partial write behind
                 os.ftruncate(fd, position)
@@ -595,10 +602,12 @@ class LogSegment:
             buf = arena[:0]
             buf_start = 0
             validate = validate_batch_tuple
+            unpack_length = _LENGTH.unpack_from
             while size - valid_bytes >= LOG_OVERHEAD:
                 rel_pos = valid_bytes - buf_start
                 have = len(buf) - rel_pos
-                need = _peek_size(buf, rel_pos)  # 0 while the length field is not in the buffer
+                # the batch's whole size from its length field (0 while that is not in the buffer)
+                need = unpack_length(buf, rel_pos + 8)[0] + LOG_OVERHEAD if have >= LOG_OVERHEAD else 0
                 if have < RECORD_BATCH_OVERHEAD or have < need:
                     # refill from this batch on: a chunk, or the whole batch if it is larger (a declared size
                     # beyond the end of the file is not read: the header alone fails it)
