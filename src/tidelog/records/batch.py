@@ -575,6 +575,187 @@ def read_keys(
     return keys
 
 
+# ------------------------------------------------------------------------------------ produce-time check
+
+
+def check_record_structure(
+    buf: Buffer,
+    pos: int,
+    header: BatchHeader | tuple,
+    *,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+) -> None:
+    """Check that the records of the batch at ``buf[pos:]`` decode, without decoding them (Kafka's
+    ``LogValidator`` walk of every record on a client produce).
+
+    ``header`` is the batch's validated header, a :class:`BatchHeader` or the plain tuple of
+    ``validate_batch_tuple`` (sizes and CRC are the caller's job). A compressed batch is decompressed with the
+    bounded :func:`decompress` first; its records must also carry consecutive offset deltas 0, 1, 2, ... as
+    Kafka requires of the inner records of a compressed batch.
+
+    Depth: every record is walked field by field (length, attributes, timestampDelta, offsetDelta, key and
+    value lengths, header count, every header's key and value lengths), every length must stay inside its
+    record, the fields must fill the record exactly, the records must tile the records area exactly and
+    their number must be recordsCount. These are exactly the conditions under which :func:`parse_records`
+    fails, so a batch that passes is one every consumer can decode. Walking lengths only would be about
+    half the cost but would let a record whose key or value length lies through to disk (measured in
+    ``bench/record_check_bench.py``). Nothing is copied or built per record: ints are read by indexing the
+    bytes, varints of one byte (every length under 64) are decoded inline.
+
+    Raises :class:`CorruptRecordError` (framing: a length past its record or the batch, an undecodable or
+    over-long varint, bad compressed data, a decompressed size over ``max_decompressed``) or
+    :class:`InvalidRecordError` (recordsCount does not match the records present, inner offsets of a
+    compressed batch not consecutive), each naming the record and what is wrong.
+    """
+    if type(header) is tuple:
+        size = header[1] + LOG_OVERHEAD
+        attributes = header[5]
+        count = header[12]
+    else:
+        size = header.size
+        attributes = header.attributes
+        count = header.records_count
+    codec = attributes & 0x07
+    if codec:
+        data = decompress(codec, memoryview(buf)[pos + RECORD_BATCH_OVERHEAD : pos + size], max_decompressed)
+        _walk_records(data, 0, len(data), count, True)
+    elif pos == 0 and size == len(buf) and type(buf) is bytes:
+        _walk_records(buf, RECORD_BATCH_OVERHEAD, size, count, False)
+    else:
+        # indexing bytes is faster than indexing a memoryview; one copy of the records area is cheaper than
+        # the per-record work it speeds up
+        data = bytes(memoryview(buf)[pos + RECORD_BATCH_OVERHEAD : pos + size])
+        _walk_records(data, 0, len(data), count, False)
+
+
+def _walk_records(data: bytes, pos: int, n: int, count: int, consecutive: bool) -> None:
+    """The walk of :func:`check_record_structure` over ``data[pos:n]`` (mirrors :func:`parse_records`)."""
+    start = pos
+    if count * MIN_RECORD_SIZE > n - pos:
+        raise InvalidRecordError(
+            f"batch declares {count} records but its {n - pos} bytes of records can hold at most "
+            f"{(n - pos) // MIN_RECORD_SIZE}"
+        )
+    dvarint = decode_varint
+    dvarlong = decode_varlong
+    index = 0
+    try:
+        for index in range(count):
+            b = data[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                length = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                length, pos = dvarint(data, pos)
+            end = pos + length
+            if length < MIN_RECORD_SIZE - 1 or end > n:
+                raise CorruptRecordError(
+                    f"record {index} at byte {pos - start} declares length {length}, but {n - pos} bytes remain"
+                )
+            # attributes (unused), then timestampDelta: only its extent matters
+            if data[pos + 1] < 0x80:
+                pos += 2
+            elif data[pos + 2] < 0x80:
+                pos += 3
+            else:
+                pos = dvarlong(data, pos + 1)[1]
+            # offsetDelta: only compressed batches need its value
+            if consecutive:
+                od, pos = dvarint(data, pos)
+                if od != index:
+                    _not_consecutive(index, od)
+            elif data[pos] < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                pos += 2
+            else:
+                pos = dvarint(data, pos)[1]
+            # key and value: a zig-zag varint, even = a length, odd = negative = null
+            b = data[pos]
+            if b < 0x80:
+                pos += 1
+                if not b & 1:
+                    pos += b >> 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
+                if not b & 1:
+                    pos += b >> 1
+            else:
+                klen, pos = dvarint(data, pos)
+                if klen > 0:
+                    pos += klen
+            if pos > end:
+                raise CorruptRecordError(f"record {index}: its key runs past the record's end")
+            b = data[pos]
+            if b < 0x80:
+                pos += 1
+                if not b & 1:
+                    pos += b >> 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
+                if not b & 1:
+                    pos += b >> 1
+            else:
+                vlen, pos = dvarint(data, pos)
+                if vlen > 0:
+                    pos += vlen
+            if pos > end:
+                raise CorruptRecordError(f"record {index}: its value runs past the record's end")
+            b = data[pos]
+            if b == 0:
+                pos += 1
+            else:
+                if b < 0x80:
+                    hcount = (b >> 1) ^ -(b & 1)
+                    pos += 1
+                else:
+                    hcount, pos = dvarint(data, pos)
+                if hcount < 0 or 2 * hcount > end - pos:
+                    raise CorruptRecordError(f"record {index}: invalid header count {hcount}")
+                for _ in range(hcount):
+                    klen, pos = dvarint(data, pos)
+                    if klen < 0:
+                        raise CorruptRecordError(f"record {index}: header key length {klen} is negative")
+                    pos += klen
+                    if pos > end:
+                        raise CorruptRecordError(f"record {index}: a header key runs past the record's end")
+                    vlen, pos = dvarint(data, pos)
+                    if vlen > 0:
+                        pos += vlen
+                        if pos > end:
+                            raise CorruptRecordError(
+                                f"record {index}: a header value runs past the record's end"
+                            )
+            if pos != end:
+                raise CorruptRecordError(
+                    f"record {index}: declared length {length} does not match its fields "
+                    f"({length + pos - end} bytes)"
+                )
+    except IndexError:
+        raise _truncated(index, pos - start, n - start) from None
+    except CorruptRecordError as exc:
+        if str(exc).startswith("record "):
+            raise
+        raise CorruptRecordError(f"record {index}: {exc}") from None  # a varint error: name the record
+    if pos != n:
+        raise InvalidRecordError(
+            f"batch declares {count} records but {n - pos} bytes remain after the last one"
+        )
+
+
+def _not_consecutive(index: int, offset_delta: int) -> None:
+    raise InvalidRecordError(
+        f"record {index} of a compressed batch has offset delta {offset_delta}: the inner records of a "
+        f"compressed batch must have consecutive offsets from 0"
+    )
+
+
 # ---------------------------------------------------------------------------------------- control records
 
 
