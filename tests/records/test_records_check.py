@@ -13,6 +13,7 @@ from tidelog.records import (
     CompressionType,
     CorruptRecordError,
     DecompressionLimitError,
+    InvalidMagicError,
     InvalidRecordError,
     RecordError,
     RecordSpec,
@@ -217,3 +218,16 @@ def test_mutated_batches_pass_check_only_if_they_decode(codec, n, mutations, cou
     if codec == CompressionType.NONE:
         # uncompressed: the check is exactly the decoder's structural conditions
         assert checked == decoded
+
+
+@pytest.mark.parametrize("magic,kafka_error", [(0, "INVALID_RECORD"), (1, "INVALID_RECORD"), (3, "CORRUPT_MESSAGE"),
+                                               (0x7F, "CORRUPT_MESSAGE"), (-1, "CORRUPT_MESSAGE")])
+def test_wrong_magic_maps_to_kafkas_error(magic: int, kafka_error: str) -> None:
+    batch = bytearray(build_batch([(b"k", b"v")]))
+    struct.pack_into(">b", batch, 16, magic)
+    with pytest.raises(InvalidMagicError) as info:
+        validate_batch_tuple(batch)
+    assert info.value.kafka_error == kafka_error
+    with pytest.raises(InvalidMagicError) as info2:
+        validate_batch(batch)
+    assert info2.value.kafka_error == kafka_error

@@ -20,9 +20,19 @@ class CorruptRecordError(RecordError):
 
 
 class InvalidMagicError(RecordError):
-    """The magic byte is not 2 (tidelog reads and writes only v2 batches)."""
+    """The magic byte is not 2 (tidelog reads and writes only v2 batches).
 
-    kafka_error = "UNSUPPORTED_FOR_MESSAGE_FORMAT"
+    The Kafka error depends on the magic, as in Kafka's produce path: a known older format (0 or 1) in a
+    Produce v3+ request is INVALID_RECORD (``ProduceRequest.validateRecords``: "Produce requests with version
+    N are only allowed to contain record batches with magic version 2", an ``InvalidRecordException``); an
+    unknown magic (negative or > 2) is CORRUPT_MESSAGE (``ByteBufferLogInputStream.nextBatch``: "Invalid magic
+    found in record", a ``CorruptRecordException``, thrown while iterating the batches).
+    """
+
+    def __init__(self, message: str, magic: int | None = None) -> None:
+        super().__init__(message)
+        self.magic = magic
+        self.kafka_error = "INVALID_RECORD" if magic in (0, 1) else "CORRUPT_MESSAGE"
 
 
 class InvalidRecordError(RecordError):

@@ -92,7 +92,9 @@ class BatchHeader:
             )
         header = cls(*_HEADER.unpack_from(buf, pos))
         if header.magic != MAGIC:
-            raise InvalidMagicError(f"unsupported magic {header.magic} at position {pos} (only v2 batches)")
+            raise InvalidMagicError(
+                f"unsupported magic {header.magic} at position {pos} (only v2 batches)", header.magic
+            )
         return header
 
     @property
@@ -201,7 +203,7 @@ def parse_header_tuple(buf: bytes | bytearray | memoryview, pos: int = 0) -> Hea
         )
     fields: HeaderTuple = _HEADER.unpack_from(buf, pos)
     if fields[3] != MAGIC:
-        raise InvalidMagicError(f"unsupported magic {fields[3]} at position {pos} (only v2 batches)")
+        raise InvalidMagicError(f"unsupported magic {fields[3]} at position {pos} (only v2 batches)", fields[3])
     return fields
 
 
@@ -227,7 +229,7 @@ def validate_batch_tuple(
     fields: HeaderTuple = _HEADER.unpack_from(buf, pos)
     _, batch_length, _, magic, crc, _, last_offset_delta, _, _, _, _, _, records_count = fields
     if magic != MAGIC:
-        raise InvalidMagicError(f"unsupported magic {magic} at position {pos} (only v2 batches)")
+        raise InvalidMagicError(f"unsupported magic {magic} at position {pos} (only v2 batches)", magic)
     size = batch_length + LOG_OVERHEAD
     if (
         batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD

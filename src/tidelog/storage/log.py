@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from tidelog.records.batch import check_record_structure
 from tidelog.records.crc import crc32c
-from tidelog.records.errors import CorruptRecordError, InvalidRecordError
+from tidelog.records.errors import CorruptRecordError, InvalidRecordError, RecordError
 from tidelog.records.header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -555,6 +556,13 @@ class PartitionLog:
             if late_crc:
                 check_batch_crc(batch, fields)
             self._validate_client_batch(BatchHeader(*fields), reject_control_batches)  # raises
+        # Kafka's LogValidator walk of every record: a batch no consumer could decode never reaches the log
+        try:
+            check_record_structure(batch, 0, fields)
+        except RecordError:
+            if late_crc:
+                check_batch_crc(batch, fields)  # a CRC mismatch takes precedence, as in the check-first order
+            raise
         now = _now_ms() if now_ms is None else now_ms
         log_append = config.log_append_time
         if not log_append:
