@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from peers import BROKERS, ROOT, WORK, check_segments, free_port
+from peers import BROKERS, ROOT, WORK, check_segments, free_port, snapshot_tidelog
 
 SIZES = (100, 1024)
 ACKS = ("1", "-1")
@@ -80,6 +80,10 @@ def run_bounded(cmd: list[str], timeout: float, grace: float = 20.0) -> Run:
         t2.start()
         try:
             _, status, ru = os.wait4(proc.pid, 0)
+        except BaseException:  # e.g. Ctrl-C: never leave the load generator behind
+            kill()
+            proc.wait(10)
+            raise
         finally:
             t1.cancel()
             t2.cancel()
@@ -644,6 +648,12 @@ def main(argv: list[str] | None = None) -> int:
         "--repeats", type=int, default=None, help="throughput repeats per cell (default 3, quick 1)"
     )
     ap.add_argument("--latency-repeats", type=int, default=None, help="latency repeats per cell (default 1)")
+    ap.add_argument(
+        "--tidelog-rev",
+        default="HEAD",
+        help="git revision of tidelog to benchmark, exported to the run dir (default HEAD); "
+        "'worktree' runs the live work tree instead",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the data dirs under bench/.work/runs/")
     args = ap.parse_args(argv)
 
@@ -699,6 +709,11 @@ def main(argv: list[str] | None = None) -> int:
         f"load generator: {loadgen.name}; counts {plan.counts}; per-run cap {plan.timeout:.0f}s; "
         f"latency at {plan.latency_rate:.0f} msg/s for {plan.latency_seconds:.0f}s; cores {os.cpu_count()}"
     )
+    tidelog_commit = "work tree"
+    if "tidelog" in names and args.tidelog_rev != "worktree":
+        tidelog_commit = snapshot_tidelog(run_dir / "tidelog-src", args.tidelog_rev)
+        os.environ["TIDELOG_BENCH_SRC"] = str(run_dir / "tidelog-src" / "src")
+        log(f"[tidelog] benchmarking commit {tidelog_commit[:12]} (exported to {run_dir / 'tidelog-src'})")
     load0 = os.getloadavg()
     all_info = bench_all(names, loadgen, plan, run_dir, log, args.keep)
     load1 = os.getloadavg()
@@ -710,6 +725,7 @@ def main(argv: list[str] | None = None) -> int:
         "brokers": all_info,
         "cpu_count": os.cpu_count(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "tidelog_commit": tidelog_commit,
         "loadavg_start": load0,
         "loadavg_end": load1,
     }
@@ -731,7 +747,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     for n, i in all_info.items():
         extra = f", errors: {i['errors']}" if i.get("errors") else ""
-        print(f"  {n}: storage {i['storage']}{extra}")
+        commit = f", commit {tidelog_commit[:12]}" if n == "tidelog" else ""
+        print(f"  {n}: storage {i['storage']}{commit}{extra}")
     for n, why in skipped.items():
         print(f"  {n}: skipped ({why})")
     print()

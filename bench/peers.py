@@ -91,6 +91,9 @@ class Broker:
     writes_kafka_segments = False
     storage = "?"
 
+    def __post_init__(self) -> None:
+        pass
+
     @property
     def bootstrap(self) -> str:
         return f"{HOST}:{self.port}"
@@ -183,9 +186,18 @@ class Broker:
 
 
 class Tidelog(Broker):
+    """`tidelog serve`. If TIDELOG_BENCH_SRC points at a source snapshot (see snapshot_tidelog), that code
+    runs instead of the live work tree, so edits made while the benchmark runs do not leak into it."""
+
     name = "tidelog"
     writes_kafka_segments = True
     storage = "disk (Kafka segment files)"
+
+    def __post_init__(self) -> None:
+        src = os.environ.get("TIDELOG_BENCH_SRC")
+        if src:
+            old = os.environ.get("PYTHONPATH")
+            self.extra_env["PYTHONPATH"] = src + (os.pathsep + old if old else "")
 
     def command(self) -> list[str]:
         exe = ROOT / ".venv" / "bin" / "tidelog"
@@ -270,6 +282,23 @@ class Noida(Broker):
 
     def available(self) -> str | None:
         return None if self.binary().exists() else "run bench/setup.sh"
+
+
+def snapshot_tidelog(dest: Path, rev: str = "HEAD") -> str:
+    """Export tidelog's committed sources at `rev` into dest/src (git archive); returns the commit id.
+    The benchmark then measures exactly that commit, whatever happens in the work tree meanwhile."""
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", rev], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.strip()
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", commit, "src/tidelog"],
+        capture_output=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True, timeout=120)
+    return commit
 
 
 BROKERS: dict[str, type[Broker]] = {"tidelog": Tidelog, "tansu": Tansu, "noida": Noida}
