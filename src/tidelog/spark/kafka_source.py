@@ -400,6 +400,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._meta: KafkaMetadata | None = None
         self._available_now: dict[TopicPartition, int] | None = None
         self._committer: Any = None
+        self._last_committed: dict[TopicPartition, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -433,6 +434,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = {tp: marks[tp][1] for tp in tps}
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        if start:
+            self._commit_group(start)
         begin = stream_offset_to_map(start or {})
         if self._available_now is not None:
             latest = dict(self._available_now)
@@ -489,8 +492,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                               include_headers=o.include_headers, poll_timeout_ms=o.poll_timeout_ms)
 
     def commit(self, end: dict) -> None:
+        self._commit_group(end)
+
+    def _commit_group(self, processed: dict) -> None:
+        """``commitOffsetsToGroup``: store the next offsets to read, so that lag tools see the progress.
+
+        Called from :meth:`commit` and from :meth:`latestOffset` with its ``start``: the engine plans a new
+        micro-batch only after the previous one completed, and it commits a batch's source offsets only when the
+        next batch is planned, so ``start`` is the earliest moment the last batch is known to be done."""
         group = self.opts.commit_group
-        if not group:
+        if not group or not processed:
+            return
+        offsets_map = stream_offset_to_map(processed)
+        if offsets_map == self._last_committed:
             return
         from confluent_kafka import Consumer
         from confluent_kafka import TopicPartition as KTP
@@ -499,11 +513,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             conf: dict[str, Any] = dict(self.opts.client)
             conf.update({"group.id": group, "enable.auto.commit": False})
             self._committer = Consumer(conf)
-        offsets = [KTP(t, p, o) for (t, p), o in sorted(stream_offset_to_map(end).items())]
-        if not offsets:
-            return
+        offsets = [KTP(t, p, o) for (t, p), o in sorted(offsets_map.items())]
         try:
             self._committer.commit(offsets=offsets, asynchronous=False)
+            self._last_committed = offsets_map
         except Exception as exc:  # progress reporting must not fail the query
             log.warning("could not commit offsets to group %s: %s", group, exc)
 
