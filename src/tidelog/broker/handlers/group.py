@@ -5,7 +5,8 @@ Thin adapters between request/response versions and :class:`tidelog.broker.group
 (``ctx.broker.group_coordinator``). Version notes:
 
 * FindCoordinator v0-3 carries one ``key``; v4+ a batch of ``coordinator_keys``. Key type 0 = group; type 1
-  (transaction) answers COORDINATOR_NOT_AVAILABLE until a transaction coordinator exists; others INVALID_REQUEST.
+  (transaction) answers this broker, whose InitProducerId refuses transactional ids (transactions are not
+  implemented yet); other key types get INVALID_REQUEST.
 * JoinGroup v0 has no rebalance timeout (the session timeout is used); v4+ needs a known member id
   (MEMBER_ID_REQUIRED round trip) unless the member is static (v5+ ``group_instance_id``).
 * LeaveGroup v0-2 name one ``member_id``; v3+ a batch of members with per-member errors.
@@ -85,7 +86,10 @@ def _str(value: Any) -> str:
 def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, str | None]:
     coord = _coordinator(ctx)
     if key_type == 1:
-        return COORDINATOR_NOT_AVAILABLE, "The transaction coordinator is not available."
+        # No transaction coordinator yet: point the client at this broker so its InitProducerId gets the fatal,
+        # immediate TRANSACTIONAL_ID_AUTHORIZATION_FAILED instead of retrying COORDINATOR_NOT_AVAILABLE until a
+        # vague timeout (see handlers/producer_id.py).
+        return (NONE, None) if key else (INVALID_REQUEST, "The transactional id must not be empty.")
     if key_type != 0:
         return INVALID_REQUEST, f"Unknown coordinator key type {key_type}"
     if coord is None or not coord.active or ctx.broker.stopping:
