@@ -224,3 +224,68 @@ def test_reset_restores_preallocation(tmp_path: Path) -> None:
     empty = OffsetIndex(path, BASE, 80)
     assert empty.entries == 0 and empty.is_full()
     empty.close()
+
+
+@pytest.mark.parametrize("limit", [1, 3, 1024])
+def test_buffered_entries_are_looked_up_and_reach_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    from tidelog.storage.index import AbstractIndex
+
+    monkeypatch.setattr(AbstractIndex, "PENDING_LIMIT", limit)
+    oi = OffsetIndex(tmp_path / "a.index", BASE)
+    ti = TimeIndex(tmp_path / "a.timeindex", BASE)
+    model_o: list[tuple[int, int]] = []
+    model_t: list[tuple[int, int]] = []
+    for i in range(10):
+        oi.append_unlocked(BASE + 3 * i + 2, 100 * i)
+        ti.maybe_append_unlocked(5000 + 10 * i, BASE + 3 * i + 2)
+        model_o.append((BASE + 3 * i + 2, 100 * i))
+        model_t.append((5000 + 10 * i, BASE + 3 * i + 2))
+        for target in range(BASE - 1, BASE + 3 * i + 5):
+            want = max((e for e in model_o if e[0] <= target), default=(BASE, 0))
+            assert oi.lookup(target) == want
+        for ts in range(4990, 5000 + 10 * i + 5, 3):
+            want_t = max((e for e in model_t if e[0] <= ts), default=(-1, BASE))
+            assert ti.lookup(ts) == want_t
+    assert oi.entries == ti.entries == 10
+    assert oi.entries_list() == model_o and ti.entries_list() == model_t  # entry() writes the buffer out
+    oi.append_unlocked(BASE + 40, 2000)
+    ti.maybe_append_unlocked(6000, BASE + 40)
+    oi.flush()
+    ti.flush()
+    raw = (tmp_path / "a.index").read_bytes()
+    assert struct.unpack_from(">ii", raw, 10 * 8) == (40, 2000)
+    assert struct.unpack_from(">qi", (tmp_path / "a.timeindex").read_bytes(), 10 * 12) == (6000, 40)
+    oi.truncate_to(BASE + 3 * 5 + 2)
+    assert oi.entries == 5 and oi.lookup(BASE + 100) == model_o[4]
+    oi.close()
+    ti.close()
+    assert (tmp_path / "a.index").stat().st_size == 5 * 8
+    assert TimeIndex(tmp_path / "a.timeindex", BASE).entries_list() == [*model_t, (6000, BASE + 40)]
+
+
+def test_buffered_appends_race_with_a_flushing_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from tidelog.storage.index import AbstractIndex
+
+    monkeypatch.setattr(AbstractIndex, "PENDING_LIMIT", 7)
+    oi = OffsetIndex(tmp_path / "r.index", 0)
+    stop = threading.Event()
+
+    def flusher() -> None:
+        while not stop.is_set():
+            oi.flush()
+            oi.lookup(10**6)
+
+    t = threading.Thread(target=flusher)
+    t.start()
+    try:
+        for i in range(20_000):
+            oi.append_unlocked(i, 8 * i)
+    finally:
+        stop.set()
+        t.join()
+    assert oi.entries_list() == [(i, 8 * i) for i in range(20_000)]
+    oi.close()
