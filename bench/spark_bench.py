@@ -1,0 +1,147 @@
+"""Spark read/write throughput: ``tidelog`` (from a running broker), ``tidelog-log`` (from its data directory),
+Spark's JSON-lines and Parquet readers on the same records, and the ``tidelog`` sink.
+
+One SparkSession (local[N]), one ``tidelog serve`` on 127.0.0.1. Every read is forced with the ``noop`` sink
+(all columns materialised, nothing written). Usage::
+
+    .venv/bin/python bench/spark_bench.py --records 10000000 --value-size 100
+
+Prints a Markdown table. The producer line is confluent-kafka producing the same records straight to the
+broker (the reference for the sink).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_STARTED = re.compile(r"broker started .*listener=PLAINTEXT://[^ ]*:(\d+)")
+
+
+def start_broker(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
+    cmd = [sys.executable, "-m", "tidelog.cli.main", "serve", "--host", "127.0.0.1", "--port", "0",
+           "--data-dir", str(data_dir), "--log-level", "INFO",
+           "--override", "tidelog.metrics.listener=127.0.0.1:0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        m = _STARTED.search(line)
+        if m:
+            # keep draining the log so the broker never blocks on a full pipe
+            import threading
+
+            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+            return proc, f"127.0.0.1:{m.group(1)}"
+    raise RuntimeError("tidelog serve did not start")
+
+
+def produce(bootstrap: str, topic: str, n: int, value_size: int, partitions: int) -> float:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                  "queue.buffering.max.messages": 1_000_000, "enable.idempotence": True})
+    pad = "x" * value_size
+    t0 = time.perf_counter()
+    for i in range(n):
+        v = f"{i:012d}{pad}"[:value_size]
+        while True:
+            try:
+                p.produce(topic, value=v, key=f"k{i % 1000}", partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 10000 == 0:
+            p.poll(0)
+    assert p.flush(300) == 0
+    return time.perf_counter() - t0
+
+
+def timed(label: str, df: Any, n: int, results: list[tuple[str, int, float]]) -> None:
+    t0 = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    dt = time.perf_counter() - t0
+    results.append((label, n, dt))
+    print(f"{label}: {n / dt:,.0f} rows/s ({dt:.1f}s)", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=10_000_000)
+    ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--workdir", default=None)
+    args = ap.parse_args()
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    root = Path(args.workdir or tempfile.mkdtemp(prefix="tidelog-spark-bench-"))
+    root.mkdir(parents=True, exist_ok=True)
+    data_dir = root / "data"
+    proc, bootstrap = start_broker(data_dir)
+    results: list[tuple[str, int, float]] = []
+    try:
+        n = args.records
+        dt = produce(bootstrap, "bench", n, args.value_size, args.partitions)
+        results.append(("confluent-kafka producer → broker (reference)", n, dt))
+        print(f"produce: {n / dt:,.0f} rows/s", flush=True)
+
+        from pyspark.sql import SparkSession
+
+        from tidelog.spark import register
+
+        spark = (SparkSession.builder.master(f"local[{args.cores}]").appName("tidelog-spark-bench")
+                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(args.cores))
+                 .config("spark.driver.memory", "4g").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+
+        kafka = (spark.read.format("tidelog").option("kafka.bootstrap.servers", bootstrap)
+                 .option("subscribe", "bench").load())
+        log = spark.read.format("tidelog-log").option("subscribe", "bench").load(str(data_dir))
+        # the same records as JSON lines and Parquet (values are ASCII, so they survive as strings)
+        log.selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "topic", "partition",
+                       "offset", "timestamp", "timestampType").write.mode("overwrite").json(str(root / "json"))
+        log.write.mode("overwrite").parquet(str(root / "parquet"))
+        json_schema = ("key string, value string, topic string, partition int, offset long, timestamp timestamp, "
+                       "timestampType int")
+
+        timed("tidelog (Kafka protocol, broker)", kafka, n, results)
+        timed("tidelog-log (data directory)", log, n, results)
+        timed("Spark JSON lines", spark.read.schema(json_schema).json(str(root / "json")), n, results)
+        timed("Spark Parquet (upper reference)", spark.read.parquet(str(root / "parquet")), n, results)
+
+        t0 = time.perf_counter()
+        (spark.read.parquet(str(root / "parquet")).select("key", "value").write.mode("append").format("tidelog")
+         .option("kafka.bootstrap.servers", bootstrap).option("topic", "bench-sink").save())
+        dt = time.perf_counter() - t0
+        results.append(("tidelog sink (Parquet → broker)", n, dt))
+        print(f"sink: {n / dt:,.0f} rows/s", flush=True)
+        spark.stop()
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        if not args.workdir:
+            shutil.rmtree(root, ignore_errors=True)
+
+    print(f"\n{args.records:,} records, {args.value_size} B values, {args.partitions} partitions, "
+          f"local[{args.cores}]\n")
+    print("| path | rows | seconds | rows/s |")
+    print("|---|---:|---:|---:|")
+    for label, rows, secs in results:
+        print(f"| {label} | {rows:,} | {secs:.1f} | {rows / secs:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
