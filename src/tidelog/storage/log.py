@@ -191,14 +191,30 @@ def _scan_uncompressed_records(
     pos = RECORD_BATCH_OVERHEAD
     end = len(data)
     for _ in range(header.records_count):
-        if pos >= end:
+        if pos + 1 >= end:
             raise CorruptRecordError(f"batch at offset {base_offset} ends before its {header.records_count} records")
-        length, pos = decode_varint(data, pos)
+        # zig-zag varints of one or two bytes inline (lengths of records up to 8 KiB), others decoded fully
+        b = data[pos]
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            length = (b >> 1) ^ -(b & 1)
+            pos += 2
+        else:
+            length, pos = decode_varint(data, pos)
         next_pos = pos + length
         if length < 3 or next_pos > end:
             raise CorruptRecordError(f"record of length {length} does not fit the batch at offset {base_offset}")
-        ts_delta, p = decode_varlong(data, pos + 1)  # after the attributes byte
-        offset_delta, _ = decode_varint(data, p)
+        b = data[pos + 1]  # after the attributes byte
+        if b < 0x80:
+            ts_delta = (b >> 1) ^ -(b & 1)
+            p = pos + 2
+        else:
+            ts_delta, p = decode_varlong(data, pos + 1)
+        b = data[p]
+        offset_delta = (b >> 1) ^ -(b & 1) if b < 0x80 else decode_varint(data, p)[0]
         offset = base_offset + offset_delta
         ts = header.max_timestamp if log_append else header.base_timestamp + ts_delta
         if offset >= min_offset and predicate(ts, offset):
