@@ -1,8 +1,10 @@
 """The log of one partition directory ``<topic>-<partition>``: segments, appends, reads, recovery.
 
 Kafka's ``UnifiedLog``/``LocalLog``/``LogLoader`` in one class.  Hot paths never decode records: an append
-validates the batch from its header plus one CRC, stamps baseOffset and partitionLeaderEpoch in place (both
-outside the CRC) and writes it with ``os.write``; a read returns :class:`FileRegion` views for ``os.sendfile``.
+validates the batch from its header plus one CRC, stamps baseOffset and partitionLeaderEpoch (both outside the
+CRC) into a fresh 16-byte head and writes it with a view of the rest of the caller's bytes in one ``os.writev``
+(no copy; see :meth:`PartitionLog.append_as_leader`); a read returns :class:`FileRegion` views for
+``os.sendfile``.
 Nothing on the append or read path calls fsync: that happens in :meth:`flush`, :meth:`flush_if_due`,
 :meth:`close`, on a background thread after a roll, or on append only when the topic asks for it through
 ``flush.messages``.
