@@ -1,0 +1,49 @@
+"""Build of the optional C accelerator ``tidelog.records._recwalk`` (all other metadata is in pyproject.toml).
+
+The extension is optional: when it cannot be compiled (no C compiler, no Python headers) the install still
+succeeds with a warning and tidelog uses the pure-Python record walker (``tidelog.records.batch``).
+``TIDELOG_PURE_PYTHON=1`` at run time forces the pure-Python walker even when the extension is built.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that never fails the install: a missing compiler or a compile error only warns."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # compiler setup errors happen before the per-extension optional handling
+            self._warn(exc)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            self._warn(exc)
+
+    @staticmethod
+    def _warn(exc: BaseException) -> None:
+        print(
+            f"WARNING: the optional C extension tidelog.records._recwalk was not built ({exc}); "
+            "tidelog will use the pure-Python record walker",
+            file=sys.stderr,
+        )
+
+
+setup(
+    ext_modules=[
+        Extension(
+            "tidelog.records._recwalk",
+            sources=["src/tidelog/records/_recwalk.c"],
+            optional=True,
+        )
+    ],
+    cmdclass={"build_ext": OptionalBuildExt},
+)
