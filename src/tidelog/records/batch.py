@@ -16,6 +16,7 @@ decode/build round trip unchanged (Kafka's Java reader would replace them instea
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -578,6 +579,23 @@ def read_keys(
 # ------------------------------------------------------------------------------------ produce-time check
 
 
+def _load_c_walker():  # type: ignore[no-untyped-def]
+    """``tidelog.records._recwalk.check_records`` (the C walk, built by setup.py when a compiler is there),
+    or None: not built, or ``TIDELOG_PURE_PYTHON`` is set (to anything but "" or "0")."""
+    if os.environ.get("TIDELOG_PURE_PYTHON", "").strip() not in ("", "0"):
+        return None
+    try:
+        from tidelog.records._recwalk import check_records
+    except ImportError:
+        return None
+    return check_records
+
+
+_c_check_records = _load_c_walker()
+"""The C record walker used by :func:`check_record_structure`, or None for the pure-Python
+:func:`_walk_records` (same checks, same exceptions and messages)."""
+
+
 def check_record_structure(
     buf: Buffer,
     pos: int,
@@ -606,6 +624,10 @@ def check_record_structure(
     over-long varint, bad compressed data, a decompressed size over ``max_decompressed``) or
     :class:`InvalidRecordError` (recordsCount does not match the records present, inner offsets of a
     compressed batch not consecutive), each naming the record and what is wrong.
+
+    The walk runs in C (``tidelog.records._recwalk``, same checks and messages, about 100x faster, the GIL
+    released for records areas over 64 KiB) when that optional extension is built and ``TIDELOG_PURE_PYTHON``
+    is not set; otherwise in Python (:func:`_walk_records`).
     """
     if type(header) is tuple:
         size = header[1] + LOG_OVERHEAD
@@ -616,9 +638,16 @@ def check_record_structure(
         attributes = header.attributes
         count = header.records_count
     codec = attributes & 0x07
+    c_walk = _c_check_records
     if codec:
         data = decompress(codec, memoryview(buf)[pos + RECORD_BATCH_OVERHEAD : pos + size], max_decompressed)
-        _walk_records(data, 0, len(data), count, True)
+        if c_walk is not None:
+            c_walk(data, count, True)
+        else:
+            _walk_records(data, 0, len(data), count, True)
+    elif c_walk is not None:
+        # no copy: the C walk reads the records area in place (and drops the GIL for large batches)
+        c_walk(buf, count, False, pos + RECORD_BATCH_OVERHEAD, pos + size)
     elif pos == 0 and size == len(buf) and type(buf) is bytes:
         _walk_records(buf, RECORD_BATCH_OVERHEAD, size, count, False)
     else:
