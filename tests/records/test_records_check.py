@@ -22,7 +22,25 @@ from tidelog.records import (
     decode_records,
     validate_batch,
 )
+from tidelog.records import batch as batch_module
 from tidelog.records.header import validate_batch_tuple
+
+try:
+    from tidelog.records._recwalk import check_records as c_check_records
+except ImportError:  # the optional C extension is not built: only the Python walker is tested
+    c_check_records = None
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def walker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs against both record walkers: the C extension and the pure-Python fallback."""
+    if request.param == "c":
+        if c_check_records is None:
+            pytest.skip("the C extension tidelog.records._recwalk is not built")
+        monkeypatch.setattr(batch_module, "_c_check_records", c_check_records)
+    else:
+        monkeypatch.setattr(batch_module, "_c_check_records", None)
+    return request.param
 
 RECORDS = [
     (b"k%d" % i, b"value-%d" % i * (1 + i * 7), [("h", b"x"), ("empty", None)] if i % 2 else ())
