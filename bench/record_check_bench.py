@@ -6,6 +6,9 @@
   length stays inside the record and the fields fill it exactly, so a batch that passes always decodes.
 * ``decode_records`` (builds Record objects) for reference, and the CRC-32C of the same bytes.
 
+The **fields** walk is timed twice: ``fields py`` is the pure-Python walker (``TIDELOG_PURE_PYTHON=1``),
+``fields C`` the optional C extension ``tidelog.records._recwalk`` (``-`` when it is not built).
+
 Usage: ``.venv/bin/python bench/record_check_bench.py``. Prints microseconds per batch (best of N).
 """
 
@@ -16,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from tidelog.records import CompressionType, build_batch, check_record_structure, decode_records
+from tidelog.records import batch as batch_module
 from tidelog.records.batch import MIN_RECORD_SIZE
 from tidelog.records.crc import crc32c
 from tidelog.records.errors import CorruptRecordError, InvalidRecordError
@@ -87,7 +91,8 @@ def main() -> None:
         ("16 KiB, 100 B records, zstd", batch(16 * 1024, 100, CompressionType.ZSTD)),
         ("16 KiB, 100 B records, lz4", batch(16 * 1024, 100, CompressionType.LZ4)),
     ]
-    print(f"{'batch':32} {'records':>7} {'crc32c':>9} {'lengths':>9} {'fields':>9} {'decode':>10}  (us/batch)")
+    print(f"{'batch':32} {'records':>7} {'crc32c':>9} {'lengths':>9} {'fields py':>10} {'fields C':>9} "
+          f"{'py/C':>6} {'decode':>10}  (us/batch)")
     for label, b in cases:
         measure(label, b)
 
@@ -97,14 +102,19 @@ def measure(label: str, b: bytes) -> None:
     count = h[12]
     view = memoryview(b)  # the broker hands the log a memoryview into the request frame
     crc = best_us(lambda: crc32c(view[21:]))
-    fields = best_us(lambda: check_record_structure(view, 0, h))
+    c_walk = batch_module._load_c_walker()
+    batch_module._c_check_records = None
+    fields_py = best_us(lambda: check_record_structure(view, 0, h))
+    batch_module._c_check_records = c_walk
+    fields_c = best_us(lambda: check_record_structure(view, 0, h)) if c_walk is not None else float("nan")
     if h[5] & 7:
         lengths = float("nan")
     else:
         n = len(b) - RECORD_BATCH_OVERHEAD
         lengths = best_us(lambda: lengths_only(bytes(view[RECORD_BATCH_OVERHEAD:]), 0, n, count))
     dec = best_us(lambda: decode_records(b, verify_crc=False))
-    print(f"{label:32} {count:7d} {crc:9.1f} {lengths:9.1f} {fields:9.1f} {dec:10.1f}")
+    print(f"{label:32} {count:7d} {crc:9.1f} {lengths:9.1f} {fields_py:10.1f} {fields_c:9.1f} "
+          f"{fields_py / fields_c:5.0f}x {dec:10.1f}")
 
 if __name__ == "__main__":
     main()
