@@ -41,25 +41,59 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidelog.records.batch import build_batch, decode_batch
-from tidelog.records.header import LOG_APPEND_TIME, NO_PRODUCER_ID, BatchHeader
+from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED, MIN_RECORD_SIZE, build_batch
+from tidelog.records.compression import compress, decompress
+from tidelog.records.crc import crc32c
+from tidelog.records.errors import CorruptRecordError, InvalidRecordError
+from tidelog.records.header import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
+    CONTROL_MASK,
+    CRC_OFFSET,
+    CREATE_TIME,
+    DELETE_HORIZON_MASK,
+    H_ATTRIBUTES,
+    H_BASE_OFFSET,
+    H_BASE_SEQUENCE,
+    H_BASE_TIMESTAMP,
+    H_BATCH_LENGTH,
+    H_CRC,
+    H_LAST_OFFSET_DELTA,
+    H_MAGIC,
+    H_MAX_TIMESTAMP,
+    H_PARTITION_LEADER_EPOCH,
+    H_PRODUCER_EPOCH,
+    H_PRODUCER_ID,
+    H_RECORDS_COUNT,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MAGIC,
+    NO_PRODUCER_ID,
+    NO_TIMESTAMP,
+    RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    BatchHeader,
+    HeaderTuple,
+    unpack_header_tuple,
+)
+from tidelog.records.varint import decode_varint, decode_varlong
 from tidelog.storage.index import INT32_MAX
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.offset_map import OffsetMap
 from tidelog.storage.segment import (
     CLEANED_SUFFIX,
     SWAP_SUFFIX,
-    FileHandle,
     LogSegment,
     index_file,
     log_file,
-    read_header_at,
     time_index_file,
     txn_index_file,
 )
@@ -70,6 +104,9 @@ TopicPartition = tuple[str, int]
 Fault = Callable[[str], None]
 
 DOUBLE_MAX = 1.7976931348623157e308
+
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+_UINT32 = struct.Struct(">I")
 
 #: the fault-injection steps, in order (tests raise or exit at each)
 FAULT_STEPS = ("map-built", "cleaned", "swap", "old-deleted", "swapped", "checkpoint")
@@ -340,28 +377,6 @@ class CleanResult:
         return 100.0 * self.bytes_written / self.bytes_read if self.bytes_read else 0.0
 
 
-def _iter_batches(handle: FileHandle, size: int) -> Iterator[tuple[int, BatchHeader]]:
-    pos = 0
-    while True:
-        header = read_header_at(handle.fd, pos, size)
-        if header is None or pos + header.size > size:
-            return
-        yield pos, header
-        pos += header.size
-
-
-def _pread(handle: FileHandle, pos: int, size: int) -> bytes:
-    chunks: list[bytes] = []
-    done = 0
-    while done < size:
-        chunk = os.pread(handle.fd, size - done, pos + done)
-        if not chunk:
-            raise OSError(f"short read at {pos + done}")
-        chunks.append(chunk)
-        done += len(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
 class _Context:
     def __init__(
         self,
@@ -369,7 +384,9 @@ class _Context:
         should_abort: Callable[[], bool],
         fault: Fault | None,
         result: CleanResult,
+        chunk: int = 512 * 1024,
     ) -> None:
+        self.chunk = chunk  # bytes per segment read
         self.throttler = throttler
         self.should_abort = should_abort
         self.fault = fault
@@ -386,12 +403,264 @@ class _Context:
             self.fault(name)
 
 
+#: bytes per ``pread`` of a segment when its ``log.cleaner.io.buffer.size`` is smaller (a batch larger than the
+#: buffer is read whole)
+MIN_READ_CHUNK = 64 * 1024
+
+
+def _iter_batches(
+    fd: int, size: int, chunk: int, start: int = 0
+) -> Iterator[tuple[bytes, int, int, HeaderTuple]]:
+    """``(buffer, position in buffer, file position, header tuple)`` of every whole batch in ``[start, size)``.
+
+    The file is read sequentially in ``chunk``-byte ``pread`` calls; the batch is ``buffer[pos : pos + size]``
+    (valid until the next iteration). A partial tail ends the walk. Raises like :meth:`BatchHeader.parse` on a
+    bad magic."""
+    chunk = max(chunk, MIN_READ_CHUNK)
+    buf = b""
+    buf_start = start  # file position of buf[0]
+    p = 0
+    while True:
+        fpos = buf_start + p
+        if size - fpos < RECORD_BATCH_OVERHEAD:
+            return
+        have = len(buf) - p
+        if have < RECORD_BATCH_OVERHEAD:
+            buf = buf[p:] + _pread_exact(fd, min(chunk, size - fpos - have), fpos + have)
+            buf_start, p, have = fpos, 0, len(buf)
+        fields = unpack_header_tuple(buf, p)
+        if fields[H_MAGIC] != MAGIC:
+            BatchHeader.parse(buf, p)  # raises InvalidMagicError with the usual message
+        bsize = fields[H_BATCH_LENGTH] + LOG_OVERHEAD
+        if bsize < RECORD_BATCH_OVERHEAD or fpos + bsize > size:
+            return
+        if have < bsize:
+            buf = buf[p:] + _pread_exact(fd, min(max(chunk, bsize) - have, size - fpos - have), fpos + have)
+            buf_start, p = fpos, 0
+        yield buf, p, fpos, fields
+        p += bsize
+
+
+def _pread_exact(fd: int, n: int, pos: int) -> bytes:
+    data = os.pread(fd, n, pos)
+    if len(data) < n:
+        chunks = [data]
+        done = len(data)
+        while done < n:
+            more = os.pread(fd, n - done, pos + done)
+            if not more:
+                raise OSError(f"short read at {pos + done}")
+            chunks.append(more)
+            done += len(more)
+        data = b"".join(chunks)
+    return data
+
+
+def _check_crc(buf: bytes, pos: int, fields: HeaderTuple) -> None:
+    end = pos + fields[H_BATCH_LENGTH] + LOG_OVERHEAD
+    with memoryview(buf) as view:
+        actual = crc32c(view[pos + ATTRIBUTES_OFFSET : end])
+    if actual != fields[H_CRC]:
+        raise CorruptRecordError(
+            f"batch at offset {fields[H_BASE_OFFSET]} is corrupt: stored CRC {fields[H_CRC]:#010x}, "
+            f"computed {actual:#010x}"
+        )
+
+
+def _records_of(buf: bytes, pos: int, fields: HeaderTuple) -> tuple[bytes, int, int]:
+    """``(data, start, end)``: the batch's record bytes are ``data[start:end]`` (decompressed if need be; an
+    uncompressed batch is not copied)."""
+    end = pos + fields[H_BATCH_LENGTH] + LOG_OVERHEAD
+    codec = fields[H_ATTRIBUTES] & COMPRESSION_MASK
+    if not codec:
+        return buf, pos + RECORD_BATCH_OVERHEAD, end
+    with memoryview(buf) as view:
+        data = decompress(codec, view[pos + RECORD_BATCH_OVERHEAD : end], DEFAULT_MAX_DECOMPRESSED)
+    return data, 0, len(data)
+
+
+def _framing_error(index: int, p: int, n: int, what: str) -> CorruptRecordError:
+    return CorruptRecordError(f"record {index} at byte {p}: {what} ({n - p} bytes remain)")
+
+
+def _keys_and_deltas(data: bytes, p: int, n: int, count: int) -> tuple[list[bytes], list[int]]:
+    """The keys (null keys skipped) and their offset deltas of ``count`` records in ``data[p:n]``.
+
+    Reads only each record's length, offset delta and key; checks the framing (lengths stay inside the record
+    bytes, exactly ``count`` records)."""
+    keys: list[bytes] = []
+    deltas: list[int] = []
+    add_key = keys.append
+    add_delta = deltas.append
+    index = 0
+    try:
+        for index in range(count):
+            b = data[p]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                p += 1
+            elif data[p + 1] < 0x80:
+                b = (b & 0x7F) | (data[p + 1] << 7)
+                length = (b >> 1) ^ -(b & 1)
+                p += 2
+            else:
+                length, p = decode_varint(data, p)
+            end = p + length
+            if length < MIN_RECORD_SIZE - 1 or end > n:
+                raise _framing_error(index, p, n, f"declared length {length} does not fit")
+            q = p + 1  # attributes (unused in v2)
+            while data[q] & 0x80:  # timestampDelta varlong, not needed here
+                q += 1
+            q += 1
+            b = data[q]
+            if b < 0x80:
+                od = (b >> 1) ^ -(b & 1)
+                q += 1
+            else:
+                od, q = decode_varint(data, q)
+            b = data[q]
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+                q += 1
+            else:
+                klen, q = decode_varint(data, q)
+            if klen >= 0:
+                if q + klen > end:
+                    raise _framing_error(index, q, n, f"key of {klen} bytes runs past the record's end")
+                add_key(data[q : q + klen])
+                add_delta(od)
+            elif q > end:
+                raise _framing_error(index, q, n, "fields run past the record's end")
+            p = end
+    except IndexError:
+        raise _framing_error(index, p, n, "truncated record") from None
+    if p != n:
+        raise InvalidRecordError(f"batch declares {count} records but {n - p} bytes remain after the last one")
+    return keys, deltas
+
+
+def _scan_records(
+    data: bytes, p: int, n: int, count: int
+) -> tuple[list[int], list[bytes | None], list[int], list[bool]]:
+    """Per record of ``data[p:n]``: start position (the length varint), key (None when null), offset delta and
+    whether the value is null; the end of record ``i`` is the start of record ``i + 1`` (or ``n``)."""
+    starts: list[int] = []
+    keys: list[bytes | None] = []
+    deltas: list[int] = []
+    nulls: list[bool] = []
+    index = 0
+    try:
+        for index in range(count):
+            starts.append(p)
+            b = data[p]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                p += 1
+            elif data[p + 1] < 0x80:
+                b = (b & 0x7F) | (data[p + 1] << 7)
+                length = (b >> 1) ^ -(b & 1)
+                p += 2
+            else:
+                length, p = decode_varint(data, p)
+            end = p + length
+            if length < MIN_RECORD_SIZE - 1 or end > n:
+                raise _framing_error(index, p, n, f"declared length {length} does not fit")
+            q = p + 1
+            while data[q] & 0x80:
+                q += 1
+            q += 1
+            b = data[q]
+            if b < 0x80:
+                deltas.append((b >> 1) ^ -(b & 1))
+                q += 1
+            else:
+                od, q = decode_varint(data, q)
+                deltas.append(od)
+            b = data[q]
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+                q += 1
+            else:
+                klen, q = decode_varint(data, q)
+            if klen >= 0:
+                if q + klen > end:
+                    raise _framing_error(index, q, n, f"key of {klen} bytes runs past the record's end")
+                keys.append(data[q : q + klen])
+                q += klen
+            else:
+                keys.append(None)
+            # value length: -1 (zig-zag 0x01) is a tombstone; anything else is not (multi-byte lengths included)
+            nulls.append(data[q] == 1)
+            if q >= end:
+                raise _framing_error(index, q, n, "fields run past the record's end")
+            p = end
+    except IndexError:
+        raise _framing_error(index, p, n, "truncated record") from None
+    if p != n:
+        raise InvalidRecordError(f"batch declares {count} records but {n - p} bytes remain after the last one")
+    return starts, keys, deltas, nulls
+
+
+def _zigzag_varlong(value: int) -> bytes:
+    return _uvarint((value << 1) ^ (value >> 63))
+
+
+def _uvarint(v: int) -> bytes:
+    if v < 0x80:
+        return _ONE_BYTE[v]
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+_ONE_BYTE = [bytes((i,)) for i in range(128)]
+
+
+def _retained_records(
+    data: bytes, starts: list[int], n: int, kept: list[int], old_base: int, new_base: int, lat_time: int | None
+) -> tuple[list[bytes], int]:
+    """The bytes of the kept records (indexes into ``starts``) relative to ``new_base``, and their max timestamp.
+
+    A record whose timestamp delta does not change is copied verbatim; otherwise only its length and
+    timestampDelta are re-encoded and the rest (offset delta, key, value, headers) is copied. ``lat_time``: a
+    LogAppendTime batch, whose records all read as that time (Kafka rebuilds them so)."""
+    parts: list[bytes] = []
+    add = parts.append
+    last = len(starts) - 1
+    max_ts = NO_TIMESTAMP
+    for i in kept:
+        start = starts[i]
+        end = starts[i + 1] if i < last else n
+        p = start
+        while data[p] & 0x80:  # length varint
+            p += 1
+        p += 2  # last length byte, attributes
+        tsd, after = decode_varlong(data, p)
+        ts = lat_time if lat_time is not None else old_base + tsd
+        if ts > max_ts:
+            max_ts = ts
+        new_tsd = ts - new_base
+        if new_tsd == tsd:
+            add(data[start:end])
+        else:
+            body = b"".join((data[p - 1 : p], _zigzag_varlong(new_tsd), data[after:end]))
+            add(_uvarint(len(body) << 1))
+            add(body)
+    return parts, max_ts
+
+
 def build_offset_map(
     plog: PartitionLog, start: int, end: int, offset_map: OffsetMap, ctx: _Context
 ) -> int:
     """Put every keyed, non-transactional record with offset in [start, end) into the map; returns the offset
     up to which the map is complete (``end``, or less when the map filled up)."""
     segments = plog.segments[:-1]
+    put_many = offset_map.put_many
+    max_entries = offset_map.max_entries
+    result = ctx.result
     for i, seg in enumerate(segments):
         upper = segments[i + 1].base_offset if i + 1 < len(segments) else plog.segments[-1].base_offset
         if upper <= start:
@@ -402,28 +671,34 @@ def build_offset_map(
             handle = seg.handle
         except ValueError:  # closed by retention or truncation meanwhile
             raise CleanerAbortedError(f"segment {seg.log_path} was closed") from None
-        for pos, header in _iter_batches(handle, seg.size):
-            if header.last_offset < start:
+        for buf, pos, _fpos, fields in _iter_batches(handle.fd, seg.size, ctx.chunk):
+            base = fields[H_BASE_OFFSET]
+            if base + fields[H_LAST_OFFSET_DELTA] < start:
                 continue
-            if header.base_offset >= end:
+            if base >= end:
                 return end
-            if header.is_control or header.is_transactional:
+            if fields[H_ATTRIBUTES] & (CONTROL_MASK | TRANSACTIONAL_MASK):
                 continue
-            if len(offset_map) + header.records_count > offset_map.max_entries:
+            count = fields[H_RECORDS_COUNT]
+            if len(offset_map) + count > max_entries:
                 if len(offset_map) == 0:
                     raise DedupeBufferTooSmallError(
-                        f"a batch of {header.records_count} records does not fit the offset map "
-                        f"({offset_map.max_entries} entries); raise log.cleaner.dedupe.buffer.size"
+                        f"a batch of {count} records does not fit the offset map "
+                        f"({max_entries} entries); raise log.cleaner.dedupe.buffer.size"
                     )
-                return max(header.base_offset, start)
-            data = _pread(handle, pos, header.size)
-            ctx.io(header.size)
-            ctx.result.bytes_read += header.size
-            _, records = decode_batch(data)
-            put = offset_map.put
-            for rec in records:
-                if rec.key is not None and rec.offset >= start:
-                    put(rec.key, rec.offset)
+                return max(base, start)
+            bsize = fields[H_BATCH_LENGTH] + LOG_OVERHEAD
+            ctx.io(bsize)
+            result.bytes_read += bsize
+            _check_crc(buf, pos, fields)
+            data, p, n = _records_of(buf, pos, fields)
+            keys, deltas = _keys_and_deltas(data, p, n, count)
+            if base >= start:
+                put_many(keys, [base + d for d in deltas])
+            else:
+                first = start - base
+                kept = [(k, base + d) for k, d in zip(keys, deltas, strict=True) if d >= first]
+                put_many([k for k, _ in kept], [o for _, o in kept])
     return end
 
 
@@ -435,53 +710,115 @@ class _Filter:
     producer_last_offsets: dict[int, int]
     min_horizon: int | None = None
 
-    def apply(self, data: bytes, header: BatchHeader) -> tuple[bytes | None, int, int]:
-        """(bytes to write or None, records read, records kept) for one batch."""
-        if header.is_control or header.is_transactional:
-            return data, header.records_count, header.records_count
-        _, records = decode_batch(data)
-        horizon = header.base_timestamp if header.has_delete_horizon else None
-        get = self.offset_map.get
-        kept = []
+    def apply(
+        self, buf: bytes, pos: int, fields: HeaderTuple
+    ) -> tuple[bytes | memoryview | None, int, int, int]:
+        """(bytes to write or None, records read, records kept, max timestamp of what is written) for the batch
+        at ``buf[pos:]``. An unchanged batch comes back as a view of ``buf``."""
+        bsize = fields[H_BATCH_LENGTH] + LOG_OVERHEAD
+        attributes = fields[H_ATTRIBUTES]
+        count = fields[H_RECORDS_COUNT]
+        if attributes & (CONTROL_MASK | TRANSACTIONAL_MASK):
+            return memoryview(buf)[pos : pos + bsize], count, count, fields[H_MAX_TIMESTAMP]
+        _check_crc(buf, pos, fields)
+        data, p, n = _records_of(buf, pos, fields)
+        starts, keys, deltas, nulls = _scan_records(data, p, n, count)
+        base = fields[H_BASE_OFFSET]
+        horizon = fields[H_BASE_TIMESTAMP] if attributes & DELETE_HORIZON_MASK else None
+        latest = self.offset_map.get_many([b"" if k is None else k for k in keys])
+        expired = horizon is not None and self.now_ms >= horizon
+        kept: list[int] = []
         tombstones = False
-        for rec in records:
-            if rec.key is None:  # a compacted log has no use for a record without a key
+        for i, found in enumerate(latest):
+            if keys[i] is None:  # a compacted log has no use for a record without a key
                 continue
-            found = get(rec.key)
-            if found >= 0 and rec.offset < found:
+            if found >= 0 and base + deltas[i] < found:
                 continue
-            if rec.value is None:
-                if horizon is not None and self.now_ms >= horizon:
+            if nulls[i]:
+                if expired:
                     continue
                 tombstones = True
-            kept.append(rec)
+            kept.append(i)
         need_horizon = horizon is None and tombstones
         if tombstones:
             h = horizon if horizon is not None else self.now_ms + self.delete_retention_ms
             self.min_horizon = h if self.min_horizon is None else min(self.min_horizon, h)
-        if len(kept) == len(records) and not need_horizon:
-            return data, len(records), len(kept)
+        if len(kept) == count and not need_horizon:
+            return memoryview(buf)[pos : pos + bsize], count, count, fields[H_MAX_TIMESTAMP]
         new_horizon = self.now_ms + self.delete_retention_ms if need_horizon else horizon
+        lat = attributes & TIMESTAMP_TYPE_MASK
         if not kept:
-            pid = header.producer_id
-            if pid == NO_PRODUCER_ID or self.producer_last_offsets.get(pid) != header.last_offset:
-                return None, len(records), 0
-        lat = header.timestamp_type == LOG_APPEND_TIME
-        rebuilt = build_batch(
-            kept,
-            base_offset=header.base_offset,
-            compression=header.compression if kept else 0,
-            timestamp_type=header.timestamp_type,
-            producer_id=header.producer_id,
-            producer_epoch=header.producer_epoch,
-            base_sequence=header.base_sequence,
-            is_transactional=header.is_transactional,
-            partition_leader_epoch=header.partition_leader_epoch,
-            max_timestamp=header.max_timestamp if lat or not kept else None,
-            delete_horizon_ms=new_horizon,
-            last_offset_delta=header.last_offset_delta,
+            pid = fields[H_PRODUCER_ID]
+            if pid == NO_PRODUCER_ID or self.producer_last_offsets.get(pid) != base + fields[H_LAST_OFFSET_DELTA]:
+                return None, count, 0, NO_TIMESTAMP
+            empty = build_batch(
+                [],
+                base_offset=base,
+                timestamp_type=LOG_APPEND_TIME if lat else CREATE_TIME,
+                producer_id=pid,
+                producer_epoch=fields[H_PRODUCER_EPOCH],
+                base_sequence=fields[H_BASE_SEQUENCE],
+                partition_leader_epoch=fields[H_PARTITION_LEADER_EPOCH],
+                max_timestamp=fields[H_MAX_TIMESTAMP],
+                delete_horizon_ms=new_horizon,
+                last_offset_delta=fields[H_LAST_OFFSET_DELTA],
+            )
+            return empty, count, 0, fields[H_MAX_TIMESTAMP]
+        rebuilt, max_ts = _rebuild(data, n, fields, starts, kept, new_horizon)
+        return rebuilt, count, len(kept), max_ts
+
+
+def _rebuild(
+    data: bytes, n: int, fields: HeaderTuple, starts: list[int], kept: list[int], new_horizon: int | None
+) -> tuple[bytes, int]:
+    """The batch with only the ``kept`` records, as Kafka's ``MemoryRecords.filterTo`` builds it for v2: same
+    base offset, lastOffsetDelta, producer fields, leader epoch and codec; baseTimestamp is the delete
+    horizon when set, else the first kept record's timestamp; maxTimestamp is recomputed (CreateTime) or kept
+    (LogAppendTime). Record bytes are reused (see :func:`_retained_records`)."""
+    attributes = fields[H_ATTRIBUTES]
+    old_base = fields[H_BASE_TIMESTAMP]
+    lat_time = fields[H_MAX_TIMESTAMP] if attributes & TIMESTAMP_TYPE_MASK else None
+    if new_horizon is not None:
+        new_base = new_horizon
+    elif lat_time is not None:
+        new_base = lat_time
+    else:
+        first = starts[kept[0]]
+        p = first
+        while data[p] & 0x80:
+            p += 1
+        new_base = old_base + decode_varlong(data, p + 2)[0]
+    parts, max_ts = _retained_records(data, starts, n, kept, old_base, new_base, lat_time)
+    payload = b"".join(parts)
+    codec = attributes & COMPRESSION_MASK
+    if codec:
+        payload = compress(codec, payload)
+    new_attributes = attributes & (COMPRESSION_MASK | TIMESTAMP_TYPE_MASK)
+    if new_horizon is not None:
+        new_attributes |= DELETE_HORIZON_MASK
+    if lat_time is not None:
+        max_ts = lat_time
+    header = bytearray(
+        _BATCH_HEADER.pack(
+            fields[H_BASE_OFFSET],
+            RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload),
+            fields[H_PARTITION_LEADER_EPOCH],
+            MAGIC,
+            0,
+            new_attributes,
+            fields[H_LAST_OFFSET_DELTA],
+            new_base,
+            max_ts,
+            fields[H_PRODUCER_ID],
+            fields[H_PRODUCER_EPOCH],
+            fields[H_BASE_SEQUENCE],
+            len(kept),
         )
-        return rebuilt, len(records), len(kept)
+    )
+    crc = crc32c(payload, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
+    _UINT32.pack_into(header, CRC_OFFSET, crc)
+    header += payload
+    return bytes(header), max_ts
 
 
 def _remove_leftovers(plog: PartitionLog, base: int) -> None:
@@ -511,24 +848,27 @@ def clean_segments(
     try:
         last_written = -1
         last_seen = -1
+        result = ctx.result
+        apply = flt.apply
+        append = cleaned.append_parts
+        io = ctx.io
         for seg_handle, size in zip(handles, sizes, strict=True):
-            for pos, header in _iter_batches(seg_handle, size):
-                data = _pread(seg_handle, pos, header.size)
-                ctx.io(header.size)
-                ctx.result.bytes_read += header.size
-                out, nread, nkept = flt.apply(data, header)
-                ctx.result.records_read += nread
-                ctx.result.records_retained += nkept
-                last_seen = header.last_offset
+            for buf, pos, _fpos, fields in _iter_batches(seg_handle.fd, size, ctx.chunk):
+                bsize = fields[H_BATCH_LENGTH] + LOG_OVERHEAD
+                io(bsize)
+                result.bytes_read += bsize
+                out, nread, nkept, max_ts = apply(buf, pos, fields)
+                result.records_read += nread
+                result.records_retained += nkept
+                last_seen = fields[H_BASE_OFFSET] + fields[H_LAST_OFFSET_DELTA]
                 if out is None:
                     continue
-                if out is not data:
-                    ctx.result.batches_rewritten += 1
-                h = BatchHeader.parse(out)
-                cleaned.append(h.last_offset, h.max_timestamp, h.last_offset, out)
-                last_written = h.last_offset
-                ctx.io(len(out))
-                ctx.result.bytes_written += len(out)
+                if type(out) is not memoryview:
+                    result.batches_rewritten += 1
+                append(last_seen, max_ts, last_seen, (out,))
+                last_written = last_seen
+                io(len(out))
+                result.bytes_written += len(out)
         end_marker = min(last_seen, group_upper - 1)
         if end_marker > last_written:
             # keep the cleaned segment's offset range equal to the group's, so that a .swap recovered after a
@@ -562,14 +902,16 @@ def clean_log(
     throttler: Throttler | None = None,
     should_abort: Callable[[], bool] = lambda: False,
     fault: Fault | None = None,
+    io_buffer_size: int = 512 * 1024,
 ) -> CleanResult:
     """One cleaning round of ``ltc.plog`` (see module docstring). ``result.end_offset`` is the new first dirty
-    offset; ``result.aborted`` is set when the log changed under the cleaner (nothing is lost, retry later)."""
+    offset; ``result.aborted`` is set when the log changed under the cleaner (nothing is lost, retry later).
+    Segments are read sequentially in ``io_buffer_size`` chunks (``log.cleaner.io.buffer.size``)."""
     t0 = time.monotonic()
     now = int(time.time() * 1000) if now_ms is None else now_ms
     plog = ltc.plog
     result = CleanResult(ltc.tp, ltc.first_dirty_offset, ltc.first_dirty_offset)
-    ctx = _Context(throttler, should_abort, fault, result)
+    ctx = _Context(throttler, should_abort, fault, result, io_buffer_size)
     offset_map.clear()
     end = build_offset_map(plog, ltc.first_dirty_offset, ltc.first_uncleanable_offset, offset_map, ctx)
     result.end_offset = end
@@ -800,6 +1142,7 @@ class LogCleaner:
                 throttler=self.throttler,
                 should_abort=lambda: self._stop.is_set() or tp in self._aborted,
                 fault=self.fault,
+                io_buffer_size=self.config.io_buffer_size,
             )
         except CleanerAbortedError:
             result = CleanResult(tp, ltc.first_dirty_offset, ltc.first_dirty_offset, aborted=True)
