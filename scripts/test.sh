@@ -11,6 +11,14 @@ if ! command -v kcat >/dev/null 2>&1; then
     echo "warning: kcat not found and cannot apt-get install it; kcat tests will be skipped" >&2
   fi
 fi
+if [ ! -x /usr/share/zookeeper/bin/zkServer.sh ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper) >/dev/null 2>&1 \
+      || echo "warning: could not install zookeeper; tests/cluster will be skipped" >&2
+  else
+    echo "warning: zookeeper not found and cannot apt-get install it; tests/cluster will be skipped" >&2
+  fi
+fi
 scripts/bootstrap.sh test,spark
 .venv/bin/ruff check src tests bench
 exec .venv/bin/python -m pytest "$@"
