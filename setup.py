@@ -38,6 +38,9 @@ class OptionalBuildExt(build_ext):
 
 
 setup(
+    # as pyproject.toml's packages.find where=["src"]; repeated so that `python setup.py build_ext --inplace`
+    # also works in a bare source export without pyproject.toml (bench/peers.py snapshot_tidelog)
+    package_dir={"": "src"},
     ext_modules=[
         Extension(
             "tidelog.records._recwalk",
