@@ -625,9 +625,9 @@ def check_record_structure(
     :class:`InvalidRecordError` (recordsCount does not match the records present, inner offsets of a
     compressed batch not consecutive), each naming the record and what is wrong.
 
-    The walk runs in C (``tidelog.records._recwalk``, same checks and messages, 40-140x faster on uncompressed batches, the GIL
-    released for records areas over 64 KiB) when that optional extension is built and ``TIDELOG_PURE_PYTHON``
-    is not set; otherwise in Python (:func:`_walk_records`).
+    The walk runs in C (``tidelog.records._recwalk``: same checks and messages, 40-140x faster on
+    uncompressed batches, the GIL released for records areas over 64 KiB) when that optional extension is
+    built and ``TIDELOG_PURE_PYTHON`` is not set; otherwise in Python (:func:`_walk_records`).
     """
     if type(header) is tuple:
         size = header[1] + LOG_OVERHEAD
