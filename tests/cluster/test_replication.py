@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -86,6 +89,14 @@ def test_acks_all_replicates_byte_identical(cluster: Any) -> None:
         assert data == copies[leader], f"broker {i} differs from the leader {leader}"
     values = _consume(cluster.bootstrap, topic, 2000)
     assert values == [f"v{i}".encode() for i in range(2000)]
+    # tidelog cluster describe reads the same state from ZooKeeper
+    out = subprocess.run([sys.executable, "-m", "tidelog.cli.main", "cluster", "describe", "-z",
+                          cluster.zk.connect, "--json"], capture_output=True, text=True, timeout=60, check=True)
+    described = json.loads(out.stdout)
+    assert sorted(b["id"] for b in described["brokers"]) == [1, 2, 3]
+    assert described["controller"] in (1, 2, 3) and described["controller_epoch"] >= 1
+    (part,) = next(t for t in described["topics"] if t["topic"] == topic)["partitions"]
+    assert part["leader"] == leader and sorted(part["isr"]) == [1, 2, 3] and sorted(part["replicas"]) == [1, 2, 3]
 
 
 def test_kill_leader_no_acked_record_lost(cluster: Any) -> None:

@@ -14,6 +14,7 @@ COMMANDS: dict[str, str] = {
     "produce": "tidelog.cli.console:produce",
     "consume": "tidelog.cli.console:consume",
     "groups": "tidelog.cli.groups:groups",
+    "cluster": "tidelog.cli.cluster:cluster",
 }
 
 

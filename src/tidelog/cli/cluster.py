@@ -1,0 +1,93 @@
+"""``tidelog cluster describe``: the cluster as ZooKeeper has it (brokers, controller, partition states)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+@click.group("cluster")
+def cluster() -> None:
+    """Inspect a ZooKeeper-mode cluster."""
+
+
+def read_cluster(zk_connect: str, timeout: float = 10.0) -> dict:
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoNodeError
+
+    from tidelog.cluster import zkdata as zd
+
+    zk = KazooClient(hosts=zk_connect, timeout=timeout, read_only=True)
+    zk.start(timeout=timeout)
+    try:
+        def get(path: str) -> bytes | None:
+            try:
+                return zk.get(path)[0]
+            except NoNodeError:
+                return None
+
+        def children(path: str) -> list[str]:
+            try:
+                return zk.get_children(path)
+            except NoNodeError:
+                return []
+
+        brokers = []
+        for c in sorted(children(zd.BROKER_IDS), key=int):
+            data = get(zd.broker_path(int(c)))
+            if data is not None:
+                b = zd.decode_broker(int(c), data)
+                brokers.append({"id": b.id, "host": b.host, "port": b.port, "rack": b.rack})
+        epoch = get(zd.CONTROLLER_EPOCH)
+        topics = []
+        for t in sorted(children(zd.BROKER_TOPICS)):
+            data = get(zd.topic_path(t))
+            if data is None:
+                continue
+            a = zd.decode_topic(data)
+            parts = []
+            for p, replicas in sorted(a.partitions.items()):
+                raw = get(zd.state_path(t, p))
+                s = zd.decode_state(raw, -1) if raw else None
+                parts.append({"partition": p, "replicas": replicas,
+                              "leader": s.leader if s else -1, "leader_epoch": s.leader_epoch if s else -1,
+                              "isr": list(s.isr) if s else [], "controller_epoch": s.controller_epoch if s else -1})
+            topics.append({"topic": t, "topic_id": zd.uuid_to_kafka(a.topic_id) if a.topic_id else None,
+                           "partitions": parts})
+        return {"controller": zd.decode_controller(get(zd.CONTROLLER)),
+                "controller_epoch": int(epoch) if epoch else 0, "brokers": brokers, "topics": topics}
+    finally:
+        zk.stop()
+        zk.close()
+
+
+@cluster.command("describe")
+@click.option("--zookeeper", "-z", "zk_connect", required=True, help="zookeeper.connect, e.g. 127.0.0.1:2181")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def describe(zk_connect: str, as_json: bool) -> None:
+    """Brokers, the controller and every partition's leader, epoch, replicas and ISR."""
+    try:
+        info = read_cluster(zk_connect)
+    except Exception as exc:
+        click.echo(f"tidelog cluster describe: cannot read ZooKeeper at {zk_connect}: {exc}", err=True)
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps(info, indent=1))
+        return
+    click.echo(f"Controller: {info['controller']} (epoch {info['controller_epoch']})")
+    for b in info["brokers"]:
+        click.echo(f"Broker {b['id']}: {b['host']}:{b['port']}" + (f" rack={b['rack']}" if b["rack"] else ""))
+    live = {b["id"] for b in info["brokers"]}
+    for t in info["topics"]:
+        click.echo(f"Topic: {t['topic']}\tTopicId: {t['topic_id']}\tPartitionCount: {len(t['partitions'])}")
+        for p in t["partitions"]:
+            offline = [r for r in p["replicas"] if r not in live]
+            leader = p["leader"] if p["leader"] >= 0 else "none"
+            click.echo(
+                f"\tTopic: {t['topic']}\tPartition: {p['partition']}\tLeader: {leader}\t"
+                f"LeaderEpoch: {p['leader_epoch']}\tReplicas: {','.join(map(str, p['replicas']))}\t"
+                f"Isr: {','.join(map(str, p['isr']))}"
+                + (f"\tOffline: {','.join(map(str, offline))}" if offline else "")
+            )

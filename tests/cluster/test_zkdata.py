@@ -1,0 +1,76 @@
+"""ZooKeeper values as Kafka's ZK mode writes them, the replica assignment, and the controller's decisions
+(pure functions: no ZooKeeper needed)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import pytest
+
+pytest.importorskip("kazoo", reason="kazoo is not installed")
+
+from tidelog.cluster import zkdata as zd
+from tidelog.cluster.controller import Controller
+
+
+def test_broker_registration_json() -> None:
+    v = json.loads(zd.encode_broker(zd.BrokerInfo(2, "127.0.0.1", 9093)))
+    assert v["version"] == 5 and v["host"] == "127.0.0.1" and v["port"] == 9093 and v["jmx_port"] == -1
+    assert v["endpoints"] == ["PLAINTEXT://127.0.0.1:9093"]
+    assert v["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT"} and v["features"] == {}
+    assert v["timestamp"].isdigit() and "rack" not in v
+    assert zd.decode_broker(2, zd.encode_broker(zd.BrokerInfo(2, "h", 1, "r1"))) == zd.BrokerInfo(2, "h", 1, "r1")
+
+
+def test_controller_topic_and_state_json() -> None:
+    c = json.loads(zd.encode_controller(3))
+    assert c["version"] == 1 and c["brokerid"] == 3 and c["timestamp"].isdigit()
+    assert zd.decode_controller(zd.encode_controller(3)) == 3 and zd.decode_controller(None) == -1
+    tid = bytes(range(16))
+    raw = zd.encode_topic(zd.TopicAssignment({1: [2, 3], 0: [1, 2]}, tid))
+    assert json.loads(raw) == {"version": 3, "partitions": {"0": [1, 2], "1": [2, 3]}, "adding_replicas": {},
+                               "removing_replicas": {}, "topic_id": "AAECAwQFBgcICQoLDA0ODw"}
+    assert zd.decode_topic(raw).topic_id == tid
+    s = zd.LeaderIsr(1, 4, (1, 3), 7)
+    assert json.loads(zd.encode_state(s)) == {"controller_epoch": 7, "leader": 1, "version": 1,
+                                              "leader_epoch": 4, "isr": [1, 3]}
+    assert zd.decode_state(zd.encode_state(s), 9) == s.with_zk_version(9)
+    assert json.loads(zd.encode_topic_config({"min.insync.replicas": "2"})) == {
+        "version": 1, "config": {"min.insync.replicas": "2"}}
+    assert zd.state_path("t", 0) == "/brokers/topics/t/partitions/0/state"
+
+
+def test_assignment_spreads_leaders_and_replicas() -> None:
+    a = zd.assign_replicas([1, 2, 3], 6, 3, rng=random.Random(5))
+    assert all(len(set(r)) == 3 for r in a.values())
+    assert Counter(r[0] for r in a.values()) == {1: 2, 2: 2, 3: 2}  # leaders evenly spread
+    # Kafka's example: 5 brokers, start index 0, shift 0
+    a = zd.assign_replicas([0, 1, 2, 3, 4], 10, 3, start_index=0, next_shift=0)
+    assert a[0] == [0, 1, 2] and a[4] == [4, 0, 1] and a[5] == [0, 2, 3] and a[9] == [4, 1, 2]
+    with pytest.raises(ValueError):
+        zd.assign_replicas([1, 2], 1, 3)
+
+
+def _decide(state: zd.LeaderIsr, replicas: list[int], live: set[int], unclean: bool = False) -> zd.LeaderIsr | None:
+    c = Controller.__new__(Controller)
+    c.epoch, c.unclean_election = 5, unclean
+    return c._decide(state, replicas, live)
+
+
+def test_controller_decisions() -> None:
+    s = zd.LeaderIsr(1, 3, (1, 2, 3), 4, 10)
+    assert _decide(s, [1, 2, 3], {1, 2, 3}) is None
+    # leader died: first live ISR replica in assignment order, epoch + 1, ISR without the dead
+    assert _decide(s, [1, 2, 3], {2, 3}) == zd.LeaderIsr(2, 4, (2, 3), 5)
+    # follower died: it leaves the ISR
+    assert _decide(s, [1, 2, 3], {1, 2}) == zd.LeaderIsr(1, 4, (1, 2), 5)
+    # no live ISR member: leaderless (unclean disabled), the last leader stays the ISR
+    s2 = zd.LeaderIsr(1, 3, (1,), 4, 10)
+    assert _decide(s2, [1, 2, 3], {2, 3}) == zd.LeaderIsr(-1, 4, (1,), 5)
+    assert _decide(s2, [1, 2, 3], {2, 3}, unclean=True) == zd.LeaderIsr(2, 4, (2,), 5)
+    # the sole ISR member returns: elected again
+    assert _decide(zd.LeaderIsr(-1, 4, (1,), 5), [1, 2, 3], {1, 2, 3}) == zd.LeaderIsr(1, 5, (1,), 5)
+    # a returning replica outside the ISR is not elected
+    assert _decide(zd.LeaderIsr(-1, 4, (1,), 5), [1, 2, 3], {2, 3}) is None
