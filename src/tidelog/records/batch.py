@@ -596,6 +596,26 @@ _c_check_records = _load_c_walker()
 :func:`_walk_records` (same checks, same exceptions and messages)."""
 
 
+def _load_c_validator():  # type: ignore[no-untyped-def]
+    """``tidelog.records._recwalk.validate_single_batch`` when the C walker is in use, else None."""
+    if _c_check_records is None:
+        return None
+    try:
+        from tidelog.records._recwalk import validate_single_batch
+    except ImportError:  # an extension built before validate_single_batch existed
+        return None
+    return validate_single_batch
+
+
+c_validate_single_batch = _load_c_validator()
+"""``c_validate_single_batch(buf, max_size, check_crc)``: the produce-time check of ``buf`` as exactly one v2
+batch in one C call (header and magic, the sizes of :func:`validate_batch_tuple` plus ``size == len(buf)``, the
+CRC-32C when ``check_crc``, and for an uncompressed batch the record walk of :func:`check_record_structure`),
+returning the header tuple of :func:`validate_batch_tuple`, or None when any check fails (it raises nothing:
+the caller then runs the Python checks, which raise the exact error in their order). None itself when the C
+extension is not built or ``TIDELOG_PURE_PYTHON`` is set."""
+
+
 def check_record_structure(
     buf: Buffer,
     pos: int,
