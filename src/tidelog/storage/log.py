@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from tidelog.records.batch import c_validate_single_batch as _c_validate_single_batch
 from tidelog.records.batch import check_record_structure
 from tidelog.records.crc import crc32c
 from tidelog.records.errors import CorruptRecordError, InvalidRecordError, RecordError
@@ -549,7 +550,15 @@ class PartitionLog:
         """
         config = self.config
         late_crc = len(batch) >= _CRC_AFTER_WRITE_BYTES
-        fields = validate_batch_tuple(batch, 0, config.max_message_bytes, check_crc=not late_crc)
+        # one C call for header, sizes, CRC and (uncompressed) record walk; None when something fails or
+        # the extension is not in use: the Python checks below then raise the exact error, in their order
+        c_check = _c_validate_single_batch
+        fields = None if c_check is None else c_check(batch, config.max_message_bytes, not late_crc)
+        if fields is None:
+            fields = validate_batch_tuple(batch, 0, config.max_message_bytes, check_crc=not late_crc)
+            walked = False
+        else:
+            walked = not fields[5] & COMPRESSION_MASK
         (_, batch_length, _, _, _, attributes, last_delta, base_ts, max_ts, pid, _, base_seq, count) = fields
         size = batch_length + LOG_OVERHEAD
         if late_crc and (pid >= 0 or attributes & TIMESTAMP_TYPE_MASK or config.log_append_time):
@@ -575,12 +584,13 @@ class PartitionLog:
                 check_batch_crc(batch, fields)
             self._validate_client_batch(BatchHeader(*fields), reject_control_batches)  # raises
         # Kafka's LogValidator walk of every record: a batch no consumer could decode never reaches the log
-        try:
-            check_record_structure(batch, 0, fields)
-        except RecordError:
-            if late_crc:
-                check_batch_crc(batch, fields)  # a CRC mismatch takes precedence, as in the check-first order
-            raise
+        if not walked:
+            try:
+                check_record_structure(batch, 0, fields)
+            except RecordError:
+                if late_crc:
+                    check_batch_crc(batch, fields)  # a CRC mismatch takes precedence, as in the check-first order
+                raise
         now = _now_ms() if now_ms is None else now_ms
         log_append = config.log_append_time
         if not log_append:
