@@ -396,6 +396,8 @@ class Plan:
     partitions: list[int]
     repeats: int = 1
     latency_repeats: int = 1
+    sizes: tuple[int, ...] = SIZES
+    kinds: tuple[str, ...] = ("throughput", "latency")
 
 
 def machine_busy_seconds() -> float:
@@ -523,8 +525,8 @@ def bench_all(names: list[str], loadgen, plan: Plan, run_dir: Path, log, keep: b
     cells = [
         Cell(kind, parts, size, acks)
         for parts in plan.partitions
-        for kind in ("throughput", "latency")
-        for size in SIZES
+        for kind in plan.kinds
+        for size in plan.sizes
         for acks in ACKS
     ]
     raw: dict[str, dict[str, list[dict]]] = {n: {} for n in names}
@@ -595,16 +597,16 @@ def table(all_info: dict[str, dict], plan: Plan) -> str:
         rows.append([label, *[fmt(v, unit) for v in vals], *ratios, "  ".join(cpu)])
 
     for parts in plan.partitions:
-        for size in SIZES:
+        for size in plan.sizes:
             for acks in ACKS:
                 key = f"p{parts} {size}B acks={acks}"
                 add(f"produce msg/s  {key}", f"produce {key}", "msgs_per_s", "msg/s")
                 add(f"produce MB/s   {key}", f"produce {key}", "mb_per_s", "MB/s")
-        for size in SIZES:
+        for size in plan.sizes:
             key = f"p{parts} {size}B acks=1"
             add(f"consume msg/s  p{parts} {size}B", f"consume {key}", "msgs_per_s", "msg/s")
             add(f"consume MB/s   p{parts} {size}B", f"consume {key}", "mb_per_s", "MB/s")
-        for size in SIZES:
+        for size in plan.sizes:
             for acks in ACKS:
                 key = f"p{parts} {size}B acks={acks}"
                 rate = f"@{plan.latency_rate:.0f}/s"
@@ -648,6 +650,10 @@ def main(argv: list[str] | None = None) -> int:
         "--repeats", type=int, default=None, help="throughput repeats per cell (default 3, quick 1)"
     )
     ap.add_argument("--latency-repeats", type=int, default=None, help="latency repeats per cell (default 1)")
+    ap.add_argument("--sizes", default="100,1024", help="message sizes in bytes (default 100,1024)")
+    ap.add_argument(
+        "--only", choices=["throughput", "latency"], default=None, help="run only one kind of cell"
+    )
     ap.add_argument(
         "--tidelog-rev",
         default="HEAD",
@@ -682,6 +688,10 @@ def main(argv: list[str] | None = None) -> int:
             latency_repeats=args.latency_repeats or 1,
         )
 
+    plan.sizes = tuple(int(x) for x in args.sizes.split(","))
+    plan.kinds = (args.only,) if args.only else ("throughput", "latency")
+    for size in plan.sizes:
+        plan.counts.setdefault(size, max(1, plan.counts[100] * 100 // size))
     paths = setup(skip_rdkafka=args.loadgen != "rdkafka")
     if args.loadgen == "rdkafka":
         loadgen = RdkafkaPerf(Path(paths["RDKAFKA_PERF"]), Path(paths["LATENCY_PRODUCER"]))
