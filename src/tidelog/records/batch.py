@@ -607,6 +607,23 @@ def _load_c_validator():  # type: ignore[no-untyped-def]
     return validate_single_batch
 
 
+def _load_c_writer():  # type: ignore[no-untyped-def]
+    """``tidelog.records._recwalk.write_stamped`` when the C walker is in use, else None."""
+    if _c_check_records is None:
+        return None
+    try:
+        from tidelog.records._recwalk import write_stamped
+    except ImportError:  # an extension built before write_stamped existed
+        return None
+    return write_stamped
+
+
+c_write_stamped = _load_c_writer()
+"""``c_write_stamped(fd, batch, base_offset, partition_leader_epoch)``: write one whole batch to ``fd`` with
+baseOffset and partitionLeaderEpoch (outside the CRC) replaced, without copying or changing ``batch`` (one
+``writev`` of a 16-byte head and the rest of the buffer, short writes continued); returns ``len(batch)``. None
+when the C extension is not built or ``TIDELOG_PURE_PYTHON`` is set."""
+
 c_validate_single_batch = _load_c_validator()
 """``c_validate_single_batch(buf, max_size, check_crc)``: the produce-time check of ``buf`` as exactly one v2
 batch in one C call (header and magic, the sizes of :func:`validate_batch_tuple` plus ``size == len(buf)``, the
