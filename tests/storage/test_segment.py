@@ -344,3 +344,41 @@ def test_chunked_header_scans_and_recovery_match_per_batch_reads(
     assert seg.recover() == size - p6
     assert seg.size == p6 and seg.read_next_offset() == h6.base_offset
     seg.close()
+
+
+@pytest.mark.parametrize("use_c", [True, False])
+def test_append_parts_stamp_writes_base_offset_and_epoch_without_touching_the_buffer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, use_c: bool
+) -> None:
+    """``stamp=(base_offset, epoch)``: the batch reaches the file with those two fields replaced (C
+    write_stamped or the Python writev fallback), the caller's bytes stay as they were, and a failing
+    ``check`` leaves nothing behind."""
+    import tidelog.storage.segment as segment_module
+
+    if use_c:
+        if segment_module._c_write_stamped is None:
+            pytest.skip("the optional C extension is not in use")
+    else:
+        monkeypatch.setattr(segment_module, "_c_write_stamped", None)
+    seg = LogSegment(tmp_path, 100, LogConfig())
+    first = batch(0, n=3)
+    for data in (first, bytearray(first), memoryview(first)):
+        before = bytes(data)
+        size = seg.size
+        pos = seg.append_parts(102 + size, 1002, 102 + size, (data,), None, (100 + size, 7))
+        assert pos == size and seg.size == size + len(before)
+        assert bytes(data) == before
+        written = seg.log_path.read_bytes()[pos:]
+        expect = bytearray(before)
+        struct.pack_into(">q", expect, 0, 100 + size)
+        struct.pack_into(">i", expect, 12, 7)
+        assert written == bytes(expect)
+    size = seg.size
+
+    def fail() -> None:
+        raise RuntimeError("bad crc")
+
+    with pytest.raises(RuntimeError):
+        seg.append_parts(10_000, 1002, 10_000, (first,), fail, (9_998, 7))
+    assert seg.size == size and os.path.getsize(seg.log_path) == size
+    seg.close()

@@ -87,9 +87,6 @@ _INT64 = struct.Struct(">q")
 _UINT32 = struct.Struct(">I")
 # batches at least this large are checksummed right after their write (see append_as_leader)
 _CRC_AFTER_WRITE_BYTES = 256 * 1024
-# baseOffset, batchLength, partitionLeaderEpoch: the first 16 bytes of a batch, all outside the CRC
-_STAMP = struct.Struct(">qii")
-_STAMP_SIZE = _STAMP.size
 
 DIR_SUFFIXES = ("-delete", "-future", "-stray")
 
@@ -636,11 +633,12 @@ class PartitionLog:
             last_offset = base + last_delta
             parts: tuple[bytes | bytearray | memoryview, ...]
             if copy is None:
-                parts = (_STAMP.pack(base, batch_length, leader_epoch), memoryview(batch)[_STAMP_SIZE:])
+                # written with baseOffset and partitionLeaderEpoch replaced, the caller's buffer not copied
+                parts, stamp = (batch,), (base, leader_epoch)
             else:
                 header = self._stamp(copy, BatchHeader(*fields), base, leader_epoch, now if log_append else None)
                 max_ts = header.max_timestamp
-                parts = (copy,)
+                parts, stamp = (copy,), None
             seg = self._segments[-1]
             if seg._size and seg._should_roll(
                 config.segment_bytes, config.segment_ms, size, max_ts, last_offset, now
@@ -650,9 +648,11 @@ class PartitionLog:
                     late_crc = False
                 seg = self.roll(base, now_ms=now)
             if late_crc:
-                seg.append_parts(last_offset, max_ts, last_offset, parts, lambda: check_batch_crc(batch, fields))
+                seg.append_parts(
+                    last_offset, max_ts, last_offset, parts, lambda: check_batch_crc(batch, fields), stamp
+                )
             else:
-                seg.append_parts(last_offset, max_ts, last_offset, parts)
+                seg.append_parts(last_offset, max_ts, last_offset, parts, None, stamp)
             self._log_end_offset = last_offset + 1
             if ps is not None:
                 stamped = (base, batch_length, leader_epoch, *fields[3:])

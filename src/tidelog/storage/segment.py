@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidelog.records.batch import c_write_stamped as _c_write_stamped
 from tidelog.records.errors import CorruptRecordError, RecordError
 from tidelog.records.header import (
     LOG_OVERHEAD,
@@ -42,6 +43,8 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
 _LENGTH = struct.Struct(">i")
+# baseOffset, batchLength, partitionLeaderEpoch: the first 16 bytes of a batch, all outside the CRC
+_STAMP_HEAD = struct.Struct(">qii")
 
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
@@ -393,6 +396,7 @@ class LogSegment:
         offset_of_max_timestamp: int,
         parts: tuple[bytes | bytearray | memoryview, ...] | list[bytes | bytearray | memoryview],
         check: Callable[[], None] | None = None,
+        stamp: tuple[int, int] | None = None,
     ) -> int:
         """:meth:`append` of the batch bytes given as consecutive pieces, written with one ``os.writev``.
 
@@ -403,7 +407,16 @@ class LogSegment:
         ``check()``, when given, runs after the write and before anything else changes (size, indexes,
         timestamps); if it raises, the file is cut back to its previous size and the error propagates.  No
         reader sees the bytes meanwhile: reads stop at :attr:`size`, and the log's end offset has not moved.
+
+        ``stamp=(base_offset, partition_leader_epoch)``: ``parts`` is one whole batch whose baseOffset and
+        partitionLeaderEpoch (outside the CRC) are written as given instead of its own, without copying or
+        changing the caller's buffer (the C ``write_stamped`` when built, else a 16-byte head and a view of the
+        rest in one ``os.writev``).
         """
+        if stamp is not None and _c_write_stamped is None:
+            batch = parts[0]
+            parts = (_STAMP_HEAD.pack(stamp[0], _LENGTH.unpack_from(batch, 8)[0], stamp[1]), memoryview(batch)[16:])
+            stamp = None
         with self._lock:
             rel = largest_offset - self.base_offset
             if rel < 0 or rel > INT32_MAX:
@@ -415,13 +428,16 @@ class LogSegment:
             if handle is None:
                 raise ValueError(f"segment {self.log_path} is closed")
             fd = handle.fd
-            total = len(parts[0]) + len(parts[1]) if len(parts) == 2 else sum(map(len, parts))
             try:
-                written = os.writev(fd, parts) if len(parts) > 1 else os.write(fd, parts[0])
-                if written < total:  # short write (not seen on regular files): write the remainder
-                    rest = memoryview(b"".join(parts))
-                    while written < total:
-                        written += os.write(fd, rest[written:])
+                if stamp is not None:  # the C writer continues short writes itself
+                    total = _c_write_stamped(fd, parts[0], stamp[0], stamp[1])
+                else:
+                    total = len(parts[0]) + len(parts[1]) if len(parts) == 2 else sum(map(len, parts))
+                    written = os.writev(fd, parts) if len(parts) > 1 else os.write(fd, parts[0])
+                    if written < total:  # short write (not seen on regular files): write the remainder
+                        rest = memoryview(b"".join(parts))
+                        while written < total:
+                            written += os.write(fd, rest[written:])
                 if check is not None:
                     check()
             except BaseException:
