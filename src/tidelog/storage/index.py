@@ -138,7 +138,15 @@ class AbstractIndex:
             w = self._written
             if _WORDS:
                 size = self.ENTRY_SIZE
-                self._mm[w * size : (w + k) * size] = _big_endian_entries(keys, values, k, self._FMT_CHARS)
+                data = _big_endian_entries(keys, values, k, self._FMT_CHARS)
+                # through the file, not the mapping (the same page cache, so the mapping sees the entries
+                # at once): a store into a mapped page not yet in memory or cleaned by writeback takes a
+                # page fault (~50 us each, ms under writeback), the write system call does not
+                start = w * size
+                done = os.pwrite(self._file.fileno(), data, start)
+                if done < len(data) * data.itemsize:  # short write (not seen on regular files)
+                    rest = data.tobytes()[done:]
+                    self._mm[start + done : start + done + len(rest)] = rest
             else:
                 flat = [v for pair in zip(keys[:k], values[:k], strict=True) for v in pair]
                 struct.pack_into(">" + self._FMT_CHARS * k, self._mm, w * self.ENTRY_SIZE, *flat)
