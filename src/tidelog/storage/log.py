@@ -546,6 +546,7 @@ class PartitionLog:
         thread overlapping the write, this costs no thread hand-off and no extra CPU time.
         """
         config = self.config
+        log_append = config.log_append_time
         late_crc = len(batch) >= _CRC_AFTER_WRITE_BYTES
         # one C call for header, sizes, CRC and (uncompressed) record walk; None when something fails or
         # the extension is not in use: the Python checks below then raise the exact error, in their order
@@ -558,7 +559,7 @@ class PartitionLog:
             walked = not fields[5] & COMPRESSION_MASK
         (_, batch_length, _, _, _, attributes, last_delta, base_ts, max_ts, pid, _, base_seq, count) = fields
         size = batch_length + LOG_OVERHEAD
-        if late_crc and (pid >= 0 or attributes & TIMESTAMP_TYPE_MASK or config.log_append_time):
+        if late_crc and (pid >= 0 or attributes & TIMESTAMP_TYPE_MASK or log_append):
             # producer-state checks or a rewrite come next: keep the check-first order
             check_batch_crc(batch, fields)
             late_crc = False
@@ -589,7 +590,6 @@ class PartitionLog:
                     check_batch_crc(batch, fields)  # a CRC mismatch takes precedence, as in the check-first order
                 raise
         now = _now_ms() if now_ms is None else now_ms
-        log_append = config.log_append_time
         if not log_append:
             low = now - config.message_timestamp_before_max_ms
             high = now + config.message_timestamp_after_max_ms
