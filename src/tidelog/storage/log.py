@@ -2,7 +2,7 @@
 
 Kafka's ``UnifiedLog``/``LocalLog``/``LogLoader`` in one class.  Hot paths never decode records: an append
 validates the batch from its header plus one CRC, stamps baseOffset and partitionLeaderEpoch (both outside the
-CRC) into a fresh 16-byte head and writes it with a view of the rest of the caller's bytes in one ``os.writev``
+CRC) into a fresh 16-byte head and writes it with the rest of the caller's bytes in one ``writev``
 (no copy; see :meth:`PartitionLog.append_as_leader`); a read returns :class:`FileRegion` views for
 ``os.sendfile``.
 Nothing on the append or read path calls fsync: that happens in :meth:`flush`, :meth:`flush_if_due`,
@@ -520,13 +520,16 @@ class PartitionLog:
         ``reject_control_batches`` is set by the broker for client produce requests (Kafka's
         AppendOrigin.CLIENT): only the coordinator may write control batches.
 
-        Hot path (brief, "Rules of the hot path" 1): the header is read as a plain tuple
-        (:func:`validate_batch_tuple`: sizes, magic and one CRC-32C call), and the caller's bytes are never
-        copied: baseOffset, batchLength and partitionLeaderEpoch, the first 16 bytes and all outside the
-        CRC, are packed fresh and written with a view of the rest of the caller's buffer in one
-        ``os.writev`` (the broker passes a memoryview into its request frame).  Only a batch whose bytes
-        under the CRC change (LogAppendTime, or a LogAppendTime bit on a CreateTime topic) is copied and
-        re-checksummed.
+        Hot path (brief, "Rules of the hot path" 1): with the C extension one call
+        (``c_validate_single_batch``) checks header, sizes, CRC-32C and, for an uncompressed batch, every
+        record, and returns the header as a plain tuple; when it reports a failure (None) or is not built,
+        the Python checks (:func:`validate_batch_tuple`, :func:`check_record_structure`) run and raise the
+        exact error in their order.  The caller's bytes are never copied: baseOffset and
+        partitionLeaderEpoch, outside the CRC, are written from a fresh 16-byte head with the rest of the
+        caller's buffer in one ``writev`` (``LogSegment.append_parts(stamp=...)``: the C ``write_stamped``,
+        else ``os.writev``; the broker passes a memoryview into its request frame).  Only a batch whose
+        bytes under the CRC change (LogAppendTime, or a LogAppendTime bit on a CreateTime topic) is copied
+        and re-checksummed.
 
         CRC after the write, for large batches (>= ``_CRC_AFTER_WRITE_BYTES``): the CRC of a batch that is
         not in the CPU cache reads it from memory, and so does the write's copy into the page cache.  Doing
