@@ -8,6 +8,13 @@
  * buffer (bytes, bytearray, memoryview): nothing is copied. The GIL is released while walking more than
  * RELEASE_GIL_BYTES; the buffer stays exported (a bytearray cannot be resized) for the whole walk.
  *
+ * validate_single_batch(data, max_size, check_crc) -> header tuple | None: the whole produce-time check of
+ * one v2 batch (header, sizes, CRC-32C, record walk) in one call, for PartitionLog.append_as_leader; None on
+ * any failure (the Python checks then raise the exact error).
+ * crc32c(data, value=0) -> int: CRC-32C (SSE4.2 when the CPU has it, else slicing-by-8).
+ * write_stamped(fd, batch, base_offset, partition_leader_epoch) -> int: one writev of the batch with those
+ * two fields (outside the CRC) replaced, the caller's buffer neither copied nor changed.
+ *
  * Record layout (all varints zig-zag):
  *   length varint | attributes int8 | timestampDelta varlong | offsetDelta varint | keyLength varint | key
  *   | valueLength varint | value | headersCount varint | [hKeyLength varint | hKey | hValueLength varint | hValue]
