@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 ZK_SERVER = Path(os.environ.get("TIDELOG_ZK_SERVER", "/usr/share/zookeeper/bin/zkServer.sh"))
-SESSION_TIMEOUT_MS = 4000
+SESSION_TIMEOUT_MS = 3000
 
 _path = Path(__file__).resolve().parents[1] / "integration" / "conftest.py"
 _spec = importlib.util.spec_from_file_location("tidelog_test_cluster_broker_fixtures", _path)
@@ -128,7 +128,7 @@ def cluster() -> Iterator[Cluster]:
     try:
         for b in c.brokers.values():
             b.start()
-        c.wait_for("3 registered brokers", lambda md: len(md.brokers) == 3)
+        c.wait_for("3 registered brokers and a controller", lambda md: len(md.brokers) == 3 and md.controller_id > 0)
         yield c
     finally:
         for b in c.brokers.values():

@@ -64,7 +64,8 @@ def _consume(bootstrap: str, topic: str, n: int, timeout: float = 60.0) -> list[
 
 def _producer(cluster: Any) -> Producer:
     return Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
-                     "linger.ms": 5, "message.timeout.ms": 120000, "retry.backoff.ms": 100})
+                     "linger.ms": 5, "message.timeout.ms": 120000, "retry.backoff.ms": 100,
+                     "request.timeout.ms": 5000, "socket.timeout.ms": 6000})
 
 
 def test_acks_all_replicates_byte_identical(cluster: Any) -> None:
@@ -99,56 +100,121 @@ def test_acks_all_replicates_byte_identical(cluster: Any) -> None:
     assert part["leader"] == leader and sorted(part["isr"]) == [1, 2, 3] and sorted(part["replicas"]) == [1, 2, 3]
 
 
-def test_kill_leader_no_acked_record_lost(cluster: Any) -> None:
-    topic = f"kill-{uuid.uuid4().hex[:8]}"
-    _create(cluster, topic)
-    acked: dict[bytes, int] = {}
-    errors: list[Any] = []
-    stop = threading.Event()
+class _Load:
+    """An idempotent acks=all producer writing unique values until stopped; records acks and errors."""
 
-    def produce_forever() -> None:
-        p = _producer(cluster)
+    def __init__(self, cluster: Any, topic: str) -> None:
+        self.cluster, self.topic = cluster, topic
+        self.acked: dict[bytes, int] = {}
+        self.errors: list[Any] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        p = _producer(self.cluster)
         i = 0
 
         def cb(err: Any, msg: Any) -> None:
             if err:
-                errors.append(err)
+                self.errors.append(err)
             else:
-                acked[msg.value()] = msg.offset()
+                self.acked[msg.value()] = msg.offset()
 
-        while not stop.is_set():
-            p.produce(topic, f"r{i}".encode(), partition=0, on_delivery=cb)
+        while not self._stop.is_set():
+            p.produce(self.topic, f"r{i}".encode(), partition=0, on_delivery=cb)
             i += 1
             p.poll(0.002)
         assert p.flush(120) == 0
 
-    t = threading.Thread(target=produce_forever, daemon=True)
-    t.start()
-    kills = 3
-    for _ in range(kills):
-        before = len(acked)
-        cluster.wait_for("acks flowing", lambda _md, before=before: len(acked) > before + 50)
+    def wait_progress(self, n: int = 50) -> None:
+        before = len(self.acked)
+        self.cluster.wait_for(f"{n} more acks", lambda _md: len(self.acked) >= before + n)
+
+    def finish_and_check(self) -> None:
+        self.wait_progress()
+        self._stop.set()
+        self._thread.join(180)
+        assert not self._thread.is_alive()
+        assert self.errors == []
+        values = _consume(self.cluster.bootstrap, self.topic, len(self.acked) + 1000, timeout=30)
+        seen: dict[bytes, int] = {}
+        for v in values:
+            seen[v] = seen.get(v, 0) + 1
+        lost = [v for v in self.acked if v not in seen]
+        dups = [v for v, n in seen.items() if n > 1]
+        assert lost == [], f"{len(lost)} acknowledged records lost"
+        assert dups == [], f"{len(dups)} duplicates"
+        # offsets are consistent: every acked value sits at the offset it was acked with
+        offsets = {v: i for i, v in enumerate(values)}
+        assert all(offsets[v] == off for v, off in self.acked.items())
+
+
+def _in_isr(cluster: Any, topic: str, broker: int) -> None:
+    cluster.wait_for(f"broker {broker} back in the ISR of {topic}",
+                     lambda md: (p := cluster.partition(md, topic)) is not None and broker in p.isrs)
+
+
+def test_kill_leader_no_acked_record_lost(cluster: Any) -> None:
+    topic = f"kill-{uuid.uuid4().hex[:8]}"
+    _create(cluster, topic)
+    load = _Load(cluster, topic)
+    for _ in range(3):
+        load.wait_progress()
         leader = _leader(cluster, topic)
         cluster.brokers[leader].kill()
         _leader(cluster, topic, not_in=(leader,))
         cluster.brokers[leader].start()
-        cluster.wait_for("the killed broker back in the ISR",
-                         lambda md, leader=leader: (p := cluster.partition(md, topic)) is not None
-                         and leader in p.isrs)
-    before = len(acked)
-    cluster.wait_for("acks after the last failover", lambda _md: len(acked) > before + 50)
-    stop.set()
-    t.join(180)
-    assert not t.is_alive()
-    assert errors == []
-    values = _consume(cluster.bootstrap, topic, len(acked) + 1000, timeout=30)
-    seen: dict[bytes, int] = {}
-    for v in values:
-        seen[v] = seen.get(v, 0) + 1
-    lost = [v for v in acked if v not in seen]
-    dups = [v for v, n in seen.items() if n > 1]
-    assert lost == [], f"{len(lost)} acknowledged records lost"
-    assert dups == [], f"{len(dups)} duplicates"
+        _in_isr(cluster, topic, leader)
+    load.finish_and_check()
+
+
+def test_kill_controller(cluster: Any) -> None:
+    from kazoo.client import KazooClient
+
+    from tidelog.cluster import zkdata as zd
+
+    topic = f"ctl-{uuid.uuid4().hex[:8]}"
+    _create(cluster, topic)
+    load = _Load(cluster, topic)
+    load.wait_progress()
+    zk = KazooClient(hosts=cluster.zk.connect)
+    zk.start(timeout=30)
+    try:
+        controller = zd.decode_controller(zk.get(zd.CONTROLLER)[0])
+        epoch = int(zk.get(zd.CONTROLLER_EPOCH)[0])
+        cluster.brokers[controller].kill()
+        cluster.wait_for("a new controller", lambda md: md.controller_id not in (-1, controller))
+        assert int(zk.get(zd.CONTROLLER_EPOCH)[0]) > epoch
+        _leader(cluster, topic, not_in=(controller,))
+        load.wait_progress()
+        cluster.brokers[controller].start()
+        _in_isr(cluster, topic, controller)
+    finally:
+        zk.stop()
+        zk.close()
+    load.finish_and_check()
+
+
+def test_sigstop_leader_past_session_timeout(cluster: Any) -> None:
+    import os
+    import signal
+
+    topic = f"stop-{uuid.uuid4().hex[:8]}"
+    _create(cluster, topic)
+    load = _Load(cluster, topic)
+    load.wait_progress()
+    leader = _leader(cluster, topic)
+    proc = cluster.brokers[leader].proc
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        _leader(cluster, topic, not_in=(leader,))  # its session expired: a new leader from the ISR
+        load.wait_progress()
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    _in_isr(cluster, topic, leader)  # resigned, truncated if needed, caught up
+    cluster.wait_for("the resumed broker registered again", lambda md: leader in md.brokers)
+    load.finish_and_check()
 
 
 def test_two_of_three_down_not_enough_replicas(cluster: Any) -> None:

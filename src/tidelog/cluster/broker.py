@@ -82,6 +82,7 @@ class ClusterBroker(Broker):
         self.assignments: dict[str, zd.TopicAssignment] = {}
         self.states: dict[tuple[str, int], zd.LeaderIsr] = {}
         self.replicas: dict[tuple[str, int], Replica] = {}
+        self._session_lost = False
         self._watched_topics: set[str] = set()
         self._watched_states: set[tuple[str, int]] = set()
         self._live_changed = asyncio.Event()
@@ -250,13 +251,18 @@ class ClusterBroker(Broker):
 
         if state == KazooState.LOST:
             log.warning("ZooKeeper session lost: resigning every leadership")
+            self._session_lost = True
             self._post(self._resign_all)
-            if self.zk is not None:
-                self.zk.handler.spawn(self._reregister)
+        elif state == KazooState.CONNECTED and self._session_lost and self.zk is not None:
+            # a new session: our ephemeral registration died with the old one
+            self._session_lost = False
+            self.zk.handler.spawn(self._reregister)
 
     def _reregister(self) -> None:
-        with contextlib.suppress(Exception):
+        try:
             self._register()
+        except Exception:
+            log.exception("re-registration in ZooKeeper failed")
 
     def _brokers_changed(self, children: list[str]) -> bool | None:
         if self.zk is None:
@@ -440,8 +446,9 @@ class ClusterBroker(Broker):
             log.info("ISR update refused (state changed); waiting for the new state",
                      extra={"kv": {"topic": r.tp[0], "partition": r.tp[1]}})
             return
-        except Exception:
-            log.exception("ISR update failed")
+        except Exception as exc:  # session expired / connection lost: the state watch tells us what happened
+            log.warning("ISR update not written", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1],
+                                                                "error": repr(exc)}})
             return
         finally:
             r.isr_update_pending = False
