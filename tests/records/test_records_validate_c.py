@@ -102,6 +102,9 @@ def test_large_batch_with_late_crc_and_bad_arguments() -> None:
     b[-1] ^= 1  # a value byte: only the CRC notices
     assert recwalk.validate_single_batch(b, None, True) is None
     assert recwalk.validate_single_batch(b, None, False) == validate_batch_tuple(b, check_crc=False)
+    small = batch(2)
+    assert recwalk.validate_single_batch(small, 1 << 80, True) == validate_batch_tuple(small)
+    assert recwalk.validate_single_batch(small, -(1 << 80), True) is None
     with pytest.raises(TypeError):
         recwalk.validate_single_batch(b, None)
     with pytest.raises(TypeError):

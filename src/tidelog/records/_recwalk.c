@@ -624,10 +624,13 @@ validate_single_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssi
     }
     long long max_size = -1;
     if (args[1] != Py_None) {
-        max_size = PyLong_AsLongLong(args[1]);
+        int overflow = 0;
+        max_size = PyLong_AsLongLongAndOverflow(args[1], &overflow);
         if (max_size == -1 && PyErr_Occurred())
             return NULL;
-        if (max_size < 0)
+        if (overflow > 0)
+            max_size = -1;  /* larger than any batch: no limit */
+        else if (overflow < 0 || max_size < 0)
             Py_RETURN_NONE;  /* every size is too large: let Python raise */
     }
     int check_crc = PyObject_IsTrue(args[2]);
