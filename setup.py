@@ -46,7 +46,12 @@ setup(
             "tidelog.records._recwalk",
             sources=["src/tidelog/records/_recwalk.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "tidelog.records._columnar",
+            sources=["src/tidelog/records/_columnar.c"],
+            optional=True,
+        ),
     ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -1,0 +1,441 @@
+/* tidelog.records._columnar: decode the records of v2 batches straight into Arrow-layout columns, in C.
+ *
+ * ColumnBuilder() accumulates the rows of many batches:
+ *
+ *   add(data, count, base_offset, base_timestamp, log_append_time, ts_type, filtering, lo, hi, start_ts, end_ts)
+ *       -> rows added, or -1 when the records are malformed (nothing is added; the caller then decodes the
+ *          batch with tidelog.records.batch.decode_batch, which raises the exact error)
+ *   finish() -> (n, offsets, timestamps_us, timestamp_types, key_validity, key_nulls, key_offsets, key_data,
+ *                value_validity, value_nulls, value_offsets, value_data) and resets the builder
+ *   rows, nbytes (key + value bytes so far)
+ *
+ * ``data`` is the uncompressed records area of one batch (any C-contiguous buffer; nothing is copied but the
+ * keys and values). The walk accepts exactly what tidelog.records.batch.parse_records accepts (same checks:
+ * count bound, record lengths, key/value/header bounds, header count, each record's length matching its
+ * fields, no bytes after the last record; all reads bounded by the end of the records area). Rows match its
+ * records: offset = base_offset + offsetDelta, timestamp = log_append_time if not None else base_timestamp +
+ * timestampDelta. With ``filtering`` only records with lo <= offset < hi and (start_ts None or timestamp >=
+ * start_ts) and (end_ts None or timestamp < end_ts) are kept. Timestamps are stored in microseconds
+ * (x 1000, wrapping like pyarrow.compute.multiply); timestamp types as int32. Validity bitmaps are Arrow's
+ * (LSB first, 1 = present) or None when the column has no nulls; offsets are int32 (the caller keeps nbytes
+ * below 2 GiB).
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MIN_RECORD_SIZE 7
+
+typedef struct {
+    char *p;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+} Buf;
+
+static int buf_reserve(Buf *b, Py_ssize_t extra) {
+    if (b->len + extra <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra)
+        cap *= 2;
+    char *np = PyMem_Realloc(b->p, (size_t)cap);
+    if (!np) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = np;
+    b->cap = cap;
+    return 0;
+}
+
+typedef struct {
+    Buf offsets;   /* int32, n + 1 entries (first 0) */
+    Buf data;
+    Buf validity;  /* bitmap */
+    Py_ssize_t nulls;
+} BinCol;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n;
+    Buf offsets;   /* int64 */
+    Buf stamps;    /* int64, microseconds */
+    Buf types;     /* int32 */
+    BinCol key;
+    BinCol value;
+} ColumnBuilder;
+
+static void bin_free(BinCol *c) {
+    PyMem_Free(c->offsets.p);
+    PyMem_Free(c->data.p);
+    PyMem_Free(c->validity.p);
+    memset(c, 0, sizeof(*c));
+}
+
+static int bin_init(BinCol *c) {
+    memset(c, 0, sizeof(*c));
+    if (buf_reserve(&c->offsets, 4))
+        return -1;
+    memset(c->offsets.p, 0, 4);
+    c->offsets.len = 4;
+    return 0;
+}
+
+static int builder_reset(ColumnBuilder *self) {
+    PyMem_Free(self->offsets.p);
+    PyMem_Free(self->stamps.p);
+    PyMem_Free(self->types.p);
+    memset(&self->offsets, 0, sizeof(Buf));
+    memset(&self->stamps, 0, sizeof(Buf));
+    memset(&self->types, 0, sizeof(Buf));
+    bin_free(&self->key);
+    bin_free(&self->value);
+    self->n = 0;
+    if (bin_init(&self->key) || bin_init(&self->value))
+        return -1;
+    return 0;
+}
+
+static void builder_dealloc(ColumnBuilder *self) {
+    PyMem_Free(self->offsets.p);
+    PyMem_Free(self->stamps.p);
+    PyMem_Free(self->types.p);
+    bin_free(&self->key);
+    bin_free(&self->value);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int builder_init(ColumnBuilder *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "", kwlist))
+        return -1;
+    return builder_reset(self);
+}
+
+/* ------------------------------------------------------------------------------------------------ varints */
+
+static inline int rd_varint(const uint8_t *d, Py_ssize_t n, Py_ssize_t *pos, int64_t *out) {
+    uint64_t raw = 0;
+    int shift = 0;
+    Py_ssize_t p = *pos, start = p;
+    for (;;) {
+        if (p >= n)
+            return -1;
+        uint8_t b = d[p++];
+        raw |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80)
+            break;
+        shift += 7;
+        if (p - start >= 5)
+            return -1;
+    }
+    raw &= 0xFFFFFFFFu;
+    *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+    *pos = p;
+    return 0;
+}
+
+static inline int rd_varlong(const uint8_t *d, Py_ssize_t n, Py_ssize_t *pos, int64_t *out) {
+    uint64_t raw = 0;
+    int shift = 0;
+    Py_ssize_t p = *pos, start = p;
+    for (;;) {
+        if (p >= n)
+            return -1;
+        uint8_t b = d[p++];
+        if (shift < 64)
+            raw |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80)
+            break;
+        shift += 7;
+        if (p - start >= 10)
+            return -1;
+    }
+    *out = (int64_t)((raw >> 1) ^ (uint64_t)(-(int64_t)(raw & 1)));
+    *pos = p;
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------------------------- columns */
+
+static inline void set_bit(Buf *bm, Py_ssize_t i, int v) {
+    uint8_t *p = (uint8_t *)bm->p;
+    if (v)
+        p[i >> 3] |= (uint8_t)(1u << (i & 7));
+    else
+        p[i >> 3] &= (uint8_t)~(1u << (i & 7));
+}
+
+/* append one binary value (or null when len < 0) as row ``row`` */
+static int bin_append(BinCol *c, Py_ssize_t row, const uint8_t *src, int64_t len) {
+    if (buf_reserve(&c->validity, 1) || buf_reserve(&c->offsets, 4))
+        return -1;
+    Py_ssize_t need = (row >> 3) + 1;
+    if (c->validity.len < need) {
+        c->validity.p[need - 1] = 0;
+        c->validity.len = need;
+    }
+    if (len < 0) {
+        set_bit(&c->validity, row, 0);
+        c->nulls++;
+    } else {
+        set_bit(&c->validity, row, 1);
+        if (len > INT32_MAX - c->data.len) {
+            PyErr_SetString(PyExc_OverflowError, "binary column exceeds 2 GiB");
+            return -1;
+        }
+        if (buf_reserve(&c->data, (Py_ssize_t)len))
+            return -1;
+        memcpy(c->data.p + c->data.len, src, (size_t)len);
+        c->data.len += (Py_ssize_t)len;
+    }
+    int32_t end = (int32_t)c->data.len;
+    memcpy(c->offsets.p + c->offsets.len, &end, 4);
+    c->offsets.len += 4;
+    return 0;
+}
+
+typedef struct {
+    Py_ssize_t n, offsets_len, stamps_len, types_len;
+    Py_ssize_t k_off, k_data, k_valid, k_nulls, v_off, v_data, v_valid, v_nulls;
+} Mark;
+
+static void mark(ColumnBuilder *s, Mark *m) {
+    m->n = s->n;
+    m->offsets_len = s->offsets.len;
+    m->stamps_len = s->stamps.len;
+    m->types_len = s->types.len;
+    m->k_off = s->key.offsets.len;
+    m->k_data = s->key.data.len;
+    m->k_valid = s->key.validity.len;
+    m->k_nulls = s->key.nulls;
+    m->v_off = s->value.offsets.len;
+    m->v_data = s->value.data.len;
+    m->v_valid = s->value.validity.len;
+    m->v_nulls = s->value.nulls;
+}
+
+static void rollback(ColumnBuilder *s, const Mark *m) {
+    s->n = m->n;
+    s->offsets.len = m->offsets_len;
+    s->stamps.len = m->stamps_len;
+    s->types.len = m->types_len;
+    s->key.offsets.len = m->k_off;
+    s->key.data.len = m->k_data;
+    s->key.validity.len = m->k_valid;
+    s->key.nulls = m->k_nulls;
+    s->value.offsets.len = m->v_off;
+    s->value.data.len = m->v_data;
+    s->value.validity.len = m->v_valid;
+    s->value.nulls = m->v_nulls;
+}
+
+/* 0: ok; 1: malformed (no exception); -1: exception set */
+static int walk(ColumnBuilder *s, const uint8_t *d, Py_ssize_t n, Py_ssize_t count, int64_t base_offset,
+                int64_t base_ts, int has_lat, int64_t lat, int32_t ts_type, int filtering, int64_t lo, int64_t hi,
+                int has_start, int64_t start_ts, int has_end, int64_t end_ts) {
+    if (count * MIN_RECORD_SIZE > n)
+        return 1;
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t length, tsd, od, klen, vlen, hcount;
+        if (rd_varint(d, n, &pos, &length))
+            return 1;
+        Py_ssize_t end = pos + (Py_ssize_t)length;
+        if (length < MIN_RECORD_SIZE - 1 || end > n)
+            return 1;
+        pos += 1; /* attributes */
+        if (rd_varlong(d, n, &pos, &tsd) || rd_varint(d, n, &pos, &od) || rd_varint(d, n, &pos, &klen))
+            return 1;
+        const uint8_t *kp = NULL;
+        if (klen >= 0) {
+            if (pos + klen > end)
+                return 1;
+            kp = d + pos;
+            pos += (Py_ssize_t)klen;
+        }
+        if (rd_varint(d, n, &pos, &vlen))
+            return 1;
+        const uint8_t *vp = NULL;
+        if (vlen >= 0) {
+            if (pos + vlen > end)
+                return 1;
+            vp = d + pos;
+            pos += (Py_ssize_t)vlen;
+        }
+        if (pos >= n)
+            return 1;
+        if (d[pos] == 0) {
+            pos += 1;
+        } else {
+            if (rd_varint(d, n, &pos, &hcount))
+                return 1;
+            if (hcount < 0 || 2 * hcount > end - pos)
+                return 1;
+            for (int64_t h = 0; h < hcount; h++) {
+                int64_t hk, hv;
+                if (rd_varint(d, n, &pos, &hk) || hk < 0 || pos + hk > end)
+                    return 1;
+                pos += (Py_ssize_t)hk;
+                if (rd_varint(d, n, &pos, &hv))
+                    return 1;
+                if (hv >= 0) {
+                    if (pos + hv > end)
+                        return 1;
+                    pos += (Py_ssize_t)hv;
+                }
+            }
+        }
+        if (pos != end)
+            return 1;
+        int64_t off, ts;
+        if (__builtin_add_overflow(base_offset, od, &off))
+            return 1;
+        if (has_lat)
+            ts = lat;
+        else if (__builtin_add_overflow(base_ts, tsd, &ts))
+            return 1;
+        if (filtering) {
+            if (off < lo || off >= hi || (has_start && ts < start_ts) || (has_end && ts >= end_ts))
+                continue;
+        }
+        if (buf_reserve(&s->offsets, 8) || buf_reserve(&s->stamps, 8) || buf_reserve(&s->types, 4))
+            return -1;
+        int64_t us = (int64_t)((uint64_t)ts * 1000u);
+        memcpy(s->offsets.p + s->offsets.len, &off, 8);
+        s->offsets.len += 8;
+        memcpy(s->stamps.p + s->stamps.len, &us, 8);
+        s->stamps.len += 8;
+        memcpy(s->types.p + s->types.len, &ts_type, 4);
+        s->types.len += 4;
+        if (bin_append(&s->key, s->n, kp, klen) || bin_append(&s->value, s->n, vp, vlen))
+            return -1;
+        s->n++;
+    }
+    if (pos != n)
+        return 1;
+    return 0;
+}
+
+static int opt_int64(PyObject *o, int *has, int64_t *v) {
+    if (o == Py_None) {
+        *has = 0;
+        *v = 0;
+        return 0;
+    }
+    *has = 1;
+    *v = PyLong_AsLongLong(o);
+    if (*v == -1 && PyErr_Occurred())
+        return -1;
+    return 0;
+}
+
+static PyObject *builder_add(ColumnBuilder *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t count;
+    long long base_offset, base_ts, lo, hi;
+    PyObject *lat_o, *start_o, *end_o;
+    int ts_type, filtering;
+    if (!PyArg_ParseTuple(args, "y*nLLOipLLOO", &view, &count, &base_offset, &base_ts, &lat_o, &ts_type,
+                          &filtering, &lo, &hi, &start_o, &end_o))
+        return NULL;
+    int has_lat, has_start, has_end;
+    int64_t lat, start_ts, end_ts;
+    if (opt_int64(lat_o, &has_lat, &lat) || opt_int64(start_o, &has_start, &start_ts) ||
+        opt_int64(end_o, &has_end, &end_ts)) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Mark m;
+    mark(self, &m);
+    Py_ssize_t before = self->n;
+    int rc = count < 0 ? 1
+                       : walk(self, (const uint8_t *)view.buf, view.len, count, base_offset, base_ts, has_lat, lat,
+                              (int32_t)ts_type, filtering, lo, hi, has_start, start_ts, has_end, end_ts);
+    PyBuffer_Release(&view);
+    if (rc != 0) {
+        rollback(self, &m);
+        if (rc < 0)
+            return NULL;
+        return PyLong_FromLong(-1);
+    }
+    return PyLong_FromSsize_t(self->n - before);
+}
+
+static PyObject *bytes_of(Buf *b, Py_ssize_t len) {
+    return PyBytes_FromStringAndSize(b->p ? b->p : "", len);
+}
+
+static PyObject *builder_finish(ColumnBuilder *self, PyObject *Py_UNUSED(ignored)) {
+    Py_ssize_t n = self->n;
+    Py_ssize_t bm = (n + 7) / 8;
+    PyObject *kv = self->key.nulls ? bytes_of(&self->key.validity, bm) : Py_NewRef(Py_None);
+    PyObject *vv = self->value.nulls ? bytes_of(&self->value.validity, bm) : Py_NewRef(Py_None);
+    PyObject *res = Py_BuildValue(
+        "(nNNNNnNNNnNN)", n, bytes_of(&self->offsets, self->offsets.len), bytes_of(&self->stamps, self->stamps.len),
+        bytes_of(&self->types, self->types.len), kv, self->key.nulls,
+        bytes_of(&self->key.offsets, self->key.offsets.len), bytes_of(&self->key.data, self->key.data.len), vv,
+        self->value.nulls, bytes_of(&self->value.offsets, self->value.offsets.len),
+        bytes_of(&self->value.data, self->value.data.len));
+    if (!res)
+        return NULL;
+    if (builder_reset(self)) {
+        Py_DECREF(res);
+        return NULL;
+    }
+    return res;
+}
+
+static PyObject *builder_rows(ColumnBuilder *self, void *Py_UNUSED(c)) { return PyLong_FromSsize_t(self->n); }
+
+static PyObject *builder_nbytes(ColumnBuilder *self, void *Py_UNUSED(c)) {
+    return PyLong_FromSsize_t(self->key.data.len + self->value.data.len);
+}
+
+static PyMethodDef builder_methods[] = {
+    {"add", (PyCFunction)builder_add, METH_VARARGS,
+     "add(data, count, base_offset, base_timestamp, log_append_time, ts_type, filtering, lo, hi, start_ts, "
+     "end_ts) -> rows added, or -1 (malformed records; nothing added)"},
+    {"finish", (PyCFunction)builder_finish, METH_NOARGS, "the accumulated columns as bytes; resets the builder"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef builder_getset[] = {
+    {"rows", (getter)builder_rows, NULL, "rows accumulated", NULL},
+    {"nbytes", (getter)builder_nbytes, NULL, "key + value bytes accumulated", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ColumnBuilderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tidelog.records._columnar.ColumnBuilder",
+    .tp_basicsize = sizeof(ColumnBuilder),
+    .tp_dealloc = (destructor)builder_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Accumulates the records of v2 batches as Arrow-layout columns.",
+    .tp_methods = builder_methods,
+    .tp_getset = builder_getset,
+    .tp_init = (initproc)builder_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef columnar_module = {
+    PyModuleDef_HEAD_INIT, "tidelog.records._columnar", "Columnar decoding of v2 record batches.", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__columnar(void) {
+    if (PyType_Ready(&ColumnBuilderType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&columnar_module);
+    if (!m)
+        return NULL;
+    Py_INCREF(&ColumnBuilderType);
+    if (PyModule_AddObject(m, "ColumnBuilder", (PyObject *)&ColumnBuilderType) < 0) {
+        Py_DECREF(&ColumnBuilderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
