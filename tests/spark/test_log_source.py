@@ -97,3 +97,34 @@ def test_torn_tail_of_active_segment(spark: Any, spark_broker: Any, written: tup
         f.write(data[:200])
     with pytest.raises(Exception, match="truncated batch"):
         _log(spark, str(copy), subscribe=topic).count()
+
+
+def test_columnar_path_same_rows_as_the_broker_serves(spark: Any, kt: Any, spark_broker: Any,
+                                                      written: tuple[str, int]) -> None:
+    """Without includeHeaders the data directory is decoded column-wise (tidelog.records.columnar): the same
+    rows as the broker serves, also with null keys and values, empty values and LogAppendTime."""
+    topic, n = written
+    cols = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
+
+    def same(t: str, expected: int, **opts: str) -> None:
+        def order(r: Any) -> tuple[int, int]:
+            return r[3], r[4]
+
+        from_dir = sorted((tuple(r) for r in _log(spark, str(spark_broker.data_dir), subscribe=t, **opts)
+                           .select(*cols).collect()), key=order)
+        broker = spark.read.format("tidelog").option("kafka.bootstrap.servers", kt.bootstrap).option("subscribe", t)
+        from_broker = sorted((tuple(r) for r in broker.load().select(*cols).collect()), key=order)
+        assert len(from_dir) == expected
+        assert from_dir == from_broker
+
+    same(topic, n)
+    odd = kt.new_topic(2, {"message.timestamp.type": "LogAppendTime"})
+    recs = [(None if i % 3 == 0 else f"k{i}".encode(), None if i % 5 == 0 else (b"" if i % 7 == 0 else b"v" * i),
+             i % 2) for i in range(3000)]
+    kt.produce(odd, recs, {"compression.type": "lz4", "linger.ms": 20})
+    kt.produce(odd, recs[:500], {"linger.ms": 0})
+    same(odd, 3500)
+    # filters inside batches
+    got = _log(spark, str(spark_broker.data_dir), assign=json.dumps({odd: [0]}),
+               startingOffsets=json.dumps({odd: {"0": 7}}), endingOffsets=json.dumps({odd: {"0": 1234}}))
+    assert sorted(r.offset for r in got.select("offset").collect()) == list(range(7, 1234))

@@ -80,18 +80,46 @@ def record_batch(
     n = len(values)
     ts = pc.multiply(pa.array(timestamps_ms, pa.int64()), 1000).cast(schema.field("timestamp").type)
     if isinstance(timestamp_types, int):
-        ts_type = pa.array([timestamp_types] * n, pa.int32())
+        ts_type = pa.repeat(pa.scalar(timestamp_types, pa.int32()), n)
     else:
         ts_type = pa.array(timestamp_types, pa.int32())
     columns = [
         pa.array(keys, pa.binary()),
         pa.array(values, pa.binary()),
-        pa.array([topic] * n, pa.string()),
-        pa.array([partition] * n, pa.int32()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
         pa.array(offsets, pa.int64()),
         ts,
         ts_type,
     ]
     if headers is not None:
         columns.append(pa.array(headers, schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+COLUMNAR_BATCH_ROWS = 65536
+"""Rows per Arrow batch of the columnar readers (``tidelog-log`` without headers, the ``tidelog`` source)."""
+
+
+def _binary(n: int, validity: bytes | None, nulls: int, offsets: bytes, data: bytes) -> pa.Array:
+    return pa.Array.from_buffers(
+        pa.binary(), n, [None if validity is None else pa.py_buffer(validity), pa.py_buffer(offsets),
+                         pa.py_buffer(data)], null_count=nulls,
+    )
+
+
+def columns_batch(topic: str, partition: int, cols: Sequence[Any]) -> pa.RecordBatch:
+    """One Arrow batch (schema without headers) from the buffers of ``ColumnBuilder.finish()``
+    (:mod:`tidelog.records.columnar`), zero-copy."""
+    n, offsets, stamps_us, types, kvalid, knulls, koffs, kdata, vvalid, vnulls, voffs, vdata = cols
+    schema = arrow_schema(False)
+    columns = [
+        _binary(n, kvalid, knulls, koffs, kdata),
+        _binary(n, vvalid, vnulls, voffs, vdata),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
+        pa.Array.from_buffers(schema.field("timestamp").type, n, [None, pa.py_buffer(stamps_us)]),
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(types)]),
+    ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)

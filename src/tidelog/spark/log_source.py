@@ -34,16 +34,20 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from tidelog.records.batch import decode_batch
+from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED, decode_batch
+from tidelog.records.columnar import new_builder
+from tidelog.records.compression import decompress
 from tidelog.records.errors import RecordError
 from tidelog.records.header import (
+    COMPRESSION_MASK,
     CONTROL_MASK,
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
+    validate_batch,
 )
-from tidelog.spark.arrow import BATCH_ROWS, record_batch
+from tidelog.spark.arrow import BATCH_ROWS, COLUMNAR_BATCH_ROWS, columns_batch, record_batch
 from tidelog.spark.options import (
     EARLIEST,
     LATEST,
@@ -271,6 +275,9 @@ def read_slice(
     fail_on_data_loss: bool = True,
     verify_crc: bool = True,
 ) -> Iterator[Any]:
+    if not include_headers:
+        yield from read_slice_columnar(s, start_ts, end_ts, fail_on_data_loss, verify_crc)
+        return
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     offsets: list[int] = []
@@ -317,3 +324,73 @@ def read_slice(
         report_data_loss(fail_on_data_loss, f"Segment {s.path} was deleted before it could be read.")
     if values:
         yield record_batch(s.topic, s.partition, keys, values, offsets, stamps, types, headers)
+
+
+MAX_CHUNK_BYTES = 256 * 1024 * 1024
+"""Key + value bytes per Arrow batch of :func:`read_slice_columnar` at most (binary offsets are int32)."""
+
+
+def read_slice_columnar(
+    s: SegmentSlice,
+    start_ts: int | None,
+    end_ts: int | None,
+    fail_on_data_loss: bool = True,
+    verify_crc: bool = True,
+) -> Iterator[Any]:
+    """:func:`read_slice` without headers: each batch's records area is decoded straight into Arrow column
+    buffers (:mod:`tidelog.records.columnar`), :data:`COLUMNAR_BATCH_ROWS` rows per Arrow batch. The same
+    checks in the same order as ``decode_batch`` (header, sizes, CRC, decompression, records); a batch the
+    columnar walk rejects is decoded by ``decode_batch``, which raises the exact error."""
+    builder = new_builder()
+    lo, hi = s.min_offset, s.max_offset
+    topic, partition = s.topic, s.partition
+    try:
+        for view, _ in _batches(s):
+            h = BatchHeader.parse(view)
+            if h.attributes & CONTROL_MASK or h.last_offset < lo or h.base_offset >= hi:
+                continue
+            if start_ts is not None and h.max_timestamp < start_ts:
+                continue
+            try:
+                if verify_crc:
+                    h = validate_batch(view)
+                else:
+                    h.check_sizes(len(view))
+                payload = view[RECORD_BATCH_OVERHEAD : h.size]
+                codec = h.attributes & COMPRESSION_MASK
+                data = decompress(codec, payload, DEFAULT_MAX_DECOMPRESSED) if codec else payload
+            except RecordError:
+                if s.active:
+                    break  # a torn tail that happens to look whole
+                raise
+            lat = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else None
+            ts_type = 1 if lat is not None else 0
+            filtering = h.base_offset < lo or h.last_offset >= hi or start_ts is not None or end_ts is not None
+            if builder.rows and builder.nbytes + len(data) > MAX_CHUNK_BYTES:
+                yield columns_batch(topic, partition, builder.finish())
+            added = builder.add(data, h.records_count, h.base_offset, h.base_timestamp, lat, ts_type, filtering,
+                                lo, hi, start_ts, end_ts)
+            if added < 0:
+                # malformed records: decode_batch raises the exact error (or, should it accept them, its rows)
+                if builder.rows:
+                    yield columns_batch(topic, partition, builder.finish())
+                try:
+                    _, recs = decode_batch(view, verify_crc=False)
+                except RecordError:
+                    if s.active:
+                        break
+                    raise
+                if filtering:
+                    recs = [r for r in recs if lo <= r.offset < hi and (start_ts is None or r.timestamp >= start_ts)
+                            and (end_ts is None or r.timestamp < end_ts)]
+                if recs:
+                    yield record_batch(topic, partition, [r.key for r in recs], [r.value for r in recs],
+                                       [r.offset for r in recs], [r.timestamp for r in recs], ts_type, None)
+            elif builder.rows >= COLUMNAR_BATCH_ROWS:
+                yield columns_batch(topic, partition, builder.finish())
+    except FileNotFoundError:
+        from tidelog.spark.kafka_source import report_data_loss
+
+        report_data_loss(fail_on_data_loss, f"Segment {s.path} was deleted before it could be read.")
+    if builder.rows:
+        yield columns_batch(topic, partition, builder.finish())
