@@ -31,7 +31,7 @@ import inspect
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from tidelog.broker.handlers import RequestContext, handles
@@ -772,8 +772,17 @@ def _broker_alter_refusal(ctx: RequestContext, rname: str, names: list[str]) -> 
     return None
 
 
-@handles(ALTER_CONFIGS)
-async def alter_configs(ctx: RequestContext, request: dict) -> dict:
+async def _alter_config_resources(
+    ctx: RequestContext,
+    request: dict,
+    *,
+    bad_operation: Callable[[list[dict]], str | None],
+    null_allowed: Callable[[dict], bool],
+    alter: Callable[..., Any],
+    changes: Callable[[list[dict]], Any],
+) -> dict:
+    """AlterConfigs / IncrementalAlterConfigs: the same per-resource checks (Kafka's order), then
+    ``alter(topic, changes(configs), validate_only=...)`` for a topic resource that passed them."""
     validate_only = bool(request.get("validate_only", False))
     topics = ctx.broker.topics
     responses: list[dict] = []
@@ -790,8 +799,11 @@ async def alter_configs(ctx: RequestContext, request: dict) -> dict:
         configs = r.get("configs") or []
         names = [c.get("name") for c in configs]
         refusal: tuple[str, str] | None = None
+        bad_op = bad_operation(configs)
         if _duplicates(names):
             refusal = ("INVALID_REQUEST", f"Error due to duplicate config keys: {sorted(_duplicates(names))}")
+        elif bad_op is not None:
+            refusal = ("INVALID_REQUEST", bad_op)
         elif rtype == RESOURCE_BROKER:
             refusal = _broker_alter_refusal(ctx, rname, names)
         elif rtype != RESOURCE_TOPIC:
@@ -799,7 +811,7 @@ async def alter_configs(ctx: RequestContext, request: dict) -> dict:
         elif not topics.exists(rname):
             refusal = ("UNKNOWN_TOPIC_OR_PARTITION", f"Topic '{rname}' does not exist.")
         else:
-            nulls = [c.get("name") for c in configs if c.get("value") is None]
+            nulls = [c.get("name") for c in configs if c.get("value") is None and not null_allowed(c)]
             if nulls:
                 refusal = ("INVALID_REQUEST", f"Null value not supported for : {', '.join(nulls)}")
         if refusal is not None:
@@ -807,66 +819,43 @@ async def alter_configs(ctx: RequestContext, request: dict) -> dict:
             continue
         if rtype == RESOURCE_BROKER:
             continue  # empty change set on the broker: nothing to do
-        overrides = {c["name"]: c["value"] for c in configs}
+        change_set = changes(configs)
         try:
-            await _call(topics.alter_configs, rname, overrides, validate_only=validate_only)
+            await _call(alter, rname, change_set, validate_only=validate_only)
         except Exception as exc:
             if not _is_client_error(exc):
                 raise
             res["error_code"], res["error_message"] = _error_of(exc)
     return {"throttle_time_ms": 0, "responses": responses}
+
+
+@handles(ALTER_CONFIGS)
+async def alter_configs(ctx: RequestContext, request: dict) -> dict:
+    return await _alter_config_resources(
+        ctx,
+        request,
+        bad_operation=lambda configs: None,
+        null_allowed=lambda c: False,
+        alter=ctx.broker.topics.alter_configs,
+        changes=lambda configs: {c["name"]: c["value"] for c in configs},
+    )
+
+
+def _unknown_config_operation(configs: list[dict]) -> str | None:
+    bad_ops = [c for c in configs if int(c.get("config_operation", -1)) not in OP_NAMES]
+    return f"Unknown config operation {bad_ops[0].get('config_operation')}" if bad_ops else None
 
 
 @handles(INCREMENTAL_ALTER_CONFIGS)
 async def incremental_alter_configs(ctx: RequestContext, request: dict) -> dict:
-    validate_only = bool(request.get("validate_only", False))
-    topics = ctx.broker.topics
-    responses: list[dict] = []
-    for r in request.get("resources") or []:
-        rtype = int(r.get("resource_type", RESOURCE_UNKNOWN))
-        rname = r.get("resource_name") or ""
-        res: dict[str, Any] = {
-            "error_code": 0,
-            "error_message": None,
-            "resource_type": rtype,
-            "resource_name": rname,
-        }
-        responses.append(res)
-        configs = r.get("configs") or []
-        names = [c.get("name") for c in configs]
-        refusal: tuple[str, str] | None = None
-        bad_ops = [c for c in configs if int(c.get("config_operation", -1)) not in OP_NAMES]
-        if _duplicates(names):
-            refusal = ("INVALID_REQUEST", f"Error due to duplicate config keys: {sorted(_duplicates(names))}")
-        elif bad_ops:
-            refusal = ("INVALID_REQUEST", f"Unknown config operation {bad_ops[0].get('config_operation')}")
-        elif rtype == RESOURCE_BROKER:
-            refusal = _broker_alter_refusal(ctx, rname, names)
-        elif rtype != RESOURCE_TOPIC:
-            refusal = ("INVALID_REQUEST", f"Unsupported resource type {rtype}.")
-        elif not topics.exists(rname):
-            refusal = ("UNKNOWN_TOPIC_OR_PARTITION", f"Topic '{rname}' does not exist.")
-        else:
-            nulls = [
-                c.get("name")
-                for c in configs
-                if c.get("value") is None and int(c.get("config_operation", 0)) != OP_DELETE
-            ]
-            if nulls:
-                refusal = ("INVALID_REQUEST", f"Null value not supported for : {', '.join(nulls)}")
-        if refusal is not None:
-            res["error_code"], res["error_message"] = error_code(refusal[0]), refusal[1]
-            continue
-        if rtype == RESOURCE_BROKER:
-            continue
-        ops = [(c["name"], int(c["config_operation"]), c.get("value")) for c in configs]
-        try:
-            await _call(topics.incremental_alter_configs, rname, ops, validate_only=validate_only)
-        except Exception as exc:
-            if not _is_client_error(exc):
-                raise
-            res["error_code"], res["error_message"] = _error_of(exc)
-    return {"throttle_time_ms": 0, "responses": responses}
+    return await _alter_config_resources(
+        ctx,
+        request,
+        bad_operation=_unknown_config_operation,
+        null_allowed=lambda c: int(c.get("config_operation", 0)) == OP_DELETE,
+        alter=ctx.broker.topics.incremental_alter_configs,
+        changes=lambda configs: [(c["name"], int(c["config_operation"]), c.get("value")) for c in configs],
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
