@@ -36,7 +36,7 @@ import base64
 import bisect
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -483,39 +483,50 @@ class Dumper:
 
     # ------------------------------------------------------------------------------------------ .index
 
-    def _dump_index(self, path: Path) -> Iterator[Event]:
+    def _open_index(
+        self, path: Path, entry: struct.Struct, offset_field: int
+    ) -> Generator[Event, None, tuple[int, list[tuple[int, int]]] | None]:
+        """The base offset and valid entries of an index file, or None once the file's whole dump was yielded
+        (no base offset in the name, empty, or ``--index-sanity-check``)."""
         name = str(path)
-        opts = self.options
         base = _base_offset_from_name(path)
         if base is None:
             yield self._error(name, None, "file name does not start with a base offset")
-            return
-        raw, file_size = _read_entries(path, OFFSET_INDEX_ENTRY)
-        if file_size == 0 or not raw:
-            yield Event("empty", {"path": name}, f"{name} is empty.")
-            return
-        entries = _valid_prefix(raw, 0)
+            return None
+        raw, file_size = _read_entries(path, entry)
+        entries = _valid_prefix(raw, offset_field)
         if not entries:
             yield Event("empty", {"path": name}, f"{name} is empty.")
+            return None
+        if self.options.index_sanity_check:
+            yield from self._sanity(name, base, file_size, entry.size, entries, offset_field=offset_field)
+            return None
+        return base, entries
+
+    def _missing_log(self, name: str, log_path: Path) -> Event:
+        """The log segment beside an index does not exist: an error with --verify-index-only, else a warning."""
+        if self.options.verify_index_only:
+            return self._error(name, None, f"cannot verify: {log_path} does not exist")
+        return Event(
+            "warning",
+            {"path": name, "message": f"no {log_path.name} beside the index: entries not verified"},
+            f"No {log_path} beside {name}: entries not verified",
+            stderr=True,
+        )
+
+    def _dump_index(self, path: Path) -> Iterator[Event]:
+        name = str(path)
+        opts = self.options
+        opened = yield from self._open_index(path, OFFSET_INDEX_ENTRY, 0)
+        if opened is None:
             return
-        if opts.index_sanity_check:
-            yield from self._sanity(name, base, file_size, OFFSET_INDEX_ENTRY.size, entries, offset_field=0)
-            return
+        base, entries = opened
         log_path = _sibling(path, LOG_SUFFIX)
         log: _LogFile | None = None
         if log_path.exists():
             log = _LogFile(log_path)
         else:
-            ev = Event(
-                "warning",
-                {"path": name, "message": f"no {log_path.name} beside the index: entries not verified"},
-                f"No {log_path} beside {name}: entries not verified",
-                stderr=True,
-            )
-            if opts.verify_index_only:
-                yield self._error(name, None, f"cannot verify: {log_path} does not exist")
-            else:
-                yield ev
+            yield self._missing_log(name, log_path)
         mismatches = 0
         try:
             for rel, position in entries:
@@ -603,29 +614,13 @@ class Dumper:
     def _dump_time_index(self, path: Path) -> Iterator[Event]:
         name = str(path)
         opts = self.options
-        base = _base_offset_from_name(path)
-        if base is None:
-            yield self._error(name, None, "file name does not start with a base offset")
+        opened = yield from self._open_index(path, TIME_INDEX_ENTRY, 1)
+        if opened is None:
             return
-        raw, file_size = _read_entries(path, TIME_INDEX_ENTRY)
-        entries = _valid_prefix(raw, 1)
-        if not entries:
-            yield Event("empty", {"path": name}, f"{name} is empty.")
-            return
-        if opts.index_sanity_check:
-            yield from self._sanity(name, base, file_size, TIME_INDEX_ENTRY.size, entries, offset_field=1)
-            return
+        base, entries = opened
         log_path = _sibling(path, LOG_SUFFIX)
         if not log_path.exists():
-            if opts.verify_index_only:
-                yield self._error(name, None, f"cannot verify: {log_path} does not exist")
-            else:
-                yield Event(
-                    "warning",
-                    {"path": name, "message": f"no {log_path.name} beside the index: entries not verified"},
-                    f"No {log_path} beside {name}: entries not verified",
-                    stderr=True,
-                )
+            yield self._missing_log(name, log_path)
             for ts, rel in entries:
                 if not opts.verify_index_only:
                     yield Event(
