@@ -564,6 +564,8 @@ class ClusterBroker(Broker):
                 except asyncio.CancelledError:
                     raise
                 except _RetriableFetchError as exc:
+                    if exc.code == 1:  # OFFSET_OUT_OF_RANGE: our log ran past the leader's; agree on it again
+                        truncated = False
                     log.debug("replica fetch error", extra={"kv": {"topic": topic, "partition": partition,
                                                                    "error": str(exc)}})
                     await asyncio.sleep(self.fetch_backoff_s)  # replica.fetch.backoff.ms
@@ -636,7 +638,7 @@ class ClusterBroker(Broker):
             raise _RetriableFetchError(f"fetch error {resp['error_code']}")
         part = resp["responses"][0]["partitions"][0]
         if part["error_code"]:
-            raise _RetriableFetchError(f"fetch partition error {part['error_code']}")
+            raise _RetriableFetchError(f"fetch partition error {part['error_code']}", part["error_code"])
         if r.is_leader or r.leader_epoch != epoch:
             return
         records = part.get("records")
@@ -648,4 +650,6 @@ class ClusterBroker(Broker):
 
 
 class _RetriableFetchError(Exception):
-    pass
+    def __init__(self, message: str, code: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
