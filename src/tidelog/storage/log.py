@@ -54,6 +54,7 @@ from tidelog.records.header import (
     validate_batch_tuple,
 )
 from tidelog.records.varint import decode_varint, decode_varlong
+from tidelog.storage.checkpoints import fsync_dir
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import InvalidTimestampError, OffsetOutOfRangeError, StorageError
 from tidelog.storage.index import CorruptIndexError
@@ -165,19 +166,6 @@ def _background() -> ThreadPoolExecutor:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _scan_uncompressed_records(
@@ -1087,7 +1075,7 @@ class PartitionLog:
             if new.base_offset != old[0].base_offset:
                 raise ValueError(f"cleaned segment base {new.base_offset} != first old base {old[0].base_offset}")
             new.rename_suffix(SWAP_SUFFIX)
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
             if fault is not None:
                 fault("swap")
             self._segments = self._segments[:i] + [new] + self._segments[i + len(old) :]
@@ -1098,7 +1086,7 @@ class PartitionLog:
             if fault is not None:
                 fault("old-deleted")
             new.rename_suffix("")
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
             if fault is not None:
                 fault("swapped")
             return True
