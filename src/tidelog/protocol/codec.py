@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.compiler import ZERO_COPY, CompiledMessage, FileRegionLike, RecordsChunks
+from tidelog.protocol.compiler import ZERO_COPY, CompiledMessage, FileRegionLike, RecordsChunks, _uvar_rest
 from tidelog.protocol.exceptions import (
     EncodeError,
     InvalidRequestError,
@@ -190,20 +190,9 @@ _REQ_FAST: dict[tuple[int, int], tuple[Any, bool]] = {}
 
 def _uvar(buf: memoryview, pos: int) -> tuple[int, int]:
     b = buf[pos]
-    pos += 1
     if not b & 0x80:
-        return b, pos
-    result = b & 0x7F
-    shift = 7
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise InvalidRequestError("unsigned varint longer than 5 bytes")
+        return b, pos + 1
+    return _uvar_rest(buf, pos + 1, b)
 
 
 def _skip_tags(buf: memoryview, pos: int) -> int:
