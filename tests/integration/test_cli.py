@@ -103,10 +103,15 @@ def test_produce_failure_exits_non_zero(broker: Any) -> None:
     assert proc.returncode == 1
 
 
-def test_consume_broken_pipe_exits_quietly(broker: Any) -> None:
-    tl(broker, "topics", "create", "cli-pipe")
-    tl(broker, "produce", "cli-pipe", input=b"".join(f"line {i}\n".encode() for i in range(2000)))
-    proc = sh(broker, "tidelog consume cli-pipe --from-beginning | head -n 3")
+@pytest.mark.parametrize("lines", [5, 2000])
+def test_consume_broken_pipe_exits_quietly(broker: Any, lines: int) -> None:
+    """``| head`` exits: the consumer stops quietly, whether it hits EPIPE on a write (2000 lines) or has
+    written everything into the pipe and is idle, waiting for records (5 lines: it must notice the reader is
+    gone without writing)."""
+    topic = f"cli-pipe-{lines}"
+    tl(broker, "topics", "create", topic)
+    tl(broker, "produce", topic, input=b"".join(f"line {i}\n".encode() for i in range(lines)))
+    proc = sh(broker, f"tidelog consume {topic} --from-beginning | head -n 3")
     assert proc.returncode == 0, proc.stderr.decode()
     assert proc.stdout == b"line 0\nline 1\nline 2\n"
     assert b"Traceback" not in proc.stderr and b"BrokenPipe" not in proc.stderr

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import select
 import signal
 import sys
 import time
@@ -208,6 +209,18 @@ def format_record(
     return b"\t".join(fields)
 
 
+def _reader_gone(out: Any) -> bool:
+    """True when stdout is a pipe whose reading end has closed (POLLERR on the write end), so an idle
+    ``tidelog consume ... | head`` exits instead of waiting for a record it could never write."""
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLERR/POLLHUP are always reported
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+
+
 @click.command()
 @click.argument("topic")
 @click.option("--from-beginning", is_flag=True, help="Start at the log start offset (default: the end).")
@@ -316,6 +329,8 @@ def consume(
             if msg is None:
                 if idle_deadline is not None and time.monotonic() >= idle_deadline:
                     break
+                if _reader_gone(out):
+                    raise BrokenPipeError  # `| head` has exited while we wait for more records
                 continue
             err = msg.error()
             if err is not None:
