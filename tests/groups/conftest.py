@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-_path = Path(__file__).resolve().parents[1] / "integration" / "conftest.py"
-_spec = importlib.util.spec_from_file_location("tidelog_test_group_fixtures", _path)
-assert _spec is not None and _spec.loader is not None
-_fixtures = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_fixtures)
-
-BrokerProcess = _fixtures.BrokerProcess
-broker_factory = _fixtures.broker_factory
-broker = _fixtures.broker
+# ``broker`` / ``broker_factory`` come from tests/conftest.py
 
 # small timeouts so rebalances and expiries happen within a test's time budget
 FAST_GROUPS = {

@@ -8,10 +8,10 @@ import threading
 from typing import Any
 
 import pytest
+from helpers import RawClient
 
 from tidelog.protocol import codec
 
-from ..integration.helpers import RawClient
 from .conftest import FAST_GROUPS, create_topic, wait_until
 
 FIND_COORDINATOR, JOIN, HEARTBEAT, LEAVE, SYNC = 10, 11, 12, 13, 14

@@ -1,6 +1,6 @@
 """Fixtures that run a real ``tidelog serve`` subprocess on 127.0.0.1 with a temporary data dir.
 
-Reusable by every integration suite (``tests/broker/conftest.py`` re-exports them):
+Reusable by every suite (``tests/conftest.py`` re-exports them for all test packages):
 
 * ``broker`` (module scope): a running broker with default config. Attributes: ``bootstrap``
   ("127.0.0.1:PORT"), ``port``, ``data_dir``, ``metrics_port``, ``overrides``; methods ``stop()`` (SIGTERM, waits

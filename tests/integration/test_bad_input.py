@@ -12,33 +12,17 @@ inside the body, and every rejection is timed.
 
 from __future__ import annotations
 
-import importlib.util
 import struct
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
+import helpers as h
 import pytest
 
 from tidelog.protocol.codec import decode_response, encode_request
 from tidelog.records import build_batch, crc32c
 
 pytestmark = pytest.mark.integration
-
-
-def _load_helpers() -> Any:
-    name = "tidelog_it_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("helpers.py"))
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-h = _load_helpers()
 
 MAX_REQUEST = 65536
 MAX_MESSAGE = 10_000

@@ -14,34 +14,19 @@ raw-block ``compress``/``decompress`` (its own code does the xerial framing), so
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import shutil
 import subprocess
-import sys
 import time
 import types
 from pathlib import Path
 from typing import Any
 
+import helpers as h
 import pytest
 
 from tidelog.records import CompressionType
 
 pytestmark = pytest.mark.integration
-
-
-def _load_helpers() -> Any:
-    name = "tidelog_it_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("helpers.py"))
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-h = _load_helpers()
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}

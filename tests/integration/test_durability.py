@@ -12,35 +12,20 @@ real work to do.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import helpers as h
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tidelog.records import build_batch, decode_batches
 
 pytestmark = pytest.mark.integration
-
-
-def _load_helpers() -> Any:
-    name = "tidelog_it_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("helpers.py"))
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-h = _load_helpers()
 
 SMALL = {"tidelog.min.segment.bytes": "1024", "log.segment.bytes": "8192", "log.index.interval.bytes": "256",
          "num.partitions": "2"}

@@ -13,17 +13,15 @@ legitimately ask for millions of partitions, which is a quota question, not a pa
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import select
 import socket
 import struct
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
+import helpers as h
 import pytest
 
 from tidelog.protocol.codec import encode_request
@@ -32,18 +30,6 @@ from tidelog.records import build_batch
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _load_helpers() -> Any:
-    name = "tidelog_it_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("helpers.py"))
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-h = _load_helpers()
 
 SEED = int(os.environ.get("TIDELOG_FUZZ_SEED", "1337"))
 FRAMES = 15000

