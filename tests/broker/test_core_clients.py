@@ -12,8 +12,9 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from helpers import confluent_consume
 
 pytestmark = pytest.mark.integration
 
@@ -37,25 +38,6 @@ def _produce(bootstrap: str, topic: str, values: list[bytes], *, partition: int 
     return delivered
 
 
-def _consume(bootstrap: str, topic: str, n: int, *, partition: int = 0, offset: int = OFFSET_BEGINNING,
-             timeout: float = 20.0, **conf: Any) -> list[Any]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False, **conf})
-    try:
-        c.assign([TopicPartition(topic, partition, offset)])
-        out: list[Any] = []
-        deadline = time.monotonic() + timeout
-        while len(out) < n and time.monotonic() < deadline:
-            m = c.poll(0.2)
-            if m is None:
-                continue
-            if m.error():
-                raise KafkaException(m.error())
-            out.append(m)
-        return out
-    finally:
-        c.close()
-
-
 @pytest.mark.parametrize("acks", ["0", "1", "all"])
 def test_confluent_produce_consume(broker: Any, acks: str) -> None:
     topic = _topic(f"acks{acks}")
@@ -64,7 +46,7 @@ def test_confluent_produce_consume(broker: Any, acks: str) -> None:
     if acks != "0":
         offsets = [m.offset() for m in delivered]
         assert offsets == list(range(200))
-    msgs = _consume(broker.bootstrap, topic, 200)
+    msgs = confluent_consume(broker.bootstrap, topic, 200)
     assert [m.value() for m in msgs] == values
     assert [m.offset() for m in msgs] == list(range(200))
     assert msgs[0].key() == b"k0"
@@ -75,7 +57,7 @@ def test_confluent_compressed_batches_round_trip(broker: Any, codec: str) -> Non
     topic = _topic(codec)
     values = [f"compressible {i} ".encode() * 20 for i in range(100)]
     _produce(broker.bootstrap, topic, values, **{"compression.type": codec})
-    assert [m.value() for m in _consume(broker.bootstrap, topic, 100)] == values
+    assert [m.value() for m in confluent_consume(broker.bootstrap, topic, 100)] == values
 
 
 def test_idempotent_producer(broker: Any) -> None:
@@ -83,7 +65,7 @@ def test_idempotent_producer(broker: Any) -> None:
     values = [str(i).encode() for i in range(50)]
     delivered = _produce(broker.bootstrap, topic, values, **{"enable.idempotence": True, "acks": "all"})
     assert sorted(m.offset() for m in delivered) == list(range(50))
-    assert [m.value() for m in _consume(broker.bootstrap, topic, 50)] == values
+    assert [m.value() for m in confluent_consume(broker.bootstrap, topic, 50)] == values
 
 
 def test_consume_from_the_middle_and_large_values(broker: Any) -> None:
@@ -91,7 +73,7 @@ def test_consume_from_the_middle_and_large_values(broker: Any) -> None:
     values = [bytes([i]) * 300_000 for i in range(8)]  # batches bigger than some fetch limits
     _produce(broker.bootstrap, topic, values, **{"message.max.bytes": 1_000_000, "batch.size": 400_000})
     # limits below one batch: KIP-74 says the first batch is returned whole anyway
-    msgs = _consume(broker.bootstrap, topic, 5, offset=3, **{"fetch.max.bytes": 100_000,
+    msgs = confluent_consume(broker.bootstrap, topic, 5, offset=3, **{"fetch.max.bytes": 100_000,
                                                                "message.max.bytes": 100_000,
                                                                "max.partition.fetch.bytes": 100_000})
     assert [m.offset() for m in msgs] == [3, 4, 5, 6, 7]
@@ -243,7 +225,7 @@ def test_metrics_endpoint(broker: Any) -> None:
 
     topic = _topic("metrics")
     _produce(broker.bootstrap, topic, [b"m" * 100] * 10)
-    _consume(broker.bootstrap, topic, 10)
+    confluent_consume(broker.bootstrap, topic, 10)
     assert broker.metrics_port
     text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
     assert f'tidelog_topic_messages_in_total{{topic="{topic}"}} 10.0' in text
