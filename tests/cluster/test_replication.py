@@ -51,12 +51,15 @@ def _consume(bootstrap: str, topic: str, n: int, timeout: float = 60.0) -> list[
     out: list[bytes] = []
     try:
         c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        _low, end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)  # stop at the HW
         deadline = time.monotonic() + timeout
-        while len(out) < n and time.monotonic() < deadline:
+        last = -1
+        while len(out) < n and last < end - 1 and time.monotonic() < deadline:
             m = c.poll(0.2)
             if m is None or m.error():
                 continue
             out.append(m.value())
+            last = m.offset()
     finally:
         c.close()
     return out
@@ -239,3 +242,90 @@ def test_two_of_three_down_not_enough_replicas(cluster: Any) -> None:
     p.flush(30)
     assert acked == []
     assert errors and all(e.code() == KafkaError.NOT_ENOUGH_REPLICAS for e in errors), errors
+
+
+def _zk(cluster: Any) -> Any:
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=cluster.zk.connect)
+    zk.start(timeout=30)
+    return zk
+
+
+def _all_up(cluster: Any) -> None:
+    """Start the brokers an earlier test left down, and wait until all three are registered."""
+    for b in cluster.brokers.values():
+        if not b.running:
+            b.start()
+    cluster.wait_for("3 registered brokers", lambda md: len(md.brokers) == 3)
+
+
+def _describe(cluster: Any, topic: str) -> list[dict]:
+    out = subprocess.run([sys.executable, "-m", "tidelog.cli.main", "cluster", "describe", "-z",
+                          cluster.zk.connect, "--json"], capture_output=True, text=True, timeout=60, check=True)
+    return next(t for t in json.loads(out.stdout)["topics"] if t["topic"] == topic)["partitions"]
+
+
+def test_controlled_shutdown_moves_leadership_before_exit(cluster: Any) -> None:
+    """SIGTERM the leader under acks=all idempotent load: the controller moves the leadership and drops it from
+    the ISR while its ZooKeeper session is still open; no delivery error, no acked record lost."""
+    from tidelog.cluster import zkdata as zd
+
+    _all_up(cluster)
+    topic = f"cs-{uuid.uuid4().hex[:8]}"
+    _create(cluster, topic)
+    load = _Load(cluster, topic)
+    load.wait_progress()
+    leader = _leader(cluster, topic)
+    zk = _zk(cluster)
+    try:
+        assert cluster.brokers[leader].stop() == 0
+        ids = zk.exists(zd.BROKER_IDS)  # pzxid: the zxid that removed the stopped broker's registration
+        data, stat = zk.get(zd.state_path(topic, 0))
+        s = zd.decode_state(data, stat.version)
+        assert s.leader not in (leader, zd.NO_LEADER) and leader not in s.isr
+        assert stat.mzxid < ids.pzxid, "the leadership moved only after the broker's session ended"
+        assert "controlled shutdown complete" in cluster.brokers[leader].log_text()
+        load.wait_progress()
+        cluster.brokers[leader].start()
+        _in_isr(cluster, topic, leader)
+    finally:
+        zk.stop()
+        zk.close()
+    load.finish_and_check()
+
+
+def test_elect_leaders_restores_preferred_leaders(cluster: Any) -> None:
+    _all_up(cluster)
+    topic = f"pref-{uuid.uuid4().hex[:8]}"
+    _create(cluster, topic, partitions=3)
+    before = _describe(cluster, topic)
+    assert all(p["leader"] == p["replicas"][0] for p in before)  # a new topic starts on its preferred leaders
+    victim = before[0]["leader"]
+    cluster.brokers[victim].kill()
+    _leader(cluster, topic, 0, not_in=(victim,))
+    cluster.brokers[victim].start()
+    cluster.wait_for(f"broker {victim} back in every ISR of {topic}", lambda md: all(
+        (p := cluster.partition(md, topic, i)) is not None and victim in p.isrs for i in range(3)))
+    moved = [p["partition"] for p in _describe(cluster, topic) if p["leader"] != p["replicas"][0]]
+    assert 0 in moved
+    cli = [sys.executable, "-m", "tidelog.cli.main", "cluster", "elect-leaders", "-z", cluster.zk.connect]
+    # one partition only: the others are left alone
+    other = next(i for i in range(3) if i not in moved)
+    subprocess.run([*cli, "--topic", topic, "--partition", str(other)], capture_output=True, text=True,
+                   timeout=60, check=True)
+    assert [p["partition"] for p in _describe(cluster, topic) if p["leader"] != p["replicas"][0]] == moved
+    out = subprocess.run([*cli, "--topic", topic], capture_output=True, text=True, timeout=60, check=True)
+    after = _describe(cluster, topic)
+    assert all(p["leader"] == p["replicas"][0] for p in after), after
+    assert out.stdout.count("\tpreferred") == 3
+    # clients follow: metadata names the preferred leaders and acks=all produce works on every partition
+    cluster.wait_for("metadata with the preferred leaders", lambda md: all(
+        (p := cluster.partition(md, topic, i)) is not None and p.leader == after[i]["replicas"][0]
+        for i in range(3)))
+    errors: list[Any] = []
+    prod = _producer(cluster)
+    for i in range(3):
+        prod.produce(topic, b"x", partition=i, on_delivery=lambda err, _m: errors.append(err) if err else None)
+    assert prod.flush(60) == 0 and errors == []
+

@@ -55,8 +55,35 @@ def test_assignment_spreads_leaders_and_replicas() -> None:
 
 def _decide(state: zd.LeaderIsr, replicas: list[int], live: set[int], unclean: bool = False) -> zd.LeaderIsr | None:
     c = Controller.__new__(Controller)
-    c.epoch, c.unclean_election = 5, unclean
+    c.epoch, c.unclean_election, c.shutting_down = 5, unclean, set()
     return c._decide(state, replicas, live)
+
+
+def test_controlled_shutdown_and_preferred_decisions() -> None:
+    c = Controller.__new__(Controller)
+    c.epoch, c.unclean_election, c.shutting_down = 5, False, {1}
+    live = {1, 2, 3}
+    # the leader shutting down: the next live ISR member in assignment order leads, it leaves the ISR
+    s = zd.LeaderIsr(1, 3, (1, 2, 3), 4)
+    assert c.decide_controlled_shutdown(s, [1, 3, 2], live, {1}) == zd.LeaderIsr(3, 4, (2, 3), 5)
+    # a follower shutting down: it leaves the ISR, the leader stays (epoch bump fences its fetches)
+    assert c.decide_controlled_shutdown(zd.LeaderIsr(2, 3, (1, 2), 4), [2, 1, 3], live, {1}) == \
+        zd.LeaderIsr(2, 4, (2,), 5)
+    # no other in-sync replica: nothing moves; not involved: nothing changes
+    assert c.decide_controlled_shutdown(zd.LeaderIsr(1, 3, (1,), 4), [1, 2, 3], live, {1}) is None
+    assert c.decide_controlled_shutdown(zd.LeaderIsr(2, 3, (2, 3), 4), [2, 3, 1], live, {1}) is None
+    # a broker shutting down is never elected after a failure
+    assert c._decide(zd.LeaderIsr(2, 3, (1, 2, 3), 4), [2, 1, 3], {1, 3}) == zd.LeaderIsr(3, 4, (1, 3), 5)
+    # preferred: the first assigned replica, only when alive, in the ISR and not shutting down
+    assert c.decide_preferred(zd.LeaderIsr(3, 3, (1, 2, 3), 4), [2, 3, 1], live, set()) == \
+        zd.LeaderIsr(2, 4, (1, 2, 3), 5)
+    assert c.decide_preferred(zd.LeaderIsr(2, 3, (1, 2, 3), 4), [2, 3, 1], live, set()) is None
+    assert c.decide_preferred(zd.LeaderIsr(3, 3, (1, 3), 4), [2, 3, 1], live, set()) is None
+    assert c.decide_preferred(zd.LeaderIsr(3, 3, (1, 2, 3), 4), [2, 3, 1], {1, 3}, set()) is None
+    assert c.decide_preferred(zd.LeaderIsr(3, 3, (1, 2, 3), 4), [2, 3, 1], live, {2}) is None
+    assert zd.decode_preferred_election(zd.encode_preferred_election([("t", 0), ("u", 2)])) == [("t", 0), ("u", 2)]
+    assert json.loads(zd.encode_preferred_election([("t", 0)])) == \
+        {"version": 1, "partitions": [{"topic": "t", "partition": 0}]}
 
 
 def test_controller_decisions() -> None:

@@ -1,7 +1,9 @@
-"""``tidelog cluster describe``: the cluster as ZooKeeper has it (brokers, controller, partition states)."""
+"""``tidelog cluster describe``: the cluster as ZooKeeper has it (brokers, controller, partition states);
+``tidelog cluster elect-leaders``: preferred leader election."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -10,7 +12,7 @@ import click
 
 @click.group("cluster")
 def cluster() -> None:
-    """Inspect a ZooKeeper-mode cluster."""
+    """Inspect and administer a ZooKeeper-mode cluster."""
 
 
 def read_cluster(zk_connect: str, timeout: float = 10.0) -> dict:
@@ -91,3 +93,61 @@ def describe(zk_connect: str, as_json: bool) -> None:
                 f"Isr: {','.join(map(str, p['isr']))}"
                 + (f"\tOffline: {','.join(map(str, offline))}" if offline else "")
             )
+
+
+@cluster.command("elect-leaders")
+@click.option("--zookeeper", "-z", "zk_connect", required=True, help="zookeeper.connect, e.g. 127.0.0.1:2181")
+@click.option("--topic", default=None, help="only this topic (default: every partition of every topic)")
+@click.option("--partition", type=int, default=None, help="only this partition (needs --topic)")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="seconds to wait for the controller to finish")
+def elect_leaders(zk_connect: str, topic: str | None, partition: int | None, timeout: float) -> None:
+    """Preferred leader election: each partition's first assigned replica becomes leader when it is alive and in
+    the ISR. Writes Kafka's ``/admin/preferred_replica_election`` and waits until the controller deletes it."""
+    import threading
+
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NodeExistsError, NoNodeError
+
+    from tidelog.cluster import zkdata as zd
+
+    if partition is not None and topic is None:
+        raise click.UsageError("--partition needs --topic")
+    info = read_cluster(zk_connect)
+    wanted = [(t["topic"], p["partition"]) for t in info["topics"] for p in t["partitions"]
+              if (topic is None or t["topic"] == topic) and (partition is None or p["partition"] == partition)]
+    if not wanted:
+        click.echo(f"tidelog cluster elect-leaders: no such partition ({topic}/{partition})", err=True)
+        sys.exit(1)
+    zk = KazooClient(hosts=zk_connect, timeout=10.0)
+    zk.start(timeout=10.0)
+    try:
+        try:
+            zk.create(zd.PREFERRED_REPLICA_ELECTION, zd.encode_preferred_election(wanted), makepath=True)
+        except NodeExistsError:
+            click.echo("tidelog cluster elect-leaders: a preferred replica election is already in progress", err=True)
+            sys.exit(1)
+        done = threading.Event()
+
+        def gone(data: bytes | None, _stat: object) -> bool | None:
+            if data is None:
+                done.set()
+                return False
+            return None
+
+        with contextlib.suppress(NoNodeError):
+            zk.DataWatch(zd.PREFERRED_REPLICA_ELECTION, gone)
+        if not done.wait(timeout):
+            click.echo(f"tidelog cluster elect-leaders: the controller did not finish within {timeout}s", err=True)
+            sys.exit(1)
+    finally:
+        zk.stop()
+        zk.close()
+    after = {(t["topic"], p["partition"]): p for t in read_cluster(zk_connect)["topics"] for p in t["partitions"]}
+    for tp in wanted:
+        p = after.get(tp)
+        if p is None:
+            continue
+        preferred = p["replicas"][0] if p["replicas"] else -1
+        status = "preferred" if p["leader"] == preferred else "not preferred (preferred replica down or out of sync)"
+        click.echo(f"Topic: {tp[0]}\tPartition: {tp[1]}\tLeader: {p['leader']}\tPreferred: {preferred}\t{status}")

@@ -20,6 +20,22 @@ Replication (``Partition``/``ReplicaManager`` in Kafka):
   the follower's own epoch until both agree), never to its own HW; then fetch from the LEO and
   ``append_as_follower``; its HW = min(leader HW, LEO).
 * losing the ZooKeeper session (e.g. SIGSTOP past the session timeout) drops every leadership at once.
+
+Controlled shutdown (SIGTERM, ``controlled.shutdown.enable``): before closing anything the broker stops
+starting replica fetchers and creates the **ephemeral** znode ``/admin/controlled_shutdown/<id>``; the
+controller (watching its children) moves every leadership held here to another live ISR member and takes this
+broker out of every ISR, bumping the leader epoch so that fetches still in flight from here are fenced. The
+broker waits, on its own state watches, until no partition it hosts still names it leader (unless no other
+in-sync replica exists) nor has it in the ISR, for ``request.timeout.ms``; if not done it recreates the znode
+after ``controlled.shutdown.retry.backoff.ms``, up to ``controlled.shutdown.max.retries`` attempts, then shuts
+down anyway (the session's end makes the controller elect, as after a crash). Only then is the session closed.
+
+Why a znode and not Kafka's ControlledShutdown request to the controller: every other decision here already
+travels as ZooKeeper state, and the broker has no request channel to the controller. A znode request survives
+a controller failover (the next controller reads the pending requests when it takes over, where an RPC would
+die with the old controller and need re-routing); being ephemeral, it disappears by itself if the broker dies
+half-way, so no stale request can keep a returning broker from being elected; and the answer is the partition
+state znodes themselves, which the broker watches anyway, so there is no second channel that could disagree.
 """
 
 from __future__ import annotations
@@ -87,6 +103,12 @@ class ClusterBroker(Broker):
         self._watched_states: set[tuple[str, int]] = set()
         self._live_changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.controlled_shutdown_enable = config.get("controlled.shutdown.enable")
+        self.controlled_shutdown_retries = config.get("controlled.shutdown.max.retries")
+        self.controlled_shutdown_backoff_s = config.get("controlled.shutdown.retry.backoff.ms") / 1000.0
+        self.request_timeout_s = config.get("request.timeout.ms") / 1000.0
+        self._shutting_down = False  # controlled shutdown requested: no new replica fetchers
+        self._state_seen = asyncio.Event()
 
     # -- hooks of the single-node broker -----------------------------------------------------------------
 
@@ -223,6 +245,11 @@ class ClusterBroker(Broker):
                     raise RuntimeError(f"{path} is held by another live broker") from None
 
     async def shutdown(self) -> None:
+        if not self.stopping and not self._shutting_down and self.zk is not None and self.controlled_shutdown_enable:
+            try:
+                await self._controlled_shutdown()
+            except Exception:
+                log.exception("controlled shutdown failed; shutting down without it")
         if not self.stopping:
             for r in self.replicas.values():
                 if r.fetcher is not None:
@@ -234,6 +261,59 @@ class ClusterBroker(Broker):
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self._stop_zk, zk)
         await super().shutdown()
+
+    def _controlled_shutdown_pending(self) -> list[tuple[str, int]]:
+        """Partitions still led here (with another live ISR member to take over) or still listing us in the ISR."""
+        out = []
+        for tp in self.replicas:
+            s = self.states.get(tp)
+            if s is None:
+                continue
+            others = [b for b in s.isr if b != self.node_id and b in self.live]
+            if (s.leader == self.node_id and others) or (s.leader != self.node_id and self.node_id in s.isr
+                                                          and s.leader in self.live):
+                out.append(tp)
+        return out
+
+    async def _controlled_shutdown(self) -> None:
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        self._shutting_down = True
+        path = zd.controlled_shutdown_path(self.node_id)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for attempt in range(1, self.controlled_shutdown_retries + 1):
+            pending = self._controlled_shutdown_pending()
+            if not pending:
+                break
+            log.info("controlled shutdown: asking the controller", extra={"kv": {
+                "attempt": attempt, "partitions": len(pending)}})
+            zk = self.zk
+            if zk is None:
+                return
+
+            def request(zk: Any = zk, attempt: int = attempt) -> None:
+                with contextlib.suppress(NoNodeError):
+                    zk.delete(path)  # a new child: the controller's children watch fires again
+                with contextlib.suppress(NodeExistsError):
+                    zk.create(path, zd.encode_controlled_shutdown(self.node_id, attempt), ephemeral=True,
+                              makepath=True)
+
+            await asyncio.to_thread(request)
+            deadline = loop.time() + self.request_timeout_s
+            while self._controlled_shutdown_pending() and loop.time() < deadline:
+                self._state_seen = asyncio.Event()  # set by the next state watch delivery
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._state_seen.wait(), deadline - loop.time())
+            if not self._controlled_shutdown_pending():
+                break
+            if attempt < self.controlled_shutdown_retries:
+                await asyncio.sleep(self.controlled_shutdown_backoff_s)  # controlled.shutdown.retry.backoff.ms
+        pending = self._controlled_shutdown_pending()
+        still_led = sorted(f"{t}-{p}" for (t, p), r in self.replicas.items() if r.is_leader)
+        log.info("controlled shutdown " + ("complete" if not pending else "incomplete"), extra={"kv": {
+            "pending": len(pending), "still_leader": ",".join(still_led) or "-",
+            "ms": int((loop.time() - started) * 1000)}})
 
     @staticmethod
     def _stop_zk(zk: Any) -> None:
@@ -347,6 +427,7 @@ class ClusterBroker(Broker):
         r = self.replicas.get(tp)
         if r is not None:
             self._apply_state(r, s)
+        self._state_seen.set()
 
     def _apply_state(self, r: Replica, s: zd.LeaderIsr) -> None:
         if s.zk_version < r.zk_version:
@@ -391,7 +472,7 @@ class ClusterBroker(Broker):
             r.fetcher = None
         if was_leader:
             self.purgatory.check_and_complete(r.tp)  # waiting acks=-1 produces fail NOT_LEADER_OR_FOLLOWER
-        if s.leader != zd.NO_LEADER and self._loop is not None and not self.stopping:
+        if s.leader != zd.NO_LEADER and self._loop is not None and not self.stopping and not self._shutting_down:
             r.fetcher = self._loop.create_task(self._follow(r, s.leader, s.leader_epoch))
         log.info("became follower", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1], "leader": s.leader,
                                                   "leader_epoch": s.leader_epoch}})

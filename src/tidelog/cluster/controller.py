@@ -14,7 +14,18 @@ Decisions implemented:
 * broker gone: partitions it led elect the first live replica (assignment order) that is in the ISR; it leaves
   every ISR it was in (a sole ISR member stays, with leader -1, as Kafka does, so that it is the one that can
   come back). ``unclean.leader.election.enable=true`` allows a live replica outside the ISR;
-* broker back: leaderless partitions whose ISR holds it elect it.
+* broker back: leaderless partitions whose ISR holds it elect it;
+* controlled shutdown (a broker's ephemeral ``/admin/controlled_shutdown/<id>``, see
+  :mod:`tidelog.cluster.broker`): every partition it leads elects the first other live ISR member in assignment
+  order (Kafka's ``ControlledShutdownLeaderElectionStrategy``), and it leaves every ISR it is in (leader epoch
+  bumped, so its in-flight follower fetches are fenced and cannot put it back). A partition whose ISR holds no
+  other live broker keeps it as leader (the broker then gives up after its retries, as Kafka's does). A broker
+  shutting down is never elected;
+* preferred leader election (Kafka's ``/admin/preferred_replica_election``, written by
+  ``tidelog cluster elect-leaders``): each listed partition elects its first assigned replica when it is alive,
+  not shutting down and in the ISR; the znode is deleted when done;
+* partitions added to a topic (a data change of ``/brokers/topics/<t>``): the new partitions get states as for
+  a new topic.
 """
 
 from __future__ import annotations
@@ -49,6 +60,8 @@ class Controller:
         self._thread = threading.Thread(target=self._run, name=f"controller-{broker_id}", daemon=True)
         self._stopped = False
         self._known_topics: set[str] = set()
+        self._topic_watches: set[str] = set()
+        self.shutting_down: set[int] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -85,6 +98,10 @@ class Controller:
                     self._on_brokers_changed()
                 elif kind == "topics":
                     self._on_topics_changed()
+                elif kind == "shutdown":
+                    self._on_controlled_shutdown()
+                elif kind == "preferred":
+                    self._on_preferred_election()
             except ControllerMovedError:
                 log.info("controller moved; resigning", extra={"kv": {"broker": self.broker_id}})
                 self.active = False
@@ -127,13 +144,16 @@ class Controller:
             self.zk.ensure_path(p)
         self.zk.ChildrenWatch(zd.BROKER_IDS, self._watch(("brokers", None)), send_event=False)
         self.zk.ChildrenWatch(zd.BROKER_TOPICS, self._watch(("topics", None)), send_event=False)
+        self._topic_watches = set()
         self._on_topics_changed()
         self._on_brokers_changed()
+        self.zk.ChildrenWatch(zd.CONTROLLED_SHUTDOWN, self._watch(("shutdown", None)), send_event=False)
+        self.zk.DataWatch(zd.PREFERRED_REPLICA_ELECTION, self._watch(("preferred", None)))
 
     def _watch(self, event: tuple[str, Any]):
         epoch = self.epoch
 
-        def fire(_children: Any) -> bool | None:
+        def fire(*_args: Any) -> bool | None:
             if self._stopped or not self.active or self.epoch != epoch:
                 return False  # a later term set its own watch
             self._events.put(event)
@@ -145,6 +165,13 @@ class Controller:
 
     def live_brokers(self) -> set[int]:
         return {int(c) for c in self.zk.get_children(zd.BROKER_IDS)}
+
+    def _read_shutting_down(self, live: set[int]) -> set[int]:
+        try:
+            self.shutting_down = {int(c) for c in self.zk.get_children(zd.CONTROLLED_SHUTDOWN)} & live
+        except NoNodeError:
+            self.shutting_down = set()
+        return self.shutting_down
 
     def _assignment(self, topic: str) -> zd.TopicAssignment | None:
         try:
@@ -203,7 +230,11 @@ class Controller:
     def _on_topics_changed(self) -> None:
         topics = set(self.zk.get_children(zd.BROKER_TOPICS))
         live = self.live_brokers()
+        shutting = self._read_shutting_down(live)
         for topic in sorted(topics):
+            if topic not in self._topic_watches:  # added partitions arrive as a data change of the topic znode
+                self._topic_watches.add(topic)
+                self.zk.DataWatch(zd.topic_path(topic), self._watch(("topics", None)))
             a = self._assignment(topic)
             if a is None:
                 continue
@@ -211,7 +242,8 @@ class Controller:
                 if self._state(topic, p) is not None:
                     continue
                 alive = [r for r in replicas if r in live]
-                leader = alive[0] if alive else zd.NO_LEADER
+                electable = [r for r in alive if r not in shutting]
+                leader = electable[0] if electable else alive[0] if alive else zd.NO_LEADER
                 isr = tuple(alive) if alive else tuple(replicas[:1])
                 self._create_state(topic, p, zd.LeaderIsr(leader, 0, isr, self.epoch))
                 log.info("new partition", extra={"kv": {"topic": topic, "partition": p, "leader": leader}})
@@ -219,6 +251,7 @@ class Controller:
 
     def _on_brokers_changed(self) -> None:
         live = self.live_brokers()
+        self._read_shutting_down(live)
         log.info("live brokers", extra={"kv": {"brokers": ",".join(map(str, sorted(live)))}})
         for topic in sorted(self.zk.get_children(zd.BROKER_TOPICS)):
             a = self._assignment(topic)
@@ -243,9 +276,9 @@ class Controller:
             # a follower died: it leaves the ISR (the leader stays)
             return zd.LeaderIsr(leader, s.leader_epoch + 1, live_isr, self.epoch)
         # leaderless or the leader died: elect from the ISR in assignment order
-        candidates = [r for r in replicas if r in live and r in isr]
+        candidates = [r for r in replicas if r in live and r in isr and r not in self.shutting_down]
         if not candidates and self.unclean_election:
-            candidates = [r for r in replicas if r in live]
+            candidates = [r for r in replicas if r in live and r not in self.shutting_down]
             if candidates:
                 log.warning("unclean leader election", extra={"kv": {"leader": candidates[0]}})
                 return zd.LeaderIsr(candidates[0], s.leader_epoch + 1, (candidates[0],), self.epoch)
@@ -256,3 +289,67 @@ class Controller:
         # nobody eligible: leaderless; a sole ISR member is kept (it is the replica that may come back)
         kept = live_isr or ((leader,) if leader in isr else isr[:1])
         return zd.LeaderIsr(zd.NO_LEADER, s.leader_epoch + 1, kept, self.epoch)
+
+    def _for_each_partition(self, decide, only: set[tuple[str, int]] | None = None) -> None:
+        """Apply ``decide(state, replicas)`` to every partition (or those in ``only``), re-reading and deciding
+        again when a conditional write loses to a concurrent change."""
+        for topic in sorted(self.zk.get_children(zd.BROKER_TOPICS)):
+            a = self._assignment(topic)
+            if a is None:
+                continue
+            for p, replicas in sorted(a.partitions.items()):
+                if only is not None and (topic, p) not in only:
+                    continue
+                for _attempt in range(10):
+                    s = self._state(topic, p)
+                    if s is None:
+                        break
+                    new = decide(s, replicas)
+                    if new is None or self._update_state(topic, p, s, new):
+                        break
+
+    def _on_controlled_shutdown(self) -> None:
+        live = self.live_brokers()
+        shutting = self._read_shutting_down(live)
+        if not shutting:
+            return
+        log.info("controlled shutdown requested", extra={"kv": {"brokers": ",".join(map(str, sorted(shutting)))}})
+        self._for_each_partition(lambda s, replicas: self.decide_controlled_shutdown(s, replicas, live, shutting))
+
+    def decide_controlled_shutdown(self, s: zd.LeaderIsr, replicas: list[int], live: set[int],
+                                   shutting: set[int]) -> zd.LeaderIsr | None:
+        """Move the leadership away from a broker shutting down and take it out of the ISR."""
+        rest = tuple(r for r in s.isr if r not in shutting)
+        if s.leader in shutting:
+            candidates = [r for r in replicas if r in live and r not in shutting and r in s.isr]
+            if not candidates:
+                return None  # no other in-sync replica: it stays leader until it goes
+            return zd.LeaderIsr(candidates[0], s.leader_epoch + 1, rest, self.epoch)
+        if s.leader != zd.NO_LEADER and rest != s.isr and rest:
+            return zd.LeaderIsr(s.leader, s.leader_epoch + 1, rest, self.epoch)
+        return None
+
+    def _on_preferred_election(self) -> None:
+        try:
+            data, stat = self.zk.get(zd.PREFERRED_REPLICA_ELECTION)
+        except NoNodeError:
+            return
+        wanted = set(zd.decode_preferred_election(data))
+        live = self.live_brokers()
+        shutting = self._read_shutting_down(live)
+        log.info("preferred replica election", extra={"kv": {"partitions": len(wanted)}})
+        self._for_each_partition(lambda s, replicas: self.decide_preferred(s, replicas, live, shutting), wanted)
+        try:
+            self._commit(lambda t: t.delete(zd.PREFERRED_REPLICA_ELECTION, version=stat.version))
+        except (NoNodeError, BadVersionError):
+            pass  # replaced by a new request meanwhile: its watch event runs next
+
+    def decide_preferred(self, s: zd.LeaderIsr, replicas: list[int], live: set[int],
+                         shutting: set[int]) -> zd.LeaderIsr | None:
+        """The preferred replica (the first assigned) becomes leader when it is alive and in sync."""
+        if not replicas:
+            return None
+        preferred = replicas[0]
+        if s.leader == preferred or preferred not in live or preferred in shutting or preferred not in s.isr:
+            return None
+        return zd.LeaderIsr(preferred, s.leader_epoch + 1, s.isr, self.epoch)

@@ -13,6 +13,12 @@ znode                                        value
 ``/brokers/topics/<t>/partitions/<p>/state`` ``{"controller_epoch":C,"leader":L,"version":1,
                                              "leader_epoch":E,"isr":[...]}``
 ``/config/topics/<t>``                       ``{"version":1,"config":{...}}``
+``/admin/preferred_replica_election``        ``{"version":1,"partitions":[{"topic":"t","partition":0}]}``
+                                             (Kafka's ``PreferredReplicaElectionZNode``; the controller
+                                             deletes it when done)
+``/admin/controlled_shutdown/<id>``          tidelog only (ephemeral): broker ``<id>`` asks the controller
+(ephemeral)                                  to move its leaderships and drop it from every ISR; the value
+                                             is ``{"version":1,"broker":<id>,"attempt":N}``
 =========================================== ==============================================================
 """
 
@@ -28,7 +34,10 @@ BROKER_TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
-PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, "/admin/delete_topics", "/isr_change_notification")
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
+PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, "/admin/delete_topics", "/isr_change_notification",
+                    CONTROLLED_SHUTDOWN)
 
 NO_LEADER = -1
 
@@ -173,6 +182,28 @@ def decode_topic_config(data: bytes | None) -> dict[str, str]:
     if not data:
         return {}
     return {str(k): str(v) for k, v in (json.loads(data).get("config") or {}).items()}
+
+
+# -- admin requests ------------------------------------------------------------------------------------------------
+
+
+def encode_preferred_election(partitions: list[tuple[str, int]]) -> bytes:
+    """``PreferredReplicaElectionZNode.encode``."""
+    return _dumps({"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]})
+
+
+def decode_preferred_election(data: bytes | None) -> list[tuple[str, int]]:
+    if not data:
+        return []
+    return [(str(e["topic"]), int(e["partition"])) for e in (json.loads(data).get("partitions") or ())]
+
+
+def controlled_shutdown_path(broker_id: int) -> str:
+    return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
+
+
+def encode_controlled_shutdown(broker_id: int, attempt: int) -> bytes:
+    return _dumps({"version": 1, "broker": broker_id, "attempt": attempt})
 
 
 # -- partition state -----------------------------------------------------------------------------------------------
