@@ -329,3 +329,34 @@ def test_elect_leaders_restores_preferred_leaders(cluster: Any) -> None:
         prod.produce(topic, b"x", partition=i, on_delivery=lambda err, _m: errors.append(err) if err else None)
     assert prod.flush(60) == 0 and errors == []
 
+
+def test_create_partitions_in_zookeeper_mode(cluster: Any) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    _all_up(cluster)
+    topic = f"cp-{uuid.uuid4().hex[:8]}"
+    _create(cluster, topic)
+    first = _describe(cluster, topic)[0]["replicas"]
+    admin = cluster.admin()  # kept alive until its futures complete
+    admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
+    cluster.wait_for(f"{topic} with 4 partitions, each led with a full ISR", lambda md: all(
+        (p := cluster.partition(md, topic, i)) is not None and p.leader > 0 and len(p.isrs) == 3 for i in range(4)))
+    parts = _describe(cluster, topic)
+    assert parts[0]["replicas"] == first  # existing partitions are untouched
+    # Kafka's placement: the round robin of first replicas continues after partition 0's, one full replica set each
+    ids = sorted(cluster.brokers)
+    start = ids.index(first[0])
+    assert [p["replicas"][0] for p in parts] == [ids[(start + i) % 3] for i in range(4)]
+    assert all(sorted(p["replicas"]) == ids for p in parts)
+    assert all(p["leader"] == p["replicas"][0] for p in parts)
+    errors: list[Any] = []
+    acked: list[Any] = []
+    prod = _producer(cluster)
+    for i in range(4):
+        prod.produce(topic, f"p{i}".encode(), partition=i,
+                     on_delivery=lambda err, msg: (errors if err else acked).append(err or msg))
+    assert prod.flush(60) == 0 and errors == []
+    assert sorted(m.partition() for m in acked) == [0, 1, 2, 3]
+    # a second request with a stale count is refused as Kafka does
+    with pytest.raises(Exception, match="already has 4 partitions"):
+        admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)

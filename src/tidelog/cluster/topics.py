@@ -89,4 +89,45 @@ class ClusterTopicManager(TopicManager):
         raise TopicError("INVALID_REQUEST", "DeleteTopics is not implemented in ZooKeeper mode yet")
 
     def create_partitions(self, name: str, total_count: int, validate_only: bool = False) -> TopicInfo:
-        raise TopicError("INVALID_REQUEST", "CreatePartitions is not implemented in ZooKeeper mode yet")
+        """Extend the assignment in ``/brokers/topics/<t>`` (a write conditional on the znode's version), placed
+        as Kafka's ``AdminZkClient.addPartitions`` does: the rack-unaware assignment continued from the partition
+        count, starting at (and shifting by) the index of partition 0's first replica among the live brokers.
+        The controller then elects leaders of the new partitions and every broker adopts them via its watch."""
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        broker: Any = self.broker
+        zk = broker.zk
+        for _attempt in range(10):
+            try:
+                data, stat = zk.get(zd.topic_path(name))
+            except NoNodeError:
+                raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"The topic '{name}' does not exist.") from None
+            a = zd.decode_topic(data)
+            current = len(a.partitions)
+            if total_count == current:
+                raise TopicError("INVALID_PARTITIONS", f"Topic already has {current} partitions.")
+            if total_count < current:
+                raise TopicError("INVALID_PARTITIONS", f"Topic currently has {current} partitions, which is higher "
+                                                       f"than the requested {total_count}.")
+            first = a.partitions.get(0) or next(iter(a.partitions.values()))
+            live = sorted(broker.live)
+            if len(first) > len(live):
+                raise TopicError("INVALID_REPLICATION_FACTOR",
+                                 f"Replication factor: {len(first)} larger than available brokers: {len(live)}.")
+            start = max(0, next((i for i, b in enumerate(live) if b >= first[0]), 0))
+            added = zd.assign_replicas(live, total_count - current, len(first), start_index=start,
+                                       start_partition=current, next_shift=start)
+            info = self._topics.get(name) or TopicInfo(name, a.topic_id or new_topic_id(), current, {},
+                                                       self.default_log_config())
+            if validate_only:
+                return info
+            new = zd.TopicAssignment({**a.partitions, **added}, a.topic_id, a.adding, a.removing)
+            try:
+                zk.set(zd.topic_path(name), zd.encode_topic(new), version=stat.version)
+            except BadVersionError:
+                continue  # changed meanwhile (another CreatePartitions): decide again on the new assignment
+            log.info("partitions added in ZooKeeper", extra={"kv": {"topic": name, "from": current,
+                                                                    "to": total_count, "assignment": str(added)}})
+            return info
+        raise TopicError("REQUEST_TIMED_OUT",
+                         f"the assignment of '{name}' kept changing")
