@@ -360,3 +360,53 @@ def test_create_partitions_in_zookeeper_mode(cluster: Any) -> None:
     # a second request with a stale count is refused as Kafka does
     with pytest.raises(Exception, match="already has 4 partitions"):
         admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
+
+
+def test_auto_leader_rebalance_controller(cluster: Any) -> None:
+    """The controller alone (in its own ZooKeeper chroot, with registered brokers that are only znodes): with
+    ``auto.leader.rebalance.enable`` its periodic check gives an imbalanced broker its preferred leaderships back
+    when it is in the ISR, and leaves a partition whose preferred replica is out of sync alone."""
+    from tidelog.cluster import zkdata as zd
+    from tidelog.cluster.controller import Controller
+
+    root = _zk(cluster)
+    ns = f"/rebalance-{uuid.uuid4().hex[:8]}"
+    root.ensure_path(ns)
+    root.stop()
+    root.close()
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=cluster.zk.connect + ns)
+    zk.start(timeout=30)
+    controller = None
+    try:
+        for b in (1, 2, 3):
+            zk.create(zd.broker_path(b), zd.encode_broker(zd.BrokerInfo(b, "127.0.0.1", 1)), ephemeral=True,
+                      makepath=True)
+        zk.create(zd.topic_path("t"), zd.encode_topic(zd.TopicAssignment({0: [1, 2, 3], 1: [1, 3, 2], 2: [2, 3, 1]})),
+                  makepath=True)
+        states = {0: zd.LeaderIsr(2, 1, (1, 2, 3), 1), 1: zd.LeaderIsr(3, 1, (2, 3), 1),
+                  2: zd.LeaderIsr(2, 0, (1, 2, 3), 1)}
+        for p, s in states.items():
+            zk.create(zd.state_path("t", p), zd.encode_state(s), makepath=True)
+        moved = threading.Event()
+
+        def watch(data: bytes | None, _stat: Any) -> bool | None:
+            if data and zd.decode_state(data, 0).leader == 1:
+                moved.set()
+                return False
+            return None
+
+        zk.DataWatch(zd.state_path("t", 0), watch)
+        controller = Controller(zk, 99, auto_rebalance=True, rebalance_interval_s=0.2, imbalance_pct=10)
+        controller.start()
+        assert moved.wait(20), "partition 0 was not given back to its preferred leader"
+        after = {p: zd.decode_state(zk.get(zd.state_path("t", p))[0], -1) for p in states}
+        assert after[0].leader == 1 and after[0].leader_epoch == 2 and after[0].isr == (1, 2, 3)
+        assert after[1] == states[1]  # broker 1 is not in the ISR of partition 1: it stays with broker 3
+        assert after[2] == states[2]
+    finally:
+        if controller is not None:
+            controller.stop()
+        zk.stop()
+        zk.close()

@@ -217,7 +217,11 @@ class ClusterBroker(Broker):
         self.zk.ChildrenWatch(zd.BROKER_IDS, self._brokers_changed)
         self.zk.DataWatch(zd.CONTROLLER, self._controller_moved)
         self.zk.ChildrenWatch(zd.BROKER_TOPICS, self._topics_changed)
-        self.controller = Controller(self.zk, self.node_id, unclean_election=self.unclean)
+        self.controller = Controller(
+            self.zk, self.node_id, unclean_election=self.unclean,
+            auto_rebalance=self.config.get("auto.leader.rebalance.enable"),
+            rebalance_interval_s=float(self.config.get("leader.imbalance.check.interval.seconds")),
+            imbalance_pct=self.config.get("leader.imbalance.per.broker.percentage"))
         self.controller.start()
 
     def _register(self) -> None:

@@ -24,6 +24,10 @@ Decisions implemented:
 * preferred leader election (Kafka's ``/admin/preferred_replica_election``, written by
   ``tidelog cluster elect-leaders``): each listed partition elects its first assigned replica when it is alive,
   not shutting down and in the ISR; the znode is deleted when done;
+* automatic leader rebalance (``auto.leader.rebalance.enable``): every ``leader.imbalance.check.interval.seconds``
+  a broker whose share of preferred partitions it does not lead exceeds ``leader.imbalance.per.broker.percentage``
+  gets them back, with the same conditions as the preferred election above (Kafka's
+  ``checkAndTriggerAutoLeaderRebalance``);
 * partitions added to a topic (a data change of ``/brokers/topics/<t>``): the new partitions get states as for
   a new topic.
 """
@@ -49,10 +53,15 @@ class ControllerMovedError(Exception):
 
 
 class Controller:
-    def __init__(self, zk: KazooClient, broker_id: int, *, unclean_election: bool = False) -> None:
+    def __init__(self, zk: KazooClient, broker_id: int, *, unclean_election: bool = False,
+                 auto_rebalance: bool = False, rebalance_interval_s: float = 300.0, imbalance_pct: int = 10) -> None:
         self.zk = zk
         self.broker_id = broker_id
         self.unclean_election = unclean_election
+        self.auto_rebalance = auto_rebalance
+        self.rebalance_interval_s = rebalance_interval_s
+        self.imbalance_pct = imbalance_pct
+        self._stop_event = threading.Event()
         self.epoch = -1
         self.epoch_zk_version = -1
         self.active = False
@@ -71,6 +80,7 @@ class Controller:
 
     def stop(self) -> None:
         self._stopped = True
+        self._stop_event.set()
         self._events.put(("stop", None))
 
     def _controller_changed(self, data: Any, stat: Any, event: Any = None) -> bool | None:
@@ -102,6 +112,8 @@ class Controller:
                     self._on_controlled_shutdown()
                 elif kind == "preferred":
                     self._on_preferred_election()
+                elif kind == "rebalance":
+                    self._on_auto_rebalance()
             except ControllerMovedError:
                 log.info("controller moved; resigning", extra={"kv": {"broker": self.broker_id}})
                 self.active = False
@@ -149,6 +161,16 @@ class Controller:
         self._on_brokers_changed()
         self.zk.ChildrenWatch(zd.CONTROLLED_SHUTDOWN, self._watch(("shutdown", None)), send_event=False)
         self.zk.DataWatch(zd.PREFERRED_REPLICA_ELECTION, self._watch(("preferred", None)))
+        if self.auto_rebalance:
+            threading.Thread(target=self._rebalance_timer, args=(epoch,), name=f"leader-rebalance-{self.broker_id}",
+                             daemon=True).start()
+
+    def _rebalance_timer(self, epoch: int) -> None:
+        """Kafka's scheduled ``auto-leader-rebalance-task``: a periodic check for this controller term."""
+        while not self._stop_event.wait(self.rebalance_interval_s):
+            if not self.active or self.epoch != epoch:
+                return
+            self._events.put(("rebalance", None))
 
     def _watch(self, event: tuple[str, Any]):
         epoch = self.epoch
@@ -353,3 +375,28 @@ class Controller:
         if s.leader == preferred or preferred not in live or preferred in shutting or preferred not in s.isr:
             return None
         return zd.LeaderIsr(preferred, s.leader_epoch + 1, s.isr, self.epoch)
+
+    def _on_auto_rebalance(self) -> None:
+        live = self.live_brokers()
+        shutting = self._read_shutting_down(live)
+        preferred_of: dict[int, list[tuple[str, int]]] = {}
+        not_led: dict[int, set[tuple[str, int]]] = {}
+        for topic in sorted(self.zk.get_children(zd.BROKER_TOPICS)):
+            a = self._assignment(topic)
+            if a is None:
+                continue
+            for p, replicas in a.partitions.items():
+                s = self._state(topic, p)
+                if not replicas or s is None:
+                    continue
+                preferred_of.setdefault(replicas[0], []).append((topic, p))
+                if s.leader != replicas[0]:
+                    not_led.setdefault(replicas[0], set()).add((topic, p))
+        wanted: set[tuple[str, int]] = set()
+        for b, tps in preferred_of.items():
+            imbalance = len(not_led.get(b, ())) / len(tps)
+            if b in live and b not in shutting and imbalance * 100 > self.imbalance_pct:
+                wanted |= not_led[b]
+        if wanted:
+            log.info("leader imbalance: electing preferred leaders", extra={"kv": {"partitions": len(wanted)}})
+            self._for_each_partition(lambda s, replicas: self.decide_preferred(s, replicas, live, shutting), wanted)
