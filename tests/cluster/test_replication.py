@@ -410,3 +410,25 @@ def test_auto_leader_rebalance_controller(cluster: Any) -> None:
             controller.stop()
         zk.stop()
         zk.close()
+
+
+def test_one_cluster_id_from_zookeeper(cluster: Any) -> None:
+    """Every broker answers Metadata with the cluster id of ZooKeeper's /cluster/id (Kafka's ClusterIdZNode),
+    and keeps it in its meta.properties."""
+    from confluent_kafka.admin import AdminClient
+
+    from tidelog.cluster import zkdata as zd
+
+    _all_up(cluster)
+    zk = _zk(cluster)
+    try:
+        data = zk.get(zd.CLUSTER_ID)[0]
+    finally:
+        zk.stop()
+        zk.close()
+    assert json.loads(data)["version"] == "1"
+    cluster_id = zd.decode_cluster_id(data)
+    assert len(cluster_id) == 22
+    for b in cluster.brokers.values():
+        assert AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=10).cluster_id == cluster_id
+        assert f"cluster.id={cluster_id}" in (Path(b.data_dir) / "meta.properties").read_text()

@@ -198,21 +198,35 @@ class ClusterBroker(Broker):
     # -- lifecycle -----------------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        # the cluster id lives in ZooKeeper (/cluster/id, created by the first broker, as Kafka's
+        # getOrGenerateClusterId); storage then checks meta.properties against it (InconsistentClusterIdError)
+        await asyncio.to_thread(self._connect_zk)
         await super().start()
         self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(self._start_zk)
         self._tasks.append(self._loop.create_task(self._isr_shrink_loop()))
 
-    def _start_zk(self) -> None:
+    def _connect_zk(self) -> None:
         from kazoo.client import KazooClient
+        from kazoo.exceptions import NodeExistsError
 
-        from tidelog.cluster.controller import Controller
+        from tidelog.broker.topics import new_cluster_id
 
         self.zk = KazooClient(hosts=self.zk_connect, timeout=self.session_timeout_s)
         self.zk.add_listener(self._zk_state)
         self.zk.start(timeout=max(10.0, self.session_timeout_s))
         for p in zd.PERSISTENT_PATHS:
             self.zk.ensure_path(p)
+        with contextlib.suppress(NodeExistsError):
+            self.zk.create(zd.CLUSTER_ID, zd.encode_cluster_id(self.cluster_id or new_cluster_id()), makepath=True)
+        zk_id = zd.decode_cluster_id(self.zk.get(zd.CLUSTER_ID)[0])
+        if self.cluster_id and self.cluster_id != zk_id:
+            raise RuntimeError(f"cluster.id {self.cluster_id} differs from ZooKeeper's {zd.CLUSTER_ID} {zk_id}")
+        self.cluster_id = zk_id
+
+    def _start_zk(self) -> None:
+        from tidelog.cluster.controller import Controller
+
         self._register()
         self.zk.ChildrenWatch(zd.BROKER_IDS, self._brokers_changed)
         self.zk.DataWatch(zd.CONTROLLER, self._controller_moved)

@@ -15,6 +15,11 @@ log = logging.getLogger("tidelog.cluster.topics")
 
 
 class ClusterTopicManager(TopicManager):
+    def log_manager_kwargs(self) -> dict[str, Any]:
+        kwargs = super().log_manager_kwargs()
+        kwargs["cluster_id"] = self.broker.cluster_id or kwargs.get("cluster_id")  # ZooKeeper's /cluster/id
+        return kwargs
+
     def adopt(self, name: str, topic_id: bytes | None, num_partitions: int, overrides: dict[str, str],
               local_partitions: list[int]) -> TopicInfo:
         """Make ``name`` known here as ZooKeeper has it; create the logs of the replicas hosted here."""

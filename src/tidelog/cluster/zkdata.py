@@ -6,6 +6,7 @@ znode                                        value
 ``/brokers/ids/<id>`` (ephemeral)            ``{"features":{},"listener_security_protocol_map":{...},
                                              "endpoints":["PLAINTEXT://h:p"],"jmx_port":-1,"port":p,
                                              "host":"h","version":5,"timestamp":"<ms>"}`` (+ ``rack``)
+``/cluster/id``                              ``{"version":"1","id":"<base64 uuid>"}`` (``ClusterIdZNode``)
 ``/controller`` (ephemeral)                  ``{"version":1,"brokerid":N,"timestamp":"<ms>"}``
 ``/controller_epoch``                        ``N`` (decimal text)
 ``/brokers/topics/<t>``                      ``{"version":3,"partitions":{"0":[1,2,3]},"adding_replicas":{},
@@ -30,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 
 BROKER_IDS = "/brokers/ids"
+CLUSTER_ID = "/cluster/id"
 BROKER_TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
@@ -121,6 +123,15 @@ def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
             host, port = h.strip("[]"), int(p)
             break
     return BrokerInfo(broker_id, str(host), int(port), value.get("rack"))
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    """``ClusterIdZNode.toJson`` (the version is a JSON string there)."""
+    return _dumps({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return str(json.loads(data)["id"])
 
 
 # -- controller ----------------------------------------------------------------------------------------------------
