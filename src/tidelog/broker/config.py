@@ -191,6 +191,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("group.max.session.timeout.ms", "1800000", _nonneg_int),
         _key("offsets.topic.num.partitions", "50", _pos_int),
         _key("offsets.topic.replication.factor", "3", _replication_factor),
+        _key("offsets.topic.segment.bytes", "104857600", _pos_int),
         _key("offsets.retention.minutes", "10080", _pos_int),
         _key("transaction.state.log.num.partitions", "50", _pos_int),
         _key("transaction.state.log.replication.factor", "3", _replication_factor),

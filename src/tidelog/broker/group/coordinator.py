@@ -230,7 +230,11 @@ class GroupCoordinator:
                 OFFSETS_TOPIC,
                 self.configured_partitions,
                 1,
-                {"cleanup.policy": "compact", "segment.bytes": "104857600", "compression.type": "producer"},
+                {
+                    "cleanup.policy": "compact",
+                    "segment.bytes": str(self.broker.config.get("offsets.topic.segment.bytes")),
+                    "compression.type": "producer",
+                },
             )
         return info
 
