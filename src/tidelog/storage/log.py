@@ -646,8 +646,11 @@ class PartitionLog:
                 seg.append_parts(last_offset, max_ts, last_offset, parts, None, stamp)
             self._log_end_offset = last_offset + 1
             if ps is not None:
-                stamped = (base, batch_length, leader_epoch, *fields[3:])
-                ps.update(BatchHeader(*stamped), base, last_offset, max_ts)
+                if pid >= 0:
+                    stamped = (base, batch_length, leader_epoch, *fields[3:])
+                    ps.update(BatchHeader(*stamped), base, last_offset, max_ts)
+                else:  # no producer: only the end of the mapped range moves (no header object built)
+                    ps.advance_map_end(last_offset + 1)
             cache = self.epoch_cache
             if cache is not None and leader_epoch >= 0:
                 latest = cache.latest_epoch()

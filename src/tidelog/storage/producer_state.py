@@ -306,6 +306,12 @@ class ProducerStateManager:
                         entry.current_txn_first_offset = first_offset
             self.map_end_offset = max(self.map_end_offset, last_offset + 1)
 
+    def advance_map_end(self, end_offset: int) -> None:
+        """A batch without a producer id was appended up to ``end_offset`` (exclusive): the same as
+        :meth:`update` for such a batch, without building its header (the produce hot path)."""
+        if end_offset > self.map_end_offset:
+            self.map_end_offset = end_offset
+
     # --------------------------------------------------------------------------------------- queries
 
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
