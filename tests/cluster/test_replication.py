@@ -432,3 +432,32 @@ def test_one_cluster_id_from_zookeeper(cluster: Any) -> None:
     for b in cluster.brokers.values():
         assert AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=10).cluster_id == cluster_id
         assert f"cluster.id={cluster_id}" in (Path(b.data_dir) / "meta.properties").read_text()
+
+
+def test_controlled_shutdown_of_the_controller(cluster: Any) -> None:
+    """The controller's own broker shuts down: its controller handles the request before the session closes,
+    then another broker takes over as controller."""
+    from tidelog.cluster import zkdata as zd
+
+    _all_up(cluster)
+    topic = f"csc-{uuid.uuid4().hex[:8]}"
+    _create(cluster, topic, partitions=3)
+    zk = _zk(cluster)
+    try:
+        controller = zd.decode_controller(zk.get(zd.CONTROLLER)[0])
+        led = [p["partition"] for p in _describe(cluster, topic) if p["leader"] == controller]
+        assert led  # one partition per broker on a new 3-partition topic
+        assert cluster.brokers[controller].stop() == 0
+        ids = zk.exists(zd.BROKER_IDS)
+        for p in led:
+            data, stat = zk.get(zd.state_path(topic, p))
+            s = zd.decode_state(data, stat.version)
+            assert s.leader not in (controller, zd.NO_LEADER) and controller not in s.isr
+            assert stat.mzxid < ids.pzxid
+        cluster.wait_for("a new controller", lambda md: md.controller_id not in (-1, controller))
+        cluster.brokers[controller].start()
+        cluster.wait_for(f"broker {controller} back in every ISR of {topic}", lambda md: all(
+            (p := cluster.partition(md, topic, i)) is not None and controller in p.isrs for i in range(3)))
+    finally:
+        zk.stop()
+        zk.close()
