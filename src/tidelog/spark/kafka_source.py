@@ -366,6 +366,19 @@ def read_range(
         consumer.close()
 
 
+def read_partition(o: SourceOptions, r: OffsetRange) -> Iterator[Any]:
+    """An executor's read of one range: raw Fetch requests into Arrow columns (:mod:`tidelog.spark.fetcher`)
+    when that is safe and ``fetchClient`` is ``raw`` (the default), else confluent-kafka."""
+    from tidelog.spark.fetcher import raw_fetch_allowed, read_range_raw
+
+    if raw_fetch_allowed(o.client, o.include_headers, o.fetch_client):
+        yield from read_range_raw(o.client, r.topic, r.partition, r.start, r.end,
+                                  fail_on_data_loss=o.fail_on_data_loss, poll_timeout_ms=o.poll_timeout_ms)
+        return
+    yield from read_range(o.client, o.group_id, r, fail_on_data_loss=o.fail_on_data_loss,
+                          include_headers=o.include_headers, poll_timeout_ms=o.poll_timeout_ms)
+
+
 # ------------------------------------------------------------------------------------------------ batch
 
 
@@ -405,9 +418,7 @@ class KafkaBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, OffsetRange):
             return  # no ranges planned: PySpark hands a placeholder partition
-        o = self.opts
-        yield from read_range(o.client, o.group_id, partition, fail_on_data_loss=o.fail_on_data_loss,
-                              include_headers=o.include_headers, poll_timeout_ms=o.poll_timeout_ms)
+        yield from read_partition(self.opts, partition)
 
 
 # -------------------------------------------------------------------------------------------- streaming
@@ -531,9 +542,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, OffsetRange):
             return  # no ranges planned: PySpark hands a placeholder partition
-        o = self.opts
-        yield from read_range(o.client, o.group_id, partition, fail_on_data_loss=o.fail_on_data_loss,
-                              include_headers=o.include_headers, poll_timeout_ms=o.poll_timeout_ms)
+        yield from read_partition(self.opts, partition)
 
     def commit(self, end: dict) -> None:
         self._commit_group(end)

@@ -208,6 +208,7 @@ class SourceOptions:
     poll_timeout_ms: int
     commit_group: str | None
     group_id: str | None
+    fetch_client: str = "raw"
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -242,6 +243,9 @@ class SourceOptions:
         if strategy not in ("error", "latest"):
             raise OptionError(f"Option 'startingOffsetsByTimestampStrategy' must be error or latest, got {strategy!r}")
         commit_group = _get(options, "commitOffsetsToGroup")
+        fetch_client = (_get(options, "fetchClient") or "raw").strip().lower()
+        if fetch_client not in ("raw", "librdkafka"):
+            raise OptionError(f"Option 'fetchClient' must be raw or librdkafka, got {fetch_client!r}")
         return cls(
             client=client,
             subscription=sub,
@@ -256,6 +260,7 @@ class SourceOptions:
             poll_timeout_ms=parse_int(options, "kafkaConsumer.pollTimeoutMs", 120_000) or 120_000,
             commit_group=commit_group.strip() if commit_group and commit_group.strip() else None,
             group_id=group_id,
+            fetch_client=fetch_client,
         )
 
 
