@@ -11,8 +11,20 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
+FETCH_CLIENT = {"name": "raw"}
+
+
+@pytest.fixture(scope="module", autouse=True, params=["raw", "librdkafka"])
+def fetch_client(request: Any) -> Any:
+    """Every test of this module runs through both executor paths (``fetchClient``)."""
+    FETCH_CLIENT["name"] = request.param
+    yield request.param
+    FETCH_CLIENT["name"] = "raw"
+
+
 def _read(spark: Any, bootstrap: str, **opts: str) -> Any:
     r = spark.read.format("tidelog").option("kafka.bootstrap.servers", bootstrap)
+    r = r.option("fetchClient", FETCH_CLIENT["name"])
     for k, v in opts.items():
         r = r.option(k, v)
     return r.load()
@@ -62,12 +74,13 @@ def test_assign_and_json_offsets(spark: Any, three: tuple[str, str]) -> None:
 
 def test_subscribe_pattern(spark: Any, kt: Any) -> None:
     bs = kt.bootstrap
-    a = kt.new_topic(1, prefix="pat-x")
-    b = kt.new_topic(1, prefix="pat-x")
-    c = kt.new_topic(1, prefix="pat-y")
+    run = FETCH_CLIENT["name"]  # the module runs twice on one broker: topics of its own run only
+    a = kt.new_topic(1, prefix=f"pat-{run}-x")
+    b = kt.new_topic(1, prefix=f"pat-{run}-x")
+    c = kt.new_topic(1, prefix=f"pat-{run}-y")
     for t in (a, b, c):
         kt.produce(t, [(None, t.encode())])
-    df = _read(spark, bs, subscribePattern=r"pat-x-.*")
+    df = _read(spark, bs, subscribePattern=rf"pat-{run}-x-.*")
     got = sorted(r.topic for r in df.collect())
     assert got == sorted([a, b])
 
