@@ -117,7 +117,10 @@ def main() -> None:
         json_schema = ("key string, value string, topic string, partition int, offset long, timestamp timestamp, "
                        "timestampType int")
 
-        timed("tidelog (Kafka protocol, broker)", kafka, n, results)
+        timed("tidelog (Kafka protocol, broker; raw fetch)", kafka, n, results)
+        timed("tidelog (Kafka protocol, broker; fetchClient=librdkafka)",
+              spark.read.format("tidelog").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", "bench").option("fetchClient", "librdkafka").load(), n, results)
         timed("tidelog-log (data directory)", log, n, results)
         timed("Spark JSON lines", spark.read.schema(json_schema).json(str(root / "json")), n, results)
         timed("Spark Parquet (upper reference)", spark.read.parquet(str(root / "parquet")), n, results)
