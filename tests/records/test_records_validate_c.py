@@ -133,24 +133,3 @@ def test_write_stamped_replaces_base_offset_and_epoch_only(tmp_path) -> None:  #
     struct.pack_into(">q", expect, 0, 0x0102030405060708)
     struct.pack_into(">i", expect, 12, -5)
     assert path.read_bytes() == bytes(expect) * 3
-
-
-def test_write_stamped_checks_crc_on_the_worker_while_writing(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import os
-
-    good = batch(60, value_size=20_000)
-    bad = bytearray(good)
-    bad[-1] ^= 1  # only the CRC notices
-    fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        for _ in range(3):  # the persistent worker serves call after call
-            assert recwalk.write_stamped(fd, good, 7, 3, True) == len(good)
-            assert recwalk.write_stamped(fd, bad, 7, 3, True) == -1  # written; the caller truncates
-            assert recwalk.write_stamped(fd, bad, 7, 3, False) == len(bad)
-        with pytest.raises(ValueError):
-            recwalk.write_stamped(fd, b"x" * 18, 0, 0, True)
-    finally:
-        os.close(fd)
-    with pytest.raises(OSError):  # a failed write still collects the worker's CRC before returning
-        recwalk.write_stamped(fd, good, 0, 0, True)
-    assert recwalk.write_stamped(os.open(os.devnull, os.O_WRONLY), good, 0, 0, True) == len(good)

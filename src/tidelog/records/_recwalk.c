@@ -12,9 +12,8 @@
  * one v2 batch (header, sizes, CRC-32C, record walk) in one call, for PartitionLog.append_as_leader; None on
  * any failure (the Python checks then raise the exact error).
  * crc32c(data, value=0) -> int: CRC-32C (SSE4.2 when the CPU has it, else slicing-by-8).
- * write_stamped(fd, batch, base_offset, partition_leader_epoch, check_crc=False) -> int: one writev of the
- * batch with those two fields (outside the CRC) replaced, the caller's buffer neither copied nor changed; with
- * check_crc the batch's CRC-32C is computed on a persistent worker thread while the write runs (-1: mismatch).
+ * write_stamped(fd, batch, base_offset, partition_leader_epoch) -> int: one writev of the batch with those
+ * two fields (outside the CRC) replaced, the caller's buffer neither copied nor changed.
  *
  * Record layout (all varints zig-zag):
  *   length varint | attributes int8 | timestampDelta varlong | offsetDelta varint | keyLength varint | key
@@ -32,7 +31,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <string.h>
-#include <pthread.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -759,117 +757,19 @@ crc32c_sw_py(PyObject *Py_UNUSED(module), PyObject *arg)
     return PyLong_FromUnsignedLong(crc);
 }
 
-/* The CRC worker of write_stamped(check_crc=True): one persistent thread, started on first use, that computes
- * the CRC-32C of a batch while the calling thread writes it. A mutex and two condition variables hand one job
- * over at a time; a caller that finds the worker busy (another thread's write) or not startable computes the
- * CRC itself after its write. The worker never touches Python objects: the caller keeps the buffer exported
- * until it has collected the result, on every path (errors included). After fork() the child has no worker
- * thread: the atfork handler resets the state so that the child starts its own on first use. */
-static pthread_mutex_t crcw_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t crcw_job_cv = PTHREAD_COND_INITIALIZER;
-static pthread_cond_t crcw_done_cv = PTHREAD_COND_INITIALIZER;
-static int crcw_state = 0; /* 0 not started, 1 running, -1 could not be started */
-static int crcw_busy = 0;  /* a caller owns the worker (from handing the job over until collecting it) */
-static int crcw_pending = 0;
-static int crcw_done = 0;
-static const uint8_t *crcw_data = NULL;
-static size_t crcw_len = 0;
-static uint32_t crcw_result = 0;
-
-static void *
-crcw_main(void *arg)
-{
-    (void)arg;
-    pthread_mutex_lock(&crcw_lock);
-    for (;;) {
-        while (!crcw_pending)
-            pthread_cond_wait(&crcw_job_cv, &crcw_lock);
-        crcw_pending = 0;
-        const uint8_t *p = crcw_data;
-        size_t len = crcw_len;
-        pthread_mutex_unlock(&crcw_lock);
-        uint32_t crc = crc32c_any(0, p, len);
-        pthread_mutex_lock(&crcw_lock);
-        crcw_result = crc;
-        crcw_done = 1;
-        pthread_cond_signal(&crcw_done_cv);
-    }
-    return NULL;
-}
-
-static void
-crcw_atfork_child(void)
-{
-    pthread_mutex_init(&crcw_lock, NULL);
-    pthread_cond_init(&crcw_job_cv, NULL);
-    pthread_cond_init(&crcw_done_cv, NULL);
-    crcw_state = 0;
-    crcw_busy = crcw_pending = crcw_done = 0;
-}
-
-/* Hand the CRC of p[0:len] to the worker; 1 when handed over (collect with crcw_collect), 0 when the caller
- * must compute it itself. Called without the GIL or with it: it never blocks for long. */
-static int
-crcw_submit(const uint8_t *p, size_t len)
-{
-    int ok = 0;
-    pthread_mutex_lock(&crcw_lock);
-    if (crcw_state == 0) {
-        pthread_t t;
-        pthread_attr_t attr;
-        crcw_state = -1;
-        if (pthread_attr_init(&attr) == 0) {
-            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-            if (pthread_create(&t, &attr, crcw_main, NULL) == 0)
-                crcw_state = 1;
-            pthread_attr_destroy(&attr);
-        }
-    }
-    if (crcw_state == 1 && !crcw_busy) {
-        crcw_busy = 1;
-        crcw_done = 0;
-        crcw_data = p;
-        crcw_len = len;
-        crcw_pending = 1;
-        pthread_cond_signal(&crcw_job_cv);
-        ok = 1;
-    }
-    pthread_mutex_unlock(&crcw_lock);
-    return ok;
-}
-
-/* Wait for the job handed over by crcw_submit and return its CRC (call without the GIL). */
-static uint32_t
-crcw_collect(void)
-{
-    pthread_mutex_lock(&crcw_lock);
-    while (!crcw_done)
-        pthread_cond_wait(&crcw_done_cv, &crcw_lock);
-    uint32_t crc = crcw_result;
-    crcw_done = 0;
-    crcw_busy = 0;
-    crcw_data = NULL;
-    pthread_mutex_unlock(&crcw_lock);
-    return crc;
-}
-
 PyDoc_STRVAR(write_stamped_doc,
-"write_stamped(fd, batch, base_offset, partition_leader_epoch, check_crc=False, /) -> int\n\n"
+"write_stamped(fd, batch, base_offset, partition_leader_epoch, /) -> int\n\n"
 "Write the whole v2 batch ``batch`` (a buffer of at least 16 bytes, not copied or changed) to ``fd`` with its\n"
 "baseOffset and partitionLeaderEpoch (bytes 0-7 and 12-15, both outside the CRC) replaced: one writev of a\n"
 "16-byte head built on the stack and the rest of the caller's buffer, short writes continued, EINTR retried\n"
 "(after running signal handlers), the GIL released around each system call as os.writev does. Returns\n"
-"len(batch); raises OSError (bytes may then have been written: the caller truncates).\n\n"
-"``check_crc`` (true: the batch must hold at least 21 bytes): the CRC-32C of bytes 21.. is computed on a\n"
-"persistent worker thread while the write runs (by the caller after the write when the worker is busy) and\n"
-"compared with the CRC stored at bytes 17-20; on a mismatch the bytes have been written and -1 is returned\n"
-"(the caller truncates and raises). The call returns only once the CRC is known, on every path.");
+"len(batch); raises OSError (bytes may then have been written: the caller truncates).");
 
 static PyObject *
 write_stamped(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4 && nargs != 5) {
-        PyErr_Format(PyExc_TypeError, "write_stamped expected 4 or 5 arguments, got %zd", nargs);
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "write_stamped expected 4 arguments, got %zd", nargs);
         return NULL;
     }
     long fdl = PyLong_AsLong(args[0]);
@@ -890,20 +790,12 @@ write_stamped(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_OverflowError, "write_stamped: partition leader epoch out of int32 range");
         return NULL;
     }
-    int check_crc = 0;
-    if (nargs == 5) {
-        check_crc = PyObject_IsTrue(args[4]);
-        if (check_crc < 0)
-            return NULL;
-    }
     Py_buffer view;
     if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    if (view.len < (check_crc ? 21 : 16)) {
+    if (view.len < 16) {
         PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError,
-                        check_crc ? "write_stamped: a batch with a CRC has at least 21 bytes"
-                                  : "write_stamped: a batch has at least 16 bytes");
+        PyErr_SetString(PyExc_ValueError, "write_stamped: a batch has at least 16 bytes");
         return NULL;
     }
     uint8_t head[16];
@@ -917,11 +809,6 @@ write_stamped(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
     head[14] = (uint8_t)(ep >> 8);
     head[15] = (uint8_t)ep;
     const Py_ssize_t total = view.len;
-    const uint8_t *crc_data = (const uint8_t *)view.buf + 21;
-    const size_t crc_len = check_crc ? (size_t)(total - 21) : 0;
-    /* the worker reads the buffer: from here on every exit goes through `finish`, which collects the CRC */
-    const int handed = check_crc ? crcw_submit(crc_data, crc_len) : 0;
-    int failed = 0;
     Py_ssize_t done = 0;
     while (done < total) {
         ssize_t n;
@@ -941,41 +828,21 @@ write_stamped(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
         Py_END_ALLOW_THREADS
         if (n < 0) {
             if (err == EINTR) {
-                if (PyErr_CheckSignals() < 0) {
-                    failed = 1;
-                    break;
-                }
+                if (PyErr_CheckSignals() < 0)
+                    goto fail;
                 continue;
             }
             errno = err;
             PyErr_SetFromErrno(PyExc_OSError);
-            failed = 1;
-            break;
+            goto fail;
         }
         done += n;
     }
-    int crc_ok = 1;
-    if (handed) {
-        uint32_t crc;
-        Py_BEGIN_ALLOW_THREADS
-        crc = crcw_collect();
-        Py_END_ALLOW_THREADS
-        crc_ok = crc == be32u((const uint8_t *)view.buf + 17);
-    } else if (check_crc && !failed) {
-        uint32_t crc;
-        if (crc_len > RELEASE_GIL_BYTES) {
-            Py_BEGIN_ALLOW_THREADS
-            crc = crc32c_any(0, crc_data, crc_len);
-            Py_END_ALLOW_THREADS
-        } else {
-            crc = crc32c_any(0, crc_data, crc_len);
-        }
-        crc_ok = crc == be32u((const uint8_t *)view.buf + 17);
-    }
     PyBuffer_Release(&view);
-    if (failed)
-        return NULL;
-    return PyLong_FromSsize_t(crc_ok ? total : -1);
+    return PyLong_FromSsize_t(total);
+fail:
+    PyBuffer_Release(&view);
+    return NULL;
 }
 
 static PyMethodDef recwalk_methods[] = {
@@ -1008,14 +875,6 @@ PyInit__recwalk(void)
     if (CorruptRecordError == NULL || InvalidRecordError == NULL)
         return NULL;
     crc_init();
-    static int atfork_registered = 0;
-    if (!atfork_registered) {
-        if (pthread_atfork(NULL, NULL, crcw_atfork_child) != 0) {
-            PyErr_SetString(PyExc_RuntimeError, "tidelog.records._recwalk: pthread_atfork failed");
-            return NULL;
-        }
-        atfork_registered = 1;
-    }
     PyObject *m = PyModule_Create(&recwalk_module);
     if (m == NULL)
         return NULL;

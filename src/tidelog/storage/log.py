@@ -55,7 +55,6 @@ from tidelog.records.header import (
 )
 from tidelog.records.varint import decode_varint, decode_varlong
 from tidelog.storage.checkpoints import fsync_dir
-from tidelog.storage.config import LOG_APPEND_TIME as _LOG_APPEND_TIME
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import InvalidTimestampError, OffsetOutOfRangeError, StorageError
 from tidelog.storage.index import CorruptIndexError
@@ -534,15 +533,12 @@ class PartitionLog:
         no reader can see the bytes meanwhile.  A crash in between leaves bytes past the recovery point
         whose CRC recovery checks (it truncates them).  Whenever something else must happen first (a roll,
         a producer-state check, a rewrite, an error to report), the CRC is checked first instead, so the
-        errors and their precedence are those of the check-first order.  With the C writer the CRC runs on
-        its persistent worker thread while the calling thread writes (``write_stamped(..., check_crc=True)``:
-        a mutex/condvar hand-off, the result collected before the call returns on every path, -1 on a
-        mismatch): the same CPU time, less wall time; the cut-back and the rules above are unchanged.
+        errors and their precedence are those of the check-first order.  Compared with a CRC on a second
+        thread overlapping the write, this costs no thread hand-off and no extra CPU time.
         """
         config = self.config
-        log_append = config.message_timestamp_type == _LOG_APPEND_TIME  # config.log_append_time, inlined
-        n = len(batch)
-        late_crc = n >= _CRC_AFTER_WRITE_BYTES
+        log_append = config.log_append_time
+        late_crc = len(batch) >= _CRC_AFTER_WRITE_BYTES
         # one C call for header, sizes, CRC and (uncompressed) record walk; None when something fails or
         # the extension is not in use: the Python checks below then raise the exact error, in their order
         c_check = _c_validate_single_batch
@@ -551,20 +547,18 @@ class PartitionLog:
             fields = validate_batch_tuple(batch, 0, config.max_message_bytes, check_crc=not late_crc)
             walked = False
         else:
-            walked = True
+            walked = not fields[5] & COMPRESSION_MASK
         (_, batch_length, _, _, _, attributes, last_delta, base_ts, max_ts, pid, _, base_seq, count) = fields
-        if walked:
-            walked = not attributes & COMPRESSION_MASK
         size = batch_length + LOG_OVERHEAD
         if late_crc and (pid >= 0 or attributes & TIMESTAMP_TYPE_MASK or log_append):
             # producer-state checks or a rewrite come next: keep the check-first order
             check_batch_crc(batch, fields)
             late_crc = False
-        if size != n:
+        if size != len(batch):
             if late_crc:
                 check_batch_crc(batch, fields)
             raise InvalidRecordError(
-                f"a produce request may carry exactly one batch per partition; {n - size} "
+                f"a produce request may carry exactly one batch per partition; {len(batch) - size} "
                 f"bytes follow the first batch"
             )
         # Kafka's LogValidator checks on a client batch, from the header only (see _validate_client_batch)
@@ -646,7 +640,7 @@ class PartitionLog:
                 seg = self.roll(base, now_ms=now)
             if late_crc:
                 seg.append_parts(
-                    last_offset, max_ts, last_offset, parts, lambda: check_batch_crc(batch, fields), stamp, True
+                    last_offset, max_ts, last_offset, parts, lambda: check_batch_crc(batch, fields), stamp
                 )
             else:
                 seg.append_parts(last_offset, max_ts, last_offset, parts, None, stamp)

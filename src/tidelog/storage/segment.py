@@ -397,7 +397,6 @@ class LogSegment:
         parts: tuple[bytes | bytearray | memoryview, ...] | list[bytes | bytearray | memoryview],
         check: Callable[[], None] | None = None,
         stamp: tuple[int, int] | None = None,
-        check_is_crc: bool = False,
     ) -> int:
         """:meth:`append` of the batch bytes given as consecutive pieces, written with one ``os.writev``.
 
@@ -408,10 +407,6 @@ class LogSegment:
         ``check()``, when given, runs after the write and before anything else changes (size, indexes,
         timestamps); if it raises, the file is cut back to its previous size and the error propagates.  No
         reader sees the bytes meanwhile: reads stop at :attr:`size`, and the log's end offset has not moved.
-        ``check_is_crc`` (with ``stamp``): ``check`` is the CRC-32C check of the batch; with the C writer the C
-        ``write_stamped(..., check_crc=True)`` computes the CRC on its worker thread while the write runs and
-        returns -1 on a mismatch; ``check()`` then runs to raise the exact error (the file is cut back as
-        above).  Either way nothing changes before the CRC is known to be good.
 
         ``stamp=(base_offset, partition_leader_epoch)``: ``parts`` is one whole batch whose baseOffset and
         partitionLeaderEpoch (outside the CRC) are written as given instead of its own, without copying or
@@ -435,14 +430,7 @@ class LogSegment:
             fd = handle.fd
             try:
                 if stamp is not None:  # the C writer continues short writes itself
-                    if check is None or not check_is_crc:
-                        total = _c_write_stamped(fd, parts[0], stamp[0], stamp[1])
-                    else:  # the CRC runs on the C worker thread, overlapping the write
-                        total = _c_write_stamped(fd, parts[0], stamp[0], stamp[1], True)
-                        if total < 0:
-                            check()  # raises the exact CRC error
-                            raise CorruptRecordError("the batch's CRC-32C does not match its contents")
-                        check = None
+                    total = _c_write_stamped(fd, parts[0], stamp[0], stamp[1])
                 else:
                     total = len(parts[0]) + len(parts[1]) if len(parts) == 2 else sum(map(len, parts))
                     written = os.writev(fd, parts) if len(parts) > 1 else os.write(fd, parts[0])
