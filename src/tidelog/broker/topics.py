@@ -98,7 +98,7 @@ class ConfigEntry:
     read_only: bool = False
     is_sensitive: bool = False
     synonyms: list[ConfigSynonym] = field(default_factory=list)
-    config_type: str | None = None
+    config_type: int | None = None  # Kafka's ConfigType code; None: derived from the config's name
     documentation: str | None = None
 
     @property

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from tidelog.broker.handlers import RequestContext, handles
+from tidelog.broker.topics import ConfigEntry
 from tidelog.protocol.errors import error_code
 
 log = logging.getLogger("tidelog.broker.admin")
@@ -155,47 +156,10 @@ def _str_value(value: Any) -> str | None:
 # config entries (DescribeConfigs, CreateTopics v5+)
 
 
-def _entry_field(entry: Any, name: str, default: Any = None) -> Any:
-    if isinstance(entry, dict):
-        return entry.get(name, default)
-    return getattr(entry, name, default)
-
-
-def _config_source(entry: Any) -> int:
-    src = _entry_field(entry, "source", None)
-    if src is None:
-        src = _entry_field(entry, "config_source", SOURCE_UNKNOWN)
-    if isinstance(src, str):
-        return {
-            "TOPIC_CONFIG": SOURCE_TOPIC_CONFIG,
-            "DYNAMIC_TOPIC_CONFIG": SOURCE_TOPIC_CONFIG,
-            "DYNAMIC_BROKER_CONFIG": SOURCE_DYNAMIC_BROKER_CONFIG,
-            "DYNAMIC_DEFAULT_BROKER_CONFIG": SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG,
-            "STATIC_BROKER_CONFIG": SOURCE_STATIC_BROKER_CONFIG,
-            "DEFAULT_CONFIG": SOURCE_DEFAULT_CONFIG,
-        }.get(src.upper(), SOURCE_UNKNOWN)
-    return int(getattr(src, "value", src))
-
-
-def _config_type(entry: Any, value: str | None) -> int:
-    t = _entry_field(entry, "config_type", None)
-    if t is None:
-        t = _entry_field(entry, "type", None)
-    if isinstance(t, str):
-        return {
-            "BOOLEAN": TYPE_BOOLEAN,
-            "STRING": TYPE_STRING,
-            "INT": TYPE_INT,
-            "SHORT": TYPE_SHORT,
-            "LONG": TYPE_LONG,
-            "DOUBLE": TYPE_DOUBLE,
-            "LIST": TYPE_LIST,
-            "CLASS": TYPE_CLASS,
-            "PASSWORD": TYPE_PASSWORD,
-        }.get(t.upper(), TYPE_UNKNOWN)
-    if t is not None:
-        return int(getattr(t, "value", t))
-    known = _topic_config_type(str(_entry_field(entry, "name", "")))
+def _config_type(entry: ConfigEntry, value: str | None) -> int:
+    if entry.config_type is not None:
+        return entry.config_type
+    known = _topic_config_type(entry.name)
     return known if known != TYPE_UNKNOWN else _guess_type(value)
 
 
@@ -217,57 +181,37 @@ def _guess_type(value: str | None) -> int:
     return TYPE_DOUBLE
 
 
-def _synonyms(entry: Any, value: str | None, source: int) -> list[dict]:
-    raw = _entry_field(entry, "synonyms", None)
-    out: list[dict] = []
-    if raw:
-        for s in raw:
-            if isinstance(s, tuple | list):
-                sname, svalue, ssource = s[0], s[1], s[2]
-            else:
-                sname = _entry_field(s, "name")
-                svalue = _entry_field(s, "value")
-                ssource = _config_source(s)
-            out.append({"name": sname, "value": _str_value(svalue), "source": _source_int(ssource)})
-    if not out:
-        out.append({"name": _entry_field(entry, "name"), "value": value, "source": source})
-    return out
+def _synonyms(entry: ConfigEntry, value: str | None) -> list[dict]:
+    out = [{"name": x.name, "value": _str_value(x.value), "source": x.source} for x in entry.synonyms]
+    return out or [{"name": entry.name, "value": value, "source": entry.source}]
 
 
-def _source_int(src: Any) -> int:
-    if isinstance(src, int):
-        return src
-    return _config_source({"source": src})
-
-
-def _describe_entry(entry: Any, version: int, include_synonyms: bool, include_documentation: bool) -> dict:
+def _describe_entry(entry: ConfigEntry, version: int, include_synonyms: bool, include_documentation: bool) -> dict:
     """A DescribeConfigs result entry with only the fields ``version`` carries."""
-    value = _str_value(_entry_field(entry, "value"))
-    source = _config_source(entry)
-    sensitive = bool(_entry_field(entry, "is_sensitive", False))
+    value = _str_value(entry.value)
     out: dict[str, Any] = {
-        "name": _entry_field(entry, "name"),
-        "value": None if sensitive else value,
-        "read_only": bool(_entry_field(entry, "read_only", False)),
-        "is_sensitive": sensitive,
+        "name": entry.name,
+        "value": None if entry.is_sensitive else value,
+        "read_only": entry.read_only,
+        "is_sensitive": entry.is_sensitive,
     }
     if version == 0:
-        out["is_default"] = source == SOURCE_DEFAULT_CONFIG
+        out["is_default"] = entry.source == SOURCE_DEFAULT_CONFIG
     else:
-        out["config_source"] = source
-        out["synonyms"] = _synonyms(entry, value, source) if include_synonyms else []
+        out["config_source"] = entry.source
+        out["synonyms"] = _synonyms(entry, value) if include_synonyms else []
     if version >= 3:
         out["config_type"] = _config_type(entry, value)
-        out["documentation"] = _entry_field(entry, "documentation", None) if include_documentation else None
+        out["documentation"] = entry.documentation if include_documentation else None
     return out
 
 
-def _broker_config_entries(ctx: RequestContext) -> list[dict]:
+def _broker_config_entries(ctx: RequestContext) -> list[ConfigEntry]:
     """Every broker config with its effective value. All are static (read-only) in tidelog."""
     from tidelog.broker import config as bc
 
     cfg = ctx.broker.config
-    out: list[dict] = []
+    out: list[ConfigEntry] = []
     seen: set[str] = set()
     for key in bc.BROKER_KEYS.values():
         explicit = key.name in cfg.props
@@ -290,16 +234,8 @@ def _broker_config_entries(ctx: RequestContext) -> list[dict]:
             ctype = TYPE_LONG if (key.name.endswith(".ms") or abs(parsed) >= 2**31) else TYPE_INT
         else:
             ctype = TYPE_STRING
-        out.append(
-            {
-                "name": key.name,
-                "value": raw,
-                "read_only": True,
-                "source": SOURCE_STATIC_BROKER_CONFIG if explicit else SOURCE_DEFAULT_CONFIG,
-                "config_type": ctype,
-                "documentation": key.doc or None,
-            }
-        )
+        source = SOURCE_STATIC_BROKER_CONFIG if explicit else SOURCE_DEFAULT_CONFIG
+        out.append(ConfigEntry(key.name, raw, source, read_only=True, config_type=ctype, documentation=key.doc or None))
         seen.add(key.name)
     defaults = _broker_log_defaults(ctx)
     for name in sorted(set(bc.LOG_DEFAULT_KEYS) | set(defaults)):
@@ -309,25 +245,12 @@ def _broker_config_entries(ctx: RequestContext) -> list[dict]:
         raw = cfg.props.get(name, defaults.get(name))
         if raw is None:
             continue
-        out.append(
-            {
-                "name": name,
-                "value": raw,
-                "read_only": True,
-                "source": SOURCE_STATIC_BROKER_CONFIG if explicit else SOURCE_DEFAULT_CONFIG,
-            }
-        )
+        source = SOURCE_STATIC_BROKER_CONFIG if explicit else SOURCE_DEFAULT_CONFIG
+        out.append(ConfigEntry(name, raw, source, read_only=True))
         seen.add(name)
     for name in sorted(cfg.props):  # unknown keys are kept and shown, as Kafka does
         if name not in seen:
-            out.append(
-                {
-                    "name": name,
-                    "value": cfg.props[name],
-                    "read_only": True,
-                    "source": SOURCE_STATIC_BROKER_CONFIG,
-                }
-            )
+            out.append(ConfigEntry(name, cfg.props[name], SOURCE_STATIC_BROKER_CONFIG, read_only=True))
     return out
 
 
@@ -498,7 +421,7 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
     return result
 
 
-def _create_topic_configs(entries: list[Any]) -> list[dict]:
+def _create_topic_configs(entries: list[ConfigEntry]) -> list[dict]:
     out = []
     for e in entries:
         d = _describe_entry(e, 1, include_synonyms=False, include_documentation=False)
@@ -721,7 +644,7 @@ async def describe_configs(ctx: RequestContext, request: dict) -> dict:
             "configs": [],
         }
         results.append(res)
-        entries: list[Any]
+        entries: list[ConfigEntry]
         if rtype == RESOURCE_TOPIC:
             if not topics.exists(rname):
                 res["error_code"] = error_code("UNKNOWN_TOPIC_OR_PARTITION")
@@ -750,7 +673,7 @@ async def describe_configs(ctx: RequestContext, request: dict) -> dict:
             continue
         if keys is not None:
             wanted = set(keys)
-            entries = [e for e in entries if _entry_field(e, "name") in wanted]
+            entries = [e for e in entries if e.name in wanted]
         res["configs"] = [_describe_entry(e, ctx.api_version, include_synonyms, include_doc) for e in entries]
     return {"throttle_time_ms": 0, "results": results}
 
