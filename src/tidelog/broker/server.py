@@ -180,7 +180,7 @@ class Connection:
             self._rbuf += data
             return
 
-    async def read_frame(self) -> bytes | None:
+    async def read_frame(self) -> memoryview | None:
         """The next request payload, or None when the peer closed between requests."""
         rbuf = self._rbuf
         while len(rbuf) < 4:
@@ -211,10 +211,10 @@ class Connection:
                 )
                 self.broker.metrics.record_close("truncated_frame")
                 return None
-        with memoryview(rbuf) as mv:
-            frame = bytes(mv[4:end])
-        del rbuf[:end]
-        return frame
+        # The frame is handed out as a view into the buffer it arrived in, not copied (a produce batch is then
+        # written to the log straight from it); any bytes of the next request start a fresh buffer.
+        self._rbuf = bytearray(memoryview(rbuf)[end:]) if len(rbuf) > end else bytearray()
+        return memoryview(rbuf)[4:end]
 
     # -- writing -----------------------------------------------------------------------------------------------
 
@@ -307,7 +307,7 @@ class Connection:
         with contextlib.suppress(OSError):
             self.sock.close()
 
-    async def process(self, frame: bytes) -> bool:
+    async def process(self, frame: bytes | memoryview) -> bool:
         """Decode, dispatch, answer. Returns False when the connection must be closed."""
         broker = self.broker
         t0 = time.perf_counter()
