@@ -77,6 +77,7 @@ class Replica:
     last_fetch_leo: dict[int, int] = field(default_factory=dict)
     last_fetch_time: dict[int, float] = field(default_factory=dict)
     isr_update_pending: bool = False
+    pending_isr: tuple[int, ...] = ()  # an ISR change sent to ZooKeeper and not yet answered
     fetcher: asyncio.Task | None = None
 
 
@@ -109,6 +110,12 @@ class ClusterBroker(Broker):
         self.request_timeout_s = config.get("request.timeout.ms") / 1000.0
         self._shutting_down = False  # controlled shutdown requested: no new replica fetchers
         self._state_seen = asyncio.Event()
+        # KIP-320: followers detect divergence from the Fetch response (``last_fetched_epoch`` ->
+        # ``diverging_epoch``) and only ask OffsetForLeaderEpoch first when their log has no leader epoch, as
+        # Kafka (IBP >= 2.7) does; "false" always truncates through OffsetForLeaderEpoch before fetching.
+        self.truncate_on_fetch = str(props.get("tidelog.replica.truncate.on.fetch", "true")).lower() != "false"
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     # -- hooks of the single-node broker -----------------------------------------------------------------
 
@@ -157,7 +164,9 @@ class ClusterBroker(Broker):
         if r is None or not r.is_leader:
             return False
         new_hw = log_.log_end_offset
-        for b in r.isr:
+        # Kafka's "maximal ISR": while an ISR change is on its way to ZooKeeper, count the members of both the
+        # committed and the proposed ISR, so that no replica ZooKeeper may already list lacks a committed offset
+        for b in {*r.isr, *r.pending_isr}:
             if b != self.node_id:
                 new_hw = min(new_hw, r.follower_leo.get(b, -1))
         if new_hw > log_.high_watermark:
@@ -231,6 +240,9 @@ class ClusterBroker(Broker):
         self.zk.ChildrenWatch(zd.BROKER_IDS, self._brokers_changed)
         self.zk.DataWatch(zd.CONTROLLER, self._controller_moved)
         self.zk.ChildrenWatch(zd.BROKER_TOPICS, self._topics_changed)
+        # the assignments just read are queued on the loop ahead of this: then drop what ZooKeeper no longer has
+        self._post(self.topics.remove_strays, set(self.zk.get_children(zd.BROKER_TOPICS)), self.assignments,
+                   self.node_id)
         self.controller = Controller(
             self.zk, self.node_id, unclean_election=self.unclean,
             auto_rebalance=self.config.get("auto.leader.rebalance.enable"),
@@ -393,7 +405,8 @@ class ClusterBroker(Broker):
             if self.zk is None:
                 return False
             if data is None:
-                return None  # deletion (not implemented yet)
+                self._post(self._on_topic_deleted, topic)
+                return None
             a = zd.decode_topic(data)
             try:
                 cfg_data, _ = self.zk.get(zd.topic_config_path(topic))
@@ -426,16 +439,38 @@ class ClusterBroker(Broker):
         self._live_changed = asyncio.Event()
 
     def _on_assignment(self, topic: str, a: zd.TopicAssignment, config: dict[str, str]) -> None:
+        old = self.assignments.get(topic)
+        if old is not None and a.topic_id and old.topic_id and a.topic_id != old.topic_id:
+            self._on_topic_deleted(topic)  # deleted and created again between two watch deliveries
         self.assignments[topic] = a
         local = [p for p, reps in a.partitions.items() if self.node_id in reps]
+        for tp in [tp for tp in self.replicas if tp[0] == topic and tp[1] not in local]:
+            self._drop_replica(tp)  # reassigned away: delete the replica
         self.topics.adopt(topic, a.topic_id, max(a.partitions) + 1, config, local)
         for p in local:
             tp = (topic, p)
             if tp not in self.replicas:
                 self.replicas[tp] = Replica(tp, self.topics.get_log(topic, p), list(a.partitions[p]))
+            self.replicas[tp].replicas = a.target(p)  # ISR-eligible: never a replica being removed
             s = self.states.get(tp)
             if s is not None:
                 self._apply_state(self.replicas[tp], s)
+
+    def _drop_replica(self, tp: tuple[str, int]) -> None:
+        r = self.replicas.pop(tp)
+        if r.fetcher is not None:
+            r.fetcher.cancel()
+        r.is_leader = False  # waiting produces and fetches are woken by drop_partition (then fail)
+        self.topics.drop_partition(*tp)
+
+    def _on_topic_deleted(self, topic: str) -> None:
+        """The topic znode is gone (DeleteTopics): drop its replicas, states and the topic itself."""
+        for tp in [tp for tp in self.replicas if tp[0] == topic]:
+            self._drop_replica(tp)
+        for tp in [tp for tp in self.states if tp[0] == topic]:
+            del self.states[tp]
+        self.assignments.pop(topic, None)
+        self.topics.forget_topic(topic)
 
     def _on_state(self, tp: tuple[str, int], s: zd.LeaderIsr) -> None:
         old = self.states.get(tp)
@@ -481,6 +516,7 @@ class ClusterBroker(Broker):
         log.info("became leader", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1], "leader_epoch": s.leader_epoch,
                                                 "isr": ",".join(map(str, s.isr)), "leo": plog.log_end_offset,
                                                 "hw": plog.high_watermark}})
+        self._leadership_changed(r.tp, True, s.leader_epoch)
 
     def _make_follower(self, r: Replica, s: zd.LeaderIsr) -> None:
         was_leader = r.is_leader
@@ -490,6 +526,7 @@ class ClusterBroker(Broker):
             r.fetcher = None
         if was_leader:
             self.purgatory.check_and_complete(r.tp)  # waiting acks=-1 produces fail NOT_LEADER_OR_FOLLOWER
+            self._leadership_changed(r.tp, False, s.leader_epoch)
         if s.leader != zd.NO_LEADER and self._loop is not None and not self.stopping and not self._shutting_down:
             r.fetcher = self._loop.create_task(self._follow(r, s.leader, s.leader_epoch))
         log.info("became follower", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1], "leader": s.leader,
@@ -501,6 +538,12 @@ class ClusterBroker(Broker):
                 r.is_leader = False
                 r.leader = zd.NO_LEADER
                 self.purgatory.check_and_complete(r.tp)
+                self._leadership_changed(r.tp, False, -1)
+
+    def _leadership_changed(self, tp: tuple[str, int], is_leader: bool, leader_epoch: int) -> None:
+        """Hook: the group coordinator loads / unloads the groups of a ``__consumer_offsets`` partition."""
+        if self.group_coordinator is not None:
+            self.group_coordinator.on_leadership_change(tp[0], tp[1], is_leader, leader_epoch)
 
     def _leader_progress(self, r: Replica) -> None:
         if self.maybe_increment_high_watermark(r.tp, r.log):
@@ -529,13 +572,17 @@ class ClusterBroker(Broker):
         if r.isr_update_pending or self._loop is None or self.zk is None:
             return
         r.isr_update_pending = True
-        self._loop.create_task(self._write_isr(r, new_isr))
+        r.pending_isr = new_isr
+        # the version (and epoch) the new ISR was computed from: a state that arrives before the write runs
+        # makes it fail instead of overwriting a newer decision (e.g. the controller's removal of a dead broker)
+        self._loop.create_task(self._write_isr(r, new_isr, r.leader_epoch, r.zk_version, r.controller_epoch))
 
-    async def _write_isr(self, r: Replica, new_isr: tuple[int, ...]) -> None:
+    async def _write_isr(self, r: Replica, new_isr: tuple[int, ...], epoch: int, version: int,
+                         controller_epoch: int) -> None:
         from kazoo.exceptions import BadVersionError, NoNodeError
 
-        epoch, version = r.leader_epoch, r.zk_version
-        new = zd.LeaderIsr(self.node_id, epoch, new_isr, r.controller_epoch)
+        old_isr = r.isr
+        new = zd.LeaderIsr(self.node_id, epoch, new_isr, controller_epoch)
         try:
             zk = self.zk
             if zk is None:
@@ -551,6 +598,11 @@ class ClusterBroker(Broker):
             return
         finally:
             r.isr_update_pending = False
+            r.pending_isr = ()
+        if set(new_isr) - set(old_isr):
+            self.isr_expands += 1
+        if set(old_isr) - set(new_isr):
+            self.isr_shrinks += 1
         log.info("ISR changed", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1],
                                               "isr": ",".join(map(str, new_isr))}})
         if r.is_leader and r.leader_epoch == epoch and r.zk_version == version:
@@ -574,13 +626,23 @@ class ClusterBroker(Broker):
                     self._change_isr(r, tuple(b for b in r.isr if b not in lagging))
 
     async def replica_fetch(self, request: dict, replica_id: int, version: int) -> dict:
-        """A Fetch from follower ``replica_id``: read up to the LEO, record its LEO, long poll on appends."""
+        """A Fetch from follower ``replica_id``: read up to the LEO, record its LEO, long poll on appends.
+
+        KIP-320 (Fetch v12+): when the follower names the epoch of its last fetched batch
+        (``last_fetched_epoch``), the leader first checks that the follower's log does not diverge from its own:
+        if the leader's end offset of that epoch is below the fetch offset, or the leader only knows an older
+        epoch, it answers ``diverging_epoch`` (that epoch and its end offset here) with no records, and does not
+        take the fetch offset as the follower's LEO (it is not a prefix of this log); the follower truncates
+        and fetches again. The check comes before the range check, so a follower whose tail runs past this
+        log's end learns where to truncate instead of getting OFFSET_OUT_OF_RANGE.
+        """
         from tidelog.broker.handlers.core import error_of
         from tidelog.broker.purgatory import DelayedFetch, FetchPartitionStatus
         from tidelog.protocol.compiler import RecordsChunks
 
         responses: list[dict] = []
         items: list[tuple[Replica | None, int, int, dict]] = []
+        epochs: dict[tuple[str, int], int] = {}
         for t in request.get("topics") or ():
             name = t.get("topic")
             parts_out: list[dict] = []
@@ -596,10 +658,27 @@ class ClusterBroker(Broker):
                     self.leader_log(name, index)
                     self.check_leader_epoch(name, index, p.get("current_leader_epoch", -1))
                     r = self.replicas[(name, index)]
+                    if replica_id not in r.replicas:
+                        raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"broker {replica_id} is no replica")
                     offset = p.get("fetch_offset", 0)
-                    if offset > r.log.log_end_offset or offset < r.log.log_start_offset:
+                    last_epoch = p.get("last_fetched_epoch", -1) if version >= 12 else -1
+                    diverging = self._diverging_epoch(r, last_epoch, offset)
+                    if diverging is not None and diverging[0] < 0:
+                        # no epoch of ours at or below the follower's: let it truncate through
+                        # OffsetForLeaderEpoch (a diverging_epoch of -1 reads as "none" on the wire)
+                        out["log_start_offset"] = r.log.log_start_offset
                         raise PartitionError("OFFSET_OUT_OF_RANGE")
-                    self.record_follower_fetch(r, replica_id, offset)
+                    if diverging is not None:
+                        out["diverging_epoch"] = {"epoch": diverging[0], "end_offset": diverging[1]}
+                        out["high_watermark"] = out["last_stable_offset"] = r.log.high_watermark
+                        out["log_start_offset"] = r.log.log_start_offset
+                        r = None
+                    else:
+                        if offset > r.log.log_end_offset or offset < r.log.log_start_offset:
+                            out["log_start_offset"] = r.log.log_start_offset
+                            raise PartitionError("OFFSET_OUT_OF_RANGE")
+                        self.record_follower_fetch(r, replica_id, offset)
+                        epochs[r.tp] = r.leader_epoch
                 except PartitionError as exc:
                     out["error_code"], _ = error_of(exc)
                     r = None
@@ -630,12 +709,28 @@ class ClusterBroker(Broker):
             op = DelayedFetch(statuses, 1, max_wait, probe)
             if not self.purgatory.fetch.try_complete_else_watch(op, [s.tp for s in statuses]):
                 await op.wait()
-            for r, _off, _mb, out in items:
-                if r is not None and not r.is_leader:
+            for i, (r, off, mb, out) in enumerate(items):
+                if r is None:
+                    continue
+                if not r.is_leader:
                     out["error_code"] = 6  # NOT_LEADER_OR_FOLLOWER: lost leadership while waiting
-            items[:] = [(r if (r is not None and r.is_leader) else None, o, m, out) for r, o, m, out in items]
+                elif r.leader_epoch != epochs.get(r.tp):
+                    out["error_code"] = 74  # FENCED_LEADER_EPOCH: a new term (this log may have been truncated)
+                else:
+                    continue
+                items[i] = (None, off, mb, out)
             read_all()
         return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
+
+    def _diverging_epoch(self, r: Replica, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
+        """KIP-320 on the leader: ``(epoch, end offset)`` when the follower's log diverges from this one, else None."""
+        cache = r.log.epoch_cache
+        if last_fetched_epoch < 0 or cache is None:
+            return None
+        epoch, end = cache.end_offset_for(last_fetched_epoch, r.log.log_end_offset)
+        if epoch < last_fetched_epoch or end < fetch_offset:
+            return epoch, end
+        return None
 
     # -- follower side: truncation and the fetch loop ------------------------------------------------------
 
@@ -645,10 +740,18 @@ class ClusterBroker(Broker):
         return self.live[leader]
 
     async def _follow(self, r: Replica, leader: int, epoch: int) -> None:
+        """The fetcher of one partition for one leader term; the next role change cancels it.
+
+        Truncation first (OffsetForLeaderEpoch) only when the log has no leader epoch to fetch with, or with
+        ``tidelog.replica.truncate.on.fetch=false``; otherwise the Fetch's ``last_fetched_epoch`` lets the leader
+        say where the logs diverge (KIP-320), as Kafka's fetcher does since 2.7. Any failure other than a
+        cancellation is retried after ``replica.fetch.backoff.ms`` with a fresh truncation, so the fetcher never
+        dies while the term lasts.
+        """
         from tidelog.cluster.peer import Peer
 
         peer: Peer | None = None
-        truncated = False
+        truncated = self.truncate_on_fetch and _latest_epoch(r.log) >= 0
         topic, partition = r.tp
         try:
             while not self.stopping:
@@ -663,8 +766,16 @@ class ClusterBroker(Broker):
                 except asyncio.CancelledError:
                     raise
                 except _RetriableFetchError as exc:
-                    if exc.code == 1:  # OFFSET_OUT_OF_RANGE: our log ran past the leader's; agree on it again
-                        truncated = False
+                    if exc.code == 1:  # OFFSET_OUT_OF_RANGE
+                        if 0 <= r.log.log_end_offset < exc.log_start_offset and not r.is_leader \
+                                and r.leader_epoch == epoch:
+                            # the leader deleted what we would fetch next (retention): start at its log start
+                            log.info("fetch offset below the leader's log start; starting over there", extra={
+                                "kv": {"topic": topic, "partition": partition, "leo": r.log.log_end_offset,
+                                       "log_start_offset": exc.log_start_offset}})
+                            r.log.truncate_fully_and_start_at(exc.log_start_offset)
+                        else:  # our log ran past the leader's: agree on it again
+                            truncated = False
                     log.debug("replica fetch error", extra={"kv": {"topic": topic, "partition": partition,
                                                                    "error": str(exc)}})
                     await asyncio.sleep(self.fetch_backoff_s)  # replica.fetch.backoff.ms
@@ -675,21 +786,48 @@ class ClusterBroker(Broker):
                         peer.close()
                     peer = None
                     await asyncio.sleep(self.fetch_backoff_s)  # replica.fetch.backoff.ms
+                except Exception as exc:  # e.g. a batch that does not fit the log: start this term over
+                    log.warning("replica fetcher failed; truncating and fetching again", exc_info=True, extra={
+                        "kv": {"topic": topic, "partition": partition, "leader": leader, "error": repr(exc)}})
+                    if peer is not None:
+                        peer.close()
+                    peer, truncated = None, False
+                    await asyncio.sleep(self.fetch_backoff_s)  # replica.fetch.backoff.ms
         finally:
             if peer is not None:
                 peer.close()
 
+    def _truncation_point(self, plog: Any, leader_epoch: int, end_offset: int) -> tuple[int, int | None]:
+        """KIP-101/KIP-279: where to truncate given the leader's ``(epoch, end offset)`` for the epoch asked
+        about, and the epoch to ask about next (None when done). The same rule serves OffsetForLeaderEpoch
+        answers and KIP-320 ``diverging_epoch`` fields."""
+        leo = plog.log_end_offset
+        cache = plog.epoch_cache
+        if leader_epoch < 0 or end_offset < 0 or cache is None:
+            return min(plog.high_watermark, leo), None  # the leader knows no such epoch: the pre-KIP-101 rule
+        f_epoch, f_end = cache.end_offset_for(leader_epoch, leo)
+        if f_epoch < 0:  # we hold nothing of that epoch or before it
+            return min(end_offset, leo), None
+        if f_epoch != leader_epoch:  # our epoch below it is another one: truncate there and ask about it
+            return min(f_end, end_offset, leo), f_epoch
+        return min(end_offset, f_end, leo), None
+
+    def _truncate_log(self, r: Replica, target: int, reason: str, leader_epoch: int) -> None:
+        plog = r.log
+        if target < plog.log_end_offset:
+            log.info("truncating", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1], "from": plog.log_end_offset,
+                                                  "to": target, "leader_epoch": leader_epoch, "by": reason}})
+            plog.truncate_to(target)
+
     async def _truncate(self, peer: Any, r: Replica, epoch: int) -> None:
         """KIP-101/KIP-279: find the largest offset both logs agree on and truncate there."""
         plog = r.log
-        cache = plog.epoch_cache
         if plog.log_end_offset == 0:
             return
-        latest = cache.latest_epoch() if cache is not None else None
-        if latest is None or latest < 0:
-            target = plog.high_watermark  # no epochs at all: the pre-KIP-101 rule is all there is
-            if target < plog.log_end_offset:
-                plog.truncate_to(target)
+        latest = _latest_epoch(plog)
+        if latest < 0:
+            # no epochs at all: the pre-KIP-101 rule is all there is
+            self._truncate_log(r, min(plog.high_watermark, plog.log_end_offset), "high watermark", -1)
             return
         requested = latest
         for _ in range(1000):
@@ -699,36 +837,25 @@ class ClusterBroker(Broker):
             part = resp["topics"][0]["partitions"][0]
             if part["error_code"]:
                 raise _RetriableFetchError(f"OffsetForLeaderEpoch error {part['error_code']}")
-            leader_epoch, end_offset = part["leader_epoch"], part["end_offset"]
-            leo = plog.log_end_offset
-            if leader_epoch < 0:
-                target, done = min(plog.high_watermark, leo), True
-            else:
-                f_epoch, f_end = cache.end_offset_for(leader_epoch, leo)
-                if f_epoch < 0:
-                    target, done = min(end_offset, leo), True
-                elif f_epoch != leader_epoch:
-                    target, done = min(f_end, end_offset, leo), False
-                    requested = f_epoch
-                else:
-                    target, done = min(end_offset, f_end, leo), True
-            if target < plog.log_end_offset:
-                log.info("truncating", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1], "from": leo,
-                                                      "to": target, "leader_epoch": leader_epoch}})
-                plog.truncate_to(target)
-            if done:
+            if r.is_leader or r.leader_epoch != epoch:
+                return  # a stale answer: the next term's fetcher decides
+            target, requested = self._truncation_point(plog, part["leader_epoch"], part["end_offset"])
+            self._truncate_log(r, target, "OffsetForLeaderEpoch", part["leader_epoch"])
+            if requested is None:
                 return
         raise _RetriableFetchError("OffsetForLeaderEpoch did not converge")
 
     async def _fetch_once(self, peer: Any, r: Replica, epoch: int) -> None:
         plog = r.log
+        fetch_offset = plog.log_end_offset
+        last_epoch = _latest_epoch(plog) if self.truncate_on_fetch else -1
         body = {
             "replica_id": self.node_id, "max_wait_ms": self.fetch_wait_ms, "min_bytes": 1,
             "max_bytes": max(self.fetch_max_bytes, 1 << 20), "isolation_level": 0, "session_id": 0,
             "session_epoch": -1,
             "topics": [{"topic": r.tp[0], "partitions": [{
-                "partition": r.tp[1], "current_leader_epoch": epoch, "fetch_offset": plog.log_end_offset,
-                "last_fetched_epoch": -1, "log_start_offset": plog.log_start_offset,
+                "partition": r.tp[1], "current_leader_epoch": epoch, "fetch_offset": fetch_offset,
+                "last_fetched_epoch": last_epoch, "log_start_offset": plog.log_start_offset,
                 "partition_max_bytes": self.fetch_max_bytes}]}],
             "forgotten_topics_data": [], "rack_id": "",
         }
@@ -737,8 +864,19 @@ class ClusterBroker(Broker):
             raise _RetriableFetchError(f"fetch error {resp['error_code']}")
         part = resp["responses"][0]["partitions"][0]
         if part["error_code"]:
-            raise _RetriableFetchError(f"fetch partition error {part['error_code']}", part["error_code"])
-        if r.is_leader or r.leader_epoch != epoch:
+            raise _RetriableFetchError(f"fetch partition error {part['error_code']}", part["error_code"],
+                                       part.get("log_start_offset", -1))
+        if r.is_leader or r.leader_epoch != epoch or plog.log_end_offset != fetch_offset:
+            return  # a stale answer: the role or the log changed while it was on its way
+        diverging = part.get("diverging_epoch") or {}
+        if diverging.get("epoch", -1) >= 0:  # KIP-320: the leader says our log diverges from its own
+            target, _ask_next = self._truncation_point(plog, diverging["epoch"], diverging.get("end_offset", -1))
+            # when more remains to find (_ask_next), the next Fetch carries our new latest epoch and the leader
+            # answers again: the fetch loop is the KIP-279 loop
+            self._truncate_log(r, target, "diverging epoch", diverging["epoch"])
+            hw = min(part["high_watermark"], plog.log_end_offset)
+            if hw > plog.high_watermark:
+                plog.high_watermark = hw
             return
         records = part.get("records")
         if records:
@@ -748,7 +886,14 @@ class ClusterBroker(Broker):
             plog.high_watermark = hw
 
 
+def _latest_epoch(plog: Any) -> int:
+    cache = plog.epoch_cache
+    latest = cache.latest_epoch() if cache is not None else None
+    return -1 if latest is None else latest
+
+
 class _RetriableFetchError(Exception):
-    def __init__(self, message: str, code: int = 0) -> None:
+    def __init__(self, message: str, code: int = 0, log_start_offset: int = -1) -> None:
         super().__init__(message)
         self.code = code
+        self.log_start_offset = log_start_offset

@@ -75,6 +75,7 @@ GROUP_MAX_SIZE_REACHED = _code("GROUP_MAX_SIZE_REACHED")
 FENCED_INSTANCE_ID = _code("FENCED_INSTANCE_ID")
 GROUP_SUBSCRIBED_TO_TOPIC = _code("GROUP_SUBSCRIBED_TO_TOPIC")
 INVALID_REQUEST = _code("INVALID_REQUEST")
+REQUEST_TIMED_OUT = _code("REQUEST_TIMED_OUT")
 
 OFFSET_METADATA_MAX_BYTES = 4096
 _LOAD_CHUNK = 1 << 20
@@ -121,8 +122,18 @@ class GroupCoordinator:
         self.retention_check_interval_ms = int(props.get("offsets.retention.check.interval.ms", "600000"))
         self.group_max_size = int(props.get("group.max.size", str(2**31 - 1)))
         self.metadata_max_bytes = int(props.get("offset.metadata.max.bytes", str(OFFSET_METADATA_MAX_BYTES)))
+        # offsets.commit.timeout.ms: how long a write waits for the ISR (Kafka's acks=-1 append of the coordinator)
+        self.commit_timeout_ms = int(props.get("offsets.commit.timeout.ms", "5000"))
+        self.replication_factor = int(cfg.get("offsets.topic.replication.factor"))
+        # ZooKeeper mode: this broker coordinates only the groups of the __consumer_offsets partitions it leads
+        self.cluster = bool(props.get("zookeeper.connect"))
+        self.owned: dict[int, int] = {}  # partition -> leader epoch (cluster mode)
+        self.loading_partitions: set[int] = set()
+        self._load_generation: dict[int, int] = {}
+        self._creating: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[Any]] = set()
         self.loaded = asyncio.Event()
 
     # ============================================================== lifecycle
@@ -136,7 +147,13 @@ class GroupCoordinator:
         """Begin loading ``__consumer_offsets`` in the background; requests get LOAD_IN_PROGRESS meanwhile."""
         self._loop = asyncio.get_running_loop()
         self.active = True
-        self._tasks.append(self._loop.create_task(self._load_all()))
+        if self.cluster:
+            # nothing is coordinated until ZooKeeper makes this broker leader of __consumer_offsets partitions
+            # (:meth:`on_leadership_change`); each is loaded on its own then
+            self.loading = False
+            self.loaded.set()
+        else:
+            self._tasks.append(self._loop.create_task(self._load_all()))
         self._tasks.append(self._loop.create_task(self._expiry_loop()))
 
     async def _load_all(self) -> None:
@@ -194,17 +211,116 @@ class GroupCoordinator:
         for t in self._tasks:
             t.cancel()
         for g in self.groups.values():
-            if g.join_timer is not None:
-                g.join_timer.cancel()
-            for timer in g.pending_members.values():
-                if timer is not None:
-                    timer.cancel()
-            for m in g.members.values():
-                m.cancel_timer()
-                if m.awaiting_join:
-                    m.join_future.set_result(_join_error(NOT_COORDINATOR, m.member_id))  # type: ignore[union-attr]
-                if m.awaiting_sync:
-                    m.sync_future.set_result(self._sync_result(NOT_COORDINATOR, g))  # type: ignore[union-attr]
+            self._release_group(g)
+
+    def _release_group(self, g: Group) -> None:
+        """Stop the group's timers; its waiting JoinGroup/SyncGroup get NOT_COORDINATOR (Kafka's onGroupUnloaded)."""
+        if g.join_timer is not None:
+            g.join_timer.cancel()
+            g.join_timer = None
+        for timer in g.pending_members.values():
+            if timer is not None:
+                timer.cancel()
+        for m in g.members.values():
+            m.cancel_timer()
+            if m.awaiting_join:
+                m.join_future.set_result(_join_error(NOT_COORDINATOR, m.member_id))  # type: ignore[union-attr]
+            if m.awaiting_sync:
+                m.sync_future.set_result(self._sync_result(NOT_COORDINATOR, g))  # type: ignore[union-attr]
+
+    # ============================================================== ZooKeeper mode: partition leadership
+
+    def on_leadership_change(self, topic: str, partition: int, is_leader: bool, leader_epoch: int) -> None:
+        """Called (on the loop) by the cluster broker whenever it becomes or stops being leader of a partition.
+
+        Leader of a ``__consumer_offsets`` partition: load its groups from the local log in a worker thread
+        (COORDINATOR_LOAD_IN_PROGRESS meanwhile), as Kafka's ``onElection``/``loadGroupsForPartition``. No longer
+        leader: unload its groups (Kafka's ``onResignation``): waiting joins/syncs get NOT_COORDINATOR and the
+        clients find the new coordinator."""
+        if topic != OFFSETS_TOPIC or not self.cluster:
+            return
+        if is_leader:
+            if partition in self.owned:
+                self.owned[partition] = leader_epoch  # same leadership, newer epoch: nothing to reload
+                return
+            self.owned[partition] = leader_epoch
+            self.loading_partitions.add(partition)
+            gen = self._load_generation.get(partition, 0) + 1
+            self._load_generation[partition] = gen
+            self._spawn(self._load_partition(partition, gen))
+            return
+        if partition not in self.owned:
+            return
+        del self.owned[partition]
+        self.loading_partitions.discard(partition)
+        self._load_generation[partition] = self._load_generation.get(partition, 0) + 1  # a running load is stale
+        n = self.num_partitions
+        gone = [g for gid, g in self.groups.items() if rec.partition_for(gid, n) == partition]
+        for g in gone:
+            self._release_group(g)
+            self.groups.pop(g.group_id, None)
+        log.info("unloaded groups of __consumer_offsets partition",
+                 extra={"kv": {"partition": partition, "groups": len(gone)}})
+
+    async def _load_partition(self, partition: int, gen: int) -> None:
+        t0 = time.monotonic()
+        plog = self.broker.topics.get_log(OFFSETS_TOPIC, partition)
+        try:
+            groups_v, offsets_v = await asyncio.to_thread(_read_partitions, [plog] if plog is not None else [])
+        except Exception:
+            log.exception("loading __consumer_offsets partition failed; its groups start empty",
+                          extra={"kv": {"partition": partition}})
+            groups_v, offsets_v = {}, {}
+        if self._load_generation.get(partition) != gen or partition not in self.loading_partitions:
+            return  # leadership lost (or changed) while loading
+        now = _now_ms()
+        for gid, gv in groups_v.items():
+            old = self.groups.pop(gid, None)
+            if old is not None:
+                self._release_group(old)
+            self._install_group(gid, gv, now)
+        for (gid, topic, part), ov in offsets_v.items():
+            self._group(gid, create=True).offsets[(topic, part)] = ov  # type: ignore[union-attr]
+        self.loading_partitions.discard(partition)
+        log.info("loaded groups of __consumer_offsets partition", extra={"kv": {
+            "partition": partition, "leader_epoch": self.owned.get(partition), "groups": len(groups_v),
+            "offsets": len(offsets_v), "seconds": round(time.monotonic() - t0, 3)}})
+
+    def _spawn(self, coro: Any) -> None:
+        task = self._loop_().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def find_coordinator(self, group_id: str) -> tuple[int, str | None, tuple[int, str, int] | None]:
+        """ZooKeeper mode: (error, message, (node id, host, port)) of the leader of the group's partition.
+        Creates ``__consumer_offsets`` (through ZooKeeper; the controller elects its leaders) if it does not
+        exist, answering COORDINATOR_NOT_AVAILABLE until it has a leader, as Kafka does."""
+        unavailable = (COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", None)
+        info = self.broker.topics.get(OFFSETS_TOPIC)
+        if info is None:
+            if self._creating is None or self._creating.done():
+                self._creating = self._loop_().create_task(self._create_offsets_topic())
+            return unavailable
+        md = self.broker.partition_metadata(OFFSETS_TOPIC, rec.partition_for(group_id, info.num_partitions))
+        leader = md.get("leader_id", -1) if md else -1
+        for b in self.broker.metadata_brokers() or ():
+            if b["node_id"] == leader >= 0:
+                return NONE, None, (b["node_id"], b["host"], b["port"])
+        return unavailable
+
+    async def _create_offsets_topic(self) -> None:
+        live = len(getattr(self.broker, "live", ()) or ())
+        if live < self.replication_factor:
+            log.warning("__consumer_offsets not created: fewer live brokers than offsets.topic.replication.factor",
+                        extra={"kv": {"live": live, "replication_factor": self.replication_factor}})
+            return
+        try:
+            await asyncio.to_thread(self._create_topic, self.replication_factor)
+            log.info("__consumer_offsets created", extra={"kv": {"partitions": self.configured_partitions,
+                                                                  "replication_factor": self.replication_factor}})
+        except Exception as exc:
+            if getattr(exc, "kafka_error", None) != "TOPIC_ALREADY_EXISTS":
+                log.warning("cannot create __consumer_offsets", extra={"kv": {"error": repr(exc)}})
 
     # ============================================================== helpers
 
@@ -212,6 +328,14 @@ class GroupCoordinator:
         """The coordinator-level error for a request about ``group_id`` (0 = go ahead)."""
         if not self.active or self.broker.stopping:
             return NOT_COORDINATOR
+        if self.cluster:
+            if group_id is None:
+                return INVALID_GROUP_ID
+            info = self.broker.topics.get(OFFSETS_TOPIC)
+            p = rec.partition_for(group_id, info.num_partitions) if info is not None else -1
+            if p not in self.owned:
+                return NOT_COORDINATOR
+            return COORDINATOR_LOAD_IN_PROGRESS if p in self.loading_partitions else NONE
         if self.loading:
             return COORDINATOR_LOAD_IN_PROGRESS
         if group_id is None:
@@ -224,19 +348,25 @@ class GroupCoordinator:
         return NONE
 
     def ensure_offsets_topic(self) -> Any:
+        """Single node: the topic, created here (RF 1) on first use. ZooKeeper mode: the topic if known here."""
         info = self.broker.topics.get(OFFSETS_TOPIC)
-        if info is None:
-            info = self.broker.topics.create_topic(
-                OFFSETS_TOPIC,
-                self.configured_partitions,
-                1,
-                {
-                    "cleanup.policy": "compact",
-                    "segment.bytes": str(self.broker.config.get("offsets.topic.segment.bytes")),
-                    "compression.type": "producer",
-                },
-            )
+        if info is None and not self.cluster:
+            info = self._create_topic(1)
         return info
+
+    def _create_topic(self, replication_factor: int) -> Any:
+        # Kafka's offsets topic configs: compacted, its own segment size, the producer's compression. Its
+        # min.insync.replicas is the broker default (Kafka sets none for it).
+        return self.broker.topics.create_topic(
+            OFFSETS_TOPIC,
+            self.configured_partitions,
+            replication_factor,
+            {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(self.broker.config.get("offsets.topic.segment.bytes")),
+                "compression.type": "producer",
+            },
+        )
 
     def _group(self, group_id: str, create: bool = False) -> Group | None:
         g = self.groups.get(group_id)
@@ -245,35 +375,57 @@ class GroupCoordinator:
             g.current_state_timestamp = _now_ms()
         return g
 
-    def _append(self, group_id: str, entries: list[tuple[bytes, bytes | None]]) -> int:
-        """Append ``(key, value)`` records for ``group_id`` as one batch; returns an error code."""
+    async def _append(self, group_id: str, entries: list[tuple[bytes, bytes | None]], *, offsets: bool = True) -> int:
+        """Append ``(key, value)`` records for ``group_id`` as one batch and wait until the ISR has it (acks=-1,
+        ``offsets.commit.timeout.ms``); returns an error code, mapped as Kafka's GroupMetadataManager does for
+        offset writes (``offsets``) or group metadata writes."""
+        from tidelog.broker.purgatory import DelayedProduce
         from tidelog.records.batch import build_batch
 
         if not entries:
             return NONE
+        broker = self.broker
         try:
             info = self.ensure_offsets_topic()
-            p = rec.partition_for(group_id, info.num_partitions)
-            plog = self.broker.leader_log(OFFSETS_TOPIC, p)
-            batch = build_batch([(k, v) for k, v in entries])
-            plog.append_as_leader(batch, leader_epoch=0)
-            self.broker.on_append((OFFSETS_TOPIC, p), plog)
+            if info is None:
+                return COORDINATOR_NOT_AVAILABLE
+            tp = (OFFSETS_TOPIC, rec.partition_for(group_id, info.num_partitions))
+            plog = broker.leader_log(*tp)
+            if len(broker.isr(*tp)) < plog.config.min_insync_replicas:
+                return self._append_error("NOT_ENOUGH_REPLICAS", offsets, group_id)
+            appended = plog.append_as_leader(build_batch(list(entries)), leader_epoch=broker.leader_epoch(*tp))
+            broker.on_append(tp, plog)
         except Exception as exc:
-            name = getattr(exc, "kafka_error", None)
-            log.warning("__consumer_offsets append failed", extra={"kv": {"group": group_id, "error": repr(exc)}})
-            if name in ("UNKNOWN_TOPIC_OR_PARTITION", "NOT_LEADER_OR_FOLLOWER"):
-                return NOT_COORDINATOR
-            if name in ("MESSAGE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_FETCH_SIZE"):
-                return INVALID_COMMIT_OFFSET_SIZE
-            return UNKNOWN_SERVER_ERROR
-        return NONE
+            return self._append_error(getattr(exc, "kafka_error", None) or repr(exc), offsets, group_id)
+        op = DelayedProduce({tp: appended.last_offset + 1}, self.commit_timeout_ms, broker.high_watermark)
+        broker.purgatory.produce.try_complete_else_watch(op, [tp])
+        status = await op.wait()
+        err = status.get(tp)
+        return NONE if err is None else self._append_error(err, offsets, group_id)
 
-    def _store_group(self, g: Group) -> int:
+    @staticmethod
+    def _append_error(name: str, offsets: bool, group_id: str) -> int:
+        """Kafka's mapping of a failed ``__consumer_offsets`` append to the error the client gets."""
+        log.warning("__consumer_offsets append failed", extra={"kv": {"group": group_id, "error": name}})
+        if name in ("UNKNOWN_TOPIC_OR_PARTITION", "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND"):
+            return COORDINATOR_NOT_AVAILABLE
+        if name in ("NOT_LEADER_OR_FOLLOWER", "KAFKA_STORAGE_ERROR", "FENCED_LEADER_EPOCH"):
+            return NOT_COORDINATOR
+        if name in ("MESSAGE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_FETCH_SIZE"):
+            return INVALID_COMMIT_OFFSET_SIZE if offsets else UNKNOWN_SERVER_ERROR
+        if name == "REQUEST_TIMED_OUT":
+            return REQUEST_TIMED_OUT if offsets else REBALANCE_IN_PROGRESS
+        if offsets and name in ERRORS_BY_NAME:
+            return ERRORS_BY_NAME[name].code
+        return UNKNOWN_SERVER_ERROR
+
+    async def _store_group(self, g: Group) -> int:
         value = GroupValue(
             g.protocol_type or "", g.generation, g.protocol_name, g.leader_id, g.current_state_timestamp,
             g.member_values(),
         )
-        err = self._append(g.group_id, [(rec.encode_group_key(g.group_id), rec.encode_group_value(value))])
+        err = await self._append(g.group_id, [(rec.encode_group_key(g.group_id), rec.encode_group_value(value))],
+                                 offsets=False)
         if err == NONE:
             g.persisted = True
         return err
@@ -392,7 +544,7 @@ class GroupCoordinator:
             g.protocol_name = None
             g.leader_id = None
             g.transition(GroupState.EMPTY, now)
-            self._store_group(g)
+            self._spawn(self._store_group(g))  # nobody waits for it (Kafka neither)
             log.info("group is empty", extra={"kv": {"group": g.group_id, "generation": g.generation}})
             return
         g.protocol_name = g.select_protocol()
@@ -582,7 +734,7 @@ class GroupCoordinator:
         log.info("static member replaced", extra={"kv": {"group": g.group_id, "instance": instance_id,
                                                          "old": old_id, "new": new_id}})
         if g.state == GroupState.STABLE and same_protocols:
-            err = self._store_group(g)
+            err = await self._store_group(g)
             if err:
                 return _join_error(err, new_id)
             result = self._current_join_result(g, m)
@@ -655,7 +807,7 @@ class GroupCoordinator:
             for mem in g.members.values():
                 mem.assignment = given.get(mem.member_id, b"")
             generation = g.generation
-            err = self._store_group(g)
+            err = await self._store_group(g)
             if g.state == GroupState.COMPLETING_REBALANCE and g.generation == generation:
                 if err:
                     for mem in g.members.values():
@@ -740,7 +892,7 @@ class GroupCoordinator:
 
     # ============================================================== offsets
 
-    def commit_offsets(
+    async def commit_offsets(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
         retention_time_ms: int, offsets: list[tuple[str, int, int, int, str | None]],
     ) -> tuple[int, dict[tuple[str, int], int]]:
@@ -772,11 +924,12 @@ class GroupCoordinator:
             ov = OffsetValue(offset, epoch if epoch is not None else -1, meta, now, expire)
             entries.append((rec.encode_offset_key(group_id, topic, part), rec.encode_offset_value(ov)))
             accepted.append(((topic, part), ov))
-        code = self._append(group_id, entries)
+        code = await self._append(group_id, entries)
+        current = self.groups.get(group_id)
         for tp, ov in accepted:
             results[tp] = code
-            if code == NONE:
-                g.offsets[tp] = ov
+            if code == NONE and current is not None:
+                current.offsets[tp] = ov
         return NONE, results
 
     def _validate_commit(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
@@ -813,7 +966,7 @@ class GroupCoordinator:
             return NONE, [(t, p, ov) for (t, p), ov in sorted(stored.items())]
         return NONE, [(t, p, stored.get((t, p))) for t, p in partitions]
 
-    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
         err = self.check(group_id)
         if err:
             return err, {}
@@ -836,7 +989,7 @@ class GroupCoordinator:
             if tp in g.offsets:
                 entries.append((rec.encode_offset_key(group_id, tp[0], tp[1]), None))
                 to_delete.append(tp)
-        code = self._append(group_id, entries)
+        code = await self._append(group_id, entries)
         if code:
             return code, {}
         for tp in to_delete:
@@ -875,9 +1028,13 @@ class GroupCoordinator:
         return out
 
     def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[int, list[dict[str, Any]]]:
-        err = self.check("")
-        if err == INVALID_GROUP_ID:
-            err = NONE
+        if self.cluster:  # every broker lists the groups of the partitions it leads (clients ask them all)
+            err = NOT_COORDINATOR if not self.active or self.broker.stopping else (
+                COORDINATOR_LOAD_IN_PROGRESS if self.loading_partitions else NONE)
+        else:
+            err = self.check("")
+            if err == INVALID_GROUP_ID:
+                err = NONE
         if err:
             return err, []
         wanted_states = {s.lower() for s in states}
@@ -894,7 +1051,7 @@ class GroupCoordinator:
                         "group_state": g.state.value, "group_type": "classic"})
         return NONE, out
 
-    def delete_group(self, group_id: str) -> int:
+    async def delete_group(self, group_id: str) -> int:
         err = self.check(group_id)
         if err:
             return err
@@ -907,9 +1064,11 @@ class GroupCoordinator:
             (rec.encode_offset_key(group_id, t, p), None) for (t, p) in g.offsets
         ]
         entries.append((rec.encode_group_key(group_id), None))
-        code = self._append(group_id, entries)
+        code = await self._append(group_id, entries)
         if code:
             return code
+        if self.groups.get(group_id) is not g or g.state != GroupState.EMPTY:
+            return NON_EMPTY_GROUP if group_id in self.groups else NONE  # changed while the ISR caught up
         g.transition(GroupState.DEAD, _now_ms())
         g.offsets.clear()
         self.groups.pop(group_id, None)
@@ -924,9 +1083,9 @@ class GroupCoordinator:
         while self.active:
             await asyncio.sleep(interval)  # a periodic task, like Kafka's offsets-retention scheduler
             with contextlib.suppress(Exception):
-                self.expire_offsets(_now_ms())
+                await self.expire_offsets(_now_ms())
 
-    def expire_offsets(self, now_ms: int) -> int:
+    async def expire_offsets(self, now_ms: int) -> int:
         """Remove expired offsets (and Empty groups left with none); returns how many offsets expired."""
         removed = 0
         for g in list(self.groups.values()):
@@ -947,14 +1106,17 @@ class GroupCoordinator:
             drop_group = len(expired) == len(g.offsets) and not g.members
             if drop_group:
                 entries.append((rec.encode_group_key(g.group_id), None))
-            if not entries or self._append(g.group_id, entries):
+            if not entries:
                 continue
+            # as Kafka's cleanupGroupMetadata: out of the cache first, then the tombstones (a failed write only
+            # means the offsets come back on the next load and expire again)
             for tp in expired:
                 g.offsets.pop(tp, None)
             removed += len(expired)
             if drop_group:
                 g.transition(GroupState.DEAD, now_ms)
                 self.groups.pop(g.group_id, None)
+            await self._append(g.group_id, entries)
             if expired:
                 log.info("offsets expired", extra={"kv": {"group": g.group_id, "count": len(expired),
                                                           "group_removed": drop_group}})

@@ -4,7 +4,8 @@ OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
 Thin adapters between request/response versions and :class:`tidelog.broker.group.coordinator.GroupCoordinator`
 (``ctx.broker.group_coordinator``). Version notes:
 
-* FindCoordinator v0-3 carries one ``key``; v4+ a batch of ``coordinator_keys``. Key type 0 = group; type 1
+* FindCoordinator v0-3 carries one ``key``; v4+ a batch of ``coordinator_keys``. Key type 0 = group (single
+  node: this broker; ZooKeeper mode: the leader of the group's ``__consumer_offsets`` partition); type 1
   (transaction) answers this broker, whose InitProducerId refuses transactional ids (transactions are not
   implemented yet); other key types get INVALID_REQUEST.
 * JoinGroup v0 has no rebalance timeout (the session timeout is used); v4+ needs a known member id
@@ -83,45 +84,52 @@ def _str(value: Any) -> str:
 # ------------------------------------------------------------------------------------------ FindCoordinator
 
 
-def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, str | None]:
+async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, str | None, tuple[int, str, int]]:
+    """(error, message, (node id, host, port)) for one coordinator key."""
+    b = ctx.broker
+    here = (b.node_id, b.host, b.port)
+    nowhere = (-1, "", -1)
     coord = _coordinator(ctx)
     if key_type == 1:
         # No transaction coordinator yet: point the client at this broker so its InitProducerId gets the fatal,
         # immediate TRANSACTIONAL_ID_AUTHORIZATION_FAILED instead of retrying COORDINATOR_NOT_AVAILABLE until a
         # vague timeout (see handlers/producer_id.py).
-        return (NONE, None) if key else (INVALID_REQUEST, "The transactional id must not be empty.")
+        if not key:
+            return INVALID_REQUEST, "The transactional id must not be empty.", nowhere
+        return NONE, None, here
     if key_type != 0:
-        return INVALID_REQUEST, f"Unknown coordinator key type {key_type}"
-    if coord is None or not coord.active or ctx.broker.stopping:
-        return COORDINATOR_NOT_AVAILABLE, "The coordinator is not available."
+        return INVALID_REQUEST, f"Unknown coordinator key type {key_type}", nowhere
+    if coord is None or not coord.active or b.stopping:
+        return COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", nowhere
     if not key:
-        return INVALID_REQUEST, "The group id must not be empty."  # Kafka: invalid group id
+        return INVALID_REQUEST, "The group id must not be empty.", nowhere  # Kafka: invalid group id
+    if coord.cluster:
+        # ZooKeeper mode: the leader of the group's __consumer_offsets partition, wherever the request landed
+        err, msg, node = await coord.find_coordinator(key)
+        return err, msg, node if node is not None else nowhere
     try:
         coord.ensure_offsets_topic()
     except Exception as exc:
         log.warning("cannot create __consumer_offsets", extra={"kv": {"error": repr(exc)}})
-        return COORDINATOR_NOT_AVAILABLE, "The coordinator is not available."
-    return NONE, None
+        return COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", nowhere
+    return NONE, None, here
 
 
 @handles(FIND_COORDINATOR)
 @_fitted(FIND_COORDINATOR)
 async def find_coordinator(ctx: RequestContext, request: dict) -> dict:
-    b = ctx.broker
     key_type = request.get("key_type", 0) or 0
     if ctx.api_version >= 4:
         coordinators = []
         for key in request.get("coordinator_keys") or ():
-            err, msg = _find_one(ctx, key, key_type)
-            coordinators.append({
-                "key": key, "node_id": b.node_id if not err else -1, "host": b.host if not err else "",
-                "port": b.port if not err else -1, "error_code": err, "error_message": msg,
-            })
+            err, msg, (node, host, port) = await _find_one(ctx, key, key_type)
+            coordinators.append({"key": key, "node_id": node, "host": host, "port": port, "error_code": err,
+                                 "error_message": msg})
         return {"throttle_time_ms": 0, "coordinators": coordinators}
-    err, msg = _find_one(ctx, _str(request.get("key")), key_type)
+    err, msg, (node, host, port) = await _find_one(ctx, _str(request.get("key")), key_type)
     return {
         "throttle_time_ms": 0, "error_code": err, "error_message": msg if ctx.api_version >= 1 else None,
-        "node_id": b.node_id if not err else -1, "host": b.host if not err else "", "port": b.port if not err else -1,
+        "node_id": node, "host": host, "port": port,
     }
 
 
@@ -242,7 +250,7 @@ async def offset_commit(ctx: RequestContext, request: dict) -> dict:
         results = {(t, p): COORDINATOR_NOT_AVAILABLE for t, p, *_ in wanted}
     else:
         retention = int(request.get("retention_time_ms", -1)) if 2 <= v <= 4 else -1
-        _, results = coord.commit_offsets(
+        _, results = await coord.commit_offsets(
             _str(request.get("group_id")),
             int(request.get("generation_id_or_member_epoch", -1)),
             _str(request.get("member_id")),
@@ -307,7 +315,7 @@ async def offset_delete(ctx: RequestContext, request: dict) -> dict:
               for t in request.get("topics") or () for p in t.get("partitions") or ()]
     if coord is None:
         return {"error_code": COORDINATOR_NOT_AVAILABLE, "throttle_time_ms": 0, "topics": []}
-    err, results = coord.delete_offsets(_str(request.get("group_id")), wanted)
+    err, results = await coord.delete_offsets(_str(request.get("group_id")), wanted)
     topics: dict[str, list[dict]] = {}
     if not err:
         for t, p in wanted:
@@ -352,6 +360,6 @@ async def delete_groups(ctx: RequestContext, request: dict) -> dict:
     coord = _coordinator(ctx)
     results = []
     for gid in request.get("groups_names") or ():
-        err = COORDINATOR_NOT_AVAILABLE if coord is None else coord.delete_group(_str(gid))
+        err = COORDINATOR_NOT_AVAILABLE if coord is None else await coord.delete_group(_str(gid))
         results.append({"group_id": gid, "error_code": err})
     return {"throttle_time_ms": 0, "results": results}

@@ -1,0 +1,247 @@
+"""Consumer groups in a ZooKeeper-mode cluster: 3 brokers + 1 ZooKeeper on loopback.
+
+``__consumer_offsets`` is a replicated topic (RF ``offsets.topic.replication.factor`` = 3, compacted) created
+through ZooKeeper on the first FindCoordinator; the coordinator of a group is the leader of its partition, on
+every broker alike; commits are answered once the ISR has them; when the coordinator dies its partitions' new
+leaders load the groups from their replicas and clients re-discover them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import ConfigResource, NewTopic
+
+from tidelog.broker.group.records import OFFSETS_TOPIC, partition_for
+from tidelog.cluster.peer import Peer
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+FIND_COORDINATOR, OFFSET_FETCH, HEARTBEAT = 10, 9, 12
+NOT_COORDINATOR = 16
+
+_spec = importlib.util.spec_from_file_location(
+    "tidelog_test_groups_helpers", Path(__file__).resolve().parents[1] / "groups" / "conftest.py")
+assert _spec is not None and _spec.loader is not None
+_groups = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_groups)
+MemberProcess = _groups.MemberProcess
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def _create(cluster: Any, name: str, partitions: int) -> None:
+    admin = cluster.admin()
+    admin.create_topics([NewTopic(name, partitions, 3)])[name].result(30)
+
+    def ready(md: Any) -> bool:
+        ps = [cluster.partition(md, name, p) for p in range(partitions)]
+        return all(p is not None and p.leader > 0 and len(p.isrs) == 3 for p in ps)
+
+    cluster.wait_for(f"{name} led with a full ISR", ready)
+
+
+def _produce(cluster: Any, topic: str, partitions: int, n: int) -> None:
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5,
+                  "message.timeout.ms": 60000})
+    for i in range(n):
+        p.produce(topic, f"v{i}".encode(), partition=i % partitions)
+    assert p.flush(60) == 0
+
+
+def _request(broker: Any, api_key: int, version: int, body: dict) -> dict:
+    async def go() -> dict:
+        peer = Peer("127.0.0.1", broker.port, "test-groups")
+        try:
+            return await peer.request(api_key, version, body, timeout=15)
+        finally:
+            peer.close()
+
+    return asyncio.run(go())
+
+
+def _find(broker: Any, group: str) -> tuple[int, int]:
+    r = _request(broker, FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
+    return r["error_code"], r["node_id"]
+
+
+def _agreed_coordinator(cluster: Any, group: str, timeout: float = 90.0) -> int:
+    """Poll FindCoordinator on every running broker until all name the same live coordinator."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            answers = {i: _find(b, group) for i, b in cluster.brokers.items() if b.running}
+            last = answers
+            nodes = {node for err, node in answers.values() if err == 0}
+            if all(err == 0 for err, _ in answers.values()) and len(nodes) == 1:
+                node = nodes.pop()
+                if cluster.brokers[node].running:
+                    return node
+        except (TimeoutError, OSError) as exc:
+            last = exc
+        time.sleep(0.2)  # polling interval of a bounded wait (the topic is being created / elected)
+    raise AssertionError(f"brokers never agreed on a coordinator for {group}: {last!r}")
+
+
+def _consumer(bootstrap: str, group: str, **extra: Any) -> Consumer:
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+            "fetch.wait.max.ms": 100, "topic.metadata.refresh.interval.ms": 2000}
+    conf.update(extra)
+    return Consumer(conf)
+
+
+def _committed(cluster: Any, group: str, topic: str, partitions: int) -> dict[int, int]:
+    c = _consumer(cluster.bootstrap, group)
+    try:
+        tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+        return {tp.partition: tp.offset for tp in tps}
+    finally:
+        c.close()
+
+
+def _restart(cluster: Any, broker_id: int) -> None:
+    cluster.brokers[broker_id].start(timeout=120)
+    cluster.wait_for(f"broker {broker_id} registered again", lambda md: broker_id in md.brokers)
+
+
+# ------------------------------------------------------------------------------------------------ tests
+
+
+def test_one_group_across_brokers(cluster: Any) -> None:
+    """Two consumers of one group, each bootstrapping from a different broker, form ONE group; a broker that is
+    not the coordinator answers group requests NOT_COORDINATOR."""
+    topic, group = f"gx-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    _create(cluster, topic, 4)
+    coord = _agreed_coordinator(cluster, group)
+
+    md = cluster.admin().list_topics(OFFSETS_TOPIC, timeout=10)
+    offsets_topic = md.topics[OFFSETS_TOPIC]
+    assert offsets_topic.error is None and len(offsets_topic.partitions) == 50  # offsets.topic.num.partitions
+    part = offsets_topic.partitions[partition_for(group, 50)]
+    assert part.leader == coord and sorted(part.replicas) == [1, 2, 3]  # RF = offsets.topic.replication.factor
+    admin = cluster.admin()  # kept alive until its futures are done
+    cfg = next(iter(admin.describe_configs([ConfigResource("topic", OFFSETS_TOPIC)]).values())).result(30)
+    assert cfg["cleanup.policy"].value == "compact"
+
+    others = [i for i in cluster.brokers if i != coord]
+    for i in others:
+        r = _request(cluster.brokers[i], OFFSET_FETCH, 3, {"group_id": group, "topics": None})
+        assert r["error_code"] == NOT_COORDINATOR
+        r = _request(cluster.brokers[i], HEARTBEAT, 1, {"group_id": group, "generation_id": 1, "member_id": "m"})
+        assert r["error_code"] == NOT_COORDINATOR
+
+    _produce(cluster, topic, 4, 40)
+    c1 = _consumer(cluster.brokers[others[0]].bootstrap, group)
+    c2 = _consumer(cluster.brokers[others[1]].bootstrap, group)
+    seen: list[Any] = []
+    try:
+        c1.subscribe([topic])
+        c2.subscribe([topic])
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for c in (c1, c2):
+                m = c.poll(0.2)
+                if m is not None and not m.error():
+                    seen.append((m.partition(), m.offset()))
+            a1 = {tp.partition for tp in c1.assignment()}
+            a2 = {tp.partition for tp in c2.assignment()}
+            if a1 and a2 and not a1 & a2 and a1 | a2 == {0, 1, 2, 3}:
+                break
+        else:
+            raise AssertionError(f"no split of the 4 partitions: {c1.assignment()} / {c2.assignment()}")
+        desc = admin.describe_consumer_groups([group])[group].result(30)
+        assert desc.coordinator.id == coord
+        assert len(desc.members) == 2
+        assert getattr(desc.state, "name", str(desc.state)) == "STABLE"
+    finally:
+        c1.close()
+        c2.close()
+
+
+def test_coordinator_kill_keeps_committed_offsets(cluster: Any) -> None:
+    """A group commits, its coordinator is kill -9'ed; the group finds the new coordinator (another replica of
+    the partition) and a new member resumes exactly from the committed offsets: nothing committed is lost and
+    only the uncommitted batch is delivered again. ``tidelog groups describe`` works against the cluster."""
+    from tidelog.cli.groups import groups as groups_cli
+
+    topic, group = f"gk-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    partitions, total = 3, 600
+    _create(cluster, topic, partitions)
+    _produce(cluster, topic, partitions, total)
+    coord = _agreed_coordinator(cluster, group)
+
+    c1 = _consumer(cluster.bootstrap, group)
+    consumed: dict[int, int] = {}  # partition -> next offset
+    c1.subscribe([topic])
+    deadline = time.monotonic() + 120
+    commits = 0
+    try:
+        while sum(consumed.values()) < 300 and time.monotonic() < deadline:
+            msgs = c1.consume(50, 0.5)
+            for m in msgs:
+                if not m.error():
+                    consumed[m.partition()] = m.offset() + 1
+            if msgs:
+                c1.commit(asynchronous=False)  # acknowledged only once the ISR has it
+                commits += 1
+        assert sum(consumed.values()) >= 300, consumed
+        committed = dict(consumed)
+        assert _committed(cluster, group, topic, partitions) == {p: committed.get(p, -1001) for p in range(partitions)}
+        # one more batch, processed but never committed
+        deadline = time.monotonic() + 30
+        while sum(consumed.values()) < sum(committed.values()) + 60 and time.monotonic() < deadline:
+            for m in c1.consume(20, 0.5):
+                if not m.error():
+                    consumed[m.partition()] = m.offset() + 1
+        assert sum(consumed.values()) > sum(committed.values())
+    finally:
+        cluster.brokers[coord].kill()  # kill -9 the coordinator while the member is still in the group
+        c1.close()
+
+    try:
+        new_coord = _agreed_coordinator(cluster, group)
+        assert new_coord != coord
+        # no committed offset lost: the new coordinator loaded them from its replica
+        assert _committed(cluster, group, topic, partitions) == {p: committed.get(p, -1001) for p in range(partitions)}
+
+        c2 = _consumer(cluster.bootstrap, group)
+        got: list[tuple[int, int]] = []
+        c2.subscribe([topic])
+        deadline = time.monotonic() + 120
+        try:
+            while len(got) < total - sum(committed.values()) and time.monotonic() < deadline:
+                for m in c2.consume(100, 0.5):
+                    if not m.error():
+                        got.append((m.partition(), m.offset()))
+            # exactly the records from the committed offsets on: re-delivered = the uncommitted batch only
+            expected = sorted((p, o) for p in range(partitions)
+                              for o in range(committed.get(p, 0), total // partitions))
+            assert sorted(got) == expected
+            c2.commit(asynchronous=False)
+        except KafkaException:
+            raise
+        finally:
+            c2.close()
+        assert _committed(cluster, group, topic, partitions) == {p: total // partitions for p in range(partitions)}
+
+        r = CliRunner().invoke(groups_cli, ["describe", group, "-b", cluster.bootstrap], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        rows = [line.split("\t") for line in r.output.splitlines() if line.startswith(group)]
+        assert [(row[1], row[2], row[3], row[5]) for row in rows] == [
+            (topic, str(p), str(total // partitions), "0") for p in range(partitions)]
+        r = CliRunner().invoke(groups_cli, ["list", "-b", cluster.bootstrap], catch_exceptions=False)
+        assert group in r.output
+        print(f"commits before the kill: {commits}; coordinator {coord} -> {new_coord}")
+    finally:
+        _restart(cluster, coord)
