@@ -751,6 +751,7 @@ def main(argv: list[str] | None = None) -> int:
         # leaderships stay where failures put them; the periodic rebalance would move them mid-measurement
         "auto.leader.rebalance.enable": "false",
     }
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored
     old_term = signal.signal(signal.SIGTERM, _raise_exit)
     old_hup = signal.signal(signal.SIGHUP, _raise_exit)
     cluster = Cluster(
@@ -794,6 +795,9 @@ def main(argv: list[str] | None = None) -> int:
                 run_dir,
                 producer_config,
             )
+    except BaseException as exc:
+        log(f"stopping on {type(exc).__name__}: {exc}; killing every process started here")
+        raise
     finally:
         cluster.stop()
         kill_all()
@@ -878,5 +882,7 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
     finally:
         kill_all()
