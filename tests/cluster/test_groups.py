@@ -25,8 +25,8 @@ from tidelog.cluster.peer import Peer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-FIND_COORDINATOR, OFFSET_FETCH, HEARTBEAT = 10, 9, 12
-NOT_COORDINATOR = 16
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, HEARTBEAT = 8, 9, 10, 12
+REQUEST_TIMED_OUT, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 7, 15, 16
 
 _spec = importlib.util.spec_from_file_location(
     "tidelog_test_groups_helpers", Path(__file__).resolve().parents[1] / "groups" / "conftest.py")
@@ -245,3 +245,97 @@ def test_coordinator_kill_keeps_committed_offsets(cluster: Any) -> None:
         print(f"commits before the kill: {commits}; coordinator {coord} -> {new_coord}")
     finally:
         _restart(cluster, coord)
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka"])
+def test_member_rides_through_coordinator_kill(cluster: Any, client: str) -> None:
+    """A member of another client library commits every record synchronously while its coordinator is
+    kill -9'ed: it re-discovers the coordinator and carries on; committed offsets never go backwards and every
+    record is processed (at most the in-flight record per partition twice)."""
+    topic, group = f"gm-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    partitions, total = 3, 300
+    _create(cluster, topic, partitions)
+    _produce(cluster, topic, partitions, total)
+    coord = _agreed_coordinator(cluster, group)
+    member = MemberProcess(client, cluster.bootstrap, group, topic, session_ms=6000)
+    try:
+        _groups.wait_until(lambda: len(member.values()) >= 60 or member.exited(), 120, "first records processed")
+        assert not member.exited(), member.stderr()
+        cluster.brokers[coord].kill()
+        before = {}
+        for ev in member.snapshot():
+            if ev["event"] == "committed":
+                before[ev["p"]] = ev["o"]
+        _groups.wait_until(lambda: len(set(member.values())) == total or member.exited(), 180,
+                           "every record processed after the failover")
+        assert not member.exited(), member.stderr()
+        _groups.wait_until(lambda: {ev["p"]: ev["o"] for ev in member.snapshot() if ev["event"] == "committed"}
+                           == {p: total // partitions for p in range(partitions)}, 60, "last commits")
+        new_coord = _agreed_coordinator(cluster, group)
+        assert new_coord != coord
+        last: dict[int, int] = {}
+        for ev in member.snapshot():
+            if ev["event"] == "committed":
+                assert ev["o"] >= last.get(ev["p"], 0), "a committed offset went backwards"
+                last[ev["p"]] = ev["o"]
+        assert all(last[p] >= o for p, o in before.items())
+        values = member.values()
+        assert len(values) - len(set(values)) <= partitions
+    finally:
+        member.kill()
+        if not cluster.brokers[coord].running:
+            _restart(cluster, coord)
+    committed = _committed(cluster, group, topic, partitions)
+    assert committed == {p: total // partitions for p in range(partitions)}
+
+
+def _offset_commit(broker: Any, group: str, topic: str, offset: int) -> int:
+    r = _request(broker, OFFSET_COMMIT, 7, {
+        "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+        "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1,
+             "committed_metadata": ""}]}]})
+    return r["topics"][0]["partitions"][0]["error_code"]
+
+
+def _offset_fetched(broker: Any, group: str, topic: str) -> tuple[int, int]:
+    r = _request(broker, OFFSET_FETCH, 3, {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}]})
+    return r["error_code"], r["topics"][0]["partitions"][0]["committed_offset"]
+
+
+def test_commit_needs_min_insync_replicas(cluster: Any) -> None:
+    """Commits are written with acks=-1: with the ISR of the group's partition below min.insync.replicas (2)
+    the coordinator answers COORDINATOR_NOT_AVAILABLE (Kafka's mapping of NOT_ENOUGH_REPLICAS) and the offset
+    is not visible; once the replicas are back the commit succeeds."""
+    topic, group = f"gi-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    _create(cluster, topic, 1)
+    coord = _agreed_coordinator(cluster, group)
+    b = cluster.brokers[coord]
+    assert _offset_commit(b, group, topic, 5) == 0
+    assert _offset_fetched(b, group, topic) == (0, 5)
+    others = [i for i in cluster.brokers if i != coord]
+    try:
+        for i in others:
+            cluster.brokers[i].kill()
+        seen: list[int] = []
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            err = _offset_commit(b, group, topic, 7)
+            seen.append(err)
+            if err == COORDINATOR_NOT_AVAILABLE:
+                break
+            # before the controller has taken the dead brokers out of the ISR the HW cannot move: the commit
+            # times out (REQUEST_TIMED_OUT after offsets.commit.timeout.ms) and is not acknowledged
+            assert err == REQUEST_TIMED_OUT, seen
+        else:
+            raise AssertionError(f"commits never failed with COORDINATOR_NOT_AVAILABLE: {seen}")
+        assert _offset_fetched(b, group, topic) == (0, 5)  # the refused commit is not visible
+        print(f"commit errors while the ISR shrank: {seen}")
+    finally:
+        for i in others:
+            _restart(cluster, i)
+    deadline = time.monotonic() + 90
+    while _offset_commit(b, group, topic, 9) != 0:
+        assert time.monotonic() < deadline, "commits did not recover with the replicas back"
+        time.sleep(0.2)  # polling interval while the replicas rejoin the ISR
+    assert _offset_fetched(b, group, topic) == (0, 9)

@@ -735,8 +735,8 @@ class GroupCoordinator:
                                                          "old": old_id, "new": new_id}})
         if g.state == GroupState.STABLE and same_protocols:
             err = await self._store_group(g)
-            if err:
-                return _join_error(err, new_id)
+            if err or self.groups.get(g.group_id) is not g:
+                return _join_error(err or NOT_COORDINATOR, new_id)
             result = self._current_join_result(g, m)
             result["members"] = []  # the static leader keeps the current assignment: nothing to compute
             return result
@@ -808,6 +808,8 @@ class GroupCoordinator:
                 mem.assignment = given.get(mem.member_id, b"")
             generation = g.generation
             err = await self._store_group(g)
+            if self.groups.get(group_id) is not g:
+                return await fut  # unloaded meanwhile (leadership moved): answered NOT_COORDINATOR
             if g.state == GroupState.COMPLETING_REBALANCE and g.generation == generation:
                 if err:
                     for mem in g.members.values():
