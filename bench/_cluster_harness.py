@@ -74,6 +74,10 @@ def spawn(cmd: list[str], log_path: Path, env: dict[str, str] | None = None, **k
     return proc
 
 
+class ProcessExited(RuntimeError):
+    """A child the benchmark waits on is gone: no point in polling until the deadline."""
+
+
 def poll_until(what: str, pred: Callable[[], Any], timeout: float, interval: float = 0.05) -> Any:
     """Re-evaluate pred until it returns something truthy; TimeoutError naming `what` otherwise."""
     deadline = time.monotonic() + timeout
@@ -84,6 +88,8 @@ def poll_until(what: str, pred: Callable[[], Any], timeout: float, interval: flo
             if result:
                 return result
             last = result
+        except ProcessExited:
+            raise
         except Exception as exc:  # a broker or ZooKeeper coming and going
             last = exc
         time.sleep(interval)
@@ -155,6 +161,7 @@ class ClusterBroker:
         self.overrides = overrides
         self.log_level = log_level
         self.proc: subprocess.Popen | None = None
+        self.expected_up = False  # started by the benchmark and not killed by it
 
     @property
     def bootstrap(self) -> str:
@@ -197,12 +204,14 @@ class ClusterBroker:
         with open(self.log_path, "a") as f:
             f.write(f"--- start {time.strftime('%H:%M:%S')} ---\n")
         self.proc = spawn(self.command(), self.log_path, env=env, cwd=self.data_dir)
+        self.expected_up = True
 
     def listening(self) -> bool:
         if not self.running:
-            raise RuntimeError(
-                f"broker {self.id} exited with {self.proc.returncode if self.proc else None}; "
-                f"see {self.log_path}"
+            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-4:]
+            raise ProcessExited(
+                f"broker {self.id} exited with {self.proc.returncode if self.proc else None}; the end of "
+                f"{self.log_path}:\n  " + "\n  ".join(tail)
             )
         try:
             with socket.create_connection((HOST, self.port), timeout=1):
@@ -213,12 +222,14 @@ class ClusterBroker:
     def kill9(self) -> float:
         """SIGKILL (no controlled shutdown); returns the monotonic time just before the signal."""
         assert self.proc is not None
+        self.expected_up = False
         t = time.monotonic()
         os.killpg(self.proc.pid, signal.SIGKILL)
         kill_group(self.proc)
         return t
 
     def stop(self) -> None:
+        self.expected_up = False
         if self.proc is not None:
             kill_group(self.proc)
 
@@ -261,7 +272,20 @@ class Cluster:
             self.brokers[i].start()
         for b in self.brokers.values():
             self.wait_registered(b.id, timeout)
-        poll_until("an elected controller", lambda: self.controller() > 0, timeout)
+        poll_until("an elected controller", lambda: self.check_alive() and self.controller() > 0, timeout)
+
+    def check_running(self) -> None:
+        """Like check_alive without connecting: only whether each broker's process still exists."""
+        for b in self.brokers.values():
+            if b.expected_up and not b.running:
+                b.listening()  # raises ProcessExited with the end of its log
+
+    def check_alive(self) -> bool:
+        """True, or ProcessExited naming a broker that died although the benchmark did not stop it."""
+        for b in self.brokers.values():
+            if b.expected_up:
+                b.listening()
+        return True
 
     def wait_registered(self, broker_id: int, timeout: float = 120.0) -> None:
         b = self.brokers[broker_id]
@@ -312,7 +336,9 @@ class Cluster:
             s = self.state(name)
             return s if s is not None and s.leader > 0 and len(s.isr) == rf else None
 
-        s = poll_until(f"{name}: a leader and {rf} replicas in the ISR", ready, timeout)
+        s = poll_until(
+            f"{name}: a leader and {rf} replicas in the ISR", lambda: self.check_alive() and ready(), timeout
+        )
 
         def served() -> bool:
             md = admin.list_topics(topic=name, timeout=5).topics.get(name)

@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _cluster_harness import Cluster, ZooKeeper, kill_all, kill_group, track
+from _cluster_harness import Cluster, ProcessExited, ZooKeeper, kill_all, kill_group, track
 from broker_bench import RdkafkaPerf, Result, Run, machine_busy_seconds, run_bounded
 from peers import ROOT, WORK, snapshot_tidelog
 
@@ -435,6 +435,8 @@ class StateWatch:
     def __init__(self, cluster: Cluster, topic: str) -> None:
         from tidelog.cluster import zkdata as zd
 
+        self.cluster = cluster
+
         self.states: list[tuple[float, Any]] = []
         self.ids: list[tuple[float, set[int]]] = []
         self.cond = threading.Condition()
@@ -466,6 +468,7 @@ class StateWatch:
                 if left <= 0:
                     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
                 self.cond.wait(min(left, 0.5))
+                self.cluster.check_running()
 
     def first_state(self, after: float, pred: Any) -> tuple[float, Any] | None:
         return next(((t, s) for t, s in self.states if t >= after and pred(s)), None)
@@ -554,7 +557,7 @@ def bench_failover(
                 f"{sample['first_ack_s']:.2f}s (+{sample['leader_to_ack_s']:.2f}s after the election); "
                 f"restarted, back in the ISR after {sample['rejoin_isr_s']:.2f}s"
             )
-    except (TimeoutError, RuntimeError, AssertionError) as exc:
+    except (TimeoutError, RuntimeError, AssertionError) as exc:  # ProcessExited is a RuntimeError
         error = f"{type(exc).__name__}: {exc}"
         log(f"[failover] stopped: {error}")
     # the producer stops, flushes; with idempotence every produced record is acked once, so the partition's
@@ -884,5 +887,8 @@ if __name__ == "__main__":
         sys.exit(main())
     except KeyboardInterrupt:
         sys.exit(130)
+    except ProcessExited as exc:  # already logged with the end of the broker's log
+        print(f"cluster_bench: {exc}", file=sys.stderr)
+        sys.exit(1)
     finally:
         kill_all()
