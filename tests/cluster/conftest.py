@@ -71,18 +71,20 @@ class ZooKeeper:
 
 
 class Cluster:
-    def __init__(self, root: Path, zk: ZooKeeper, n: int = 3) -> None:
+    def __init__(self, root: Path, zk: ZooKeeper, n: int = 3, overrides: dict[str, str] | None = None) -> None:
         self.root, self.zk = root, zk
         self.brokers: dict[int, Any] = {}
         for i in range(1, n + 1):
-            self.brokers[i] = BrokerProcess(root / f"broker-{i}", {
+            props = {
                 "broker.id": str(i), "zookeeper.connect": zk.connect,
                 "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
                 "replica.lag.time.max.ms": "10000", "replica.fetch.backoff.ms": "200",
                 "default.replication.factor": "3", "min.insync.replicas": "2",
                 "auto.create.topics.enable": "false", "num.partitions": "1",
                 "replica.high.watermark.checkpoint.interval.ms": "500",
-            })
+            }
+            props.update(overrides or {})
+            self.brokers[i] = BrokerProcess(root / f"broker-{i}", props)
 
     @property
     def bootstrap(self) -> str:
@@ -116,15 +118,14 @@ class Cluster:
         return t.partitions[p]
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+def _cluster(overrides: dict[str, str] | None = None) -> Iterator[Cluster]:
     pytest.importorskip("kazoo", reason="kazoo is not installed (pip install kazoo==2.11.0)")
     if not ZK_SERVER.exists() or shutil.which("java") is None:
         pytest.skip(f"ZooKeeper is not installed ({ZK_SERVER} missing or no java); apt-get install zookeeper")
     root = Path(tempfile.mkdtemp(prefix="tidelog-cluster-"))
     zk = ZooKeeper(root)
     zk.start()
-    c = Cluster(root, zk)
+    c = Cluster(root, zk, overrides=overrides)
     try:
         for b in c.brokers.values():
             b.start()
@@ -136,3 +137,27 @@ def cluster() -> Iterator[Cluster]:
         zk.stop()
         if os.environ.get("TIDELOG_KEEP_TEST_DIRS") is None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    yield from _cluster()
+
+
+@pytest.fixture(scope="module")
+def cluster_with() -> Iterator[Any]:
+    """``cluster_with({"zookeeper.session.timeout.ms": "2000"})``: a fresh ZooKeeper and 3 brokers with these
+    broker properties on top of the defaults above; everything it started is killed at the end of the module."""
+    made: list[Iterator[Cluster]] = []
+
+    def make(overrides: dict[str, str] | None = None) -> Cluster:
+        gen = _cluster(overrides)
+        c = next(gen)
+        made.append(gen)
+        return c
+
+    try:
+        yield make
+    finally:
+        for gen in made:
+            gen.close()

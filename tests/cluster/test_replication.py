@@ -461,3 +461,178 @@ def test_controlled_shutdown_of_the_controller(cluster: Any) -> None:
     finally:
         zk.stop()
         zk.close()
+
+
+def _state(cluster: Any, topic: str, p: int = 0) -> Any:
+    from tidelog.cluster import zkdata as zd
+
+    zk = _zk(cluster)
+    try:
+        data, stat = zk.get(zd.state_path(topic, p))
+        return zd.decode_state(data, stat.version)
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def _replica_fetch(broker: Any, replica_id: int, topic: str, leader_epoch: int, fetch_offset: int,
+                   last_fetched_epoch: int) -> dict:
+    """One follower Fetch v12 (KIP-320 fields) sent the way ClusterBroker's fetcher sends it."""
+    import asyncio
+
+    from tidelog.cluster.peer import Peer
+
+    async def go() -> dict:
+        peer = Peer("127.0.0.1", broker.port, "test-replica")
+        try:
+            resp = await peer.request(1, 12, {
+                "replica_id": replica_id, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": topic, "partitions": [{
+                    "partition": 0, "current_leader_epoch": leader_epoch, "fetch_offset": fetch_offset,
+                    "last_fetched_epoch": last_fetched_epoch, "log_start_offset": 0,
+                    "partition_max_bytes": 1 << 20}]}],
+                "forgotten_topics_data": [], "rack_id": ""})
+        finally:
+            peer.close()
+        return resp["responses"][0]["partitions"][0]
+
+    return asyncio.run(go())
+
+
+def test_fetch_answers_diverging_epoch(cluster: Any) -> None:
+    """KIP-320 on the leader: a follower Fetch whose (last_fetched_epoch, fetch_offset) runs past the leader's
+    end of that epoch gets ``diverging_epoch`` and no records; one that matches gets records; an epoch the
+    leader never had gets OFFSET_OUT_OF_RANGE (re-truncation through OffsetForLeaderEpoch)."""
+    _all_up(cluster)
+    topic = f"kip320-{uuid.uuid4().hex[:8]}"
+    _create(cluster, topic)
+    prod = _producer(cluster)
+    for i in range(20):
+        prod.produce(topic, f"a{i}".encode(), partition=0)
+    assert prod.flush(60) == 0
+    s = _state(cluster, topic)
+    leader, epoch = s.leader, s.leader_epoch
+    follower = next(b for b in s.isr if b != leader)
+    n = 20  # every record acked by the whole ISR: each follower holds them, so fetch offsets <= 20 are honest
+    part = _replica_fetch(cluster.brokers[leader], follower, topic, epoch, n + 7, epoch)
+    assert part["error_code"] == 0
+    assert part["diverging_epoch"] == {"epoch": epoch, "end_offset": n}
+    assert not bytes(part["records"] or b"")
+    part = _replica_fetch(cluster.brokers[leader], follower, topic, epoch, 10, epoch)
+    assert part["error_code"] == 0 and part["diverging_epoch"]["epoch"] == -1
+    assert len(bytes(part["records"])) > 0 and part["high_watermark"] == n
+    assert _replica_fetch(cluster.brokers[leader], follower, topic, epoch, n, epoch + 5)["error_code"] == 1
+    # a leader change: the new leader's end of the old epoch is where the old epoch stopped
+    cluster.brokers[leader].kill()
+    new_leader = _leader(cluster, topic, not_in=(leader,))
+    for i in range(5):
+        prod.produce(topic, f"b{i}".encode(), partition=0)
+    assert prod.flush(60) == 0
+    s2 = _state(cluster, topic)
+    assert s2.leader == new_leader and s2.leader_epoch > epoch
+    other = next(b for b in cluster.brokers if b not in (leader, new_leader))
+    part = _replica_fetch(cluster.brokers[new_leader], other, topic, s2.leader_epoch, n + 3, epoch)
+    assert part["error_code"] == 0 and part["diverging_epoch"]["end_offset"] == n
+    assert part["diverging_epoch"]["epoch"] <= epoch
+    # an old current_leader_epoch is fenced before anything else
+    assert _replica_fetch(cluster.brokers[new_leader], other, topic, epoch, n, epoch)["error_code"] == 74
+    cluster.brokers[leader].start()
+    _in_isr(cluster, topic, leader)
+    assert _consume(cluster.bootstrap, topic, 25) == [f"a{i}".encode() for i in range(20)] + [
+        f"b{i}".encode() for i in range(5)]
+
+
+def test_divergent_tail_truncated_through_fetch(cluster: Any) -> None:
+    """A leader appends batches no follower gets (acks=1 while both followers are stopped), is killed -9 and
+    comes back: its first Fetch carries its last epoch, the new leader answers diverging_epoch and the old
+    leader truncates its tail (KIP-320), ending byte-identical to the others."""
+    import os
+    import signal
+
+    _all_up(cluster)
+    topic = f"tail-{uuid.uuid4().hex[:8]}"
+    _create(cluster, topic)
+    prod = _producer(cluster)
+    for i in range(10):
+        prod.produce(topic, f"c{i}".encode(), partition=0)
+    assert prod.flush(60) == 0
+    leader = _state(cluster, topic).leader
+    followers = [b for b in cluster.brokers if b != leader]
+    stopped = [cluster.brokers[b].proc.pid for b in followers]
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        p1 = Producer({"bootstrap.servers": cluster.brokers[leader].bootstrap, "acks": "1", "linger.ms": 0})
+        for i in range(5):  # one batch each: a follower's pending long poll can take at most the first
+            p1.produce(topic, f"tail{i}".encode(), partition=0)
+            assert p1.flush(30) == 0
+        cluster.brokers[leader].kill()
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    new_leader = _leader(cluster, topic, not_in=(leader,))
+    cluster.brokers[leader].start()
+    _in_isr(cluster, topic, leader)
+    text = cluster.brokers[leader].log_text()
+    assert "by=diverging_epoch" in text, text[-3000:]
+
+    def same() -> bool:
+        copies = {i: _segment_bytes(b, topic) for i, b in cluster.brokers.items()}
+        return len(set(copies.values())) == 1
+
+    cluster.wait_for("identical replicas", lambda _md: same())
+    values = _consume(cluster.bootstrap, topic, 20)
+    assert values[:10] == [f"c{i}".encode() for i in range(10)]
+    assert len(values) <= 11  # at most the batch a stopped follower's pending fetch carried survived
+    assert _state(cluster, topic).leader == new_leader
+
+
+def _metrics(broker: Any) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10) as resp:
+        return resp.read().decode()
+
+
+def _metric(text: str, name: str, **labels: str) -> float | None:
+    import re
+
+    for line in text.splitlines():
+        m = re.match(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", line)
+        if m and all(f'{k}="{v}"' in (m.group(1) or "") for k, v in labels.items()):
+            return float(m.group(2))
+    return None
+
+
+def test_replication_metrics(cluster: Any) -> None:
+    """/metrics of the leader: follower lag per follower, under-replicated partitions while a follower is down,
+    an ISR expansion counted when it comes back."""
+    _all_up(cluster)
+    topic = f"met-{uuid.uuid4().hex[:8]}"
+    _create(cluster, topic)
+    leader = _state(cluster, topic).leader
+    lb = cluster.brokers[leader]
+    follower = next(b for b in cluster.brokers if b != leader)
+    text = _metrics(lb)
+    for b in cluster.brokers:
+        if b != leader:
+            assert _metric(text, "tidelog_replica_follower_lag_messages", topic=topic, follower=str(b)) == 0
+    assert _metric(text, "tidelog_replicamanager_leader_count") >= 1
+    expands = _metric(text, "tidelog_replicamanager_isr_expands_total")
+    assert expands is not None and _metric(text, "tidelog_replicamanager_isr_shrinks_total") is not None
+    cluster.brokers[follower].kill()
+    cluster.wait_for("the ISR without the killed follower",
+                     lambda _md: follower not in _state(cluster, topic).isr)
+    prod = _producer(cluster)
+    for i in range(10):
+        prod.produce(topic, f"m{i}".encode(), partition=0)
+    assert prod.flush(60) == 0
+    text = _metrics(lb)
+    assert _metric(text, "tidelog_replicamanager_under_replicated_partitions") >= 1
+    assert _metric(text, "tidelog_replica_follower_lag_messages", topic=topic, follower=str(follower)) == 10
+    cluster.brokers[follower].start()
+    _in_isr(cluster, topic, follower)
+    cluster.wait_for("the expansion counted", lambda _md: _metric(
+        _metrics(lb), "tidelog_replicamanager_isr_expands_total") >= expands + 1)
+    assert _metric(_metrics(lb), "tidelog_replica_follower_lag_messages", topic=topic, follower=str(follower)) == 0

@@ -86,6 +86,13 @@ class BrokerMetrics:
         self._errors = Counter("tidelog_errors", "Error codes returned per API and error", ["api", "error"], registry=r)
         self.connections = Gauge("tidelog_connections", "Open client connections", registry=r)
         self._closed = Counter("tidelog_connections_closed", "Connections closed by reason", ["reason"], registry=r)
+        # replication (ZooKeeper mode; Kafka's ReplicaManager IsrShrinksPerSec / IsrExpandsPerSec): ISR changes
+        # this broker made as a leader and ZooKeeper accepted. The gauges (under-replicated partitions, follower
+        # lag) are rows computed at scrape time by the cluster broker (add_rows_source).
+        self.isr_shrinks = Counter("tidelog_replicamanager_isr_shrinks", "ISR shrinks written by this leader",
+                                   registry=r)
+        self.isr_expands = Counter("tidelog_replicamanager_isr_expands", "ISR expansions written by this leader",
+                                   registry=r)
         self._child_cache: dict[tuple[str, str], Any] = {}
         self._partition_source: Callable[[], Iterable[tuple[str, int, int, int, int, int]]] | None = None
         self._server: asyncio.AbstractServer | None = None

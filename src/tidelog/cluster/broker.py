@@ -114,8 +114,6 @@ class ClusterBroker(Broker):
         # ``diverging_epoch``) and only ask OffsetForLeaderEpoch first when their log has no leader epoch, as
         # Kafka (IBP >= 2.7) does; "false" always truncates through OffsetForLeaderEpoch before fetching.
         self.truncate_on_fetch = str(props.get("tidelog.replica.truncate.on.fetch", "true")).lower() != "false"
-        self.isr_shrinks = 0
-        self.isr_expands = 0
 
     # -- hooks of the single-node broker -----------------------------------------------------------------
 
@@ -214,6 +212,7 @@ class ClusterBroker(Broker):
         self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(self._start_zk)
         self._tasks.append(self._loop.create_task(self._isr_shrink_loop()))
+        self.metrics.add_rows_source(self._replication_rows)
 
     def _connect_zk(self) -> None:
         from kazoo.client import KazooClient
@@ -551,6 +550,37 @@ class ClusterBroker(Broker):
         else:
             self.purgatory.produce.check_and_complete(r.tp)  # the ISR may have fallen below min.insync.replicas
 
+    def _replication_rows(self) -> list[tuple[str, str, dict[str, str], float]]:
+        """Scrape-time gauges (Kafka's ReplicaManager UnderReplicatedPartitions, UnderMinIsrPartitionCount,
+        LeaderCount, PartitionCount, and the leader's view of each follower's lag in messages)."""
+        under = under_min = leaders = 0
+        rows: list[tuple[str, str, dict[str, str], float]] = []
+        for r in list(self.replicas.values()):
+            if not r.is_leader:
+                continue
+            leaders += 1
+            if len(r.isr) < len(r.replicas):
+                under += 1
+            if len(r.isr) < r.log.config.min_insync_replicas:
+                under_min += 1
+            leo = r.log.log_end_offset
+            for b in r.replicas:
+                if b != self.node_id:
+                    rows.append(("tidelog_replica_follower_lag_messages",
+                                 "Leader LEO minus the follower's last fetch offset (LEO if it never fetched)",
+                                 {"topic": r.tp[0], "partition": str(r.tp[1]), "follower": str(b)},
+                                 float(leo - r.follower_leo.get(b, 0))))
+        return [
+            ("tidelog_replicamanager_under_replicated_partitions", "Partitions led here with an ISR smaller than "
+             "the replica set", {}, float(under)),
+            ("tidelog_replicamanager_under_min_isr_partitions", "Partitions led here with an ISR below "
+             "min.insync.replicas", {}, float(under_min)),
+            ("tidelog_replicamanager_leader_count", "Partitions led by this broker", {}, float(leaders)),
+            ("tidelog_replicamanager_partition_count", "Partitions hosted by this broker", {},
+             float(len(self.replicas))),
+            *rows,
+        ]
+
     # -- leader side: follower fetches and the ISR ---------------------------------------------------------
 
     def record_follower_fetch(self, r: Replica, follower: int, fetch_offset: int) -> None:
@@ -600,9 +630,9 @@ class ClusterBroker(Broker):
             r.isr_update_pending = False
             r.pending_isr = ()
         if set(new_isr) - set(old_isr):
-            self.isr_expands += 1
+            self.metrics.isr_expands.inc()
         if set(old_isr) - set(new_isr):
-            self.isr_shrinks += 1
+            self.metrics.isr_shrinks.inc()
         log.info("ISR changed", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1],
                                               "isr": ",".join(map(str, new_isr))}})
         if r.is_leader and r.leader_epoch == epoch and r.zk_version == version:
@@ -827,7 +857,7 @@ class ClusterBroker(Broker):
         latest = _latest_epoch(plog)
         if latest < 0:
             # no epochs at all: the pre-KIP-101 rule is all there is
-            self._truncate_log(r, min(plog.high_watermark, plog.log_end_offset), "high watermark", -1)
+            self._truncate_log(r, min(plog.high_watermark, plog.log_end_offset), "high_watermark", -1)
             return
         requested = latest
         for _ in range(1000):
@@ -840,7 +870,7 @@ class ClusterBroker(Broker):
             if r.is_leader or r.leader_epoch != epoch:
                 return  # a stale answer: the next term's fetcher decides
             target, requested = self._truncation_point(plog, part["leader_epoch"], part["end_offset"])
-            self._truncate_log(r, target, "OffsetForLeaderEpoch", part["leader_epoch"])
+            self._truncate_log(r, target, "offset_for_leader_epoch", part["leader_epoch"])
             if requested is None:
                 return
         raise _RetriableFetchError("OffsetForLeaderEpoch did not converge")
@@ -873,7 +903,7 @@ class ClusterBroker(Broker):
             target, _ask_next = self._truncation_point(plog, diverging["epoch"], diverging.get("end_offset", -1))
             # when more remains to find (_ask_next), the next Fetch carries our new latest epoch and the leader
             # answers again: the fetch loop is the KIP-279 loop
-            self._truncate_log(r, target, "diverging epoch", diverging["epoch"])
+            self._truncate_log(r, target, "diverging_epoch", diverging["epoch"])
             hw = min(part["high_watermark"], plog.log_end_offset)
             if hw > plog.high_watermark:
                 plog.high_watermark = hw

@@ -1,0 +1,340 @@
+"""Chaos: repeated kill -9 of partition leaders under acks=all idempotent load (issue 7).
+
+3 brokers + 1 ZooKeeper on loopback, topic RF=3, ``min.insync.replicas=2``, an idempotent ``acks=all``
+confluent-kafka producer writing unique values without pause, a consumer group consuming (and committing) all
+along. A checker in the style of Jepsen's Kafka checker records every acknowledged record (value -> partition,
+offset) and at the end reads everything back:
+
+* 0 acknowledged records lost, 0 duplicates;
+* offsets are never reused for different data: each acked offset holds the acked value;
+* offsets per partition strictly increase in consumption;
+* the replicas' ``.log`` bytes are identical up to the high watermark on all three brokers, and so are their
+  leader-epoch checkpoints (batches travel unchanged from leader to follower).
+
+The kills are driven from the partition state znodes in ZooKeeper (leader, epoch, ISR), read with kazoo: the
+test waits for conditions (a new leader epoch, the killed broker back in every ISR), never for fixed times.
+The session timeout is 2 s (ZooKeeper's minimum here is 2 ticks = 1 s) so that 20+ failovers fit in ~3 min.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PARTITIONS = 2
+KILLS = 20
+DOUBLE_FAILOVERS = 6
+SESSION_TIMEOUT_MS = 2000
+
+
+def _until(what: str, pred: Callable[[], Any], timeout: float = 90.0, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            result = pred()
+        except Exception as exc:  # ZooKeeper / brokers coming and going
+            result, last = None, exc
+        if result:
+            return result
+        time.sleep(interval)  # polling interval of the condition
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last!r})")
+
+
+@pytest.fixture(scope="module")
+def chaos(cluster_with: Any) -> Any:
+    from kazoo.client import KazooClient
+
+    c = cluster_with({"zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS), "replica.fetch.backoff.ms": "100",
+                      "replica.fetch.wait.max.ms": "200", "offsets.topic.num.partitions": "3"})
+    zk = KazooClient(hosts=c.zk.connect)
+    zk.start(timeout=30)
+    c.kz = zk
+    try:
+        yield c
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def _state(c: Any, topic: str, p: int) -> Any:
+    from tidelog.cluster import zkdata as zd
+
+    data, stat = c.kz.get(zd.state_path(topic, p))
+    return zd.decode_state(data, stat.version)
+
+
+def _create(c: Any, topic: str) -> None:
+    admin = c.admin()  # kept alive until its future completes
+    admin.create_topics([NewTopic(topic, PARTITIONS, 3)])[topic].result(30)
+    _until(f"{topic} led with a full ISR", lambda: all(
+        (s := _state(c, topic, p)).leader > 0 and len(s.isr) == 3 for p in range(PARTITIONS)))
+    c.wait_for(f"{topic} in metadata", lambda md: all(
+        (q := c.partition(md, topic, p)) is not None and q.leader > 0 for p in range(PARTITIONS)))
+
+
+class Load:
+    """An idempotent acks=all producer writing unique values round robin over the partitions until stopped."""
+
+    def __init__(self, c: Any, topic: str) -> None:
+        self.c, self.topic = c, topic
+        self.acked: dict[bytes, tuple[int, int]] = {}
+        self.errors: list[Any] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-producer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        p = Producer({"bootstrap.servers": self.c.bootstrap, "acks": "all", "enable.idempotence": True,
+                      "linger.ms": 5, "message.timeout.ms": 180000, "retry.backoff.ms": 100,
+                      "request.timeout.ms": 5000, "socket.timeout.ms": 6000, "topic.metadata.refresh.interval.ms": 2000})
+
+        def cb(err: Any, msg: Any) -> None:
+            if err:
+                self.errors.append(err)
+            else:
+                self.acked[msg.value()] = (msg.partition(), msg.offset())
+
+        i = 0
+        while not self._stop.is_set():
+            for _ in range(10):
+                p.produce(self.topic, f"v{i}".encode(), partition=i % PARTITIONS, on_delivery=cb)
+                i += 1
+            self.sent = i
+            p.poll(0.01)  # ~1000 records/s at most: load without starving the brokers of the 2 cores
+        assert p.flush(180) == 0
+
+    def acks_on(self, partition: int) -> int:
+        return sum(1 for part, _o in list(self.acked.values()) if part == partition)
+
+    def wait_progress(self, n: int = 30, partition: int | None = None, timeout: float = 120.0) -> None:
+        count = (lambda: len(self.acked)) if partition is None else (lambda: self.acks_on(partition))
+        before = count()
+        _until(f"{n} more acks" + ("" if partition is None else f" on partition {partition}"),
+               lambda: count() >= before + n or self.errors, timeout)
+        assert self.errors == [], self.errors[:5]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(240)
+        assert not self._thread.is_alive(), "the producer did not flush"
+        assert self.errors == [], f"{len(self.errors)} delivery errors: {self.errors[:5]}"
+
+
+class Group:
+    """A consumer group member (confluent-kafka) consuming and committing while the brokers are killed."""
+
+    def __init__(self, c: Any, topic: str) -> None:
+        self.c, self.topic = c, topic
+        self.seen: dict[bytes, int] = {}
+        self.records = 0
+        self.errors: list[Any] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-group", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        cons = Consumer({"bootstrap.servers": self.c.bootstrap, "group.id": f"chaos-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 10000,
+                         "heartbeat.interval.ms": 1000, "fetch.wait.max.ms": 100,
+                         "topic.metadata.refresh.interval.ms": 2000})
+        cons.subscribe([self.topic])
+        n = 0
+        try:
+            while not self._stop.is_set():
+                m = cons.poll(0.2)
+                if m is None:
+                    continue
+                if m.error():
+                    if m.error().code() != KafkaError._PARTITION_EOF:
+                        self.errors.append(m.error())
+                    continue
+                self.seen[m.value()] = self.seen.get(m.value(), 0) + 1
+                self.records += 1
+                n += 1
+                if n % 200 == 0:
+                    try:
+                        cons.commit(asynchronous=True)
+                    except Exception as exc:  # no coordinator for a moment: the next commit covers it
+                        self.errors.append(exc)
+        finally:
+            cons.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+
+def _read_all(c: Any, topic: str) -> dict[int, list[tuple[int, bytes]]]:
+    """Every record of every partition up to the high watermark, with its offset, in consumption order."""
+    out: dict[int, list[tuple[int, bytes]]] = {}
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "chaos-reader", "enable.auto.commit": False,
+                     "fetch.wait.max.ms": 100})
+    try:
+        for p in range(PARTITIONS):
+            _low, end = cons.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            cons.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
+            got: list[tuple[int, bytes]] = []
+            deadline = time.monotonic() + 120
+            while (not got or got[-1][0] < end - 1) and time.monotonic() < deadline:
+                m = cons.poll(0.2)
+                if m is None or m.error():
+                    continue
+                got.append((m.offset(), m.value()))
+            assert not got or got[-1][0] == end - 1, f"partition {p}: read up to {got[-1][0]}, HW {end}"
+            out[p] = got
+            cons.unassign()
+    finally:
+        cons.close()
+    return out
+
+
+def _check(load: Load, records: dict[int, list[tuple[int, bytes]]]) -> None:
+    position: dict[bytes, tuple[int, int]] = {}
+    dups: list[bytes] = []
+    for p, recs in records.items():
+        offsets = [o for o, _v in recs]
+        assert all(a < b for a, b in itertools.pairwise(offsets)), f"partition {p}: offsets not strictly increasing"
+        for o, v in recs:
+            if v in position:
+                dups.append(v)
+            position[v] = (p, o)
+    lost = [v for v in load.acked if v not in position]
+    moved = [(v, at, position[v]) for v, at in load.acked.items() if v in position and position[v] != at]
+    assert lost == [], f"{len(lost)} acknowledged records lost, e.g. {lost[:5]}"
+    assert dups == [], f"{len(dups)} duplicates, e.g. {dups[:5]}"
+    assert moved == [], f"{len(moved)} acked offsets hold other data, e.g. {moved[:5]}"
+
+
+def _log_upto(data_dir: Path, topic: str, p: int, hw: int) -> bytes:
+    """The concatenated ``.log`` bytes of one replica, cut before the first batch at or past ``hw``."""
+    import struct
+
+    d = Path(data_dir) / f"{topic}-{p}"
+    data = b"".join(f.read_bytes() for f in sorted(d.glob("*.log")))
+    pos = 0
+    while pos + 12 <= len(data):
+        base, length = struct.unpack_from(">qi", data, pos)
+        if base >= hw:
+            break
+        pos += 12 + length
+    return data[:pos]
+
+
+def _epochs(data_dir: Path, topic: str, p: int) -> list[str]:
+    return (Path(data_dir) / f"{topic}-{p}" / "leader-epoch-checkpoint").read_text().split("\n")[2:]
+
+
+def _converged(c: Any, topic: str) -> None:
+    """All three replicas in every ISR, then identical ``.log`` bytes up to the HW and identical epochs."""
+    _until("all replicas in every ISR", lambda: all(len(_state(c, topic, p).isr) == 3 for p in range(PARTITIONS)))
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "chaos-hw"})
+    try:
+        hws = {p: cons.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(PARTITIONS)}
+    finally:
+        cons.close()
+    for p, hw in hws.items():
+        assert hw > 0
+
+        def same(p: int = p, hw: int = hw) -> bool:
+            copies = {i: _log_upto(b.data_dir, topic, p, hw) for i, b in c.brokers.items()}
+            return len(set(copies.values())) == 1 and len(next(iter(copies.values()))) > 0
+
+        # followers may be a fetch behind the leader's HW when it is read: wait for the same bytes
+        _until(f"identical replicas of {topic}-{p} up to HW {hw}", same, timeout=60)
+        _until(f"identical leader epochs of {topic}-{p}", lambda p=p: len(
+            {tuple(_epochs(b.data_dir, topic, p)) for b in c.brokers.values()}) == 1, timeout=60)
+
+
+def _back_in_isr(c: Any, topic: str, broker: int) -> None:
+    _until(f"broker {broker} back in every ISR of {topic}",
+           lambda: all(broker in _state(c, topic, p).isr for p in range(PARTITIONS)), timeout=120)
+
+
+def test_kill_leader_20_times_under_load(chaos: Any) -> None:
+    topic = f"chaos-{uuid.uuid4().hex[:8]}"
+    _create(chaos, topic)
+    load = Load(chaos, topic)
+    group = Group(chaos, topic)
+    started = time.monotonic()
+    try:
+        load.wait_progress(200)
+        _until("the group consuming", lambda: group.records > 0)
+        for k in range(KILLS):
+            p = k % PARTITIONS
+            load.wait_progress(30, partition=p)
+            before = _state(chaos, topic, p)
+            victim = before.leader
+            consumed = group.records
+            chaos.brokers[victim].kill()
+            after = _until(f"kill {k + 1}: a new leader of {topic}-{p}", lambda p=p, victim=victim, e=before.leader_epoch: (
+                s if (s := _state(chaos, topic, p)).leader not in (victim, -1) and s.leader_epoch > e else None))
+            assert victim not in after.isr
+            chaos.brokers[victim].start()
+            _back_in_isr(chaos, topic, victim)
+            # the group keeps going through every failover
+            _until(f"kill {k + 1}: consumer group progress", lambda consumed=consumed: group.records > consumed)
+        load.wait_progress(100)
+    finally:
+        load.stop()
+    elapsed = time.monotonic() - started
+    print(f"\n{KILLS} leader kills in {elapsed:.0f}s; {len(load.acked)} acked records")
+    _check(load, _read_all(chaos, topic))
+    try:
+        _until("the consumer group has seen every acked record", lambda: all(v in group.seen for v in load.acked),
+               timeout=120)
+    finally:
+        group.stop()
+    _converged(chaos, topic)
+
+
+def test_fast_double_failovers_converge(chaos: Any) -> None:
+    """Reliability anchor 7 in a feasible form: kill the leader, kill the newly elected leader as soon as
+    ZooKeeper names it, restart both; repeated. Logs converge and no offset regresses."""
+    for b in chaos.brokers.values():
+        if not b.running:
+            b.start()
+    topic = f"double-{uuid.uuid4().hex[:8]}"
+    _create(chaos, topic)
+    load = Load(chaos, topic)
+    hw_seen: dict[int, int] = {}
+    try:
+        load.wait_progress(200)
+        for k in range(DOUBLE_FAILOVERS):
+            p = k % PARTITIONS
+            load.wait_progress(30, partition=p)
+            s0 = _state(chaos, topic, p)
+            first = s0.leader
+            chaos.brokers[first].kill()
+            s1 = _until(f"round {k + 1}: a second leader", lambda p=p, first=first, e=s0.leader_epoch: (
+                s if (s := _state(chaos, topic, p)).leader not in (first, -1) and s.leader_epoch > e else None))
+            second = s1.leader
+            chaos.brokers[second].kill()
+            _until(f"round {k + 1}: a third leader", lambda p=p, first=first, second=second, e=s1.leader_epoch: (
+                (s := _state(chaos, topic, p)).leader not in (first, second, -1) and s.leader_epoch > e))
+            chaos.brokers[first].start()
+            chaos.brokers[second].start()
+            _back_in_isr(chaos, topic, first)
+            _back_in_isr(chaos, topic, second)
+            # acked offsets never regress: every partition's highest acked offset only grows
+            for part in range(PARTITIONS):
+                top = max((o for q, o in list(load.acked.values()) if q == part), default=-1)
+                assert top >= hw_seen.get(part, -1)
+                hw_seen[part] = top
+        load.wait_progress(100)
+    finally:
+        load.stop()
+    _check(load, _read_all(chaos, topic))
+    _converged(chaos, topic)
