@@ -156,3 +156,26 @@ def test_the_records_crc_module_uses_the_extension_unless_pure_python() -> None:
     for length in (0, 5, 1000, 100_000):
         assert crc_module.crc32c(view(1, length)) == ref_crc32c(view(1, length))
         assert crc_module.crc32c(view(1, length), 77) == ref_crc32c(view(1, length), 77)
+
+
+def test_write_stamped_checks_the_crc_after_the_write(tmp_path: Path) -> None:
+    from tidelog.records import RecordSpec, build_batch
+
+    good = build_batch([RecordSpec(b"k", bytes(300_000), (), 1_000)])
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0x10
+    path = tmp_path / "out"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        assert recwalk.write_stamped(fd, good, 7, 3, True) == len(good)
+        assert recwalk.write_stamped(fd, bad, 8, 3, True) == -1  # written: the caller cuts the file back
+        assert recwalk.write_stamped(fd, bad, 9, 3, False) == len(bad)
+        small = build_batch([RecordSpec(b"k", b"v", (), 1_000)])
+        assert recwalk.write_stamped(fd, small, 10, 3, True) == len(small)
+        small_bad = bytearray(small)
+        small_bad[-1] ^= 1
+        assert recwalk.write_stamped(fd, small_bad, 11, 3, True) == -1
+        assert recwalk.write_stamped(fd, bytes(40), 12, 3, True) == -1  # shorter than a batch header
+    finally:
+        os.close(fd)
+    assert os.path.getsize(path) == 3 * len(good) + 2 * len(small) + 40

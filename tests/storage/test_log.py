@@ -506,3 +506,23 @@ def test_large_batch_crc_checked_after_write_leaves_nothing(tmp_path: Path) -> N
     reopened = PartitionLog.open(tmp_path / "topic-with-dash-0", LogConfig(), recovery_point=0, now_ms=NOW)
     assert reopened.log_end_offset == 8
     reopened.close()
+
+
+@pytest.mark.parametrize("size", [200_000, 1_000_000])  # CRC before / after the write (C writer when built)
+def test_a_corrupt_batch_gets_the_check_first_error_message(tmp_path: Path, size: int) -> None:
+    lg = open_log(tmp_path)
+    lg.append_as_leader(build_batch(records(2)), now_ms=NOW)
+    corrupt = bytearray(build_batch([(b"k", b"v" * size, (), NOW)]))
+    corrupt[-7] ^= 0x40
+    with pytest.raises(CorruptRecordError) as expected:
+        validate_batch(bytes(corrupt))
+    size_before = lg.size_in_bytes
+    for buf in (corrupt, bytes(corrupt), memoryview(corrupt)):
+        with pytest.raises(CorruptRecordError) as got:
+            lg.append_as_leader(buf, now_ms=NOW)
+        assert str(got.value) == str(expected.value)
+        assert lg.log_end_offset == 2 and lg.size_in_bytes == size_before
+        assert os.path.getsize(lg.active_segment.log_path) == size_before
+    corrupt[-7] ^= 0x40
+    assert lg.append_as_leader(corrupt, now_ms=NOW).first_offset == 2
+    lg.close()

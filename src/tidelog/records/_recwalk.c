@@ -11,9 +11,11 @@
  * validate_single_batch(data, max_size, check_crc) -> header tuple | None: the whole produce-time check of
  * one v2 batch (header, sizes, CRC-32C, record walk) in one call, for PartitionLog.append_as_leader; None on
  * any failure (the Python checks then raise the exact error).
- * crc32c(data, value=0) -> int: CRC-32C (SSE4.2 when the CPU has it, else slicing-by-8).
- * write_stamped(fd, batch, base_offset, partition_leader_epoch) -> int: one writev of the batch with those
- * two fields (outside the CRC) replaced, the caller's buffer neither copied nor changed.
+ * crc32c(data, value=0) -> int: CRC-32C (carry-less-multiply folding on CPUs with PCLMULQDQ/VPCLMULQDQ above
+ * a few hundred bytes, SSE4.2 below, else slicing-by-8); crc32c_using(path, data, value=0) runs one of them.
+ * write_stamped(fd, batch, base_offset, partition_leader_epoch, check_crc=False) -> int: one writev of the
+ * batch with those two fields (outside the CRC) replaced, the caller's buffer neither copied nor changed;
+ * optionally the batch's CRC-32C right after the write (-1 when it does not match).
  *
  * Record layout (all varints zig-zag):
  *   length varint | attributes int8 | timestampDelta varlong | offsetDelta varint | keyLength varint | key
@@ -1171,20 +1173,43 @@ crc32c_using(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
 }
 
 PyDoc_STRVAR(write_stamped_doc,
-"write_stamped(fd, batch, base_offset, partition_leader_epoch, /) -> int\n\n"
+"write_stamped(fd, batch, base_offset, partition_leader_epoch, check_crc=False, /) -> int\n\n"
 "Write the whole v2 batch ``batch`` (a buffer of at least 16 bytes, not copied or changed) to ``fd`` with its\n"
 "baseOffset and partitionLeaderEpoch (bytes 0-7 and 12-15, both outside the CRC) replaced: one writev of a\n"
 "16-byte head built on the stack and the rest of the caller's buffer, short writes continued, EINTR retried\n"
 "(after running signal handlers), the GIL released around each system call as os.writev does. Returns\n"
-"len(batch); raises OSError (bytes may then have been written: the caller truncates).");
+"len(batch); raises OSError (bytes may then have been written: the caller truncates).\n\n"
+"``check_crc`` (``batch`` then is one v2 batch whose header and sizes were validated): after the write, while\n"
+"the bytes are still in the CPU cache, verify the batch's CRC-32C. Returns -1 when it does not match: the\n"
+"bytes are written, and the caller cuts the file back and lets the Python check raise the exact error.");
+
+/* whether the stored CRC-32C of the whole batch d[0:n] matches its bytes (GIL held on entry) */
+static int
+crc_matches(const uint8_t *d, Py_ssize_t n)
+{
+    if (n < BATCH_HEADER)
+        return 0;
+    uint32_t crc;
+    if (n > RELEASE_GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        crc = crc32c_any(0, d + 21, (size_t)(n - 21));
+        Py_END_ALLOW_THREADS
+    } else {
+        crc = crc32c_any(0, d + 21, (size_t)(n - 21));
+    }
+    return crc == be32u(d + 17);
+}
 
 static PyObject *
 write_stamped(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "write_stamped expected 4 arguments, got %zd", nargs);
+    if (nargs < 4 || nargs > 5) {
+        PyErr_Format(PyExc_TypeError, "write_stamped expected 4 or 5 arguments, got %zd", nargs);
         return NULL;
     }
+    int check_crc = nargs == 5 ? PyObject_IsTrue(args[4]) : 0;
+    if (check_crc < 0)
+        return NULL;
     long fdl = PyLong_AsLong(args[0]);
     if (fdl == -1 && PyErr_Occurred())
         return NULL;
@@ -1250,6 +1275,10 @@ write_stamped(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
             goto fail;
         }
         done += n;
+    }
+    if (check_crc && !crc_matches((const uint8_t *)view.buf, total)) {
+        PyBuffer_Release(&view);
+        return PyLong_FromLong(-1);
     }
     PyBuffer_Release(&view);
     return PyLong_FromSsize_t(total);

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -638,10 +639,9 @@ class PartitionLog:
                     check_batch_crc(batch, fields)
                     late_crc = False
                 seg = self.roll(base, now_ms=now)
-            if late_crc:
-                seg.append_parts(
-                    last_offset, max_ts, last_offset, parts, lambda: check_batch_crc(batch, fields), stamp
-                )
+            if late_crc:  # by the C writer right after its write when built (check_batch_crc then only raises)
+                check = partial(check_batch_crc, batch, fields)
+                seg.append_parts(last_offset, max_ts, last_offset, parts, check, stamp, True)
             else:
                 seg.append_parts(last_offset, max_ts, last_offset, parts, None, stamp)
             self._log_end_offset = last_offset + 1

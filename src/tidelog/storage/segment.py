@@ -397,6 +397,7 @@ class LogSegment:
         parts: tuple[bytes | bytearray | memoryview, ...] | list[bytes | bytearray | memoryview],
         check: Callable[[], None] | None = None,
         stamp: tuple[int, int] | None = None,
+        c_check_crc: bool = False,
     ) -> int:
         """:meth:`append` of the batch bytes given as consecutive pieces, written with one ``os.writev``.
 
@@ -412,6 +413,10 @@ class LogSegment:
         partitionLeaderEpoch (outside the CRC) are written as given instead of its own, without copying or
         changing the caller's buffer (the C ``write_stamped`` when built, else a 16-byte head and a view of the
         rest in one ``os.writev``).
+
+        ``c_check_crc`` (with ``stamp``, and ``check`` the batch's CRC check): when the C writer is used, it
+        verifies the CRC itself right after the write, and ``check()`` is only called when it did not match, to
+        raise the exact error; without the C writer ``check()`` runs as above.
         """
         if stamp is not None and _c_write_stamped is None:
             batch = parts[0]
@@ -430,7 +435,15 @@ class LogSegment:
             fd = handle.fd
             try:
                 if stamp is not None:  # the C writer continues short writes itself
-                    total = _c_write_stamped(fd, parts[0], stamp[0], stamp[1])
+                    if c_check_crc:
+                        total = _c_write_stamped(fd, parts[0], stamp[0], stamp[1], True)
+                        if total < 0:  # the CRC did not match: check() raises the exact error
+                            if check is not None:
+                                check()
+                            raise CorruptRecordError(f"a batch for {self.log_path} failed its CRC check")
+                        check = None  # done in C
+                    else:
+                        total = _c_write_stamped(fd, parts[0], stamp[0], stamp[1])
                 else:
                     total = len(parts[0]) + len(parts[1]) if len(parts) == 2 else sum(map(len, parts))
                     written = os.writev(fd, parts) if len(parts) > 1 else os.write(fd, parts[0])
