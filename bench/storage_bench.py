@@ -24,6 +24,8 @@ Usage::
     .venv/bin/python bench/storage_bench.py            # 2 GiB log, 512 MiB per append case
     .venv/bin/python bench/storage_bench.py --quick    # ~256 MiB log, 128 MiB per append case, < 1 min
     .venv/bin/python bench/storage_bench.py --size-gib 4 --profile
+    .venv/bin/python bench/storage_bench.py --quick --append-only   # only the two append comparisons
+    .venv/bin/python bench/storage_bench.py --crc   # CRC-32C GB/s of each implementation by size (seconds)
 
 Works in ``bench/.work/`` (gitignored) and deletes it afterwards (``--keep`` to keep it).
 """
@@ -379,6 +381,45 @@ def append_breakdown(batches: list[bytes], root: Path, repeats: int = 5) -> list
     return out
 
 
+# ---------------------------------------------------------------------------------------------------- CRC
+
+
+def bench_crc(sizes: tuple[int, ...] = (256, 320, 512, 1024, 4096, 16 * KIB, 256 * KIB, MIB, 3 * MIB)) -> None:
+    """CRC-32C throughput (GB/s, hot buffer, best of many calls) of every path the C extension has on this
+    CPU (``crc32c_using``) and of the ``crc32c`` package, by buffer size. Prints a table."""
+    import crc32c as crc_package
+
+    try:
+        from tidelog.records import _recwalk
+    except ImportError:
+        print("the C extension is not built: only the crc32c package")
+        paths: tuple[str, ...] = ()
+    else:
+        paths = _recwalk.CRC32C_PATHS
+        print(f"CRC-32C: default path {_recwalk.CRC32C_PATH} from {_recwalk.CRC32C_FOLD_FROM} bytes")
+    data = random.Random(1).randbytes(max(sizes) + 64)
+    names = [*paths, "crc32c package"]
+    print(f"{'bytes':>9} | " + " | ".join(f"{n:>16}" for n in names) + "   (GB/s)")
+    for size in sizes:
+        view = memoryview(data)[1 : 1 + size]  # not 64-byte aligned, as a batch's CRC range is not
+        calls = max(1, (8 * MIB) // size)
+        cells = []
+        for name in names:
+            fn: Callable[[], object]
+            if name == "crc32c package":
+                fn = lambda view=view: crc_package.crc32c(view)  # type: ignore[misc]  # noqa: E731
+            else:
+                fn = lambda name=name, view=view: _recwalk.crc32c_using(name, view)  # type: ignore[misc]  # noqa: E731
+            best = inf = float("inf")
+            for _ in range(7):
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                best = min(best, time.perf_counter() - t0)
+            cells.append(f"{size * calls / best / 1e9:16.1f}" if best < inf else "-")
+        print(f"{size:>9} | " + " | ".join(cells))
+
+
 # ---------------------------------------------------------------------------------------------- multi-GiB
 
 
@@ -530,6 +571,10 @@ def print_table(rows: list[Row]) -> None:
         print(" | ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(c, widths))))
 
 
+class _AppendOnly(Exception):
+    """--append-only: the append cases are done."""
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="~256 MiB log and 128 MiB per append case (< 1 min)")
@@ -551,7 +596,14 @@ def main(argv: list[str] | None = None) -> int:
         help="clock for recovery and the sequential read (default cpu: robust on a shared host)",
     )
     ap.add_argument("--work-dir", type=Path, default=WORK_ROOT)
+    ap.add_argument("--crc", action="store_true", help="only the CRC-32C throughput of each implementation")
+    ap.add_argument(
+        "--append-only", action="store_true", help="only the append comparisons (no big log, recovery, lookups)"
+    )
     args = ap.parse_args(argv)
+    if args.crc:
+        bench_crc()
+        return 0
 
     size = int((args.size_gib if args.size_gib is not None else (0.25 if args.quick else 2.0)) * GIB)
     volume = (args.append_mib if args.append_mib is not None else (128 if args.quick else 512)) * MIB
@@ -568,7 +620,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"append volume {volume // MIB} MiB per case, {rounds} alternating round(s), best of; "
-        f"lookup/recovery log {size / GIB:.2f} GiB; page cache warm for both sides; no fsync on either side; "
+        + ("" if args.append_only else f"lookup/recovery log {size / GIB:.2f} GiB; ")
+        + "page cache warm for both sides; no fsync on either side; "
         f"recovery/read clock: {args.clock}; lookups: wall clock per call"
     )
     rows: list[Row] = []
@@ -591,6 +644,8 @@ def main(argv: list[str] | None = None) -> int:
                 breakdowns.append((label, append_breakdown(batches, root)))
             del batches
             gc.collect()
+        if args.append_only:
+            raise _AppendOnly
 
         print(f"  building the {size / GIB:.2f} GiB log (16 KiB batches) ...", flush=True)
         big, append_s = build_big_log(root, size, 16 * KIB, 1000)
@@ -640,6 +695,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.extend(bench_lookups(big, log, lookups))
         finally:
             log.close()
+    except _AppendOnly:
+        pass
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
