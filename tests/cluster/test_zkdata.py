@@ -101,3 +101,66 @@ def test_controller_decisions() -> None:
     assert _decide(zd.LeaderIsr(-1, 4, (1,), 5), [1, 2, 3], {1, 2, 3}) == zd.LeaderIsr(1, 5, (1,), 5)
     # a returning replica outside the ISR is not elected
     assert _decide(zd.LeaderIsr(-1, 4, (1,), 5), [1, 2, 3], {2, 3}) is None
+
+
+def test_reassignment_assignment_arithmetic() -> None:
+    """KIP-455's RS/AR/RR in the topic znode (Kafka's ``ReplicaAssignment.reassignTo``)."""
+    a = zd.TopicAssignment({0: [1, 2], 1: [2, 3]}, bytes(range(16)))
+    a.reassign_to(0, [3, 2])
+    assert a.partitions[0] == [3, 2, 1] and a.adding == {0: [3]} and a.removing == {0: [1]}
+    assert a.origin(0) == [2, 1] and a.target(0) == [3, 2] and a.reassigning(0) and not a.reassigning(1)
+    raw = json.loads(zd.encode_topic(a))
+    assert raw["partitions"]["0"] == [3, 2, 1] and raw["adding_replicas"] == {"0": [3]}
+    assert raw["removing_replicas"] == {"0": [1]} and zd.decode_topic(zd.encode_topic(a)) == a
+    # a new target replaces the ongoing one, computed from the origin (3 is dropped again)
+    b = zd.decode_topic(zd.encode_topic(a))
+    b.reassign_to(0, [1, 4])
+    assert b.partitions[0] == [1, 4, 2] and b.adding == {0: [4]} and b.removing == {0: [2]}
+    # cancelling = reassigning to the origin: no reassignment is left
+    a.reassign_to(0, a.origin(0))
+    assert a.partitions[0] == [2, 1] and a.adding == {} and a.removing == {} and not a.reassigning(0)
+    # completion: RS = target
+    c = zd.TopicAssignment({0: [1, 2, 3]})
+    c.reassign_to(0, [4, 5, 6])
+    assert c.partitions[0] == [4, 5, 6, 1, 2, 3] and c.removing == {0: [1, 2, 3]}
+    c.complete(0)
+    assert c == zd.TopicAssignment({0: [4, 5, 6]})
+    # /admin/reassign_partitions (ReassignPartitionsZNode)
+    value = {("t", 1): [3, 1], ("t", 0): [1, 2]}
+    assert json.loads(zd.encode_reassignment(value)) == {"version": 1, "partitions": [
+        {"topic": "t", "partition": 0, "replicas": [1, 2]}, {"topic": "t", "partition": 1, "replicas": [3, 1]}]}
+    assert zd.decode_reassignment(zd.encode_reassignment(value)) == value
+    with pytest.raises(ValueError):
+        zd.decode_reassignment(b'{"version":1,"partitions":[{"topic":"t"}]}')
+    with pytest.raises(ValueError):
+        zd.decode_reassignment(b"not json")
+
+
+def test_reassignment_decisions() -> None:
+    c = Controller.__new__(Controller)
+    c.epoch, c.unclean_election, c.shutting_down = 5, False, set()
+    live = {1, 2, 3}
+    # not all target replicas in sync yet: wait
+    assert c.decide_reassignment_done(zd.LeaderIsr(1, 2, (1, 2), 4), [3, 2], live, set()) is None
+    # all in sync, leader outside the target: the first live in-sync target replica leads, ISR = target
+    assert c.decide_reassignment_done(zd.LeaderIsr(1, 2, (1, 2, 3), 4), [3, 2], live, set()) == \
+        zd.LeaderIsr(3, 3, (2, 3), 5)
+    assert c.decide_reassignment_done(zd.LeaderIsr(1, 2, (1, 2, 3), 4), [3, 2], live, {3}) == \
+        zd.LeaderIsr(2, 3, (2, 3), 5)
+    # leader in the target: it stays, the removed replica leaves the ISR; nothing to do when already so
+    assert c.decide_reassignment_done(zd.LeaderIsr(2, 2, (1, 2, 3), 4), [3, 2], live, set()) == \
+        zd.LeaderIsr(2, 3, (2, 3), 5)
+    assert c.decide_reassignment_done(zd.LeaderIsr(2, 3, (2, 3), 5), [3, 2], live, set()) is None
+    # replicas no longer assigned (a cancelled reassignment) leave the ISR and the leadership
+    assert c.decide_unneeded(zd.LeaderIsr(1, 2, (1, 2, 3), 4), [1, 2], [1, 2], live, set()) == \
+        zd.LeaderIsr(1, 3, (1, 2), 5)
+    assert c.decide_unneeded(zd.LeaderIsr(3, 2, (1, 2, 3), 4), [1, 2], [1, 2], live, set()) == \
+        zd.LeaderIsr(1, 3, (1, 2), 5)
+    assert c.decide_unneeded(zd.LeaderIsr(3, 2, (1, 2), 4), [3, 2, 1], [3, 2], live, set()) is None
+    # Kafka's validateReplicas
+    a = zd.TopicAssignment({0: [1, 2]})
+    assert c.validate_replicas(a, 0, [], live)[0] == "INVALID_REPLICA_ASSIGNMENT"
+    assert "Duplicate replica ids" in c.validate_replicas(a, 0, [2, 2], live)[1]
+    assert "Invalid broker id" in c.validate_replicas(a, 0, [2, -1], live)[1]
+    assert "not alive" in c.validate_replicas(a, 0, [2, 4], live)[1]
+    assert c.validate_replicas(a, 0, [3, 2], live) is None

@@ -1,11 +1,13 @@
 """``tidelog cluster describe``: the cluster as ZooKeeper has it (brokers, controller, partition states);
-``tidelog cluster elect-leaders``: preferred leader election."""
+``tidelog cluster elect-leaders``: preferred leader election; ``tidelog cluster reassign``: partition reassignment."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import sys
+import uuid
+from typing import Any
 
 import click
 
@@ -151,3 +153,184 @@ def elect_leaders(zk_connect: str, topic: str | None, partition: int | None, tim
         preferred = p["replicas"][0] if p["replicas"] else -1
         status = "preferred" if p["leader"] == preferred else "not preferred (preferred replica down or out of sync)"
         click.echo(f"Topic: {tp[0]}\tPartition: {tp[1]}\tLeader: {p['leader']}\tPreferred: {preferred}\t{status}")
+
+
+# -- reassignment (kafka-reassign-partitions.sh) -----------------------------------------------------------------
+
+METADATA, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 3, 45, 46
+
+
+async def _controller_request(bootstrap: str, api_key: int, version: int, body: dict, timeout: float) -> dict:
+    """Send one request to the controller named in Metadata (again, up to a few times, on NOT_CONTROLLER)."""
+    from tidelog.cluster.peer import Peer
+
+    hosts = [h.strip() for h in bootstrap.split(",") if h.strip()]
+    last: Exception | None = None
+    for _attempt in range(5):
+        for hp in hosts:
+            host, _, port = hp.rpartition(":")
+            peer = Peer(host.strip("[]"), int(port), "tidelog-cli")
+            try:
+                md = await peer.request(METADATA, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                                       "include_topic_authorized_operations": False}, timeout)
+            except (OSError, TimeoutError) as exc:
+                last = exc
+                continue
+            finally:
+                peer.close()
+            nodes = {b["node_id"]: b for b in md["brokers"]}
+            ctl = nodes.get(md["controller_id"])
+            if ctl is None:
+                last = RuntimeError("no controller in the cluster metadata")
+                continue
+            peer = Peer(ctl["host"], ctl["port"], "tidelog-cli")
+            try:
+                resp = await peer.request(api_key, version, body, timeout)
+            except (OSError, TimeoutError) as exc:
+                last = exc
+                continue
+            finally:
+                peer.close()
+            if resp.get("error_code") == 41:  # NOT_CONTROLLER: the controller moved; ask again
+                last = RuntimeError("NOT_CONTROLLER")
+                continue
+            return resp
+    raise click.ClickException(f"cannot reach the controller through {bootstrap}: {last}")
+
+
+async def _replicas_of(bootstrap: str, topics: list[str], timeout: float) -> dict[tuple[str, int], list[int]]:
+    from tidelog.cluster.peer import Peer
+
+    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    peer = Peer(host.strip("[]"), int(port), "tidelog-cli")
+    try:
+        md = await peer.request(METADATA, 12, {"topics": [{"name": t, "topic_id": uuid.UUID(int=0)} for t in topics],
+                                               "allow_auto_topic_creation": False,
+                                               "include_topic_authorized_operations": False}, timeout)
+    finally:
+        peer.close()
+    return {(t["name"], p["partition_index"]): list(p["replica_nodes"]) for t in md["topics"]
+            for p in t["partitions"]}
+
+
+def _read_reassignment_file(path: str) -> dict[tuple[str, int], list[int]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+        out: dict[tuple[str, int], list[int]] = {}
+        for e in value["partitions"]:
+            tp = (str(e["topic"]), int(e["partition"]))
+            if tp in out:
+                raise click.ClickException(f"partition {tp[0]}-{tp[1]} appears more than once in {path}")
+            out[tp] = [int(b) for b in e.get("replicas") or []]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise click.ClickException(f"cannot read the reassignment JSON {path}: {exc!r}") from None
+    if value.get("version", 1) != 1:
+        raise click.ClickException(f"unsupported reassignment JSON version {value.get('version')}")
+    return out
+
+
+def _alter_body(parts: dict[tuple[str, int], list[int] | None], timeout: float) -> dict:
+    topics: dict[str, list[dict]] = {}
+    for (t, p), replicas in sorted(parts.items()):
+        topics.setdefault(t, []).append({"partition_index": p, "replicas": replicas})
+    return {"timeout_ms": int(timeout * 1000),
+            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+
+
+def _alter_errors(resp: dict) -> list[str]:
+    from tidelog.protocol.errors import error_for_code
+
+    def error_name(code: int) -> str:
+        return error_for_code(code).name
+
+    if resp.get("error_code"):
+        return [f"{error_name(resp['error_code'])}: {resp.get('error_message')}"]
+    return [f"{t['name']}-{p['partition_index']}: {error_name(p['error_code'])}: {p['error_message']}"
+            for t in resp["responses"] for p in t["partitions"] if p["error_code"]]
+
+
+def _names(tps: Any) -> str:
+    return ",".join(f"{t}-{p}" for t, p in sorted(tps))
+
+
+@cluster.command("reassign")
+@click.option("--bootstrap-server", "-b", "bootstrap", envvar="TIDELOG_BOOTSTRAP", default="127.0.0.1:9092",
+              show_default=True, help="Broker(s) to ask for the controller, host:port[,host:port...].")
+@click.option("--reassignment-json-file", "json_file", default=None,
+              help='{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2,3]}]}')
+@click.option("--execute", "mode", flag_value="execute", help="start the reassignment in the JSON file")
+@click.option("--verify", "mode", flag_value="verify", help="is the reassignment in the JSON file done? "
+              "(exit status 1 while it is not)")
+@click.option("--cancel", "mode", flag_value="cancel", help="cancel the reassignments of the JSON file's partitions")
+@click.option("--list", "mode", flag_value="list", help="list every ongoing reassignment")
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="seconds per request")
+def reassign(bootstrap: str, json_file: str | None, mode: str | None, timeout: float) -> None:
+    """Partition reassignment as kafka-reassign-partitions.sh --execute/--verify/--cancel/--list does it
+    (AlterPartitionReassignments / ListPartitionReassignments to the controller)."""
+    import asyncio
+
+    if mode is None:
+        raise click.UsageError("one of --execute, --verify, --cancel or --list is needed")
+    if mode != "list" and json_file is None:
+        raise click.UsageError(f"--{mode} needs --reassignment-json-file")
+    wanted = _read_reassignment_file(json_file) if json_file else {}
+
+    if mode == "list":
+        resp = asyncio.run(_controller_request(bootstrap, LIST_REASSIGNMENTS, 0,
+                                               {"timeout_ms": int(timeout * 1000), "topics": None}, timeout))
+        parts = [(t["name"], p) for t in resp["topics"] for p in t["partitions"]]
+        if not parts:
+            click.echo("No partition reassignments found.")
+            return
+        click.echo("Current partition reassignments:")
+        for name, p in sorted(parts, key=lambda x: (x[0], x[1]["partition_index"])):
+            click.echo(f"{name}-{p['partition_index']}: replicas: {','.join(map(str, p['replicas']))}. "
+                       f"adding: {','.join(map(str, p['adding_replicas']))}. "
+                       f"removing: {','.join(map(str, p['removing_replicas']))}.")
+        return
+    if mode == "execute":
+        current = asyncio.run(_replicas_of(bootstrap, sorted({t for t, _ in wanted}), timeout))
+        click.echo("Current partition replica assignment\n")
+        click.echo(json.dumps({"version": 1, "partitions": [
+            {"topic": t, "partition": p, "replicas": current[(t, p)], "log_dirs": ["any"] * len(current[(t, p)])}
+            for t, p in sorted(wanted) if (t, p) in current]}, separators=(",", ":")))
+        click.echo("\nSave this to use as the --reassignment-json-file option during rollback")
+        resp = asyncio.run(_controller_request(bootstrap, ALTER_REASSIGNMENTS, 0,
+                                               _alter_body(dict(wanted.items()), timeout), timeout))
+        errors = _alter_errors(resp)
+        if errors:
+            raise click.ClickException("Error reassigning partition(s):\n" + "\n".join(errors))
+        click.echo(f"Successfully started partition reassignments for {_names(wanted)}")
+        return
+    if mode == "cancel":
+        resp = asyncio.run(_controller_request(bootstrap, ALTER_REASSIGNMENTS, 0,
+                                               _alter_body(dict.fromkeys(wanted), timeout), timeout))
+        errors = _alter_errors(resp)
+        if errors:
+            raise click.ClickException("Error cancelling partition reassignment(s):\n" + "\n".join(errors))
+        click.echo(f"Successfully cancelled partition reassignments for: {_names(wanted)}")
+        return
+    # verify
+    topics = sorted({t for t, _ in wanted})
+    resp = asyncio.run(_controller_request(bootstrap, LIST_REASSIGNMENTS, 0, {
+        "timeout_ms": int(timeout * 1000),
+        "topics": [{"name": t, "partition_indexes": sorted(p for tt, p in wanted if tt == t)} for t in topics]},
+        timeout))
+    ongoing = {(t["name"], p["partition_index"]) for t in resp["topics"] for p in t["partitions"]}
+    current = asyncio.run(_replicas_of(bootstrap, topics, timeout))
+    click.echo("Status of partition reassignment:")
+    all_done = True
+    for tp in sorted(wanted):
+        name = f"{tp[0]}-{tp[1]}"
+        if tp in ongoing:
+            all_done = False
+            click.echo(f"Reassignment of partition {name} is still in progress.")
+        elif current.get(tp) == wanted[tp]:
+            click.echo(f"Reassignment of partition {name} is completed.")
+        else:
+            all_done = False
+            click.echo(f"There is no active reassignment of partition {name}, but replica set is "
+                       f"{','.join(map(str, current.get(tp, [])))} rather than {','.join(map(str, wanted[tp]))}.")
+    if not all_done:
+        sys.exit(1)

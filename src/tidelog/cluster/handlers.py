@@ -1,11 +1,25 @@
-"""Handlers only served in cluster mode: OffsetForLeaderEpoch (KIP-101/KIP-279)."""
+"""Handlers only served in cluster mode: OffsetForLeaderEpoch (KIP-101/KIP-279), AlterPartitionReassignments and
+ListPartitionReassignments (KIP-455).
+
+AlterPartitionReassignments is answered by the controller only (NOT_CONTROLLER elsewhere, as Kafka's ZK mode;
+clients send it to the controller named in Metadata): the handler hands the request to the controller's event
+thread and answers with its per-partition results once the new assignments are written (the reassignment itself
+goes on; ListPartitionReassignments shows it). ListPartitionReassignments is read from ZooKeeper's topic
+znodes by any broker.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.server import PartitionError
+from tidelog.protocol.errors import error_code
 
 OFFSET_FOR_LEADER_EPOCH = 23
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 
 
 @handles(OFFSET_FOR_LEADER_EPOCH)
@@ -33,3 +47,94 @@ async def offset_for_leader_epoch(ctx: RequestContext, request: dict) -> dict:
             except PartitionError as exc:
                 out["error_code"], _ = error_of(exc)
     return {"throttle_time_ms": 0, "topics": topics_out}
+
+
+def _alter_response(ctx: RequestContext, request: dict, error: str | None, message: str | None,
+                    per_partition: dict[tuple[str, int], tuple[str, str] | None]) -> dict:
+    out: dict[str, Any] = {"throttle_time_ms": 0, "error_code": error_code(error) if error else 0,
+                           "error_message": message, "responses": []}
+    if ctx.api_version >= 1:
+        out["allow_replication_factor_change"] = bool(request.get("allow_replication_factor_change", True))
+    for t in request.get("topics") or ():
+        parts = []
+        for p in t.get("partitions") or ():
+            tp = (t.get("name"), int(p.get("partition_index", -1)))
+            r = per_partition.get(tp)
+            parts.append({"partition_index": tp[1], "error_code": error_code(r[0]) if r else 0,
+                          "error_message": r[1] if r else None})
+        out["responses"].append({"name": t.get("name"), "partitions": parts})
+    return out
+
+
+@handles(ALTER_PARTITION_REASSIGNMENTS)
+async def alter_partition_reassignments(ctx: RequestContext, request: dict) -> dict:
+    broker: Any = ctx.broker
+    controller = getattr(broker, "controller", None)
+    if controller is None or not controller.active:
+        return _alter_response(ctx, request, "NOT_CONTROLLER", "This is not the correct controller for this cluster.",
+                               {})
+    wanted: dict[tuple[str, int], list[int] | None] = {}
+    dup: set[tuple[str, int]] = set()
+    for t in request.get("topics") or ():
+        for p in t.get("partitions") or ():
+            tp = (t.get("name"), int(p.get("partition_index", -1)))
+            if tp in wanted:
+                dup.add(tp)
+            replicas = p.get("replicas")
+            wanted[tp] = None if replicas is None else [int(b) for b in replicas]
+    if dup:
+        return _alter_response(ctx, request, "INVALID_REQUEST",
+                               f"Duplicate partitions in the request: {sorted(dup)}", {})
+    allow_rf = bool(request.get("allow_replication_factor_change", True)) if ctx.api_version >= 1 else True
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future = loop.create_future()
+
+    def reply(results: dict | None) -> None:  # on the controller's thread
+        loop.call_soon_threadsafe(lambda: done.done() or done.set_result(results))
+
+    controller._events.put(("alter_reassign", (wanted, allow_rf, reply)))
+    timeout_s = max(1, int(request.get("timeout_ms", 60000))) / 1000
+    try:
+        results = await asyncio.wait_for(done, timeout_s)
+    except TimeoutError:
+        return _alter_response(ctx, request, "REQUEST_TIMED_OUT", "The controller did not answer in time.", {})
+    if results is None:
+        return _alter_response(ctx, request, "NOT_CONTROLLER", "This is not the correct controller for this cluster.",
+                               {})
+    return _alter_response(ctx, request, None, None, results)
+
+
+def list_reassignments(zk: Any, wanted: dict[str, list[int]] | None) -> list[dict]:
+    """The ongoing reassignments as ListPartitionReassignments topics (from ZooKeeper; blocking)."""
+    from kazoo.exceptions import NoNodeError
+
+    from tidelog.cluster import zkdata as zd
+
+    names = sorted(wanted) if wanted is not None else sorted(zk.get_children(zd.BROKER_TOPICS))
+    out = []
+    for name in names:
+        try:
+            a = zd.decode_topic(zk.get(zd.topic_path(name))[0])
+        except NoNodeError:
+            continue
+        parts = [{"partition_index": p, "replicas": list(a.partitions[p]), "adding_replicas": a.adding.get(p, []),
+                  "removing_replicas": a.removing.get(p, [])}
+                 for p in sorted(a.partitions)
+                 if a.reassigning(p) and (wanted is None or p in wanted[name])]
+        if parts:
+            out.append({"name": name, "partitions": parts})
+    return out
+
+
+@handles(LIST_PARTITION_REASSIGNMENTS)
+async def list_partition_reassignments(ctx: RequestContext, request: dict) -> dict:
+    broker: Any = ctx.broker
+    topics = request.get("topics")
+    wanted = None if topics is None else {t.get("name"): [int(i) for i in t.get("partition_indexes") or ()]
+                                           for t in topics}
+    zk = broker.zk
+    if zk is None:
+        return {"throttle_time_ms": 0, "error_code": error_code("BROKER_NOT_AVAILABLE"),
+                "error_message": "Not connected to ZooKeeper.", "topics": []}
+    found = await asyncio.to_thread(list_reassignments, zk, wanted)
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "topics": found}

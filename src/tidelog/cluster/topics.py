@@ -1,10 +1,17 @@
 """The topic registry in ZooKeeper mode: topics are created in ZooKeeper (``/config/topics/<t>`` and the
 assignment ``/brokers/topics/<t>``, as Kafka's AdminZkClient does, from whichever broker got the request); the
 controller then elects leaders, and every broker adopts the topic (and creates the logs of its replicas) when
-its watch sees the assignment."""
+its watch sees the assignment.
+
+Deletion is Kafka's ``/admin/delete_topics/<t>``: any broker queues it, the controller deletes the topic's znodes
+and every broker deletes its replicas when its assignment watch sees the topic gone (:meth:`forget_topic`); a
+broker that was down meanwhile deletes them at its next start (:meth:`remove_strays`). A replica moved away by
+a reassignment is deleted the same way (:meth:`drop_partition`). Manual assignments (CreateTopics /
+CreatePartitions ``assignments``) are checked against the registered brokers."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -14,7 +21,14 @@ from tidelog.cluster import zkdata as zd
 log = logging.getLogger("tidelog.cluster.topics")
 
 
+DELETE_TIMEOUT_S = 30.0  # how long DeleteTopics waits for the deletion (Kafka's DelayedDeleteTopics)
+
+
 class ClusterTopicManager(TopicManager):
+    def __init__(self, broker: Any) -> None:
+        super().__init__(broker)
+        self._deleted: dict[str, asyncio.Event] = {}
+
     def log_manager_kwargs(self) -> dict[str, Any]:
         kwargs = super().log_manager_kwargs()
         kwargs["cluster_id"] = self.broker.cluster_id or kwargs.get("cluster_id")  # ZooKeeper's /cluster/id
@@ -25,6 +39,10 @@ class ClusterTopicManager(TopicManager):
         """Make ``name`` known here as ZooKeeper has it; create the logs of the replicas hosted here."""
         info = self._topics.get(name)
         changed = False
+        if info is not None and topic_id and bytes(topic_id) != info.topic_id:
+            # deleted and created again while we were not looking: the old replicas go first
+            self.forget_topic(name)
+            info = None
         if info is None:
             try:
                 cfg = self._log_config(overrides)
@@ -45,12 +63,71 @@ class ClusterTopicManager(TopicManager):
                 self._logs[(name, p)] = lg or self.broker.logs.create_log(name, p, info.log_config, info.topic_id)
         return info
 
+    # -- local replicas going away --------------------------------------------------------------------------
+
+    def drop_partition(self, name: str, partition: int) -> None:
+        """This broker no longer hosts ``name-partition``: close the log, rename its directory to
+        ``<dir>.<uuid>-delete`` and remove it in the background (Kafka's StopReplica with delete)."""
+        self._logs.pop((name, partition), None)
+        try:
+            if self.broker.logs.delete_log(name, partition):
+                log.info("replica deleted", extra={"kv": {"topic": name, "partition": partition}})
+        except Exception:
+            log.exception("deleting replica failed", extra={"kv": {"topic": name, "partition": partition}})
+        purgatory = getattr(self.broker, "purgatory", None)
+        if purgatory is not None:
+            purgatory.check_and_complete((name, partition))
+
+    def forget_topic(self, name: str) -> None:
+        """The topic is gone from ZooKeeper: delete the local replicas and forget it."""
+        info = self._topics.pop(name, None)
+        if info is not None:
+            self._by_id.pop(info.topic_id, None)
+        for t, p in [tp for tp in self._logs if tp[0] == name]:
+            self.drop_partition(t, p)
+        for t, p in [tp for tp in self.broker.logs.all_logs() if tp[0] == name]:
+            self.drop_partition(t, p)
+        if info is not None:
+            self._persist()
+            metrics = getattr(self.broker, "metrics", None)
+            if metrics is not None:
+                metrics.forget_topic(name)
+            log.info("topic deleted here", extra={"kv": {"topic": name, "topic_id": info.topic_id_str}})
+        event = self._deleted.pop(name, None)
+        if event is not None:
+            event.set()
+
+    def remove_strays(self, zk_topics: set[str], assignments: dict[str, zd.TopicAssignment], node_id: int) -> None:
+        """At start, once ZooKeeper's topics are read: delete replicas of topics deleted while this broker was
+        away, and replicas no longer assigned here (topics tidelog keeps only locally, ``__``-prefixed internal
+        ones, are left alone)."""
+        for name in list(self._topics):
+            if name not in zk_topics and not name.startswith("__"):
+                log.info("deleting the replicas of a topic deleted while away", extra={"kv": {"topic": name}})
+                self.forget_topic(name)
+        for (t, p) in list(self.broker.logs.all_logs()):
+            a = assignments.get(t)
+            if a is not None and node_id not in a.partitions.get(p, ()):
+                self.drop_partition(t, p)
+
+    # -- requests ---------------------------------------------------------------------------------------------
+
+    def registered_brokers(self) -> set[int]:
+        return set(getattr(self.broker, "live", {}) or ())
+
     def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
-                     configs: dict[str, str | None] | None = None, validate_only: bool = False) -> TopicInfo:
+                     configs: dict[str, str | None] | None = None, validate_only: bool = False,
+                     assignments: dict[int, list[int]] | None = None) -> TopicInfo:
+        """``assignments`` (already validated by the handler) replaces Kafka's placement."""
         from kazoo.exceptions import NodeExistsError
 
         self._validate_new_name(name)
         broker: Any = self.broker
+        if broker.zk.exists(zd.delete_topic_path(name)) is not None:
+            raise TopicError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' is marked for deletion.")
+        if assignments:
+            num_partitions = len(assignments)
+            replication_factor = len(next(iter(assignments.values())))
         if num_partitions == -1:
             num_partitions = self.config.num_partitions
         if num_partitions <= 0:
@@ -58,7 +135,7 @@ class ClusterTopicManager(TopicManager):
         if replication_factor == -1:
             replication_factor = self.config.default_replication_factor
         live = sorted(broker.live)
-        if replication_factor <= 0 or replication_factor > len(live):
+        if not assignments and (replication_factor <= 0 or replication_factor > len(live)):
             raise TopicError(
                 "INVALID_REPLICATION_FACTOR",
                 f"Replication factor: {replication_factor} larger than available brokers: {len(live)}.",
@@ -67,7 +144,7 @@ class ClusterTopicManager(TopicManager):
         info = TopicInfo(name, new_topic_id(), num_partitions, overrides, cfg)
         if validate_only:
             return info
-        assignment = zd.assign_replicas(live, num_partitions, replication_factor)
+        assignment = dict(assignments) if assignments else zd.assign_replicas(live, num_partitions, replication_factor)
         zk = broker.zk
         t = zk.transaction()
         t.create(zd.topic_config_path(name), zd.encode_topic_config(overrides))
@@ -90,10 +167,59 @@ class ClusterTopicManager(TopicManager):
                 raise TopicError("LEADER_NOT_AVAILABLE", f"Topic '{name}' is being created.") from None
             raise
 
-    def delete_topic(self, name: str) -> TopicInfo:
-        raise TopicError("INVALID_REQUEST", "DeleteTopics is not implemented in ZooKeeper mode yet")
+    async def delete_topic(self, name: str, timeout_s: float = DELETE_TIMEOUT_S) -> TopicInfo:
+        """Queue ``/admin/delete_topics/<name>`` and wait until this broker has forgotten the topic (the
+        controller deleted its znodes); REQUEST_TIMED_OUT if that takes longer than ``timeout_s`` (the deletion
+        goes on)."""
+        from kazoo.exceptions import NodeExistsError
 
-    def create_partitions(self, name: str, total_count: int, validate_only: bool = False) -> TopicInfo:
+        info = self._topics.get(name)
+        zk = self.broker.zk
+        if info is None or await asyncio.to_thread(zk.exists, zd.topic_path(name)) is None:
+            raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
+        event = self._deleted.setdefault(name, asyncio.Event())
+        try:
+            await asyncio.to_thread(zk.create, zd.delete_topic_path(name), b"", makepath=True)
+        except NodeExistsError:
+            pass  # already queued: wait for the same deletion
+        log.info("topic deletion queued", extra={"kv": {"topic": name}})
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+        except TimeoutError:
+            raise TopicError("REQUEST_TIMED_OUT", f"Deletion of topic '{name}' did not complete in time; it goes "
+                                                  "on in the background.") from None
+        return info
+
+    @staticmethod
+    def _check_added_assignments(assignments: list[list[int]], increment: int, first_rf: int,
+                                 registered: set[int], current: int) -> dict[int, list[int]]:
+        """Kafka's ZK-mode checks of CreatePartitions ``assignments`` (``ZkAdminManager.createPartitions``,
+        ``AdminZkClient.validateReplicaAssignment``), with its messages."""
+        unknown = sorted({b for reps in assignments for b in reps} - registered)
+        if unknown:
+            raise TopicError("INVALID_REPLICA_ASSIGNMENT",
+                             f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
+        if len(assignments) != increment:
+            raise TopicError("INVALID_REPLICA_ASSIGNMENT", f"Increasing the number of partitions by {increment} "
+                                                           f"but {len(assignments)} assignments provided.")
+        added = {current + i: list(reps) for i, reps in enumerate(assignments)}
+        for p, reps in added.items():
+            if not reps:
+                raise TopicError("INVALID_REPLICA_ASSIGNMENT", f"Cannot have replication factor of 0 for partition "
+                                                               f"id {p}.")
+            if len(set(reps)) != len(reps):
+                raise TopicError("INVALID_REPLICA_ASSIGNMENT", f"Duplicate brokers not allowed in replica "
+                                                               f"assignment: {', '.join(map(str, reps))} for "
+                                                               f"partition id {p}.")
+        bad = [(p, len(reps)) for p, reps in added.items() if len(reps) != first_rf]
+        if bad:
+            raise TopicError("INVALID_REPLICA_ASSIGNMENT", "Inconsistent replication factor between partitions, "
+                             f"partition 0 has {first_rf} while partitions [{', '.join(str(p) for p, _ in bad)}] "
+                             f"have replication factors [{', '.join(str(n) for _, n in bad)}], respectively.")
+        return added
+
+    def create_partitions(self, name: str, total_count: int, validate_only: bool = False,
+                          assignments: list[list[int]] | None = None) -> TopicInfo:
         """Extend the assignment in ``/brokers/topics/<t>`` (a write conditional on the znode's version), placed
         as Kafka's ``AdminZkClient.addPartitions`` does: the rack-unaware assignment continued from the partition
         count, starting at (and shifting by) the index of partition 0's first replica among the live brokers.
@@ -116,12 +242,16 @@ class ClusterTopicManager(TopicManager):
                                                        f"than the requested {total_count}.")
             first = a.partitions.get(0) or next(iter(a.partitions.values()))
             live = sorted(broker.live)
-            if len(first) > len(live):
+            if assignments is not None:
+                added = self._check_added_assignments(assignments, total_count - current, len(first), set(live),
+                                                      current)
+            elif len(first) > len(live):
                 raise TopicError("INVALID_REPLICATION_FACTOR",
                                  f"Replication factor: {len(first)} larger than available brokers: {len(live)}.")
-            start = max(0, next((i for i, b in enumerate(live) if b >= first[0]), 0))
-            added = zd.assign_replicas(live, total_count - current, len(first), start_index=start,
-                                       start_partition=current, next_shift=start)
+            else:
+                start = max(0, next((i for i, b in enumerate(live) if b >= first[0]), 0))
+                added = zd.assign_replicas(live, total_count - current, len(first), start_index=start,
+                                           start_partition=current, next_shift=start)
             info = self._topics.get(name) or TopicInfo(name, a.topic_id or new_topic_id(), current, {},
                                                        self.default_log_config())
             if validate_only:

@@ -20,6 +20,12 @@ znode                                        value
 ``/admin/controlled_shutdown/<id>``          tidelog only (ephemeral): broker ``<id>`` asks the controller
 (ephemeral)                                  to move its leaderships and drop it from every ISR; the value
                                              is ``{"version":1,"broker":<id>,"attempt":N}``
+``/admin/reassign_partitions``               ``{"version":1,"partitions":[{"topic":"t","partition":0,
+                                             "replicas":[1,2]}]}`` (``ReassignPartitionsZNode``); the
+                                             controller drops each partition from it when its reassignment
+                                             completes, and deletes it when empty
+``/admin/delete_topics/<t>``                 empty: topic ``<t>`` is queued for deletion (the controller deletes
+                                             it with the topic's znodes)
 =========================================== ==============================================================
 """
 
@@ -38,7 +44,9 @@ CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
-PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, "/admin/delete_topics", "/isr_change_notification",
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+DELETE_TOPICS = "/admin/delete_topics"
+PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, DELETE_TOPICS, "/isr_change_notification",
                     CONTROLLED_SHUTDOWN)
 
 NO_LEADER = -1
@@ -66,6 +74,10 @@ def state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
 
 
 def _now_ms_text() -> str:
@@ -155,10 +167,47 @@ def decode_controller(data: bytes | None) -> int:
 
 @dataclass(slots=True)
 class TopicAssignment:
+    """``partitions`` holds each partition's full replica set RS; during a reassignment (KIP-455) RS is the
+    target plus the original replicas, ``adding`` the replicas not in the original set (AR) and ``removing``
+    those not in the target (RR)."""
+
     partitions: dict[int, list[int]]
     topic_id: bytes | None = None
     adding: dict[int, list[int]] = field(default_factory=dict)
     removing: dict[int, list[int]] = field(default_factory=dict)
+
+    def reassigning(self, p: int) -> bool:
+        return bool(self.adding.get(p) or self.removing.get(p))
+
+    def origin(self, p: int) -> list[int]:
+        """The replicas before the reassignment (``ReplicaAssignment.originReplicas``)."""
+        adding = set(self.adding.get(p, ()))
+        return [b for b in self.partitions.get(p, ()) if b not in adding]
+
+    def target(self, p: int) -> list[int]:
+        """The replicas after it (``ReplicaAssignment.targetReplicas``)."""
+        removing = set(self.removing.get(p, ()))
+        return [b for b in self.partitions.get(p, ()) if b not in removing]
+
+    def reassign_to(self, p: int, target: list[int]) -> None:
+        """Kafka's ``ReplicaAssignment.reassignTo``: RS = target + origin (distinct, in that order), AR = RS -
+        origin, RR = RS - target. A target equal to the origin (a cancellation) leaves no reassignment."""
+        origin = self.origin(p)
+        full = list(dict.fromkeys([*target, *origin]))
+        self.partitions[p] = full
+        adding = [b for b in full if b not in origin]
+        removing = [b for b in full if b not in target]
+        for d, v in ((self.adding, adding), (self.removing, removing)):
+            if v:
+                d[p] = v
+            else:
+                d.pop(p, None)
+
+    def complete(self, p: int) -> None:
+        """RS = target, AR = RR = [] (the end of a reassignment)."""
+        self.partitions[p] = self.target(p)
+        self.adding.pop(p, None)
+        self.removing.pop(p, None)
 
 
 def encode_topic(a: TopicAssignment) -> bytes:
@@ -207,6 +256,24 @@ def decode_preferred_election(data: bytes | None) -> list[tuple[str, int]]:
     if not data:
         return []
     return [(str(e["topic"]), int(e["partition"])) for e in (json.loads(data).get("partitions") or ())]
+
+
+def encode_reassignment(partitions: dict[tuple[str, int], list[int]]) -> bytes:
+    """``ReassignPartitionsZNode.encode``."""
+    return _dumps({"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": list(r)}
+                                                 for (t, p), r in sorted(partitions.items())]})
+
+
+def decode_reassignment(data: bytes | None) -> dict[tuple[str, int], list[int]]:
+    """``ReassignPartitionsZNode.decode``; raises ValueError on a malformed value."""
+    if not data:
+        return {}
+    try:
+        value = json.loads(data)
+        return {(str(e["topic"]), int(e["partition"])): [int(b) for b in e["replicas"]]
+                for e in (value.get("partitions") or ())}
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"malformed reassignment: {exc!r}") from None
 
 
 def controlled_shutdown_path(broker_id: int) -> str:

@@ -67,6 +67,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),  # ZooKeeper mode only (served by the controller)
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),  # ZooKeeper mode only
 }
 """What the broker advertises in ApiVersions (api_key -> (min, max))."""
 

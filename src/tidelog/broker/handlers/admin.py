@@ -12,7 +12,10 @@ Kafka behaviours reproduced (sources: Kafka ``ControllerApis``/``KafkaApis``, ``
 * A topic named twice in one CreateTopics / DeleteTopics / CreatePartitions request: INVALID_REQUEST for it.
 * CreateTopics with explicit ``assignments`` must leave ``num_partitions``/``replication_factor`` at -1.
   Assignments must cover partitions 0..n-1, every partition the same non-empty set of distinct brokers; on one
-  node that means ``[[node_id]]`` per partition, anything else is INVALID_REPLICA_ASSIGNMENT.
+  node that means ``[[node_id]]`` per partition, anything else is INVALID_REPLICA_ASSIGNMENT. In ZooKeeper mode
+  (the topic manager has ``registered_brokers``) every broker must be registered, with the messages of Kafka's
+  ``ReplicationControlManager``, and the assignment is used as given; CreatePartitions ``assignments`` are
+  checked there with ZK-mode Kafka's messages (``ZkAdminManager``/``AdminZkClient``).
 * CreateTopics v5+ answers the topic's configs (with sources), partition count and replication factor; v7 the
   topic id. ``validate_only`` answers the same without creating anything.
 * DeleteTopics v6 deletes by name or by topic id (not both: INVALID_REQUEST); unknown id is UNKNOWN_TOPIC_ID.
@@ -332,6 +335,38 @@ def _validate_assignments(ctx: RequestContext, assignments: list[dict]) -> tuple
     return len(assignments), rf or 1
 
 
+def _validate_cluster_assignments(assignments: list[dict], registered: set[int]) -> dict[int, list[int]] | tuple[str, str]:
+    """ZooKeeper mode: {partition: brokers}, else (error name, message) as Kafka's ``ReplicationControlManager``."""
+    out: dict[int, list[int]] = {}
+    rf: int | None = None
+    for a in assignments:
+        index = int(a.get("partition_index", -1))
+        if index in out:
+            return ("INVALID_REPLICA_ASSIGNMENT",
+                    f"Found multiple manual partition assignments for partition {index}")
+        brokers = [int(b) for b in a.get("broker_ids") or []]
+        if not brokers:
+            return "INVALID_REPLICA_ASSIGNMENT", "The manual partition assignment includes an empty replica list."
+        prev = None
+        for b in sorted(brokers):
+            if b not in registered:
+                return ("INVALID_REPLICA_ASSIGNMENT",
+                        f"The manual partition assignment includes broker {b}, but no such broker is registered.")
+            if b == prev:
+                return ("INVALID_REPLICA_ASSIGNMENT",
+                        f"The manual partition assignment includes the broker {b} more than once.")
+            prev = b
+        if rf is not None and len(brokers) != rf:
+            return ("INVALID_REPLICA_ASSIGNMENT",
+                    f"The manual partition assignment includes a partition with {len(brokers)} replica(s), but "
+                    f"this is not consistent with previous partitions, which have {rf} replica(s).")
+        rf = len(brokers)
+        out[index] = brokers
+    if sorted(out) != list(range(len(out))):
+        return "INVALID_REPLICA_ASSIGNMENT", "partitions should be a consecutive 0-based integer sequence"
+    return out
+
+
 @handles(CREATE_TOPICS)
 async def create_topics(ctx: RequestContext, request: dict) -> dict:
     topics_req = request.get("topics") or []
@@ -375,6 +410,7 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
     num_partitions = int(t.get("num_partitions", -1))
     replication_factor = int(t.get("replication_factor", -1))
     assignments = t.get("assignments") or []
+    extra: dict[str, Any] = {}
     if assignments:
         if num_partitions != -1 or replication_factor != -1:
             return fail(
@@ -382,10 +418,18 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
                 "Both numPartitions or replicationFactor and replicasAssignments were set. "
                 "Both cannot be used at the same time.",
             )
-        checked = _validate_assignments(ctx, assignments)
-        if isinstance(checked[0], str):
-            return fail(str(checked[0]), str(checked[1]))
-        num_partitions, replication_factor = int(checked[0]), int(checked[1])
+        registered = getattr(ctx.broker.topics, "registered_brokers", None)
+        if registered is not None:  # ZooKeeper mode
+            manual = _validate_cluster_assignments(assignments, registered())
+            if isinstance(manual, tuple):
+                return fail(*manual)
+            extra["assignments"] = manual
+            num_partitions, replication_factor = len(manual), len(manual[0])
+        else:
+            checked = _validate_assignments(ctx, assignments)
+            if isinstance(checked[0], str):
+                return fail(str(checked[0]), str(checked[1]))
+            num_partitions, replication_factor = int(checked[0]), int(checked[1])
     config_list = t.get("configs") or []
     problem = _config_problem(config_list)
     if problem is not None:
@@ -400,6 +444,7 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
             replication_factor=replication_factor,
             configs=configs,
             validate_only=validate_only,
+            **extra,
         )
     except Exception as exc:
         if not _is_client_error(exc):
@@ -535,6 +580,15 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
             fail("INVALID_REQUEST", f"Duplicate topic in request: {name}")
         elif not topics.exists(name):
             fail("UNKNOWN_TOPIC_OR_PARTITION", f"The topic '{name}' does not exist.")
+        elif hasattr(topics, "registered_brokers"):  # ZooKeeper mode: the topic manager checks assignments
+            manual = None if assignments is None else [[int(b) for b in a.get("broker_ids") or []]
+                                                       for a in assignments]
+            try:
+                await _call(topics.create_partitions, name, count, validate_only=validate_only, assignments=manual)
+            except Exception as exc:
+                if not _is_client_error(exc):
+                    raise
+                res["error_code"], res["error_message"] = _error_of(exc)
         else:
             current = int(topics.get(name).num_partitions)
             problem = None
