@@ -35,6 +35,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 PARTITIONS = 2
 KILLS = 20
 DOUBLE_FAILOVERS = 6
+BOUNCES = 10
 SESSION_TIMEOUT_MS = 2000
 
 
@@ -258,6 +259,16 @@ def _converged(c: Any, topic: str) -> None:
             {tuple(_epochs(b.data_dir, topic, p)) for b in c.brokers.values()}) == 1, timeout=60)
 
 
+def _cut_tail(data_dir: Path, topic: str, p: int, nbytes: int) -> None:
+    """Cut ``nbytes`` off the end of a stopped replica's newest non-empty ``.log``."""
+    import os
+
+    logs = [f for f in sorted((Path(data_dir) / f"{topic}-{p}").glob("*.log")) if f.stat().st_size > 0]
+    if logs:
+        f = logs[-1]
+        os.truncate(f, max(0, f.stat().st_size - nbytes))
+
+
 def _back_in_isr(c: Any, topic: str, broker: int) -> None:
     _until(f"broker {broker} back in every ISR of {topic}",
            lambda: all(broker in _state(c, topic, p).isr for p in range(PARTITIONS)), timeout=120)
@@ -324,6 +335,10 @@ def test_fast_double_failovers_converge(chaos: Any) -> None:
             chaos.brokers[second].kill()
             _until(f"round {k + 1}: a third leader", lambda p=p, first=first, second=second, e=s1.leader_epoch: (
                 (s := _state(chaos, topic, p)).leader not in (first, second, -1) and s.leader_epoch > e))
+            # different unflushed tails: as if both had lost the end of their page cache, cut a different number
+            # of bytes off each one's active segment (recovery then drops the torn batch and what follows)
+            for victim, cut in ((first, 1 + 997 * (k + 1) % 4000), (second, 1 + 1409 * (k + 3) % 6000)):
+                _cut_tail(chaos.brokers[victim].data_dir, topic, p, cut)
             chaos.brokers[first].start()
             chaos.brokers[second].start()
             _back_in_isr(chaos, topic, first)
@@ -333,6 +348,39 @@ def test_fast_double_failovers_converge(chaos: Any) -> None:
                 top = max((o for q, o in list(load.acked.values()) if q == part), default=-1)
                 assert top >= hw_seen.get(part, -1)
                 hw_seen[part] = top
+        load.wait_progress(100)
+    finally:
+        load.stop()
+    _check(load, _read_all(chaos, topic))
+    _converged(chaos, topic)
+
+
+def test_hard_bounce_leader_gets_a_new_epoch(chaos: Any) -> None:
+    """kill -9 the leader and start it again at once (ducktape's hard_bounce): the restarted broker registers
+    the moment its old session expires, so the controller may see the broker list unchanged. It must still treat
+    the broker as having failed (Kafka compares the registration's czxid, its broker epoch): a new leader epoch,
+    and the bounced broker never resumes a leadership its previous process held. Its log is cut as by a lost
+    page cache, so a broker that resumed leading with it would lose acknowledged records."""
+    for b in chaos.brokers.values():
+        if not b.running:
+            b.start()
+    topic = f"bounce-{uuid.uuid4().hex[:8]}"
+    _create(chaos, topic)
+    load = Load(chaos, topic)
+    try:
+        load.wait_progress(200)
+        for k in range(BOUNCES):
+            p = k % PARTITIONS
+            load.wait_progress(30, partition=p)
+            s0 = _state(chaos, topic, p)
+            victim = s0.leader
+            chaos.brokers[victim].kill()
+            _cut_tail(chaos.brokers[victim].data_dir, topic, p, 1 + 1777 * (k + 1) % 5000)
+            chaos.brokers[victim].start()
+            s1 = _until(f"bounce {k + 1}: a new leader epoch of {topic}-{p}", lambda p=p, e=s0.leader_epoch: (
+                s if (s := _state(chaos, topic, p)).leader_epoch > e and s.leader != -1 else None), timeout=60)
+            assert s1.leader != victim or s1.leader_epoch > s0.leader_epoch + 1, (s0, s1)
+            _back_in_isr(chaos, topic, victim)
         load.wait_progress(100)
     finally:
         load.stop()

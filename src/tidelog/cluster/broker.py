@@ -16,9 +16,13 @@ Replication (``Partition``/``ReplicaManager`` in Kafka):
   the ISR; a moved HW completes DelayedProduce (acks=-1) and consumer long polls. A follower not caught up for
   ``replica.lag.time.max.ms`` leaves the ISR; one that reaches the HW joins it. ISR changes are conditional
   writes of the state znode (never a leader-epoch bump), applied locally only once ZooKeeper accepted them.
-* follower: on a new leader or epoch, truncate through OffsetForLeaderEpoch (KIP-101, KIP-279: ask again with
-  the follower's own epoch until both agree), never to its own HW; then fetch from the LEO and
-  ``append_as_follower``; its HW = min(leader HW, LEO).
+* follower: on a new leader or epoch, fetch from the LEO with the epoch of the last batch
+  (``last_fetched_epoch``, KIP-320); the leader answers ``diverging_epoch`` when the logs diverge and the follower
+  truncates by the KIP-101/KIP-279 rule (ask again with its own epoch until both agree), never to its own HW.
+  A log without epochs (or ``tidelog.replica.truncate.on.fetch=false``) truncates through OffsetForLeaderEpoch
+  first. Batches go through ``append_as_follower`` (producer state included); HW = min(leader HW, LEO).
+* a state znode written before this broker's current registration (a restart, a new session) does not make it
+  leader: the controller decides such partitions again (see controller ``_on_brokers_changed``).
 * losing the ZooKeeper session (e.g. SIGSTOP past the session timeout) drops every leadership at once.
 
 Controlled shutdown (SIGTERM, ``controlled.shutdown.enable``): before closing anything the broker stops
@@ -114,6 +118,11 @@ class ClusterBroker(Broker):
         # ``diverging_epoch``) and only ask OffsetForLeaderEpoch first when their log has no leader epoch, as
         # Kafka (IBP >= 2.7) does; "false" always truncates through OffsetForLeaderEpoch before fetching.
         self.truncate_on_fetch = str(props.get("tidelog.replica.truncate.on.fetch", "true")).lower() != "false"
+        # czxid of our /brokers/ids/<id> (Kafka's broker epoch); infinite while not registered. A state znode
+        # last written before it (mzxid below) is a decision about a previous process of this broker: its
+        # leadership is not taken up, the controller decides again (it sees the new registration)
+        self._registration_zxid: float = float("inf")
+        self._state_zxid: dict[tuple[str, int], int] = {}
 
     # -- hooks of the single-node broker -----------------------------------------------------------------
 
@@ -262,6 +271,8 @@ class ClusterBroker(Broker):
         while True:
             try:
                 self.zk.create(path, data, ephemeral=True, makepath=True)
+                stat = self.zk.exists(path)
+                self._registration_zxid = stat.czxid if stat is not None else float("inf")
                 log.info("registered in ZooKeeper", extra={"kv": {"path": path, "endpoint": f"{self.host}:{self.port}"}})
                 return
             except NodeExistsError:
@@ -361,6 +372,7 @@ class ClusterBroker(Broker):
         if state == KazooState.LOST:
             log.warning("ZooKeeper session lost: resigning every leadership")
             self._session_lost = True
+            self._registration_zxid = float("inf")
             self._post(self._resign_all)
         elif state == KazooState.CONNECTED and self._session_lost and self.zk is not None:
             # a new session: our ephemeral registration died with the old one
@@ -425,7 +437,7 @@ class ClusterBroker(Broker):
             if self.zk is None:
                 return False
             if data:
-                self._post(self._on_state, tp, zd.decode_state(data, stat.version))
+                self._post(self._on_state, tp, zd.decode_state(data, stat.version), stat.mzxid)
             return None
 
         return changed
@@ -471,11 +483,12 @@ class ClusterBroker(Broker):
         self.assignments.pop(topic, None)
         self.topics.forget_topic(topic)
 
-    def _on_state(self, tp: tuple[str, int], s: zd.LeaderIsr) -> None:
+    def _on_state(self, tp: tuple[str, int], s: zd.LeaderIsr, mzxid: int = 0) -> None:
         old = self.states.get(tp)
         if old is not None and old.zk_version > s.zk_version:
             return
         self.states[tp] = s
+        self._state_zxid[tp] = mzxid
         r = self.replicas.get(tp)
         if r is not None:
             self._apply_state(r, s)
@@ -487,6 +500,14 @@ class ClusterBroker(Broker):
         new_term = (s.leader, s.leader_epoch) != (r.leader, r.leader_epoch)
         r.isr, r.zk_version, r.controller_epoch = s.isr, s.zk_version, s.controller_epoch
         if s.leader == self.node_id:
+            if not r.is_leader and self._state_zxid.get(r.tp, 0) < self._registration_zxid:
+                # granted to a previous process of this broker (restarted, or a new session): its log may be
+                # shorter than what it acknowledged; leading with it would truncate the followers. Wait for the
+                # controller's new decision (a bounced broker gets a new leader epoch, as in Kafka)
+                log.info("state names this broker leader from before its registration; waiting for the controller",
+                         extra={"kv": {"topic": r.tp[0], "partition": r.tp[1], "leader_epoch": s.leader_epoch}})
+                r.leader, r.leader_epoch = s.leader, s.leader_epoch
+                return
             if not r.is_leader:
                 self._make_leader(r, s)
             elif new_term:
@@ -688,7 +709,8 @@ class ClusterBroker(Broker):
                     self.leader_log(name, index)
                     self.check_leader_epoch(name, index, p.get("current_leader_epoch", -1))
                     r = self.replicas[(name, index)]
-                    if replica_id not in r.replicas:
+                    a = self.assignments.get(name)
+                    if replica_id not in r.replicas and (a is None or replica_id not in a.partitions.get(index, ())):
                         raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"broker {replica_id} is no replica")
                     offset = p.get("fetch_offset", 0)
                     last_epoch = p.get("last_fetched_epoch", -1) if version >= 12 else -1

@@ -306,17 +306,31 @@ class Controller:
         live = self.live_brokers()
         self._read_shutting_down(live)
         log.info("live brokers", extra={"kv": {"brokers": ",".join(map(str, sorted(live)))}})
+        # A broker registered again since a partition state was written (kill -9 and a restart right after its old
+        # session expired: this watch may even see an unchanged list) holds that leadership or ISR place from its
+        # previous process, whose log it may not have kept. As Kafka's controller does with bounced brokers
+        # (broker epoch = the registration's czxid), decide first as if it were dead, then with it alive.
+        registered: dict[int, int] = {}
+        for b in live:
+            stat = self.zk.exists(zd.broker_path(b))
+            if stat is not None:
+                registered[b] = stat.czxid
         for topic in sorted(self.zk.get_children(zd.BROKER_TOPICS)):
             a = self._assignment(topic)
             if a is None:
                 continue
             for p, replicas in sorted(a.partitions.items()):
                 for _attempt in range(10):
-                    s = self._state(topic, p)
-                    if s is None:
+                    try:
+                        data, stat = self.zk.get(zd.state_path(topic, p))
+                    except NoNodeError:
                         break
-                    new = self._decide(s, replicas, live)
-                    if new is None or self._update_state(topic, p, s, new):
+                    s = zd.decode_state(data, stat.version)
+                    bounced = {b for b in (s.leader, *s.isr) if registered.get(b, -1) > stat.mzxid}
+                    new = self._decide(s, replicas, live - bounced) if bounced else None
+                    if new is None:
+                        bounced, new = set(), self._decide(s, replicas, live)
+                    if new is None or (self._update_state(topic, p, s, new) and not bounced):
                         break
 
     def _decide(self, s: zd.LeaderIsr, replicas: list[int], live: set[int]) -> zd.LeaderIsr | None:
