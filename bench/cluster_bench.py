@@ -477,6 +477,22 @@ class StateWatch:
         return next(((t, ids) for t, ids in self.ids if t >= after and pred(ids)), None)
 
 
+def _metadata_names(admin: Any, topic: str, leader: int, timeout: float) -> float:
+    """Poll Metadata until it names `leader` for partition 0; the monotonic time of that response."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            md = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
+            if md is not None and 0 in md.partitions and md.partitions[0].leader == leader:
+                return time.monotonic()
+        except Exception:  # KafkaException while a broker is gone: ask again
+            pass
+        time.sleep(0.01)  # polling interval
+    raise TimeoutError(
+        f"Metadata did not name broker {leader} as the leader of {topic}-0 within {timeout:.0f}s"
+    )
+
+
 def bench_failover(
     cluster: Cluster,
     n: int,
@@ -486,6 +502,8 @@ def bench_failover(
     run_dir: Path,
     producer_config: dict[str, str],
 ) -> dict:
+    from confluent_kafka.admin import AdminClient
+
     topic = "failover"
     cluster.create_topic(topic, 3, {"min.insync.replicas": "2"})
     watch = StateWatch(cluster, topic)
@@ -507,6 +525,10 @@ def bench_failover(
             assert s is not None and s.leader > 0 and len(s.isr) == 3, f"not settled before the kill: {s}"
             leader = s.leader
             was_controller = cluster.controller() == leader
+            # a connected admin client on the survivors, to see when their Metadata names the new leader
+            survivors = ",".join(b.bootstrap for b in cluster.brokers.values() if b.id != leader)
+            probe = AdminClient({"bootstrap.servers": survivors})
+            probe.list_topics(topic=topic, timeout=30)
             t_kill = cluster.brokers[leader].kill9()
             gone = watch.wait(
                 f"broker {leader}'s registration to disappear",
@@ -520,6 +542,7 @@ def bench_failover(
                 ),
                 budget,
             )
+            t_metadata = _metadata_names(probe, topic, elected[1].leader, budget)
             # only the new leader can acknowledge once the dead broker's session is gone; reports served
             # between the kill and then are responses the killed leader sent before it died
             first = prod.wait(
@@ -542,6 +565,7 @@ def bench_failover(
                 "leader_epoch": elected[1].leader_epoch,
                 "session_expired_s": gone[0] - t_kill,
                 "new_leader_s": elected[0] - t_kill,
+                "metadata_s": t_metadata - t_kill,
                 "first_ack_s": first[0] - t_kill,
                 "leader_to_ack_s": first[0] - elected[0],
                 "first_ack_offset": first[1],
@@ -553,7 +577,8 @@ def bench_failover(
             log(
                 f"[failover {i + 1}/{n}] killed {leader}{' (controller)' if was_controller else ''}: session gone "
                 f"{sample['session_expired_s']:.2f}s, new leader {sample['new_leader']} at "
-                f"{sample['new_leader_s']:.2f}s (epoch {sample['leader_epoch']}), first ack "
+                f"{sample['new_leader_s']:.2f}s (epoch {sample['leader_epoch']}), in Metadata {sample['metadata_s']:.2f}s, "
+                f"first ack "
                 f"{sample['first_ack_s']:.2f}s (+{sample['leader_to_ack_s']:.2f}s after the election); "
                 f"restarted, back in the ISR after {sample['rejoin_isr_s']:.2f}s"
             )
@@ -603,6 +628,7 @@ def failover_table(f: dict) -> str:
     for key, label in (
         ("session_expired_s", "kill -> its ZooKeeper session expired"),
         ("new_leader_s", "kill -> new leader in the state znode"),
+        ("metadata_s", "kill -> survivors' Metadata names it"),
         ("first_ack_s", "kill -> first acknowledged produce"),
         ("leader_to_ack_s", "  of which: new leader -> first ack"),
         ("rejoin_isr_s", "restart -> back in the ISR"),
@@ -688,6 +714,14 @@ def main(argv: list[str] | None = None) -> int:
         default=6000,
         help="brokers' zookeeper.session.timeout.ms (default 6000; Kafka's default is 18000)",
     )
+    ap.add_argument(
+        "-o",
+        "--broker-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra broker property for all 3 brokers (repeatable), e.g. -o replica.fetch.backoff.ms=200",
+    )
     ap.add_argument("--log-level", default="WARNING", help="brokers' --log-level (default WARNING)")
     ap.add_argument(
         "--tidelog-rev",
@@ -755,6 +789,11 @@ def main(argv: list[str] | None = None) -> int:
         "auto.leader.rebalance.enable": "false",
     }
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored
+    for kv in args.broker_config:
+        if "=" not in kv:
+            ap.error(f"-o expects KEY=VALUE, got {kv!r}")
+        k, v = kv.split("=", 1)
+        overrides[k.strip()] = v.strip()
     old_term = signal.signal(signal.SIGTERM, _raise_exit)
     old_hup = signal.signal(signal.SIGHUP, _raise_exit)
     cluster = Cluster(
@@ -814,11 +853,15 @@ def main(argv: list[str] | None = None) -> int:
     (run_dir / "results.json").write_text(json.dumps(out, indent=2))
 
     ok = True
+    cluster_tick_ms = cluster.zk.tick_ms
     print()
     print(
         f"tidelog cluster benchmark: 1 ZooKeeper + 3 `tidelog serve` brokers (commit {commit[:12]}) on "
         f"{os.cpu_count()} cores shared with the load generator and everything else running; load average "
         f"{load0[0]:.2f} at start, {load1[0]:.2f} at end"
+    )
+    print(
+        f"  broker properties set: {' '.join(f'{k}={v}' for k, v in overrides.items())}; all others default"
     )
     if "throughput" in out:
         print(
@@ -841,20 +884,21 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"\nfailover: idempotent acks=all producer at {f['rate']:.0f} msg/s ({f['size']} B) to an RF=3 topic "
             f"(min.insync.replicas=2); {len(ss)} kill -9 of the partition leader ({n_ctrl} of them also the "
-            f"controller); zookeeper.session.timeout.ms={f['session_timeout_ms']} (ZooKeeper tickTime 500 ms); "
+            f"controller); zookeeper.session.timeout.ms={f['session_timeout_ms']} (ZooKeeper tickTime {cluster_tick_ms} ms); "
             f"times from the kill, CLOCK_MONOTONIC; producer overrides {f['producer_config'] or 'none'}\n"
         )
         print(failover_table(f))
         if ss:
+            exp = [s["session_expired_s"] * 1000 / f["session_timeout_ms"] for s in ss]
             dom = statistics.median(
                 s["session_expired_s"] / s["first_ack_s"] for s in ss if s["first_ack_s"] > 0
             )
             print(
                 f"\n  dominant term: the ZooKeeper session timeout -- the dead broker's session expiring is "
                 f"{dom:.0%} (median) of kill -> first ack; the rest is the controller's election and the "
-                f"client finding the new leader. The broker heartbeats every third of the timeout and ZooKeeper "
-                f"expires sessions on tick boundaries, so kill -> expiry falls between about 2/3 of the timeout "
-                f"and the timeout plus a tick"
+                f"new leader taking over until an acks=all produce completes. kill -> session expiry was "
+                f"{min(exp):.2f}-{max(exp):.2f} x the session timeout (it counts from the broker's last "
+                f"heartbeat, and ZooKeeper expires sessions on {cluster_tick_ms} ms tick boundaries)"
             )
             stale = sum(s["stale_reports"] for s in ss)
             print(
