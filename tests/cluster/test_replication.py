@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,6 @@ def _segment_bytes(broker: Any, topic: str, p: int = 0) -> bytes:
 
 
 def _consume(bootstrap: str, topic: str, n: int, timeout: float = 60.0) -> list[bytes]:
-    import time
-
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
                   "fetch.wait.max.ms": 100})
     out: list[bytes] = []
@@ -644,3 +643,53 @@ def test_replication_metrics(cluster: Any) -> None:
     cluster.wait_for("the expansion counted", lambda _md: _metric(
         _metrics(lb), "tidelog_replicamanager_isr_expands_total") >= expands + 1)
     assert _metric(_metrics(lb), "tidelog_replica_follower_lag_messages", topic=topic, follower=str(follower)) == 0
+
+
+def test_new_leader_deduplicates_retried_idempotent_batches(cluster: Any) -> None:
+    """A new leader knows the producers' last sequences from the log it replicated (follower appends rebuild
+    producer state): a batch retried after the failover gets its original offset instead of a second copy, a
+    sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, the next sequence is appended."""
+    from helpers import RawClient, produce_raw
+
+    from tidelog.records.batch import build_batch
+
+    _all_up(cluster)
+    topic = f"idem-{uuid.uuid4().hex[:8]}"
+    _create(cluster, topic)
+    leader = _state(cluster, topic).leader
+    with RawClient(cluster.brokers[leader].port) as c:
+        init = c.request(22, 4, {"transactional_id": None, "transaction_timeout_ms": 60000, "producer_id": -1,
+                                 "producer_epoch": -1})
+        assert init["error_code"] == 0
+        pid, pepoch = init["producer_id"], init["producer_epoch"]
+
+        def batch(seq: int) -> bytes:
+            return build_batch([(None, f"x{seq + i}".encode()) for i in range(3)], producer_id=pid,
+                               producer_epoch=pepoch, base_sequence=seq)
+
+        first = produce_raw(c, topic, 0, batch(0))
+        second = produce_raw(c, topic, 0, batch(3))
+    assert first["error_code"] == 0 and second["error_code"] == 0
+    assert (first["base_offset"], second["base_offset"]) == (0, 3)
+    cluster.brokers[leader].kill()
+    new_leader = _leader(cluster, topic, not_in=(leader,))
+    try:
+        with RawClient(cluster.brokers[new_leader].port) as c:
+            def produce(seq: int) -> dict:  # NOT_LEADER / NOT_ENOUGH_REPLICAS while the new term settles
+                deadline = time.monotonic() + 60
+                while True:
+                    out = produce_raw(c, topic, 0, batch(seq))
+                    if out["error_code"] not in (6, 19, 20) or time.monotonic() > deadline:
+                        return out
+                    time.sleep(0.1)  # retry interval, as a client's retry.backoff.ms
+
+            retried = produce(3)
+            assert retried["error_code"] == 0 and retried["base_offset"] == 3, retried  # the original offset
+            assert produce(0)["base_offset"] == 0
+            assert produce(9)["error_code"] == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER: 6..8 missing
+            third = produce(6)
+            assert third["error_code"] == 0 and third["base_offset"] == 6
+    finally:
+        cluster.brokers[leader].start()
+    _in_isr(cluster, topic, leader)
+    assert _consume(cluster.bootstrap, topic, 9) == [f"x{i}".encode() for i in range(9)]
