@@ -286,6 +286,46 @@ def test_reassignment_list_and_cancel(cluster: Any, tmp_path: Path) -> None:
     assert _dirs(cluster.brokers[3], topic) == []
 
 
+def test_reassignment_resumed_by_a_new_controller(cluster: Any) -> None:
+    """A reassignment waiting for a down broker survives a controller kill: when the broker is back, the new
+    controller completes it; a removed replica whose broker was down is deleted when that broker starts."""
+    from tidelog.cluster import zkdata as zd
+
+    _all_up(cluster)
+    topic = f"rf-{uuid.uuid4().hex[:8]}"
+    _create(cluster, topic, [[1, 2]])
+    cluster.brokers[3].kill()
+    cluster.wait_for("broker 3 unregistered", lambda md: 3 not in md.brokers)
+    zk = _zk(cluster)
+    try:
+        data, stat = zk.get(zd.topic_path(topic))
+        a = zd.decode_topic(data)
+        a.reassign_to(0, [3, 2])
+        zk.set(zd.topic_path(topic), zd.encode_topic(a), version=stat.version)
+        controller = zd.decode_controller(zk.get(zd.CONTROLLER)[0])
+        cluster.brokers[controller].kill()
+        cluster.wait_for("a new controller", lambda md: md.controller_id not in (-1, controller))
+        cluster.brokers[3].start()
+        if controller == 2:  # a target replica: the reassignment needs it back in the ISR
+            cluster.brokers[2].start()
+
+        def done() -> bool:
+            a = _assignment(zk, topic)
+            return a.partitions[0] == [3, 2] and not a.reassigning(0)
+
+        _until("the reassignment completed by the new controller", done)
+        s = _state(zk, topic)
+        # broker 1 led: killed, 2 took over and, being in the target, keeps it; else 1 leaves for the first
+        # in-sync target replica, 3
+        assert s.leader == (2 if controller == 1 else 3) and sorted(s.isr) == [2, 3]
+    finally:
+        zk.stop()
+        zk.close()
+    _all_up(cluster)  # broker 1, when it was the controller, was down all along: its replica is a stray
+    _until("broker 1 without a replica of the topic", lambda: _dirs(cluster.brokers[1], topic) == [])
+    assert _dirs(cluster.brokers[3], topic) == [f"{topic}-0"]
+
+
 def test_reassignment_through_the_zookeeper_znode(cluster: Any) -> None:
     """Kafka's /admin/reassign_partitions: the controller runs it, drops finished partitions from it and deletes
     the znode; a replication factor change (2 -> 3) works too."""

@@ -300,6 +300,8 @@ class Controller:
                 isr = tuple(alive) if alive else tuple(replicas[:1])
                 self._create_state(topic, p, zd.LeaderIsr(leader, 0, isr, self.epoch))
                 log.info("new partition", extra={"kv": {"topic": topic, "partition": p, "leader": leader}})
+            if a.adding or a.removing:
+                self._events.put(("reassign", topic))  # a reassignment written elsewhere: drive it
         self._known_topics = topics
 
     def _on_brokers_changed(self) -> None:
@@ -539,6 +541,13 @@ class Controller:
                        for p, _ in items}
             results.update(res)
         return results
+
+    def submit_alter_reassignments(self, wanted: dict[tuple[str, int], list[int] | None], allow_rf_change: bool,
+                                   reply) -> None:
+        """From the AlterPartitionReassignments handler (any thread): ``reply`` gets {(t, p): (error name,
+        message) or None} on this controller's thread, or None when this broker is not (or no longer) the
+        controller."""
+        self._events.put(("alter_reassign", (wanted, allow_rf_change, reply)))
 
     def _on_alter_reassignments(self, wanted: dict[tuple[str, int], list[int] | None], allow_rf_change: bool,
                                 reply) -> None:

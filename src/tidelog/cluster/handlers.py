@@ -92,7 +92,7 @@ async def alter_partition_reassignments(ctx: RequestContext, request: dict) -> d
     def reply(results: dict | None) -> None:  # on the controller's thread
         loop.call_soon_threadsafe(lambda: done.done() or done.set_result(results))
 
-    controller._events.put(("alter_reassign", (wanted, allow_rf, reply)))
+    controller.submit_alter_reassignments(wanted, allow_rf, reply)
     timeout_s = max(1, int(request.get("timeout_ms", 60000))) / 1000
     try:
         results = await asyncio.wait_for(done, timeout_s)
