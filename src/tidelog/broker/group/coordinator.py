@@ -2,13 +2,21 @@
 
 Runs entirely on the broker's event loop: state changes are synchronous, JoinGroup/SyncGroup wait on futures
 and timers (``loop.call_later``), never on sleeps. Every durable change is one batch appended to the group's
-``__consumer_offsets`` partition through ``PartitionLog.append_as_leader`` (one node: HW = LEO after the append),
-before the client is answered.
+``__consumer_offsets`` partition through ``PartitionLog.append_as_leader``, acknowledged by the ISR before the
+client is answered.
 
 Startup: :meth:`GroupCoordinator.start` reads every ``__consumer_offsets`` partition in a worker thread
 (latest record per key wins, tombstones delete) and installs the result; until then group requests are answered
 COORDINATOR_LOAD_IN_PROGRESS. The topic is created lazily (compacted, ``offsets.topic.num.partitions``) on the
 first FindCoordinator or write, as Kafka does.
+
+ZooKeeper mode (``zookeeper.connect``): ``__consumer_offsets`` is a replicated topic created through ZooKeeper
+(RF ``offsets.topic.replication.factor``; not while fewer brokers are alive). This broker coordinates exactly the
+groups of the partitions it leads: the cluster broker calls :meth:`GroupCoordinator.on_leadership_change`, which
+loads a partition's groups when leadership arrives and unloads them when it goes; other groups get
+NOT_COORDINATOR, and FindCoordinator names the partition's leader. Writes wait until the ISR has them (acks=-1,
+``offsets.commit.timeout.ms``) and fail with Kafka's GroupMetadataManager mapping. On one node the same wait
+completes at once (HW = LEO after the append).
 
 Kafka behaviours reproduced (facts from Kafka's classic ``GroupCoordinator``/``GroupMetadataManager``):
 
