@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -339,3 +340,44 @@ def test_commit_needs_min_insync_replicas(cluster: Any) -> None:
         assert time.monotonic() < deadline, "commits did not recover with the replicas back"
         time.sleep(0.2)  # polling interval while the replicas rejoin the ISR
     assert _offset_fetched(b, group, topic) == (0, 9)
+
+
+def test_offsets_topic_waits_for_replication_factor(tmp_path: Path) -> None:
+    """As Kafka: __consumer_offsets is not created while fewer brokers are alive than
+    offsets.topic.replication.factor (3); FindCoordinator answers COORDINATOR_NOT_AVAILABLE meanwhile."""
+    pytest.importorskip("kazoo", reason="kazoo is not installed")
+    spec = importlib.util.spec_from_file_location("tidelog_test_cluster_for_groups", Path(__file__).with_name("conftest.py"))
+    assert spec is not None and spec.loader is not None
+    cl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cl)
+    if not cl.ZK_SERVER.exists() or shutil.which("java") is None:
+        pytest.skip("ZooKeeper is not installed")
+    zk = cl.ZooKeeper(tmp_path)
+    zk.start()
+    c = cl.Cluster(tmp_path, zk)
+    group = "g-rf"
+    try:
+        first = c.brokers[1].start()
+        c.wait_for("broker 1 registered", lambda md: list(md.brokers) == [1])
+        for _ in range(5):
+            assert _find(first, group) == (COORDINATOR_NOT_AVAILABLE, -1)
+            time.sleep(0.2)  # space the attempts as a client's retry backoff would
+        from kazoo.client import KazooClient
+
+        kz = KazooClient(hosts=zk.connect)
+        kz.start(timeout=30)
+        try:
+            assert kz.exists(f"/brokers/topics/{OFFSETS_TOPIC}") is None
+        finally:
+            kz.stop()
+            kz.close()
+        c.brokers[2].start()
+        c.brokers[3].start()
+        coord = _agreed_coordinator(c, group)
+        admin = c.admin()
+        part = admin.list_topics(OFFSETS_TOPIC, timeout=10).topics[OFFSETS_TOPIC].partitions[partition_for(group, 50)]
+        assert part.leader == coord and len(part.replicas) == 3
+    finally:
+        for b in c.brokers.values():
+            b.kill()
+        zk.stop()
