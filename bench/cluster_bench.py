@@ -527,7 +527,9 @@ def bench_failover(
             was_controller = cluster.controller() == leader
             # a connected admin client on the survivors, to see when their Metadata names the new leader
             survivors = ",".join(b.bootstrap for b in cluster.brokers.values() if b.id != leader)
-            probe = AdminClient({"bootstrap.servers": survivors})
+            probe = AdminClient(
+                {"bootstrap.servers": survivors, "log_level": 0}
+            )  # refused connects are expected
             probe.list_topics(topic=topic, timeout=30)
             t_kill = cluster.brokers[leader].kill9()
             gone = watch.wait(
@@ -686,10 +688,10 @@ def main(argv: list[str] | None = None) -> int:
         "--count-100",
         type=int,
         default=None,
-        help="messages per run at 100 B (default 1500000, quick 500000)",
+        help="messages per run at 100 B (default 3000000, quick 1000000)",
     )
     ap.add_argument(
-        "--count-1k", type=int, default=None, help="messages per run at 1 KiB (default 300000, quick 100000)"
+        "--count-1k", type=int, default=None, help="messages per run at 1 KiB (default 400000, quick 150000)"
     )
     ap.add_argument("--timeout", type=float, default=60.0, help="cap per load-generator run, seconds")
     ap.add_argument(
@@ -751,8 +753,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(x) for x in args.sizes.split(",")]
     repeats = args.repeats or (3 if args.quick else 5)
     n_failovers = args.failovers if args.failovers is not None else (5 if args.quick else 10)
-    c100 = args.count_100 or (500_000 if args.quick else 1_500_000)
-    c1k = args.count_1k or (100_000 if args.quick else 300_000)
+    c100 = args.count_100 or (1_000_000 if args.quick else 3_000_000)
+    c1k = args.count_1k or (150_000 if args.quick else 400_000)
     counts = {s: c100 if s == 100 else c1k if s == 1024 else max(1000, c1k * 1024 // s) for s in sizes}
     kinds = [args.only] if args.only else ["throughput", "failover"]
     producer_config: dict[str, str] = {}
