@@ -11,8 +11,8 @@
 2. Failover: an idempotent acks=all producer (confluent-kafka, its own process) writes continuously to an
    RF=3 topic; the partition leader is killed with SIGKILL and the benchmark records, from its own kazoo
    session, when the killed broker's ZooKeeper session expires (/brokers/ids/<id> disappears), when a new
-   leader is written to the partition's state znode, and when the producer gets its first acknowledgement
-   after that; then it restarts the killed broker and waits until it is back in the ISR. Repeated N times;
+   leader is written to the partition's state znode, when the surviving brokers' Metadata names it, and when
+   the producer gets its first acknowledgement after that; then it restarts the killed broker and waits until it is back in the ISR. Repeated N times;
    p50/p99/max. For kill -9 the dominant term is the ZooKeeper session timeout: nothing can move the
    leadership before the dead broker's session expires.
 
