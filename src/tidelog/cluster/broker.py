@@ -471,7 +471,9 @@ class ClusterBroker(Broker):
         r = self.replicas.pop(tp)
         if r.fetcher is not None:
             r.fetcher.cancel()
-        r.is_leader = False  # waiting produces and fetches are woken by drop_partition (then fail)
+        if r.is_leader:
+            r.is_leader = False  # waiting produces and fetches are woken by drop_partition (then fail)
+            self._leadership_changed(tp, False, -1)  # a led __consumer_offsets partition unloads its groups
         self.topics.drop_partition(*tp)
 
     def _on_topic_deleted(self, topic: str) -> None:
