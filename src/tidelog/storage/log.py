@@ -649,13 +649,13 @@ class PartitionLog:
                 if pid >= 0:
                     stamped = (base, batch_length, leader_epoch, *fields[3:])
                     ps.update(BatchHeader(*stamped), base, last_offset, max_ts)
-                else:  # no producer: only the end of the mapped range moves (no header object built)
-                    ps.advance_map_end(last_offset + 1)
+                elif last_offset >= ps.map_end_offset:  # no producer: only the mapped range's end moves
+                    ps.map_end_offset = last_offset + 1  # (ProducerStateManager.advance_map_end, inlined)
             cache = self.epoch_cache
-            if cache is not None and leader_epoch >= 0:
-                latest = cache.latest_epoch()
-                if latest is None or leader_epoch > latest:
-                    cache.assign(leader_epoch, base)
+            # a new epoch starts here; a plain read of the cache's newest epoch (it only changes under this
+            # log's lock) instead of the locked latest_epoch() call on every append
+            if cache is not None and leader_epoch >= 0 and (not cache._epochs or leader_epoch > cache._epochs[-1]):
+                cache.assign(leader_epoch, base)
             info = AppendInfo(
                 base, last_offset, max_ts, now if log_append else NO_TIMESTAMP, self.log_start_offset, False, count, size
             )
