@@ -53,11 +53,10 @@ from typing import Any
 
 from tidelog.broker.server import Broker, PartitionError
 from tidelog.cluster import zkdata as zd
+from tidelog.cluster.fetcher import ReplicaFetcherManager
 
 log = logging.getLogger("tidelog.cluster.broker")
 
-FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
-FETCH_VERSION, OFFSET_FOR_LEADER_EPOCH_VERSION = 12, 4
 _MIN_BATCH = 61
 
 
@@ -82,7 +81,6 @@ class Replica:
     last_fetch_time: dict[int, float] = field(default_factory=dict)
     isr_update_pending: bool = False
     pending_isr: tuple[int, ...] = ()  # an ISR change sent to ZooKeeper and not yet answered
-    fetcher: asyncio.Task | None = None
 
 
 class ClusterBroker(Broker):
@@ -95,6 +93,9 @@ class ClusterBroker(Broker):
         self.fetch_max_bytes = config.get("replica.fetch.max.bytes")
         self.fetch_wait_ms = config.get("replica.fetch.wait.max.ms")
         self.fetch_backoff_s = config.get("replica.fetch.backoff.ms") / 1000.0
+        self.fetch_min_bytes = config.get("replica.fetch.min.bytes")
+        self.fetch_response_max_bytes = config.get("replica.fetch.response.max.bytes")
+        self.fetchers = ReplicaFetcherManager(self, config.get("num.replica.fetchers"))
         self.unclean = str(props.get("unclean.leader.election.enable", "false")).lower() == "true"
         self.zk: Any = None
         self.controller: Any = None
@@ -135,6 +136,13 @@ class ClusterBroker(Broker):
         from tidelog.cluster.topics import ClusterTopicManager
 
         return ClusterTopicManager  # topic changes go through ZooKeeper
+
+    def _open_storage(self) -> None:
+        super()._open_storage()
+        from tidelog.cluster.producer_ids import zk_producer_id_manager
+
+        # producer id blocks from ZooKeeper's /latest_producer_id_block: unique across the cluster
+        self.producer_ids = zk_producer_id_manager(self.zk, self.node_id, self.config.log_dirs)
 
     def become_leader(self, tp: tuple[str, int], log_: Any) -> None:
         """At start nothing is led until ZooKeeper says so."""
@@ -291,9 +299,7 @@ class ClusterBroker(Broker):
             except Exception:
                 log.exception("controlled shutdown failed; shutting down without it")
         if not self.stopping:
-            for r in self.replicas.values():
-                if r.fetcher is not None:
-                    r.fetcher.cancel()
+            self.fetchers.shutdown()
             if self.controller is not None:
                 self.controller.stop()
             if self.zk is not None:
@@ -469,8 +475,7 @@ class ClusterBroker(Broker):
 
     def _drop_replica(self, tp: tuple[str, int]) -> None:
         r = self.replicas.pop(tp)
-        if r.fetcher is not None:
-            r.fetcher.cancel()
+        self.fetchers.remove(tp)
         if r.is_leader:
             r.is_leader = False  # waiting produces and fetches are woken by drop_partition (then fail)
             self._leadership_changed(tp, False, -1)  # a led __consumer_offsets partition unloads its groups
@@ -522,9 +527,7 @@ class ClusterBroker(Broker):
         r.leader, r.leader_epoch = s.leader, s.leader_epoch
 
     def _make_leader(self, r: Replica, s: zd.LeaderIsr) -> None:
-        if r.fetcher is not None:
-            r.fetcher.cancel()
-            r.fetcher = None
+        self.fetchers.remove(r.tp)
         plog = r.log
         r.is_leader = True
         r.leader, r.leader_epoch = s.leader, s.leader_epoch
@@ -543,14 +546,13 @@ class ClusterBroker(Broker):
     def _make_follower(self, r: Replica, s: zd.LeaderIsr) -> None:
         was_leader = r.is_leader
         r.is_leader = False
-        if r.fetcher is not None:
-            r.fetcher.cancel()
-            r.fetcher = None
+        self.fetchers.remove(r.tp)
         if was_leader:
             self.purgatory.check_and_complete(r.tp)  # waiting acks=-1 produces fail NOT_LEADER_OR_FOLLOWER
             self._leadership_changed(r.tp, False, s.leader_epoch)
         if s.leader != zd.NO_LEADER and self._loop is not None and not self.stopping and not self._shutting_down:
-            r.fetcher = self._loop.create_task(self._follow(r, s.leader, s.leader_epoch))
+            r.leader, r.leader_epoch = s.leader, s.leader_epoch  # the fetcher checks answers against the term
+            self.fetchers.add(r, s.leader, s.leader_epoch)
         log.info("became follower", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1], "leader": s.leader,
                                                   "leader_epoch": s.leader_epoch}})
 
@@ -738,12 +740,20 @@ class ClusterBroker(Broker):
                     r = None
                 items.append((r, p.get("fetch_offset", 0), p.get("partition_max_bytes", self.fetch_max_bytes), out))
 
+        response_max = request.get("max_bytes", 0x7FFFFFFF)
+
         def read_all() -> int:
+            """Read every partition, the response bounded by ``max_bytes`` (replica.fetch.response.max.bytes)
+            except that the first partition with data returns at least one batch, as Kafka."""
             total = 0
             for r, offset, max_bytes, out in items:
                 if r is None:
                     continue
-                info = r.log.read(offset, max_bytes, max_offset=None, min_one_batch=True)
+                limit = min(max_bytes, response_max - total)
+                if limit <= 0 and total:
+                    out["records"] = b""
+                    continue
+                info = r.log.read(offset, max(limit, 0), max_offset=None, min_one_batch=total == 0)
                 out["high_watermark"] = out["last_stable_offset"] = r.log.high_watermark
                 out["log_start_offset"] = r.log.log_start_offset
                 out["records"] = RecordsChunks(list(info.regions), info.size) if info.size else b""
@@ -760,7 +770,9 @@ class ClusterBroker(Broker):
                 plog = self.leader_log(*status.tp)
                 return _MIN_BATCH if plog.log_end_offset > status.fetch_offset else 0
 
-            op = DelayedFetch(statuses, 1, max_wait, probe)
+            # the probe sees whether a partition has a batch, not its size: a min_bytes above one batch
+            # header counts as "one batch" (replica.fetch.min.bytes defaults to 1)
+            op = DelayedFetch(statuses, max(1, min(request.get("min_bytes", 1), _MIN_BATCH)), max_wait, probe)
             if not self.purgatory.fetch.try_complete_else_watch(op, [s.tp for s in statuses]):
                 await op.wait()
             for i, (r, off, mb, out) in enumerate(items):
@@ -786,72 +798,14 @@ class ClusterBroker(Broker):
             return epoch, end
         return None
 
-    # -- follower side: truncation and the fetch loop ------------------------------------------------------
+    # -- follower side (the fetch loop itself is cluster/fetcher.py) ----------------------------------------
 
-    async def _leader_endpoint(self, leader: int) -> zd.BrokerInfo:
+    async def leader_endpoint(self, leader: int) -> zd.BrokerInfo:
         while leader not in self.live:
             await self._live_changed.wait()
         return self.live[leader]
 
-    async def _follow(self, r: Replica, leader: int, epoch: int) -> None:
-        """The fetcher of one partition for one leader term; the next role change cancels it.
-
-        Truncation first (OffsetForLeaderEpoch) only when the log has no leader epoch to fetch with, or with
-        ``tidelog.replica.truncate.on.fetch=false``; otherwise the Fetch's ``last_fetched_epoch`` lets the leader
-        say where the logs diverge (KIP-320), as Kafka's fetcher does since 2.7. Any failure other than a
-        cancellation is retried after ``replica.fetch.backoff.ms`` with a fresh truncation, so the fetcher never
-        dies while the term lasts.
-        """
-        from tidelog.cluster.peer import Peer
-
-        peer: Peer | None = None
-        truncated = self.truncate_on_fetch and _latest_epoch(r.log) >= 0
-        topic, partition = r.tp
-        try:
-            while not self.stopping:
-                try:
-                    if peer is None:
-                        info = await self._leader_endpoint(leader)
-                        peer = Peer(info.host, info.port, f"tidelog-replica-{self.node_id}")
-                    if not truncated:
-                        await self._truncate(peer, r, epoch)
-                        truncated = True
-                    await self._fetch_once(peer, r, epoch)
-                except asyncio.CancelledError:
-                    raise
-                except _RetriableFetchError as exc:
-                    if exc.code == 1:  # OFFSET_OUT_OF_RANGE
-                        if 0 <= r.log.log_end_offset < exc.log_start_offset and not r.is_leader \
-                                and r.leader_epoch == epoch:
-                            # the leader deleted what we would fetch next (retention): start at its log start
-                            log.info("fetch offset below the leader's log start; starting over there", extra={
-                                "kv": {"topic": topic, "partition": partition, "leo": r.log.log_end_offset,
-                                       "log_start_offset": exc.log_start_offset}})
-                            r.log.truncate_fully_and_start_at(exc.log_start_offset)
-                        else:  # our log ran past the leader's: agree on it again
-                            truncated = False
-                    log.debug("replica fetch error", extra={"kv": {"topic": topic, "partition": partition,
-                                                                   "error": str(exc)}})
-                    await asyncio.sleep(self.fetch_backoff_s)  # replica.fetch.backoff.ms
-                except (TimeoutError, OSError, ConnectionError, asyncio.IncompleteReadError) as exc:
-                    log.info("replica fetch connection failed", extra={"kv": {"topic": topic, "partition": partition,
-                                                                              "leader": leader, "error": repr(exc)}})
-                    if peer is not None:
-                        peer.close()
-                    peer = None
-                    await asyncio.sleep(self.fetch_backoff_s)  # replica.fetch.backoff.ms
-                except Exception as exc:  # e.g. a batch that does not fit the log: start this term over
-                    log.warning("replica fetcher failed; truncating and fetching again", exc_info=True, extra={
-                        "kv": {"topic": topic, "partition": partition, "leader": leader, "error": repr(exc)}})
-                    if peer is not None:
-                        peer.close()
-                    peer, truncated = None, False
-                    await asyncio.sleep(self.fetch_backoff_s)  # replica.fetch.backoff.ms
-        finally:
-            if peer is not None:
-                peer.close()
-
-    def _truncation_point(self, plog: Any, leader_epoch: int, end_offset: int) -> tuple[int, int | None]:
+    def truncation_point(self, plog: Any, leader_epoch: int, end_offset: int) -> tuple[int, int | None]:
         """KIP-101/KIP-279: where to truncate given the leader's ``(epoch, end offset)`` for the epoch asked
         about, and the epoch to ask about next (None when done). The same rule serves OffsetForLeaderEpoch
         answers and KIP-320 ``diverging_epoch`` fields."""
@@ -866,88 +820,9 @@ class ClusterBroker(Broker):
             return min(f_end, end_offset, leo), f_epoch
         return min(end_offset, f_end, leo), None
 
-    def _truncate_log(self, r: Replica, target: int, reason: str, leader_epoch: int) -> None:
+    def truncate_log(self, r: Replica, target: int, reason: str, leader_epoch: int) -> None:
         plog = r.log
         if target < plog.log_end_offset:
             log.info("truncating", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1], "from": plog.log_end_offset,
                                                   "to": target, "leader_epoch": leader_epoch, "by": reason}})
             plog.truncate_to(target)
-
-    async def _truncate(self, peer: Any, r: Replica, epoch: int) -> None:
-        """KIP-101/KIP-279: find the largest offset both logs agree on and truncate there."""
-        plog = r.log
-        if plog.log_end_offset == 0:
-            return
-        latest = _latest_epoch(plog)
-        if latest < 0:
-            # no epochs at all: the pre-KIP-101 rule is all there is
-            self._truncate_log(r, min(plog.high_watermark, plog.log_end_offset), "high_watermark", -1)
-            return
-        requested = latest
-        for _ in range(1000):
-            body = {"replica_id": self.node_id, "topics": [{"topic": r.tp[0], "partitions": [
-                {"partition": r.tp[1], "current_leader_epoch": epoch, "leader_epoch": requested}]}]}
-            resp = await peer.request(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, body)
-            part = resp["topics"][0]["partitions"][0]
-            if part["error_code"]:
-                raise _RetriableFetchError(f"OffsetForLeaderEpoch error {part['error_code']}")
-            if r.is_leader or r.leader_epoch != epoch:
-                return  # a stale answer: the next term's fetcher decides
-            target, requested = self._truncation_point(plog, part["leader_epoch"], part["end_offset"])
-            self._truncate_log(r, target, "offset_for_leader_epoch", part["leader_epoch"])
-            if requested is None:
-                return
-        raise _RetriableFetchError("OffsetForLeaderEpoch did not converge")
-
-    async def _fetch_once(self, peer: Any, r: Replica, epoch: int) -> None:
-        plog = r.log
-        fetch_offset = plog.log_end_offset
-        last_epoch = _latest_epoch(plog) if self.truncate_on_fetch else -1
-        body = {
-            "replica_id": self.node_id, "max_wait_ms": self.fetch_wait_ms, "min_bytes": 1,
-            "max_bytes": max(self.fetch_max_bytes, 1 << 20), "isolation_level": 0, "session_id": 0,
-            "session_epoch": -1,
-            "topics": [{"topic": r.tp[0], "partitions": [{
-                "partition": r.tp[1], "current_leader_epoch": epoch, "fetch_offset": fetch_offset,
-                "last_fetched_epoch": last_epoch, "log_start_offset": plog.log_start_offset,
-                "partition_max_bytes": self.fetch_max_bytes}]}],
-            "forgotten_topics_data": [], "rack_id": "",
-        }
-        resp = await peer.request(FETCH, FETCH_VERSION, body, timeout=30 + self.fetch_wait_ms / 1000)
-        if resp.get("error_code"):
-            raise _RetriableFetchError(f"fetch error {resp['error_code']}")
-        part = resp["responses"][0]["partitions"][0]
-        if part["error_code"]:
-            raise _RetriableFetchError(f"fetch partition error {part['error_code']}", part["error_code"],
-                                       part.get("log_start_offset", -1))
-        if r.is_leader or r.leader_epoch != epoch or plog.log_end_offset != fetch_offset:
-            return  # a stale answer: the role or the log changed while it was on its way
-        diverging = part.get("diverging_epoch") or {}
-        if diverging.get("epoch", -1) >= 0:  # KIP-320: the leader says our log diverges from its own
-            target, _ask_next = self._truncation_point(plog, diverging["epoch"], diverging.get("end_offset", -1))
-            # when more remains to find (_ask_next), the next Fetch carries our new latest epoch and the leader
-            # answers again: the fetch loop is the KIP-279 loop
-            self._truncate_log(r, target, "diverging_epoch", diverging["epoch"])
-            hw = min(part["high_watermark"], plog.log_end_offset)
-            if hw > plog.high_watermark:
-                plog.high_watermark = hw
-            return
-        records = part.get("records")
-        if records:
-            plog.append_as_follower(bytes(records))
-        hw = min(part["high_watermark"], plog.log_end_offset)
-        if hw > plog.high_watermark:
-            plog.high_watermark = hw
-
-
-def _latest_epoch(plog: Any) -> int:
-    cache = plog.epoch_cache
-    latest = cache.latest_epoch() if cache is not None else None
-    return -1 if latest is None else latest
-
-
-class _RetriableFetchError(Exception):
-    def __init__(self, message: str, code: int = 0, log_start_offset: int = -1) -> None:
-        super().__init__(message)
-        self.code = code
-        self.log_start_offset = log_start_offset
