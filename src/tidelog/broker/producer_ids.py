@@ -10,7 +10,12 @@ Kafka allocates producer ids in blocks. With ZooKeeper the next block lives in t
 them in the metadata log (``ProducerIdsRecord``). Both reserve a whole block *before* any id of it is used, so a
 crash wastes at most the unused rest of one block and never reuses an id.
 
-tidelog keeps the same idea on one node: the file ``tidelog-producer-id-block`` at the root of every log dir
+The manager below keeps the per-producer logic (ids handed out in order from a reserved block, epoch bumps) and
+gets its blocks from a *block source*: :class:`FileBlockSource` on one node, and in ZooKeeper mode
+``tidelog.cluster.producer_ids.ZkBlockSource``, Kafka's ``/latest_producer_id_block`` shared by every broker
+(this module does not import kazoo).
+
+On one node the file ``tidelog-producer-id-block`` at the root of every log dir
 holds the first id of the next block that may be reserved. Reserving a block rewrites the file atomically (write
 ``<file>.tmp``, fsync, rename, fsync the directory) *before* the first id of the block is returned. The file is
 written to every log dir and the largest value found wins on load, so losing (or restoring an old copy of) one
@@ -26,9 +31,11 @@ from __future__ import annotations
 
 import os
 import threading
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
 PRODUCER_ID_BLOCK_FILE = "tidelog-producer-id-block"
 DEFAULT_BLOCK_SIZE = 1000
@@ -86,94 +93,177 @@ def _write_atomically(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
-class ProducerIdManager:
-    """Hands out producer ids that are unique for the life of the data directories.
+def read_block_files(log_dirs: Iterable[Path | str]) -> int:
+    """The largest ``next_block_start`` over the block files of ``log_dirs`` (0 when there is none)."""
+    best = 0
+    for d in log_dirs:
+        path = Path(d) / PRODUCER_ID_BLOCK_FILE
+        if path.exists():
+            best = max(best, _parse_block_file(path))
+    return best
 
-    ``allocate()`` is cheap except once per block, when it fsyncs the block file (one fsync per
-    ``block_size`` producers). It is thread-safe, so a handler may run it in a worker thread.
-    """
 
-    def __init__(self, log_dirs: Iterable[Path | str], block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+class BlockSource(Protocol):
+    """Where a :class:`ProducerIdManager` gets its blocks. ``reserve`` may block (disk, network); the manager
+    calls it under its lock, at most once per ``block_size`` ids."""
+
+    def issued_below(self) -> int:
+        """Every id below this bound was (or may have been) handed out by an earlier run *of this node*: such
+        ids may ask for an epoch bump. 0 when the source cannot tell."""
+        ...
+
+    def reserve(self, size: int) -> tuple[int, int]:
+        """Durably reserve ``size`` ids that no one else will ever be given; return ``[start, end)``."""
+        ...
+
+
+class FileBlockSource:
+    """One node: blocks follow each other, the next start kept in ``tidelog-producer-id-block``."""
+
+    def __init__(self, log_dirs: Iterable[Path | str]) -> None:
         self.log_dirs = [Path(d) for d in log_dirs]
         if not self.log_dirs:
             raise ValueError("ProducerIdManager needs at least one log dir")
-        if block_size < 1:
-            raise ValueError("block_size must be positive")
-        self.block_size = block_size
-        self._lock = threading.Lock()
-        # Ids in [_next_id, _block_end) are reserved on disk and not yet handed out.
-        start = self._load()
-        self._next_id = start
-        self._block_end = start
-        # pid -> latest epoch handed out by bump_epoch, for pids that bumped (LRU-bounded).
-        self._epochs: OrderedDict[int, int] = OrderedDict()
-
-    # -- persistence -------------------------------------------------------------------------------------
+        self._loaded = read_block_files(self.log_dirs)
+        self._next_start = self._loaded
 
     def _files(self) -> list[Path]:
         return [d / PRODUCER_ID_BLOCK_FILE for d in self.log_dirs]
 
-    def _load(self) -> int:
-        best = 0
-        for path in self._files():
-            if path.exists():
-                best = max(best, _parse_block_file(path))
-        return best
+    def issued_below(self) -> int:
+        return self._loaded
 
-    def _persist(self, next_block_start: int) -> None:
-        data = f"version: {FORMAT_VERSION}\nnext_block_start: {next_block_start}\n".encode()
+    def reserve(self, size: int) -> tuple[int, int]:
+        start, end = self._next_start, self._next_start + size
+        data = f"version: {FORMAT_VERSION}\nnext_block_start: {end}\n".encode()
         for d, path in zip(self.log_dirs, self._files()):
             d.mkdir(parents=True, exist_ok=True)
             _write_atomically(path, data)
+        self._next_start = end
+        return start, end
 
-    # -- allocation --------------------------------------------------------------------------------------
+
+class ProducerIdManager:
+    """Hands out producer ids that are never handed out twice (for the life of the data directories on one node,
+    cluster-wide with a ZooKeeper block source).
+
+    ``allocate()`` is cheap except once per block, when the source reserves the next block (one fsync, or one
+    ZooKeeper round trip, per ``block_size`` producers). It is thread-safe; from an event loop call the
+    ``*_nowait`` variants and fall back to a worker thread when they answer None.
+    """
+
+    def __init__(self, log_dirs: Iterable[Path | str] | None = None, block_size: int = DEFAULT_BLOCK_SIZE, *,
+                 source: BlockSource | None = None) -> None:
+        if block_size < 1:
+            raise ValueError("block_size must be positive")
+        if source is None:
+            if log_dirs is None:
+                raise ValueError("ProducerIdManager needs log dirs or a block source")
+            source = FileBlockSource(log_dirs)
+        self.source = source
+        self.block_size = block_size
+        self._lock = threading.Lock()
+        # Ids in [_next_id, _block_end) are reserved by the source and not yet handed out.
+        self._next_id = 0
+        self._block_end = 0
+        # Ids this node handed out (or, below issued_below(), an earlier run did): disjoint [start, end) ranges in
+        # increasing order, merged when contiguous (on one node: a single range).
+        floor = source.issued_below()
+        self._starts: list[int] = [0] if floor > 0 else []
+        self._ends: list[int] = [floor] if floor > 0 else []
+        # pid -> latest epoch handed out by bump_epoch, for pids that bumped (LRU-bounded).
+        self._epochs: OrderedDict[int, int] = OrderedDict()
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        return list(getattr(self.source, "log_dirs", []))
+
+    # -- allocation (callers hold self._lock) ------------------------------------------------------------------
+
+    def _take(self) -> int:
+        if self._next_id >= self._block_end:
+            # Reserve first: if we crash after this line, no id of the block is ever handed out again.
+            start, end = self.source.reserve(self.block_size)
+            if end <= start or (self._ends and start < self._ends[-1]):
+                raise RuntimeError(f"producer id block source returned an unusable block [{start}, {end})")
+            self._next_id, self._block_end = start, end
+        pid = self._next_id
+        self._next_id += 1
+        if self._ends and self._ends[-1] == pid:
+            self._ends[-1] = pid + 1
+        else:
+            self._starts.append(pid)
+            self._ends.append(pid + 1)
+        return pid
+
+    def _known(self, producer_id: int) -> bool:
+        i = bisect_right(self._starts, producer_id) - 1
+        return i >= 0 and producer_id < self._ends[i]
+
+    def _bump(self, producer_id: int, producer_epoch: int) -> tuple[int, int] | None:
+        latest = self._epochs.get(producer_id)
+        current_ok = latest is None or latest == producer_epoch
+        if self._known(producer_id) and current_ok and 0 <= producer_epoch < MAX_PRODUCER_EPOCH:
+            new_epoch = producer_epoch + 1
+            self._epochs[producer_id] = new_epoch
+            self._epochs.move_to_end(producer_id)
+            while len(self._epochs) > _MAX_TRACKED_EPOCHS:
+                self._epochs.popitem(last=False)
+            return producer_id, new_epoch
+        return None
+
+    # -- public API ----------------------------------------------------------------------------------------------
 
     @property
     def reserved_until(self) -> int:
-        """Every producer id ever handed out (by any run on these dirs) is below this bound."""
+        """The end of the current block: every id this node handed out is below it."""
         with self._lock:
             return self._block_end
 
     def block_exhausted(self) -> bool:
-        """True when the next ``allocate()`` will reserve a new block (and fsync)."""
+        """True when the next ``allocate()`` will reserve a new block (and block on the source)."""
         with self._lock:
             return self._next_id >= self._block_end
 
     def allocate(self) -> int:
-        """Return a producer id never returned before on these log dirs."""
+        """Return a producer id never returned before (may block once per block)."""
         with self._lock:
-            if self._next_id >= self._block_end:
-                new_end = self._block_end + self.block_size
-                # Reserve on disk first: if we crash after this line, restart starts at new_end.
-                self._persist(new_end)
-                self._next_id = self._block_end
-                self._block_end = new_end
-            pid = self._next_id
-            self._next_id += 1
-            return pid
+            return self._take()
+
+    def allocate_nowait(self) -> int | None:
+        """``allocate()`` when that cannot block: None if the lock is busy or a block must be reserved first."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self._take() if self._next_id < self._block_end else None
+        finally:
+            self._lock.release()
 
     def is_issued(self, producer_id: int) -> bool:
-        """True if ``producer_id`` may have been handed out by this manager (now or in an earlier run)."""
+        """True if ``producer_id`` was handed out here (now, or on one node by an earlier run)."""
         with self._lock:
-            return 0 <= producer_id < self._next_id
+            return self._known(producer_id)
 
     def bump_epoch(self, producer_id: int, producer_epoch: int) -> tuple[int, int]:
         """Epoch bump for an idempotent producer (InitProducerId v3+ with a producer id and epoch).
 
         Returns ``(producer_id, epoch + 1)`` when the producer id was issued here and ``producer_epoch`` is
         the latest epoch we know of for it; a fresh ``(new_id, 0)`` otherwise (unknown id, stale epoch, or an
-        epoch that would overflow), which is what Kafka answers a non-transactional InitProducerId with.
+        epoch that would overflow), which is what Kafka answers a non-transactional InitProducerId with. In
+        ZooKeeper mode only ids this broker handed out since it started can bump; others get a fresh id.
         """
         with self._lock:
-            # ids below _next_id were handed out now or by an earlier run (which started below our block)
-            known = 0 <= producer_id < self._next_id
-            latest = self._epochs.get(producer_id)
-            current_ok = latest is None or latest == producer_epoch
-            if known and current_ok and 0 <= producer_epoch < MAX_PRODUCER_EPOCH:
-                new_epoch = producer_epoch + 1
-                self._epochs[producer_id] = new_epoch
-                self._epochs.move_to_end(producer_id)
-                while len(self._epochs) > _MAX_TRACKED_EPOCHS:
-                    self._epochs.popitem(last=False)
-                return producer_id, new_epoch
-        return self.allocate(), 0
+            bumped = self._bump(producer_id, producer_epoch)
+            return bumped if bumped is not None else (self._take(), 0)
+
+    def bump_epoch_nowait(self, producer_id: int, producer_epoch: int) -> tuple[int, int] | None:
+        """``bump_epoch()`` when that cannot block, else None."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            bumped = self._bump(producer_id, producer_epoch)
+            if bumped is not None:
+                return bumped
+            return (self._take(), 0) if self._next_id < self._block_end else None
+        finally:
+            self._lock.release()

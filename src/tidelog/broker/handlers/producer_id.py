@@ -15,6 +15,8 @@
   were worse: COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR / CONCURRENT_TRANSACTIONS are retriable, so clients
   retry until ``transaction.timeout.ms``/``max.block.ms`` and then report a timeout that hides the cause, and
   an unexpected code such as INVALID_REQUEST reads as a client bug. ``v6`` fields (2PC, KIP-939) are ignored.
+* no block of ids can be reserved (ZooKeeper unreachable in cluster mode, a disk error): the retriable
+  ``COORDINATOR_LOAD_IN_PROGRESS``, Kafka's answer while its next producer id block is not available.
 """
 
 from __future__ import annotations
@@ -69,13 +71,24 @@ async def init_producer_id(ctx: RequestContext, request: dict) -> dict:
             "producer_epoch": -1,
         }
 
-    # Reserving a new block fsyncs a file: keep that off the event loop.
-    if producer_id >= 0:
-        if mgr.block_exhausted():
-            pid, epoch = await asyncio.to_thread(mgr.bump_epoch, producer_id, producer_epoch)
+    # Reserving a new block fsyncs a file (one node) or writes ZooKeeper (cluster): keep that off the event loop.
+    try:
+        if producer_id >= 0:
+            got = mgr.bump_epoch_nowait(producer_id, producer_epoch)
+            if got is None:
+                got = await asyncio.to_thread(mgr.bump_epoch, producer_id, producer_epoch)
         else:
-            pid, epoch = mgr.bump_epoch(producer_id, producer_epoch)
-    else:
-        pid = await asyncio.to_thread(mgr.allocate) if mgr.block_exhausted() else mgr.allocate()
-        epoch = 0
+            pid_now = mgr.allocate_nowait()
+            got = (pid_now if pid_now is not None else await asyncio.to_thread(mgr.allocate), 0)
+    except Exception as exc:
+        # The next block could not be reserved (ZooKeeper unreachable, disk error). Kafka answers
+        # COORDINATOR_LOAD_IN_PROGRESS while no block is available; clients retry it.
+        log.warning("no producer id block available: %s", exc)
+        return {
+            "throttle_time_ms": 0,
+            "error_code": error_code("COORDINATOR_LOAD_IN_PROGRESS"),
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+    pid, epoch = got
     return {"throttle_time_ms": 0, "error_code": 0, "producer_id": pid, "producer_epoch": epoch}
