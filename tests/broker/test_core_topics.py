@@ -120,6 +120,40 @@ def test_unregistered_partition_dirs_are_adopted(tmp_path: Path) -> None:
     b2.logs.shutdown()
 
 
+def test_load_creates_missing_hosted_partitions_only(tmp_path: Path) -> None:
+    """One node hosts every partition: a registered partition whose directory is gone is created again at load.
+    The ``hosted_partitions`` hook (cluster mode asks ZooKeeper) limits that to the partitions it names."""
+    import shutil
+
+    b = _open(tmp_path)
+    b.topics.create_topic("h", 3)
+    b.logs.shutdown()
+    shutil.rmtree(tmp_path / "h-1")
+    shutil.rmtree(tmp_path / "h-2")
+    b2 = _open(tmp_path)
+    assert [b2.topics.get_log("h", p) is not None for p in range(3)] == [True, True, True]
+    assert (tmp_path / "h-1").is_dir() and (tmp_path / "h-2").is_dir()
+    b2.logs.shutdown()
+
+    class OnlyPartitionOne(TopicManager):
+        def hosted_partitions(self, info: Any) -> list[int]:
+            return [1]
+
+    shutil.rmtree(tmp_path / "h-1")
+    shutil.rmtree(tmp_path / "h-2")
+    cfg = BrokerConfig.from_properties({"log.dirs": str(tmp_path)})
+    b3 = SimpleNamespace(config=cfg, node_id=0, purgatory=Purgatory(), metrics=None, logs=None)
+    b3.topics = OnlyPartitionOne(b3)  # type: ignore[arg-type]
+    b3.logs = LogManager(cfg.log_dirs, cfg.log_config(), **b3.topics.log_manager_kwargs())
+    b3.logs.startup(b3.topics.topic_config)
+    b3.topics.load()
+    # h-0 was on disk (loaded as found), h-1 is hosted (created), h-2 is neither (not created)
+    assert [b3.topics.get_log("h", p) is not None for p in range(3)] == [True, True, False]
+    assert not (tmp_path / "h-2").exists()
+    assert b3.topics.get("h").num_partitions == 3
+    b3.logs.shutdown()
+
+
 def test_alter_and_incremental_alter(broker: Any) -> None:
     t = broker.topics
     t.create_topic("c", configs={"retention.ms": "5000", "segment.ms": "60000"})

@@ -257,9 +257,14 @@ class TopicManager:
             "cleaner_config": CleanerConfig.from_properties(cfg.props),
         }
 
+    def hosted_partitions(self, info: TopicInfo) -> Iterable[int]:
+        """The partitions of ``info`` this node hosts: :meth:`load` creates their logs when missing (logs found
+        on disk are loaded either way). One node hosts every partition; cluster mode asks ZooKeeper."""
+        return range(info.num_partitions)
+
     def load(self) -> None:
-        """After ``LogManager.startup()``: match logs on disk with the registry, create missing partitions,
-        adopt unregistered ones, apply per-topic configs."""
+        """After ``LogManager.startup()``: match logs on disk with the registry, create missing partitions
+        (those :meth:`hosted_partitions` names), adopt unregistered ones, apply per-topic configs."""
         logs = self.broker.logs
         on_disk: dict[str, dict[int, Any]] = {}
         for (topic, partition), lg in logs.all_logs().items():
@@ -282,7 +287,7 @@ class TopicManager:
                 changed = True
         for info in self._topics.values():
             parts = on_disk.get(info.name, {})
-            for p in range(info.num_partitions):
+            for p in sorted(set(parts).union(self.hosted_partitions(info))):
                 lg = parts.get(p)
                 if lg is None:
                     lg = logs.create_log(info.name, p, info.log_config, info.topic_id)

@@ -63,6 +63,25 @@ class ClusterTopicManager(TopicManager):
                 self._logs[(name, p)] = lg or self.broker.logs.create_log(name, p, info.log_config, info.topic_id)
         return info
 
+    def hosted_partitions(self, info: TopicInfo) -> list[int]:
+        """At start (``load``, in a worker thread, ZooKeeper connected, no watch yet): the partitions ZooKeeper
+        assigns here, so no log of a partition hosted elsewhere is ever created. A topic ZooKeeper does not
+        have, or has with another topic id (deleted while this broker was away), gets none: the watches and
+        :meth:`remove_strays` sort out what is on disk."""
+        from kazoo.exceptions import NoNodeError
+
+        zk = getattr(self.broker, "zk", None)
+        if zk is None:
+            return []
+        try:
+            a = zd.decode_topic(zk.get(zd.topic_path(info.name))[0])
+        except NoNodeError:
+            return []
+        if a.topic_id and bytes(a.topic_id) != info.topic_id:
+            return []
+        node = self.broker.node_id
+        return [p for p, reps in sorted(a.partitions.items()) if node in reps and p < info.num_partitions]
+
     # -- local replicas going away --------------------------------------------------------------------------
 
     def drop_partition(self, name: str, partition: int) -> None:
