@@ -75,8 +75,8 @@ class ClusterTopicManager(TopicManager):
             return []
         try:
             a = zd.decode_topic(zk.get(zd.topic_path(info.name))[0])
-        except NoNodeError:
-            return []
+        except (NoNodeError, ValueError, KeyError, TypeError):
+            return []  # not in ZooKeeper (or unreadable): nothing is created now; the watch decides later
         if a.topic_id and bytes(a.topic_id) != info.topic_id:
             return []
         node = self.broker.node_id
