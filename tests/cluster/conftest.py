@@ -161,3 +161,110 @@ def cluster_with() -> Iterator[Any]:
     finally:
         for gen in made:
             gen.close()
+
+
+# -- network faults (tests/cluster/test_faults.py): every link of every broker through a FaultProxy -----------
+
+def _faultproxy() -> Any:
+    """tests/cluster/faultproxy.py, loaded once by path (pytest's importlib mode puts no test dir on sys.path)."""
+    import sys
+
+    mod = sys.modules.get("tidelog_test_faultproxy")
+    if mod is None:
+        spec = importlib.util.spec_from_file_location("tidelog_test_faultproxy", Path(__file__).parent / "faultproxy.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
+class ProxiedCluster(Cluster):
+    """A ``Cluster`` whose brokers can be cut off from the network without root.
+
+    Broker ``i`` listens on its own port but advertises ``PLAINTEXT://127.0.0.1:<kafka[i].port>`` (registered in
+    ZooKeeper, so Metadata sends clients there and followers fetch from it there), and reaches ZooKeeper through
+    its own proxy ``zk[i]``. ``isolate(i)`` blackholes ZooKeeper and every inbound link of broker i, and, on
+    the other brokers' proxies, the connections whose client id is ``tidelog-replica-<i>`` (its outgoing
+    follower fetches). ``heal()`` lets everything flow again. ``direct(i)`` is broker i's own port (a client on
+    the isolated side of the partition)."""
+
+    def __init__(self, root: Path, zk: ZooKeeper, overrides: dict[str, str] | None = None) -> None:
+        super().__init__(root, zk, overrides=overrides)
+        fp = _faultproxy()
+        self.faults = fp
+        self.kafka: dict[int, Any] = {}
+        self.zk_links: dict[int, Any] = {}
+        for i, b in self.brokers.items():
+            b.port = _free_port()  # known before start: the proxy forwards there from the first connection
+            self.kafka[i] = fp.FaultProxy(b.port, kafka=True, name=f"broker-{i}").start()
+            self.zk_links[i] = fp.FaultProxy(zk.port, kafka=False, name=f"zk-{i}").start()
+            b.overrides["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{self.kafka[i].port}"
+            b.overrides["zookeeper.connect"] = f"127.0.0.1:{self.zk_links[i].port}"
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.kafka[i].port}" for i, b in self.brokers.items() if b.running)
+
+    def direct(self, i: int) -> int:
+        return self.brokers[i].port
+
+    def proxies(self) -> list[Any]:
+        return [*self.kafka.values(), *self.zk_links.values()]
+
+    def isolate(self, i: int) -> None:
+        bh = self.faults.BLACKHOLE
+        self.zk_links[i].set_mode(bh)
+        self.kafka[i].set_mode(bh)
+        for j, p in self.kafka.items():
+            if j != i:
+                p.set_client_mode(f"tidelog-replica-{i}", bh)
+
+    def heal(self) -> None:
+        for p in self.proxies():
+            p.heal()
+
+    def stop_proxies(self) -> None:
+        for p in self.proxies():
+            p.stop()
+
+
+@pytest.fixture(scope="module")
+def proxied_cluster() -> Iterator[ProxiedCluster]:
+    """ZooKeeper and 3 brokers (the defaults above, session timeout 3 s) with every link through a FaultProxy
+    (see ``ProxiedCluster``); the proxies are healed before the fixture is handed out and closed at the end."""
+    pytest.importorskip("kazoo", reason="kazoo is not installed (pip install kazoo==2.11.0)")
+    if not ZK_SERVER.exists() or shutil.which("java") is None:
+        pytest.skip(f"ZooKeeper is not installed ({ZK_SERVER} missing or no java); apt-get install zookeeper")
+    root = Path(tempfile.mkdtemp(prefix="tidelog-faults-"))
+    zk = ZooKeeper(root)
+    zk.start()
+    c: ProxiedCluster | None = None
+    try:
+        c = ProxiedCluster(root, zk, overrides={"replica.fetch.wait.max.ms": "200", "replica.fetch.backoff.ms": "100"})
+        for b in c.brokers.values():
+            b.start()
+        c.wait_for("3 registered brokers and a controller", lambda md: len(md.brokers) == 3 and md.controller_id > 0)
+        yield c
+    finally:
+        if c is not None:
+            for b in c.brokers.values():
+                b.kill()
+            c.stop_proxies()
+        zk.stop()
+        if os.environ.get("TIDELOG_KEEP_TEST_DIRS") is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def proxied_broker(broker_factory: Any) -> Iterator[tuple[Any, Any]]:
+    """``(broker, proxy)``: one single-node broker (the ``broker_factory`` of tests/integration/conftest.py)
+    advertising a Kafka FaultProxy in front of it, so every client connection goes through the proxy."""
+    fp = _faultproxy()
+    proxy = fp.FaultProxy(kafka=True, name="single").start()
+    try:
+        b = broker_factory({"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"})
+        proxy.target_port = b.port
+        yield b, proxy
+    finally:
+        proxy.stop()
