@@ -71,19 +71,24 @@ def read_cluster(zk_connect: str, timeout: float = 10.0) -> dict:
 @click.option("--zookeeper", "-z", "zk_connect", required=True, help="zookeeper.connect, e.g. 127.0.0.1:2181")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def describe(zk_connect: str, as_json: bool) -> None:
-    """Brokers, the controller and every partition's leader, epoch, replicas and ISR."""
+    """Brokers, the controller and every partition's leader, epoch, replicas and ISR; partitions without a live
+    leader are flagged OFFLINE, those with an ISR smaller than the replica set UNDER-REPLICATED."""
     try:
         info = read_cluster(zk_connect)
     except Exception as exc:
         click.echo(f"tidelog cluster describe: cannot read ZooKeeper at {zk_connect}: {exc}", err=True)
         sys.exit(1)
+    live = {b["id"] for b in info["brokers"]}
+    for t in info["topics"]:
+        for p in t["partitions"]:  # kafka-topics --under-replicated-partitions / --unavailable-partitions
+            p["under_replicated"] = len(p["isr"]) < len(p["replicas"])
+            p["offline"] = p["leader"] not in live
     if as_json:
         click.echo(json.dumps(info, indent=1))
         return
     click.echo(f"Controller: {info['controller']} (epoch {info['controller_epoch']})")
     for b in info["brokers"]:
         click.echo(f"Broker {b['id']}: {b['host']}:{b['port']}" + (f" rack={b['rack']}" if b["rack"] else ""))
-    live = {b["id"] for b in info["brokers"]}
     for t in info["topics"]:
         click.echo(f"Topic: {t['topic']}\tTopicId: {t['topic_id']}\tPartitionCount: {len(t['partitions'])}")
         for p in t["partitions"]:
@@ -94,6 +99,7 @@ def describe(zk_connect: str, as_json: bool) -> None:
                 f"LeaderEpoch: {p['leader_epoch']}\tReplicas: {','.join(map(str, p['replicas']))}\t"
                 f"Isr: {','.join(map(str, p['isr']))}"
                 + (f"\tOffline: {','.join(map(str, offline))}" if offline else "")
+                + ("\tOFFLINE" if p["offline"] else "\tUNDER-REPLICATED" if p["under_replicated"] else "")
             )
 
 
