@@ -212,9 +212,12 @@ class ProxiedCluster(Cluster):
     def proxies(self) -> list[Any]:
         return [*self.kafka.values(), *self.zk_links.values()]
 
-    def isolate(self, i: int) -> None:
+    def isolate(self, i: int, zookeeper: bool = True) -> None:
+        """Blackhole broker i's links (with ``zookeeper=False`` its ZooKeeper link stays up: only the data links
+        to clients and the other brokers are cut)."""
         bh = self.faults.BLACKHOLE
-        self.zk_links[i].set_mode(bh)
+        if zookeeper:
+            self.zk_links[i].set_mode(bh)
         self.kafka[i].set_mode(bh)
         for j, p in self.kafka.items():
             if j != i:

@@ -38,7 +38,7 @@ DROP_FRACTION = 0.10
 MESSAGES = 3000
 ISOLATION_S = 30.0
 PRODUCE = 0
-REQUEST_TIMED_OUT, NOT_LEADER_OR_FOLLOWER = 7, 6
+NOT_ENOUGH_REPLICAS = 19
 
 
 def _until(what: str, pred: Callable[[], Any], timeout: float = 90.0, interval: float = 0.1) -> Any:
@@ -346,4 +346,50 @@ def test_isolated_leader_then_heal(proxied_cluster: Any) -> None:
     ledger.check(records, exact=False)
     values = {v for recs in records.values() for _o, v in recs}
     assert not any(v.startswith(b"isolated-") for v in values), "a write the isolated leader took survived"
+    _converged(c, topic)
+
+
+def test_leader_cut_from_followers_keeps_zookeeper(proxied_cluster: Any) -> None:
+    """Only the leader's data links are cut (clients and followers; ZooKeeper still reaches it): its session
+    lives, so nobody else is elected. Its followers leave the ISR after ``replica.lag.time.max.ms`` and
+    ``acks=-1`` produces on its side of the cut are refused NOT_ENOUGH_REPLICAS (``min.insync.replicas=2``), never
+    acknowledged. After the heal the followers catch up and rejoin; 0 acknowledged records lost."""
+    from kazoo.client import KazooClient
+
+    c = proxied_cluster
+    c.heal()
+    topic = f"cut-{uuid.uuid4().hex[:8]}"
+    _create(c.bootstrap, topic, 3)
+    kz = KazooClient(hosts=c.zk.connect)
+    kz.start(timeout=30)
+    load = Load(c.bootstrap, topic)
+    codes: list[int] = []
+    try:
+        load.wait_progress()
+        before = _state(kz, topic, 0)
+        old = before.leader
+        t0 = time.monotonic()
+        c.isolate(old, zookeeper=False)
+        _until(f"the ISR of {topic}-0 shrunk to its leader {old}", lambda: _state(kz, topic, 0).isr == (old,),
+               timeout=90)
+        shrunk_s = time.monotonic() - t0
+        after = _state(kz, topic, 0)
+        assert (after.leader, after.leader_epoch) == (old, before.leader_epoch), "no election while the session lives"
+        for n in range(3):
+            codes.append(_isolated_produce(c.direct(old), topic, 0, f"cut-{n}"))
+        assert codes == [NOT_ENOUGH_REPLICAS] * 3, codes
+        t_heal = time.monotonic()
+        c.heal()
+        _until(f"every replica back in the ISR of {topic}", lambda: all(
+            len(_state(kz, topic, p).isr) == 3 for p in range(PARTITIONS)), timeout=120)
+        rejoined_s = time.monotonic() - t_heal
+        load.wait_progress()
+    finally:
+        c.heal()
+        ledger = load.finish()
+        kz.stop()
+        kz.close()
+    print(f"cut leader {old}: ISR shrunk after {shrunk_s:.1f}s, isolated-side produces {codes}, followers back "
+          f"{rejoined_s:.1f}s after the heal; {len(ledger.acked)} acked, {len(ledger.errors)} delivery errors")
+    ledger.check(_read_all(c.bootstrap, topic), exact=False)
     _converged(c, topic)

@@ -237,7 +237,11 @@ class ClusterBroker(Broker):
 
         from tidelog.broker.topics import new_cluster_id
 
-        self.zk = KazooClient(hosts=self.zk_connect, timeout=self.session_timeout_s)
+        # reconnect attempts at most ~1 s apart, as ZooKeeper's own client: kazoo's default backoff doubles up to
+        # an hour, so a broker cut off from ZooKeeper for minutes would only notice the heal (and its expired
+        # session, i.e. that it no longer leads) minutes later
+        self.zk = KazooClient(hosts=self.zk_connect, timeout=self.session_timeout_s,
+                              connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0})
         self.zk.add_listener(self._zk_state)
         self.zk.start(timeout=max(10.0, self.session_timeout_s))
         for p in zd.PERSISTENT_PATHS:
