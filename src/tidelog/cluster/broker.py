@@ -58,6 +58,7 @@ from tidelog.cluster.fetcher import ReplicaFetcherManager
 log = logging.getLogger("tidelog.cluster.broker")
 
 _MIN_BATCH = 61
+_INLINE_RECORDS_MAX = 1 << 20  # follower fetch answers up to this size carry the records in memory, not sendfile
 
 
 @dataclass(slots=True)
@@ -599,6 +600,12 @@ class ClusterBroker(Broker):
                                  "Leader LEO minus the follower's last fetch offset (LEO if it never fetched)",
                                  {"topic": r.tp[0], "partition": str(r.tp[1]), "follower": str(b)},
                                  float(leo - r.follower_leo.get(b, 0))))
+        for (source, fid), fetcher in list(self.fetchers.fetchers.items()):
+            labels = {"source": str(source), "fetcher": str(fid)}
+            rows.append(("tidelog_replica_fetcher_partitions", "Partitions the replica fetcher of a source broker "
+                         "follows (one Fetch carries them all)", labels, float(len(fetcher.partitions))))
+            rows.append(("tidelog_replica_fetcher_requests", "Fetch requests sent by the replica fetcher of a "
+                         "source broker since it started", labels, float(fetcher.rounds)))
         return [
             ("tidelog_replicamanager_under_replicated_partitions", "Partitions led here with an ISR smaller than "
              "the replica set", {}, float(under)),
@@ -760,7 +767,15 @@ class ClusterBroker(Broker):
                 info = r.log.read(offset, max(limit, 0), max_offset=None, min_one_batch=total == 0)
                 out["high_watermark"] = out["last_stable_offset"] = r.log.high_watermark
                 out["log_start_offset"] = r.log.log_start_offset
-                out["records"] = RecordsChunks(list(info.regions), info.size) if info.size else b""
+                if not info.size:
+                    out["records"] = b""
+                elif info.size <= _INLINE_RECORDS_MAX:
+                    # copied into the response (one pread from the page cache): the whole answer goes out in one
+                    # sendmsg instead of header sendmsg + sendfile + trailer sendmsg, i.e. one loopback wakeup
+                    # of the follower instead of three
+                    out["records"] = info.read_bytes()
+                else:
+                    out["records"] = RecordsChunks(list(info.regions), info.size)
                 total += info.size
             return total
 

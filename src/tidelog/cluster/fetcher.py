@@ -28,6 +28,7 @@ A fetcher left without partitions stops and closes its connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import zlib
@@ -75,6 +76,8 @@ class ReplicaFetcher:
         self.partitions: dict[tuple[str, int], FetchState] = {}
         self._wake = asyncio.Event()  # partitions added (or the fetcher stopped)
         self._added = False
+        self._polling = False  # a Fetch is in flight (a new partition interrupts it)
+        self._interrupted = False
         self._peer: Any = None
         self._stopped = False
         self.task: asyncio.Task | None = None
@@ -86,6 +89,9 @@ class ReplicaFetcher:
         self.partitions[r.tp] = FetchState(r, epoch, truncating)
         self._added = True
         self._wake.set()
+        if self._polling and not self._interrupted and self.task is not None:
+            self._interrupted = True  # give up the long poll in flight: the next Fetch carries this partition
+            self.task.cancel()
         if self.task is None:
             self.task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.source}")
 
@@ -134,8 +140,11 @@ class ReplicaFetcher:
                     else:
                         await self._idle(now)
                 except asyncio.CancelledError:
-                    raise
-                except _Interrupted:
+                    if not self._interrupted or self._stopped:
+                        raise
+                    self._interrupted = False
+                    asyncio.current_task().uncancel()  # only the Fetch was cancelled, not the fetcher
+                    self._close()  # the answer to the abandoned request would arrive on this connection
                     continue
                 except (TimeoutError, OSError, ConnectionError, asyncio.IncompleteReadError, _FetchError) as exc:
                     log.info("replica fetch failed; backing off", extra={"kv": {
@@ -156,28 +165,9 @@ class ReplicaFetcher:
         """``replica.fetch.backoff.ms``-style waits, cut short when partitions are added."""
         if self._added:
             return
-        try:
-            await asyncio.wait_for(self._wake.wait(), seconds)
-        except TimeoutError:
-            pass
-
-    async def _request(self, peer: Any, api_key: int, version: int, body: dict, timeout: float) -> dict:
-        """A request that a newly added partition interrupts when it is a Fetch (the long poll is given up:
-        its connection closed, its answer dropped); an OffsetForLeaderEpoch answer is worth waiting for."""
-        req = asyncio.ensure_future(peer.request(api_key, version, body, timeout=timeout))
-        waker = asyncio.ensure_future(self._wake.wait())
-        try:
-            done, _ = await asyncio.wait((req, waker), return_when=asyncio.FIRST_COMPLETED)
-            if req not in done and api_key == FETCH:
-                req.cancel()
-                self._close()
-                raise _Interrupted
-            return await req
-        except BaseException:
-            req.cancel()
-            raise
-        finally:
-            waker.cancel()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
 
     # -- truncation ------------------------------------------------------------------------------------------
 
@@ -206,7 +196,7 @@ class ReplicaFetcher:
             return
         body = {"replica_id": b.node_id,
                 "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()]}
-        resp = await self._request(peer, OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, body, 30.0)
+        resp = await peer.request(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, body, timeout=30.0)
         for t in resp.get("topics") or ():
             for part in t.get("partitions") or ():
                 tp = (t.get("topic"), part.get("partition"))
@@ -252,7 +242,11 @@ class ReplicaFetcher:
             "forgotten_topics_data": [], "rack_id": "",
         }
         self.rounds += 1
-        resp = await self._request(peer, FETCH, FETCH_VERSION, body, 30 + b.fetch_wait_ms / 1000)
+        self._polling = True
+        try:
+            resp = await peer.request(FETCH, FETCH_VERSION, body, timeout=30 + b.fetch_wait_ms / 1000)
+        finally:
+            self._polling = False
         if resp.get("error_code"):
             raise _FetchError(f"fetch error {resp['error_code']}")
         for t in resp.get("responses") or ():
@@ -366,7 +360,3 @@ class ReplicaFetcherManager:
 
 class _FetchError(Exception):
     """The whole request failed (a top-level error code): back the fetcher off."""
-
-
-class _Interrupted(Exception):
-    """A partition was added while a Fetch was long-polling: send a new one now."""

@@ -19,18 +19,18 @@ class Peer:
         self._correlation = 0
 
     async def request(self, api_key: int, version: int, body: dict, timeout: float = 30.0) -> dict[str, Any]:
-        if self._writer is None:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), timeout
-            )
+        """Send one request and read its response, all within ``timeout`` seconds (one timer, no extra task)."""
         self._correlation += 1
         cid = self._correlation
         try:
-            self._writer.write(codec.encode_request(api_key, version, cid, self.client_id, body))
-            await self._writer.drain()
-            assert self._reader is not None
-            (size,) = _I32.unpack(await asyncio.wait_for(self._reader.readexactly(4), timeout))
-            frame = await asyncio.wait_for(self._reader.readexactly(size), timeout)
+            async with asyncio.timeout(timeout):
+                if self._writer is None:
+                    self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+                self._writer.write(codec.encode_request(api_key, version, cid, self.client_id, body))
+                await self._writer.drain()
+                assert self._reader is not None
+                (size,) = _I32.unpack(await self._reader.readexactly(4))
+                frame = await self._reader.readexactly(size)
         except BaseException:
             self.close()
             raise
