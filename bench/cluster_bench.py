@@ -117,6 +117,7 @@ def worker_failover_producer(a: argparse.Namespace) -> int:
             "enable.idempotence": True,
             "linger.ms": 5,
             "message.timeout.ms": 300000,
+            **json.loads(a.config_json),  # -X KEY=VALUE
         }
     )
     stop = threading.Event()
