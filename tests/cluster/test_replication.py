@@ -693,3 +693,121 @@ def test_new_leader_deduplicates_retried_idempotent_batches(cluster: Any) -> Non
         cluster.brokers[leader].start()
     _in_isr(cluster, topic, leader)
     assert _consume(cluster.bootstrap, topic, 9) == [f"x{i}".encode() for i in range(9)]
+
+
+def _fetcher_rows(broker: Any) -> dict[tuple[str, str], tuple[float, float]]:
+    """``(source, fetcher) -> (partitions, requests)`` from a broker's replica fetcher metrics."""
+    import re
+
+    rows: dict[tuple[str, str], list[float]] = {}
+    for line in _metrics(broker).splitlines():
+        m = re.match(r'^tidelog_replica_fetcher_(partitions|requests)\{([^}]*)\} (\S+)$', line)
+        if m:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+            row = rows.setdefault((labels["source"], labels["fetcher"]), [0.0, 0.0])
+            row[0 if m.group(1) == "partitions" else 1] = float(m.group(3))
+    return {k: (v[0], v[1]) for k, v in rows.items()}
+
+
+def _followed_from(cluster: Any, broker: int) -> dict[str, int]:
+    """From ZooKeeper: how many partitions ``broker`` hosts as a follower, by their leader."""
+    from tidelog.cluster import zkdata as zd
+
+    zk = _zk(cluster)
+    try:
+        out: dict[str, int] = {}
+        for topic in zk.get_children(zd.BROKER_TOPICS):
+            a = zd.decode_topic(zk.get(zd.topic_path(topic))[0])
+            for p, reps in a.partitions.items():
+                if broker not in reps:
+                    continue
+                s = zd.decode_state(*zk.get(zd.state_path(topic, p)))
+                if s.leader not in (broker, zd.NO_LEADER):
+                    out[str(s.leader)] = out.get(str(s.leader), 0) + 1
+        return out
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_one_fetcher_per_source_broker(cluster: Any) -> None:
+    """Each broker runs one replica fetcher per leader it follows (num.replica.fetchers=1), carrying every
+    partition it follows from that leader in the same Fetch; 6 partitions spread over 3 leaders replicate
+    byte-identically through them."""
+    _all_up(cluster)
+    topic = f"fetchers-{uuid.uuid4().hex[:8]}"
+    _create(cluster, topic, partitions=6)
+    prod = _producer(cluster)
+    for i in range(60):
+        prod.produce(topic, f"f{i}".encode(), partition=i % 6)
+    assert prod.flush(60) == 0
+    leaders = {_state(cluster, topic, p).leader for p in range(6)}
+    assert len(leaders) > 1  # Kafka's placement spreads the leaders: several fetchers per broker
+
+    for b, broker in cluster.brokers.items():
+        def matches(_md: Any, b: int = b, broker: Any = broker) -> bool:
+            expected = _followed_from(cluster, b)
+            rows = _fetcher_rows(broker)
+            return {src: int(n) for (src, _fid), (n, _req) in rows.items()} == expected
+
+        cluster.wait_for(f"broker {b}: one fetcher per leader, with all partitions it follows there", matches)
+        rows = _fetcher_rows(broker)
+        assert {fid for _src, fid in rows} == {"0"}, rows  # one fetcher per source broker
+        assert str(b) not in {src for src, _fid in rows}
+        assert all(req >= 1 for _n, req in rows.values()), rows
+
+    def same() -> bool:
+        return all(len({_segment_bytes(br, topic, p) for br in cluster.brokers.values()}) == 1 for p in range(6))
+
+    cluster.wait_for("identical replicas of the 6 partitions", lambda _md: same())
+
+
+def test_one_partition_truncates_while_another_keeps_fetching(cluster: Any) -> None:
+    """Two partitions led by the same broker, so followed by one fetcher: the old leader comes back with a
+    divergent tail on partition 0 only; it truncates partition 0 (diverging_epoch) while partition 1, in
+    the same Fetch requests, keeps replicating; both end byte-identical on all brokers."""
+    import os
+    import signal
+
+    _all_up(cluster)
+    topic = f"hold-{uuid.uuid4().hex[:8]}"
+    admin = cluster.admin()
+    admin.create_topics([NewTopic(topic, 2, replica_assignment=[[1, 2, 3], [1, 2, 3]])])[topic].result(30)
+    cluster.wait_for(f"{topic} led by 1 with a full ISR", lambda md: all(
+        (p := cluster.partition(md, topic, i)) is not None and p.leader == 1 and len(p.isrs) == 3 for i in (0, 1)))
+    prod = _producer(cluster)
+    for i in range(10):
+        prod.produce(topic, f"a{i}".encode(), partition=0)
+        prod.produce(topic, f"b{i}".encode(), partition=1)
+    assert prod.flush(60) == 0
+    followers = [cluster.brokers[b].proc.pid for b in (2, 3)]
+    for pid in followers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        p1 = Producer({"bootstrap.servers": cluster.brokers[1].bootstrap, "acks": "1", "linger.ms": 0})
+        for i in range(20):
+            p1.produce(topic, f"tail{i}".encode(), partition=0)
+            assert p1.flush(30) == 0
+        cluster.brokers[1].kill()
+    finally:
+        for pid in followers:
+            os.kill(pid, signal.SIGCONT)
+    new_leader = _leader(cluster, topic, 0, not_in=(1,))
+    assert _leader(cluster, topic, 1, not_in=(1,)) == new_leader  # the same next replica in both assignments
+    cluster.brokers[1].start()
+    for i in range(10, 200):  # partition 1 written while broker 1 catches up and truncates partition 0
+        prod.produce(topic, f"b{i}".encode(), partition=1)
+    assert prod.flush(60) == 0
+    cluster.wait_for("broker 1 back in both ISRs", lambda md: all(
+        (p := cluster.partition(md, topic, i)) is not None and 1 in p.isrs for i in (0, 1)))
+    text = cluster.brokers[1].log_text()
+    assert any(f"topic={topic} partition=0" in line and "by=diverging_epoch" in line
+               for line in text.splitlines() if "truncating" in line), text[-3000:]
+    assert not any(f"topic={topic} partition=1" in line and "truncating" in line for line in text.splitlines())
+    rows = _fetcher_rows(cluster.brokers[1])
+    assert rows.get((str(new_leader), "0"), (0, 0))[0] >= 2, rows  # both partitions in the one fetcher
+
+    def same() -> bool:
+        return all(len({_segment_bytes(br, topic, p) for br in cluster.brokers.values()}) == 1 for p in (0, 1))
+
+    cluster.wait_for("identical replicas", lambda _md: same())

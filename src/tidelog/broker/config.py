@@ -220,7 +220,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("replica.fetch.min.bytes", "1", _pos_int),
         _key("replica.fetch.response.max.bytes", "10485760", _nonneg_int),
         _key("num.replica.fetchers", "1", _pos_int, "ZooKeeper mode: fetchers (connections) per source broker"),
-        _key("tidelog.metadata.departed.broker.ms", "3000", _nonneg_int,
+        _key("tidelog.metadata.departed.broker.ms", "0", _nonneg_int,
              "ZooKeeper mode: a broker that left stays in Metadata's broker list this long (librdkafka failover)"),
         _key("metrics.port", None, str, "alias of tidelog.metrics.listener"),
         _key("tidelog.metrics.listener", "127.0.0.1:9404", parse_host_port, "Prometheus host:port, or off"),

@@ -216,16 +216,18 @@ class ClusterBroker(Broker):
         }
 
     def metadata_brokers(self) -> list[dict]:
-        """The live brokers, plus for ``tidelog.metadata.departed.broker.ms`` a broker that just left.
+        """The live brokers, plus for ``tidelog.metadata.departed.broker.ms`` (default 0: off, as Kafka, which
+        lists live brokers only) a broker that just left.
 
-        Why the departed broker stays listed a moment (differs from Kafka, which lists live brokers only):
-        librdkafka (2.x), given one Metadata response that both drops a dead leader's broker and names the new
-        leader, races its dying broker thread against the leader update; in about half the failovers the dying
-        thread wins, puts the partition back on no broker, and the producer only asks again at its next
-        1-second leader scan (measured: new leader -> first acknowledged produce 1.1-1.8 s instead of
-        0.1-0.2 s). Listing the broker a little longer makes the first answer naming the new leader move the
-        partition cleanly; the broker leaves the list at a later refresh, when nothing is delegated to it.
-        Leaders and ``offline_replicas`` still come from the live set only."""
+        Why one may keep a departed broker listed a moment: librdkafka (2.x), given one Metadata response that
+        both drops a dead leader's broker and names the new leader, races its dying broker thread against the
+        leader update; in about half the failovers the dying thread wins, puts the partition back on no broker,
+        and the producer only asks again at its next 1-second leader scan (measured: new leader -> first
+        acknowledged produce 1.1-1.8 s instead of 0.1-0.2 s). Listing the broker a little longer makes the
+        first answer naming the new leader move the partition cleanly; the broker leaves the list at a later
+        refresh, when nothing is delegated to it. Off by default because clients then see a dead broker for
+        that long (tools counting registered brokers through Metadata are misled). Leaders and
+        ``offline_replicas`` always come from the live set only."""
         now = time.monotonic()
         shown = dict(self.live)
         for bid, (info, until) in list(self._departed.items()):
@@ -653,11 +655,13 @@ class ClusterBroker(Broker):
             r.last_caught_up[follower] = r.last_fetch_time[follower]
         r.last_fetch_leo[follower] = leo
         r.last_fetch_time[follower] = now
+        moved = r.follower_leo.get(follower) != fetch_offset
         r.follower_leo[follower] = fetch_offset
         if (follower not in r.isr and follower in r.replicas and fetch_offset >= r.log.high_watermark
                 and fetch_offset >= r.epoch_start_offset):
             self._change_isr(r, tuple(sorted((*r.isr, follower))))
-        self._leader_progress(r)
+        if moved:  # an idle partition in a fetcher's request (same offset as last time) cannot move the HW
+            self._leader_progress(r)
 
     def _change_isr(self, r: Replica, new_isr: tuple[int, ...]) -> None:
         if r.isr_update_pending or self._loop is None or self.zk is None:
@@ -786,7 +790,9 @@ class ClusterBroker(Broker):
                 if r is None:
                     continue
                 limit = min(max_bytes, response_max - total)
-                if limit <= 0 and total:
+                if (limit <= 0 and total) or offset == r.log.log_end_offset:  # full, or nothing new to read
+                    out["high_watermark"] = out["last_stable_offset"] = r.log.high_watermark
+                    out["log_start_offset"] = r.log.log_start_offset
                     out["records"] = b""
                     continue
                 info = r.log.read(offset, max(limit, 0), max_offset=None, min_one_batch=total == 0)
