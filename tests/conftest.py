@@ -1,6 +1,7 @@
 """Shared by every test package (pytest runs in importlib import mode, so nothing here is importable by default).
 
-* ``tests/integration`` is put on ``sys.path``: ``from helpers import ...`` works in any test module.
+* ``tests/integration`` and ``tests/cluster`` are put on ``sys.path``: ``from helpers import ...`` and
+  ``from support import ...`` (the cluster tests' shared helpers) work in any test module.
 * ``broker`` / ``broker_factory``: the fixtures of tests/integration/conftest.py, loaded
   once here so every package gets them (one implementation; see that file for what they do).
 """
@@ -12,8 +13,9 @@ import sys
 from pathlib import Path
 
 _INTEGRATION = Path(__file__).resolve().parent / "integration"
-if str(_INTEGRATION) not in sys.path:
-    sys.path.insert(0, str(_INTEGRATION))
+for _dir in (_INTEGRATION, _INTEGRATION.parent / "cluster"):
+    if str(_dir) not in sys.path:
+        sys.path.insert(0, str(_dir))
 
 _spec = importlib.util.spec_from_file_location("tidelog_test_broker_fixtures", _INTEGRATION / "conftest.py")
 assert _spec is not None and _spec.loader is not None

@@ -3,52 +3,36 @@ leader of each partition, under-replicated and offline partitions flagged."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 pytest.importorskip("kazoo", reason="kazoo is not installed")
 
-from tidelog.cluster import zkdata as zd
+from support import kazoo, start_zookeeper
 
-_spec = importlib.util.spec_from_file_location("tidelog_test_cluster_for_describe",
-                                               Path(__file__).with_name("conftest.py"))
-assert _spec is not None and _spec.loader is not None
-_cl = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_cl)
+from tidelog.cluster import zkdata as zd
 
 
 def test_describe_flags_under_replicated_and_offline(tmp_path: Path) -> None:
-    from kazoo.client import KazooClient
-
-    if not _cl.ZK_SERVER.exists() or shutil.which("java") is None:
-        pytest.skip("ZooKeeper is not installed")
-    zk_server = _cl.ZooKeeper(tmp_path)
-    zk_server.start()
+    zk_server = start_zookeeper(tmp_path)
     root = f"/describe-{uuid.uuid4().hex[:8]}"
-    zk: Any = KazooClient(hosts=zk_server.connect)
     try:
-        zk.start(timeout=30)
-        zk.ensure_path(root)
-        zk.stop()
-        zk.close()
-        zk = KazooClient(hosts=zk_server.connect + root)
-        zk.start(timeout=30)
-        for b in (1, 2):  # broker 3 is not registered: down
-            zk.create(zd.broker_path(b), zd.encode_broker(zd.BrokerInfo(b, "127.0.0.1", 9090 + b)), makepath=True)
-        zk.create(zd.CONTROLLER, zd.encode_controller(1))
-        zk.create(zd.CONTROLLER_EPOCH, b"4")
-        zk.create(zd.topic_path("t"), zd.encode_topic(zd.TopicAssignment({0: [1, 2], 1: [1, 3], 2: [3, 2]},
-                                                                          bytes(range(16)))), makepath=True)
-        for p, leader, isr in ((0, 1, (1, 2)), (1, 1, (1,)), (2, 3, (3,))):
-            zk.create(zd.state_path("t", p), zd.encode_state(zd.LeaderIsr(leader, 5, isr, 4)), makepath=True)
+        with kazoo(zk_server.connect) as zk:
+            zk.ensure_path(root)
+        with kazoo(zk_server.connect + root) as zk:
+            for b in (1, 2):  # broker 3 is not registered: down
+                zk.create(zd.broker_path(b), zd.encode_broker(zd.BrokerInfo(b, "127.0.0.1", 9090 + b)), makepath=True)
+            zk.create(zd.CONTROLLER, zd.encode_controller(1))
+            zk.create(zd.CONTROLLER_EPOCH, b"4")
+            zk.create(zd.topic_path("t"), zd.encode_topic(zd.TopicAssignment({0: [1, 2], 1: [1, 3], 2: [3, 2]},
+                                                                              bytes(range(16)))), makepath=True)
+            for p, leader, isr in ((0, 1, (1, 2)), (1, 1, (1,)), (2, 3, (3,))):
+                zk.create(zd.state_path("t", p), zd.encode_state(zd.LeaderIsr(leader, 5, isr, 4)), makepath=True)
         cmd = [sys.executable, "-m", "tidelog.cli.main", "cluster", "describe", "-z", zk_server.connect + root]
         out = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=120, check=True)
         parts = json.loads(out.stdout)["topics"][0]["partitions"]
@@ -64,6 +48,4 @@ def test_describe_flags_under_replicated_and_offline(tmp_path: Path) -> None:
         assert lines[2].endswith("\tOffline: 3\tOFFLINE") and "Leader: 3\t" in lines[2]
         assert "Controller: 1 (epoch 4)" in text
     finally:
-        zk.stop()
-        zk.close()
         zk_server.stop()

@@ -3,13 +3,12 @@ unique across brokers and restarts; InitProducerId against a real 3-broker clust
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,8 @@ import pytest
 
 pytest.importorskip("kazoo", reason="kazoo is not installed")
 
-from helpers import RawClient  # tests/integration is on sys.path (tests/conftest.py)
+from helpers import RawClient  # tests/integration and tests/cluster are on sys.path (tests/conftest.py)
+from support import kazoo, start_zookeeper, until
 
 from tidelog.broker.producer_ids import PRODUCER_ID_BLOCK_FILE, ProducerIdManager
 from tidelog.cluster.producer_ids import (
@@ -28,20 +28,12 @@ from tidelog.cluster.producer_ids import (
     zk_producer_id_manager,
 )
 
-_spec = importlib.util.spec_from_file_location("tidelog_test_cluster_for_pids", Path(__file__).with_name("conftest.py"))
-assert _spec is not None and _spec.loader is not None
-_cl = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_cl)
-
 INIT_PRODUCER_ID = 22
 
 
 @pytest.fixture(scope="module")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if not _cl.ZK_SERVER.exists() or shutil.which("java") is None:
-        pytest.skip("ZooKeeper is not installed")
-    zk = _cl.ZooKeeper(tmp_path_factory.mktemp("zk"))
-    zk.start()
+    zk = start_zookeeper(tmp_path_factory.mktemp("zk"))
     try:
         yield zk
     finally:
@@ -51,28 +43,11 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture
 def chroot(zookeeper: Any) -> Iterator[Any]:
     """A fresh chroot per test (so each starts without the znode), and a factory of kazoo clients inside it."""
-    from kazoo.client import KazooClient
-
     root = f"/pids-{uuid.uuid4().hex[:8]}"
-    admin = KazooClient(hosts=zookeeper.connect)
-    admin.start(timeout=30)
-    admin.ensure_path(root)
-    clients: list[Any] = []
-
-    def client() -> Any:
-        c = KazooClient(hosts=zookeeper.connect + root)
-        c.start(timeout=30)
-        clients.append(c)
-        return c
-
-    try:
-        yield client
-    finally:
-        for c in clients:
-            c.stop()
-            c.close()
-        admin.stop()
-        admin.close()
+    with kazoo(zookeeper.connect) as admin:
+        admin.ensure_path(root)
+    with ExitStack() as clients:  # every client made is stopped and closed at the end
+        yield lambda: clients.enter_context(kazoo(zookeeper.connect + root))
 
 
 def _znode(zk: Any) -> dict:
@@ -193,25 +168,9 @@ def _init_producer_id(port: int, version: int = 4) -> tuple[int, int, int]:
     return r["error_code"], r["producer_id"], r["producer_epoch"]
 
 
-def _until(what: str, fn: Any, timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except Exception as exc:  # a broker still starting
-            last = exc
-        time.sleep(0.2)  # polling interval
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
-
-
 @pytest.mark.integration
 @pytest.mark.slow
 def test_init_producer_id_distinct_across_brokers_and_restarts(cluster: Any) -> None:
-    from kazoo.client import KazooClient
-
     seen: dict[int, int] = {}  # producer id -> broker that answered
 
     def ask_all() -> None:
@@ -226,9 +185,7 @@ def test_init_producer_id_distinct_across_brokers_and_restarts(cluster: Any) -> 
     # each broker hands out ids from its own block of 1000
     blocks = {b: {pid // 1000 for pid, bb in seen.items() if bb == b} for b in cluster.brokers}
     assert all(len(v) == 1 for v in blocks.values()) and len(set().union(*blocks.values())) == 3
-    zk = KazooClient(hosts=cluster.zk.connect)
-    zk.start(timeout=30)
-    try:
+    with kazoo(cluster.zk.connect) as zk:
         value = json.loads(zk.get(PRODUCER_ID_BLOCK_PATH)[0])
         assert value["version"] == 1 and value["broker"] in cluster.brokers
         assert int(value["block_end"]) == max(seen) // 1000 * 1000 + 999
@@ -236,7 +193,7 @@ def test_init_producer_id_distinct_across_brokers_and_restarts(cluster: Any) -> 
         cluster.brokers[2].kill()
         cluster.brokers[2].start()
         before = max(seen)
-        _err, probe, _epoch = _until("broker 2 answers InitProducerId", lambda: (
+        _err, probe, _epoch = until("broker 2 answers InitProducerId", lambda: (
             r if (r := _init_producer_id(cluster.brokers[2].port))[0] == 0 else None))
         assert probe not in seen and probe > before
         seen[probe] = 2
@@ -246,6 +203,3 @@ def test_init_producer_id_distinct_across_brokers_and_restarts(cluster: Any) -> 
         new_from_2 = [pid for pid, b in seen.items() if b == 2 and pid not in seen_before]
         assert min(new_from_2) > max(seen_before)
         assert int(json.loads(zk.get(PRODUCER_ID_BLOCK_PATH)[0])["block_end"]) >= max(seen)
-    finally:
-        zk.stop()
-        zk.close()
