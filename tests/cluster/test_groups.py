@@ -8,9 +8,8 @@ leaders load the groups from their replicas and clients re-discover them.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import importlib.util
-import shutil
 import time
 import uuid
 from pathlib import Path
@@ -19,10 +18,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import ConfigResource, NewTopic
+from confluent_kafka.admin import ConfigResource
+from support import Cluster, create_topic, kazoo, request, start_zookeeper
 
 from tidelog.broker.group.records import OFFSETS_TOPIC, partition_for
-from tidelog.cluster.peer import Peer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -40,17 +39,6 @@ MemberProcess = _groups.MemberProcess
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-def _create(cluster: Any, name: str, partitions: int) -> None:
-    admin = cluster.admin()
-    admin.create_topics([NewTopic(name, partitions, 3)])[name].result(30)
-
-    def ready(md: Any) -> bool:
-        ps = [cluster.partition(md, name, p) for p in range(partitions)]
-        return all(p is not None and p.leader > 0 and len(p.isrs) == 3 for p in ps)
-
-    cluster.wait_for(f"{name} led with a full ISR", ready)
-
-
 def _produce(cluster: Any, topic: str, partitions: int, n: int) -> None:
     p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5,
                   "message.timeout.ms": 60000})
@@ -59,15 +47,7 @@ def _produce(cluster: Any, topic: str, partitions: int, n: int) -> None:
     assert p.flush(60) == 0
 
 
-def _request(broker: Any, api_key: int, version: int, body: dict) -> dict:
-    async def go() -> dict:
-        peer = Peer("127.0.0.1", broker.port, "test-groups")
-        try:
-            return await peer.request(api_key, version, body, timeout=15)
-        finally:
-            peer.close()
-
-    return asyncio.run(go())
+_request = functools.partial(request, timeout=15)
 
 
 def _find(broker: Any, group: str) -> tuple[int, int]:
@@ -123,7 +103,7 @@ def test_one_group_across_brokers(cluster: Any) -> None:
     """Two consumers of one group, each bootstrapping from a different broker, form ONE group; a broker that is
     not the coordinator answers group requests NOT_COORDINATOR."""
     topic, group = f"gx-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
-    _create(cluster, topic, 4)
+    create_topic(cluster.bootstrap, topic, 4, 3)
     coord = _agreed_coordinator(cluster, group)
 
     md = cluster.admin().list_topics(OFFSETS_TOPIC, timeout=10)
@@ -178,7 +158,7 @@ def test_coordinator_kill_keeps_committed_offsets(cluster: Any) -> None:
 
     topic, group = f"gk-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     partitions, total = 3, 600
-    _create(cluster, topic, partitions)
+    create_topic(cluster.bootstrap, topic, partitions, 3)
     _produce(cluster, topic, partitions, total)
     coord = _agreed_coordinator(cluster, group)
 
@@ -255,7 +235,7 @@ def test_member_rides_through_coordinator_kill(cluster: Any, client: str) -> Non
     record is processed (at most the in-flight record per partition twice)."""
     topic, group = f"gm-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     partitions, total = 3, 300
-    _create(cluster, topic, partitions)
+    create_topic(cluster.bootstrap, topic, partitions, 3)
     _produce(cluster, topic, partitions, total)
     coord = _agreed_coordinator(cluster, group)
     member = MemberProcess(client, cluster.bootstrap, group, topic, session_ms=6000)
@@ -309,7 +289,7 @@ def test_commit_needs_min_insync_replicas(cluster: Any) -> None:
     the coordinator answers COORDINATOR_NOT_AVAILABLE (Kafka's mapping of NOT_ENOUGH_REPLICAS) and the offset
     is not visible; once the replicas are back the commit succeeds."""
     topic, group = f"gi-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
-    _create(cluster, topic, 1)
+    create_topic(cluster.bootstrap, topic, 1, 3)
     coord = _agreed_coordinator(cluster, group)
     b = cluster.brokers[coord]
     assert _offset_commit(b, group, topic, 5) == 0
@@ -346,15 +326,8 @@ def test_offsets_topic_waits_for_replication_factor(tmp_path: Path) -> None:
     """As Kafka: __consumer_offsets is not created while fewer brokers are alive than
     offsets.topic.replication.factor (3); FindCoordinator answers COORDINATOR_NOT_AVAILABLE meanwhile."""
     pytest.importorskip("kazoo", reason="kazoo is not installed")
-    spec = importlib.util.spec_from_file_location("tidelog_test_cluster_for_groups", Path(__file__).with_name("conftest.py"))
-    assert spec is not None and spec.loader is not None
-    cl = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cl)
-    if not cl.ZK_SERVER.exists() or shutil.which("java") is None:
-        pytest.skip("ZooKeeper is not installed")
-    zk = cl.ZooKeeper(tmp_path)
-    zk.start()
-    c = cl.Cluster(tmp_path, zk)
+    zk = start_zookeeper(tmp_path)
+    c = Cluster(tmp_path, zk)
     group = "g-rf"
     try:
         first = c.brokers[1].start()
@@ -362,15 +335,8 @@ def test_offsets_topic_waits_for_replication_factor(tmp_path: Path) -> None:
         for _ in range(5):
             assert _find(first, group) == (COORDINATOR_NOT_AVAILABLE, -1)
             time.sleep(0.2)  # space the attempts as a client's retry backoff would
-        from kazoo.client import KazooClient
-
-        kz = KazooClient(hosts=zk.connect)
-        kz.start(timeout=30)
-        try:
+        with kazoo(zk.connect) as kz:
             assert kz.exists(f"/brokers/topics/{OFFSETS_TOPIC}") is None
-        finally:
-            kz.stop()
-            kz.close()
         c.brokers[2].start()
         c.brokers[3].start()
         coord = _agreed_coordinator(c, group)
