@@ -16,7 +16,8 @@ Replication (``Partition``/``ReplicaManager`` in Kafka):
   the ISR; a moved HW completes DelayedProduce (acks=-1) and consumer long polls. A follower not caught up for
   ``replica.lag.time.max.ms`` leaves the ISR; one that reaches the HW joins it. ISR changes are conditional
   writes of the state znode (never a leader-epoch bump), applied locally only once ZooKeeper accepted them.
-* follower: on a new leader or epoch, fetch from the LEO with the epoch of the last batch
+* follower: on a new leader or epoch the partition joins the fetcher of that leader (``cluster/fetcher.py``: one
+  per source broker, one Fetch for all its partitions) and fetches from the LEO with the epoch of the last batch
   (``last_fetched_epoch``, KIP-320); the leader answers ``diverging_epoch`` when the logs diverge and the follower
   truncates by the KIP-101/KIP-279 rule (ask again with its own epoch until both agree), never to its own HW.
   A log without epochs (or ``tidelog.replica.truncate.on.fetch=false``) truncates through OffsetForLeaderEpoch
