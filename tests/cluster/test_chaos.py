@@ -18,17 +18,16 @@ The session timeout is 2 s (ZooKeeper's minimum here is 2 ticks = 1 s) so that 2
 
 from __future__ import annotations
 
-import itertools
+import functools
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import NewTopic
+from confluent_kafka import Consumer, KafkaError
+from support import Load, all_up, converged, create_topic, kazoo, read_all, state, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -37,101 +36,31 @@ KILLS = 20
 DOUBLE_FAILOVERS = 10
 BOUNCES = 10
 SESSION_TIMEOUT_MS = 2000
+PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 180000,
+            "retry.backoff.ms": 100, "request.timeout.ms": 5000, "socket.timeout.ms": 6000,
+            "topic.metadata.refresh.interval.ms": 2000}
 
-
-def _until(what: str, pred: Callable[[], Any], timeout: float = 90.0, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            result = pred()
-        except Exception as exc:  # ZooKeeper / brokers coming and going
-            result, last = None, exc
-        if result:
-            return result
-        time.sleep(interval)  # polling interval of the condition
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last!r})")
+_until = functools.partial(until, interval=0.05)  # failovers take a second or two: poll often
 
 
 @pytest.fixture(scope="module")
 def chaos(cluster_with: Any) -> Any:
-    from kazoo.client import KazooClient
-
     c = cluster_with({"zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS), "replica.fetch.backoff.ms": "100",
                       "replica.fetch.wait.max.ms": "200", "offsets.topic.num.partitions": "3"})
-    zk = KazooClient(hosts=c.zk.connect)
-    zk.start(timeout=30)
-    c.kz = zk
-    try:
+    with kazoo(c.zk.connect) as zk:
+        c.kz = zk
         yield c
-    finally:
-        zk.stop()
-        zk.close()
-
-
-def _state(c: Any, topic: str, p: int) -> Any:
-    from tidelog.cluster import zkdata as zd
-
-    data, stat = c.kz.get(zd.state_path(topic, p))
-    return zd.decode_state(data, stat.version)
 
 
 def _create(c: Any, topic: str) -> None:
-    admin = c.admin()  # kept alive until its future completes
-    admin.create_topics([NewTopic(topic, PARTITIONS, 3)])[topic].result(30)
-    _until(f"{topic} led with a full ISR", lambda: all(
-        (s := _state(c, topic, p)).leader > 0 and len(s.isr) == 3 for p in range(PARTITIONS)))
-    c.wait_for(f"{topic} in metadata", lambda md: all(
-        (q := c.partition(md, topic, p)) is not None and q.leader > 0 for p in range(PARTITIONS)))
+    create_topic(c.bootstrap, topic, PARTITIONS, 3)
+    _until(f"{topic} led with a full ISR in ZooKeeper", lambda: all(
+        (s := state(c.kz, topic, p)).leader > 0 and len(s.isr) == 3 for p in range(PARTITIONS)))
 
 
-class Load:
-    """An idempotent acks=all producer writing unique values round robin over the partitions until stopped."""
-
-    def __init__(self, c: Any, topic: str) -> None:
-        self.c, self.topic = c, topic
-        self.acked: dict[bytes, tuple[int, int]] = {}
-        self.errors: list[Any] = []
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-producer", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        p = Producer({"bootstrap.servers": self.c.bootstrap, "acks": "all", "enable.idempotence": True,
-                      "linger.ms": 5, "message.timeout.ms": 180000, "retry.backoff.ms": 100,
-                      "request.timeout.ms": 5000, "socket.timeout.ms": 6000, "topic.metadata.refresh.interval.ms": 2000})
-
-        def cb(err: Any, msg: Any) -> None:
-            if err:
-                self.errors.append(err)
-            else:
-                self.acked[msg.value()] = (msg.partition(), msg.offset())
-
-        i = 0
-        while not self._stop.is_set():
-            for _ in range(10):
-                p.produce(self.topic, f"v{i}".encode(), partition=i % PARTITIONS, on_delivery=cb)
-                i += 1
-            self.sent = i
-            p.poll(0.01)  # ~1000 records/s at most: load without starving the brokers of the 2 cores
-        assert p.flush(180) == 0
-
-    def acks_on(self, partition: int) -> int:
-        return sum(1 for part, _o in list(self.acked.values()) if part == partition)
-
-    def wait_progress(self, n: int = 30, partition: int | None = None, timeout: float = 120.0) -> None:
-        count = (lambda: len(self.acked)) if partition is None else (lambda: self.acks_on(partition))
-        before = count()
-        _until(f"{n} more acks" + ("" if partition is None else f" on partition {partition}"),
-               lambda: count() >= before + n or self.errors, timeout)
-        assert self.errors == [], self.errors[:5]
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(240)
-        assert not self._thread.is_alive(), "the producer did not flush"
-        assert self.errors == [], f"{len(self.errors)} delivery errors: {self.errors[:5]}"
+def _load(c: Any, topic: str) -> Load:
+    """An idempotent acks=all producer writing unique values round robin over the partitions (~1000/s at most)."""
+    return Load(c.bootstrap, topic, PARTITIONS, PRODUCER, flush_timeout=180, progress_timeout=120)
 
 
 class Group:
@@ -178,87 +107,6 @@ class Group:
         self._thread.join(60)
 
 
-def _read_all(c: Any, topic: str) -> dict[int, list[tuple[int, bytes]]]:
-    """Every record of every partition up to the high watermark, with its offset, in consumption order."""
-    out: dict[int, list[tuple[int, bytes]]] = {}
-    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "chaos-reader", "enable.auto.commit": False,
-                     "fetch.wait.max.ms": 100})
-    try:
-        for p in range(PARTITIONS):
-            _low, end = cons.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-            cons.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
-            got: list[tuple[int, bytes]] = []
-            deadline = time.monotonic() + 120
-            while (not got or got[-1][0] < end - 1) and time.monotonic() < deadline:
-                m = cons.poll(0.2)
-                if m is None or m.error():
-                    continue
-                got.append((m.offset(), m.value()))
-            assert not got or got[-1][0] == end - 1, f"partition {p}: read up to {got[-1][0]}, HW {end}"
-            out[p] = got
-            cons.unassign()
-    finally:
-        cons.close()
-    return out
-
-
-def _check(load: Load, records: dict[int, list[tuple[int, bytes]]]) -> None:
-    position: dict[bytes, tuple[int, int]] = {}
-    dups: list[bytes] = []
-    for p, recs in records.items():
-        offsets = [o for o, _v in recs]
-        assert all(a < b for a, b in itertools.pairwise(offsets)), f"partition {p}: offsets not strictly increasing"
-        for o, v in recs:
-            if v in position:
-                dups.append(v)
-            position[v] = (p, o)
-    lost = [v for v in load.acked if v not in position]
-    moved = [(v, at, position[v]) for v, at in load.acked.items() if v in position and position[v] != at]
-    assert lost == [], f"{len(lost)} acknowledged records lost, e.g. {lost[:5]}"
-    assert dups == [], f"{len(dups)} duplicates, e.g. {dups[:5]}"
-    assert moved == [], f"{len(moved)} acked offsets hold other data, e.g. {moved[:5]}"
-
-
-def _log_upto(data_dir: Path, topic: str, p: int, hw: int) -> bytes:
-    """The concatenated ``.log`` bytes of one replica, cut before the first batch at or past ``hw``."""
-    import struct
-
-    d = Path(data_dir) / f"{topic}-{p}"
-    data = b"".join(f.read_bytes() for f in sorted(d.glob("*.log")))
-    pos = 0
-    while pos + 12 <= len(data):
-        base, length = struct.unpack_from(">qi", data, pos)
-        if base >= hw:
-            break
-        pos += 12 + length
-    return data[:pos]
-
-
-def _epochs(data_dir: Path, topic: str, p: int) -> list[str]:
-    return (Path(data_dir) / f"{topic}-{p}" / "leader-epoch-checkpoint").read_text().split("\n")[2:]
-
-
-def _converged(c: Any, topic: str) -> None:
-    """All three replicas in every ISR, then identical ``.log`` bytes up to the HW and identical epochs."""
-    _until("all replicas in every ISR", lambda: all(len(_state(c, topic, p).isr) == 3 for p in range(PARTITIONS)))
-    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "chaos-hw"})
-    try:
-        hws = {p: cons.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(PARTITIONS)}
-    finally:
-        cons.close()
-    for p, hw in hws.items():
-        assert hw > 0
-
-        def same(p: int = p, hw: int = hw) -> bool:
-            copies = {i: _log_upto(b.data_dir, topic, p, hw) for i, b in c.brokers.items()}
-            return len(set(copies.values())) == 1 and len(next(iter(copies.values()))) > 0
-
-        # followers may be a fetch behind the leader's HW when it is read: wait for the same bytes
-        _until(f"identical replicas of {topic}-{p} up to HW {hw}", same, timeout=60)
-        _until(f"identical leader epochs of {topic}-{p}", lambda p=p: len(
-            {tuple(_epochs(b.data_dir, topic, p)) for b in c.brokers.values()}) == 1, timeout=60)
-
-
 def _cut_tail(data_dir: Path, topic: str, p: int, nbytes: int) -> None:
     """Cut ``nbytes`` off the end of a stopped replica's newest non-empty ``.log``."""
     import os
@@ -271,13 +119,13 @@ def _cut_tail(data_dir: Path, topic: str, p: int, nbytes: int) -> None:
 
 def _back_in_isr(c: Any, topic: str, broker: int) -> None:
     _until(f"broker {broker} back in every ISR of {topic}",
-           lambda: all(broker in _state(c, topic, p).isr for p in range(PARTITIONS)), timeout=120)
+           lambda: all(broker in state(c.kz, topic, p).isr for p in range(PARTITIONS)), timeout=120)
 
 
 def test_kill_leader_20_times_under_load(chaos: Any) -> None:
     topic = f"chaos-{uuid.uuid4().hex[:8]}"
     _create(chaos, topic)
-    load = Load(chaos, topic)
+    load = _load(chaos, topic)
     group = Group(chaos, topic)
     started = time.monotonic()
     try:
@@ -286,12 +134,12 @@ def test_kill_leader_20_times_under_load(chaos: Any) -> None:
         for k in range(KILLS):
             p = k % PARTITIONS
             load.wait_progress(30, partition=p)
-            before = _state(chaos, topic, p)
+            before = state(chaos.kz, topic, p)
             victim = before.leader
             consumed = group.records
             chaos.brokers[victim].kill()
             after = _until(f"kill {k + 1}: a new leader of {topic}-{p}", lambda p=p, victim=victim, e=before.leader_epoch: (
-                s if (s := _state(chaos, topic, p)).leader not in (victim, -1) and s.leader_epoch > e else None))
+                s if (s := state(chaos.kz, topic, p)).leader not in (victim, -1) and s.leader_epoch > e else None))
             assert victim not in after.isr
             chaos.brokers[victim].start()
             _back_in_isr(chaos, topic, victim)
@@ -303,39 +151,37 @@ def test_kill_leader_20_times_under_load(chaos: Any) -> None:
     elapsed = time.monotonic() - started
     truncations = sum(b.log_text().count(f"truncating topic={topic}") for b in chaos.brokers.values())
     print(f"\n{KILLS} leader kills in {elapsed:.0f}s; {len(load.acked)} acked records; {truncations} truncations")
-    _check(load, _read_all(chaos, topic))
+    load.check(read_all(chaos.bootstrap, topic, PARTITIONS), exact=False)
     try:
         _until("the consumer group has seen every acked record", lambda: all(v in group.seen for v in load.acked),
                timeout=120)
     finally:
         group.stop()
-    _converged(chaos, topic)
+    converged(chaos, topic, PARTITIONS, isr_timeout=90)
 
 
 def test_fast_double_failovers_converge(chaos: Any) -> None:
     """Reliability anchor 7 in a feasible form: kill the leader, kill the newly elected leader as soon as
     ZooKeeper names it, restart both; repeated. Logs converge and no offset regresses."""
-    for b in chaos.brokers.values():
-        if not b.running:
-            b.start()
+    all_up(chaos)
     topic = f"double-{uuid.uuid4().hex[:8]}"
     _create(chaos, topic)
-    load = Load(chaos, topic)
+    load = _load(chaos, topic)
     hw_seen: dict[int, int] = {}
     try:
         load.wait_progress(200)
         for k in range(DOUBLE_FAILOVERS):
             p = k % PARTITIONS
             load.wait_progress(30, partition=p)
-            s0 = _state(chaos, topic, p)
+            s0 = state(chaos.kz, topic, p)
             first = s0.leader
             chaos.brokers[first].kill()
             s1 = _until(f"round {k + 1}: a second leader", lambda p=p, first=first, e=s0.leader_epoch: (
-                s if (s := _state(chaos, topic, p)).leader not in (first, -1) and s.leader_epoch > e else None))
+                s if (s := state(chaos.kz, topic, p)).leader not in (first, -1) and s.leader_epoch > e else None))
             second = s1.leader
             chaos.brokers[second].kill()
             _until(f"round {k + 1}: a third leader", lambda p=p, first=first, second=second, e=s1.leader_epoch: (
-                (s := _state(chaos, topic, p)).leader not in (first, second, -1) and s.leader_epoch > e))
+                (s := state(chaos.kz, topic, p)).leader not in (first, second, -1) and s.leader_epoch > e))
             # different unflushed tails: as if both had lost the end of their page cache, cut a different number
             # of bytes off each one's active segment (recovery then drops the torn batch and what follows)
             for victim, cut in ((first, 1 + 997 * (k + 1) % 4000), (second, 1 + 1409 * (k + 3) % 6000)):
@@ -352,8 +198,8 @@ def test_fast_double_failovers_converge(chaos: Any) -> None:
         load.wait_progress(100)
     finally:
         load.stop()
-    _check(load, _read_all(chaos, topic))
-    _converged(chaos, topic)
+    load.check(read_all(chaos.bootstrap, topic, PARTITIONS), exact=False)
+    converged(chaos, topic, PARTITIONS, isr_timeout=90)
 
 
 def test_hard_bounce_leader_gets_a_new_epoch(chaos: Any) -> None:
@@ -362,28 +208,26 @@ def test_hard_bounce_leader_gets_a_new_epoch(chaos: Any) -> None:
     the broker as having failed (Kafka compares the registration's czxid, its broker epoch): a new leader epoch,
     and the bounced broker never resumes a leadership its previous process held. Its log is cut as by a lost
     page cache, so a broker that resumed leading with it would lose acknowledged records."""
-    for b in chaos.brokers.values():
-        if not b.running:
-            b.start()
+    all_up(chaos)
     topic = f"bounce-{uuid.uuid4().hex[:8]}"
     _create(chaos, topic)
-    load = Load(chaos, topic)
+    load = _load(chaos, topic)
     try:
         load.wait_progress(200)
         for k in range(BOUNCES):
             p = k % PARTITIONS
             load.wait_progress(30, partition=p)
-            s0 = _state(chaos, topic, p)
+            s0 = state(chaos.kz, topic, p)
             victim = s0.leader
             chaos.brokers[victim].kill()
             _cut_tail(chaos.brokers[victim].data_dir, topic, p, 1 + 1777 * (k + 1) % 5000)
             chaos.brokers[victim].start()
             s1 = _until(f"bounce {k + 1}: a new leader epoch of {topic}-{p}", lambda p=p, e=s0.leader_epoch: (
-                s if (s := _state(chaos, topic, p)).leader_epoch > e and s.leader != -1 else None), timeout=60)
+                s if (s := state(chaos.kz, topic, p)).leader_epoch > e and s.leader != -1 else None), timeout=60)
             assert s1.leader != victim or s1.leader_epoch > s0.leader_epoch + 1, (s0, s1)
             _back_in_isr(chaos, topic, victim)
         load.wait_progress(100)
     finally:
         load.stop()
-    _check(load, _read_all(chaos, topic))
-    _converged(chaos, topic)
+    load.check(read_all(chaos.bootstrap, topic, PARTITIONS), exact=False)
+    converged(chaos, topic, PARTITIONS, isr_timeout=90)
