@@ -66,6 +66,24 @@ def _errors(resp: dict) -> dict[tuple[str, int], tuple[int, str | None]]:
 # reassignment
 
 
+def _stuck_reassignment(cluster: Any, prefix: str) -> str:
+    """A new topic ``[[1, 2]]``, broker 3 down, and an ongoing reassignment to ``[3, 2]`` written in ZooKeeper as
+    the controller writes it (AR=[3], RR=[1]): it cannot finish while broker 3 is down. Returns the topic."""
+    from tidelog.cluster import zkdata as zd
+
+    all_up(cluster)
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, assignment=[[1, 2]])
+    cluster.brokers[3].kill()
+    cluster.wait_for("broker 3 unregistered", lambda md: 3 not in md.brokers)
+    with kazoo(cluster.zk.connect) as zk:
+        data, stat = zk.get(zd.topic_path(topic))
+        a = zd.decode_topic(data)
+        a.reassign_to(0, [3, 2])
+        zk.set(zd.topic_path(topic), zd.encode_topic(a), version=stat.version)
+    return topic
+
+
 def test_reassign_to_a_new_broker_under_load(cluster: Any, tmp_path: Path) -> None:
     """[1,2] -> [3,2] while an acks=all producer runs: broker 3 catches up, leads, broker 1's replica is deleted;
     every acknowledged record is readable and the replicas hold the same bytes."""
@@ -107,19 +125,8 @@ def test_reassign_to_a_new_broker_under_load(cluster: Any, tmp_path: Path) -> No
 def test_reassignment_list_and_cancel(cluster: Any, tmp_path: Path) -> None:
     """A reassignment that cannot finish (the adding broker is down) is listed, then cancelled: RS goes back to
     the origin, nothing is listed, and a second cancel answers NO_REASSIGNMENT_IN_PROGRESS."""
-    from tidelog.cluster import zkdata as zd
-
-    all_up(cluster)
-    topic = f"cx-{uuid.uuid4().hex[:8]}"
-    create_topic(cluster.bootstrap, topic, assignment=[[1, 2]])
-    cluster.brokers[3].kill()
-    cluster.wait_for("broker 3 unregistered", lambda md: 3 not in md.brokers)
+    topic = _stuck_reassignment(cluster, "cx")
     with kazoo(cluster.zk.connect) as zk:
-        # an ongoing reassignment [1,2] -> [3,2] as the controller writes it (AR=[3], RR=[1])
-        data, stat = zk.get(zd.topic_path(topic))
-        a = zd.decode_topic(data)
-        a.reassign_to(0, [3, 2])
-        zk.set(zd.topic_path(topic), zd.encode_topic(a), version=stat.version)
         resp = request(cluster.brokers[1], 46, 0, {"timeout_ms": 30000, "topics": None})
         mine = [t for t in resp["topics"] if t["name"] == topic]
         assert mine == [{"name": topic, "partitions": [{"partition_index": 0, "replicas": [3, 2, 1],
@@ -155,16 +162,8 @@ def test_reassignment_resumed_by_a_new_controller(cluster: Any) -> None:
     controller completes it; a removed replica whose broker was down is deleted when that broker starts."""
     from tidelog.cluster import zkdata as zd
 
-    all_up(cluster)
-    topic = f"rf-{uuid.uuid4().hex[:8]}"
-    create_topic(cluster.bootstrap, topic, assignment=[[1, 2]])
-    cluster.brokers[3].kill()
-    cluster.wait_for("broker 3 unregistered", lambda md: 3 not in md.brokers)
+    topic = _stuck_reassignment(cluster, "rf")
     with kazoo(cluster.zk.connect) as zk:
-        data, stat = zk.get(zd.topic_path(topic))
-        a = zd.decode_topic(data)
-        a.reassign_to(0, [3, 2])
-        zk.set(zd.topic_path(topic), zd.encode_topic(a), version=stat.version)
         controller = zd.decode_controller(zk.get(zd.CONTROLLER)[0])
         cluster.brokers[controller].kill()
         cluster.wait_for("a new controller", lambda md: md.controller_id not in (-1, controller))
