@@ -354,12 +354,7 @@ class TopicManager:
         validate_only: bool = False,
     ) -> TopicInfo:
         self._validate_new_name(name)
-        if num_partitions == -1:
-            num_partitions = self.config.num_partitions
-        if num_partitions <= 0:
-            raise TopicError("INVALID_PARTITIONS", "Number of partitions was set to an invalid non-positive value.")
-        if replication_factor == -1:
-            replication_factor = self.config.default_replication_factor
+        num_partitions, replication_factor = self._counts_or_defaults(num_partitions, replication_factor)
         if replication_factor <= 0:
             raise TopicError(
                 "INVALID_REPLICATION_FACTOR", "Replication factor must be larger than 0, or -1 to use the default value."
@@ -394,6 +389,17 @@ class TopicManager:
                           "configs": overrides or ""}},
         )
         return info
+
+    def _counts_or_defaults(self, num_partitions: int, replication_factor: int) -> tuple[int, int]:
+        """CreateTopics' -1s replaced by ``num.partitions`` / ``default.replication.factor``; a non-positive
+        partition count is Kafka's INVALID_PARTITIONS."""
+        if num_partitions == -1:
+            num_partitions = self.config.num_partitions
+        if num_partitions <= 0:
+            raise TopicError("INVALID_PARTITIONS", "Number of partitions was set to an invalid non-positive value.")
+        if replication_factor == -1:
+            replication_factor = self.config.default_replication_factor
+        return num_partitions, replication_factor
 
     def _drop(self, info: TopicInfo) -> None:
         self._topics.pop(info.name, None)
