@@ -25,6 +25,12 @@ DELETE_TIMEOUT_S = 30.0  # how long DeleteTopics waits for the deletion (Kafka's
 
 
 class ClusterTopicManager(TopicManager):
+    # create_topic / create_partitions only read local state and write ZooKeeper (brokers adopt the result through
+    # their watches): the CreateTopics / CreatePartitions handlers run them in a worker thread, so a ZooKeeper round
+    # trip (or a stall up to kazoo's timeout) never blocks the event loop that serves produce, fetch and
+    # replication. (Metadata's auto-creation still calls create_topic on the loop.)
+    blocking_io = True
+
     def __init__(self, broker: Any) -> None:
         super().__init__(broker)
         self._deleted: dict[str, asyncio.Event] = {}
@@ -147,12 +153,7 @@ class ClusterTopicManager(TopicManager):
         if assignments:
             num_partitions = len(assignments)
             replication_factor = len(next(iter(assignments.values())))
-        if num_partitions == -1:
-            num_partitions = self.config.num_partitions
-        if num_partitions <= 0:
-            raise TopicError("INVALID_PARTITIONS", "Number of partitions was set to an invalid non-positive value.")
-        if replication_factor == -1:
-            replication_factor = self.config.default_replication_factor
+        num_partitions, replication_factor = self._counts_or_defaults(num_partitions, replication_factor)
         live = sorted(broker.live)
         if not assignments and (replication_factor <= 0 or replication_factor > len(live)):
             raise TopicError(

@@ -30,6 +30,7 @@ Kafka behaviours reproduced (sources: Kafka ``ControllerApis``/``KafkaApis``, ``
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import uuid
@@ -100,6 +101,14 @@ ENDPOINT_CONTROLLERS = 2
 
 # ---------------------------------------------------------------------------------------------------------------
 # helpers
+
+
+async def _create(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``create_topic`` / ``create_partitions``: with a manager whose changes are ZooKeeper writes (``blocking_io``,
+    cluster mode) in a worker thread, so no ZooKeeper round trip runs on the event loop; else as :func:`_call`."""
+    if getattr(fn.__self__, "blocking_io", False):
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    return await _call(fn, *args, **kwargs)
 
 
 async def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -437,7 +446,7 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
     configs = {c["name"]: c["value"] for c in config_list}
     topics = ctx.broker.topics
     try:
-        info = await _call(
+        info = await _create(
             topics.create_topic,
             name,
             num_partitions=num_partitions,
@@ -584,7 +593,7 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
             manual = None if assignments is None else [[int(b) for b in a.get("broker_ids") or []]
                                                        for a in assignments]
             try:
-                await _call(topics.create_partitions, name, count, validate_only=validate_only, assignments=manual)
+                await _create(topics.create_partitions, name, count, validate_only=validate_only, assignments=manual)
             except Exception as exc:
                 if not _is_client_error(exc):
                     raise
@@ -611,7 +620,7 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
                 fail("INVALID_REPLICA_ASSIGNMENT", problem)
             else:
                 try:
-                    await _call(topics.create_partitions, name, count, validate_only=validate_only)
+                    await _create(topics.create_partitions, name, count, validate_only=validate_only)
                 except Exception as exc:
                     if not _is_client_error(exc):
                         raise
