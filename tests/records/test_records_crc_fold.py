@@ -175,7 +175,29 @@ def test_write_stamped_checks_the_crc_after_the_write(tmp_path: Path) -> None:
         small_bad = bytearray(small)
         small_bad[-1] ^= 1
         assert recwalk.write_stamped(fd, small_bad, 11, 3, True) == -1
-        assert recwalk.write_stamped(fd, bytes(40), 12, 3, True) == -1  # shorter than a batch header
+        assert recwalk.write_stamped(fd, bytes(40), 12, 3, True) == -1  # shorter than a batch header: not written
     finally:
         os.close(fd)
-    assert os.path.getsize(path) == 3 * len(good) + 2 * len(small) + 40
+    assert os.path.getsize(path) == 3 * len(good) + 2 * len(small)
+
+
+def test_write_stamped_check_2_also_walks_the_records_after_the_write(tmp_path: Path) -> None:
+    import struct
+
+    from tidelog.records import RecordSpec, build_batch
+
+    good = build_batch([RecordSpec(b"k", b"v" * 100, (), 1_000), RecordSpec(None, b"w", (), 1_001)])
+    broken = bytearray(good)
+    broken[61] ^= 0x02  # the first record's length varint: the walk fails, the bytes are otherwise intact
+    struct.pack_into(">I", broken, 17, recwalk.crc32c(bytes(broken[21:])))  # with a matching CRC
+    fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        assert recwalk.write_stamped(fd, broken, 0, 0, 1) == len(broken)  # the CRC alone matches
+        assert recwalk.write_stamped(fd, broken, 2, 0, 2) == -1
+        assert recwalk.write_stamped(fd, good, 4, 0, 2) == len(good)
+        with pytest.raises(ValueError):
+            recwalk.write_stamped(fd, good, 6, 0, 3)
+    finally:
+        os.close(fd)
+    assert recwalk.validate_single_batch(broken, None, True) is None
+    assert recwalk.validate_single_batch(broken, None, True, False) is not None  # header and CRC only

@@ -473,11 +473,8 @@ def test_find_offset_by_timestamp_inside_batches(tmp_path: Path, compression: in
 
 
 def test_large_batch_crc_checked_after_write_leaves_nothing(tmp_path: Path) -> None:
-    from tidelog.storage import log as log_module
-
     lg = open_log(tmp_path, segment_bytes=500_000)
     big = build_batch([(b"k", b"v" * 100_000, (), NOW + i) for i in range(3)])
-    assert len(big) >= log_module._CRC_AFTER_WRITE_BYTES
     corrupt = bytearray(big)
     corrupt[len(corrupt) // 2] ^= 0x01
     lg.append_as_leader(build_batch(records(2)), now_ms=NOW)
@@ -526,3 +523,60 @@ def test_a_corrupt_batch_gets_the_check_first_error_message(tmp_path: Path, size
     corrupt[-7] ^= 0x40
     assert lg.append_as_leader(corrupt, now_ms=NOW).first_offset == 2
     lg.close()
+
+
+def _broken_walk(batch: bytes) -> bytes:
+    """``batch`` with its first record's length varint changed and the CRC recomputed: only the walk fails."""
+    import struct
+
+    from tidelog.records.crc import crc32c
+
+    out = bytearray(batch)
+    out[61] ^= 0x02
+    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+@pytest.mark.parametrize("mode", ["c", "c-validator-python-writer", "python"])
+def test_late_checks_leave_nothing_and_report_the_check_first_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The CRC and the record walk, done by the C writer after its write (or before it without C): a bad batch
+    leaves no byte, no offset and no roll behind, and its error is the one the check-first order raises."""
+    import tidelog.storage.log as log_module
+    import tidelog.storage.segment as segment_module
+    from tidelog.records.batch import check_record_structure
+    from tidelog.records.header import validate_batch_tuple
+
+    if mode != "python" and log_module._c_validate_single_batch is None:
+        pytest.skip("the optional C extension is not in use")
+    if mode != "c":
+        monkeypatch.setattr(segment_module, "_c_write_stamped", None)
+    if mode == "python":
+        monkeypatch.setattr(log_module, "_c_validate_single_batch", None)
+    lg = open_log(tmp_path, segment_bytes=3_000)
+    good = build_batch(records(4, size=200))
+    bad_crc = bytearray(good)
+    bad_crc[-3] ^= 0x10
+    bad_walk = _broken_walk(good)
+    expected = {}
+    for name, data in (("crc", bytes(bad_crc)), ("walk", bad_walk)):
+        with pytest.raises((CorruptRecordError, InvalidRecordError)) as raised:
+            check_record_structure(data, 0, validate_batch_tuple(data, check_crc=True))
+        expected[name] = (type(raised.value), str(raised.value))
+    lg.append_as_leader(good, now_ms=NOW)
+    for _ in range(4):  # the active segment fills up: the fourth append needs a roll
+        for name, data in (("crc", bytes(bad_crc)), ("walk", bad_walk), ("walk", memoryview(bad_walk))):
+            before = (lg.log_end_offset, lg.size_in_bytes, len(lg.segments))
+            with pytest.raises((CorruptRecordError, InvalidRecordError)) as raised:
+                lg.append_as_leader(data, now_ms=NOW)
+            assert (type(raised.value), str(raised.value)) == expected[name]
+            assert (lg.log_end_offset, lg.size_in_bytes, len(lg.segments)) == before
+            assert os.path.getsize(lg.active_segment.log_path) == lg.active_segment.size
+        lg.append_as_leader(good, now_ms=NOW)
+    assert len(lg.segments) == 2 and lg.log_end_offset == 20
+    assert [h.base_offset for h in all_headers(lg)] == [0, 4, 8, 12, 16]
+    lg.close()
+    reopened = PartitionLog.open(tmp_path / "topic-with-dash-0", LogConfig(segment_bytes=3_000), recovery_point=0)
+    assert reopened.log_end_offset == 20
+    reopened.close()

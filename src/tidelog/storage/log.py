@@ -24,14 +24,13 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 from tidelog.records.batch import c_validate_single_batch as _c_validate_single_batch
 from tidelog.records.batch import check_record_structure
 from tidelog.records.crc import crc32c
-from tidelog.records.errors import CorruptRecordError, InvalidRecordError, RecordError
+from tidelog.records.errors import CorruptRecordError, InvalidRecordError
 from tidelog.records.header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -60,6 +59,7 @@ from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import InvalidTimestampError, OffsetOutOfRangeError, StorageError
 from tidelog.storage.index import CorruptIndexError
 from tidelog.storage.segment import (
+    CHECK_FAILED,
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -87,8 +87,6 @@ log = logging.getLogger(__name__)
 _INT16 = struct.Struct(">h")
 _INT64 = struct.Struct(">q")
 _UINT32 = struct.Struct(">I")
-# batches at least this large are checksummed right after their write (see append_as_leader)
-_CRC_AFTER_WRITE_BYTES = 256 * 1024
 
 DIR_SUFFIXES = ("-delete", "-future", "-stray")
 
@@ -138,6 +136,14 @@ class ReadInfo:
 
     def read_bytes(self) -> bytes:
         return b"".join(r.read_bytes() for r in self.regions)
+
+
+def _check_late(batch: bytes | bytearray | memoryview, fields: HeaderTuple) -> None:
+    """The checks a late append leaves to the C writer (see :meth:`PartitionLog.append_as_leader`), run now in
+    their check-first order: the CRC-32C, then the record walk of an uncompressed batch; raises the exact error."""
+    check_batch_crc(batch, fields)
+    if not fields[5] & COMPRESSION_MASK:
+        check_record_structure(batch, 0, fields)
 
 
 def parse_topic_partition(dir_name: str) -> tuple[str, int]:
@@ -220,6 +226,7 @@ class PartitionLog:
         self.dir = Path(directory)
         self.topic, self.partition = parse_topic_partition(self.dir.name)
         self.config = config
+        self._log_append_time = config.log_append_time  # read on every append
         self.epoch_cache: EpochCache | None = None
         self.producer_state: ProducerState | None = None
         self._lock = threading.RLock()
@@ -538,26 +545,20 @@ class PartitionLog:
         thread overlapping the write, this costs no thread hand-off and no extra CPU time.
         """
         config = self.config
-        log_append = config.log_append_time
-        late_crc = len(batch) >= _CRC_AFTER_WRITE_BYTES
-        # one C call for header, sizes, CRC and (uncompressed) record walk; None when something fails or
-        # the extension is not in use: the Python checks below then raise the exact error, in their order
+        log_append = self._log_append_time
         c_check = _c_validate_single_batch
-        fields = None if c_check is None else c_check(batch, config.max_message_bytes, not late_crc)
-        if fields is None:
-            fields = validate_batch_tuple(batch, 0, config.max_message_bytes, check_crc=not late_crc)
-            walked = False
-        else:
-            walked = not fields[5] & COMPRESSION_MASK
+        # late: the CRC and the record walk are left to the C writer, right after its write (see above)
+        late = c_check is not None
+        fields = None if c_check is None else c_check(batch, config.max_message_bytes, False, False)
+        if fields is None:  # the Python checks raise the exact error (or the extension is not in use)
+            fields = validate_batch_tuple(batch, 0, config.max_message_bytes, check_crc=not late)
         (_, batch_length, _, _, _, attributes, last_delta, base_ts, max_ts, pid, _, base_seq, count) = fields
         size = batch_length + LOG_OVERHEAD
-        if late_crc and (pid >= 0 or attributes & TIMESTAMP_TYPE_MASK or log_append):
-            # producer-state checks or a rewrite come next: keep the check-first order
+        if late and (pid >= 0 or attributes & TIMESTAMP_TYPE_MASK or log_append or size != len(batch)):
+            # producer-state checks, a rewrite or an error come next: every check before, in their order
             check_batch_crc(batch, fields)
-            late_crc = False
+            late = False
         if size != len(batch):
-            if late_crc:
-                check_batch_crc(batch, fields)
             raise InvalidRecordError(
                 f"a produce request may carry exactly one batch per partition; {len(batch) - size} "
                 f"bytes follow the first batch"
@@ -570,17 +571,12 @@ class PartitionLog:
             or (pid >= 0 and base_seq < 0 and not attributes & CONTROL_MASK)
             or (pid < 0 and attributes & TRANSACTIONAL_MASK)
         ):
-            if late_crc:
+            if late:
                 check_batch_crc(batch, fields)
             self._validate_client_batch(BatchHeader(*fields), reject_control_batches)  # raises
         # Kafka's LogValidator walk of every record: a batch no consumer could decode never reaches the log
-        if not walked:
-            try:
-                check_record_structure(batch, 0, fields)
-            except RecordError:
-                if late_crc:
-                    check_batch_crc(batch, fields)  # a CRC mismatch takes precedence, as in the check-first order
-                raise
+        if not late and not attributes & COMPRESSION_MASK:
+            check_record_structure(batch, 0, fields)
         now = _now_ms() if now_ms is None else now_ms
         if not log_append:
             low = now - config.message_timestamp_before_max_ms
@@ -588,8 +584,8 @@ class PartitionLog:
             if (base_ts != NO_TIMESTAMP and not low <= base_ts <= high) or (
                 max_ts != NO_TIMESTAMP and not low <= max_ts <= high
             ):
-                if late_crc:
-                    check_batch_crc(batch, fields)
+                if late:
+                    _check_late(batch, fields)
                 self._check_create_time(BatchHeader(*fields), now)  # raises
         # bytes under the CRC change only for LogAppendTime (or to clear a client's LogAppendTime bit)
         copy = bytearray(batch) if log_append or attributes & TIMESTAMP_TYPE_MASK else None
@@ -617,33 +613,33 @@ class PartitionLog:
             else:
                 base = fields[0]
                 if base < self._log_end_offset:
-                    if late_crc:
-                        check_batch_crc(batch, fields)
+                    if late:
+                        _check_late(batch, fields)
                     raise UnexpectedAppendOffsetError(
                         f"batch base offset {base} is below the log end offset {self._log_end_offset}"
                     )
             last_offset = base + last_delta
-            parts: tuple[bytes | bytearray | memoryview, ...]
+            seg = self._segments[-1]
             if copy is None:
-                # written with baseOffset and partitionLeaderEpoch replaced, the caller's buffer not copied
-                parts, stamp = (batch,), (base, leader_epoch)
+                # written with baseOffset and partitionLeaderEpoch replaced, the caller's buffer not copied;
+                # the roll check, write, late CRC and segment bookkeeping in one call
+                written_at = seg.append_leader_batch(
+                    batch, base, leader_epoch, last_offset, max_ts, config.segment_bytes, config.segment_ms, now, late
+                )
+                if written_at < 0:
+                    if late:  # the checks failed (the write was undone), or a roll comes first: a bad batch
+                        _check_late(batch, fields)  # must not roll the log; raises the exact error
+                    if written_at == CHECK_FAILED:
+                        raise CorruptRecordError(f"a batch for {self.topic}-{self.partition} failed its checks")
+                    self._append_after_roll(batch, base, leader_epoch, last_offset, max_ts, now)
             else:
                 header = self._stamp(copy, BatchHeader(*fields), base, leader_epoch, now if log_append else None)
                 max_ts = header.max_timestamp
-                parts, stamp = (copy,), None
-            seg = self._segments[-1]
-            if seg._size and seg._should_roll(
-                config.segment_bytes, config.segment_ms, size, max_ts, last_offset, now
-            ):
-                if late_crc:  # a bad batch must not roll the log
-                    check_batch_crc(batch, fields)
-                    late_crc = False
-                seg = self.roll(base, now_ms=now)
-            if late_crc:  # by the C writer right after its write when built (check_batch_crc then only raises)
-                check = partial(check_batch_crc, batch, fields)
-                seg.append_parts(last_offset, max_ts, last_offset, parts, check, stamp, True)
-            else:
-                seg.append_parts(last_offset, max_ts, last_offset, parts, None, stamp)
+                if seg._size and seg._should_roll(
+                    config.segment_bytes, config.segment_ms, size, max_ts, last_offset, now
+                ):
+                    seg = self.roll(base, now_ms=now)
+                seg.append_parts(last_offset, max_ts, last_offset, (copy,))
             self._log_end_offset = last_offset + 1
             if ps is not None:
                 if pid >= 0:
@@ -663,6 +659,19 @@ class PartitionLog:
         if flush_needed:
             self.flush()
         return info
+
+    def _append_after_roll(
+        self, batch: bytes | bytearray | memoryview, base: int, leader_epoch: int, last_offset: int, max_ts: int,
+        now: int,
+    ) -> None:
+        """The rest of :meth:`append_as_leader` when the active segment asked to roll first (its CRC, if it
+        was to be checked late, has been checked): roll, then append to the new, empty segment."""
+        config = self.config
+        seg = self.roll(base, now_ms=now)
+        if seg.append_leader_batch(
+            batch, base, leader_epoch, last_offset, max_ts, config.segment_bytes, config.segment_ms, now, False
+        ) < 0:
+            raise RuntimeError(f"the new segment {seg.log_path} refused the batch at offset {base}")
 
     @staticmethod
     def _validate_client_batch(header: BatchHeader, reject_control: bool) -> None:
@@ -1134,6 +1143,7 @@ class PartitionLog:
         """Apply a new configuration live; segment-level settings apply to segments created from now on."""
         with self._lock:
             self.config = config
+            self._log_append_time = config.log_append_time
             active = self._segments[-1]
             active.index_interval_bytes = config.index_interval_bytes
 

@@ -22,12 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidelog.records.batch import c_write_stamped as _c_write_stamped
+from tidelog.records.batch import check_record_structure
 from tidelog.records.errors import CorruptRecordError, RecordError
 from tidelog.records.header import (
+    COMPRESSION_MASK,
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
     HeaderTuple,
+    check_batch_crc,
     parse_header_tuple,
     validate_batch_tuple,
 )
@@ -45,6 +48,11 @@ SWAP_SUFFIX = ".swap"
 _LENGTH = struct.Struct(">i")
 # baseOffset, batchLength, partitionLeaderEpoch: the first 16 bytes of a batch, all outside the CRC
 _STAMP_HEAD = struct.Struct(">qii")
+
+_PENDING_LIMIT = OffsetIndex.PENDING_LIMIT  # == TimeIndex.PENDING_LIMIT
+# what LogSegment.append_leader_batch returns instead of a position when it wrote nothing
+ROLL_FIRST = -1  # the segment must roll before this batch
+CHECK_FAILED = -2  # the batch's CRC or records failed their late check (the write was undone)
 
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
@@ -473,6 +481,110 @@ class LogSegment:
                 self._bytes_since_last_index_entry = total
             else:
                 self._bytes_since_last_index_entry += total
+            return position
+
+    def append_leader_batch(
+        self,
+        batch: bytes | bytearray | memoryview,
+        base_offset: int,
+        leader_epoch: int,
+        last_offset: int,
+        max_timestamp: int,
+        segment_bytes: int,
+        segment_ms: int,
+        now_ms: int,
+        late_checks: bool,
+    ) -> int:
+        """The log's common append in one call: the roll check, then ``batch`` (exactly one whole batch of
+        ``len(batch)`` bytes, header and sizes validated) written with baseOffset and partitionLeaderEpoch
+        stamped as given, then the bookkeeping of :meth:`append_parts`.
+
+        Returns the file position written at, or ``ROLL_FIRST`` when the segment must roll before this batch
+        (:meth:`should_roll`; nothing was written).  ``late_checks``: the batch's CRC-32C and, uncompressed, the
+        walk of its records are checked right after the write (the C writer's ``check=2``); when one fails the
+        ``.log`` is cut back, nothing else changes and ``CHECK_FAILED`` is returned (the caller raises the exact
+        error).  Without the C writer the checks run before the write, then :meth:`append_parts`.
+        """
+        size = len(batch)
+        if _c_write_stamped is None:
+            if self._size and self._should_roll(segment_bytes, segment_ms, size, max_timestamp, last_offset, now_ms):
+                return ROLL_FIRST
+            if late_checks:
+                fields = parse_header_tuple(batch)
+                try:
+                    check_batch_crc(batch, fields)
+                    if not fields[5] & COMPRESSION_MASK:
+                        check_record_structure(batch, 0, fields)
+                except RecordError:
+                    return CHECK_FAILED
+            return self.append_parts(last_offset, max_timestamp, last_offset, (batch,), None, (base_offset, leader_epoch))
+        with self._lock:
+            position = self._size
+            oi = self.offset_index
+            ti = self.time_index
+            if position:
+                # Kafka's five roll conditions (_should_roll, inlined: this is the append hot path)
+                if position > segment_bytes - size:
+                    return ROLL_FIRST
+                ts = self._rolling_based_ts
+                if ts is None:
+                    ts = self.rolling_based_timestamp
+                if (max_timestamp - ts if ts >= 0 else now_ms - self.created_ms) > segment_ms - self.roll_jitter_ms:
+                    return ROLL_FIRST
+                if oi._entries >= oi._length // 8 or ti._entries >= ti._length // 12 - 1:
+                    return ROLL_FIRST
+            rel = last_offset - self.base_offset
+            if rel < 0 or rel > INT32_MAX:
+                if position:
+                    return ROLL_FIRST
+                raise ValueError(f"offset {last_offset} cannot be stored relative to segment base {self.base_offset}")
+            handle = self._handle
+            if handle is None:
+                raise ValueError(f"segment {self.log_path} is closed")
+            fd = handle.fd
+            try:
+                total = _c_write_stamped(fd, batch, base_offset, leader_epoch, 2 if late_checks else 0)
+            except BaseException:
+                os.ftruncate(fd, position)  # fail whole: nothing of a partial write remains
+                raise
+            if total < 0:
+                os.ftruncate(fd, position)
+                return CHECK_FAILED
+            self._size = position + total
+            if position == 0:
+                self._rolling_based_ts = None
+                current = (NO_TIMESTAMP, -1)
+            else:
+                current = self._max_ts_and_offset or self.max_timestamp_and_offset
+            if max_timestamp > current[0]:
+                current = self._max_ts_and_offset = (max_timestamp, last_offset)
+            elif position == 0:
+                self._max_ts_and_offset = current
+            if self._bytes_since_last_index_entry <= self.index_interval_bytes:
+                self._bytes_since_last_index_entry += total
+                return position
+            self._bytes_since_last_index_entry = total
+            # OffsetIndex.append_unlocked and TimeIndex.maybe_append_unlocked, inlined (the hot path): the roll
+            # check above left room in both and the offset relative to the base in range; an offset that does
+            # not grow goes to append_unlocked, which raises.  Key first, value second (see OffsetIndex).
+            if oi._entries and last_offset <= oi._last_offset:
+                oi.append_unlocked(last_offset, position)  # raises
+            oi._pending_keys.append(rel)
+            values = oi._pending_values
+            values.append(position)
+            oi._entries += 1
+            oi._last_offset = last_offset
+            if len(values) >= _PENDING_LIMIT:
+                oi._materialize()
+            ts = current[0]
+            if ts > ti._last_entry[0]:
+                ti._pending_keys.append(ts)
+                values = ti._pending_values
+                values.append(current[1] - self.base_offset)
+                ti._entries += 1
+                ti._last_entry = current
+                if len(values) >= _PENDING_LIMIT:
+                    ti._materialize()
             return position
 
     # ------------------------------------------------------------------ reading
