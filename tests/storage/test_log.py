@@ -546,6 +546,7 @@ def test_late_checks_leave_nothing_and_report_the_check_first_error(
     import tidelog.storage.log as log_module
     import tidelog.storage.segment as segment_module
     from tidelog.records.batch import check_record_structure
+    from tidelog.records.crc import crc32c
     from tidelog.records.header import validate_batch_tuple
 
     if mode != "python" and log_module._c_validate_single_batch is None:
@@ -559,14 +560,18 @@ def test_late_checks_leave_nothing_and_report_the_check_first_error(
     bad_crc = bytearray(good)
     bad_crc[-3] ^= 0x10
     bad_walk = _broken_walk(good)
+    bad_zstd = bytearray(good)  # claims zstd, but the records are no zstd frame (the CRC matches)
+    bad_zstd[22] |= 0x04
+    bad_zstd[17:21] = crc32c(bytes(bad_zstd[21:])).to_bytes(4, "big")
     expected = {}
-    for name, data in (("crc", bytes(bad_crc)), ("walk", bad_walk)):
+    for name, data in (("crc", bytes(bad_crc)), ("walk", bad_walk), ("zstd", bytes(bad_zstd))):
         with pytest.raises((CorruptRecordError, InvalidRecordError)) as raised:
             check_record_structure(data, 0, validate_batch_tuple(data, check_crc=True))
         expected[name] = (type(raised.value), str(raised.value))
     lg.append_as_leader(good, now_ms=NOW)
     for _ in range(4):  # the active segment fills up: the fourth append needs a roll
-        for name, data in (("crc", bytes(bad_crc)), ("walk", bad_walk), ("walk", memoryview(bad_walk))):
+        cases = (("crc", bytes(bad_crc)), ("walk", bad_walk), ("walk", memoryview(bad_walk)), ("zstd", bad_zstd))
+        for name, data in cases:
             before = (lg.log_end_offset, lg.size_in_bytes, len(lg.segments))
             with pytest.raises((CorruptRecordError, InvalidRecordError)) as raised:
                 lg.append_as_leader(data, now_ms=NOW)

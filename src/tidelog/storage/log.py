@@ -139,11 +139,11 @@ class ReadInfo:
 
 
 def _check_late(batch: bytes | bytearray | memoryview, fields: HeaderTuple) -> None:
-    """The checks a late append leaves to the C writer (see :meth:`PartitionLog.append_as_leader`), run now in
-    their check-first order: the CRC-32C, then the record walk of an uncompressed batch; raises the exact error."""
+    """The checks a late append (of an uncompressed batch) leaves to the C writer (see
+    :meth:`PartitionLog.append_as_leader`), run now in their check-first order: the CRC-32C, then the record
+    walk; raises the exact error."""
     check_batch_crc(batch, fields)
-    if not fields[5] & COMPRESSION_MASK:
-        check_record_structure(batch, 0, fields)
+    check_record_structure(batch, 0, fields)
 
 
 def parse_topic_partition(dir_name: str) -> tuple[str, int]:
@@ -554,8 +554,11 @@ class PartitionLog:
             fields = validate_batch_tuple(batch, 0, config.max_message_bytes, check_crc=not late)
         (_, batch_length, _, _, _, attributes, last_delta, base_ts, max_ts, pid, _, base_seq, count) = fields
         size = batch_length + LOG_OVERHEAD
-        if late and (pid >= 0 or attributes & TIMESTAMP_TYPE_MASK or log_append or size != len(batch)):
-            # producer-state checks, a rewrite or an error come next: every check before, in their order
+        if late and (
+            pid >= 0 or attributes & (TIMESTAMP_TYPE_MASK | COMPRESSION_MASK) or log_append or size != len(batch)
+        ):
+            # producer-state checks, a rewrite, decompression or an error come next: every check before, in
+            # their order
             check_batch_crc(batch, fields)
             late = False
         if size != len(batch):
@@ -574,8 +577,9 @@ class PartitionLog:
             if late:
                 check_batch_crc(batch, fields)
             self._validate_client_batch(BatchHeader(*fields), reject_control_batches)  # raises
-        # Kafka's LogValidator walk of every record: a batch no consumer could decode never reaches the log
-        if not late and not attributes & COMPRESSION_MASK:
+        # Kafka's LogValidator walk of every record (decompressed, bounded): a batch no consumer could decode
+        # never reaches the log
+        if not late:
             check_record_structure(batch, 0, fields)
         now = _now_ms() if now_ms is None else now_ms
         if not log_append:

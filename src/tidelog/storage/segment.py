@@ -25,7 +25,6 @@ from tidelog.records.batch import c_write_stamped as _c_write_stamped
 from tidelog.records.batch import check_record_structure
 from tidelog.records.errors import CorruptRecordError, RecordError
 from tidelog.records.header import (
-    COMPRESSION_MASK,
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
@@ -500,7 +499,7 @@ class LogSegment:
         stamped as given, then the bookkeeping of :meth:`append_parts`.
 
         Returns the file position written at, or ``ROLL_FIRST`` when the segment must roll before this batch
-        (:meth:`should_roll`; nothing was written).  ``late_checks``: the batch's CRC-32C and, uncompressed, the
+        (:meth:`should_roll`; nothing was written).  ``late_checks`` (an uncompressed batch): its CRC-32C and the
         walk of its records are checked right after the write (the C writer's ``check=2``); when one fails the
         ``.log`` is cut back, nothing else changes and ``CHECK_FAILED`` is returned (the caller raises the exact
         error).  Without the C writer the checks run before the write, then :meth:`append_parts`.
@@ -513,8 +512,7 @@ class LogSegment:
                 fields = parse_header_tuple(batch)
                 try:
                     check_batch_crc(batch, fields)
-                    if not fields[5] & COMPRESSION_MASK:
-                        check_record_structure(batch, 0, fields)
+                    check_record_structure(batch, 0, fields)
                 except RecordError:
                     return CHECK_FAILED
             return self.append_parts(last_offset, max_timestamp, last_offset, (batch,), None, (base_offset, leader_epoch))
