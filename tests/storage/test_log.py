@@ -537,7 +537,7 @@ def _broken_walk(batch: bytes) -> bytes:
     return bytes(out)
 
 
-@pytest.mark.parametrize("mode", ["c", "c-validator-python-writer", "python"])
+@pytest.mark.parametrize("mode", ["c-fast", "c", "c-validator-python-writer", "python"])
 def test_late_checks_leave_nothing_and_report_the_check_first_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
@@ -551,7 +551,9 @@ def test_late_checks_leave_nothing_and_report_the_check_first_error(
 
     if mode != "python" and log_module._c_validate_single_batch is None:
         pytest.skip("the optional C extension is not in use")
-    if mode != "c":
+    if mode != "c-fast":
+        monkeypatch.setattr(log_module, "_c_append_leader_fast", None)
+    if mode not in ("c", "c-fast"):
         monkeypatch.setattr(segment_module, "_c_write_stamped", None)
     if mode == "python":
         monkeypatch.setattr(log_module, "_c_validate_single_batch", None)
@@ -585,3 +587,93 @@ def test_late_checks_leave_nothing_and_report_the_check_first_error(
     reopened = PartitionLog.open(tmp_path / "topic-with-dash-0", LogConfig(segment_bytes=3_000), recovery_point=0)
     assert reopened.log_end_offset == 20
     reopened.close()
+
+
+def _append_script(seed: int) -> list[tuple[str, bytes, int, int]]:
+    """A random mix of appends for the fast-path equivalence test: (kind, batch, leader_epoch, now)."""
+    import random
+
+    from tidelog.records.batch import CompressionType
+
+    rng = random.Random(seed)
+    script = []
+    epoch = 0
+    for i in range(300):
+        now = NOW + 10 * i
+        n = rng.choice([1, 2, 5, 20])
+        size = rng.choice([10, 300, 3000])
+        ts = now + rng.randint(-50, 5)  # max timestamps often do not grow
+        recs = [(b"k%d" % j, b"v" * size, (), ts + rng.randint(-3, 3)) for j in range(n)]
+        if rng.random() < 0.05:
+            epoch += 1
+        kind = rng.choices(["plain", "pid", "zstd", "crc", "walk", "stale"], [80, 6, 5, 3, 3, 3])[0]
+        if kind == "pid":
+            data = build_batch(recs, producer_id=1, producer_epoch=0, base_sequence=sum(
+                1 for k, *_ in script if k == "pid"
+            ) * 1000)
+        elif kind == "zstd":
+            data = build_batch(recs, compression=CompressionType.ZSTD)
+        elif kind == "stale":
+            data = build_batch([(b"k", b"v", (), NOW - 10**12)])
+        else:
+            data = build_batch(recs)
+            if kind == "crc":
+                data = bytes(data[:-2]) + bytes([data[-2] ^ 0x20]) + data[-1:]
+            elif kind == "walk":
+                data = _broken_walk(data)
+        script.append((kind, data, epoch, now))
+    return script
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_c_fast_path_appends_exactly_as_the_python_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """``append_leader_fast`` (C) and the Python steps it short-cuts leave byte-identical .log, .index and
+    .timeindex files, epoch and producer state, and return the same AppendInfo or raise the same error."""
+    import tidelog.storage.log as log_module
+
+    if log_module._c_append_leader_fast is None:
+        pytest.skip("the optional C extension is not in use")
+    script = _append_script(seed)
+    results = {}
+    c_fast = log_module._c_append_leader_fast
+    taken = []
+
+    def counted(*args: object) -> object:
+        info = c_fast(*args)
+        taken.append(info is not None)
+        return info
+
+    for name, fast in (("fast", counted), ("python", None)):
+        monkeypatch.setattr(log_module, "_c_append_leader_fast", fast)
+        d = tmp_path / name / "t-0"
+        d.mkdir(parents=True)
+        cache = LeaderEpochCache(d / "leader-epoch-checkpoint")
+        ps = ProducerStateManager(d)
+        lg = PartitionLog.open(
+            d, LogConfig(segment_bytes=60_000, index_interval_bytes=700, segment_index_bytes=1200),
+            epoch_cache=cache, producer_state=ps, now_ms=NOW,
+        )
+        out = []
+        for kind, data, epoch, now in script:
+            try:
+                info = lg.append_as_leader(data, leader_epoch=epoch, now_ms=now, reject_control_batches=True)
+                out.append((kind, info))
+            except (CorruptRecordError, InvalidRecordError, InvalidTimestampError, OutOfOrderSequenceError) as e:
+                out.append((kind, type(e).__name__, str(e)))
+            out.append((lg.log_end_offset, lg.size_in_bytes, len(lg.segments), ps.map_end_offset))
+        lookups = [lg.find_offset_by_timestamp(NOW + t) for t in range(0, 3000, 97)]
+        lg.close()
+        files = {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.suffix in (".log", ".index", ".timeindex")}
+        results[name] = (out, lookups, files, cache.entries())
+    fast, python = results["fast"], results["python"]
+    assert fast[0] == python[0]
+    assert fast[1] == python[1]
+    assert fast[2].keys() == python[2].keys() and len(fast[2]) >= 9  # several rolls happened
+    for name in fast[2]:
+        assert fast[2][name] == python[2][name], name
+    assert fast[3] == python[3]
+    kinds = {o[0] for o in fast[0] if isinstance(o[0], str) and len(o) == 2}
+    assert {"plain", "pid", "zstd"} <= kinds
+    assert sum(taken) > len(script) // 2 and not all(taken)  # mostly the fast path, sometimes the Python one

@@ -33,6 +33,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <string.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -1183,6 +1184,76 @@ crc32c_using(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     return PyLong_FromUnsignedLong(crc);
 }
 
+/* what stamped_write returns instead of the length written */
+#define CHECK_FAILED_AFTER_WRITE (-1)  /* the bytes are written; the caller cuts the file back */
+#define WRITE_ERROR (-2)               /* a Python exception is set (OSError, or a signal handler's) */
+
+/* write_stamped's work (GIL held on entry, released around each system call and a large CRC): the batch d[0:n]
+ * written to fd with baseOffset and partitionLeaderEpoch replaced, then the checks of ``check`` (see
+ * write_stamped). A batch shorter than a batch header is not written when a check is asked for. */
+static Py_ssize_t
+stamped_write(int fd, const uint8_t *d, Py_ssize_t total, long long base, int32_t epoch, int check)
+{
+    if (check && total < BATCH_HEADER)
+        return CHECK_FAILED_AFTER_WRITE;
+    uint8_t head[16];
+    uint64_t b = (uint64_t)base;
+    for (int i = 0; i < 8; i++)
+        head[i] = (uint8_t)(b >> (56 - 8 * i));
+    memcpy(head + 8, d + 8, 4);
+    uint32_t ep = (uint32_t)epoch;
+    head[12] = (uint8_t)(ep >> 24);
+    head[13] = (uint8_t)(ep >> 16);
+    head[14] = (uint8_t)(ep >> 8);
+    head[15] = (uint8_t)ep;
+    Py_ssize_t done = 0;
+    Py_ssize_t crc_pos = 21;  /* the CRC covers attributes..end */
+    uint32_t crc = 0;
+    while (done < total) {
+        ssize_t n;
+        int err;
+        Py_BEGIN_ALLOW_THREADS
+        if (done < 16) {
+            struct iovec iov[2];
+            iov[0].iov_base = head + done;
+            iov[0].iov_len = (size_t)(16 - done);
+            iov[1].iov_base = (uint8_t *)d + 16;
+            iov[1].iov_len = (size_t)(total - 16);
+            n = writev(fd, iov, total > 16 ? 2 : 1);
+        } else {
+            n = write(fd, d + done, (size_t)(total - done));
+        }
+        err = errno;
+        /* the CRC of what was just written, while it is in the cache (GIL still released) */
+        if (n > 0 && check && done + n > crc_pos) {
+            crc = crc32c_any(crc, d + crc_pos, (size_t)(done + n - crc_pos));
+            crc_pos = done + n;
+        }
+        Py_END_ALLOW_THREADS
+        if (n < 0) {
+            if (err == EINTR) {
+                if (PyErr_CheckSignals() < 0)
+                    return WRITE_ERROR;
+                continue;
+            }
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return WRITE_ERROR;
+        }
+        done += n;
+    }
+    if (check) {
+        if (crc != be32u(d + 17))
+            return CHECK_FAILED_AFTER_WRITE;
+        if (check == 2 && (be16(d + 21) & 0x07) == 0) {
+            walk_error e = {0};
+            if (walk(d + BATCH_HEADER, total - BATCH_HEADER, (int32_t)be32u(d + 57), 0, &e) != OK)
+                return CHECK_FAILED_AFTER_WRITE;
+        }
+    }
+    return total;
+}
+
 PyDoc_STRVAR(write_stamped_doc,
 "write_stamped(fd, batch, base_offset, partition_leader_epoch, check=0, /) -> int\n\n"
 "Write the whole v2 batch ``batch`` (a buffer of at least 16 bytes, not copied or changed) to ``fd`` with its\n"
@@ -1242,73 +1313,524 @@ write_stamped(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     const uint8_t *d = (const uint8_t *)view.buf;
-    const Py_ssize_t total = view.len;
-    if (check && total < BATCH_HEADER) {  /* not a whole batch header: no check can pass */
-        PyBuffer_Release(&view);
-        return PyLong_FromLong(-1);
-    }
-    uint8_t head[16];
-    uint64_t b = (uint64_t)base;
-    for (int i = 0; i < 8; i++)
-        head[i] = (uint8_t)(b >> (56 - 8 * i));
-    memcpy(head + 8, d + 8, 4);
-    uint32_t ep = (uint32_t)(int32_t)epoch;
-    head[12] = (uint8_t)(ep >> 24);
-    head[13] = (uint8_t)(ep >> 16);
-    head[14] = (uint8_t)(ep >> 8);
-    head[15] = (uint8_t)ep;
-    Py_ssize_t done = 0;
-    Py_ssize_t crc_pos = 21;  /* the CRC covers attributes..end */
-    uint32_t crc = 0;
-    while (done < total) {
-        ssize_t n;
-        int err;
-        Py_BEGIN_ALLOW_THREADS
-        if (done < 16) {
-            struct iovec iov[2];
-            iov[0].iov_base = head + done;
-            iov[0].iov_len = (size_t)(16 - done);
-            iov[1].iov_base = (uint8_t *)d + 16;
-            iov[1].iov_len = (size_t)(total - 16);
-            n = writev(fd, iov, total > 16 ? 2 : 1);
-        } else {
-            n = write(fd, d + done, (size_t)(total - done));
-        }
-        err = errno;
-        if (n > 0 && check && done + n > crc_pos) {
-            crc = crc32c_any(crc, d + crc_pos, (size_t)(done + n - crc_pos));
-            crc_pos = done + n;
-        }
-        Py_END_ALLOW_THREADS
-        if (n < 0) {
-            if (err == EINTR) {
-                if (PyErr_CheckSignals() < 0)
-                    goto fail;
-                continue;
-            }
-            errno = err;
-            PyErr_SetFromErrno(PyExc_OSError);
-            goto fail;
-        }
-        done += n;
-    }
-    if (check) {
-        int ok = crc == be32u(d + 17);
-        if (ok && check == 2 && (be16(d + 21) & 0x07) == 0) {
-            walk_error e = {0};
-            ok = walk(d + BATCH_HEADER, total - BATCH_HEADER, (int32_t)be32u(d + 57), 0, &e) == OK;
-        }
-        if (!ok) {
-            PyBuffer_Release(&view);
-            return PyLong_FromLong(-1);
-        }
-    }
+    Py_ssize_t total = stamped_write(fd, d, view.len, base, (int32_t)epoch, (int)check);
     PyBuffer_Release(&view);
+    if (total == WRITE_ERROR)
+        return NULL;
     return PyLong_FromSsize_t(total);
-fail:
-    PyBuffer_Release(&view);
-    return NULL;
 }
+
+/* ------------------------------------------------------------------------------------------------------------
+ * append_leader_fast(log, batch, leader_epoch, now_ms, info_type) -> AppendInfo | None
+ *
+ * PartitionLog.append_as_leader's common case in one call, for an uncompressed CreateTime client batch without a
+ * producer id that fits the active, non-empty segment. It reads and updates the log's, the active segment's and
+ * its indexes' Python attributes exactly as PartitionLog.append_as_leader and LogSegment.append_leader_batch do
+ * (those stay the reference, and tests hold the two paths to byte-identical results). It returns None, having
+ * changed nothing, as soon as anything else is true: a check fails or needs the exact error, the batch is
+ * compressed, carries a producer id or a timestamp-type, transactional or control bit, the log is closed, the
+ * segment must roll, or a lazily loaded value is not loaded yet; the caller then takes the Python path. After
+ * the write, the CRC-32C and the record walk are checked (stamped_write's check 2); when they fail the file is
+ * cut back and None is returned too (the Python path then raises the exact error).
+ *
+ * Locking: the log's lock (an RLock) is held from the reads of its state to the last update, as in Python. The
+ * segment's own lock is not taken: it serialises changes of the segment and its indexes between Python threads,
+ * and here every one of those changes happens with the GIL held, in one uninterrupted sequence after the write
+ * (whose system call releases the GIL, but under the log's lock, which every other change of the active segment
+ * holds as well).
+ */
+enum {
+    N_CONFIG, N_LOG_APPEND_TIME, N_LOCK, N_CLOSED, N_PRODUCER_STATE, N_LEO, N_SEGMENTS, N_EPOCH_CACHE,
+    N_RECOVERY_POINT, N_LOG_START, N_MAX_MESSAGE_BYTES, N_TS_BEFORE, N_TS_AFTER, N_SEGMENT_BYTES, N_SEGMENT_MS,
+    N_FLUSH_MESSAGES, N_SIZE, N_ROLLING_TS, N_CREATED_MS, N_JITTER, N_OFFSET_INDEX, N_TIME_INDEX, N_BASE_OFFSET,
+    N_MAX_TS_AND_OFFSET, N_HANDLE, N_FD, N_INTERVAL, N_BYTES_SINCE, N_ENTRIES, N_LENGTH, N_LAST_OFFSET,
+    N_PENDING_KEYS, N_PENDING_VALUES, N_LAST_ENTRY, N_MATERIALIZE, N_ACQUIRE, N_RELEASE, N_APPEND,
+    N_MAP_END_OFFSET, N_EPOCHS, N_ASSIGN, N_FLUSH, N_PENDING_LIMIT, N_NAMES
+};
+static const char *const fast_names[N_NAMES] = {
+    "config", "_log_append_time", "_lock", "_closed", "producer_state", "_log_end_offset", "_segments",
+    "epoch_cache", "recovery_point", "log_start_offset", "max_message_bytes", "message_timestamp_before_max_ms",
+    "message_timestamp_after_max_ms", "segment_bytes", "segment_ms", "flush_messages", "_size",
+    "_rolling_based_ts", "created_ms", "roll_jitter_ms", "offset_index", "time_index", "base_offset",
+    "_max_ts_and_offset", "_handle", "fd", "index_interval_bytes", "_bytes_since_last_index_entry", "_entries",
+    "_length", "_last_offset", "_pending_keys", "_pending_values", "_last_entry", "_materialize", "acquire",
+    "release", "append", "map_end_offset", "_epochs", "assign", "flush", "PENDING_LIMIT",
+};
+static PyObject *fast_str[N_NAMES];
+
+static int
+fast_init(void)
+{
+    for (int i = 0; i < N_NAMES; i++) {
+        fast_str[i] = PyUnicode_InternFromString(fast_names[i]);
+        if (fast_str[i] == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* getattr(o, name) as a C long long: 0 on success; 1 when the attribute is not an int that fits (nothing
+ * raised: the caller bails out to the Python path); -1 with an exception set when the lookup itself failed */
+static int
+get_ll(PyObject *o, int name, long long *out)
+{
+    PyObject *v = PyObject_GetAttr(o, fast_str[name]);
+    if (v == NULL)
+        return -1;
+    int rc = 0;
+    if (!PyLong_CheckExact(v) && !PyLong_Check(v)) {
+        rc = 1;
+    } else {
+        int overflow = 0;
+        *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow)
+            rc = 1;
+        else if (*out == -1 && PyErr_Occurred())
+            rc = -1;
+    }
+    Py_DECREF(v);
+    return rc;
+}
+
+/* setattr(o, name, value as an int): 0, or -1 with an exception set */
+static int
+set_ll(PyObject *o, int name, long long value)
+{
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(o, fast_str[name], v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* o.<method>(value as an int): 0, or -1 with an exception set */
+static int
+call_ll(PyObject *o, int method, long long value)
+{
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL)
+        return -1;
+    PyObject *r = PyObject_CallMethodOneArg(o, fast_str[method], v);
+    Py_DECREF(v);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* the int pair of a 2-tuple of ints: 0, or 1 when it is anything else */
+static int
+pair_ll(PyObject *t, long long *a, long long *b)
+{
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 2)
+        return 1;
+    int o1 = 0, o2 = 0;
+    *a = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(t, 0), &o1);
+    if (*a == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 1;
+    }
+    *b = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(t, 1), &o2);
+    if (*b == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 1;
+    }
+    return o1 || o2;
+}
+
+static PyObject *
+pair_new(long long a, long long b)
+{
+    PyObject *x = PyLong_FromLongLong(a);
+    PyObject *y = x ? PyLong_FromLongLong(b) : NULL;
+    if (y == NULL) {
+        Py_XDECREF(x);
+        return NULL;
+    }
+    PyObject *t = PyTuple_Pack(2, x, y);
+    Py_DECREF(x);
+    Py_DECREF(y);
+    return t;
+}
+
+/* index.<keys>.append(key); index.<values>.append(value); entries and the last offset / entry; then
+ * index._materialize() when PENDING_LIMIT entries are pending: LogSegment.append_leader_batch's inlined index
+ * append (key first, value second). 0, or -1 with an exception set */
+static int
+index_push(PyObject *index, long long key, long long value, long long entries, int last_name, PyObject *last)
+{
+    PyObject *keys = PyObject_GetAttr(index, fast_str[N_PENDING_KEYS]);
+    if (keys == NULL)
+        return -1;
+    int rc = call_ll(keys, N_APPEND, key);
+    Py_DECREF(keys);
+    if (rc < 0)
+        return -1;
+    PyObject *values = PyObject_GetAttr(index, fast_str[N_PENDING_VALUES]);
+    if (values == NULL)
+        return -1;
+    if (call_ll(values, N_APPEND, value) < 0) {
+        Py_DECREF(values);
+        return -1;
+    }
+    Py_ssize_t pending = PyObject_Length(values);
+    Py_DECREF(values);
+    if (pending < 0)
+        return -1;
+    if (set_ll(index, N_ENTRIES, entries + 1) < 0 || PyObject_SetAttr(index, fast_str[last_name], last) < 0)
+        return -1;
+    long long limit;
+    rc = get_ll(index, N_PENDING_LIMIT, &limit);
+    if (rc < 0)
+        return -1;
+    if (rc == 0 && pending >= limit) {
+        PyObject *r = PyObject_CallMethodNoArgs(index, fast_str[N_MATERIALIZE]);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+static inline long long
+sat_add(long long a, long long b)
+{
+    long long r;
+    if (__builtin_add_overflow(a, b, &r))
+        return b > 0 ? LLONG_MAX : LLONG_MIN;
+    return r;
+}
+
+static inline long long
+sat_sub(long long a, long long b)
+{
+    long long r;
+    if (__builtin_sub_overflow(a, b, &r))
+        return b > 0 ? LLONG_MIN : LLONG_MAX;
+    return r;
+}
+
+PyDoc_STRVAR(append_leader_fast_doc,
+"append_leader_fast(log, batch, leader_epoch, now_ms, info_type, /) -> AppendInfo | None\n\n"
+"PartitionLog.append_as_leader's common case in one call (see the comment above it in _recwalk.c): an\n"
+"uncompressed CreateTime batch without producer id, appended to the active segment without a roll. Returns\n"
+"info_type(first, last, max_timestamp, -1, log_start_offset, False, count, size), or None, having changed\n"
+"nothing, whenever the Python path must take the batch.");
+
+/* bail-out: the Python path takes the batch */
+#define BAIL(label) do { result = Py_None; Py_INCREF(result); goto label; } while (0)
+/* a lookup failed: an exception is set */
+#define FAIL(label) do { result = NULL; goto label; } while (0)
+/* get_ll with both outcomes handled */
+#define GET(o, name, out, label) do { int rc_ = get_ll((o), (name), (out)); if (rc_ < 0) FAIL(label); if (rc_ > 0) BAIL(label); } while (0)
+
+static PyObject *
+append_leader_fast(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "append_leader_fast expected 5 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *log = args[0], *info_type = args[4];
+    int overflow = 0;
+    long long epoch = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+    if (epoch == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow || epoch < INT32_MIN || epoch > INT32_MAX)
+        Py_RETURN_NONE;
+    long long now = PyLong_AsLongLongAndOverflow(args[3], &overflow);
+    if (now == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow)
+        Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();  /* the Python path reports what is wrong with it */
+        Py_RETURN_NONE;
+    }
+    PyObject *result = NULL;
+    PyObject *config = NULL, *lock = NULL, *ps = NULL, *segments = NULL, *seg = NULL, *oi = NULL, *ti = NULL;
+    PyObject *obj = NULL, *cur = NULL, *cache = NULL;
+    int flush_needed = 0;
+    const uint8_t *d = (const uint8_t *)view.buf;
+    const Py_ssize_t n = view.len;
+
+    /* the header: the checks of validate_single_batch without CRC and walk, and the client checks */
+    if (n < BATCH_HEADER || d[16] != 2)
+        BAIL(done);
+    const long long batch_length = (int32_t)be32u(d + 8);
+    const long long size = batch_length + BATCH_LOG_OVERHEAD;
+    const int attributes = be16(d + 21);
+    const long long last_delta = (int32_t)be32u(d + 23);
+    const long long base_ts = be64(d + 27);
+    const long long max_ts = be64(d + 35);
+    const long long pid = be64(d + 43);
+    const long long count = (int32_t)be32u(d + 57);
+    if (batch_length < BATCH_HEADER - BATCH_LOG_OVERHEAD || size != n || last_delta < 0 || count <= 0
+        || count != last_delta + 1 || pid >= 0 || (attributes & 0x3f))  /* compression, ts type, txn, control */
+        BAIL(done);
+
+    /* the configuration */
+    config = PyObject_GetAttr(log, fast_str[N_CONFIG]);
+    if (config == NULL)
+        FAIL(done);
+    long long max_bytes, before, after, segment_bytes, segment_ms, flush_messages;
+    GET(config, N_MAX_MESSAGE_BYTES, &max_bytes, done);
+    GET(config, N_TS_BEFORE, &before, done);
+    GET(config, N_TS_AFTER, &after, done);
+    GET(config, N_SEGMENT_BYTES, &segment_bytes, done);
+    GET(config, N_SEGMENT_MS, &segment_ms, done);
+    GET(config, N_FLUSH_MESSAGES, &flush_messages, done);
+    if (size > max_bytes)
+        BAIL(done);
+    obj = PyObject_GetAttr(log, fast_str[N_LOG_APPEND_TIME]);
+    if (obj == NULL)
+        FAIL(done);
+    int log_append = PyObject_IsTrue(obj);
+    Py_CLEAR(obj);
+    if (log_append < 0)
+        FAIL(done);
+    if (log_append)
+        BAIL(done);
+    const long long low = sat_sub(now, before), high = sat_add(now, after);
+    if ((base_ts != -1 && (base_ts < low || base_ts > high)) || (max_ts != -1 && (max_ts < low || max_ts > high)))
+        BAIL(done);
+
+    /* under the log's lock */
+    lock = PyObject_GetAttr(log, fast_str[N_LOCK]);
+    if (lock == NULL)
+        FAIL(done);
+    obj = PyObject_CallMethodNoArgs(lock, fast_str[N_ACQUIRE]);
+    if (obj == NULL)
+        FAIL(done);
+    Py_CLEAR(obj);
+
+    obj = PyObject_GetAttr(log, fast_str[N_CLOSED]);
+    if (obj == NULL)
+        FAIL(unlock);
+    int closed = PyObject_IsTrue(obj);
+    Py_CLEAR(obj);
+    if (closed < 0)
+        FAIL(unlock);
+    if (closed)
+        BAIL(unlock);
+    long long leo;
+    GET(log, N_LEO, &leo, unlock);
+    segments = PyObject_GetAttr(log, fast_str[N_SEGMENTS]);
+    if (segments == NULL)
+        FAIL(unlock);
+    if (!PyList_Check(segments) || PyList_GET_SIZE(segments) == 0)
+        BAIL(unlock);
+    seg = PyList_GET_ITEM(segments, PyList_GET_SIZE(segments) - 1);
+    Py_INCREF(seg);
+    const long long base = leo, last = leo + last_delta;
+
+    /* the active segment: Kafka's roll conditions (LogSegment.append_leader_batch's) */
+    long long position, rolling_ts, created, jitter, seg_base;
+    GET(seg, N_SIZE, &position, unlock);
+    if (position <= 0 || position > segment_bytes - size)
+        BAIL(unlock);
+    GET(seg, N_ROLLING_TS, &rolling_ts, unlock);  /* None (not loaded yet): bail */
+    GET(seg, N_CREATED_MS, &created, unlock);
+    GET(seg, N_JITTER, &jitter, unlock);
+    if ((rolling_ts >= 0 ? max_ts - rolling_ts : now - created) > segment_ms - jitter)
+        BAIL(unlock);
+    oi = PyObject_GetAttr(seg, fast_str[N_OFFSET_INDEX]);
+    if (oi == NULL)
+        FAIL(unlock);
+    ti = PyObject_GetAttr(seg, fast_str[N_TIME_INDEX]);
+    if (ti == NULL)
+        FAIL(unlock);
+    long long oi_entries, oi_length, ti_entries, ti_length, oi_last;
+    GET(oi, N_ENTRIES, &oi_entries, unlock);
+    GET(oi, N_LENGTH, &oi_length, unlock);
+    GET(ti, N_ENTRIES, &ti_entries, unlock);
+    GET(ti, N_LENGTH, &ti_length, unlock);
+    if (oi_entries >= oi_length / 8 || ti_entries >= ti_length / 12 - 1)
+        BAIL(unlock);
+    GET(seg, N_BASE_OFFSET, &seg_base, unlock);
+    const long long rel = last - seg_base;
+    if (rel < 0 || rel > INT32_MAX)
+        BAIL(unlock);
+    GET(oi, N_LAST_OFFSET, &oi_last, unlock);
+    if (oi_entries && last <= oi_last)
+        BAIL(unlock);  /* the Python path raises */
+    long long cur_ts, cur_off, ti_last_ts, ti_last_off;
+    cur = PyObject_GetAttr(seg, fast_str[N_MAX_TS_AND_OFFSET]);
+    if (cur == NULL)
+        FAIL(unlock);
+    if (pair_ll(cur, &cur_ts, &cur_off))
+        BAIL(unlock);  /* None: not loaded yet */
+    obj = PyObject_GetAttr(ti, fast_str[N_LAST_ENTRY]);
+    if (obj == NULL)
+        FAIL(unlock);
+    int bad = pair_ll(obj, &ti_last_ts, &ti_last_off);
+    Py_CLEAR(obj);
+    if (bad)
+        BAIL(unlock);
+    long long interval, since, fd;
+    GET(seg, N_INTERVAL, &interval, unlock);
+    GET(seg, N_BYTES_SINCE, &since, unlock);
+    obj = PyObject_GetAttr(seg, fast_str[N_HANDLE]);
+    if (obj == NULL)
+        FAIL(unlock);
+    if (obj == Py_None)
+        BAIL(unlock);
+    GET(obj, N_FD, &fd, unlock);
+    Py_CLEAR(obj);
+    if (fd < 0 || fd > INT_MAX)
+        BAIL(unlock);
+
+    /* the write, then the CRC and the record walk while the bytes are cached */
+    Py_ssize_t total = stamped_write((int)fd, d, n, base, (int32_t)epoch, 2);
+    if (total < 0) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);  /* an OSError survives the cut-back */
+        int cut, cut_err;
+        Py_BEGIN_ALLOW_THREADS
+        cut = ftruncate((int)fd, (off_t)position);
+        cut_err = errno;
+        Py_END_ALLOW_THREADS
+        if (cut < 0 && et == NULL) {
+            errno = cut_err;
+            PyErr_SetFromErrno(PyExc_OSError);
+            FAIL(unlock);
+        }
+        PyErr_Restore(et, ev, tb);
+        if (total == WRITE_ERROR)
+            FAIL(unlock);
+        BAIL(unlock);  /* a check failed: the Python path raises the exact error, nothing was kept */
+    }
+
+    /* the segment's bookkeeping (LogSegment.append_leader_batch's) */
+    if (set_ll(seg, N_SIZE, position + total) < 0)
+        FAIL(unlock);
+    if (max_ts > cur_ts) {
+        Py_SETREF(cur, pair_new(max_ts, last));
+        if (cur == NULL || PyObject_SetAttr(seg, fast_str[N_MAX_TS_AND_OFFSET], cur) < 0)
+            FAIL(unlock);
+        cur_ts = max_ts;
+        cur_off = last;
+    }
+    if (since <= interval) {
+        if (set_ll(seg, N_BYTES_SINCE, since + total) < 0)
+            FAIL(unlock);
+    } else {
+        if (set_ll(seg, N_BYTES_SINCE, total) < 0)
+            FAIL(unlock);
+        obj = PyLong_FromLongLong(last);
+        if (obj == NULL || index_push(oi, rel, position, oi_entries, N_LAST_OFFSET, obj) < 0)
+            FAIL(unlock);
+        Py_CLEAR(obj);
+        if (cur_ts > ti_last_ts && index_push(ti, cur_ts, cur_off - seg_base, ti_entries, N_LAST_ENTRY, cur) < 0)
+            FAIL(unlock);
+    }
+
+    /* the log's bookkeeping (PartitionLog.append_as_leader's) */
+    if (set_ll(log, N_LEO, last + 1) < 0)
+        FAIL(unlock);
+    ps = PyObject_GetAttr(log, fast_str[N_PRODUCER_STATE]);
+    if (ps == NULL)
+        FAIL(unlock);
+    if (ps != Py_None) {  /* no producer: only the mapped range's end moves */
+        long long map_end;
+        int rc = get_ll(ps, N_MAP_END_OFFSET, &map_end);
+        if (rc < 0)
+            FAIL(unlock);
+        if (rc == 0 && last >= map_end && set_ll(ps, N_MAP_END_OFFSET, last + 1) < 0)
+            FAIL(unlock);
+    }
+    cache = PyObject_GetAttr(log, fast_str[N_EPOCH_CACHE]);
+    if (cache == NULL)
+        FAIL(unlock);
+    if (cache != Py_None && epoch >= 0) {  /* a new epoch starts here */
+        obj = PyObject_GetAttr(cache, fast_str[N_EPOCHS]);
+        if (obj == NULL)
+            FAIL(unlock);
+        int is_new = 1;
+        if (PyList_Check(obj) && PyList_GET_SIZE(obj) > 0) {
+            long long newest = PyLong_AsLongLong(PyList_GET_ITEM(obj, PyList_GET_SIZE(obj) - 1));
+            if (newest == -1 && PyErr_Occurred())
+                FAIL(unlock);
+            is_new = epoch > newest;
+        }
+        Py_CLEAR(obj);
+        if (is_new) {
+            PyObject *e = PyLong_FromLongLong(epoch), *b = e ? PyLong_FromLongLong(base) : NULL;
+            obj = b ? PyObject_CallMethodObjArgs(cache, fast_str[N_ASSIGN], e, b, NULL) : NULL;
+            Py_XDECREF(e);
+            Py_XDECREF(b);
+            if (obj == NULL)
+                FAIL(unlock);
+            Py_CLEAR(obj);
+        }
+    }
+    long long log_start, recovery_point;
+    int rc1 = get_ll(log, N_LOG_START, &log_start), rc2 = rc1 ? rc1 : get_ll(log, N_RECOVERY_POINT, &recovery_point);
+    if (rc1 || rc2) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "append_leader_fast: log_start_offset and recovery_point must be ints");
+        FAIL(unlock);
+    }
+    {
+        PyObject *argv[8];
+        argv[0] = PyLong_FromLongLong(base);
+        argv[1] = PyLong_FromLongLong(last);
+        argv[2] = PyLong_FromLongLong(max_ts);
+        argv[3] = PyLong_FromLong(-1);
+        argv[4] = PyLong_FromLongLong(log_start);
+        argv[5] = Py_False;
+        Py_INCREF(Py_False);
+        argv[6] = PyLong_FromLongLong(count);
+        argv[7] = PyLong_FromLongLong(size);
+        int ok = 1;
+        for (int i = 0; i < 8; i++)
+            ok &= argv[i] != NULL;
+        result = ok ? PyObject_Vectorcall(info_type, argv, 8, NULL) : NULL;
+        for (int i = 0; i < 8; i++)
+            Py_XDECREF(argv[i]);
+    }
+    flush_needed = result != NULL && last + 1 - recovery_point >= flush_messages;
+unlock:
+    {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *r = PyObject_CallMethodNoArgs(lock, fast_str[N_RELEASE]);
+        if (r == NULL) {
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+            Py_CLEAR(result);
+        } else {
+            Py_DECREF(r);
+            PyErr_Restore(et, ev, tb);
+        }
+    }
+    if (result != NULL && result != Py_None && flush_needed) {
+        PyObject *r = PyObject_CallMethodNoArgs(log, fast_str[N_FLUSH]);
+        if (r == NULL)
+            Py_CLEAR(result);
+        Py_XDECREF(r);
+    }
+done:
+    Py_XDECREF(obj);
+    Py_XDECREF(cur);
+    Py_XDECREF(cache);
+    Py_XDECREF(ps);
+    Py_XDECREF(ti);
+    Py_XDECREF(oi);
+    Py_XDECREF(seg);
+    Py_XDECREF(segments);
+    Py_XDECREF(lock);
+    Py_XDECREF(config);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+#undef BAIL
+#undef FAIL
+#undef GET
 
 static PyMethodDef recwalk_methods[] = {
     {"check_records", (PyCFunction)(void (*)(void))check_records, METH_FASTCALL, check_records_doc},
@@ -1318,6 +1840,7 @@ static PyMethodDef recwalk_methods[] = {
     {"crc32c_sw", (PyCFunction)crc32c_sw_py, METH_O, crc32c_sw_doc},
     {"crc32c_using", (PyCFunction)(void (*)(void))crc32c_using, METH_FASTCALL, crc32c_using_doc},
     {"write_stamped", (PyCFunction)(void (*)(void))write_stamped, METH_FASTCALL, write_stamped_doc},
+    {"append_leader_fast", (PyCFunction)(void (*)(void))append_leader_fast, METH_FASTCALL, append_leader_fast_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1342,6 +1865,8 @@ PyInit__recwalk(void)
         return NULL;
     crc_init();
     crc_fold_init();
+    if (fast_init() < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&recwalk_module);
     if (m == NULL)
         return NULL;

@@ -596,41 +596,36 @@ _c_check_records = _load_c_walker()
 :func:`_walk_records` (same checks, same exceptions and messages)."""
 
 
-def _load_c_validator():  # type: ignore[no-untyped-def]
-    """``tidelog.records._recwalk.validate_single_batch`` when the C walker is in use, else None."""
+def _load_c(name: str):  # type: ignore[no-untyped-def]
+    """``tidelog.records._recwalk.<name>`` when the C walker is in use, else None (also for an extension built
+    before that function existed)."""
     if _c_check_records is None:
         return None
-    try:
-        from tidelog.records._recwalk import validate_single_batch
-    except ImportError:  # an extension built before validate_single_batch existed
-        return None
-    return validate_single_batch
+    from tidelog.records import _recwalk
+
+    return getattr(_recwalk, name, None)
 
 
-def _load_c_writer():  # type: ignore[no-untyped-def]
-    """``tidelog.records._recwalk.write_stamped`` when the C walker is in use, else None."""
-    if _c_check_records is None:
-        return None
-    try:
-        from tidelog.records._recwalk import write_stamped
-    except ImportError:  # an extension built before write_stamped existed
-        return None
-    return write_stamped
+c_write_stamped = _load_c("write_stamped")
+"""``c_write_stamped(fd, batch, base_offset, partition_leader_epoch, check=0)``: write one whole batch to ``fd``
+with baseOffset and partitionLeaderEpoch (outside the CRC) replaced, without copying or changing ``batch`` (one
+``writev`` of a 16-byte head and the rest of the buffer, short writes continued); returns ``len(batch)``, or -1
+when ``check`` (1: the CRC-32C, 2: also the record walk of an uncompressed batch, both right after the write)
+failed. None when the C extension is not built or ``TIDELOG_PURE_PYTHON`` is set."""
 
-
-c_write_stamped = _load_c_writer()
-"""``c_write_stamped(fd, batch, base_offset, partition_leader_epoch)``: write one whole batch to ``fd`` with
-baseOffset and partitionLeaderEpoch (outside the CRC) replaced, without copying or changing ``batch`` (one
-``writev`` of a 16-byte head and the rest of the buffer, short writes continued); returns ``len(batch)``. None
-when the C extension is not built or ``TIDELOG_PURE_PYTHON`` is set."""
-
-c_validate_single_batch = _load_c_validator()
-"""``c_validate_single_batch(buf, max_size, check_crc)``: the produce-time check of ``buf`` as exactly one v2
-batch in one C call (header and magic, the sizes of :func:`validate_batch_tuple` plus ``size == len(buf)``, the
-CRC-32C when ``check_crc``, and for an uncompressed batch the record walk of :func:`check_record_structure`),
+c_validate_single_batch = _load_c("validate_single_batch")
+"""``c_validate_single_batch(buf, max_size, check_crc, walk=True)``: the produce-time check of ``buf`` as exactly
+one v2 batch in one C call (header and magic, the sizes of :func:`validate_batch_tuple` plus ``size == len(buf)``,
+the CRC-32C when ``check_crc``, and for an uncompressed batch, when ``walk``, the record walk of
+:func:`check_record_structure`),
 returning the header tuple of :func:`validate_batch_tuple`, or None when any check fails (it raises nothing:
 the caller then runs the Python checks, which raise the exact error in their order). None itself when the C
 extension is not built or ``TIDELOG_PURE_PYTHON`` is set."""
+
+c_append_leader_fast = _load_c("append_leader_fast")
+"""``c_append_leader_fast(log, batch, leader_epoch, now_ms, info_type)``: ``PartitionLog.append_as_leader``'s
+common case in one C call, or None when the Python path must take the batch (see ``_recwalk.c``). None itself
+when the C extension is not built or ``TIDELOG_PURE_PYTHON`` is set."""
 
 
 def check_record_structure(

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from tidelog.records.batch import c_append_leader_fast as _c_append_leader_fast
 from tidelog.records.batch import c_validate_single_batch as _c_validate_single_batch
 from tidelog.records.batch import check_record_structure
 from tidelog.records.crc import crc32c
@@ -544,6 +545,14 @@ class PartitionLog:
         errors and their precedence are those of the check-first order.  Compared with a CRC on a second
         thread overlapping the write, this costs no thread hand-off and no extra CPU time.
         """
+        if _c_append_leader_fast is not None and assign_offsets:
+            # the common case in one C call (an uncompressed CreateTime batch without producer id, no roll);
+            # None: nothing changed, the steps below take the batch
+            info = _c_append_leader_fast(
+                self, batch, leader_epoch, _now_ms() if now_ms is None else now_ms, AppendInfo
+            )
+            if info is not None:
+                return info
         config = self.config
         log_append = self._log_append_time
         c_check = _c_validate_single_batch
