@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <string.h>
 #include <sys/types.h>
@@ -1329,7 +1330,7 @@ write_stamped(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
  * (those stay the reference, and tests hold the two paths to byte-identical results). It returns None, having
  * changed nothing, as soon as anything else is true: a check fails or needs the exact error, the batch is
  * compressed, carries a producer id or a timestamp-type, transactional or control bit, the log is closed, the
- * segment must roll, or a lazily loaded value is not loaded yet; the caller then takes the Python path. After
+ * segment must roll or reserve more disk blocks first, or a lazily loaded value is not loaded yet; the caller then takes the Python path. After
  * the write, the CRC-32C and the record walk are checked (stamped_write's check 2); when they fail the file is
  * cut back and None is returned too (the Python path then raises the exact error).
  *
@@ -1345,7 +1346,7 @@ enum {
     N_FLUSH_MESSAGES, N_SIZE, N_ROLLING_TS, N_CREATED_MS, N_JITTER, N_OFFSET_INDEX, N_TIME_INDEX, N_BASE_OFFSET,
     N_MAX_TS_AND_OFFSET, N_HANDLE, N_FD, N_INTERVAL, N_BYTES_SINCE, N_ENTRIES, N_LENGTH, N_LAST_OFFSET,
     N_PENDING_KEYS, N_PENDING_VALUES, N_LAST_ENTRY, N_MATERIALIZE, N_ACQUIRE, N_RELEASE, N_APPEND,
-    N_MAP_END_OFFSET, N_EPOCHS, N_ASSIGN, N_FLUSH, N_PENDING_LIMIT, N_NAMES
+    N_MAP_END_OFFSET, N_EPOCHS, N_ASSIGN, N_FLUSH, N_PENDING_LIMIT, N_PREALLOC_END, N_NAMES
 };
 static const char *const fast_names[N_NAMES] = {
     "config", "_log_append_time", "_lock", "_closed", "producer_state", "_log_end_offset", "_segments",
@@ -1354,7 +1355,7 @@ static const char *const fast_names[N_NAMES] = {
     "_rolling_based_ts", "created_ms", "roll_jitter_ms", "offset_index", "time_index", "base_offset",
     "_max_ts_and_offset", "_handle", "fd", "index_interval_bytes", "_bytes_since_last_index_entry", "_entries",
     "_length", "_last_offset", "_pending_keys", "_pending_values", "_last_entry", "_materialize", "acquire",
-    "release", "append", "map_end_offset", "_epochs", "assign", "flush", "PENDING_LIMIT",
+    "release", "append", "map_end_offset", "_epochs", "assign", "flush", "PENDING_LIMIT", "_prealloc_end",
 };
 static PyObject *fast_str[N_NAMES];
 
@@ -1628,9 +1629,13 @@ append_leader_fast(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
 
     /* the active segment: Kafka's roll conditions (LogSegment.append_leader_batch's) */
     long long position, rolling_ts, created, jitter, seg_base;
+    long long prealloc_end;
     GET(seg, N_SIZE, &position, unlock);
     if (position <= 0 || position > segment_bytes - size)
         BAIL(unlock);
+    GET(seg, N_PREALLOC_END, &prealloc_end, unlock);
+    if (position + size > prealloc_end)
+        BAIL(unlock);  /* the Python path reserves the next stretch of disk blocks first */
     GET(seg, N_ROLLING_TS, &rolling_ts, unlock);  /* None (not loaded yet): bail */
     GET(seg, N_CREATED_MS, &created, unlock);
     GET(seg, N_JITTER, &jitter, unlock);
@@ -1832,6 +1837,44 @@ done:
 #undef FAIL
 #undef GET
 
+PyDoc_STRVAR(preallocate_doc,
+"preallocate(fd, offset, length, /) -> int\n\n"
+"fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length): reserve the file's disk blocks in [offset, offset+length)\n"
+"without changing its size or contents. Returns 0, or the errno of the failure (EOPNOTSUPP where the file system\n"
+"cannot, ENOSPC, ...): nothing is raised. The GIL is released around the call.");
+
+static PyObject *
+preallocate_py(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "preallocate expected 3 arguments, got %zd", nargs);
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    long long offset = PyLong_AsLongLong(args[1]);
+    if (offset == -1 && PyErr_Occurred())
+        return NULL;
+    long long length = PyLong_AsLongLong(args[2]);
+    if (length == -1 && PyErr_Occurred())
+        return NULL;
+    if (fd < 0 || fd > INT_MAX || offset < 0 || length <= 0) {
+        PyErr_SetString(PyExc_ValueError, "preallocate: bad file descriptor, offset or length");
+        return NULL;
+    }
+    int err = 0;
+#if defined(__linux__) && defined(FALLOC_FL_KEEP_SIZE)
+    Py_BEGIN_ALLOW_THREADS
+    if (fallocate((int)fd, FALLOC_FL_KEEP_SIZE, (off_t)offset, (off_t)length) != 0)
+        err = errno;
+    Py_END_ALLOW_THREADS
+#else
+    err = EOPNOTSUPP;
+#endif
+    return PyLong_FromLong(err);
+}
+
 static PyMethodDef recwalk_methods[] = {
     {"check_records", (PyCFunction)(void (*)(void))check_records, METH_FASTCALL, check_records_doc},
     {"validate_single_batch", (PyCFunction)(void (*)(void))validate_single_batch, METH_FASTCALL,
@@ -1841,6 +1884,7 @@ static PyMethodDef recwalk_methods[] = {
     {"crc32c_using", (PyCFunction)(void (*)(void))crc32c_using, METH_FASTCALL, crc32c_using_doc},
     {"write_stamped", (PyCFunction)(void (*)(void))write_stamped, METH_FASTCALL, write_stamped_doc},
     {"append_leader_fast", (PyCFunction)(void (*)(void))append_leader_fast, METH_FASTCALL, append_leader_fast_doc},
+    {"preallocate", (PyCFunction)(void (*)(void))preallocate_py, METH_FASTCALL, preallocate_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -627,6 +627,11 @@ c_append_leader_fast = _load_c("append_leader_fast")
 common case in one C call, or None when the Python path must take the batch (see ``_recwalk.c``). None itself
 when the C extension is not built or ``TIDELOG_PURE_PYTHON`` is set."""
 
+c_preallocate = _load_c("preallocate")
+"""``c_preallocate(fd, offset, length)``: reserve disk blocks past the end of a file (``fallocate`` with
+``FALLOC_FL_KEEP_SIZE``: size and contents unchanged); returns 0 or the errno of the failure. None when the C
+extension is not built or ``TIDELOG_PURE_PYTHON`` is set (no reservation then)."""
+
 
 def check_record_structure(
     buf: Buffer,
