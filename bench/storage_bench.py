@@ -6,7 +6,10 @@ What is measured (issue "storage benchmark"):
   sequential ``os.write`` of the very same bytes to one file. Goals: >= 0.9x for 1 MiB, >= 0.7x for 16 KiB.
   Batches are built before the clock starts (valid CRC-32C, increasing timestamps); the log path includes
   everything the broker does per produce: header + size + CRC validation, offset stamping, roll check,
-  the write and the index updates. Neither side fsyncs (Kafka does not on append by default).
+  the write and the index updates. Neither side fsyncs (Kafka does not on append by default). The log reserves
+  its active segment's disk blocks ahead (``fallocate`` KEEP_SIZE, see docs/ARCHITECTURE.md), which the plain
+  writer does not; a "context" row per case compares the log with a writer reserving the same way, for the
+  log's own cost.
 * **offset lookup** (``PartitionLog.read(offset, 1)``: segment floor + offset index + header scan) and
   **timestamp lookup** (``find_offset_by_timestamp``) latency, p50/p99 over random targets, on a multi-GiB
   log with the default segment.bytes (1 GiB), so several segments. Baseline: the least a Python lookup

@@ -677,3 +677,64 @@ def test_the_c_fast_path_appends_exactly_as_the_python_path(
     kinds = {o[0] for o in fast[0] if isinstance(o[0], str) and len(o) == 2}
     assert {"plain", "pid", "zstd"} <= kinds
     assert sum(taken) > len(script) // 2 and not all(taken)  # mostly the fast path, sometimes the Python one
+
+
+def _reserved_bytes(path: Path) -> int:
+    """Disk bytes allocated to ``path`` beyond its size rounded up to 4 KiB blocks."""
+    st = os.stat(path)
+    return st.st_blocks * 512 - -(-st.st_size // 4096) * 4096
+
+
+def test_the_active_segment_reserves_disk_blocks_ahead_and_gives_them_back(tmp_path: Path) -> None:
+    """Blocks past the end of the active .log are reserved in growing stretches (the file's size and bytes do
+    not change); a roll, a truncation and a close give them back and keep the file's mtime."""
+    import tidelog.storage.segment as segment_module
+
+    if segment_module._c_preallocate is None:
+        pytest.skip("the optional C extension is not in use")
+    lg = open_log(tmp_path, segment_bytes=8 * 1024 * 1024)
+    data = build_batch(records(20, size=1000))
+    lg.append_as_leader(data, now_ms=NOW)
+    first = lg.active_segment
+    if _reserved_bytes(first.log_path) == 0:
+        pytest.skip("this file system does not support fallocate(FALLOC_FL_KEEP_SIZE)")
+    assert os.path.getsize(first.log_path) == len(data)
+    assert os.stat(first.log_path).st_blocks * 512 >= segment_module.PREALLOC_MIN_BYTES
+    while len(lg.segments) == 1:  # about 8 MiB: the stretches grow past the first one
+        lg.append_as_leader(data, now_ms=NOW)
+    old_size = os.path.getsize(first.log_path)
+    assert old_size == first.size and _reserved_bytes(first.log_path) == 0  # given back at the roll
+    # a truncation gives back what the new active segment reserved, a close too, and the mtime stays
+    lg.append_as_leader(data, now_ms=NOW)
+    active = lg.active_segment.log_path
+    assert _reserved_bytes(active) > 0
+    os.utime(active, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    lg.close()
+    assert _reserved_bytes(active) == 0 and os.stat(active).st_mtime_ns == 1_600_000_000_000_000_000
+    reopened = open_log(tmp_path, segment_bytes=8 * 1024 * 1024)
+    reopened.append_as_leader(data, now_ms=NOW)
+    assert _reserved_bytes(active) > 0
+    reopened.truncate_to(reopened.log_end_offset - 20)
+    assert _reserved_bytes(active) == 0
+    reopened.close()
+    raw = b"".join(p.read_bytes() for p in sorted((tmp_path / "topic-with-dash-0").glob("*.log")))
+    assert [h.last_offset for _, h in iter_batch_headers(raw)][-1] == reopened.log_end_offset - 1
+
+
+def test_blocks_a_crash_left_reserved_are_given_back_and_preallocate_reserves_the_segment(tmp_path: Path) -> None:
+    import tidelog.storage.segment as segment_module
+
+    if segment_module._c_preallocate is None:
+        pytest.skip("the optional C extension is not in use")
+    lg = open_log(tmp_path, preallocate=True, segment_bytes=4 * 1024 * 1024)
+    lg.append_as_leader(build_batch(records(3)), now_ms=NOW)
+    path = lg.active_segment.log_path
+    if _reserved_bytes(path) == 0:
+        pytest.skip("this file system does not support fallocate(FALLOC_FL_KEEP_SIZE)")
+    assert _reserved_bytes(path) >= 4 * 1024 * 1024 - 8192  # preallocate=true: the whole segment.bytes
+    size = os.path.getsize(path)
+    # a crash: the process goes without closing; the blocks stay reserved on disk
+    lg2 = PartitionLog.open(tmp_path / "topic-with-dash-0", LogConfig(), recovery_point=0, now_ms=NOW)
+    assert lg2.log_end_offset == 3 and os.path.getsize(path) == size
+    lg2.close()
+    assert _reserved_bytes(path) == 0
