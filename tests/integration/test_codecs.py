@@ -432,3 +432,27 @@ def test_codec_is_per_batch_mixed_codecs_in_one_partition(broker: Any) -> None:
     on_disk = h.records_on_disk(broker.data_dir, topic)
     assert [hdr.attributes & 0x07 for hdr, r in on_disk if r.offset % 5 == 0] == [
         CompressionType(CODEC_IDS[c]) for c in CODECS] * 2
+
+
+@pytest.mark.parametrize("topic_codec", ["zstd", "uncompressed", "gzip"])
+def test_topic_compression_type_is_applied_to_every_batch(broker: Any, topic_codec: str) -> None:
+    """A topic created with compression.type (confluent-kafka's admin client): every batch, whatever codec its
+    producer chose, is stored with the topic's codec, as Kafka's LogValidator does, and every client reads the
+    records unchanged."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = h.new_topic(f"ct-{topic_codec}")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"compression.type": topic_codec})])[topic].result(30)
+    expected: list[Msg] = []
+    for codec, produce in zip(CODECS, [produce_confluent, produce_kafka_python, produce_aiokafka,
+                                       produce_confluent, produce_kafka_python], strict=True):
+        chunk = [(f"{codec}-{i}".encode(), f"{codec} value {i} ".encode() * 20, (("c", codec.encode()),),
+                  BASE_TS + len(expected) + i) for i in range(5)]
+        assert produce(broker.bootstrap, topic, codec, chunk) == list(range(len(expected), len(expected) + 5))
+        expected += chunk
+    for name, consume in CONSUMERS.items():
+        assert _normalise(consume(broker.bootstrap, topic, len(expected)), kcat=name == "kcat") == _expected(
+            expected, kcat=name == "kcat"), name
+    stored = {hdr.attributes & 0x07 for hdr, _ in h.records_on_disk(broker.data_dir, topic)}
+    assert stored == {CODEC_IDS["none" if topic_codec == "uncompressed" else topic_codec]}

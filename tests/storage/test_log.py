@@ -680,9 +680,13 @@ def test_the_c_fast_path_appends_exactly_as_the_python_path(
 
 
 def _reserved_bytes(path: Path) -> int:
-    """Disk bytes allocated to ``path`` beyond its size rounded up to 4 KiB blocks."""
+    """Disk bytes allocated to ``path`` beyond its size rounded up to 4 KiB blocks (ext4 may add a block or two
+    of extent tree: a reservation shows as far more, given back as at most 16 KiB)."""
     st = os.stat(path)
     return st.st_blocks * 512 - -(-st.st_size // 4096) * 4096
+
+
+GIVEN_BACK = 16 * 1024
 
 
 def test_the_active_segment_reserves_disk_blocks_ahead_and_gives_them_back(tmp_path: Path) -> None:
@@ -696,26 +700,26 @@ def test_the_active_segment_reserves_disk_blocks_ahead_and_gives_them_back(tmp_p
     data = build_batch(records(20, size=1000))
     lg.append_as_leader(data, now_ms=NOW)
     first = lg.active_segment
-    if _reserved_bytes(first.log_path) == 0:
+    if _reserved_bytes(first.log_path) <= GIVEN_BACK:
         pytest.skip("this file system does not support fallocate(FALLOC_FL_KEEP_SIZE)")
     assert os.path.getsize(first.log_path) == len(data)
     assert os.stat(first.log_path).st_blocks * 512 >= segment_module.PREALLOC_MIN_BYTES
     while len(lg.segments) == 1:  # about 8 MiB: the stretches grow past the first one
         lg.append_as_leader(data, now_ms=NOW)
     old_size = os.path.getsize(first.log_path)
-    assert old_size == first.size and _reserved_bytes(first.log_path) == 0  # given back at the roll
+    assert old_size == first.size and _reserved_bytes(first.log_path) <= GIVEN_BACK  # given back at the roll
     # a truncation gives back what the new active segment reserved, a close too, and the mtime stays
     lg.append_as_leader(data, now_ms=NOW)
     active = lg.active_segment.log_path
-    assert _reserved_bytes(active) > 0
+    assert _reserved_bytes(active) > 128 * 1024
     os.utime(active, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
     lg.close()
-    assert _reserved_bytes(active) == 0 and os.stat(active).st_mtime_ns == 1_600_000_000_000_000_000
+    assert _reserved_bytes(active) <= GIVEN_BACK and os.stat(active).st_mtime_ns == 1_600_000_000_000_000_000
     reopened = open_log(tmp_path, segment_bytes=8 * 1024 * 1024)
     reopened.append_as_leader(data, now_ms=NOW)
-    assert _reserved_bytes(active) > 0
+    assert _reserved_bytes(active) > 128 * 1024
     reopened.truncate_to(reopened.log_end_offset - 20)
-    assert _reserved_bytes(active) == 0
+    assert _reserved_bytes(active) <= GIVEN_BACK
     reopened.close()
     raw = b"".join(p.read_bytes() for p in sorted((tmp_path / "topic-with-dash-0").glob("*.log")))
     assert [h.last_offset for _, h in iter_batch_headers(raw)][-1] == reopened.log_end_offset - 1
@@ -729,7 +733,7 @@ def test_blocks_a_crash_left_reserved_are_given_back_and_preallocate_reserves_th
     lg = open_log(tmp_path, preallocate=True, segment_bytes=4 * 1024 * 1024)
     lg.append_as_leader(build_batch(records(3)), now_ms=NOW)
     path = lg.active_segment.log_path
-    if _reserved_bytes(path) == 0:
+    if _reserved_bytes(path) <= GIVEN_BACK:
         pytest.skip("this file system does not support fallocate(FALLOC_FL_KEEP_SIZE)")
     assert _reserved_bytes(path) >= 4 * 1024 * 1024 - 8192  # preallocate=true: the whole segment.bytes
     size = os.path.getsize(path)
@@ -737,4 +741,52 @@ def test_blocks_a_crash_left_reserved_are_given_back_and_preallocate_reserves_th
     lg2 = PartitionLog.open(tmp_path / "topic-with-dash-0", LogConfig(), recovery_point=0, now_ms=NOW)
     assert lg2.log_end_offset == 3 and os.path.getsize(path) == size
     lg2.close()
-    assert _reserved_bytes(path) == 0
+    assert _reserved_bytes(path) <= GIVEN_BACK
+
+
+def test_compression_type_of_the_topic_recompresses_as_kafka_does(tmp_path: Path) -> None:
+    """compression.type other than ``producer``: every client batch is stored with the topic's codec (Kafka's
+    LogValidator), records, timestamps, headers and producer fields unchanged; ``producer`` keeps the batch."""
+    from tidelog.records.batch import CompressionType, decode_batch
+
+    recs = [(b"k%d" % i, b"value-%d" % i * 50, (("h", b"%d" % i),), NOW + i) for i in range(30)]
+    cases = [
+        ("zstd", CompressionType.NONE, CompressionType.ZSTD),
+        ("gzip", CompressionType.LZ4, CompressionType.GZIP),
+        ("uncompressed", CompressionType.SNAPPY, CompressionType.NONE),
+        ("producer", CompressionType.LZ4, CompressionType.LZ4),
+        ("uncompressed", CompressionType.NONE, CompressionType.NONE),
+    ]
+    for i, (topic_codec, sent, stored) in enumerate(cases):
+        d = tmp_path / f"t{i}-0"
+        ps = ProducerStateManager(d)
+        lg = PartitionLog.open(d, LogConfig(compression_type=topic_codec), producer_state=ps, now_ms=NOW)
+        lg.append_as_leader(build_batch(recs[:2]), now_ms=NOW)
+        data = build_batch(recs, compression=sent, producer_id=9, producer_epoch=2, base_sequence=0)
+        info = lg.append_as_leader(data, leader_epoch=4, now_ms=NOW)
+        assert (info.first_offset, info.last_offset, info.max_timestamp) == (2, 31, NOW + 29)
+        raw = lg.read(2, 1 << 20).read_bytes()
+        header, records = decode_batch(raw)
+        assert header.compression == stored, topic_codec
+        assert (header.producer_id, header.producer_epoch, header.base_sequence) == (9, 2, 0)
+        assert (header.base_offset, header.partition_leader_epoch, header.last_offset_delta) == (2, 4, 29)
+        assert [(r.key, r.value, r.headers, r.timestamp, r.offset) for r in records] == [
+            (k, v, list(h), t, 2 + j) for j, (k, v, h, t) in enumerate(recs)
+        ]
+        assert info.size == len(raw)
+        # the producer state saw the batch: a retry of the client's bytes is a duplicate
+        assert lg.append_as_leader(data, leader_epoch=4, now_ms=NOW).duplicate
+        lg.close()
+
+
+def test_compression_type_recompression_that_outgrows_max_message_bytes_is_refused(tmp_path: Path) -> None:
+    from tidelog.records.batch import CompressionType
+    from tidelog.records.errors import RecordTooLargeError as TooLarge
+
+    lg = open_log(tmp_path, compression_type="uncompressed", max_message_bytes=50_000)
+    small = build_batch([(b"k", bytes(200_000), (), NOW)], compression=CompressionType.GZIP)
+    assert len(small) < 50_000
+    with pytest.raises(TooLarge, match=r"compression\.type uncompressed"):
+        lg.append_as_leader(small, now_ms=NOW)
+    assert lg.log_end_offset == 0 and lg.size_in_bytes == 0
+    lg.close()

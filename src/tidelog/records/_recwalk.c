@@ -1329,7 +1329,8 @@ write_stamped(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
  * its indexes' Python attributes exactly as PartitionLog.append_as_leader and LogSegment.append_leader_batch do
  * (those stay the reference, and tests hold the two paths to byte-identical results). It returns None, having
  * changed nothing, as soon as anything else is true: a check fails or needs the exact error, the batch is
- * compressed, carries a producer id or a timestamp-type, transactional or control bit, the log is closed, the
+ * compressed, carries a producer id or a timestamp-type, transactional or control bit, the topic has
+ * LogAppendTime or a compression.type other than producer/uncompressed, the log is closed, the
  * segment must roll or reserve more disk blocks first, or a lazily loaded value is not loaded yet; the caller then takes the Python path. After
  * the write, the CRC-32C and the record walk are checked (stamped_write's check 2); when they fail the file is
  * cut back and None is returned too (the Python path then raises the exact error).
@@ -1341,7 +1342,7 @@ write_stamped(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
  * holds as well).
  */
 enum {
-    N_CONFIG, N_LOG_APPEND_TIME, N_LOCK, N_CLOSED, N_PRODUCER_STATE, N_LEO, N_SEGMENTS, N_EPOCH_CACHE,
+    N_CONFIG, N_NO_FAST_APPEND, N_LOCK, N_CLOSED, N_PRODUCER_STATE, N_LEO, N_SEGMENTS, N_EPOCH_CACHE,
     N_RECOVERY_POINT, N_LOG_START, N_MAX_MESSAGE_BYTES, N_TS_BEFORE, N_TS_AFTER, N_SEGMENT_BYTES, N_SEGMENT_MS,
     N_FLUSH_MESSAGES, N_SIZE, N_ROLLING_TS, N_CREATED_MS, N_JITTER, N_OFFSET_INDEX, N_TIME_INDEX, N_BASE_OFFSET,
     N_MAX_TS_AND_OFFSET, N_HANDLE, N_FD, N_INTERVAL, N_BYTES_SINCE, N_ENTRIES, N_LENGTH, N_LAST_OFFSET,
@@ -1349,7 +1350,7 @@ enum {
     N_MAP_END_OFFSET, N_EPOCHS, N_ASSIGN, N_FLUSH, N_PENDING_LIMIT, N_PREALLOC_END, N_NAMES
 };
 static const char *const fast_names[N_NAMES] = {
-    "config", "_log_append_time", "_lock", "_closed", "producer_state", "_log_end_offset", "_segments",
+    "config", "_no_fast_append", "_lock", "_closed", "producer_state", "_log_end_offset", "_segments",
     "epoch_cache", "recovery_point", "log_start_offset", "max_message_bytes", "message_timestamp_before_max_ms",
     "message_timestamp_after_max_ms", "segment_bytes", "segment_ms", "flush_messages", "_size",
     "_rolling_based_ts", "created_ms", "roll_jitter_ms", "offset_index", "time_index", "base_offset",
@@ -1585,14 +1586,14 @@ append_leader_fast(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
     GET(config, N_FLUSH_MESSAGES, &flush_messages, done);
     if (size > max_bytes)
         BAIL(done);
-    obj = PyObject_GetAttr(log, fast_str[N_LOG_APPEND_TIME]);
+    obj = PyObject_GetAttr(log, fast_str[N_NO_FAST_APPEND]);  /* LogAppendTime, or a topic codec to apply */
     if (obj == NULL)
         FAIL(done);
-    int log_append = PyObject_IsTrue(obj);
+    int no_fast = PyObject_IsTrue(obj);
     Py_CLEAR(obj);
-    if (log_append < 0)
+    if (no_fast < 0)
         FAIL(done);
-    if (log_append)
+    if (no_fast)
         BAIL(done);
     const long long low = sat_sub(now, before), high = sat_add(now, after);
     if ((base_ts != -1 && (base_ts < low || base_ts > high)) || (max_ts != -1 && (max_ts < low || max_ts > high)))

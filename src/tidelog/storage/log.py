@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from tidelog.records.batch import build_batch, check_record_structure, decode_records
 from tidelog.records.batch import c_append_leader_fast as _c_append_leader_fast
 from tidelog.records.batch import c_validate_single_batch as _c_validate_single_batch
-from tidelog.records.batch import check_record_structure
+from tidelog.records.compression import CompressionType
 from tidelog.records.crc import crc32c
-from tidelog.records.errors import CorruptRecordError, InvalidRecordError
+from tidelog.records.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from tidelog.records.header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -49,6 +50,7 @@ from tidelog.records.header import (
     BatchHeader,
     HeaderTuple,
     check_batch_crc,
+    parse_header_tuple,
     stamp_base_offset,
     stamp_partition_leader_epoch,
     validate_batch,
@@ -139,6 +141,15 @@ class ReadInfo:
         return b"".join(r.read_bytes() for r in self.regions)
 
 
+_CODECS = {
+    "uncompressed": CompressionType.NONE,
+    "gzip": CompressionType.GZIP,
+    "snappy": CompressionType.SNAPPY,
+    "lz4": CompressionType.LZ4,
+    "zstd": CompressionType.ZSTD,
+}
+
+
 def _check_late(batch: bytes | bytearray | memoryview, fields: HeaderTuple) -> None:
     """The checks a late append (of an uncompressed batch) leaves to the C writer (see
     :meth:`PartitionLog.append_as_leader`), run now in their check-first order: the CRC-32C, then the record
@@ -227,7 +238,7 @@ class PartitionLog:
         self.dir = Path(directory)
         self.topic, self.partition = parse_topic_partition(self.dir.name)
         self.config = config
-        self._log_append_time = config.log_append_time  # read on every append
+        self._apply_append_settings(config)
         self.epoch_cache: EpochCache | None = None
         self.producer_state: ProducerState | None = None
         self._lock = threading.RLock()
@@ -545,7 +556,7 @@ class PartitionLog:
         errors and their precedence are those of the check-first order.  Compared with a CRC on a second
         thread overlapping the write, this costs no thread hand-off and no extra CPU time.
         """
-        if _c_append_leader_fast is not None and assign_offsets:
+        if _c_append_leader_fast is not None and assign_offsets and not self._no_fast_append:
             # the common case in one C call (an uncompressed CreateTime batch without producer id, no roll);
             # None: nothing changed, the steps below take the batch
             info = _c_append_leader_fast(
@@ -600,8 +611,20 @@ class PartitionLog:
                 if late:
                     _check_late(batch, fields)
                 self._check_create_time(BatchHeader(*fields), now)  # raises
-        # bytes under the CRC change only for LogAppendTime (or to clear a client's LogAppendTime bit)
+        # bytes under the CRC change only for LogAppendTime (or to clear a client's LogAppendTime bit), or when
+        # the topic's compression.type differs from the batch's codec (not for control batches, as in Kafka)
         copy = bytearray(batch) if log_append or attributes & TIMESTAMP_TYPE_MASK else None
+        codec = self._recompress_to
+        if codec is not None and attributes & COMPRESSION_MASK != codec and not attributes & CONTROL_MASK:
+            copy = self._recompressed(batch, fields, codec)
+            fields = parse_header_tuple(copy)
+            batch_length, attributes, max_ts = fields[1], fields[5], fields[8]
+            size = batch_length + LOG_OVERHEAD
+            if size > config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"the batch is {size} bytes once stored with compression.type {config.compression_type}, "
+                    f"larger than max.message.bytes {config.max_message_bytes}"
+                )
 
         with self._lock:
             if self._closed:
@@ -685,6 +708,33 @@ class PartitionLog:
             batch, base, leader_epoch, last_offset, max_ts, config.segment_bytes, config.segment_ms, now, False
         ) < 0:
             raise RuntimeError(f"the new segment {seg.log_path} refused the batch at offset {base}")
+
+    def _apply_append_settings(self, config: LogConfig) -> None:
+        """Settings every append reads, derived once per configuration."""
+        self._log_append_time = config.log_append_time
+        # the topic's compression.type: None keeps the producer's codec, else every batch is stored with this one
+        ct = config.compression_type
+        self._recompress_to = None if ct == "producer" else _CODECS[ct]
+        # what the C fast path (uncompressed CreateTime batches only) must leave to the Python steps
+        self._no_fast_append = self._log_append_time or self._recompress_to not in (None, CompressionType.NONE)
+
+    @staticmethod
+    def _recompressed(batch: bytes | bytearray | memoryview, fields: HeaderTuple, codec: int) -> bytearray:
+        """The validated client batch rebuilt with the topic's codec (Kafka's LogValidator when compression.type
+        is not ``producer`` and differs from the batch's): the same records, timestamps, headers, producer id,
+        epoch, base sequence and transactional flag."""
+        records = decode_records(batch, verify_crc=False)
+        return bytearray(
+            build_batch(
+                records,
+                compression=codec,
+                producer_id=fields[9],
+                producer_epoch=fields[10],
+                base_sequence=fields[11],
+                is_transactional=bool(fields[5] & TRANSACTIONAL_MASK),
+                last_offset_delta=fields[6],
+            )
+        )
 
     @staticmethod
     def _validate_client_batch(header: BatchHeader, reject_control: bool) -> None:
@@ -1156,7 +1206,7 @@ class PartitionLog:
         """Apply a new configuration live; segment-level settings apply to segments created from now on."""
         with self._lock:
             self.config = config
-            self._log_append_time = config.log_append_time
+            self._apply_append_settings(config)
             active = self._segments[-1]
             active.index_interval_bytes = config.index_interval_bytes
 
