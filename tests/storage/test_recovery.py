@@ -289,3 +289,78 @@ def test_recovery_copies_survive_a_second_crash(tmp_path: Path) -> None:
     lg2 = reopen(backup)
     check_prefix(lg2, batches[:-1])
     lg2.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10**6),
+    damage=st.sampled_from(["none", "cut", "garbage", "flip", "huge_length", "offsets_go_back"]),
+    where=st.floats(0.0, 1.0, exclude_max=True),
+    chunk=st.sampled_from([300, 1000, 1 << 20]),
+)
+def test_the_c_recovery_scan_matches_the_python_loop(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, damage: str, where: float, chunk: int
+) -> None:
+    """``scan_batches`` (C) and the Python loop of ``LogSegment.recover`` truncate at the same byte and build the
+    same indexes and callbacks, whatever the damage, with read chunks smaller and larger than the batches."""
+    import struct
+
+    import tidelog.storage.segment as segment_module
+
+    if segment_module._c_scan_batches is None:
+        pytest.skip("the optional C extension is not in use")
+    root = tmp_path_factory.mktemp("scan")
+    rng = random.Random(seed)
+    (root / "src").mkdir()
+    seg = LogSegment(root / "src", 0, LogConfig(index_interval_bytes=150))
+    base = 0
+    for _ in range(rng.randint(1, 25)):
+        n = rng.randint(1, 5)
+        data = build_batch(
+            [(b"k", bytes(rng.randrange(256) for _ in range(rng.randint(0, 400))), (), NOW + rng.randint(-9, 9))
+             for _ in range(n)],
+            base_offset=base,
+            partition_leader_epoch=rng.randint(0, 3),
+        )
+        h = BatchHeader.parse(data)
+        seg.append(h.last_offset, h.max_timestamp, h.last_offset, data)
+        base = h.last_offset + 1 + rng.choice([0, 0, 3])
+    seg.close()
+    raw = bytearray((root / "src" / "00000000000000000000.log").read_bytes())
+    at = int(len(raw) * where)
+    if damage == "cut":
+        del raw[at:]
+    elif damage == "garbage":
+        raw += bytes(rng.randrange(256) for _ in range(rng.randint(1, 100)))
+    elif damage == "flip":
+        raw[at] ^= 0x5A
+    elif damage in ("huge_length", "offsets_go_back"):
+        positions = [p for p, _ in iter_batch_headers(bytes(raw))]
+        p = positions[int(len(positions) * where)]
+        if damage == "huge_length":
+            struct.pack_into(">i", raw, p + 8, rng.choice([2**31 - 1, -5, 10, len(raw)]))
+        else:
+            struct.pack_into(">q", raw, p, -1)  # outside the CRC: only the offset order check sees it
+    results = []
+    for mode in ("c", "python"):
+        d = root / mode
+        d.mkdir()
+        (d / "00000000000000000000.log").write_bytes(raw)
+        seen: list[tuple[int, tuple]] = []
+        original = segment_module._c_scan_batches
+        read_chunk = segment_module.RECOVERY_READ_CHUNK
+        try:
+            if mode == "python":
+                segment_module._c_scan_batches = None
+            segment_module.RECOVERY_READ_CHUNK = chunk
+            s = LogSegment(d, 0, LogConfig(index_interval_bytes=150))
+            truncated = s.recover(on_header=lambda pos, fields, out=seen: out.append((pos, tuple(fields))))
+        finally:
+            segment_module._c_scan_batches = original
+            segment_module.RECOVERY_READ_CHUNK = read_chunk
+        results.append(
+            (truncated, s.size, s.offset_index.entries_list(), s.time_index.entries_list(), seen,
+             s.max_timestamp_and_offset, s._bytes_since_last_index_entry)
+        )
+        s.close()
+    assert results[0] == results[1]

@@ -986,6 +986,41 @@ be16(const uint8_t *p)
 #define BATCH_HEADER 61
 #define BATCH_LOG_OVERHEAD 12
 
+/* the 13 fields of tidelog.records.header's HeaderTuple for the batch at d (at least 61 bytes) */
+static PyObject *
+header_tuple(const uint8_t *d)
+{
+    PyObject *t = PyTuple_New(13);
+    if (t == NULL)
+        return NULL;
+    PyObject *v[13] = {
+        PyLong_FromLongLong(be64(d)),
+        PyLong_FromLong((int32_t)be32u(d + 8)),
+        PyLong_FromLong((int32_t)be32u(d + 12)),
+        PyLong_FromLong((int8_t)d[16]),
+        PyLong_FromUnsignedLong(be32u(d + 17)),
+        PyLong_FromLong(be16(d + 21)),
+        PyLong_FromLong((int32_t)be32u(d + 23)),
+        PyLong_FromLongLong(be64(d + 27)),
+        PyLong_FromLongLong(be64(d + 35)),
+        PyLong_FromLongLong(be64(d + 43)),
+        PyLong_FromLong(be16(d + 51)),
+        PyLong_FromLong((int32_t)be32u(d + 53)),
+        PyLong_FromLong((int32_t)be32u(d + 57)),
+    };
+    int ok = 1;
+    for (int i = 0; i < 13; i++) {
+        if (v[i] == NULL)
+            ok = 0;
+        PyTuple_SET_ITEM(t, i, v[i] ? v[i] : Py_NewRef(Py_None));
+    }
+    if (!ok) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    return t;
+}
+
 PyDoc_STRVAR(validate_single_batch_doc,
 "validate_single_batch(data, max_size, check_crc, walk=True, /) -> tuple | None\n\n"
 "The whole produce-time check of ``data`` as exactly one v2 batch, in one call: the 61-byte header (magic 2),\n"
@@ -1053,33 +1088,9 @@ validate_single_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssi
     }
     if (!ok)
         goto fallback;
-    PyObject *t = PyTuple_New(13);
+    PyObject *t = header_tuple(d);
     if (t == NULL)
         goto error;
-    PyObject *v;
-#define SET(i, expr)                        \
-    do {                                    \
-        v = (expr);                         \
-        if (v == NULL) {                    \
-            Py_DECREF(t);                   \
-            goto error;                     \
-        }                                   \
-        PyTuple_SET_ITEM(t, (i), v);        \
-    } while (0)
-    SET(0, PyLong_FromLongLong(be64(d)));
-    SET(1, PyLong_FromLong(batch_length));
-    SET(2, PyLong_FromLong((int32_t)be32u(d + 12)));
-    SET(3, PyLong_FromLong(2));
-    SET(4, PyLong_FromUnsignedLong(stored_crc));
-    SET(5, PyLong_FromLong(attributes));
-    SET(6, PyLong_FromLong(last_delta));
-    SET(7, PyLong_FromLongLong(be64(d + 27)));
-    SET(8, PyLong_FromLongLong(be64(d + 35)));
-    SET(9, PyLong_FromLongLong(be64(d + 43)));
-    SET(10, PyLong_FromLong(be16(d + 51)));
-    SET(11, PyLong_FromLong((int32_t)be32u(d + 53)));
-    SET(12, PyLong_FromLong(count));
-#undef SET
     PyBuffer_Release(&view);
     return t;
 fallback:
@@ -1876,6 +1887,154 @@ preallocate_py(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
     return PyLong_FromLong(err);
 }
 
+/* ------------------------------------------------------------------------------------------------------------
+ * scan_batches: LogSegment.recover's per-batch loop over one buffer of the .log, in C
+ */
+#define SCAN_NEED_MORE 0  /* the next batch is not whole in the buffer (but may be in the file): refill */
+#define SCAN_INVALID 1    /* the next batch is invalid: recovery truncates here */
+#define SCAN_END 2        /* fewer than 12 bytes are left in the file */
+
+static int
+append_ll(PyObject *list, long long value)
+{
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL)
+        return -1;
+    int rc = PyList_Append(list, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+PyDoc_STRVAR(scan_batches_doc,
+"scan_batches(buf, pos, file_remaining, max_size, position, last_index_entry, max_ts, max_ts_offset,\n"
+"             last_time_ts, expected_min, base_offset, index_interval, off_rel, off_pos, time_ts, time_rel,\n"
+"             headers, /) -> (consumed, status, last_index_entry, max_ts, max_ts_offset, last_time_ts,\n"
+"             expected_min)\n\n"
+"LogSegment.recover's loop over the whole batches of buf[pos:] (``position``: the file position of buf[pos];\n"
+"``file_remaining``: the file's bytes from there): each batch must have magic 2, sane sizes (batchLength >= 49,\n"
+"size <= max_size unless -1, within the file, lastOffsetDelta and recordsCount >= 0), a matching CRC-32C, a base\n"
+"offset >= expected_min and a last offset that fits relative to base_offset, exactly as the Python loop checks.\n"
+"For every valid batch the index entries follow the append rule (appended to the four lists) and, when\n"
+"``headers`` is a list, (position, header tuple) is appended to it. status: 0 the next batch is not whole in\n"
+"buf (refill and call again), 1 the next batch is invalid (truncate there), 2 fewer than 12 bytes remain.");
+
+static PyObject *
+scan_batches(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 17) {
+        PyErr_Format(PyExc_TypeError, "scan_batches expected 17 arguments, got %zd", nargs);
+        return NULL;
+    }
+    long long a[11];
+    for (int i = 0; i < 11; i++) {
+        a[i] = PyLong_AsLongLong(args[i + 1]);
+        if (a[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    long long pos = a[0], file_remaining = a[1], max_size = a[2], position = a[3], last_index_entry = a[4];
+    long long max_ts = a[5], max_ts_offset = a[6], last_time_ts = a[7], expected_min = a[8], base = a[9];
+    const long long interval = a[10];
+    PyObject *off_rel = args[12], *off_pos = args[13], *time_ts = args[14], *time_rel = args[15];
+    PyObject *headers = args[16] == Py_None ? NULL : args[16];
+    if (!PyList_Check(off_rel) || !PyList_Check(off_pos) || !PyList_Check(time_ts) || !PyList_Check(time_rel)
+        || (headers != NULL && !PyList_Check(headers))) {
+        PyErr_SetString(PyExc_TypeError, "scan_batches: the index entries and headers must be lists");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    if (pos < 0 || pos > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "scan_batches: position outside the buffer");
+        return NULL;
+    }
+    long long consumed = 0;
+    int status;
+    for (;;) {
+        const long long remaining = file_remaining - consumed;
+        if (remaining < BATCH_LOG_OVERHEAD) {
+            status = SCAN_END;
+            break;
+        }
+        const uint8_t *d = buf + pos + consumed;
+        const long long have = view.len - (pos + consumed);
+        if (have < BATCH_LOG_OVERHEAD) {
+            status = SCAN_NEED_MORE;
+            break;
+        }
+        const long long batch_length = (int32_t)be32u(d + 8);
+        const long long size = batch_length + BATCH_LOG_OVERHEAD;
+        if (have < BATCH_HEADER || have < size) {
+            /* a header cut short by the end of the file, or a batch declared past it, fails validate_batch_tuple;
+             * else the rest is in the file, not yet in the buffer */
+            if (remaining < BATCH_HEADER || (have >= BATCH_HEADER && size > remaining))
+                status = SCAN_INVALID;
+            else
+                status = SCAN_NEED_MORE;
+            break;
+        }
+        const long long last_delta = (int32_t)be32u(d + 23);
+        const long long count = (int32_t)be32u(d + 57);
+        if (d[16] != 2 || batch_length < BATCH_HEADER - BATCH_LOG_OVERHEAD || (max_size >= 0 && size > max_size)
+            || size > remaining || last_delta < 0 || count < 0) {
+            status = SCAN_INVALID;
+            break;
+        }
+        uint32_t crc;
+        if (size > RELEASE_GIL_BYTES) {
+            Py_BEGIN_ALLOW_THREADS
+            crc = crc32c_any(0, d + 21, (size_t)(size - 21));
+            Py_END_ALLOW_THREADS
+        } else {
+            crc = crc32c_any(0, d + 21, (size_t)(size - 21));
+        }
+        const long long first = be64(d);
+        const long long last = first + last_delta;
+        if (crc != be32u(d + 17) || first < expected_min || last - base > INT32_MAX) {
+            status = SCAN_INVALID;
+            break;
+        }
+        const long long batch_max_ts = be64(d + 35);
+        if (batch_max_ts > max_ts) {
+            max_ts = batch_max_ts;
+            max_ts_offset = last;
+        }
+        const long long at = position + consumed;
+        if (at - last_index_entry > interval) {
+            if (append_ll(off_rel, last - base) < 0 || append_ll(off_pos, at) < 0)
+                goto error;
+            if (max_ts > last_time_ts) {
+                if (append_ll(time_ts, max_ts) < 0 || append_ll(time_rel, max_ts_offset - base) < 0)
+                    goto error;
+                last_time_ts = max_ts;
+            }
+            last_index_entry = at;
+        }
+        if (headers != NULL) {
+            PyObject *t = header_tuple(d);
+            PyObject *p = t ? PyLong_FromLongLong(at) : NULL;
+            PyObject *pair = p ? PyTuple_Pack(2, p, t) : NULL;
+            Py_XDECREF(t);
+            Py_XDECREF(p);
+            if (pair == NULL || PyList_Append(headers, pair) < 0) {
+                Py_XDECREF(pair);
+                goto error;
+            }
+            Py_DECREF(pair);
+        }
+        consumed += size;
+        expected_min = last + 1;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(LiLLLLL)", consumed, status, last_index_entry, max_ts, max_ts_offset, last_time_ts,
+                         expected_min);
+error:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef recwalk_methods[] = {
     {"check_records", (PyCFunction)(void (*)(void))check_records, METH_FASTCALL, check_records_doc},
     {"validate_single_batch", (PyCFunction)(void (*)(void))validate_single_batch, METH_FASTCALL,
@@ -1886,6 +2045,7 @@ static PyMethodDef recwalk_methods[] = {
     {"write_stamped", (PyCFunction)(void (*)(void))write_stamped, METH_FASTCALL, write_stamped_doc},
     {"append_leader_fast", (PyCFunction)(void (*)(void))append_leader_fast, METH_FASTCALL, append_leader_fast_doc},
     {"preallocate", (PyCFunction)(void (*)(void))preallocate_py, METH_FASTCALL, preallocate_doc},
+    {"scan_batches", (PyCFunction)(void (*)(void))scan_batches, METH_FASTCALL, scan_batches_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -632,6 +632,10 @@ c_preallocate = _load_c("preallocate")
 ``FALLOC_FL_KEEP_SIZE``: size and contents unchanged); returns 0 or the errno of the failure. None when the C
 extension is not built or ``TIDELOG_PURE_PYTHON`` is set (no reservation then)."""
 
+c_scan_batches = _load_c("scan_batches")
+"""``c_scan_batches(...)``: ``LogSegment.recover``'s per-batch loop over one buffer in C (see ``_recwalk.c``).
+None when the C extension is not built or ``TIDELOG_PURE_PYTHON`` is set."""
+
 
 def check_record_structure(
     buf: Buffer,

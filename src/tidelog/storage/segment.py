@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidelog.records.batch import c_preallocate as _c_preallocate
+from tidelog.records.batch import c_scan_batches as _c_scan_batches
 from tidelog.records.batch import c_write_stamped as _c_write_stamped
 from tidelog.records.batch import check_record_structure
 from tidelog.records.errors import CorruptRecordError, RecordError
@@ -55,6 +56,8 @@ _STAMP_HEAD = struct.Struct(">qii")
 PREALLOC_MIN_BYTES = 256 << 10
 PREALLOC_MAX_BYTES = 16 << 20
 _NO_MORE_RESERVATIONS = 1 << 62
+
+_SCAN_NEED_MORE = 0  # _c_scan_batches: the next batch is not whole in the buffer
 
 _PENDING_LIMIT = OffsetIndex.PENDING_LIMIT  # == TimeIndex.PENDING_LIMIT
 # what LogSegment.append_leader_batch returns instead of a position when it wrote nothing
@@ -790,7 +793,43 @@ class LogSegment:
             buf_start = 0
             validate = validate_batch_tuple
             unpack_length = _LENGTH.unpack_from
-            while size - valid_bytes >= LOG_OVERHEAD:
+            scan = _c_scan_batches
+            headers: list[tuple[int, HeaderTuple]] | None = (
+                None if on_header is None and on_batch is None else []
+            )
+            refilled = False
+            while scan is not None and size - valid_bytes >= LOG_OVERHEAD:
+                # the C loop over every whole batch in the buffer (the same checks and index rule as below)
+                rel_pos = valid_bytes - buf_start
+                consumed, status, last_index_entry, max_ts, max_ts_offset, last_time_ts, expected_min = scan(
+                    buf, rel_pos, size - valid_bytes, -1 if max_message_bytes is None else max_message_bytes,
+                    valid_bytes, last_index_entry, max_ts, max_ts_offset, last_time_ts, expected_min, base,
+                    interval, off_rel, off_pos, time_ts, time_rel, headers,
+                )
+                if headers:
+                    for position, fields in headers:
+                        if on_header is not None:
+                            on_header(position, fields)
+                        if on_batch is not None:
+                            on_batch(position, BatchHeader(*fields))
+                    headers.clear()
+                valid_bytes += consumed
+                if consumed and progress is not None:
+                    progress(consumed)
+                if status != _SCAN_NEED_MORE or (refilled and not consumed):
+                    break  # invalid (or cut short), or the end of the file
+                # refill from the next batch on: a chunk, or the whole batch if it is larger
+                remaining = size - valid_bytes
+                need = _peek_size(os.pread(fd, LOG_OVERHEAD, valid_bytes), 0) if remaining >= LOG_OVERHEAD else 0
+                want = min(max(RECOVERY_READ_CHUNK, need if need <= remaining else 0), remaining)
+                if len(arena) < want:
+                    arena = memoryview(bytearray(want))
+                buf = arena[: _preadv_full(fd, arena[:want], valid_bytes)]
+                buf_start = valid_bytes
+                refilled = True
+                if not buf:
+                    break
+            while scan is None and size - valid_bytes >= LOG_OVERHEAD:
                 rel_pos = valid_bytes - buf_start
                 have = len(buf) - rel_pos
                 # the batch's whole size from its length field (0 while that is not in the buffer)
