@@ -428,6 +428,20 @@ class LogSegment:
         if self._prealloc_end != _NO_MORE_RESERVATIONS:
             self._prealloc_end = st.st_size
 
+    def _grown(self, position: int, total: int, largest_timestamp: int, offset_of_max_timestamp: int) -> tuple[int, int]:
+        """The size and max timestamp after ``total`` bytes were written at ``position`` (the end); returns the
+        new (max timestamp, offset) (segment lock held)."""
+        self._size = position + total
+        if position == 0:
+            self._rolling_based_ts = None
+            current = (NO_TIMESTAMP, -1)
+        else:
+            current = self._max_ts_and_offset or self.max_timestamp_and_offset
+        if largest_timestamp > current[0]:
+            current = (largest_timestamp, offset_of_max_timestamp)
+        self._max_ts_and_offset = current
+        return current
+
     # ------------------------------------------------------------------ append
     def append(
         self,
@@ -513,15 +527,7 @@ class LogSegment:
                 # fail whole: leave nothing of a partial write behind
                 os.ftruncate(fd, position)
                 raise
-            self._size = position + total
-            if position == 0:
-                self._rolling_based_ts = None
-                current = (NO_TIMESTAMP, -1)
-            else:
-                current = self._max_ts_and_offset or self.max_timestamp_and_offset
-            if largest_timestamp > current[0]:
-                current = (largest_timestamp, offset_of_max_timestamp)
-            self._max_ts_and_offset = current
+            current = self._grown(position, total, largest_timestamp, offset_of_max_timestamp)
             if self._bytes_since_last_index_entry > self.index_interval_bytes:
                 # the segment lock serialises every change of its indexes (append, resize, truncate, close)
                 self.offset_index.append_unlocked(largest_offset, position)
@@ -599,16 +605,7 @@ class LogSegment:
             if total < 0:
                 os.ftruncate(fd, position)
                 return CHECK_FAILED
-            self._size = position + total
-            if position == 0:
-                self._rolling_based_ts = None
-                current = (NO_TIMESTAMP, -1)
-            else:
-                current = self._max_ts_and_offset or self.max_timestamp_and_offset
-            if max_timestamp > current[0]:
-                current = self._max_ts_and_offset = (max_timestamp, last_offset)
-            elif position == 0:
-                self._max_ts_and_offset = current
+            current = self._grown(position, total, max_timestamp, last_offset)
             if self._bytes_since_last_index_entry <= self.index_interval_bytes:
                 self._bytes_since_last_index_entry += total
                 return position
