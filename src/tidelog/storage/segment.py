@@ -12,6 +12,7 @@ the batch holding it)``, then reset the counter; afterwards add the batch's size
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import struct
@@ -45,6 +46,8 @@ TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
+
+_log = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct(">i")
 # baseOffset, batchLength, partitionLeaderEpoch: the first 16 bytes of a batch, all outside the CRC
@@ -421,10 +424,13 @@ class LogSegment:
         handle = self._handle
         if not self._reserved or handle is None:
             return
-        st = os.fstat(handle.fd)
-        os.ftruncate(handle.fd, st.st_size)
-        os.utime(handle.fd, ns=(st.st_atime_ns, st.st_mtime_ns))
         self._reserved = False
+        try:
+            st = os.fstat(handle.fd)
+            os.ftruncate(handle.fd, st.st_size)
+            os.utime(handle.fd, ns=(st.st_atime_ns, st.st_mtime_ns))
+        except OSError as exc:  # only disk blocks are at stake: the next open or roll tries again
+            _log.warning("could not give back the blocks reserved past the end of %s: %s", self.log_path, exc)
         if self._prealloc_end != _NO_MORE_RESERVATIONS:
             self._prealloc_end = st.st_size
 
