@@ -429,7 +429,7 @@ class LogSegment:
             st = os.fstat(handle.fd)
             os.ftruncate(handle.fd, st.st_size)
             os.utime(handle.fd, ns=(st.st_atime_ns, st.st_mtime_ns))
-        except OSError as exc:  # only disk blocks are at stake: the next open or roll tries again
+        except OSError as exc:  # only disk blocks are at stake: the next open of the segment tries again
             _log.warning("could not give back the blocks reserved past the end of %s: %s", self.log_path, exc)
         if self._prealloc_end != _NO_MORE_RESERVATIONS:
             self._prealloc_end = st.st_size
