@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import mmap
+import operator
 import os
 import struct
 import sys
@@ -61,6 +62,11 @@ def _big_endian_entries(keys: array, values: array, k: int, fmt: str) -> array: 
     for j, column in enumerate(words):
         out[j::per_entry] = column
     return out
+
+
+def _increasing(values: list[int], *, strictly: bool) -> bool:
+    """Whether ``values`` never decrease (``strictly``: always increase); C-level comparisons, no Python loop."""
+    return all(map(operator.lt if strictly else operator.le, values, values[1:]))
 
 
 class CorruptIndexError(StorageError):
@@ -377,9 +383,7 @@ class OffsetIndex(AbstractIndex):
             if n + count > self._length // 8:
                 raise IndexFullError(f"offset index {self.path} is full ({self._length // 8} entries)")
             rel_last = self._last_offset - self.base_offset
-            if (n > 0 and relative_offsets[0] <= rel_last) or any(
-                a >= b for a, b in itertools.pairwise(relative_offsets)
-            ):
+            if (n > 0 and relative_offsets[0] <= rel_last) or not _increasing(relative_offsets, strictly=True):
                 raise InvalidIndexOffsetError(f"offsets appended to {self.path} are not strictly increasing")
             if relative_offsets[0] < 0 or relative_offsets[-1] > INT32_MAX:
                 raise InvalidIndexOffsetError(
@@ -576,18 +580,18 @@ class TimeIndex(AbstractIndex):
             if (
                 (timestamps[0] <= last_ts)
                 or (n > 0 and self.base_offset + relative_offsets[0] < last_off)
-                or any(a >= b for a, b in itertools.pairwise(timestamps))
-                or any(a > b for a, b in itertools.pairwise(relative_offsets))
+                or not _increasing(timestamps, strictly=True)
+                or not _increasing(relative_offsets, strictly=False)
             ):
                 raise InvalidIndexOffsetError(f"entries appended to {self.path} are not increasing")
             if relative_offsets[0] < 0 or relative_offsets[-1] > INT32_MAX:
                 raise InvalidIndexOffsetError(
                     f"offsets {relative_offsets[0]}..{relative_offsets[-1]} (relative) do not fit {self.path}"
                 )
-            out = bytearray(count * 12)
-            pack_into = self._ENTRY.pack_into
-            for i, (ts, rel) in enumerate(zip(timestamps, relative_offsets, strict=True)):
-                pack_into(out, i * 12, ts, rel)
+            if _WORDS:
+                out = _big_endian_entries(array("q", timestamps), array("i", relative_offsets), count, "qi").tobytes()
+            else:
+                out = struct.pack(">" + "qi" * count, *[v for e in zip(timestamps, relative_offsets) for v in e])
             assert self._mm is not None
             self._mm[n * 12 : (n + count) * 12] = out
             self._entries = self._written = n + count
