@@ -432,7 +432,7 @@ class LogSegment:
         except OSError as exc:  # only disk blocks are at stake: the next open of the segment tries again
             _log.warning("could not give back the blocks reserved past the end of %s: %s", self.log_path, exc)
         if self._prealloc_end != _NO_MORE_RESERVATIONS:
-            self._prealloc_end = st.st_size
+            self._prealloc_end = self._size
 
     def _grown(self, position: int, total: int, largest_timestamp: int, offset_of_max_timestamp: int) -> tuple[int, int]:
         """The size and max timestamp after ``total`` bytes were written at ``position`` (the end); returns the
