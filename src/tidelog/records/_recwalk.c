@@ -1651,7 +1651,8 @@ append_leader_fast(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
     GET(seg, N_ROLLING_TS, &rolling_ts, unlock);  /* None (not loaded yet): bail */
     GET(seg, N_CREATED_MS, &created, unlock);
     GET(seg, N_JITTER, &jitter, unlock);
-    if ((rolling_ts >= 0 ? max_ts - rolling_ts : now - created) > segment_ms - jitter)
+    /* saturating, so that extreme client timestamps decide as Python's unbounded ints do */
+    if ((rolling_ts >= 0 ? sat_sub(max_ts, rolling_ts) : sat_sub(now, created)) > sat_sub(segment_ms, jitter))
         BAIL(unlock);
     oi = PyObject_GetAttr(seg, fast_str[N_OFFSET_INDEX]);
     if (oi == NULL)
