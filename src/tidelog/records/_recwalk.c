@@ -1337,7 +1337,7 @@ write_stamped(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
  *
  * PartitionLog.append_as_leader's common case in one call, for an uncompressed CreateTime client batch without a
  * producer id that fits the active, non-empty segment. It reads and updates the log's, the active segment's and
- * its indexes' Python attributes exactly as PartitionLog.append_as_leader and LogSegment.append_leader_batch do
+ * its indexes' Python attributes exactly as PartitionLog.append_as_leader and LogSegment.append_leader_batch (_should_roll, append_parts) do
  * (those stay the reference, and tests hold the two paths to byte-identical results). It returns None, having
  * changed nothing, as soon as anything else is true: a check fails or needs the exact error, the batch is
  * compressed, carries a producer id or a timestamp-type, transactional or control bit, the topic has
@@ -1468,7 +1468,8 @@ pair_new(long long a, long long b)
 }
 
 /* index.<keys>.append(key); index.<values>.append(value); entries and the last offset / entry; then
- * index._materialize() when PENDING_LIMIT entries are pending: LogSegment.append_leader_batch's inlined index
+ * index._materialize() when PENDING_LIMIT entries are pending: OffsetIndex.append_unlocked's and
+ * TimeIndex.maybe_append_unlocked's index
  * append (key first, value second). 0, or -1 with an exception set */
 static int
 index_push(PyObject *index, long long key, long long value, long long entries, int last_name, PyObject *last)
@@ -1639,7 +1640,7 @@ append_leader_fast(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
     Py_INCREF(seg);
     const long long base = leo, last = leo + last_delta;
 
-    /* the active segment: Kafka's roll conditions (LogSegment.append_leader_batch's) */
+    /* the active segment: Kafka's roll conditions (LogSegment._should_roll's) */
     long long position, rolling_ts, created, jitter, seg_base;
     long long prealloc_end;
     GET(seg, N_SIZE, &position, unlock);
@@ -1721,7 +1722,7 @@ append_leader_fast(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
         BAIL(unlock);  /* a check failed: the Python path raises the exact error, nothing was kept */
     }
 
-    /* the segment's bookkeeping (LogSegment.append_leader_batch's) */
+    /* the segment's bookkeeping (LogSegment.append_parts') */
     if (set_ll(seg, N_SIZE, position + total) < 0)
         FAIL(unlock);
     if (max_ts > cur_ts) {

@@ -62,7 +62,6 @@ _NO_MORE_RESERVATIONS = 1 << 62
 
 _SCAN_NEED_MORE = 0  # _c_scan_batches: the next batch is not whole in the buffer
 
-_PENDING_LIMIT = OffsetIndex.PENDING_LIMIT  # == TimeIndex.PENDING_LIMIT
 # what LogSegment.append_leader_batch returns instead of a position when it wrote nothing
 ROLL_FIRST = -1  # the segment must roll before this batch
 CHECK_FAILED = -2  # the batch's CRC or records failed their late check (the write was undone)
@@ -434,20 +433,6 @@ class LogSegment:
         if self._prealloc_end != _NO_MORE_RESERVATIONS:
             self._prealloc_end = self._size
 
-    def _grown(self, position: int, total: int, largest_timestamp: int, offset_of_max_timestamp: int) -> tuple[int, int]:
-        """The size and max timestamp after ``total`` bytes were written at ``position`` (the end); returns the
-        new (max timestamp, offset) (segment lock held)."""
-        self._size = position + total
-        if position == 0:
-            self._rolling_based_ts = None
-            current = (NO_TIMESTAMP, -1)
-        else:
-            current = self._max_ts_and_offset or self.max_timestamp_and_offset
-        if largest_timestamp > current[0]:
-            current = (largest_timestamp, offset_of_max_timestamp)
-        self._max_ts_and_offset = current
-        return current
-
     # ------------------------------------------------------------------ append
     def append(
         self,
@@ -470,7 +455,7 @@ class LogSegment:
         parts: tuple[bytes | bytearray | memoryview, ...] | list[bytes | bytearray | memoryview],
         check: Callable[[], None] | None = None,
         stamp: tuple[int, int] | None = None,
-        c_check_crc: bool = False,
+        late_checks: bool = False,
     ) -> int:
         """:meth:`append` of the batch bytes given as consecutive pieces, written with one ``os.writev``.
 
@@ -487,12 +472,22 @@ class LogSegment:
         changing the caller's buffer (the C ``write_stamped`` when built, else a 16-byte head and a view of the
         rest in one ``os.writev``).
 
-        ``c_check_crc`` (with ``stamp``, and ``check`` the batch's CRC check): when the C writer is used, it
-        verifies the CRC itself right after the write, and ``check()`` is only called when it did not match, to
-        raise the exact error; without the C writer ``check()`` runs as above.
+        ``late_checks`` (with ``stamp``: one uncompressed batch whose header and sizes were validated): its
+        CRC-32C and the walk of its records are checked right after the write, while the bytes are in the CPU
+        cache (the C writer's ``check=2``; without the C writer, before the write).  When one fails, nothing
+        of the batch remains and ``CHECK_FAILED`` is returned instead of a position: the caller raises the
+        exact error.
         """
         if stamp is not None and _c_write_stamped is None:
             batch = parts[0]
+            if late_checks:
+                late_checks = False
+                fields = parse_header_tuple(batch)
+                try:
+                    check_batch_crc(batch, fields)
+                    check_record_structure(batch, 0, fields)
+                except RecordError:
+                    return CHECK_FAILED
             parts = (_STAMP_HEAD.pack(stamp[0], _LENGTH.unpack_from(batch, 8)[0], stamp[1]), memoryview(batch)[16:])
             stamp = None
         with self._lock:
@@ -511,15 +506,7 @@ class LogSegment:
                 self._reserve(fd, end)
             try:
                 if stamp is not None:  # the C writer continues short writes itself
-                    if c_check_crc:
-                        total = _c_write_stamped(fd, parts[0], stamp[0], stamp[1], True)
-                        if total < 0:  # the CRC did not match: check() raises the exact error
-                            if check is not None:
-                                check()
-                            raise CorruptRecordError(f"a batch for {self.log_path} failed its CRC check")
-                        check = None  # done in C
-                    else:
-                        total = _c_write_stamped(fd, parts[0], stamp[0], stamp[1])
+                    total = _c_write_stamped(fd, parts[0], stamp[0], stamp[1], 2 if late_checks else 0)
                 else:
                     total = len(parts[0]) + len(parts[1]) if len(parts) == 2 else sum(map(len, parts))
                     written = os.writev(fd, parts) if len(parts) > 1 else os.write(fd, parts[0])
@@ -533,7 +520,18 @@ class LogSegment:
                 # fail whole: leave nothing of a partial write behind
                 os.ftruncate(fd, position)
                 raise
-            current = self._grown(position, total, largest_timestamp, offset_of_max_timestamp)
+            if total < 0:  # a late check failed
+                os.ftruncate(fd, position)
+                return CHECK_FAILED
+            self._size = position + total
+            if position == 0:
+                self._rolling_based_ts = None
+                current = (NO_TIMESTAMP, -1)
+            else:
+                current = self._max_ts_and_offset or self.max_timestamp_and_offset
+            if largest_timestamp > current[0]:
+                current = (largest_timestamp, offset_of_max_timestamp)
+            self._max_ts_and_offset = current
             if self._bytes_since_last_index_entry > self.index_interval_bytes:
                 # the segment lock serialises every change of its indexes (append, resize, truncate, close)
                 self.offset_index.append_unlocked(largest_offset, position)
@@ -555,89 +553,22 @@ class LogSegment:
         now_ms: int,
         late_checks: bool,
     ) -> int:
-        """The log's common append in one call: the roll check, then ``batch`` (exactly one whole batch of
-        ``len(batch)`` bytes, header and sizes validated) written with baseOffset and partitionLeaderEpoch
-        stamped as given, then the bookkeeping of :meth:`append_parts`.
+        """The log's append of one client batch: the roll check, then :meth:`append_parts` of ``batch``
+        (exactly one whole batch of ``len(batch)`` bytes, header and sizes validated) with baseOffset and
+        partitionLeaderEpoch stamped as given, and ``late_checks`` as there.
 
-        Returns the file position written at, or ``ROLL_FIRST`` when the segment must roll before this batch
-        (:meth:`should_roll`; nothing was written).  ``late_checks`` (an uncompressed batch): its CRC-32C and the
-        walk of its records are checked right after the write (the C writer's ``check=2``); when one fails the
-        ``.log`` is cut back, nothing else changes and ``CHECK_FAILED`` is returned (the caller raises the exact
-        error).  Without the C writer the checks run before the write, then :meth:`append_parts`.
+        Returns the file position written at, ``ROLL_FIRST`` when the segment must roll before this batch
+        (:meth:`should_roll`; nothing was written), or ``CHECK_FAILED`` (see :meth:`append_parts`).  The C
+        ``append_leader_fast`` makes exactly these steps for the log's common case.
         """
-        size = len(batch)
-        if _c_write_stamped is None:
-            if self._size and self._should_roll(segment_bytes, segment_ms, size, max_timestamp, last_offset, now_ms):
-                return ROLL_FIRST
-            if late_checks:
-                fields = parse_header_tuple(batch)
-                try:
-                    check_batch_crc(batch, fields)
-                    check_record_structure(batch, 0, fields)
-                except RecordError:
-                    return CHECK_FAILED
-            return self.append_parts(last_offset, max_timestamp, last_offset, (batch,), None, (base_offset, leader_epoch))
         with self._lock:
-            position = self._size
-            oi = self.offset_index
-            ti = self.time_index
-            if position:
-                # Kafka's five roll conditions (_should_roll, inlined: this is the append hot path)
-                if position > segment_bytes - size:
-                    return ROLL_FIRST
-                ts = self._rolling_based_ts
-                if ts is None:
-                    ts = self.rolling_based_timestamp
-                if (max_timestamp - ts if ts >= 0 else now_ms - self.created_ms) > segment_ms - self.roll_jitter_ms:
-                    return ROLL_FIRST
-                if oi._entries >= oi._length // 8 or ti._entries >= ti._length // 12 - 1:
-                    return ROLL_FIRST
-            rel = last_offset - self.base_offset
-            if rel < 0 or rel > INT32_MAX:
-                if position:
-                    return ROLL_FIRST
-                raise ValueError(f"offset {last_offset} cannot be stored relative to segment base {self.base_offset}")
-            handle = self._handle
-            if handle is None:
-                raise ValueError(f"segment {self.log_path} is closed")
-            fd = handle.fd
-            if position + size > self._prealloc_end:
-                self._reserve(fd, position + size)
-            try:
-                total = _c_write_stamped(fd, batch, base_offset, leader_epoch, 2 if late_checks else 0)
-            except BaseException:
-                os.ftruncate(fd, position)  # fail whole: nothing of a partial write remains
-                raise
-            if total < 0:
-                os.ftruncate(fd, position)
-                return CHECK_FAILED
-            current = self._grown(position, total, max_timestamp, last_offset)
-            if self._bytes_since_last_index_entry <= self.index_interval_bytes:
-                self._bytes_since_last_index_entry += total
-                return position
-            self._bytes_since_last_index_entry = total
-            # OffsetIndex.append_unlocked and TimeIndex.maybe_append_unlocked, inlined (the hot path): the roll
-            # check above left room in both and the offset relative to the base in range; an offset that does
-            # not grow goes to append_unlocked, which raises.  Key first, value second (see OffsetIndex).
-            if oi._entries and last_offset <= oi._last_offset:
-                oi.append_unlocked(last_offset, position)  # raises
-            oi._pending_keys.append(rel)
-            values = oi._pending_values
-            values.append(position)
-            oi._entries += 1
-            oi._last_offset = last_offset
-            if len(values) >= _PENDING_LIMIT:
-                oi._materialize()
-            ts = current[0]
-            if ts > ti._last_entry[0]:
-                ti._pending_keys.append(ts)
-                values = ti._pending_values
-                values.append(current[1] - self.base_offset)
-                ti._entries += 1
-                ti._last_entry = current
-                if len(values) >= _PENDING_LIMIT:
-                    ti._materialize()
-            return position
+            if self._size and self._should_roll(
+                segment_bytes, segment_ms, len(batch), max_timestamp, last_offset, now_ms
+            ):
+                return ROLL_FIRST
+            return self.append_parts(
+                last_offset, max_timestamp, last_offset, (batch,), None, (base_offset, leader_epoch), late_checks
+            )
 
     # ------------------------------------------------------------------ reading
     def iter_headers(
