@@ -790,3 +790,21 @@ def test_compression_type_recompression_that_outgrows_max_message_bytes_is_refus
         lg.append_as_leader(small, now_ms=NOW)
     assert lg.log_end_offset == 0 and lg.size_in_bytes == 0
     lg.close()
+
+
+@pytest.mark.parametrize("topic_codec", ["zstd", "uncompressed"])
+def test_a_corrupt_batch_is_refused_before_any_recompression(tmp_path: Path, topic_codec: str) -> None:
+    """The client batch's CRC and records are checked before it is rebuilt with the topic's codec: a corrupt
+    batch must not come out of the rebuild with a fresh, valid CRC."""
+    from tidelog.records.batch import CompressionType
+
+    lg = open_log(tmp_path, compression_type=topic_codec)
+    sent = CompressionType.NONE if topic_codec == "zstd" else CompressionType.GZIP
+    good = build_batch(records(5, size=100), compression=sent)
+    bad = bytearray(good)
+    bad[34] ^= 0x01  # baseTimestamp: under the CRC, yet the records still decode
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        lg.append_as_leader(bytes(bad), now_ms=NOW)
+    assert lg.log_end_offset == 0 and lg.size_in_bytes == 0
+    assert lg.append_as_leader(good, now_ms=NOW).last_offset == 4
+    lg.close()

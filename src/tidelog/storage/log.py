@@ -575,7 +575,10 @@ class PartitionLog:
         (_, batch_length, _, _, _, attributes, last_delta, base_ts, max_ts, pid, _, base_seq, count) = fields
         size = batch_length + LOG_OVERHEAD
         if late and (
-            pid >= 0 or attributes & (TIMESTAMP_TYPE_MASK | COMPRESSION_MASK) or log_append or size != len(batch)
+            pid >= 0
+            or attributes & (TIMESTAMP_TYPE_MASK | COMPRESSION_MASK)
+            or self._no_fast_append  # LogAppendTime or the topic's codec: the batch is rewritten
+            or size != len(batch)
         ):
             # producer-state checks, a rewrite, decompression or an error come next: every check before, in
             # their order
@@ -655,27 +658,21 @@ class PartitionLog:
                         f"batch base offset {base} is below the log end offset {self._log_end_offset}"
                     )
             last_offset = base + last_delta
-            seg = self._segments[-1]
-            if copy is None:
-                # written with baseOffset and partitionLeaderEpoch replaced, the caller's buffer not copied;
-                # the roll check, write, late CRC and segment bookkeeping in one call
-                written_at = seg.append_leader_batch(
-                    batch, base, leader_epoch, last_offset, max_ts, config.segment_bytes, config.segment_ms, now, late
-                )
-                if written_at < 0:
-                    if late:  # the checks failed (the write was undone), or a roll comes first: a bad batch
-                        _check_late(batch, fields)  # must not roll the log; raises the exact error
-                    if written_at == CHECK_FAILED:
-                        raise CorruptRecordError(f"a batch for {self.topic}-{self.partition} failed its checks")
-                    self._append_after_roll(batch, base, leader_epoch, last_offset, max_ts, now)
-            else:
+            if copy is not None:  # the rewritten bytes (never checked late) take the caller's place
                 header = self._stamp(copy, BatchHeader(*fields), base, leader_epoch, now if log_append else None)
                 max_ts = header.max_timestamp
-                if seg._size and seg._should_roll(
-                    config.segment_bytes, config.segment_ms, size, max_ts, last_offset, now
-                ):
-                    seg = self.roll(base, now_ms=now)
-                seg.append_parts(last_offset, max_ts, last_offset, (copy,))
+                batch = copy
+            # written with baseOffset and partitionLeaderEpoch replaced, the caller's buffer not copied; the roll
+            # check, write, late checks and segment bookkeeping in one call
+            written_at = self._segments[-1].append_leader_batch(
+                batch, base, leader_epoch, last_offset, max_ts, config.segment_bytes, config.segment_ms, now, late
+            )
+            if written_at < 0:
+                if late:  # the checks failed (the write was undone), or a roll comes first: a bad batch must
+                    _check_late(batch, fields)  # not roll the log; raises the exact error
+                if written_at == CHECK_FAILED:
+                    raise CorruptRecordError(f"a batch for {self.topic}-{self.partition} failed its checks")
+                self._append_after_roll(batch, base, leader_epoch, last_offset, max_ts, now)
             self._log_end_offset = last_offset + 1
             if ps is not None:
                 if pid >= 0:
