@@ -64,6 +64,14 @@ def _big_endian_entries(keys: array, values: array, k: int, fmt: str) -> array: 
     return out
 
 
+def _packed(keys: list[int], values: list[int], fmt: str) -> bytes:
+    """``struct.pack(">" + fmt * len(keys), *interleaved pairs)``: column-wise with arrays where they have the
+    sizes (see :func:`_big_endian_entries`), for the bulk appends of recovery's index rebuild."""
+    if _WORDS:
+        return _big_endian_entries(array(fmt[0], keys), array(fmt[1], values), len(keys), fmt).tobytes()
+    return struct.pack(">" + fmt * len(keys), *[v for pair in zip(keys, values, strict=True) for v in pair])
+
+
 def _increasing(values: list[int], *, strictly: bool) -> bool:
     """Whether ``values`` never decrease (``strictly``: always increase); C-level comparisons, no Python loop."""
     return all(map(operator.lt if strictly else operator.le, values, values[1:]))
@@ -389,13 +397,8 @@ class OffsetIndex(AbstractIndex):
                 raise InvalidIndexOffsetError(
                     f"offsets {relative_offsets[0]}..{relative_offsets[-1]} (relative) do not fit {self.path}"
                 )
-            values = array("i", [0]) * (2 * count)
-            values[0::2] = array("i", relative_offsets)
-            values[1::2] = array("i", positions)
-            if sys.byteorder == "little":
-                values.byteswap()
             assert self._mm is not None
-            self._mm[n * 8 : (n + count) * 8] = values.tobytes()
+            self._mm[n * 8 : (n + count) * 8] = _packed(relative_offsets, positions, "ii")
             self._entries = self._written = n + count
             self._last_offset = self.base_offset + relative_offsets[-1]
 
@@ -588,12 +591,8 @@ class TimeIndex(AbstractIndex):
                 raise InvalidIndexOffsetError(
                     f"offsets {relative_offsets[0]}..{relative_offsets[-1]} (relative) do not fit {self.path}"
                 )
-            if _WORDS:
-                out = _big_endian_entries(array("q", timestamps), array("i", relative_offsets), count, "qi").tobytes()
-            else:
-                out = struct.pack(">" + "qi" * count, *[v for e in zip(timestamps, relative_offsets) for v in e])
             assert self._mm is not None
-            self._mm[n * 12 : (n + count) * 12] = out
+            self._mm[n * 12 : (n + count) * 12] = _packed(timestamps, relative_offsets, "qi")
             self._entries = self._written = n + count
             self._last_entry = (timestamps[-1], self.base_offset + relative_offsets[-1])
 
