@@ -218,6 +218,22 @@ def test_offset_retention_expires_offsets_and_empty_group(b: Any) -> None:
         assert "g-ret" not in {g["group_id"] for g in listed}
 
 
+def test_a_pending_member_keeps_its_empty_group_through_retention_checks(b: Any) -> None:
+    """A group holding only a member id handed out with MEMBER_ID_REQUIRED is not removed as an Empty group
+    without offsets: the member's join with that id, after a retention check, still gets in."""
+    with RawClient(b.port) as c:
+        first = join(c, "g-pending")
+        assert first["error_code"] == MEMBER_ID_REQUIRED
+        r = c.request(COMMIT, 2, {"group_id": "g-tick", "generation_id_or_member_epoch": -1, "member_id": "",
+                                  "retention_time_ms": 200, "topics": [{"name": TOPIC, "partitions": [
+                                      {"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}]}]})
+        assert r["topics"][0]["partitions"][0]["error_code"] == NONE
+        # g-tick's offset going away proves a retention check ran while g-pending was empty
+        wait_until(lambda: fetch(c, "g-tick") == {}, 10, "a retention check")
+        r = join(c, "g-pending", member_id=first["member_id"])
+        assert r["error_code"] == NONE and r["member_id"] == first["member_id"]
+
+
 @pytest.mark.parametrize("api_key", sorted(codec.GROUP_API_VERSIONS))
 def test_every_advertised_version_is_answered(b: Any, api_key: int) -> None:
     """Sampled requests at every advertised version get a decodable response (no closed connection)."""

@@ -1113,7 +1113,8 @@ class GroupCoordinator:
             entries: list[tuple[bytes, bytes | None]] = [
                 (rec.encode_offset_key(g.group_id, t, p), None) for t, p in expired
             ]
-            drop_group = len(expired) == len(g.offsets) and not g.members
+            # a member id handed out with MEMBER_ID_REQUIRED keeps the group: its join must find it
+            drop_group = len(expired) == len(g.offsets) and not g.members and not g.pending_members
             if drop_group:
                 entries.append((rec.encode_group_key(g.group_id), None))
             if not entries:
