@@ -23,7 +23,9 @@ Framing and order (as Kafka's SocketServer)
 Errors
     Unknown API key, unsupported version (except ApiVersions, answered in v0 with UNSUPPORTED_VERSION and the
     full list: KIP-511) and malformed requests close the connection, as Kafka does. A handler exception is
-    logged and closes that connection only.
+    logged and answered with the API's error response, UNKNOWN_SERVER_ERROR in every error code and one entry
+    per topic/partition/group the request named (``tidelog.protocol.error_response``); the connection stays
+    open. An acks=0 produce has no response to carry it, so that connection is closed, as in Kafka.
 
 Leadership
     :meth:`Broker.leader_log` is the single "am I the leader of this partition" check every data-path handler
@@ -53,6 +55,7 @@ from tidelog.broker.handlers import HANDLER_MODULES, REGISTRY, RequestContext
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
 from tidelog.protocol import codec
+from tidelog.protocol.error_response import UNKNOWN_SERVER_ERROR, error_response
 from tidelog.protocol.exceptions import InvalidRequestError, UnknownApiKeyError, UnsupportedVersionError
 
 if TYPE_CHECKING:
@@ -63,6 +66,7 @@ log = logging.getLogger("tidelog.broker.server")
 _I32 = struct.Struct(">i")
 _READ_CHUNK = 256 * 1024
 API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0
 _IOV_MAX = 512
 # responses not scanned for error codes (big lists, errors rare): ApiVersions, Metadata
 _NO_ERROR_SCAN = frozenset({18, 3})
@@ -365,13 +369,7 @@ class Connection:
                 log.info("closing connection", extra={"kv": {"peer": self.peer, "api": name, "reason": str(exc)}})
                 broker.metrics.record_close("handler_close")
                 return False
-            log.exception(
-                "handler failed; closing connection",
-                extra={"kv": {"peer": self.peer, "api": name, "version": header.api_version}},
-            )
-            broker.metrics.record_error(name, "UNKNOWN_SERVER_ERROR")
-            broker.metrics.record_close("handler_error")
-            return False
+            return await self._answer_failure(api_key, header, body, name, exc)
         if response is not None:
             chunks = codec.encode_response(api_key, header.api_version, header.correlation_id, response)
             await self.write_chunks(chunks)
@@ -381,6 +379,28 @@ class Connection:
                 for code, n in errors.items():
                     broker.metrics.record_error(name, error_name(code), n)
         broker.metrics.record_request(name, time.perf_counter() - t0)
+        return True
+
+    async def _answer_failure(self, api_key: int, header: Any, body: dict, name: str, exc: Exception) -> bool:
+        """A handler raised: answer UNKNOWN_SERVER_ERROR in the API's error response (Kafka's getErrorResponse)
+        and keep the connection; an acks=0 produce has no response, so that connection is closed, as Kafka does."""
+        broker = self.broker
+        broker.metrics.record_error(name, "UNKNOWN_SERVER_ERROR")
+        kv = {"peer": self.peer, "api": name, "version": header.api_version, "client_id": header.client_id}
+        if api_key == PRODUCE_KEY and body.get("acks") == 0:
+            log.exception("handler failed; closing connection (acks=0 produce)", extra={"kv": kv})
+            broker.metrics.record_close("handler_error")
+            return False
+        log.exception("handler failed; answering UNKNOWN_SERVER_ERROR", extra={"kv": kv})
+        try:
+            response = error_response(api_key, header.api_version, body, UNKNOWN_SERVER_ERROR,
+                                      f"Unexpected error in the broker's {name} handler: {type(exc).__name__}")
+            chunks = codec.encode_response(api_key, header.api_version, header.correlation_id, response)
+        except Exception:
+            log.exception("no error response could be built; closing connection", extra={"kv": kv})
+            broker.metrics.record_close("handler_error")
+            return False
+        await self.write_chunks(chunks)
         return True
 
 

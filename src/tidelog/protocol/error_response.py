@@ -1,0 +1,117 @@
+"""An error response for any request, built from the API's specs (Kafka's ``AbstractRequest.getErrorResponse``).
+
+Kafka answers a request whose handler failed unexpectedly with that API's error response: every error code
+set to the error (UNKNOWN_SERVER_ERROR for an unexpected exception), and one entry per topic, partition, group or
+resource the request named, so the client can pin the error on what it asked about. Kafka writes one
+``getErrorResponse`` per API; here one walker does it for every API from the request and response specs:
+
+* every ``error_code`` field of the response is set to the code (``error_message`` beside it to the message);
+* a response array whose entries carry an error code mirrors the request array it answers: the same key
+  (``topics`` → ``topics``) or a known rename (``topic_data`` → ``responses``, ``partition_data`` →
+  ``partition_responses``, ``groups_names`` → ``results``...);
+* a mirrored entry copies the request entry's identifying fields, under the response's name for them
+  (``partition`` / ``index`` → ``partition_index``, ``topic`` → ``name``...); an entry mirrored from a list of
+  strings or ints (``groups_names``, ``partition_indexes``) gets it as its name / group id / partition;
+* everything else takes its schema default (an array the request did not ask for is empty).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidelog.protocol.schema import FieldSpec, spec_index
+
+UNKNOWN_SERVER_ERROR = -1
+
+# response array key -> request array keys it may answer, in order of preference
+_ARRAY_SOURCES: dict[str, tuple[str, ...]] = {
+    "responses": ("topic_data", "topics", "topic_names", "resources"),
+    "partition_responses": ("partition_data", "partitions"),
+    "partitions": ("partitions", "partition_data", "partition_indexes"),
+    "results": ("resources", "topics", "groups_names", "groups"),
+    "coordinators": ("coordinator_keys",),
+    "groups": ("groups", "groups_names"),
+}
+
+# response scalar key -> request keys that carry the same identity
+_IDENTITY_SOURCES: dict[str, tuple[str, ...]] = {
+    "name": ("name", "topic"),
+    "topic": ("topic", "name"),
+    "topic_id": ("topic_id",),
+    "partition_index": ("partition_index", "partition", "index"),
+    "partition": ("partition", "partition_index", "index"),
+    "index": ("index", "partition_index", "partition"),
+    "group_id": ("group_id",),
+    "member_id": ("member_id",),
+    "group_instance_id": ("group_instance_id",),
+    "resource_type": ("resource_type",),
+    "resource_name": ("resource_name",),
+    "key": ("key",),
+}
+
+# the field a string / int element of a request list lands in, by the response entry's fields
+_STRING_IDENTITY = ("name", "group_id", "key", "topic", "resource_name")
+_INT_IDENTITY = ("partition_index", "partition", "index")
+
+
+def error_response(api_key: int, version: int, request: dict[str, Any], code: int = UNKNOWN_SERVER_ERROR,
+                   message: str | None = None) -> dict[str, Any]:
+    """The response body answering ``request`` with ``code`` everywhere a response can carry an error."""
+    specs = spec_index()
+    return _struct(specs[(api_key, "response")].fields, specs[(api_key, "request")].fields, request, version,
+                   code, message, top=True)
+
+
+def _present(fields: list[FieldSpec], version: int) -> list[FieldSpec]:
+    return [f for f in fields if f.present(version)]
+
+
+def _struct(resp_fields: list[FieldSpec], req_fields: list[FieldSpec], req: dict[str, Any], version: int,
+            code: int, message: str | None, top: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    resp_present = _present(resp_fields, version)
+    req_by_key = {f.key: f for f in _present(req_fields, version)}
+    has_error = any(f.key == "error_code" and not f.is_array for f in resp_present)
+    for f in resp_present:
+        if f.is_array and f.is_struct:
+            src = _array_source(f, req_by_key, req) if _carries_error(f, version) else None
+            if src is not None:
+                out[f.key] = [_entry(f, src, elem, version, code, message) for elem in (req.get(src.key) or [])]
+        elif f.is_array or f.is_struct:
+            continue
+        elif f.key == "error_code":
+            out[f.key] = code
+        elif f.key == "error_message" and has_error and message is not None:
+            out[f.key] = message
+        elif not top:
+            for k in _IDENTITY_SOURCES.get(f.key, ()):
+                if k in req_by_key and k in req and not req_by_key[k].is_array:
+                    out[f.key] = req[k]
+                    break
+    return out
+
+
+def _carries_error(f: FieldSpec, version: int) -> bool:
+    """Whether entries of this struct (array) have an error code, directly or in a nested array."""
+    return any(sf.key == "error_code" or (sf.is_struct and _carries_error(sf, version))
+               for sf in _present(f.fields, version))
+
+
+def _array_source(f: FieldSpec, req_by_key: dict[str, FieldSpec], req: dict[str, Any]) -> FieldSpec | None:
+    for k in (f.key, *_ARRAY_SOURCES.get(f.key, ())):
+        src = req_by_key.get(k)
+        if src is not None and src.is_array and k in req:
+            return src
+    return None
+
+
+def _entry(f: FieldSpec, src: FieldSpec, elem: Any, version: int, code: int, message: str | None) -> dict[str, Any]:
+    if src.is_struct:
+        return _struct(f.fields, src.fields, elem, version, code, message)
+    out = _struct(f.fields, [], {}, version, code, message)
+    keys = {sf.key for sf in _present(f.fields, version)}
+    for k in _STRING_IDENTITY if isinstance(elem, str) else _INT_IDENTITY if isinstance(elem, int) else ():
+        if k in keys:
+            out[k] = elem
+            break
+    return out
