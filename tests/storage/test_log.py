@@ -134,6 +134,50 @@ def test_producer_state_duplicates_and_sequence_errors(tmp_path: Path) -> None:
     lg2.close()
 
 
+@pytest.mark.parametrize("mode", ["c", "python"])
+def test_a_corrupt_idempotent_batch_reports_its_corruption_before_its_producer_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """An idempotent batch checked late (CRC and record walk after the write) still gets Kafka's precedence:
+    corrupt before duplicate, corrupt before out-of-order; a corrupt next-in-sequence batch leaves nothing, and
+    the producer state does not move for it."""
+    import tidelog.storage.log as log_module
+    import tidelog.storage.segment as segment_module
+    from tidelog.records.batch import check_record_structure
+    from tidelog.records.header import validate_batch_tuple
+
+    if mode == "python":
+        monkeypatch.setattr(log_module, "_c_validate_single_batch", None)
+        monkeypatch.setattr(segment_module, "_c_write_stamped", None)
+    d = tmp_path / "t-0"
+    lg = PartitionLog.open(d, LogConfig(), producer_state=ProducerStateManager(d), now_ms=NOW)
+
+    def idem(seq: int, corrupt: str = "") -> bytes:
+        data = build_batch(records(2, size=300), producer_id=9, producer_epoch=0, base_sequence=seq)
+        if corrupt == "crc":
+            return data[:-5] + bytes([data[-5] ^ 0x08]) + data[-4:]
+        return _broken_walk(data) if corrupt == "walk" else data
+
+    b0 = idem(0)
+    lg.append_as_leader(b0, now_ms=NOW)
+    size = lg.size_in_bytes
+    for corrupt in ("crc", "walk"):
+        for seq in (0, 7, 2):  # a duplicate, out of order, the next one
+            data = idem(seq, corrupt)
+            with pytest.raises((CorruptRecordError, InvalidRecordError)) as expected:
+                check_record_structure(data, 0, validate_batch_tuple(data, check_crc=True))
+            with pytest.raises((CorruptRecordError, InvalidRecordError)) as raised:
+                lg.append_as_leader(data, now_ms=NOW)
+            assert (type(raised.value), str(raised.value)) == (type(expected.value), str(expected.value))
+            assert (lg.log_end_offset, lg.size_in_bytes, os.path.getsize(lg.active_segment.log_path)) == (2, size, size)
+    assert lg.append_as_leader(b0, now_ms=NOW).duplicate
+    with pytest.raises(OutOfOrderSequenceError):
+        lg.append_as_leader(idem(7), now_ms=NOW)
+    info = lg.append_as_leader(idem(2), now_ms=NOW)  # the corrupt seq 2 batches left the sequence where it was
+    assert (info.first_offset, info.duplicate, lg.log_end_offset) == (2, False, 4)
+    lg.close()
+
+
 def test_epoch_cache_assign_and_truncate(tmp_path: Path) -> None:
     d = tmp_path / "t-0"
     cache = LeaderEpochCache(d / "leader-epoch-checkpoint")

@@ -551,9 +551,10 @@ class PartitionLog:
         The log end offset, producer state, epoch cache and high watermark only move after the checks passed,
         and reads are bounded by the segment size and the LEO, so no reader can see the bytes meanwhile.  A
         crash in between leaves bytes past the recovery point whose CRC recovery checks (it truncates them).
-        Whenever something else must happen first (a roll, a producer-state check, a rewrite, decompression,
-        an error to report), every check runs first instead, so the errors and their precedence are those of
-        the check-first order.  Compared with a CRC on a second thread overlapping the write, this costs no
+        Whenever something else must happen first (a roll, a rewrite, decompression, an error to report),
+        every check runs first instead, so the errors and their precedence are those of the check-first order;
+        an idempotent batch's producer-state check, made before the write, runs the late checks first when its
+        answer is an error or a duplicate, for the same precedence.  Compared with a CRC on a second thread overlapping the write, this costs no
         thread hand-off and no extra CPU time.
         """
         if _c_append_leader_fast is not None and assign_offsets and not self._no_fast_append:
@@ -575,13 +576,11 @@ class PartitionLog:
         (_, batch_length, _, _, _, attributes, last_delta, base_ts, max_ts, pid, _, base_seq, count) = fields
         size = batch_length + LOG_OVERHEAD
         if late and (
-            pid >= 0
-            or attributes & (TIMESTAMP_TYPE_MASK | COMPRESSION_MASK)
+            attributes & (TIMESTAMP_TYPE_MASK | COMPRESSION_MASK)
             or self._no_fast_append  # LogAppendTime or the topic's codec: the batch is rewritten
             or size != len(batch)
         ):
-            # producer-state checks, a rewrite, decompression or an error come next: every check before, in
-            # their order
+            # a rewrite, decompression or an error come next: every check before, in their order
             check_batch_crc(batch, fields)
             late = False
         if size != len(batch):
@@ -634,8 +633,17 @@ class PartitionLog:
                 self._ensure_open()
             ps = self.producer_state
             if ps is not None and pid >= 0:
-                dup = ps.check(BatchHeader(*fields))
+                # the producer-state check answers before the write; a batch checked late is checked here first
+                # whenever that answer is an error or a duplicate (Kafka validates records before producer state)
+                try:
+                    dup = ps.check(BatchHeader(*fields))
+                except StorageError:
+                    if late:
+                        _check_late(batch, fields)
+                    raise
                 if dup is not None:
+                    if late:
+                        _check_late(batch, fields)
                     first, last, ts = dup
                     return AppendInfo(
                         first_offset=first,

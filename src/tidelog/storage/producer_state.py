@@ -234,6 +234,12 @@ class ProducerStateManager:
                 return None  # unknown producer: any sequence is accepted (Kafka >= 2.5)
             epoch = header.producer_epoch
             if not header.is_control and header.base_sequence != NO_SEQUENCE:
+                batches = entry.batches
+                if epoch == entry.producer_epoch and batches and _in_sequence(batches[-1].last_seq,
+                                                                               header.base_sequence):
+                    # the common case, the next batch in sequence: it starts after every retained batch, so it
+                    # duplicates none of them (the few retained batches span far less than the 2**31 wrap)
+                    return None
                 dup = entry.find_duplicate(epoch, header.base_sequence, header.last_sequence)
                 if dup is not None:
                     return dup.first_offset, dup.last_offset, dup.timestamp
