@@ -66,6 +66,12 @@ def _split_files(values: tuple[str, ...]) -> list[str]:
     "--skip-record-metadata", is_flag=True, help="With --print-data-log, print only keys and payloads."
 )
 @click.option(
+    "--offsets-decoder",
+    is_flag=True,
+    help="Decode __consumer_offsets records (committed offsets, group metadata) as JSON, as Kafka does "
+    "(implies --print-data-log).",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object per line instead of Kafka's text."
 )
 def dump_log(
@@ -77,6 +83,7 @@ def dump_log(
     max_message_size: int,
     max_bytes: int,
     skip_record_metadata: bool,
+    offsets_decoder: bool,
     as_json: bool,
 ) -> None:
     """Print the contents of Kafka segment files and verify their indexes (like kafka-dump-log.sh)."""
@@ -91,6 +98,7 @@ def dump_log(
         max_message_size=max_message_size,
         max_bytes=max_bytes,
         skip_record_metadata=skip_record_metadata,
+        offsets_decoder=offsets_decoder,
     )
     dumper = Dumper(options)
     out = sys.stdout
