@@ -37,13 +37,14 @@ def b(broker_factory: Any) -> Any:
 
 
 def join(c: RawClient, group: str, member_id: str = "", version: int = 5, instance: str | None = None,
-         protocols: list[tuple[str, bytes]] | None = None, session_ms: int = 6000, ptype: str = "consumer") -> dict:
+         protocols: list[tuple[str, bytes]] | None = None, session_ms: int = 6000, ptype: str = "consumer",
+         rebalance_ms: int = 10000) -> dict:
     body: dict[str, Any] = {
         "group_id": group, "session_timeout_ms": session_ms, "member_id": member_id, "protocol_type": ptype,
         "protocols": [{"name": n, "metadata": m} for n, m in (protocols or [("range", subscription(TOPIC))])],
     }
     if version >= 1:
-        body["rebalance_timeout_ms"] = 10000
+        body["rebalance_timeout_ms"] = rebalance_ms
     if version >= 5:
         body["group_instance_id"] = instance
     return c.request(JOIN, version, body)
@@ -216,6 +217,24 @@ def test_offset_retention_expires_offsets_and_empty_group(b: Any) -> None:
         wait_until(lambda: fetch(c, "g-ret") == {}, 10, "the offset to expire")
         listed = c.request(LIST, 4, {"states_filter": []})["groups"]
         assert "g-ret" not in {g["group_id"] for g in listed}
+
+
+def test_a_join_that_completes_the_group_is_answered_at_once(broker_factory: Any) -> None:
+    """Kafka tries to complete a rebalance as soon as it starts: with no initial delay a new group's first join,
+    and a one-member group's leader rejoining, are answered without waiting out the rebalance timeout (60 s
+    here, against the client's 15 s socket timeout)."""
+    br = broker_factory({**FAST_GROUPS, "group.initial.rebalance.delay.ms": "0"})
+    create_topic(br.bootstrap, TOPIC, 1)
+    with RawClient(br.port, timeout=15) as c:
+        first = join(c, "g-now", version=3, rebalance_ms=60_000)  # v3: no member-id round trip
+        assert first["error_code"] == NONE and first["leader"] == first["member_id"]
+        mid, gen = first["member_id"], first["generation_id"]
+        s = c.request(SYNC, 3, {"group_id": "g-now", "generation_id": gen, "member_id": mid,
+                                "assignments": [{"member_id": mid, "assignment": b"a"}]})
+        assert s["error_code"] == NONE and describe(c, "g-now")["group_state"] == "Stable"
+        again = join(c, "g-now", member_id=mid, version=3, rebalance_ms=60_000)  # the leader rejoins
+        assert again["error_code"] == NONE and again["generation_id"] == gen + 1
+        assert [m["member_id"] for m in again["members"]] == [mid]
 
 
 def test_a_pending_member_keeps_its_empty_group_through_retention_checks(b: Any) -> None:

@@ -520,6 +520,9 @@ class GroupCoordinator:
         g.transition(GroupState.PREPARING_REBALANCE, now)
         log.info("preparing to rebalance group", extra={"kv": {"group": g.group_id, "generation": g.generation,
                                                                "reason": reason}})
+        # Kafka's tryCompleteElseWatch: when every member has already joined (a one-member group, a leader's
+        # rejoin, no initial delay, the last member gone) the join completes now, not at the rebalance timeout
+        self._maybe_complete_join(g)
 
     def _initial_delay_expired(self, g: Group) -> None:
         g.join_timer = None
