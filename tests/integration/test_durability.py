@@ -300,3 +300,26 @@ def test_corrupt_indexes_are_rebuilt(broker_factory: Any) -> None:
     (pdir / f"{_segment_bases(pdir)[0]:020d}.index").unlink()  # and one index missing altogether
     b.start()
     _check_after_recovery(b, topic, acked)
+
+
+# ---------------------------------------------------------------------------------------------- garbled metadata
+
+
+def test_garbled_epoch_checkpoint_and_partition_metadata_are_rebuilt(broker_factory: Any) -> None:
+    """A garbled ``leader-epoch-checkpoint`` and ``partition.metadata`` do not keep the broker from starting:
+    the epochs come back from the batches, the topic id from the registry, and every message is served."""
+    b = broker_factory(SMALL)
+    topic = h.new_topic("garbled")
+    acked = _produce_acked(b.bootstrap, topic, 200)
+    pdirs = {p: h.partition_dir(b.data_dir, topic, p) for p in acked}
+    before = {p: ((d / "leader-epoch-checkpoint").read_text(), (d / "partition.metadata").read_text())
+              for p, d in pdirs.items()}
+    assert all(epochs.startswith("0\n1\n") and "topic_id: " in meta for epochs, meta in before.values())
+    assert b.stop() == 0
+    (pdirs[0] / "leader-epoch-checkpoint").write_bytes(b"0\n1\n\xff\xfe garbage")
+    (pdirs[1] / "partition.metadata").write_text("version: 0\ntopic_id: not-a-uuid\n")
+    b.start()
+    _assert_all_acked_present(b, topic, acked)
+    after = {p: ((d / "leader-epoch-checkpoint").read_text(), (d / "partition.metadata").read_text())
+             for p, d in pdirs.items()}
+    assert after == before

@@ -385,6 +385,50 @@ def test_corrupt_recovery_checkpoint_means_full_recovery(tmp_path: Path) -> None
     m.shutdown()
 
 
+@pytest.mark.parametrize("garbage", ["xx", "0\n2\n3 0\n", "0\n1\n-4 7\n"])
+def test_corrupt_leader_epoch_checkpoint_is_rebuilt_from_the_batches(tmp_path: Path, garbage: str) -> None:
+    """A garbled ``leader-epoch-checkpoint`` (after a clean shutdown even) does not stop the log from loading:
+    the epochs are assigned again from the batches' partitionLeaderEpoch by a full recovery."""
+    d = tmp_path / "data"
+    m = new_manager([d])
+    m.startup()
+    plog = m.create_log("t", 0, None, TOPIC_ID)
+    for epoch, n in ((0, 3), (2, 2), (5, 4)):
+        for _ in range(n):
+            plog.append_as_leader(make_batch([b"v"]), leader_epoch=epoch)
+    want = plog.epoch_cache.entries()
+    assert want == [(0, 0), (2, 3), (5, 5)]
+    m.shutdown()
+    checkpoint = d / "t-0" / "leader-epoch-checkpoint"
+    checkpoint.write_text(garbage)
+    m = new_manager([d])
+    m.startup()
+    plog = m.get_log("t", 0)
+    assert plog is not None and plog.log_end_offset == 9 and plog.recovered_segments >= 1
+    assert plog.epoch_cache.entries() == want
+    assert checkpoint.read_text() == "0\n3\n0 0\n2 3\n5 5\n"  # written again, in Kafka's format
+    m.shutdown()
+
+
+def test_unreadable_partition_metadata_is_written_again(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    m = new_manager([d])
+    m.startup()
+    m.create_log("t", 0, None, TOPIC_ID).append_as_leader(make_batch([b"a"]))
+    m.shutdown()
+    meta = d / "t-0" / "partition.metadata"
+    good = meta.read_text()
+    meta.write_text("version: 0\n")
+    m = new_manager([d])
+    m.startup()  # the log loads; its topic id is unknown until the broker hands it over
+    assert m.get_log("t", 0).log_end_offset == 1 and m.topic_id_of("t") is None  # type: ignore[union-attr]
+    assert m.ensure_partition_metadata("t", 0, TOPIC_ID) and meta.read_text() == good
+    assert m.topic_id_of("t") == TOPIC_ID
+    assert not m.ensure_partition_metadata("t", 0, b"\x01" * 16)  # a readable file naming another id stays
+    assert meta.read_text() == good
+    m.shutdown()
+
+
 def test_progress_bar_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     d = tmp_path / "data"
     m = new_manager([d])

@@ -291,8 +291,12 @@ class TopicManager:
                 lg = parts.get(p)
                 if lg is None:
                     lg = logs.create_log(info.name, p, info.log_config, info.topic_id)
-                elif getattr(lg, "config", None) != info.log_config:
-                    lg.update_config(info.log_config)
+                else:
+                    if logs.ensure_partition_metadata(info.name, p, info.topic_id):
+                        log.info("wrote a missing or unreadable partition.metadata",
+                                 extra={"kv": {"topic": info.name, "partition": p}})
+                    if getattr(lg, "config", None) != info.log_config:
+                        lg.update_config(info.log_config)
                 self._logs[(info.name, p)] = lg
         if changed or (self._topics and not all(p.exists() for p in self._registry_paths())):
             self._persist()

@@ -313,7 +313,12 @@ class LogManager:
     ) -> PartitionLog:
         from tidelog.storage.log import PartitionLog
 
-        topic_id = read_partition_metadata(path / PARTITION_METADATA)
+        try:
+            topic_id = read_partition_metadata(path / PARTITION_METADATA)
+        except CorruptCheckpointError as e:
+            # the topic id is the registry's too: the broker writes the file again (ensure_partition_metadata)
+            log.warning("%s; the file will be written again with the topic's id", e)
+            topic_id = None
         if topic_id is not None:
             with self._lock:
                 known = self._topic_ids.setdefault(tp[0], topic_id)
@@ -332,14 +337,23 @@ class LogManager:
                     advance(done - last_done)
                     last_done = done
 
+        recovery_point, clean = d.recovery_points.get(tp, 0), d.had_clean_shutdown
+        try:
+            epoch_cache = LeaderEpochCache(path / LEADER_EPOCH_CHECKPOINT)
+        except CorruptCheckpointError as e:
+            # every batch carries its leader epoch: a full recovery of this log assigns them again
+            log.warning("%s; rebuilding the leader epochs from the batches (full recovery of %s-%s)", e, *tp)
+            (path / LEADER_EPOCH_CHECKPOINT).unlink()
+            epoch_cache = LeaderEpochCache(path / LEADER_EPOCH_CHECKPOINT)
+            recovery_point, clean = 0, False
         return PartitionLog.open(
             path,
             self._config_for(tp[0]),
-            recovery_point=d.recovery_points.get(tp, 0),
+            recovery_point=recovery_point,
             log_start_offset=d.log_start_offsets.get(tp, 0),
             high_watermark=d.high_watermarks.get(tp),
-            clean_shutdown=d.had_clean_shutdown,
-            epoch_cache=LeaderEpochCache(path / LEADER_EPOCH_CHECKPOINT),
+            clean_shutdown=clean,
+            epoch_cache=epoch_cache,
             producer_state=ProducerStateManager(path),
             progress=per_log,
         )
@@ -361,6 +375,25 @@ class LogManager:
         """The topic id recorded in the topic's ``partition.metadata`` files, or None if unknown."""
         with self._lock:
             return self._topic_ids.get(topic)
+
+    def ensure_partition_metadata(self, topic: str, partition: int, topic_id: bytes) -> bool:
+        """Write the partition's ``partition.metadata`` when it is missing or unreadable (Kafka writes it when
+        the partition gets its topic id); a readable file naming another topic id is left alone. Returns
+        True when written."""
+        with self._lock:
+            root = self._log_root.get((topic, partition))
+        if root is None:
+            return False
+        path = root / partition_dir_name(topic, partition) / PARTITION_METADATA
+        try:
+            if read_partition_metadata(path) is not None:
+                return False
+        except CorruptCheckpointError:
+            pass
+        write_partition_metadata(path, topic_id)
+        with self._lock:
+            self._topic_ids.setdefault(topic, topic_id)
+        return True
 
     def log_dir_of(self, topic: str, partition: int) -> Path | None:
         """The log directory (root) holding the partition."""
