@@ -248,8 +248,9 @@ class ClusterBroker(Broker):
         # the cluster id lives in ZooKeeper (/cluster/id, created by the first broker, as Kafka's
         # getOrGenerateClusterId); storage then checks meta.properties against it (InconsistentClusterIdError)
         await asyncio.to_thread(self._connect_zk)
-        await super().start()
         self._loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self._watch_cluster)
+        await super().start()
         await asyncio.to_thread(self._start_zk)
         self._tasks.append(self._loop.create_task(self._isr_shrink_loop()))
         self.metrics.add_rows_source(self._replication_rows)
@@ -276,12 +277,22 @@ class ClusterBroker(Broker):
             raise RuntimeError(f"cluster.id {self.cluster_id} differs from ZooKeeper's {zd.CLUSTER_ID} {zk_id}")
         self.cluster_id = zk_id
 
+    def _watch_cluster(self) -> None:
+        """Watch the registered brokers and the controller before the listener opens (``super().start()``): the
+        listener opens before this broker can register (it needs the bound port, and after a kill -9 it waits
+        out the previous session's registration, see :meth:`_register`), and clients are served meanwhile.
+        Their Metadata must name the brokers and the controller ZooKeeper has, not an empty cluster with
+        controller -1: librdkafka's admin client, told so by its bootstrap broker, waits for the controller
+        without asking again, and its CreateTopics got no answer until its request timeout (CI, right after a
+        broker restart). The first values are posted to the loop from here, so they are set before the
+        listener opens; this broker joins ``live`` when its registration fires the watch."""
+        self.zk.ChildrenWatch(zd.BROKER_IDS, self._brokers_changed)
+        self.zk.DataWatch(zd.CONTROLLER, self._controller_moved)
+
     def _start_zk(self) -> None:
         from tidelog.cluster.controller import Controller
 
         self._register()
-        self.zk.ChildrenWatch(zd.BROKER_IDS, self._brokers_changed)
-        self.zk.DataWatch(zd.CONTROLLER, self._controller_moved)
         self.zk.ChildrenWatch(zd.BROKER_TOPICS, self._topics_changed)
         # the assignments just read are queued on the loop ahead of this: then drop what ZooKeeper no longer has
         self._post(self.topics.remove_strays, set(self.zk.get_children(zd.BROKER_TOPICS)), self.assignments,
