@@ -142,3 +142,14 @@ def test_serve_exits_non_zero_on_missing_config_file(tmp_path: Path) -> None:
     r = _serve("--config", str(tmp_path / "nope.properties"))
     assert r.returncode == 2
     assert "cannot read" in r.stderr
+
+
+def test_serve_exits_non_zero_on_a_malformed_unicode_escape(tmp_path: Path) -> None:
+    """Java's Properties.load refuses a malformed \\uxxxx escape; so does the one parser tidelog has."""
+    f = tmp_path / "server.properties"
+    f.write_text("num.partitions=3\ncluster.id=ab\\u00zz\n")
+    with pytest.raises(ConfigException, match="uxxxx"):
+        BrokerConfig.load(f)
+    r = _serve("--config", str(f))
+    assert r.returncode == 2
+    assert "server.properties" in r.stderr and "uxxxx" in r.stderr

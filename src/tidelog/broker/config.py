@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tidelog.storage.checkpoints import parse_properties
+
 if TYPE_CHECKING:
     from tidelog.storage.config import LogConfig
 
@@ -291,70 +293,8 @@ def is_known_key(name: str) -> bool:
 # Java properties files
 
 
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _unescape(s: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(s):
-        c = s[i]
-        if c == "\\" and i + 1 < len(s):
-            n = s[i + 1]
-            if n == "u" and i + 6 <= len(s):
-                try:
-                    out.append(chr(int(s[i + 2 : i + 6], 16)))
-                    i += 6
-                    continue
-                except ValueError:
-                    pass
-            out.append(_ESCAPES.get(n, n))
-            i += 2
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-def _split_key_value(line: str) -> tuple[str, str]:
-    i = 0
-    while i < len(line):
-        c = line[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c in "=: \t\f":
-            break
-        i += 1
-    key = line[:i]
-    rest = line[i:].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return _unescape(key), _unescape(rest)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java ``.properties`` text: ``#``/``!`` comments, ``=``/``:``/space separators, ``\\`` continuations."""
-    props: dict[str, str] = {}
-    logical = ""
-    for raw in text.splitlines():
-        line = raw.lstrip(" \t\f")
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        # a line ending in an odd number of backslashes continues on the next line
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:
-            logical += line[:-1]
-            continue
-        logical += line
-        if logical.strip():
-            k, v = _split_key_value(logical)
-            props[k] = v
-        logical = ""
-    if logical.strip():
-        k, v = _split_key_value(logical)
-        props[k] = v
-    return props
+# Java properties files: one parser for the project, the storage layer's ``parse_properties`` (meta.properties
+# is read with it too); imported above and re-exported here for the configuration code.
 
 
 def load_properties(path: str | Path) -> dict[str, str]:
@@ -362,7 +302,10 @@ def load_properties(path: str | Path) -> dict[str, str]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigException("--config", str(path), f"cannot read file: {exc.strerror or exc}") from exc
-    return parse_properties(text)
+    try:
+        return parse_properties(text)
+    except ValueError as exc:  # Java's Properties.load: "Malformed \\uxxxx encoding"
+        raise ConfigException("--config", str(path), str(exc)) from exc
 
 
 def parse_override(item: str) -> tuple[str, str]:
