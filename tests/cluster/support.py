@@ -111,30 +111,16 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1, rf: int = 3, *
                  assignment: list[list[int]] | None = None, timeout: float = 60.0) -> None:
     """Create ``topic`` (``partitions`` x ``rf``, or the manual ``assignment``) and wait until metadata shows every
     partition with a leader and all its replicas in the ISR."""
-    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until its future completes
     if assignment is None:
         new = NewTopic(topic, partitions, rf)
         sizes = [rf] * partitions
     else:
         new = NewTopic(topic, len(assignment), replica_assignment=assignment)
         sizes = [len(a) for a in assignment]
-    for attempt in (1, 2):
-        admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until its future completes
-        try:
-            admin.create_topics([new])[topic].result(30)
-            break
-        except TimeoutError:
-            # Seen once in CI right after a broker was kill -9'ed and restarted (cause not found; see the
-            # closing note of 2026-11-22): the request got no answer in 30 s. Ask again, with a new client.
-            if attempt == 2:
-                raise
-            print(f"CreateTopics {topic}: no answer in 30 s, asking again")
-        except KafkaException as exc:  # the first request did create it, after all
-            if attempt == 1 or exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
-            break
+    admin.create_topics([new])[topic].result(30)
 
     def led() -> bool:
         t = admin.list_topics(topic, timeout=10).topics.get(topic)
