@@ -2,7 +2,7 @@
 // Compiled at test time by tests/java/test_java_client.py (javac, into a temp dir, against the jars).
 //
 //   java -cp <jars>:<classes> JavaClientCheck SCENARIO BOOTSTRAP TOPIC [GROUP]
-//   SCENARIO: version | admin | roundtrip | offsets | group
+//   SCENARIO: version | admin | roundtrip | offsets | group | storage
 //
 // Every observation is one JSON object per line on stdout ({"event": ..., ...}); the pytest side asserts on them.
 // The program asserts nothing itself: it only reports what the client saw. Exceptions are reported as
@@ -34,6 +34,9 @@ import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.ConsumerGroupListing;
 import org.apache.kafka.clients.admin.CreateTopicsResult;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.LogDirDescription;
+import org.apache.kafka.clients.admin.ProducerState;
+import org.apache.kafka.clients.admin.ReplicaInfo;
 import org.apache.kafka.clients.admin.ListOffsetsResult.ListOffsetsResultInfo;
 import org.apache.kafka.clients.admin.MemberDescription;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -82,6 +85,7 @@ public final class JavaClientCheck {
                 case "roundtrip" -> roundtrip(args[1], args[2]);
                 case "offsets" -> offsets(args[1], args[2]);
                 case "group" -> group(args[1], args[2], args[3]);
+                case "storage" -> storage(args[1], args[2]);
                 default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
             }
             emit(obj("event", "done"));
@@ -333,6 +337,46 @@ public final class JavaClientCheck {
             for (ConsumerRecord<byte[], byte[]> r : readUntil(c, Map.of(tp, end))) {
                 emit(recordJson("read", null, r.partition(), r.offset(), r.timestamp(), r.timestampType().name,
                         r.key(), r.value(), r.headers()));
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------- scenario 5
+
+    // What kafka-log-dirs.sh and kafka-transactions.sh describe-producers call: Admin.describeLogDirs and
+    // Admin.describeProducers, after one idempotent producer wrote PER_CODEC records to partition 0.
+    static void storage(String bootstrap, String topic) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            createTopic(admin, topic, 2);
+            try (KafkaProducer<byte[], byte[]> producer = producer(bootstrap, "none")) {
+                for (int i = 0; i < PER_CODEC; i++) {
+                    producer.send(new ProducerRecord<>(topic, 0, TS_BASE + i, keyFor("none", i), valueFor("none", i)));
+                }
+                producer.flush();
+            }
+            int node = admin.describeCluster().nodes().get().iterator().next().id();
+            Map<String, LogDirDescription> dirs = admin.describeLogDirs(List.of(node)).allDescriptions().get().get(node);
+            for (Map.Entry<String, LogDirDescription> d : dirs.entrySet()) {
+                LogDirDescription desc = d.getValue();
+                emit(obj("event", "log_dir", "path", d.getKey(),
+                        "error", desc.error() == null ? null : desc.error().getClass().getSimpleName(),
+                        "total_bytes", desc.totalBytes().orElse(-1), "usable_bytes", desc.usableBytes().orElse(-1)));
+                for (Map.Entry<TopicPartition, ReplicaInfo> r : desc.replicaInfos().entrySet()) {
+                    if (!r.getKey().topic().equals(topic)) continue;
+                    emit(obj("event", "replica", "path", d.getKey(), "partition", r.getKey().partition(),
+                            "size", r.getValue().size(), "offset_lag", r.getValue().offsetLag(),
+                            "future", r.getValue().isFuture()));
+                }
+            }
+            TopicPartition tp0 = new TopicPartition(topic, 0), tp1 = new TopicPartition(topic, 1);
+            var states = admin.describeProducers(List.of(tp0, tp1)).all().get();
+            for (TopicPartition tp : List.of(tp0, tp1)) {
+                for (ProducerState ps : states.get(tp).activeProducers()) {
+                    emit(obj("event", "producer", "partition", tp.partition(), "producer_id", ps.producerId(),
+                            "epoch", ps.producerEpoch(), "last_sequence", ps.lastSequence(),
+                            "last_timestamp", ps.lastTimestamp(),
+                            "txn_start", ps.currentTransactionStartOffset().orElse(-1)));
+                }
             }
         }
     }

@@ -243,3 +243,29 @@ def test_consumer_group_split_commit_resume_describe(java_client: Any, jbroker: 
     assert fresh["committed_seen"] == {str(p): 10 for p in range(4)}
     assert fresh["consumed"] == {str(p): list(range(10, 15)) for p in range(4)}, "did not resume at the commits"
     assert ev["committed_final"]["offsets"] == {f"{topic}:{p}": 15 for p in range(4)}
+
+
+# ----------------------------------------------------------------------------------------- 5. storage admin
+
+
+def test_describe_log_dirs_and_producers(java_client: Any, jbroker: Any) -> None:
+    """Admin.describeLogDirs and Admin.describeProducers (what kafka-log-dirs.sh and kafka-transactions.sh
+    describe-producers call) report the partition sizes on disk and the idempotent producer the log holds."""
+    topic = name("java-storage")
+    events = java_client.run("storage", jbroker.bootstrap, topic, broker=jbroker)
+    dirs = [e for e in events if e["event"] == "log_dir"]
+    assert [d["path"] for d in dirs] == [str(Path(jbroker.data_dir).resolve())]
+    assert dirs[0]["error"] is None and 0 < dirs[0]["usable_bytes"] <= dirs[0]["total_bytes"]
+    replicas = {e["partition"]: e for e in events if e["event"] == "replica"}
+    on_disk = {p: sum(f.stat().st_size for f in (Path(jbroker.data_dir) / f"{topic}-{p}").glob("*.log"))
+               for p in (0, 1)}
+    assert {p: r["size"] for p, r in replicas.items()} == on_disk and on_disk[0] > 0 == on_disk[1]
+    assert all(r["offset_lag"] == 0 and r["future"] is False for r in replicas.values())
+    producers = [e for e in events if e["event"] == "producer"]
+    batches = batches_on_disk(jbroker.data_dir, topic)
+    pids = {h.producer_id for h, _ in batches}
+    assert len(pids) == 1 and [p["partition"] for p in producers] == [0]  # partition 1 has no producer
+    p = producers[0]
+    assert p["producer_id"] == next(iter(pids)) and p["epoch"] == batches[-1][0].producer_epoch
+    assert p["last_sequence"] == PER_CODEC - 1 and p["txn_start"] == -1
+    assert p["last_timestamp"] == max(h.max_timestamp for h, _ in batches)

@@ -27,6 +27,7 @@ HANDLER_MODULES = (
     "tidelog.broker.handlers.admin",  # CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, configs, cluster
     "tidelog.broker.handlers.producer_id",  # InitProducerId
     "tidelog.broker.handlers.group",  # group coordinator APIs (classic protocol) and offsets
+    "tidelog.broker.handlers.storage_admin",  # DescribeLogDirs, DescribeProducers
 )
 
 

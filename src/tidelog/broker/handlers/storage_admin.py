@@ -1,0 +1,103 @@
+"""Storage admin APIs: DescribeLogDirs (``kafka-log-dirs.sh --describe``) and DescribeProducers
+(``kafka-transactions.sh describe-producers``).
+
+Kafka behaviours reproduced (sources: Kafka ``KafkaApis.handleDescribeLogDirsRequest``,
+``ReplicaManager.describeLogDirs``, ``KafkaApis.handleDescribeProducersRequest``):
+
+* DescribeLogDirs answers for this broker's own replicas, one result per log directory (``log.dirs``), each with
+  the partitions it holds: ``partition_size`` is the log's size in bytes, ``offset_lag`` 0 and
+  ``is_future_key`` false (tidelog has no future logs). ``topics`` null means every partition; partitions named
+  but not hosted here are left out (not errors). v3+ carry a top-level error code, v4+ the directory's total
+  and usable bytes (``statvfs``); a directory that cannot be read is answered KAFKA_STORAGE_ERROR.
+* DescribeProducers: per partition, the producers of the leader's producer state (id, epoch, last sequence,
+  last timestamp, coordinator epoch, current transaction's first offset, -1 where none);
+  UNKNOWN_TOPIC_OR_PARTITION for an unknown partition, NOT_LEADER_OR_FOLLOWER on a follower.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from tidelog.broker.handlers import RequestContext, handles
+from tidelog.protocol.errors import error_code
+
+DESCRIBE_LOG_DIRS = 35
+DESCRIBE_PRODUCERS = 61
+
+
+def _wanted(request_topics: list[dict] | None) -> set[tuple[str, int]] | None:
+    if request_topics is None:
+        return None
+    return {(t["topic"], int(p)) for t in request_topics for p in t.get("partitions") or []}
+
+
+@handles(DESCRIBE_LOG_DIRS)
+async def describe_log_dirs(ctx: RequestContext, request: dict) -> dict:
+    broker = ctx.broker
+    wanted = _wanted(request.get("topics"))
+    logs = broker.logs
+    by_dir: dict[Path, dict[str, list[dict]]] = {Path(d): {} for d in broker.config.log_dirs}
+    for (topic, partition), plog in sorted(logs.all_logs().items()):
+        if wanted is not None and (topic, partition) not in wanted:
+            continue
+        root = logs.log_dir_of(topic, partition)
+        if root is None:
+            continue
+        by_dir.setdefault(Path(root), {}).setdefault(topic, []).append({
+            "partition_index": partition, "partition_size": int(plog.size_in_bytes), "offset_lag": 0,
+            "is_future_key": False,
+        })
+    results = []
+    for root, topics in by_dir.items():
+        result: dict[str, Any] = {"error_code": 0, "log_dir": str(root.resolve()),
+                                  "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                                  "total_bytes": -1, "usable_bytes": -1}
+        try:
+            st = os.statvfs(root)
+        except OSError:
+            result.update(error_code=error_code("KAFKA_STORAGE_ERROR"), topics=[])
+        else:
+            result["total_bytes"] = st.f_blocks * st.f_frsize
+            result["usable_bytes"] = st.f_bavail * st.f_frsize
+        results.append(result)
+    return {"throttle_time_ms": 0, "error_code": 0, "results": results}
+
+
+def _producers(entries: Iterable[Any]) -> list[dict]:
+    return [{
+        "producer_id": e.producer_id,
+        "producer_epoch": e.producer_epoch,
+        "last_sequence": e.last_seq,
+        "last_timestamp": e.last_timestamp,
+        "coordinator_epoch": e.coordinator_epoch,
+        "current_txn_start_offset": -1 if e.current_txn_first_offset is None else e.current_txn_first_offset,
+    } for e in entries]
+
+
+@handles(DESCRIBE_PRODUCERS)
+async def describe_producers(ctx: RequestContext, request: dict) -> dict:
+    from tidelog.broker.server import PartitionError
+
+    broker = ctx.broker
+    topics_out = []
+    for t in request.get("topics") or []:
+        name = t.get("name")
+        parts = []
+        for index in t.get("partition_indexes") or []:
+            res: dict[str, Any] = {"partition_index": index, "error_code": 0, "error_message": None,
+                                   "active_producers": []}
+            try:
+                plog = broker.leader_log(name, index)
+            except PartitionError as exc:
+                res.update(error_code=error_code(exc.kafka_error), error_message=str(exc))
+            else:
+                ps = plog.producer_state
+                if ps is not None:
+                    res["active_producers"] = _producers(
+                        e for _, e in sorted(ps.active_producers().items()))
+            parts.append(res)
+        topics_out.append({"name": name, "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics_out}
