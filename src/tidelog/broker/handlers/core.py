@@ -27,6 +27,7 @@ All storage/record exceptions become error codes in one place, :func:`error_of`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -224,7 +225,10 @@ async def metadata(ctx: RequestContext, request: dict) -> dict:
                     continue
                 if allow_auto:
                     try:
-                        info = topics_mgr.maybe_auto_create(name)
+                        if getattr(topics_mgr, "blocking_io", False):  # ZooKeeper writes: not on the loop
+                            info = await asyncio.to_thread(topics_mgr.maybe_auto_create, name)
+                        else:
+                            info = topics_mgr.maybe_auto_create(name)
                     except TopicError as exc:
                         code, _ = error_of(exc)
                         out.append(_topic_error(name, code))

@@ -1,0 +1,53 @@
+"""``auto.create.topics.enable`` in ZooKeeper mode: a Metadata request for an unknown topic creates it in
+ZooKeeper with the broker defaults (the ZooKeeper writes run off the event loop), answers LEADER_NOT_AVAILABLE
+until the controller has placed it, and a producer that only knows the topic's name writes to it."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+pytest.importorskip("kazoo", reason="kazoo is not installed")
+
+from support import kazoo, read_all, request, state, topic_assignment, until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+METADATA = 3
+NONE, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION = 0, 5, 3
+
+
+def _metadata(broker: Any, topic: str, allow: bool) -> dict:
+    return request(broker, METADATA, 9, {"topics": [{"name": topic}], "allow_auto_topic_creation": allow,
+                                         "include_cluster_authorized_operations": False,
+                                         "include_topic_authorized_operations": False}, timeout=15)["topics"][0]
+
+
+def test_metadata_and_produce_auto_create_topics(cluster_with: Any) -> None:
+    c = cluster_with({"auto.create.topics.enable": "true", "num.partitions": "2"})
+    b = next(iter(c.brokers.values()))
+    topic = f"auto-{uuid.uuid4().hex[:8]}"
+    assert _metadata(b, topic, allow=False)["error_code"] == UNKNOWN_TOPIC_OR_PARTITION
+    first = _metadata(b, topic, allow=True)
+    assert first["error_code"] in (LEADER_NOT_AVAILABLE, NONE), first
+    with kazoo(c.zk.connect) as zk:
+        assignment = topic_assignment(zk, topic)
+        assert sorted(assignment.partitions) == [0, 1]
+        assert all(len(r) == 3 for r in assignment.partitions.values())  # default.replication.factor 3
+        until(f"{topic} led with a full ISR", lambda: all(
+            (s := state(zk, topic, p)).leader > 0 and len(s.isr) == 3 for p in range(2)))
+    until(f"{topic} in every broker's Metadata", lambda: all(
+        (m := _metadata(x, topic, allow=False))["error_code"] == NONE and len(m["partitions"]) == 2
+        for x in c.brokers.values()))
+    # a producer naming a topic nobody created: its Metadata request creates it
+    from confluent_kafka import Producer
+
+    produced = f"auto-{uuid.uuid4().hex[:8]}"
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "message.timeout.ms": 60000})
+    for i in range(10):
+        p.produce(produced, value=b"v%d" % i, partition=i % 2)
+    assert p.flush(60) == 0
+    got = read_all(c.bootstrap, produced, 2)
+    assert sorted(v for recs in got.values() for _, v in recs) == sorted(b"v%d" % i for i in range(10))
