@@ -52,6 +52,11 @@ setup(
             sources=["src/tidelog/records/_columnar.c"],
             optional=True,
         ),
+        Extension(
+            "tidelog.storage._cleanwalk",
+            sources=["src/tidelog/storage/_cleanwalk.c"],
+            optional=True,
+        ),
     ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -107,9 +107,27 @@ DOUBLE_MAX = 1.7976931348623157e308
 
 _BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 _UINT32 = struct.Struct(">I")
+_INT32_MIN = -(1 << 31)
 
 #: the fault-injection steps, in order (tests raise or exit at each)
 FAULT_STEPS = ("map-built", "cleaned", "swap", "old-deleted", "swapped", "checkpoint")
+
+
+def _load_c(name: str) -> Callable[..., Any] | None:
+    """``tidelog.storage._cleanwalk.<name>`` (the per-batch loops in C, built by setup.py when a compiler is
+    there), or None: not built, or ``TIDELOG_PURE_PYTHON`` is set (to anything but "" or "0")."""
+    if os.environ.get("TIDELOG_PURE_PYTHON", "").strip() not in ("", "0"):
+        return None
+    try:
+        from tidelog.storage import _cleanwalk
+    except ImportError:
+        return None
+    return getattr(_cleanwalk, name, None)
+
+
+c_put_records = _load_c("put_records")
+"""The C offset-map build of one batch's records (:meth:`OffsetMap.put_records`), or None for the pure-Python
+:func:`_keys_and_deltas` + :meth:`OffsetMap.put_many` (the reference: same map, same exceptions and messages)."""
 
 
 class CleanerAbortedError(Exception):
@@ -692,6 +710,10 @@ def build_offset_map(
             result.bytes_read += bsize
             _check_crc(buf, pos, fields)
             data, p, n = _records_of(buf, pos, fields)
+            if c_put_records is not None and offset_map.put_records(
+                c_put_records, data, p, n, count, base, start - base if base < start else _INT32_MIN
+            ):
+                continue
             keys, deltas = _keys_and_deltas(data, p, n, count)
             if base >= start:
                 put_many(keys, [base + d for d in deltas])

@@ -9,23 +9,30 @@ accepts the same risk.
 Open addressing with linear probing; the map is "full" at ``load_factor`` of its slots, and the caller stops
 adding keys there (a dirty section larger than that is cleaned in several rounds).
 
-The home slot of a digest is ``hash(digest) % slots`` (the digest is already uniform; Python's cached bytes hash
-is the cheapest way to turn it into an int, and the map never leaves the process). The cleaner uses the bulk
-methods :meth:`OffsetMap.put_many` / :meth:`OffsetMap.get_many`, one call per batch, whose loops inline the
-digest and the probe; :meth:`OffsetMap.put` / :meth:`OffsetMap.get` are the same thing for one key.
+The home slot of a digest is its first 8 bytes read as a little-endian unsigned int, modulo ``slots`` (the
+digest is already uniform), so that the C walkers of ``tidelog.storage._cleanwalk`` compute the same slots
+and both paths build byte-identical maps. The cleaner uses the C walkers when the extension is built
+(:meth:`OffsetMap.put_records`, and ``filter_records`` on :meth:`OffsetMap.buffers`), else the bulk methods
+:meth:`OffsetMap.put_many` / :meth:`OffsetMap.get_many`, one call per batch, whose loops inline the digest and
+the probe; :meth:`OffsetMap.put` / :meth:`OffsetMap.get` are the same thing for one key.
 """
 
 from __future__ import annotations
 
 import hashlib
+import struct
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 DIGEST_SIZE = 16
 OFFSET_SIZE = 8
 BYTES_PER_ENTRY = DIGEST_SIZE + OFFSET_SIZE
 
 _EMPTY = -1
+
+_home = struct.Struct("<Q").unpack_from
+"""``_home(digest)[0]``: the digest's first 8 bytes as a little-endian unsigned int (``% slots``: the home slot)."""
 
 try:  # MD5 as Kafka's map uses; the plain constructor is the fastest call (keyword arguments cost ~50 %)
     hashlib.md5(b"")
@@ -95,7 +102,7 @@ class OffsetMap:
     def _slot(self, digest: bytes) -> int:
         """The slot holding ``digest``, or the empty slot where it would go."""
         slots = self._slots
-        i = hash(digest) % slots
+        i = _home(digest)[0] % slots
         at = self._digests.startswith
         offsets = self._offsets
         self.lookups += 1
@@ -124,10 +131,11 @@ class OffsetMap:
         latest = self.latest_offset
         probes = 0
         md5 = _md5
+        home = _home
         try:
             for key, offset in zip(keys, offsets):
                 d = md5(key).digest()
-                i = hash(d) % slots
+                i = home(d)[0] % slots
                 while True:
                     if offs[i] == _EMPTY:
                         if size >= max_entries:
@@ -151,6 +159,36 @@ class OffsetMap:
             self.lookups += len(keys)
             self.probes += probes
 
+    def put_records(
+        self, c_put: Callable[..., Any], data: bytes, p: int, n: int, count: int, base: int, min_delta: int
+    ) -> bool:
+        """The C ``put_records`` (``tidelog.storage._cleanwalk``) of one batch: :meth:`put_many` of the non-null
+        keys of the ``count`` records in ``data[p:n]`` whose offset delta is >= ``min_delta``, at ``base`` +
+        delta, in place. False, with the map unchanged, when the C walk declines the records (a framing error
+        or an unusual case: the caller runs the Python path, which raises or handles it). OverflowError as
+        :meth:`put_many`."""
+        res = c_put(
+            self._digests, self._offsets, self._slots, self._max_entries, self._size, self.latest_offset,
+            data, p, n, count, base, min_delta,
+        )
+        if res is None:
+            return False
+        self._size, self.latest_offset, keys, probes, full = res
+        self.lookups += keys
+        self.probes += probes
+        if full:
+            raise OverflowError("offset map is full")
+        return True
+
+    def buffers(self) -> tuple[bytearray, array[int], int]:
+        """``(digests, offsets, slots)``: the map's storage, for the C walkers (which read it in place)."""
+        return self._digests, self._offsets, self._slots
+
+    def count_lookups(self, lookups: int, probes: int) -> None:
+        """Add lookups a C walker made on :meth:`buffers` to the map's counters."""
+        self.lookups += lookups
+        self.probes += probes
+
     def get(self, key: bytes | bytearray | memoryview) -> int:
         """The latest offset recorded for ``key``, or -1."""
         return self._offsets[self._slot(_md5(key).digest())]
@@ -161,13 +199,14 @@ class OffsetMap:
         at = self._digests.startswith
         offs = self._offsets
         md5 = _md5
+        home = _home
         out: list[int] = []
         append = out.append
         probes = 0
         n = 0
         for key in keys:
             d = md5(key).digest()
-            i = hash(d) % slots
+            i = home(d)[0] % slots
             while True:
                 o = offs[i]
                 if o == _EMPTY or at(d, i * DIGEST_SIZE):
