@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from cleanup_helpers import NOW, TP, compact_config, open_log
 
-from tidelog.records.batch import build_batch, build_control_batch
+from tidelog.records.batch import build_batch, build_control_batch, decode_batch
 from tidelog.records.crc import crc32c
 from tidelog.records.header import (
     LOG_APPEND_TIME,
@@ -228,6 +228,44 @@ def test_put_records_overflow_keeps_the_keys_before() -> None:
         py_map.put_many([k for k, _, _ in recs], [d for _, _, d in recs])
     assert map_state(c_map) == map_state(py_map)
     assert c_map.size == 6
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_filter_batches_c_and_python(monkeypatch: pytest.MonkeyPatch, codec: int) -> None:
+    """_Filter.apply on random batches (LogAppendTime, horizons past and future, producer batches, offset gaps,
+    headers, timestamps far from the base) with the C filter and without: same bytes, counts, horizon, map."""
+    from test_cleaner_filter import random_batch
+
+    rng = random.Random(100 + codec)
+    for _round in range(40):
+        batches = []
+        offset = rng.choice([0, 10**9])
+        for _ in range(rng.randint(1, 8)):
+            data = random_batch(rng, offset, codec)
+            batches.append(data)
+            offset = parse_header_tuple(data)[0] + parse_header_tuple(data)[6] + 1
+        m = OffsetMap(24 * rng.choice([40, 200]))
+        for data in batches:
+            for r in decode_batch(data)[1]:
+                if r.key is not None and rng.random() < 0.7 and not m.full:
+                    m.put(r.key, r.offset)
+        last_offsets = {7: offset - 1, 8: parse_header_tuple(batches[0])[0] + parse_header_tuple(batches[0])[6]}
+        now = NOW + rng.choice([0, 2 * 10**6])
+        outcomes = []
+        m.lookups = m.probes = 0
+        for pure in (False, True):
+            with monkeypatch.context() as mp:
+                if pure:
+                    pure_python(mp)
+                flt = _Filter(m, now, 1000, last_offsets)
+                out = []
+                for data in batches:
+                    buf = b"pad" + data
+                    res = flt.apply(buf, 3, parse_header_tuple(buf, 3))
+                    out.append((None if res[0] is None else bytes(res[0]), type(res[0]), *res[1:]))
+                outcomes.append((out, flt.min_horizon, map_state(m)))
+                m.lookups = m.probes = 0
+        assert outcomes[0] == outcomes[1]
 
 
 # ============================================================================================ malformed records

@@ -11,15 +11,17 @@
  *   map's new size and latest offset, the keys offered and the probes made; ``full`` is 1 when a new key found
  *   the map at ``max_entries`` (the keys before it are in the map: the caller raises OverflowError).
  *
- * filter_records(digests, offsets, slots, data, p, n, count, base, expired, horizon, new_horizon, lat_time)
- *     -> None | (kept, tombstones, probes, payload, new_base, max_ts)
+ * filter_records(digests, offsets, slots, data, p, n, count, base, expired, horizon, new_horizon, lat_time,
+ *                base_timestamp) -> None | (kept, tombstones, probes, payload, new_base, max_ts)
  *   _Filter.apply's per-batch work (cleaner._scan_records + OffsetMap.get_many + the keep/drop loop +
  *   _retained_records): looks every record's key up (a null key looks up b"", as get_many does), keeps a record
  *   when its key is not null, no later offset of its key is in the map, and it is not a tombstone of an
  *   ``expired`` delete horizon. ``horizon`` is the batch's delete horizon or None, ``new_horizon`` the one a
  *   first cleaning that keeps a tombstone writes, ``lat_time`` the batch's maxTimestamp for a LogAppendTime
- *   batch or None. ``payload`` is the kept records re-encoded relative to ``new_base`` (None when every record
- *   is kept and no horizon is due, or when none is kept); ``max_ts`` is the max timestamp of the kept records
+ *   batch or None, ``base_timestamp`` the batch's. ``payload`` is the kept records (a record whose timestampDelta
+ *   relative to ``new_base`` is unchanged copied verbatim, else its length and timestampDelta re-encoded), ready
+ *   for _rebuild's header (and codec); None when every record is kept and no horizon is due, or when none is
+ *   kept. ``new_base`` is the rebuilt batch's baseTimestamp, ``max_ts`` the max timestamp of the kept records
  *   (``lat_time`` for a LogAppendTime batch).
  *
  * Both return None, with nothing changed, whenever anything is out of the ordinary (a framing error, a varint
@@ -523,9 +525,184 @@ put_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(LLLLi)", (long long)size, (long long)latest, nkeys, probes, full);
 }
 
+/* ============================================================================================= filter_records */
+
+PyDoc_STRVAR(filter_records_doc,
+             "filter_records(digests, offsets, slots, data, p, n, count, base, expired, horizon, new_horizon, "
+             "lat_time, base_timestamp) -> None | (kept, tombstones, probes, payload, new_base, max_ts): the "
+             "cleaner's filter of one batch's records (see the module docstring).");
+
+static inline size_t
+put_uvarint(uint8_t *out, uint64_t v)
+{
+    size_t k = 0;
+    while (v >= 0x80) {
+        out[k++] = (uint8_t)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    out[k++] = (uint8_t)v;
+    return k;
+}
+
+static PyObject *
+filter_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "filter_records takes 13 arguments");
+        return NULL;
+    }
+    int64_t base, horizon = 0, new_horizon, lat_time = 0, old_base;
+    int has_horizon = args[9] != Py_None, has_lat = args[11] != Py_None;
+    int expired = PyObject_IsTrue(args[8]);
+    if (expired < 0)
+        return NULL;
+    int rc;
+    if ((rc = arg_i64(args[7], &base)) || (has_horizon && (rc = arg_i64(args[9], &horizon)))
+        || (rc = arg_i64(args[10], &new_horizon)) || (has_lat && (rc = arg_i64(args[11], &lat_time)))
+        || (rc = arg_i64(args[12], &old_base))) {
+        if (rc < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_buffer dv, ov, view;
+    map_t m;
+    Py_ssize_t p, n;
+    long long count;
+    rc = get_region(args[3], args[4], args[5], args[6], &view, &p, &n, &count);
+    if (rc < 0)
+        return NULL;
+    if (rc > 0)
+        Py_RETURN_NONE;
+    if (get_map(args[0], args[1], args[2], 0, &dv, &ov, &m) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    rec_t *recs = NULL;
+    uint8_t *out = NULL;
+    /* a re-encoded record grows by at most 4 (length) + 9 (timestampDelta) bytes */
+    size_t out_cap = (size_t)(n - p) + 16 * (size_t)count;
+    if (count > 0) {
+        recs = PyMem_RawMalloc((size_t)count * sizeof(rec_t));
+        out = PyMem_RawMalloc(out_cap);
+        if (recs == NULL || out == NULL) {
+            PyMem_RawFree(recs);
+            PyMem_RawFree(out);
+            PyBuffer_Release(&view);
+            PyBuffer_Release(&dv);
+            PyBuffer_Release(&ov);
+            return PyErr_NoMemory();
+        }
+    }
+    const uint8_t *d = (const uint8_t *)view.buf;
+    int ok = 0, tombstones = 0, rebuilt = 0;
+    long long kept = 0, probes = 0;
+    int64_t new_base = 0, max_ts = NO_TIMESTAMP;
+    size_t out_len = 0;
+    PyThreadState *ts = NULL;
+    if (n - p >= RELEASE_GIL_BYTES)
+        ts = PyEval_SaveThread();
+    if (walk_records(d, p, n, count, 1, recs) == 0) {
+        ok = 1;
+        /* _Filter.apply's loop; the kept records move to recs[0:kept], in order */
+        for (long long i = 0; i < count; i++) {
+            const rec_t *r = &recs[i];
+            uint8_t digest[DIGEST_SIZE];
+            const uint8_t *dg = empty_digest; /* get_many looks a null key up as b"" */
+            if (r->key_len >= 0) {
+                md5(d + r->key_pos, (size_t)r->key_len, digest);
+                dg = digest;
+            }
+            int64_t found = m.offsets[map_find(&m, dg, &probes)];
+            if (r->key_len < 0) /* a compacted log has no use for a record without a key */
+                continue;
+            if (found >= 0) {
+                int64_t offset;
+                if (__builtin_add_overflow(base, (int64_t)r->delta, &offset)) {
+                    ok = 0;
+                    break;
+                }
+                if (offset < found)
+                    continue;
+            }
+            if (r->null_value) {
+                if (expired)
+                    continue;
+                tombstones = 1;
+            }
+            if (kept != i)
+                recs[kept] = *r;
+            kept++;
+        }
+    }
+    int need_horizon = !has_horizon && tombstones;
+    if (ok && kept > 0 && (kept < count || need_horizon)) {
+        /* _rebuild's baseTimestamp, then _retained_records */
+        rebuilt = 1;
+        if (need_horizon)
+            new_base = new_horizon;
+        else if (has_horizon)
+            new_base = horizon;
+        else if (has_lat)
+            new_base = lat_time;
+        else if (__builtin_add_overflow(old_base, recs[0].tsd, &new_base))
+            ok = 0;
+        for (long long i = 0; i < kept && ok; i++) {
+            const rec_t *r = &recs[i];
+            int64_t t = lat_time, new_tsd;
+            if ((!has_lat && __builtin_add_overflow(old_base, r->tsd, &t))
+                || __builtin_sub_overflow(t, new_base, &new_tsd)) {
+                ok = 0;
+                break;
+            }
+            if (t > max_ts)
+                max_ts = t;
+            if (new_tsd == r->tsd) {
+                memcpy(out + out_len, d + r->start, (size_t)(r->end - r->start));
+                out_len += (size_t)(r->end - r->start);
+            } else {
+                uint8_t tsd_bytes[10];
+                size_t tsd_len = put_uvarint(tsd_bytes, ((uint64_t)new_tsd << 1) ^ (uint64_t)(new_tsd >> 63));
+                size_t rest = (size_t)(r->end - r->ts_end);
+                out_len += put_uvarint(out + out_len, (uint64_t)(1 + tsd_len + rest) << 1);
+                out[out_len++] = d[r->ts_pos - 1]; /* attributes */
+                memcpy(out + out_len, tsd_bytes, tsd_len);
+                out_len += tsd_len;
+                memcpy(out + out_len, d + r->ts_end, rest);
+                out_len += rest;
+            }
+        }
+        if (has_lat)
+            max_ts = lat_time;
+    }
+    if (ts != NULL)
+        PyEval_RestoreThread(ts);
+    PyObject *result = NULL;
+    if (ok) {
+        PyObject *payload = Py_None;
+        if (rebuilt)
+            payload = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)out_len);
+        else
+            Py_INCREF(Py_None);
+        if (payload != NULL) {  /* "N": the tuple takes the reference */
+            result = Py_BuildValue("(LiLNLL)", kept, tombstones, probes, payload, (long long)new_base,
+                                   (long long)max_ts);
+        }
+    } else {
+        result = Py_None;
+        Py_INCREF(Py_None);
+    }
+    PyMem_RawFree(recs);
+    PyMem_RawFree(out);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&dv);
+    PyBuffer_Release(&ov);
+    return result;
+}
+
 static PyMethodDef cleanwalk_methods[] = {
     {"md5", (PyCFunction)md5_py, METH_O, md5_doc},
     {"put_records", (PyCFunction)(void (*)(void))put_records, METH_FASTCALL, put_records_doc},
+    {"filter_records", (PyCFunction)(void (*)(void))filter_records, METH_FASTCALL, filter_records_doc},
     {NULL, NULL, 0, NULL},
 };
 

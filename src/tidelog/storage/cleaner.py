@@ -129,6 +129,11 @@ c_put_records = _load_c("put_records")
 """The C offset-map build of one batch's records (:meth:`OffsetMap.put_records`), or None for the pure-Python
 :func:`_keys_and_deltas` + :meth:`OffsetMap.put_many` (the reference: same map, same exceptions and messages)."""
 
+c_filter_records = _load_c("filter_records")
+"""The C filter of one batch's records (:meth:`_Filter.apply`: walk, lookups, keep/drop, the kept records
+re-encoded), or None for the pure-Python :func:`_scan_records` + :meth:`OffsetMap.get_many` + the loop in
+:meth:`_Filter.apply` + :func:`_retained_records` (the reference: same bytes, same exceptions and messages)."""
+
 
 class CleanerAbortedError(Exception):
     """Cleaning stopped because the cleaner is shutting down or the log went away."""
@@ -744,32 +749,47 @@ class _Filter:
             return memoryview(buf)[pos : pos + bsize], count, count, fields[H_MAX_TIMESTAMP]
         _check_crc(buf, pos, fields)
         data, p, n = _records_of(buf, pos, fields)
-        starts, keys, deltas, nulls = _scan_records(data, p, n, count)
         base = fields[H_BASE_OFFSET]
         horizon = fields[H_BASE_TIMESTAMP] if attributes & DELETE_HORIZON_MASK else None
-        latest = self.offset_map.get_many([b"" if k is None else k for k in keys])
         expired = horizon is not None and self.now_ms >= horizon
-        kept: list[int] = []
-        tombstones = False
-        for i, found in enumerate(latest):
-            if keys[i] is None:  # a compacted log has no use for a record without a key
-                continue
-            if found >= 0 and base + deltas[i] < found:
-                continue
-            if nulls[i]:
-                if expired:
+        lat = attributes & TIMESTAMP_TYPE_MASK
+        c_filter = c_filter_records
+        res = None
+        if c_filter is not None:
+            offset_map = self.offset_map
+            digests, offsets, slots = offset_map.buffers()
+            res = c_filter(
+                digests, offsets, slots, data, p, n, count, base, expired, horizon,
+                self.now_ms + self.delete_retention_ms, fields[H_MAX_TIMESTAMP] if lat else None,
+                fields[H_BASE_TIMESTAMP],
+            )
+        if res is None:  # the pure-Python reference (no C, or the C walk declined the records)
+            starts, keys, deltas, nulls = _scan_records(data, p, n, count)
+            latest = self.offset_map.get_many([b"" if k is None else k for k in keys])
+            kept: list[int] = []
+            tombstones = False
+            for i, found in enumerate(latest):
+                if keys[i] is None:  # a compacted log has no use for a record without a key
                     continue
-                tombstones = True
-            kept.append(i)
+                if found >= 0 and base + deltas[i] < found:
+                    continue
+                if nulls[i]:
+                    if expired:
+                        continue
+                    tombstones = True
+                kept.append(i)
+            nkept = len(kept)
+        else:
+            nkept, tombstones, probes, payload, new_base, c_max_ts = res
+            offset_map.count_lookups(count, probes)
         need_horizon = horizon is None and tombstones
         if tombstones:
             h = horizon if horizon is not None else self.now_ms + self.delete_retention_ms
             self.min_horizon = h if self.min_horizon is None else min(self.min_horizon, h)
-        if len(kept) == count and not need_horizon:
+        if nkept == count and not need_horizon:
             return memoryview(buf)[pos : pos + bsize], count, count, fields[H_MAX_TIMESTAMP]
         new_horizon = self.now_ms + self.delete_retention_ms if need_horizon else horizon
-        lat = attributes & TIMESTAMP_TYPE_MASK
-        if not kept:
+        if not nkept:
             pid = fields[H_PRODUCER_ID]
             if pid == NO_PRODUCER_ID or self.producer_last_offsets.get(pid) != base + fields[H_LAST_OFFSET_DELTA]:
                 return None, count, 0, NO_TIMESTAMP
@@ -786,8 +806,11 @@ class _Filter:
                 last_offset_delta=fields[H_LAST_OFFSET_DELTA],
             )
             return empty, count, 0, fields[H_MAX_TIMESTAMP]
-        rebuilt, max_ts = _rebuild(data, n, fields, starts, kept, new_horizon)
-        return rebuilt, count, len(kept), max_ts
+        if res is None:
+            rebuilt, max_ts = _rebuild(data, n, fields, starts, kept, new_horizon)
+        else:
+            rebuilt, max_ts = _seal(fields, payload, nkept, new_base, c_max_ts, new_horizon), c_max_ts
+        return rebuilt, count, nkept, max_ts
 
 
 def _rebuild(
@@ -811,15 +834,23 @@ def _rebuild(
             p += 1
         new_base = old_base + decode_varlong(data, p + 2)[0]
     parts, max_ts = _retained_records(data, starts, n, kept, old_base, new_base, lat_time)
-    payload = b"".join(parts)
+    if lat_time is not None:
+        max_ts = lat_time
+    return _seal(fields, b"".join(parts), len(kept), new_base, max_ts, new_horizon), max_ts
+
+
+def _seal(
+    fields: HeaderTuple, payload: bytes, count: int, new_base: int, max_ts: int, new_horizon: int | None
+) -> bytes:
+    """The rebuilt batch around the kept records' bytes ``payload`` (compressed here with the batch's codec):
+    the header of :func:`_rebuild` with ``count`` records, baseTimestamp ``new_base``, maxTimestamp ``max_ts``."""
+    attributes = fields[H_ATTRIBUTES]
     codec = attributes & COMPRESSION_MASK
     if codec:
         payload = compress(codec, payload)
     new_attributes = attributes & (COMPRESSION_MASK | TIMESTAMP_TYPE_MASK)
     if new_horizon is not None:
         new_attributes |= DELETE_HORIZON_MASK
-    if lat_time is not None:
-        max_ts = lat_time
     header = bytearray(
         _BATCH_HEADER.pack(
             fields[H_BASE_OFFSET],
@@ -834,13 +865,13 @@ def _rebuild(
             fields[H_PRODUCER_ID],
             fields[H_PRODUCER_EPOCH],
             fields[H_BASE_SEQUENCE],
-            len(kept),
+            count,
         )
     )
     crc = crc32c(payload, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
     _UINT32.pack_into(header, CRC_OFFSET, crc)
     header += payload
-    return bytes(header), max_ts
+    return bytes(header)
 
 
 def _remove_leftovers(plog: PartitionLog, base: int) -> None:
