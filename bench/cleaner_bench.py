@@ -6,7 +6,10 @@ dedupe buffer setting, measured in one run.
   written before). The cleaner cleans each log once (offset map large enough for one round); MB/s is log
   bytes cleaned (read) per second. Baseline: copying the very same ``.log`` files sequentially with
   ``os.read``/``os.write`` (warm page cache for both; neither fsyncs except the cleaner's one fsync per
-  cleaned segment, which is part of what it must do).
+  cleaned segment, which is part of what it must do). Each log is cleaned with the C per-batch loops
+  (``tidelog.storage._cleanwalk``, row ``C``) and, in the same run, an identical log with them disabled (row
+  ``python``, the pure-Python reference; ``--no-python`` skips it). The two cleaned logs are checked to be
+  byte-identical.
 * **Memory**: the Python heap high-water mark (tracemalloc peak) of one cleaning of the 50 % log with several
   ``log.cleaner.dedupe.buffer.size`` settings; the offset map is preallocated, so the peak follows the setting
   plus a constant for batch buffers. Smaller settings clean in more rounds.
@@ -30,6 +33,7 @@ import tracemalloc
 from pathlib import Path
 
 from tidelog.records.batch import build_batch
+from tidelog.storage import cleaner as cleaner_mod
 from tidelog.storage.cleaner import CleanerConfig, LogCleaner
 from tidelog.storage.config import LogConfig
 from tidelog.storage.log import PartitionLog
@@ -37,6 +41,7 @@ from tidelog.storage.producer_state import ProducerStateManager
 
 NOW = 1_700_000_000_000
 TP = ("bench", 0)
+C_FUNCS = ("c_put_records", "c_filter_records")
 
 
 def make_log(root: Path, records: int, dup: float, value_size: int, batch: int, seed: int = 1) -> PartitionLog:
@@ -70,6 +75,26 @@ def make_log(root: Path, records: int, dup: float, value_size: int, batch: int, 
     return plog
 
 
+def clean(plog: PartitionLog, pure: bool) -> tuple[float, list]:
+    """Seconds to clean ``plog`` until done (``pure``: with the C loops disabled), and the results."""
+    saved = {name: getattr(cleaner_mod, name) for name in C_FUNCS}
+    if pure:
+        for name in C_FUNCS:
+            setattr(cleaner_mod, name, None)
+    try:
+        cleaner = LogCleaner(CleanerConfig(dedupe_buffer_size=64 << 20), lambda plog=plog: {TP: plog})
+        t0 = time.perf_counter()
+        results = cleaner.clean_until_done(now_ms=NOW + 10**9)
+        return time.perf_counter() - t0, results
+    finally:
+        for name, fn in saved.items():
+            setattr(cleaner_mod, name, fn)
+
+
+def log_bytes(plog: PartitionLog) -> list[bytes]:
+    return [s.log_path.read_bytes() for s in plog.segments]
+
+
 def copy_files(paths: list[Path], dest: Path) -> tuple[int, float]:
     dest.mkdir()
     total = 0
@@ -93,39 +118,53 @@ def main() -> int:
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--batch", type=int, default=50)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-python", action="store_true", help="skip the pure-Python comparison rows")
     args = ap.parse_args()
     if args.quick:
         args.records = 20_000
+    have_c = all(getattr(cleaner_mod, name, None) is not None for name in C_FUNCS)
+    paths = (["C"] if have_c else []) + ([] if args.no_python and have_c else ["python"])
     work = Path(tempfile.mkdtemp(prefix="cleaner-bench-"))
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, {args.records} records x {args.value_size} B, "
-          f"batches of {args.batch}; warm page cache")
+          f"batches of {args.batch}; warm page cache"
+          + ("" if have_c else "; C loops not available (not built or TIDELOG_PURE_PYTHON set)"))
     print()
-    print(f"{'duplicates':>10} | {'log MB':>7} | {'kept %':>6} | {'cleaner MB/s':>12} | {'copy MB/s':>9} | "
-          f"{'ratio':>7}")
-    print("-" * 68)
+    print(f"{'duplicates':>10} | {'path':>6} | {'log MB':>7} | {'kept %':>6} | {'cleaner MB/s':>12} | "
+          f"{'copy MB/s':>9} | {'ratio':>7} | {'vs python':>9}")
+    print("-" * 90)
     try:
         for dup in (0.01, 0.50, 0.99):
-            root = work / f"dup{int(dup * 100)}"
-            plog = make_log(root, args.records, dup, args.value_size, args.batch)
-            files = [s.log_path for s in plog.segments[:-1]]
-            size = sum(p.stat().st_size for p in files)
-            copied, copy_s = copy_files(files, work / f"copy{int(dup * 100)}")
-            assert copied == size
-            cleaner = LogCleaner(CleanerConfig(dedupe_buffer_size=64 << 20), lambda plog=plog: {TP: plog})
-            t0 = time.perf_counter()
-            results = cleaner.clean_until_done(now_ms=NOW + 10**9)
-            secs = time.perf_counter() - t0
-            read = sum(r.bytes_read for r in results)
-            written = sum(r.bytes_written for r in results)
-            after = sum(s.size for s in plog.segments)
-            # bytes_read counts the dirty section twice (map pass + copy pass); throughput is per log byte
-            mbps = size / secs / 1e6
-            copy_mbps = size / copy_s / 1e6
-            print(f"{int(dup * 100):>9}% | {size / 1e6:7.2f} | {100 * after / size:6.1f} | {mbps:12.2f} | "
-                  f"{copy_mbps:9.1f} | {mbps / copy_mbps:7.4f}")
-            assert read >= size and written <= size
-            plog.close()
-            shutil.rmtree(root)
+            cleaned: dict[str, list[bytes]] = {}
+            mbps_of: dict[str, float] = {}
+            rows = []
+            copy_mbps = 0.0
+            for path in paths:
+                root = work / f"dup{int(dup * 100)}-{path}"
+                plog = make_log(root, args.records, dup, args.value_size, args.batch)
+                files = [s.log_path for s in plog.segments[:-1]]
+                size = sum(p.stat().st_size for p in files)
+                if not copy_mbps:  # one copy baseline per log, shared by its C and python rows
+                    copied, copy_s = copy_files(files, work / f"copy{int(dup * 100)}")
+                    assert copied == size
+                    copy_mbps = size / copy_s / 1e6
+                secs, results = clean(plog, pure=path == "python")
+                read = sum(r.bytes_read for r in results)
+                written = sum(r.bytes_written for r in results)
+                after = sum(s.size for s in plog.segments)
+                # bytes_read counts the dirty section twice (map pass + copy pass); throughput is per log byte
+                mbps_of[path] = size / secs / 1e6
+                rows.append((path, size, after))
+                assert read >= size and written <= size
+                cleaned[path] = log_bytes(plog)
+                plog.close()
+                shutil.rmtree(root)
+            if len(cleaned) == 2:
+                assert cleaned["C"] == cleaned["python"], "the C and Python cleaners disagree"
+            for path, size, after in rows:
+                mbps = mbps_of[path]
+                gain = f"{mbps / mbps_of['python']:8.2f}x" if "python" in mbps_of else f"{'-':>9}"
+                print(f"{int(dup * 100):>9}% | {path:>6} | {size / 1e6:7.2f} | {100 * after / size:6.1f} | "
+                      f"{mbps:12.2f} | {copy_mbps:9.1f} | {mbps / copy_mbps:7.4f} | {gain}")
 
         print()
         print("memory: one cleaning of the 50 % log (tracemalloc peak of the Python heap)")

@@ -146,7 +146,7 @@ def run_scenario(root: Path, seed: int, key_space: int, dedupe: int, pure: bool,
         offset_map = OffsetMap(cleaner_.config.map_memory_per_thread(), cleaner_.config.io_buffer_load_factor)
         try:
             for phase, now in enumerate((NOW, NOW + 100, NOW + 10**8)):
-                writer.write(plog, rng.randrange(40, 120), NOW + phase * 1000)
+                writer.write(plog, rng.randrange(25, 70), NOW + phase * 1000)
                 plog.roll(now_ms=NOW)
                 plog.high_watermark = plog.log_end_offset
                 for _ in range(200):

@@ -32,6 +32,12 @@ Not done (yet): transactional data and control batches are copied unchanged and 
 map (so an aborted transaction is never removed, and committed transactional writes do not supersede older
 values); Kafka removes aborted data and, after the delete horizon, markers of finished transactions.
 
+Per-record work: both passes call C once per batch (``tidelog.storage._cleanwalk``, when built and
+``TIDELOG_PURE_PYTHON`` is not set): :data:`c_put_records` for the map, :data:`c_filter_records` for the keep/drop
+and the re-encoded kept records. The pure-Python loops (:func:`_keys_and_deltas`, :func:`_scan_records`,
+:func:`_retained_records`) stay the reference; the C walk declines any batch that is not plainly well-formed
+(Python then raises the exact error), and both paths build byte-identical maps and segments.
+
 Threads: ``log.cleaner.threads`` daemon threads, each waiting ``log.cleaner.backoff.ms`` between idle checks.
 All file I/O happens on them, never on the broker's event loop. ``log.cleaner.io.max.bytes.per.second`` limits
 the bytes read + written per second across all threads.
