@@ -1,8 +1,10 @@
-"""Build of the optional C accelerator ``tidelog.records._recwalk`` (all other metadata is in pyproject.toml).
+"""Build of the optional C accelerators (all other metadata is in pyproject.toml): ``tidelog.records._recwalk``
+(record walk, CRC-32C, append and recovery loops), ``tidelog.records._columnar`` (Spark rows) and
+``tidelog.storage._cleanwalk`` (the log cleaner's offset map and batch filter).
 
-The extension is optional: when it cannot be compiled (no C compiler, no Python headers) the install still
-succeeds with a warning and tidelog uses the pure-Python record walker (``tidelog.records.batch``).
-``TIDELOG_PURE_PYTHON=1`` at run time forces the pure-Python walker even when the extension is built.
+They are optional: when one cannot be compiled (no C compiler, no Python headers) the install still succeeds
+with a warning and tidelog uses the pure-Python code it replaces. ``TIDELOG_PURE_PYTHON=1`` at run time forces
+the pure-Python code even when the extensions are built.
 """
 
 from __future__ import annotations
@@ -26,13 +28,12 @@ class OptionalBuildExt(build_ext):
         try:
             super().build_extension(ext)
         except Exception as exc:
-            self._warn(exc)
+            self._warn(exc, ext.name)
 
     @staticmethod
-    def _warn(exc: BaseException) -> None:
+    def _warn(exc: BaseException, name: str = "extensions") -> None:
         print(
-            f"WARNING: the optional C extension tidelog.records._recwalk was not built ({exc}); "
-            "tidelog will use the pure-Python record walker",
+            f"WARNING: the optional C {name} was not built ({exc}); tidelog will use its pure-Python code instead",
             file=sys.stderr,
         )
 
