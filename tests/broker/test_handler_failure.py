@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import RawClient
 
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.handlers import REGISTRY
@@ -155,35 +155,17 @@ def failing(monkeypatch: pytest.MonkeyPatch) -> Any:
     return make
 
 
-def _request(s: socket.socket, api_key: int, version: int, cid: int, body: dict[str, Any]) -> dict[str, Any]:
-    s.sendall(codec.encode_request(api_key, version, cid, "raw", body))
-    (size,) = struct.unpack(">i", _recv(s, 4))
-    got, decoded = codec.decode_response(api_key, version, _recv(s, size))
-    assert got == cid
-    return decoded
-
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
-
-
 def test_raw_client_gets_unknown_server_error_and_the_connection_keeps_serving(live: _LiveBroker, failing: Any) -> None:
     calls = failing(LIST_OFFSETS)
-    with socket.create_connection(("127.0.0.1", live.port), timeout=10) as s:
-        resp = _request(s, LIST_OFFSETS, 5, 1, {"replica_id": -1, "isolation_level": 0, "topics": [
+    with RawClient(live.port) as c:
+        resp = c.request(LIST_OFFSETS, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
             {"name": "t", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1},
                                          {"partition_index": 7, "current_leader_epoch": -1, "timestamp": -2}]}]})
         assert [(p["partition_index"], p["error_code"]) for p in resp["topics"][0]["partitions"]] == [
             (0, UNKNOWN_SERVER_ERROR), (7, UNKNOWN_SERVER_ERROR)]
-        assert calls == [1]
+        assert len(calls) == 1
         # the same connection answers the next request
-        assert _request(s, API_VERSIONS, 3, 2, {"client_software_name": "t", "client_software_version": "1"})[
+        assert c.request(API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})[
             "error_code"] == 0
     assert live.broker is not None
     counted = live.broker.metrics.registry.get_sample_value(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -34,17 +34,6 @@ OVERRIDES = {
 @pytest.fixture(scope="module")
 def srv(broker_factory: Any) -> Any:
     return broker_factory(OVERRIDES)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)  # polling interval of a bounded wait
 
 
 def create(srv: Any, configs: dict[str, str]) -> str:

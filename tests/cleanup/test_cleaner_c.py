@@ -271,13 +271,7 @@ def test_filter_batches_c_and_python(monkeypatch: pytest.MonkeyPatch, codec: int
 # ============================================================================================ malformed records
 
 
-def uvarint(v: int) -> bytes:
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+uvarint = cleaner._uvarint  # the unsigned varint the cleaner writes (test data only)
 
 
 def record(body: bytes, length: int | None = None) -> bytes:

@@ -3,12 +3,12 @@ loses no group's latest committed offset: a restarted broker answers OffsetFetch
 
 from __future__ import annotations
 
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import helpers
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -21,14 +21,7 @@ COMMITS = 200
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)  # polling interval of a bounded wait
+    return helpers.wait_for(predicate, timeout, what)
 
 
 def cleaner_runs(srv: Any) -> float:

@@ -11,7 +11,7 @@ import socket
 import struct
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,18 @@ UNSUPPORTED_VERSION = 35
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 INVALID_RECORD = 87
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something true (returned) or ``timeout`` seconds pass (AssertionError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)  # polling interval of a bounded wait
 
 
 def new_topic(prefix: str) -> str:

@@ -12,12 +12,12 @@ import json
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers import wait_for
 
 from tidelog.broker.group.records import (
     GroupValue,
@@ -313,16 +313,6 @@ def test_help_lists_offsets_decoder() -> None:
 # ----------------------------------------------------------------------------------- real broker, real client
 
 
-def _wait_until(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 @pytest.mark.integration
 def test_segment_written_by_the_broker_for_a_real_consumer_group(broker_factory: Any) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
@@ -352,7 +342,7 @@ def test_segment_written_by_the_broker_for_a_real_consumer_group(broker_factory:
     try:
         consumer.subscribe([topic])
         # poll (which drives the join and the sync) until the member owns partitions and read a record
-        _wait_until(lambda: consumer.poll(0.2) is not None and consumer.assignment(), 30, "a record consumed")
+        wait_for(lambda: consumer.poll(0.2) is not None and consumer.assignment(), 30, "a record consumed")
         committed = consumer.commit(
             offsets=[TopicPartition(topic, 1, 3, "from-the-test")], asynchronous=False
         )
