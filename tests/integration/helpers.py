@@ -46,6 +46,14 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "c
         time.sleep(0.05)  # polling interval of a bounded wait
 
 
+def metric_value(broker: Any, metric: str) -> float:
+    """The sum of a metric's samples on the broker's ``/metrics`` page."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(metric + " "))
+
+
 def new_topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import metric_value
 
 from tidelog.records import CompressionType, decode_batches
 
@@ -203,7 +204,10 @@ def test_offsets_for_times_beginning_end(java_client: Any, jbroker: Any) -> None
 
 def test_consumer_group_split_commit_resume_describe(java_client: Any, jbroker: Any) -> None:
     topic, group = name("java-group"), name("java-g")
+    sessions_before = metric_value(jbroker, "tidelog_fetch_sessions_created")
     events = java_client.run("group", jbroker.bootstrap, topic, group, broker=jbroker)
+    # the Java consumer fetches through incremental fetch sessions (KIP-227): it opened some here
+    assert metric_value(jbroker, "tidelog_fetch_sessions_created") > sessions_before
     ev = by_event(events)
     assert ev["split_empty"]["ok"] is True, "two members never split the partitions"
     assert ev["split"]["ok"] is True, events

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.config import BrokerConfig
+from tidelog.broker.fetch_session import FetchSessionCache
 from tidelog.broker.handlers import HANDLER_MODULES, REGISTRY, RequestContext
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
@@ -460,6 +461,9 @@ class Broker:
         self.topics: TopicManager = None  # type: ignore[assignment]
         self.purgatory = Purgatory()
         self.metrics = BrokerMetrics()
+        self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"),
+                                                config.get("min.incremental.fetch.session.eviction.ms"))
+        self.metrics.add_rows_source(self.fetch_sessions.rows)
         self.producer_ids: Any = None
         self.connections: set[Connection] = set()
         self.stopping = False

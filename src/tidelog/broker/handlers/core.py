@@ -16,8 +16,8 @@ facts in /work/shared/reference/kafka-facts.md §2):
   NOT_ENOUGH_REPLICAS and nothing is appended. Duplicates (idempotent retries) answer the original offsets.
 * Fetch: reads up to the HW (read_uncommitted) or the LSO (= HW: no transactions); KIP-74: the first batch of
   the response is returned whole even if larger than the limits; long poll through :class:`DelayedFetch`.
-  Fetch sessions are not implemented: the response carries ``session_id`` 0, which Kafka also answers when it
-  cannot create a session; clients then send full fetch requests (Java and librdkafka both handle it).
+  Incremental fetch sessions (KIP-227, :mod:`tidelog.broker.fetch_session`): epoch 0 opens one, later epochs
+  list only changed partitions and get only partitions with news; sessionless requests (epoch -1) as before.
   Follower fetches (``replica_id`` >= 0) are refused with NOT_LEADER_OR_FOLLOWER until replication exists.
 * ListOffsets: -1 latest (HW), -2 earliest (log start), -3 max timestamp, -4 earliest local (= log start),
   -5 latest tiered (-1: no tiered storage); by timestamp only offsets below the HW are returned.
@@ -31,8 +31,10 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from typing import Any
 
+from tidelog.broker.fetch_session import INITIAL_EPOCH, CachedPartition
 from tidelog.broker.handlers import REGISTRY, RequestContext, handles
 from tidelog.broker.purgatory import DelayedFetch, DelayedProduce, FetchPartitionStatus
 from tidelog.broker.server import PartitionError
@@ -52,6 +54,7 @@ NOT_ENOUGH_REPLICAS = 19
 INVALID_REQUIRED_ACKS = 21
 INVALID_RECORD = 87
 FETCH_SESSION_ID_NOT_FOUND = 70
+INVALID_FETCH_SESSION_EPOCH = 71
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
 UNKNOWN_TOPIC_ID = 100
@@ -466,66 +469,122 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
     if replica_id >= 0 and broker.replica_fetch is not None:  # a follower (cluster mode)
         return await broker.replica_fetch(request, replica_id, v)
 
-    if session_id != 0 or session_epoch > 0:
-        # we never handed out a session: an incremental fetch cannot be served (Kafka: FETCH_SESSION_ID_NOT_FOUND)
-        return {"throttle_time_ms": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
+    sessions = broker.fetch_sessions
+    session = None
+    if session_epoch > 0:  # incremental: the session's partitions, updated by this request
+        session = sessions.get(session_id) if sessions is not None else None
+        if session is None:
+            return _session_error(FETCH_SESSION_ID_NOT_FOUND)
+        if session_epoch != session.next_epoch:
+            return _session_error(INVALID_FETCH_SESSION_EPOCH)
+        session.advance()
+    elif session_id != 0 and sessions is not None:  # a full request naming a session: -1 closes it, 0 replaces it
+        sessions.remove(session_id)
+
+    def new_out(index: int) -> dict:
+        return {
+            "partition_index": index,
+            "error_code": NONE,
+            "high_watermark": -1,
+            "last_stable_offset": -1,
+            "log_start_offset": -1,
+            "aborted_transactions": [] if isolation == 1 else None,
+            "preferred_read_replica": -1,
+            "records": b"",
+        }
+
+    def leader_epoch_error(name: str | None, index: int, requested: int) -> int:
+        if replica_id >= 0:
+            return NOT_LEADER_OR_FOLLOWER  # a follower's fetch without the cluster's replica manager
+        return _leader_epoch_error(requested, broker.leader_epoch(name, index) if name else LEADER_EPOCH)
 
     parts: list[_FetchPartition] = []
     responses: list[dict] = []
-    for t in request.get("topics") or ():
-        name, tid, topic_err = _resolve_topic(ctx, {"name": t.get("topic"), "topic_id": t.get("topic_id")})
-        parts_out: list[dict] = []
-        responses.append({"topic": name or "", "topic_id": tid, "partitions": parts_out})
-        for p in t.get("partitions") or ():
-            out = {
-                "partition_index": p.get("partition", 0),
-                "error_code": NONE,
-                "high_watermark": -1,
-                "last_stable_offset": -1,
-                "log_start_offset": -1,
-                "aborted_transactions": [] if isolation == 1 else None,
-                "preferred_read_replica": -1,
-                "records": b"",
-            }
-            parts_out.append(out)
-            fp = _FetchPartition(name, tid, out["partition_index"], p.get("fetch_offset", 0),
-                                 p.get("partition_max_bytes", 1 << 20), out)
-            if topic_err:
-                fp.error = topic_err
-            elif replica_id >= 0:
-                fp.error = NOT_LEADER_OR_FOLLOWER  # follower fetching: replication is not implemented yet
-            else:
-                fp.error = _leader_epoch_error(
-                    p.get("current_leader_epoch", -1), broker.leader_epoch(name, fp.index) if name else LEADER_EPOCH
-                )
+    if session is not None:
+        cached = session.partitions
+        for t in request.get("topics") or ():
+            name, tid, _ = _resolve_topic(ctx, {"name": t.get("topic"), "topic_id": t.get("topic_id")})
+            for p in t.get("partitions") or ():
+                key = (name or "", p.get("partition", 0))
+                cp = cached.get(key)
+                if cp is None:
+                    cached[key] = CachedPartition(tid, p.get("fetch_offset", 0), p.get("partition_max_bytes", 1 << 20),
+                                                  p.get("current_leader_epoch", -1))
+                else:
+                    cp.fetch_offset = p.get("fetch_offset", 0)
+                    cp.max_bytes = p.get("partition_max_bytes", 1 << 20)
+                    cp.current_leader_epoch = p.get("current_leader_epoch", -1)
+        for t in request.get("forgotten_topics_data") or ():
+            name, _, _ = _resolve_topic(ctx, {"name": t.get("topic"), "topic_id": t.get("topic_id")})
+            for index in t.get("partitions") or ():
+                cached.pop((name or "", index), None)
+        for (name, index), cp in cached.items():
+            fp = _FetchPartition(name, cp.topic_id, index, cp.fetch_offset, cp.max_bytes, new_out(index))
+            fp.error = UNKNOWN_TOPIC_OR_PARTITION if not name else leader_epoch_error(name, index,
+                                                                                      cp.current_leader_epoch)
             parts.append(fp)
+    else:
+        for t in request.get("topics") or ():
+            name, tid, topic_err = _resolve_topic(ctx, {"name": t.get("topic"), "topic_id": t.get("topic_id")})
+            parts_out: list[dict] = []
+            responses.append({"topic": name or "", "topic_id": tid, "partitions": parts_out})
+            for p in t.get("partitions") or ():
+                out = new_out(p.get("partition", 0))
+                parts_out.append(out)
+                fp = _FetchPartition(name, tid, out["partition_index"], p.get("fetch_offset", 0),
+                                     p.get("partition_max_bytes", 1 << 20), out)
+                fp.error = topic_err or leader_epoch_error(name, fp.index, p.get("current_leader_epoch", -1))
+                parts.append(fp)
 
     body = {"throttle_time_ms": 0, "error_code": NONE, "session_id": 0, "responses": responses}
     hard_limit = v <= 2
     total, any_error = _read_partitions(broker, parts, response_max, hard_limit)
-    if total >= min_bytes or max_wait_ms <= 0 or any_error or not parts:
-        return body
+    if not (total >= min_bytes or max_wait_ms <= 0 or any_error or not parts):
+        # long poll: wait until min_bytes are readable (or max_wait_ms), then read again
+        statuses = [FetchPartitionStatus((fp.name, fp.index), fp.fetch_offset, fp.max_bytes) for fp in parts]  # type: ignore[arg-type]
 
-    # long poll: wait until min_bytes are readable (or max_wait_ms), then read again
-    statuses = [FetchPartitionStatus((fp.name, fp.index), fp.fetch_offset, fp.max_bytes) for fp in parts]  # type: ignore[arg-type]
+        def probe(status: FetchPartitionStatus) -> int:
+            plog = broker.leader_log(*status.tp)
+            hw = plog.high_watermark
+            offset = status.fetch_offset
+            if offset < plog.log_start_offset or offset > plog.log_end_offset:
+                raise PartitionError("OFFSET_OUT_OF_RANGE")
+            if hw <= offset:
+                return 0
+            if min_bytes <= _MIN_BATCH:
+                return _MIN_BATCH
+            return plog.read(offset, status.max_bytes, max_offset=hw, min_one_batch=False).size
 
-    def probe(status: FetchPartitionStatus) -> int:
-        plog = broker.leader_log(*status.tp)
-        hw = plog.high_watermark
-        offset = status.fetch_offset
-        if offset < plog.log_start_offset or offset > plog.log_end_offset:
-            raise PartitionError("OFFSET_OUT_OF_RANGE")
-        if hw <= offset:
-            return 0
-        if min_bytes <= _MIN_BATCH:
-            return _MIN_BATCH
-        return plog.read(offset, status.max_bytes, max_offset=hw, min_one_batch=False).size
+        op = DelayedFetch(statuses, min_bytes, max_wait_ms, probe)
+        if not broker.purgatory.fetch.try_complete_else_watch(op, [s.tp for s in statuses]):
+            await op.wait()
+        _read_partitions(broker, parts, response_max, hard_limit)
 
-    op = DelayedFetch(statuses, min_bytes, max_wait_ms, probe)
-    if not broker.purgatory.fetch.try_complete_else_watch(op, [s.tp for s in statuses]):
-        await op.wait()
-    _read_partitions(broker, parts, response_max, hard_limit)
+    if session is not None:  # only what the client does not know yet, grouped by topic in session order
+        body["session_id"] = session.session_id
+        by_topic: dict[str, dict] = {}
+        for fp in parts:
+            if session.partitions[(fp.name, fp.index)].must_respond(fp.out):  # type: ignore[index]
+                t = by_topic.get(fp.name)  # type: ignore[arg-type]
+                if t is None:
+                    t = by_topic[fp.name] = {"topic": fp.name, "topic_id": fp.tid, "partitions": []}  # type: ignore[index]
+                    responses.append(t)
+                t["partitions"].append(fp.out)
+    elif session_epoch == INITIAL_EPOCH and sessions is not None and replica_id < 0:
+        cached = OrderedDict()
+        for fp in parts:
+            if fp.name:
+                cp = CachedPartition(fp.tid, fp.fetch_offset, fp.max_bytes, -1)
+                cp.must_respond(fp.out)  # the full response told the client everything
+                cached[(fp.name, fp.index)] = cp
+        new = sessions.create(cached)
+        if new is not None:
+            body["session_id"] = new.session_id
     return body
+
+
+def _session_error(code: int) -> dict:
+    return {"throttle_time_ms": 0, "error_code": code, "session_id": 0, "responses": []}
 
 
 # ------------------------------------------------------------------------------------------------------------
