@@ -1072,6 +1072,10 @@ class LogCleaner:
         self._threads: list[threading.Thread] = []
         self.throttler = Throttler(config.io_max_bytes_per_second, self._stop)
         self.fault: Fault | None = None  # test hook, see FAULT_STEPS
+        # the offset map of synchronous cleanings (clean_until_done), allocated on first use and reused (cleared
+        # by clean_log) like each thread's own map; the lock keeps two synchronous callers from sharing it
+        self._sync_map: OffsetMap | None = None
+        self._sync_lock = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -1249,17 +1253,25 @@ class LogCleaner:
             )
         return result
 
+    def offset_map(self) -> OffsetMap:
+        """The offset map of :meth:`clean_until_done`: allocated (``log.cleaner.dedupe.buffer.size`` / threads) on
+        the first call, then the same map, as Kafka keeps one map per cleaner thread; each cleaning clears it."""
+        if self._sync_map is None:
+            self._sync_map = OffsetMap(self.config.map_memory_per_thread(), self.config.io_buffer_load_factor)
+        return self._sync_map
+
     def clean_until_done(self, now_ms: int | None = None, max_rounds: int = 1000) -> list[CleanResult]:
-        """Synchronously clean until no log is eligible (tests, benchmarks); uses a fresh offset map."""
-        offset_map = OffsetMap(self.config.map_memory_per_thread(), self.config.io_buffer_load_factor)
+        """Synchronously clean until no log is eligible (tests, benchmarks), with :meth:`offset_map`."""
         results = []
-        for _ in range(max_rounds):
-            r = self.clean_filthiest(offset_map, now_ms)
-            if r is None:
-                break
-            results.append(r)
-            if r.aborted:
-                break
+        with self._sync_lock:
+            offset_map = self.offset_map()
+            for _ in range(max_rounds):
+                r = self.clean_filthiest(offset_map, now_ms)
+                if r is None:
+                    break
+                results.append(r)
+                if r.aborted:
+                    break
         return results
 
     # ------------------------------------------------------------------ observability
