@@ -56,7 +56,7 @@ from typing import Any
 
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED, MIN_RECORD_SIZE, build_batch
 from tidelog.records.compression import compress, decompress
-from tidelog.records.crc import crc32c
+from tidelog.records.crc import _crc32c, crc32c
 from tidelog.records.errors import CorruptRecordError, InvalidRecordError
 from tidelog.records.header import (
     ATTRIBUTES_OFFSET,
@@ -422,6 +422,8 @@ class _Context:
         self.result = result
 
     def io(self, nbytes: int) -> None:
+        """Account ``nbytes`` read or written (throttling) and stop when the cleaning is aborted. The copy loops
+        call it once per :data:`IO_CHECK_BYTES` (and at each segment's end), not per batch."""
         if self.should_abort():
             raise CleanerAbortedError("cleaning aborted")
         if self.throttler is not None:
@@ -431,6 +433,10 @@ class _Context:
         if self.fault is not None:
             self.fault(name)
 
+
+#: the copy loops add up the bytes of their batches and call :meth:`_Context.io` (abort check, throttling) once
+#: this many have passed, and at each segment's end
+IO_CHECK_BYTES = 64 * 1024
 
 #: bytes per ``pread`` of a segment when its ``log.cleaner.io.buffer.size`` is smaller (a batch larger than the
 #: buffer is read whole)
@@ -487,8 +493,7 @@ def _pread_exact(fd: int, n: int, pos: int) -> bytes:
 
 def _check_crc(buf: bytes, pos: int, fields: HeaderTuple) -> None:
     end = pos + fields[H_BATCH_LENGTH] + LOG_OVERHEAD
-    with memoryview(buf) as view:
-        actual = crc32c(view[pos + ATTRIBUTES_OFFSET : end])
+    actual = _crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end])  # the C CRC on a view: no copy
     if actual != fields[H_CRC]:
         raise CorruptRecordError(
             f"batch at offset {fields[H_BASE_OFFSET]} is corrupt: stored CRC {fields[H_CRC]:#010x}, "
@@ -700,11 +705,13 @@ def build_offset_map(
             handle = seg.handle
         except ValueError:  # closed by retention or truncation meanwhile
             raise CleanerAbortedError(f"segment {seg.log_path} was closed") from None
+        pending = 0  # bytes read since the last ctx.io
         for buf, pos, _fpos, fields in _iter_batches(handle.fd, seg.size, ctx.chunk):
             base = fields[H_BASE_OFFSET]
             if base + fields[H_LAST_OFFSET_DELTA] < start:
                 continue
             if base >= end:
+                ctx.io(pending)
                 return end
             if fields[H_ATTRIBUTES] & (CONTROL_MASK | TRANSACTIONAL_MASK):
                 continue
@@ -715,9 +722,13 @@ def build_offset_map(
                         f"a batch of {count} records does not fit the offset map "
                         f"({max_entries} entries); raise log.cleaner.dedupe.buffer.size"
                     )
+                ctx.io(pending)
                 return max(base, start)
             bsize = fields[H_BATCH_LENGTH] + LOG_OVERHEAD
-            ctx.io(bsize)
+            if pending >= IO_CHECK_BYTES:
+                ctx.io(pending)
+                pending = 0
+            pending += bsize
             result.bytes_read += bsize
             _check_crc(buf, pos, fields)
             data, p, n = _records_of(buf, pos, fields)
@@ -732,6 +743,7 @@ def build_offset_map(
                 first = start - base
                 kept = [(k, base + d) for k, d in zip(keys, deltas, strict=True) if d >= first]
                 put_many([k for k, _ in kept], [o for _, o in kept])
+        ctx.io(pending)
     return end
 
 
@@ -742,6 +754,7 @@ class _Filter:
     delete_retention_ms: int
     producer_last_offsets: dict[int, int]
     min_horizon: int | None = None
+    _buffers: tuple[bytearray, Any, int] | None = None  # offset_map.buffers(), fixed for the map's life
 
     def apply(
         self, buf: bytes, pos: int, fields: HeaderTuple
@@ -763,7 +776,10 @@ class _Filter:
         res = None
         if c_filter is not None:
             offset_map = self.offset_map
-            digests, offsets, slots = offset_map.buffers()
+            buffers = self._buffers
+            if buffers is None:
+                buffers = self._buffers = offset_map.buffers()
+            digests, offsets, slots = buffers
             res = c_filter(
                 digests, offsets, slots, data, p, n, count, base, expired, horizon,
                 self.now_ms + self.delete_retention_ms, fields[H_MAX_TIMESTAMP] if lat else None,
@@ -911,23 +927,35 @@ def clean_segments(
         apply = flt.apply
         append = cleaned.append_parts
         io = ctx.io
+        # per-batch counts in locals, added to the result after each segment; ctx.io once per IO_CHECK_BYTES
         for seg_handle, size in zip(handles, sizes, strict=True):
+            pending = nbytes_read = nbytes_written = nrecords_read = nrecords_kept = nrewritten = 0
             for buf, pos, _fpos, fields in _iter_batches(seg_handle.fd, size, ctx.chunk):
+                if pending >= IO_CHECK_BYTES:
+                    io(pending)
+                    pending = 0
                 bsize = fields[H_BATCH_LENGTH] + LOG_OVERHEAD
-                io(bsize)
-                result.bytes_read += bsize
+                nbytes_read += bsize
                 out, nread, nkept, max_ts = apply(buf, pos, fields)
-                result.records_read += nread
-                result.records_retained += nkept
+                nrecords_read += nread
+                nrecords_kept += nkept
                 last_seen = fields[H_BASE_OFFSET] + fields[H_LAST_OFFSET_DELTA]
                 if out is None:
+                    pending += bsize
                     continue
                 if type(out) is not memoryview:
-                    result.batches_rewritten += 1
+                    nrewritten += 1
                 append(last_seen, max_ts, last_seen, (out,))
                 last_written = last_seen
-                io(len(out))
-                result.bytes_written += len(out)
+                nout = len(out)
+                pending += bsize + nout
+                nbytes_written += nout
+            result.bytes_read += nbytes_read
+            result.bytes_written += nbytes_written
+            result.records_read += nrecords_read
+            result.records_retained += nrecords_kept
+            result.batches_rewritten += nrewritten
+            io(pending)
         end_marker = min(last_seen, group_upper - 1)
         if end_marker > last_written:
             # keep the cleaned segment's offset range equal to the group's, so that a .swap recovered after a
