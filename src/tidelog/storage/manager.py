@@ -186,6 +186,7 @@ class LogManager:
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self._log_root: dict[TopicPartition, Path] = {}
         self._topic_ids: dict[str, bytes] = {}
+        self._no_metadata: set[TopicPartition] = set()  # loaded logs whose partition.metadata is missing/unreadable
         self._topic_configs: Callable[[str], LogConfig | None] = lambda _topic: None
         self._deleter: ThreadPoolExecutor | None = None
         self._pending_deletes: list[Future[None]] = []
@@ -319,7 +320,10 @@ class LogManager:
             # the topic id is the registry's too: the broker writes the file again (ensure_partition_metadata)
             log.warning("%s; the file will be written again with the topic's id", e)
             topic_id = None
-        if topic_id is not None:
+        if topic_id is None:
+            with self._lock:
+                self._no_metadata.add(tp)
+        else:
             with self._lock:
                 known = self._topic_ids.setdefault(tp[0], topic_id)
             if known != topic_id:
@@ -377,21 +381,16 @@ class LogManager:
             return self._topic_ids.get(topic)
 
     def ensure_partition_metadata(self, topic: str, partition: int, topic_id: bytes) -> bool:
-        """Write the partition's ``partition.metadata`` when it is missing or unreadable (Kafka writes it when
-        the partition gets its topic id); a readable file naming another topic id is left alone. Returns
-        True when written."""
+        """Write ``partition.metadata`` for a loaded log whose file was missing or unreadable at load (Kafka
+        writes it when the partition gets its topic id); a readable file, whatever id it names, is left alone.
+        Returns True when written."""
         with self._lock:
             root = self._log_root.get((topic, partition))
-        if root is None:
-            return False
-        path = root / partition_dir_name(topic, partition) / PARTITION_METADATA
-        try:
-            if read_partition_metadata(path) is not None:
+            if root is None or (topic, partition) not in self._no_metadata:
                 return False
-        except CorruptCheckpointError:
-            pass
-        write_partition_metadata(path, topic_id)
+        write_partition_metadata(root / partition_dir_name(topic, partition) / PARTITION_METADATA, topic_id)
         with self._lock:
+            self._no_metadata.discard((topic, partition))
             self._topic_ids.setdefault(topic, topic_id)
         return True
 
@@ -458,6 +457,7 @@ class LogManager:
         with self._lock:
             plog = self._logs.pop(tp, None)
             root = self._log_root.pop(tp, None)
+            self._no_metadata.discard(tp)
             if plog is None or root is None:
                 return False
             if not any(t == topic for t, _ in self._logs):
