@@ -11,6 +11,8 @@ Modules listed in ``HANDLER_MODULES`` are imported by the server at start, which
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -50,3 +52,20 @@ def handles(api_key: int) -> Callable[[Handler], Handler]:
         return fn
 
     return register
+
+
+async def call_maybe_async(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call a TopicManager / log method that may be sync or async."""
+    result = fn(*args, **kwargs)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+async def topic_change(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """A TopicManager method that creates topics or partitions (``create_topic``, ``create_partitions``,
+    ``maybe_auto_create``): with a manager whose changes are ZooKeeper writes (``blocking_io``, cluster mode) in a
+    worker thread, so no ZooKeeper round trip runs on the event loop; else as :func:`call_maybe_async`."""
+    if getattr(fn.__self__, "blocking_io", False):
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    return await call_maybe_async(fn, *args, **kwargs)

@@ -30,15 +30,13 @@ Kafka behaviours reproduced (sources: Kafka ``ControllerApis``/``KafkaApis``, ``
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tidelog.broker.handlers import RequestContext, handles
+from tidelog.broker.handlers import RequestContext, call_maybe_async, handles, topic_change
 from tidelog.broker.topics import ConfigEntry
 from tidelog.protocol.errors import error_code
 
@@ -101,22 +99,6 @@ ENDPOINT_CONTROLLERS = 2
 
 # ---------------------------------------------------------------------------------------------------------------
 # helpers
-
-
-async def _create(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """``create_topic`` / ``create_partitions``: with a manager whose changes are ZooKeeper writes (``blocking_io``,
-    cluster mode) in a worker thread, so no ZooKeeper round trip runs on the event loop; else as :func:`_call`."""
-    if getattr(fn.__self__, "blocking_io", False):
-        return await asyncio.to_thread(fn, *args, **kwargs)
-    return await _call(fn, *args, **kwargs)
-
-
-async def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Call a TopicManager / log method that may be sync or async."""
-    result = fn(*args, **kwargs)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
 
 
 def _error_of(exc: BaseException) -> tuple[int, str]:
@@ -446,7 +428,7 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
     configs = {c["name"]: c["value"] for c in config_list}
     topics = ctx.broker.topics
     try:
-        info = await _create(
+        info = await topic_change(
             topics.create_topic,
             name,
             num_partitions=num_partitions,
@@ -466,9 +448,9 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
         rf = replication_factor if replication_factor > 0 else ctx.broker.config.default_replication_factor
         result["replication_factor"] = int(rf)
         if validate_only:
-            entries = list(await _call(topics.describe_default_configs, configs) or [])
+            entries = list(await call_maybe_async(topics.describe_default_configs, configs) or [])
         else:
-            entries = list(await _call(topics.describe_configs, name, None) or [])
+            entries = list(await call_maybe_async(topics.describe_configs, name, None) or [])
         result["configs"] = _create_topic_configs(entries)
     if v >= 7:
         result["topic_id"] = _uuid(info.topic_id)
@@ -549,7 +531,7 @@ async def _delete_one(
         name = info.name
         resp["name"] = name
     try:
-        info = await _call(topics.delete_topic, name)
+        info = await call_maybe_async(topics.delete_topic, name)
     except Exception as exc:
         if not _is_client_error(exc):
             raise
@@ -593,7 +575,7 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
             manual = None if assignments is None else [[int(b) for b in a.get("broker_ids") or []]
                                                        for a in assignments]
             try:
-                await _create(topics.create_partitions, name, count, validate_only=validate_only, assignments=manual)
+                await topic_change(topics.create_partitions, name, count, validate_only=validate_only, assignments=manual)
             except Exception as exc:
                 if not _is_client_error(exc):
                     raise
@@ -620,7 +602,7 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
                 fail("INVALID_REPLICA_ASSIGNMENT", problem)
             else:
                 try:
-                    await _create(topics.create_partitions, name, count, validate_only=validate_only)
+                    await topic_change(topics.create_partitions, name, count, validate_only=validate_only)
                 except Exception as exc:
                     if not _is_client_error(exc):
                         raise
@@ -655,7 +637,7 @@ async def delete_records(ctx: RequestContext, request: dict) -> dict:
                 res["error_code"] = error_code("UNKNOWN_TOPIC_OR_PARTITION")
                 continue
             try:
-                plog = await _call(topics.get_log, name, index)
+                plog = await call_maybe_async(topics.get_log, name, index)
             except Exception as exc:
                 if not _is_client_error(exc):
                     raise
@@ -675,7 +657,7 @@ async def delete_records(ctx: RequestContext, request: dict) -> dict:
                 res["low_watermark"] = int(plog.log_start_offset)
                 continue
             try:
-                await _call(plog.maybe_increment_log_start_offset, target)
+                await call_maybe_async(plog.maybe_increment_log_start_offset, target)
             except Exception as exc:
                 if not _is_client_error(exc):
                     raise
@@ -714,7 +696,7 @@ async def describe_configs(ctx: RequestContext, request: dict) -> dict:
                 res["error_message"] = f"Topic '{rname}' does not exist."
                 continue
             try:
-                entries = list(await _call(topics.describe_configs, rname, keys) or [])
+                entries = list(await call_maybe_async(topics.describe_configs, rname, keys) or [])
             except Exception as exc:
                 if not _is_client_error(exc):
                     raise
@@ -807,7 +789,7 @@ async def _alter_config_resources(
             continue  # empty change set on the broker: nothing to do
         change_set = changes(configs)
         try:
-            await _call(alter, rname, change_set, validate_only=validate_only)
+            await call_maybe_async(alter, rname, change_set, validate_only=validate_only)
         except Exception as exc:
             if not _is_client_error(exc):
                 raise

@@ -27,7 +27,6 @@ All storage/record exceptions become error codes in one place, :func:`error_of`.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
@@ -35,7 +34,7 @@ from collections import OrderedDict
 from typing import Any
 
 from tidelog.broker.fetch_session import INITIAL_EPOCH, CachedPartition
-from tidelog.broker.handlers import REGISTRY, RequestContext, handles
+from tidelog.broker.handlers import REGISTRY, RequestContext, handles, topic_change
 from tidelog.broker.purgatory import DelayedFetch, DelayedProduce, FetchPartitionStatus
 from tidelog.broker.server import PartitionError
 from tidelog.protocol.errors import ERRORS_BY_NAME
@@ -228,10 +227,7 @@ async def metadata(ctx: RequestContext, request: dict) -> dict:
                     continue
                 if allow_auto:
                     try:
-                        if getattr(topics_mgr, "blocking_io", False):  # ZooKeeper writes: not on the loop
-                            info = await asyncio.to_thread(topics_mgr.maybe_auto_create, name)
-                        else:
-                            info = topics_mgr.maybe_auto_create(name)
+                        info = await topic_change(topics_mgr.maybe_auto_create, name)  # ZooKeeper: off the loop
                     except TopicError as exc:
                         code, _ = error_of(exc)
                         out.append(_topic_error(name, code))
