@@ -444,6 +444,26 @@ def _read_partitions(broker: Any, parts: list[_FetchPartition], response_max: in
     return total, any_error
 
 
+def _fetch_out(index: int, isolation: int) -> dict:
+    """A partition's Fetch response entry before it is read."""
+    return {
+        "partition_index": index,
+        "error_code": NONE,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": [] if isolation == 1 else None,
+        "preferred_read_replica": -1,
+        "records": b"",
+    }
+
+
+def _fetch_epoch_error(broker: Any, replica_id: int, name: str | None, index: int, requested: int) -> int:
+    if replica_id >= 0:
+        return NOT_LEADER_OR_FOLLOWER  # a follower's fetch without the cluster's replica manager
+    return _leader_epoch_error(requested, broker.leader_epoch(name, index) if name else LEADER_EPOCH)
+
+
 @handles(FETCH)
 async def fetch(ctx: RequestContext, request: dict) -> dict:
     broker = ctx.broker
@@ -477,23 +497,6 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
     elif session_id != 0 and sessions is not None:  # a full request naming a session: -1 closes it, 0 replaces it
         sessions.remove(session_id)
 
-    def new_out(index: int) -> dict:
-        return {
-            "partition_index": index,
-            "error_code": NONE,
-            "high_watermark": -1,
-            "last_stable_offset": -1,
-            "log_start_offset": -1,
-            "aborted_transactions": [] if isolation == 1 else None,
-            "preferred_read_replica": -1,
-            "records": b"",
-        }
-
-    def leader_epoch_error(name: str | None, index: int, requested: int) -> int:
-        if replica_id >= 0:
-            return NOT_LEADER_OR_FOLLOWER  # a follower's fetch without the cluster's replica manager
-        return _leader_epoch_error(requested, broker.leader_epoch(name, index) if name else LEADER_EPOCH)
-
     parts: list[_FetchPartition] = []
     responses: list[dict] = []
     if session is not None:
@@ -515,8 +518,8 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
             for index in t.get("partitions") or ():
                 cached.pop((name or "", index), None)
         for (name, index), cp in cached.items():
-            fp = _FetchPartition(name, cp.topic_id, index, cp.fetch_offset, cp.max_bytes, new_out(index))
-            fp.error = UNKNOWN_TOPIC_OR_PARTITION if not name else leader_epoch_error(name, index,
+            fp = _FetchPartition(name, cp.topic_id, index, cp.fetch_offset, cp.max_bytes, _fetch_out(index, isolation))
+            fp.error = UNKNOWN_TOPIC_OR_PARTITION if not name else _fetch_epoch_error(broker, replica_id, name, index,
                                                                                       cp.current_leader_epoch)
             parts.append(fp)
     else:
@@ -525,11 +528,11 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
             parts_out: list[dict] = []
             responses.append({"topic": name or "", "topic_id": tid, "partitions": parts_out})
             for p in t.get("partitions") or ():
-                out = new_out(p.get("partition", 0))
+                out = _fetch_out(p.get("partition", 0), isolation)
                 parts_out.append(out)
                 fp = _FetchPartition(name, tid, out["partition_index"], p.get("fetch_offset", 0),
                                      p.get("partition_max_bytes", 1 << 20), out)
-                fp.error = topic_err or leader_epoch_error(name, fp.index, p.get("current_leader_epoch", -1))
+                fp.error = topic_err or _fetch_epoch_error(broker, replica_id, name, fp.index, p.get("current_leader_epoch", -1))
                 parts.append(fp)
 
     body = {"throttle_time_ms": 0, "error_code": NONE, "session_id": 0, "responses": responses}

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tidelog.broker.handlers import RequestContext, handles
+from tidelog.broker.server import PartitionError
 from tidelog.protocol.errors import error_code
 
 DESCRIBE_LOG_DIRS = 35
@@ -79,8 +80,6 @@ def _producers(entries: Iterable[Any]) -> list[dict]:
 
 @handles(DESCRIBE_PRODUCERS)
 async def describe_producers(ctx: RequestContext, request: dict) -> dict:
-    from tidelog.broker.server import PartitionError
-
     broker = ctx.broker
     topics_out = []
     for t in request.get("topics") or []:
