@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -56,7 +57,42 @@ def parse_key_values(items: Iterable[str], what: str) -> list[tuple[str, str]]:
     return out
 
 
+def fail(message: str, code: int = 1) -> NoReturn:
+    """One line on stderr (``Error: ...``, as click prints usage errors), then exit ``code``."""
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+def _split_host_port(server: str) -> tuple[str, int]:
+    server = server.strip()
+    if "://" in server:  # "PLAINTEXT://host:port" is accepted by librdkafka too
+        server = server.split("://", 1)[1]
+    host, sep, port = server.rpartition(":")
+    if not sep or not port.isdigit():
+        raise click.BadParameter(f"expected host:port, got {server!r}", param_hint="--bootstrap-server")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def ensure_reachable(bootstrap: str, timeout: float = 5.0) -> None:
+    """Fail with one line when no bootstrap server accepts a TCP connection, instead of letting librdkafka retry
+    until the command's timeout. One reachable server is enough: the client learns the others from it."""
+    reasons: list[str] = []
+    for server in bootstrap.split(","):
+        if not server.strip():
+            continue
+        host, port = _split_host_port(server)
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            return
+        except OSError as exc:
+            reasons.append(f"{host}:{port}: {exc.strerror or exc}")
+    fail(f"no broker reachable at {bootstrap} ({'; '.join(reasons) or 'no server given'})")
+
+
 def client_config(bootstrap: str, properties: Sequence[str] = (), **extra: Any) -> dict[str, Any]:
+    """librdkafka configuration for a console client. Checks first that a bootstrap server is reachable, so a
+    broker that is not running is one clear error line, not a hang."""
+    ensure_reachable(bootstrap)
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "client.id": "tidelog-cli",

@@ -5,16 +5,31 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sys
 import uuid
 from typing import Any
 
 import click
 
+from tidelog.cli._client import fail
+
 
 @click.group("cluster")
 def cluster() -> None:
     """Inspect and administer a ZooKeeper-mode cluster."""
+
+
+def _zk_start(zk: Any, zk_connect: str, timeout: float) -> Any:
+    """Connect, or fail with one line when ZooKeeper does not answer in time (kazoo's own error is a timeout
+    traceback)."""
+    logging.getLogger("kazoo.client").setLevel(logging.CRITICAL)  # its retry warnings; the failure is one line
+    try:
+        zk.start(timeout=timeout)
+    except Exception as exc:
+        zk.close()
+        fail(f"cannot reach ZooKeeper at {zk_connect} within {timeout:g}s ({type(exc).__name__})")
+    return zk
 
 
 def read_cluster(zk_connect: str, timeout: float = 10.0) -> dict:
@@ -23,8 +38,7 @@ def read_cluster(zk_connect: str, timeout: float = 10.0) -> dict:
 
     from tidelog.cluster import zkdata as zd
 
-    zk = KazooClient(hosts=zk_connect, timeout=timeout, read_only=True)
-    zk.start(timeout=timeout)
+    zk = _zk_start(KazooClient(hosts=zk_connect, timeout=timeout, read_only=True), zk_connect, timeout)
     try:
         def get(path: str) -> bytes | None:
             try:
@@ -127,8 +141,7 @@ def elect_leaders(zk_connect: str, topic: str | None, partition: int | None, tim
     if not wanted:
         click.echo(f"tidelog cluster elect-leaders: no such partition ({topic}/{partition})", err=True)
         sys.exit(1)
-    zk = KazooClient(hosts=zk_connect, timeout=10.0)
-    zk.start(timeout=10.0)
+    zk = _zk_start(KazooClient(hosts=zk_connect, timeout=10.0), zk_connect, 10.0)
     try:
         try:
             zk.create(zd.PREFERRED_REPLICA_ELECTION, zd.encode_preferred_election(wanted), makepath=True)
@@ -230,7 +243,7 @@ def _read_reassignment_file(path: str) -> dict[tuple[str, int], list[int]]:
                 raise click.ClickException(f"partition {tp[0]}-{tp[1]} appears more than once in {path}")
             out[tp] = [int(b) for b in e.get("replicas") or []]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise click.ClickException(f"cannot read the reassignment JSON {path}: {exc!r}") from None
+        raise click.ClickException(f"cannot read the reassignment JSON {path}: {getattr(exc, 'strerror', None) or exc}") from None
     if value.get("version", 1) != 1:
         raise click.ClickException(f"unsupported reassignment JSON version {value.get('version')}")
     return out

@@ -13,15 +13,17 @@ from typing import Any
 
 import click
 
-from tidelog.cli._client import bootstrap_option, client_config, kafka_error_text, print_table, safe_echo
+from tidelog.cli._client import (
+    bootstrap_option,
+    client_config,
+    fail,
+    kafka_error_text,
+    print_table,
+    safe_echo,
+)
 
 timeout_option = click.option("--timeout", type=float, default=30.0, show_default=True,
                               help="Seconds to wait for the broker(s).")
-
-
-def _fail(message: str, code: int = 1) -> None:
-    click.echo(f"Error: {message}", err=True)
-    sys.exit(code)
 
 
 def _admin(bootstrap: str, properties: tuple[str, ...]) -> Any:
@@ -71,7 +73,7 @@ def list_cmd(bootstrap: str, properties: tuple[str, ...], timeout: float) -> Non
     try:
         res = admin.list_consumer_groups(request_timeout=timeout).result(timeout)
     except Exception as exc:
-        _fail(kafka_error_text(exc))
+        fail(kafka_error_text(exc))
     rows = sorted((g.group_id, getattr(g.state, "name", str(g.state)), "consumer" if g.is_simple_consumer_group is False
                    else "simple") for g in res.valid)
     print_table(["GROUP", "STATE", "TYPE"], rows)
@@ -90,7 +92,10 @@ def describe_cmd(group: str, bootstrap: str, properties: tuple[str, ...], timeou
         desc = _describe(admin, group, timeout)
         committed = _committed(admin, group, timeout)
     except Exception as exc:
-        _fail(kafka_error_text(exc))
+        fail(kafka_error_text(exc))
+    state = getattr(desc.state, "name", str(desc.state))
+    if state == "DEAD" and not desc.members and not committed:
+        fail(f"consumer group {group!r} does not exist")  # Kafka's kafka-consumer-groups says the same
     owners: dict[tuple[str, int], Any] = {}
     for m in desc.members:
         for tp in (m.assignment.topic_partitions if m.assignment else []):
@@ -110,7 +115,6 @@ def describe_cmd(group: str, bootstrap: str, properties: tuple[str, ...], timeou
         m = owners.get(key)
         rows.append([group, key[0], key[1], "-" if cur is None else cur, end, "-" if lag is None else lag,
                      m.member_id if m else "-", m.host if m else "-", m.client_id if m else "-"])
-    state = getattr(desc.state, "name", str(desc.state))
     print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
                  "CLIENT-ID"], rows, title=f"{group} ({state}, {len(desc.members)} members)")
 
@@ -132,24 +136,30 @@ def reset_cmd(group: str, topics: tuple[str, ...], mode: str | None, to_offset: 
 
     chosen = [x for x in (mode, to_offset is not None and "offset", shift_by is not None and "shift") if x]
     if len(chosen) != 1:
-        _fail("give exactly one of --to-earliest, --to-latest, --to-offset, --shift-by", 2)
+        fail("give exactly one of --to-earliest, --to-latest, --to-offset, --shift-by", 2)
     admin = _admin(bootstrap, properties)
     tps: list[Any] = []
     try:
+        # all topics' metadata, not list_topics(topic=name): a named topic in an AdminClient's Metadata request
+        # may auto-create it (librdkafka's producer-side allow.auto.create.topics)
+        known = admin.list_topics(timeout=timeout).topics
         for spec in topics:
             name, _, parts = spec.partition(":")
+            md = known.get(name)
+            if md is None or md.error is not None:
+                fail(f"unknown topic {name}")
             if parts:
-                tps += [TopicPartition(name, int(p)) for p in parts.split(",")]
+                wanted = [int(p) for p in parts.split(",")]
+                if any(p not in md.partitions for p in wanted):
+                    fail(f"topic {name} has partitions {sorted(md.partitions)}, not all of {wanted}")
+                tps += [TopicPartition(name, p) for p in wanted]
             else:
-                md = admin.list_topics(topic=name, timeout=timeout).topics.get(name)
-                if md is None or md.error is not None:
-                    _fail(f"unknown topic {name}")
                 tps += [TopicPartition(name, p) for p in sorted(md.partitions)]
         lows = _end_offsets(bootstrap, properties, tps, timeout, earliest=True)
         highs = _end_offsets(bootstrap, properties, tps, timeout)
         current = {(tp.topic, tp.partition): tp.offset for tp in _committed(admin, group, timeout)}
     except Exception as exc:
-        _fail(kafka_error_text(exc))
+        fail(kafka_error_text(exc))
     plan = []
     for tp in tps:
         key = (tp.topic, tp.partition)
@@ -172,10 +182,10 @@ def reset_cmd(group: str, topics: tuple[str, ...], mode: str | None, to_offset: 
     try:
         res = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, plan)])[group].result(timeout)
     except Exception as exc:
-        _fail(f"{kafka_error_text(exc)} ({hint})")
+        fail(f"{kafka_error_text(exc)} ({hint})")
     errors = [f"{tp.topic}-{tp.partition}: {tp.error.str()}" for tp in res.topic_partitions or [] if tp.error]
     if errors:
-        _fail("; ".join(errors) + f" ({hint})")
+        fail("; ".join(errors) + f" ({hint})")
 
 
 @groups.command("delete")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 
 import click
 
@@ -43,7 +45,15 @@ def cli() -> None:
 
 
 def main() -> None:
-    cli()
+    """Run the command. Bad use and expected failures are one line from the command itself (exit 1, or 2 for a
+    usage error); anything unforeseen is one line too, with the traceback only when TIDELOG_DEBUG is set."""
+    try:
+        cli()
+    except Exception as exc:
+        if os.environ.get("TIDELOG_DEBUG"):
+            raise
+        click.echo(f"Error: {type(exc).__name__}: {exc} (TIDELOG_DEBUG=1 shows the traceback)", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

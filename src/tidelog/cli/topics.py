@@ -14,6 +14,7 @@ import click
 from tidelog.cli._client import (
     bootstrap_option,
     client_config,
+    fail,
     kafka_error_name,
     kafka_error_text,
     parse_key_values,
@@ -37,18 +38,13 @@ def _admin(bootstrap: str, properties: tuple[str, ...]) -> Any:
     return AdminClient(client_config(bootstrap, properties))
 
 
-def _fail(message: str, code: int = 1) -> None:
-    click.echo(f"Error: {message}", err=True)
-    sys.exit(code)
-
-
 def _metadata(admin: Any, timeout: float, topic: str | None = None) -> Any:
     from confluent_kafka import KafkaException
 
     try:
         return admin.list_topics(topic=topic, timeout=timeout)
     except KafkaException as exc:
-        _fail(f"cannot fetch metadata: {kafka_error_text(exc)}")
+        fail(f"cannot fetch metadata: {kafka_error_text(exc)}")
     raise AssertionError("unreachable")
 
 
@@ -91,7 +87,7 @@ def create(
     if exc is not None:
         if if_not_exists and kafka_error_name(exc) == "TOPIC_ALREADY_EXISTS":
             return
-        _fail(f"cannot create topic {name!r}: {kafka_error_text(exc)}")
+        fail(f"cannot create topic {name!r}: {kafka_error_text(exc)}")
     safe_echo(f"{'Validated' if validate_only else 'Created'} topic {name}.")
 
 
@@ -241,7 +237,8 @@ def describe(
         for row in rows:
             state = cleaner.get((row[0], row[1]), {})
             row.extend(state.get(k, "-") for k in extra)
-    print_table(columns, rows)
+    if present:
+        print_table(columns, rows)
     cfg_rows = [[n, k, v] for n in present for k, v in overrides.get(n, [])]
     if cfg_rows:
         safe_echo("")
@@ -299,7 +296,7 @@ def alter_config(
     )
     for _res, exc in wait_all(futures, timeout + 5).items():
         if exc is not None:
-            _fail(f"cannot alter configs of {name!r}: {kafka_error_text(exc)}")
+            fail(f"cannot alter configs of {name!r}: {kafka_error_text(exc)}")
     safe_echo(f"Updated config of topic {name}.")
 
 
@@ -316,5 +313,5 @@ def add_partitions(name: str, partitions: int, bootstrap: str, properties: tuple
     futures = admin.create_partitions([NewPartitions(name, partitions)], operation_timeout=timeout, request_timeout=timeout)
     for _n, exc in wait_all(futures, timeout + 5).items():
         if exc is not None:
-            _fail(f"cannot add partitions to {name!r}: {kafka_error_text(exc)}")
+            fail(f"cannot add partitions to {name!r}: {kafka_error_text(exc)}")
     safe_echo(f"Topic {name} now has {partitions} partitions.")
