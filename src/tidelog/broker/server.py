@@ -45,7 +45,7 @@ import signal
 import socket
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -772,8 +772,14 @@ def install_event_loop_policy(use_uvloop: bool = True) -> str:
     return "asyncio"
 
 
-async def serve(config: BrokerConfig, *, ready: asyncio.Event | None = None) -> None:
-    """Run a broker until SIGTERM/SIGINT, then shut down gracefully."""
+async def serve(
+    config: BrokerConfig,
+    *,
+    ready: asyncio.Event | None = None,
+    on_started: Callable[[Broker], None] | None = None,
+) -> None:
+    """Run a broker until SIGTERM/SIGINT (Ctrl-C), then shut down gracefully. ``on_started`` is called once the
+    listener is bound (``tidelog serve`` prints how to reach the broker)."""
     if config.get("zookeeper.connect"):
         from tidelog.cluster.broker import ClusterBroker
 
@@ -786,14 +792,18 @@ async def serve(config: BrokerConfig, *, ready: asyncio.Event | None = None) -> 
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     await broker.start()
+    if on_started is not None:
+        on_started(broker)
     if ready is not None:
         ready.set()
     await stop.wait()
     await broker.shutdown()
 
 
-def run(config: BrokerConfig, *, use_uvloop: bool | None = None) -> None:
+def run(
+    config: BrokerConfig, *, use_uvloop: bool | None = None, on_started: Callable[[Broker], None] | None = None
+) -> None:
     if use_uvloop is None:
         use_uvloop = os.environ.get("TIDELOG_LOOP", "uvloop") != "asyncio"
     install_event_loop_policy(use_uvloop)
-    asyncio.run(serve(config))
+    asyncio.run(serve(config, on_started=on_started))

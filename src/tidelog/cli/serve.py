@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import sys
+from pathlib import Path
+from typing import Any
 
 import click
 
@@ -49,7 +52,7 @@ def serve(
     from tidelog.broker.server import run
 
     try:
-        run(cfg, use_uvloop=(loop == "uvloop"))
+        run(cfg, use_uvloop=(loop == "uvloop"), on_started=_print_how_to_reach)
     except KeyboardInterrupt:
         pass
     except OSError as exc:
@@ -61,3 +64,34 @@ def serve(
             raise
         logging.getLogger("tidelog.broker.server").error("broker failed: %s", exc)
         sys.exit(1)
+
+
+def started_banner(broker: Any) -> str:
+    """What a user needs once the broker is up: where clients connect, where metrics are, where the data is."""
+    metrics_port = broker.metrics.port
+    ml = broker.config.metrics_listener
+    metrics = f"http://{ml[0]}:{metrics_port}/metrics" if ml is not None and metrics_port else "off"
+    zk = broker.config.get("zookeeper.connect")
+    lines = [
+        f"tidelog {_version()} ready (node {broker.node_id}{f', ZooKeeper {zk}' if zk else ', no ZooKeeper'})",
+        f"  bootstrap servers  {broker.host}:{broker.port}",
+        f"  metrics            {metrics}",
+        f"  data               {', '.join(str(Path(d).resolve()) for d in broker.config.log_dirs)}",
+        "  Ctrl-C (or SIGTERM) stops it cleanly.",
+    ]
+    return "\n".join(lines)
+
+
+def _print_how_to_reach(broker: Any) -> None:
+    try:
+        click.echo(started_banner(broker))
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError):  # stdout closed: the broker runs on regardless
+        pass
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("tidelog")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
