@@ -16,11 +16,16 @@ Formats:
 * ``tidelog-log``: batch source reading the segment files of tidelog or Apache Kafka data directories.
 
 The Python workers must run an interpreter that has tidelog installed (``spark.pyspark.python`` or the
-``PYSPARK_PYTHON`` environment variable).
+``PYSPARK_PYTHON`` environment variable). When neither is set, importing this module sets ``PYSPARK_PYTHON`` to
+the importing interpreter, which has tidelog: a script run as ``.venv/bin/python job.py`` then works without an
+activated venv (PySpark would start the workers with whatever ``python3`` is on PATH). Set it yourself on a
+cluster whose executors have tidelog elsewhere.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -36,6 +41,8 @@ from tidelog.spark.arrow import ddl
 from tidelog.spark.options import parse_bool
 
 __all__ = ["TidelogDataSource", "TidelogLogDataSource", "register"]
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 class TidelogDataSource(DataSource):
