@@ -161,12 +161,54 @@ def test_topics_commands(broker: Any) -> None:
     tl(broker, "topics", "delete", "cli-t1", "--if-exists")
 
 
-def test_unreachable_broker_fails(tmp_path: Path) -> None:
-    class Nowhere:
-        bootstrap = "127.0.0.1:1"
+class _Nowhere:
+    bootstrap = "127.0.0.1:1"  # nothing listens on port 1
 
-    proc = tl(Nowhere(), "topics", "list", "--timeout", "3", check=False)
-    assert proc.returncode != 0
+
+def _one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> str:
+    err = proc.stderr.decode()
+    assert proc.returncode == code, (proc.returncode, err)
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err and lines[-1].startswith("Error: "), err
+    if code != 2:  # a usage error has click's "Usage:" and "Try --help" lines before its one error line
+        assert len(lines) == 1, err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("topics", "list"), ("topics", "describe", "x"), ("topics", "create", "x"), ("groups", "list"),
+     ("groups", "describe", "g"), ("consume", "x", "--max-messages", "1"), ("produce", "x")],
+)
+def test_unreachable_broker_is_one_line_and_exit_1(args: tuple[str, ...]) -> None:
+    """Before: librdkafka retried until the command's 30 s timeout (or forever for consume)."""
+    proc = tl(_Nowhere(), *args, input=b"a\n", check=False)
+    _one_line_error(proc, 1, "no broker reachable at 127.0.0.1:1", "Connection refused")
+
+
+def test_unreachable_zookeeper_is_one_line() -> None:
+    proc = tl(_Nowhere(), "cluster", "describe", "-z", "127.0.0.1:1", check=False)
+    _one_line_error(proc, 1, "cannot reach ZooKeeper at 127.0.0.1:1")
+
+
+def test_bad_use_is_one_line(broker: Any, tmp_path: Path) -> None:
+    _one_line_error(tl(broker, "topics", "create", "bad-cfg", "--config", "retention.ms", check=False), 2,
+                    "expected KEY=VALUE")  # a usage error: click's exit code 2, with its "Try --help" lines
+    _one_line_error(tl(broker, "topics", "create", "bad-cfg", "--config", "retention.ms=soon", check=False), 1,
+                    "INVALID_CONFIG", "retention.ms")
+    _one_line_error(tl(broker, "topics", "describe", "no-such-topic", check=False), 1, "does not exist")
+    _one_line_error(tl(broker, "groups", "describe", "no-such-group", check=False), 1,
+                    "consumer group 'no-such-group' does not exist")
+    _one_line_error(tl(broker, "consume", "no-such-topic", "--max-messages", "1", check=False), 1,
+                    "UNKNOWN_TOPIC_OR_PART")
+    _one_line_error(tl(broker, "groups", "reset-offsets", "g", "--to-earliest", "--topic", "no-such-topic",
+                       check=False), 1, "unknown topic no-such-topic")
+    _one_line_error(tl(broker, "cluster", "reassign", "--reassignment-json-file", str(tmp_path / "none.json"),
+                       "--execute", check=False), 1, "No such file or directory")
+    # the failed commands created nothing (reset-offsets used to auto-create the topic it was given)
+    assert "no-such-topic" not in tl(broker, "topics", "list").stdout.decode().split()
 
 
 def test_consume_with_group_commits(broker: Any) -> None:
