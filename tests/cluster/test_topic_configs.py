@@ -81,6 +81,7 @@ def _produce(cluster: Any, topic: str, partition: int, size: int) -> int | None:
     return None if err is None else err.code()
 
 
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
 def test_topic_config_changes_reach_every_broker(cluster: Any) -> None:
     all_up(cluster)
     topic = f"cfg-{uuid.uuid4().hex[:8]}"
