@@ -42,6 +42,21 @@ def test_controller_topic_and_state_json() -> None:
     assert zd.state_path("t", 0) == "/brokers/topics/t/partitions/0/state"
 
 
+def test_config_change_notification_json() -> None:
+    assert zd.config_change_path() == "/config/changes/config_change_"
+    assert zd.config_change_path("config_change_0000000007") == "/config/changes/config_change_0000000007"
+    raw = zd.encode_config_change(zd.topic_entity_path("orders.v1"))
+    assert raw == b'{"version":2,"entity_path":"topics/orders.v1"}'
+    assert zd.decode_config_change(raw) == "orders.v1"
+    assert zd.decode_config_change(b'{"version":1,"entity_type":"topics","entity_name":"t"}') == "t"
+    for other in (b'{"version":2,"entity_path":"clients/c1"}', b'{"version":2,"entity_path":"topics/"}', b"{",
+                  b"[]"):
+        assert zd.decode_config_change(other) is None, other
+    assert zd.config_change_sequence("config_change_0000000012") == 12
+    assert zd.config_change_sequence("config_change_") is None and zd.config_change_sequence("isr_change_1") is None
+    assert zd.CONFIG_CHANGES in zd.PERSISTENT_PATHS
+
+
 def test_assignment_spreads_leaders_and_replicas() -> None:
     a = zd.assign_replicas([1, 2, 3], 6, 3, rng=random.Random(5))
     assert all(len(set(r)) == 3 for r in a.values())

@@ -177,6 +177,16 @@ class TopicManager:
 
         return LogConfig.from_properties(overrides, self.default_log_config(), min_segment_bytes=self._min_segment_bytes)
 
+    def _stored_log_config(self, name: str, overrides: dict[str, str]) -> LogConfig:
+        """The LogConfig of overrides read back from storage (the registry; ZooKeeper in cluster mode): the broker
+        defaults, logged, when they are no longer valid."""
+        try:
+            return self._log_config(overrides)
+        except ValueError as exc:
+            log.error("stored config of topic invalid now; using broker defaults",
+                      extra={"kv": {"topic": name, "error": exc}})
+            return self.default_log_config()
+
     def _registry_paths(self) -> list[Path]:
         return [Path(d) / REGISTRY_FILE for d in self.config.log_dirs]
 
@@ -201,14 +211,7 @@ class TopicManager:
         for name, t in (best.get("topics") or {}).items():
             try:
                 overrides = {str(k): str(v) for k, v in (t.get("configs") or {}).items()}
-                try:
-                    cfg = self._log_config(overrides)
-                except ValueError as exc:
-                    log.error(
-                        "stored config of topic invalid now; using broker defaults",
-                        extra={"kv": {"topic": name, "error": exc}},
-                    )
-                    cfg = self.default_log_config()
+                cfg = self._stored_log_config(name, overrides)
                 info = TopicInfo(name, _uuid_bytes(t["topic_id"]), int(t["partitions"]), overrides, cfg)
             except (KeyError, TypeError, ValueError) as exc:
                 log.error("skipping malformed topic registry entry", extra={"kv": {"topic": name, "error": exc}})
@@ -503,10 +506,19 @@ class TopicManager:
         self, name: str, ops: list[tuple[str, int, str | None]], validate_only: bool = False
     ) -> TopicInfo:
         """Apply (config, op, value) changes: SET=0, DELETE=1, APPEND=2, SUBTRACT=3 (list configs only)."""
+        info = self._require(name)
+        new_overrides, cfg = self._validate_configs(self._incremented(info.overrides, ops))
+        if not validate_only:
+            self._apply_overrides(info, new_overrides, cfg)
+        return info
+
+    @staticmethod
+    def _incremented(current: dict[str, str], ops: list[tuple[str, int, str | None]]) -> dict[str, str]:
+        """The overrides ``current`` with IncrementalAlterConfigs ``ops`` applied (Kafka's
+        ``prepareIncrementalConfigs``); TopicError for a duplicate key, an unknown config or operation."""
         from tidelog.storage.config import LogConfig
 
-        info = self._require(name)
-        overrides = dict(info.overrides)
+        overrides = dict(current)
         seen: set[str] = set()
         for key, op, value in ops:
             if key in seen:
@@ -541,10 +553,7 @@ class TopicManager:
                 overrides[key] = ",".join(items)
             else:
                 raise TopicError("INVALID_REQUEST", f"Unknown alter config operation {op}")
-        new_overrides, cfg = self._validate_configs(overrides)
-        if not validate_only:
-            self._apply_overrides(info, new_overrides, cfg)
-        return info
+        return overrides
 
     def _entries(self, overrides: dict[str, str], keys: Iterable[str] | None) -> list[ConfigEntry]:
         from tidelog.storage.config import BROKER_TO_TOPIC_CONFIG, LogConfig

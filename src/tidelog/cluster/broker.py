@@ -1,8 +1,8 @@
 """ClusterBroker: the broker in ZooKeeper mode (``zookeeper.connect`` set).
 
 How a broker learns its roles: **ZooKeeper watches**, not LeaderAndIsr/UpdateMetadata requests. Every broker
-watches ``/brokers/ids`` (endpoints for Metadata), ``/controller``, ``/brokers/topics`` and each partition's
-``state`` znode. The state znode is the one source of truth; its znode version is the fencing token of every
+watches ``/brokers/ids`` (endpoints for Metadata), ``/controller``, ``/brokers/topics``, each partition's
+``state`` znode and ``/config/changes`` (topic config change notifications). The state znode is the one source of truth; its znode version is the fencing token of every
 write (the controller's, in a ``multi`` that also checks ``/controller_epoch``, and the leader's own ISR
 changes). Watches deliver the committed state itself, in ZooKeeper's order, so no second (controller -> broker)
 channel can disagree with ZooKeeper, and a broker that was away simply reads the current state when it comes
@@ -60,6 +60,7 @@ log = logging.getLogger("tidelog.cluster.broker")
 
 _MIN_BATCH = 61
 _INLINE_RECORDS_MAX = 1 << 20  # follower fetch answers up to this size carry the records in memory, not sendfile
+CONFIG_CHANGE_EXPIRATION_S = 15 * 60  # Kafka's ZkNodeChangeNotificationListener changeExpirationMs
 
 
 @dataclass(slots=True)
@@ -128,6 +129,7 @@ class ClusterBroker(Broker):
         # leadership is not taken up, the controller decides again (it sees the new registration)
         self._registration_zxid: float = float("inf")
         self._state_zxid: dict[tuple[str, int], int] = {}
+        self._last_config_change = -1  # sequence number of the last config change notification processed
 
     # -- hooks of the single-node broker -----------------------------------------------------------------
 
@@ -293,9 +295,11 @@ class ClusterBroker(Broker):
         from tidelog.cluster.controller import Controller
 
         self._register()
+        # config change notifications first: a change after the topics' config znodes are read below is notified
+        self.zk.ChildrenWatch(zd.CONFIG_CHANGES, self._config_changes)
         self.zk.ChildrenWatch(zd.BROKER_TOPICS, self._topics_changed)
         # the assignments just read are queued on the loop ahead of this: then drop what ZooKeeper no longer has
-        self._post(self.topics.remove_strays, set(self.zk.get_children(zd.BROKER_TOPICS)), self.assignments,
+        self.post(self.topics.remove_strays, set(self.zk.get_children(zd.BROKER_TOPICS)), self.assignments,
                    self.node_id)
         self.controller = Controller(
             self.zk, self.node_id, unclean_election=self.unclean,
@@ -406,7 +410,8 @@ class ClusterBroker(Broker):
 
     # -- ZooKeeper watches (kazoo thread) -> the loop ----------------------------------------------------------
 
-    def _post(self, fn: Any, *args: Any) -> None:
+    def post(self, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` on the event loop, from a watch callback or a worker thread (in the order posted)."""
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(fn, *args)
 
@@ -417,7 +422,7 @@ class ClusterBroker(Broker):
             log.warning("ZooKeeper session lost: resigning every leadership")
             self._session_lost = True
             self._registration_zxid = float("inf")
-            self._post(self._resign_all)
+            self.post(self._resign_all)
         elif state == KazooState.CONNECTED and self._session_lost and self.zk is not None:
             # a new session: our ephemeral registration died with the old one
             self._session_lost = False
@@ -437,13 +442,13 @@ class ClusterBroker(Broker):
             with contextlib.suppress(Exception):
                 data, _ = self.zk.get(zd.broker_path(int(c)))
                 live[int(c)] = zd.decode_broker(int(c), data)
-        self._post(self._set_live, live)
+        self.post(self._set_live, live)
         return None
 
     def _controller_moved(self, data: Any, _stat: Any) -> bool | None:
         if self.zk is None:
             return False
-        self._post(setattr, self, "controller_node", zd.decode_controller(data))
+        self.post(setattr, self, "controller_node", zd.decode_controller(data))
         return None
 
     def _topics_changed(self, children: list[str]) -> bool | None:
@@ -460,14 +465,15 @@ class ClusterBroker(Broker):
             if self.zk is None:
                 return False
             if data is None:
-                self._post(self._on_topic_deleted, topic)
+                self.post(self._on_topic_deleted, topic)
                 return None
             a = zd.decode_topic(data)
             try:
-                cfg_data, _ = self.zk.get(zd.topic_config_path(topic))
+                cfg_data, cfg_stat = self.zk.get(zd.topic_config_path(topic))
+                cfg_version = cfg_stat.version
             except Exception:
-                cfg_data = None
-            self._post(self._on_assignment, topic, a, zd.decode_topic_config(cfg_data))
+                cfg_data, cfg_version = None, -1
+            self.post(self._on_assignment, topic, a, zd.decode_topic_config(cfg_data), cfg_version)
             for p in a.partitions:
                 if (topic, p) not in self._watched_states:
                     self._watched_states.add((topic, p))
@@ -476,12 +482,53 @@ class ClusterBroker(Broker):
 
         return changed
 
+    def _config_changes(self, children: list[str]) -> bool | None:
+        """Kafka's config change listener (``ZkNodeChangeNotificationListener`` with ``DynamicConfigManager``'s
+        handler): every notification newer than the last one processed names a topic whose
+        ``/config/topics/<t>`` is read again and handed to the loop (:meth:`ClusterTopicManager.config_changed`);
+        at start every notification present is processed (re-reading a config is harmless). Notifications
+        older than ``CONFIG_CHANGE_EXPIRATION_S`` are deleted, by whichever broker sees them first."""
+        from kazoo.exceptions import NoNodeError
+
+        if self.zk is None:
+            return False
+        expired_before = time.time() * 1000 - CONFIG_CHANGE_EXPIRATION_S * 1000
+        topics: dict[str, None] = {}
+        for name in sorted(children):
+            seq = zd.config_change_sequence(name)
+            if seq is None:
+                continue
+            path = zd.config_change_path(name)
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                continue  # purged by another broker
+            if seq > self._last_config_change:
+                self._last_config_change = seq
+                topic = zd.decode_config_change(data)
+                if topic is not None:
+                    topics[topic] = None
+            if stat.ctime < expired_before:
+                with contextlib.suppress(NoNodeError):
+                    self.zk.delete(path)
+        for topic in topics:
+            try:
+                data, stat = self.zk.get(zd.topic_config_path(topic))
+                overrides = zd.decode_topic_config(data)
+            except NoNodeError:
+                continue  # the topic is gone (its assignment watch deals with that)
+            except ValueError:
+                log.error("unreadable topic config in ZooKeeper", extra={"kv": {"topic": topic}})
+                continue
+            self.post(self.topics.config_changed, topic, overrides, stat.version)
+        return None
+
     def _state_watch(self, tp: tuple[str, int]):
         def changed(data: Any, stat: Any) -> bool | None:
             if self.zk is None:
                 return False
             if data:
-                self._post(self._on_state, tp, zd.decode_state(data, stat.version), stat.mzxid)
+                self.post(self._on_state, tp, zd.decode_state(data, stat.version), stat.mzxid)
             return None
 
         return changed
@@ -499,7 +546,7 @@ class ClusterBroker(Broker):
         self._live_changed.set()
         self._live_changed = asyncio.Event()
 
-    def _on_assignment(self, topic: str, a: zd.TopicAssignment, config: dict[str, str]) -> None:
+    def _on_assignment(self, topic: str, a: zd.TopicAssignment, config: dict[str, str], config_version: int) -> None:
         old = self.assignments.get(topic)
         if old is not None and a.topic_id and old.topic_id and a.topic_id != old.topic_id:
             self._on_topic_deleted(topic)  # deleted and created again between two watch deliveries
@@ -507,7 +554,7 @@ class ClusterBroker(Broker):
         local = [p for p, reps in a.partitions.items() if self.node_id in reps]
         for tp in [tp for tp in self.replicas if tp[0] == topic and tp[1] not in local]:
             self._drop_replica(tp)  # reassigned away: delete the replica
-        self.topics.adopt(topic, a.topic_id, max(a.partitions) + 1, config, local)
+        self.topics.adopt(topic, a.topic_id, max(a.partitions) + 1, config, local, config_version)
         for p in local:
             tp = (topic, p)
             if tp not in self.replicas:

@@ -7,12 +7,21 @@ Deletion is Kafka's ``/admin/delete_topics/<t>``: any broker queues it, the cont
 and every broker deletes its replicas when its assignment watch sees the topic gone (:meth:`forget_topic`); a
 broker that was down meanwhile deletes them at its next start (:meth:`remove_strays`). A replica moved away by
 a reassignment is deleted the same way (:meth:`drop_partition`). Manual assignments (CreateTopics /
-CreatePartitions ``assignments``) are checked against the registered brokers."""
+CreatePartitions ``assignments``) are checked against the registered brokers.
+
+Topic configs are Kafka's dynamic topic configs in ZooKeeper mode: ``/config/topics/<t>`` holds the overrides and
+is the source of truth. AlterConfigs / IncrementalAlterConfigs write it on the receiving broker (AdminZkClient's
+``changeTopicConfig``: the new overrides and a ``/config/changes/config_change_<seq>`` notification, here in one
+transaction conditional on the config znode's version); every broker (ClusterBroker's notification listener)
+reads the topic's config znode again and applies it to its logs (:meth:`config_changed`, Kafka's
+``TopicConfigHandler``). At start the registry's overrides are replaced by ZooKeeper's before any log is
+opened."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from tidelog.broker.topics import TopicError, TopicInfo, TopicManager, new_topic_id
@@ -25,15 +34,44 @@ DELETE_TIMEOUT_S = 30.0  # how long DeleteTopics waits for the deletion (Kafka's
 
 
 class ClusterTopicManager(TopicManager):
-    # create_topic / create_partitions only read local state and write ZooKeeper (brokers adopt the result through
-    # their watches): the CreateTopics / CreatePartitions handlers run them in a worker thread, so a ZooKeeper round
-    # trip (or a stall up to kazoo's timeout) never blocks the event loop that serves produce, fetch and
-    # replication. (Metadata's auto-creation still calls create_topic on the loop.)
+    # create_topic / create_partitions / alter_configs / incremental_alter_configs only read local state and
+    # ZooKeeper and write ZooKeeper (brokers adopt the result through their watches): the handlers run them in a
+    # worker thread (handlers.topic_change), so a ZooKeeper round trip (or a stall up to kazoo's timeout) never
+    # blocks the event loop that serves produce, fetch and replication.
     blocking_io = True
 
     def __init__(self, broker: Any) -> None:
+        # the /config/topics/<t> znode version each topic's overrides were read at (set by _load_registry)
+        self._config_versions: dict[str, int] = {}
         super().__init__(broker)
         self._deleted: dict[str, asyncio.Event] = {}
+
+    def _load_registry(self) -> None:
+        """The registry, then ZooKeeper's ``/config/topics/<t>`` over its overrides (at start, in the storage
+        thread, before the logs are opened with them): a change made while this broker was down is in effect
+        from its first request on. A topic ZooKeeper does not have keeps the registry's overrides (the watches
+        and :meth:`remove_strays` decide about it)."""
+        from kazoo.exceptions import NoNodeError
+
+        super()._load_registry()
+        zk = getattr(self.broker, "zk", None)
+        if zk is None:
+            return
+        changed = False
+        for info in self._topics.values():
+            try:
+                data, stat = zk.get(zd.topic_config_path(info.name))
+                overrides = zd.decode_topic_config(data)
+            except (NoNodeError, ValueError, AttributeError):
+                continue
+            self._config_versions[info.name] = stat.version
+            if overrides != info.overrides:
+                log.info("topic configs read from ZooKeeper", extra={"kv": {"topic": info.name,
+                                                                            "configs": overrides or ""}})
+                info.overrides, info.log_config = overrides, self._stored_log_config(info.name, overrides)
+                changed = True
+        if changed:
+            self._persist()
 
     def log_manager_kwargs(self) -> dict[str, Any]:
         kwargs = super().log_manager_kwargs()
@@ -41,8 +79,9 @@ class ClusterTopicManager(TopicManager):
         return kwargs
 
     def adopt(self, name: str, topic_id: bytes | None, num_partitions: int, overrides: dict[str, str],
-              local_partitions: list[int]) -> TopicInfo:
-        """Make ``name`` known here as ZooKeeper has it; create the logs of the replicas hosted here."""
+              local_partitions: list[int], config_version: int = -1) -> TopicInfo:
+        """Make ``name`` known here as ZooKeeper has it (``overrides`` read from ``/config/topics/<t>`` at
+        ``config_version``, -1 if that read failed); create the logs of the replicas hosted here."""
         info = self._topics.get(name)
         changed = False
         if info is not None and topic_id and bytes(topic_id) != info.topic_id:
@@ -50,17 +89,17 @@ class ClusterTopicManager(TopicManager):
             self.forget_topic(name)
             info = None
         if info is None:
-            try:
-                cfg = self._log_config(overrides)
-            except ValueError:
-                cfg = self.default_log_config()
-            info = TopicInfo(name, bytes(topic_id) if topic_id else new_topic_id(), num_partitions, overrides, cfg)
+            info = TopicInfo(name, bytes(topic_id) if topic_id else new_topic_id(), num_partitions, overrides,
+                             self._stored_log_config(name, overrides))
             self._topics[name] = info
             self._by_id[info.topic_id] = info
+            self._config_versions[name] = config_version
             changed = True
-        elif num_partitions > info.num_partitions:
-            info.num_partitions = num_partitions
-            changed = True
+        else:
+            self.config_changed(name, overrides, config_version)
+            if num_partitions > info.num_partitions:
+                info.num_partitions = num_partitions
+                changed = True
         if changed:
             self._persist()
         for p in local_partitions:
@@ -106,6 +145,7 @@ class ClusterTopicManager(TopicManager):
     def forget_topic(self, name: str) -> None:
         """The topic is gone from ZooKeeper: delete the local replicas and forget it."""
         info = self._topics.pop(name, None)
+        self._config_versions.pop(name, None)
         if info is not None:
             self._by_id.pop(info.topic_id, None)
         for t, p in [tp for tp in self._logs if tp[0] == name]:
@@ -286,3 +326,68 @@ class ClusterTopicManager(TopicManager):
             return info
         raise TopicError("REQUEST_TIMED_OUT",
                          f"the assignment of '{name}' kept changing")
+
+    # -- topic configs ------------------------------------------------------------------------------------------
+
+    def alter_configs(self, name: str, overrides: dict[str, str | None], validate_only: bool = False) -> TopicInfo:
+        """AlterConfigs: ``overrides`` replace the topic's in ZooKeeper (in a worker thread, see
+        :meth:`_change_topic_config`)."""
+        return self._change_topic_config(name, lambda _current: overrides, validate_only)
+
+    def incremental_alter_configs(self, name: str, ops: list[tuple[str, int, str | None]],
+                                  validate_only: bool = False) -> TopicInfo:
+        """IncrementalAlterConfigs: ``ops`` applied to the overrides ZooKeeper has (in a worker thread)."""
+        return self._change_topic_config(name, lambda current: self._incremented(current, ops), validate_only)
+
+    def _change_topic_config(self, name: str, change: Callable[[dict[str, str]], dict[str, str | None]],
+                             validate_only: bool) -> TopicInfo:
+        """Kafka's ``AdminZkClient.changeTopicConfig``, blocking (the handlers run it in a worker thread): read
+        ``/config/topics/<t>``, validate ``change(its overrides)``, then write the result and a
+        ``/config/changes/config_change_<seq>`` notification in one transaction conditional on the config
+        znode's version (changed meanwhile: read and apply the change again). ``validate_only`` stops after the
+        validation. Every broker applies it through its notification listener; this one also right away (posted
+        to the loop before the handler resumes, so a DescribeConfigs here reads the change back)."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        info = self._require(name)
+        zk = self.broker.zk
+        path = zd.topic_config_path(name)
+        for _attempt in range(10):
+            try:
+                data, stat = zk.get(path)
+                current, version = zd.decode_topic_config(data), stat.version
+            except NoNodeError:
+                if zk.exists(zd.topic_path(name)) is None:
+                    raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"Topic {name} does not exist.") from None
+                current, version = {}, -1  # a topic without a config znode: created by this write
+            overrides, _cfg = self._validate_configs(change(current))
+            if validate_only:
+                return info
+            t = zk.transaction()
+            if version < 0:
+                t.create(path, zd.encode_topic_config(overrides))
+            else:
+                t.set_data(path, zd.encode_topic_config(overrides), version=version)
+            t.create(zd.config_change_path(), zd.encode_config_change(zd.topic_entity_path(name)), sequence=True)
+            results = t.commit()
+            if any(isinstance(res, BadVersionError | NodeExistsError | NoNodeError) for res in results[:1]):
+                continue  # the config znode changed (or went) meanwhile
+            for res in results:
+                if isinstance(res, Exception) and type(res).__name__ != "RolledBackError":
+                    raise res
+            log.info("topic configs changed in ZooKeeper", extra={"kv": {"topic": name, "configs": overrides or ""}})
+            self.broker.post(self.config_changed, name, overrides, version + 1)
+            return info
+        raise TopicError("REQUEST_TIMED_OUT", f"the configs of '{name}' kept changing")
+
+    def config_changed(self, name: str, overrides: dict[str, str], version: int) -> None:
+        """On the loop: ``/config/topics/<name>`` holds ``overrides`` at znode ``version`` (read after a change
+        notification, with the assignment, or written here); apply them to the topic and its local logs (Kafka's
+        ``TopicConfigHandler.processConfigChanges``). A read older than one already applied is ignored, as is a
+        failed read (-1)."""
+        info = self._topics.get(name)
+        if info is None or version < 0 or version < self._config_versions.get(name, -1):
+            return
+        self._config_versions[name] = version
+        if overrides != info.overrides:
+            self._apply_overrides(info, overrides, self._stored_log_config(name, overrides))

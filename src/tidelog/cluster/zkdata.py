@@ -13,7 +13,11 @@ znode                                        value
                                              "removing_replicas":{},"topic_id":"<base64 uuid>"}``
 ``/brokers/topics/<t>/partitions/<p>/state`` ``{"controller_epoch":C,"leader":L,"version":1,
                                              "leader_epoch":E,"isr":[...]}``
-``/config/topics/<t>``                       ``{"version":1,"config":{...}}``
+``/config/topics/<t>``                       ``{"version":1,"config":{...}}`` (the topic's overrides)
+``/config/changes/config_change_<seq>``      ``{"version":2,"entity_path":"topics/<t>"}``
+(persistent sequential)                      (``ConfigEntityChangeNotificationSequenceZNode``): ``<t>``'s
+                                             config znode changed; every broker applies it, and any broker
+                                             deletes notifications older than 15 minutes
 ``/admin/preferred_replica_election``        ``{"version":1,"partitions":[{"topic":"t","partition":0}]}``
                                              (Kafka's ``PreferredReplicaElectionZNode``; the controller
                                              deletes it when done)
@@ -42,12 +46,14 @@ BROKER_TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 DELETE_TOPICS = "/admin/delete_topics"
-PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, DELETE_TOPICS, "/isr_change_notification",
-                    CONTROLLED_SHUTDOWN)
+PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, CONFIG_CHANGES, DELETE_TOPICS,
+                    "/isr_change_notification", CONTROLLED_SHUTDOWN)
 
 NO_LEADER = -1
 
@@ -74,6 +80,12 @@ def state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def config_change_path(name: str = "") -> str:
+    """``/config/changes/config_change_`` (the prefix to create a sequential znode with), or a notification's
+    path given its child name."""
+    return f"{CONFIG_CHANGES}/{name or CONFIG_CHANGE_PREFIX}"
 
 
 def delete_topic_path(topic: str) -> str:
@@ -242,6 +254,37 @@ def decode_topic_config(data: bytes | None) -> dict[str, str]:
     if not data:
         return {}
     return {str(k): str(v) for k, v in (json.loads(data).get("config") or {}).items()}
+
+
+def topic_entity_path(topic: str) -> str:
+    """The ``entity_path`` of a topic's config change: ``topics/<t>`` (Kafka sanitizes the entity name by URL
+    encoding; a legal topic name, ``[a-zA-Z0-9._-]``, is its own encoding)."""
+    return f"topics/{topic}"
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    """``ConfigEntityChangeNotificationSequenceZNode.encode``."""
+    return _dumps({"version": 2, "entity_path": entity_path})
+
+
+def decode_config_change(data: bytes) -> str | None:
+    """The topic a config change notification names, or None (another entity type, or unreadable). Version 1,
+    ``{"version":1,"entity_type":"topics","entity_name":"<t>"}``, is read too, as Kafka's listener does."""
+    try:
+        value = json.loads(data)
+        if value.get("version") == 1:
+            entity_type, name = value.get("entity_type"), value.get("entity_name")
+        else:
+            entity_type, _, name = str(value.get("entity_path") or "").partition("/")
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return name if entity_type == "topics" and name else None
+
+
+def config_change_sequence(name: str) -> int | None:
+    """The sequence number of the notification child ``config_change_<10 digits>``, None for other children."""
+    digits = name[len(CONFIG_CHANGE_PREFIX):]
+    return int(digits) if name.startswith(CONFIG_CHANGE_PREFIX) and digits.isdigit() else None
 
 
 # -- admin requests ------------------------------------------------------------------------------------------------

@@ -63,9 +63,10 @@ async def call_maybe_async(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 async def topic_change(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """A TopicManager method that creates topics or partitions (``create_topic``, ``create_partitions``,
-    ``maybe_auto_create``): with a manager whose changes are ZooKeeper writes (``blocking_io``, cluster mode) in a
-    worker thread, so no ZooKeeper round trip runs on the event loop; else as :func:`call_maybe_async`."""
+    """A TopicManager method that changes topics (``create_topic``, ``create_partitions``, ``maybe_auto_create``,
+    ``alter_configs``, ``incremental_alter_configs``): with a manager whose changes are ZooKeeper writes
+    (``blocking_io``, cluster mode) in a worker thread, so no ZooKeeper round trip runs on the event loop; else as
+    :func:`call_maybe_async`."""
     if getattr(fn.__self__, "blocking_io", False):
         return await asyncio.to_thread(fn, *args, **kwargs)
     return await call_maybe_async(fn, *args, **kwargs)

@@ -789,7 +789,7 @@ async def _alter_config_resources(
             continue  # empty change set on the broker: nothing to do
         change_set = changes(configs)
         try:
-            await call_maybe_async(alter, rname, change_set, validate_only=validate_only)
+            await topic_change(alter, rname, change_set, validate_only=validate_only)
         except Exception as exc:
             if not _is_client_error(exc):
                 raise
