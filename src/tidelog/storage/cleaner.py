@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -56,13 +55,12 @@ from typing import Any
 
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED, MIN_RECORD_SIZE, build_batch
 from tidelog.records.compression import compress, decompress
-from tidelog.records.crc import _crc32c, crc32c
+from tidelog.records.crc import _crc32c
 from tidelog.records.errors import CorruptRecordError, InvalidRecordError
 from tidelog.records.header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CONTROL_MASK,
-    CRC_OFFSET,
     CREATE_TIME,
     DELETE_HORIZON_MASK,
     H_ATTRIBUTES,
@@ -88,6 +86,7 @@ from tidelog.records.header import (
     TRANSACTIONAL_MASK,
     BatchHeader,
     HeaderTuple,
+    seal_batch,
     unpack_header_tuple,
 )
 from tidelog.records.varint import decode_varint, decode_varlong
@@ -111,8 +110,6 @@ Fault = Callable[[str], None]
 
 DOUBLE_MAX = 1.7976931348623157e308
 
-_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
-_UINT32 = struct.Struct(">I")
 _INT32_MIN = -(1 << 31)
 
 #: the fault-injection steps, in order (tests raise or exit at each)
@@ -873,27 +870,19 @@ def _seal(
     new_attributes = attributes & (COMPRESSION_MASK | TIMESTAMP_TYPE_MASK)
     if new_horizon is not None:
         new_attributes |= DELETE_HORIZON_MASK
-    header = bytearray(
-        _BATCH_HEADER.pack(
-            fields[H_BASE_OFFSET],
-            RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload),
-            fields[H_PARTITION_LEADER_EPOCH],
-            MAGIC,
-            0,
-            new_attributes,
-            fields[H_LAST_OFFSET_DELTA],
-            new_base,
-            max_ts,
-            fields[H_PRODUCER_ID],
-            fields[H_PRODUCER_EPOCH],
-            fields[H_BASE_SEQUENCE],
-            count,
-        )
+    return seal_batch(
+        fields[H_BASE_OFFSET],
+        fields[H_PARTITION_LEADER_EPOCH],
+        new_attributes,
+        fields[H_LAST_OFFSET_DELTA],
+        new_base,
+        max_ts,
+        fields[H_PRODUCER_ID],
+        fields[H_PRODUCER_EPOCH],
+        fields[H_BASE_SEQUENCE],
+        count,
+        payload,
     )
-    crc = crc32c(payload, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
-    _UINT32.pack_into(header, CRC_OFFSET, crc)
-    header += payload
-    return bytes(header)
 
 
 def _remove_leftovers(plog: PartitionLog, base: int) -> None:
