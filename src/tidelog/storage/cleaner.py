@@ -90,12 +90,11 @@ from tidelog.records.header import (
     unpack_header_tuple,
 )
 from tidelog.records.varint import decode_varint, decode_varlong
+from tidelog.storage.format import CLEANED_SUFFIX, SWAP_SUFFIX
 from tidelog.storage.index import INT32_MAX
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.offset_map import OffsetMap
 from tidelog.storage.segment import (
-    CLEANED_SUFFIX,
-    SWAP_SUFFIX,
     LogSegment,
     index_file,
     log_file,
