@@ -1,6 +1,6 @@
 """Log compaction: keep only the newest record per key (``cleanup.policy`` containing ``compact``).
 
-What the cleaner does, following the behaviour Kafka documents (facts 1.7, seed 001 §2):
+What the cleaner does, following the behaviour Kafka documents (``LogCleaner``):
 
 * **Choosing a log.** Each compacted log splits at its *first dirty offset* (from ``cleaner-offset-checkpoint``,
   reset to the log start offset when out of range) into a clean head and a dirty tail. The dirty section ends at
@@ -150,7 +150,7 @@ class DedupeBufferTooSmallError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class CleanerConfig:
-    """Broker-level cleaner settings (Kafka's ``CleanerConfig`` names and defaults, facts 1.7)."""
+    """Broker-level cleaner settings (Kafka's ``CleanerConfig`` names and defaults)."""
 
     enable: bool = True
     threads: int = 1

@@ -1,6 +1,6 @@
 """Sparse, memory-mapped segment indexes: ``.index`` (OffsetIndex) and ``.timeindex`` (TimeIndex).
 
-Both follow Kafka's ``AbstractIndex`` (facts 1.4):
+Both follow Kafka's ``AbstractIndex``:
 
 * A new index file is **preallocated** to ``segment.index.bytes`` rounded down to whole entries and
   memory-mapped; entries are appended in place.  When the segment becomes inactive, or is closed, the file is

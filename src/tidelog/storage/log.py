@@ -1112,7 +1112,7 @@ class PartitionLog:
     ) -> bool:
         """Swap the cleaned segment ``new`` (files named ``.cleaned``) in for the contiguous ``old`` segments.
 
-        Crash-safe order (facts 1.6/1.7): ``new`` becomes ``.swap``; the segment list is replaced in one
+        Crash-safe order (Kafka's ``LocalLog.replaceSegments``): ``new`` becomes ``.swap``; the segment list is replaced in one
         assignment; the old segments become ``.deleted`` (their files go after ``file.delete.delay.ms``; readers
         holding their regions keep valid descriptors); ``new`` gets its final names.  The loader finishes or
         undoes any prefix of these steps.  Returns False, changing nothing, when the old segments are no longer

@@ -4,7 +4,7 @@ The ``.log`` holds whole v2 record batches back to back, exactly as Kafka writes
 decodes records: it reads batch headers with ``os.pread`` and hands out :class:`FileRegion` views that a
 broker can ``os.sendfile`` to a socket.
 
-Index rule (Kafka ``LogSegment.append``/``recover``, facts 1.4): before a batch is counted, if the bytes
+Index rule (Kafka ``LogSegment.append``/``recover``): before a batch is counted, if the bytes
 appended since the last index entry exceed ``index.interval.bytes``, write the offset entry
 ``(batch last offset -> batch start position)`` and the time entry ``(max timestamp so far -> last offset of
 the batch holding it)``, then reset the counter; afterwards add the batch's size to the counter.
@@ -365,7 +365,7 @@ class LogSegment:
         max_offset_in_messages: int,
         now_ms: int,
     ) -> bool:
-        """Kafka's five roll conditions (facts 1.5)."""
+        """Kafka's five roll conditions (``LogSegment.shouldRoll``)."""
         return self._should_roll(
             segment_bytes, segment_ms, messages_size, max_timestamp_in_messages, max_offset_in_messages, now_ms
         )

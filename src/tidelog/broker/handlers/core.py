@@ -1,7 +1,6 @@
 """Core APIs: ApiVersions, Metadata, Produce, Fetch, ListOffsets.
 
-Kafka behaviours reproduced (sources: Kafka ``KafkaApis``, ``ReplicaManager``, ``Partition``, ``UnifiedLog``;
-facts in /work/shared/reference/kafka-facts.md §2):
+Kafka behaviours reproduced (sources: Kafka ``KafkaApis``, ``ReplicaManager``, ``Partition``, ``UnifiedLog``):
 
 * ApiVersions advertises Produce with min version 0 although v0-2 are rejected (KAFKA-18659: librdkafka
   < 2.11.1 silently disables compression otherwise). An unsupported ApiVersions version is answered by the
