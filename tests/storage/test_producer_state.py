@@ -8,8 +8,8 @@ import pytest
 from tidelog.records.crc import crc32c
 from tidelog.records.header import CONTROL_MASK, TRANSACTIONAL_MASK, BatchHeader
 from tidelog.storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from tidelog.storage.format import PRODUCER_SNAPSHOT_ENTRY_SIZE as ENTRY_SIZE
 from tidelog.storage.producer_state import (
-    ENTRY_SIZE,
     NUM_BATCHES_TO_RETAIN,
     CorruptSnapshotError,
     ProducerStateManager,

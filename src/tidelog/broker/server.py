@@ -51,11 +51,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.config import BrokerConfig
+from tidelog.broker.errors import PartitionError
 from tidelog.broker.fetch_session import FetchSessionCache
 from tidelog.broker.handlers import HANDLER_MODULES, REGISTRY, RequestContext
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
 from tidelog.protocol import codec
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.error_response import UNKNOWN_SERVER_ERROR, error_response
 from tidelog.protocol.exceptions import InvalidRequestError, UnknownApiKeyError, UnsupportedVersionError
 
@@ -73,24 +75,14 @@ _IOV_MAX = 512
 _NO_ERROR_SCAN = frozenset({18, 3})
 
 
-class PartitionError(Exception):
-    """A partition-level failure carrying the Kafka error name to answer with."""
-
-    def __init__(self, kafka_error: str, message: str = "") -> None:
-        super().__init__(message or kafka_error)
-        self.kafka_error = kafka_error
-
-
 class _ConnectionClosed(Exception):
     pass
 
 
 def _api_name(api_key: int) -> str:
     try:
-        from tidelog.protocol.api_keys import ApiKey
-
         return ApiKey(api_key).name
-    except (ImportError, ValueError):
+    except ValueError:
         return str(api_key)
 
 
@@ -533,12 +525,7 @@ class Broker:
 
     def _load_handlers(self) -> None:
         for mod in HANDLER_MODULES:
-            try:
-                importlib.import_module(mod)
-            except ModuleNotFoundError as exc:
-                if exc.name != mod:
-                    raise
-                log.info("handler module not present, skipped", extra={"kv": {"module": mod}})
+            importlib.import_module(mod)
         from tidelog.protocol import codec
 
         # the group APIs are accepted once their handlers are registered
@@ -567,26 +554,20 @@ class Broker:
                 if lg is not None:
                     self.become_leader((info.name, p), lg)
         self.cluster_id = self.cluster_id or self._cluster_id_from_storage()
-        try:
-            from tidelog.broker.producer_ids import ProducerIdManager
+        from tidelog.broker.producer_ids import ProducerIdManager
 
-            self.producer_ids = ProducerIdManager(cfg.log_dirs)
-        except ImportError:
-            self.producer_ids = None
+        self.producer_ids = ProducerIdManager(cfg.log_dirs)
 
     def _cluster_id_from_storage(self) -> str:
         cid = getattr(self.logs, "cluster_id", None)
         if cid:
             return str(cid)
-        try:
-            from tidelog.storage.checkpoints import read_meta_properties
+        from tidelog.storage.checkpoints import read_meta_properties
 
-            for d in self.config.log_dirs:
-                meta = read_meta_properties(Path(d) / "meta.properties")
-                if meta is not None and getattr(meta, "cluster_id", None):
-                    return str(meta.cluster_id)
-        except ImportError:
-            pass
+        for d in self.config.log_dirs:
+            meta = read_meta_properties(Path(d) / "meta.properties")
+            if meta is not None and getattr(meta, "cluster_id", None):
+                return str(meta.cluster_id)
         from tidelog.broker.topics import new_cluster_id
 
         return new_cluster_id()
@@ -604,13 +585,10 @@ class Broker:
         self.metrics.set_partition_source(self._partition_metrics)
         if getattr(self.logs, "cleaner", None) is not None:
             self.metrics.add_rows_source(self.logs.cleaner.metrics)
-        try:
-            from tidelog.broker.group.coordinator import GroupCoordinator
+        from tidelog.broker.group.coordinator import GroupCoordinator
 
-            self.group_coordinator = GroupCoordinator(self)
-            await self.group_coordinator.start()  # loads __consumer_offsets in the background
-        except ImportError:
-            self.group_coordinator = None
+        self.group_coordinator = GroupCoordinator(self)
+        await self.group_coordinator.start()  # loads __consumer_offsets in the background
         sock = socket.socket(socket.AF_INET6 if ":" in self.bind_host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

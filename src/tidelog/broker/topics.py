@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tidelog.broker.errors import BrokerError
+
 if TYPE_CHECKING:
     from tidelog.broker.server import Broker
     from tidelog.storage.config import LogConfig
@@ -61,7 +63,7 @@ _BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
 }
 
 
-class TopicError(Exception):
+class TopicError(BrokerError):
     """A topic operation refused with a Kafka error name (e.g. ``TOPIC_ALREADY_EXISTS``)."""
 
     def __init__(self, kafka_error: str, message: str) -> None:

@@ -52,7 +52,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidelog.broker.server import Broker, PartitionError
+from tidelog.broker.errors import PartitionError, error_of
+from tidelog.broker.server import Broker
 from tidelog.cluster import zkdata as zd
 from tidelog.cluster.fetcher import ReplicaFetcherManager
 
@@ -790,7 +791,6 @@ class ClusterBroker(Broker):
         and fetches again. The check comes before the range check, so a follower whose tail runs past this
         log's end learns where to truncate instead of getting OFFSET_OUT_OF_RANGE.
         """
-        from tidelog.broker.handlers.core import error_of
         from tidelog.broker.purgatory import DelayedFetch, FetchPartitionStatus
         from tidelog.protocol.compiler import RecordsChunks
 

@@ -13,19 +13,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.handlers import RequestContext, handles
-from tidelog.broker.server import PartitionError
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
 
-OFFSET_FOR_LEADER_EPOCH = 23
-ALTER_PARTITION_REASSIGNMENTS = 45
-LIST_PARTITION_REASSIGNMENTS = 46
 
-
-@handles(OFFSET_FOR_LEADER_EPOCH)
+@handles(ApiKey.OFFSET_FOR_LEADER_EPOCH)
 async def offset_for_leader_epoch(ctx: RequestContext, request: dict) -> dict:
-    from tidelog.broker.handlers.core import error_of
-
     broker = ctx.broker
     topics_out = []
     for t in request.get("topics") or ():
@@ -66,7 +61,7 @@ def _alter_response(ctx: RequestContext, request: dict, error: str | None, messa
     return out
 
 
-@handles(ALTER_PARTITION_REASSIGNMENTS)
+@handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS)
 async def alter_partition_reassignments(ctx: RequestContext, request: dict) -> dict:
     broker: Any = ctx.broker
     controller = getattr(broker, "controller", None)
@@ -126,7 +121,7 @@ def list_reassignments(zk: Any, wanted: dict[str, list[int]] | None) -> list[dic
     return out
 
 
-@handles(LIST_PARTITION_REASSIGNMENTS)
+@handles(ApiKey.LIST_PARTITION_REASSIGNMENTS)
 async def list_partition_reassignments(ctx: RequestContext, request: dict) -> dict:
     broker: Any = ctx.broker
     topics = request.get("topics")

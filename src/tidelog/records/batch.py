@@ -28,15 +28,18 @@ from tidelog.records.compression import CompressionType, compress, decompress
 from tidelog.records.crc import crc32c
 from tidelog.records.errors import CorruptRecordError, InvalidRecordError
 from tidelog.records.header import (
+    ATTRIBUTES_FIELD,
     ATTRIBUTES_OFFSET,
+    BATCH_LENGTH_FIELD,
     CONTROL_MASK,
+    CRC_FIELD,
     CRC_OFFSET,
     CREATE_TIME,
     DELETE_HORIZON_MASK,
     LENGTH_OFFSET,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
-    MAGIC,
+    MAX_TIMESTAMP_FIELD,
     MAX_TIMESTAMP_OFFSET,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -47,6 +50,7 @@ from tidelog.records.header import (
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     BatchHeader,
+    seal_batch,
     stamp_base_offset,
     stamp_partition_leader_epoch,
     validate_batch,
@@ -62,10 +66,6 @@ DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
 MIN_RECORD_SIZE = 7
 """Smallest encoded record: length, attributes, timestampDelta, offsetDelta, key -1, value -1, 0 headers."""
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_UINT32 = struct.Struct(">I")
-_INT16 = struct.Struct(">h")
-_INT64 = struct.Struct(">q")
 _CONTROL_KEY = struct.Struct(">hh")
 _END_TXN_VALUE = struct.Struct(">hi")
 
@@ -276,27 +276,19 @@ def build_batch(
     size = RECORD_BATCH_OVERHEAD + len(payload)
     if size - LOG_OVERHEAD > INT32_MAX:
         raise ValueError(f"batch of {size} bytes does not fit an int32 length")
-    header = bytearray(
-        _HEADER.pack(
-            base_offset,
-            size - LOG_OVERHEAD,
-            partition_leader_epoch,
-            MAGIC,
-            0,
-            attributes,
-            last_offset_delta,
-            base_timestamp,
-            max_timestamp,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            len(recs),
-        )
+    return seal_batch(
+        base_offset,
+        partition_leader_epoch,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(recs),
+        payload,
     )
-    crc = crc32c(payload, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
-    _UINT32.pack_into(header, CRC_OFFSET, crc)
-    header += payload
-    return bytes(header)
 
 
 # ---------------------------------------------------------------------------------------------- decoding
@@ -518,7 +510,7 @@ def decode_batches(
     pos = 0
     end = len(buf)
     while end - pos >= LOG_OVERHEAD:
-        (length,) = struct.unpack_from(">i", buf, pos + LENGTH_OFFSET)
+        (length,) = BATCH_LENGTH_FIELD.unpack_from(buf, pos + LENGTH_OFFSET)
         if length + LOG_OVERHEAD > end - pos:
             return
         header, records = decode_batch(buf, pos, max_decompressed=max_decompressed)
@@ -935,14 +927,14 @@ def rewrite_batch_for_append(
     stamp_base_offset(batch, base_offset, pos)
     stamp_partition_leader_epoch(batch, partition_leader_epoch, pos)
     if log_append_time is not None:
-        (attributes,) = _INT16.unpack_from(batch, pos + ATTRIBUTES_OFFSET)
-        (current_max,) = _INT64.unpack_from(batch, pos + MAX_TIMESTAMP_OFFSET)
+        (attributes,) = ATTRIBUTES_FIELD.unpack_from(batch, pos + ATTRIBUTES_OFFSET)
+        (current_max,) = MAX_TIMESTAMP_FIELD.unpack_from(batch, pos + MAX_TIMESTAMP_OFFSET)
         new_attributes = attributes | TIMESTAMP_TYPE_MASK
         if new_attributes != attributes or current_max != log_append_time:
-            (length,) = struct.unpack_from(">i", batch, pos + LENGTH_OFFSET)
-            _INT16.pack_into(batch, pos + ATTRIBUTES_OFFSET, new_attributes)
-            _INT64.pack_into(batch, pos + MAX_TIMESTAMP_OFFSET, log_append_time)
+            (length,) = BATCH_LENGTH_FIELD.unpack_from(batch, pos + LENGTH_OFFSET)
+            ATTRIBUTES_FIELD.pack_into(batch, pos + ATTRIBUTES_OFFSET, new_attributes)
+            MAX_TIMESTAMP_FIELD.pack_into(batch, pos + MAX_TIMESTAMP_OFFSET, log_append_time)
             with memoryview(batch) as view:
                 crc = crc32c(view[pos + ATTRIBUTES_OFFSET : pos + LOG_OVERHEAD + length])
-            _UINT32.pack_into(batch, pos + CRC_OFFSET, crc)
+            CRC_FIELD.pack_into(batch, pos + CRC_OFFSET, crc)
     return BatchHeader.parse(batch, pos)

@@ -59,10 +59,20 @@ DELETE_HORIZON_MASK = 0x40
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_INT64 = struct.Struct(">q")
-_INT32 = struct.Struct(">i")
-_MAGIC_AND_LENGTH = struct.Struct(">qi")
+#: the whole 61-byte header, fields in the order of the layout above (see the ``H_*`` positions below)
+BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+#: baseOffset, batchLength: the first LOG_OVERHEAD bytes of a batch
+LOG_HEADER = struct.Struct(">qi")
+#: baseOffset, batchLength, partitionLeaderEpoch: the first 16 bytes, all outside the CRC (what the leader stamps)
+STAMPED_HEAD = struct.Struct(">qii")
+STAMPED_HEAD_SIZE = 16
+# single fields, each at its ``*_OFFSET``
+BASE_OFFSET_FIELD = struct.Struct(">q")
+BATCH_LENGTH_FIELD = struct.Struct(">i")
+PARTITION_LEADER_EPOCH_FIELD = struct.Struct(">i")
+CRC_FIELD = struct.Struct(">I")
+ATTRIBUTES_FIELD = struct.Struct(">h")
+MAX_TIMESTAMP_FIELD = struct.Struct(">q")
 
 
 @dataclass(slots=True, frozen=True)
@@ -90,7 +100,7 @@ class BatchHeader:
             raise CorruptRecordError(
                 f"truncated batch header: {len(buf) - pos} bytes at position {pos}, need {RECORD_BATCH_OVERHEAD}"
             )
-        header = cls(*_HEADER.unpack_from(buf, pos))
+        header = cls(*BATCH_HEADER.unpack_from(buf, pos))
         if header.magic != MAGIC:
             raise InvalidMagicError(
                 f"unsupported magic {header.magic} at position {pos} (only v2 batches)", header.magic
@@ -173,7 +183,7 @@ def validate_batch(
 
 # ------------------------------------------------------------------------------------------ lean tuple path
 # The hot paths of the storage layer (append, recovery, lookups) take the header as the plain tuple that
-# ``_HEADER.unpack_from`` returns: building a frozen dataclass costs more than the unpack and the CRC of a
+# ``BATCH_HEADER.unpack_from`` returns: building a frozen dataclass costs more than the unpack and the CRC of a
 # 16 KiB batch together.  The field positions in that tuple:
 H_BASE_OFFSET = 0
 H_BATCH_LENGTH = 1
@@ -192,7 +202,7 @@ H_RECORDS_COUNT = 12
 HeaderTuple = tuple[int, int, int, int, int, int, int, int, int, int, int, int, int]
 
 #: ``unpack_header_tuple(buf, pos)``: the 13 header fields at ``buf[pos:]``, no checks (61 bytes must be there)
-unpack_header_tuple = _HEADER.unpack_from
+unpack_header_tuple = BATCH_HEADER.unpack_from
 
 
 def parse_header_tuple(buf: bytes | bytearray | memoryview, pos: int = 0) -> HeaderTuple:
@@ -201,7 +211,7 @@ def parse_header_tuple(buf: bytes | bytearray | memoryview, pos: int = 0) -> Hea
         raise CorruptRecordError(
             f"truncated batch header: {len(buf) - pos} bytes at position {pos}, need {RECORD_BATCH_OVERHEAD}"
         )
-    fields: HeaderTuple = _HEADER.unpack_from(buf, pos)
+    fields: HeaderTuple = BATCH_HEADER.unpack_from(buf, pos)
     if fields[3] != MAGIC:
         raise InvalidMagicError(f"unsupported magic {fields[3]} at position {pos} (only v2 batches)", fields[3])
     return fields
@@ -226,7 +236,7 @@ def validate_batch_tuple(
         raise CorruptRecordError(
             f"truncated batch header: {n} bytes at position {pos}, need {RECORD_BATCH_OVERHEAD}"
         )
-    fields: HeaderTuple = _HEADER.unpack_from(buf, pos)
+    fields: HeaderTuple = BATCH_HEADER.unpack_from(buf, pos)
     _, batch_length, _, magic, crc, _, last_offset_delta, _, _, _, _, _, records_count = fields
     if magic != MAGIC:
         raise InvalidMagicError(f"unsupported magic {magic} at position {pos} (only v2 batches)", magic)
@@ -263,7 +273,7 @@ def peek_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> int | None:
     """Whole size of the batch starting at ``pos`` from its first 12 bytes, or None if fewer are present."""
     if len(buf) - pos < LOG_OVERHEAD:
         return None
-    return _MAGIC_AND_LENGTH.unpack_from(buf, pos)[1] + LOG_OVERHEAD
+    return LOG_HEADER.unpack_from(buf, pos)[1] + LOG_OVERHEAD
 
 
 def iter_batch_headers(buf: bytes | bytearray | memoryview, validate: bool = True) -> Iterator[tuple[int, BatchHeader]]:
@@ -285,9 +295,46 @@ def iter_batch_headers(buf: bytes | bytearray | memoryview, validate: bool = Tru
 
 def stamp_base_offset(buf: bytearray | memoryview, base_offset: int, pos: int = 0) -> None:
     """Write baseOffset in place (outside the CRC, so the CRC stays valid)."""
-    _INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)
+    BASE_OFFSET_FIELD.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)
 
 
 def stamp_partition_leader_epoch(buf: bytearray | memoryview, epoch: int, pos: int = 0) -> None:
     """Write partitionLeaderEpoch in place (outside the CRC)."""
-    _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+    PARTITION_LEADER_EPOCH_FIELD.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def seal_batch(
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    records_count: int,
+    records: bytes | bytearray | memoryview,
+) -> bytes:
+    """A whole v2 batch: the header of these fields (magic 2, batchLength from ``records``' size) with its
+    CRC-32C over attributes..end, followed by ``records`` (the encoded, possibly compressed, records)."""
+    header = bytearray(
+        BATCH_HEADER.pack(
+            base_offset,
+            RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(records),
+            partition_leader_epoch,
+            MAGIC,
+            0,
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            records_count,
+        )
+    )
+    CRC_FIELD.pack_into(header, CRC_OFFSET, crc32c(records, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:])))
+    header += records
+    return bytes(header)

@@ -26,7 +26,6 @@ import itertools
 import logging
 import os
 import re
-import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +38,10 @@ from tidelog.records.columnar import new_builder
 from tidelog.records.compression import decompress
 from tidelog.records.errors import RecordError
 from tidelog.records.header import (
+    BATCH_LENGTH_FIELD,
     COMPRESSION_MASK,
     CONTROL_MASK,
+    LENGTH_OFFSET,
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
@@ -59,13 +60,12 @@ from tidelog.spark.options import (
     parse_subscription,
 )
 from tidelog.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint
+from tidelog.storage.format import INDEX_SUFFIX, LOG_SUFFIX, OFFSET_INDEX_ENTRY, OFFSET_INDEX_ENTRY_SIZE
 
 log = logging.getLogger("tidelog.spark")
 
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 _SEGMENT = re.compile(r"^(\d{20})\.log$")
-_INDEX_ENTRY = struct.Struct(">ii")
-_LENGTH = struct.Struct(">i")
 READ_CHUNK = 8 * 1024 * 1024
 DEFAULT_MAX_BYTES = 128 * 1024 * 1024
 NO_END = 2**63 - 1
@@ -95,8 +95,8 @@ def read_index_positions(path: Path, base_offset: int, log_size: int) -> list[tu
         return []
     out: list[tuple[int, int]] = []
     last_rel, last_pos = -1, -1
-    for i in range(len(data) // 8):
-        rel, pos = _INDEX_ENTRY.unpack_from(data, i * 8)
+    for i in range(len(data) // OFFSET_INDEX_ENTRY_SIZE):
+        rel, pos = OFFSET_INDEX_ENTRY.unpack_from(data, i * OFFSET_INDEX_ENTRY_SIZE)
         if (i > 0 and rel == 0 and pos == 0) or rel <= last_rel or pos <= last_pos or pos >= log_size:
             break
         out.append((base_offset + rel, pos))
@@ -187,14 +187,14 @@ class LogDirReader(DataSourceReader):
             nxt = bases[i + 1] if i + 1 < len(bases) else NO_END
             if nxt <= lo or base >= hi:
                 continue
-            path = pdir / f"{base:020d}.log"
+            path = pdir / f"{base:020d}{LOG_SUFFIX}"
             try:
                 size = path.stat().st_size
             except FileNotFoundError:
                 continue  # deleted by retention while we listed
             if size == 0:
                 continue
-            entries = read_index_positions(pdir / f"{base:020d}.index", base, size)
+            entries = read_index_positions(pdir / f"{base:020d}{INDEX_SUFFIX}", base, size)
             # first position: the greatest index entry whose offset is below ``lo`` (its batch ends before lo)
             start_pos = 0
             for off, pos in entries:
@@ -239,7 +239,7 @@ def _batches(s: SegmentSlice) -> Iterator[tuple[memoryview, int]]:
         while True:
             if len(buf) - off < LOG_OVERHEAD or (
                 len(buf) - off >= LOG_OVERHEAD
-                and _LENGTH.unpack_from(buf, off + 8)[0] + LOG_OVERHEAD > len(buf) - off
+                and BATCH_LENGTH_FIELD.unpack_from(buf, off + LENGTH_OFFSET)[0] + LOG_OVERHEAD > len(buf) - off
             ):
                 if eof or pos >= s.end_pos:
                     rest = len(buf) - off
@@ -248,7 +248,7 @@ def _batches(s: SegmentSlice) -> Iterator[tuple[memoryview, int]]:
                     return
                 want = READ_CHUNK
                 if len(buf) - off >= LOG_OVERHEAD:
-                    want = max(want, _LENGTH.unpack_from(buf, off + 8)[0] + LOG_OVERHEAD)
+                    want = max(want, BATCH_LENGTH_FIELD.unpack_from(buf, off + LENGTH_OFFSET)[0] + LOG_OVERHEAD)
                 want = min(want, s.end_pos - pos)
                 chunk = f.read(want)
                 if len(chunk) < want:
@@ -257,7 +257,7 @@ def _batches(s: SegmentSlice) -> Iterator[tuple[memoryview, int]]:
                 buf = buf[off:] + chunk
                 off = 0
                 continue
-            (length,) = _LENGTH.unpack_from(buf, off + 8)
+            (length,) = BATCH_LENGTH_FIELD.unpack_from(buf, off + LENGTH_OFFSET)
             if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
                 # zero-filled (preallocated) or torn space at the end of the active segment
                 if s.active:

@@ -1,6 +1,6 @@
 """Log compaction: keep only the newest record per key (``cleanup.policy`` containing ``compact``).
 
-What the cleaner does, following the behaviour Kafka documents (facts 1.7, seed 001 §2):
+What the cleaner does, following the behaviour Kafka documents (``LogCleaner``):
 
 * **Choosing a log.** Each compacted log splits at its *first dirty offset* (from ``cleaner-offset-checkpoint``,
   reset to the log start offset when out of range) into a clean head and a dirty tail. The dirty section ends at
@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -56,13 +55,12 @@ from typing import Any
 
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED, MIN_RECORD_SIZE, build_batch
 from tidelog.records.compression import compress, decompress
-from tidelog.records.crc import _crc32c, crc32c
+from tidelog.records.crc import _crc32c
 from tidelog.records.errors import CorruptRecordError, InvalidRecordError
 from tidelog.records.header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CONTROL_MASK,
-    CRC_OFFSET,
     CREATE_TIME,
     DELETE_HORIZON_MASK,
     H_ATTRIBUTES,
@@ -88,15 +86,15 @@ from tidelog.records.header import (
     TRANSACTIONAL_MASK,
     BatchHeader,
     HeaderTuple,
+    seal_batch,
     unpack_header_tuple,
 )
 from tidelog.records.varint import decode_varint, decode_varlong
+from tidelog.storage.format import CLEANED_SUFFIX, SWAP_SUFFIX
 from tidelog.storage.index import INT32_MAX
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.offset_map import OffsetMap
 from tidelog.storage.segment import (
-    CLEANED_SUFFIX,
-    SWAP_SUFFIX,
     LogSegment,
     index_file,
     log_file,
@@ -111,8 +109,6 @@ Fault = Callable[[str], None]
 
 DOUBLE_MAX = 1.7976931348623157e308
 
-_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
-_UINT32 = struct.Struct(">I")
 _INT32_MIN = -(1 << 31)
 
 #: the fault-injection steps, in order (tests raise or exit at each)
@@ -154,7 +150,7 @@ class DedupeBufferTooSmallError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class CleanerConfig:
-    """Broker-level cleaner settings (Kafka's ``CleanerConfig`` names and defaults, facts 1.7)."""
+    """Broker-level cleaner settings (Kafka's ``CleanerConfig`` names and defaults)."""
 
     enable: bool = True
     threads: int = 1
@@ -873,27 +869,19 @@ def _seal(
     new_attributes = attributes & (COMPRESSION_MASK | TIMESTAMP_TYPE_MASK)
     if new_horizon is not None:
         new_attributes |= DELETE_HORIZON_MASK
-    header = bytearray(
-        _BATCH_HEADER.pack(
-            fields[H_BASE_OFFSET],
-            RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload),
-            fields[H_PARTITION_LEADER_EPOCH],
-            MAGIC,
-            0,
-            new_attributes,
-            fields[H_LAST_OFFSET_DELTA],
-            new_base,
-            max_ts,
-            fields[H_PRODUCER_ID],
-            fields[H_PRODUCER_EPOCH],
-            fields[H_BASE_SEQUENCE],
-            count,
-        )
+    return seal_batch(
+        fields[H_BASE_OFFSET],
+        fields[H_PARTITION_LEADER_EPOCH],
+        new_attributes,
+        fields[H_LAST_OFFSET_DELTA],
+        new_base,
+        max_ts,
+        fields[H_PRODUCER_ID],
+        fields[H_PRODUCER_EPOCH],
+        fields[H_BASE_SEQUENCE],
+        count,
+        payload,
     )
-    crc = crc32c(payload, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
-    _UINT32.pack_into(header, CRC_OFFSET, crc)
-    header += payload
-    return bytes(header)
 
 
 def _remove_leftovers(plog: PartitionLog, base: int) -> None:

@@ -1,6 +1,6 @@
 """Sparse, memory-mapped segment indexes: ``.index`` (OffsetIndex) and ``.timeindex`` (TimeIndex).
 
-Both follow Kafka's ``AbstractIndex`` (facts 1.4):
+Both follow Kafka's ``AbstractIndex``:
 
 * A new index file is **preallocated** to ``segment.index.bytes`` rounded down to whole entries and
   memory-mapped; entries are appended in place.  When the segment becomes inactive, or is closed, the file is
@@ -31,6 +31,12 @@ from array import array
 from pathlib import Path
 
 from tidelog.storage.errors import StorageError
+from tidelog.storage.format import (
+    OFFSET_INDEX_ENTRY,
+    OFFSET_INDEX_ENTRY_SIZE,
+    TIME_INDEX_ENTRY,
+    TIME_INDEX_ENTRY_SIZE,
+)
 
 INT32_MAX = 2**31 - 1
 NO_TIMESTAMP = -1
@@ -320,10 +326,10 @@ class OffsetIndex(AbstractIndex):
     entry with offset <= t, so scanning forward from its position finds the batch holding t.
     """
 
-    ENTRY_SIZE = 8
+    ENTRY_SIZE = OFFSET_INDEX_ENTRY_SIZE
     _KIND = "offset index"
-    _FMT_CHARS = "ii"
-    _ENTRY = struct.Struct(">ii")
+    _FMT_CHARS = OFFSET_INDEX_ENTRY.format[1:]  # "ii"
+    _ENTRY = OFFSET_INDEX_ENTRY
 
     def __init__(self, path: Path | str, base_offset: int, max_index_size: int = 10 * 1024 * 1024) -> None:
         super().__init__(path, base_offset, max_index_size)
@@ -360,7 +366,7 @@ class OffsetIndex(AbstractIndex):
         concurrently: the entry is written before the entry count that makes it visible grows.
         The hot path: the checks of is_full/_relative are inlined, with the same errors."""
         n = self._entries
-        if n >= self._length // 8:
+        if n >= self._length // OFFSET_INDEX_ENTRY_SIZE:
             raise IndexFullError(f"offset index {self.path} is full ({n} entries)")
         if n > 0 and offset <= self._last_offset:
             raise InvalidIndexOffsetError(
@@ -388,8 +394,8 @@ class OffsetIndex(AbstractIndex):
         with self._lock:
             self._materialize()
             n = self._entries
-            if n + count > self._length // 8:
-                raise IndexFullError(f"offset index {self.path} is full ({self._length // 8} entries)")
+            if n + count > self._length // OFFSET_INDEX_ENTRY_SIZE:
+                raise IndexFullError(f"offset index {self.path} is full ({self._length // OFFSET_INDEX_ENTRY_SIZE} entries)")
             rel_last = self._last_offset - self.base_offset
             if (n > 0 and relative_offsets[0] <= rel_last) or not _increasing(relative_offsets, strictly=True):
                 raise InvalidIndexOffsetError(f"offsets appended to {self.path} are not strictly increasing")
@@ -398,7 +404,7 @@ class OffsetIndex(AbstractIndex):
                     f"offsets {relative_offsets[0]}..{relative_offsets[-1]} (relative) do not fit {self.path}"
                 )
             assert self._mm is not None
-            self._mm[n * 8 : (n + count) * 8] = _packed(relative_offsets, positions, "ii")
+            self._mm[n * self.ENTRY_SIZE : (n + count) * self.ENTRY_SIZE] = _packed(relative_offsets, positions, self._FMT_CHARS)
             self._entries = self._written = n + count
             self._last_offset = self.base_offset + relative_offsets[-1]
 
@@ -410,12 +416,13 @@ class OffsetIndex(AbstractIndex):
             return -1
         rel_target = target - self.base_offset
         unpack = self._ENTRY.unpack_from
+        width = self.ENTRY_SIZE
         if unpack(mm, 0)[0] > rel_target:
             return -1
         lo, hi = 0, written - 1
         while lo < hi:
             mid = (lo + hi + 1) >> 1
-            if unpack(mm, mid * 8)[0] <= rel_target:
+            if unpack(mm, mid * width)[0] <= rel_target:
                 lo = mid
             else:
                 hi = mid - 1
@@ -431,7 +438,7 @@ class OffsetIndex(AbstractIndex):
             slot = self._slot_for(target_offset)
             if slot < 0 or self._mm is None:
                 return self.base_offset, 0
-            rel, pos = self._ENTRY.unpack_from(self._mm, slot * 8)
+            rel, pos = self._ENTRY.unpack_from(self._mm, slot * self.ENTRY_SIZE)
             return self.base_offset + rel, pos
 
     def truncate_to(self, offset: int) -> None:
@@ -492,10 +499,10 @@ class TimeIndex(AbstractIndex):
     reports full one entry early, so that the final entry written when the segment becomes inactive fits.
     """
 
-    ENTRY_SIZE = 12
+    ENTRY_SIZE = TIME_INDEX_ENTRY_SIZE
     _KIND = "time index"
-    _FMT_CHARS = "qi"
-    _ENTRY = struct.Struct(">qi")
+    _FMT_CHARS = TIME_INDEX_ENTRY.format[1:]  # "qi"
+    _ENTRY = TIME_INDEX_ENTRY
 
     def __init__(self, path: Path | str, base_offset: int, max_index_size: int = 10 * 1024 * 1024) -> None:
         super().__init__(path, base_offset, max_index_size)
@@ -534,7 +541,7 @@ class TimeIndex(AbstractIndex):
         """:meth:`maybe_append` for a caller that serialises every change of this index itself (see
         :meth:`OffsetIndex.append_unlocked`); is_full/max_entries/_relative inlined, same checks and errors."""
         n = self._entries
-        max_entries = self._length // 12
+        max_entries = self._length // TIME_INDEX_ENTRY_SIZE
         if not skip_full_check and n >= max_entries - 1:
             raise IndexFullError(f"time index {self.path} is full ({n} entries)")
         last_ts, last_off = self._last_entry
@@ -577,7 +584,7 @@ class TimeIndex(AbstractIndex):
         with self._lock:
             self._materialize()
             n = self._entries
-            if n + count > self._length // 12 - 1:
+            if n + count > self._length // TIME_INDEX_ENTRY_SIZE - 1:
                 raise IndexFullError(f"time index {self.path} is full ({n} entries)")
             last_ts, last_off = self._last_entry
             if (
@@ -592,7 +599,7 @@ class TimeIndex(AbstractIndex):
                     f"offsets {relative_offsets[0]}..{relative_offsets[-1]} (relative) do not fit {self.path}"
                 )
             assert self._mm is not None
-            self._mm[n * 12 : (n + count) * 12] = _packed(timestamps, relative_offsets, "qi")
+            self._mm[n * self.ENTRY_SIZE : (n + count) * self.ENTRY_SIZE] = _packed(timestamps, relative_offsets, self._FMT_CHARS)
             self._entries = self._written = n + count
             self._last_entry = (timestamps[-1], self.base_offset + relative_offsets[-1])
 
@@ -603,12 +610,13 @@ class TimeIndex(AbstractIndex):
         if mm is None or written == 0:
             return -1
         unpack = self._ENTRY.unpack_from
+        width = self.ENTRY_SIZE
         if unpack(mm, 0)[column] > key:
             return -1
         lo, hi = 0, written - 1
         while lo < hi:
             mid = (lo + hi + 1) >> 1
-            if unpack(mm, mid * 12)[column] <= key:
+            if unpack(mm, mid * width)[column] <= key:
                 lo = mid
             else:
                 hi = mid - 1
@@ -623,7 +631,7 @@ class TimeIndex(AbstractIndex):
             slot = self._slot_for(target_timestamp, 0)
             if slot < 0 or self._mm is None:
                 return NO_TIMESTAMP, self.base_offset
-            ts, rel = self._ENTRY.unpack_from(self._mm, slot * 12)
+            ts, rel = self._ENTRY.unpack_from(self._mm, slot * self.ENTRY_SIZE)
             return ts, self.base_offset + rel
 
     def truncate_to(self, offset: int) -> None:

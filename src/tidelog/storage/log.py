@@ -18,7 +18,6 @@ import bisect
 import logging
 import os
 import shutil
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,22 +26,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from tidelog.records.batch import build_batch, check_record_structure, decode_records
+from tidelog.records.batch import (
+    build_batch,
+    check_record_structure,
+    decode_records,
+    rewrite_batch_for_append,
+)
 from tidelog.records.batch import c_append_leader_fast as _c_append_leader_fast
 from tidelog.records.batch import c_validate_single_batch as _c_validate_single_batch
 from tidelog.records.compression import CompressionType
 from tidelog.records.crc import crc32c
 from tidelog.records.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from tidelog.records.header import (
+    ATTRIBUTES_FIELD,
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CONTROL_MASK,
+    CRC_FIELD,
     CRC_OFFSET,
     H_BASE_OFFSET,
     H_PARTITION_LEADER_EPOCH,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
-    MAX_TIMESTAMP_OFFSET,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
@@ -51,8 +56,6 @@ from tidelog.records.header import (
     HeaderTuple,
     check_batch_crc,
     parse_header_tuple,
-    stamp_base_offset,
-    stamp_partition_leader_epoch,
     validate_batch,
     validate_batch_tuple,
 )
@@ -60,9 +63,7 @@ from tidelog.records.varint import decode_varint, decode_varlong
 from tidelog.storage.checkpoints import fsync_dir
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import InvalidTimestampError, OffsetOutOfRangeError, StorageError
-from tidelog.storage.index import CorruptIndexError
-from tidelog.storage.segment import (
-    CHECK_FAILED,
+from tidelog.storage.format import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -70,6 +71,10 @@ from tidelog.storage.segment import (
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
+)
+from tidelog.storage.index import CorruptIndexError
+from tidelog.storage.segment import (
+    CHECK_FAILED,
     FileRegion,
     LogSegment,
     index_file,
@@ -78,18 +83,7 @@ from tidelog.storage.segment import (
     time_index_file,
 )
 
-try:  # the records layer's rewrite (LogAppendTime, CRC) and decoder, when present
-    from tidelog.records.batch import decode_records as _decode_records
-    from tidelog.records.batch import rewrite_batch_for_append as _rewrite_batch_for_append
-except ImportError:  # pragma: no cover - only while records/batch.py does not exist
-    _decode_records = None  # type: ignore[assignment]
-    _rewrite_batch_for_append = None  # type: ignore[assignment]
-
 log = logging.getLogger(__name__)
-
-_INT16 = struct.Struct(">h")
-_INT64 = struct.Struct(">q")
-_UINT32 = struct.Struct(">I")
 
 DIR_SUFFIXES = ("-delete", "-future", "-stray")
 
@@ -773,27 +767,17 @@ class PartitionLog:
     def _stamp(
         buf: bytearray, header: BatchHeader, base_offset: int, leader_epoch: int, log_append_time: int | None
     ) -> BatchHeader:
-        if _rewrite_batch_for_append is not None:
-            header = _rewrite_batch_for_append(
-                buf,
-                base_offset=base_offset,
-                partition_leader_epoch=leader_epoch,
-                log_append_time=log_append_time,
-            )
-        else:  # pragma: no cover - fallback while records/batch.py is absent
-            stamp_base_offset(buf, base_offset)
-            stamp_partition_leader_epoch(buf, leader_epoch)
-            if log_append_time is not None:
-                attrs = header.attributes | TIMESTAMP_TYPE_MASK
-                _INT16.pack_into(buf, ATTRIBUTES_OFFSET, attrs)
-                _INT64.pack_into(buf, MAX_TIMESTAMP_OFFSET, log_append_time)
-                _UINT32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
-            header = BatchHeader.parse(buf)
+        header = rewrite_batch_for_append(
+            buf,
+            base_offset=base_offset,
+            partition_leader_epoch=leader_epoch,
+            log_append_time=log_append_time,
+        )
         if log_append_time is None and header.timestamp_type == LOG_APPEND_TIME:
             # a CreateTime topic: clear a LogAppendTime bit the client set, as Kafka's setMaxTimestamp does
-            _INT16.pack_into(buf, ATTRIBUTES_OFFSET, header.attributes & ~TIMESTAMP_TYPE_MASK)
+            ATTRIBUTES_FIELD.pack_into(buf, ATTRIBUTES_OFFSET, header.attributes & ~TIMESTAMP_TYPE_MASK)
             with memoryview(buf) as view:
-                _UINT32.pack_into(buf, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
+                CRC_FIELD.pack_into(buf, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
             header = BatchHeader.parse(buf)
         return header
 
@@ -980,9 +964,7 @@ class PartitionLog:
         if header.attributes & COMPRESSION_MASK == 0:
             # uncompressed (the common case): walk the records' fixed prefixes, no Record objects
             return _scan_uncompressed_records(seg.read_batch(pos, header.size), header, predicate, min_offset)
-        if _decode_records is None:  # pragma: no cover - no decoder: the batch granularity answer
-            return max(header.base_offset, min_offset), header.max_timestamp
-        records = _decode_records(seg.read_batch(pos, header.size))
+        records = decode_records(seg.read_batch(pos, header.size))
         for rec in records:
             if rec.offset >= min_offset and predicate(rec.timestamp, rec.offset):
                 return rec.offset, rec.timestamp
@@ -1130,7 +1112,7 @@ class PartitionLog:
     ) -> bool:
         """Swap the cleaned segment ``new`` (files named ``.cleaned``) in for the contiguous ``old`` segments.
 
-        Crash-safe order (facts 1.6/1.7): ``new`` becomes ``.swap``; the segment list is replaced in one
+        Crash-safe order (Kafka's ``LocalLog.replaceSegments``): ``new`` becomes ``.swap``; the segment list is replaced in one
         assignment; the old segments become ``.deleted`` (their files go after ``file.delete.delay.ms``; readers
         holding their regions keep valid descriptors); ``new`` gets its final names.  The loader finishes or
         undoes any prefix of these steps.  Returns False, changing nothing, when the old segments are no longer

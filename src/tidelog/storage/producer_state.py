@@ -22,14 +22,7 @@ Validation rules follow Kafka 2.5+ (KIP-360; ``ProducerAppendInfo.checkProducerE
 * an *unknown* producer id (never seen, expired, or removed with its data by retention) is accepted at
   any sequence, as in Kafka since 2.5 — Kafka no longer answers UNKNOWN_PRODUCER_ID from the log.
 
-Snapshots (``<20-digit offset>.snapshot``, ProducerSnapshot v1)::
-
-    0  version  int16  (= 1)
-    2  crc      uint32 (CRC-32C of bytes 6..end)
-    6  count    int32
-    10 entries  46 bytes each: producerId int64, epoch int16, lastSequence int32, lastOffset int64,
-                offsetDelta int32, timestamp int64, coordinatorEpoch int32, currentTxnFirstOffset int64
-
+Snapshots: ``<20-digit offset>.snapshot``, ProducerSnapshot v1 (layout in :mod:`tidelog.storage.format`).
 Only each producer's last batch is stored, so after a reload a producer retains one batch until it
 appends more (as in Kafka).
 """
@@ -38,7 +31,6 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -49,19 +41,19 @@ from tidelog.records.crc import crc32c
 from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 from tidelog.storage.checkpoints import atomic_write
 from tidelog.storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError, StorageError
+from tidelog.storage.format import (
+    PRODUCER_ENTRIES_OFFSET,
+    PRODUCER_SNAPSHOT_ENTRY,
+    PRODUCER_SNAPSHOT_ENTRY_SIZE,
+    PRODUCER_SNAPSHOT_HEADER,
+    PRODUCER_SNAPSHOT_SUFFIX,
+    PRODUCER_SNAPSHOT_VERSION,
+    VERSION_OFFSET,
+)
 
 NUM_BATCHES_TO_RETAIN = 5
-SNAPSHOT_SUFFIX = ".snapshot"
-SNAPSHOT_VERSION = 1
-VERSION_OFFSET = 0
-CRC_OFFSET = 2
-PRODUCER_ENTRIES_OFFSET = 6
-ENTRY_SIZE = 46
 _INT32_MAX = 2**31 - 1
 
-_SNAPSHOT_HEADER = struct.Struct(">hIi")  # version, crc, count
-_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
-assert _SNAPSHOT_ENTRY.size == ENTRY_SIZE
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
 
 
@@ -70,10 +62,10 @@ class CorruptSnapshotError(StorageError):
 
 
 def snapshot_file_name(offset: int) -> str:
-    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+    return f"{offset:020d}{PRODUCER_SNAPSHOT_SUFFIX}"
 
 
-def _decrease_sequence(sequence: int, decrement: int) -> int:
+def decrement_sequence(sequence: int, decrement: int) -> int:
     """Sequence arithmetic modulo 2**31 (Kafka's ``DefaultRecordBatch.decrementSequence``)."""
     if sequence - decrement < 0:
         return _INT32_MAX - (decrement - sequence) + 1
@@ -91,7 +83,7 @@ class BatchMetadata:
 
     @property
     def first_seq(self) -> int:
-        return _decrease_sequence(self.last_seq, self.offset_delta)
+        return decrement_sequence(self.last_seq, self.offset_delta)
 
     @property
     def first_offset(self) -> int:
@@ -161,10 +153,10 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
 
 
 def encode_snapshot(entries: list[ProducerStateEntry]) -> bytes:
-    body = bytearray(_SNAPSHOT_HEADER.size + ENTRY_SIZE * len(entries))
-    pos = _SNAPSHOT_HEADER.size
+    body = bytearray(PRODUCER_SNAPSHOT_HEADER.size + PRODUCER_SNAPSHOT_ENTRY_SIZE * len(entries))
+    pos = PRODUCER_SNAPSHOT_HEADER.size
     for e in entries:
-        _SNAPSHOT_ENTRY.pack_into(
+        PRODUCER_SNAPSHOT_ENTRY.pack_into(
             body,
             pos,
             e.producer_id,
@@ -176,28 +168,28 @@ def encode_snapshot(entries: list[ProducerStateEntry]) -> bytes:
             e.coordinator_epoch,
             -1 if e.current_txn_first_offset is None else e.current_txn_first_offset,
         )
-        pos += ENTRY_SIZE
-    struct.pack_into(">i", body, PRODUCER_ENTRIES_OFFSET, len(entries))
+        pos += PRODUCER_SNAPSHOT_ENTRY_SIZE
+    PRODUCER_SNAPSHOT_HEADER.pack_into(body, VERSION_OFFSET, PRODUCER_SNAPSHOT_VERSION, 0, len(entries))
     crc = crc32c(memoryview(body)[PRODUCER_ENTRIES_OFFSET:])
-    struct.pack_into(">hI", body, VERSION_OFFSET, SNAPSHOT_VERSION, crc)
+    PRODUCER_SNAPSHOT_HEADER.pack_into(body, VERSION_OFFSET, PRODUCER_SNAPSHOT_VERSION, crc, len(entries))
     return bytes(body)
 
 
 def decode_snapshot(data: bytes, name: str = "snapshot") -> list[ProducerStateEntry]:
-    if len(data) < _SNAPSHOT_HEADER.size:
+    if len(data) < PRODUCER_SNAPSHOT_HEADER.size:
         raise CorruptSnapshotError(f"{name}: {len(data)} bytes is too short for a producer snapshot")
-    version, crc, count = _SNAPSHOT_HEADER.unpack_from(data, 0)
-    if version != SNAPSHOT_VERSION:
+    version, crc, count = PRODUCER_SNAPSHOT_HEADER.unpack_from(data, 0)
+    if version != PRODUCER_SNAPSHOT_VERSION:
         raise CorruptSnapshotError(f"{name}: unknown snapshot version {version}")
     computed = crc32c(memoryview(data)[PRODUCER_ENTRIES_OFFSET:])
     if computed != crc:
         raise CorruptSnapshotError(f"{name}: stored CRC {crc:#010x} != computed {computed:#010x}")
-    if count < 0 or len(data) != _SNAPSHOT_HEADER.size + count * ENTRY_SIZE:
+    if count < 0 or len(data) != PRODUCER_SNAPSHOT_HEADER.size + count * PRODUCER_SNAPSHOT_ENTRY_SIZE:
         raise CorruptSnapshotError(f"{name}: {count} entries do not match the file size {len(data)}")
     entries = []
     for i in range(count):
-        pid, epoch, last_seq, last_offset, delta, ts, coord, txn_first = _SNAPSHOT_ENTRY.unpack_from(
-            data, _SNAPSHOT_HEADER.size + i * ENTRY_SIZE
+        pid, epoch, last_seq, last_offset, delta, ts, coord, txn_first = PRODUCER_SNAPSHOT_ENTRY.unpack_from(
+            data, PRODUCER_SNAPSHOT_HEADER.size + i * PRODUCER_SNAPSHOT_ENTRY_SIZE
         )
         entry = ProducerStateEntry(pid, epoch, deque(), coord, ts, None if txn_first < 0 else txn_first)
         if last_offset >= 0:
@@ -432,7 +424,7 @@ class ProducerStateManager:
         """
         with self._lock:
             self._producers.clear()
-            for stray in self.dir.glob("*" + SNAPSHOT_SUFFIX + ".tmp") if self.dir.is_dir() else []:
+            for stray in self.dir.glob("*" + PRODUCER_SNAPSHOT_SUFFIX + ".tmp") if self.dir.is_dir() else []:
                 stray.unlink(missing_ok=True)
             self.delete_snapshots_above(log_end_offset)
             replay_from = log_start_offset

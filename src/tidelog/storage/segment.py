@@ -4,7 +4,7 @@ The ``.log`` holds whole v2 record batches back to back, exactly as Kafka writes
 decodes records: it reads batch headers with ``os.pread`` and hands out :class:`FileRegion` views that a
 broker can ``os.sendfile`` to a socket.
 
-Index rule (Kafka ``LogSegment.append``/``recover``, facts 1.4): before a batch is counted, if the bytes
+Index rule (Kafka ``LogSegment.append``/``recover``): before a batch is counted, if the bytes
 appended since the last index entry exceed ``index.interval.bytes``, write the offset entry
 ``(batch last offset -> batch start position)`` and the time entry ``(max timestamp so far -> last offset of
 the batch holding it)``, then reset the counter; afterwards add the batch's size to the counter.
@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,8 +27,12 @@ from tidelog.records.batch import c_write_stamped as _c_write_stamped
 from tidelog.records.batch import check_record_structure
 from tidelog.records.errors import CorruptRecordError, RecordError
 from tidelog.records.header import (
+    BATCH_LENGTH_FIELD,
+    LENGTH_OFFSET,
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
+    STAMPED_HEAD,
+    STAMPED_HEAD_SIZE,
     BatchHeader,
     HeaderTuple,
     check_batch_crc,
@@ -37,21 +40,16 @@ from tidelog.records.header import (
     validate_batch_tuple,
 )
 from tidelog.storage.config import LogConfig
+from tidelog.storage.format import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+)
 from tidelog.storage.index import INT32_MAX, NO_TIMESTAMP, CorruptIndexError, OffsetIndex, TimeIndex
-
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
-TXN_INDEX_SUFFIX = ".txnindex"
-DELETED_SUFFIX = ".deleted"
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
 
 _log = logging.getLogger(__name__)
 
-_LENGTH = struct.Struct(">i")
-# baseOffset, batchLength, partitionLeaderEpoch: the first 16 bytes of a batch, all outside the CRC
-_STAMP_HEAD = struct.Struct(">qii")
 
 # Disk blocks reserved past the end of a segment's .log (LogSegment._reserve): the first stretch, and the size
 # stretches double up to.  A write into reserved blocks skips ext4's per-page delayed-allocation bookkeeping:
@@ -200,7 +198,7 @@ def _peek_size(buf: bytes | memoryview, pos: int) -> int:
     """Whole size of the batch at ``buf[pos:]`` from its length field (0 if fewer than 12 bytes)."""
     if len(buf) - pos < LOG_OVERHEAD:
         return 0
-    return _LENGTH.unpack_from(buf, pos + 8)[0] + LOG_OVERHEAD
+    return BATCH_LENGTH_FIELD.unpack_from(buf, pos + LENGTH_OFFSET)[0] + LOG_OVERHEAD
 
 
 def _preadv_full(fd: int, into: memoryview, position: int) -> int:
@@ -367,7 +365,7 @@ class LogSegment:
         max_offset_in_messages: int,
         now_ms: int,
     ) -> bool:
-        """Kafka's five roll conditions (facts 1.5)."""
+        """Kafka's five roll conditions (``LogSegment.shouldRoll``)."""
         return self._should_roll(
             segment_bytes, segment_ms, messages_size, max_timestamp_in_messages, max_offset_in_messages, now_ms
         )
@@ -488,7 +486,10 @@ class LogSegment:
                     check_record_structure(batch, 0, fields)
                 except RecordError:
                     return CHECK_FAILED
-            parts = (_STAMP_HEAD.pack(stamp[0], _LENGTH.unpack_from(batch, 8)[0], stamp[1]), memoryview(batch)[16:])
+            parts = (
+                STAMPED_HEAD.pack(stamp[0], BATCH_LENGTH_FIELD.unpack_from(batch, LENGTH_OFFSET)[0], stamp[1]),
+                memoryview(batch)[STAMPED_HEAD_SIZE:],
+            )
             stamp = None
         with self._lock:
             rel = largest_offset - self.base_offset
@@ -726,7 +727,7 @@ class LogSegment:
             buf = arena[:0]
             buf_start = 0
             validate = validate_batch_tuple
-            unpack_length = _LENGTH.unpack_from
+            unpack_length = BATCH_LENGTH_FIELD.unpack_from
             scan = _c_scan_batches
             headers: list[tuple[int, HeaderTuple]] | None = (
                 None if on_header is None and on_batch is None else []
@@ -767,7 +768,7 @@ class LogSegment:
                 rel_pos = valid_bytes - buf_start
                 have = len(buf) - rel_pos
                 # the batch's whole size from its length field (0 while that is not in the buffer)
-                need = unpack_length(buf, rel_pos + 8)[0] + LOG_OVERHEAD if have >= LOG_OVERHEAD else 0
+                need = unpack_length(buf, rel_pos + LENGTH_OFFSET)[0] + LOG_OVERHEAD if have >= LOG_OVERHEAD else 0
                 if have < RECORD_BATCH_OVERHEAD or have < need:
                     # refill from this batch on: a chunk, or the whole batch if it is larger (a declared size
                     # beyond the end of the file is not read: the header alone fails it)

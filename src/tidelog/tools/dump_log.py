@@ -61,6 +61,7 @@ from tidelog.records.errors import RecordError
 from tidelog.records.header import (
     ATTRIBUTES_OFFSET,
     CONTROL_MASK,
+    LOG_HEADER,
     LOG_OVERHEAD,
     MAGIC,
     MAGIC_OFFSET,
@@ -68,12 +69,21 @@ from tidelog.records.header import (
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
 )
-
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
-TXN_INDEX_SUFFIX = ".txnindex"
-PRODUCER_SNAPSHOT_SUFFIX = ".snapshot"
+from tidelog.storage.format import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    OFFSET_INDEX_ENTRY,
+    PRODUCER_ENTRIES_OFFSET,
+    PRODUCER_SNAPSHOT_ENTRY,
+    PRODUCER_SNAPSHOT_HEADER,
+    PRODUCER_SNAPSHOT_SUFFIX,
+    PRODUCER_SNAPSHOT_VERSION,
+    TIME_INDEX_ENTRY,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_ENTRY,
+    TXN_INDEX_SUFFIX,
+)
+from tidelog.storage.producer_state import decrement_sequence
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # Kafka's --max-message-size default
 DEFAULT_MAX_BYTES = 2**31 - 1  # Kafka's --max-bytes default (Integer.MAX_VALUE)
@@ -83,13 +93,6 @@ DEFAULT_MAX_BYTES = 2**31 - 1  # Kafka's --max-bytes default (Integer.MAX_VALUE)
 MIN_RECORD_OVERHEAD = 14
 HEADER_SIZE_UP_TO_MAGIC = MAGIC_OFFSET + 1  # 17
 
-OFFSET_INDEX_ENTRY = struct.Struct(">ii")  # relativeOffset, position
-TIME_INDEX_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
-TXN_INDEX_ENTRY = struct.Struct(">hqqqq")  # version, producerId, firstOffset, lastOffset, lastStableOffset
-SNAPSHOT_HEADER = struct.Struct(">hIi")  # version, crc, count
-SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")  # 46 bytes, see ProducerSnapshot.json v1
-SNAPSHOT_VERSION = 1
-SNAPSHOT_CRC_START = 6
 
 COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 CONTROL_TYPE_NAMES = {
@@ -220,7 +223,7 @@ def _scan_header(head: bytes | memoryview, pos: int, available: int) -> _Scan:
     """Classify the batch that starts at ``pos`` from its first bytes (up to 61)."""
     if available < HEADER_SIZE_UP_TO_MAGIC:
         return _Scan(partial=True)
-    _, length = struct.unpack_from(">qi", head, 0)
+    _, length = LOG_HEADER.unpack_from(head, 0)
     size = length + LOG_OVERHEAD
     if length < MIN_RECORD_OVERHEAD:
         return _Scan(
@@ -736,16 +739,16 @@ class Dumper:
     def _dump_snapshot(self, path: Path) -> Iterator[Event]:
         name = str(path)
         data = path.read_bytes()
-        if len(data) < SNAPSHOT_HEADER.size:
+        if len(data) < PRODUCER_SNAPSHOT_HEADER.size:
             yield self._error(
-                name, None, f"Snapshot is truncated: {len(data)} bytes, need {SNAPSHOT_HEADER.size}"
+                name, None, f"Snapshot is truncated: {len(data)} bytes, need {PRODUCER_SNAPSHOT_HEADER.size}"
             )
             return
-        version, stored_crc, count = SNAPSHOT_HEADER.unpack_from(data, 0)
-        if version != SNAPSHOT_VERSION:
+        version, stored_crc, count = PRODUCER_SNAPSHOT_HEADER.unpack_from(data, 0)
+        if version != PRODUCER_SNAPSHOT_VERSION:
             yield self._error(name, None, f"Snapshot contained an unknown file version {version}")
             return
-        computed = crc32c(memoryview(data)[SNAPSHOT_CRC_START:])
+        computed = crc32c(memoryview(data)[PRODUCER_ENTRIES_OFFSET:])
         if computed != stored_crc:
             yield self._error(
                 name,
@@ -753,13 +756,13 @@ class Dumper:
                 f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {stored_crc}. Computed crc: {computed}",
             )
             return
-        body = len(data) - SNAPSHOT_HEADER.size
-        if count < 0 or body != count * SNAPSHOT_ENTRY.size:
+        body = len(data) - PRODUCER_SNAPSHOT_HEADER.size
+        if count < 0 or body != count * PRODUCER_SNAPSHOT_ENTRY.size:
             yield self._error(
                 name,
                 None,
                 f"Snapshot failed schema validation: {count} entries declared, {body} bytes of entries "
-                f"({SNAPSHOT_ENTRY.size} bytes each)",
+                f"({PRODUCER_SNAPSHOT_ENTRY.size} bytes each)",
             )
             return
         for (
@@ -771,8 +774,8 @@ class Dumper:
             ts,
             coord_epoch,
             txn_first,
-        ) in SNAPSHOT_ENTRY.iter_unpack(data[SNAPSHOT_HEADER.size :]):
-            first_seq = _decrement_sequence(last_seq, offset_delta)
+        ) in PRODUCER_SNAPSHOT_ENTRY.iter_unpack(data[PRODUCER_SNAPSHOT_HEADER.size :]):
+            first_seq = decrement_sequence(last_seq, offset_delta)
             txn = None if txn_first < 0 else txn_first
             yield Event(
                 "producer_snapshot_entry",
@@ -846,13 +849,6 @@ class Dumper:
             yield line(f"Non-consecutive offsets in {file}")
             for first, second in pairs:
                 yield line(f"  {first} is followed by {second}")
-
-
-def _decrement_sequence(sequence: int, decrement: int) -> int:
-    """Kafka's ``DefaultRecordBatch.decrementSequence``: sequences wrap at Int.MAX_VALUE."""
-    if sequence < decrement:
-        return sequence - decrement + 0x7FFFFFFF + 1
-    return sequence - decrement
 
 
 def _text(key: str) -> str:

@@ -47,10 +47,11 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from tidelog.broker.errors import code_of
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.records import OFFSETS_TOPIC, GroupValue, OffsetValue
 from tidelog.broker.group.state import Group, GroupState, Member
-from tidelog.protocol.errors import ERRORS_BY_NAME
+from tidelog.protocol.errors import error_code
 
 if TYPE_CHECKING:
     from tidelog.broker.server import Broker
@@ -58,32 +59,28 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidelog.broker.group")
 
 
-def _code(name: str) -> int:
-    return ERRORS_BY_NAME[name].code
-
-
-NONE = 0
-UNKNOWN_SERVER_ERROR = -1
-UNKNOWN_TOPIC_OR_PARTITION = _code("UNKNOWN_TOPIC_OR_PARTITION")
-OFFSET_METADATA_TOO_LARGE = _code("OFFSET_METADATA_TOO_LARGE")
-COORDINATOR_LOAD_IN_PROGRESS = _code("COORDINATOR_LOAD_IN_PROGRESS")
-COORDINATOR_NOT_AVAILABLE = _code("COORDINATOR_NOT_AVAILABLE")
-NOT_COORDINATOR = _code("NOT_COORDINATOR")
-ILLEGAL_GENERATION = _code("ILLEGAL_GENERATION")
-INCONSISTENT_GROUP_PROTOCOL = _code("INCONSISTENT_GROUP_PROTOCOL")
-INVALID_GROUP_ID = _code("INVALID_GROUP_ID")
-UNKNOWN_MEMBER_ID = _code("UNKNOWN_MEMBER_ID")
-INVALID_SESSION_TIMEOUT = _code("INVALID_SESSION_TIMEOUT")
-REBALANCE_IN_PROGRESS = _code("REBALANCE_IN_PROGRESS")
-INVALID_COMMIT_OFFSET_SIZE = _code("INVALID_COMMIT_OFFSET_SIZE")
-NON_EMPTY_GROUP = _code("NON_EMPTY_GROUP")
-GROUP_ID_NOT_FOUND = _code("GROUP_ID_NOT_FOUND")
-MEMBER_ID_REQUIRED = _code("MEMBER_ID_REQUIRED")
-GROUP_MAX_SIZE_REACHED = _code("GROUP_MAX_SIZE_REACHED")
-FENCED_INSTANCE_ID = _code("FENCED_INSTANCE_ID")
-GROUP_SUBSCRIBED_TO_TOPIC = _code("GROUP_SUBSCRIBED_TO_TOPIC")
-INVALID_REQUEST = _code("INVALID_REQUEST")
-REQUEST_TIMED_OUT = _code("REQUEST_TIMED_OUT")
+NONE = error_code("NONE")
+UNKNOWN_SERVER_ERROR = error_code("UNKNOWN_SERVER_ERROR")
+UNKNOWN_TOPIC_OR_PARTITION = error_code("UNKNOWN_TOPIC_OR_PARTITION")
+OFFSET_METADATA_TOO_LARGE = error_code("OFFSET_METADATA_TOO_LARGE")
+COORDINATOR_LOAD_IN_PROGRESS = error_code("COORDINATOR_LOAD_IN_PROGRESS")
+COORDINATOR_NOT_AVAILABLE = error_code("COORDINATOR_NOT_AVAILABLE")
+NOT_COORDINATOR = error_code("NOT_COORDINATOR")
+ILLEGAL_GENERATION = error_code("ILLEGAL_GENERATION")
+INCONSISTENT_GROUP_PROTOCOL = error_code("INCONSISTENT_GROUP_PROTOCOL")
+INVALID_GROUP_ID = error_code("INVALID_GROUP_ID")
+UNKNOWN_MEMBER_ID = error_code("UNKNOWN_MEMBER_ID")
+INVALID_SESSION_TIMEOUT = error_code("INVALID_SESSION_TIMEOUT")
+REBALANCE_IN_PROGRESS = error_code("REBALANCE_IN_PROGRESS")
+INVALID_COMMIT_OFFSET_SIZE = error_code("INVALID_COMMIT_OFFSET_SIZE")
+NON_EMPTY_GROUP = error_code("NON_EMPTY_GROUP")
+GROUP_ID_NOT_FOUND = error_code("GROUP_ID_NOT_FOUND")
+MEMBER_ID_REQUIRED = error_code("MEMBER_ID_REQUIRED")
+GROUP_MAX_SIZE_REACHED = error_code("GROUP_MAX_SIZE_REACHED")
+FENCED_INSTANCE_ID = error_code("FENCED_INSTANCE_ID")
+GROUP_SUBSCRIBED_TO_TOPIC = error_code("GROUP_SUBSCRIBED_TO_TOPIC")
+INVALID_REQUEST = error_code("INVALID_REQUEST")
+REQUEST_TIMED_OUT = error_code("REQUEST_TIMED_OUT")
 
 OFFSET_METADATA_MAX_BYTES = 4096
 _LOAD_CHUNK = 1 << 20
@@ -423,9 +420,7 @@ class GroupCoordinator:
             return INVALID_COMMIT_OFFSET_SIZE if offsets else UNKNOWN_SERVER_ERROR
         if name == "REQUEST_TIMED_OUT":
             return REQUEST_TIMED_OUT if offsets else REBALANCE_IN_PROGRESS
-        if offsets and name in ERRORS_BY_NAME:
-            return ERRORS_BY_NAME[name].code
-        return UNKNOWN_SERVER_ERROR
+        return code_of(name) if offsets else UNKNOWN_SERVER_ERROR
 
     async def _store_group(self, g: Group) -> int:
         value = GroupValue(

@@ -46,9 +46,10 @@ class RequestContext:
 
 def handles(api_key: int) -> Callable[[Handler], Handler]:
     def register(fn: Handler) -> Handler:
-        if api_key in REGISTRY:
-            raise RuntimeError(f"api key {api_key} registered twice")
-        REGISTRY[api_key] = fn
+        key = int(api_key)  # an ApiKey member or a plain int: the registry holds plain ints
+        if key in REGISTRY:
+            raise RuntimeError(f"api key {key} registered twice")
+        REGISTRY[key] = fn
         return fn
 
     return register

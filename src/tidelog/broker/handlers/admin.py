@@ -36,20 +36,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tidelog.broker.errors import error_of, is_client_error
 from tidelog.broker.handlers import RequestContext, call_maybe_async, handles, topic_change
 from tidelog.broker.topics import ConfigEntry
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
 
 log = logging.getLogger("tidelog.broker.admin")
-
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
-DELETE_RECORDS = 21
-DESCRIBE_CONFIGS = 32
-ALTER_CONFIGS = 33
-CREATE_PARTITIONS = 37
-INCREMENTAL_ALTER_CONFIGS = 44
-DESCRIBE_CLUSTER = 60
 
 # ConfigResource.Type
 RESOURCE_UNKNOWN = 0
@@ -99,23 +92,6 @@ ENDPOINT_CONTROLLERS = 2
 
 # ---------------------------------------------------------------------------------------------------------------
 # helpers
-
-
-def _error_of(exc: BaseException) -> tuple[int, str]:
-    """(error code, message) for an exception carrying a Kafka error name (TopicError, storage errors)."""
-    name = getattr(exc, "kafka_error", None) or "UNKNOWN_SERVER_ERROR"
-    message = getattr(exc, "message", None)
-    if not isinstance(message, str):
-        message = str(exc)
-    try:
-        return error_code(name), message
-    except (KeyError, ValueError):
-        return error_code("UNKNOWN_SERVER_ERROR"), message
-
-
-def _is_client_error(exc: BaseException) -> bool:
-    """TopicError and storage/record errors name the Kafka error to answer with; anything else is a bug."""
-    return isinstance(getattr(exc, "kafka_error", None), str)
 
 
 def _uuid(value: Any) -> uuid.UUID:
@@ -358,7 +334,7 @@ def _validate_cluster_assignments(assignments: list[dict], registered: set[int])
     return out
 
 
-@handles(CREATE_TOPICS)
+@handles(ApiKey.CREATE_TOPICS)
 async def create_topics(ctx: RequestContext, request: dict) -> dict:
     topics_req = request.get("topics") or []
     validate_only = bool(request.get("validate_only", False))
@@ -438,9 +414,9 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
             **extra,
         )
     except Exception as exc:
-        if not _is_client_error(exc):
+        if not is_client_error(exc):
             raise
-        code, msg = _error_of(exc)
+        code, msg = error_of(exc)
         result["error_code"], result["error_message"] = code, msg
         return result
     if v >= 5:
@@ -484,7 +460,7 @@ def _delete_disabled(ctx: RequestContext) -> bool:
         return False
 
 
-@handles(DELETE_TOPICS)
+@handles(ApiKey.DELETE_TOPICS)
 async def delete_topics(ctx: RequestContext, request: dict) -> dict:
     v = ctx.api_version
     wanted: list[tuple[str | None, uuid.UUID]] = []
@@ -533,9 +509,9 @@ async def _delete_one(
     try:
         info = await call_maybe_async(topics.delete_topic, name)
     except Exception as exc:
-        if not _is_client_error(exc):
+        if not is_client_error(exc):
             raise
-        return _error_of(exc)
+        return error_of(exc)
     if "topic_id" in resp:
         resp["topic_id"] = _uuid(info.topic_id)
     return 0, None
@@ -545,7 +521,7 @@ async def _delete_one(
 # CreatePartitions
 
 
-@handles(CREATE_PARTITIONS)
+@handles(ApiKey.CREATE_PARTITIONS)
 async def create_partitions(ctx: RequestContext, request: dict) -> dict:
     topics = ctx.broker.topics
     validate_only = bool(request.get("validate_only", False))
@@ -577,9 +553,9 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
             try:
                 await topic_change(topics.create_partitions, name, count, validate_only=validate_only, assignments=manual)
             except Exception as exc:
-                if not _is_client_error(exc):
+                if not is_client_error(exc):
                     raise
-                res["error_code"], res["error_message"] = _error_of(exc)
+                res["error_code"], res["error_message"] = error_of(exc)
         else:
             current = int(topics.get(name).num_partitions)
             problem = None
@@ -604,9 +580,9 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
                 try:
                     await topic_change(topics.create_partitions, name, count, validate_only=validate_only)
                 except Exception as exc:
-                    if not _is_client_error(exc):
+                    if not is_client_error(exc):
                         raise
-                    res["error_code"], res["error_message"] = _error_of(exc)
+                    res["error_code"], res["error_message"] = error_of(exc)
         results.append(res)
     return {"throttle_time_ms": 0, "results": results}
 
@@ -619,7 +595,7 @@ def _allows_delete(info: Any) -> bool:
     return "delete" in info.log_config.cleanup_policy
 
 
-@handles(DELETE_RECORDS)
+@handles(ApiKey.DELETE_RECORDS)
 async def delete_records(ctx: RequestContext, request: dict) -> dict:
     topics = ctx.broker.topics
     out_topics: list[dict] = []
@@ -639,9 +615,9 @@ async def delete_records(ctx: RequestContext, request: dict) -> dict:
             try:
                 plog = await call_maybe_async(topics.get_log, name, index)
             except Exception as exc:
-                if not _is_client_error(exc):
+                if not is_client_error(exc):
                     raise
-                res["error_code"] = _error_of(exc)[0]
+                res["error_code"] = error_of(exc)[0]
                 continue
             if plog is None:
                 res["error_code"] = error_code("UNKNOWN_TOPIC_OR_PARTITION")
@@ -659,9 +635,9 @@ async def delete_records(ctx: RequestContext, request: dict) -> dict:
             try:
                 await call_maybe_async(plog.maybe_increment_log_start_offset, target)
             except Exception as exc:
-                if not _is_client_error(exc):
+                if not is_client_error(exc):
                     raise
-                res["error_code"] = _error_of(exc)[0]
+                res["error_code"] = error_of(exc)[0]
             res["low_watermark"] = int(plog.log_start_offset)
         out_topics.append({"name": name, "partitions": parts_out})
     return {"throttle_time_ms": 0, "topics": out_topics}
@@ -671,7 +647,7 @@ async def delete_records(ctx: RequestContext, request: dict) -> dict:
 # DescribeConfigs
 
 
-@handles(DESCRIBE_CONFIGS)
+@handles(ApiKey.DESCRIBE_CONFIGS)
 async def describe_configs(ctx: RequestContext, request: dict) -> dict:
     include_synonyms = bool(request.get("include_synonyms", False)) and ctx.api_version >= 1
     include_doc = bool(request.get("include_documentation", False)) and ctx.api_version >= 3
@@ -698,9 +674,9 @@ async def describe_configs(ctx: RequestContext, request: dict) -> dict:
             try:
                 entries = list(await call_maybe_async(topics.describe_configs, rname, keys) or [])
             except Exception as exc:
-                if not _is_client_error(exc):
+                if not is_client_error(exc):
                     raise
-                res["error_code"], res["error_message"] = _error_of(exc)
+                res["error_code"], res["error_message"] = error_of(exc)
                 continue
         elif rtype == RESOURCE_BROKER:
             if rname and rname != str(_node_id(ctx)):
@@ -791,13 +767,13 @@ async def _alter_config_resources(
         try:
             await topic_change(alter, rname, change_set, validate_only=validate_only)
         except Exception as exc:
-            if not _is_client_error(exc):
+            if not is_client_error(exc):
                 raise
-            res["error_code"], res["error_message"] = _error_of(exc)
+            res["error_code"], res["error_message"] = error_of(exc)
     return {"throttle_time_ms": 0, "responses": responses}
 
 
-@handles(ALTER_CONFIGS)
+@handles(ApiKey.ALTER_CONFIGS)
 async def alter_configs(ctx: RequestContext, request: dict) -> dict:
     return await _alter_config_resources(
         ctx,
@@ -814,7 +790,7 @@ def _unknown_config_operation(configs: list[dict]) -> str | None:
     return f"Unknown config operation {bad_ops[0].get('config_operation')}" if bad_ops else None
 
 
-@handles(INCREMENTAL_ALTER_CONFIGS)
+@handles(ApiKey.INCREMENTAL_ALTER_CONFIGS)
 async def incremental_alter_configs(ctx: RequestContext, request: dict) -> dict:
     return await _alter_config_resources(
         ctx,
@@ -830,7 +806,7 @@ async def incremental_alter_configs(ctx: RequestContext, request: dict) -> dict:
 # DescribeCluster
 
 
-@handles(DESCRIBE_CLUSTER)
+@handles(ApiKey.DESCRIBE_CLUSTER)
 async def describe_cluster(ctx: RequestContext, request: dict) -> dict:
     endpoint_type = int(request.get("endpoint_type", ENDPOINT_BROKERS)) if ctx.api_version >= 1 else 1
     node = _node_id(ctx)

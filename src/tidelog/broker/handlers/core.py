@@ -1,7 +1,6 @@
 """Core APIs: ApiVersions, Metadata, Produce, Fetch, ListOffsets.
 
-Kafka behaviours reproduced (sources: Kafka ``KafkaApis``, ``ReplicaManager``, ``Partition``, ``UnifiedLog``;
-facts in /work/shared/reference/kafka-facts.md §2):
+Kafka behaviours reproduced (sources: Kafka ``KafkaApis``, ``ReplicaManager``, ``Partition``, ``UnifiedLog``):
 
 * ApiVersions advertises Produce with min version 0 although v0-2 are rejected (KAFKA-18659: librdkafka
   < 2.11.1 silently disables compression otherwise). An unsupported ApiVersions version is answered by the
@@ -22,7 +21,7 @@ facts in /work/shared/reference/kafka-facts.md §2):
 * ListOffsets: -1 latest (HW), -2 earliest (log start), -3 max timestamp, -4 earliest local (= log start),
   -5 latest tiered (-1: no tiered storage); by timestamp only offsets below the HW are returned.
 
-All storage/record exceptions become error codes in one place, :func:`error_of`.
+All storage/record exceptions become error codes in one place, :func:`tidelog.broker.errors.error_of`.
 """
 
 from __future__ import annotations
@@ -33,11 +32,10 @@ import uuid
 from collections import OrderedDict
 from typing import Any
 
+from tidelog.broker.errors import PartitionError, code_of, error_of
 from tidelog.broker.fetch_session import INITIAL_EPOCH, CachedPartition
 from tidelog.broker.handlers import REGISTRY, RequestContext, handles, topic_change
 from tidelog.broker.purgatory import DelayedFetch, DelayedProduce, FetchPartitionStatus
-from tidelog.broker.server import PartitionError
-from tidelog.protocol.errors import ERRORS_BY_NAME
 
 log = logging.getLogger("tidelog.broker.core")
 
@@ -67,16 +65,6 @@ CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 ZERO_UUID = bytes(16)
 _MIN_BATCH = 61  # a v2 batch header: any available batch satisfies a min_bytes up to this
-
-
-def error_of(exc: BaseException) -> tuple[int, str]:
-    """(Kafka error code, message) for an exception from storage, records, topics or the broker."""
-    name = getattr(exc, "kafka_error", None)
-    err = ERRORS_BY_NAME.get(name) if isinstance(name, str) else None
-    if err is None:
-        log.error("unexpected error mapped to UNKNOWN_SERVER_ERROR", exc_info=exc)
-        return UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
-    return err.code, str(exc) or err.message
 
 
 def _uuid_bytes(value: Any) -> bytes:
@@ -372,8 +360,7 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
         for tp, err in status.items():
             if err is not None:
                 pr = results[tp]
-                code = ERRORS_BY_NAME[err].code if err in ERRORS_BY_NAME else UNKNOWN_SERVER_ERROR
-                pr["error_code"] = code
+                pr["error_code"] = code_of(err)
     return body
 
 

@@ -21,12 +21,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tidelog.broker.errors import PartitionError
 from tidelog.broker.handlers import RequestContext, handles
-from tidelog.broker.server import PartitionError
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
-
-DESCRIBE_LOG_DIRS = 35
-DESCRIBE_PRODUCERS = 61
 
 
 def _wanted(request_topics: list[dict] | None) -> set[tuple[str, int]] | None:
@@ -35,7 +33,7 @@ def _wanted(request_topics: list[dict] | None) -> set[tuple[str, int]] | None:
     return {(t["topic"], int(p)) for t in request_topics for p in t.get("partitions") or []}
 
 
-@handles(DESCRIBE_LOG_DIRS)
+@handles(ApiKey.DESCRIBE_LOG_DIRS)
 async def describe_log_dirs(ctx: RequestContext, request: dict) -> dict:
     broker = ctx.broker
     wanted = _wanted(request.get("topics"))
@@ -78,7 +76,7 @@ def _producers(entries: Iterable[Any]) -> list[dict]:
     } for e in entries]
 
 
-@handles(DESCRIBE_PRODUCERS)
+@handles(ApiKey.DESCRIBE_PRODUCERS)
 async def describe_producers(ctx: RequestContext, request: dict) -> dict:
     broker = ctx.broker
     topics_out = []
