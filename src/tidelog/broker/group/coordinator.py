@@ -7,8 +7,10 @@ client is answered.
 
 Startup: :meth:`GroupCoordinator.start` reads every ``__consumer_offsets`` partition in a worker thread
 (latest record per key wins, tombstones delete) and installs the result; until then group requests are answered
-COORDINATOR_LOAD_IN_PROGRESS. The topic is created lazily (compacted, ``offsets.topic.num.partitions``) on the
-first FindCoordinator or write, as Kafka does.
+COORDINATOR_LOAD_IN_PROGRESS. Records of a group found outside its partition (data written before tidelog placed
+groups by Kafka's ``Utils.abs``) are kept for keys its own partition has no record of (see ``_read_partitions``).
+The topic is created lazily (compacted, ``offsets.topic.num.partitions``) on the first FindCoordinator or write,
+as Kafka does.
 
 ZooKeeper mode (``zookeeper.connect``): ``__consumer_offsets`` is a replicated topic created through ZooKeeper
 (RF ``offsets.topic.replication.factor``; not while fewer brokers are alive). This broker coordinates exactly the
@@ -171,11 +173,16 @@ class GroupCoordinator:
                 if lg is not None:
                     logs.append(lg)
         try:
-            state = await asyncio.to_thread(_read_partitions, logs)
+            state = await asyncio.to_thread(_read_partitions, logs, self.num_partitions, adopt_misplaced=True)
         except Exception:
             log.exception("loading __consumer_offsets failed; groups start empty")
-            state = ({}, {})
-        groups_v, offsets_v = state
+            state = ({}, {}, set())
+        groups_v, offsets_v, misplaced = state
+        if misplaced:
+            # written before tidelog placed groups as Kafka does (Utils.abs, not & 0x7fffffff): kept where the
+            # group's own partition has nothing newer for the key
+            log.info("groups read from misplaced __consumer_offsets records (written at the pre-Kafka placement)",
+                     extra={"kv": {"groups": len(misplaced)}})
         now = _now_ms()
         for gid, gv in groups_v.items():
             self._install_group(gid, gv, now)
@@ -271,11 +278,16 @@ class GroupCoordinator:
         t0 = time.monotonic()
         plog = self.broker.topics.get_log(OFFSETS_TOPIC, partition)
         try:
-            groups_v, offsets_v = await asyncio.to_thread(_read_partitions, [plog] if plog is not None else [])
+            groups_v, offsets_v, misplaced = await asyncio.to_thread(
+                _read_partitions, [plog] if plog is not None else [], self.num_partitions, adopt_misplaced=False)
         except Exception:
             log.exception("loading __consumer_offsets partition failed; its groups start empty",
                           extra={"kv": {"partition": partition}})
-            groups_v, offsets_v = {}, {}
+            groups_v, offsets_v, misplaced = {}, {}, set()
+        if misplaced:
+            # records of groups another partition coordinates (tidelog's pre-Kafka placement): not installed here
+            log.warning("skipped misplaced __consumer_offsets records of groups this partition does not coordinate",
+                        extra={"kv": {"partition": partition, "groups": len(misplaced)}})
         if self._load_generation.get(partition) != gen or partition not in self.loading_partitions:
             return  # leadership lost (or changed) while loading
         now = _now_ms()
@@ -1136,14 +1148,31 @@ class GroupCoordinator:
 
 
 def _read_partitions(
-    logs: list[Any],
-) -> tuple[dict[str, GroupValue], dict[tuple[str, str, int], OffsetValue]]:
-    """Blocking: replay ``__consumer_offsets`` partitions (latest record per key wins, tombstones delete)."""
+    logs: list[Any], num_partitions: int, *, adopt_misplaced: bool,
+) -> tuple[dict[str, GroupValue], dict[tuple[str, str, int], OffsetValue], set[str]]:
+    """Blocking: replay ``__consumer_offsets`` partitions (latest record per key wins, tombstones delete).
+
+    A record in a partition that is not its group's (:func:`records.partition_for`) is *misplaced*: tidelog placed
+    groups by ``hashCode & 0x7fffffff`` before it followed Kafka's ``Utils.abs``. With ``adopt_misplaced`` (single
+    node, every partition replayed) a misplaced record is applied only for a key (group metadata key, offset key)
+    that has no record at all, value or tombstone, in the group's own partition, so whatever was written there
+    since the upgrade wins and a deletion since is not undone. Without it (ZooKeeper mode, one partition loaded on
+    its own) misplaced records are skipped: this partition does not coordinate their groups. Returns the groups,
+    the offsets and the ids of the groups read from (``adopt_misplaced``) or skipped as (otherwise) misplaced
+    records."""
     from tidelog.records.batch import decode_batches
 
     groups: dict[str, GroupValue] = {}
     offsets: dict[tuple[str, str, int], OffsetValue] = {}
+    # misplaced records, replayed apart; keys written in the group's own partition (value or tombstone)
+    stray_groups: dict[str, GroupValue] = {}
+    stray_offsets: dict[tuple[str, str, int], OffsetValue] = {}
+    own_group_keys: set[str] = set()
+    own_offset_keys: set[tuple[str, str, int]] = set()
+    skipped: set[str] = set()
+    home: dict[str, int] = {}  # group -> its partition (Java's hashCode per record would be slow)
     for lg in logs:
+        partition = lg.partition
         offset = lg.log_start_offset
         end = lg.log_end_offset
         while offset < end:
@@ -1162,21 +1191,42 @@ def _read_partitions(
                         continue
                     try:
                         key = rec.decode_key(r.key)
+                        p = home.get(key.group)
+                        if p is None:
+                            p = home[key.group] = rec.partition_for(key.group, num_partitions)
+                        own = p == partition
+                        if not own and not adopt_misplaced:
+                            skipped.add(key.group)
+                            continue
                         if isinstance(key, rec.OffsetKey):
                             k = (key.group, key.topic, key.partition)
+                            target = offsets if own else stray_offsets
+                            if own:
+                                own_offset_keys.add(k)
                             if r.value is None:
-                                offsets.pop(k, None)
+                                target.pop(k, None)
                             else:
-                                offsets[k] = rec.decode_offset_value(r.value)
+                                target[k] = rec.decode_offset_value(r.value)
                         else:
+                            gtarget = groups if own else stray_groups
+                            if own:
+                                own_group_keys.add(key.group)
                             if r.value is None:
-                                groups.pop(key.group, None)
+                                gtarget.pop(key.group, None)
                             else:
-                                groups[key.group] = rec.decode_group_value(r.value)
+                                gtarget[key.group] = rec.decode_group_value(r.value)
                     except rec.SchemaError as exc:
                         log.warning("skipping undecodable __consumer_offsets record",
-                                    extra={"kv": {"partition": getattr(lg, "partition", "?"), "offset": r.offset,
-                                                  "error": str(exc)}})
+                                    extra={"kv": {"partition": partition, "offset": r.offset, "error": str(exc)}})
             if not advanced:
                 break
-    return groups, offsets
+    adopted: set[str] = set()
+    for gid, gv in stray_groups.items():
+        if gid not in own_group_keys:
+            groups[gid] = gv
+            adopted.add(gid)
+    for k, ov in stray_offsets.items():
+        if k not in own_offset_keys:
+            offsets[k] = ov
+            adopted.add(k[0])
+    return groups, offsets, adopted if adopt_misplaced else skipped

@@ -17,8 +17,12 @@ Values start with an int16 *value version*; a null value is a tombstone (delete 
   ``memberId string, groupInstanceId nullable string (v3+), clientId string, clientHost string,
   rebalanceTimeout int32 (v1+), sessionTimeout int32, subscription bytes, assignment bytes``. Written as v3.
 
-Group to partition: ``abs(groupId.hashCode()) % partitions`` with Java's ``String.hashCode`` (over UTF-16 code
-units) and Kafka's ``Utils.abs`` (``n & 0x7fffffff``).
+Group to partition: ``Utils.abs(groupId.hashCode()) % partitions`` (Kafka's GroupCoordinatorService.partitionFor,
+formerly GroupMetadataManager.partitionFor) with Java's ``String.hashCode`` (over UTF-16 code units) and Kafka's
+``Utils.abs``: ``Math.abs(n)``, except ``Integer.MIN_VALUE`` -> 0. It is not ``Utils.toPositive``
+(``n & 0x7fffffff``, the producer partitioner's), which differs for every negative hash: tidelog used that form
+before, so older data directories can hold a group's records in another partition (see
+``tidelog.broker.group.coordinator``, which still reads them after the upgrade); :func:`legacy_partition_for`.
 """
 
 from __future__ import annotations
@@ -53,6 +57,13 @@ def java_string_hash(s: str) -> int:
 
 
 def partition_for(group_id: str, num_partitions: int) -> int:
+    """The ``__consumer_offsets`` partition of ``group_id``: ``Utils.abs(groupId.hashCode()) % numPartitions``."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+
+def legacy_partition_for(group_id: str, num_partitions: int) -> int:
+    """The partition tidelog used before it followed Kafka (``hashCode & 0x7fffffff``); for reading old data only."""
     return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions
 
 
