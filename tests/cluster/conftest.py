@@ -34,9 +34,9 @@ def _free_port() -> int:
 
 
 class ZooKeeper:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, port: int | None = None) -> None:
         self.root = root
-        self.port = _free_port()
+        self.port = port or _free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property

@@ -1,0 +1,72 @@
+"""A wheel anyone can install: built from a clean copy of the checkout, installed into an empty venv, and used
+there with its own ``tidelog`` command (serve, produce, consume, dump-log), from a directory outside the checkout
+so nothing but the installed wheel can be imported. A missing package or data file fails here, not for a user."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from docrun import REPO, Command, Shell, clean_copy, user_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
+
+EXTENSIONS = ("tidelog/records/_recwalk", "tidelog/records/_columnar", "tidelog/storage/_cleanwalk")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_wheel_installs_into_an_empty_venv_and_runs(tmp_path: Path) -> None:
+    src = clean_copy(tmp_path / "checkout")
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(src)],
+                   check=True, env=user_env(), timeout=600)
+    (wheel,) = dist.glob("tidelog-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "tidelog/cli/main.py" in names and "tidelog/spark/__init__.py" in names
+    assert not any(n.startswith(("tests/", "bench/")) for n in names)
+    if shutil.which("gcc"):  # the C accelerators are built when a compiler is present
+        for ext in EXTENSIONS:
+            assert any(n.startswith(ext) and n.endswith(".so") for n in names), f"{ext} missing from {wheel.name}"
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "-c", str(REPO / "constraints.txt"),
+                    str(wheel)], check=True, env=user_env(), timeout=600)
+
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    shell = Shell(work, user_env())
+    tidelog = venv / "bin/tidelog"
+    port = _free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    try:
+        broker = shell.start_server(
+            Command(f"{tidelog} serve --port {port} --data-dir wheel-data -o tidelog.metrics.listener=off",
+                    [f"bootstrap servers {bootstrap}"], "wheel"), ready_timeout=120)
+        shell.run(Command(f"{tidelog} topics create round-trip -p 1 -b {bootstrap}",
+                          ["Created topic round-trip."], "wheel"))
+        shell.run(Command(f"printf 'one\\ntwo\\n' | {tidelog} produce round-trip -b {bootstrap}", [], "wheel"))
+        out = shell.run(Command(f"{tidelog} consume round-trip --from-beginning --max-messages 2 -b {bootstrap}",
+                                ["one", "two"], "wheel"))
+        assert out.split() == ["one", "two"]
+        shell.run(Command(f"{tidelog} dump-log --deep-iteration --files "
+                          "wheel-data/round-trip-0/00000000000000000000.log",
+                          ["...baseOffset: 0 lastOffset: 1 count: 2..."], "wheel"))
+        # what the wheel's interpreter imports is the wheel, not the checkout
+        where = subprocess.run([str(venv / "bin/python"), "-c", "import tidelog; print(tidelog.__file__)"],
+                               cwd=work, check=True, capture_output=True, text=True).stdout
+        assert str(venv) in where
+        assert broker.interrupt(timeout=60)
+        assert broker.proc.returncode == 0 and "broker stopped" in broker.text()
+    finally:
+        shell.stop_all()
