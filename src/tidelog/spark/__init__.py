@@ -28,14 +28,17 @@ import os
 import sys
 from typing import Any
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    DataSourceStreamReader,
-    DataSourceStreamWriter,
-    DataSourceWriter,
-)
-from pyspark.sql.types import StructType
+try:
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceReader,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        DataSourceWriter,
+    )
+    from pyspark.sql.types import StructType
+except ImportError as exc:  # one clear line instead of a bare ModuleNotFoundError
+    raise ImportError(f"tidelog.spark needs the spark extra: pip install 'tidelog[spark]' ({exc})") from exc
 
 from tidelog.spark.arrow import ddl
 from tidelog.spark.options import parse_bool
