@@ -253,3 +253,25 @@ def test_kafka_python_admin(broker: Any) -> None:
         assert "kp-topic" not in admin.list_topics()
     finally:
         admin.close()
+
+
+def test_secrets_given_to_serve_are_neither_logged_nor_described(broker_factory: Any) -> None:
+    """Kafka's PASSWORD configs (and unknown keys that look like secrets): DescribeConfigs answers them with a
+    null value and isSensitive, including their synonyms, and the startup warnings do not print them."""
+    secrets = {
+        "ssl.keystore.password": "s3cret-keystore",
+        "listener.name.internal.plain.sasl.jaas.config": "PlainLoginModule required password=s3cret-jaas;",
+        "my.plugin.api.secret": "s3cret-plugin",
+    }
+    b = broker_factory(secrets)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    bres = ConfigResource(ConfigResource.Type.BROKER, "0")
+    described = admin.describe_configs([bres])[bres].result(TIMEOUT)
+    for name in secrets:
+        entry = described[name]
+        assert entry.is_sensitive and entry.value is None, (name, entry.value)
+        assert entry.synonyms and all(s.value is None for s in entry.synonyms.values()), name
+    assert described["num.partitions"].value == "1" and not described["num.partitions"].is_sensitive
+    log_text = b.log_path.read_text()
+    assert "unknown broker config my.plugin.api.secret=[hidden]" in log_text
+    assert "s3cret" not in log_text

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tidelog.broker.config import BrokerConfig, ConfigException, parse_properties
+from tidelog.broker.config import BrokerConfig, ConfigException, is_sensitive_config, parse_properties
 
 
 def test_defaults_are_kafkas_except_documented_ones() -> None:
@@ -153,3 +153,20 @@ def test_serve_exits_non_zero_on_a_malformed_unicode_escape(tmp_path: Path) -> N
     r = _serve("--config", str(f))
     assert r.returncode == 2
     assert "server.properties" in r.stderr and "uxxxx" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "sensitive"),
+    [("ssl.keystore.password", True), ("sasl.jaas.config", True), ("listener.name.client.ssl.key.password", True),
+     ("listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config", True), ("password.encoder.secret", True),
+     ("some.plugin.password", True), ("vendor.api.secret.key", True), ("num.partitions", False),
+     ("listeners", False), ("ssl.keystore.location", False), ("log.retention.ms", False)],
+)
+def test_sensitive_configs_are_kafkas_password_configs(name: str, sensitive: bool) -> None:
+    assert is_sensitive_config(name) is sensitive
+
+
+def test_invalid_sensitive_value_is_not_in_the_message() -> None:
+    exc = ConfigException("ssl.keystore.password", "hunter2", "too short")
+    assert "hunter2" not in str(exc) and "ssl.keystore.password" in str(exc)
+    assert "'12x'" in str(ConfigException("num.partitions", "12x", "not a number"))

@@ -40,10 +40,12 @@ INT_MAX = 2147483647
 
 
 class ConfigException(ValueError):
-    """A broker configuration value is invalid (Kafka: ``org.apache.kafka.common.config.ConfigException``)."""
+    """A broker configuration value is invalid (Kafka: ``org.apache.kafka.common.config.ConfigException``).
+    The value of a sensitive config (:func:`is_sensitive_config`) is never put in the message."""
 
     def __init__(self, name: str, value: object, reason: str) -> None:
-        super().__init__(f"Invalid value {value!r} for configuration {name}: {reason}")
+        shown = "[hidden]" if is_sensitive_config(name) else repr(value)
+        super().__init__(f"Invalid value {shown} for configuration {name}: {reason}")
         self.name = name
         self.value = value
         self.reason = reason
@@ -292,6 +294,40 @@ def is_known_key(name: str) -> bool:
     return name in BROKER_KEYS or name in LOG_DEFAULT_KEYS
 
 
+# Kafka's PASSWORD-type broker configs (ConfigDef.Type.PASSWORD): DescribeConfigs answers them with a null value
+# and isSensitive=true, and Kafka never logs their values. A listener prefix (``listener.name.<l>.`` and
+# ``listener.name.<l>.<mechanism>.``) keeps the base config's type.
+SENSITIVE_CONFIGS = frozenset({
+    "ssl.key.password", "ssl.keystore.password", "ssl.truststore.password", "ssl.keystore.key",
+    "ssl.keystore.certificate.chain", "ssl.truststore.certificates", "sasl.jaas.config",
+    "password.encoder.secret", "password.encoder.old.secret", "delegation.token.master.key",
+    "delegation.token.secret.key", "sasl.oauthbearer.client.credentials.client.secret",
+    "sasl.oauthbearer.assertion.private.key.passphrase",
+})
+
+
+def is_sensitive_config(name: str) -> bool:
+    """True for a config whose value must not be shown or logged: Kafka's PASSWORD configs (with or without a
+    listener prefix), and, erring on the safe side for keys tidelog does not know, any name that ends in
+    ``password``, ``jaas.config`` or ``passphrase`` or mentions ``secret``."""
+    base = name.lower()
+    if base.startswith("listener.name."):
+        parts = base.split(".")
+        # listener.name.<l>.<config> or listener.name.<l>.<mechanism>.<config>
+        candidates = {".".join(parts[3:]), ".".join(parts[4:])}
+    else:
+        candidates = {base}
+    return any(
+        c in SENSITIVE_CONFIGS or c.endswith(("password", "jaas.config", "passphrase")) or "secret" in c
+        for c in candidates if c
+    )
+
+
+def shown_value(name: str, value: object) -> object:
+    """``value`` for logs and messages, or ``[hidden]`` for a sensitive config."""
+    return "[hidden]" if is_sensitive_config(name) else value
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Java properties files
 
@@ -350,7 +386,7 @@ class BrokerConfig:
         unknown = sorted(k for k in props if not is_known_key(k))
         if warn_unknown:
             for k in unknown:
-                log.warning("unknown broker config %s=%s ignored (kept as given)", k, props[k])
+                log.warning("unknown broker config %s=%s ignored (kept as given)", k, shown_value(k, props[k]))
         cfg = cls(props=props, values=values, unknown_keys=unknown)
         cfg._validate()
         return cfg

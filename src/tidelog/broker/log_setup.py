@@ -25,15 +25,25 @@ def _fmt_time(created: float) -> str:
 
 
 def _kv_value(v: Any) -> str:
+    """A field value for the text format: quoted (JSON string escapes) when it is empty or holds a space, a
+    quote, ``=`` or any character that is not printable, so a client-chosen value (a client id with a newline, a
+    carriage return or a terminal escape) can never start or rewrite a log line."""
     s = str(v)
-    if s == "" or any(c in s for c in ' "=\n\t'):
+    if s == "" or any(c in ' "=' or not c.isprintable() for c in s):
         return json.dumps(s)
     return s
 
 
+def _printable(text: str) -> str:
+    """The message with every non-printable character escaped (``\n`` -> ``\\n``): one event, one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        parts = [_fmt_time(record.created), record.levelname, record.name, record.getMessage()]
+        parts = [_fmt_time(record.created), record.levelname, record.name, _printable(record.getMessage())]
         kv = getattr(record, "kv", None)
         if kv:
             parts.extend(f"{k}={_kv_value(v)}" for k, v in kv.items())

@@ -152,8 +152,10 @@ def _guess_type(value: str | None) -> int:
 
 
 def _synonyms(entry: ConfigEntry, value: str | None) -> list[dict]:
-    out = [{"name": x.name, "value": _str_value(x.value), "source": x.source} for x in entry.synonyms]
-    return out or [{"name": entry.name, "value": value, "source": entry.source}]
+    """The entry's synonyms; a sensitive entry's synonyms carry no value either (Kafka: null)."""
+    out = [{"name": x.name, "value": None if entry.is_sensitive else _str_value(x.value), "source": x.source}
+           for x in entry.synonyms]
+    return out or [{"name": entry.name, "value": None if entry.is_sensitive else value, "source": entry.source}]
 
 
 def _describe_entry(entry: ConfigEntry, version: int, include_synonyms: bool, include_documentation: bool) -> dict:
@@ -205,7 +207,8 @@ def _broker_config_entries(ctx: RequestContext) -> list[ConfigEntry]:
         else:
             ctype = TYPE_STRING
         source = SOURCE_STATIC_BROKER_CONFIG if explicit else SOURCE_DEFAULT_CONFIG
-        out.append(ConfigEntry(key.name, raw, source, read_only=True, config_type=ctype, documentation=key.doc or None))
+        out.append(ConfigEntry(key.name, raw, source, read_only=True, is_sensitive=bc.is_sensitive_config(key.name),
+                               config_type=ctype, documentation=key.doc or None))
         seen.add(key.name)
     defaults = _broker_log_defaults(ctx)
     for name in sorted(set(bc.LOG_DEFAULT_KEYS) | set(defaults)):
@@ -216,11 +219,12 @@ def _broker_config_entries(ctx: RequestContext) -> list[ConfigEntry]:
         if raw is None:
             continue
         source = SOURCE_STATIC_BROKER_CONFIG if explicit else SOURCE_DEFAULT_CONFIG
-        out.append(ConfigEntry(name, raw, source, read_only=True))
+        out.append(ConfigEntry(name, raw, source, read_only=True, is_sensitive=bc.is_sensitive_config(name)))
         seen.add(name)
     for name in sorted(cfg.props):  # unknown keys are kept and shown, as Kafka does
         if name not in seen:
-            out.append(ConfigEntry(name, cfg.props[name], SOURCE_STATIC_BROKER_CONFIG, read_only=True))
+            out.append(ConfigEntry(name, cfg.props[name], SOURCE_STATIC_BROKER_CONFIG, read_only=True,
+                                   is_sensitive=bc.is_sensitive_config(name)))
     return out
 
 
