@@ -126,6 +126,25 @@ def test_replay_keeps_misplaced_records_the_own_partition_has_nothing_for(tmp_pa
     assert migration.groups == {"my-group"}
 
 
+def test_replay_after_a_move_cut_short_writes_only_the_tombstones(tmp_path: Path) -> None:
+    # a crash after the records reached the group's partition, before the tombstones at the old placement
+    old, new = legacy_partition_for("my-group", N), partition_for("my-group", N)
+    logs = {p: _log(tmp_path, p) for p in (old, new)}
+    try:
+        _append(logs[old], _commit("my-group", "t", 0, 10), _group_record("my-group", 4))
+        _append(logs[new], _commit("my-group", "t", 0, 10), _group_record("my-group", 4))
+        groups, offsets, misplaced, migration = _read_partitions(list(logs.values()), N, adopt_misplaced=True)
+    finally:
+        for lg in logs.values():
+            lg.close()
+    assert {k: v.offset for k, v in offsets.items()} == {("my-group", "t", 0): 10}
+    assert groups["my-group"].generation == 4
+    assert misplaced == set()  # nothing adopted: the group's partition has every key
+    assert migration.moves == {}
+    assert sorted(migration.tombstones[old]) == sorted([rec.encode_offset_key("my-group", "t", 0),
+                                                        rec.encode_group_key("my-group")])
+
+
 def test_replay_of_one_partition_skips_groups_it_does_not_coordinate(tmp_path: Path) -> None:
     old = legacy_partition_for("my-group", N)
     lg = _log(tmp_path, old)
