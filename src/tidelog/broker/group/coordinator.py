@@ -8,7 +8,9 @@ client is answered.
 Startup: :meth:`GroupCoordinator.start` reads every ``__consumer_offsets`` partition in a worker thread
 (latest record per key wins, tombstones delete) and installs the result; until then group requests are answered
 COORDINATOR_LOAD_IN_PROGRESS. Records of a group found outside its partition (data written before tidelog placed
-groups by Kafka's ``Utils.abs``) are kept for keys its own partition has no record of (see ``_read_partitions``).
+groups by Kafka's ``Utils.abs``) are kept for keys its own partition has no record of, and moved there once
+(appended to the group's partition, tombstoned where found) before the load completes (see ``_read_partitions``
+and ``GroupCoordinator._migrate``).
 The topic is created lazily (compacted, ``offsets.topic.num.partitions``) on the first FindCoordinator or write,
 as Kafka does.
 
@@ -47,7 +49,8 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidelog.broker.errors import code_of
 from tidelog.broker.group import records as rec
@@ -176,13 +179,15 @@ class GroupCoordinator:
             state = await asyncio.to_thread(_read_partitions, logs, self.num_partitions, adopt_misplaced=True)
         except Exception:
             log.exception("loading __consumer_offsets failed; groups start empty")
-            state = ({}, {}, set())
-        groups_v, offsets_v, misplaced = state
-        if misplaced:
-            # written before tidelog placed groups as Kafka does (Utils.abs, not & 0x7fffffff): kept where the
-            # group's own partition has nothing newer for the key
-            log.info("groups read from misplaced __consumer_offsets records (written at the pre-Kafka placement)",
-                     extra={"kv": {"groups": len(misplaced)}})
+            state = Replay({}, {}, set(), Migration())
+        groups_v, offsets_v, _, migration = state
+        if migration:
+            # written before tidelog placed groups as Kafka does (Utils.abs, not & 0x7fffffff): moved to the
+            # group's own partition before any request sees the groups
+            try:
+                await self._migrate(migration)
+            except Exception:
+                log.exception("moving misplaced __consumer_offsets records failed; retried at the next start")
         now = _now_ms()
         for gid, gv in groups_v.items():
             self._install_group(gid, gv, now)
@@ -216,6 +221,50 @@ class GroupCoordinator:
         self.groups[gid] = g
         for m in g.members.values():
             self._schedule_heartbeat(g, m)
+
+    async def _migrate(self, migration: Migration) -> None:
+        """Single node, at load: move misplaced records (tidelog's pre-Kafka placement) to their group's partition,
+        Kafka's layout: first the records adopted, appended as they are (same key and value bytes) to the group's
+        partition and flushed; only then a tombstone for every misplaced key still holding a value where it was
+        found, so the cleaner removes it there. A crash in between leaves the records in both places; the next
+        start finds them in the group's partition, adopts nothing and writes only the tombstones."""
+        t0 = time.monotonic()
+        failed = False
+        for partition, entries in sorted(migration.moves.items()):
+            for chunk in self._chunks(partition, entries):
+                failed |= await self._append_to(partition, list(chunk), off_loop=True) != NONE
+        if failed:  # the old records stay (and are adopted again at the next start): nothing may be lost
+            log.warning("misplaced __consumer_offsets records not moved; retried at the next start",
+                        extra={"kv": {"groups": len(migration.groups)}})
+            return
+        homes = [self.broker.topics.get_log(OFFSETS_TOPIC, p) for p in migration.moves]
+        await asyncio.to_thread(lambda: [lg.flush() for lg in homes if lg is not None])
+        for partition, keys in sorted(migration.tombstones.items()):
+            tombstones: list[tuple[bytes, bytes | None]] = [(k, None) for k in keys]
+            for chunk in self._chunks(partition, tombstones):
+                failed |= await self._append_to(partition, list(chunk), off_loop=True) != NONE
+        log.info(
+            "moved misplaced __consumer_offsets records to their groups' partitions (pre-Kafka placement)",
+            extra={"kv": {"groups": len(migration.groups), "records": migration.moved,
+                          "tombstones": migration.tombstoned, "complete": not failed,
+                          "seconds": round(time.monotonic() - t0, 3)}},
+        )
+
+    def _chunks(self, partition: int, entries: list[Any]) -> Iterable[list[Any]]:
+        """``entries`` cut into batches that stay well under the partition's ``max.message.bytes``."""
+        lg = self.broker.topics.get_log(OFFSETS_TOPIC, partition)
+        budget = max((lg.config.max_message_bytes if lg is not None else 1 << 20) // 2, 1)
+        chunk: list[Any] = []
+        size = 0
+        for k, v in entries:
+            n = len(k) + (len(v) if v is not None else 0) + 32
+            if chunk and size + n > budget:
+                yield chunk
+                chunk, size = [], 0
+            chunk.append((k, v))
+            size += n
+        if chunk:
+            yield chunk
 
     def shutdown(self) -> None:
         """Answer every waiting JoinGroup/SyncGroup with NOT_COORDINATOR and stop timers (broker stopping)."""
@@ -278,7 +327,7 @@ class GroupCoordinator:
         t0 = time.monotonic()
         plog = self.broker.topics.get_log(OFFSETS_TOPIC, partition)
         try:
-            groups_v, offsets_v, misplaced = await asyncio.to_thread(
+            groups_v, offsets_v, misplaced, _ = await asyncio.to_thread(
                 _read_partitions, [plog] if plog is not None else [], self.num_partitions, adopt_misplaced=False)
         except Exception:
             log.exception("loading __consumer_offsets partition failed; its groups start empty",
@@ -393,24 +442,43 @@ class GroupCoordinator:
         return g
 
     async def _append(self, group_id: str, entries: list[tuple[bytes, bytes | None]], *, offsets: bool = True) -> int:
-        """Append ``(key, value)`` records for ``group_id`` as one batch and wait until the ISR has it (acks=-1,
-        ``offsets.commit.timeout.ms``); returns an error code, mapped as Kafka's GroupMetadataManager does for
-        offset writes (``offsets``) or group metadata writes."""
+        """Append ``(key, value)`` records for ``group_id`` as one batch to its partition and wait until the ISR has
+        it (acks=-1, ``offsets.commit.timeout.ms``); returns an error code, mapped as Kafka's GroupMetadataManager
+        does for offset writes (``offsets``) or group metadata writes."""
+        if not entries:
+            return NONE
+        try:
+            info = self.ensure_offsets_topic()
+            if info is None:
+                return COORDINATOR_NOT_AVAILABLE
+            partition = rec.partition_for(group_id, info.num_partitions)
+        except Exception as exc:
+            return self._append_error(getattr(exc, "kafka_error", None) or repr(exc), offsets, group_id)
+        return await self._append_to(partition, entries, offsets=offsets, group_id=group_id)
+
+    async def _append_to(
+        self, partition: int, entries: list[tuple[bytes, bytes | None]], *, offsets: bool = True,
+        group_id: str = "", off_loop: bool = False,
+    ) -> int:
+        """Append ``entries`` as one batch to ``__consumer_offsets-<partition>`` and wait until the ISR has it.
+        ``off_loop``: build and append the batch in a worker thread (loading, where the batches can be many)."""
         from tidelog.broker.purgatory import DelayedProduce
         from tidelog.records.batch import build_batch
 
         if not entries:
             return NONE
         broker = self.broker
+        tp = (OFFSETS_TOPIC, partition)
         try:
-            info = self.ensure_offsets_topic()
-            if info is None:
-                return COORDINATOR_NOT_AVAILABLE
-            tp = (OFFSETS_TOPIC, rec.partition_for(group_id, info.num_partitions))
             plog = broker.leader_log(*tp)
             if len(broker.isr(*tp)) < plog.config.min_insync_replicas:
                 return self._append_error("NOT_ENOUGH_REPLICAS", offsets, group_id)
-            appended = plog.append_as_leader(build_batch(list(entries)), leader_epoch=broker.leader_epoch(*tp))
+            epoch = broker.leader_epoch(*tp)
+            if off_loop:
+                appended = await asyncio.to_thread(
+                    lambda: plog.append_as_leader(build_batch(list(entries)), leader_epoch=epoch))
+            else:
+                appended = plog.append_as_leader(build_batch(list(entries)), leader_epoch=epoch)
             broker.on_append(tp, plog)
         except Exception as exc:
             return self._append_error(getattr(exc, "kafka_error", None) or repr(exc), offsets, group_id)
@@ -1147,26 +1215,64 @@ class GroupCoordinator:
 # ------------------------------------------------------------------------------------------------ loading
 
 
-def _read_partitions(
-    logs: list[Any], num_partitions: int, *, adopt_misplaced: bool,
-) -> tuple[dict[str, GroupValue], dict[tuple[str, str, int], OffsetValue], set[str]]:
+@dataclass(slots=True)
+class Migration:
+    """What moves misplaced ``__consumer_offsets`` records to their group's partition (single node, see
+    :func:`_read_partitions`): ``moves`` = home partition -> ``(key, value)`` records to append there (the key and
+    value bytes as found), ``tombstones`` = partition found in -> keys whose latest record there is a value (a
+    tombstone is appended for each), ``groups`` = the groups concerned."""
+
+    moves: dict[int, list[tuple[bytes, bytes]]] = field(default_factory=dict)
+    tombstones: dict[int, list[bytes]] = field(default_factory=dict)
+    groups: set[str] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.moves or self.tombstones)
+
+    @property
+    def moved(self) -> int:
+        return sum(len(v) for v in self.moves.values())
+
+    @property
+    def tombstoned(self) -> int:
+        return sum(len(v) for v in self.tombstones.values())
+
+
+class Replay(NamedTuple):
+    groups: dict[str, GroupValue]
+    offsets: dict[tuple[str, str, int], OffsetValue]
+    misplaced: set[str]  # groups read from (adopt_misplaced) or skipped as (otherwise) misplaced records
+    migration: Migration
+
+
+def _read_partitions(logs: list[Any], num_partitions: int, *, adopt_misplaced: bool) -> Replay:
     """Blocking: replay ``__consumer_offsets`` partitions (latest record per key wins, tombstones delete).
 
     A record in a partition that is not its group's (:func:`records.partition_for`) is *misplaced*: tidelog placed
     groups by ``hashCode & 0x7fffffff`` before it followed Kafka's ``Utils.abs``. With ``adopt_misplaced`` (single
     node, every partition replayed) a misplaced record is applied only for a key (group metadata key, offset key)
     that has no record at all, value or tombstone, in the group's own partition, so whatever was written there
-    since the upgrade wins and a deletion since is not undone. Without it (ZooKeeper mode, one partition loaded on
-    its own) misplaced records are skipped: this partition does not coordinate their groups. Returns the groups,
-    the offsets and the ids of the groups read from (``adopt_misplaced``) or skipped as (otherwise) misplaced
-    records."""
+    since the upgrade wins and a deletion since is not undone; and the returned :class:`Migration` says how to
+    move them for good (the coordinator applies it before it reports loaded): the latest record of every key
+    adopted is appended, same key and value bytes, to the group's partition, and every key whose latest record
+    in a partition not its group's is a value gets a tombstone there (adopted or not), so the cleaner removes it
+    and no old record can come back once a later deletion's tombstone is compacted away. A key whose latest
+    misplaced record is already a tombstone needs nothing, which makes a second replay find no work. Without
+    ``adopt_misplaced`` (ZooKeeper mode, one partition loaded on its own) misplaced records are skipped: this
+    partition does not coordinate their groups. Returns the groups, the offsets, the ids of the groups read from
+    (``adopt_misplaced``) or skipped as (otherwise) misplaced records, and the migration (empty without
+    ``adopt_misplaced``)."""
     from tidelog.records.batch import decode_batches
 
     groups: dict[str, GroupValue] = {}
     offsets: dict[tuple[str, str, int], OffsetValue] = {}
-    # misplaced records, replayed apart; keys written in the group's own partition (value or tombstone)
-    stray_groups: dict[str, GroupValue] = {}
-    stray_offsets: dict[tuple[str, str, int], OffsetValue] = {}
+    # misplaced records, replayed apart (with their key and value bytes); keys written in the group's own
+    # partition (value or tombstone)
+    stray_groups: dict[str, tuple[GroupValue, bytes, bytes]] = {}
+    stray_offsets: dict[tuple[str, str, int], tuple[OffsetValue, bytes, bytes]] = {}
+    # (partition, key bytes) of misplaced records -> (group, latest record there is a value); by key bytes as
+    # the cleaner compacts by them
+    stray_live: dict[tuple[int, bytes], tuple[str, bool]] = {}
     own_group_keys: set[str] = set()
     own_offset_keys: set[tuple[str, str, int]] = set()
     skipped: set[str] = set()
@@ -1198,35 +1304,58 @@ def _read_partitions(
                         if not own and not adopt_misplaced:
                             skipped.add(key.group)
                             continue
+                        # a misplaced record's bytes, to move it as it is
+                        raw_key = b"" if own else bytes(r.key)
+                        raw_value = None if own or r.value is None else bytes(r.value)
                         if isinstance(key, rec.OffsetKey):
                             k = (key.group, key.topic, key.partition)
-                            target = offsets if own else stray_offsets
+                            ov = None if r.value is None else rec.decode_offset_value(r.value)
                             if own:
                                 own_offset_keys.add(k)
-                            if r.value is None:
-                                target.pop(k, None)
+                                if ov is None:
+                                    offsets.pop(k, None)
+                                else:
+                                    offsets[k] = ov
+                            elif ov is None or raw_value is None:
+                                stray_offsets.pop(k, None)
                             else:
-                                target[k] = rec.decode_offset_value(r.value)
+                                stray_offsets[k] = (ov, raw_key, raw_value)
                         else:
-                            gtarget = groups if own else stray_groups
+                            gv = None if r.value is None else rec.decode_group_value(r.value)
                             if own:
                                 own_group_keys.add(key.group)
-                            if r.value is None:
-                                gtarget.pop(key.group, None)
+                                if gv is None:
+                                    groups.pop(key.group, None)
+                                else:
+                                    groups[key.group] = gv
+                            elif gv is None or raw_value is None:
+                                stray_groups.pop(key.group, None)
                             else:
-                                gtarget[key.group] = rec.decode_group_value(r.value)
+                                stray_groups[key.group] = (gv, raw_key, raw_value)
+                        if not own:
+                            stray_live[(partition, raw_key)] = (key.group, raw_value is not None)
                     except rec.SchemaError as exc:
                         log.warning("skipping undecodable __consumer_offsets record",
                                     extra={"kv": {"partition": partition, "offset": r.offset, "error": str(exc)}})
             if not advanced:
                 break
+    if not adopt_misplaced:
+        return Replay(groups, offsets, skipped, Migration())
     adopted: set[str] = set()
-    for gid, gv in stray_groups.items():
+    migration = Migration()
+    for gid, (gv, raw_key, raw_value) in stray_groups.items():
         if gid not in own_group_keys:
             groups[gid] = gv
             adopted.add(gid)
-    for k, ov in stray_offsets.items():
+            migration.moves.setdefault(home[gid], []).append((raw_key, raw_value))
+    for k, (ov, raw_key, raw_value) in stray_offsets.items():
         if k not in own_offset_keys:
             offsets[k] = ov
             adopted.add(k[0])
-    return groups, offsets, adopted if adopt_misplaced else skipped
+            migration.moves.setdefault(home[k[0]], []).append((raw_key, raw_value))
+    for (partition, raw_key), (gid, live) in stray_live.items():
+        if live:
+            migration.tombstones.setdefault(partition, []).append(raw_key)
+            migration.groups.add(gid)
+    migration.groups |= adopted
+    return Replay(groups, offsets, adopted, migration)

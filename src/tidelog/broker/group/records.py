@@ -22,7 +22,8 @@ formerly GroupMetadataManager.partitionFor) with Java's ``String.hashCode`` (ove
 ``Utils.abs``: ``Math.abs(n)``, except ``Integer.MIN_VALUE`` -> 0. It is not ``Utils.toPositive``
 (``n & 0x7fffffff``, the producer partitioner's), which differs for every negative hash: tidelog used that form
 before, so older data directories can hold a group's records in another partition (see
-``tidelog.broker.group.coordinator``, which still reads them after the upgrade); :func:`legacy_partition_for`.
+``tidelog.broker.group.coordinator``, which moves them to the group's partition at the first single-node start
+after the upgrade); :func:`legacy_partition_for`.
 """
 
 from __future__ import annotations
