@@ -11,7 +11,8 @@ import pyarrow as pa
 import pytest
 
 from tidelog.spark.fetcher import KafkaFetchError, raw_fetch_allowed, read_range_raw
-from tidelog.spark.kafka_source import DataLossError, OffsetRange, read_range
+from tidelog.spark.kafka_source import OffsetRange, read_range
+from tidelog.spark.options import DataLossError
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

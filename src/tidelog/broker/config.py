@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidelog.storage.checkpoints import parse_properties
+from tidelog.storage.config import LogConfig
 
 if TYPE_CHECKING:
     from tidelog.storage.config import LogConfig
@@ -519,8 +520,6 @@ class BrokerConfig:
     def log_config(self) -> LogConfig:
         """The default LogConfig for topics (topic overrides are applied on top by the TopicManager)."""
         if self._log_config is None:
-            from tidelog.storage.config import LogConfig  # storage owns topic-level config semantics
-
             try:
                 self._log_config = LogConfig.from_broker_properties(
                     self.broker_log_properties(), min_segment_bytes=self.values.get("tidelog.min.segment.bytes")

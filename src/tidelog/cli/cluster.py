@@ -13,6 +13,9 @@ from typing import Any
 import click
 
 from tidelog.cli._client import fail
+from tidelog.cluster import zkdata as zd
+from tidelog.cluster.peer import Peer
+from tidelog.protocol.errors import error_for_code
 
 
 @click.group("cluster")
@@ -35,8 +38,6 @@ def _zk_start(zk: Any, zk_connect: str, timeout: float) -> Any:
 def read_cluster(zk_connect: str, timeout: float = 10.0) -> dict:
     from kazoo.client import KazooClient
     from kazoo.exceptions import NoNodeError
-
-    from tidelog.cluster import zkdata as zd
 
     zk = _zk_start(KazooClient(hosts=zk_connect, timeout=timeout, read_only=True), zk_connect, timeout)
     try:
@@ -131,8 +132,6 @@ def elect_leaders(zk_connect: str, topic: str | None, partition: int | None, tim
     from kazoo.client import KazooClient
     from kazoo.exceptions import NodeExistsError, NoNodeError
 
-    from tidelog.cluster import zkdata as zd
-
     if partition is not None and topic is None:
         raise click.UsageError("--partition needs --topic")
     info = read_cluster(zk_connect)
@@ -181,8 +180,6 @@ METADATA, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 3, 45, 46
 
 async def _controller_request(bootstrap: str, api_key: int, version: int, body: dict, timeout: float) -> dict:
     """Send one request to the controller named in Metadata (again, up to a few times, on NOT_CONTROLLER)."""
-    from tidelog.cluster.peer import Peer
-
     hosts = [h.strip() for h in bootstrap.split(",") if h.strip()]
     last: Exception | None = None
     for _attempt in range(5):
@@ -218,8 +215,6 @@ async def _controller_request(bootstrap: str, api_key: int, version: int, body: 
 
 
 async def _replicas_of(bootstrap: str, topics: list[str], timeout: float) -> dict[tuple[str, int], list[int]]:
-    from tidelog.cluster.peer import Peer
-
     host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
     peer = Peer(host.strip("[]"), int(port), "tidelog-cli")
     try:
@@ -258,8 +253,6 @@ def _alter_body(parts: dict[tuple[str, int], list[int] | None], timeout: float) 
 
 
 def _alter_errors(resp: dict) -> list[str]:
-    from tidelog.protocol.errors import error_for_code
-
     def error_name(code: int) -> str:
         return error_for_code(code).name
 

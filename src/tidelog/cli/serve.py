@@ -11,6 +11,8 @@ from typing import Any
 import click
 
 from tidelog.broker.config import BrokerConfig, ConfigException
+from tidelog.broker.log_setup import setup_logging
+from tidelog.broker.server import run
 
 
 @click.command("serve")
@@ -39,8 +41,6 @@ def serve(
     loop: str,
 ) -> None:
     """Start a broker on 127.0.0.1:9092 with its data in ./data (Kafka's properties and defaults)."""
-    from tidelog.broker.log_setup import setup_logging
-
     setup_logging(log_level, log_format)
     if properties and config_path:
         raise click.UsageError("give the properties file either as an argument or with --config, not both")
@@ -49,7 +49,6 @@ def serve(
     except ConfigException as exc:
         click.echo(f"tidelog serve: {exc}", err=True)
         sys.exit(2)
-    from tidelog.broker.server import run
 
     try:
         run(cfg, use_uvloop=(loop == "uvloop"), on_started=_print_how_to_reach)

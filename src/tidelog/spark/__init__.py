@@ -41,6 +41,9 @@ except ImportError as exc:  # one clear line instead of a bare ModuleNotFoundErr
     raise ImportError(f"tidelog.spark needs the spark extra: pip install 'tidelog[spark]' ({exc})") from exc
 
 from tidelog.spark.arrow import ddl
+from tidelog.spark.kafka_sink import KafkaSinkStreamWriter, KafkaSinkWriter
+from tidelog.spark.kafka_source import KafkaBatchReader, KafkaStreamReader
+from tidelog.spark.log_source import LogDirReader
 from tidelog.spark.options import parse_bool
 
 __all__ = ["TidelogDataSource", "TidelogLogDataSource", "register"]
@@ -59,23 +62,15 @@ class TidelogDataSource(DataSource):
         return ddl(parse_bool(self.options, "includeHeaders", False))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from tidelog.spark.kafka_source import KafkaBatchReader
-
         return KafkaBatchReader(self.options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from tidelog.spark.kafka_source import KafkaStreamReader
-
         return KafkaStreamReader(self.options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from tidelog.spark.kafka_sink import KafkaSinkWriter
-
         return KafkaSinkWriter(self.options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from tidelog.spark.kafka_sink import KafkaSinkStreamWriter
-
         return KafkaSinkStreamWriter(self.options, schema)
 
 
@@ -90,8 +85,6 @@ class TidelogLogDataSource(DataSource):
         return ddl(parse_bool(self.options, "includeHeaders", False))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from tidelog.spark.log_source import LogDirReader
-
         return LogDirReader(self.options)
 
 

@@ -36,6 +36,7 @@ from tidelog.records.header import (
     validate_batch,
 )
 from tidelog.spark.arrow import COLUMNAR_BATCH_ROWS, columns_batch, record_batch
+from tidelog.spark.options import report_data_loss
 
 CLIENT_ID = "tidelog-spark-executor"
 MAX_FETCH_VERSION = 12
@@ -319,8 +320,6 @@ def read_range_raw(
     poll_timeout_ms: int,
 ) -> Iterator[Any]:
     """Yield Arrow batches with the records [start, end) of one partition over raw Fetch requests."""
-    from tidelog.spark.kafka_source import report_data_loss
-
     if end <= start:
         return
     tp_name = f"{topic}-{partition}"

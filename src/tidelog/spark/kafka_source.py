@@ -26,6 +26,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from tidelog.spark.arrow import COLUMNAR_BATCH_ROWS, record_batch
+from tidelog.spark.fetcher import raw_fetch_allowed, read_range_raw
 from tidelog.spark.options import (
     EARLIEST,
     LATEST,
@@ -34,39 +35,13 @@ from tidelog.spark.options import (
     SourceOptions,
     TopicPartition,
     map_to_stream_offset,
+    report_data_loss,
     stream_offset_to_map,
 )
 
 log = logging.getLogger("tidelog.spark")
 
 METADATA_TIMEOUT_S = 30.0
-
-
-class DataLossError(RuntimeError):
-    """Offsets a query needs are gone (retention, DeleteRecords, topic deletion) and failOnDataLoss is true."""
-
-
-def data_loss_message(detail: str, fail: bool = True) -> str:
-    """Spark's wording, so that users recognise it."""
-    if fail:
-        return (
-            f"{detail}\nSome data may have been lost because they are not available in Kafka any more; either the "
-            "data was aged out by Kafka or the topic may have been deleted before all the data in the topic was "
-            "processed. If you don't want your streaming query to fail on such cases, set the source option "
-            '"failOnDataLoss" to "false".'
-        )
-    return (
-        f"{detail}\nSome data may have been lost because they are not available in Kafka any more; either the "
-        "data was aged out by Kafka or the topic may have been deleted before all the data in the topic was "
-        'processed. If you want your streaming query to fail on such cases, set the source option "failOnDataLoss" '
-        'to "true".'
-    )
-
-
-def report_data_loss(fail: bool, detail: str) -> None:
-    if fail:
-        raise DataLossError(data_loss_message(detail, True))
-    log.warning(data_loss_message(detail, False))
 
 
 @dataclass(frozen=True)
@@ -369,8 +344,6 @@ def read_range(
 def read_partition(o: SourceOptions, r: OffsetRange) -> Iterator[Any]:
     """An executor's read of one range: raw Fetch requests into Arrow columns (:mod:`tidelog.spark.fetcher`)
     when that is safe and ``fetchClient`` is ``raw`` (the default), else confluent-kafka."""
-    from tidelog.spark.fetcher import raw_fetch_allowed, read_range_raw
-
     if raw_fetch_allowed(o.client, o.include_headers, o.fetch_client):
         yield from read_range_raw(o.client, r.topic, r.partition, r.start, r.end,
                                   fail_on_data_loss=o.fail_on_data_loss, poll_timeout_ms=o.poll_timeout_ms)

@@ -58,6 +58,7 @@ from tidelog.spark.options import (
     parse_int,
     parse_partition_json,
     parse_subscription,
+    report_data_loss,
 )
 from tidelog.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint
 from tidelog.storage.format import INDEX_SUFFIX, LOG_SUFFIX, OFFSET_INDEX_ENTRY, OFFSET_INDEX_ENTRY_SIZE
@@ -319,8 +320,6 @@ def read_slice(
                 keys, values, offsets, stamps, types = [], [], [], [], []
                 headers = [] if include_headers else None
     except FileNotFoundError:
-        from tidelog.spark.kafka_source import report_data_loss
-
         report_data_loss(fail_on_data_loss, f"Segment {s.path} was deleted before it could be read.")
     if values:
         yield record_batch(s.topic, s.partition, keys, values, offsets, stamps, types, headers)
@@ -389,8 +388,6 @@ def read_slice_columnar(
             elif builder.rows >= COLUMNAR_BATCH_ROWS:
                 yield columns_batch(topic, partition, builder.finish())
     except FileNotFoundError:
-        from tidelog.spark.kafka_source import report_data_loss
-
         report_data_loss(fail_on_data_loss, f"Segment {s.path} was deleted before it could be read.")
     if builder.rows:
         yield columns_batch(topic, partition, builder.finish())

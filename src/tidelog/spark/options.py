@@ -8,6 +8,7 @@ case-insensitive dict to the data source). Everything here is pure Python and ru
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -274,3 +275,33 @@ def map_to_stream_offset(offsets: Mapping[TopicPartition, int]) -> dict[str, dic
     for (t, p), o in sorted(offsets.items()):
         out.setdefault(t, {})[str(p)] = int(o)
     return out
+
+
+# -- data loss (failOnDataLoss): shared by both sources and the raw fetcher ---------------------------------
+
+
+class DataLossError(RuntimeError):
+    """Offsets a query needs are gone (retention, DeleteRecords, topic deletion) and failOnDataLoss is true."""
+
+
+def data_loss_message(detail: str, fail: bool = True) -> str:
+    """Spark's wording, so that users recognise it."""
+    if fail:
+        return (
+            f"{detail}\nSome data may have been lost because they are not available in Kafka any more; either the "
+            "data was aged out by Kafka or the topic may have been deleted before all the data in the topic was "
+            "processed. If you don't want your streaming query to fail on such cases, set the source option "
+            '"failOnDataLoss" to "false".'
+        )
+    return (
+        f"{detail}\nSome data may have been lost because they are not available in Kafka any more; either the "
+        "data was aged out by Kafka or the topic may have been deleted before all the data in the topic was "
+        'processed. If you want your streaming query to fail on such cases, set the source option "failOnDataLoss" '
+        'to "true".'
+    )
+
+
+def report_data_loss(fail: bool, detail: str) -> None:
+    if fail:
+        raise DataLossError(data_loss_message(detail, True))
+    logging.getLogger("tidelog.spark").warning(data_loss_message(detail, False))

@@ -62,10 +62,13 @@ from tidelog.storage.checkpoints import (
     write_offset_checkpoint,
     write_partition_metadata,
 )
+from tidelog.storage.cleaner import CleanerConfig, LogCleaner
 from tidelog.storage.config import LogConfig
 from tidelog.storage.epoch import LeaderEpochCache
 from tidelog.storage.errors import CorruptCheckpointError, StorageError
+from tidelog.storage.log import PartitionLog
 from tidelog.storage.producer_state import ProducerStateManager
+from tidelog.storage.retention import apply_retention
 
 if TYPE_CHECKING:
     from tidelog.storage.cleaner import CleanerConfig, LogCleaner
@@ -312,8 +315,6 @@ class LogManager:
     def _open_existing(
         self, d: _LogDir, tp: TopicPartition, path: Path, advance: Callable[[int], None] | None
     ) -> PartitionLog:
-        from tidelog.storage.log import PartitionLog
-
         try:
             topic_id = read_partition_metadata(path / PARTITION_METADATA)
         except CorruptCheckpointError as e:
@@ -407,8 +408,6 @@ class LogManager:
         The directory goes to the log dir holding the fewest partitions (as Kafka's ``nextLogDirs``).
         An existing log is returned as it is, unless its topic id differs (:class:`LogExistsError`).
         """
-        from tidelog.storage.log import PartitionLog
-
         self._check_started()
         validate_topic_name(topic)
         if partition < 0:
@@ -515,8 +514,6 @@ class LogManager:
     # ========================================================================= retention and cleaning
 
     def _start_cleaner(self) -> None:
-        from tidelog.storage.cleaner import CleanerConfig, LogCleaner
-
         initial: dict[TopicPartition, int] = {}
         for d in self._dirs.values():
             initial.update(_read_checkpoint_or_reset(d.path / CLEANER_OFFSET_CHECKPOINT))
@@ -539,8 +536,6 @@ class LogManager:
 
     def run_retention(self, now_ms: int) -> int:
         """One retention pass over every log (``tidelog.storage.retention``); returns segments removed."""
-        from tidelog.storage.retention import apply_retention
-
         removed = 0
         for tp, plog in self.all_logs().items():
             try:

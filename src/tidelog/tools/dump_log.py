@@ -55,6 +55,9 @@ from tidelog.broker.group.records import (
     decode_key,
     decode_offset_value,
 )
+from tidelog.protocol import codec
+from tidelog.protocol.exceptions import ProtocolError
+from tidelog.protocol.schema import in_range, load_spec
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED, Record, decode_records, parse_control_record
 from tidelog.records.crc import crc32c
 from tidelog.records.errors import RecordError
@@ -1009,10 +1012,6 @@ def _consumer_protocol_json(name: str, payload: bytes) -> dict[str, Any] | None:
     Decoded with the protocol codec at the payload's own version; a version outside the spec's valid range
     does not decode (Kafka's generated reader refuses it), so the caller keeps the base64.
     """
-    from tidelog.protocol import codec  # only needed with --offsets-decoder
-    from tidelog.protocol.exceptions import ProtocolError
-    from tidelog.protocol.schema import in_range, load_spec
-
     if len(payload) < 2:
         return None
     (version,) = struct.unpack_from(">h", payload, 0)

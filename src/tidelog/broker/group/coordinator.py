@@ -56,7 +56,9 @@ from tidelog.broker.errors import code_of
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.records import OFFSETS_TOPIC, GroupValue, OffsetValue
 from tidelog.broker.group.state import Group, GroupState, Member
+from tidelog.broker.purgatory import DelayedProduce
 from tidelog.protocol.errors import error_code
+from tidelog.records.batch import build_batch, decode_batches
 
 if TYPE_CHECKING:
     from tidelog.broker.server import Broker
@@ -462,9 +464,6 @@ class GroupCoordinator:
     ) -> int:
         """Append ``entries`` as one batch to ``__consumer_offsets-<partition>`` and wait until the ISR has it.
         ``off_loop``: build and append the batch in a worker thread (loading, where the batches can be many)."""
-        from tidelog.broker.purgatory import DelayedProduce
-        from tidelog.records.batch import build_batch
-
         if not entries:
             return NONE
         broker = self.broker
@@ -1262,8 +1261,6 @@ def _read_partitions(logs: list[Any], num_partitions: int, *, adopt_misplaced: b
     partition does not coordinate their groups. Returns the groups, the offsets, the ids of the groups read from
     (``adopt_misplaced``) or skipped as (otherwise) misplaced records, and the migration (empty without
     ``adopt_misplaced``)."""
-    from tidelog.records.batch import decode_batches
-
     groups: dict[str, GroupValue] = {}
     offsets: dict[tuple[str, str, int], OffsetValue] = {}
     # misplaced records, replayed apart (with their key and value bytes); keys written in the group's own

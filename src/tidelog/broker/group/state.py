@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from tidelog.broker.group.assignment import subscription_topics
 from tidelog.broker.group.records import MemberValue, OffsetValue
 
 
@@ -151,7 +152,6 @@ class Group:
         """Topics the members subscribe to (consumer protocol), None when unknown (then: all)."""
         if self.protocol_type != "consumer" or self.protocol_name is None:
             return None
-        from tidelog.broker.group.assignment import subscription_topics
 
         out: set[str] = set()
         for m in self.members.values():

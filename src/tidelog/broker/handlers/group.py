@@ -19,7 +19,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from tidelog.broker.group.coordinator import _join_error
 from tidelog.broker.handlers import RequestContext, handles
+from tidelog.protocol.schema import spec_index
 
 if TYPE_CHECKING:
     from tidelog.broker.group.coordinator import GroupCoordinator
@@ -53,8 +55,6 @@ def _drop_absent(fields: list[Any], version: int, body: dict) -> dict:
 
 def fit(api_key: int, version: int, body: dict) -> dict:
     """``body`` reduced to the fields of the ``api_key`` response at ``version``."""
-    from tidelog.protocol.schema import spec_index
-
     spec = spec_index()[(api_key, "response")]
     return _drop_absent(spec.fields, version, body)
 
@@ -148,8 +148,6 @@ def _join_response(v: int, res: dict) -> dict:
 @handles(JOIN_GROUP)
 @_fitted(JOIN_GROUP)
 async def join_group(ctx: RequestContext, request: dict) -> dict:
-    from tidelog.broker.group.coordinator import _join_error
-
     v = ctx.api_version
     coord = _coordinator(ctx)
     member_id = _str(request.get("member_id"))
