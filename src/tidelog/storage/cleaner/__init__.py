@@ -52,11 +52,12 @@ The modules, along Kafka's lines (each imports only those above it):
   ``CleanerStats``), the abort check and throttling, :data:`FAULT_STEPS`, the errors;
 * :mod:`.batches` -- reading a segment's batches (shared by both passes) and the C loader;
 * :mod:`.manager` -- which logs need cleaning (Kafka's ``LogCleanerManager``): :func:`plan_log`,
-  :func:`group_segments_by_size`;
+  :func:`group_segments_by_size`, :class:`LogCleanerManager` (the filthiest log, logs in progress, checkpoints,
+  per-log stats);
 * :mod:`.build_map` -- the offset map (Kafka's ``Cleaner.buildOffsetMap``);
 * :mod:`.batch_filter` -- the per-batch keep/drop and rebuild (Kafka's ``MemoryRecords.filterTo``);
 * :mod:`.clean` -- one round: recopy into ``.cleaned`` and swap (Kafka's ``Cleaner.clean``/``cleanSegments``);
-* :mod:`.threads` -- the cleaner threads, stats and metrics (Kafka's ``LogCleaner``).
+* :mod:`.threads` -- the cleaner threads, cleaner-wide totals and metrics (Kafka's ``LogCleaner``).
 """
 
 from __future__ import annotations
@@ -69,8 +70,14 @@ from tidelog.storage.cleaner.context import (
     CleanResult,
     DedupeBufferTooSmallError,
 )
-from tidelog.storage.cleaner.manager import LogToClean, group_segments_by_size, plan_log
-from tidelog.storage.cleaner.threads import LogCleaner, LogCleanerStats
+from tidelog.storage.cleaner.manager import (
+    LogCleanerManager,
+    LogCleanerStats,
+    LogToClean,
+    group_segments_by_size,
+    plan_log,
+)
+from tidelog.storage.cleaner.threads import LogCleaner
 from tidelog.storage.cleaner.throttler import Throttler
 
 __all__ = [
@@ -80,6 +87,7 @@ __all__ = [
     "CleanerConfig",
     "DedupeBufferTooSmallError",
     "LogCleaner",
+    "LogCleanerManager",
     "LogCleanerStats",
     "LogToClean",
     "Throttler",

@@ -1,5 +1,5 @@
-"""The cleaner threads of one broker (Kafka's ``LogCleaner``): each picks the filthiest log and cleans it;
-checkpoints, per-log stats and metrics."""
+"""The cleaner threads of one broker (Kafka's ``LogCleaner``): each asks the :class:`LogCleanerManager` for the
+filthiest log and cleans it; cleaner-wide totals and metrics."""
 
 from __future__ import annotations
 
@@ -7,37 +7,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tidelog.storage.cleaner.clean import clean_log
 from tidelog.storage.cleaner.config import CleanerConfig
 from tidelog.storage.cleaner.context import CleanerAbortedError, CleanResult, Fault, TopicPartition
-from tidelog.storage.cleaner.manager import LogToClean, plan_log
+from tidelog.storage.cleaner.manager import LogCleanerManager, LogCleanerStats, LogToClean
 from tidelog.storage.cleaner.throttler import Throttler
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.offset_map import OffsetMap
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class LogCleanerStats:
-    """Per-log state shown in metrics and ``tidelog topics describe``."""
-
-    first_dirty_offset: int = 0
-    first_uncleanable_offset: int = 0
-    dirty_ratio: float = 0.0
-    cleanable_bytes: int = 0
-    total_bytes: int = 0
-    compaction_delay_ms: int = 0
-    runs: int = 0
-    last_clean_ms: int = -1
-    last_seconds: float = 0.0
-    last_recopy_percent: float = 0.0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    records_removed: int = 0
-    uncleanable: str | None = None
 
 
 @dataclass
@@ -51,7 +31,6 @@ class _Totals:
     dead_threads: int = 0
     last_run_ms: int = -1
     errors: int = 0
-    horizons: dict[TopicPartition, int] = field(default_factory=dict)
 
 
 class LogCleaner:
@@ -72,14 +51,10 @@ class LogCleaner:
         clock_ms: Callable[[], int] | None = None,
     ) -> None:
         self.config = config
-        self._logs = logs
-        self._checkpoints: dict[TopicPartition, int] = dict(checkpoints or {})
-        self._write_checkpoints = write_checkpoints
         self._clock = clock_ms or (lambda: time.time_ns() // 1_000_000)
-        self._lock = threading.Lock()
-        self._in_progress: set[TopicPartition] = set()
-        self._aborted: set[TopicPartition] = set()
-        self._stats: dict[TopicPartition, LogCleanerStats] = {}
+        #: which log is cleaned next, checkpoints, per-log stats; its lock is this cleaner's lock too
+        self.manager = LogCleanerManager(logs, checkpoints, write_checkpoints, clock_ms=self._clock)
+        self._lock = self.manager.lock
         self._totals = _Totals()
         self._stop = threading.Event()
         self._wakeup = threading.Condition(self._lock)
@@ -133,77 +108,24 @@ class LogCleaner:
                     self._wakeup.wait(self.config.backoff_ms / 1000.0)
                 self._wake_pending = False
 
-    # ------------------------------------------------------------------ checkpoints
+    # ------------------------------------------------------------------ checkpoints and selection (the manager)
     def checkpoints(self) -> dict[TopicPartition, int]:
-        with self._lock:
-            return dict(self._checkpoints)
+        return self.manager.checkpoints()
 
     def forget(self, tp: TopicPartition) -> None:
         """The log was deleted: stop an ongoing cleaning and drop its checkpoint."""
-        with self._lock:
-            if tp in self._in_progress:
-                self._aborted.add(tp)
-            self._checkpoints.pop(tp, None)
-            self._stats.pop(tp, None)
-            self._totals.horizons.pop(tp, None)
+        self.manager.forget(tp)
 
     def abort(self, tp: TopicPartition) -> None:
-        with self._lock:
-            if tp in self._in_progress:
-                self._aborted.add(tp)
+        self.manager.abort(tp)
 
-    def _persist(self) -> None:
-        if self._write_checkpoints is None:
-            return
-        with self._lock:
-            logs = self._logs()
-            entries = {tp: off for tp, off in self._checkpoints.items() if tp in logs}
-        self._write_checkpoints(entries)
-
-    # ------------------------------------------------------------------ selection and cleaning
     def plans(self, now_ms: int | None = None) -> list[LogToClean]:
-        now = self._clock() if now_ms is None else now_ms
-        out = []
-        for tp, plog in sorted(self._logs().items()):
-            if not plog.config.compact:
-                continue
-            with self._lock:
-                cp = self._checkpoints.get(tp)
-                horizon = self._totals.horizons.get(tp)
-            try:
-                ltc = plan_log(tp, plog, cp, now, horizon)
-            except (ValueError, OSError):  # closed or deleted concurrently
-                continue
-            out.append(ltc)
-            with self._lock:
-                st = self._stats.setdefault(tp, LogCleanerStats())
-                st.first_dirty_offset = ltc.first_dirty_offset
-                st.first_uncleanable_offset = ltc.first_uncleanable_offset
-                st.dirty_ratio = ltc.dirty_ratio
-                st.cleanable_bytes = ltc.cleanable_bytes
-                st.total_bytes = ltc.total_bytes
-                st.compaction_delay_ms = ltc.compaction_delay_ms
-        return out
+        return self.manager.plans(now_ms)
 
     def grab_filthiest(self, now_ms: int | None = None) -> LogToClean | None:
-        candidates = []
-        for ltc in self.plans(now_ms):
-            ratio_ok = ltc.cleanable_bytes > 0 and ltc.dirty_ratio > ltc.plog.config.min_cleanable_dirty_ratio
-            lag_ok = ltc.needs_compaction_now and ltc.cleanable_bytes > 0
-            if ratio_ok or lag_ok or ltc.horizon_due:
-                candidates.append(ltc)
-        with self._lock:
-            candidates = [c for c in candidates if c.tp not in self._in_progress]
-            if not candidates:
-                return None
-            best = max(
-                candidates,
-                key=lambda c: (c.needs_compaction_now or c.cleanable_bytes > 0, c.dirty_ratio, c.compaction_delay_ms),
-            )
-            self._in_progress.add(best.tp)
-            self._aborted.discard(best.tp)
-        return best
+        return self.manager.grab_filthiest(now_ms)
 
+    # ------------------------------------------------------------------ cleaning
     def clean_filthiest(self, offset_map: OffsetMap, now_ms: int | None = None) -> CleanResult | None:
         """Pick and clean one log (what each thread does in a loop; tests call it directly)."""
         ltc = self.grab_filthiest(now_ms)
@@ -218,37 +140,19 @@ class LogCleaner:
                 offset_map,
                 now_ms=now_ms,
                 throttler=self.throttler,
-                should_abort=lambda: self._stop.is_set() or tp in self._aborted,
+                should_abort=lambda: self._stop.is_set() or self.manager.aborted(tp),
                 fault=self.fault,
                 io_buffer_size=self.config.io_buffer_size,
             )
         except CleanerAbortedError:
             result = CleanResult(tp, ltc.first_dirty_offset, ltc.first_dirty_offset, aborted=True)
         except Exception:
-            with self._lock:
-                self._in_progress.discard(tp)
-                st = self._stats.setdefault(tp, LogCleanerStats())
-                st.uncleanable = "error"
+            self.manager.cleaning_failed(tp)
             raise
         with self._lock:
-            self._in_progress.discard(tp)
-            done = not result.aborted and tp not in self._aborted
+            st = self.manager.done_cleaning_locked(tp, result)
+            done = st is not None
             if done:
-                self._checkpoints[tp] = result.end_offset
-                if result.min_delete_horizon is not None:
-                    self._totals.horizons[tp] = result.min_delete_horizon
-                else:
-                    self._totals.horizons.pop(tp, None)
-                st = self._stats.setdefault(tp, LogCleanerStats())
-                st.runs += 1
-                st.first_dirty_offset = result.end_offset
-                st.last_clean_ms = self._clock()
-                st.last_seconds = result.seconds
-                st.last_recopy_percent = result.recopy_percent
-                st.bytes_read += result.bytes_read
-                st.bytes_written += result.bytes_written
-                st.records_removed += result.records_read - result.records_retained
-                st.uncleanable = None
                 t = self._totals
                 t.runs += 1
                 t.bytes_read += result.bytes_read
@@ -260,7 +164,7 @@ class LogCleaner:
         if done:
             if self.fault is not None:
                 self.fault("checkpoint")
-            self._persist()
+            self.manager.persist()
             log.info(
                 "cleaned %s-%s: offsets [%d, %d) read %d bytes wrote %d (%.1f%%) in %.3fs, %d groups",
                 tp[0], tp[1], ltc.first_dirty_offset, result.end_offset, result.bytes_read,
@@ -292,10 +196,7 @@ class LogCleaner:
     # ------------------------------------------------------------------ observability
     def stats(self, refresh: bool = False) -> dict[TopicPartition, LogCleanerStats]:
         """Per-log state as of the last check (``refresh`` recomputes ratios now; it reads segment headers)."""
-        if refresh:
-            self.plans()
-        with self._lock:
-            return {tp: LogCleanerStats(**{f: getattr(s, f) for f in s.__slots__}) for tp, s in self._stats.items()}
+        return self.manager.stats(refresh)
 
     def metrics(self) -> list[tuple[str, str, dict[str, str], float]]:
         """(name, help, labels, value) rows for the broker's Prometheus endpoint."""
