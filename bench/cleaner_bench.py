@@ -34,15 +34,15 @@ import tracemalloc
 from pathlib import Path
 
 from tidelog.records.batch import build_batch
-from tidelog.storage import cleaner as cleaner_mod
-from tidelog.storage.cleaner import CleanerConfig, LogCleaner
+from tidelog.storage.cleaner import CleanerConfig, LogCleaner, batch_filter, build_map
 from tidelog.storage.config import LogConfig
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.producer_state import ProducerStateManager
 
 NOW = 1_700_000_000_000
 TP = ("bench", 0)
-C_FUNCS = ("c_put_records", "c_filter_records")
+#: the C per-batch hooks, each a global of the module that calls it (set to None there: the pure-Python path)
+C_FUNCS = ((build_map, "c_put_records"), (batch_filter, "c_filter_records"))
 
 
 def make_log(root: Path, records: int, dup: float, value_size: int, batch: int, seed: int = 1) -> PartitionLog:
@@ -78,10 +78,10 @@ def make_log(root: Path, records: int, dup: float, value_size: int, batch: int, 
 
 def clean(plog: PartitionLog, pure: bool) -> tuple[float, list]:
     """Seconds to clean ``plog`` until done (``pure``: with the C loops disabled), and the results."""
-    saved = {name: getattr(cleaner_mod, name) for name in C_FUNCS}
+    saved = {(module, name): getattr(module, name) for module, name in C_FUNCS}
     if pure:
-        for name in C_FUNCS:
-            setattr(cleaner_mod, name, None)
+        for module, name in C_FUNCS:
+            setattr(module, name, None)
     try:
         cleaner = LogCleaner(CleanerConfig(dedupe_buffer_size=64 << 20), lambda plog=plog: {TP: plog})
         cleaner.offset_map()  # allocated once per cleaner (a broker's thread keeps its map): not timed
@@ -89,8 +89,8 @@ def clean(plog: PartitionLog, pure: bool) -> tuple[float, list]:
         results = cleaner.clean_until_done(now_ms=NOW + 10**9)
         return time.perf_counter() - t0, results
     finally:
-        for name, fn in saved.items():
-            setattr(cleaner_mod, name, fn)
+        for (module, name), fn in saved.items():
+            setattr(module, name, fn)
 
 
 def log_bytes(plog: PartitionLog) -> list[bytes]:
@@ -124,7 +124,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.records = 20_000
-    have_c = all(getattr(cleaner_mod, name, None) is not None for name in C_FUNCS)
+    have_c = all(getattr(module, name) is not None for module, name in C_FUNCS)
     paths = (["C"] if have_c else []) + ([] if args.no_python and have_c else ["python"])
     work = Path(tempfile.mkdtemp(prefix="cleaner-bench-"))
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, {args.records} records x {args.value_size} B, "

@@ -23,12 +23,14 @@ from tidelog.records.header import (
     parse_header_tuple,
 )
 from tidelog.records.varint import encode_varint, encode_varlong
-from tidelog.storage import cleaner
-from tidelog.storage.cleaner import CleanerConfig, LogCleaner, _Filter
+from tidelog.storage.cleaner import CleanerConfig, CleanResult, LogCleaner, batch_filter, build_map
+from tidelog.storage.cleaner.batch_filter import _Filter
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.offset_map import OffsetMap
 
-C_FUNCS = [name for name in ("c_put_records", "c_filter_records") if getattr(cleaner, name, None) is not None]
+#: each C hook is a global of the module that calls it: disabling it there is what runs the Python path
+C_HOOKS = [(build_map, "c_put_records"), (batch_filter, "c_filter_records")]
+C_FUNCS = [(module, name) for module, name in C_HOOKS if getattr(module, name) is not None]
 
 pytestmark = pytest.mark.skipif(
     not C_FUNCS, reason="tidelog.storage._cleanwalk is not built (or TIDELOG_PURE_PYTHON is set)"
@@ -38,8 +40,8 @@ CODECS = (0, 0, 0, 1, 2, 3, 4)  # none, gzip, snappy, lz4, zstd
 
 
 def pure_python(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in C_FUNCS:
-        monkeypatch.setattr(cleaner, name, None)
+    for module, name in C_FUNCS:
+        monkeypatch.setattr(module, name, None)
 
 
 # ============================================================================================ random logs
@@ -124,7 +126,7 @@ def map_state(m: OffsetMap) -> tuple[object, ...]:
     return bytes(digests), offsets.tobytes(), slots, m.size, m.latest_offset, m.lookups, m.probes
 
 
-def result_state(r: cleaner.CleanResult) -> dict[str, object]:
+def result_state(r: CleanResult) -> dict[str, object]:
     return {f: getattr(r, f) for f in r.__slots__ if f != "seconds"}
 
 
@@ -211,7 +213,7 @@ def test_put_records_matches_put_many(min_delta: int) -> None:
     region, count = records_region(recs)
     base = 1000
     c_map, py_map = OffsetMap(24 * 16), OffsetMap(24 * 16)
-    assert c_map.put_records(cleaner.c_put_records, b"xx" + region + b"yy", 2, 2 + len(region), count, base,
+    assert c_map.put_records(build_map.c_put_records, b"xx" + region + b"yy", 2, 2 + len(region), count, base,
                              min_delta)
     py_map.put_many([k for k, _, d in recs if k is not None and d >= min_delta],
                     [base + d for k, _, d in recs if k is not None and d >= min_delta])
@@ -223,7 +225,7 @@ def test_put_records_overflow_keeps_the_keys_before() -> None:
     region, count = records_region(recs)
     c_map, py_map = OffsetMap(24 * 8, load_factor=0.75), OffsetMap(24 * 8, load_factor=0.75)
     with pytest.raises(OverflowError, match="offset map is full"):
-        c_map.put_records(cleaner.c_put_records, region, 0, len(region), count, 0, -1)
+        c_map.put_records(build_map.c_put_records, region, 0, len(region), count, 0, -1)
     with pytest.raises(OverflowError, match="offset map is full"):
         py_map.put_many([k for k, _, _ in recs], [d for _, _, d in recs])
     assert map_state(c_map) == map_state(py_map)
@@ -271,7 +273,7 @@ def test_filter_batches_c_and_python(monkeypatch: pytest.MonkeyPatch, codec: int
 # ============================================================================================ malformed records
 
 
-uvarint = cleaner._uvarint  # the unsigned varint the cleaner writes (test data only)
+uvarint = batch_filter._uvarint  # the unsigned varint the cleaner writes (test data only)
 
 
 def record(body: bytes, length: int | None = None) -> bytes:
@@ -382,7 +384,7 @@ def test_malformed_cases_do_fail() -> None:
     failing = 0
     for region, count in MALFORMED.values():
         try:
-            cleaner._scan_records(region, 0, len(region), count)
+            batch_filter._scan_records(region, 0, len(region), count)
         except Exception:
             failing += 1
     assert failing >= len(MALFORMED) - 3
@@ -391,4 +393,4 @@ def test_malformed_cases_do_fail() -> None:
 def test_offsets_buffer_must_match() -> None:
     region, count = records_region([(b"a", b"b", 0)])
     with pytest.raises(ValueError, match="do not match"):
-        cleaner.c_put_records(bytearray(32), array("q", [-1]), 2, 1, 0, -1, region, 0, len(region), count, 0, 0)
+        build_map.c_put_records(bytearray(32), array("q", [-1]), 2, 1, 0, -1, region, 0, len(region), count, 0, 0)

@@ -10,7 +10,7 @@ import pytest
 
 from tidelog.records.batch import build_batch, decode_batch
 from tidelog.records.header import LOG_APPEND_TIME, NO_PRODUCER_ID, parse_header_tuple
-from tidelog.storage.cleaner import _Filter
+from tidelog.storage.cleaner.batch_filter import _Filter
 from tidelog.storage.offset_map import OffsetMap
 
 NOW = 1_700_000_000_000

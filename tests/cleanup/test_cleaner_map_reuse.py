@@ -58,11 +58,14 @@ def test_one_map_for_every_synchronous_cleaning(tmp_path: Path) -> None:
 
 
 def test_reused_map_cleans_like_a_fresh_one(tmp_path: Path) -> None:
-    reused = LogCleaner(CleanerConfig(dedupe_buffer_size=1 << 16), lambda: {("a", 0): a1})
+    logs: dict[tuple[str, int], PartitionLog] = {}
+    reused = LogCleaner(CleanerConfig(dedupe_buffer_size=1 << 16), lambda: logs)
     a1 = build(tmp_path / "a1", b"a", shared_first=False)
+    logs[("a", 0)] = a1
     reused.clean_until_done(now_ms=NOW)
     b1 = build(tmp_path / "b1", b"b", shared_first=True)
-    reused._logs = lambda: {("b", 0): b1}
+    logs.clear()  # the cleaner now sees only b1
+    logs[("b", 0)] = b1
     reused.clean_until_done(now_ms=NOW)
     b2 = build(tmp_path / "b2", b"b", shared_first=True)
     LogCleaner(CleanerConfig(dedupe_buffer_size=1 << 16), lambda: {("b", 0): b2}).clean_until_done(now_ms=NOW)
