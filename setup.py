@@ -1,6 +1,8 @@
 """Build of the optional C accelerators (all other metadata is in pyproject.toml): ``tidelog.records._recwalk``
-(record walk, CRC-32C, append and recovery loops), ``tidelog.records._columnar`` (Spark rows) and
-``tidelog.storage._cleanwalk`` (the log cleaner's offset map and batch filter).
+(record walk, CRC-32C: bytes only), ``tidelog.records._columnar`` (Spark rows), ``tidelog.storage._segment`` (a
+segment's append state, the append fast path, the stamped write, fallocate and the recovery scan; it uses
+_recwalk's CRC-32C and walk through a capsule) and ``tidelog.storage._cleanwalk`` (the log cleaner's offset map
+and batch filter).
 
 They are optional: when one cannot be compiled (no C compiler, no Python headers) the install still succeeds
 with a warning and tidelog uses the pure-Python code it replaces. ``TIDELOG_PURE_PYTHON=1`` at run time forces
@@ -51,6 +53,12 @@ setup(
         Extension(
             "tidelog.records._columnar",
             sources=["src/tidelog/records/_columnar.c"],
+            optional=True,
+        ),
+        Extension(
+            "tidelog.storage._segment",
+            sources=["src/tidelog/storage/_segment.c"],
+            depends=["src/tidelog/records/_recwalk_capi.h"],
             optional=True,
         ),
         Extension(

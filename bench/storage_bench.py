@@ -52,7 +52,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidelog.records.batch import RecordSpec, build_batch, c_preallocate
+from tidelog.records.batch import RecordSpec, build_batch
+
+try:  # fallocate moved to the storage extension (tidelog.storage._segment); older revisions had it in records
+    from tidelog.storage.segment_state import c_preallocate
+except ImportError:
+    from tidelog.records.batch import c_preallocate  # type: ignore[attr-defined,no-redef]
 from tidelog.records.crc import crc32c
 from tidelog.records.header import (
     ATTRIBUTES_OFFSET,

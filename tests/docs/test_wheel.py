@@ -16,7 +16,9 @@ from docrun import REPO, Command, Shell, clean_copy, user_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
 
-EXTENSIONS = ("tidelog/records/_recwalk", "tidelog/records/_columnar", "tidelog/storage/_cleanwalk")
+EXTENSIONS = (
+    "tidelog/records/_recwalk", "tidelog/records/_columnar", "tidelog/storage/_segment", "tidelog/storage/_cleanwalk"
+)
 
 
 def _free_port() -> int:

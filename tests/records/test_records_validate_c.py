@@ -109,27 +109,3 @@ def test_large_batch_with_late_crc_and_bad_arguments() -> None:
         recwalk.validate_single_batch(b, None)
     with pytest.raises(TypeError):
         recwalk.validate_single_batch("text", None, True)
-
-
-def test_write_stamped_replaces_base_offset_and_epoch_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import os
-
-    data = batch(4)
-    path = tmp_path / "out"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        for buf in (data, bytearray(data), memoryview(data)):
-            assert recwalk.write_stamped(fd, buf, 0x0102030405060708, -5) == len(data)
-            assert bytes(buf) == data
-        with pytest.raises(ValueError):
-            recwalk.write_stamped(fd, b"short", 0, 0)
-        with pytest.raises(OverflowError):
-            recwalk.write_stamped(fd, data, 0, 1 << 31)
-    finally:
-        os.close(fd)
-    with pytest.raises(OSError):
-        recwalk.write_stamped(fd, data, 0, 0)  # closed descriptor
-    expect = bytearray(data)
-    struct.pack_into(">q", expect, 0, 0x0102030405060708)
-    struct.pack_into(">i", expect, 12, -5)
-    assert path.read_bytes() == bytes(expect) * 3

@@ -598,13 +598,6 @@ def _load_c(name: str):  # type: ignore[no-untyped-def]
     return getattr(_recwalk, name, None)
 
 
-c_write_stamped = _load_c("write_stamped")
-"""``c_write_stamped(fd, batch, base_offset, partition_leader_epoch, check=0)``: write one whole batch to ``fd``
-with baseOffset and partitionLeaderEpoch (outside the CRC) replaced, without copying or changing ``batch`` (one
-``writev`` of a 16-byte head and the rest of the buffer, short writes continued); returns ``len(batch)``, or -1
-when ``check`` (1: the CRC-32C, 2: also the record walk of an uncompressed batch, both right after the write)
-failed. None when the C extension is not built or ``TIDELOG_PURE_PYTHON`` is set."""
-
 c_validate_single_batch = _load_c("validate_single_batch")
 """``c_validate_single_batch(buf, max_size, check_crc, walk=True)``: the produce-time check of ``buf`` as exactly
 one v2 batch in one C call (header and magic, the sizes of :func:`validate_batch_tuple` plus ``size == len(buf)``,
@@ -613,20 +606,6 @@ the CRC-32C when ``check_crc``, and for an uncompressed batch, when ``walk``, th
 returning the header tuple of :func:`validate_batch_tuple`, or None when any check fails (it raises nothing:
 the caller then runs the Python checks, which raise the exact error in their order). None itself when the C
 extension is not built or ``TIDELOG_PURE_PYTHON`` is set."""
-
-c_append_leader_fast = _load_c("append_leader_fast")
-"""``c_append_leader_fast(log, batch, leader_epoch, now_ms, info_type)``: ``PartitionLog.append_as_leader``'s
-common case in one C call, or None when the Python path must take the batch (see ``_recwalk.c``). None itself
-when the C extension is not built or ``TIDELOG_PURE_PYTHON`` is set."""
-
-c_preallocate = _load_c("preallocate")
-"""``c_preallocate(fd, offset, length)``: reserve disk blocks past the end of a file (``fallocate`` with
-``FALLOC_FL_KEEP_SIZE``: size and contents unchanged); returns 0 or the errno of the failure. None when the C
-extension is not built or ``TIDELOG_PURE_PYTHON`` is set (no reservation then)."""
-
-c_scan_batches = _load_c("scan_batches")
-"""``c_scan_batches(...)``: ``LogSegment.recover``'s per-batch loop over one buffer in C (see ``_recwalk.c``).
-None when the C extension is not built or ``TIDELOG_PURE_PYTHON`` is set."""
 
 
 def check_record_structure(

@@ -19,7 +19,6 @@ must increase from one entry to the next.  Whatever survives is then checked by 
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import mmap
 import operator
@@ -37,45 +36,12 @@ from tidelog.storage.format import (
     TIME_INDEX_ENTRY,
     TIME_INDEX_ENTRY_SIZE,
 )
+from tidelog.storage.segment_state import IndexState, _big_endian_entries, _packed
+
+__all__ = ["_big_endian_entries", "_packed"]  # re-exported (tests)
 
 INT32_MAX = 2**31 - 1
 NO_TIMESTAMP = -1
-
-
-#: array "i" and "q" are 4 and 8 bytes (every mainstream platform): _materialize packs entries with arrays
-_WORDS = array("i").itemsize == 4 and array("q").itemsize == 8
-_LITTLE = sys.byteorder == "little"
-
-
-def _big_endian_entries(keys: array, values: array, k: int, fmt: str) -> array:  # type: ignore[type-arg]
-    """The first ``k`` (key, value) pairs as big-endian entries of format ``fmt`` ("ii" or "qi"), the bytes
-    of ``struct.pack(">" + fmt * k, ...)``, built column-wise with array slices (~10x faster than the
-    struct call with one argument per field; the 1024 entries of one flush cost ~0.2 ms that way).
-    Values must fit their fields (the appends check that)."""
-    words: list[array] = []  # type: ignore[type-arg]
-    for column, code in zip((keys, values), fmt, strict=True):
-        col = column[:k] if column.typecode == code else array(code, column[:k])
-        if _LITTLE:
-            col.byteswap()
-        if code == "i":
-            words.append(col)
-        else:  # an 8-byte field is two 4-byte words, in memory order
-            raw = array("i", col.tobytes())
-            words.append(raw[0::2])
-            words.append(raw[1::2])
-    per_entry = len(words)
-    out = array("i", bytes(4 * per_entry * k))
-    for j, column in enumerate(words):
-        out[j::per_entry] = column
-    return out
-
-
-def _packed(keys: list[int], values: list[int], fmt: str) -> bytes:
-    """``struct.pack(">" + fmt * len(keys), *interleaved pairs)``: column-wise with arrays where they have the
-    sizes (see :func:`_big_endian_entries`), for the bulk appends of recovery's index rebuild."""
-    if _WORDS:
-        return _big_endian_entries(array(fmt[0], keys), array(fmt[1], values), len(keys), fmt).tobytes()
-    return struct.pack(">" + fmt * len(keys), *[v for pair in zip(keys, values, strict=True) for v in pair])
 
 
 def _increasing(values: list[int], *, strictly: bool) -> bool:
@@ -105,8 +71,6 @@ class AbstractIndex:
     ENTRY_SIZE = 0  # overridden
     _KIND = "index"
     _FMT_CHARS = ""  # overridden: struct format of one entry (without byte order)
-    _KEY_TYPECODE = "q"  # array typecodes of the two columns of an entry, for the buffer of pending entries
-    _VALUE_TYPECODE = "i"
     _ENTRY: struct.Struct
     #: appended entries are buffered and written into the mapping this many at a time (see ``__init__``)
     PENDING_LIMIT = 1024
@@ -121,6 +85,9 @@ class AbstractIndex:
         if newly_created:
             os.ftruncate(self._file.fileno(), _round_down(max_index_size, self.ENTRY_SIZE))
         self.newly_created = newly_created
+        # the append state (entry counts, length, last entry, the buffer below): an IndexState of the storage C
+        # extension, which the segment's append fast path changes, or its pure-Python twin (segment_state.py)
+        self._st = IndexState(self.ENTRY_SIZE, base_offset, self._file.fileno(), self.PENDING_LIMIT)
         self._length = os.fstat(self._file.fileno()).st_size
         self._mm: mmap.mmap | None = None
         self._map()
@@ -129,7 +96,7 @@ class AbstractIndex:
         else:
             self._entries = self._count_valid_entries()
         # Appended entries not yet in the mapping, oldest first, as two columns (key: relative offset or
-        # timestamp; value: position or relative offset).  ``_written`` entries are in the mapping and
+        # timestamp; value: position or relative offset), held by the IndexState.  ``_written`` entries are in the mapping and
         # ``_entries`` counts both.  Why: a store into a shared mapping page that writeback has cleaned
         # takes a write fault (ext4 page_mkwrite, inode time update), and while large appends keep writeback
         # busy that happens on nearly every store: measured ~0.3-0.9 ms of CPU per fault with 1 MiB batches,
@@ -140,44 +107,46 @@ class AbstractIndex:
         # Lookups search the buffer as well.  Concurrency: only the appender (serialised by the segment
         # lock) appends, key first, value second, without the index lock; lookups and _materialize hold the
         # index lock, take ``len(values)`` as the count of complete entries, and _materialize deletes exactly
-        # the entries it wrote from the front, so an append racing with a flush thread loses nothing.
-        self._pending_keys = array(self._KEY_TYPECODE)
-        self._pending_values = array(self._VALUE_TYPECODE)
+        # the entries it wrote from the front, so an append racing with a flush thread loses nothing.  (The C
+        # IndexState's push, materialize and pending_floor each run whole under the GIL.)
         self._written = self._entries
+
+    # the append state's fields, under the names the index code uses
+    @property
+    def _entries(self) -> int:
+        return self._st.entries
+
+    @_entries.setter
+    def _entries(self, value: int) -> None:
+        self._st.entries = value
+
+    @property
+    def _written(self) -> int:
+        return self._st.written
+
+    @_written.setter
+    def _written(self, value: int) -> None:
+        self._st.written = value
+
+    @property
+    def _length(self) -> int:
+        return self._st.length
+
+    @_length.setter
+    def _length(self, value: int) -> None:
+        self._st.length = value
 
     # ------------------------------------------------------------------ mapping and sizes
     def _materialize(self) -> None:
-        """Write the buffered entries into the mapping (see ``__init__``)."""
-        if not self._pending_values:
+        """Write the buffered entries into the file (see ``__init__``): through the file, not the mapping (the
+        same page cache, so the mapping sees the entries at once): a store into a mapped page not yet in memory
+        or cleaned by writeback takes a page fault (~50 us each, ms under writeback), the write system call
+        does not."""
+        st = self._st
+        if not st.pending:
             return
         with self._lock:
-            keys, values = self._pending_keys, self._pending_values
-            k = len(values)  # complete entries: the value is appended after the key
-            if k == 0 or self._mm is None:
-                return
-            w = self._written
-            if _WORDS:
-                size = self.ENTRY_SIZE
-                data = _big_endian_entries(keys, values, k, self._FMT_CHARS)
-                # through the file, not the mapping (the same page cache, so the mapping sees the entries
-                # at once): a store into a mapped page not yet in memory or cleaned by writeback takes a
-                # page fault (~50 us each, ms under writeback), the write system call does not
-                start = w * size
-                done = os.pwrite(self._file.fileno(), data, start)
-                if done < len(data) * data.itemsize:  # short write (not seen on regular files)
-                    rest = data.tobytes()[done:]
-                    self._mm[start + done : start + done + len(rest)] = rest
-            else:
-                flat = [v for pair in zip(keys[:k], values[:k], strict=True) for v in pair]
-                struct.pack_into(">" + self._FMT_CHARS * k, self._mm, w * self.ENTRY_SIZE, *flat)
-            self._written = w + k
-            del keys[:k]
-            del values[:k]
-
-    def _pending_floor(self, key: int) -> int:
-        """Index of the last buffered entry whose key is <= ``key`` (-1 if none); index lock held."""
-        n = len(self._pending_values)
-        return bisect.bisect_right(self._pending_keys, key, 0, n) - 1 if n else -1
+            st.materialize()
 
     def _map(self) -> None:
         if self._length > 0:
@@ -282,6 +251,7 @@ class AbstractIndex:
             self.trim_to_valid_size()
             self._unmap()
             self._file.close()
+            self._st.fd = -1
 
     def close_handler(self) -> None:
         """Release the mapping and the file without trimming."""
@@ -290,6 +260,7 @@ class AbstractIndex:
             self._unmap()
             if not self._file.closed:
                 self._file.close()
+            self._st.fd = -1
 
     def delete_if_exists(self) -> bool:
         self.close_handler()
@@ -335,6 +306,14 @@ class OffsetIndex(AbstractIndex):
         super().__init__(path, base_offset, max_index_size)
         self._last_offset = self._read_last_offset()
 
+    @property
+    def _last_offset(self) -> int:
+        return self._st.last_offset
+
+    @_last_offset.setter
+    def _last_offset(self, value: int) -> None:
+        self._st.last_offset = value
+
     def _read_last_offset(self) -> int:
         if self._entries == 0 or self._mm is None:
             return self.base_offset
@@ -375,13 +354,8 @@ class OffsetIndex(AbstractIndex):
         rel = offset - self.base_offset
         if rel < 0 or rel > INT32_MAX:
             self._relative(offset)  # raises
-        self._pending_keys.append(rel)
-        values = self._pending_values
-        values.append(position)
-        self._entries = n + 1
+        self._st.push(rel, position)  # entries + 1; stored with the others when PENDING_LIMIT are buffered
         self._last_offset = offset
-        if len(values) >= self.PENDING_LIMIT:
-            self._materialize()
 
     def append_bulk(self, relative_offsets: list[int], positions: list[int]) -> None:
         """Append many entries at once (recovery's index rebuild): the same checks as :meth:`append`, made
@@ -432,9 +406,9 @@ class OffsetIndex(AbstractIndex):
         """(offset, position) of the greatest entry with offset <= target, else (base_offset, 0)."""
         with self._lock:
             # buffered entries first: they follow every entry in the mapping
-            i = self._pending_floor(target_offset - self.base_offset)
-            if i >= 0:
-                return self.base_offset + self._pending_keys[i], self._pending_values[i]
+            found = self._st.pending_floor(target_offset - self.base_offset)
+            if found is not None:
+                return self.base_offset + found[0], found[1]
             slot = self._slot_for(target_offset)
             if slot < 0 or self._mm is None:
                 return self.base_offset, 0
@@ -508,6 +482,16 @@ class TimeIndex(AbstractIndex):
         super().__init__(path, base_offset, max_index_size)
         self._last_entry = self._read_last_entry()
 
+    @property
+    def _last_entry(self) -> tuple[int, int]:
+        st = self._st
+        return st.last_timestamp, st.last_offset
+
+    @_last_entry.setter
+    def _last_entry(self, value: tuple[int, int]) -> None:
+        st = self._st
+        st.last_timestamp, st.last_offset = value
+
     def _read_last_entry(self) -> tuple[int, int]:
         if self._entries == 0 or self._mm is None:
             return NO_TIMESTAMP, self.base_offset
@@ -563,13 +547,8 @@ class TimeIndex(AbstractIndex):
         rel = offset - self.base_offset
         if rel < 0 or rel > INT32_MAX:
             self._relative(offset)  # raises
-        self._pending_keys.append(timestamp)
-        values = self._pending_values
-        values.append(rel)
-        self._entries = n + 1
+        self._st.push(timestamp, rel)  # entries + 1; stored with the others when PENDING_LIMIT are buffered
         self._last_entry = (timestamp, offset)
-        if len(values) >= self.PENDING_LIMIT:
-            self._materialize()
         return True
 
     def append_bulk(self, timestamps: list[int], relative_offsets: list[int]) -> None:
@@ -625,9 +604,9 @@ class TimeIndex(AbstractIndex):
     def lookup(self, target_timestamp: int) -> tuple[int, int]:
         """(timestamp, offset) of the greatest entry with timestamp <= target, else (-1, base_offset)."""
         with self._lock:
-            i = self._pending_floor(target_timestamp)  # buffered entries first (see OffsetIndex.lookup)
-            if i >= 0:
-                return self._pending_keys[i], self.base_offset + self._pending_values[i]
+            found = self._st.pending_floor(target_timestamp)  # buffered entries first (see OffsetIndex.lookup)
+            if found is not None:
+                return found[0], self.base_offset + found[1]
             slot = self._slot_for(target_timestamp, 0)
             if slot < 0 or self._mm is None:
                 return NO_TIMESTAMP, self.base_offset

@@ -32,7 +32,6 @@ from tidelog.records.batch import (
     decode_records,
     rewrite_batch_for_append,
 )
-from tidelog.records.batch import c_append_leader_fast as _c_append_leader_fast
 from tidelog.records.batch import c_validate_single_batch as _c_validate_single_batch
 from tidelog.records.compression import CompressionType
 from tidelog.records.crc import crc32c
@@ -82,6 +81,7 @@ from tidelog.storage.segment import (
     offset_from_filename,
     time_index_file,
 )
+from tidelog.storage.segment_state import c_append_leader_fast as _c_append_leader_fast
 
 log = logging.getLogger(__name__)
 
@@ -552,11 +552,9 @@ class PartitionLog:
         thread hand-off and no extra CPU time.
         """
         if _c_append_leader_fast is not None and assign_offsets and not self._no_fast_append:
-            # the common case in one C call (an uncompressed CreateTime batch without producer id, no roll);
-            # None: nothing changed, the steps below take the batch
-            info = _c_append_leader_fast(
-                self, batch, leader_epoch, _now_ms() if now_ms is None else now_ms, AppendInfo
-            )
+            # the common case in one C call on the active segment's state (an uncompressed CreateTime batch
+            # without producer id, no roll); None: nothing changed, the steps below take the batch
+            info = self._append_fast(batch, leader_epoch, _now_ms() if now_ms is None else now_ms)
             if info is not None:
                 return info
         config = self.config
@@ -695,6 +693,35 @@ class PartitionLog:
             self.flush()
         return info
 
+    def _append_fast(
+        self, batch: bytes | bytearray | memoryview, leader_epoch: int, now: int
+    ) -> AppendInfo | None:
+        """:meth:`append_as_leader`'s common case: the C ``append_leader_fast`` makes the checks, the write and the
+        segment's bookkeeping on the active segment's state (see ``_segment.c``), given the log end offset and
+        the limits; the log's own bookkeeping (log end offset, producer state's mapped range, epoch cache) is
+        done here from what it returns, as the steps of :meth:`append_as_leader` do it.  None, having changed
+        nothing, when those steps must take the batch."""
+        with self._lock:
+            if self._closed or not self._segments:
+                return None
+            base = self._log_end_offset
+            done = _c_append_leader_fast(self._segments[-1]._st, batch, base, leader_epoch, now, self._fast_limits)
+            if done is None:
+                return None
+            last_offset, max_ts, count, size = done
+            self._log_end_offset = last_offset + 1
+            ps = self.producer_state
+            if ps is not None and last_offset >= ps.map_end_offset:  # no producer: only the mapped range's end
+                ps.map_end_offset = last_offset + 1  # moves (ProducerStateManager.advance_map_end, inlined)
+            cache = self.epoch_cache
+            if cache is not None and leader_epoch >= 0 and (not cache._epochs or leader_epoch > cache._epochs[-1]):
+                cache.assign(leader_epoch, base)
+            info = AppendInfo(base, last_offset, max_ts, NO_TIMESTAMP, self.log_start_offset, False, count, size)
+            flush_needed = last_offset + 1 - self.recovery_point >= self.config.flush_messages
+        if flush_needed:
+            self.flush()
+        return info
+
     def _append_after_roll(
         self, batch: bytes | bytearray | memoryview, base: int, leader_epoch: int, last_offset: int, max_ts: int,
         now: int,
@@ -716,6 +743,11 @@ class PartitionLog:
         self._recompress_to = None if ct == "producer" else _CODECS[ct]
         # what the C fast path (uncompressed CreateTime batches only) must leave to the Python steps
         self._no_fast_append = self._log_append_time or self._recompress_to not in (None, CompressionType.NONE)
+        # the limits it checks (segment_state.c_append_leader_fast's ``limits``)
+        self._fast_limits = (
+            config.max_message_bytes, config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms,
+            config.segment_bytes, config.segment_ms,
+        )
 
     @staticmethod
     def _recompressed(batch: bytes | bytearray | memoryview, fields: HeaderTuple, codec: int) -> bytearray:

@@ -21,9 +21,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tidelog.records.batch import c_preallocate as _c_preallocate
-from tidelog.records.batch import c_scan_batches as _c_scan_batches
-from tidelog.records.batch import c_write_stamped as _c_write_stamped
 from tidelog.records.batch import check_record_structure
 from tidelog.records.errors import CorruptRecordError, RecordError
 from tidelog.records.header import (
@@ -47,6 +44,10 @@ from tidelog.storage.format import (
     TXN_INDEX_SUFFIX,
 )
 from tidelog.storage.index import INT32_MAX, NO_TIMESTAMP, CorruptIndexError, OffsetIndex, TimeIndex
+from tidelog.storage.segment_state import SegmentState
+from tidelog.storage.segment_state import c_preallocate as _c_preallocate
+from tidelog.storage.segment_state import c_scan_batches as _c_scan_batches
+from tidelog.storage.segment_state import c_write_stamped as _c_write_stamped
 
 _log = logging.getLogger(__name__)
 
@@ -229,27 +230,33 @@ class LogSegment:
         self.dir = Path(directory)
         self.base_offset = base_offset
         self.file_suffix = file_suffix
-        self.index_interval_bytes = config.index_interval_bytes
         self.max_index_size = config.segment_index_bytes
         self.log_path = log_file(self.dir, base_offset, file_suffix)
         self.index_was_missing = not index_file(self.dir, base_offset, file_suffix).exists()
         self.time_index_was_missing = not time_index_file(self.dir, base_offset, file_suffix).exists()
-        fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self._handle: FileHandle | None = FileHandle(fd)
-        st = os.fstat(fd)
-        self._size = st.st_size
-        # disk blocks reserved past the end (_reserve); blocks a crash left reserved count as reserved, so that
-        # the roll, close or truncation of this segment gives them back like the others
-        self._reserved = st.st_blocks * 512 >= self._size + PREALLOC_MIN_BYTES
-        self._prealloc_end = st.st_blocks * 512 if self._reserved else self._size
-        # Kafka's preallocate=true reserves the whole segment.bytes at once (the file keeps its size here)
-        self._prealloc_step = config.segment_bytes if config.preallocate else PREALLOC_MIN_BYTES
+        handle = FileHandle(os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644))
         self.offset_index = OffsetIndex(
             index_file(self.dir, base_offset, file_suffix), base_offset, self.max_index_size
         )
         self.time_index = TimeIndex(
             time_index_file(self.dir, base_offset, file_suffix), base_offset, self.max_index_size
         )
+        # The append state: fd, size, reservation end, index counter, max and rolling timestamps, created time,
+        # roll jitter, and the indexes' states.  A SegmentState of the storage C extension (the log's append
+        # fast path changes it in C), else its pure-Python twin (segment_state.py); the properties below read
+        # and set it under the names this class uses.
+        self._st = SegmentState(
+            base_offset, config.index_interval_bytes, self.offset_index._st, self.time_index._st
+        )
+        self._handle = handle
+        stat = os.fstat(handle.fd)
+        self._size = stat.st_size
+        # disk blocks reserved past the end (_reserve); blocks a crash left reserved count as reserved, so that
+        # the roll, close or truncation of this segment gives them back like the others
+        self._reserved = stat.st_blocks * 512 >= self._size + PREALLOC_MIN_BYTES
+        self._prealloc_end = stat.st_blocks * 512 if self._reserved else self._size
+        # Kafka's preallocate=true reserves the whole segment.bytes at once (the file keeps its size here)
+        self._prealloc_step = config.segment_bytes if config.preallocate else PREALLOC_MIN_BYTES
         self._lock = threading.RLock()
         self.created_ms = int(time.time() * 1000) if now_ms is None else now_ms
         if roll_jitter_ms is None:
@@ -257,9 +264,88 @@ class LogSegment:
         self.roll_jitter_ms = roll_jitter_ms
         self._bytes_since_last_index_entry = self._bytes_after_last_index_entry()
         # (max timestamp so far, last offset of the batch holding it); None until loaded lazily
-        self._max_ts_and_offset: tuple[int, int] | None = None if self._size else (NO_TIMESTAMP, -1)
+        self._max_ts_and_offset = None if self._size else (NO_TIMESTAMP, -1)
         # max timestamp of the first batch (segment.ms is measured from it); None until loaded lazily
-        self._rolling_based_ts: int | None = None if self._size else NO_TIMESTAMP
+        self._rolling_based_ts = None if self._size else NO_TIMESTAMP
+
+    # ------------------------------------------------------------------ the append state's fields
+    @property
+    def _handle(self) -> FileHandle | None:
+        return self._file_handle
+
+    @_handle.setter
+    def _handle(self, handle: FileHandle | None) -> None:
+        self._file_handle = handle
+        self._st.fd = -1 if handle is None else handle.fd
+
+    @property
+    def _size(self) -> int:
+        return self._st.size
+
+    @_size.setter
+    def _size(self, value: int) -> None:
+        self._st.size = value
+
+    @property
+    def _prealloc_end(self) -> int:
+        return self._st.prealloc_end
+
+    @_prealloc_end.setter
+    def _prealloc_end(self, value: int) -> None:
+        self._st.prealloc_end = value
+
+    @property
+    def _bytes_since_last_index_entry(self) -> int:
+        return self._st.bytes_since_last_index_entry
+
+    @_bytes_since_last_index_entry.setter
+    def _bytes_since_last_index_entry(self, value: int) -> None:
+        self._st.bytes_since_last_index_entry = value
+
+    @property
+    def index_interval_bytes(self) -> int:
+        return self._st.index_interval_bytes
+
+    @index_interval_bytes.setter
+    def index_interval_bytes(self, value: int) -> None:
+        self._st.index_interval_bytes = value
+
+    @property
+    def _max_ts_and_offset(self) -> tuple[int, int] | None:
+        return self._st.max_ts_and_offset
+
+    @_max_ts_and_offset.setter
+    def _max_ts_and_offset(self, value: tuple[int, int] | None) -> None:
+        self._st.max_ts_and_offset = value
+
+    @property
+    def _rolling_based_ts(self) -> int | None:
+        return self._st.rolling_based_ts
+
+    @_rolling_based_ts.setter
+    def _rolling_based_ts(self, value: int | None) -> None:
+        self._st.rolling_based_ts = value
+
+    @property
+    def created_ms(self) -> int:
+        return self._st.created_ms
+
+    @created_ms.setter
+    def created_ms(self, value: int) -> None:
+        self._st.created_ms = value
+
+    @property
+    def roll_jitter_ms(self) -> int:
+        return self._st.roll_jitter_ms
+
+    @roll_jitter_ms.setter
+    def roll_jitter_ms(self, value: int) -> None:
+        self._st.roll_jitter_ms = value
+
+    @property
+    def state(self) -> SegmentState:
+        """The append state (for the log's append fast path)."""
+        return self._st
 
     def _bytes_after_last_index_entry(self) -> int:
         """The append counter a rebuild would have: bytes from the last indexed batch's start to the end.
