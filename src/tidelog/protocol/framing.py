@@ -53,67 +53,75 @@ def frame(payload: bytes | bytearray | memoryview) -> bytes:
 class FrameDecoder:
     """Splits a byte stream into frame payloads (the bytes after each size prefix). See the module docstring."""
 
-    __slots__ = ("_buf", "_growable", "_pos", "_size", "max_size")
+    __slots__ = ("_buf", "_pos", "_size", "max_size")
+
+    # State: ``_buf[_pos:]`` are the bytes received and not consumed; when they are none, ``_buf`` is b"" and
+    # ``_pos`` 0 (so a read that starts at a boundary is kept as it is). ``_buf`` is a bytearray only while the
+    # decoder may append to it (it made it and no view of it is out); bytes fed are kept as they are, other
+    # buffers as read-only memoryviews, and a bytearray a view was taken of is frozen as a memoryview.
 
     def __init__(self, max_size: int = MAX_REQUEST_SIZE) -> None:
         self.max_size = max_size
-        self._buf: bytes | bytearray = b""  # received bytes; [_pos:] not yet consumed
+        self._buf: bytes | bytearray | memoryview = b""
         self._pos = 0
         self._size = -1  # payload size of the frame being read once its prefix is consumed, else -1
-        self._growable = False  # _buf is our own bytearray and no view of it was handed out
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Add received bytes (kept by reference when nothing is pending: do not change them afterwards)."""
-        if not data:
-            return
         buf = self._buf
-        pos = self._pos
-        if pos == len(buf):
+        if not buf:
             # Nothing pending (the usual case: a read starts at a frame or payload boundary): keep the bytes
             # as they are, the frames in them are handed out as views without a copy.
-            self._buf = data if type(data) is bytes else data.toreadonly() if type(data) is memoryview else data
-            self._pos = 0
-            self._growable = False
-        elif self._growable:
-            buf += data  # type: ignore[operator]  # our bytearray, no view of it out: grow in place
+            self._buf = data if type(data) is bytes else memoryview(data).toreadonly()
+        elif type(buf) is bytearray:
+            buf += data  # our own buffer, no view of it out: grow in place
         else:
-            # the rest of a frame is pending in a buffer we may not write to: continue in a new one
-            grown = bytearray(memoryview(buf)[pos:])
+            # the rest of a frame is pending in bytes we may not write to: continue in a buffer of our own
+            pos = self._pos
+            grown = bytearray(buf) if pos == 0 else bytearray(memoryview(buf)[pos:])
             grown += data
             self._buf = grown
             self._pos = 0
-            self._growable = True
 
     def next_frame(self) -> memoryview | None:
-        """The next complete payload as a read-only-by-contract view, or None when more bytes are needed.
+        """The next complete payload (a view of the received bytes), or None when more bytes are needed.
 
         Raises FrameTooLargeError when the prefix announces a size < 0 or > ``max_size`` (the stream cannot be
         resynchronised: close the connection)."""
         buf = self._buf
         pos = self._pos
         size = self._size
+        n = len(buf)
         if size < 0:
-            if len(buf) - pos < SIZE_PREFIX:
+            if n - pos < SIZE_PREFIX:
                 return None
             (size,) = _unpack_i32(buf, pos)
             if size < 0 or size > self.max_size:
                 raise FrameTooLargeError(size, self.max_size)
             pos += SIZE_PREFIX
-            self._pos = pos
-            self._size = size
-        end = pos + size
-        if end > len(buf):
-            return None
-        payload = memoryview(buf)[pos:end]
-        self._size = -1
-        if end == len(buf):
+            end = pos + size
+            if end > n:
+                self._size = size
+                if pos == n:
+                    self._buf = b""
+                    self._pos = 0
+                else:
+                    self._pos = pos
+                return None
+        else:
+            end = pos + size
+            if end > n:
+                return None
+            self._size = -1
+        if end == n:
             # all consumed: drop the reference (the views handed out keep what they need alive)
             self._buf = b""
             self._pos = 0
         else:
             self._pos = end
-            self._growable = False
-        return payload
+            if type(buf) is bytearray:
+                self._buf = memoryview(buf)  # a view of it goes out: never append to it again
+        return memoryview(buf)[pos:end]
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         """Every complete payload buffered now."""
