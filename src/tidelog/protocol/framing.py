@@ -185,6 +185,11 @@ class ClientConnection:
             self.in_flight.append((cid, api_key, version))
         return cid, data
 
+    @property
+    def next_correlation_id(self) -> int:
+        """The correlation id the next request will carry (to continue counting on a new connection)."""
+        return self._next_cid
+
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         self.frames.feed(data)
 
