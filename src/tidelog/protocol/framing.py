@@ -5,7 +5,9 @@ payload only). The payload starts with the request header (v0/v1/v2: api key, ve
 id, tags) or the response header (v0/v1: correlation id, tags), which :mod:`tidelog.protocol.codec` reads.
 
 * :class:`FrameDecoder` — feed received bytes (:meth:`~FrameDecoder.feed`), take complete payloads
-  (:meth:`~FrameDecoder.next_frame`) as memoryviews of the bytes they arrived in, never copied. A size < 0 or
+  (:meth:`~FrameDecoder.next_frame`) as memoryviews: a payload that arrived within one read (or one read of
+  exactly the missing bytes) is a view of those bytes, not a copy; one spread over several reads is assembled
+  once in the decoder's own buffer. A size < 0 or
   above ``max_size`` raises :class:`FrameTooLargeError` as soon as the 4 prefix bytes are in, before anything
   is allocated for it; the buffer only grows as bytes arrive, so a lying prefix costs nothing. A size of 0 is a
   (empty) frame, as in Kafka's ``NetworkReceive``; what the payload must hold is the codec's business.
