@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
+import urllib.request
 from typing import Any
 
 import pytest
@@ -177,3 +179,40 @@ def test_idle_connections_are_closed(broker_factory: Any) -> None:
         s.settimeout(10)
         _assert_closed(s)  # closed by the broker within ~300 ms + one reaper period
     _still_serving(b)
+
+
+def _closed_by_reason(broker: Any) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("tidelog_connections_closed_total{"):
+            reason = line.split('reason="', 1)[1].split('"', 1)[0]
+            out[reason] = float(line.split()[-1])
+    return out
+
+
+def _wait_reasons(broker: Any, before: dict[str, float], want: dict[str, float]) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        now = _closed_by_reason(broker)
+        delta = {r: now.get(r, 0) - before.get(r, 0) for r in set(now) | set(want)}
+        if all(delta.get(r, 0) == n for r, n in want.items()):
+            return
+        assert time.monotonic() < deadline, f"close reasons {delta}, expected {want}"
+        time.sleep(0.05)
+
+
+def test_close_reasons_of_bad_frames(small_broker: Any) -> None:
+    """socket.request.max.bytes and truncation close with their own reasons; a close between frames is not one."""
+    before = _closed_by_reason(small_broker)
+    for data in (struct.pack(">i", 4097), struct.pack(">i", -1) + b"xx"):
+        with _connect(small_broker) as s:
+            s.sendall(data)
+            _assert_closed(s)
+    for data in (b"\x00\x00", struct.pack(">i", 100) + b"\x00\x12"):
+        with _connect(small_broker) as s:
+            s.sendall(data)
+    with _connect(small_broker) as s:
+        assert _api_versions(s, 1)["error_code"] == 0  # then a clean close between requests
+    _wait_reasons(small_broker, before, {"invalid_size": 2, "truncated_frame": 2})
+    _still_serving(small_broker)

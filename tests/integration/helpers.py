@@ -8,7 +8,6 @@ wrappers, and readers of the broker's data dir through ``tidelog.records`` (what
 from __future__ import annotations
 
 import socket
-import struct
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -17,7 +16,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
-from tidelog.protocol.codec import decode_response, encode_request
+from tidelog.protocol.framing import ClientConnection
 from tidelog.records import Record, decode_batches
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 19, 22
@@ -62,13 +61,14 @@ def new_topic(prefix: str) -> str:
 
 
 class RawClient:
-    """A blocking socket speaking Kafka frames encoded by ``tidelog.protocol.codec``."""
+    """A blocking socket speaking Kafka frames: requests encoded by ``tidelog.protocol.codec``, framing and
+    correlation ids by ``tidelog.protocol.framing.ClientConnection`` (``send``/``recv_frame`` for raw frames)."""
 
     def __init__(self, port: int, timeout: float = 10.0, client_id: str = "raw-test") -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client_id = client_id
-        self._cid = 0
+        self.conn = ClientConnection(client_id)
 
     def close(self) -> None:
         self.sock.close()
@@ -79,32 +79,30 @@ class RawClient:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def next_cid(self) -> int:
-        self._cid += 1
-        return self._cid
-
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 
-    def recv_exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
-            buf += chunk
-        return bytes(buf)
+    def _receive(self) -> None:
+        """Read at most the bytes the frame being received still needs (never into the next response)."""
+        n = self.conn.missing
+        chunk = self.sock.recv(n)
+        if not chunk:
+            raise ConnectionError(f"closed with {self.conn.frames.buffered} bytes of a frame received")
+        self.conn.feed(chunk)
 
     def recv_frame(self) -> bytes:
-        (size,) = struct.unpack(">i", self.recv_exact(4))
-        return self.recv_exact(size)
+        """The next response payload, whatever request it answers."""
+        while (frame := self.conn.frames.next_frame()) is None:
+            self._receive()
+        return bytes(frame)
 
     def request(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
-        cid = self.next_cid()
-        self.send(encode_request(api_key, version, cid, self.client_id, body))
-        got, resp = decode_response(api_key, version, self.recv_frame())
-        assert got == cid, f"correlation id {got} != {cid}"
-        return resp
+        """Send one request and return its decoded response (a correlation id out of step raises)."""
+        _, data = self.conn.send(api_key, version, body)
+        self.send(data)
+        while (response := self.conn.next_response()) is None:
+            self._receive()
+        return response.body
 
     def assert_closed_within(self, seconds: float = 1.0) -> float:
         """The server closes the connection (EOF or reset, no response bytes) within ``seconds``; returns the

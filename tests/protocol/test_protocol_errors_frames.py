@@ -1,9 +1,8 @@
-"""Error-code table, api keys and framing helpers."""
+"""Error-code table and api keys (framing: tests/protocol/test_framing.py)."""
 
 from __future__ import annotations
 
 import inspect
-import struct
 
 import kafka.errors
 import pytest
@@ -17,8 +16,6 @@ from tidelog.protocol.errors import (
     error_code,
     error_for_code,
 )
-from tidelog.protocol.exceptions import FrameTooLargeError
-from tidelog.protocol.frames import MAX_REQUEST_SIZE, FrameReader, frame, read_frame_size
 from tidelog.protocol.schema import spec_index
 
 # kafka-python spells a few names its own way; the codes are what matter on the wire.
@@ -81,21 +78,3 @@ def test_api_keys_match_specs() -> None:
             continue
         camel = "".join(p.title() for p in ApiKey(key).name.split("_"))
         assert spec.name == names.get(ApiKey(key), camel) + "Request"
-
-
-def test_frames() -> None:
-    assert MAX_REQUEST_SIZE == 104857600
-    assert read_frame_size(b"\x00\x00") is None
-    assert read_frame_size(b"\x00\x00\x01\x00rest") == 256
-    with pytest.raises(FrameTooLargeError):
-        read_frame_size(struct.pack(">i", MAX_REQUEST_SIZE + 1))
-    with pytest.raises(FrameTooLargeError):
-        read_frame_size(struct.pack(">i", -1))
-    r = FrameReader()
-    data = frame(b"one") + frame(b"") + frame(b"three")
-    for i in range(len(data)):  # byte by byte
-        r.feed(data[i : i + 1])
-    assert list(r) == [b"one", b"", b"three"]
-    assert r.buffered == 0
-    r.feed(frame(b"partial")[:6])
-    assert r.next_frame() is None

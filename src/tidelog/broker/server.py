@@ -43,7 +43,6 @@ import logging
 import os
 import signal
 import socket
-import struct
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -59,15 +58,21 @@ from tidelog.broker.purgatory import Purgatory
 from tidelog.protocol import codec
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.error_response import UNKNOWN_SERVER_ERROR, error_response
-from tidelog.protocol.exceptions import InvalidRequestError, UnknownApiKeyError, UnsupportedVersionError
+from tidelog.protocol.exceptions import (
+    FrameTooLargeError,
+    InvalidRequestError,
+    UnknownApiKeyError,
+    UnsupportedVersionError,
+)
+from tidelog.protocol.framing import FrameDecoder
 
 if TYPE_CHECKING:
     from tidelog.broker.topics import TopicManager
 
 log = logging.getLogger("tidelog.broker.server")
 
-_I32 = struct.Struct(">i")
 _READ_CHUNK = 256 * 1024
+_MAX_READ = 4 * 1024 * 1024  # largest single recv while a big request arrives
 API_VERSIONS_KEY = 18
 PRODUCE_KEY = 0
 _IOV_MAX = 512
@@ -126,7 +131,7 @@ class Connection:
         self.peer = peer
         self.client_host = peer.rsplit(":", 1)[0]
         self._loop = asyncio.get_running_loop()
-        self._rbuf = bytearray()
+        self._frames = FrameDecoder(broker.config.socket_request_max_bytes)
         self.last_active = self._loop.time()
         self.busy = False  # a request is being processed or its response written
         self.closed = False
@@ -174,44 +179,40 @@ class Connection:
                 continue
             if not data:
                 raise _ConnectionClosed()
-            self._rbuf += data
+            self._frames.feed(data)
             return
 
     async def read_frame(self) -> memoryview | None:
-        """The next request payload, or None when the peer closed between requests."""
-        rbuf = self._rbuf
-        while len(rbuf) < 4:
+        """The next request payload, or None when the connection must end (peer closed, or a bad size prefix).
+
+        The payload is a view of the bytes it arrived in, not a copy (a produce batch is then written to the log
+        straight from it); ``tidelog.protocol.framing.FrameDecoder`` never writes to those bytes afterwards."""
+        frames = self._frames
+        while True:
             try:
-                await self._recv_more(_READ_CHUNK)
+                frame = frames.next_frame()
+            except FrameTooLargeError as exc:
+                log.warning(
+                    "closing connection: request size outside limits",
+                    extra={"kv": {"peer": self.peer, "size": exc.size, "socket.request.max.bytes": exc.max_size}},
+                )
+                self.broker.metrics.record_close("invalid_size")
+                return None
+            if frame is not None:
+                return frame
+            try:
+                await self._recv_more(max(_READ_CHUNK, min(frames.missing, _MAX_READ)))
             except _ConnectionClosed:
-                if rbuf:
-                    log.info("connection closed mid-frame", extra={"kv": {"peer": self.peer, "buffered": len(rbuf)}})
+                if frames.in_frame:
+                    size = frames.frame_size
+                    kv: dict[str, Any] = (
+                        {"peer": self.peer, "buffered": frames.buffered}
+                        if size is None
+                        else {"peer": self.peer, "size": size, "received": frames.buffered}
+                    )
+                    log.info("connection closed mid-frame", extra={"kv": kv})
                     self.broker.metrics.record_close("truncated_frame")
                 return None
-        (size,) = _I32.unpack_from(rbuf, 0)
-        limit = self.broker.config.socket_request_max_bytes
-        if size < 0 or size > limit:
-            log.warning(
-                "closing connection: request size outside limits",
-                extra={"kv": {"peer": self.peer, "size": size, "socket.request.max.bytes": limit}},
-            )
-            self.broker.metrics.record_close("invalid_size")
-            return None
-        end = 4 + size
-        while len(rbuf) < end:
-            try:
-                await self._recv_more(max(_READ_CHUNK, min(end - len(rbuf), 4 * 1024 * 1024)))
-            except _ConnectionClosed:
-                log.info(
-                    "connection closed mid-frame",
-                    extra={"kv": {"peer": self.peer, "size": size, "received": len(rbuf) - 4}},
-                )
-                self.broker.metrics.record_close("truncated_frame")
-                return None
-        # The frame is handed out as a view into the buffer it arrived in, not copied (a produce batch is then
-        # written to the log straight from it); any bytes of the next request start a fresh buffer.
-        self._rbuf = bytearray(memoryview(rbuf)[end:]) if len(rbuf) > end else bytearray()
-        return memoryview(rbuf)[4:end]
 
     # -- writing -----------------------------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The Kafka wire protocol, sans-io: frames, request/response codecs, error codes. No sockets, no files.
 
-* ``frames``   — size-prefixed framing (``read_frame_size``, ``FrameReader``, ``MAX_REQUEST_SIZE``).
+* ``framing``  — size-prefixed framing: ``FrameDecoder`` (bytes in, frame payloads out, size limit) and
+  ``ClientConnection`` (request encoding, correlation-id matching, response decoding); no I/O.
 * ``codec``    — ``decode_request`` / ``encode_response`` (broker side), ``encode_request`` /
   ``decode_response`` (clients, tools, replication), ``SUPPORTED_VERSIONS`` and friends.
 * ``schema`` + ``compiler`` — Kafka's JSON message specs (read at runtime from the installed

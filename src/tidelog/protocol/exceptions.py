@@ -20,7 +20,30 @@ class InvalidRequestError(ProtocolError):
 
 
 class FrameTooLargeError(InvalidRequestError):
-    """The 4-byte size prefix announces more than the configured maximum (or is negative)."""
+    """The 4-byte size prefix announces more than the configured maximum (or is negative).
+
+    ``size`` is the announced size, ``max_size`` the limit (the broker's ``socket.request.max.bytes``)."""
+
+    def __init__(self, size: int, max_size: int) -> None:
+        what = "negative frame size" if size < 0 else "frame size above the maximum"
+        super().__init__(f"{what}: {size} (allowed 0..{max_size})")
+        self.size = size
+        self.max_size = max_size
+
+
+class CorrelationIdMismatchError(ProtocolError, ConnectionError):
+    """A response's correlation id is not the one of the oldest request in flight on its connection (``expected``
+    is None when no request was in flight). The stream is out of step: the connection must be closed, which is
+    why this is also a ConnectionError."""
+
+    def __init__(self, expected: int | None, got: int) -> None:
+        if expected is None:
+            message = f"response with correlation id {got} while no request is in flight"
+        else:
+            message = f"response correlation id {got} does not match request {expected}"
+        super().__init__(message)
+        self.expected = expected
+        self.got = got
 
 
 class _ApiError(ProtocolError):

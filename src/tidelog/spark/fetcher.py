@@ -21,8 +21,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.codec import decode_response, encode_request
 from tidelog.protocol.errors import error_for_code
+from tidelog.protocol.exceptions import CorrelationIdMismatchError
+from tidelog.protocol.framing import ClientConnection
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED, decode_batch
 from tidelog.records.columnar import new_builder
 from tidelog.records.compression import decompress
@@ -56,7 +57,6 @@ NOT_LEADER_OR_FOLLOWER = 6
 RETRY_LEADER = (LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, 3, 9, 74)  # + UNKNOWN_TOPIC_OR_PARTITION,
 # REPLICA_NOT_AVAILABLE, FENCED_LEADER_EPOCH: metadata moved
 
-_SIZE = struct.Struct(">i")
 _LENGTH = struct.Struct(">i")
 
 
@@ -107,7 +107,7 @@ class Connection:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
         except OSError:
             pass
-        self._cid = 0
+        self._conn = ClientConnection(CLIENT_ID)
         self.versions: dict[int, tuple[int, int]] = {}
         try:
             body = self.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "tidelog-spark",
@@ -135,9 +135,9 @@ class Connection:
         return v
 
     def send(self, api_key: int, version: int, body: Mapping[str, Any]) -> int:
-        self._cid = (self._cid + 1) & 0x7FFFFFFF
-        self.sock.sendall(encode_request(api_key, version, self._cid, CLIENT_ID, body))
-        return self._cid
+        cid, data = self._conn.send(api_key, version, body)
+        self.sock.sendall(data)
+        return cid
 
     def _recv_exact(self, n: int) -> bytearray:
         buf = bytearray(n)
@@ -152,12 +152,14 @@ class Connection:
         return buf
 
     def receive(self, api_key: int, version: int, cid: int) -> dict[str, Any]:
-        (size,) = _SIZE.unpack(self._recv_exact(4))
-        frame = self._recv_exact(size)
-        got, body = decode_response(api_key, version, frame)
-        if got != cid:
-            raise ConnectionError(f"correlation id {got} does not match request {cid}")
-        return body
+        """The response to request ``cid``, which must be the oldest in flight (responses come in order)."""
+        conn = self._conn
+        # the size prefix, then exactly the payload it announced, received straight into one buffer
+        while (response := conn.next_response()) is None:
+            conn.feed(self._recv_exact(conn.missing))
+        if (response.correlation_id, response.api_key, response.api_version) != (cid, api_key, version):
+            raise CorrelationIdMismatchError(cid, response.correlation_id)
+        return response.body
 
     def request(self, api_key: int, version: int, body: Mapping[str, Any]) -> dict[str, Any]:
         return self.receive(api_key, version, self.send(api_key, version, body))
