@@ -55,6 +55,7 @@ from tidelog.broker.fetch_session import FetchSessionCache
 from tidelog.broker.handlers import HANDLER_MODULES, REGISTRY, RequestContext
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
+from tidelog.broker.request_pool import AppendSequencer, RequestHandlerPool
 from tidelog.protocol import codec
 from tidelog.protocol.error_response import UNKNOWN_SERVER_ERROR, error_response
 from tidelog.protocol.exceptions import InvalidRequestError, UnknownApiKeyError, UnsupportedVersionError
@@ -465,6 +466,10 @@ class Broker:
                                                 config.get("min.incremental.fetch.session.eviction.ms"))
         self.metrics.add_rows_source(self.fetch_sessions.rows)
         self.producer_ids: Any = None
+        # Kafka's request handler threads (num.io.threads) and the per-partition append order they must keep
+        self.request_pool = RequestHandlerPool(config.get("num.io.threads"))
+        self.loop: asyncio.AbstractEventLoop | None = None  # the network loop (set by start)
+        self.append_sequencer = AppendSequencer()
         self.connections: set[Connection] = set()
         self.stopping = False
         self._listen_sock: socket.socket | None = None
@@ -593,6 +598,7 @@ class Broker:
 
     async def start(self) -> None:
         """Open storage (recovery runs in a thread), bind the listener, start background tasks."""
+        self.loop = asyncio.get_running_loop()
         self._load_handlers()
         t0 = time.monotonic()
         await asyncio.to_thread(self._open_storage)
@@ -746,6 +752,7 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         await self.metrics.stop_http()
+        await loop.run_in_executor(None, self.request_pool.shutdown)
         if self.logs is not None:
             await loop.run_in_executor(None, self.logs.shutdown)
         log.info("broker stopped")

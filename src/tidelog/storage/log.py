@@ -766,6 +766,12 @@ class PartitionLog:
         # what the C fast path (uncompressed CreateTime batches only) must leave to the Python steps
         self._no_fast_append = self._log_append_time or self._recompress_to not in (None, CompressionType.NONE)
 
+    def recompresses(self, codec: int) -> bool:
+        """True when a client batch with compression ``codec`` is rebuilt with the topic's ``compression.type``
+        (per-record work) before it is stored."""
+        to = self._recompress_to
+        return to is not None and codec != to
+
     @staticmethod
     def _recompressed(batch: bytes | bytearray | memoryview, fields: HeaderTuple, codec: int) -> bytearray:
         """The validated client batch rebuilt with the topic's codec (Kafka's LogValidator when compression.type
