@@ -108,10 +108,19 @@ class ClusterTopicManager(TopicManager):
         info = self._topics.pop(name, None)
         if info is not None:
             self._by_id.pop(info.topic_id, None)
-        for t, p in [tp for tp in self._logs if tp[0] == name]:
-            self.drop_partition(t, p)
-        for t, p in [tp for tp in self.broker.logs.all_logs() if tp[0] == name]:
-            self.drop_partition(t, p)
+        # every replica of the topic in one LogManager call: each log dir's checkpoints written once, not once per
+        # partition (quadratic)
+        tps = sorted({tp for tp in self._logs if tp[0] == name} | {tp for tp in self.broker.logs.all_logs() if tp[0] == name})
+        for tp in tps:
+            self._logs.pop(tp, None)
+        try:
+            self.broker.logs.delete_logs(tps)
+        except Exception:
+            log.exception("deleting replicas failed", extra={"kv": {"topic": name}})
+        purgatory = getattr(self.broker, "purgatory", None)
+        for tp in tps:
+            if purgatory is not None:
+                purgatory.check_and_complete(tp)
         if info is not None:
             self._persist()
             metrics = getattr(self.broker, "metrics", None)
