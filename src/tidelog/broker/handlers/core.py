@@ -281,13 +281,14 @@ def _resolve_topic(ctx: RequestContext, t: dict) -> tuple[str | None, bytes, int
 
 # What validating a produce batch may cost, to decide where it runs (see docs/ARCHITECTURE.md, "Request
 # execution"). Measured on the 2-core VM (bench/loop_stall_bench.py --calibrate): a round trip to a worker thread
-# costs ~80 us; CRC-32C + record walk of an uncompressed batch ~0.07 ns per byte (1 MiB: ~75 us); decompression +
-# walk per byte of output ~2.7 ns for gzip, ~0.35 ns for snappy, lz4 and zstd. A compressed batch's output is
-# bounded before it is inflated only by the codec's largest ratio (deflate 1032:1, lz4 ~255:1, snappy ~21:1,
-# zstd ~32768:1 with RLE blocks) and by the 64 MiB decompression cap. A request whose worst case costs more than
-# one round trip to a worker is validated on a worker; the rest (uncompressed batches up to ~1.4 MB in total,
-# small lz4/snappy batches) stays on the loop, where the C fast path checks and writes in one call.
-_NS_PER_OUTPUT_BYTE = (0.07, 2.7, 0.35, 0.35, 0.35)  # by codec id: none, gzip, snappy, lz4, zstd
+# costs 80-90 us; header + CRC-32C + record walk of an uncompressed batch ~0.06 ns per byte (1 MiB: ~65 us);
+# decompression + walk per byte of records ~2.5 ns for gzip, ~0.4 snappy, 0.3-1.0 lz4, ~0.35 zstd. A compressed
+# batch's output is bounded before it is inflated only by the codec's largest ratio (deflate 1032:1, lz4 ~255:1,
+# snappy ~21:1, zstd ~32768:1 with RLE blocks) and by the 64 MiB cap (a 2 KB zstd bomb costs ~30 ms, a 64 KB
+# gzip one ~60 ms). A request whose worst case costs more than one round trip to a worker is validated on a
+# worker; the rest (uncompressed batches up to ~1.1 MB in total, lz4 and snappy batches of a few hundred bytes)
+# stays on the loop, where the C fast path checks and writes in one call.
+_NS_PER_OUTPUT_BYTE = (0.07, 2.7, 0.4, 1.0, 0.35)  # by codec id: none, gzip, snappy, lz4, zstd
 _MAX_RATIO = (1, 1032, 22, 256, 32768)
 INLINE_VALIDATION_NS = 80_000
 
