@@ -185,7 +185,7 @@ def small_requests_during(port: int, heavy: Any, min_seconds: float = 0.0) -> tu
     Returns (latencies in ms of small requests answered while the heavy one was in flight, heavy seconds)."""
     small = Client(port)
     small_body = produce_body("small", [build_batch([(None, b"x" * 100)])])
-    meta = {"topics": [{"name": "small", "topic_id": None}], "allow_auto_topic_creation": False,
+    meta = {"topics": [{"name": "small", "topic_id": bytes(16)}], "allow_auto_topic_creation": False,
             "include_topic_authorized_operations": False}
     small.request(METADATA, 12, meta)  # warm
     done = threading.Event()
