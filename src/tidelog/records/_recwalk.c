@@ -1146,7 +1146,10 @@ crc32c_sw_py(PyObject *Py_UNUSED(module), PyObject *arg)
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    uint32_t crc = crc32c_sw(0, view.buf, (size_t)view.len);
+    uint32_t crc;
+    Py_BEGIN_ALLOW_THREADS
+    crc = crc32c_sw(0, view.buf, (size_t)view.len);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLong(crc);
 }
@@ -1259,7 +1262,16 @@ stamped_write(int fd, const uint8_t *d, Py_ssize_t total, long long base, int32_
             return CHECK_FAILED_AFTER_WRITE;
         if (check == 2 && (be16(d + 21) & 0x07) == 0) {
             walk_error e = {0};
-            if (walk(d + BATCH_HEADER, total - BATCH_HEADER, (int32_t)be32u(d + 57), 0, &e) != OK)
+            int rc;
+            /* only the caller's buffer is read: other threads (the network loop) run meanwhile */
+            if (total > RELEASE_GIL_BYTES) {
+                Py_BEGIN_ALLOW_THREADS
+                rc = walk(d + BATCH_HEADER, total - BATCH_HEADER, (int32_t)be32u(d + 57), 0, &e);
+                Py_END_ALLOW_THREADS
+            } else {
+                rc = walk(d + BATCH_HEADER, total - BATCH_HEADER, (int32_t)be32u(d + 57), 0, &e);
+            }
+            if (rc != OK)
                 return CHECK_FAILED_AFTER_WRITE;
         }
     }
