@@ -2,8 +2,9 @@
 
 One client sends a heavy request; another client, on its own connection, sends small requests one after the
 other (Metadata for one topic and an uncompressed 1-record Produce, acks=1, alternating) until the heavy
-request's response arrives. The small requests' latency (send to response) is reported as p50 / p99 / max, with
-how many were answered meanwhile and how long the heavy request itself took. Scenarios:
+request's response arrives. The latency (send to response) of every small request sent while the heavy one was
+in flight is reported as p50 / p99 / max, with how many there were and how long the heavy request itself took
+(a broker that stalls answers one small request, late: its latency is the stall). Scenarios:
 
 * **idle**: no heavy request (2 s of small requests): the baseline.
 * **bomb produce**: one Produce request to a topic of ``--bombs`` partitions, one small compressed batch per
@@ -180,7 +181,8 @@ class Broker:
 # --------------------------------------------------------------------------------------------- scenarios
 
 
-def small_requests_during(port: int, heavy: Any, min_seconds: float = 0.0) -> tuple[list[float], float]:
+def small_requests_during(port: int, heavy: Any, min_seconds: float = 0.0, rate: float = 0.0
+                          ) -> tuple[list[float], float]:
     """Run ``heavy(client)`` on its own connection in a thread; meanwhile send small requests on another one.
     Returns (latencies in ms of small requests answered while the heavy one was in flight, heavy seconds)."""
     small = Client(port)
@@ -211,18 +213,26 @@ def small_requests_during(port: int, heavy: Any, min_seconds: float = 0.0) -> tu
         th.start()
         time.sleep(0.02)  # let the heavy request reach the broker first
     i = 0
+    gap = 1.0 / rate if rate > 0 else 0.0
+    next_at = time.perf_counter()
     while True:
+        if gap:  # a fixed rate (absolute deadlines): a stall shows as latency, not as fewer requests
+            next_at += gap
+            pause = next_at - time.perf_counter()
+            if pause > 0:
+                done.wait(pause) if heavy is not None else time.sleep(pause)
         if heavy is not None and done.is_set():
             break
         if heavy is None and time.perf_counter() - t_start > min_seconds:
             break
+        started_after_done = done.is_set()
         t0 = time.perf_counter()
         if i % 2:
             small.request(PRODUCE, 9, small_body)
         else:
             small.request(METADATA, 12, meta)
         t1 = time.perf_counter()
-        if heavy is None or not done.is_set():  # answered while the heavy request was still in flight
+        if heavy is None or not started_after_done:  # sent while the heavy request was in flight
             lat.append((t1 - t0) * 1000)
         i += 1
     small.close()
@@ -247,7 +257,7 @@ def run_rev(src: Path | None, work: Path, args: argparse.Namespace, bombs: list[
         admin = Client(broker.port)
         create_topic(admin, "small", 1)
         create_topic(admin, "bombs", len(bombs))
-        lat, _ = small_requests_during(broker.port, None, 2.0)
+        lat, _ = small_requests_during(broker.port, None, 2.0, args.rate)
         out["idle"] = {"lat": lat, "heavy": 0.0}
         bomb_body = produce_body("bombs", bombs)
         codes: set[int] = set()
@@ -259,24 +269,27 @@ def run_rev(src: Path | None, work: Path, args: argparse.Namespace, bombs: list[
 
         lats: list[float] = []
         secs: list[float] = []
-        for _ in range(args.repeats):
-            lat, s = small_requests_during(broker.port, bomb)
+        for _ in range(args.repeats if "bomb" in args.only else 0):
+            lat, s = small_requests_during(broker.port, bomb, rate=args.rate)
             lats += lat
             secs.append(s)
-        out["bomb produce"] = {"lat": lats, "heavy": statistics.median(secs), "codes": codes}
+        if secs:
+            out["bomb produce"] = {"lat": lats, "heavy": statistics.median(secs), "codes": codes}
+        if "create" not in args.only:
+            return out
 
         def create(c: Client) -> None:
             r = create_topic(c, "wide", args.partitions)
             assert r["topics"][0]["error_code"] == 0, r
 
-        lat, s = small_requests_during(broker.port, create)
+        lat, s = small_requests_during(broker.port, create, rate=args.rate)
         out[f"create {args.partitions}"] = {"lat": lat, "heavy": s}
 
         def delete(c: Client) -> None:
             r = c.request(DELETE_TOPICS, 4, {"topic_names": ["wide"], "timeout_ms": 120000})
             assert r["responses"][0]["error_code"] == 0, r
 
-        lat, s = small_requests_during(broker.port, delete)
+        lat, s = small_requests_during(broker.port, delete, rate=args.rate)
         out[f"delete {args.partitions}"] = {"lat": lat, "heavy": s}
         admin.close()
     finally:
@@ -346,6 +359,9 @@ def main() -> None:
     ap.add_argument("--bombs", type=int, default=150, help="bomb batches (partitions) in the bomb produce")
     ap.add_argument("--repeats", type=int, default=3, help="bomb produces per revision")
     ap.add_argument("--partitions", type=int, default=1000, help="partitions of the created/deleted topic")
+    ap.add_argument("--rate", type=float, default=1000.0,
+                    help="small requests per second (fixed schedule); 0: back to back, as fast as answered")
+    ap.add_argument("--only", default="bomb,create", help="scenarios: bomb, create (create and delete)")
     ap.add_argument("--calibrate", action="store_true", help="measure the loop/worker threshold's inputs instead")
     args = ap.parse_args()
     if args.calibrate:
@@ -370,8 +386,9 @@ def main() -> None:
             labels.append(label)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\nsmall requests (Metadata / 1-record Produce, alternating, one connection) while another connection's "
-          f"heavy request is in flight; {os.cpu_count()} cores\nbomb produce: {args.bombs} batches "
+    rate = f"{args.rate:.0f}/s" if args.rate > 0 else "back to back"
+    print(f"\nsmall requests (Metadata / 1-record Produce, alternating, one connection, {rate}) while another "
+          f"connection's heavy request is in flight; {os.cpu_count()} cores\nbomb produce: {args.bombs} batches "
           f"(zstd ~{len(bombs_by_codec[4]) / 1024:.0f} KiB / gzip ~{len(bombs_by_codec[1]) / 1024:.0f} KiB, each "
           f"inflating past the 64 MiB cap), {total / 1024:.0f} KiB request, x{args.repeats}\n")
     width = max(24, *(len(x) + 2 for x in labels))
@@ -388,7 +405,7 @@ def main() -> None:
         for metric, fmt in rows:
             print(f"{scenario:<16} {metric:<22}" + "".join(f"{fmt(results[x][scenario]):>{width}}" for x in labels))
     for x in labels:
-        codes = results[x]["bomb produce"].get("codes")
+        codes = results[x].get("bomb produce", {}).get("codes")
         print(f"bomb partition error codes [{x}]: {sorted(codes) if codes else '-'}")
 
 
