@@ -1,4 +1,11 @@
-"""The broker: one asyncio event loop serving the Kafka wire protocol over PLAINTEXT.
+"""The broker: one asyncio event loop serving the Kafka wire protocol over PLAINTEXT, and request handler threads.
+
+Request execution (docs/ARCHITECTURE.md, "Request execution")
+    The loop is Kafka's network thread: it frames, decodes, dispatches, runs small handler work and sends.
+    Work whose cost a client controls (validating compressed or large produce batches, creating and deleting
+    topics, config changes) runs on ``request_pool`` (:class:`~tidelog.broker.request_pool.RequestHandlerPool`,
+    ``num.io.threads``), awaited by the handler, so only its own connection waits; ``append_sequencer`` keeps
+    each partition's appends in arrival order.
 
 Connections (see :class:`Connection`)
     Each accepted socket is owned directly (non-blocking, ``TCP_NODELAY``), not through an asyncio transport, so
