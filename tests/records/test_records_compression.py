@@ -268,3 +268,32 @@ def test_mutated_streams_raise_only_record_errors(codec: CompressionType, payloa
     except RecordError:
         return
     assert len(out) <= 10_000
+
+
+def test_zstd_from_several_threads_at_once() -> None:
+    """The broker validates (and recompresses) batches on several request handler threads: zstd must give each
+    thread its own (de)compressor (python-zstandard's are not thread safe)."""
+    import threading
+
+    from tidelog.records.compression import CompressionType, compress, decompress
+
+    payloads = [bytes([i]) * (200_000 + i) + bytes(range(256)) * 50 for i in range(4)]
+    frames = [compress(CompressionType.ZSTD, p) for p in payloads]
+    bad: list[str] = []
+
+    def work(i: int) -> None:
+        try:
+            for _ in range(40):
+                if decompress(CompressionType.ZSTD, frames[i], 1 << 20) != payloads[i]:
+                    bad.append(f"decompress {i}")
+                if decompress(CompressionType.ZSTD, compress(CompressionType.ZSTD, payloads[i]), 1 << 20) != payloads[i]:
+                    bad.append(f"round trip {i}")
+        except Exception as exc:
+            bad.append(f"{i}: {exc!r}")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []

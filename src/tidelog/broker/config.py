@@ -183,7 +183,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("socket.listen.backlog.size", "50", _pos_int),
         _key("connections.max.idle.ms", "600000", _parse_long, "idle connections are closed after this"),
         _key("num.network.threads", "3", _pos_int, "accepted for compatibility; tidelog uses one event loop"),
-        _key("num.io.threads", "8", _pos_int, "accepted for compatibility"),
+        _key("num.io.threads", "8", _pos_int, "request handler threads: heavy produce validation, topic changes"),
         _key("queued.max.requests", "500", _pos_int),
         _key("num.recovery.threads.per.data.dir", "2", _pos_int),
         _key("log.flush.offset.checkpoint.interval.ms", "60000", _nonneg_int),

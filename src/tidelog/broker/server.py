@@ -1,4 +1,11 @@
-"""The broker: one asyncio event loop serving the Kafka wire protocol over PLAINTEXT.
+"""The broker: one asyncio event loop serving the Kafka wire protocol over PLAINTEXT, and request handler threads.
+
+Request execution (docs/ARCHITECTURE.md, "Request execution")
+    The loop is Kafka's network thread: it frames, decodes, dispatches, runs small handler work and sends.
+    Work whose cost a client controls (validating compressed or large produce batches, creating and deleting
+    topics, config changes) runs on ``request_pool`` (:class:`~tidelog.broker.request_pool.RequestHandlerPool`,
+    ``num.io.threads``), awaited by the handler, so only its own connection waits; ``append_sequencer`` keeps
+    each partition's appends in arrival order.
 
 Connections (see :class:`Connection`)
     Each accepted socket is owned directly (non-blocking, ``TCP_NODELAY``), not through an asyncio transport, so
@@ -55,6 +62,7 @@ from tidelog.broker.fetch_session import FetchSessionCache
 from tidelog.broker.handlers import HANDLER_MODULES, REGISTRY, RequestContext
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
+from tidelog.broker.request_pool import AppendSequencer, RequestHandlerPool
 from tidelog.protocol import codec
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.error_response import UNKNOWN_SERVER_ERROR, error_response
@@ -458,6 +466,10 @@ class Broker:
                                                 config.get("min.incremental.fetch.session.eviction.ms"))
         self.metrics.add_rows_source(self.fetch_sessions.rows)
         self.producer_ids: Any = None
+        # Kafka's request handler threads (num.io.threads) and the per-partition append order they must keep
+        self.request_pool = RequestHandlerPool(config.get("num.io.threads"))
+        self.loop: asyncio.AbstractEventLoop | None = None  # the network loop (set by start)
+        self.append_sequencer = AppendSequencer()
         self.connections: set[Connection] = set()
         self.stopping = False
         self._listen_sock: socket.socket | None = None
@@ -575,6 +587,7 @@ class Broker:
 
     async def start(self) -> None:
         """Open storage (recovery runs in a thread), bind the listener, start background tasks."""
+        self.loop = asyncio.get_running_loop()
         self._load_handlers()
         t0 = time.monotonic()
         await asyncio.to_thread(self._open_storage)
@@ -725,6 +738,7 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         await self.metrics.stop_http()
+        await loop.run_in_executor(None, self.request_pool.shutdown)
         if self.logs is not None:
             await loop.run_in_executor(None, self.logs.shutdown)
         log.info("broker stopped")

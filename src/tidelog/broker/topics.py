@@ -17,16 +17,22 @@ Partition directories found on disk for topics the file does not know (a registr
 Kafka) are adopted at start: the topic gets ``max(partition) + 1`` partitions and the id from
 ``partition.metadata`` (or a new id).
 
-Everything here runs on the event loop and is synchronous: creating a partition creates a directory and a few
-small files (milliseconds). Validation errors raise :class:`TopicError` with Kafka's error name.
+Reads (``get``, ``get_log``, ``names``, ...) run on the event loop and take no lock. Changes (create, delete,
+partitions, configs) are synchronous and may take long (a topic of 1000 partitions: 1000 directories, their
+files and fsyncs), so the handlers run them on the broker's request handler threads (``handlers.topic_change``);
+one lock serialises them, and a change becomes visible to readers only when it is complete: a new topic's logs
+all exist before its name does, a deleted topic's name is gone before its logs are closed. Validation errors
+raise :class:`TopicError` with Kafka's error name.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,6 +168,7 @@ class TopicManager:
         self._by_id: dict[bytes, TopicInfo] = {}
         self._logs: dict[tuple[str, int], Any] = {}
         self._generation = 0
+        self._change_lock = threading.RLock()  # one change at a time (they run on worker threads)
         self._load_registry()
 
     # -- persistence --------------------------------------------------------------------------------------------
@@ -221,16 +228,18 @@ class TopicManager:
             self._topics[name] = info
             self._by_id[info.topic_id] = info
 
-    def _persist(self) -> None:
+    def _persist(self, adding: TopicInfo | None = None) -> None:
+        """Write the registry (``adding``: a topic about to be published, written with the others)."""
         from tidelog.storage.checkpoints import atomic_write
 
         self._generation += 1
+        topics = list(self._topics.values()) + ([adding] if adding is not None else [])
         data = {
             "version": REGISTRY_VERSION,
             "generation": self._generation,
             "topics": {
                 t.name: {"topic_id": t.topic_id_str, "partitions": t.num_partitions, "configs": dict(sorted(t.overrides.items()))}
-                for t in sorted(self._topics.values(), key=lambda t: t.name)
+                for t in sorted(topics, key=lambda t: t.name)
             },
         }
         blob = (json.dumps(data, indent=1, sort_keys=False) + "\n").encode()
@@ -362,6 +371,17 @@ class TopicManager:
         configs: dict[str, str | None] | None = None,
         validate_only: bool = False,
     ) -> TopicInfo:
+        with self._change_lock:
+            return self._create_topic(name, num_partitions, replication_factor, configs, validate_only)
+
+    def _create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: dict[str, str | None] | None,
+        validate_only: bool,
+    ) -> TopicInfo:
         self._validate_new_name(name)
         num_partitions, replication_factor = self._counts_or_defaults(num_partitions, replication_factor)
         if replication_factor <= 0:
@@ -381,23 +401,32 @@ class TopicManager:
         info = TopicInfo(name, topic_id, num_partitions, overrides, cfg)
         if validate_only:
             return info
-        # registry first: a crash between here and the logs is repaired at start (missing partitions are created)
-        self._topics[name] = info
-        self._by_id[topic_id] = info
+        # registry first: a crash between here and the logs is repaired at start (missing partitions are created);
+        # readers see the topic only once all its logs exist
+        created: dict[tuple[str, int], Any] = {}
         try:
-            self._persist()
+            self._persist(adding=info)
             for p in range(num_partitions):
-                self._logs[(name, p)] = self.broker.logs.create_log(name, p, cfg, topic_id)
+                created[(name, p)] = self.broker.logs.create_log(name, p, cfg, topic_id)
         except Exception:
             log.exception("topic creation failed", extra={"kv": {"topic": name}})
-            self._drop(info)
+            self._delete_logs(name, list(created))
             raise
+        self._logs.update(created)
+        self._by_id[topic_id] = info
+        self._topics[name] = info
         log.info(
             "topic created",
             extra={"kv": {"topic": name, "partitions": num_partitions, "topic_id": info.topic_id_str,
                           "configs": overrides or ""}},
         )
         return info
+
+    def _delete_logs(self, name: str, tps: list[tuple[str, int]]) -> None:
+        try:
+            self.broker.logs.delete_logs(tps)
+        except Exception:
+            log.exception("deleting partitions failed", extra={"kv": {"topic": name}})
 
     def _counts_or_defaults(self, num_partitions: int, replication_factor: int) -> tuple[int, int]:
         """CreateTopics' -1s replaced by ``num.partitions`` / ``default.replication.factor``; a non-positive
@@ -413,37 +442,55 @@ class TopicManager:
     def _drop(self, info: TopicInfo) -> None:
         self._topics.pop(info.name, None)
         self._by_id.pop(info.topic_id, None)
-        for p in range(info.num_partitions):
-            lg = self._logs.pop((info.name, p), None)
-            if lg is not None:
-                try:
-                    self.broker.logs.delete_log(info.name, p)
-                except Exception:
-                    log.exception("deleting partition failed", extra={"kv": {"topic": info.name, "partition": p}})
+        tps = [(info.name, p) for p in range(info.num_partitions) if self._logs.pop((info.name, p), None) is not None]
+        self._delete_logs(info.name, tps)
 
     def delete_topic(self, name: str) -> TopicInfo:
-        info = self._topics.get(name)
-        if info is None:
-            raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"This server does not host topic {name}.")
-        self._topics.pop(name, None)
-        self._by_id.pop(info.topic_id, None)
-        self._persist()
-        for p in range(info.num_partitions):
-            self._logs.pop((name, p), None)
-            try:
-                self.broker.logs.delete_log(name, p)
-            except Exception:
-                log.exception("deleting partition failed", extra={"kv": {"topic": name, "partition": p}})
-            purgatory = getattr(self.broker, "purgatory", None)
-            if purgatory is not None:
-                purgatory.check_and_complete((name, p))
-        metrics = getattr(self.broker, "metrics", None)
-        if metrics is not None:
-            metrics.forget_topic(name)
+        with self._change_lock:
+            info = self._topics.get(name)
+            if info is None:
+                raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"This server does not host topic {name}.")
+            # gone for readers first, then from the registry, then from disk (each log dir's checkpoints once)
+            self._topics.pop(name, None)
+            self._by_id.pop(info.topic_id, None)
+            tps = [(name, p) for p in range(info.num_partitions)]
+            for tp in tps:
+                self._logs.pop(tp, None)
+            self._persist()
+            self._delete_logs(name, tps)
+        self._on_loop(self._forget_deleted, name, tps)
         log.info("topic deleted", extra={"kv": {"topic": name, "topic_id": info.topic_id_str}})
         return info
 
+    def _forget_deleted(self, name: str, tps: list[tuple[str, int]]) -> None:
+        """On the loop: wake what waits on the deleted partitions, drop the topic's metrics."""
+        purgatory = getattr(self.broker, "purgatory", None)
+        if purgatory is not None:
+            for tp in tps:
+                purgatory.check_and_complete(tp)
+        metrics = getattr(self.broker, "metrics", None)
+        if metrics is not None:
+            metrics.forget_topic(name)
+
+    def _on_loop(self, fn: Any, *args: Any) -> None:
+        """Run ``fn`` on the broker's event loop: at once when called there (or without a loop), else scheduled
+        from this worker thread."""
+        loop = getattr(self.broker, "loop", None)
+        if loop is not None and not loop.is_closed():
+            try:
+                here = asyncio.get_running_loop() is loop
+            except RuntimeError:
+                here = False
+            if not here:
+                loop.call_soon_threadsafe(fn, *args)
+                return
+        fn(*args)
+
     def create_partitions(self, name: str, total_count: int, validate_only: bool = False) -> TopicInfo:
+        with self._change_lock:
+            return self._create_partitions(name, total_count, validate_only)
+
+    def _create_partitions(self, name: str, total_count: int, validate_only: bool) -> TopicInfo:
         info = self._topics.get(name)
         if info is None:
             raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"This server does not host topic {name}.")
@@ -457,10 +504,13 @@ class TopicManager:
             )
         if validate_only:
             return info
+        # logs first (a crash after them is repaired at start: partitions found on disk are adopted), then the
+        # count readers see, then the registry
+        created = {(name, p): self.broker.logs.create_log(name, p, info.log_config, info.topic_id)
+                   for p in range(current, total_count)}
+        self._logs.update(created)
         info.num_partitions = total_count
         self._persist()
-        for p in range(current, total_count):
-            self._logs[(name, p)] = self.broker.logs.create_log(name, p, info.log_config, info.topic_id)
         log.info("partitions added", extra={"kv": {"topic": name, "from": current, "to": total_count}})
         return info
 
@@ -481,6 +531,10 @@ class TopicManager:
     # -- configs -----------------------------------------------------------------------------------------------
 
     def _apply_overrides(self, info: TopicInfo, overrides: dict[str, str], cfg: LogConfig) -> None:
+        with self._change_lock:
+            self._apply_overrides_locked(info, overrides, cfg)
+
+    def _apply_overrides_locked(self, info: TopicInfo, overrides: dict[str, str], cfg: LogConfig) -> None:
         info.overrides = overrides
         info.log_config = cfg
         self._persist()

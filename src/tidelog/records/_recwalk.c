@@ -1141,7 +1141,10 @@ crc32c_sw_py(PyObject *Py_UNUSED(module), PyObject *arg)
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    uint32_t crc = crc32c_sw(0, view.buf, (size_t)view.len);
+    uint32_t crc;
+    Py_BEGIN_ALLOW_THREADS
+    crc = crc32c_sw(0, view.buf, (size_t)view.len);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLong(crc);
 }

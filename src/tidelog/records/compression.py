@@ -18,6 +18,7 @@ failure of a codec becomes :class:`CorruptRecordError`.
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from enum import IntEnum
 
@@ -55,8 +56,27 @@ _ZSTD_SKIPPABLE_MASK = 0xFFFFFFF0
 _ZSTD_SKIPPABLE_MAGIC = 0x184D2A50
 _U32LE = struct.Struct("<I")
 
-_zstd_compressors: dict[int, zstandard.ZstdCompressor] = {}
-_zstd_decompressor = zstandard.ZstdDecompressor()
+# zstandard's (de)compressor objects must not be used by two threads at once (python-zstandard: instances are
+# not thread safe), and the broker validates and recompresses batches on several request handler threads: one
+# set per thread.
+_zstd_local = threading.local()
+
+
+def _zstd_compressor(level: int) -> zstandard.ZstdCompressor:
+    cache = getattr(_zstd_local, "compressors", None)
+    if cache is None:
+        cache = _zstd_local.compressors = {}
+    compressor = cache.get(level)
+    if compressor is None:
+        compressor = cache[level] = zstandard.ZstdCompressor(level=level, write_content_size=True)
+    return compressor
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    dctx = getattr(_zstd_local, "decompressor", None)
+    if dctx is None:
+        dctx = _zstd_local.decompressor = zstandard.ZstdDecompressor()
+    return dctx
 
 
 def codec_of(codec: int) -> CompressionType:
@@ -89,12 +109,7 @@ def compress(codec: int, data: Buffer, level: int | None = None) -> bytes:
         )
     # ZSTD
     zlevel = 3 if level is None else level
-    compressor = _zstd_compressors.get(zlevel)
-    if compressor is None:
-        compressor = _zstd_compressors[zlevel] = zstandard.ZstdCompressor(
-            level=zlevel, write_content_size=True
-        )
-    return compressor.compress(data)
+    return _zstd_compressor(zlevel).compress(data)
 
 
 def _xerial_compress(data: Buffer) -> bytes:
@@ -293,7 +308,7 @@ def _zstd_decompress(data: Buffer, max_size: int) -> bytes:
     declared = zstandard.frame_content_size(data)
     if declared > max_size:  # -1 = unknown
         _too_big(CompressionType.ZSTD, max_size)
-    reader = _zstd_decompressor.stream_reader(data, read_across_frames=True)
+    reader = _zstd_decompressor().stream_reader(data, read_across_frames=True)
     out: list[bytes] = []
     produced = 0
     first = declared + 1 if 0 <= declared < _MAX_CHUNK else _next_chunk(0, len(view), max_size)

@@ -159,7 +159,16 @@ stamped_write(int fd, const uint8_t *d, Py_ssize_t total, long long base, int32_
         if (crc != be32u(d + 17))
             return CHECK_FAILED_AFTER_WRITE;
         if (check == 2 && (be16(d + 21) & 0x07) == 0) {
-            if (!capi->records_ok(d + BATCH_HEADER, total - BATCH_HEADER, (int32_t)be32u(d + 57)))
+            int ok;
+            /* only the caller's buffer is read: other threads (the network loop) run meanwhile */
+            if (total > RELEASE_GIL_BYTES) {
+                Py_BEGIN_ALLOW_THREADS
+                ok = capi->records_ok(d + BATCH_HEADER, total - BATCH_HEADER, (int32_t)be32u(d + 57));
+                Py_END_ALLOW_THREADS
+            } else {
+                ok = capi->records_ok(d + BATCH_HEADER, total - BATCH_HEADER, (int32_t)be32u(d + 57));
+            }
+            if (!ok)
                 return CHECK_FAILED_AFTER_WRITE;
         }
     }

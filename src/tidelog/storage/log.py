@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from tidelog.records.batch import (
     build_batch,
@@ -120,6 +120,18 @@ class AppendInfo:
     duplicate: bool = False
     record_count: int = 0
     size: int = 0
+
+
+class ValidatedBatch(NamedTuple):
+    """A client batch that passed :meth:`PartitionLog.validate_leader_batch`, ready for
+    :meth:`PartitionLog.append_validated`."""
+
+    batch: bytes | bytearray | memoryview  # the caller's bytes
+    fields: HeaderTuple  # the header of what is stored (of ``copy`` when there is one)
+    copy: bytearray | None  # the rewritten batch (LogAppendTime, the topic's codec), else None
+    late: bool  # the CRC and the record walk are left to the writer (uncompressed batches only)
+    now: int
+    log_append: bool
 
 
 @dataclass(slots=True)
@@ -557,12 +569,32 @@ class PartitionLog:
             info = self._append_fast(batch, leader_epoch, _now_ms() if now_ms is None else now_ms)
             if info is not None:
                 return info
+        prepared = self.validate_leader_batch(batch, now_ms=now_ms, reject_control_batches=reject_control_batches)
+        return self.append_validated(prepared, leader_epoch=leader_epoch, assign_offsets=assign_offsets)
+
+    def validate_leader_batch(
+        self,
+        batch: bytes | bytearray | memoryview,
+        *,
+        now_ms: int | None = None,
+        reject_control_batches: bool = False,
+        check_all: bool = False,
+    ) -> ValidatedBatch:
+        """The first half of :meth:`append_as_leader`: every check of a client batch that needs no log state
+        (Kafka's LogValidator: header, sizes, CRC, client checks, the record walk of the decompressed records,
+        timestamps) and the rewrite for LogAppendTime or the topic's ``compression.type``. Takes no lock and
+        changes nothing, so it may run on any thread, in parallel with appends and with other validations of
+        the same log (the broker runs it on a worker thread for batches whose check is expensive, e.g.
+        compressed ones). ``check_all``: no check is left to the writer (the late CRC and walk), so the caller
+        knows the batch is valid once this returns. Raises the exact error, in Kafka's order."""
         config = self.config
         log_append = self._log_append_time
         c_check = _c_validate_single_batch
         # late: the CRC and the record walk are left to the C writer, right after its write (see above)
-        late = c_check is not None
-        fields = None if c_check is None else c_check(batch, config.max_message_bytes, False, False)
+        late = c_check is not None and not check_all
+        fields = None if c_check is None else c_check(batch, config.max_message_bytes, check_all, check_all)
+        # with check_all, an uncompressed batch the C check passed has had its CRC and its record walk
+        walked = fields is not None and check_all and not fields[5] & COMPRESSION_MASK
         if fields is None:  # the Python checks raise the exact error (or the extension is not in use)
             fields = validate_batch_tuple(batch, 0, config.max_message_bytes, check_crc=not late)
         (_, batch_length, _, _, _, attributes, last_delta, base_ts, max_ts, pid, _, base_seq, count) = fields
@@ -593,7 +625,7 @@ class PartitionLog:
             self._validate_client_batch(BatchHeader(*fields), reject_control_batches)  # raises
         # Kafka's LogValidator walk of every record (decompressed, bounded): a batch no consumer could decode
         # never reaches the log
-        if not late:
+        if not late and not walked:
             check_record_structure(batch, 0, fields)
         now = _now_ms() if now_ms is None else now_ms
         if not log_append:
@@ -619,7 +651,18 @@ class PartitionLog:
                     f"the batch is {size} bytes once stored with compression.type {config.compression_type}, "
                     f"larger than max.message.bytes {config.max_message_bytes}"
                 )
+        return ValidatedBatch(batch, fields, copy, late, now, log_append)
 
+    def append_validated(
+        self, validated: ValidatedBatch, *, leader_epoch: int = 0, assign_offsets: bool = True
+    ) -> AppendInfo:
+        """The second half of :meth:`append_as_leader`, under the log's lock: the producer-state check
+        (duplicates, sequence numbers), offset assignment, the write and the bookkeeping. The broker calls the
+        two halves for the same partition in the order its requests arrived."""
+        batch, fields, copy, late, now, log_append = validated
+        (_, batch_length, _, _, _, _, last_delta, _, max_ts, pid, _, _, count) = fields
+        size = batch_length + LOG_OVERHEAD
+        config = self.config
         with self._lock:
             if self._closed:
                 self._ensure_open()
@@ -748,6 +791,12 @@ class PartitionLog:
             config.max_message_bytes, config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms,
             config.segment_bytes, config.segment_ms,
         )
+
+    def recompresses(self, codec: int) -> bool:
+        """True when a client batch with compression ``codec`` is rebuilt with the topic's ``compression.type``
+        (per-record work) before it is stored."""
+        to = self._recompress_to
+        return to is not None and codec != to
 
     @staticmethod
     def _recompressed(batch: bytes | bytearray | memoryview, fields: HeaderTuple, codec: int) -> bytearray:

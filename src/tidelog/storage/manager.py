@@ -451,29 +451,48 @@ class LogManager:
     def delete_log(self, topic: str, partition: int) -> bool:
         """Close the log, rename its directory to ``<topic>-<partition>.<uuid hex>-delete`` and remove it
         in the background. Returns False when there was no such log."""
+        return self.delete_logs([(topic, partition)])[0]
+
+    def delete_logs(self, tps: Iterable[TopicPartition]) -> list[bool]:
+        """:meth:`delete_log` for many partitions at once (a topic's): each log is closed and its directory
+        renamed, then each log dir touched is fsynced once and its offset checkpoints are written once, not once
+        per partition (deleting a topic of N partitions wrote 3 checkpoints of every partition N times: a
+        quadratic 5.5 s for 1000). Returns, per partition, whether there was such a log."""
         self._check_started()
-        tp = (topic, partition)
-        with self._lock:
-            plog = self._logs.pop(tp, None)
-            root = self._log_root.pop(tp, None)
-            self._no_metadata.discard(tp)
-            if plog is None or root is None:
-                return False
-            if not any(t == topic for t, _ in self._logs):
-                self._topic_ids.pop(topic, None)
-        src = root / partition_dir_name(topic, partition)
-        if self.cleaner is not None:
-            self.cleaner.forget(tp)
-        plog.close()
-        dst = root / f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-        os.rename(src, dst)
-        fsync_dir(root)
-        self._checkpoint_dir_offsets(root)
-        assert self._deleter is not None
-        fut: Future[None] = self._deleter.submit(shutil.rmtree, dst, True)
-        with self._lock:
-            self._pending_deletes = [f for f in self._pending_deletes if not f.done()] + [fut]
-        return True
+        found: list[bool] = []
+        roots: dict[Path, None] = {}
+        moved: list[Path] = []
+        try:
+            for topic, partition in tps:
+                tp = (topic, partition)
+                with self._lock:
+                    plog = self._logs.pop(tp, None)
+                    root = self._log_root.pop(tp, None)
+                    self._no_metadata.discard(tp)
+                    if plog is None or root is None:
+                        found.append(False)
+                        continue
+                    if not any(t == topic for t, _ in self._logs):
+                        self._topic_ids.pop(topic, None)
+                found.append(True)
+                roots[root] = None
+                src = root / partition_dir_name(topic, partition)
+                if self.cleaner is not None:
+                    self.cleaner.forget(tp)
+                plog.close()
+                dst = root / f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+                os.rename(src, dst)
+                moved.append(dst)
+        finally:
+            for root in roots:
+                fsync_dir(root)
+                self._checkpoint_dir_offsets(root)
+            assert self._deleter is not None
+            futs: list[Future[None]] = [self._deleter.submit(shutil.rmtree, dst, True) for dst in moved]
+            if futs:
+                with self._lock:
+                    self._pending_deletes = [f for f in self._pending_deletes if not f.done()] + futs
+        return found
 
     def wait_for_deletions(self) -> None:
         """Block until background directory removals queued so far have finished."""

@@ -511,7 +511,7 @@ async def _delete_one(
         name = info.name
         resp["name"] = name
     try:
-        info = await call_maybe_async(topics.delete_topic, name)
+        info = await topic_change(topics.delete_topic, name)  # off the loop (files, checkpoints)
     except Exception as exc:
         if not is_client_error(exc):
             raise
@@ -769,7 +769,7 @@ async def _alter_config_resources(
             continue  # empty change set on the broker: nothing to do
         change_set = changes(configs)
         try:
-            await topic_change(alter, rname, change_set, validate_only=validate_only)
+            await topic_change(alter, rname, change_set, validate_only=validate_only)  # off the loop (fsyncs)
         except Exception as exc:
             if not is_client_error(exc):
                 raise

@@ -36,6 +36,7 @@ from tidelog.broker.errors import PartitionError, code_of, error_of
 from tidelog.broker.fetch_session import INITIAL_EPOCH, CachedPartition
 from tidelog.broker.handlers import REGISTRY, RequestContext, handles, topic_change
 from tidelog.broker.purgatory import DelayedFetch, DelayedProduce, FetchPartitionStatus
+from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED
 
 log = logging.getLogger("tidelog.broker.core")
 
@@ -266,10 +267,58 @@ def _resolve_topic(ctx: RequestContext, t: dict) -> tuple[str | None, bytes, int
     return name, (info.topic_id if info is not None else ZERO_UUID), NONE
 
 
+# What validating a produce batch may cost, to decide where it runs (see docs/ARCHITECTURE.md, "Request
+# execution"). Measured on the 2-core VM (bench/loop_stall_bench.py --calibrate): a round trip to a worker thread
+# costs 80-90 us; header + CRC-32C + record walk of an uncompressed batch ~0.06 ns per byte (1 MiB: ~65 us);
+# decompression + walk per byte of records ~2.5 ns for gzip, ~0.4 snappy, 0.3-1.0 lz4, ~0.35 zstd. A compressed
+# batch's output is bounded before it is inflated only by the codec's largest ratio (deflate 1032:1, lz4 ~255:1,
+# snappy ~21:1, zstd ~32768:1 with RLE blocks) and by the 64 MiB cap (a 2 KB zstd bomb costs ~30 ms, a 64 KB
+# gzip one ~60 ms). A request whose worst case costs more than one round trip to a worker is validated on a
+# worker; the rest (uncompressed batches up to ~1.1 MB in total, lz4 and snappy batches of a few hundred bytes)
+# stays on the loop, where the C fast path checks and writes in one call.
+_NS_PER_OUTPUT_BYTE = (0.07, 2.7, 0.4, 1.0, 0.35)  # by codec id: none, gzip, snappy, lz4, zstd
+_MAX_RATIO = (1, 1032, 22, 256, 32768)
+INLINE_VALIDATION_NS = 80_000
+
+
+def validation_cost_ns(records: Any) -> float:
+    """Worst-case cost of validating one produce batch (header only: nothing is decompressed)."""
+    n = len(records)
+    if n < 61:
+        return 0.0
+    codec = records[22] & 0x07
+    if codec > 4:
+        return 0.0  # refused from the header
+    return min(n * _MAX_RATIO[codec], DEFAULT_MAX_DECOMPRESSED) * _NS_PER_OUTPUT_BYTE[codec]
+
+
+class _ProducePartition:
+    __slots__ = ("index", "name", "plog", "pr", "records", "ticket", "validated")
+
+    def __init__(self, name: str, index: int, plog: Any, records: Any, pr: dict) -> None:
+        self.name = name
+        self.index = index
+        self.plog = plog
+        self.records = records
+        self.pr = pr
+        self.ticket: Any = None
+        self.validated: Any = None  # ValidatedBatch, or the exception its validation raised
+
+
+def _validate_all(parts: list[_ProducePartition], now_ms: int) -> None:
+    """On a worker thread: every batch's checks and rewrites (validate_leader_batch, nothing left to the
+    writer); each result or exception is kept for the append on the loop."""
+    for pp in parts:
+        try:
+            pp.validated = pp.plog.validate_leader_batch(pp.records, now_ms=now_ms, reject_control_batches=True,
+                                                         check_all=True)
+        except Exception as exc:
+            pp.validated = exc
+
+
 @handles(PRODUCE)
 async def produce(ctx: RequestContext, request: dict) -> dict | None:
     broker = ctx.broker
-    v = ctx.api_version
     acks = request.get("acks", 1)
     timeout_ms = request.get("timeout_ms", 30000)
     now_ms = time.time_ns() // 1_000_000
@@ -277,7 +326,10 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
     appended: dict[tuple[str, int], int] = {}  # tp -> required offset for acks=-1
     results: dict[tuple[str, int], dict] = {}
     any_error = False
-    metrics = broker.metrics
+    todo: list[_ProducePartition] = []
+    cost = 0.0
+    ordered = False  # an earlier request still holds one of these partitions (AppendSequencer)
+    sequencer = broker.append_sequencer
     for t in request.get("topic_data") or ():
         name, tid, topic_err = _resolve_topic(ctx, t)
         parts_out: list[dict] = []
@@ -305,47 +357,53 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
             try:
                 assert name is not None
                 plog = broker.leader_log(name, index)
-                if acks == -1 and len(broker.isr(name, index)) < plog.config.min_insync_replicas:
-                    pr["error_code"] = NOT_ENOUGH_REPLICAS
-                    pr["error_message"] = (
-                        f"The size of the current ISR {len(broker.isr(name, index))} is insufficient to satisfy "
-                        f"the min.isr requirement of {plog.config.min_insync_replicas} for partition {name}-{index}"
-                    )
-                    any_error = True
-                    continue
-                records = pd.get("records")
-                if records is None or len(records) == 0:
-                    pr["error_code"] = INVALID_RECORD
-                    pr["error_message"] = (
-                        "Produce requests with version 3 or later must have at least one record batch per partition."
-                    )
-                    any_error = True
-                    continue
-                info = plog.append_as_leader(
-                    records, leader_epoch=broker.leader_epoch(name, index), now_ms=now_ms,
-                    reject_control_batches=True,
-                )
             except Exception as exc:
-                code, message = error_of(exc)
-                pr["error_code"] = code
-                pr["error_message"] = message if v >= 8 else None
                 any_error = True
-                if code != UNKNOWN_TOPIC_OR_PARTITION:
-                    log.info(
-                        "produce rejected",
-                        extra={"kv": {"topic": name, "partition": index, "error": code, "reason": message,
-                                      "client_id": ctx.client_id}},
-                    )
+                _produce_error(ctx, pr, name, index, exc)
                 continue
-            pr["base_offset"] = info.first_offset
-            pr["log_append_time_ms"] = info.log_append_time
-            pr["log_start_offset"] = info.log_start_offset
-            tp = (name, index)
-            if not info.duplicate:
-                metrics.record_produce(name, info.size, info.record_count)
-                broker.on_append(tp, plog)
-            appended[tp] = info.last_offset + 1
-            results[tp] = pr
+            if acks == -1 and len(broker.isr(name, index)) < plog.config.min_insync_replicas:
+                pr["error_code"] = NOT_ENOUGH_REPLICAS
+                pr["error_message"] = (
+                    f"The size of the current ISR {len(broker.isr(name, index))} is insufficient to satisfy "
+                    f"the min.isr requirement of {plog.config.min_insync_replicas} for partition {name}-{index}"
+                )
+                any_error = True
+                continue
+            records = pd.get("records")
+            if records is None or len(records) == 0:
+                pr["error_code"] = INVALID_RECORD
+                pr["error_message"] = (
+                    "Produce requests with version 3 or later must have at least one record batch per partition."
+                )
+                any_error = True
+                continue
+            todo.append(_ProducePartition(name, index, plog, records, pr))
+            if len(records) >= 61 and plog.recompresses(records[22] & 0x07):
+                cost = float("inf")  # rebuilt with the topic's codec: per-record Python
+            else:
+                cost += validation_cost_ns(records)
+            ordered = ordered or sequencer.busy((name, index))
+
+    offload = cost > INLINE_VALIDATION_NS
+    if offload or ordered:
+        # tickets for every partition before the first await: appends keep the order requests arrived in
+        for pp in todo:
+            pp.ticket = sequencer.ticket((pp.name, pp.index))
+        try:
+            if offload:
+                await broker.request_pool.run(_validate_all, todo, now_ms)
+            for pp in todo:
+                await pp.ticket.turn()
+                try:
+                    any_error |= _append_one(ctx, pp, now_ms, appended, results)
+                finally:
+                    pp.ticket.release()
+        finally:
+            for pp in todo:
+                pp.ticket.release()
+    else:
+        for pp in todo:
+            any_error |= _append_one(ctx, pp, now_ms, appended, results)
 
     if acks == 0:
         if any_error:
@@ -362,6 +420,54 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
                 pr = results[tp]
                 pr["error_code"] = code_of(err)
     return body
+
+
+def _produce_error(ctx: RequestContext, pr: dict, name: str | None, index: int, exc: BaseException) -> None:
+    code, message = error_of(exc)
+    pr["error_code"] = code
+    pr["error_message"] = message if ctx.api_version >= 8 else None
+    if code != UNKNOWN_TOPIC_OR_PARTITION:
+        log.info(
+            "produce rejected",
+            extra={"kv": {"topic": name, "partition": index, "error": code, "reason": message,
+                          "client_id": ctx.client_id}},
+        )
+
+
+def _append_one(ctx: RequestContext, pp: _ProducePartition, now_ms: int, appended: dict, results: dict) -> bool:
+    """Append one partition's batch on the loop (validated already on a worker, or checked here as it is written).
+    Returns True on an error (answered in the partition's entry)."""
+    broker = ctx.broker
+    name, index, pr = pp.name, pp.index, pp.pr
+    try:
+        validated = pp.validated
+        if validated is None:
+            info = pp.plog.append_as_leader(pp.records, leader_epoch=broker.leader_epoch(name, index), now_ms=now_ms,
+                                            reject_control_batches=True)
+        else:
+            if isinstance(validated, Exception):
+                raise validated
+            # leadership may have moved (or the topic gone) while the batch was validated on a worker
+            plog = broker.leader_log(name, index)
+            if plog is not pp.plog:
+                raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"{name}-{index} changed while the batch was checked")
+            info = plog.append_validated(validated, leader_epoch=broker.leader_epoch(name, index))
+    except Exception as exc:
+        err: BaseException = exc
+        if broker.topics.get_log(name, index) is not pp.plog:  # deleted meanwhile (on a worker thread)
+            err = PartitionError("UNKNOWN_TOPIC_OR_PARTITION", f"{name}-{index} was deleted")
+        _produce_error(ctx, pr, name, index, err)
+        return True
+    pr["base_offset"] = info.first_offset
+    pr["log_append_time_ms"] = info.log_append_time
+    pr["log_start_offset"] = info.log_start_offset
+    tp = (name, index)
+    if not info.duplicate:
+        broker.metrics.record_produce(name, info.size, info.record_count)
+        broker.on_append(tp, pp.plog)
+    appended[tp] = info.last_offset + 1
+    results[tp] = pr
+    return False
 
 
 # ------------------------------------------------------------------------------------------------------------

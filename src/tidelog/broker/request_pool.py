@@ -1,0 +1,112 @@
+"""Request execution off the network loop: Kafka's request handler threads, for Python.
+
+Kafka splits a broker into network threads (``SocketServer``'s processors: read frames, queue requests, write
+responses) and request handler threads (``KafkaRequestHandlerPool``, ``num.io.threads``: decompression,
+validation, appends, admin work). tidelog's equivalent (see docs/ARCHITECTURE.md, "Request execution"):
+
+* the asyncio event loop is the network thread: it frames, decodes, dispatches and sends, and runs handlers
+  whose work is small (most requests: a dict lookup, a small append, a sendfile);
+* :class:`RequestHandlerPool` (``num.io.threads`` worker threads) runs the work whose cost depends on what a
+  client sent and can be large: decompression and validation of compressed (or large) produce batches, topic
+  creation and deletion (directories, files, fsyncs, checkpoints). Handlers ``await`` it, so their
+  connection's next request still waits (one request per connection at a time, as Kafka's muted channel) while
+  every other connection is served;
+* :class:`AppendSequencer` keeps each partition's appends in the order their requests reached the broker, even
+  when an earlier request's validation runs on a worker and a later one's is answered on the loop.
+
+The GIL: the work moved to the threads spends its time in C code that releases it (zlib, zstandard, lz4 and
+cramjam while they inflate; ``_recwalk``'s CRC-32C and record walk over 64 KiB), so the loop keeps running
+Python while a worker decompresses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class RequestHandlerPool:
+    """``num.io.threads`` worker threads for request work too heavy for the loop."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = max(1, int(threads))
+        self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="tidelog-request-handler")
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` on a worker thread; the caller's coroutine waits, the loop does not."""
+        loop = asyncio.get_running_loop()
+        call = functools.partial(fn, *args, **kwargs) if kwargs else fn
+        return await loop.run_in_executor(self._executor, call, *(() if kwargs else args))
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=False)
+
+
+class AppendTicket:
+    """One request's place in one partition's append order (see :class:`AppendSequencer`)."""
+
+    __slots__ = ("_done", "_prev", "_seq", "_tp")
+
+    def __init__(self, seq: AppendSequencer, tp: Any, prev: asyncio.Future[None] | None,
+                 done: asyncio.Future[None]) -> None:
+        self._seq = seq
+        self._tp = tp
+        self._prev = prev
+        self._done = done
+
+    async def turn(self) -> None:
+        """Wait until every request for this partition that arrived earlier has appended (or given up)."""
+        prev = self._prev
+        if prev is not None and not prev.done():
+            await asyncio.shield(prev)
+
+    def release(self) -> None:
+        """This request is done with the partition (appended, refused, failed or cancelled): the next may go.
+        If an earlier one has not finished (this one gave up before its turn), the next still waits for it."""
+        if self._done.done():
+            return
+        prev = self._prev
+        if prev is None or prev.done():
+            self._finish()
+        else:
+            prev.add_done_callback(lambda _f: self._finish())
+
+    def _finish(self) -> None:
+        done = self._done
+        if not done.done():
+            done.set_result(None)
+        tails = self._seq._tails
+        if tails.get(self._tp) is done:
+            del tails[self._tp]
+
+
+class AppendSequencer:
+    """Per-partition append order = arrival order, with validation free to run in parallel.
+
+    A produce request that leaves the loop (its validation runs on a worker) takes a ticket for each of its
+    partitions at dispatch, before its first ``await``; it appends to a partition only when the tickets taken
+    before it for that partition are released. A request that stays on the loop appends at once unless an
+    earlier ticket for the partition is still out, in which case it takes a ticket too. Kafka's handler threads
+    race for the log's lock instead; here arrival order is kept, so a client never sees a later request's
+    records before an earlier one's in the same partition. Lives on the loop: no locks."""
+
+    def __init__(self) -> None:
+        self._tails: dict[Any, asyncio.Future[None]] = {}
+
+    def busy(self, tp: Any) -> bool:
+        """True while an earlier request still holds a ticket for ``tp``."""
+        return tp in self._tails
+
+    def ticket(self, tp: Any) -> AppendTicket:
+        prev = self._tails.get(tp)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._tails[tp] = done
+        return AppendTicket(self, tp, prev, done)
+
+    def __len__(self) -> int:
+        return len(self._tails)
