@@ -142,19 +142,22 @@ class DelayedOperationPurgatory:
 
 @dataclass(slots=True)
 class FetchPartitionStatus:
-    """One partition of a delayed fetch: where the fetch starts and how much it may take."""
+    """One partition of a delayed fetch: where the fetch starts, how much it may take, and the leader epoch the
+    fetcher named (-1: none)."""
 
     tp: TopicPartition
     fetch_offset: int
     max_bytes: int
+    current_leader_epoch: int = -1
 
 
 class DelayedFetch(DelayedOperation):
     """A fetch that waits until ``min_bytes`` are available across its partitions (or ``max_wait_ms``).
 
     ``probe(status)`` returns the bytes currently readable for one partition (bounded by its ``max_bytes``), or
-    raises to signal that the partition is now in error (deleted, moved, offset out of range): that completes the
-    fetch at once, as Kafka does. The result is ``None``: the Fetch handler reads the data when it wakes up.
+    raises to signal that the partition is now in error (deleted, moved, a new leader epoch, offset out of range):
+    that completes the fetch at once, as Kafka does. The result is ``None``: the read service
+    (:mod:`tidelog.broker.fetch`, which also provides the probe) reads the data when it wakes up.
     """
 
     def __init__(

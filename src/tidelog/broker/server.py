@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.errors import PartitionError
+from tidelog.broker.fetch import ReadService
 from tidelog.broker.fetch_session import FetchSessionCache
 from tidelog.broker.handlers import HANDLER_MODULES, REGISTRY, RequestContext
 from tidelog.broker.metrics import BrokerMetrics
@@ -465,6 +466,8 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"),
                                                 config.get("min.incremental.fetch.session.eviction.ms"))
         self.metrics.add_rows_source(self.fetch_sessions.rows)
+        # the one Fetch read path (consumers and followers); cluster mode adds its follower hooks
+        self.read_service = ReadService(self.leader_log, self.leader_epoch, self.purgatory, self.metrics)
         self.producer_ids: Any = None
         # Kafka's request handler threads (num.io.threads) and the per-partition append order they must keep
         self.request_pool = RequestHandlerPool(config.get("num.io.threads"))
@@ -507,8 +510,6 @@ class Broker:
 
     def metadata_controller_id(self) -> int:
         return self.node_id
-
-    replica_fetch: Any = None  # cluster mode: async (request, replica_id, version) -> Fetch response
 
     def maybe_increment_high_watermark(self, tp: tuple[str, int], log_: Any) -> bool:
         """HW = min LEO over the ISR. With this node alone in the ISR that is the local LEO. Returns True if it

@@ -52,15 +52,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidelog.broker.errors import PartitionError, error_of
+from tidelog.broker.errors import PartitionError
 from tidelog.broker.server import Broker
 from tidelog.cluster import zkdata as zd
 from tidelog.cluster.fetcher import ReplicaFetcherManager
 
 log = logging.getLogger("tidelog.cluster.broker")
 
-_MIN_BATCH = 61
-_INLINE_RECORDS_MAX = 1 << 20  # follower fetch answers up to this size carry the records in memory, not sendfile
 CONFIG_CHANGE_EXPIRATION_S = 15 * 60  # Kafka's ZkNodeChangeNotificationListener changeExpirationMs
 
 
@@ -90,6 +88,7 @@ class Replica:
 class ClusterBroker(Broker):
     def __init__(self, config: Any) -> None:
         super().__init__(config)
+        self.read_service.followers = self  # leader side of follower fetches: check_follower, update_follower_fetch_state
         props = config.props
         self.zk_connect: str = config.get("zookeeper.connect")
         self.session_timeout_s = config.get("zookeeper.session.timeout.ms") / 1000.0
@@ -780,132 +779,20 @@ class ClusterBroker(Broker):
                                                                     "followers": ",".join(map(str, lagging))}})
                     self._change_isr(r, tuple(b for b in r.isr if b not in lagging))
 
-    async def replica_fetch(self, request: dict, replica_id: int, version: int) -> dict:
-        """A Fetch from follower ``replica_id``: read up to the LEO, record its LEO, long poll on appends.
+    # the read service's follower hooks (broker/fetch.py reads a follower's Fetch like a consumer's, up to the LEO)
 
-        KIP-320 (Fetch v12+): when the follower names the epoch of its last fetched batch
-        (``last_fetched_epoch``), the leader first checks that the follower's log does not diverge from its own:
-        if the leader's end offset of that epoch is below the fetch offset, or the leader only knows an older
-        epoch, it answers ``diverging_epoch`` (that epoch and its end offset here) with no records, and does not
-        take the fetch offset as the follower's LEO (it is not a prefix of this log); the follower truncates
-        and fetches again. The check comes before the range check, so a follower whose tail runs past this
-        log's end learns where to truncate instead of getting OFFSET_OUT_OF_RANGE.
-        """
-        from tidelog.broker.purgatory import DelayedFetch, FetchPartitionStatus
-        from tidelog.protocol.compiler import RecordsChunks
+    def check_follower(self, tp: tuple[str, int], replica_id: int) -> None:
+        """Only a replica of ``tp`` (in the state or the assignment) may fetch it as a follower."""
+        r = self.replicas.get(tp)
+        a = self.assignments.get(tp[0])
+        if (r is None or replica_id not in r.replicas) and (a is None or replica_id not in a.partitions.get(tp[1], ())):
+            raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"broker {replica_id} is no replica")
 
-        responses: list[dict] = []
-        items: list[tuple[Replica | None, int, int, dict]] = []
-        epochs: dict[tuple[str, int], int] = {}
-        for t in request.get("topics") or ():
-            name = t.get("topic")
-            parts_out: list[dict] = []
-            responses.append({"topic": name, "topic_id": t.get("topic_id", bytes(16)), "partitions": parts_out})
-            for p in t.get("partitions") or ():
-                index = p.get("partition", 0)
-                out = {"partition_index": index, "error_code": 0, "high_watermark": -1, "last_stable_offset": -1,
-                       "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
-                       "records": b""}
-                parts_out.append(out)
-                r = None
-                try:
-                    self.leader_log(name, index)
-                    self.check_leader_epoch(name, index, p.get("current_leader_epoch", -1))
-                    r = self.replicas[(name, index)]
-                    a = self.assignments.get(name)
-                    if replica_id not in r.replicas and (a is None or replica_id not in a.partitions.get(index, ())):
-                        raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"broker {replica_id} is no replica")
-                    offset = p.get("fetch_offset", 0)
-                    last_epoch = p.get("last_fetched_epoch", -1) if version >= 12 else -1
-                    diverging = self._diverging_epoch(r, last_epoch, offset)
-                    if diverging is not None and diverging[0] < 0:
-                        # no epoch of ours at or below the follower's: let it truncate through
-                        # OffsetForLeaderEpoch (a diverging_epoch of -1 reads as "none" on the wire)
-                        out["log_start_offset"] = r.log.log_start_offset
-                        raise PartitionError("OFFSET_OUT_OF_RANGE")
-                    if diverging is not None:
-                        out["diverging_epoch"] = {"epoch": diverging[0], "end_offset": diverging[1]}
-                        out["high_watermark"] = out["last_stable_offset"] = r.log.high_watermark
-                        out["log_start_offset"] = r.log.log_start_offset
-                        r = None
-                    else:
-                        if offset > r.log.log_end_offset or offset < r.log.log_start_offset:
-                            out["log_start_offset"] = r.log.log_start_offset
-                            raise PartitionError("OFFSET_OUT_OF_RANGE")
-                        self.record_follower_fetch(r, replica_id, offset)
-                        epochs[r.tp] = r.leader_epoch
-                except PartitionError as exc:
-                    out["error_code"], _ = error_of(exc)
-                    r = None
-                items.append((r, p.get("fetch_offset", 0), p.get("partition_max_bytes", self.fetch_max_bytes), out))
-
-        response_max = request.get("max_bytes", 0x7FFFFFFF)
-
-        def read_all() -> int:
-            """Read every partition, the response bounded by ``max_bytes`` (replica.fetch.response.max.bytes)
-            except that the first partition with data returns at least one batch, as Kafka."""
-            total = 0
-            for r, offset, max_bytes, out in items:
-                if r is None:
-                    continue
-                limit = min(max_bytes, response_max - total)
-                if (limit <= 0 and total) or offset == r.log.log_end_offset:  # full, or nothing new to read
-                    out["high_watermark"] = out["last_stable_offset"] = r.log.high_watermark
-                    out["log_start_offset"] = r.log.log_start_offset
-                    out["records"] = b""
-                    continue
-                info = r.log.read(offset, max(limit, 0), max_offset=None, min_one_batch=total == 0)
-                out["high_watermark"] = out["last_stable_offset"] = r.log.high_watermark
-                out["log_start_offset"] = r.log.log_start_offset
-                if not info.size:
-                    out["records"] = b""
-                elif info.size <= _INLINE_RECORDS_MAX:
-                    # copied into the response (one pread from the page cache): the whole answer goes out in one
-                    # sendmsg instead of header sendmsg + sendfile + trailer sendmsg, i.e. one loopback wakeup
-                    # of the follower instead of three
-                    out["records"] = info.read_bytes()
-                else:
-                    out["records"] = RecordsChunks(list(info.regions), info.size)
-                total += info.size
-            return total
-
-        total = read_all()
-        max_wait = request.get("max_wait_ms", 0)
-        live = [(r, off, mb) for r, off, mb, _ in items if r is not None]
-        if total == 0 and max_wait > 0 and live:
-            statuses = [FetchPartitionStatus(r.tp, off, mb) for r, off, mb in live]
-
-            def probe(status: FetchPartitionStatus) -> int:
-                plog = self.leader_log(*status.tp)
-                return _MIN_BATCH if plog.log_end_offset > status.fetch_offset else 0
-
-            # the probe sees whether a partition has a batch, not its size: a min_bytes above one batch
-            # header counts as "one batch" (replica.fetch.min.bytes defaults to 1)
-            op = DelayedFetch(statuses, max(1, min(request.get("min_bytes", 1), _MIN_BATCH)), max_wait, probe)
-            if not self.purgatory.fetch.try_complete_else_watch(op, [s.tp for s in statuses]):
-                await op.wait()
-            for i, (r, off, mb, out) in enumerate(items):
-                if r is None:
-                    continue
-                if not r.is_leader:
-                    out["error_code"] = 6  # NOT_LEADER_OR_FOLLOWER: lost leadership while waiting
-                elif r.leader_epoch != epochs.get(r.tp):
-                    out["error_code"] = 74  # FENCED_LEADER_EPOCH: a new term (this log may have been truncated)
-                else:
-                    continue
-                items[i] = (None, off, mb, out)
-            read_all()
-        return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
-
-    def _diverging_epoch(self, r: Replica, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
-        """KIP-320 on the leader: ``(epoch, end offset)`` when the follower's log diverges from this one, else None."""
-        cache = r.log.epoch_cache
-        if last_fetched_epoch < 0 or cache is None:
-            return None
-        epoch, end = cache.end_offset_for(last_fetched_epoch, r.log.log_end_offset)
-        if epoch < last_fetched_epoch or end < fetch_offset:
-            return epoch, end
-        return None
+    def update_follower_fetch_state(self, tp: tuple[str, int], replica_id: int, fetch_offset: int) -> None:
+        """After a follower's read (not a diverging or failed one): its LEO is ``fetch_offset``."""
+        r = self.replicas.get(tp)
+        if r is not None and r.is_leader:
+            self.record_follower_fetch(r, replica_id, fetch_offset)
 
     # -- follower side (the fetch loop itself is cluster/fetcher.py) ----------------------------------------
 

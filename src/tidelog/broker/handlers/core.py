@@ -13,11 +13,13 @@ Kafka behaviours reproduced (sources: Kafka ``KafkaApis``, ``ReplicaManager``, `
   notices), 1, -1 (through :class:`DelayedProduce`: completes once the HW covers the batch; with one node at
   once). Other acks: INVALID_REQUIRED_ACKS. ``min.insync.replicas`` above the ISR size with acks=-1:
   NOT_ENOUGH_REPLICAS and nothing is appended. Duplicates (idempotent retries) answer the original offsets.
-* Fetch: reads up to the HW (read_uncommitted) or the LSO (= HW: no transactions); KIP-74: the first batch of
-  the response is returned whole even if larger than the limits; long poll through :class:`DelayedFetch`.
-  Incremental fetch sessions (KIP-227, :mod:`tidelog.broker.fetch_session`): epoch 0 opens one, later epochs
-  list only changed partitions and get only partitions with news; sessionless requests (epoch -1) as before.
-  Follower fetches (``replica_id`` >= 0) are refused with NOT_LEADER_OR_FOLLOWER until replication exists.
+* Fetch: parsed here, read by the read service (:mod:`tidelog.broker.fetch`, Kafka's ``readFromLog``), the one
+  read path for consumers (up to the HW, or the LSO for read_committed) and followers (up to the LEO; without
+  replication, i.e. on a single node, answered NOT_LEADER_OR_FOLLOWER); KIP-74: the first batch of the
+  response is returned whole even if larger than the limits; long poll through :class:`DelayedFetch`.
+  Incremental fetch sessions (KIP-227, :mod:`tidelog.broker.fetch_session`) for consumers: epoch 0 opens one,
+  later epochs list only changed partitions and get only partitions with news; sessionless requests (epoch -1)
+  as before.
 * ListOffsets: -1 latest (HW), -2 earliest (log start), -3 max timestamp, -4 earliest local (= log start),
   -5 latest tiered (-1: no tiered storage); by timestamp only offsets below the HW are returned.
 
@@ -33,9 +35,10 @@ from collections import OrderedDict
 from typing import Any
 
 from tidelog.broker.errors import PartitionError, code_of, error_of
+from tidelog.broker.fetch import MAX_INT32, FetchParams, FetchPartition, last_stable_offset, response_entry
 from tidelog.broker.fetch_session import INITIAL_EPOCH, CachedPartition
 from tidelog.broker.handlers import REGISTRY, RequestContext, handles, topic_change
-from tidelog.broker.purgatory import DelayedFetch, DelayedProduce, FetchPartitionStatus
+from tidelog.broker.purgatory import DelayedProduce
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED
 
 log = logging.getLogger("tidelog.broker.core")
@@ -65,7 +68,6 @@ TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 ZERO_UUID = bytes(16)
-_MIN_BATCH = 61  # a v2 batch header: any available batch satisfies a min_bytes up to this
 
 
 def _uuid_bytes(value: Any) -> bytes:
@@ -474,91 +476,11 @@ def _append_one(ctx: RequestContext, pp: _ProducePartition, now_ms: int, appende
 # Fetch
 
 
-class _FetchPartition:
-    __slots__ = ("error", "fetch_offset", "index", "max_bytes", "name", "out", "tid")
-
-    def __init__(self, name: str | None, tid: bytes, index: int, fetch_offset: int, max_bytes: int, out: dict) -> None:
-        self.name = name
-        self.tid = tid
-        self.index = index
-        self.fetch_offset = fetch_offset
-        self.max_bytes = max_bytes
-        self.out = out
-        self.error = NONE
-
-
-def _read_partitions(broker: Any, parts: list[_FetchPartition], response_max: int, hard_limit: bool) -> tuple[int, bool]:
-    """Fill each partition's response entry with what is readable now. Returns (bytes, any_error)."""
-    from tidelog.protocol.compiler import RecordsChunks
-
-    total = 0
-    any_error = False
-    min_one = not hard_limit
-    metrics = broker.metrics
-    for fp in parts:
-        out = fp.out
-        if fp.error:
-            out["error_code"] = fp.error
-            any_error = True
-            continue
-        try:
-            plog = broker.leader_log(fp.name, fp.index)
-        except PartitionError as exc:
-            out["error_code"], _ = error_of(exc)
-            any_error = True
-            continue
-        hw = plog.high_watermark
-        out["high_watermark"] = hw
-        out["last_stable_offset"] = hw
-        out["log_start_offset"] = plog.log_start_offset
-        limit = min(fp.max_bytes, response_max - total)
-        if limit <= 0 and not min_one:
-            out["records"] = b""
-            continue
-        try:
-            info = plog.read(fp.fetch_offset, max(limit, 0), max_offset=hw, min_one_batch=min_one)
-        except Exception as exc:
-            code, _ = error_of(exc)
-            out["error_code"] = code
-            any_error = True
-            out["records"] = b""
-            continue
-        out["error_code"] = NONE
-        out["high_watermark"] = info.high_watermark if info.high_watermark >= 0 else hw
-        out["last_stable_offset"] = out["high_watermark"]
-        out["log_start_offset"] = info.log_start_offset
-        if info.size:
-            out["records"] = RecordsChunks(list(info.regions), info.size)
-            total += info.size
-            min_one = False
-            metrics.record_fetch(fp.name, info.size)
-        else:
-            out["records"] = b""
-    return total, any_error
-
-
-def _fetch_out(index: int, isolation: int) -> dict:
-    """A partition's Fetch response entry before it is read."""
-    return {
-        "partition_index": index,
-        "error_code": NONE,
-        "high_watermark": -1,
-        "last_stable_offset": -1,
-        "log_start_offset": -1,
-        "aborted_transactions": [] if isolation == 1 else None,
-        "preferred_read_replica": -1,
-        "records": b"",
-    }
-
-
-def _fetch_epoch_error(broker: Any, replica_id: int, name: str | None, index: int, requested: int) -> int:
-    if replica_id >= 0:
-        return NOT_LEADER_OR_FOLLOWER  # a follower's fetch without the cluster's replica manager
-    return _leader_epoch_error(requested, broker.leader_epoch(name, index) if name else LEADER_EPOCH)
-
-
 @handles(FETCH)
 async def fetch(ctx: RequestContext, request: dict) -> dict:
+    """Parse the request (and the consumer's fetch session) into FetchParams and FetchPartitions, read them
+    through the broker's read service (:mod:`tidelog.broker.fetch`, the one read path for consumers and
+    followers), answer (a session only with the partitions that have news)."""
     broker = ctx.broker
     v = ctx.api_version
     replica_id = request.get("replica_id", -1)
@@ -568,15 +490,19 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
     session_id = request.get("session_id", 0)
     session_epoch = request.get("session_epoch", -1)
     isolation = request.get("isolation_level", 0)
-    max_wait_ms = request.get("max_wait_ms", 0)
-    min_bytes = request.get("min_bytes", 1)
-    response_max = request.get("max_bytes", 0x7FFFFFFF)
+    response_max = request.get("max_bytes", MAX_INT32)
     if response_max <= 0:
-        response_max = 0x7FFFFFFF
-    response_max = min(response_max, broker.config.get("fetch.max.bytes"))
-
-    if replica_id >= 0 and broker.replica_fetch is not None:  # a follower (cluster mode)
-        return await broker.replica_fetch(request, replica_id, v)
+        response_max = MAX_INT32
+    params = FetchParams(
+        replica_id=replica_id,
+        max_wait_ms=request.get("max_wait_ms", 0),
+        min_bytes=request.get("min_bytes", 1),
+        max_bytes=min(response_max, broker.config.get("fetch.max.bytes")),
+        isolation_level=isolation,
+        hard_max_bytes_limit=v <= 2,
+    )
+    # KIP-320's divergence check serves followers; a consumer's last_fetched_epoch is not checked (Kafka checks it)
+    from_follower = replica_id >= 0 and v >= 12
 
     sessions = broker.fetch_sessions
     session = None
@@ -590,7 +516,7 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
     elif session_id != 0 and sessions is not None:  # a full request naming a session: -1 closes it, 0 replaces it
         sessions.remove(session_id)
 
-    parts: list[_FetchPartition] = []
+    parts: list[FetchPartition] = []
     responses: list[dict] = []
     if session is not None:
         cached = session.partitions
@@ -611,9 +537,10 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
             for index in t.get("partitions") or ():
                 cached.pop((name or "", index), None)
         for (name, index), cp in cached.items():
-            fp = _FetchPartition(name, cp.topic_id, index, cp.fetch_offset, cp.max_bytes, _fetch_out(index, isolation))
-            fp.error = UNKNOWN_TOPIC_OR_PARTITION if not name else _fetch_epoch_error(broker, replica_id, name, index,
-                                                                                      cp.current_leader_epoch)
+            fp = FetchPartition(name, cp.topic_id, index, cp.fetch_offset, cp.max_bytes,
+                                response_entry(index, isolation), cp.current_leader_epoch)
+            if not name:
+                fp.error = UNKNOWN_TOPIC_OR_PARTITION
             parts.append(fp)
     else:
         for t in request.get("topics") or ():
@@ -621,53 +548,34 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
             parts_out: list[dict] = []
             responses.append({"topic": name or "", "topic_id": tid, "partitions": parts_out})
             for p in t.get("partitions") or ():
-                out = _fetch_out(p.get("partition", 0), isolation)
-                parts_out.append(out)
-                fp = _FetchPartition(name, tid, out["partition_index"], p.get("fetch_offset", 0),
-                                     p.get("partition_max_bytes", 1 << 20), out)
-                fp.error = topic_err or _fetch_epoch_error(broker, replica_id, name, fp.index, p.get("current_leader_epoch", -1))
+                index = p.get("partition", 0)
+                entry = response_entry(index, isolation)
+                parts_out.append(entry)
+                fp = FetchPartition(name, tid, index, p.get("fetch_offset", 0), p.get("partition_max_bytes", 1 << 20),
+                                    entry, p.get("current_leader_epoch", -1),
+                                    p.get("last_fetched_epoch", -1) if from_follower else -1)
+                fp.error = topic_err
                 parts.append(fp)
 
     body = {"throttle_time_ms": 0, "error_code": NONE, "session_id": 0, "responses": responses}
-    hard_limit = v <= 2
-    total, any_error = _read_partitions(broker, parts, response_max, hard_limit)
-    if not (total >= min_bytes or max_wait_ms <= 0 or any_error or not parts):
-        # long poll: wait until min_bytes are readable (or max_wait_ms), then read again
-        statuses = [FetchPartitionStatus((fp.name, fp.index), fp.fetch_offset, fp.max_bytes) for fp in parts]  # type: ignore[arg-type]
-
-        def probe(status: FetchPartitionStatus) -> int:
-            plog = broker.leader_log(*status.tp)
-            hw = plog.high_watermark
-            offset = status.fetch_offset
-            if offset < plog.log_start_offset or offset > plog.log_end_offset:
-                raise PartitionError("OFFSET_OUT_OF_RANGE")
-            if hw <= offset:
-                return 0
-            if min_bytes <= _MIN_BATCH:
-                return _MIN_BATCH
-            return plog.read(offset, status.max_bytes, max_offset=hw, min_one_batch=False).size
-
-        op = DelayedFetch(statuses, min_bytes, max_wait_ms, probe)
-        if not broker.purgatory.fetch.try_complete_else_watch(op, [s.tp for s in statuses]):
-            await op.wait()
-        _read_partitions(broker, parts, response_max, hard_limit)
+    await broker.read_service.fetch_messages(params, parts)
 
     if session is not None:  # only what the client does not know yet, grouped by topic in session order
         body["session_id"] = session.session_id
         by_topic: dict[str, dict] = {}
         for fp in parts:
-            if session.partitions[(fp.name, fp.index)].must_respond(fp.out):  # type: ignore[index]
+            if session.partitions[(fp.name, fp.index)].must_respond(fp.entry):  # type: ignore[index]
                 t = by_topic.get(fp.name)  # type: ignore[arg-type]
                 if t is None:
-                    t = by_topic[fp.name] = {"topic": fp.name, "topic_id": fp.tid, "partitions": []}  # type: ignore[index]
+                    t = by_topic[fp.name] = {"topic": fp.name, "topic_id": fp.topic_id, "partitions": []}  # type: ignore[index]
                     responses.append(t)
-                t["partitions"].append(fp.out)
+                t["partitions"].append(fp.entry)
     elif session_epoch == INITIAL_EPOCH and sessions is not None and replica_id < 0:
         cached = OrderedDict()
         for fp in parts:
             if fp.name:
-                cp = CachedPartition(fp.tid, fp.fetch_offset, fp.max_bytes, -1)
-                cp.must_respond(fp.out)  # the full response told the client everything
+                cp = CachedPartition(fp.topic_id, fp.fetch_offset, fp.max_bytes, -1)
+                cp.must_respond(fp.entry)  # the full response told the client everything
                 cached[(fp.name, fp.index)] = cp
         new = sessions.create(cached)
         if new is not None:
@@ -691,7 +599,7 @@ def _list_offset(broker: Any, name: str, index: int, timestamp: int, isolation: 
     if replica_id == -2:  # debugging consumer: may see up to the LEO
         last_fetchable = plog.log_end_offset
     else:
-        last_fetchable = plog.high_watermark  # LSO = HW: no transactions
+        last_fetchable = last_stable_offset(plog) if isolation == 1 else plog.high_watermark
     if timestamp == LATEST:
         return NONE, last_fetchable, -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
