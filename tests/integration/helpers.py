@@ -96,13 +96,21 @@ class RawClient:
             self._receive()
         return bytes(frame)
 
-    def request(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
-        """Send one request and return its decoded response (a correlation id out of step raises)."""
+    def send_request(self, api_key: int, version: int, body: dict[str, Any]) -> None:
+        """Send one request without waiting for its response (read it with :meth:`response`)."""
         _, data = self.conn.send(api_key, version, body)
         self.send(data)
+
+    def response(self) -> dict[str, Any]:
+        """The decoded response to the oldest request in flight (a correlation id out of step raises)."""
         while (response := self.conn.next_response()) is None:
             self._receive()
         return response.body
+
+    def request(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        """Send one request and return its decoded response."""
+        self.send_request(api_key, version, body)
+        return self.response()
 
     def assert_closed_within(self, seconds: float = 1.0) -> float:
         """The server closes the connection (EOF or reset, no response bytes) within ``seconds``; returns the

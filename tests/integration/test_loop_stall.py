@@ -21,7 +21,6 @@ import helpers as h
 import pytest
 import zstandard
 
-from tidelog.protocol.codec import decode_response, encode_request
 from tidelog.records import build_batch, crc32c
 from tidelog.records.varint import encode_varint
 
@@ -81,9 +80,9 @@ def test_metadata_is_answered_while_a_bomb_produce_is_validated(broker: Any) -> 
     body = {"transactional_id": None, "acks": 1, "timeout_ms": 30000,
             "topic_data": [{"name": bombs, "partition_data": [{"index": i, "records": bomb} for i in range(30)]}]}
     with h.RawClient(broker.port, timeout=120) as heavy:
-        heavy.send(encode_request(h.PRODUCE, 9, heavy.next_cid(), "bomber", body))
+        heavy.send_request(h.PRODUCE, 9, body)
         _answered_meanwhile(broker.port, heavy, small)
-        _, resp = decode_response(h.PRODUCE, 9, heavy.recv_frame())
+        resp = heavy.response()
     codes = {p["error_code"] for p in resp["responses"][0]["partition_responses"]}
     assert codes == {h.CORRUPT_MESSAGE}  # every bomb inflated up to the cap, then refused
     assert h.log_end_offset(broker.port, bombs, 0) == 0
@@ -97,18 +96,17 @@ def test_metadata_is_answered_while_topics_are_created_and_deleted(broker: Any, 
     create = {"topics": [{"name": wide, "num_partitions": partitions, "replication_factor": 1, "assignments": [],
                           "configs": []}], "timeout_ms": 60000, "validate_only": False}
     with h.RawClient(broker.port, timeout=120) as heavy:
-        heavy.send(encode_request(h.CREATE_TOPICS, 5, heavy.next_cid(), "admin", create))
+        heavy.send_request(h.CREATE_TOPICS, 5, create)
         _answered_meanwhile(broker.port, heavy, small, 3)
-        _, resp = decode_response(h.CREATE_TOPICS, 5, heavy.recv_frame())
+        resp = heavy.response()
         assert resp["topics"][0]["error_code"] == h.NONE
         with h.RawClient(broker.port) as c:  # complete once answered: every partition has its leader and log
             parts = _metadata(c, wide)["topics"][0]["partitions"]
             assert len(parts) == partitions
             assert h.produce_raw(c, wide, partitions - 1, build_batch([(None, b"v")]))["error_code"] == h.NONE
-        heavy.send(encode_request(DELETE_TOPICS, 4, heavy.next_cid(), "admin",
-                                  {"topic_names": [wide], "timeout_ms": 60000}))
+        heavy.send_request(DELETE_TOPICS, 4, {"topic_names": [wide], "timeout_ms": 60000})
         _answered_meanwhile(broker.port, heavy, small, 3)
-        _, resp = decode_response(DELETE_TOPICS, 4, heavy.recv_frame())
+        resp = heavy.response()
         assert resp["responses"][0]["error_code"] == h.NONE
     with h.RawClient(broker.port) as c:
         assert _metadata(c, wide)["topics"][0]["error_code"] == h.UNKNOWN_TOPIC_OR_PARTITION
@@ -129,12 +127,12 @@ def test_appends_keep_arrival_order_when_an_earlier_request_is_validated_on_a_wo
             "topic_data": [{"name": bombs, "partition_data": [{"index": i, "records": bomb_batch()} for i in range(10)]},
                            {"name": topic, "partition_data": [{"index": 0, "records": first}]}]}
     with h.RawClient(broker.port, timeout=120) as early, h.RawClient(broker.port, timeout=120) as late:
-        early.send(encode_request(h.PRODUCE, 9, early.next_cid(), "early", body))
+        early.send_request(h.PRODUCE, 9, body)
         for _ in range(3):  # causality: by the time these are answered the broker has read the early request
             _metadata(late, topic)
         assert _pending(early)
         second = h.produce_raw(late, topic, 0, build_batch([(None, b"second")]), acks=1)
-        _, resp = decode_response(h.PRODUCE, 9, early.recv_frame())
+        resp = early.response()
     by_topic = {t["name"]: t["partition_responses"] for t in resp["responses"]}
     assert by_topic[topic][0]["error_code"] == h.NONE and by_topic[topic][0]["base_offset"] == 0
     assert second["error_code"] == h.NONE and second["base_offset"] == 5
