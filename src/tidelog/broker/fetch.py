@@ -56,6 +56,9 @@ class FetchIsolation(Enum):
     TXN_COMMITTED = "txn_committed"  # consumers, read_committed
 
 
+HIGH_WATERMARK = FetchIsolation.HIGH_WATERMARK
+
+
 class FetchParams:
     """What a Fetch request asks for as a whole (Kafka's ``FetchParams``)."""
 
@@ -223,9 +226,11 @@ class ReadService:
                     self._check_epoch(name, fp.index, fp.current_leader_epoch)  # type: ignore[arg-type]
                 if follower:
                     followers.check_follower(fp.tp, params.replica_id)  # type: ignore[union-attr,arg-type]
-                entry["high_watermark"] = plog.high_watermark
+                hw = plog.high_watermark
+                log_start = plog.log_start_offset
+                entry["high_watermark"] = hw
                 entry["last_stable_offset"] = last_stable_offset(plog)
-                entry["log_start_offset"] = plog.log_start_offset
+                entry["log_start_offset"] = log_start
                 if fp.last_fetched_epoch >= 0:  # before the range check: a tail past our end learns where to cut
                     diverging = diverging_epoch(plog, fp.last_fetched_epoch, offset)
                     if diverging is not None:
@@ -236,12 +241,14 @@ class ReadService:
                         entry["records"] = b""
                         respond_now = True
                         continue
-                if offset < plog.log_start_offset or offset > plog.log_end_offset:
+                leo = plog.log_end_offset
+                if offset < log_start or offset > leo:
                     raise PartitionError(
                         "OFFSET_OUT_OF_RANGE",
                         f"offset {offset} is out of range for {name}-{fp.index}: log start offset "
-                        f"{plog.log_start_offset}, log end offset {plog.log_end_offset}")
-                end = max_offset(plog, isolation)
+                        f"{log_start}, log end offset {leo}")
+                # max_offset(plog, isolation), its two common cases inline
+                end = hw if isolation is HIGH_WATERMARK else leo if follower else max_offset(plog, isolation)
                 limit = min(fp.max_bytes, budget - total)
                 if end <= offset or (limit <= 0 and not min_one):
                     entry["records"] = b""
@@ -269,9 +276,8 @@ class ReadService:
                 continue
             if follower and not from_purgatory:
                 followers.update_follower_fetch_state(fp.tp, params.replica_id, offset)  # type: ignore[union-attr,arg-type]
-            entry["high_watermark"] = plog.high_watermark
-            entry["last_stable_offset"] = last_stable_offset(plog)
-            entry["log_start_offset"] = plog.log_start_offset
+                entry["high_watermark"] = plog.high_watermark  # what the follower's own fetch moved
+                entry["last_stable_offset"] = last_stable_offset(plog)
         return total, respond_now
 
     def probe(self, params: FetchParams) -> Callable[[FetchPartitionStatus], int]:
