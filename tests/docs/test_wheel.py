@@ -1,4 +1,5 @@
-"""A wheel anyone can install: built from a clean copy of the checkout, installed into an empty venv, and used
+"""A wheel anyone can install: built with ``python -m build`` (sdist, then the wheel from it) from a clean copy of
+the checkout, installed into an empty venv, and used
 there with its own ``tidelog`` command (serve, produce, consume, dump-log), from a directory outside the checkout
 so nothing but the installed wheel can be imported. A missing package or data file fails here, not for a user."""
 
@@ -8,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -30,8 +32,16 @@ def _free_port() -> int:
 def test_wheel_installs_into_an_empty_venv_and_runs(tmp_path: Path) -> None:
     src = clean_copy(tmp_path / "checkout")
     dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(src)],
-                   check=True, env=user_env(), timeout=600)
+    # as `python -m build` does it: an sdist, then the wheel built from that sdist (so a file the sdist misses,
+    # such as a C header, fails here), each in an isolated build environment
+    subprocess.run([sys.executable, "-m", "build", "--outdir", str(dist), str(src)],
+                   check=True, env=user_env(), timeout=600, capture_output=True)
+    (sdist,) = dist.glob("tidelog-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        in_sdist = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    for c_file in ("src/tidelog/records/_recwalk.c", "src/tidelog/records/_recwalk_capi.h", "src/tidelog/storage/_segment.c",
+                   "src/tidelog/storage/_cleanwalk.c", "src/tidelog/records/_columnar.c"):
+        assert c_file in in_sdist, f"{c_file} missing from {sdist.name}"
     (wheel,) = dist.glob("tidelog-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "tidelog/cli/main.py" in names and "tidelog/spark/__init__.py" in names
