@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from tidelog.broker.broker import Broker
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.handlers import REGISTRY, RequestContext
-from tidelog.broker.server import Broker
 from tidelog.protocol import codec
 from tidelog.protocol.errors import error_code
 

@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 from helpers import RawClient
 
+from tidelog.broker.broker import Broker
 from tidelog.broker.config import BrokerConfig
-from tidelog.broker.handlers import REGISTRY
-from tidelog.broker.server import Broker
 from tidelog.protocol import codec
 from tidelog.protocol.error_response import UNKNOWN_SERVER_ERROR, error_response
 from tidelog.protocol.samples import all_api_versions, message_body
@@ -140,8 +139,9 @@ def live(tmp_path: Path) -> Iterator[_LiveBroker]:
 
 
 @pytest.fixture
-def failing(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """``failing(api_key)`` makes that API's handler raise until the test ends; returns the calls seen."""
+def failing(monkeypatch: pytest.MonkeyPatch, live: _LiveBroker) -> Any:
+    """``failing(api_key)`` makes that API's handler of the live broker raise until the test ends; returns the
+    calls seen."""
     calls: list[int] = []
 
     def make(api_key: int) -> list[int]:
@@ -149,7 +149,8 @@ def failing(monkeypatch: pytest.MonkeyPatch) -> Any:
             calls.append(ctx.correlation_id)
             raise RuntimeError("planted handler failure")
 
-        monkeypatch.setitem(REGISTRY, api_key, boom)
+        assert live.broker is not None
+        monkeypatch.setitem(live.broker.handlers, api_key, boom)
         return calls
 
     return make

@@ -194,7 +194,7 @@ def _compacted_away(data_dir: Path, into: Path) -> list[PartitionLog]:
 def _in_process(data_dir: Path, scenario: Callable[[Any], Awaitable[None]]) -> None:
     """Start a Broker in this process on ``data_dir`` (free port, metrics off), wait for the group coordinator
     to report loaded, run ``scenario(coordinator)``, shut down."""
-    from tidelog.broker.server import Broker
+    from tidelog.broker.broker import Broker
 
     async def main() -> None:
         cfg = BrokerConfig.from_properties({"log.dirs": str(data_dir), "listeners": "PLAINTEXT://127.0.0.1:0",

@@ -45,28 +45,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import importlib
 import logging
 import os
-import signal
 import socket
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.config import BrokerConfig
-from tidelog.broker.errors import PartitionError
-from tidelog.broker.fetch import ReadService
-from tidelog.broker.fetch_session import FetchSessionCache
-from tidelog.broker.handlers import HANDLER_MODULES, REGISTRY, RequestContext
-from tidelog.broker.metrics import BrokerMetrics
-from tidelog.broker.purgatory import Purgatory
-from tidelog.broker.request_pool import AppendSequencer, RequestHandlerPool
+from tidelog.broker.handlers import RequestContext
+from tidelog.broker.handlers.core import api_versions_list
 from tidelog.protocol import codec
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.error_response import UNKNOWN_SERVER_ERROR, error_response
+from tidelog.protocol.errors import error_for_code
 from tidelog.protocol.exceptions import (
     FrameTooLargeError,
     InvalidRequestError,
@@ -76,7 +67,7 @@ from tidelog.protocol.exceptions import (
 from tidelog.protocol.framing import FrameDecoder
 
 if TYPE_CHECKING:
-    from tidelog.broker.topics import TopicManager
+    from tidelog.broker.broker import Broker
 
 log = logging.getLogger("tidelog.broker.server")
 
@@ -348,7 +339,7 @@ class Connection:
             return False
 
         api_key = header.api_key
-        handler = REGISTRY.get(api_key)
+        handler = broker.handlers.get(api_key)
         name = api_name(api_key)
         if handler is None:
             log.info(
@@ -419,334 +410,16 @@ def _flatten(chunks: Iterable[Any]) -> Iterable[Any]:
 
 def error_name(code: int) -> str:
     try:
-        from tidelog.protocol.errors import error_for_code
-
         return error_for_code(code).name
     except Exception:
         return str(code)
 
 
 def api_versions_unsupported_body(broker: Broker) -> dict:
-    from tidelog.broker.handlers.core import api_versions_list
-
-    return {"error_code": 35, "api_keys": api_versions_list(), "throttle_time_ms": 0}
+    return {"error_code": 35, "api_keys": api_versions_list(broker.handlers), "throttle_time_ms": 0}
 
 
 # ----------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _HW:
-    """Replica bookkeeping per partition (one node: the leader alone is the ISR)."""
-
-    isr: tuple[int, ...]
-
-
-class Broker:
-    """A single tidelog broker. Handlers reach everything through ``ctx.broker``:
-
-    ``config`` (BrokerConfig), ``logs`` (storage LogManager), ``topics`` (TopicManager), ``purgatory``,
-    ``metrics``, ``node_id``, ``cluster_id``, ``host``/``port`` (advertised), ``producer_ids``.
-    """
-
-    def __init__(self, config: BrokerConfig) -> None:
-        self.config = config
-        self.node_id = config.node_id
-        self.cluster_id: str = config.cluster_id or ""
-        listener = config.listener
-        self.bind_host = listener.host or "0.0.0.0"
-        self.bind_port = listener.port
-        adv = config.advertised_listener
-        self.host = adv.host if adv is not None else (listener.host if listener.host not in ("", "0.0.0.0") else "127.0.0.1")
-        self.port = adv.port if adv is not None else listener.port
-        self.logs: Any = None
-        self.topics: TopicManager = None  # type: ignore[assignment]
-        self.purgatory = Purgatory()
-        self.metrics = BrokerMetrics()
-        self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"),
-                                                config.get("min.incremental.fetch.session.eviction.ms"))
-        self.metrics.add_rows_source(self.fetch_sessions.rows)
-        # the one Fetch read path (consumers and followers); cluster mode adds its follower hooks
-        self.read_service = ReadService(self.leader_log, self.leader_epoch, self.purgatory, self.metrics)
-        self.producer_ids: Any = None
-        # Kafka's request handler threads (num.io.threads) and the per-partition append order they must keep
-        self.request_pool = RequestHandlerPool(config.get("num.io.threads"))
-        self.loop: asyncio.AbstractEventLoop | None = None  # the network loop (set by start)
-        self.append_sequencer = AppendSequencer()
-        self.connections: set[Connection] = set()
-        self.stopping = False
-        self._listen_sock: socket.socket | None = None
-        self._accept_task: asyncio.Task[None] | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._stopped = asyncio.Event()
-        self.started = False
-        self.group_coordinator: Any = None
-        self.accepted_versions: dict[int, tuple[int, int]] | None = None  # None: codec.ACCEPTED_VERSIONS
-
-    # -- partition state: the leader check and the high watermark ---------------------------------------------
-
-    def leader_log(self, topic: str, partition: int) -> Any:
-        """The PartitionLog of (topic, partition) if this broker leads it; raises :class:`PartitionError`
-        (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER) otherwise. The one leadership check."""
-        log_ = self.topics.get_log(topic, partition)
-        if log_ is None:
-            raise PartitionError("UNKNOWN_TOPIC_OR_PARTITION", f"{topic}-{partition} is not hosted here")
-        return log_
-
-    def isr(self, topic: str, partition: int) -> tuple[int, ...]:
-        return (self.node_id,)
-
-    def leader_epoch(self, topic: str, partition: int) -> int:
-        """The partition's current leader epoch (one node, never re-elected: 0). Cluster mode overrides."""
-        return 0
-
-    # Metadata hooks: None means "this node alone" (the single-node answers in handlers/core.py); the cluster
-    # broker (tidelog.cluster.broker) returns the ZooKeeper view.
-    def partition_metadata(self, topic: str, partition: int) -> dict | None:
-        return None
-
-    def metadata_brokers(self) -> list[dict] | None:
-        return None
-
-    def metadata_controller_id(self) -> int:
-        return self.node_id
-
-    def maybe_increment_high_watermark(self, tp: tuple[str, int], log_: Any) -> bool:
-        """HW = min LEO over the ISR. With this node alone in the ISR that is the local LEO. Returns True if it
-        moved (then waiting produces/fetches are re-checked)."""
-        new_hw = log_.log_end_offset  # min over ISR LEOs: only ourselves
-        if new_hw > log_.high_watermark:
-            log_.high_watermark = new_hw
-            return True
-        return False
-
-    def become_leader(self, tp: tuple[str, int], log_: Any) -> None:
-        """Take leadership of a partition (at start, or when a topic/partition is created). Kafka's
-        ``Partition.makeLeader`` ends with ``maybeIncrementLeaderHW``: alone in the ISR, the HW catches up with
-        the LEO at once, so after a crash everything recovered to the LEO is readable (the checkpointed HW may
-        lag by up to ``replica.high.watermark.checkpoint.interval.ms``)."""
-        self.maybe_increment_high_watermark(tp, log_)
-
-    def on_append(self, tp: tuple[str, int], log_: Any) -> None:
-        """Called by Produce after a successful append."""
-        self.maybe_increment_high_watermark(tp, log_)
-        self.purgatory.check_and_complete(tp)
-
-    def high_watermark(self, tp: tuple[str, int]) -> int:
-        return self.leader_log(*tp).high_watermark
-
-    # -- lifecycle ---------------------------------------------------------------------------------------------
-
-    def _load_handlers(self) -> None:
-        for mod in HANDLER_MODULES:
-            importlib.import_module(mod)
-        from tidelog.protocol import codec
-
-        # the group APIs are accepted once their handlers are registered
-        groups = {k: r for k, r in codec.GROUP_API_VERSIONS.items() if k in REGISTRY}
-        self.accepted_versions = {**codec.ACCEPTED_VERSIONS, **codec.accepted_versions(groups)}
-
-    def topic_manager_class(self) -> type:
-        from tidelog.broker.topics import TopicManager
-
-        return TopicManager
-
-    def _open_storage(self) -> None:
-        """Blocking: recovery, loading the topic registry. Runs in a thread before serving."""
-        from tidelog.storage.manager import LogManager
-
-        cfg = self.config
-        for d in cfg.log_dirs:
-            d.mkdir(parents=True, exist_ok=True)
-        self.topics = self.topic_manager_class()(self)
-        self.logs = LogManager(list(cfg.log_dirs), cfg.log_config(), **self.topics.log_manager_kwargs())
-        self.logs.startup(self.topics.topic_config)
-        self.topics.load()
-        for info in self.topics.all_topics():
-            for p in range(info.num_partitions):
-                lg = self.topics.get_log(info.name, p)
-                if lg is not None:
-                    self.become_leader((info.name, p), lg)
-        self.cluster_id = self.cluster_id or self._cluster_id_from_storage()
-        from tidelog.broker.producer_ids import ProducerIdManager
-
-        self.producer_ids = ProducerIdManager(cfg.log_dirs)
-
-    def _cluster_id_from_storage(self) -> str:
-        cid = getattr(self.logs, "cluster_id", None)
-        if cid:
-            return str(cid)
-        from tidelog.storage.checkpoints import read_meta_properties
-
-        for d in self.config.log_dirs:
-            meta = read_meta_properties(Path(d) / "meta.properties")
-            if meta is not None and getattr(meta, "cluster_id", None):
-                return str(meta.cluster_id)
-        from tidelog.broker.topics import new_cluster_id
-
-        return new_cluster_id()
-
-    async def start(self) -> None:
-        """Open storage (recovery runs in a thread), bind the listener, start background tasks."""
-        self.loop = asyncio.get_running_loop()
-        self._load_handlers()
-        t0 = time.monotonic()
-        await asyncio.to_thread(self._open_storage)
-        log.info(
-            "storage ready",
-            extra={"kv": {"log_dirs": ",".join(str(d) for d in self.config.log_dirs),
-                          "topics": len(self.topics.names()), "seconds": round(time.monotonic() - t0, 3)}},
-        )
-        self.metrics.set_partition_source(self._partition_metrics)
-        if getattr(self.logs, "cleaner", None) is not None:
-            self.metrics.add_rows_source(self.logs.cleaner.metrics)
-        from tidelog.broker.group.coordinator import GroupCoordinator
-
-        self.group_coordinator = GroupCoordinator(self)
-        await self.group_coordinator.start()  # loads __consumer_offsets in the background
-        sock = socket.socket(socket.AF_INET6 if ":" in self.bind_host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.bind_host, self.bind_port))
-        except OSError:
-            sock.close()
-            raise
-        sock.listen(max(50, self.config.get("socket.listen.backlog.size")))
-        sock.setblocking(False)
-        self._listen_sock = sock
-        bound_port = sock.getsockname()[1]
-        if self.bind_port == 0 and self.config.advertised_listener is None:
-            self.port = bound_port
-        self.bind_port = bound_port
-        loop = asyncio.get_running_loop()
-        self._accept_task = loop.create_task(self._accept_loop())
-        self._tasks.append(loop.create_task(self._tick_loop()))
-        self._tasks.append(loop.create_task(self._idle_reaper()))
-        ml = self.config.metrics_listener
-        if ml is not None:
-            await self.metrics.start_http(*ml)
-        self.started = True
-        log.info(
-            "broker started",
-            extra={"kv": {"node.id": self.node_id, "cluster.id": self.cluster_id,
-                          "listener": f"PLAINTEXT://{self.bind_host}:{bound_port}",
-                          "advertised": f"{self.host}:{self.port}",
-                          "loop": type(loop).__module__.split(".")[0]}},
-        )
-
-    async def _accept_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        assert self._listen_sock is not None
-        lsock = self._listen_sock
-        while not self.stopping:
-            try:
-                sock, addr = await loop.sock_accept(lsock)
-            except asyncio.CancelledError:
-                raise
-            except OSError as exc:
-                if self.stopping:
-                    return
-                log.warning("accept failed", extra={"kv": {"error": repr(exc)}})
-                if exc.errno in (errno.EMFILE, errno.ENFILE):
-                    await asyncio.sleep(0.1)  # out of descriptors: back off instead of spinning
-                continue
-            sock.setblocking(False)
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            for opt, key in ((socket.SO_SNDBUF, "socket.send.buffer.bytes"), (socket.SO_RCVBUF, "socket.receive.buffer.bytes")):
-                size = self.config.get(key)
-                if size and size > 0:
-                    with contextlib.suppress(OSError):
-                        sock.setsockopt(socket.SOL_SOCKET, opt, size)
-            peer = f"{addr[0]}:{addr[1]}"
-            conn = Connection(self, sock, peer)
-            self.connections.add(conn)
-            conn.task = loop.create_task(conn.run())
-
-    async def _tick_loop(self) -> None:
-        """Drive the log manager's periodic work (retention, checkpoints, flushes) from the loop."""
-        interval = self.config.get("tidelog.log.tick.interval.ms") / 1000.0
-        while not self.stopping:
-            await asyncio.sleep(interval)
-            try:
-                # LogManager is thread-safe and its tick flushes and writes checkpoints (fsync): off the loop
-                await asyncio.to_thread(self.logs.tick, time.time_ns() // 1_000_000)
-            except Exception:
-                log.exception("log manager tick failed")
-
-    async def _idle_reaper(self) -> None:
-        """Close connections idle longer than ``connections.max.idle.ms`` (Kafka's Selector does the same)."""
-        idle_s = self.config.connections_max_idle_ms / 1000.0
-        if idle_s <= 0:
-            return
-        loop = asyncio.get_running_loop()
-        period = min(max(idle_s / 10, 0.05), 30.0)
-        while not self.stopping:
-            await asyncio.sleep(period)
-            now = loop.time()
-            for conn in list(self.connections):
-                if not conn.busy and now - conn.last_active > idle_s:
-                    log.info("closing idle connection", extra={"kv": {"peer": conn.peer}})
-                    self.metrics.record_close("idle")
-                    conn.abort()
-
-    def _partition_metrics(self) -> Iterable[tuple[str, int, int, int, int, int]]:
-        if self.topics is None:
-            return
-        for name in self.topics.names():
-            info = self.topics.get(name)
-            if info is None:
-                continue
-            for p in range(info.num_partitions):
-                lg = self.topics.get_log(name, p)
-                if lg is None:
-                    continue
-                yield name, p, lg.size_in_bytes, lg.log_start_offset, lg.log_end_offset, lg.high_watermark
-
-    async def shutdown(self) -> None:
-        """Graceful stop: stop accepting, let in-flight requests finish, close connections, shut storage down
-        (which writes the clean-shutdown marker)."""
-        if self.stopping:
-            await self._stopped.wait()
-            return
-        self.stopping = True
-        log.info("broker shutting down", extra={"kv": {"connections": len(self.connections)}})
-        loop = asyncio.get_running_loop()
-        if self._accept_task is not None:
-            self._accept_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._accept_task
-        if self._listen_sock is not None:
-            self._listen_sock.close()
-        # complete long polls now so their responses go out
-        self.purgatory.shutdown()
-        if self.group_coordinator is not None:  # answers waiting joins/syncs NOT_COORDINATOR
-            self.group_coordinator.shutdown()
-        # idle connections (waiting for a request) close now; busy ones finish their response first
-        for conn in list(self.connections):
-            if not conn.busy:
-                conn.abort()
-        pending = [c.task for c in self.connections if c.task is not None]
-        if pending:
-            _, still = await asyncio.wait(pending, timeout=10)
-            for t in still:
-                t.cancel()
-            if still:
-                await asyncio.wait(still, timeout=1)
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        await self.metrics.stop_http()
-        await loop.run_in_executor(None, self.request_pool.shutdown)
-        if self.logs is not None:
-            await loop.run_in_executor(None, self.logs.shutdown)
-        log.info("broker stopped")
-        self._stopped.set()
-
-    async def wait_stopped(self) -> None:
-        await self._stopped.wait()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -766,38 +439,109 @@ def install_event_loop_policy(use_uvloop: bool = True) -> str:
     return "asyncio"
 
 
-async def serve(
-    config: BrokerConfig,
-    *,
-    ready: asyncio.Event | None = None,
-    on_started: Callable[[Broker], None] | None = None,
-) -> None:
-    """Run a broker until SIGTERM/SIGINT (Ctrl-C), then shut down gracefully. ``on_started`` is called once the
-    listener is bound (``tidelog serve`` prints how to reach the broker)."""
-    if config.get("zookeeper.connect"):
-        from tidelog.cluster.broker import ClusterBroker
+class SocketServer:
+    """Kafka's SocketServer for one PLAINTEXT listener: binds, accepts, owns the connections, closes idle ones
+    (``connections.max.idle.ms``) and, at shutdown, lets busy connections finish their response."""
 
-        broker: Broker = ClusterBroker(config)
-    else:
-        broker = Broker(config)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    await broker.start()
-    if on_started is not None:
-        on_started(broker)
-    if ready is not None:
-        ready.set()
-    await stop.wait()
-    await broker.shutdown()
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        config = broker.config
+        listener = config.listener
+        self.bind_host = listener.host or "0.0.0.0"
+        self.bind_port = listener.port
+        self.connections: set[Connection] = set()
+        self._listen_sock: socket.socket | None = None
+        self._accept_task: asyncio.Task[None] | None = None
+        self._reaper_task: asyncio.Task[None] | None = None
 
+    def bind(self) -> int:
+        """Bind and listen (the port is known after this, even for port 0); returns the bound port."""
+        config = self.broker.config
+        sock = socket.socket(socket.AF_INET6 if ":" in self.bind_host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.bind_host, self.bind_port))
+        except OSError:
+            sock.close()
+            raise
+        sock.listen(max(50, config.get("socket.listen.backlog.size")))
+        sock.setblocking(False)
+        self._listen_sock = sock
+        self.bind_port = sock.getsockname()[1]
+        return self.bind_port
 
-def run(
-    config: BrokerConfig, *, use_uvloop: bool | None = None, on_started: Callable[[Broker], None] | None = None
-) -> None:
-    if use_uvloop is None:
-        use_uvloop = os.environ.get("TIDELOG_LOOP", "uvloop") != "asyncio"
-    install_event_loop_policy(use_uvloop)
-    asyncio.run(serve(config, on_started=on_started))
+    def start(self) -> None:
+        """Start accepting (after :meth:`bind`) and the idle-connection reaper."""
+        loop = asyncio.get_running_loop()
+        self._accept_task = loop.create_task(self._accept_loop())
+        self._reaper_task = loop.create_task(self._idle_reaper())
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._listen_sock is not None
+        lsock = self._listen_sock
+        broker = self.broker
+        while not broker.stopping:
+            try:
+                sock, addr = await loop.sock_accept(lsock)
+            except asyncio.CancelledError:
+                raise
+            except OSError as exc:
+                if broker.stopping:
+                    return
+                log.warning("accept failed", extra={"kv": {"error": repr(exc)}})
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    await asyncio.sleep(0.1)  # out of descriptors: back off instead of spinning
+                continue
+            sock.setblocking(False)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for opt, key in ((socket.SO_SNDBUF, "socket.send.buffer.bytes"),
+                             (socket.SO_RCVBUF, "socket.receive.buffer.bytes")):
+                size = broker.config.get(key)
+                if size and size > 0:
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.SOL_SOCKET, opt, size)
+            peer = f"{addr[0]}:{addr[1]}"
+            conn = Connection(broker, sock, peer)
+            self.connections.add(conn)
+            conn.task = loop.create_task(conn.run())
+
+    async def _idle_reaper(self) -> None:
+        """Close connections idle longer than ``connections.max.idle.ms`` (Kafka's Selector does the same)."""
+        broker = self.broker
+        idle_s = broker.config.connections_max_idle_ms / 1000.0
+        if idle_s <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        period = min(max(idle_s / 10, 0.05), 30.0)
+        while not broker.stopping:
+            await asyncio.sleep(period)
+            now = loop.time()
+            for conn in list(self.connections):
+                if not conn.busy and now - conn.last_active > idle_s:
+                    log.info("closing idle connection", extra={"kv": {"peer": conn.peer}})
+                    broker.metrics.record_close("idle")
+                    conn.abort()
+
+    async def stop_accepting(self) -> None:
+        for task in (self._accept_task, self._reaper_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self._listen_sock is not None:
+            self._listen_sock.close()
+
+    async def close_connections(self, timeout: float = 10.0) -> None:
+        """Idle connections (waiting for a request) close now; busy ones finish their response first."""
+        for conn in list(self.connections):
+            if not conn.busy:
+                conn.abort()
+        pending = [c.task for c in self.connections if c.task is not None]
+        if pending:
+            _, still = await asyncio.wait(pending, timeout=timeout)
+            for t in still:
+                t.cancel()
+            if still:
+                await asyncio.wait(still, timeout=1)

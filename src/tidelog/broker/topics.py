@@ -39,9 +39,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.errors import BrokerError
+from tidelog.storage.checkpoints import atomic_write, new_uuid, uuid_from_str
+from tidelog.storage.cleaner import CleanerConfig
+from tidelog.storage.config import BROKER_TO_TOPIC_CONFIG, LogConfig
 
 if TYPE_CHECKING:
-    from tidelog.broker.server import Broker
+    from tidelog.broker.broker import Broker
     from tidelog.storage.config import LogConfig
 
 log = logging.getLogger("tidelog.broker.topics")
@@ -119,14 +122,10 @@ def _uuid_str(value: bytes) -> str:
 
 
 def _uuid_bytes(text: str) -> bytes:
-    from tidelog.storage.checkpoints import uuid_from_str
-
     return uuid_from_str(text)
 
 
 def new_topic_id() -> bytes:
-    from tidelog.storage.checkpoints import new_uuid
-
     return new_uuid()
 
 
@@ -182,8 +181,6 @@ class TopicManager:
         return self.config.log_config()
 
     def _log_config(self, overrides: dict[str, str]) -> LogConfig:
-        from tidelog.storage.config import LogConfig
-
         return LogConfig.from_properties(overrides, self.default_log_config(), min_segment_bytes=self._min_segment_bytes)
 
     def _stored_log_config(self, name: str, overrides: dict[str, str]) -> LogConfig:
@@ -230,8 +227,6 @@ class TopicManager:
 
     def _persist(self, adding: TopicInfo | None = None) -> None:
         """Write the registry (``adding``: a topic about to be published, written with the others)."""
-        from tidelog.storage.checkpoints import atomic_write
-
         self._generation += 1
         topics = list(self._topics.values()) + ([adding] if adding is not None else [])
         data = {
@@ -256,8 +251,6 @@ class TopicManager:
 
     def log_manager_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``LogManager(...)`` beyond log dirs and the default config."""
-        from tidelog.storage.cleaner import CleanerConfig
-
         cfg = self.config
         return {
             "broker_id": self.broker.node_id,
@@ -572,8 +565,6 @@ class TopicManager:
     def _incremented(current: dict[str, str], ops: list[tuple[str, int, str | None]]) -> dict[str, str]:
         """The overrides ``current`` with IncrementalAlterConfigs ``ops`` applied (Kafka's
         ``prepareIncrementalConfigs``); TopicError for a duplicate key, an unknown config or operation."""
-        from tidelog.storage.config import LogConfig
-
         overrides = dict(current)
         seen: set[str] = set()
         for key, op, value in ops:
@@ -612,8 +603,6 @@ class TopicManager:
         return overrides
 
     def _entries(self, overrides: dict[str, str], keys: Iterable[str] | None) -> list[ConfigEntry]:
-        from tidelog.storage.config import BROKER_TO_TOPIC_CONFIG, LogConfig
-
         defaults = LogConfig().to_properties()
         try:
             effective = self._log_config(overrides).to_properties()

@@ -12,7 +12,7 @@ import click
 
 from tidelog.broker.config import BrokerConfig, ConfigException
 from tidelog.broker.log_setup import setup_logging
-from tidelog.broker.server import run
+from tidelog.node import run
 
 
 @click.command("serve")

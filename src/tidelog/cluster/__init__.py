@@ -5,5 +5,6 @@ embedded broker and imports nothing from this package.
 
 * :mod:`tidelog.cluster.zkdata`: the znode paths and JSON values, as Kafka's ZooKeeper mode writes them.
 * :mod:`tidelog.cluster.controller`: the controller (elected through the ephemeral ``/controller``).
-* :mod:`tidelog.cluster.broker`: :class:`ClusterBroker`, the broker's replica manager and replica fetcher.
+* :mod:`tidelog.cluster.replica_manager`: :class:`ZkReplicaManager`, the broker's replica manager in ZooKeeper mode
+  (partition state from ZooKeeper watches, ISR, high watermark, controlled shutdown; the replica fetchers).
 """

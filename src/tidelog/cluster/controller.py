@@ -16,7 +16,7 @@ Decisions implemented:
   come back). ``unclean.leader.election.enable=true`` allows a live replica outside the ISR;
 * broker back: leaderless partitions whose ISR holds it elect it;
 * controlled shutdown (a broker's ephemeral ``/admin/controlled_shutdown/<id>``, see
-  :mod:`tidelog.cluster.broker`): every partition it leads elects the first other live ISR member in assignment
+  :mod:`tidelog.cluster.replica_manager`): every partition it leads elects the first other live ISR member in assignment
   order (Kafka's ``ControlledShutdownLeaderElectionStrategy``), and it leaves every ISR it is in (leader epoch
   bumped, so its in-flight follower fetches are fenced and cannot put it back). A partition whose ISR holds no
   other live broker keeps it as leader (the broker then gives up after its retries, as Kafka's does). A broker

@@ -35,6 +35,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from tidelog.cluster.peer import Peer
+
 log = logging.getLogger("tidelog.cluster.fetcher")
 
 FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
@@ -51,7 +53,7 @@ _MAX_TRUNCATION_ROUNDS = 1000
 class FetchState:
     """One partition in a fetcher, for one leader term (``epoch``)."""
 
-    replica: Any  # ClusterBroker's Replica
+    replica: Any  # ZkReplicaManager's Replica
     epoch: int
     truncating: bool
     ask_epoch: int | None = None  # OffsetForLeaderEpoch: the epoch to ask about next (None: our latest)
@@ -69,8 +71,8 @@ def latest_epoch(plog: Any) -> int:
 class ReplicaFetcher:
     """Fetches every partition this broker follows from one source broker (one ``fetcher_id`` of them)."""
 
-    def __init__(self, broker: Any, source: int, fetcher_id: int) -> None:
-        self.broker = broker
+    def __init__(self, replica_manager: Any, source: int, fetcher_id: int) -> None:
+        self.replica_manager = replica_manager
         self.source = source
         self.fetcher_id = fetcher_id
         self.partitions: dict[tuple[str, int], FetchState] = {}
@@ -112,17 +114,15 @@ class ReplicaFetcher:
             self._peer = None
 
     async def _connect(self) -> Any:
-        from tidelog.cluster.peer import Peer
-
         if self._peer is None:
-            info = await self.broker.leader_endpoint(self.source)
-            self._peer = Peer(info.host, info.port, f"tidelog-replica-{self.broker.node_id}")
+            info = await self.replica_manager.leader_endpoint(self.source)
+            self._peer = Peer(info.host, info.port, f"tidelog-replica-{self.replica_manager.node_id}")
         return self._peer
 
     async def _run(self) -> None:
-        backoff = self.broker.fetch_backoff_s
+        backoff = self.replica_manager.fetch_backoff_s
         try:
-            while not self._stopped and not self.broker.stopping:
+            while not self._stopped and not self.replica_manager.stopping:
                 if not self.partitions:
                     return  # the manager drops idle fetchers; a later add starts a new task
                 self._added = False
@@ -159,7 +159,7 @@ class ReplicaFetcher:
     async def _idle(self, now: float) -> None:
         """Nothing to fetch now: wait for the first backoff to end or for a partition to be added."""
         waits = [st.retry_at - now for st in self.partitions.values()]
-        await self._sleep(max(0.0, min(waits, default=self.broker.fetch_backoff_s)))
+        await self._sleep(max(0.0, min(waits, default=self.replica_manager.fetch_backoff_s)))
 
     async def _sleep(self, seconds: float) -> None:
         """``replica.fetch.backoff.ms``-style waits, cut short when partitions are added."""
@@ -173,7 +173,7 @@ class ReplicaFetcher:
 
     async def _truncate(self, peer: Any) -> None:
         """One OffsetForLeaderEpoch round for every partition marked truncating (KIP-101/KIP-279)."""
-        b = self.broker
+        b = self.replica_manager
         asked: dict[tuple[str, int], tuple[FetchState, int]] = {}
         topics: dict[str, list[dict]] = {}
         now = time.monotonic()
@@ -224,7 +224,7 @@ class ReplicaFetcher:
     # -- fetch -----------------------------------------------------------------------------------------------
 
     async def _fetch(self, peer: Any, ready: list[FetchState]) -> None:
-        b = self.broker
+        b = self.replica_manager
         sent: dict[tuple[str, int], tuple[FetchState, int]] = {}
         topics: dict[str, list[dict]] = {}
         for st in ready:
@@ -267,7 +267,7 @@ class ReplicaFetcher:
 
     def _process(self, st: FetchState, fetch_offset: int, part: dict) -> None:
         """One partition of a Fetch answer."""
-        b = self.broker
+        b = self.replica_manager
         r = st.replica
         plog = r.log
         if r.is_leader or r.leader_epoch != st.epoch:
@@ -305,7 +305,7 @@ class ReplicaFetcher:
             plog.high_watermark = hw
 
     def _back_off(self, st: FetchState, reason: str, code: int = 0) -> None:
-        delay = self.broker.fetch_backoff_s  # replica.fetch.backoff.ms
+        delay = self.replica_manager.fetch_backoff_s  # replica.fetch.backoff.ms
         if code in _LEADER_BEHIND:
             delay = min(delay, _FIRST_RETRY_S * (1 << min(st.leader_behind, 20)))
             st.leader_behind += 1
@@ -317,8 +317,8 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """Which fetcher follows which partition (Kafka's ``AbstractFetcherManager``)."""
 
-    def __init__(self, broker: Any, num_fetchers: int) -> None:
-        self.broker = broker
+    def __init__(self, replica_manager: Any, num_fetchers: int) -> None:
+        self.replica_manager = replica_manager
         self.num_fetchers = max(1, num_fetchers)
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._fetching: dict[tuple[str, int], tuple[int, int]] = {}
@@ -332,8 +332,8 @@ class ReplicaFetcherManager:
         key = (leader, self.fetcher_id(r.tp))
         fetcher = self.fetchers.get(key)
         if fetcher is None or fetcher._stopped:
-            fetcher = self.fetchers[key] = ReplicaFetcher(self.broker, leader, key[1])
-        truncating = not self.broker.truncate_on_fetch or latest_epoch(r.log) < 0
+            fetcher = self.fetchers[key] = ReplicaFetcher(self.replica_manager, leader, key[1])
+        truncating = not self.replica_manager.truncate_on_fetch or latest_epoch(r.log) < 0
         fetcher.add(r, epoch, truncating)
         self._fetching[r.tp] = key
 

@@ -14,12 +14,16 @@ import asyncio
 from typing import Any
 
 from tidelog.broker.errors import PartitionError, error_of
-from tidelog.broker.handlers import RequestContext, handles
+from tidelog.broker.handlers import Handler, RequestContext, handles
+from tidelog.cluster import zkdata as zd
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
 
+# the APIs only a broker in ZooKeeper mode serves (its replica manager brings them to the broker's handlers)
+CLUSTER_HANDLERS: dict[int, Handler] = {}
 
-@handles(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+
+@handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, CLUSTER_HANDLERS)
 async def offset_for_leader_epoch(ctx: RequestContext, request: dict) -> dict:
     broker = ctx.broker
     topics_out = []
@@ -61,10 +65,9 @@ def _alter_response(ctx: RequestContext, request: dict, error: str | None, messa
     return out
 
 
-@handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS)
+@handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS, CLUSTER_HANDLERS)
 async def alter_partition_reassignments(ctx: RequestContext, request: dict) -> dict:
-    broker: Any = ctx.broker
-    controller = getattr(broker, "controller", None)
+    controller = ctx.broker.replica_manager.controller
     if controller is None or not controller.active:
         return _alter_response(ctx, request, "NOT_CONTROLLER", "This is not the correct controller for this cluster.",
                                {})
@@ -103,8 +106,6 @@ def list_reassignments(zk: Any, wanted: dict[str, list[int]] | None) -> list[dic
     """The ongoing reassignments as ListPartitionReassignments topics (from ZooKeeper; blocking)."""
     from kazoo.exceptions import NoNodeError
 
-    from tidelog.cluster import zkdata as zd
-
     names = sorted(wanted) if wanted is not None else sorted(zk.get_children(zd.BROKER_TOPICS))
     out = []
     for name in names:
@@ -121,13 +122,12 @@ def list_reassignments(zk: Any, wanted: dict[str, list[int]] | None) -> list[dic
     return out
 
 
-@handles(ApiKey.LIST_PARTITION_REASSIGNMENTS)
+@handles(ApiKey.LIST_PARTITION_REASSIGNMENTS, CLUSTER_HANDLERS)
 async def list_partition_reassignments(ctx: RequestContext, request: dict) -> dict:
-    broker: Any = ctx.broker
     topics = request.get("topics")
     wanted = None if topics is None else {t.get("name"): [int(i) for i in t.get("partition_indexes") or ()]
                                            for t in topics}
-    zk = broker.zk
+    zk = ctx.broker.replica_manager.zk
     if zk is None:
         return {"throttle_time_ms": 0, "error_code": error_code("BROKER_NOT_AVAILABLE"),
                 "error_message": "Not connected to ZooKeeper.", "topics": []}

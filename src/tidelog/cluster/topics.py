@@ -12,7 +12,7 @@ CreatePartitions ``assignments``) are checked against the registered brokers.
 Topic configs are Kafka's dynamic topic configs in ZooKeeper mode: ``/config/topics/<t>`` holds the overrides and
 is the source of truth. AlterConfigs / IncrementalAlterConfigs write it on the receiving broker (AdminZkClient's
 ``changeTopicConfig``: the new overrides and a ``/config/changes/config_change_<seq>`` notification, here in one
-transaction conditional on the config znode's version); every broker (ClusterBroker's notification listener)
+transaction conditional on the config znode's version); every broker (its ZkReplicaManager's notification listener)
 reads the topic's config znode again and applies it to its logs (:meth:`config_changed`, Kafka's
 ``TopicConfigHandler``). At start the registry's overrides are replaced by ZooKeeper's before any log is
 opened."""
@@ -39,9 +39,10 @@ class ClusterTopicManager(TopicManager):
     # request handler thread (handlers.topic_change), so a ZooKeeper round trip (or a stall up to kazoo's timeout)
     # never blocks the event loop that serves produce, fetch and replication.
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: Any, cluster: Any) -> None:
         # the /config/topics/<t> znode version each topic's overrides were read at (set by _load_registry)
         self._config_versions: dict[str, int] = {}
+        self.cluster = cluster  # the broker's ZkReplicaManager: the ZooKeeper client, live brokers, post()
         super().__init__(broker)
         self._deleted: dict[str, asyncio.Event] = {}
 
@@ -53,7 +54,7 @@ class ClusterTopicManager(TopicManager):
         from kazoo.exceptions import NoNodeError
 
         super()._load_registry()
-        zk = getattr(self.broker, "zk", None)
+        zk = self.cluster.zk
         if zk is None:
             return
         changed = False
@@ -114,7 +115,7 @@ class ClusterTopicManager(TopicManager):
         :meth:`remove_strays` sort out what is on disk."""
         from kazoo.exceptions import NoNodeError
 
-        zk = getattr(self.broker, "zk", None)
+        zk = self.cluster.zk
         if zk is None:
             return []
         try:
@@ -186,7 +187,7 @@ class ClusterTopicManager(TopicManager):
     # -- requests ---------------------------------------------------------------------------------------------
 
     def registered_brokers(self) -> set[int]:
-        return set(getattr(self.broker, "live", {}) or ())
+        return self.cluster.live_brokers()
 
     def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
                      configs: dict[str, str | None] | None = None, validate_only: bool = False,
@@ -195,14 +196,13 @@ class ClusterTopicManager(TopicManager):
         from kazoo.exceptions import NodeExistsError
 
         self._validate_new_name(name)
-        broker: Any = self.broker
-        if broker.zk.exists(zd.delete_topic_path(name)) is not None:
+        if self.cluster.zk.exists(zd.delete_topic_path(name)) is not None:
             raise TopicError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' is marked for deletion.")
         if assignments:
             num_partitions = len(assignments)
             replication_factor = len(next(iter(assignments.values())))
         num_partitions, replication_factor = self._counts_or_defaults(num_partitions, replication_factor)
-        live = sorted(broker.live)
+        live = sorted(self.cluster.live)
         if not assignments and (replication_factor <= 0 or replication_factor > len(live)):
             raise TopicError(
                 "INVALID_REPLICATION_FACTOR",
@@ -213,7 +213,7 @@ class ClusterTopicManager(TopicManager):
         if validate_only:
             return info
         assignment = dict(assignments) if assignments else zd.assign_replicas(live, num_partitions, replication_factor)
-        zk = broker.zk
+        zk = self.cluster.zk
         t = zk.transaction()
         t.create(zd.topic_config_path(name), zd.encode_topic_config(overrides))
         t.create(zd.topic_path(name), zd.encode_topic(zd.TopicAssignment(assignment, info.topic_id)))
@@ -242,7 +242,7 @@ class ClusterTopicManager(TopicManager):
         from kazoo.exceptions import NodeExistsError
 
         info = self._topics.get(name)
-        zk = self.broker.zk
+        zk = self.cluster.zk
         if info is None or await asyncio.to_thread(zk.exists, zd.topic_path(name)) is None:
             raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
         event = self._deleted.setdefault(name, asyncio.Event())
@@ -294,8 +294,7 @@ class ClusterTopicManager(TopicManager):
         The controller then elects leaders of the new partitions and every broker adopts them via its watch."""
         from kazoo.exceptions import BadVersionError, NoNodeError
 
-        broker: Any = self.broker
-        zk = broker.zk
+        zk = self.cluster.zk
         for _attempt in range(10):
             try:
                 data, stat = zk.get(zd.topic_path(name))
@@ -309,7 +308,7 @@ class ClusterTopicManager(TopicManager):
                 raise TopicError("INVALID_PARTITIONS", f"Topic currently has {current} partitions, which is higher "
                                                        f"than the requested {total_count}.")
             first = a.partitions.get(0) or next(iter(a.partitions.values()))
-            live = sorted(broker.live)
+            live = sorted(self.cluster.live)
             if assignments is not None:
                 added = self._check_added_assignments(assignments, total_count - current, len(first), set(live),
                                                       current)
@@ -358,7 +357,7 @@ class ClusterTopicManager(TopicManager):
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
         info = self._require(name)
-        zk = self.broker.zk
+        zk = self.cluster.zk
         path = zd.topic_config_path(name)
         for _attempt in range(10):
             try:
@@ -384,7 +383,7 @@ class ClusterTopicManager(TopicManager):
                 if isinstance(res, Exception) and type(res).__name__ != "RolledBackError":
                     raise res
             log.info("topic configs changed in ZooKeeper", extra={"kv": {"topic": name, "configs": overrides or ""}})
-            self.broker.post(self.config_changed, name, overrides, version + 1)
+            self.cluster.post(self.config_changed, name, overrides, version + 1)
             return info
         raise TopicError("REQUEST_TIMED_OUT", f"the configs of '{name}' kept changing")
 

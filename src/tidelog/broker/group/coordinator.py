@@ -61,7 +61,7 @@ from tidelog.protocol.errors import error_code
 from tidelog.records.batch import build_batch, decode_batches
 
 if TYPE_CHECKING:
-    from tidelog.broker.server import Broker
+    from tidelog.broker.broker import Broker
 
 log = logging.getLogger("tidelog.broker.group")
 
@@ -377,7 +377,7 @@ class GroupCoordinator:
         return unavailable
 
     async def _create_offsets_topic(self) -> None:
-        live = len(getattr(self.broker, "live", ()) or ())
+        live = len(self.broker.replica_manager.live_brokers())
         if live < self.replication_factor:
             log.warning("__consumer_offsets not created: fewer live brokers than offsets.topic.replication.factor",
                         extra={"kv": {"live": live, "replication_factor": self.replication_factor}})

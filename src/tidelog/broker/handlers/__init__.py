@@ -6,7 +6,10 @@ dict is the response body, encoded by the server at ``ctx.api_version``. Handler
 errors: they answer with the Kafka error code. An exception escaping a handler is logged and the server answers
 with the API's generic error (UNKNOWN_SERVER_ERROR) where the schema allows, else closes the connection.
 
-Modules listed in ``HANDLER_MODULES`` are imported by the server at start, which fills ``REGISTRY``.
+``REGISTRY`` holds the APIs every broker serves; it is filled when the handler modules are imported (the broker
+module imports them). A part of the broker that serves more APIs (cluster mode's OffsetForLeaderEpoch and
+reassignments) registers them in a table of its own (``handles(key, table)``), which the broker adds to its
+``handlers`` only when that part is in use.
 """
 
 from __future__ import annotations
@@ -18,19 +21,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tidelog.broker.server import Broker
+    from tidelog.broker.broker import Broker
 
 Handler = Callable[["RequestContext", dict], Awaitable[dict | None]]
 
 REGISTRY: dict[int, Handler] = {}
-
-HANDLER_MODULES = (
-    "tidelog.broker.handlers.core",  # ApiVersions, Metadata, Produce, Fetch, ListOffsets
-    "tidelog.broker.handlers.admin",  # CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, configs, cluster
-    "tidelog.broker.handlers.producer_id",  # InitProducerId
-    "tidelog.broker.handlers.group",  # group coordinator APIs (classic protocol) and offsets
-    "tidelog.broker.handlers.storage_admin",  # DescribeLogDirs, DescribeProducers
-)
 
 
 @dataclass(slots=True)
@@ -44,12 +39,12 @@ class RequestContext:
     extra: Any = None
 
 
-def handles(api_key: int) -> Callable[[Handler], Handler]:
+def handles(api_key: int, table: dict[int, Handler] = REGISTRY) -> Callable[[Handler], Handler]:
     def register(fn: Handler) -> Handler:
         key = int(api_key)  # an ApiKey member or a plain int: the registry holds plain ints
-        if key in REGISTRY:
+        if key in table:
             raise RuntimeError(f"api key {key} registered twice")
-        REGISTRY[key] = fn
+        table[key] = fn
         return fn
 
     return register

@@ -36,11 +36,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tidelog.broker import config as bc
 from tidelog.broker.errors import error_of, is_client_error
 from tidelog.broker.handlers import RequestContext, call_maybe_async, handles, topic_change
 from tidelog.broker.topics import ConfigEntry
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
+from tidelog.storage import config as sc
 
 log = logging.getLogger("tidelog.broker.admin")
 
@@ -180,8 +182,6 @@ def _describe_entry(entry: ConfigEntry, version: int, include_synonyms: bool, in
 
 def _broker_config_entries(ctx: RequestContext) -> list[ConfigEntry]:
     """Every broker config with its effective value. All are static (read-only) in tidelog."""
-    from tidelog.broker import config as bc
-
     cfg = ctx.broker.config
     out: list[ConfigEntry] = []
     seen: set[str] = set()
@@ -235,8 +235,6 @@ _HOUR_KEY_DEFAULTS = {"log.retention.hours": "168", "log.roll.hours": "168", "lo
 def _broker_log_defaults(ctx: RequestContext) -> dict[str, str]:
     """Defaults of the broker-level topic-default keys (``log.segment.bytes`` ...): Kafka's topic defaults
     under their broker names."""
-    from tidelog.storage import config as sc
-
     out = dict(_HOUR_KEY_DEFAULTS)
     for broker_name, topic_name in sc.BROKER_TO_TOPIC_CONFIG.items():
         value = sc.TOPIC_CONFIG_DEFAULTS.get(topic_name)
@@ -247,8 +245,6 @@ def _broker_log_defaults(ctx: RequestContext) -> dict[str, str]:
 
 def _topic_config_type(name: str) -> int:
     """ConfigType of a topic config from the storage layer's spec (int/long/double/boolean/string/list)."""
-    from tidelog.storage import config as sc
-
     spec = getattr(sc, "_BY_NAME", {}).get(name)
     kind = getattr(spec, "kind", None)
     return {

@@ -32,13 +32,16 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 from tidelog.broker.errors import PartitionError, code_of, error_of
 from tidelog.broker.fetch import MAX_INT32, FetchParams, FetchPartition, last_stable_offset, response_entry
 from tidelog.broker.fetch_session import INITIAL_EPOCH, CachedPartition
-from tidelog.broker.handlers import REGISTRY, RequestContext, handles, topic_change
+from tidelog.broker.handlers import RequestContext, handles, topic_change
 from tidelog.broker.purgatory import DelayedProduce
+from tidelog.broker.topics import TopicError
+from tidelog.protocol import codec
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED
 
 log = logging.getLogger("tidelog.broker.core")
@@ -90,8 +93,6 @@ def _leader_epoch_error(requested: int | None, current: int = LEADER_EPOCH) -> i
 
 
 def _supported_versions() -> dict[int, tuple[int, int]]:
-    from tidelog.protocol import codec
-
     out: dict[int, tuple[int, int]] = {}
     for key, rng in {**codec.SUPPORTED_VERSIONS, **codec.GROUP_API_VERSIONS}.items():
         if isinstance(rng, tuple):
@@ -103,32 +104,31 @@ def _supported_versions() -> dict[int, tuple[int, int]]:
     return out
 
 
-_API_LIST: list[dict] | None = None
-_API_LIST_KEY = -1
+_API_LISTS: dict[frozenset[int], list[dict]] = {}
 
 
-def api_versions_list() -> list[dict]:
-    """The ApiVersions ``api_keys``: every API with a handler and a codec, Produce advertised from 0."""
-    global _API_LIST, _API_LIST_KEY
-    key = len(REGISTRY)  # handler modules register at import; rebuild if more arrived
-    if _API_LIST is None or key != _API_LIST_KEY:
-        _API_LIST_KEY = key
+def api_versions_list(handlers: Mapping[int, Any]) -> list[dict]:
+    """The ApiVersions ``api_keys`` of a broker whose handler table is ``handlers``: every API with a handler and
+    a codec, Produce advertised from 0. Built once per set of APIs."""
+    keys = frozenset(handlers)
+    entries = _API_LISTS.get(keys)
+    if entries is None:
         supported = _supported_versions()
         entries = []
-        for key in sorted(REGISTRY):
+        for key in sorted(keys):
             if key not in supported:
                 continue
             lo, hi = supported[key]
             if key == PRODUCE:
                 lo = 0  # KAFKA-18659: librdkafka < 2.11.1 needs Produce min 0 to enable compression
             entries.append({"api_key": key, "min_version": lo, "max_version": hi})
-        _API_LIST = entries
-    return _API_LIST
+        _API_LISTS[keys] = entries
+    return entries
 
 
 @handles(API_VERSIONS)
 async def api_versions(ctx: RequestContext, request: dict) -> dict:
-    return {"error_code": NONE, "api_keys": api_versions_list(), "throttle_time_ms": 0}
+    return {"error_code": NONE, "api_keys": api_versions_list(ctx.broker.handlers), "throttle_time_ms": 0}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -194,8 +194,6 @@ async def metadata(ctx: RequestContext, request: dict) -> dict:
             if info is not None:
                 out.append(_topic_metadata(broker, info, v, include_ops))
     else:
-        from tidelog.broker.topics import TopicError
-
         for t in requested:
             name = t.get("name")
             tid = _uuid_bytes(t.get("topic_id")) if v >= 10 else ZERO_UUID

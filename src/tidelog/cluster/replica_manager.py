@@ -1,4 +1,9 @@
-"""ClusterBroker: the broker in ZooKeeper mode (``zookeeper.connect`` set).
+"""ZkReplicaManager: the replica manager of a broker in ZooKeeper mode (``zookeeper.connect`` set).
+
+The composition root (``tidelog.node``) builds it and hands it to the one :class:`~tidelog.broker.broker.Broker`
+class; it is a part of the broker, not a kind of broker: it holds the broker (``self.broker``) and uses its
+storage, topics, purgatory and metrics, and the broker binds its partition-state methods (see
+``tidelog.broker.replica_manager`` for the interface both modes implement).
 
 How a broker learns its roles: **ZooKeeper watches**, not LeaderAndIsr/UpdateMetadata requests. Every broker
 watches ``/brokers/ids`` (endpoints for Metadata), ``/controller``, ``/brokers/topics``, each partition's
@@ -52,10 +57,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidelog.broker.broker import Broker
 from tidelog.broker.errors import PartitionError
-from tidelog.broker.server import Broker
+from tidelog.broker.topics import new_cluster_id
 from tidelog.cluster import zkdata as zd
+from tidelog.cluster.controller import Controller
 from tidelog.cluster.fetcher import ReplicaFetcherManager
+from tidelog.cluster.handlers import CLUSTER_HANDLERS
+from tidelog.cluster.producer_ids import zk_producer_id_manager
+from tidelog.cluster.topics import ClusterTopicManager
 
 log = logging.getLogger("tidelog.cluster.broker")
 
@@ -85,10 +95,16 @@ class Replica:
     pending_isr: tuple[int, ...] = ()  # an ISR change sent to ZooKeeper and not yet answered
 
 
-class ClusterBroker(Broker):
+class ZkReplicaManager:
+    """The broker's replica manager in ZooKeeper mode (see the module docstring); the composition root
+    (``tidelog.node``) builds it from the config and hands it to the :class:`~tidelog.broker.broker.Broker`."""
+
+    handlers = CLUSTER_HANDLERS  # OffsetForLeaderEpoch, Alter/ListPartitionReassignments: served in this mode only
+
     def __init__(self, config: Any) -> None:
-        super().__init__(config)
-        self.read_service.followers = self  # leader side of follower fetches: check_follower, update_follower_fetch_state
+        self.broker: Broker = None  # type: ignore[assignment]  # set by attach
+        self.config = config
+        self.node_id = config.node_id
         props = config.props
         self.zk_connect: str = config.get("zookeeper.connect")
         self.session_timeout_s = config.get("zookeeper.session.timeout.ms") / 1000.0
@@ -131,24 +147,26 @@ class ClusterBroker(Broker):
         self._state_zxid: dict[tuple[str, int], int] = {}
         self._last_config_change = -1  # sequence number of the last config change notification processed
 
-    # -- hooks of the single-node broker -----------------------------------------------------------------
+    def attach(self, broker: Broker) -> None:
+        self.broker = broker
 
-    def _load_handlers(self) -> None:
-        import tidelog.cluster.handlers  # noqa: F401  (registers OffsetForLeaderEpoch)
+    @property
+    def followers(self) -> ZkReplicaManager:
+        """The leader side of follower fetches for the read service (check_follower, update_follower_fetch_state)."""
+        return self
 
-        super()._load_handlers()
+    @property
+    def stopping(self) -> bool:
+        return self.broker.stopping
 
-    def topic_manager_class(self) -> type:
-        from tidelog.cluster.topics import ClusterTopicManager
+    # -- parts the broker is built with ----------------------------------------------------------------------
 
-        return ClusterTopicManager  # topic changes go through ZooKeeper
+    def make_topic_manager(self, broker: Broker) -> ClusterTopicManager:
+        return ClusterTopicManager(broker, self)  # topic changes go through ZooKeeper
 
-    def _open_storage(self) -> None:
-        super()._open_storage()
-        from tidelog.cluster.producer_ids import zk_producer_id_manager
-
+    def make_producer_id_manager(self, broker: Broker) -> Any:
         # producer id blocks from ZooKeeper's /latest_producer_id_block: unique across the cluster
-        self.producer_ids = zk_producer_id_manager(self.zk, self.node_id, self.config.log_dirs)
+        return zk_producer_id_manager(self.zk, self.node_id, self.config.log_dirs)
 
     def become_leader(self, tp: tuple[str, int], log_: Any) -> None:
         """At start nothing is led until ZooKeeper says so."""
@@ -241,27 +259,30 @@ class ClusterBroker(Broker):
         return [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
                 for b in sorted(shown.values(), key=lambda b: b.id)]
 
+    def live_brokers(self) -> set[int]:
+        """The ids of the brokers registered in ZooKeeper now (``/brokers/ids``, as this broker's watch saw it)."""
+        return set(self.live)
+
     def metadata_controller_id(self) -> int:
         return self.controller_node
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def before_storage(self) -> None:
         # the cluster id lives in ZooKeeper (/cluster/id, created by the first broker, as Kafka's
         # getOrGenerateClusterId); storage then checks meta.properties against it (InconsistentClusterIdError)
         await asyncio.to_thread(self._connect_zk)
         self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(self._watch_cluster)
-        await super().start()
+
+    async def after_listen(self) -> None:
         await asyncio.to_thread(self._start_zk)
-        self._tasks.append(self._loop.create_task(self._isr_shrink_loop()))
-        self.metrics.add_rows_source(self._replication_rows)
+        self.broker.spawn(self._isr_shrink_loop())
+        self.broker.metrics.add_rows_source(self._replication_rows)
 
     def _connect_zk(self) -> None:
         from kazoo.client import KazooClient
         from kazoo.exceptions import NodeExistsError
-
-        from tidelog.broker.topics import new_cluster_id
 
         # reconnect attempts at most ~1 s apart, as ZooKeeper's own client: kazoo's default backoff doubles up to
         # an hour, so a broker cut off from ZooKeeper for minutes would only notice the heal (and its expired
@@ -273,14 +294,14 @@ class ClusterBroker(Broker):
         for p in zd.PERSISTENT_PATHS:
             self.zk.ensure_path(p)
         with contextlib.suppress(NodeExistsError):
-            self.zk.create(zd.CLUSTER_ID, zd.encode_cluster_id(self.cluster_id or new_cluster_id()), makepath=True)
+            self.zk.create(zd.CLUSTER_ID, zd.encode_cluster_id(self.broker.cluster_id or new_cluster_id()), makepath=True)
         zk_id = zd.decode_cluster_id(self.zk.get(zd.CLUSTER_ID)[0])
-        if self.cluster_id and self.cluster_id != zk_id:
-            raise RuntimeError(f"cluster.id {self.cluster_id} differs from ZooKeeper's {zd.CLUSTER_ID} {zk_id}")
-        self.cluster_id = zk_id
+        if self.broker.cluster_id and self.broker.cluster_id != zk_id:
+            raise RuntimeError(f"cluster.id {self.broker.cluster_id} differs from ZooKeeper's {zd.CLUSTER_ID} {zk_id}")
+        self.broker.cluster_id = zk_id
 
     def _watch_cluster(self) -> None:
-        """Watch the registered brokers and the controller before the listener opens (``super().start()``): the
+        """Watch the registered brokers and the controller before the listener opens (``before_storage``): the
         listener opens before this broker can register (it needs the bound port, and after a kill -9 it waits
         out the previous session's registration, see :meth:`_register`), and clients are served meanwhile.
         Their Metadata must name the brokers and the controller ZooKeeper has, not an empty cluster with
@@ -292,14 +313,12 @@ class ClusterBroker(Broker):
         self.zk.DataWatch(zd.CONTROLLER, self._controller_moved)
 
     def _start_zk(self) -> None:
-        from tidelog.cluster.controller import Controller
-
         self._register()
         # config change notifications first: a change after the topics' config znodes are read below is notified
         self.zk.ChildrenWatch(zd.CONFIG_CHANGES, self._config_changes)
         self.zk.ChildrenWatch(zd.BROKER_TOPICS, self._topics_changed)
         # the assignments just read are queued on the loop ahead of this: then drop what ZooKeeper no longer has
-        self.post(self.topics.remove_strays, set(self.zk.get_children(zd.BROKER_TOPICS)), self.assignments,
+        self.post(self.broker.topics.remove_strays, set(self.zk.get_children(zd.BROKER_TOPICS)), self.assignments,
                    self.node_id)
         self.controller = Controller(
             self.zk, self.node_id, unclean_election=self.unclean,
@@ -316,14 +335,14 @@ class ClusterBroker(Broker):
         from kazoo.exceptions import NodeExistsError
 
         path = zd.broker_path(self.node_id)
-        data = zd.encode_broker(zd.BrokerInfo(self.node_id, self.host, self.port, self.config.props.get("broker.rack")))
+        data = zd.encode_broker(zd.BrokerInfo(self.node_id, self.broker.host, self.broker.port, self.config.props.get("broker.rack")))
         deadline = time.monotonic() + 3 * self.session_timeout_s + 30
         while True:
             try:
                 self.zk.create(path, data, ephemeral=True, makepath=True)
                 stat = self.zk.exists(path)
                 self._registration_zxid = stat.czxid if stat is not None else float("inf")
-                log.info("registered in ZooKeeper", extra={"kv": {"path": path, "endpoint": f"{self.host}:{self.port}"}})
+                log.info("registered in ZooKeeper", extra={"kv": {"path": path, "endpoint": f"{self.broker.host}:{self.broker.port}"}})
                 return
             except NodeExistsError:
                 gone = threading.Event()
@@ -334,21 +353,21 @@ class ClusterBroker(Broker):
                 if not gone.wait(max(0.0, deadline - time.monotonic())):
                     raise RuntimeError(f"{path} is held by another live broker") from None
 
-    async def shutdown(self) -> None:
-        if not self.stopping and not self._shutting_down and self.zk is not None and self.controlled_shutdown_enable:
+    async def before_shutdown(self) -> None:
+        """Controlled shutdown, then stop the fetchers and the controller and leave ZooKeeper (called once, as the
+        broker's shutdown begins)."""
+        if not self._shutting_down and self.zk is not None and self.controlled_shutdown_enable:
             try:
                 await self._controlled_shutdown()
             except Exception:
                 log.exception("controlled shutdown failed; shutting down without it")
-        if not self.stopping:
-            self.fetchers.shutdown()
-            if self.controller is not None:
-                self.controller.stop()
-            if self.zk is not None:
-                zk, self.zk = self.zk, None
-                with contextlib.suppress(Exception):
-                    await asyncio.to_thread(self._stop_zk, zk)
-        await super().shutdown()
+        self.fetchers.shutdown()
+        if self.controller is not None:
+            self.controller.stop()
+        if self.zk is not None:
+            zk, self.zk = self.zk, None
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self._stop_zk, zk)
 
     def _controlled_shutdown_pending(self) -> list[tuple[str, int]]:
         """Partitions still led here (with another live ISR member to take over) or still listing us in the ISR."""
@@ -520,7 +539,7 @@ class ClusterBroker(Broker):
             except ValueError:
                 log.error("unreadable topic config in ZooKeeper", extra={"kv": {"topic": topic}})
                 continue
-            self.post(self.topics.config_changed, topic, overrides, stat.version)
+            self.post(self.broker.topics.config_changed, topic, overrides, stat.version)
         return None
 
     def _state_watch(self, tp: tuple[str, int]):
@@ -554,11 +573,11 @@ class ClusterBroker(Broker):
         local = [p for p, reps in a.partitions.items() if self.node_id in reps]
         for tp in [tp for tp in self.replicas if tp[0] == topic and tp[1] not in local]:
             self._drop_replica(tp)  # reassigned away: delete the replica
-        self.topics.adopt(topic, a.topic_id, max(a.partitions) + 1, config, local, config_version)
+        self.broker.topics.adopt(topic, a.topic_id, max(a.partitions) + 1, config, local, config_version)
         for p in local:
             tp = (topic, p)
             if tp not in self.replicas:
-                self.replicas[tp] = Replica(tp, self.topics.get_log(topic, p), list(a.partitions[p]))
+                self.replicas[tp] = Replica(tp, self.broker.topics.get_log(topic, p), list(a.partitions[p]))
             self.replicas[tp].replicas = a.target(p)  # ISR-eligible: never a replica being removed
             s = self.states.get(tp)
             if s is not None:
@@ -570,7 +589,7 @@ class ClusterBroker(Broker):
         if r.is_leader:
             r.is_leader = False  # waiting produces and fetches are woken by drop_partition (then fail)
             self._leadership_changed(tp, False, -1)  # a led __consumer_offsets partition unloads its groups
-        self.topics.drop_partition(*tp)
+        self.broker.topics.drop_partition(*tp)
 
     def _on_topic_deleted(self, topic: str) -> None:
         """The topic znode is gone (DeleteTopics): drop its replicas, states and the topic itself."""
@@ -579,7 +598,7 @@ class ClusterBroker(Broker):
         for tp in [tp for tp in self.states if tp[0] == topic]:
             del self.states[tp]
         self.assignments.pop(topic, None)
-        self.topics.forget_topic(topic)
+        self.broker.topics.forget_topic(topic)
 
     def _on_state(self, tp: tuple[str, int], s: zd.LeaderIsr, mzxid: int = 0) -> None:
         old = self.states.get(tp)
@@ -639,7 +658,7 @@ class ClusterBroker(Broker):
         r.is_leader = False
         self.fetchers.remove(r.tp)
         if was_leader:
-            self.purgatory.check_and_complete(r.tp)  # waiting acks=-1 produces fail NOT_LEADER_OR_FOLLOWER
+            self.broker.purgatory.check_and_complete(r.tp)  # waiting acks=-1 produces fail NOT_LEADER_OR_FOLLOWER
             self._leadership_changed(r.tp, False, s.leader_epoch)
         if s.leader != zd.NO_LEADER and self._loop is not None and not self.stopping and not self._shutting_down:
             r.leader, r.leader_epoch = s.leader, s.leader_epoch  # the fetcher checks answers against the term
@@ -652,19 +671,19 @@ class ClusterBroker(Broker):
             if r.is_leader:
                 r.is_leader = False
                 r.leader = zd.NO_LEADER
-                self.purgatory.check_and_complete(r.tp)
+                self.broker.purgatory.check_and_complete(r.tp)
                 self._leadership_changed(r.tp, False, -1)
 
     def _leadership_changed(self, tp: tuple[str, int], is_leader: bool, leader_epoch: int) -> None:
         """Hook: the group coordinator loads / unloads the groups of a ``__consumer_offsets`` partition."""
-        if self.group_coordinator is not None:
-            self.group_coordinator.on_leadership_change(tp[0], tp[1], is_leader, leader_epoch)
+        if self.broker.group_coordinator is not None:
+            self.broker.group_coordinator.on_leadership_change(tp[0], tp[1], is_leader, leader_epoch)
 
     def _leader_progress(self, r: Replica) -> None:
         if self.maybe_increment_high_watermark(r.tp, r.log):
-            self.purgatory.check_and_complete(r.tp)
+            self.broker.purgatory.check_and_complete(r.tp)
         else:
-            self.purgatory.produce.check_and_complete(r.tp)  # the ISR may have fallen below min.insync.replicas
+            self.broker.purgatory.produce.check_and_complete(r.tp)  # the ISR may have fallen below min.insync.replicas
 
     def _replication_rows(self) -> list[tuple[str, str, dict[str, str], float]]:
         """Scrape-time gauges (Kafka's ReplicaManager UnderReplicatedPartitions, UnderMinIsrPartitionCount,
@@ -754,9 +773,9 @@ class ClusterBroker(Broker):
             r.isr_update_pending = False
             r.pending_isr = ()
         if set(new_isr) - set(old_isr):
-            self.metrics.isr_expands.inc()
+            self.broker.metrics.isr_expands.inc()
         if set(old_isr) - set(new_isr):
-            self.metrics.isr_shrinks.inc()
+            self.broker.metrics.isr_shrinks.inc()
         log.info("ISR changed", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1],
                                               "isr": ",".join(map(str, new_isr))}})
         if r.is_leader and r.leader_epoch == epoch and r.zk_version == version:

@@ -1,0 +1,240 @@
+"""The broker: one object assembled from parts, the same class in single-node and ZooKeeper mode.
+
+Parts (docs/ARCHITECTURE.md, "The broker, composed"):
+
+* ``socket_server`` (:class:`~tidelog.broker.server.SocketServer`): the listener and the connections; the network
+  loop frames, dispatches and sends (Kafka's SocketServer);
+* ``replica_manager``: partition state and the cluster view (leadership, leader epochs, ISR, high watermark,
+  what Metadata says), chosen by the composition root (``tidelog.node``):
+  :class:`~tidelog.broker.replica_manager.LocalReplicaManager` for one node, ZooKeeper mode's ``ZkReplicaManager``;
+  it also makes the topic manager and the producer-id manager and brings the APIs only its mode serves;
+* ``topics`` (the topic store), ``logs`` (storage's LogManager), ``read_service`` (the one Fetch read path),
+  ``purgatory`` (DelayedProduce / DelayedFetch), ``group_coordinator``, ``producer_ids``, ``fetch_sessions``,
+  ``request_pool`` and ``append_sequencer`` (the request handler threads and the per-partition append order),
+  ``metrics``.
+
+Handlers reach everything through ``ctx.broker``. The replica manager's partition-state methods are bound as the
+broker's own attributes (``broker.leader_log``, ``broker.isr``, ...), so the hot path makes one call, not two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from tidelog.broker.config import BrokerConfig
+from tidelog.broker.fetch import ReadService
+from tidelog.broker.fetch_session import FetchSessionCache
+from tidelog.broker.group.coordinator import GroupCoordinator
+
+# the APIs every broker serves: importing the handler modules registers them in REGISTRY
+from tidelog.broker.handlers import (  # noqa: F401
+    REGISTRY,
+    admin,
+    core,
+    group,
+    producer_id,
+    storage_admin,
+)
+from tidelog.broker.metrics import BrokerMetrics
+from tidelog.broker.purgatory import Purgatory
+from tidelog.broker.replica_manager import LocalReplicaManager
+from tidelog.broker.request_pool import AppendSequencer, RequestHandlerPool
+from tidelog.broker.server import SocketServer
+from tidelog.broker.topics import TopicManager, new_cluster_id
+from tidelog.protocol import codec
+from tidelog.storage.checkpoints import read_meta_properties
+from tidelog.storage.manager import LogManager
+
+log = logging.getLogger("tidelog.broker.server")
+
+
+class Broker:
+    """A tidelog broker. ``replica_manager`` decides the mode (default: one node alone)."""
+
+    def __init__(self, config: BrokerConfig, replica_manager: Any = None) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.cluster_id: str = config.cluster_id or ""
+        listener = config.listener
+        adv = config.advertised_listener
+        self.host = adv.host if adv is not None else (listener.host if listener.host not in ("", "0.0.0.0") else "127.0.0.1")
+        self.port = adv.port if adv is not None else listener.port
+        self.logs: Any = None
+        self.topics: TopicManager = None  # type: ignore[assignment]
+        self.purgatory = Purgatory()
+        self.metrics = BrokerMetrics()
+        self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"),
+                                                config.get("min.incremental.fetch.session.eviction.ms"))
+        self.metrics.add_rows_source(self.fetch_sessions.rows)
+        self.producer_ids: Any = None
+        # Kafka's request handler threads (num.io.threads) and the per-partition append order they must keep
+        self.request_pool = RequestHandlerPool(config.get("num.io.threads"))
+        self.loop: asyncio.AbstractEventLoop | None = None  # the network loop (set by start)
+        self.append_sequencer = AppendSequencer()
+        self.stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+        self.started = False
+        self.group_coordinator: Any = None
+
+        rm = replica_manager if replica_manager is not None else LocalReplicaManager()
+        self.replica_manager = rm
+        rm.attach(self)
+        # partition state, bound once: the handlers' one leadership check, epochs, ISR, high watermark, Metadata
+        self.leader_log = rm.leader_log
+        self.isr = rm.isr
+        self.leader_epoch = rm.leader_epoch
+        self.check_leader_epoch = rm.check_leader_epoch
+        self.maybe_increment_high_watermark = rm.maybe_increment_high_watermark
+        self.become_leader = rm.become_leader
+        self.high_watermark = rm.high_watermark
+        self.partition_metadata = rm.partition_metadata
+        self.metadata_brokers = rm.metadata_brokers
+        self.metadata_controller_id = rm.metadata_controller_id
+        # the APIs this broker serves: every broker's, plus its mode's
+        self.handlers = {**REGISTRY, **rm.handlers}
+        groups = {k: r for k, r in codec.GROUP_API_VERSIONS.items() if k in self.handlers}
+        self.accepted_versions: dict[int, tuple[int, int]] = {**codec.ACCEPTED_VERSIONS,
+                                                              **codec.accepted_versions(groups)}
+        # the one Fetch read path (consumers and followers); the replica manager is the leader side of followers
+        self.read_service = ReadService(self.leader_log, self.leader_epoch, self.purgatory, self.metrics)
+        self.read_service.followers = rm.followers
+        self.socket_server = SocketServer(self)
+        self.connections = self.socket_server.connections
+
+    def spawn(self, coro: Any) -> None:
+        """Run ``coro`` as one of the broker's background tasks (cancelled at shutdown)."""
+        assert self.loop is not None
+        self._tasks.append(self.loop.create_task(coro))
+
+    def on_append(self, tp: tuple[str, int], log_: Any) -> None:
+        """Called by Produce after a successful append."""
+        self.maybe_increment_high_watermark(tp, log_)
+        self.purgatory.check_and_complete(tp)
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    def _open_storage(self) -> None:
+        """Blocking: recovery, loading the topic registry. Runs in a thread before serving."""
+        cfg = self.config
+        for d in cfg.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        self.topics = self.replica_manager.make_topic_manager(self)
+        self.logs = LogManager(list(cfg.log_dirs), cfg.log_config(), **self.topics.log_manager_kwargs())
+        self.logs.startup(self.topics.topic_config)
+        self.topics.load()
+        for info in self.topics.all_topics():
+            for p in range(info.num_partitions):
+                lg = self.topics.get_log(info.name, p)
+                if lg is not None:
+                    self.become_leader((info.name, p), lg)
+        self.cluster_id = self.cluster_id or self._cluster_id_from_storage()
+        self.producer_ids = self.replica_manager.make_producer_id_manager(self)
+
+    def _cluster_id_from_storage(self) -> str:
+        cid = getattr(self.logs, "cluster_id", None)
+        if cid:
+            return str(cid)
+        for d in self.config.log_dirs:
+            meta = read_meta_properties(Path(d) / "meta.properties")
+            if meta is not None and getattr(meta, "cluster_id", None):
+                return str(meta.cluster_id)
+        return new_cluster_id()
+
+    async def start(self) -> None:
+        """Open storage (recovery runs in a thread), bind the listener, start background tasks."""
+        self.loop = asyncio.get_running_loop()
+        await self.replica_manager.before_storage()
+        t0 = time.monotonic()
+        await asyncio.to_thread(self._open_storage)
+        log.info(
+            "storage ready",
+            extra={"kv": {"log_dirs": ",".join(str(d) for d in self.config.log_dirs),
+                          "topics": len(self.topics.names()), "seconds": round(time.monotonic() - t0, 3)}},
+        )
+        self.metrics.set_partition_source(self._partition_metrics)
+        if getattr(self.logs, "cleaner", None) is not None:
+            self.metrics.add_rows_source(self.logs.cleaner.metrics)
+        self.group_coordinator = GroupCoordinator(self)
+        await self.group_coordinator.start()  # loads __consumer_offsets in the background
+        server = self.socket_server
+        bound_port = server.bind()
+        if self.config.listener.port == 0 and self.config.advertised_listener is None:
+            self.port = bound_port
+        loop = self.loop
+        server.start()
+        self._tasks.append(loop.create_task(self._tick_loop()))
+        ml = self.config.metrics_listener
+        if ml is not None:
+            await self.metrics.start_http(*ml)
+        self.started = True
+        log.info(
+            "broker started",
+            extra={"kv": {"node.id": self.node_id, "cluster.id": self.cluster_id,
+                          "listener": f"PLAINTEXT://{server.bind_host}:{bound_port}",
+                          "advertised": f"{self.host}:{self.port}",
+                          "loop": type(loop).__module__.split(".")[0]}},
+        )
+        await self.replica_manager.after_listen()
+
+    async def _tick_loop(self) -> None:
+        """Drive the log manager's periodic work (retention, checkpoints, flushes) from the loop."""
+        interval = self.config.get("tidelog.log.tick.interval.ms") / 1000.0
+        while not self.stopping:
+            await asyncio.sleep(interval)
+            try:
+                # LogManager is thread-safe and its tick flushes and writes checkpoints (fsync): off the loop
+                await asyncio.to_thread(self.logs.tick, time.time_ns() // 1_000_000)
+            except Exception:
+                log.exception("log manager tick failed")
+
+    def _partition_metrics(self) -> Iterable[tuple[str, int, int, int, int, int]]:
+        if self.topics is None:
+            return
+        for name in self.topics.names():
+            info = self.topics.get(name)
+            if info is None:
+                continue
+            for p in range(info.num_partitions):
+                lg = self.topics.get_log(name, p)
+                if lg is None:
+                    continue
+                yield name, p, lg.size_in_bytes, lg.log_start_offset, lg.log_end_offset, lg.high_watermark
+
+    async def shutdown(self) -> None:
+        """Graceful stop: the replica manager's part first (cluster mode: controlled shutdown), then stop
+        accepting, let in-flight requests finish, close connections, shut storage down (which writes the
+        clean-shutdown marker)."""
+        if self.stopping:
+            await self._stopped.wait()
+            return
+        await self.replica_manager.before_shutdown()
+        self.stopping = True
+        log.info("broker shutting down", extra={"kv": {"connections": len(self.connections)}})
+        loop = asyncio.get_running_loop()
+        await self.socket_server.stop_accepting()
+        # complete long polls now so their responses go out
+        self.purgatory.shutdown()
+        if self.group_coordinator is not None:  # answers waiting joins/syncs NOT_COORDINATOR
+            self.group_coordinator.shutdown()
+        await self.socket_server.close_connections()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await self.metrics.stop_http()
+        await loop.run_in_executor(None, self.request_pool.shutdown)
+        if self.logs is not None:
+            await loop.run_in_executor(None, self.logs.shutdown)
+        log.info("broker stopped")
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()

@@ -1,0 +1,117 @@
+"""The replica manager of a broker that runs alone: every partition it hosts, it leads, alone in the ISR.
+
+A replica manager is the part of a :class:`~tidelog.broker.broker.Broker` that knows partition state and the
+cluster around it (Kafka's ``ReplicaManager`` with ``Partition`` and the ``MetadataCache``):
+
+* the leadership check and the partition's leader epoch (``leader_log``, ``leader_epoch``,
+  ``check_leader_epoch``), its ISR and high watermark (``isr``, ``maybe_increment_high_watermark``,
+  ``high_watermark``, ``become_leader``);
+* what Metadata answers about partitions, brokers and the controller (``partition_metadata``,
+  ``metadata_brokers``, ``metadata_controller_id``; ``None`` means "this node alone");
+* the leader side of follower fetches for the read service (``followers``: ``None`` when there are none);
+* which topic manager and producer-id manager the broker uses, the extra APIs it serves (``handlers``), and what
+  it does around the broker's start and shutdown.
+
+This is the single-node one. ZooKeeper mode's (``tidelog.cluster.replica_manager.ZkReplicaManager``) has the
+same methods; the composition root (``tidelog.node``) chooses one and hands it to the broker. The broker binds
+the partition-state methods as its own attributes (``broker.leader_log`` is ``replica_manager.leader_log``), so
+handlers call them without a second hop on the hot path.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tidelog.broker.errors import PartitionError
+from tidelog.broker.handlers import Handler
+from tidelog.broker.producer_ids import ProducerIdManager
+from tidelog.broker.topics import TopicManager
+
+if TYPE_CHECKING:
+    from tidelog.broker.broker import Broker
+
+
+class LocalReplicaManager:
+    """One node: it leads every partition it hosts, the ISR is itself, HW = LEO after each append."""
+
+    handlers: dict[int, Handler] = {}  # no APIs beyond the broker's own
+    followers: Any = None  # no follower fetches
+
+    def __init__(self) -> None:
+        self.broker: Broker = None  # type: ignore[assignment]  # set by attach
+
+    def attach(self, broker: Broker) -> None:
+        self.broker = broker
+
+    # -- parts the broker is built with ----------------------------------------------------------------------
+
+    def make_topic_manager(self, broker: Broker) -> TopicManager:
+        return TopicManager(broker)
+
+    def make_producer_id_manager(self, broker: Broker) -> Any:
+        return ProducerIdManager(broker.config.log_dirs)
+
+    # -- lifecycle hooks -------------------------------------------------------------------------------------
+
+    async def before_storage(self) -> None:
+        """Before storage opens (cluster mode: join ZooKeeper, learn the cluster id)."""
+
+    async def after_listen(self) -> None:
+        """Once the listener is bound and the broker serves (cluster mode: register, watch, elect)."""
+
+    async def before_shutdown(self) -> None:
+        """First step of the broker's shutdown (cluster mode: controlled shutdown, leave ZooKeeper)."""
+
+    # -- partition state ---------------------------------------------------------------------------------------
+
+    def leader_log(self, topic: str, partition: int) -> Any:
+        """The PartitionLog of (topic, partition) if this broker leads it; raises :class:`PartitionError`
+        (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER) otherwise. The one leadership check."""
+        log_ = self.broker.topics.get_log(topic, partition)
+        if log_ is None:
+            raise PartitionError("UNKNOWN_TOPIC_OR_PARTITION", f"{topic}-{partition} is not hosted here")
+        return log_
+
+    def isr(self, topic: str, partition: int) -> tuple[int, ...]:
+        return (self.broker.node_id,)
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The partition's current leader epoch (one node, never re-elected: 0)."""
+        return 0
+
+    def check_leader_epoch(self, topic: str, partition: int, requested: int | None) -> None:
+        """Fencing by the client's leader epoch: nothing to fence with one node that never changes epoch."""
+
+    def maybe_increment_high_watermark(self, tp: tuple[str, int], log_: Any) -> bool:
+        """HW = min LEO over the ISR. With this node alone in the ISR that is the local LEO. Returns True if it
+        moved (then waiting produces/fetches are re-checked)."""
+        new_hw = log_.log_end_offset  # min over ISR LEOs: only ourselves
+        if new_hw > log_.high_watermark:
+            log_.high_watermark = new_hw
+            return True
+        return False
+
+    def become_leader(self, tp: tuple[str, int], log_: Any) -> None:
+        """Take leadership of a partition (at start, or when a topic/partition is created). Kafka's
+        ``Partition.makeLeader`` ends with ``maybeIncrementLeaderHW``: alone in the ISR, the HW catches up with
+        the LEO at once, so after a crash everything recovered to the LEO is readable (the checkpointed HW may
+        lag by up to ``replica.high.watermark.checkpoint.interval.ms``)."""
+        self.maybe_increment_high_watermark(tp, log_)
+
+    def high_watermark(self, tp: tuple[str, int]) -> int:
+        return self.leader_log(*tp).high_watermark
+
+    # -- what Metadata says about the cluster: None means "this node alone" (handlers/core.py answers) ----------
+
+    def partition_metadata(self, topic: str, partition: int) -> dict | None:
+        return None
+
+    def metadata_brokers(self) -> list[dict] | None:
+        return None
+
+    def metadata_controller_id(self) -> int:
+        return self.broker.node_id
+
+    def live_brokers(self) -> set[int]:
+        """The ids of the brokers alive now (registered, in ZooKeeper mode): this one alone."""
+        return {self.broker.node_id}

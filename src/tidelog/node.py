@@ -1,0 +1,59 @@
+"""The composition root: the one place that decides which parts make up a broker, and runs it.
+
+``build_broker(config)`` assembles a :class:`~tidelog.broker.broker.Broker` for the config's mode: alone (no
+``zookeeper.connect``; the broker's own :class:`~tidelog.broker.replica_manager.LocalReplicaManager`) or in a
+ZooKeeper cluster (:class:`~tidelog.cluster.replica_manager.ZkReplicaManager`, which brings the ZooKeeper
+topic store, producer-id blocks, replica fetchers, the controller and the cluster-only APIs). Nothing below this
+module knows that the other mode exists: ``broker`` never imports ``cluster``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+
+from tidelog.broker.broker import Broker
+from tidelog.broker.config import BrokerConfig
+from tidelog.broker.server import install_event_loop_policy
+from tidelog.cluster.replica_manager import ZkReplicaManager
+
+
+def build_broker(config: BrokerConfig) -> Broker:
+    if config.get("zookeeper.connect"):
+        return Broker(config, ZkReplicaManager(config))
+    return Broker(config)
+
+
+async def serve(
+    config: BrokerConfig,
+    *,
+    ready: asyncio.Event | None = None,
+    on_started: Callable[[Broker], None] | None = None,
+) -> None:
+    """Run a broker until SIGTERM/SIGINT (Ctrl-C), then shut down gracefully. ``on_started`` is called once the
+    listener is bound (``tidelog serve`` prints how to reach the broker)."""
+    broker = build_broker(config)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    await broker.start()
+    if on_started is not None:
+        on_started(broker)
+    if ready is not None:
+        ready.set()
+    await stop.wait()
+    await broker.shutdown()
+
+
+def run(
+    config: BrokerConfig, *, use_uvloop: bool | None = None, on_started: Callable[[Broker], None] | None = None
+) -> None:
+    if use_uvloop is None:
+        use_uvloop = os.environ.get("TIDELOG_LOOP", "uvloop") != "asyncio"
+    install_event_loop_policy(use_uvloop)
+    asyncio.run(serve(config, on_started=on_started))
