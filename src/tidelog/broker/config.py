@@ -1,7 +1,7 @@
 """Broker configuration: Kafka's broker property names and defaults.
 
 Sources: Kafka ``server.properties`` / ``KafkaConfig`` (``ServerConfigs``, ``ServerLogConfigs``, ``SocketServerConfigs``,
-``GroupCoordinatorConfig``), see /work/shared/reference/kafka-facts.md §1.7-1.8.
+``GroupCoordinatorConfig``).
 
 Differences from Kafka, on purpose:
 

@@ -6,7 +6,7 @@ directory), so a crash leaves either the old file or the new one, never a torn o
 strict: anything Kafka itself would refuse (wrong version, count mismatch, malformed line) raises
 :class:`CorruptCheckpointError` naming the file and the problem.
 
-Formats (see kafka-facts 1.1/1.2; Kafka sources ``OffsetCheckpointFile``, ``LeaderEpochCheckpointFile``,
+Formats (Kafka sources ``OffsetCheckpointFile``, ``LeaderEpochCheckpointFile``,
 ``CheckpointFile``, ``PartitionMetadata``, ``MetaProperties``, ``CleanShutdownFileHandler``)::
 
     recovery-point-offset-checkpoint      0\\n N\\n  "topic partition offset\\n" x N

@@ -1,4 +1,4 @@
-"""Topic-level log configuration with Kafka's names, defaults and validation (facts 1.8).
+"""Topic-level log configuration with Kafka's names, defaults and validation (Kafka's ``TopicConfig`` / ``LogConfig``).
 
 ``LogConfig`` holds the parsed values (snake_case attributes); ``from_properties`` takes Kafka's dotted names
 (``segment.bytes`` ...) as strings, validates strictly and raises :class:`InvalidConfigError` for unknown

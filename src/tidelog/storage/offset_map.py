@@ -1,6 +1,6 @@
 """A fixed-memory map from record key to the last offset at which the key was seen.
 
-The cleaner's dedupe map (Kafka's idea of a "skimpy" offset map, facts 1.7): every key is reduced to a 16-byte
+The cleaner's dedupe map (Kafka's idea of a "skimpy" offset map, ``SkimpyOffsetMap``): every key is reduced to a 16-byte
 MD5 digest, and digest + offset live in two preallocated arrays sized from ``log.cleaner.dedupe.buffer.size``.
 The memory used is fixed when the map is created (24 bytes per slot) and never grows, whatever the keys look
 like. A digest collision merges two keys; with 128-bit digests that is astronomically unlikely, and Kafka

@@ -1,4 +1,4 @@
-"""Retention: whole segments leave the log (``cleanup.policy`` containing ``delete``; facts 1.7, seed 001).
+"""Retention: whole segments leave the log (``cleanup.policy`` containing ``delete``; Kafka's ``UnifiedLog.deleteOldSegments``).
 
 Three limits, each checked independently and whichever removes more wins (they all remove a prefix of the
 log): the log start offset (moved by DeleteRecords; applies to every policy), ``retention.bytes`` (drop the

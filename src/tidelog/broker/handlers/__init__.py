@@ -50,14 +50,6 @@ def handles(api_key: int, table: dict[int, Handler] = REGISTRY) -> Callable[[Han
     return register
 
 
-async def call_maybe_async(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Call a TopicManager / log method that may be sync or async."""
-    result = fn(*args, **kwargs)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
-
-
 async def topic_change(fn: Any, *args: Any, **kwargs: Any) -> Any:
     """A TopicManager method that changes topics (create, delete, add partitions, alter configs, Metadata's
     auto-creation). A coroutine function (cluster mode's delete, which waits for ZooKeeper) is awaited; anything

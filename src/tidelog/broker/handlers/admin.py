@@ -38,7 +38,7 @@ from typing import Any
 
 from tidelog.broker import config as bc
 from tidelog.broker.errors import error_of, is_client_error
-from tidelog.broker.handlers import RequestContext, call_maybe_async, handles, topic_change
+from tidelog.broker.handlers import RequestContext, handles, topic_change
 from tidelog.broker.topics import ConfigEntry
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
@@ -424,9 +424,9 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
         rf = replication_factor if replication_factor > 0 else ctx.broker.config.default_replication_factor
         result["replication_factor"] = int(rf)
         if validate_only:
-            entries = list(await call_maybe_async(topics.describe_default_configs, configs) or [])
+            entries = list(topics.describe_default_configs(configs) or [])
         else:
-            entries = list(await call_maybe_async(topics.describe_configs, name, None) or [])
+            entries = list(topics.describe_configs(name, None) or [])
         result["configs"] = _create_topic_configs(entries)
     if v >= 7:
         result["topic_id"] = _uuid(info.topic_id)
@@ -613,7 +613,7 @@ async def delete_records(ctx: RequestContext, request: dict) -> dict:
                 res["error_code"] = error_code("UNKNOWN_TOPIC_OR_PARTITION")
                 continue
             try:
-                plog = await call_maybe_async(topics.get_log, name, index)
+                plog = topics.get_log(name, index)
             except Exception as exc:
                 if not is_client_error(exc):
                     raise
@@ -633,7 +633,7 @@ async def delete_records(ctx: RequestContext, request: dict) -> dict:
                 res["low_watermark"] = int(plog.log_start_offset)
                 continue
             try:
-                await call_maybe_async(plog.maybe_increment_log_start_offset, target)
+                plog.maybe_increment_log_start_offset(target)
             except Exception as exc:
                 if not is_client_error(exc):
                     raise
@@ -672,7 +672,7 @@ async def describe_configs(ctx: RequestContext, request: dict) -> dict:
                 res["error_message"] = f"Topic '{rname}' does not exist."
                 continue
             try:
-                entries = list(await call_maybe_async(topics.describe_configs, rname, keys) or [])
+                entries = list(topics.describe_configs(rname, keys) or [])
             except Exception as exc:
                 if not is_client_error(exc):
                     raise
