@@ -36,12 +36,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidelog.cluster.peer import Peer
+from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.errors import error_code
 
 log = logging.getLogger("tidelog.cluster.fetcher")
 
-FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
+FETCH, OFFSET_FOR_LEADER_EPOCH = int(ApiKey.FETCH), int(ApiKey.OFFSET_FOR_LEADER_EPOCH)
 FETCH_VERSION, OFFSET_FOR_LEADER_EPOCH_VERSION = 12, 4
-OFFSET_OUT_OF_RANGE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH = 1, 6, 76
+OFFSET_OUT_OF_RANGE = error_code("OFFSET_OUT_OF_RANGE")
+NOT_LEADER_OR_FOLLOWER = error_code("NOT_LEADER_OR_FOLLOWER")
+UNKNOWN_LEADER_EPOCH = error_code("UNKNOWN_LEADER_EPOCH")  # 75 (this was 76, UNSUPPORTED_COMPRESSION_TYPE)
 # the leader has not seen the new term in ZooKeeper yet (its watch is a few ms behind ours): retry soon, doubling
 # from this up to replica.fetch.backoff.ms, instead of waiting the full backoff after every failover
 _LEADER_BEHIND = frozenset({NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH})
