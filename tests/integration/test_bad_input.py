@@ -19,6 +19,7 @@ from typing import Any
 import helpers as h
 import pytest
 
+from tidelog.broker.group.records import OffsetValue, encode_offset_key, encode_offset_value
 from tidelog.protocol.codec import decode_response, encode_request
 from tidelog.records import build_batch, crc32c
 
@@ -212,6 +213,25 @@ def test_produce_to_invalid_topic_name_creates_nothing(bb: Any, good: Any) -> No
     pr = _timed_produce(good, "bad name!", build_batch([(b"k", b"v")]))
     assert pr["error_code"] == h.UNKNOWN_TOPIC_OR_PARTITION
     assert not (bb.data_dir / "bad name!-0").exists()
+
+
+def test_produce_to_an_internal_topic_is_refused(bb: Any, good: Any) -> None:
+    """A client cannot forge a group's committed offset by producing into __consumer_offsets (Kafka:
+    INVALID_TOPIC_EXCEPTION "Cannot append to internal topic", unless the client id is AdminUtils' __admin_client)."""
+    key = encode_offset_key("victim-group", "some-topic", 0)
+    batch = build_batch([(key, encode_offset_value(OffsetValue(999)))])
+    for internal in ("__consumer_offsets", "__transaction_state"):
+        pr = h.produce_raw(good, internal, 0, batch)
+        assert pr["error_code"] == h.INVALID_TOPIC_EXCEPTION, pr
+        assert pr["error_message"] == f"Cannot append to internal topic {internal}"
+    assert not any(p.name.startswith("__transaction_state") for p in bb.data_dir.iterdir())
+    # a user topic whose name merely starts with "__" is an ordinary topic (Kafka's Topic.isInternal)
+    name = h.new_topic("__user")
+    assert h.create_topic_raw(good, name, 1)["error_code"] == h.NONE
+    assert h.produce_raw(good, name, 0, batch)["error_code"] == h.NONE
+    listed = good.request(h.METADATA, 9, {"topics": [{"name": name}], "allow_auto_topic_creation": False,
+                                          "include_topic_authorized_operations": False})["topics"]
+    assert listed[0]["is_internal"] is False
 
 
 # --------------------------------------------------------------------------------------------- produce batches

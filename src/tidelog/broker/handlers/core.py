@@ -40,7 +40,7 @@ from tidelog.broker.fetch import MAX_INT32, FetchParams, FetchPartition, last_st
 from tidelog.broker.fetch_session import INITIAL_EPOCH, CachedPartition
 from tidelog.broker.handlers import RequestContext, handles, topic_change
 from tidelog.broker.purgatory import DelayedProduce
-from tidelog.broker.topics import TopicError
+from tidelog.broker.topics import ADMIN_CLIENT_ID, INTERNAL_TOPICS, TopicError
 from tidelog.protocol import codec
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED
 
@@ -162,7 +162,7 @@ def _topic_metadata(broker: Any, info: Any, v: int, include_ops: bool) -> dict:
         "error_code": NONE,
         "name": info.name,
         "topic_id": info.topic_id,
-        "is_internal": info.name.startswith("__"),
+        "is_internal": info.name in INTERNAL_TOPICS,
         "partitions": _partition_metadata(broker, info.name, info.num_partitions, v),
         "topic_authorized_operations": TOPIC_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED,
     }
@@ -352,6 +352,11 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
                 continue
             if acks not in (0, 1, -1):
                 pr["error_code"] = INVALID_REQUIRED_ACKS
+                any_error = True
+                continue
+            if name in INTERNAL_TOPICS and ctx.client_id != ADMIN_CLIENT_ID:
+                pr["error_code"] = INVALID_TOPIC_EXCEPTION
+                pr["error_message"] = f"Cannot append to internal topic {name}"
                 any_error = True
                 continue
             try:
