@@ -141,13 +141,13 @@ def test_a_corrupt_idempotent_batch_reports_its_corruption_before_its_producer_s
     """An idempotent batch checked late (CRC and record walk after the write) still gets Kafka's precedence:
     corrupt before duplicate, corrupt before out-of-order; a corrupt next-in-sequence batch leaves nothing, and
     the producer state does not move for it."""
-    import tidelog.storage.log as log_module
+    import tidelog.storage.log.validator as validator_module
     import tidelog.storage.segment as segment_module
     from tidelog.records.batch import check_record_structure
     from tidelog.records.header import validate_batch_tuple
 
     if mode == "python":
-        monkeypatch.setattr(log_module, "_c_validate_single_batch", None)
+        monkeypatch.setattr(validator_module, "_c_validate_single_batch", None)
         monkeypatch.setattr(segment_module, "_c_write_stamped", None)
     d = tmp_path / "t-0"
     lg = PartitionLog.open(d, LogConfig(), producer_state=ProducerStateManager(d), now_ms=NOW)
@@ -587,20 +587,21 @@ def test_late_checks_leave_nothing_and_report_the_check_first_error(
 ) -> None:
     """The CRC and the record walk, done by the C writer after its write (or before it without C): a bad batch
     leaves no byte, no offset and no roll behind, and its error is the one the check-first order raises."""
-    import tidelog.storage.log as log_module
+    import tidelog.storage.log.partition_log as log_module
+    import tidelog.storage.log.validator as validator_module
     import tidelog.storage.segment as segment_module
     from tidelog.records.batch import check_record_structure
     from tidelog.records.crc import crc32c
     from tidelog.records.header import validate_batch_tuple
 
-    if mode != "python" and log_module._c_validate_single_batch is None:
+    if mode != "python" and validator_module._c_validate_single_batch is None:
         pytest.skip("the optional C extension is not in use")
     if mode != "c-fast":
         monkeypatch.setattr(log_module, "_c_append_leader_fast", None)
     if mode not in ("c", "c-fast"):
         monkeypatch.setattr(segment_module, "_c_write_stamped", None)
     if mode == "python":
-        monkeypatch.setattr(log_module, "_c_validate_single_batch", None)
+        monkeypatch.setattr(validator_module, "_c_validate_single_batch", None)
     lg = open_log(tmp_path, segment_bytes=3_000)
     good = build_batch(records(4, size=200))
     bad_crc = bytearray(good)
@@ -675,7 +676,7 @@ def test_the_c_fast_path_appends_exactly_as_the_python_path(
 ) -> None:
     """``append_leader_fast`` (C) and the Python steps it short-cuts leave byte-identical .log, .index and
     .timeindex files, epoch and producer state, and return the same AppendInfo or raise the same error."""
-    import tidelog.storage.log as log_module
+    import tidelog.storage.log.partition_log as log_module
 
     if log_module._c_append_leader_fast is None:
         pytest.skip("the optional C extension is not in use")

@@ -1,6 +1,9 @@
-"""The log of one partition directory ``<topic>-<partition>``: segments, appends, reads, recovery.
+"""Kafka's ``UnifiedLog``/``LocalLog``: the log of one partition directory ``<topic>-<partition>``, the facade
+over its parts: appends, reads, truncation, retention hooks, high watermark and offsets.
 
-Kafka's ``UnifiedLog``/``LocalLog``/``LogLoader`` in one class.  Hot paths never decode records: an append
+The parts: :mod:`.validator` (Kafka's LogValidator: the checks and rewrites of a client batch),
+:mod:`.loader` (Kafka's LogLoader: load and recovery at open), :mod:`.segments` (Kafka's LogSegments: the
+ordered segments, lookups, the new segment of a roll).  Hot paths never decode records: an append
 validates the batch from its header plus one CRC, stamps baseOffset and partitionLeaderEpoch (both outside the
 CRC) into a fresh 16-byte head and writes it with the rest of the caller's bytes in one ``writev``
 (no copy; see :meth:`PartitionLog.append_as_leader`); a read returns :class:`FileRegion` views for
@@ -14,76 +17,36 @@ Thread safety: one re-entrant lock guards the segment list and the offsets; fsyn
 
 from __future__ import annotations
 
-import bisect
-import logging
-import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
 
-from tidelog.records.batch import (
-    build_batch,
-    check_record_structure,
-    decode_records,
-    rewrite_batch_for_append,
-)
-from tidelog.records.batch import c_validate_single_batch as _c_validate_single_batch
-from tidelog.records.compression import CompressionType
-from tidelog.records.crc import crc32c
-from tidelog.records.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from tidelog.records.errors import CorruptRecordError
 from tidelog.records.header import (
-    ATTRIBUTES_FIELD,
-    ATTRIBUTES_OFFSET,
-    COMPRESSION_MASK,
-    CONTROL_MASK,
-    CRC_FIELD,
-    CRC_OFFSET,
-    H_BASE_OFFSET,
-    H_PARTITION_LEADER_EPOCH,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
-    RECORD_BATCH_OVERHEAD,
-    TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_MASK,
     BatchHeader,
-    HeaderTuple,
-    check_batch_crc,
-    parse_header_tuple,
     validate_batch,
-    validate_batch_tuple,
 )
-from tidelog.records.varint import decode_varint, decode_varlong
 from tidelog.storage.checkpoints import fsync_dir
 from tidelog.storage.config import LogConfig
-from tidelog.storage.errors import InvalidTimestampError, OffsetOutOfRangeError, StorageError
-from tidelog.storage.format import (
-    CLEANED_SUFFIX,
-    DELETED_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    SWAP_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
+from tidelog.storage.errors import OffsetOutOfRangeError, StorageError
+from tidelog.storage.format import DELETED_SUFFIX, SWAP_SUFFIX
+from tidelog.storage.log.loader import EpochCache, LogLoader, ProducerState, rebuild_producer_state
+from tidelog.storage.log.segments import (
+    LogSegments,
+    find_offset_by_timestamp,
+    latest_timestamp,
+    offset_of_max_timestamp,
 )
-from tidelog.storage.index import CorruptIndexError
-from tidelog.storage.segment import (
-    CHECK_FAILED,
-    FileRegion,
-    LogSegment,
-    index_file,
-    log_file,
-    offset_from_filename,
-    time_index_file,
-)
+from tidelog.storage.log.validator import LogValidator, ValidatedBatch, check_late, stamp_batch
+from tidelog.storage.segment import CHECK_FAILED, FileRegion, LogSegment
 from tidelog.storage.segment_state import c_append_leader_fast as _c_append_leader_fast
-
-log = logging.getLogger(__name__)
 
 DIR_SUFFIXES = ("-delete", "-future", "-stray")
 
@@ -92,22 +55,6 @@ class UnexpectedAppendOffsetError(StorageError):
     """A follower batch starts below the log end offset (Kafka's UnexpectedAppendOffsetException)."""
 
     kafka_error = "UNKNOWN_SERVER_ERROR"
-
-
-class EpochCache(Protocol):
-    def assign(self, epoch: int, start_offset: int) -> Any: ...
-    def truncate_from_end(self, end_offset: int) -> Any: ...
-    def truncate_from_start(self, start_offset: int) -> Any: ...
-    def latest_epoch(self) -> int | None: ...
-
-
-class ProducerState(Protocol):
-    def check(self, header: BatchHeader) -> tuple[int, int, int] | None: ...
-    def update(self, header: BatchHeader, first_offset: int, last_offset: int, timestamp: int) -> Any: ...
-    def take_snapshot(self, offset: int) -> Any: ...
-    def load(self, log_start_offset: int, log_end_offset: int) -> int: ...
-    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int) -> int: ...
-    def on_log_start(self, offset: int) -> Any: ...
 
 
 @dataclass(slots=True)
@@ -122,18 +69,6 @@ class AppendInfo:
     size: int = 0
 
 
-class ValidatedBatch(NamedTuple):
-    """A client batch that passed :meth:`PartitionLog.validate_leader_batch`, ready for
-    :meth:`PartitionLog.append_validated`."""
-
-    batch: bytes | bytearray | memoryview  # the caller's bytes
-    fields: HeaderTuple  # the header of what is stored (of ``copy`` when there is one)
-    copy: bytearray | None  # the rewritten batch (LogAppendTime, the topic's codec), else None
-    late: bool  # the CRC and the record walk are left to the writer (uncompressed batches only)
-    now: int
-    log_append: bool
-
-
 @dataclass(slots=True)
 class ReadInfo:
     regions: list[FileRegion]
@@ -145,23 +80,6 @@ class ReadInfo:
 
     def read_bytes(self) -> bytes:
         return b"".join(r.read_bytes() for r in self.regions)
-
-
-_CODECS = {
-    "uncompressed": CompressionType.NONE,
-    "gzip": CompressionType.GZIP,
-    "snappy": CompressionType.SNAPPY,
-    "lz4": CompressionType.LZ4,
-    "zstd": CompressionType.ZSTD,
-}
-
-
-def _check_late(batch: bytes | bytearray | memoryview, fields: HeaderTuple) -> None:
-    """The checks a late append (of an uncompressed batch) leaves to the C writer (see
-    :meth:`PartitionLog.append_as_leader`), run now in their check-first order: the CRC-32C, then the record
-    walk; raises the exact error."""
-    check_batch_crc(batch, fields)
-    check_record_structure(batch, 0, fields)
 
 
 def parse_topic_partition(dir_name: str) -> tuple[str, int]:
@@ -193,51 +111,12 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _scan_uncompressed_records(
-    data: bytes, header: BatchHeader, predicate: Callable[[int, int], bool], min_offset: int
-) -> tuple[int, int] | None:
-    """(offset, timestamp) of the first record of an uncompressed batch at or after ``min_offset`` that
-    satisfies ``predicate``, reading only each record's prefix (length, attributes, timestampDelta,
-    offsetDelta) and skipping the rest.  The batch was validated when it was appended or recovered."""
-    base_offset = header.base_offset
-    log_append = header.attributes & TIMESTAMP_TYPE_MASK
-    pos = RECORD_BATCH_OVERHEAD
-    end = len(data)
-    for _ in range(header.records_count):
-        if pos + 1 >= end:
-            raise CorruptRecordError(f"batch at offset {base_offset} ends before its {header.records_count} records")
-        # zig-zag varints of one or two bytes inline (lengths of records up to 8 KiB), others decoded fully
-        b = data[pos]
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            b = (b & 0x7F) | (data[pos + 1] << 7)
-            length = (b >> 1) ^ -(b & 1)
-            pos += 2
-        else:
-            length, pos = decode_varint(data, pos)
-        next_pos = pos + length
-        if length < 3 or next_pos > end:
-            raise CorruptRecordError(f"record of length {length} does not fit the batch at offset {base_offset}")
-        b = data[pos + 1]  # after the attributes byte
-        if b < 0x80:
-            ts_delta = (b >> 1) ^ -(b & 1)
-            p = pos + 2
-        else:
-            ts_delta, p = decode_varlong(data, pos + 1)
-        b = data[p]
-        offset_delta = (b >> 1) ^ -(b & 1) if b < 0x80 else decode_varint(data, p)[0]
-        offset = base_offset + offset_delta
-        ts = header.max_timestamp if log_append else header.base_timestamp + ts_delta
-        if offset >= min_offset and predicate(ts, offset):
-            return offset, ts
-        pos = next_pos
-    return None
-
-
 class PartitionLog:
-    """The segments of one partition (see module docstring)."""
+    """The log of one partition (see module docstring)."""
+
+    # bound per configuration to the methods of this log's LogValidator (see _apply_append_settings)
+    validate_leader_batch: Callable[..., ValidatedBatch]
+    recompresses: Callable[[int], bool]
 
     def __init__(self, directory: Path, config: LogConfig) -> None:
         # use PartitionLog.open(); the constructor only sets fields
@@ -248,8 +127,7 @@ class PartitionLog:
         self.epoch_cache: EpochCache | None = None
         self.producer_state: ProducerState | None = None
         self._lock = threading.RLock()
-        self._segments: list[LogSegment] = []
-        self._bases: list[int] = []
+        self._segments = LogSegments()
         self.log_start_offset = 0
         self._log_end_offset = 0
         self._high_watermark = 0
@@ -283,206 +161,23 @@ class PartitionLog:
         self.epoch_cache = epoch_cache
         self.producer_state = producer_state
         now = _now_ms() if now_ms is None else now_ms
-        self._load(recovery_point, log_start_offset, clean_shutdown, progress, now)
+        loaded = LogLoader(
+            directory, config, self._segments, epoch_cache=epoch_cache, producer_state=producer_state, now_ms=now
+        ).load(recovery_point, log_start_offset, clean_shutdown, progress)
+        self.log_start_offset = loaded.log_start_offset
+        self._log_end_offset = loaded.log_end_offset
+        self.recovery_point = loaded.recovery_point
+        self.recovered_segments = loaded.recovered_segments
         hw = self.log_start_offset if high_watermark is None else high_watermark
         self._high_watermark = min(max(hw, self.log_start_offset), self._log_end_offset)
         return self
-
-    def _load(
-        self,
-        recovery_point: int,
-        checkpoint_log_start: int,
-        clean_shutdown: bool,
-        progress: Callable[[int, int], None] | None,
-        now: int,
-    ) -> None:
-        d = self.dir
-        # Pass 1: remove temporary files, collect swap files.  As Kafka's LogLoader, a swap file whose base
-        # offset is at or above the smallest ``.cleaned`` base offset is deleted too: it belongs to an operation
-        # that had not finished writing all of its output (KAFKA-6264), so the originals are still authoritative.
-        swap_logs: list[Path] = []
-        min_cleaned = None
-        for path in list(d.iterdir()):
-            if not path.is_file():
-                continue
-            name = path.name
-            if name.endswith(CLEANED_SUFFIX):
-                try:
-                    base = offset_from_filename(name)
-                    min_cleaned = base if min_cleaned is None else min(min_cleaned, base)
-                except ValueError:
-                    pass
-                path.unlink(missing_ok=True)
-            elif name.endswith(DELETED_SUFFIX):
-                path.unlink(missing_ok=True)
-            elif name.endswith(SWAP_SUFFIX):
-                base_name = name[: -len(SWAP_SUFFIX)]
-                if base_name.endswith(LOG_SUFFIX):
-                    swap_logs.append(path)
-                else:  # an index swap file: indexes are rebuilt from the swapped-in log
-                    path.unlink(missing_ok=True)
-        if min_cleaned is not None:
-            for path in [p for p in swap_logs if offset_from_filename(p.name) >= min_cleaned]:
-                log.warning("deleting %s: it is newer than an unfinished .cleaned file", path)
-                path.unlink(missing_ok=True)
-                swap_logs.remove(path)
-        # Pass 2: delete segments whose offsets fall inside the swapped range.  Pass 3: rename the swaps.
-        if swap_logs:
-            ranges = []
-            for path in swap_logs:
-                base = offset_from_filename(path.name)
-                seg = LogSegment(d, base, self.config, file_suffix=SWAP_SUFFIX, now_ms=now)
-                seg.recover()
-                ranges.append((base, seg.read_next_offset()))
-                seg.close_handlers()
-                for p in (index_file(d, base, SWAP_SUFFIX), time_index_file(d, base, SWAP_SUFFIX)):
-                    p.unlink(missing_ok=True)
-            lo = min(r[0] for r in ranges)
-            hi = max(r[1] for r in ranges)
-            for path in list(d.iterdir()):
-                if path.name.endswith(LOG_SUFFIX):
-                    try:
-                        base = offset_from_filename(path.name)
-                    except ValueError:
-                        continue
-                    if lo <= base < hi:
-                        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-                            (d / f"{base:020d}{suffix}").unlink(missing_ok=True)
-            for path in swap_logs:
-                base = offset_from_filename(path.name)
-                os.replace(path, log_file(d, base))
-                index_file(d, base).unlink(missing_ok=True)
-                time_index_file(d, base).unlink(missing_ok=True)
-        # Pass 4: load segments; delete indexes without a log; rebuild missing or corrupt indexes.
-        bases: list[int] = []
-        for path in d.iterdir():
-            name = path.name
-            try:
-                base = offset_from_filename(name)
-            except ValueError:
-                continue
-            if name.endswith(LOG_SUFFIX):
-                bases.append(base)
-            elif (
-                name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX))
-                and not log_file(d, base).exists()
-            ):
-                path.unlink(missing_ok=True)
-        bases.sort()
-        # after an unclean shutdown the segments from the one holding the recovery point on are recovered
-        # below (indexes rebuilt from the .log): checking their indexes first would be wasted work
-        first_recovered = len(bases) if clean_shutdown else max(bisect.bisect_right(bases, recovery_point) - 1, 0)
-        for i, base in enumerate(bases):
-            seg = LogSegment(d, base, self.config, now_ms=now)
-            if i < first_recovered:
-                try:
-                    seg.sanity_check()
-                except (CorruptIndexError, FileNotFoundError) as exc:
-                    log.warning("rebuilding indexes of %s: %s", seg.log_path, exc)
-                    seg.recover()
-            self._segments.append(seg)
-        self._bases = [s.base_offset for s in self._segments]
-
-        # Recovery of the unflushed segments after an unclean shutdown.
-        if not clean_shutdown and self._segments:
-            self._recover_from(recovery_point, progress)
-
-        if not self._segments:
-            self._add_segment(LogSegment(d, max(checkpoint_log_start, 0), self.config, now_ms=now))
-        self._log_end_offset = self._segments[-1].read_next_offset()
-        self.log_start_offset = max(checkpoint_log_start, self._segments[0].base_offset)
-        if self._log_end_offset < self.log_start_offset:
-            # everything below the checkpointed start is gone; start the log afresh there
-            self._replace_all_segments(self.log_start_offset, now)
-        self._segments[-1].resize_indexes(self.config.segment_index_bytes)
-        if clean_shutdown:
-            self.recovery_point = self._log_end_offset
-        else:
-            self.recovery_point = min(max(recovery_point, self.log_start_offset), self._log_end_offset)
-        if self.epoch_cache is not None:
-            self.epoch_cache.truncate_from_end(self._log_end_offset)
-            self.epoch_cache.truncate_from_start(self.log_start_offset)
-        if self.producer_state is not None:
-            start = self.producer_state.load(self.log_start_offset, self._log_end_offset)
-            self._replay_producer_state(start)
-
-    def _recover_from(self, recovery_point: int, progress: Callable[[int, int], None] | None) -> None:
-        # every segment holding offsets >= recovery_point: the one containing it and all later ones
-        first = max(bisect.bisect_right(self._bases, recovery_point) - 1, 0)
-        to_recover = self._segments[first:]
-        total = sum(s.size for s in to_recover)
-        done = 0
-        if progress is not None:
-            progress(0, total)
-
-        def advance(n: int) -> None:
-            nonlocal done
-            done += n
-            if progress is not None and (done == total or done % (1 << 20) < n):
-                progress(done, total)
-
-        for i, seg in enumerate(to_recover):
-            self.recovered_segments += 1
-            before = done
-            truncated = seg.recover(on_header=self._recovery_epoch_hook(), progress=advance)
-            done = before + seg.size + truncated
-            if truncated > 0:
-                log.warning("truncated %d invalid bytes from %s", truncated, seg.log_path)
-                for later in to_recover[i + 1 :]:
-                    log.warning("deleting %s after the corruption in %s", later.log_path, seg.log_path)
-                    later.delete()
-                    self._segments.remove(later)
-                self._bases = [s.base_offset for s in self._segments]
-                if progress is not None:
-                    progress(total, total)
-                break
-            if progress is not None:
-                progress(done, total)
-        # an empty trailing segment that is not the first one is pointless but harmless: Kafka keeps it
-
-    def _recovery_epoch_hook(self) -> Callable[[int, HeaderTuple], None] | None:
-        cache = self.epoch_cache
-        if cache is None:
-            return None
-
-        def on_header(_position: int, fields: HeaderTuple) -> None:
-            epoch = fields[H_PARTITION_LEADER_EPOCH]
-            if epoch >= 0:
-                latest = cache.latest_epoch()
-                if latest is None or epoch > latest:
-                    cache.assign(epoch, fields[H_BASE_OFFSET])
-
-        return on_header
-
-    def _replay_producer_state(self, start: int) -> None:
-        ps = self.producer_state
-        if ps is None:
-            return
-        for _seg, _pos, header in self._iter_batches_from(start):
-            if header.base_offset >= start or header.last_offset >= start:
-                ps.update(header, header.base_offset, header.last_offset, header.max_timestamp)
-
-    def _iter_batches_from(self, offset: int) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
-        """Every batch whose last offset is >= ``offset`` (header reads only)."""
-        with self._lock:
-            segments = list(self._segments)
-        i = max(bisect.bisect_right([s.base_offset for s in segments], offset) - 1, 0)
-        for seg in segments[i:]:
-            start = 0
-            if seg.base_offset <= offset:
-                found = seg.translate_offset(offset)
-                if found is None:
-                    continue
-                start = found[0]
-            for pos, header in seg.iter_headers(start):
-                yield seg, pos, header
 
     # ================================================================== properties
     @property
     def segments(self) -> list[LogSegment]:
         """The segments sorted by base offset (a copy)."""
         with self._lock:
-            return list(self._segments)
+            return self._segments.copy()
 
     @property
     def active_segment(self) -> LogSegment:
@@ -509,15 +204,6 @@ class PartitionLog:
     @property
     def unflushed_messages(self) -> int:
         return self._log_end_offset - self.recovery_point
-
-    def _add_segment(self, seg: LogSegment) -> None:
-        i = bisect.bisect_left(self._bases, seg.base_offset)
-        self._segments.insert(i, seg)
-        self._bases.insert(i, seg.base_offset)
-
-    def _segment_for(self, offset: int) -> int:
-        """Index of the segment whose range holds ``offset`` (floor by base offset), or -1."""
-        return bisect.bisect_right(self._bases, offset) - 1
 
     # ================================================================== append
     def append_as_leader(
@@ -572,87 +258,6 @@ class PartitionLog:
         prepared = self.validate_leader_batch(batch, now_ms=now_ms, reject_control_batches=reject_control_batches)
         return self.append_validated(prepared, leader_epoch=leader_epoch, assign_offsets=assign_offsets)
 
-    def validate_leader_batch(
-        self,
-        batch: bytes | bytearray | memoryview,
-        *,
-        now_ms: int | None = None,
-        reject_control_batches: bool = False,
-        check_all: bool = False,
-    ) -> ValidatedBatch:
-        """The first half of :meth:`append_as_leader`: every check of a client batch that needs no log state
-        (Kafka's LogValidator: header, sizes, CRC, client checks, the record walk of the decompressed records,
-        timestamps) and the rewrite for LogAppendTime or the topic's ``compression.type``. Takes no lock and
-        changes nothing, so it may run on any thread, in parallel with appends and with other validations of
-        the same log (the broker runs it on a worker thread for batches whose check is expensive, e.g.
-        compressed ones). ``check_all``: no check is left to the writer (the late CRC and walk), so the caller
-        knows the batch is valid once this returns. Raises the exact error, in Kafka's order."""
-        config = self.config
-        log_append = self._log_append_time
-        c_check = _c_validate_single_batch
-        # late: the CRC and the record walk are left to the C writer, right after its write (see above)
-        late = c_check is not None and not check_all
-        fields = None if c_check is None else c_check(batch, config.max_message_bytes, check_all, check_all)
-        # with check_all, an uncompressed batch the C check passed has had its CRC and its record walk
-        walked = fields is not None and check_all and not fields[5] & COMPRESSION_MASK
-        if fields is None:  # the Python checks raise the exact error (or the extension is not in use)
-            fields = validate_batch_tuple(batch, 0, config.max_message_bytes, check_crc=not late)
-        (_, batch_length, _, _, _, attributes, last_delta, base_ts, max_ts, pid, _, base_seq, count) = fields
-        size = batch_length + LOG_OVERHEAD
-        if late and (
-            attributes & (TIMESTAMP_TYPE_MASK | COMPRESSION_MASK)
-            or self._no_fast_append  # LogAppendTime or the topic's codec: the batch is rewritten
-            or size != len(batch)
-        ):
-            # a rewrite, decompression or an error come next: every check before, in their order
-            check_batch_crc(batch, fields)
-            late = False
-        if size != len(batch):
-            raise InvalidRecordError(
-                f"a produce request may carry exactly one batch per partition; {len(batch) - size} "
-                f"bytes follow the first batch"
-            )
-        # Kafka's LogValidator checks on a client batch, from the header only (see _validate_client_batch)
-        if (
-            (reject_control_batches and attributes & CONTROL_MASK)
-            or count <= 0
-            or count != last_delta + 1
-            or (pid >= 0 and base_seq < 0 and not attributes & CONTROL_MASK)
-            or (pid < 0 and attributes & TRANSACTIONAL_MASK)
-        ):
-            if late:
-                check_batch_crc(batch, fields)
-            self._validate_client_batch(BatchHeader(*fields), reject_control_batches)  # raises
-        # Kafka's LogValidator walk of every record (decompressed, bounded): a batch no consumer could decode
-        # never reaches the log
-        if not late and not walked:
-            check_record_structure(batch, 0, fields)
-        now = _now_ms() if now_ms is None else now_ms
-        if not log_append:
-            low = now - config.message_timestamp_before_max_ms
-            high = now + config.message_timestamp_after_max_ms
-            if (base_ts != NO_TIMESTAMP and not low <= base_ts <= high) or (
-                max_ts != NO_TIMESTAMP and not low <= max_ts <= high
-            ):
-                if late:
-                    _check_late(batch, fields)
-                self._check_create_time(BatchHeader(*fields), now)  # raises
-        # bytes under the CRC change only for LogAppendTime (or to clear a client's LogAppendTime bit), or when
-        # the topic's compression.type differs from the batch's codec (not for control batches, as in Kafka)
-        copy = bytearray(batch) if log_append or attributes & TIMESTAMP_TYPE_MASK else None
-        codec = self._recompress_to
-        if codec is not None and attributes & COMPRESSION_MASK != codec and not attributes & CONTROL_MASK:
-            copy = self._recompressed(batch, fields, codec)
-            fields = parse_header_tuple(copy)
-            batch_length, attributes, max_ts = fields[1], fields[5], fields[8]
-            size = batch_length + LOG_OVERHEAD
-            if size > config.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"the batch is {size} bytes once stored with compression.type {config.compression_type}, "
-                    f"larger than max.message.bytes {config.max_message_bytes}"
-                )
-        return ValidatedBatch(batch, fields, copy, late, now, log_append)
-
     def append_validated(
         self, validated: ValidatedBatch, *, leader_epoch: int = 0, assign_offsets: bool = True
     ) -> AppendInfo:
@@ -674,11 +279,11 @@ class PartitionLog:
                     dup = ps.check(BatchHeader(*fields))
                 except StorageError:
                     if late:
-                        _check_late(batch, fields)
+                        check_late(batch, fields)
                     raise
                 if dup is not None:
                     if late:
-                        _check_late(batch, fields)
+                        check_late(batch, fields)
                     first, last, ts = dup
                     return AppendInfo(
                         first_offset=first,
@@ -696,23 +301,23 @@ class PartitionLog:
                 base = fields[0]
                 if base < self._log_end_offset:
                     if late:
-                        _check_late(batch, fields)
+                        check_late(batch, fields)
                     raise UnexpectedAppendOffsetError(
                         f"batch base offset {base} is below the log end offset {self._log_end_offset}"
                     )
             last_offset = base + last_delta
             if copy is not None:  # the rewritten bytes (never checked late) take the caller's place
-                header = self._stamp(copy, BatchHeader(*fields), base, leader_epoch, now if log_append else None)
+                header = stamp_batch(copy, BatchHeader(*fields), base, leader_epoch, now if log_append else None)
                 max_ts = header.max_timestamp
                 batch = copy
             # written with baseOffset and partitionLeaderEpoch replaced, the caller's buffer not copied; the roll
             # check, write, late checks and segment bookkeeping in one call
-            written_at = self._segments[-1].append_leader_batch(
+            written_at = self._segments.active.append_leader_batch(
                 batch, base, leader_epoch, last_offset, max_ts, config.segment_bytes, config.segment_ms, now, late
             )
             if written_at < 0:
                 if late:  # the checks failed (the write was undone), or a roll comes first: a bad batch must
-                    _check_late(batch, fields)  # not roll the log; raises the exact error
+                    check_late(batch, fields)  # not roll the log; raises the exact error
                 if written_at == CHECK_FAILED:
                     raise CorruptRecordError(f"a batch for {self.topic}-{self.partition} failed its checks")
                 self._append_after_roll(batch, base, leader_epoch, last_offset, max_ts, now)
@@ -745,10 +350,11 @@ class PartitionLog:
         done here from what it returns, as the steps of :meth:`append_as_leader` do it.  None, having changed
         nothing, when those steps must take the batch."""
         with self._lock:
-            if self._closed or not self._segments:
+            active = self._segments.active
+            if self._closed or active is None:
                 return None
             base = self._log_end_offset
-            done = _c_append_leader_fast(self._segments[-1]._st, batch, base, leader_epoch, now, self._fast_limits)
+            done = _c_append_leader_fast(active._st, batch, base, leader_epoch, now, self._fast_limits)
             if done is None:
                 return None
             last_offset, max_ts, count, size = done
@@ -779,88 +385,17 @@ class PartitionLog:
             raise RuntimeError(f"the new segment {seg.log_path} refused the batch at offset {base}")
 
     def _apply_append_settings(self, config: LogConfig) -> None:
-        """Settings every append reads, derived once per configuration."""
-        self._log_append_time = config.log_append_time
-        # the topic's compression.type: None keeps the producer's codec, else every batch is stored with this one
-        ct = config.compression_type
-        self._recompress_to = None if ct == "producer" else _CODECS[ct]
+        """Settings every append reads, derived once per configuration: a new :class:`LogValidator`, whose
+        ``validate_leader_batch`` becomes this log's (bound directly, no call layer in between), and the two
+        values the C fast path reads."""
+        validator = LogValidator(config, f"{self.topic}-{self.partition}")
+        self.validator = validator
+        self.validate_leader_batch = validator.validate_leader_batch
+        self.recompresses = validator.recompresses
         # what the C fast path (uncompressed CreateTime batches only) must leave to the Python steps
-        self._no_fast_append = self._log_append_time or self._recompress_to not in (None, CompressionType.NONE)
+        self._no_fast_append = validator.no_fast_append
         # the limits it checks (segment_state.c_append_leader_fast's ``limits``)
-        self._fast_limits = (
-            config.max_message_bytes, config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms,
-            config.segment_bytes, config.segment_ms,
-        )
-
-    def recompresses(self, codec: int) -> bool:
-        """True when a client batch with compression ``codec`` is rebuilt with the topic's ``compression.type``
-        (per-record work) before it is stored."""
-        to = self._recompress_to
-        return to is not None and codec != to
-
-    @staticmethod
-    def _recompressed(batch: bytes | bytearray | memoryview, fields: HeaderTuple, codec: int) -> bytearray:
-        """The validated client batch rebuilt with the topic's codec (Kafka's LogValidator when compression.type
-        is not ``producer`` and differs from the batch's): the same records, timestamps, headers, producer id,
-        epoch, base sequence and transactional flag."""
-        records = decode_records(batch, verify_crc=False)
-        return bytearray(
-            build_batch(
-                records,
-                compression=codec,
-                producer_id=fields[9],
-                producer_epoch=fields[10],
-                base_sequence=fields[11],
-                is_transactional=bool(fields[5] & TRANSACTIONAL_MASK),
-                last_offset_delta=fields[6],
-            )
-        )
-
-    @staticmethod
-    def _validate_client_batch(header: BatchHeader, reject_control: bool) -> None:
-        """Header-only checks Kafka's LogValidator makes on a client batch."""
-        if reject_control and header.is_control:
-            raise InvalidRecordError("clients are not allowed to write control records")
-        if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
-            raise InvalidRecordError(
-                f"record count {header.records_count} does not match lastOffsetDelta {header.last_offset_delta}"
-            )
-        if header.producer_id >= 0 and header.base_sequence < 0 and not header.is_control:
-            # Kafka allows baseSequence -1 on control batches (the coordinator's transaction markers)
-            raise InvalidRecordError(f"producer {header.producer_id} sent a batch without a base sequence")
-        if header.is_transactional and header.producer_id < 0:
-            raise InvalidRecordError("a transactional batch must carry a producer id")
-
-    def _check_create_time(self, header: BatchHeader, now: int) -> None:
-        before = self.config.message_timestamp_before_max_ms
-        after = self.config.message_timestamp_after_max_ms
-        for ts in (header.base_timestamp, header.max_timestamp):
-            if ts == NO_TIMESTAMP:
-                continue
-            if ts < now - before or ts > now + after:
-                raise InvalidTimestampError(
-                    f"timestamp {ts} of a batch is out of range for {self.topic}-{self.partition}: "
-                    f"must be within [{now - before}, {now + after}] "
-                    f"(message.timestamp.before.max.ms={before}, message.timestamp.after.max.ms={after})"
-                )
-
-    @staticmethod
-    def _stamp(
-        buf: bytearray, header: BatchHeader, base_offset: int, leader_epoch: int, log_append_time: int | None
-    ) -> BatchHeader:
-        header = rewrite_batch_for_append(
-            buf,
-            base_offset=base_offset,
-            partition_leader_epoch=leader_epoch,
-            log_append_time=log_append_time,
-        )
-        if log_append_time is None and header.timestamp_type == LOG_APPEND_TIME:
-            # a CreateTime topic: clear a LogAppendTime bit the client set, as Kafka's setMaxTimestamp does
-            ATTRIBUTES_FIELD.pack_into(buf, ATTRIBUTES_OFFSET, header.attributes & ~TIMESTAMP_TYPE_MASK)
-            with memoryview(buf) as view:
-                CRC_FIELD.pack_into(buf, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
-            header = BatchHeader.parse(buf)
-        return header
+        self._fast_limits = validator.fast_limits
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> list[AppendInfo]:
         """Append replicated batches (offsets assigned by the leader); each must start at or after the LEO."""
@@ -912,7 +447,7 @@ class PartitionLog:
 
     def _append_stamped(self, data: bytes | bytearray | memoryview, header: BatchHeader) -> None:
         """Write one stamped batch to the active segment and advance the LEO (lock held)."""
-        seg = self._segments[-1]
+        seg = self._segments.active
         seg.append(header.last_offset, header.max_timestamp, header.last_offset, data)
         self._log_end_offset = header.next_offset
         if self.producer_state is not None:
@@ -920,7 +455,7 @@ class PartitionLog:
 
     # ================================================================== roll
     def _maybe_roll(self, header: BatchHeader, now: int) -> None:
-        seg = self._segments[-1]
+        seg = self._segments.active
         if seg.size == 0:
             return  # an empty active segment is never rolled; the batch goes into it
         config = self.config
@@ -934,24 +469,14 @@ class PartitionLog:
         with self._lock:
             self._ensure_open()
             base = self._log_end_offset if new_base_offset is None else new_base_offset
-            old = self._segments[-1]
+            old = self._segments.active
             if base < self._log_end_offset:
                 raise ValueError(f"cannot roll to {base}: below the log end offset {self._log_end_offset}")
             if old.base_offset == base:
                 if old.size == 0:
                     return old
                 raise ValueError(f"a segment with base offset {base} exists already")
-            for stale in (
-                log_file(self.dir, base),
-                index_file(self.dir, base),
-                time_index_file(self.dir, base),
-            ):
-                if stale.exists():
-                    log.warning("deleting stale %s beyond the log end offset", stale)
-                    stale.unlink()
-            old.on_becoming_inactive()
-            seg = LogSegment(self.dir, base, self.config, now_ms=now_ms)
-            self._add_segment(seg)
+            seg = self._segments.roll(self.dir, base, self.config, now_ms)
             if self.producer_state is not None:
                 self.producer_state.take_snapshot(base)
             self._pending = [f for f in self._pending if not f.done()]
@@ -983,7 +508,7 @@ class PartitionLog:
                     f"offset {offset} is out of range for {self.topic}-{self.partition}: "
                     f"log start offset {lso}, log end offset {leo}"
                 )
-            segments = self._segments[max(self._segment_for(offset), 0) :]
+            segments = self._segments.from_offset(offset)
             hw = self._high_watermark
         info = ReadInfo([], 0, -1, lso, leo, hw)
         if offset == leo or (max_offset is not None and max_offset <= offset):
@@ -1019,62 +544,21 @@ class PartitionLog:
     def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp``, or None."""
         with self._lock:
-            segments = list(self._segments)
+            segments = self._segments.copy()
             lso = self.log_start_offset
-        for seg in segments:
-            if seg.max_timestamp_so_far < timestamp:
-                continue
-            found = seg.find_offset_by_timestamp(timestamp, lso)
-            if found is None:
-                continue
-            pos, header = found
-            exact = self._record_at_or_after(seg, pos, header, lambda rec_ts, _o: rec_ts >= timestamp, lso)
-            if exact is not None:
-                return exact
-        return None
-
-    @staticmethod
-    def _record_at_or_after(
-        seg: LogSegment,
-        pos: int,
-        header: BatchHeader,
-        predicate: Callable[[int, int], bool],
-        min_offset: int,
-    ) -> tuple[int, int] | None:
-        """Decode only this batch and return (offset, timestamp) of its first matching record."""
-        if header.attributes & COMPRESSION_MASK == 0:
-            # uncompressed (the common case): walk the records' fixed prefixes, no Record objects
-            return _scan_uncompressed_records(seg.read_batch(pos, header.size), header, predicate, min_offset)
-        records = decode_records(seg.read_batch(pos, header.size))
-        for rec in records:
-            if rec.offset >= min_offset and predicate(rec.timestamp, rec.offset):
-                return rec.offset, rec.timestamp
-        return None
+        return find_offset_by_timestamp(segments, timestamp, lso)
 
     def latest_timestamp(self) -> int:
         """The largest record timestamp in the log (-1 when none)."""
         with self._lock:
-            segments = list(self._segments)
-        return max((s.max_timestamp_so_far for s in segments), default=NO_TIMESTAMP)
+            segments = self._segments.copy()
+        return latest_timestamp(segments)
 
     def offset_of_max_timestamp(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record holding the largest timestamp (ListOffsets -3)."""
         with self._lock:
-            segments = list(self._segments)
-        best: LogSegment | None = None
-        for seg in segments:
-            if seg.max_timestamp_so_far >= 0 and (
-                best is None or seg.max_timestamp_so_far > best.max_timestamp_so_far
-            ):
-                best = seg
-        if best is None:
-            return None
-        ts, shallow_offset = best.max_timestamp_and_offset
-        _, pos = best.offset_index.lookup(shallow_offset)
-        for p, header in best.iter_headers(pos):
-            if header.max_timestamp == ts:
-                return self._record_at_or_after(best, p, header, lambda rec_ts, _o: rec_ts == ts, 0)
-        return None
+            segments = self._segments.copy()
+        return offset_of_max_timestamp(segments)
 
     # ================================================================== truncation and retention hooks
     def truncate_to(self, target_offset: int) -> bool:
@@ -1088,11 +572,8 @@ class PartitionLog:
             if self._segments[0].base_offset > target_offset:
                 self.truncate_fully_and_start_at(target_offset)
                 return True
-            for seg in [s for s in self._segments if s.base_offset > target_offset]:
-                seg.delete()
-                self._segments.remove(seg)
-            self._bases = [s.base_offset for s in self._segments]
-            active = self._segments[-1]
+            self._segments.remove_after(target_offset)
+            active = self._segments.active
             active.truncate_to(target_offset)
             self._log_end_offset = active.read_next_offset()
             self.log_start_offset = min(self.log_start_offset, self._log_end_offset)
@@ -1102,14 +583,15 @@ class PartitionLog:
                 self.epoch_cache.truncate_from_end(self._log_end_offset)
             if self.producer_state is not None:
                 start = self.producer_state.truncate_and_reload(self.log_start_offset, self._log_end_offset)
-                self._replay_producer_state(start)
+                rebuild_producer_state(self.producer_state, self._segments, start)
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and start an empty log at ``new_offset``."""
         with self._lock:
             self._ensure_open()
-            self._replace_all_segments(new_offset, None)
+            self._segments.delete_all()
+            self._segments.add(LogSegment(self.dir, new_offset, self.config))
             self._log_end_offset = new_offset
             self.log_start_offset = new_offset
             self.recovery_point = new_offset
@@ -1124,14 +606,6 @@ class PartitionLog:
                     cache.truncate_from_start(new_offset)
             if self.producer_state is not None:
                 self.producer_state.truncate_and_reload(new_offset, new_offset)
-
-    def _replace_all_segments(self, new_offset: int, now: int | None) -> None:
-        for seg in self._segments:
-            seg.delete()
-        self._segments = []
-        self._bases = []
-        self._add_segment(LogSegment(self.dir, new_offset, self.config, now_ms=now))
-        self._log_end_offset = new_offset
 
     def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
         """Advance the log start offset (DeleteRecords, retention); never beyond the high watermark."""
@@ -1164,21 +638,21 @@ class PartitionLog:
             self._ensure_open()
             limit = min(offset, self._high_watermark)
             doomed: list[LogSegment] = []
-            for i, seg in enumerate(self._segments):
-                is_last = i + 1 == len(self._segments)
-                upper = self._log_end_offset if is_last else self._segments[i + 1].base_offset
+            segments = self._segments.copy()
+            for i, seg in enumerate(segments):
+                is_last = i + 1 == len(segments)
+                upper = self._log_end_offset if is_last else segments[i + 1].base_offset
                 if upper > limit or (is_last and seg.size == 0):
                     break
                 doomed.append(seg)
             if not doomed:
                 return []
-            if len(doomed) == len(self._segments):
+            if len(doomed) == len(segments):
                 self.roll(now_ms=now)
             for seg in doomed:
                 self._segments.remove(seg)
                 seg.rename_suffix(DELETED_SUFFIX)
                 self._deleted.append((now, seg))
-            self._bases = [s.base_offset for s in self._segments]
             self.maybe_increment_log_start_offset(max(self.log_start_offset, self._segments[0].base_offset))
             return doomed
 
@@ -1202,16 +676,10 @@ class PartitionLog:
         """
         now = _now_ms() if now_ms is None else now_ms
         with self._lock:
-            if self._closed or not old:
+            if self._closed:
                 return False
-            try:
-                i = next(k for k, s in enumerate(self._segments) if s is old[0])
-            except StopIteration:
-                return False
-            current = self._segments[i : i + len(old)]
-            if len(current) != len(old) or any(a is not b for a, b in zip(current, old, strict=True)):
-                return False
-            if i + len(old) >= len(self._segments):  # the active segment is never replaced
+            i = self._segments.find_run(old)  # -1: not exactly these segments any more, or the active one too
+            if i < 0:
                 return False
             if expected_sizes is not None and [s.size for s in old] != list(expected_sizes):
                 return False
@@ -1221,8 +689,7 @@ class PartitionLog:
             fsync_dir(self.dir)
             if fault is not None:
                 fault("swap")
-            self._segments = self._segments[:i] + [new] + self._segments[i + len(old) :]
-            self._bases = [s.base_offset for s in self._segments]
+            self._segments.swap_in(i, len(old), new)
             for seg in old:
                 seg.rename_suffix(DELETED_SUFFIX)
                 self._deleted.append((now, seg))
@@ -1253,8 +720,7 @@ class PartitionLog:
             target = self._log_end_offset if up_to_offset is None else min(up_to_offset, self._log_end_offset)
             if target <= self.recovery_point:
                 return
-            first = max(self._segment_for(self.recovery_point), 0)
-            segments = [s for s in self._segments[first:] if s.base_offset < target]
+            segments = [s for s in self._segments.from_offset(self.recovery_point) if s.base_offset < target]
         for seg in segments:  # outside the lock: fsync must not hold up appends
             seg.flush()
         with self._lock:
@@ -1275,7 +741,7 @@ class PartitionLog:
         with self._lock:
             self.config = config
             self._apply_append_settings(config)
-            active = self._segments[-1]
+            active = self._segments.active
             active.index_interval_bytes = config.index_interval_bytes
 
     def _ensure_open(self) -> None:
@@ -1303,8 +769,7 @@ class PartitionLog:
                 seg.close_handlers()
             for _, seg in self._deleted:
                 seg.close_handlers()
-            self._segments = []
-            self._bases = []
+            self._segments.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __repr__(self) -> str:
