@@ -116,6 +116,18 @@ def _isolated_produce(port: int, topic: str, p: int, tag: str) -> int:
     return resp["responses"][0]["partition_responses"][0]["error_code"]
 
 
+def _leader_isr(port: int, topic: str, p: int) -> list[int]:
+    """The ISR of ``topic-p`` as the broker at ``port`` itself answers it in Metadata (its own view: it applies
+    an ISR change after ZooKeeper accepted it, so for a moment ZooKeeper's state is ahead of it)."""
+    from helpers import METADATA, RawClient
+
+    with RawClient(port, timeout=20) as raw:
+        md = raw.request(METADATA, 9, {"topics": [{"name": topic}], "allow_auto_topic_creation": False,
+                                       "include_topic_authorized_operations": False})
+    parts = {x["partition_index"]: x for x in md["topics"][0]["partitions"]}
+    return list(parts[p]["isr_nodes"]) if p in parts else []
+
+
 def test_isolated_leader_then_heal(proxied_cluster: Any) -> None:
     c = proxied_cluster
     c.heal()
@@ -184,6 +196,10 @@ def test_leader_cut_from_followers_keeps_zookeeper(proxied_cluster: Any) -> None
             _until(f"the ISR of {topic}-0 shrunk to its leader {old}", lambda: state(kz, topic, 0).isr == (old,),
                    timeout=90)
             shrunk_s = time.monotonic() - t0
+            # a produce checked before the leader applied the shrink is appended, then answered
+            # NOT_ENOUGH_REPLICAS_AFTER_APPEND (Kafka's answer too): wait for the leader's own view first
+            _until(f"leader {old} applying the shrunk ISR", lambda: _leader_isr(c.direct(old), topic, 0) == [old],
+                   timeout=30)
             after = state(kz, topic, 0)
             assert (after.leader, after.leader_epoch) == (old, before.leader_epoch), "no election while the session lives"
             for n in range(3):
