@@ -80,6 +80,7 @@ class Broker:
         self.stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
+        self._shutdown_started = False
         self.started = False
         self.group_coordinator: Any = None
 
@@ -211,9 +212,10 @@ class Broker:
         """Graceful stop: the replica manager's part first (cluster mode: controlled shutdown), then stop
         accepting, let in-flight requests finish, close connections, shut storage down (which writes the
         clean-shutdown marker)."""
-        if self.stopping:
+        if self._shutdown_started:  # a second SIGTERM, or a test and serve() both: wait for the first
             await self._stopped.wait()
             return
+        self._shutdown_started = True
         await self.replica_manager.before_shutdown()
         self.stopping = True
         log.info("broker shutting down", extra={"kv": {"connections": len(self.connections)}})
