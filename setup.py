@@ -48,6 +48,7 @@ setup(
         Extension(
             "tidelog.records._recwalk",
             sources=["src/tidelog/records/_recwalk.c"],
+            depends=["src/tidelog/records/_bytes.h", "src/tidelog/records/_recwalk_capi.h"],
             optional=True,
         ),
         Extension(
@@ -58,7 +59,7 @@ setup(
         Extension(
             "tidelog.storage._segment",
             sources=["src/tidelog/storage/_segment.c"],
-            depends=["src/tidelog/records/_recwalk_capi.h"],
+            depends=["src/tidelog/records/_bytes.h", "src/tidelog/records/_recwalk_capi.h"],
             optional=True,
         ),
         Extension(

@@ -39,7 +39,8 @@ def test_wheel_installs_into_an_empty_venv_and_runs(tmp_path: Path) -> None:
     (sdist,) = dist.glob("tidelog-*.tar.gz")
     with tarfile.open(sdist) as tar:
         in_sdist = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    for c_file in ("src/tidelog/records/_recwalk.c", "src/tidelog/records/_recwalk_capi.h", "src/tidelog/storage/_segment.c",
+    for c_file in ("src/tidelog/records/_recwalk.c", "src/tidelog/records/_recwalk_capi.h", "src/tidelog/records/_bytes.h",
+                   "src/tidelog/storage/_segment.c",
                    "src/tidelog/storage/_cleanwalk.c", "src/tidelog/records/_columnar.c"):
         assert c_file in in_sdist, f"{c_file} missing from {sdist.name}"
     (wheel,) = dist.glob("tidelog-*.whl")

@@ -33,6 +33,8 @@
 #include <limits.h>
 #include <string.h>
 
+#include "_bytes.h"
+
 #define MIN_RECORD_SIZE 7
 #define RELEASE_GIL_BYTES (64 * 1024)
 
@@ -957,29 +959,6 @@ fail:
 }
 
 /* ------------------------------------------------------------------------------- whole-batch check */
-
-static inline int64_t
-be64(const uint8_t *p)
-{
-    return (int64_t)(((uint64_t)p[0] << 56) | ((uint64_t)p[1] << 48) | ((uint64_t)p[2] << 40)
-                     | ((uint64_t)p[3] << 32) | ((uint64_t)p[4] << 24) | ((uint64_t)p[5] << 16)
-                     | ((uint64_t)p[6] << 8) | (uint64_t)p[7]);
-}
-
-static inline uint32_t
-be32u(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
-}
-
-static inline int16_t
-be16(const uint8_t *p)
-{
-    return (int16_t)(((uint16_t)p[0] << 8) | (uint16_t)p[1]);
-}
-
-#define BATCH_HEADER 61
-#define BATCH_LOG_OVERHEAD 12
 
 /* the 13 fields of tidelog.records.header's HeaderTuple for the batch at d (at least 61 bytes) */
 static PyObject *

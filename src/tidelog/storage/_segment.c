@@ -34,34 +34,13 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "../records/_bytes.h"
 #include "../records/_recwalk_capi.h"
 
 #define RELEASE_GIL_BYTES (64 * 1024)
-#define BATCH_HEADER 61
-#define BATCH_LOG_OVERHEAD 12
 #define NO_TIMESTAMP (-1LL)
 
 static const tidelog_records_capi *capi = NULL;
-
-static inline int64_t
-be64(const uint8_t *p)
-{
-    return (int64_t)(((uint64_t)p[0] << 56) | ((uint64_t)p[1] << 48) | ((uint64_t)p[2] << 40)
-                     | ((uint64_t)p[3] << 32) | ((uint64_t)p[4] << 24) | ((uint64_t)p[5] << 16)
-                     | ((uint64_t)p[6] << 8) | (uint64_t)p[7]);
-}
-
-static inline uint32_t
-be32u(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
-}
-
-static inline int16_t
-be16(const uint8_t *p)
-{
-    return (int16_t)(((uint16_t)p[0] << 8) | (uint16_t)p[1]);
-}
 
 static inline void
 put_be32(uint8_t *p, uint32_t v)
