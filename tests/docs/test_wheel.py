@@ -5,8 +5,8 @@ so nothing but the installed wheel can be imported. A missing package or data fi
 
 from __future__ import annotations
 
+import re
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -21,12 +21,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900
 EXTENSIONS = (
     "tidelog/records/_recwalk", "tidelog/records/_columnar", "tidelog/storage/_segment", "tidelog/storage/_cleanwalk"
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_wheel_installs_into_an_empty_venv_and_runs(tmp_path: Path) -> None:
@@ -60,12 +54,14 @@ def test_wheel_installs_into_an_empty_venv_and_runs(tmp_path: Path) -> None:
     work.mkdir()
     shell = Shell(work, user_env())
     tidelog = venv / "bin/tidelog"
-    port = _free_port()
-    bootstrap = f"127.0.0.1:{port}"
     try:
+        # port 0: the banner says which port the broker bound
         broker = shell.start_server(
-            Command(f"{tidelog} serve --port {port} --data-dir wheel-data -o tidelog.metrics.listener=off",
-                    [f"bootstrap servers {bootstrap}"], "wheel"), ready_timeout=120)
+            Command(f"{tidelog} serve --port 0 --data-dir wheel-data -o tidelog.metrics.listener=off",
+                    ["bootstrap servers 127.0.0.1:..."], "wheel"), ready_timeout=120)
+        found = re.search(r"bootstrap servers\s+(127\.0\.0\.1:\d+)", broker.text())
+        assert found, broker.text()
+        bootstrap = found.group(1)
         shell.run(Command(f"{tidelog} topics create round-trip -p 1 -b {bootstrap}",
                           ["Created topic round-trip."], "wheel"))
         shell.run(Command(f"printf 'one\\ntwo\\n' | {tidelog} produce round-trip -b {bootstrap}", [], "wheel"))
