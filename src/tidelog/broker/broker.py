@@ -91,7 +91,6 @@ class Broker:
         self.leader_log = rm.leader_log
         self.isr = rm.isr
         self.leader_epoch = rm.leader_epoch
-        self.check_leader_epoch = rm.check_leader_epoch
         self.maybe_increment_high_watermark = rm.maybe_increment_high_watermark
         self.become_leader = rm.become_leader
         self.high_watermark = rm.high_watermark

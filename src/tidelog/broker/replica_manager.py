@@ -3,9 +3,8 @@
 A replica manager is the part of a :class:`~tidelog.broker.broker.Broker` that knows partition state and the
 cluster around it (Kafka's ``ReplicaManager`` with ``Partition`` and the ``MetadataCache``):
 
-* the leadership check and the partition's leader epoch (``leader_log``, ``leader_epoch``,
-  ``check_leader_epoch``), its ISR and high watermark (``isr``, ``maybe_increment_high_watermark``,
-  ``high_watermark``, ``become_leader``);
+* the leadership check and the partition's leader epoch (``leader_log``, ``leader_epoch``), its ISR and high
+  watermark (``isr``, ``maybe_increment_high_watermark``, ``high_watermark``, ``become_leader``);
 * what Metadata answers about partitions, brokers and the controller (``partition_metadata``,
   ``metadata_brokers``, ``metadata_controller_id``; ``None`` means "this node alone");
 * the leader side of follower fetches for the read service (``followers``: ``None`` when there are none);
@@ -78,9 +77,6 @@ class LocalReplicaManager:
     def leader_epoch(self, topic: str, partition: int) -> int:
         """The partition's current leader epoch (one node, never re-elected: 0)."""
         return 0
-
-    def check_leader_epoch(self, topic: str, partition: int, requested: int | None) -> None:
-        """Fencing by the client's leader epoch: nothing to fence with one node that never changes epoch."""
 
     def maybe_increment_high_watermark(self, tp: tuple[str, int], log_: Any) -> bool:
         """HW = min LEO over the ISR. With this node alone in the ISR that is the local LEO. Returns True if it

@@ -37,7 +37,7 @@ async def offset_for_leader_epoch(ctx: RequestContext, request: dict) -> dict:
             parts.append(out)
             try:
                 plog = broker.leader_log(name, index)
-                broker.check_leader_epoch(name, index, p.get("current_leader_epoch", -1))
+                broker.replica_manager.check_leader_epoch(name, index, p.get("current_leader_epoch", -1))
                 cache = plog.epoch_cache
                 if cache is None:
                     continue
