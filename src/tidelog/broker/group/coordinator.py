@@ -56,9 +56,9 @@ from tidelog.broker.errors import code_of
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.records import OFFSETS_TOPIC, GroupValue, OffsetValue
 from tidelog.broker.group.state import Group, GroupState, Member
-from tidelog.broker.purgatory import DelayedProduce
+from tidelog.broker.internal_topics import append_and_wait
 from tidelog.protocol.errors import error_code
-from tidelog.records.batch import build_batch, decode_batches
+from tidelog.records.batch import decode_batches
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
@@ -466,25 +466,8 @@ class GroupCoordinator:
         ``off_loop``: build and append the batch in a worker thread (loading, where the batches can be many)."""
         if not entries:
             return NONE
-        broker = self.broker
-        tp = (OFFSETS_TOPIC, partition)
-        try:
-            plog = broker.leader_log(*tp)
-            if len(broker.isr(*tp)) < plog.config.min_insync_replicas:
-                return self._append_error("NOT_ENOUGH_REPLICAS", offsets, group_id)
-            epoch = broker.leader_epoch(*tp)
-            if off_loop:
-                appended = await asyncio.to_thread(
-                    lambda: plog.append_as_leader(build_batch(list(entries)), leader_epoch=epoch))
-            else:
-                appended = plog.append_as_leader(build_batch(list(entries)), leader_epoch=epoch)
-            broker.on_append(tp, plog)
-        except Exception as exc:
-            return self._append_error(getattr(exc, "kafka_error", None) or repr(exc), offsets, group_id)
-        op = DelayedProduce({tp: appended.last_offset + 1}, self.commit_timeout_ms, broker.high_watermark)
-        broker.purgatory.produce.try_complete_else_watch(op, [tp])
-        status = await op.wait()
-        err = status.get(tp)
+        err = await append_and_wait(self.broker, OFFSETS_TOPIC, partition, entries, self.commit_timeout_ms,
+                                    off_loop=off_loop)
         return NONE if err is None else self._append_error(err, offsets, group_id)
 
     @staticmethod
