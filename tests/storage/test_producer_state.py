@@ -11,6 +11,7 @@ from tidelog.storage.errors import InvalidProducerEpochError, OutOfOrderSequence
 from tidelog.storage.format import PRODUCER_SNAPSHOT_ENTRY_SIZE as ENTRY_SIZE
 from tidelog.storage.producer_state import (
     NUM_BATCHES_TO_RETAIN,
+    CompletedTxn,
     CorruptSnapshotError,
     ProducerStateManager,
     decode_snapshot,
@@ -171,11 +172,19 @@ def test_transactions_track_first_offset_and_control_ends_them(tmp_path: Path) -
     assert log.state.first_unstable_offset() == 1
     marker = batch(1, 0, -1, 1, transactional=True, control=True)
     assert log.state.check(marker) is None
-    log.state.update(marker, 4, 4, 2000, coordinator_epoch=3)
+    completed = log.state.update(marker, 4, 4, 2000, coordinator_epoch=3, abort=False)
+    assert completed == CompletedTxn(1, 1, 4, False)
     entry = log.state.last_entry(1)
     assert entry is not None
     assert entry.current_txn_first_offset is None and entry.coordinator_epoch == 3
     assert entry.last_seq == 3  # a marker is not a data batch
+    # decided once the log completed it, but unstable until the high watermark passes the marker
+    assert log.state.last_stable_offset_of(completed) == 5
+    log.state.complete_txn(completed)
+    assert log.state.first_undecided_offset() is None and log.state.first_unstable_offset() == 1
+    log.state.on_high_watermark_updated(4)
+    assert log.state.first_unstable_offset() == 1
+    log.state.on_high_watermark_updated(5)
     assert log.state.first_unstable_offset() is None
 
 
