@@ -10,7 +10,13 @@ import pytest
 from kafka.record.default_records import ControlRecord, DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords
 
-from tidelog.records.batch import ControlRecordType, RecordSpec, build_batch, decode_batch, parse_control_record
+from tidelog.records.batch import (
+    ControlRecordType,
+    RecordSpec,
+    build_batch,
+    decode_batch,
+    parse_control_record,
+)
 from tidelog.records.header import iter_batch_headers
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import (
@@ -205,7 +211,7 @@ def test_follower_rebuilds_the_same_state_and_txnindex(tmp_path: Path, log: Part
         data = log.read(0, 1 << 30, max_offset=None).read_bytes()
         offsets = [h.base_offset for _, h in iter_batch_headers(data)]
         # replicate in two fetches, rolling where the leader rolled
-        cut = [p for p, h in iter_batch_headers(data) if h.base_offset == 9][0]
+        cut = next(p for p, h in iter_batch_headers(data) if h.base_offset == 9)
         follower.append_as_follower(data[:cut])
         follower.roll()
         follower.append_as_follower(data[cut:])
