@@ -701,7 +701,7 @@ class ZkReplicaManager:
         the transactional ids of a ``__transaction_state`` partition. One listener failing does not keep the
         change from the other (nor from the replica manager, which has already applied it)."""
         broker = self.broker
-        for listener in (broker.group_coordinator, getattr(broker, "txn_coordinator", None)):
+        for listener in (broker.group_coordinator, broker.txn_coordinator):
             if listener is None:
                 continue
             try:

@@ -1,0 +1,249 @@
+"""Transactions in a ZooKeeper-mode cluster: 3 brokers + 1 ZooKeeper on loopback, confluent-kafka clients.
+
+``__transaction_state`` is a replicated topic (RF ``transaction.state.log.replication.factor`` = 3, min ISR
+``transaction.state.log.min.isr`` = 2, compacted) created through ZooKeeper on the first
+FindCoordinator(TRANSACTION); the coordinator of a transactional id is the leader of its partition, on every
+broker alike; markers reach partition leaders on other brokers (WriteTxnMarkers between brokers); when the
+coordinator dies the new leader of its partition loads the transactions, completes those it finds prepared, and
+the transactional id carries on.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import ConfigResource
+from support import create_topic, request
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TXN_TOPIC = "__transaction_state"
+FIND_COORDINATOR, DESCRIBE_TRANSACTIONS = 10, 65
+COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 15, 16
+
+_request = functools.partial(request, timeout=15)
+
+
+def _java_partition(key: str, n: int) -> int:
+    """Kafka's ``Utils.abs(key.hashCode()) % n``, computed here on its own (a check of the broker's placement)."""
+    data = key.encode("utf-16-be")  # String.hashCode runs over UTF-16 code units
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+    if h >= 1 << 31:
+        h -= 1 << 32
+    return (0 if h == -(1 << 31) else abs(h)) % n
+
+
+def _find(broker: Any, txn_id: str) -> tuple[int, int]:
+    r = _request(broker, FIND_COORDINATOR, 3, {"key": txn_id, "key_type": 1})
+    return r["error_code"], r["node_id"]
+
+
+def _agreed_coordinator(cluster: Any, txn_id: str, timeout: float = 90.0) -> int:
+    """Poll FindCoordinator(TRANSACTION) on every running broker until all name the same live coordinator."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            answers = {i: _find(b, txn_id) for i, b in cluster.brokers.items() if b.running}
+            last = answers
+            nodes = {node for err, node in answers.values() if err == 0}
+            if all(err == 0 for err, _ in answers.values()) and len(nodes) == 1:
+                node = nodes.pop()
+                if cluster.brokers[node].running:
+                    return node
+        except (TimeoutError, OSError) as exc:
+            last = exc
+        time.sleep(0.2)  # polling interval of a bounded wait (the topic is being created / elected)
+    raise AssertionError(f"brokers never agreed on a coordinator for {txn_id}: {last!r}")
+
+
+def _txn_state(broker: Any, txn_id: str) -> tuple[int, str]:
+    r = _request(broker, DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [txn_id]})
+    s = r["transaction_states"][0]
+    return s["error_code"], s["transaction_state"]
+
+
+def _producer(cluster: Any, txn_id: str) -> Producer:
+    return Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id,
+                     "transaction.timeout.ms": 60000, "message.timeout.ms": 60000, "linger.ms": 5,
+                     "topic.metadata.refresh.interval.ms": 2000})
+
+
+def _transaction(p: Producer, topic: str, partitions: int, prefix: str, n: int, commit: bool) -> list[bytes]:
+    p.begin_transaction()
+    values = [f"{prefix}-{i}".encode() for i in range(n)]
+    for i, v in enumerate(values):
+        p.produce(topic, v, partition=i % partitions)
+    if commit:
+        p.commit_transaction(60)
+    else:
+        p.abort_transaction(60)
+    return values
+
+
+def _read(cluster: Any, topic: str, partitions: int, isolation: str, timeout: float = 90.0) -> list[bytes]:
+    """Every record of ``topic`` a consumer with ``isolation`` reads, up to each partition's high watermark
+    (read_committed gets there only once the last stable offset has: every transaction before it has its
+    marker)."""
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"r-{uuid.uuid4().hex[:8]}",
+                  "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                  "fetch.wait.max.ms": 100, "topic.metadata.refresh.interval.ms": 2000})
+    try:
+        tps = [TopicPartition(topic, p, 0) for p in range(partitions)]
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1] for p in range(partitions)}
+        c.assign(tps)
+        out: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for m in c.consume(100, 0.2):
+                if m.error() is None:
+                    out.append(m.value())
+            pos = {tp.partition: tp.offset for tp in c.position([TopicPartition(topic, p) for p in range(partitions)])}
+            if all(pos[p] >= ends[p] for p in range(partitions)):
+                return out
+        raise AssertionError(f"{isolation} consumer stuck at {pos}, high watermarks {ends}")
+    finally:
+        c.close()
+
+
+def _restart(cluster: Any, broker_id: int) -> None:
+    cluster.brokers[broker_id].start(timeout=120)
+    cluster.wait_for(f"broker {broker_id} registered again", lambda md: broker_id in md.brokers)
+
+
+def _leaders(cluster: Any, topic: str, partitions: int) -> dict[int, int]:
+    md = cluster.admin().list_topics(topic, timeout=10)
+    return {p: md.topics[topic].partitions[p].leader for p in range(partitions)}
+
+
+# ------------------------------------------------------------------------------------------------ tests
+
+
+def test_commit_and_abort_across_brokers(cluster: Any) -> None:
+    """A transactional producer commits, aborts and commits again on a topic whose 3 partitions are led by 3
+    brokers: the markers reach every leader, a read_committed consumer sees exactly the committed records and a
+    read_uncommitted one all of them; ``__transaction_state`` was made as Kafka makes it."""
+    topic, txn_id = f"tx-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, 3, 3)
+    coord = _agreed_coordinator(cluster, txn_id)
+
+    md = cluster.admin().list_topics(TXN_TOPIC, timeout=10)
+    txn_topic = md.topics[TXN_TOPIC]
+    assert txn_topic.error is None and len(txn_topic.partitions) == 50  # transaction.state.log.num.partitions
+    part = txn_topic.partitions[_java_partition(txn_id, 50)]
+    assert part.leader == coord and sorted(part.replicas) == [1, 2, 3]  # RF transaction.state.log.replication.factor
+    admin = cluster.admin()  # kept alive until its futures are done
+    cfg = next(iter(admin.describe_configs([ConfigResource("topic", TXN_TOPIC)]).values())).result(30)
+    assert cfg["cleanup.policy"].value == "compact"
+    assert cfg["min.insync.replicas"].value == "2"  # transaction.state.log.min.isr
+    others = [i for i in cluster.brokers if i != coord]
+    for i in others:  # only the coordinator serves the transactional id
+        assert _txn_state(cluster.brokers[i], txn_id)[0] == NOT_COORDINATOR
+
+    leaders = _leaders(cluster, topic, 3)
+    assert set(leaders.values()) - {coord}, f"every partition led by the coordinator: {leaders}"
+    p = _producer(cluster, txn_id)
+    p.init_transactions(60)
+    committed = _transaction(p, topic, 3, "c1", 30, commit=True)
+    aborted = _transaction(p, topic, 3, "a", 30, commit=False)
+    committed += _transaction(p, topic, 3, "c2", 30, commit=True)
+    assert _txn_state(cluster.brokers[coord], txn_id) == (0, "CompleteCommit")
+
+    assert sorted(_read(cluster, topic, 3, "read_committed")) == sorted(committed)
+    assert sorted(_read(cluster, topic, 3, "read_uncommitted")) == sorted(committed + aborted)
+
+
+def test_coordinator_killed_between_transactions(cluster: Any) -> None:
+    """After a committed transaction the coordinator is kill -9'ed: the new leader of the transactional id's
+    partition loads it, a new producer with the same id (init_transactions again) commits, and a read_committed
+    consumer sees both transactions exactly once; the old producer is fenced."""
+    topic, txn_id = f"tk-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, 3, 3)
+    coord = _agreed_coordinator(cluster, txn_id)
+    p1 = _producer(cluster, txn_id)
+    p1.init_transactions(60)
+    first = _transaction(p1, topic, 3, "one", 30, commit=True)
+    cluster.brokers[coord].kill()
+    try:
+        new_coord = _agreed_coordinator(cluster, txn_id)
+        assert new_coord != coord
+        assert _txn_state(cluster.brokers[new_coord], txn_id) == (0, "CompleteCommit")  # loaded from its replica
+        p2 = _producer(cluster, txn_id)
+        p2.init_transactions(60)
+        second = _transaction(p2, topic, 3, "two", 30, commit=True)
+        p1.begin_transaction()
+        p1.produce(topic, b"zombie", partition=0)
+        with pytest.raises(KafkaException) as e:
+            p1.commit_transaction(30)
+        assert e.value.args[0].fatal(), e.value  # PRODUCER_FENCED
+        got = _read(cluster, topic, 3, "read_committed")
+        assert sorted(got) == sorted(first + second)  # exactly once, nothing of the fenced producer
+    finally:
+        _restart(cluster, coord)
+
+
+def test_coordinator_killed_mid_transaction(cluster: Any) -> None:
+    """The coordinator is kill -9'ed while a transaction is open (records already in the partitions): the new
+    coordinator loads it as ongoing; init_transactions of the same id aborts it (markers to every partition
+    leader) and the next transaction commits. read_committed: the committed records only, once."""
+    topic, txn_id = f"tm-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, 3, 3)
+    coord = _agreed_coordinator(cluster, txn_id)
+    p1 = _producer(cluster, txn_id)
+    p1.init_transactions(60)
+    before = _transaction(p1, topic, 3, "before", 15, commit=True)
+    p1.begin_transaction()
+    open_values = [f"open-{i}".encode() for i in range(30)]
+    for i, v in enumerate(open_values):
+        p1.produce(topic, v, partition=i % 3)
+    assert p1.flush(60) == 0  # in the partitions, not yet committed
+    cluster.brokers[coord].kill()
+    try:
+        new_coord = _agreed_coordinator(cluster, txn_id)
+        assert new_coord != coord
+        assert _txn_state(cluster.brokers[new_coord], txn_id) == (0, "Ongoing")
+        p2 = _producer(cluster, txn_id)
+        p2.init_transactions(60)  # aborts the open transaction first
+        assert _txn_state(cluster.brokers[new_coord], txn_id) == (0, "CompleteAbort")
+        after = _transaction(p2, topic, 3, "after", 30, commit=True)
+        assert sorted(_read(cluster, topic, 3, "read_committed")) == sorted(before + after)
+        assert sorted(_read(cluster, topic, 3, "read_uncommitted")) == sorted(before + open_values + after)
+    finally:
+        _restart(cluster, coord)
+
+
+def test_coordinator_killed_right_after_commit(cluster: Any) -> None:
+    """commit_transaction returns once the coordinator has written PrepareCommit; its markers may still be on
+    their way when it is kill -9'ed at once. Whatever the kill interrupted, the new coordinator finishes the
+    commit (it completes a PrepareCommit it finds when it loads): read_committed gets every record once."""
+    topic, txn_id = f"tc-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, 3, 3)
+    coord = _agreed_coordinator(cluster, txn_id)
+    p1 = _producer(cluster, txn_id)
+    p1.init_transactions(60)
+    values: list[bytes] = []
+    for k in range(3):  # a few transactions: the kill lands while the markers of the last one are sent
+        values += _transaction(p1, topic, 3, f"r{k}", 60, commit=k < 2)
+    p1.begin_transaction()
+    last = [f"last-{i}".encode() for i in range(60)]
+    for i, v in enumerate(last):
+        p1.produce(topic, v, partition=i % 3)
+    p1.commit_transaction(60)
+    cluster.brokers[coord].kill()
+    committed = [v for v in values if not v.startswith(b"r2")] + last
+    try:
+        new_coord = _agreed_coordinator(cluster, txn_id)
+        deadline = time.monotonic() + 60
+        while _txn_state(cluster.brokers[new_coord], txn_id) != (0, "CompleteCommit"):
+            assert time.monotonic() < deadline, _txn_state(cluster.brokers[new_coord], txn_id)
+            time.sleep(0.2)  # polling interval while the new coordinator completes the commit
+        assert sorted(_read(cluster, topic, 3, "read_committed")) == sorted(committed)
+    finally:
+        _restart(cluster, coord)
