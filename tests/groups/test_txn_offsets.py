@@ -238,8 +238,12 @@ def _marker(broker: Any, group: str, pid: int, commit: bool, epoch: int = 0) -> 
     """What WriteTxnMarkers does at a __consumer_offsets partition: the control batch, then the coordinator."""
     partition = rec.partition_for(group, 5)
     plog = broker.leader_log(OFFSETS_TOPIC, partition)
-    kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
-    plog.append_as_leader(build_control_batch(kind, pid, epoch, 0, 0, int(time.time() * 1000)), leader_epoch=0)
+    append_marker = getattr(plog, "append_txn_marker", None)  # the partition side's (branch txn-storage)
+    if append_marker is not None:
+        append_marker(pid, epoch, 0, commit, leader_epoch=0)
+    else:  # the same control batch (records.batch.build_control_batch), appended as the leader
+        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        plog.append_as_leader(build_control_batch(kind, pid, epoch, 0, 0, int(time.time() * 1000)), leader_epoch=0)
     broker.on_append((OFFSETS_TOPIC, partition), plog)
     broker.group_coordinator.on_txn_marker(partition, pid, commit)
 
