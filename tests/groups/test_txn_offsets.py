@@ -18,9 +18,12 @@ from helpers import RawClient
 
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.group import records as rec
-from tidelog.broker.group.records import OFFSETS_TOPIC
+from tidelog.broker.group.coordinator import _read_partitions
+from tidelog.broker.group.records import OFFSETS_TOPIC, OffsetValue
 from tidelog.protocol import codec
-from tidelog.records.batch import ControlRecordType, build_control_batch, decode_batches
+from tidelog.records.batch import ControlRecordType, build_batch, build_control_batch, decode_batches
+from tidelog.storage.config import LogConfig
+from tidelog.storage.log import PartitionLog
 
 from .conftest import FAST_GROUPS, create_topic, wait_until
 
@@ -238,8 +241,12 @@ def _marker(broker: Any, group: str, pid: int, commit: bool, epoch: int = 0) -> 
     """What WriteTxnMarkers does at a __consumer_offsets partition: the control batch, then the coordinator."""
     partition = rec.partition_for(group, 5)
     plog = broker.leader_log(OFFSETS_TOPIC, partition)
-    kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
-    plog.append_as_leader(build_control_batch(kind, pid, epoch, 0, 0, int(time.time() * 1000)), leader_epoch=0)
+    append_marker = getattr(plog, "append_txn_marker", None)  # the partition side's (branch txn-storage)
+    if append_marker is not None:
+        append_marker(pid, epoch, 0, commit, leader_epoch=0)
+    else:  # the same control batch (records.batch.build_control_batch), appended as the leader
+        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        plog.append_as_leader(build_control_batch(kind, pid, epoch, 0, 0, int(time.time() * 1000)), leader_epoch=0)
     broker.on_append((OFFSETS_TOPIC, partition), plog)
     broker.group_coordinator.on_txn_marker(partition, pid, commit)
 
@@ -309,3 +316,58 @@ def test_markers_commit_and_abort_and_a_restart_loads_them(tmp_path: Path) -> No
 def _fetch_now(port: int, group: str) -> dict[int, tuple[int, int]]:
     with RawClient(port) as c:
         return fetch(c, group, [0, 1], stable=True)
+
+
+# ------------------------------------------------------------------------------------------ the replay
+
+
+def test_replay_of_transactional_offsets(tmp_path: Path) -> None:
+    """``_read_partitions`` as Kafka's loader: transactional records pending per producer, markers complete them
+    (higher record offset wins on commit), tombstones remove pending offsets too, open transactions stay pending,
+    and a transactional record outside its group's partition is not adopted."""
+    n = 5
+    group = "g-replay"
+    home = rec.partition_for(group, n)
+    now = int(time.time() * 1000)
+    logs = {p: PartitionLog.open(tmp_path / f"{OFFSETS_TOPIC}-{p}", LogConfig()) for p in range(n)}
+
+    def value(offset: int) -> bytes:
+        return rec.encode_offset_value(OffsetValue(offset, -1, "", now))
+
+    def key(part: int, grp: str = group) -> bytes:
+        return rec.encode_offset_key(grp, TOPIC, part)
+
+    def txn(p: int, pid: int, *entries: tuple[bytes, bytes | None]) -> None:
+        logs[p].append_as_leader(build_batch(list(entries), producer_id=pid, producer_epoch=0, is_transactional=True),
+                                 coordinator_origin=True)
+
+    def plain(p: int, *entries: tuple[bytes, bytes | None]) -> None:
+        logs[p].append_as_leader(build_batch(list(entries)))
+
+    def marker(p: int, pid: int, commit: bool) -> None:
+        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        logs[p].append_as_leader(build_control_batch(kind, pid, 0, 0, 0, now))
+
+    try:
+        plain(home, (key(0), value(1)))
+        txn(home, 10, (key(0), value(100)), (key(1), value(101)))   # committed below
+        txn(home, 11, (key(2), value(200)))                         # aborted below
+        txn(home, 12, (key(3), value(300)))                         # a plain commit comes after it
+        plain(home, (key(3), value(3)))
+        txn(home, 13, (key(4), value(400)), (key(5), value(401)))  # still open; 4 tombstoned
+        plain(home, (key(4), None))
+        marker(home, 10, True)
+        marker(home, 11, False)
+        marker(home, 12, True)
+        other = (home + 1) % n
+        txn(other, 14, (key(6), value(600)))                        # not the group's partition
+        marker(other, 14, True)
+        _, offsets, _, _, pending = _read_partitions(list(logs.values()), n, adopt_misplaced=True)
+        got = {k[2]: ov.offset for k, ov in offsets.items() if k[0] == group}
+        assert got == {0: 100, 1: 101, 3: 3}
+        assert {pid: {k[2]: ov.offset for k, ov in offs.items()} for pid, offs in pending.get(home, {}).items()} == {
+            13: {5: 401}}
+        assert other not in pending
+    finally:
+        for lg in logs.values():
+            lg.close()

@@ -90,6 +90,7 @@ GROUP_SUBSCRIBED_TO_TOPIC = error_code("GROUP_SUBSCRIBED_TO_TOPIC")
 INVALID_REQUEST = error_code("INVALID_REQUEST")
 REQUEST_TIMED_OUT = error_code("REQUEST_TIMED_OUT")
 UNSTABLE_OFFSET_COMMIT = error_code("UNSTABLE_OFFSET_COMMIT")
+NETWORK_EXCEPTION = error_code("NETWORK_EXCEPTION")
 INVALID_PRODUCER_ID_MAPPING = error_code("INVALID_PRODUCER_ID_MAPPING")
 
 OFFSET_METADATA_MAX_BYTES = 4096
@@ -1175,9 +1176,13 @@ class GroupCoordinator:
         try:
             codes = await verify(transactional_id, producer_id, producer_epoch, [tp])
         except Exception as exc:
+            # the transaction coordinator could not be asked: retriable, as Kafka's NETWORK_EXCEPTION here
             log.warning("transaction verification failed", extra={"kv": {"group": group_id, "error": repr(exc)}})
-            return getattr(exc, "code", None) or code_of(getattr(exc, "kafka_error", None) or "UNKNOWN_SERVER_ERROR")
-        return int(codes.get(tp, NONE))
+            return COORDINATOR_LOAD_IN_PROGRESS
+        code = int(codes.get(tp, NONE))
+        # Kafka 4.x (handleOperationException): NETWORK_EXCEPTION from the verification becomes
+        # COORDINATOR_LOAD_IN_PROGRESS, which older clients retry without a coordinator lookup
+        return COORDINATOR_LOAD_IN_PROGRESS if code == NETWORK_EXCEPTION else code
 
     def _validate_txn_commit(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
         """Kafka 4.x ``validateTransactionalOffsetCommit`` + ``ClassicGroup.validateOffsetCommit(isTransactional)``:
