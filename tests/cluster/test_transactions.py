@@ -20,11 +20,14 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource
 from support import create_topic, request
 
+from tidelog.records.batch import build_batch
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TXN_TOPIC = "__transaction_state"
-FIND_COORDINATOR, DESCRIBE_TRANSACTIONS = 10, 65
-COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 15, 16
+PRODUCE, FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = 0, 10, 22, 24, 26
+DESCRIBE_TRANSACTIONS = 65
+COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, INVALID_TXN_STATE = 15, 16, 48
 
 _request = functools.partial(request, timeout=15)
 
@@ -70,6 +73,15 @@ def _txn_state(broker: Any, txn_id: str) -> tuple[int, str]:
     return s["error_code"], s["transaction_state"]
 
 
+def _wait_state(broker: Any, txn_id: str, state: str, timeout: float = 60.0) -> None:
+    """Poll DescribeTransactions until the coordinator shows ``state`` (EndTxn is answered once PrepareCommit /
+    PrepareAbort is written; the markers and the Complete* record follow)."""
+    deadline = time.monotonic() + timeout
+    while (got := _txn_state(broker, txn_id)) != (0, state):
+        assert time.monotonic() < deadline, f"transaction state {got}, expected {state}"
+        time.sleep(0.1)  # polling interval while the coordinator completes the transaction
+
+
 def _producer(cluster: Any, txn_id: str) -> Producer:
     return Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id,
                      "transaction.timeout.ms": 60000, "message.timeout.ms": 60000, "linger.ms": 5,
@@ -84,6 +96,7 @@ def _transaction(p: Producer, topic: str, partitions: int, prefix: str, n: int, 
     if commit:
         p.commit_transaction(60)
     else:
+        assert p.flush(60) == 0  # in the partitions (abort_transaction purges what was not sent yet)
         p.abort_transaction(60)
     return values
 
@@ -97,7 +110,8 @@ def _read(cluster: Any, topic: str, partitions: int, isolation: str, timeout: fl
                   "fetch.wait.max.ms": 100, "topic.metadata.refresh.interval.ms": 2000})
     try:
         tps = [TopicPartition(topic, p, 0) for p in range(partitions)]
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1] for p in range(partitions)}
+        marks = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=15) for p in range(partitions)}
+        ends = {p: hi for p, (_lo, hi) in marks.items()}
         c.assign(tps)
         out: list[bytes] = []
         deadline = time.monotonic() + timeout
@@ -106,7 +120,7 @@ def _read(cluster: Any, topic: str, partitions: int, isolation: str, timeout: fl
                 if m.error() is None:
                     out.append(m.value())
             pos = {tp.partition: tp.offset for tp in c.position([TopicPartition(topic, p) for p in range(partitions)])}
-            if all(pos[p] >= ends[p] for p in range(partitions)):
+            if all(pos[p] >= hi or hi <= lo for p, (lo, hi) in marks.items()):  # an empty partition has no position
                 return out
         raise AssertionError(f"{isolation} consumer stuck at {pos}, high watermarks {ends}")
     finally:
@@ -154,7 +168,7 @@ def test_commit_and_abort_across_brokers(cluster: Any) -> None:
     committed = _transaction(p, topic, 3, "c1", 30, commit=True)
     aborted = _transaction(p, topic, 3, "a", 30, commit=False)
     committed += _transaction(p, topic, 3, "c2", 30, commit=True)
-    assert _txn_state(cluster.brokers[coord], txn_id) == (0, "CompleteCommit")
+    _wait_state(cluster.brokers[coord], txn_id, "CompleteCommit")
 
     assert sorted(_read(cluster, topic, 3, "read_committed")) == sorted(committed)
     assert sorted(_read(cluster, topic, 3, "read_uncommitted")) == sorted(committed + aborted)
@@ -170,11 +184,12 @@ def test_coordinator_killed_between_transactions(cluster: Any) -> None:
     p1 = _producer(cluster, txn_id)
     p1.init_transactions(60)
     first = _transaction(p1, topic, 3, "one", 30, commit=True)
+    _wait_state(cluster.brokers[coord], txn_id, "CompleteCommit")  # between transactions: this one is complete
     cluster.brokers[coord].kill()
     try:
         new_coord = _agreed_coordinator(cluster, txn_id)
         assert new_coord != coord
-        assert _txn_state(cluster.brokers[new_coord], txn_id) == (0, "CompleteCommit")  # loaded from its replica
+        _wait_state(cluster.brokers[new_coord], txn_id, "CompleteCommit")  # loaded from its replica
         p2 = _producer(cluster, txn_id)
         p2.init_transactions(60)
         second = _transaction(p2, topic, 3, "two", 30, commit=True)
@@ -208,10 +223,10 @@ def test_coordinator_killed_mid_transaction(cluster: Any) -> None:
     try:
         new_coord = _agreed_coordinator(cluster, txn_id)
         assert new_coord != coord
-        assert _txn_state(cluster.brokers[new_coord], txn_id) == (0, "Ongoing")
+        _wait_state(cluster.brokers[new_coord], txn_id, "Ongoing")  # loaded, left to its producer (or timeout)
         p2 = _producer(cluster, txn_id)
-        p2.init_transactions(60)  # aborts the open transaction first
-        assert _txn_state(cluster.brokers[new_coord], txn_id) == (0, "CompleteAbort")
+        p2.init_transactions(60)  # aborts the open transaction first (answered once that abort is complete)
+        assert _txn_state(cluster.brokers[new_coord], txn_id) == (0, "Empty")
         after = _transaction(p2, topic, 3, "after", 30, commit=True)
         assert sorted(_read(cluster, topic, 3, "read_committed")) == sorted(before + after)
         assert sorted(_read(cluster, topic, 3, "read_uncommitted")) == sorted(before + open_values + after)
@@ -240,10 +255,46 @@ def test_coordinator_killed_right_after_commit(cluster: Any) -> None:
     committed = [v for v in values if not v.startswith(b"r2")] + last
     try:
         new_coord = _agreed_coordinator(cluster, txn_id)
-        deadline = time.monotonic() + 60
-        while _txn_state(cluster.brokers[new_coord], txn_id) != (0, "CompleteCommit"):
-            assert time.monotonic() < deadline, _txn_state(cluster.brokers[new_coord], txn_id)
-            time.sleep(0.2)  # polling interval while the new coordinator completes the commit
+        _wait_state(cluster.brokers[new_coord], txn_id, "CompleteCommit")
         assert sorted(_read(cluster, topic, 3, "read_committed")) == sorted(committed)
     finally:
         _restart(cluster, coord)
+
+
+def _txn_produce(broker: Any, txn_id: str, topic: str, partition: int, pid: int, epoch: int, seq: int,
+                 value: bytes) -> int:
+    batch = build_batch([(None, value)], producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                        is_transactional=True)
+    r = _request(broker, PRODUCE, 9, {"transactional_id": txn_id, "acks": -1, "timeout_ms": 10000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})
+    return r["responses"][0]["partition_responses"][0]["error_code"]
+
+
+def test_produce_verified_with_a_coordinator_on_another_broker(cluster: Any) -> None:
+    """KIP-890: a transactional batch for a partition the transaction does not contain is refused by the partition
+    leader after asking the coordinator on another broker (AddPartitionsToTxn v5 verify_only between brokers):
+    INVALID_TXN_STATE for Produce v9, nothing appended. Once the partition is added, the same batch is taken."""
+    topic, txn_id = f"tv-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, 3, 3)
+    coord = _agreed_coordinator(cluster, txn_id)
+    leaders = _leaders(cluster, topic, 3)
+    partition, leader = next((p, b) for p, b in sorted(leaders.items()) if b != coord)
+    r = _request(cluster.brokers[coord], INIT_PRODUCER_ID, 3, {
+        "transactional_id": txn_id, "transaction_timeout_ms": 60000, "producer_id": -1, "producer_epoch": -1})
+    assert r["error_code"] == 0
+    pid, epoch = r["producer_id"], r["producer_epoch"]
+
+    assert _txn_produce(cluster.brokers[leader], txn_id, topic, partition, pid, epoch, 0, b"unverified") \
+        == INVALID_TXN_STATE
+    r = _request(cluster.brokers[coord], ADD_PARTITIONS_TO_TXN, 3, {
+        "v3_and_below_transactional_id": txn_id, "v3_and_below_producer_id": pid,
+        "v3_and_below_producer_epoch": epoch,
+        "v3_and_below_topics": [{"name": topic, "partitions": [partition]}]})
+    assert r["results_by_topic_v3_and_below"][0]["results_by_partition"][0]["partition_error_code"] == 0
+    assert _txn_produce(cluster.brokers[leader], txn_id, topic, partition, pid, epoch, 0, b"verified") == 0
+    r = _request(cluster.brokers[coord], END_TXN, 3, {
+        "transactional_id": txn_id, "producer_id": pid, "producer_epoch": epoch, "committed": True})
+    assert r["error_code"] == 0
+    _wait_state(cluster.brokers[coord], txn_id, "CompleteCommit")
+    assert _read(cluster, topic, 3, "read_committed") == [b"verified"]
+    assert _read(cluster, topic, 3, "read_uncommitted") == [b"verified"]  # the refused batch was never appended

@@ -9,9 +9,11 @@ Two sides, as in Kafka:
   (``on_txn_marker``), so the producer's pending transactional offsets become visible or vanish.
 * the **coordinator side** (:class:`TxnMarkerChannel`, Kafka's ``TransactionMarkerChannelManager``): the markers of
   one transaction, grouped by partition leader, retried until each partition acknowledged. Partitions this broker
-  leads take the local path; a partition led elsewhere goes through the replica manager's
-  ``send_txn_markers(node_id, request_body) -> response_body`` (a WriteTxnMarkers request; ZooKeeper mode's
-  replica manager provides it; the single node's never needs it). A partition whose topic no longer exists is
+  leads take the local path; the partitions led by another broker go to it as one WriteTxnMarkers request
+  through the replica manager's ``broker_request`` (ZooKeeper mode's pooled inter-broker connections; the single
+  node's replica manager has none and never needs it), the brokers side by side; a broker that does not answer
+  fails its partitions with NETWORK_EXCEPTION, retried with the leaders looked up again. A partition whose topic
+  no longer exists is
   dropped (Kafka skips partitions without a leader: "likely deleted already"); INVALID_PRODUCER_EPOCH or
   TRANSACTION_COORDINATOR_FENCED stop the sending (a newer coordinator or epoch owns the transaction, Kafka's
   ``abortSending``); every other error is retried after ``retry_backoff_ms``.
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.group.records import OFFSETS_TOPIC
 from tidelog.broker.internal_topics import wait_replicated
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ERRORS_BY_CODE
 
 if TYPE_CHECKING:
@@ -153,14 +156,15 @@ class TxnMarkerChannel:
                     local.append(tp)
                 else:
                     remote.setdefault(leader, []).append(tp)
-            results: dict[TopicPartition, str | None] = {}
+            # this broker's partitions and every other leader's at once: a slow or dead one holds up no other
+            jobs = [self._send_remote(node, producer_id, producer_epoch, coordinator_epoch, commit, tps)
+                    for node, tps in remote.items()]
             if local:
-                results.update(await append_markers_locally(
-                    self.broker, producer_id, producer_epoch, coordinator_epoch, commit, local,
-                    self.request_timeout_ms))
-            for node, tps in remote.items():
-                results.update(await self._send_remote(node, producer_id, producer_epoch, coordinator_epoch, commit,
-                                                       tps))
+                jobs.append(append_markers_locally(self.broker, producer_id, producer_epoch, coordinator_epoch,
+                                                   commit, local, self.request_timeout_ms))
+            results: dict[TopicPartition, str | None] = {}
+            for answer in await asyncio.gather(*jobs):
+                results.update(answer)
             for tp, err in results.items():
                 if err is None:
                     pending.discard(tp)
@@ -184,13 +188,13 @@ class TxnMarkerChannel:
 
     async def _send_remote(self, node: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                            commit: bool, tps: list[TopicPartition]) -> dict[TopicPartition, str | None]:
-        send = getattr(self.broker.replica_manager, "send_txn_markers", None)
+        send = getattr(self.broker.replica_manager, "broker_request", None)
         if send is None:
             return {tp: "NOT_LEADER_OR_FOLLOWER" for tp in tps}
         body = write_txn_markers_request(producer_id, producer_epoch, coordinator_epoch, commit, tps)
         try:
-            response = await send(node, body)
-        except Exception as exc:
+            response = await send(node, ApiKey.WRITE_TXN_MARKERS, 1, body, self.request_timeout_ms / 1000.0)
+        except Exception as exc:  # not live, unreachable, timed out (BrokerRequestError): retried
             log.info("WriteTxnMarkers to a partition leader failed",
                      extra={"kv": {"node": node, "error": repr(exc)}})
             return {tp: "NETWORK_EXCEPTION" for tp in tps}
