@@ -25,6 +25,7 @@ CONCURRENT_TRANSACTIONS, as in Kafka.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import re
 import time
@@ -49,7 +50,6 @@ from tidelog.broker.txn.state import (
     is_epoch_exhausted,
 )
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.errors import ERRORS_BY_CODE
 from tidelog.records.batch import decode_batches
 
 if TYPE_CHECKING:
@@ -467,67 +467,43 @@ class TransactionCoordinator:
     async def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                  partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """KIP-890: are ``partitions`` in the producer's ongoing transaction? Error code per partition, as Kafka's
-        ``handleVerifyPartitionsInTransaction`` (TRANSACTION_ABORTABLE for a partition not added). ZooKeeper mode:
-        an id coordinated by another broker is asked there (:meth:`_verify_remote`)."""
-        coordinator = self._remote_coordinator(transactional_id) if self.cluster and transactional_id else None
-        if coordinator is None:
-            errors = self.verify_errors(transactional_id, producer_id, producer_epoch, partitions)
-        elif coordinator < 0:
-            errors = dict.fromkeys(partitions, "COORDINATOR_NOT_AVAILABLE")
-        else:
-            errors = await self._verify_remote(coordinator, transactional_id, producer_id, producer_epoch, partitions)
-        return {tp: _code(e) for tp, e in errors.items()}
+        ``handleVerifyPartitionsInTransaction`` (TRANSACTION_ABORTABLE for a partition not added)."""
+        if (self.cluster and transactional_id and self.broker.topics.get(TRANSACTION_STATE_TOPIC) is not None
+                and self._partition(transactional_id) not in self.owned):
+            return await self._verify_remote(transactional_id, producer_id, producer_epoch, partitions)
+        return {tp: _code(e) for tp, e in self.verify_errors(transactional_id, producer_id, producer_epoch,
+                                                              partitions).items()}
 
-    def _remote_coordinator(self, transactional_id: str) -> int | None:
-        """ZooKeeper mode: None when this broker coordinates ``transactional_id`` (or is about to: it leads the
-        partition), else the node id of the partition's live leader, -1 when there is none (or no topic yet)."""
-        info = self.broker.topics.get(TRANSACTION_STATE_TOPIC)
-        if info is None:
-            return -1
-        p = partition_for(transactional_id, info.num_partitions)
-        if p in self.owned:
-            return None
-        md = self.broker.partition_metadata(TRANSACTION_STATE_TOPIC, p)
-        leader = md.get("leader_id", -1) if md else -1
-        if leader == self.broker.node_id:
-            return None  # elected, not yet loaded: the local answer (NOT_COORDINATOR / LOAD_IN_PROGRESS) is retried
-        return leader if leader is not None and leader >= 0 else -1
-
-    async def _verify_remote(self, node: int, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: list[TopicPartition]) -> dict[TopicPartition, str | None]:
-        """Kafka's ``AddPartitionsToTxnManager``: AddPartitionsToTxn v5 with ``verify_only`` to the coordinator's
-        broker (``broker_request``, the pooled inter-broker connection). No answer is NETWORK_EXCEPTION; a
-        request-level error applies to every partition (CLUSTER_AUTHORIZATION_FAILED as INVALID_TXN_STATE)."""
-        send = getattr(self.broker.replica_manager, "broker_request", None)
-        if send is None:
-            return dict.fromkeys(partitions, "COORDINATOR_NOT_AVAILABLE")
+    async def _verify_remote(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """ZooKeeper mode: the id's coordinator is another broker; ask it with AddPartitionsToTxn v4
+        ``verify_only`` (Kafka's AddPartitionsToTxnManager), through the replica manager's ``broker_request``."""
+        err, node = await self.find_coordinator(transactional_id)
+        request = getattr(self.broker.replica_manager, "broker_request", None)
+        if err is not None or node is None or node[0] == self.broker.node_id or request is None:
+            return dict.fromkeys(partitions, _code(err or "NOT_COORDINATOR"))
         topics: dict[str, list[int]] = {}
-        for topic, p in partitions:
-            topics.setdefault(topic, []).append(p)
-        body = {"transactions": [{
-            "transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
-            "verify_only": True, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]}
+        for t, p in partitions:
+            topics.setdefault(t, []).append(p)
+        body = {"transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
+                                  "producer_epoch": producer_epoch, "verify_only": True,
+                                  "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]}
         try:
-            response = await send(node, ApiKey.ADD_PARTITIONS_TO_TXN, 5, body, self.request_timeout_ms / 1000.0)
+            resp = request(node[0], ApiKey.ADD_PARTITIONS_TO_TXN, 4, body, timeout=self.request_timeout_ms / 1000.0)
+            if inspect.isawaitable(resp):
+                resp = await resp
         except Exception as exc:
-            log.info("transaction verification got no answer", extra={"kv": {
-                "id": transactional_id, "coordinator": node, "error": repr(exc)}})
-            return dict.fromkeys(partitions, "NETWORK_EXCEPTION")
-        top = int(response.get("error_code") or 0)
-        if top:
-            err = "INVALID_TXN_STATE" if top == code_of("CLUSTER_AUTHORIZATION_FAILED") else _name(top)
-            return dict.fromkeys(partitions, err)
-        out: dict[TopicPartition, str | None] = dict.fromkeys(partitions, "UNKNOWN_SERVER_ERROR")
-        for txn in response.get("results_by_transaction") or ():
-            if txn.get("transactional_id") != transactional_id:
-                continue
+            log.info("transaction verification at the coordinator failed",
+                     extra={"kv": {"node": node[0], "error": repr(exc)}})
+            return dict.fromkeys(partitions, _code("NETWORK_EXCEPTION"))
+        got: dict[TopicPartition, int] = {}
+        if resp.get("error_code"):
+            return dict.fromkeys(partitions, int(resp["error_code"]))
+        for txn in resp.get("results_by_transaction") or ():
             for t in txn.get("topic_results") or ():
-                for r in t.get("results_by_partition") or ():
-                    tp = (str(t.get("name")), int(r.get("partition_index", -1)))
-                    if tp in out:
-                        code = int(r.get("partition_error_code") or 0)
-                        out[tp] = None if code == 0 else _name(code)
-        return out
+                for p in t.get("results_by_partition") or ():
+                    got[(t["name"], int(p["partition_index"]))] = int(p["partition_error_code"])
+        return {tp: got.get(tp, _code("UNKNOWN_SERVER_ERROR")) for tp in partitions}
 
     def verify_errors(self, transactional_id: str, producer_id: int, producer_epoch: int,
                       partitions: list[TopicPartition]) -> dict[TopicPartition, str | None]:
@@ -789,11 +765,6 @@ class TransactionCoordinator:
 
 def _code(name: str | None) -> int:
     return 0 if name is None else code_of(name)
-
-
-def _name(code: int) -> str:
-    err = ERRORS_BY_CODE.get(code)
-    return err.name if err is not None else "UNKNOWN_SERVER_ERROR"
 
 
 def _read_partitions(logs: list[Any]) -> dict[str, rec.TxnLogValue]:
