@@ -261,6 +261,33 @@ def test_coordinator_killed_right_after_commit(cluster: Any) -> None:
         _restart(cluster, coord)
 
 
+def test_markers_wait_for_the_new_leader_of_a_partition(cluster: Any) -> None:
+    """The leader of one of the transaction's partitions (not the coordinator) is kill -9'ed with the transaction
+    open: commit_transaction is answered, and the marker for that partition is retried (while the partition has no
+    live leader, or the dead one does not answer) with the leader looked up again until its new leader takes it;
+    read_committed then reads everything once, the dead broker's partition included."""
+    topic, txn_id = f"tl-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, 3, 3)
+    coord = _agreed_coordinator(cluster, txn_id)
+    leaders = _leaders(cluster, topic, 3)
+    partition, victim = next((p, b) for p, b in sorted(leaders.items()) if b != coord)
+    p1 = _producer(cluster, txn_id)
+    p1.init_transactions(60)
+    p1.begin_transaction()
+    values = [f"v-{i}".encode() for i in range(30)]
+    for i, v in enumerate(values):
+        p1.produce(topic, v, partition=i % 3)
+    assert p1.flush(60) == 0  # acknowledged by the full ISR (acks=all): the followers have them
+    cluster.brokers[victim].kill()
+    try:
+        p1.commit_transaction(60)  # PrepareCommit is on the coordinator's partition: the dead leader is not needed
+        _wait_state(cluster.brokers[coord], txn_id, "CompleteCommit", timeout=90)
+        assert _leaders(cluster, topic, 3)[partition] not in (victim, -1)
+        assert sorted(_read(cluster, topic, 3, "read_committed")) == sorted(values)
+    finally:
+        _restart(cluster, victim)
+
+
 def _txn_produce(broker: Any, txn_id: str, topic: str, partition: int, pid: int, epoch: int, seq: int,
                  value: bytes) -> int:
     batch = build_batch([(None, value)], producer_id=pid, producer_epoch=epoch, base_sequence=seq,
