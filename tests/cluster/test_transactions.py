@@ -288,6 +288,63 @@ def test_markers_wait_for_the_new_leader_of_a_partition(cluster: Any) -> None:
         _restart(cluster, victim)
 
 
+def _group_coordinator(cluster: Any, group: str, timeout: float = 90.0) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        r = _request(cluster.brokers[1], FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
+        if r["error_code"] == 0:
+            return int(r["node_id"])
+        assert time.monotonic() < deadline, f"no coordinator for group {group}: {r}"
+        time.sleep(0.2)  # polling interval while __consumer_offsets is created and elected
+
+
+def test_offsets_in_a_transaction_with_coordinators_on_two_brokers(cluster: Any) -> None:
+    """Consume-transform-produce with the group's coordinator on another broker than the transaction's: the
+    offsets sent in an aborted transaction are never visible, those of a committed one are (the marker reaches
+    the ``__consumer_offsets`` partition's leader through WriteTxnMarkers; TxnOffsetCommit is verified with the
+    transaction coordinator across brokers)."""
+    src, dst, txn_id = f"ts-{uuid.uuid4().hex[:8]}", f"td-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, src, 3, 3)
+    create_topic(cluster.bootstrap, dst, 3, 3)
+    coord = _agreed_coordinator(cluster, txn_id)
+    group = next(g for g in (f"g-{uuid.uuid4().hex[:8]}" for _ in range(100)) if _group_coordinator(cluster, g) != coord)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(30):
+        plain.produce(src, f"in-{i}".encode(), partition=i % 3)
+    assert plain.flush(60) == 0
+
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed", "fetch.wait.max.ms": 100})
+    p = _producer(cluster, txn_id)
+    p.init_transactions(60)
+    try:
+        c.assign([TopicPartition(src, i, 0) for i in range(3)])
+        got: list[Any] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 30 and time.monotonic() < deadline:
+            got += [m for m in c.consume(30, 0.2) if m.error() is None]
+        assert len(got) == 30
+        positions = c.position([TopicPartition(src, i) for i in range(3)])
+        for commit in (False, True):
+            p.begin_transaction()
+            for m in got:
+                p.produce(dst, m.value().replace(b"in", b"out" if commit else b"gone"), partition=m.partition())
+            p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), 60)
+            if commit:
+                p.commit_transaction(60)
+            else:
+                assert p.flush(60) == 0
+                p.abort_transaction(60)
+                committed = c.committed([TopicPartition(src, i) for i in range(3)], timeout=30)
+                assert [tp.offset for tp in committed] == [-1001] * 3  # aborted offsets never became visible
+        _wait_state(cluster.brokers[coord], txn_id, "CompleteCommit")
+        committed = c.committed([TopicPartition(src, i) for i in range(3)], timeout=30)
+        assert [tp.offset for tp in committed] == [tp.offset for tp in positions] == [10, 10, 10]
+    finally:
+        c.close()
+    assert sorted(_read(cluster, dst, 3, "read_committed")) == sorted(f"out-{i}".encode() for i in range(30))
+
+
 def _txn_produce(broker: Any, txn_id: str, topic: str, partition: int, pid: int, epoch: int, seq: int,
                  value: bytes) -> int:
     batch = build_batch([(None, value)], producer_id=pid, producer_epoch=epoch, base_sequence=seq,
