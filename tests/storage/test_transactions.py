@@ -280,6 +280,22 @@ def test_clean_reopen_restores_open_transactions_from_the_snapshot(tmp_path: Pat
         lg2.close()
 
 
+def test_a_corrupt_txnindex_is_rebuilt_after_a_clean_shutdown(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    lg = _open(d)
+    _write_history(lg)
+    lg.close()
+    expected = _txnindex_files(d)
+    (d / "00000000000000000004.txnindex").write_bytes(expected["00000000000000000004.txnindex"][:20])
+    lg2 = _open(d, clean_shutdown=True, high_watermark=16)
+    try:
+        assert _txnindex_files(d) == expected
+        assert lg2.collect_aborted_transactions(0, 100) == ALL_ABORTED
+        assert lg2.ongoing_transactions() == {2: 14}
+    finally:
+        lg2.close()
+
+
 def test_recovery_after_a_cut_marker_reopens_the_transaction(tmp_path: Path) -> None:
     d = tmp_path / "t-0"
     lg = _open(d)
