@@ -5,11 +5,14 @@ nothing at or past the first unstable offset is cleaned; a producer's last batch
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from cleanup_helpers import NOW, TP, append, check_invariants, compact_config, open_log, read_all
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tidelog.records.batch import build_batch, parse_control_record
+from tidelog.records.batch import build_batch, decode_batch, parse_control_record
 from tidelog.storage.cleaner import CleanerConfig, LogCleaner, plan_log
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.txn_index import AbortedTxn
@@ -34,11 +37,12 @@ class Txn:
         return info.first_offset
 
 
-def _clean(plog: PartitionLog, now: int) -> None:
-    plog.roll(now_ms=now)
+def _clean(plog: PartitionLog, now: int, *, expect: bool = True) -> None:
+    if plog.active_segment.size:
+        plog.roll(now_ms=now)
     plog.high_watermark = plog.log_end_offset
     results = LogCleaner(CleanerConfig(), lambda: {TP: plog}).clean_until_done(now_ms=now)
-    assert results and not any(r.aborted for r in results)
+    assert (bool(results) or not expect) and not any(r.aborted for r in results)
     check_invariants(plog)
 
 
@@ -181,3 +185,84 @@ def test_cleaned_log_reopens_with_its_txnindex(tmp_path: Path) -> None:
     again = open_log(tmp_path, compact_config())
     assert again.collect_aborted_transactions(0, 100) == entries
     again.close()
+
+
+_steps = st.lists(
+    st.tuples(st.sampled_from(["txn", "commit", "abort", "plain", "roll"]), st.integers(1, 3), st.integers(0, 4)),
+    min_size=1, max_size=40,
+)
+
+
+def _committed_view(plog: PartitionLog) -> dict[bytes, bytes | None]:
+    """The newest value per key a read_committed consumer sees (aborted records skipped by the aborted list)."""
+    lso = plog.last_stable_offset
+    info = plog.read(plog.log_start_offset, 1 << 30, max_offset=lso)
+    aborted = sorted(plog.collect_aborted_transactions(plog.log_start_offset, lso), key=lambda t: t.first_offset)
+    aborting: set[int] = set()
+    view: dict[bytes, bytes | None] = {}
+    data = info.read_bytes()
+    pos = 0
+    while pos < len(data):
+        h, recs = decode_batch(data, pos)
+        pos += h.size
+        while aborted and aborted[0].first_offset <= h.last_offset:
+            aborting.add(aborted.pop(0).producer_id)
+        if h.is_control:
+            if recs and parse_control_record(recs[0]).type.name == "ABORT":
+                aborting.discard(h.producer_id)
+            continue
+        if h.is_transactional and h.producer_id in aborting:
+            continue
+        for r in recs:
+            view[r.key] = r.value
+    return view
+
+
+@settings(max_examples=20, deadline=None)
+@given(steps=_steps, finish=st.lists(st.booleans(), min_size=3, max_size=3))
+def test_random_transactional_logs_keep_the_committed_view(steps: list, finish: list[bool]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        plog = open_log(Path(tmp), compact_config(segment_bytes=400))
+        txns = {pid: Txn(plog, pid) for pid in (1, 2, 3)}
+        open_ = set()
+        aborted_offsets: set[int] = set()
+        pending: dict[int, list[int]] = {}
+        for op, pid, key in steps:
+            k = b"k%d" % key
+            if op == "roll":
+                if plog.active_segment.size:
+                    plog.roll(now_ms=NOW)
+            elif op == "plain":
+                append(plog, [(k, b"plain-%d" % plog.log_end_offset)])
+            elif op == "txn":
+                start = plog.log_end_offset
+                txns[pid].write([(k, b"txn-%d" % start)])
+                open_.add(pid)
+                pending.setdefault(pid, []).append(start)
+            elif pid in open_:
+                txns[pid].end(commit=op == "commit")
+                open_.discard(pid)
+                if op == "abort":
+                    aborted_offsets.update(pending.get(pid, []))
+                pending.pop(pid, None)
+        for pid, commit in zip((1, 2, 3), finish, strict=True):
+            if pid in open_:
+                txns[pid].end(commit=commit)
+                if not commit:
+                    aborted_offsets.update(pending.get(pid, []))
+        before = _committed_view(plog)
+        _clean(plog, NOW + 10, expect=False)
+        assert _committed_view(plog) == before
+        # no record of an aborted transaction is left in the cleaned segments
+        cleaned_end = plog.active_segment.base_offset
+        left = {r.offset for h, recs in read_all(plog) if not h.is_control for r in recs}
+        assert not {o for o in aborted_offsets if o < cleaned_end} & left
+        # a second round (more dirt) keeps the view, and so does a reopen
+        append(plog, [(b"k0", b"late")], ts=NOW + 20)
+        before = _committed_view(plog)
+        _clean(plog, NOW + 30 + RETENTION, expect=False)
+        assert _committed_view(plog) == before
+        plog.close()
+        again = open_log(Path(tmp), compact_config(segment_bytes=400))
+        assert _committed_view(again) == before
+        again.close()
