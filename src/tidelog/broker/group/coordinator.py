@@ -1162,19 +1162,21 @@ class GroupCoordinator:
         if not accepted:
             return results
         registered: list[tuple[tuple[str, int], OffsetValue]] = []
+        opened: list[bool] = []
+        txn_key = (rec.partition_for(group_id, self.num_partitions), producer_id)
 
         def register(first: int) -> None:
             # as soon as the batch is in the log (Kafka replays a write when it is appended): a marker appended
             # after it must find these offsets, even while the ISR is still catching up
             g = self._group(group_id, create=True)
             assert g is not None
+            opened.append(producer_id not in g.pending_txn_offsets)
             pending = g.pending_txn_offsets.setdefault(producer_id, {})
             for i, (tp, ov) in enumerate(accepted):
                 ov.record_offset = first + i
                 pending[tp] = ov
                 registered.append((tp, ov))
-            self._open_txns.setdefault((rec.partition_for(group_id, self.num_partitions), producer_id),
-                                       set()).add(group_id)
+            self._open_txns.setdefault(txn_key, set()).add(group_id)
 
         code = await self._append(group_id, entries, producer_id=producer_id, producer_epoch=producer_epoch,
                                   on_appended=register)
@@ -1185,6 +1187,10 @@ class GroupCoordinator:
             for tp, ov in registered:
                 if pending is not None and pending.get(tp) is ov:
                     del pending[tp]
+            if g is not None and pending == {} and opened[0]:
+                # this write opened the group's transaction: it is not open after all
+                del g.pending_txn_offsets[producer_id]
+                self._open_txns.get(txn_key, set()).discard(group_id)
         for tp, _ in accepted:
             results[tp] = code
         log.debug("transactional offsets written", extra={"kv": {
