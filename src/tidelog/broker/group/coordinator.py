@@ -56,10 +56,10 @@ from tidelog.broker.errors import code_of
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.records import OFFSETS_TOPIC, GroupValue, OffsetValue
 from tidelog.broker.group.state import Group, GroupState, Member
-from tidelog.broker.purgatory import DelayedProduce
+from tidelog.broker.internal_topics import append_and_wait
 from tidelog.protocol.errors import error_code
-from tidelog.records.batch import ControlRecordType, build_batch, decode_batches, parse_control_record
-from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from tidelog.records.batch import ControlRecordType, decode_batches, parse_control_record
+from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
@@ -491,35 +491,9 @@ class GroupCoordinator:
         the wait for the ISR."""
         if not entries:
             return NONE
-        broker = self.broker
-        tp = (OFFSETS_TOPIC, partition)
-
-        def build() -> bytes:
-            if producer_id < 0:
-                return build_batch(list(entries))
-            return build_batch(list(entries), producer_id=producer_id, producer_epoch=producer_epoch,
-                               base_sequence=NO_SEQUENCE, is_transactional=True)
-
-        try:
-            plog = broker.leader_log(*tp)
-            if len(broker.isr(*tp)) < plog.config.min_insync_replicas:
-                return self._append_error("NOT_ENOUGH_REPLICAS", offsets, group_id)
-            epoch = broker.leader_epoch(*tp)
-            txn = producer_id >= 0
-            if off_loop:
-                appended = await asyncio.to_thread(
-                    lambda: plog.append_as_leader(build(), leader_epoch=epoch, coordinator_origin=txn))
-            else:
-                appended = plog.append_as_leader(build(), leader_epoch=epoch, coordinator_origin=txn)
-            broker.on_append(tp, plog)
-        except Exception as exc:
-            return self._append_error(getattr(exc, "kafka_error", None) or repr(exc), offsets, group_id)
-        if on_appended is not None:
-            on_appended(appended.first_offset)
-        op = DelayedProduce({tp: appended.last_offset + 1}, self.commit_timeout_ms, broker.high_watermark)
-        broker.purgatory.produce.try_complete_else_watch(op, [tp])
-        status = await op.wait()
-        err = status.get(tp)
+        err = await append_and_wait(self.broker, OFFSETS_TOPIC, partition, entries, self.commit_timeout_ms,
+                                    off_loop=off_loop, producer_id=producer_id, producer_epoch=producer_epoch,
+                                    on_appended=on_appended)
         return NONE if err is None else self._append_error(err, offsets, group_id)
 
     @staticmethod
