@@ -15,7 +15,7 @@ in flight is reported as p50 / p99 / max, with how many there were and how long 
 * **delete 1000**: DeleteTopics of that topic.
 
 Every revision runs a fresh ``tidelog serve`` with an empty data dir on a free port. ``--tidelog-rev A,B``
-exports each commit with ``git archive`` (bench/peers.py ``snapshot_tidelog``, C extensions built in place) and
+exports each commit with ``git archive`` (bench/tidelog_revs.py ``snapshot_tidelog``, C extensions built in place) and
 prints them side by side in one table (``worktree`` = the live tree; default ``HEAD``).
 
 ``--calibrate`` instead measures what the broker's choice between the loop and a worker thread rests on
@@ -48,11 +48,12 @@ from typing import Any
 import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import ROOT, free_port, snapshot_tidelog
+from peers import ROOT, free_port
 from tidelog.protocol.codec import decode_response, encode_request
 from tidelog.records.batch import build_batch
 from tidelog.records.crc import crc32c
 from tidelog.records.varint import encode_varint
+from tidelog_revs import snapshot_tidelog
 
 PRODUCE, METADATA, CREATE_TOPICS, DELETE_TOPICS, API_VERSIONS = 0, 3, 19, 20, 18
 CAP = 64 * 1024 * 1024  # the broker's decompression cap (DEFAULT_MAX_DECOMPRESSED)
