@@ -782,10 +782,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n===== cProfile: {label} (sorted by own time) =====")
         print(text.strip())
     figures: dict[str, object] = {}
+    case = ""
     for r in rows:
-        figures[f"{r.metric} [tidelog]"] = r.tidelog
+        # a "context" row is named the same in every append case: the case's name goes first
+        name = f"{case}: {r.metric.strip()}" if r.metric.startswith(" ") else r.metric
+        case = case if r.metric.startswith(" ") else r.metric.split(",")[0]
+        figures[f"{name} [tidelog]"] = r.tidelog
         if r.ratio is not None:
-            figures[f"{r.metric} [ratio]"] = round(r.ratio, 3)
+            figures[f"{name} [ratio]"] = round(r.ratio, 3)
     emit(figures)
     missed = [r for r in rows if r.goal is not None and r.ratio is not None and r.ratio < r.goal]
     return 1 if missed else 0
