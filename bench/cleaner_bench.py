@@ -135,7 +135,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.tidelog_rev:
         results = run_in_each(__file__, sys.argv[1:], parse_revs(args.tidelog_rev))
-        ratios = {k: True for _, figs in results for k in (figs or {}) if k.endswith("MB/s")}
+        ratios = {k: True for _, figs in results for k in (figs or {}) if k.endswith("cleaner MB/s")}
         print_side_by_side("cleaner bench, revisions side by side", results, ratios)
         return 0 if all(figs for _, figs in results) else 1
     figures: dict[str, object] = {}
