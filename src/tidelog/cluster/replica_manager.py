@@ -59,14 +59,14 @@ from typing import Any
 
 from tidelog.broker.broker import Broker
 from tidelog.broker.errors import PartitionError
-from tidelog.broker.topics import new_cluster_id
+from tidelog.broker.topics import TopicManager, new_cluster_id
 from tidelog.cluster import zkdata as zd
 from tidelog.cluster.broker_channel import BrokerChannel
 from tidelog.cluster.controller import Controller
 from tidelog.cluster.fetcher import ReplicaFetcherManager
 from tidelog.cluster.handlers import CLUSTER_HANDLERS
 from tidelog.cluster.producer_ids import zk_producer_id_manager
-from tidelog.cluster.topics import ClusterTopicManager
+from tidelog.cluster.topics import ZkTopicBackend
 
 log = logging.getLogger("tidelog.cluster.broker")
 
@@ -106,6 +106,8 @@ class ZkReplicaManager:
         self.broker: Broker = None  # type: ignore[assignment]  # set by attach
         self.config = config
         self.node_id = config.node_id
+        # where the broker's topic store keeps its metadata (make_topic_manager); the watches feed it
+        self.topic_backend = ZkTopicBackend(self)
         props = config.props
         self.zk_connect: str = config.get("zookeeper.connect")
         self.session_timeout_s = config.get("zookeeper.session.timeout.ms") / 1000.0
@@ -164,8 +166,10 @@ class ZkReplicaManager:
 
     # -- parts the broker is built with ----------------------------------------------------------------------
 
-    def make_topic_manager(self, broker: Broker) -> ClusterTopicManager:
-        return ClusterTopicManager(broker, self)  # topic changes go through ZooKeeper
+    def make_topic_manager(self, broker: Broker) -> TopicManager:
+        # the topic store with ZooKeeper as the source of truth: topic changes go through ZooKeeper, and this
+        # replica manager's watches hand what they see to the backend (adopt, config_changed, forget_topic, ...)
+        return TopicManager(broker, self.topic_backend)
 
     def make_producer_id_manager(self, broker: Broker) -> Any:
         # producer id blocks from ZooKeeper's /latest_producer_id_block: unique across the cluster
@@ -335,7 +339,7 @@ class ZkReplicaManager:
         self.zk.ChildrenWatch(zd.CONFIG_CHANGES, self._config_changes)
         self.zk.ChildrenWatch(zd.BROKER_TOPICS, self._topics_changed)
         # the assignments just read are queued on the loop ahead of this: then drop what ZooKeeper no longer has
-        self.post(self.broker.topics.remove_strays, set(self.zk.get_children(zd.BROKER_TOPICS)), self.assignments,
+        self.post(self.topic_backend.remove_strays, set(self.zk.get_children(zd.BROKER_TOPICS)), self.assignments,
                    self.node_id)
         self.controller = Controller(
             self.zk, self.node_id, unclean_election=self.unclean,
@@ -522,7 +526,7 @@ class ZkReplicaManager:
     def _config_changes(self, children: list[str]) -> bool | None:
         """Kafka's config change listener (``ZkNodeChangeNotificationListener`` with ``DynamicConfigManager``'s
         handler): every notification newer than the last one processed names a topic whose
-        ``/config/topics/<t>`` is read again and handed to the loop (:meth:`ClusterTopicManager.config_changed`);
+        ``/config/topics/<t>`` is read again and handed to the loop (:meth:`ZkTopicBackend.config_changed`);
         at start every notification present is processed (re-reading a config is harmless). Notifications
         older than ``CONFIG_CHANGE_EXPIRATION_S`` are deleted, by whichever broker sees them first."""
         from kazoo.exceptions import NoNodeError
@@ -557,7 +561,7 @@ class ZkReplicaManager:
             except ValueError:
                 log.error("unreadable topic config in ZooKeeper", extra={"kv": {"topic": topic}})
                 continue
-            self.post(self.broker.topics.config_changed, topic, overrides, stat.version)
+            self.post(self.topic_backend.config_changed, topic, overrides, stat.version)
         return None
 
     def _state_watch(self, tp: tuple[str, int]):
@@ -594,7 +598,7 @@ class ZkReplicaManager:
         local = [p for p, reps in a.partitions.items() if self.node_id in reps]
         for tp in [tp for tp in self.replicas if tp[0] == topic and tp[1] not in local]:
             self._drop_replica(tp)  # reassigned away: delete the replica
-        self.broker.topics.adopt(topic, a.topic_id, max(a.partitions) + 1, config, local, config_version)
+        self.topic_backend.adopt(topic, a.topic_id, max(a.partitions) + 1, config, local, config_version)
         for p in local:
             tp = (topic, p)
             if tp not in self.replicas:
@@ -610,7 +614,7 @@ class ZkReplicaManager:
         if r.is_leader:
             r.is_leader = False  # waiting produces and fetches are woken by drop_partition (then fail)
             self._leadership_changed(tp, False, -1)  # a led __consumer_offsets partition unloads its groups
-        self.broker.topics.drop_partition(*tp)
+        self.topic_backend.drop_partition(*tp)
 
     def _on_topic_deleted(self, topic: str) -> None:
         """The topic znode is gone (DeleteTopics): drop its replicas, states and the topic itself."""
@@ -619,7 +623,7 @@ class ZkReplicaManager:
         for tp in [tp for tp in self.states if tp[0] == topic]:
             del self.states[tp]
         self.assignments.pop(topic, None)
-        self.broker.topics.forget_topic(topic)
+        self.topic_backend.forget_topic(topic)
 
     def _on_state(self, tp: tuple[str, int], s: zd.LeaderIsr, mzxid: int = 0) -> None:
         old = self.states.get(tp)
