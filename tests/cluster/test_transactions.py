@@ -234,6 +234,34 @@ def test_coordinator_killed_mid_transaction(cluster: Any) -> None:
         _restart(cluster, coord)
 
 
+def test_open_transaction_carries_on_after_coordinator_kill(cluster: Any) -> None:
+    """The same producer keeps its open transaction across a coordinator kill -9: it finds the new coordinator
+    (which loaded the transaction as Ongoing, with its partitions), produces more and commits; read_committed sees
+    every record of the transaction once."""
+    topic, txn_id = f"to-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, 3, 3)
+    coord = _agreed_coordinator(cluster, txn_id)
+    p1 = _producer(cluster, txn_id)
+    p1.init_transactions(60)
+    p1.begin_transaction()
+    first = [f"first-{i}".encode() for i in range(30)]
+    for i, v in enumerate(first):
+        p1.produce(topic, v, partition=i % 3)
+    assert p1.flush(60) == 0
+    cluster.brokers[coord].kill()
+    try:
+        new_coord = _agreed_coordinator(cluster, txn_id)
+        _wait_state(cluster.brokers[new_coord], txn_id, "Ongoing")
+        second = [f"second-{i}".encode() for i in range(30)]
+        for i, v in enumerate(second):
+            p1.produce(topic, v, partition=i % 3)
+        p1.commit_transaction(90)
+        _wait_state(cluster.brokers[new_coord], txn_id, "CompleteCommit")
+        assert sorted(_read(cluster, topic, 3, "read_committed")) == sorted(first + second)
+    finally:
+        _restart(cluster, coord)
+
+
 def test_coordinator_killed_right_after_commit(cluster: Any) -> None:
     """commit_transaction returns once the coordinator has written PrepareCommit; its markers may still be on
     their way when it is kill -9'ed at once. Whatever the kill interrupted, the new coordinator finishes the
