@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TXN_TOPIC = "__transaction_state"
 PRODUCE, FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = 0, 10, 22, 24, 26
 DESCRIBE_TRANSACTIONS = 65
-COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, INVALID_TXN_STATE = 15, 16, 48
+NOT_COORDINATOR, INVALID_TXN_STATE = 16, 48
 
 _request = functools.partial(request, timeout=15)
 
@@ -74,12 +74,12 @@ def _txn_state(broker: Any, txn_id: str) -> tuple[int, str]:
     return s["error_code"], s["transaction_state"]
 
 
-def _wait_state(broker: Any, txn_id: str, state: str, timeout: float = 60.0) -> None:
-    """Poll DescribeTransactions until the coordinator shows ``state`` (EndTxn is answered once PrepareCommit /
+def _wait_state(broker: Any, txn_id: str, expected: str, timeout: float = 60.0) -> None:
+    """Poll DescribeTransactions until the coordinator shows ``expected`` (EndTxn is answered once PrepareCommit /
     PrepareAbort is written; the markers and the Complete* record follow)."""
     deadline = time.monotonic() + timeout
-    while (got := _txn_state(broker, txn_id)) != (0, state):
-        assert time.monotonic() < deadline, f"transaction state {got}, expected {state}"
+    while (got := _txn_state(broker, txn_id)) != (0, expected):
+        assert time.monotonic() < deadline, f"transaction state {got}, expected {expected}"
         time.sleep(0.1)  # polling interval while the coordinator completes the transaction
 
 
