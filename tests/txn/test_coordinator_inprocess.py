@@ -115,3 +115,34 @@ def test_idle_transactional_ids_expire_with_a_tombstone(tmp_path: Path) -> None:
 
     run_broker(tmp_path, scenario, props)
     run_broker(tmp_path, after_restart, props)
+
+
+def test_loading_gates_requests_and_batched_add_partitions(tmp_path: Path) -> None:
+    async def scenario(h: Harness) -> None:
+        await _topic(h, "t")
+        init = await _init(h, "tx-load")
+        pid, epoch = init["producer_id"], init["producer_epoch"]
+        coord = h.broker.txn_coordinator
+        coord.loaded.clear()  # as while __transaction_state is replayed at start
+        try:
+            assert await coord.find_coordinator("tx-load") == ("COORDINATOR_NOT_AVAILABLE", None)
+            assert (await _init(h, "tx-load"))["error_code"] == error_code("COORDINATOR_LOAD_IN_PROGRESS")
+            assert (await _describe(h, "tx-load"))["error_code"] == error_code("COORDINATOR_LOAD_IN_PROGRESS")
+            r = await h.call(66, 0, {"state_filters": [], "producer_id_filters": []})
+            assert r["error_code"] == error_code("COORDINATOR_LOAD_IN_PROGRESS")
+        finally:
+            coord.loaded.set()
+        assert (await coord.find_coordinator("tx-load"))[1] == (h.broker.node_id, h.broker.host, h.broker.port)
+        # AddPartitionsToTxn v5 from a broker, not verify_only: adds, per transaction
+        r = await h.call(ADD_PARTITIONS, 5, {"transactions": [
+            {"transactional_id": "tx-load", "producer_id": pid, "producer_epoch": epoch, "verify_only": False,
+             "topics": [{"name": "t", "partitions": [0]}]},
+            {"transactional_id": "tx-none", "producer_id": 1, "producer_epoch": 0, "verify_only": False,
+             "topics": [{"name": "t", "partitions": [0]}]}]})
+        got = {t["transactional_id"]: t["topic_results"][0]["results_by_partition"][0]["partition_error_code"]
+               for t in r["results_by_transaction"]}
+        assert got == {"tx-load": NONE, "tx-none": error_code("INVALID_PRODUCER_ID_MAPPING")}
+        d = await _describe(h, "tx-load")
+        assert (d["transaction_state"], d["topics"]) == ("Ongoing", [{"topic": "t", "partitions": [0]}])
+
+    run_broker(tmp_path, scenario)
