@@ -21,11 +21,13 @@ from tidelog.broker.fetch import (
     max_offset,
     response_entry,
 )
+from tidelog.broker.handlers.core import _list_offset
 from tidelog.broker.purgatory import Purgatory
 from tidelog.records.batch import build_batch
 from tidelog.records.header import iter_batch_headers
 from tidelog.storage.config import LogConfig
 from tidelog.storage.log import PartitionLog
+from tidelog.storage.producer_state import ProducerStateManager
 
 NOW = 1_700_000_000_000
 BATCHES, PER = 10, 3  # offsets 0..29, batches [0-2], [3-5], ...
@@ -195,3 +197,69 @@ def test_long_poll_waits_for_the_max_offset_of_the_fetcher(logs: dict) -> None:
         assert followers.calls == [(("a", 0), 1, end)]  # once, at the first read
 
     asyncio.run(main())
+
+
+def _txn_log(path: Path) -> PartitionLog:
+    """Offsets: 0-1 plain; 2-3 pid 1 (aborted at 6); 4-5 pid 2 (committed at 7); 8-9 pid 1 (open)."""
+    d = path / "t-0"
+    lg = PartitionLog.open(d, LogConfig(), producer_state=ProducerStateManager(d), now_ms=NOW)
+
+    def txn(pid: int, seq: int) -> bytes:
+        return build_batch([(b"k", b"v", (), NOW), (b"k", b"w", (), NOW)], producer_id=pid, producer_epoch=0,
+                           base_sequence=seq, is_transactional=True)
+
+    lg.append_as_leader(build_batch([(b"a", b"b", (), NOW), (b"c", b"d", (), NOW)]), now_ms=NOW)
+    lg.append_as_leader(txn(1, 0), now_ms=NOW)
+    lg.append_as_leader(txn(2, 0), now_ms=NOW)
+    lg.append_txn_marker(1, 0, 0, commit=False, now_ms=NOW)
+    lg.append_txn_marker(2, 0, 0, commit=True, now_ms=NOW)
+    lg.append_as_leader(txn(1, 2), now_ms=NOW)
+    lg.high_watermark = lg.log_end_offset
+    return lg
+
+
+def test_read_committed_reads_up_to_the_lso_with_the_aborted_transactions(tmp_path: Path) -> None:
+    lg = _txn_log(tmp_path)
+    try:
+        svc = _service({("t", 0): lg})
+        assert lg.high_watermark == 10 and last_stable_offset(lg) == 8
+        fp = FetchPartition("t", bytes(16), 0, 0, 1 << 20, response_entry(0, READ_COMMITTED))
+        svc.read_from_log(FetchParams(isolation_level=READ_COMMITTED), [fp])
+        assert _offsets(fp.entry["records"]) == [1, 3, 5, 6, 7]  # nothing of the open transaction
+        assert fp.entry["last_stable_offset"] == 8 and fp.entry["high_watermark"] == 10
+        assert fp.entry["aborted_transactions"] == [{"producer_id": 1, "first_offset": 2}]
+        # a read past the aborted transaction gets none; one at the LSO reads nothing
+        fp = FetchPartition("t", bytes(16), 0, 7, 1 << 20, response_entry(0, READ_COMMITTED))
+        svc.read_from_log(FetchParams(isolation_level=READ_COMMITTED), [fp])
+        assert _offsets(fp.entry["records"]) == [7] and fp.entry["aborted_transactions"] == []
+        fp = FetchPartition("t", bytes(16), 0, 8, 1 << 20, response_entry(0, READ_COMMITTED))
+        svc.read_from_log(FetchParams(isolation_level=READ_COMMITTED), [fp])
+        assert fp.entry["records"] == b"" and fp.entry["aborted_transactions"] == []
+        # a read bounded by size: only the aborted transactions overlapping what it returned
+        fp = FetchPartition("t", bytes(16), 0, 0, 1, response_entry(0, READ_COMMITTED))
+        svc.read_from_log(FetchParams(isolation_level=READ_COMMITTED), [fp])
+        assert _offsets(fp.entry["records"]) == [1] and fp.entry["aborted_transactions"] == []
+        # read_uncommitted: up to the HW, no aborted list, the LSO still answered
+        fp = _part("t", 0)
+        svc.read_from_log(FetchParams(), [fp])
+        assert _offsets(fp.entry["records"])[-1] == 9 and fp.entry["aborted_transactions"] is None
+        assert fp.entry["last_stable_offset"] == 8
+        # the long poll's probe counts only what read_committed may read
+        status = type("S", (), {"tp": ("t", 0), "fetch_offset": 8, "max_bytes": 1 << 20, "current_leader_epoch": -1})
+        assert svc.probe(FetchParams(isolation_level=READ_COMMITTED, min_bytes=1))(status) == 0
+        assert svc.probe(FetchParams(min_bytes=1))(status) > 0
+        lg.append_txn_marker(1, 0, 0, commit=True, now_ms=NOW)
+        lg.high_watermark = lg.log_end_offset
+        assert svc.probe(FetchParams(isolation_level=READ_COMMITTED, min_bytes=1))(status) > 0
+    finally:
+        lg.close()
+
+
+def test_list_offsets_latest_read_committed_answers_the_lso(tmp_path: Path) -> None:
+    lg = _txn_log(tmp_path)
+    try:
+        broker = type("B", (), {"leader_log": staticmethod(lambda name, index: lg)})()
+        assert _list_offset(broker, "t", 0, -1, 1, -1) == (0, 8, -1)
+        assert _list_offset(broker, "t", 0, -1, 0, -1) == (0, 10, -1)
+    finally:
+        lg.close()

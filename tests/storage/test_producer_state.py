@@ -7,10 +7,16 @@ import pytest
 
 from tidelog.records.crc import crc32c
 from tidelog.records.header import CONTROL_MASK, TRANSACTIONAL_MASK, BatchHeader
-from tidelog.storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from tidelog.storage.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 from tidelog.storage.format import PRODUCER_SNAPSHOT_ENTRY_SIZE as ENTRY_SIZE
 from tidelog.storage.producer_state import (
     NUM_BATCHES_TO_RETAIN,
+    CompletedTxn,
     CorruptSnapshotError,
     ProducerStateManager,
     decode_snapshot,
@@ -171,11 +177,19 @@ def test_transactions_track_first_offset_and_control_ends_them(tmp_path: Path) -
     assert log.state.first_unstable_offset() == 1
     marker = batch(1, 0, -1, 1, transactional=True, control=True)
     assert log.state.check(marker) is None
-    log.state.update(marker, 4, 4, 2000, coordinator_epoch=3)
+    completed = log.state.update(marker, 4, 4, 2000, coordinator_epoch=3, abort=False)
+    assert completed == CompletedTxn(1, 1, 4, False)
     entry = log.state.last_entry(1)
     assert entry is not None
     assert entry.current_txn_first_offset is None and entry.coordinator_epoch == 3
     assert entry.last_seq == 3  # a marker is not a data batch
+    # decided once the log completed it, but unstable until the high watermark passes the marker
+    assert log.state.last_stable_offset_of(completed) == 5
+    log.state.complete_txn(completed)
+    assert log.state.first_undecided_offset() is None and log.state.first_unstable_offset() == 1
+    log.state.on_high_watermark_updated(4)
+    assert log.state.first_unstable_offset() == 1
+    log.state.on_high_watermark_updated(5)
     assert log.state.first_unstable_offset() is None
 
 
@@ -342,3 +356,50 @@ def test_delete_snapshots_below_and_stray_tmp(tmp_path: Path) -> None:
     assert state.snapshot_offsets() == [5, 9]
     state.load(0, 100)
     assert not (tmp_path / "00000000000000000009.snapshot.tmp").exists()
+
+
+def test_plain_batch_during_a_transaction_is_invalid_txn_state(tmp_path: Path) -> None:
+    log = Log(ProducerStateManager(tmp_path))
+    log.append(batch(1, 0, 0, 2, transactional=True))
+    with pytest.raises(InvalidTxnStateError):
+        log.state.check(batch(1, 0, 2, 1))  # next in sequence, but not transactional
+    with pytest.raises(InvalidTxnStateError):
+        log.state.check(batch(1, 1, 0, 1))  # a new epoch does not end the transaction either
+    assert log.state.check(batch(1, 0, 0, 2, transactional=True)) == (0, 1, 1000)  # a duplicate is still one
+    log.state.check(batch(1, 0, 2, 1, transactional=True))
+
+
+def test_marker_checks(tmp_path: Path) -> None:
+    state = ProducerStateManager(tmp_path)
+    state.check_marker(5, 0, 0)  # unknown producer: nothing to check
+    state.update(batch(5, 3, 0, 1, transactional=True), 0, 0, 1000)
+    state.update(batch(5, 3, -1, 1, transactional=True, control=True), 1, 1, 1000, coordinator_epoch=4, abort=True)
+    with pytest.raises(InvalidProducerEpochError):
+        state.check_marker(5, 2, 4)
+    with pytest.raises(TransactionCoordinatorFencedError):
+        state.check_marker(5, 3, 3)
+    state.check_marker(5, 3, 4)
+    state.check_marker(5, 4, 9)
+
+
+def test_snapshot_restores_open_transactions(tmp_path: Path) -> None:
+    state = ProducerStateManager(tmp_path)
+    state.update(batch(1, 0, 0, 2, transactional=True), 10, 11, 1000)
+    state.update(batch(2, 0, 0, 1, transactional=True), 12, 12, 1000)
+    state.update(batch(3, 0, 0, 1), 13, 13, 1000)
+    completed = state.update(batch(2, 0, -1, 1, transactional=True, control=True), 14, 14, 1000,
+                             coordinator_epoch=6, abort=False)
+    assert completed is not None
+    state.complete_txn(completed)
+    state.take_snapshot(15)
+    again = ProducerStateManager(tmp_path)
+    assert again.load(0, 15) == 15
+    assert again.ongoing_transactions() == {1: 10} and again.first_unstable_offset() == 10
+    entry = again.last_entry(2)
+    assert entry is not None and entry.coordinator_epoch == 6 and entry.current_txn_first_offset is None
+    # the marker of the restored transaction completes it
+    done = again.update(batch(1, 0, -1, 1, transactional=True, control=True), 15, 15, 1000, 6, True)
+    assert done == CompletedTxn(1, 10, 15, True)
+    again.complete_txn(done)
+    again.on_high_watermark_updated(16)
+    assert again.first_unstable_offset() is None and again.ongoing_transactions() == {}

@@ -9,8 +9,9 @@ Who is fetching decides one thing, how far the read may go (:func:`max_offset`, 
 
 * a follower (``replica_id`` >= 0): the log end offset (LEO);
 * a consumer with ``read_uncommitted``: the high watermark (HW);
-* a consumer with ``read_committed``: the last stable offset, :func:`last_stable_offset` (today the HW: there
-  are no transactions yet; that function is where the LSO and the aborted-transaction list will come from).
+* a consumer with ``read_committed``: the last stable offset, :func:`last_stable_offset` (the first offset of the
+  oldest open transaction, or the HW), and the response's ``aborted_transactions`` for the range it returned
+  (from the ``.txnindex`` files, Kafka's ``addAbortedTransactions``).
 
 For every partition :meth:`ReadService.read_from_log` checks leadership and ``current_leader_epoch``, for a
 follower that it is a replica (hook ``check_follower``) and, with ``last_fetched_epoch``, that its log does not
@@ -57,6 +58,7 @@ class FetchIsolation(Enum):
 
 
 HIGH_WATERMARK = FetchIsolation.HIGH_WATERMARK
+TXN_COMMITTED = FetchIsolation.TXN_COMMITTED
 
 
 class FetchParams:
@@ -141,9 +143,17 @@ class FollowerFetchHooks(Protocol):
 
 
 def last_stable_offset(plog: Any) -> int:
-    """The partition's last stable offset: the one place it comes from. No transactions yet, so it is the high
-    watermark; with transactions it becomes the first offset of the oldest open transaction below the HW."""
-    return plog.high_watermark
+    """The partition's last stable offset, the one place the read path takes it from: min(first unstable offset,
+    HW) (``PartitionLog.last_stable_offset``; the HW when the partition has no open transaction)."""
+    return plog.last_stable_offset
+
+
+def aborted_transactions(plog: Any, fetch_offset: int, upper_bound_offset: int) -> list[dict]:
+    """The response's ``aborted_transactions`` for a read_committed read of [fetch_offset, upper_bound_offset)."""
+    return [
+        {"producer_id": txn.producer_id, "first_offset": txn.first_offset}
+        for txn in plog.collect_aborted_transactions(fetch_offset, upper_bound_offset)
+    ]
 
 
 def max_offset(plog: Any, isolation: FetchIsolation) -> int:
@@ -252,9 +262,15 @@ class ReadService:
                 limit = min(fp.max_bytes, budget - total)
                 if end <= offset or (limit <= 0 and not min_one):
                     entry["records"] = b""
+                    if isolation is TXN_COMMITTED:
+                        entry["aborted_transactions"] = []
                 else:
                     info = plog.read(offset, max(limit, 0), max_offset=end, min_one_batch=min_one)
                     size = info.size
+                    if isolation is TXN_COMMITTED:  # the aborted transactions of the range returned (Kafka: none
+                        # when nothing was read)
+                        entry["aborted_transactions"] = (
+                            aborted_transactions(plog, offset, info.next_offset) if size else [])
                     if not size:
                         entry["records"] = b""
                     elif follower and size <= FOLLOWER_INLINE_RECORDS_MAX:

@@ -27,6 +27,19 @@ class InvalidProducerEpochError(StorageError):
     kafka_error = "INVALID_PRODUCER_EPOCH"
 
 
+class InvalidTxnStateError(StorageError):
+    """A non-transactional batch from a producer with an open transaction (Kafka's InvalidTxnStateException)."""
+
+    kafka_error = "INVALID_TXN_STATE"
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    """A transaction marker from a coordinator epoch older than the producer's (Kafka's
+    TransactionCoordinatorFencedException)."""
+
+    kafka_error = "TRANSACTION_COORDINATOR_FENCED"
+
+
 class UnknownProducerIdError(StorageError):
     kafka_error = "UNKNOWN_PRODUCER_ID"
 

@@ -33,6 +33,8 @@ TIME_INDEX_ENTRY_SIZE = TIME_INDEX_ENTRY.size
 #: ``.txnindex`` entry (Kafka's TransactionIndex AbortedTxn): version int16, producerId int64, firstOffset int64,
 #: lastOffset int64, lastStableOffset int64 — 34 bytes
 TXN_INDEX_ENTRY = struct.Struct(">hqqqq")
+TXN_INDEX_ENTRY_SIZE = TXN_INDEX_ENTRY.size  # 34
+TXN_INDEX_VERSION = 0  # AbortedTxn.CURRENT_VERSION
 
 # --------------------------------------------------------------------------------------- producer snapshot
 # ``<20-digit offset>.snapshot``, Kafka's ProducerSnapshot v1 (ProducerStateManager)::

@@ -22,6 +22,16 @@ Validation rules follow Kafka 2.5+ (KIP-360; ``ProducerAppendInfo.checkProducerE
 * an *unknown* producer id (never seen, expired, or removed with its data by retention) is accepted at
   any sequence, as in Kafka since 2.5 — Kafka no longer answers UNKNOWN_PRODUCER_ID from the log.
 
+Transactions (Kafka's ongoing-transaction bookkeeping): a transactional batch of a producer without an open
+transaction opens one at its first offset (``ongoing``, ordered by first offset); an end-txn marker (control
+batch) completes it (:meth:`ProducerStateManager.update` returns a :class:`CompletedTxn`; the log writes the
+``.txnindex`` entry of an abort with :meth:`ProducerStateManager.last_stable_offset_of`, then calls
+:meth:`ProducerStateManager.complete_txn`).  A completed transaction stays "unreplicated" until the high
+watermark passes its marker (:meth:`ProducerStateManager.on_high_watermark_updated`): until then it still holds
+the first unstable offset back, so a read_committed consumer never reads past a marker that could be lost.
+A marker for a producer without an open transaction completes nothing (Kafka: no ``CompletedTxn`` for an empty
+transaction).
+
 Snapshots: ``<20-digit offset>.snapshot``, ProducerSnapshot v1 (layout in :mod:`tidelog.storage.format`).
 Only each producer's last batch is stored, so after a reload a producer retains one batch until it
 appends more (as in Kafka).
@@ -36,11 +46,18 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from tidelog.records.crc import crc32c
 from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 from tidelog.storage.checkpoints import atomic_write
-from tidelog.storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError, StorageError
+from tidelog.storage.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    StorageError,
+    TransactionCoordinatorFencedError,
+)
 from tidelog.storage.format import (
     PRODUCER_ENTRIES_OFFSET,
     PRODUCER_SNAPSHOT_ENTRY,
@@ -145,6 +162,24 @@ class ProducerStateEntry:
         )
 
 
+class CompletedTxn(NamedTuple):
+    """A transaction ended by a marker at ``last_offset`` (Kafka's ``CompletedTxn``)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+@dataclass(slots=True)
+class TxnMetadata:
+    """An ongoing (or completed but not yet replicated) transaction (Kafka's ``TxnMetadata``)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int | None = None
+
+
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == _INT32_MAX)
 
@@ -208,6 +243,10 @@ class ProducerStateManager:
         self.dir = Path(dir)
         self._producers: dict[int, ProducerStateEntry] = {}
         self._lock = threading.RLock()
+        #: open transactions by first offset (Kafka's ``ongoingTxns``)
+        self._ongoing: dict[int, TxnMetadata] = {}
+        #: completed transactions whose marker the high watermark has not passed (Kafka's ``unreplicatedTxns``)
+        self._unreplicated: dict[int, TxnMetadata] = {}
         #: every batch below this offset is reflected in the state (Kafka's ``mapEndOffset``)
         self.map_end_offset = 0
 
@@ -231,6 +270,7 @@ class ProducerStateManager:
                                                                                header.base_sequence):
                     # the common case, the next batch in sequence: it starts after every retained batch, so it
                     # duplicates none of them (the few retained batches span far less than the 2**31 wrap)
+                    self._check_txn_state(entry, header)
                     return None
                 dup = entry.find_duplicate(epoch, header.base_sequence, header.last_sequence)
                 if dup is not None:
@@ -240,22 +280,51 @@ class ProducerStateManager:
                     f"epoch of producer {pid} is {epoch}, which is smaller than the last seen epoch "
                     f"{entry.producer_epoch}"
                 )
-            if header.is_control or header.base_sequence == NO_SEQUENCE:
+            if header.is_control:
                 return None
             first_seq = header.base_sequence
-            if epoch != entry.producer_epoch:
-                if first_seq != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
+            if first_seq != NO_SEQUENCE:
+                if epoch != entry.producer_epoch:
+                    if first_seq != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
+                        raise OutOfOrderSequenceError(
+                            f"invalid sequence number for new epoch {epoch} of producer {pid}: {first_seq} "
+                            f"(expected 0; current epoch {entry.producer_epoch})"
+                        )
+                elif entry.producer_epoch != NO_PRODUCER_EPOCH and not _in_sequence(entry.last_seq, first_seq):
                     raise OutOfOrderSequenceError(
-                        f"invalid sequence number for new epoch {epoch} of producer {pid}: {first_seq} "
-                        f"(expected 0; current epoch {entry.producer_epoch})"
+                        f"out of order sequence number for producer {pid}: {first_seq} (incoming), "
+                        f"{entry.last_seq} (current end sequence number)"
                     )
-                return None
-            if entry.producer_epoch != NO_PRODUCER_EPOCH and not _in_sequence(entry.last_seq, first_seq):
-                raise OutOfOrderSequenceError(
-                    f"out of order sequence number for producer {pid}: {first_seq} (incoming), "
-                    f"{entry.last_seq} (current end sequence number)"
-                )
+            self._check_txn_state(entry, header)
             return None
+
+    @staticmethod
+    def _check_txn_state(entry: ProducerStateEntry, header: BatchHeader) -> None:
+        """Kafka's ProducerAppendInfo: a plain batch while the producer has an open transaction is refused."""
+        if entry.current_txn_first_offset is not None and not header.is_transactional:
+            raise InvalidTxnStateError(
+                f"expected a transactional write from producer {entry.producer_id}: it has an open transaction "
+                f"from offset {entry.current_txn_first_offset}"
+            )
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Kafka's checks of an end-txn marker written by the coordinator (``appendEndTxnMarker``): its epoch
+        must not be below the producer's (:class:`InvalidProducerEpochError`), its coordinator epoch not below
+        the one of the producer's last marker (:class:`TransactionCoordinatorFencedError`)."""
+        with self._lock:
+            entry = self._producers.get(producer_id)
+            if entry is None:
+                return
+            if producer_epoch < entry.producer_epoch:
+                raise InvalidProducerEpochError(
+                    f"epoch of producer {producer_id} in the transaction marker is {producer_epoch}, which is "
+                    f"smaller than the last seen epoch {entry.producer_epoch}"
+                )
+            if coordinator_epoch < entry.coordinator_epoch:
+                raise TransactionCoordinatorFencedError(
+                    f"invalid coordinator epoch for producer {producer_id}: {coordinator_epoch} (zombie), "
+                    f"{entry.coordinator_epoch} (current)"
+                )
 
     # ---------------------------------------------------------------------------------------- update
 
@@ -266,11 +335,15 @@ class ProducerStateManager:
         last_offset: int,
         timestamp: int,
         coordinator_epoch: int | None = None,
-    ) -> None:
+        abort: bool | None = None,
+    ) -> CompletedTxn | None:
         """Record an appended (or replayed) batch. Any batch may be passed: batches without a producer id
         only advance :attr:`map_end_offset`. A control batch ends the producer's ongoing transaction
-        (``coordinator_epoch`` is the marker's, when the caller decoded it). ``timestamp`` is the batch's
-        max timestamp as appended (the append time for LogAppendTime)."""
+        (``coordinator_epoch`` and ``abort`` are the marker's, decoded by the caller); when one was open, the
+        :class:`CompletedTxn` is returned, and the caller must write the ``.txnindex`` entry of an abort and
+        then call :meth:`complete_txn`. ``timestamp`` is the batch's max timestamp as appended (the append time
+        for LogAppendTime)."""
+        completed = None
         with self._lock:
             pid = header.producer_id
             if pid >= 0:
@@ -279,9 +352,12 @@ class ProducerStateManager:
                     entry = ProducerStateEntry(pid, header.producer_epoch)
                     self._producers[pid] = entry
                 if header.is_control:
-                    if header.producer_epoch != entry.producer_epoch:
+                    if header.producer_epoch > entry.producer_epoch:
                         entry.batches.clear()
                         entry.producer_epoch = header.producer_epoch
+                    first = entry.current_txn_first_offset
+                    if first is not None:
+                        completed = CompletedTxn(pid, first, last_offset, bool(abort))
                     entry.current_txn_first_offset = None
                     entry.last_timestamp = timestamp
                     if coordinator_epoch is not None:
@@ -302,7 +378,55 @@ class ProducerStateManager:
                         entry.last_timestamp = timestamp
                     if header.is_transactional and entry.current_txn_first_offset is None:
                         entry.current_txn_first_offset = first_offset
+                        self._ongoing[first_offset] = TxnMetadata(pid, first_offset)
             self.map_end_offset = max(self.map_end_offset, last_offset + 1)
+        return completed
+
+    # ---------------------------------------------------------------------------------- transactions
+
+    def last_stable_offset_of(self, completed: CompletedTxn) -> int:
+        """The LSO once ``completed`` is complete (for its ``.txnindex`` entry; Kafka's
+        ``lastStableOffset(CompletedTxn)``): the first offset of the oldest other open transaction, else the
+        offset after the marker."""
+        with self._lock:
+            for first in sorted(self._ongoing):
+                if self._ongoing[first].producer_id != completed.producer_id:
+                    return first
+            return completed.last_offset + 1
+
+    def complete_txn(self, completed: CompletedTxn) -> None:
+        """The marker of ``completed`` is in the log: the transaction is decided, but keeps the LSO back until
+        the high watermark passes the marker (Kafka's ``completeTxn``)."""
+        with self._lock:
+            md = self._ongoing.pop(completed.first_offset, None)
+            if md is None:
+                md = TxnMetadata(completed.producer_id, completed.first_offset)
+            md.last_offset = completed.last_offset
+            self._unreplicated[completed.first_offset] = md
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Completed transactions whose marker is below ``high_watermark`` no longer hold the LSO back."""
+        if not self._unreplicated:
+            return
+        with self._lock:
+            done = [f for f, md in self._unreplicated.items() if md.last_offset is None or md.last_offset < high_watermark]
+            for f in done:
+                del self._unreplicated[f]
+
+    @property
+    def has_unstable(self) -> bool:
+        """Whether any transaction is open or completed but unreplicated (a plain read, for the hot path)."""
+        return bool(self._ongoing) or bool(self._unreplicated)
+
+    def first_undecided_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (Kafka's ``firstUndecidedOffset``)."""
+        with self._lock:
+            return min(self._ongoing) if self._ongoing else None
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """producer id -> first offset of its open transaction."""
+        with self._lock:
+            return {md.producer_id: first for first, md in sorted(self._ongoing.items())}
 
     def advance_map_end(self, end_offset: int) -> None:
         """A batch without a producer id was appended up to ``end_offset`` (exclusive): the same as
@@ -323,11 +447,13 @@ class ProducerStateManager:
             return {pid: e.copy() for pid, e in self._producers.items()}
 
     def first_unstable_offset(self) -> int | None:
-        """The smallest first offset of an ongoing transaction, if any."""
+        """The smallest first offset of an open or an unreplicated completed transaction, if any (Kafka's
+        ``firstUnstableOffset``)."""
+        if not self._ongoing and not self._unreplicated:
+            return None
         with self._lock:
-            offsets = [e.current_txn_first_offset for e in self._producers.values()]
-            present = [o for o in offsets if o is not None]
-            return min(present) if present else None
+            firsts = [*self._ongoing, *self._unreplicated]
+            return min(firsts) if firsts else None
 
     def __len__(self) -> int:
         with self._lock:
@@ -355,6 +481,9 @@ class ProducerStateManager:
         :attr:`map_end_offset` if it is behind."""
         with self._lock:
             self._drop_below(offset)
+            if self._unreplicated:
+                for f in [f for f, md in self._unreplicated.items() if (md.last_offset or 0) < offset]:
+                    del self._unreplicated[f]
             if self.map_end_offset < offset:
                 self.map_end_offset = offset
 
@@ -414,8 +543,9 @@ class ProducerStateManager:
             if snap_offset > offset:
                 path.unlink(missing_ok=True)
 
-    def load(self, log_start_offset: int, log_end_offset: int) -> int:
-        """Rebuild the state from the newest valid snapshot at or below ``log_end_offset``.
+    def load(self, log_start_offset: int, log_end_offset: int, max_snapshot_offset: int | None = None) -> int:
+        """Rebuild the state from the newest valid snapshot at or below ``log_end_offset`` (and at or below
+        ``max_snapshot_offset`` if given: recovery replays the segments it rebuilds).
 
         Snapshots above the log end are deleted, corrupt ones are deleted and skipped, producers whose
         last offset lies below ``log_start_offset`` are dropped. Returns the offset from which the caller
@@ -424,11 +554,15 @@ class ProducerStateManager:
         """
         with self._lock:
             self._producers.clear()
+            self._ongoing.clear()
+            self._unreplicated.clear()
             for stray in self.dir.glob("*" + PRODUCER_SNAPSHOT_SUFFIX + ".tmp") if self.dir.is_dir() else []:
                 stray.unlink(missing_ok=True)
             self.delete_snapshots_above(log_end_offset)
             replay_from = log_start_offset
             for offset in reversed(self.snapshot_offsets()):
+                if max_snapshot_offset is not None and offset > max_snapshot_offset:
+                    continue
                 try:
                     entries = self.read_snapshot(offset)
                 except CorruptSnapshotError:
@@ -436,11 +570,25 @@ class ProducerStateManager:
                     continue
                 for entry in entries:
                     self._producers[entry.producer_id] = entry
+                    first = entry.current_txn_first_offset
+                    if first is not None:  # an open transaction (Kafka's loadProducerEntry)
+                        self._ongoing[first] = TxnMetadata(entry.producer_id, first)
+                self._ongoing = dict(sorted(self._ongoing.items()))
                 replay_from = max(offset, log_start_offset)
                 break
             self._drop_below(log_start_offset)
             self.map_end_offset = replay_from
             return replay_from
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """The log was emptied and starts at ``offset``: forget everything, delete every snapshot (Kafka's
+        ``truncateFullyAndStartAt``)."""
+        with self._lock:
+            self._producers.clear()
+            self._ongoing.clear()
+            self._unreplicated.clear()
+            self.delete_snapshots_above(-1)
+            self.map_end_offset = offset
 
     def truncate_and_reload(self, log_start_offset: int, log_end_offset: int) -> int:
         """After the log was truncated (or its start moved): drop snapshots outside the log and, unless

@@ -48,6 +48,7 @@ from tidelog.storage.segment_state import SegmentState
 from tidelog.storage.segment_state import c_preallocate as _c_preallocate
 from tidelog.storage.segment_state import c_scan_batches as _c_scan_batches
 from tidelog.storage.segment_state import c_write_stamped as _c_write_stamped
+from tidelog.storage.txn_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
 
 _log = logging.getLogger(__name__)
 
@@ -127,8 +128,9 @@ class FileHandle:
 class FileRegion:
     """``length`` bytes of a segment file from ``position``: what reads return, ready for ``os.sendfile``.
 
-    ``first_offset`` is the base offset of the first batch in the region (-1 if empty).  The ``handle``
-    keeps the descriptor open for as long as the region lives.
+    ``first_offset`` is the base offset of the first batch in the region (-1 if empty), ``next_offset`` the
+    offset after its last batch (-1 if empty or unknown).  The ``handle`` keeps the descriptor open for as long
+    as the region lives.
     """
 
     fd: int
@@ -136,6 +138,7 @@ class FileRegion:
     length: int
     first_offset: int = -1
     handle: FileHandle | None = field(default=None, repr=False)
+    next_offset: int = -1
 
     def read_bytes(self) -> bytes:
         """Copy the region into memory (tools and tests; the broker uses sendfile)."""
@@ -241,6 +244,8 @@ class LogSegment:
         self.time_index = TimeIndex(
             time_index_file(self.dir, base_offset, file_suffix), base_offset, self.max_index_size
         )
+        # the .txnindex (aborted transactions whose marker is in this segment), its file created lazily
+        self.txn_index = TransactionIndex(txn_index_file(self.dir, base_offset, file_suffix), base_offset)
         # The append state: fd, size, reservation end, index counter, max and rolling timestamps, created time,
         # roll jitter, and the indexes' states.  A SegmentState of the storage C extension (the log's append
         # fast path changes it in C), else its pure-Python twin (segment_state.py); the properties below read
@@ -715,15 +720,18 @@ class LogSegment:
             and (size <= max_size or min_one_batch)
         ):
             length = size
+        next_offset = first[0] + first[6] + 1 if length else -1
         if length and max_size - length >= RECORD_BATCH_OVERHEAD:
             for _, fields in iter_header_tuples(handle.fd, start + length, limit):
-                if max_offset is not None and fields[0] + fields[6] >= max_offset:
+                last = fields[0] + fields[6]
+                if max_offset is not None and last >= max_offset:
                     break
                 size = fields[1] + LOG_OVERHEAD
                 if length + size > max_size:
                     break
                 length += size
-        return FileRegion(handle.fd, start, length, first[0] if length else -1, handle)
+                next_offset = last + 1
+        return FileRegion(handle.fd, start, length, first[0] if length else -1, handle, next_offset)
 
     def read_next_offset(self) -> int:
         """The offset after the last batch of the segment (the base offset when empty)."""
@@ -756,6 +764,7 @@ class LogSegment:
             raise FileNotFoundError(f"index files of segment {self.log_path} are missing")
         self.offset_index.sanity_check(self._size)
         self.time_index.sanity_check()
+        self.txn_index.sanity_check()
         # Completeness of the tail (beyond Kafka, which would keep e.g. an emptied index): walking the
         # batches after the last entry, the append rule must not have called for another entry.  A smaller
         # index.interval.bytes than the one the index was written with only costs an unneeded rebuild.
@@ -795,6 +804,7 @@ class LogSegment:
         with self._lock:
             self.offset_index.reset()
             self.time_index.reset()
+            self.txn_index.reset()  # the caller's producer-state replay appends the entries again
             valid_bytes = 0
             last_index_entry = 0
             max_ts, max_ts_offset = NO_TIMESTAMP, -1
@@ -918,6 +928,7 @@ class LogSegment:
             found = self.translate_offset(offset)
             self.offset_index.truncate_to(offset)
             self.time_index.truncate_to(offset)
+            self.txn_index.truncate_to(offset)
             self.offset_index.resize(self.max_index_size)
             self.time_index.resize(self.max_index_size)
             removed = 0
@@ -937,6 +948,14 @@ class LogSegment:
                 self._max_ts_and_offset = None
             self._bytes_since_last_index_entry = self._bytes_after_last_index_entry()
             return removed
+
+    # ------------------------------------------------------------------ transactions
+    def update_txn_index(self, txn: AbortedTxn) -> None:
+        """Record an aborted transaction whose marker is in this segment (Kafka's ``updateTxnIndex``)."""
+        self.txn_index.append(txn)
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
+        return self.txn_index.collect(fetch_offset, upper_bound_offset)
 
     def resize_indexes(self, size: int) -> None:
         with self._lock:
@@ -965,6 +984,7 @@ class LogSegment:
                 idx.flush()
             except ValueError:  # closed concurrently
                 pass
+        self.txn_index.flush()
 
     def close(self) -> None:
         with self._lock:
@@ -991,11 +1011,12 @@ class LogSegment:
         """Close and remove every file of the segment (also a ``.txnindex`` if one exists)."""
         with self._lock:
             self.close_handlers()
-            for path in (*self.files(), txn_index_file(self.dir, self.base_offset, self.file_suffix)):
+            for path in self.files():
                 try:
                     path.unlink()
                 except FileNotFoundError:
                     pass
+            self.txn_index.delete()
 
     def rename_suffix(self, new_suffix: str) -> None:
         """Rename every file from the current suffix to ``new_suffix`` (e.g. ``.deleted``); fds stay valid."""
@@ -1005,9 +1026,7 @@ class LogSegment:
             self.log_path = new_log
             self.offset_index.rename_to(index_file(self.dir, self.base_offset, new_suffix))
             self.time_index.rename_to(time_index_file(self.dir, self.base_offset, new_suffix))
-            txn = txn_index_file(self.dir, self.base_offset, self.file_suffix)
-            if txn.exists():
-                os.replace(txn, txn_index_file(self.dir, self.base_offset, new_suffix))
+            self.txn_index.rename_to(txn_index_file(self.dir, self.base_offset, new_suffix))
             self.file_suffix = new_suffix
 
     def __repr__(self) -> str:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from tidelog.records.batch import ControlRecordType, decode_records, parse_control_record
+from tidelog.records.errors import RecordError
 from tidelog.records.header import H_BASE_OFFSET, H_PARTITION_LEADER_EPOCH, BatchHeader, HeaderTuple
 from tidelog.storage.config import LogConfig
 from tidelog.storage.format import (
@@ -32,7 +34,9 @@ from tidelog.storage.format import (
 )
 from tidelog.storage.index import CorruptIndexError
 from tidelog.storage.log.segments import LogSegments
+from tidelog.storage.producer_state import CompletedTxn
 from tidelog.storage.segment import LogSegment, index_file, log_file, offset_from_filename, time_index_file
+from tidelog.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +49,21 @@ class EpochCache(Protocol):
 
 
 class ProducerState(Protocol):
+    map_end_offset: int
+
     def check(self, header: BatchHeader) -> tuple[int, int, int] | None: ...
-    def update(self, header: BatchHeader, first_offset: int, last_offset: int, timestamp: int) -> Any: ...
+    def update(
+        self, header: BatchHeader, first_offset: int, last_offset: int, timestamp: int,
+        coordinator_epoch: int | None = None, abort: bool | None = None,
+    ) -> CompletedTxn | None: ...
     def take_snapshot(self, offset: int) -> Any: ...
-    def load(self, log_start_offset: int, log_end_offset: int) -> int: ...
+    def load(self, log_start_offset: int, log_end_offset: int, max_snapshot_offset: int | None = None) -> int: ...
     def truncate_and_reload(self, log_start_offset: int, log_end_offset: int) -> int: ...
+    def truncate_fully_and_start_at(self, offset: int) -> Any: ...
+    def on_high_watermark_updated(self, high_watermark: int) -> Any: ...
     def on_log_start(self, offset: int) -> Any: ...
+    def last_stable_offset_of(self, completed: CompletedTxn) -> int: ...
+    def complete_txn(self, completed: CompletedTxn) -> Any: ...
 
 
 @dataclass(slots=True)
@@ -63,11 +76,74 @@ class LoadedLogOffsets:
     recovered_segments: int  # segments scanned by recovery (observability, tests)
 
 
-def rebuild_producer_state(producer_state: ProducerState, segments: LogSegments, start: int) -> None:
-    """Replay the batches from offset ``start`` on into the producer state (after its snapshot was loaded)."""
-    for _seg, _pos, header in segments.iter_batches_from(start):
+def end_txn_marker_of(data: bytes | bytearray | memoryview) -> tuple[bool, int] | None:
+    """``(is_abort, coordinator_epoch)`` of the end-txn marker in the control batch ``data``, or None when it
+    holds no such record (an emptied control batch, another control type, unreadable records)."""
+    try:
+        records = decode_records(data, verify_crc=False)
+        if not records:
+            return None
+        control = parse_control_record(records[0])
+    except RecordError:
+        return None
+    if not control.is_end_txn:
+        return None
+    return control.type == ControlRecordType.ABORT, int(control.coordinator_epoch or 0)
+
+
+def update_producer_state(
+    producer_state: ProducerState,
+    header: BatchHeader,
+    data: bytes | bytearray | memoryview | None,
+    seg: LogSegment | None,
+    write_txn_index: bool,
+) -> None:
+    """One batch into the producer state, as Kafka's ``updateProducers`` plus, for a completed transaction,
+    ``updateTxnIndex`` (when ``write_txn_index``: an append, or recovery of ``seg``) and ``completeTxn``.
+    ``data`` (the batch's bytes) is read from ``seg`` when None and needed (control batches only)."""
+    if header.producer_id >= 0 and header.is_control:
+        if data is None and seg is not None:
+            data = seg.read_batch(seg.translate_offset(header.base_offset)[0], header.size)  # type: ignore[index]
+        marker = end_txn_marker_of(data) if data is not None else None
+        if marker is None:
+            completed = producer_state.update(header, header.base_offset, header.last_offset, header.max_timestamp)
+        else:
+            completed = producer_state.update(
+                header, header.base_offset, header.last_offset, header.max_timestamp, marker[1], marker[0]
+            )
+    else:
+        completed = producer_state.update(header, header.base_offset, header.last_offset, header.max_timestamp)
+    if completed is not None:
+        complete_transaction(producer_state, completed, seg if write_txn_index else None)
+
+
+def complete_transaction(producer_state: ProducerState, completed: CompletedTxn, seg: LogSegment | None) -> None:
+    """Kafka's steps for a completed transaction: the ``.txnindex`` entry of an abort in ``seg`` (the segment
+    holding the marker; None: the entry exists already), with the LSO computed before the completion."""
+    if seg is not None and completed.is_aborted:
+        lso = producer_state.last_stable_offset_of(completed)
+        last = seg.txn_index.last_offset()
+        if last is None or last < completed.last_offset:
+            seg.update_txn_index(
+                AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso)
+            )
+    producer_state.complete_txn(completed)
+
+
+def rebuild_producer_state(
+    producer_state: ProducerState, segments: LogSegments, start: int, rebuild_txn_index_from: int | None = None
+) -> None:
+    """Replay the batches from offset ``start`` on into the producer state (after its snapshot was loaded).
+    The aborted transactions whose markers lie in segments with a base offset >= ``rebuild_txn_index_from``
+    are written to those segments' ``.txnindex`` (recovery rebuilds them; Kafka's ``LogSegment.recover``)."""
+    for seg, pos, header in segments.iter_batches_from(start):
         if header.base_offset >= start or header.last_offset >= start:
-            producer_state.update(header, header.base_offset, header.last_offset, header.max_timestamp)
+            if header.producer_id < 0:
+                producer_state.update(header, header.base_offset, header.last_offset, header.max_timestamp)
+                continue
+            data = seg.read_batch(pos, header.size) if header.is_control else None
+            write = rebuild_txn_index_from is not None and seg.base_offset >= rebuild_txn_index_from
+            update_producer_state(producer_state, header, data, seg, write)
 
 
 class LogLoader:
@@ -176,6 +252,7 @@ class LogLoader:
         # after an unclean shutdown the segments from the one holding the recovery point on are recovered
         # below (indexes rebuilt from the .log): checking their indexes first would be wasted work
         first_recovered = len(bases) if clean_shutdown else max(bisect.bisect_right(bases, recovery_point) - 1, 0)
+        rebuilt_from: int | None = None  # the first segment whose .txnindex recovery rebuilds
         for i, base in enumerate(bases):
             seg = LogSegment(d, base, config, now_ms=now)
             if i < first_recovered:
@@ -184,11 +261,15 @@ class LogLoader:
                 except (CorruptIndexError, FileNotFoundError) as exc:
                     log.warning("rebuilding indexes of %s: %s", seg.log_path, exc)
                     seg.recover()
+                    rebuilt_from = base if rebuilt_from is None else rebuilt_from
             segments.add(seg)
 
         # Recovery of the unflushed segments after an unclean shutdown.
         recovered = 0
         if not clean_shutdown and len(segments):
+            first = segments.from_offset(recovery_point)
+            if first and rebuilt_from is None:
+                rebuilt_from = first[0].base_offset
             recovered = self._recover_from(recovery_point, progress)
 
         if not len(segments):
@@ -209,8 +290,13 @@ class LogLoader:
             self.epoch_cache.truncate_from_end(log_end_offset)
             self.epoch_cache.truncate_from_start(log_start_offset)
         if self.producer_state is not None:
-            start = self.producer_state.load(log_start_offset, log_end_offset)
-            rebuild_producer_state(self.producer_state, segments, start)
+            if rebuilt_from is not None and rebuilt_from < log_start_offset:
+                rebuilt_from = segments[0].base_offset
+            # the .txnindex of a recovered segment is rebuilt by replaying it: the replay starts at or below it
+            start = self.producer_state.load(log_start_offset, log_end_offset, rebuilt_from)
+            if rebuilt_from is not None and start > rebuilt_from:
+                start = self.producer_state.load(log_start_offset, log_end_offset, -1)  # no snapshot that low
+            rebuild_producer_state(self.producer_state, segments, start, rebuilt_from)
         return LoadedLogOffsets(log_start_offset, log_end_offset, recovery_point, recovered)
 
     def _recover_from(self, recovery_point: int, progress: Callable[[int, int], None] | None) -> int:
@@ -264,4 +350,13 @@ class LogLoader:
         return on_header
 
 
-__all__ = ["EpochCache", "LoadedLogOffsets", "LogLoader", "ProducerState", "rebuild_producer_state"]
+__all__ = [
+    "EpochCache",
+    "LoadedLogOffsets",
+    "LogLoader",
+    "ProducerState",
+    "complete_transaction",
+    "end_txn_marker_of",
+    "rebuild_producer_state",
+    "update_producer_state",
+]

@@ -25,6 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidelog.records.batch import ControlRecordType, build_control_batch
 from tidelog.records.errors import CorruptRecordError
 from tidelog.records.header import (
     LOG_APPEND_TIME,
@@ -37,7 +38,14 @@ from tidelog.storage.checkpoints import fsync_dir
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import OffsetOutOfRangeError, StorageError
 from tidelog.storage.format import DELETED_SUFFIX, SWAP_SUFFIX
-from tidelog.storage.log.loader import EpochCache, LogLoader, ProducerState, rebuild_producer_state
+from tidelog.storage.log.loader import (
+    EpochCache,
+    LogLoader,
+    ProducerState,
+    complete_transaction,
+    end_txn_marker_of,
+    rebuild_producer_state,
+)
 from tidelog.storage.log.segments import (
     LogSegments,
     find_offset_by_timestamp,
@@ -47,6 +55,7 @@ from tidelog.storage.log.segments import (
 from tidelog.storage.log.validator import LogValidator, ValidatedBatch, check_late, stamp_batch
 from tidelog.storage.segment import CHECK_FAILED, FileRegion, LogSegment
 from tidelog.storage.segment_state import c_append_leader_fast as _c_append_leader_fast
+from tidelog.storage.txn_index import AbortedTxn
 
 DIR_SUFFIXES = ("-delete", "-future", "-stray")
 
@@ -80,6 +89,11 @@ class ReadInfo:
 
     def read_bytes(self) -> bytes:
         return b"".join(r.read_bytes() for r in self.regions)
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the last batch read (-1 when nothing was read)."""
+        return self.regions[-1].next_offset if self.regions else -1
 
 
 def parse_topic_partition(dir_name: str) -> tuple[str, int]:
@@ -137,6 +151,9 @@ class PartitionLog:
         self._deleted: list[tuple[int, LogSegment]] = []  # (time renamed, segment) awaiting file deletion
         self._closed = False
         self.recovered_segments = 0  # segments scanned by recovery during open (observability, tests)
+        # True once a scan found no .txnindex entry in any segment, until an abort is recorded or segments are
+        # swapped in: read_committed fetches of a log without aborted transactions then skip the collection
+        self._no_aborted_txns = False
 
     # ================================================================== loading
     @classmethod
@@ -170,6 +187,8 @@ class PartitionLog:
         self.recovered_segments = loaded.recovered_segments
         hw = self.log_start_offset if high_watermark is None else high_watermark
         self._high_watermark = min(max(hw, self.log_start_offset), self._log_end_offset)
+        if producer_state is not None:
+            producer_state.on_high_watermark_updated(self._high_watermark)
         return self
 
     # ================================================================== properties
@@ -194,7 +213,90 @@ class PartitionLog:
     @high_watermark.setter
     def high_watermark(self, value: int) -> None:
         with self._lock:
-            self._high_watermark = min(max(value, self.log_start_offset), self._log_end_offset)
+            self._high_watermark = hw = min(max(value, self.log_start_offset), self._log_end_offset)
+            ps = self.producer_state
+            if ps is not None and ps._unreplicated:  # completed transactions whose marker the HW now covers
+                ps.on_high_watermark_updated(hw)
+
+    # ================================================================== transactions
+    @property
+    def last_stable_offset(self) -> int:
+        """min(first unstable offset, high watermark) (Kafka's ``UnifiedLog.lastStableOffset``); the HW itself,
+        with one attribute test, for a partition with no open or unreplicated transaction."""
+        ps = self.producer_state
+        hw = self._high_watermark
+        if ps is None or not (ps._ongoing or ps._unreplicated):
+            return hw
+        first = self.first_unstable_offset()
+        return hw if first is None else min(first, hw)
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open (or completed, marker not yet below the HW) transaction, never
+        below the log start offset (Kafka's ``firstUnstableOffset``); None without one."""
+        ps = self.producer_state
+        if ps is None:
+            return None
+        first = ps.first_unstable_offset()
+        return None if first is None else max(first, self.log_start_offset)
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """producer id -> first offset of its open transaction on this partition."""
+        ps = self.producer_state
+        return {} if ps is None else ps.ongoing_transactions()
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start_offset, upper_bound_offset), from the ``.txnindex`` of the
+        segment holding ``start_offset`` on, until an entry's LSO reaches the upper bound (Kafka's
+        ``LocalLog.collectAbortedTransactions``)."""
+        if self._no_aborted_txns:
+            return []
+        with self._lock:
+            segments = self._segments.from_offset(start_offset)
+            everything = len(segments) == len(self._segments)
+        out: list[AbortedTxn] = []
+        seen = False
+        for seg in segments:
+            index = seg.txn_index
+            if index.is_empty:
+                continue
+            found, complete = index.collect(start_offset, upper_bound_offset)
+            seen = seen or bool(index.entries)
+            out.extend(found)
+            if complete:
+                break
+        else:
+            if everything and not seen:
+                with self._lock:
+                    if all(seg.txn_index.is_empty for seg in self._segments):
+                        self._no_aborted_txns = True
+        return out
+
+    def append_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        *,
+        leader_epoch: int = 0,
+        now_ms: int | None = None,
+    ) -> AppendInfo:
+        """Append an end-txn marker (a control batch as Kafka's ``MemoryRecords.withEndTransactionMarker``) for
+        ``producer_id`` and end its open transaction here; an abort gets its ``.txnindex`` entry.  Raises
+        InvalidProducerEpochError (epoch below the producer's) or TransactionCoordinatorFencedError (coordinator
+        epoch below the producer's last marker's), changing nothing.  A marker for a producer with no open
+        transaction is written too (Kafka does), and completes nothing."""
+        now = _now_ms() if now_ms is None else now_ms
+        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        batch = build_control_batch(kind, producer_id, producer_epoch, coordinator_epoch, 0, now)
+        prepared = self.validate_leader_batch(batch, now_ms=now)
+        with self._lock:
+            ps = self.producer_state
+            if ps is not None:
+                ps.check_marker(producer_id, producer_epoch, coordinator_epoch)
+            return self.append_validated(
+                prepared, leader_epoch=leader_epoch, _marker=(not commit, coordinator_epoch)
+            )
 
     @property
     def size_in_bytes(self) -> int:
@@ -259,7 +361,8 @@ class PartitionLog:
         return self.append_validated(prepared, leader_epoch=leader_epoch, assign_offsets=assign_offsets)
 
     def append_validated(
-        self, validated: ValidatedBatch, *, leader_epoch: int = 0, assign_offsets: bool = True
+        self, validated: ValidatedBatch, *, leader_epoch: int = 0, assign_offsets: bool = True,
+        _marker: tuple[bool, int] | None = None,
     ) -> AppendInfo:
         """The second half of :meth:`append_as_leader`, under the log's lock: the producer-state check
         (duplicates, sequence numbers), offset assignment, the write and the bookkeeping. The broker calls the
@@ -324,8 +427,16 @@ class PartitionLog:
             self._log_end_offset = last_offset + 1
             if ps is not None:
                 if pid >= 0:
-                    stamped = (base, batch_length, leader_epoch, *fields[3:])
-                    ps.update(BatchHeader(*stamped), base, last_offset, max_ts)
+                    stamped = BatchHeader(base, batch_length, leader_epoch, *fields[3:])
+                    if stamped.is_control:
+                        marker = _marker if _marker is not None else end_txn_marker_of(batch)
+                        abort, coordinator_epoch = marker if marker is not None else (None, None)
+                        completed = ps.update(stamped, base, last_offset, max_ts, coordinator_epoch, abort)
+                        if completed is not None:
+                            complete_transaction(ps, completed, self._segments.active)
+                            self._no_aborted_txns = False
+                    else:
+                        ps.update(stamped, base, last_offset, max_ts)
                 elif last_offset >= ps.map_end_offset:  # no producer: only the mapped range's end moves
                     ps.map_end_offset = last_offset + 1  # (ProducerStateManager.advance_map_end, inlined)
             cache = self.epoch_cache
@@ -450,8 +561,19 @@ class PartitionLog:
         seg = self._segments.active
         seg.append(header.last_offset, header.max_timestamp, header.last_offset, data)
         self._log_end_offset = header.next_offset
-        if self.producer_state is not None:
-            self.producer_state.update(header, header.base_offset, header.last_offset, header.max_timestamp)
+        ps = self.producer_state
+        if ps is not None:
+            if header.producer_id >= 0 and header.is_control:  # a marker: the same producer state as the leader's
+                marker = end_txn_marker_of(data)
+                completed = ps.update(
+                    header, header.base_offset, header.last_offset, header.max_timestamp,
+                    None if marker is None else marker[1], None if marker is None else marker[0],
+                )
+                if completed is not None:
+                    complete_transaction(ps, completed, seg)
+                    self._no_aborted_txns = False
+            else:
+                ps.update(header, header.base_offset, header.last_offset, header.max_timestamp)
 
     # ================================================================== roll
     def _maybe_roll(self, header: BatchHeader, now: int) -> None:
@@ -584,6 +706,7 @@ class PartitionLog:
             if self.producer_state is not None:
                 start = self.producer_state.truncate_and_reload(self.log_start_offset, self._log_end_offset)
                 rebuild_producer_state(self.producer_state, self._segments, start)
+                self.producer_state.on_high_watermark_updated(self._high_watermark)
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -605,7 +728,7 @@ class PartitionLog:
                     cache.truncate_from_end(new_offset)
                     cache.truncate_from_start(new_offset)
             if self.producer_state is not None:
-                self.producer_state.truncate_and_reload(new_offset, new_offset)
+                self.producer_state.truncate_fully_and_start_at(new_offset)
 
     def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
         """Advance the log start offset (DeleteRecords, retention); never beyond the high watermark."""
@@ -690,6 +813,7 @@ class PartitionLog:
             if fault is not None:
                 fault("swap")
             self._segments.swap_in(i, len(old), new)
+            self._no_aborted_txns = False
             for seg in old:
                 seg.rename_suffix(DELETED_SUFFIX)
                 self._deleted.append((now, seg))

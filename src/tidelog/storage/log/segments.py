@@ -24,7 +24,7 @@ from tidelog.records.header import (
 )
 from tidelog.records.varint import decode_varint, decode_varlong
 from tidelog.storage.config import LogConfig
-from tidelog.storage.segment import LogSegment, index_file, log_file, time_index_file
+from tidelog.storage.segment import LogSegment, index_file, log_file, time_index_file, txn_index_file
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,10 @@ class LogSegments:
     # ------------------------------------------------------------------ roll
     def roll(self, directory: Path, base: int, config: LogConfig, now_ms: int | None) -> LogSegment:
         """Make a new active segment at ``base`` (files of an earlier life at that offset deleted)."""
-        for stale in (log_file(directory, base), index_file(directory, base), time_index_file(directory, base)):
+        for stale in (
+            log_file(directory, base), index_file(directory, base), time_index_file(directory, base),
+            txn_index_file(directory, base),
+        ):
             if stale.exists():
                 log.warning("deleting stale %s beyond the log end offset", stale)
                 stale.unlink()
