@@ -105,7 +105,7 @@ def test_replay_keeps_misplaced_records_the_own_partition_has_nothing_for(tmp_pa
                 _group_record("my-group", 5))
         # a group whose records are all where they belong, in the same partition as the misplaced ones
         _append(logs[0], _commit("polygenelubricants", "t", 0, 7))
-        groups, offsets, misplaced, migration = _read_partitions(list(logs.values()), N, adopt_misplaced=True)
+        groups, offsets, misplaced, migration, _ = _read_partitions(list(logs.values()), N, adopt_misplaced=True)
     finally:
         for lg in logs.values():
             lg.close()
@@ -133,7 +133,7 @@ def test_replay_after_a_move_cut_short_writes_only_the_tombstones(tmp_path: Path
     try:
         _append(logs[old], _commit("my-group", "t", 0, 10), _group_record("my-group", 4))
         _append(logs[new], _commit("my-group", "t", 0, 10), _group_record("my-group", 4))
-        groups, offsets, misplaced, migration = _read_partitions(list(logs.values()), N, adopt_misplaced=True)
+        groups, offsets, misplaced, migration, _ = _read_partitions(list(logs.values()), N, adopt_misplaced=True)
     finally:
         for lg in logs.values():
             lg.close()
@@ -151,7 +151,7 @@ def test_replay_of_one_partition_skips_groups_it_does_not_coordinate(tmp_path: P
     own = next(g for g in (f"g{i}" for i in range(10_000)) if partition_for(g, N) == old)
     try:
         _append(lg, _commit("my-group", "t", 0, 10), _group_record("my-group", 1), _commit(own, "t", 0, 3))
-        groups, offsets, skipped, migration = _read_partitions([lg], N, adopt_misplaced=False)
+        groups, offsets, skipped, migration, _ = _read_partitions([lg], N, adopt_misplaced=False)
     finally:
         lg.close()
     assert {k: v.offset for k, v in offsets.items()} == {(own, "t", 0): 3}
@@ -237,7 +237,7 @@ def test_load_moves_misplaced_records_to_the_group_partition_once(
     def offsets(coord: Any) -> dict[tuple[str, int], int]:
         err, got = coord.fetch_offsets(group, None)
         assert err == 0
-        return {(t, p): ov.offset for t, p, ov in got}
+        return {(t, p): ov.offset for t, p, ov, _ in got}
 
     seen: list[dict[tuple[str, int], int]] = []
 
@@ -282,7 +282,7 @@ def test_load_moves_misplaced_records_to_the_group_partition_once(
     # stays deleted however far compaction went: with every tombstone gone, nothing of t-0 is left anywhere
     logs = _compacted_away(data, tmp_path / "compacted")
     try:
-        _, offs, misplaced, migration = _read_partitions(logs, N, adopt_misplaced=True)
+        _, offs, misplaced, migration, _ = _read_partitions(logs, N, adopt_misplaced=True)
     finally:
         for lg in logs:
             lg.close()

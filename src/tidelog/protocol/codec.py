@@ -91,6 +91,7 @@ GROUP_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),  # v3+ member fields (KIP-447), v5 only adds TRANSACTION_ABORTABLE (KIP-890)
 }
 """Classic group-protocol APIs: codecs exist; the broker adds these to SUPPORTED_VERSIONS once served."""
 

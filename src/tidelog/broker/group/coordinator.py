@@ -48,7 +48,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -58,7 +58,8 @@ from tidelog.broker.group.records import OFFSETS_TOPIC, GroupValue, OffsetValue
 from tidelog.broker.group.state import Group, GroupState, Member
 from tidelog.broker.purgatory import DelayedProduce
 from tidelog.protocol.errors import error_code
-from tidelog.records.batch import build_batch, decode_batches
+from tidelog.records.batch import ControlRecordType, build_batch, decode_batches, parse_control_record
+from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
@@ -88,6 +89,8 @@ FENCED_INSTANCE_ID = error_code("FENCED_INSTANCE_ID")
 GROUP_SUBSCRIBED_TO_TOPIC = error_code("GROUP_SUBSCRIBED_TO_TOPIC")
 INVALID_REQUEST = error_code("INVALID_REQUEST")
 REQUEST_TIMED_OUT = error_code("REQUEST_TIMED_OUT")
+UNSTABLE_OFFSET_COMMIT = error_code("UNSTABLE_OFFSET_COMMIT")
+INVALID_PRODUCER_ID_MAPPING = error_code("INVALID_PRODUCER_ID_MAPPING")
 
 OFFSET_METADATA_MAX_BYTES = 4096
 _LOAD_CHUNK = 1 << 20
@@ -147,6 +150,11 @@ class GroupCoordinator:
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[Any]] = set()
         self.loaded = asyncio.Event()
+        # (__consumer_offsets partition, producer id) -> groups holding pending transactional offsets of it
+        # (Kafka's openTransactionsByGroup, inverted: a marker names the partition and the producer)
+        self._open_txns: dict[tuple[int, int], set[str]] = {}
+        # markers reported while their partition was loading: applied once its groups are installed
+        self._deferred_markers: dict[int, list[tuple[int, bool]]] = {}
 
     # ============================================================== lifecycle
 
@@ -181,8 +189,8 @@ class GroupCoordinator:
             state = await asyncio.to_thread(_read_partitions, logs, self.num_partitions, adopt_misplaced=True)
         except Exception:
             log.exception("loading __consumer_offsets failed; groups start empty")
-            state = Replay({}, {}, set(), Migration())
-        groups_v, offsets_v, _, migration = state
+            state = Replay({}, {}, set(), Migration(), {})
+        groups_v, offsets_v, _, migration, pending_v = state
         if migration:
             # written before tidelog placed groups as Kafka does (Utils.abs, not & 0x7fffffff): moved to the
             # group's own partition before any request sees the groups
@@ -195,7 +203,10 @@ class GroupCoordinator:
             self._install_group(gid, gv, now)
         for (gid, topic, part), ov in offsets_v.items():
             self._group(gid, create=True).offsets[(topic, part)] = ov  # type: ignore[union-attr]
+        self._install_pending(pending_v)
         self.loading = False
+        for partition in list(self._deferred_markers):
+            self._apply_deferred_markers(partition)
         self.loaded.set()
         log.info(
             "group coordinator loaded",
@@ -322,6 +333,9 @@ class GroupCoordinator:
         for g in gone:
             self._release_group(g)
             self.groups.pop(g.group_id, None)
+        for key in [k for k in self._open_txns if k[0] == partition]:
+            del self._open_txns[key]
+        self._deferred_markers.pop(partition, None)
         log.info("unloaded groups of __consumer_offsets partition",
                  extra={"kv": {"partition": partition, "groups": len(gone)}})
 
@@ -329,12 +343,12 @@ class GroupCoordinator:
         t0 = time.monotonic()
         plog = self.broker.topics.get_log(OFFSETS_TOPIC, partition)
         try:
-            groups_v, offsets_v, misplaced, _ = await asyncio.to_thread(
+            groups_v, offsets_v, misplaced, _, pending_v = await asyncio.to_thread(
                 _read_partitions, [plog] if plog is not None else [], self.num_partitions, adopt_misplaced=False)
         except Exception:
             log.exception("loading __consumer_offsets partition failed; its groups start empty",
                           extra={"kv": {"partition": partition}})
-            groups_v, offsets_v, misplaced = {}, {}, set()
+            groups_v, offsets_v, misplaced, pending_v = {}, {}, set(), {}
         if misplaced:
             # records of groups another partition coordinates (tidelog's pre-Kafka placement): not installed here
             log.warning("skipped misplaced __consumer_offsets records of groups this partition does not coordinate",
@@ -349,7 +363,11 @@ class GroupCoordinator:
             self._install_group(gid, gv, now)
         for (gid, topic, part), ov in offsets_v.items():
             self._group(gid, create=True).offsets[(topic, part)] = ov  # type: ignore[union-attr]
+        for key in [k for k in self._open_txns if k[0] == partition]:
+            del self._open_txns[key]
+        self._install_pending(pending_v)
         self.loading_partitions.discard(partition)
+        self._apply_deferred_markers(partition)
         log.info("loaded groups of __consumer_offsets partition", extra={"kv": {
             "partition": partition, "leader_epoch": self.owned.get(partition), "groups": len(groups_v),
             "offsets": len(offsets_v), "seconds": round(time.monotonic() - t0, 3)}})
@@ -443,7 +461,8 @@ class GroupCoordinator:
             g.current_state_timestamp = _now_ms()
         return g
 
-    async def _append(self, group_id: str, entries: list[tuple[bytes, bytes | None]], *, offsets: bool = True) -> int:
+    async def _append(self, group_id: str, entries: list[tuple[bytes, bytes | None]], *, offsets: bool = True,
+                      **kw: Any) -> int:
         """Append ``(key, value)`` records for ``group_id`` as one batch to its partition and wait until the ISR has
         it (acks=-1, ``offsets.commit.timeout.ms``); returns an error code, mapped as Kafka's GroupMetadataManager
         does for offset writes (``offsets``) or group metadata writes."""
@@ -456,31 +475,46 @@ class GroupCoordinator:
             partition = rec.partition_for(group_id, info.num_partitions)
         except Exception as exc:
             return self._append_error(getattr(exc, "kafka_error", None) or repr(exc), offsets, group_id)
-        return await self._append_to(partition, entries, offsets=offsets, group_id=group_id)
+        return await self._append_to(partition, entries, offsets=offsets, group_id=group_id, **kw)
 
     async def _append_to(
         self, partition: int, entries: list[tuple[bytes, bytes | None]], *, offsets: bool = True,
-        group_id: str = "", off_loop: bool = False,
+        group_id: str = "", off_loop: bool = False, producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH, on_appended: Callable[[int], None] | None = None,
     ) -> int:
         """Append ``entries`` as one batch to ``__consumer_offsets-<partition>`` and wait until the ISR has it.
-        ``off_loop``: build and append the batch in a worker thread (loading, where the batches can be many)."""
+        ``off_loop``: build and append the batch in a worker thread (loading, where the batches can be many).
+        ``producer_id`` >= 0: a transactional batch of that producer (TxnOffsetCommit), written as Kafka's
+        coordinator writes it: producer id and epoch, transactional attribute, base sequence -1.
+        ``on_appended(first offset)`` is called (on the loop) as soon as the batch is in the local log, before
+        the wait for the ISR."""
         if not entries:
             return NONE
         broker = self.broker
         tp = (OFFSETS_TOPIC, partition)
+
+        def build() -> bytes:
+            if producer_id < 0:
+                return build_batch(list(entries))
+            return build_batch(list(entries), producer_id=producer_id, producer_epoch=producer_epoch,
+                               base_sequence=NO_SEQUENCE, is_transactional=True)
+
         try:
             plog = broker.leader_log(*tp)
             if len(broker.isr(*tp)) < plog.config.min_insync_replicas:
                 return self._append_error("NOT_ENOUGH_REPLICAS", offsets, group_id)
             epoch = broker.leader_epoch(*tp)
+            txn = producer_id >= 0
             if off_loop:
                 appended = await asyncio.to_thread(
-                    lambda: plog.append_as_leader(build_batch(list(entries)), leader_epoch=epoch))
+                    lambda: plog.append_as_leader(build(), leader_epoch=epoch, coordinator_origin=txn))
             else:
-                appended = plog.append_as_leader(build_batch(list(entries)), leader_epoch=epoch)
+                appended = plog.append_as_leader(build(), leader_epoch=epoch, coordinator_origin=txn)
             broker.on_append(tp, plog)
         except Exception as exc:
             return self._append_error(getattr(exc, "kafka_error", None) or repr(exc), offsets, group_id)
+        if on_appended is not None:
+            on_appended(appended.first_offset)
         op = DelayedProduce({tp: appended.last_offset + 1}, self.commit_timeout_ms, broker.high_watermark)
         broker.purgatory.produce.try_complete_else_watch(op, [tp])
         status = await op.wait()
@@ -1011,12 +1045,17 @@ class GroupCoordinator:
             ov = OffsetValue(offset, epoch if epoch is not None else -1, meta, now, expire)
             entries.append((rec.encode_offset_key(group_id, topic, part), rec.encode_offset_value(ov)))
             accepted.append(((topic, part), ov))
-        code = await self._append(group_id, entries)
+        def positions(first: int) -> None:
+            for i, (_, ov) in enumerate(accepted):
+                ov.record_offset = first + i
+
+        code = await self._append(group_id, entries, on_appended=positions)
         current = self.groups.get(group_id)
         for tp, ov in accepted:
             results[tp] = code
             if code == NONE and current is not None:
-                current.offsets[tp] = ov
+                # a transaction committed while this write waited for the ISR keeps its offset if written later
+                _materialize(current.offsets, {tp: ov})
         return NONE, results
 
     def _validate_commit(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
@@ -1041,17 +1080,198 @@ class GroupCoordinator:
         return NONE
 
     def fetch_offsets(
-        self, group_id: str, partitions: list[tuple[str, int]] | None
-    ) -> tuple[int, list[tuple[str, int, OffsetValue | None]]]:
-        """(group error, [(topic, partition, value or None)]); ``partitions`` None = all committed."""
+        self, group_id: str, partitions: list[tuple[str, int]] | None, *, require_stable: bool = False,
+    ) -> tuple[int, list[tuple[str, int, OffsetValue | None, int]]]:
+        """(group error, [(topic, partition, committed value or None, partition error)]); ``partitions`` None =
+        all committed. ``require_stable`` (OffsetFetch v7+, KIP-447): a partition with a pending transactional
+        offset of the group answers UNSTABLE_OFFSET_COMMIT and no offset (Kafka's OffsetMetadataManager.
+        fetchOffsets / fetchAllOffsets); without it, the last committed offset is answered."""
         err = self.check(group_id)
         if err:
-            return err, [(t, p, None) for t, p in partitions or ()]
+            return err, [(t, p, None, NONE) for t, p in partitions or ()]
         g = self.groups.get(group_id)
         stored = g.offsets if g is not None else {}
-        if partitions is None:
-            return NONE, [(t, p, ov) for (t, p), ov in sorted(stored.items())]
-        return NONE, [(t, p, stored.get((t, p))) for t, p in partitions]
+        wanted = sorted(stored) if partitions is None else partitions
+        rows: list[tuple[str, int, OffsetValue | None, int]] = []
+        for t, p in wanted:
+            if require_stable and g is not None and g.has_pending_txn_offset((t, p)):
+                rows.append((t, p, None, UNSTABLE_OFFSET_COMMIT))
+            else:
+                rows.append((t, p, stored.get((t, p)), NONE))
+        return NONE, rows
+
+    # ============================================================== transactional offsets (KIP-98, KIP-447)
+
+    async def commit_txn_offsets(
+        self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+        generation_id: int, group_instance_id: str | None, offsets: dict[tuple[str, int], Any],
+    ) -> dict[tuple[str, int], int]:
+        """TxnOffsetCommit: write ``offsets`` ({(topic, partition): OffsetValue or (offset, leader epoch,
+        metadata)}) as ONE transactional batch of the producer to the group's ``__consumer_offsets`` partition
+        (acks=all) and keep them pending for ``producer_id`` until its COMMIT/ABORT marker reaches that
+        partition (:meth:`on_txn_marker`). Returns the error code per partition.
+
+        Order of checks, as Kafka 4.x (KafkaApis, GroupCoordinatorService, OffsetMetadataManager): unknown topic
+        partitions (UNKNOWN_TOPIC_OR_PARTITION, the rest goes on); the coordinator (NOT_COORDINATOR,
+        COORDINATOR_LOAD_IN_PROGRESS, INVALID_GROUP_ID); the transaction coordinator's verification that the
+        offsets partition is in the producer's transaction (KIP-890, when a transaction coordinator runs here);
+        the member (:meth:`_validate_txn_commit`); per partition the metadata size (OFFSET_METADATA_TOO_LARGE).
+        A failed write fails every partition written, mapped as for OffsetCommit (INVALID_PRODUCER_EPOCH from
+        the partition's producer state passes through)."""
+        results: dict[tuple[str, int], int] = {}
+        known: list[tuple[tuple[str, int], Any]] = []
+        topics = self.broker.topics
+        for tp, value in offsets.items():
+            info = topics.get(tp[0])
+            if info is None or not 0 <= tp[1] < info.num_partitions:
+                results[tp] = UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                known.append((tp, value))
+        if not known:
+            return results
+        err = self.check(group_id)
+        if not err and not group_id:
+            err = INVALID_GROUP_ID
+        if not err and producer_id < 0:
+            # a batch without producer id would be read back as a plain commit: never written
+            err = INVALID_PRODUCER_ID_MAPPING
+        if not err:
+            err = await self._verify_txn(transactional_id, group_id, producer_id, producer_epoch)
+        if not err:
+            err = self._validate_txn_commit(group_id, generation_id, member_id, group_instance_id)
+        if err:
+            results.update((tp, err) for tp, _ in known)
+            return results
+        now = _now_ms()
+        entries: list[tuple[bytes, bytes | None]] = []
+        accepted: list[tuple[tuple[str, int], OffsetValue]] = []
+        for tp, value in known:
+            if isinstance(value, OffsetValue):
+                offset, epoch, metadata = value.offset, value.leader_epoch, value.metadata
+            else:
+                offset, epoch, metadata = value
+            meta = metadata or ""
+            if len(meta.encode("utf-8")) > self.metadata_max_bytes:
+                results[tp] = OFFSET_METADATA_TOO_LARGE
+                continue
+            # Kafka's OffsetAndMetadata.fromRequest for TxnOffsetCommit: no expire timestamp
+            ov = OffsetValue(offset, epoch if epoch is not None else -1, meta, now, -1)
+            entries.append((rec.encode_offset_key(group_id, tp[0], tp[1]), rec.encode_offset_value(ov)))
+            accepted.append((tp, ov))
+        if not accepted:
+            return results
+        registered: list[tuple[tuple[str, int], OffsetValue]] = []
+
+        def register(first: int) -> None:
+            # as soon as the batch is in the log (Kafka replays a write when it is appended): a marker appended
+            # after it must find these offsets, even while the ISR is still catching up
+            g = self._group(group_id, create=True)
+            assert g is not None
+            pending = g.pending_txn_offsets.setdefault(producer_id, {})
+            for i, (tp, ov) in enumerate(accepted):
+                ov.record_offset = first + i
+                pending[tp] = ov
+                registered.append((tp, ov))
+            self._open_txns.setdefault((rec.partition_for(group_id, self.num_partitions), producer_id),
+                                       set()).add(group_id)
+
+        code = await self._append(group_id, entries, producer_id=producer_id, producer_epoch=producer_epoch,
+                                  on_appended=register)
+        if code and registered:
+            # not acknowledged (Kafka's failPendingTxnOffsetCommit): only these very offsets are withdrawn
+            g = self.groups.get(group_id)
+            pending = g.pending_txn_offsets.get(producer_id) if g is not None else None
+            for tp, ov in registered:
+                if pending is not None and pending.get(tp) is ov:
+                    del pending[tp]
+        for tp, _ in accepted:
+            results[tp] = code
+        log.debug("transactional offsets written", extra={"kv": {
+            "group": group_id, "transactional_id": transactional_id, "producer_id": producer_id,
+            "count": len(accepted), "error": code}})
+        return results
+
+    async def _verify_txn(self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int) -> int:
+        """KIP-890 part 1: the transaction coordinator, when this broker runs one, must have the group's offsets
+        partition in the producer's ongoing transaction (AddOffsetsToTxn); its error code, else NONE."""
+        verify = getattr(getattr(self.broker, "txn_coordinator", None), "verify_transaction", None)
+        if verify is None:
+            return NONE
+        tp = (OFFSETS_TOPIC, rec.partition_for(group_id, self.num_partitions))
+        try:
+            codes = await verify(transactional_id, producer_id, producer_epoch, [tp])
+        except Exception as exc:
+            log.warning("transaction verification failed", extra={"kv": {"group": group_id, "error": repr(exc)}})
+            return getattr(exc, "code", None) or code_of(getattr(exc, "kafka_error", None) or "UNKNOWN_SERVER_ERROR")
+        return int(codes.get(tp, NONE))
+
+    def _validate_txn_commit(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
+        """Kafka 4.x ``validateTransactionalOffsetCommit`` + ``ClassicGroup.validateOffsetCommit(isTransactional)``:
+        an unknown group is created as a simple group for generation < 0, else ILLEGAL_GENERATION; a Dead group
+        is COORDINATOR_NOT_AVAILABLE; generation < 0 on an Empty group needs nothing; with a generation >= 0, a
+        member id or an instance id the member must exist (static: its instance id must name this member id,
+        UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID) and the generation must be the group's (ILLEGAL_GENERATION);
+        without any of the three (TxnOffsetCommit v0-2) nothing is checked. Unlike OffsetCommit, no
+        REBALANCE_IN_PROGRESS and the member's session is not extended."""
+        g = self.groups.get(group_id)
+        if g is None:
+            if generation_id < 0:
+                self._group(group_id, create=True)
+                return NONE
+            return ILLEGAL_GENERATION
+        if g.state == GroupState.DEAD:
+            return COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and g.state == GroupState.EMPTY:
+            return NONE
+        if generation_id >= 0 or member_id or instance_id is not None:
+            if instance_id is not None:
+                known = g.static_members.get(instance_id)
+                if known is None:
+                    return UNKNOWN_MEMBER_ID
+                if known != member_id:
+                    return FENCED_INSTANCE_ID
+            elif member_id not in g.members:
+                return UNKNOWN_MEMBER_ID
+            if generation_id != g.generation:
+                return ILLEGAL_GENERATION
+        return NONE
+
+    def on_txn_marker(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
+        """A COMMIT/ABORT marker of ``producer_id`` was appended to ``__consumer_offsets-<offsets_partition>``
+        (called on the event loop by whoever appended it, after the append succeeded). COMMIT: the producer's
+        pending offsets of the groups of that partition become the committed ones, each only if its record lies
+        later in the log than the committed offset it would replace (Kafka's replayEndTransactionMarker: the
+        higher record offset wins, so a plain commit written after the transactional one stays). ABORT: they are
+        dropped. A marker for a partition still loading is applied once its groups are installed."""
+        if (self.loading and not self.cluster) or offsets_partition in self.loading_partitions:
+            self._deferred_markers.setdefault(offsets_partition, []).append((producer_id, commit))
+            return
+        gids = self._open_txns.pop((offsets_partition, producer_id), None)
+        if not gids:
+            log.debug("transaction marker without pending offsets", extra={"kv": {
+                "partition": offsets_partition, "producer_id": producer_id, "commit": commit}})
+            return
+        for gid in sorted(gids):
+            g = self.groups.get(gid)
+            pending = g.pending_txn_offsets.pop(producer_id, None) if g is not None else None
+            if g is None or not pending or not commit:
+                continue
+            _materialize(g.offsets, pending)
+            log.debug("transactional offsets committed", extra={"kv": {
+                "group": gid, "producer_id": producer_id, "count": len(pending)}})
+
+    def _install_pending(self, pending: dict[int, dict[int, dict[tuple[str, str, int], OffsetValue]]]) -> None:
+        for partition, by_producer in pending.items():
+            for producer_id, offsets in by_producer.items():
+                for (gid, topic, part), ov in offsets.items():
+                    g = self._group(gid, create=True)
+                    assert g is not None
+                    g.pending_txn_offsets.setdefault(producer_id, {})[(topic, part)] = ov
+                    self._open_txns.setdefault((partition, producer_id), set()).add(gid)
+
+    def _apply_deferred_markers(self, partition: int) -> None:
+        for producer_id, commit in self._deferred_markers.pop(partition, ()):
+            self.on_txn_marker(partition, producer_id, commit)
 
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
         err = self.check(group_id)
@@ -1073,7 +1293,9 @@ class GroupCoordinator:
                 results[tp] = GROUP_SUBSCRIBED_TO_TOPIC
                 continue
             results[tp] = NONE
-            if tp in g.offsets:
+            # Kafka: a tombstone if the partition has a committed or a pending transactional offset; replayed, a
+            # tombstone removes both
+            if tp in g.offsets or g.has_pending_txn_offset(tp):
                 entries.append((rec.encode_offset_key(group_id, tp[0], tp[1]), None))
                 to_delete.append(tp)
         code = await self._append(group_id, entries)
@@ -1081,6 +1303,7 @@ class GroupCoordinator:
             return code, {}
         for tp in to_delete:
             g.offsets.pop(tp, None)
+            g.drop_pending_txn_offset(tp)
         return NONE, results
 
     # ============================================================== describe / list / delete
@@ -1150,6 +1373,9 @@ class GroupCoordinator:
         entries: list[tuple[bytes, bytes | None]] = [
             (rec.encode_offset_key(group_id, t, p), None) for (t, p) in g.offsets
         ]
+        # Kafka's deleteAllOffsets: pending transactional offsets are deleted too (one tombstone per partition)
+        pending_only = {tp for offs in g.pending_txn_offsets.values() for tp in offs if tp not in g.offsets}
+        entries += [(rec.encode_offset_key(group_id, t, p), None) for (t, p) in sorted(pending_only)]
         entries.append((rec.encode_group_key(group_id), None))
         code = await self._append(group_id, entries)
         if code:
@@ -1158,6 +1384,7 @@ class GroupCoordinator:
             return NON_EMPTY_GROUP if group_id in self.groups else NONE  # changed while the ISR caught up
         g.transition(GroupState.DEAD, _now_ms())
         g.offsets.clear()
+        g.pending_txn_offsets.clear()
         self.groups.pop(group_id, None)
         log.info("group deleted", extra={"kv": {"group": group_id}})
         return NONE
@@ -1180,6 +1407,8 @@ class GroupCoordinator:
                 continue
             expired = []
             for tp, ov in g.offsets.items():
+                if g.has_pending_txn_offset(tp):
+                    continue  # Kafka: not while a transactional offset of the partition is pending
                 if ov.expire_timestamp >= 0:
                     due = now_ms >= ov.expire_timestamp
                 else:
@@ -1191,7 +1420,9 @@ class GroupCoordinator:
                 (rec.encode_offset_key(g.group_id, t, p), None) for t, p in expired
             ]
             # a member id handed out with MEMBER_ID_REQUIRED keeps the group: its join must find it
-            drop_group = len(expired) == len(g.offsets) and not g.members and not g.pending_members
+            # ... and not while a transaction of the group is open (Kafka's cleanupExpiredOffsets)
+            drop_group = (len(expired) == len(g.offsets) and not g.members and not g.pending_members
+                          and not g.pending_txn_offsets)
             if drop_group:
                 entries.append((rec.encode_group_key(g.group_id), None))
             if not entries:
@@ -1242,6 +1473,18 @@ class Replay(NamedTuple):
     offsets: dict[tuple[str, str, int], OffsetValue]
     misplaced: set[str]  # groups read from (adopt_misplaced) or skipped as (otherwise) misplaced records
     migration: Migration
+    # transactional offsets whose transaction has no marker yet: partition -> producer id -> (group, topic,
+    # partition) -> value
+    pending: dict[int, dict[int, dict[tuple[str, str, int], OffsetValue]]]
+
+
+def _materialize(offsets: dict[Any, OffsetValue], pending: dict[Any, OffsetValue]) -> None:
+    """Committed offsets take ``pending`` ones whose record lies later in the log (Kafka's rule when a
+    transaction commits: the offset with the higher record offset wins, whatever order they reach memory in)."""
+    for key, ov in pending.items():
+        current = offsets.get(key)
+        if current is None or ov.record_offset > current.record_offset:
+            offsets[key] = ov
 
 
 def _read_partitions(logs: list[Any], num_partitions: int, *, adopt_misplaced: bool) -> Replay:
@@ -1260,9 +1503,18 @@ def _read_partitions(logs: list[Any], num_partitions: int, *, adopt_misplaced: b
     ``adopt_misplaced`` (ZooKeeper mode, one partition loaded on its own) misplaced records are skipped: this
     partition does not coordinate their groups. Returns the groups, the offsets, the ids of the groups read from
     (``adopt_misplaced``) or skipped as (otherwise) misplaced records, and the migration (empty without
-    ``adopt_misplaced``)."""
+    ``adopt_misplaced``).
+
+    Transactions, as Kafka's loader (``OffsetMetadataManager.replay``/``replayEndTransactionMarker``): an offset
+    record in a batch with a producer id is pending for that producer; its COMMIT marker (a control batch of the
+    producer in the same partition) makes it committed if its record offset is higher than the committed one's,
+    its ABORT marker drops it; a tombstone removes the committed and every pending offset of its key. Pending
+    offsets whose transaction has no marker by the end of the log stay pending (returned in ``pending``); the
+    transaction coordinator writes the marker later. Transactional records outside their group's partition are
+    never adopted (tidelog wrote none before the upgrade)."""
     groups: dict[str, GroupValue] = {}
     offsets: dict[tuple[str, str, int], OffsetValue] = {}
+    pending: dict[int, dict[int, dict[tuple[str, str, int], OffsetValue]]] = {}
     # misplaced records, replayed apart (with their key and value bytes); keys written in the group's own
     # partition (value or tombstone)
     stray_groups: dict[str, tuple[GroupValue, bytes, bytes]] = {}
@@ -1276,6 +1528,7 @@ def _read_partitions(logs: list[Any], num_partitions: int, *, adopt_misplaced: b
     home: dict[str, int] = {}  # group -> its partition (Java's hashCode per record would be slow)
     for lg in logs:
         partition = lg.partition
+        open_txns = pending.setdefault(partition, {})
         offset = lg.log_start_offset
         end = lg.log_end_offset
         while offset < end:
@@ -1287,7 +1540,20 @@ def _read_partitions(logs: list[Any], num_partitions: int, *, adopt_misplaced: b
             for _, header, records in decode_batches(data, max_decompressed=64 << 20):
                 offset = max(offset, header.last_offset + 1)
                 advanced = True
+                producer_id = header.producer_id
                 if header.is_control:
+                    marker = None
+                    for r in records:
+                        try:
+                            marker = parse_control_record(r)
+                        except Exception as exc:
+                            log.warning("skipping undecodable control record in __consumer_offsets", extra={
+                                "kv": {"partition": partition, "offset": r.offset, "error": str(exc)}})
+                        break
+                    if marker is not None and marker.type in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+                        txn = open_txns.pop(producer_id, None)
+                        if txn and marker.type == ControlRecordType.COMMIT:
+                            _materialize(offsets, txn)
                     continue
                 for r in records:
                     if r.key is None:
@@ -1301,6 +1567,8 @@ def _read_partitions(logs: list[Any], num_partitions: int, *, adopt_misplaced: b
                         if not own and not adopt_misplaced:
                             skipped.add(key.group)
                             continue
+                        if not own and producer_id >= 0:
+                            continue
                         # a misplaced record's bytes, to move it as it is
                         raw_key = b"" if own else bytes(r.key)
                         raw_value = None if own or r.value is None else bytes(r.value)
@@ -1311,7 +1579,13 @@ def _read_partitions(logs: list[Any], num_partitions: int, *, adopt_misplaced: b
                                 own_offset_keys.add(k)
                                 if ov is None:
                                     offsets.pop(k, None)
+                                    for txn in open_txns.values():
+                                        txn.pop(k, None)
+                                elif producer_id >= 0:
+                                    ov.record_offset = r.offset
+                                    open_txns.setdefault(producer_id, {})[k] = ov
                                 else:
+                                    ov.record_offset = r.offset
                                     offsets[k] = ov
                             elif ov is None or raw_value is None:
                                 stray_offsets.pop(k, None)
@@ -1336,8 +1610,10 @@ def _read_partitions(logs: list[Any], num_partitions: int, *, adopt_misplaced: b
                                     extra={"kv": {"partition": partition, "offset": r.offset, "error": str(exc)}})
             if not advanced:
                 break
+    pending = {p: {pid: offs for pid, offs in txns.items() if offs} for p, txns in pending.items()}
+    pending = {p: txns for p, txns in pending.items() if txns}
     if not adopt_misplaced:
-        return Replay(groups, offsets, skipped, Migration())
+        return Replay(groups, offsets, skipped, Migration(), pending)
     adopted: set[str] = set()
     migration = Migration()
     for gid, (gv, raw_key, raw_value) in stray_groups.items():
@@ -1355,4 +1631,4 @@ def _read_partitions(logs: list[Any], num_partitions: int, *, adopt_misplaced: b
             migration.tombstones.setdefault(partition, []).append(raw_key)
             migration.groups.add(gid)
     migration.groups |= adopted
-    return Replay(groups, offsets, adopted, migration)
+    return Replay(groups, offsets, adopted, migration, pending)

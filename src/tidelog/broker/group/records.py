@@ -179,6 +179,9 @@ class OffsetValue:
     metadata: str = ""
     commit_timestamp: int = -1
     expire_timestamp: int = -1
+    # where the record lies in __consumer_offsets (Kafka's OffsetAndMetadata.recordOffset), -1 if unknown: when a
+    # transaction commits, its offset replaces a committed one only if written later in the log
+    record_offset: int = field(default=-1, compare=False)
 
 
 @dataclass(slots=True)

@@ -82,6 +82,9 @@ class Group:
     pending_members: dict[str, asyncio.TimerHandle | None] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=dict)
+    # transactional offsets not yet committed, per producer id (Kafka's pendingTransactionalOffsetCommits):
+    # invisible to OffsetFetch until the producer's COMMIT marker, dropped by its ABORT marker
+    pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetValue]] = field(default_factory=dict)
     current_state_timestamp: int = -1  # when the state last changed (ms); offsets expire from when it emptied
     join_timer: asyncio.TimerHandle | None = None
     initial_delay_remaining_ms: int = 0
@@ -91,6 +94,14 @@ class Group:
 
     def is_empty(self) -> bool:
         return not self.members
+
+    def has_pending_txn_offset(self, tp: tuple[str, int]) -> bool:
+        return any(tp in offsets for offsets in self.pending_txn_offsets.values())
+
+    def drop_pending_txn_offset(self, tp: tuple[str, int]) -> None:
+        """A tombstone for ``tp`` removes its pending transactional offsets too (Kafka's replay of a tombstone)."""
+        for offsets in self.pending_txn_offsets.values():
+            offsets.pop(tp, None)
 
     def transition(self, state: GroupState, now_ms: int) -> None:
         self.state = state

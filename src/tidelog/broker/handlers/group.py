@@ -1,5 +1,5 @@
 """Group APIs (classic protocol): FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
+OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete, TxnOffsetCommit.
 
 Thin adapters between request/response versions and :class:`tidelog.broker.group.coordinator.GroupCoordinator`
 (``ctx.broker.group_coordinator``). Version notes:
@@ -11,7 +11,12 @@ Thin adapters between request/response versions and :class:`tidelog.broker.group
 * JoinGroup v0 has no rebalance timeout (the session timeout is used); v4+ needs a known member id
   (MEMBER_ID_REQUIRED round trip) unless the member is static (v5+ ``group_instance_id``).
 * LeaveGroup v0-2 name one ``member_id``; v3+ a batch of members with per-member errors.
-* OffsetFetch v0-1 report errors per partition, v2-7 at the top, v8 per group.
+* OffsetFetch v0-1 report errors per partition, v2-7 at the top, v8 per group; v7+ ``require_stable``
+  (KIP-447): a partition with a pending transactional offset answers UNSTABLE_OFFSET_COMMIT in its own
+  error code (every version that has the flag), as Kafka.
+* TxnOffsetCommit v0-2 name the producer only; v2+ carry the committed leader epoch; v3+ (KIP-447) the member's
+  generation, member id and group instance id, checked as Kafka does (an empty member id with generation -1
+  skips the check).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ log = logging.getLogger("tidelog.broker.handlers.group")
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 10, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
+TXN_OFFSET_COMMIT = 28
 
 NONE = 0
 COORDINATOR_NOT_AVAILABLE = 15
@@ -262,22 +268,23 @@ async def offset_commit(ctx: RequestContext, request: dict) -> dict:
     return {"throttle_time_ms": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
 
 
-def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: list[dict] | None) -> tuple[int, list[dict]]:
+def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: list[dict] | None,
+                 require_stable: bool = False) -> tuple[int, list[dict]]:
     partitions = None
     if topics is not None:
         partitions = [(_str(t.get("name")), int(p)) for t in topics for p in t.get("partition_indexes") or ()]
     if coord is None:
-        err, rows = COORDINATOR_NOT_AVAILABLE, [(t, p, None) for t, p in partitions or ()]
+        err, rows = COORDINATOR_NOT_AVAILABLE, [(t, p, None, NONE) for t, p in partitions or ()]
     else:
-        err, rows = coord.fetch_offsets(group_id, partitions)
+        err, rows = coord.fetch_offsets(group_id, partitions, require_stable=require_stable)
     by_topic: dict[str, list[dict]] = {}
-    for t, p, ov in rows:
+    for t, p, ov, code in rows:
         by_topic.setdefault(t, []).append({
             "partition_index": p,
             "committed_offset": ov.offset if ov is not None else -1,
             "committed_leader_epoch": ov.leader_epoch if ov is not None else -1,
             "metadata": ov.metadata if ov is not None else "",
-            "error_code": err,
+            "error_code": code or err,
         })
     return err, [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
 
@@ -287,22 +294,56 @@ def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: list[dic
 async def offset_fetch(ctx: RequestContext, request: dict) -> dict:
     v = ctx.api_version
     coord = _coordinator(ctx)
+    stable = bool(request.get("require_stable")) if v >= 7 else False
     if v >= 8:
         groups = []
         for grp in request.get("groups") or ():
             gid = _str(grp.get("group_id"))
-            err, topics = _fetch_group(coord, gid, grp.get("topics"))
+            err, topics = _fetch_group(coord, gid, grp.get("topics"), stable)
             groups.append({"group_id": gid, "topics": topics, "error_code": err})
         return {"throttle_time_ms": 0, "groups": groups}
     topics_req = request.get("topics")
     if v < 2 and topics_req is None:
         topics_req = []
-    err, topics = _fetch_group(coord, _str(request.get("group_id")), topics_req)
+    err, topics = _fetch_group(coord, _str(request.get("group_id")), topics_req, stable)
     if v >= 2:
-        for t in topics:  # the error is reported once, at the top
+        for t in topics:  # the group's error is reported once, at the top; UNSTABLE_OFFSET_COMMIT stays per partition
             for p in t["partitions"]:
-                p["error_code"] = NONE
+                if err:
+                    p["error_code"] = NONE
     return {"throttle_time_ms": 0, "topics": topics, "error_code": err}
+
+
+@handles(TXN_OFFSET_COMMIT)
+@_fitted(TXN_OFFSET_COMMIT)
+async def txn_offset_commit(ctx: RequestContext, request: dict) -> dict:
+    v = ctx.api_version
+    coord = _coordinator(ctx)
+    wanted: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+    for t in request.get("topics") or ():
+        for p in t.get("partitions") or ():
+            wanted[(_str(t.get("name")), int(p.get("partition_index", 0)))] = (
+                int(p.get("committed_offset", -1)),
+                int(p.get("committed_leader_epoch", -1)) if v >= 2 else -1,
+                p.get("committed_metadata"),
+            )
+    if coord is None:
+        results = dict.fromkeys(wanted, COORDINATOR_NOT_AVAILABLE)
+    else:
+        results = await coord.commit_txn_offsets(
+            _str(request.get("transactional_id")),
+            _str(request.get("group_id")),
+            int(request.get("producer_id", -1)),
+            int(request.get("producer_epoch", -1)),
+            _str(request.get("member_id")) if v >= 3 else "",
+            int(request.get("generation_id", -1)) if v >= 3 else -1,
+            request.get("group_instance_id") if v >= 3 else None,
+            wanted,
+        )
+    topics: dict[str, list[dict]] = {}
+    for t, p in wanted:
+        topics.setdefault(t, []).append({"partition_index": p, "error_code": results.get((t, p), NONE)})
+    return {"throttle_time_ms": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
 
 
 @handles(OFFSET_DELETE)

@@ -316,11 +316,14 @@ class PartitionLog:
         now_ms: int | None = None,
         assign_offsets: bool = True,
         reject_control_batches: bool = False,
+        coordinator_origin: bool = False,
     ) -> AppendInfo:
         """Validate, stamp and append exactly one client batch (see module docstring).
 
         ``reject_control_batches`` is set by the broker for client produce requests (Kafka's
-        AppendOrigin.CLIENT): only the coordinator may write control batches.
+        AppendOrigin.CLIENT): only the coordinator may write control batches. ``coordinator_origin`` is set by
+        the group coordinator for its transactional offset batches (AppendOrigin.COORDINATOR): a producer id
+        without a base sequence is accepted (the producer state then checks the epoch only, no sequence).
 
         Hot path (brief, "Rules of the hot path" 1): with the C extension, the common case (an uncompressed
         CreateTime batch without producer id, on a topic keeping the producer's codec, that needs no roll) is
@@ -357,7 +360,8 @@ class PartitionLog:
             info = self._append_fast(batch, leader_epoch, _now_ms() if now_ms is None else now_ms)
             if info is not None:
                 return info
-        prepared = self.validate_leader_batch(batch, now_ms=now_ms, reject_control_batches=reject_control_batches)
+        prepared = self.validate_leader_batch(batch, now_ms=now_ms, reject_control_batches=reject_control_batches,
+                                              coordinator_origin=coordinator_origin)
         return self.append_validated(prepared, leader_epoch=leader_epoch, assign_offsets=assign_offsets)
 
     def append_validated(

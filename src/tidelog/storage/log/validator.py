@@ -134,6 +134,7 @@ class LogValidator:
         now_ms: int | None = None,
         reject_control_batches: bool = False,
         check_all: bool = False,
+        coordinator_origin: bool = False,
     ) -> ValidatedBatch:
         """The first half of :meth:`PartitionLog.append_as_leader`: every check of a client batch that needs no
         log state (Kafka's LogValidator: header, sizes, CRC, client checks, the record walk of the decompressed
@@ -172,12 +173,12 @@ class LogValidator:
             (reject_control_batches and attributes & CONTROL_MASK)
             or count <= 0
             or count != last_delta + 1
-            or (pid >= 0 and base_seq < 0 and not attributes & CONTROL_MASK)
+            or (pid >= 0 and base_seq < 0 and not attributes & CONTROL_MASK and not coordinator_origin)
             or (pid < 0 and attributes & TRANSACTIONAL_MASK)
         ):
             if late:
                 check_batch_crc(batch, fields)
-            validate_client_batch(BatchHeader(*fields), reject_control_batches)  # raises
+            validate_client_batch(BatchHeader(*fields), reject_control_batches, coordinator_origin)  # raises
         # Kafka's LogValidator walk of every record (decompressed, bounded): a batch no consumer could decode
         # never reaches the log
         if not late and not walked:
@@ -223,15 +224,17 @@ class LogValidator:
                 )
 
 
-def validate_client_batch(header: BatchHeader, reject_control: bool) -> None:
-    """Header-only checks Kafka's LogValidator makes on a client batch."""
+def validate_client_batch(header: BatchHeader, reject_control: bool, coordinator_origin: bool = False) -> None:
+    """Header-only checks Kafka's LogValidator makes on a client batch. ``coordinator_origin``: a group
+    coordinator's transactional offset batch (Kafka's AppendOrigin.COORDINATOR), which has a producer id and no
+    base sequence."""
     if reject_control and header.is_control:
         raise InvalidRecordError("clients are not allowed to write control records")
     if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
         raise InvalidRecordError(
             f"record count {header.records_count} does not match lastOffsetDelta {header.last_offset_delta}"
         )
-    if header.producer_id >= 0 and header.base_sequence < 0 and not header.is_control:
+    if header.producer_id >= 0 and header.base_sequence < 0 and not header.is_control and not coordinator_origin:
         # Kafka allows baseSequence -1 on control batches (the coordinator's transaction markers)
         raise InvalidRecordError(f"producer {header.producer_id} sent a batch without a base sequence")
     if header.is_transactional and header.producer_id < 0:
