@@ -1,0 +1,228 @@
+"""Transaction benchmark (issue 14): what transactions cost, measured side by side in one run on one broker.
+
+    .venv/bin/python bench/txn_bench.py            # about 2-3 minutes
+    .venv/bin/python bench/txn_bench.py --quick    # under a minute
+
+One ``tidelog serve`` (the live work tree's ``.venv``, a fresh data dir under ``bench/.work/runs/txn-<time>/``),
+clients are confluent-kafka (librdkafka) in this process, 1 KiB values, no keys, no compression, ``linger.ms=5``,
+``acks=all``:
+
+* **produce**: idempotent vs transactional, the same producer settings; the transactional producer commits every
+  100 ms (``--commit-ms``), as Kafka's published ~3 % overhead figure assumes. Each run writes ``--records``
+  records to a fresh 1-partition topic, timed from the first ``produce`` to the last delivery report (idempotent)
+  or the last ``commit_transaction`` returning (transactional). Runs alternate (idem, txn, txn, idem, ...),
+  best of ``--repeats`` each, since interference on a shared machine only lowers a number.
+* **consume**: read_committed vs read_uncommitted, reading one of the transactional topics from the beginning
+  to its end (commit markers every 100 ms in it), alternating, best of ``--repeats``.
+* **commit latency**: ``--txns`` transactions of one 1 KiB record each, back to back: p50 / p99 / max of the
+  ``commit_transaction`` call (the record's flush, EndTxn, the markers written) and of the whole transaction
+  (begin, produce, commit).
+
+The table prints both sides and the ratio; everything is also written to ``results.json`` in the run dir.
+Goals (issue 14): transactional / idempotent produce >= 0.95 (Kafka: about 0.97), read_committed /
+read_uncommitted consume >= 0.95.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from peers import Tidelog, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+VALUE = bytes(range(256)) * 4  # 1 KiB
+
+
+def producer_conf(bootstrap: str) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", "enable.idempotence": True,
+            "batch.size": 1 << 20, "queue.buffering.max.kbytes": 1 << 20}
+
+
+def produce_idempotent(bootstrap: str, topic: str, n: int) -> float:
+    from confluent_kafka import Producer
+
+    p = Producer(producer_conf(bootstrap))
+    t0 = time.perf_counter()
+    for _ in range(n):
+        while True:
+            try:
+                p.produce(topic, VALUE, partition=0)
+                break
+            except BufferError:
+                p.poll(0.001)
+        p.poll(0)
+    assert p.flush(120) == 0
+    return time.perf_counter() - t0
+
+
+def produce_transactional(bootstrap: str, topic: str, n: int, commit_ms: float) -> tuple[float, int]:
+    from confluent_kafka import Producer
+
+    p = Producer({**producer_conf(bootstrap), "transactional.id": f"bench-{uuid.uuid4().hex[:8]}"})
+    p.init_transactions(30)
+    txns = 0
+    t0 = time.perf_counter()
+    sent = 0
+    while sent < n:
+        p.begin_transaction()
+        until = time.perf_counter() + commit_ms / 1000
+        while sent < n and time.perf_counter() < until:
+            try:
+                p.produce(topic, VALUE, partition=0)
+                sent += 1
+            except BufferError:
+                p.poll(0.001)
+            p.poll(0)
+        p.commit_transaction(60)
+        txns += 1
+    return time.perf_counter() - t0, txns
+
+
+def consume(bootstrap: str, topic: str, n: int, isolation: str) -> float:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                  "isolation.level": isolation, "enable.auto.commit": False, "fetch.wait.max.ms": 100,
+                  "queued.min.messages": 200000})
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got = 0
+    t0 = None
+    deadline = time.monotonic() + 120
+    while got < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{isolation}: read {got} of {n}")
+        msgs = c.consume(10000, 0.5)
+        if msgs and t0 is None:
+            t0 = time.perf_counter()
+        got += sum(1 for m in msgs if not m.error())
+    dt = time.perf_counter() - t0
+    c.close()
+    assert got == n, (got, n)
+    return dt
+
+
+def commit_latency(bootstrap: str, topic: str, txns: int) -> tuple[list[float], list[float]]:
+    from confluent_kafka import Producer
+
+    p = Producer({**producer_conf(bootstrap), "linger.ms": 0,
+                  "transactional.id": f"bench-lat-{uuid.uuid4().hex[:8]}"})
+    p.init_transactions(30)
+    commit, whole = [], []
+    for i in range(txns + 5):
+        t0 = time.perf_counter()
+        p.begin_transaction()
+        p.produce(topic, VALUE, partition=0)
+        t1 = time.perf_counter()
+        p.commit_transaction(30)
+        t2 = time.perf_counter()
+        if i >= 5:  # the first few warm up the connections to the coordinator and the leader
+            commit.append(t2 - t1)
+            whole.append(t2 - t0)
+    return commit, whole
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(q * len(s) + 0.5) - 1))]  # nearest rank
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short run (< 1 minute)")
+    ap.add_argument("--records", type=int, help="records per produce run (default 300000, quick 50000)")
+    ap.add_argument("--repeats", type=int, help="runs per side (default 3, quick 2)")
+    ap.add_argument("--txns", type=int, help="transactions for the commit latency (default 500, quick 150)")
+    ap.add_argument("--commit-ms", type=float, default=100.0)
+    ap.add_argument("--keep", action="store_true", help="keep the run dir's data")
+    args = ap.parse_args()
+    records = args.records or (50_000 if args.quick else 300_000)
+    repeats = args.repeats or (2 if args.quick else 3)
+    txns = args.txns or (150 if args.quick else 500)
+
+    run = ROOT / "bench" / ".work" / "runs" / time.strftime("txn-%Y%m%d-%H%M%S")
+    run.mkdir(parents=True)
+    broker = Tidelog(port=free_port(), data_dir=run / "data", log_path=run / "broker.log")
+    why = broker.available()
+    if why:
+        raise SystemExit(f"tidelog not available: {why}")
+    t_start = time.monotonic()
+    load0 = os.getloadavg()
+    broker.start()
+    results: dict[str, Any] = {"records": records, "repeats": repeats, "txns": txns, "commit_ms": args.commit_ms,
+                               "value_bytes": len(VALUE), "load_start": load0}
+    try:
+        idem, txn, txn_counts, txn_topics = [], [], [], []
+        for r in range(repeats):
+            order = ("idem", "txn") if r % 2 == 0 else ("txn", "idem")
+            for side in order:
+                topic = f"bench-{side}-{r}"
+                broker.create_topic(topic, 1)
+                if side == "idem":
+                    idem.append(produce_idempotent(broker.bootstrap, topic, records))
+                else:
+                    dt, n = produce_transactional(broker.bootstrap, topic, records, args.commit_ms)
+                    txn.append(dt)
+                    txn_counts.append(n)
+                    txn_topics.append(topic)
+                last = (idem if side == "idem" else txn)[-1]
+                print(f"  produce {side:4} run {r + 1}: {records / last:,.0f} msg/s", flush=True)
+        results["produce"] = {"idempotent_s": idem, "transactional_s": txn, "transactions": txn_counts}
+
+        rc, ru = [], []
+        for r in range(repeats):
+            order = ("read_committed", "read_uncommitted") if r % 2 == 0 else ("read_uncommitted", "read_committed")
+            for iso in order:
+                dt = consume(broker.bootstrap, txn_topics[0], records, iso)
+                (rc if iso == "read_committed" else ru).append(dt)
+                print(f"  consume {iso} run {r + 1}: {records / dt:,.0f} msg/s", flush=True)
+        results["consume"] = {"read_committed_s": rc, "read_uncommitted_s": ru}
+
+        broker.create_topic("bench-latency", 1)
+        commit, whole = commit_latency(broker.bootstrap, "bench-latency", txns)
+        results["commit_latency_s"] = commit
+        results["transaction_latency_s"] = whole
+        results["broker_cpu_s"] = broker.cpu_seconds()
+    finally:
+        broker.stop()
+        results["load_end"] = os.getloadavg()
+        results["seconds"] = time.monotonic() - t_start
+        (run / "results.json").write_text(json.dumps(results, indent=1))
+        if not args.keep:
+            shutil.rmtree(run / "data", ignore_errors=True)
+
+    mb = records * len(VALUE) / 1e6
+    best_idem, best_txn = min(idem), min(txn)
+    best_rc, best_ru = min(rc), min(ru)
+    rows = [
+        (f"produce 1 KiB, 1 partition, msg/s (best of {repeats})", f"{records / best_idem:,.0f}",
+         f"{records / best_txn:,.0f}", f"{best_idem / best_txn:.3f}x"),
+        ("produce 1 KiB, MB/s", f"{mb / best_idem:.1f}", f"{mb / best_txn:.1f}", ""),
+        (f"consume 1 KiB, msg/s (best of {repeats})", f"{records / best_ru:,.0f}", f"{records / best_rc:,.0f}",
+         f"{best_ru / best_rc:.3f}x"),
+    ]
+    print(f"\nbroker: tidelog (live work tree), {records:,} x 1 KiB per run, commit every {args.commit_ms:.0f} ms "
+          f"({statistics.median(txn_counts):.0f} transactions per run), load average {load0[0]:.1f} -> "
+          f"{results['load_end'][0]:.1f}, {results['seconds']:.0f} s, run dir {run}")
+    print(f"{'metric':48} | {'idempotent / read_uncommitted':>30} | {'transactional / read_committed':>30} | ratio")
+    for label, a, b, ratio in rows:
+        print(f"{label:48} | {a:>30} | {b:>30} | {ratio}")
+    print(f"\ncommit latency, {txns} transactions of one 1 KiB record, one node:")
+    print(f"  commit_transaction    p50 {pct(commit, .5) * 1e3:7.2f} ms   p99 {pct(commit, .99) * 1e3:7.2f} ms   "
+          f"max {max(commit) * 1e3:7.2f} ms")
+    print(f"  begin..commit         p50 {pct(whole, .5) * 1e3:7.2f} ms   p99 {pct(whole, .99) * 1e3:7.2f} ms   "
+          f"max {max(whole) * 1e3:7.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
