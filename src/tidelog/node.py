@@ -18,13 +18,16 @@ from collections.abc import Callable
 from tidelog.broker.broker import Broker
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.server import install_event_loop_policy
+from tidelog.broker.txn.coordinator import TransactionCoordinator
 from tidelog.cluster.replica_manager import ZkReplicaManager
 
 
 def build_broker(config: BrokerConfig) -> Broker:
+    """The broker of ``config``'s mode; the transaction coordinator is the same part in both (it follows the
+    replica manager's leadership of ``__transaction_state`` in ZooKeeper mode)."""
     if config.get("zookeeper.connect"):
-        return Broker(config, ZkReplicaManager(config))
-    return Broker(config)
+        return Broker(config, ZkReplicaManager(config), txn_coordinator=TransactionCoordinator)
+    return Broker(config, txn_coordinator=TransactionCoordinator)
 
 
 async def serve(

@@ -25,6 +25,7 @@ from tidelog.records.crc import crc32c
 from tidelog.records.header import BatchHeader, iter_batch_headers
 from tidelog.storage.config import LogConfig
 from tidelog.storage.log import PartitionLog
+from tidelog.storage.producer_state import ProducerStateManager
 
 NOW = 1_700_000_000_000
 SEG = "00000000000000000000"
@@ -517,6 +518,30 @@ def test_txn_index(tmp_path: Path) -> None:
         "version: 0 producerId: 5 firstOffset: 10 lastOffset: 20 lastStableOffset: 9",
         "version: 0 producerId: 6 firstOffset: 30 lastOffset: 31 lastStableOffset: 30",
     ]
+
+
+def test_a_transactional_log_and_its_txnindex(tmp_path: Path) -> None:
+    """The files PartitionLog writes for an aborted and a committed transaction, as kafka-dump-log.sh shows them."""
+    d = tmp_path / "t-0"
+    lg = PartitionLog.open(d, LogConfig(), producer_state=ProducerStateManager(d), now_ms=NOW)
+    txn = build_batch(_records(0, 2), producer_id=PRODUCER_ID, producer_epoch=1, base_sequence=0,
+                      is_transactional=True)
+    lg.append_as_leader(txn, now_ms=NOW)  # 0-1
+    lg.append_txn_marker(PRODUCER_ID, 1, 3, commit=False, now_ms=NOW)  # 2
+    lg.append_as_leader(build_batch(_records(1, 1), producer_id=PRODUCER_ID, producer_epoch=1, base_sequence=2,
+                                    is_transactional=True), now_ms=NOW)  # 3
+    lg.append_txn_marker(PRODUCER_ID, 1, 3, commit=True, now_ms=NOW)  # 4
+    lg.close()
+    code, out, _ = run("--files", str(d / f"{SEG}.txnindex"))
+    assert code == 0
+    assert out.splitlines()[1:] == [f"version: 0 producerId: {PRODUCER_ID} firstOffset: 0 lastOffset: 2 lastStableOffset: 3"]
+    code, out, _ = run("--files", str(d / f"{SEG}.log"), "--deep-iteration")
+    assert code == 0
+    markers = [m.group("rest") for m in map(RECORD_LINE.match, out.splitlines()) if m and m.group("rest")]
+    assert markers == [" endTxnMarker: ABORT coordinatorEpoch: 3", " endTxnMarker: COMMIT coordinatorEpoch: 3"]
+    batches = [m for m in map(BATCH_LINE.match, out.splitlines()) if m]
+    assert [(b["base"], b["txn"], b["ctl"]) for b in batches] == [
+        ("0", "true", "false"), ("2", "true", "true"), ("3", "true", "false"), ("4", "true", "true")]
 
 
 def test_unknown_and_missing_files(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ Parts (docs/ARCHITECTURE.md, "The broker, composed"):
   it also makes the topic manager and the producer-id manager and brings the APIs only its mode serves;
 * ``topics`` (the topic store), ``logs`` (storage's LogManager), ``read_service`` (the one Fetch read path),
   ``purgatory`` (DelayedProduce / DelayedFetch), ``group_coordinator``, ``producer_ids``, ``fetch_sessions``,
-  ``request_pool`` and ``append_sequencer`` (the request handler threads and the per-partition append order),
+  ``txn_coordinator``, ``request_pool`` and ``append_sequencer`` (the request handler threads and the per-partition append order),
   ``metrics``.
 
 Handlers reach everything through ``ctx.broker``. The replica manager's partition-state methods are bound as the
@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from tidelog.broker.handlers import (  # noqa: F401
     group,
     producer_id,
     storage_admin,
+    txn,
 )
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
@@ -47,6 +48,7 @@ from tidelog.broker.replica_manager import LocalReplicaManager
 from tidelog.broker.request_pool import AppendSequencer, RequestHandlerPool
 from tidelog.broker.server import SocketServer
 from tidelog.broker.topics import TopicManager, new_cluster_id
+from tidelog.broker.txn.coordinator import TransactionCoordinator
 from tidelog.protocol import codec
 from tidelog.storage.checkpoints import read_meta_properties
 from tidelog.storage.manager import LogManager
@@ -57,7 +59,8 @@ log = logging.getLogger("tidelog.broker.server")
 class Broker:
     """A tidelog broker. ``replica_manager`` decides the mode (default: one node alone)."""
 
-    def __init__(self, config: BrokerConfig, replica_manager: Any = None) -> None:
+    def __init__(self, config: BrokerConfig, replica_manager: Any = None,
+                 txn_coordinator: Callable[[Broker], Any] = TransactionCoordinator) -> None:
         self.config = config
         self.node_id = config.node_id
         self.cluster_id: str = config.cluster_id or ""
@@ -83,6 +86,7 @@ class Broker:
         self._shutdown_started = False
         self.started = False
         self.group_coordinator: Any = None
+        self.txn_coordinator: Any = None
 
         rm = replica_manager if replica_manager is not None else LocalReplicaManager()
         self.replica_manager = rm
@@ -107,6 +111,8 @@ class Broker:
         self.read_service.followers = rm.followers
         self.socket_server = SocketServer(self)
         self.connections = self.socket_server.connections
+        # the transaction coordinator (KIP-98): state in __transaction_state, markers to partition leaders
+        self.txn_coordinator = txn_coordinator(self)
 
     def spawn(self, coro: Any) -> None:
         """Run ``coro`` as one of the broker's background tasks (cancelled at shutdown)."""
@@ -163,6 +169,7 @@ class Broker:
             self.metrics.add_rows_source(self.logs.cleaner.metrics)
         self.group_coordinator = GroupCoordinator(self)
         await self.group_coordinator.start()  # loads __consumer_offsets in the background
+        await self.txn_coordinator.start()  # loads __transaction_state in the background
         server = self.socket_server
         bound_port = server.bind()
         if self.config.listener.port == 0 and self.config.advertised_listener is None:
@@ -224,6 +231,8 @@ class Broker:
         self.purgatory.shutdown()
         if self.group_coordinator is not None:  # answers waiting joins/syncs NOT_COORDINATOR
             self.group_coordinator.shutdown()
+        if self.txn_coordinator is not None:  # stops timers and marker sending (resumed from the log at restart)
+            self.txn_coordinator.shutdown()
         await self.socket_server.close_connections()
         for t in self._tasks:
             t.cancel()

@@ -93,6 +93,12 @@ class BrokerMetrics:
                                    registry=r)
         self.isr_expands = Counter("tidelog_replicamanager_isr_expands", "ISR expansions written by this leader",
                                    registry=r)
+        # transactions: from a commit/abort written (PrepareCommit/PrepareAbort) to every marker acknowledged and
+        # CompleteCommit/CompleteAbort written (the open-transactions gauge is the coordinator's rows source)
+        self.txn_marker_latency = Histogram(
+            "tidelog_txn_marker_latency_seconds",
+            "Time from PrepareCommit/PrepareAbort written to every marker written and the transaction complete",
+            buckets=LATENCY_BUCKETS, registry=r)
         self._child_cache: dict[tuple[str, str], Any] = {}
         self._partition_source: Callable[[], Iterable[tuple[str, int, int, int, int, int]]] | None = None
         self._server: asyncio.AbstractServer | None = None

@@ -675,9 +675,12 @@ class ZkReplicaManager:
                 self._leadership_changed(r.tp, False, -1)
 
     def _leadership_changed(self, tp: tuple[str, int], is_leader: bool, leader_epoch: int) -> None:
-        """Hook: the group coordinator loads / unloads the groups of a ``__consumer_offsets`` partition."""
+        """Hook: the group coordinator loads / unloads the groups of a ``__consumer_offsets`` partition, the
+        transaction coordinator the transactional ids of a ``__transaction_state`` partition."""
         if self.broker.group_coordinator is not None:
             self.broker.group_coordinator.on_leadership_change(tp[0], tp[1], is_leader, leader_epoch)
+        if self.broker.txn_coordinator is not None:
+            self.broker.txn_coordinator.on_leadership_change(tp[0], tp[1], is_leader, leader_epoch)
 
     def _leader_progress(self, r: Replica) -> None:
         if self.maybe_increment_high_watermark(r.tp, r.log):

@@ -65,7 +65,13 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
-    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),  # v4+ batched, from brokers (KIP-890 verify_only)
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 5),
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 2),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),  # ZooKeeper mode only (served by the controller)
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),  # ZooKeeper mode only

@@ -42,6 +42,7 @@ from tidelog.broker.handlers import RequestContext, handles, topic_change
 from tidelog.broker.purgatory import DelayedProduce
 from tidelog.broker.topics import ADMIN_CLIENT_ID, INTERNAL_TOPICS, TopicError
 from tidelog.protocol import codec
+from tidelog.protocol.errors import ERRORS_BY_CODE
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED
 
 log = logging.getLogger("tidelog.broker.core")
@@ -330,6 +331,7 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
     cost = 0.0
     ordered = False  # an earlier request still holds one of these partitions (AppendSequencer)
     sequencer = broker.append_sequencer
+    txn_parts: list[_ProducePartition] | None = None  # partitions with a transactional batch (KIP-890 check)
     for t in request.get("topic_data") or ():
         name, tid, topic_err = _resolve_topic(ctx, t)
         parts_out: list[dict] = []
@@ -382,12 +384,27 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
                 )
                 any_error = True
                 continue
-            todo.append(_ProducePartition(name, index, plog, records, pr))
+            pp = _ProducePartition(name, index, plog, records, pr)
+            if len(records) >= 61 and records[22] & 0x10:  # a transactional batch (attributes bit 4): KIP-890
+                if txn_parts is None:
+                    txn_parts = []
+                txn_parts.append(pp)
+            todo.append(pp)
             if len(records) >= 61 and plog.recompresses(records[22] & 0x07):
                 cost = float("inf")  # rebuilt with the topic's codec: per-record Python
             else:
                 cost += validation_cost_ns(records)
             ordered = ordered or sequencer.busy((name, index))
+
+    if txn_parts is not None:
+        # transactional batches of a producer with no open transaction on the partition: verified with the
+        # transaction coordinator before anything is appended (refused ones are dropped from todo)
+        refused = await _verify_transactional(ctx, request.get("transactional_id"), txn_parts)
+        if refused:
+            any_error = True
+            todo = [pp for pp in todo if pp not in refused]
+            cost = sum(validation_cost_ns(pp.records) for pp in todo) if cost != float("inf") else cost
+            ordered = any(sequencer.busy((pp.name, pp.index)) for pp in todo)
 
     offload = cost > INLINE_VALIDATION_NS
     if offload or ordered:
@@ -425,6 +442,62 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
                 pr = results[tp]
                 pr["error_code"] = code_of(err)
     return body
+
+
+# KIP-890 part 1: a failed verification as Kafka's ReplicaManager / AddPartitionsToTxnManager answer it. Retriable
+# coordinator errors become NOT_ENOUGH_REPLICAS (older clients retry it without a metadata refresh);
+# TRANSACTION_ABORTABLE only from Produce v11 on (INVALID_TXN_STATE before); PRODUCER_FENCED as INVALID_PRODUCER_EPOCH.
+_VERIFY_RETRIABLE = frozenset({"CONCURRENT_TRANSACTIONS", "NETWORK_EXCEPTION", "COORDINATOR_LOAD_IN_PROGRESS",
+                               "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"})
+
+
+def _verification_error(err: str, version: int) -> str:
+    if err in _VERIFY_RETRIABLE:
+        return "NOT_ENOUGH_REPLICAS"
+    if err == "PRODUCER_FENCED":
+        return "INVALID_PRODUCER_EPOCH"
+    if err == "TRANSACTION_ABORTABLE" and version < 11:
+        return "INVALID_TXN_STATE"
+    return err
+
+
+async def _verify_transactional(ctx: RequestContext, transactional_id: str | None,
+                                parts: list[_ProducePartition]) -> set[_ProducePartition]:
+    """KIP-890: each transactional batch whose producer has no open transaction on its partition must be in the
+    producer's transaction at the coordinator (``verify_transaction``; a local call on one node). Returns the
+    partitions refused (their response entries carry the error)."""
+    coord = ctx.broker.txn_coordinator
+    if coord is None or not coord.verification_enabled:
+        return set()
+    by_producer: dict[tuple[int, int], list[_ProducePartition]] = {}
+    for pp in parts:
+        rec = pp.records
+        pid = int.from_bytes(rec[43:51], "big", signed=True)
+        if pid in pp.plog.ongoing_transactions():
+            continue  # verified when its transaction began on this partition
+        epoch = int.from_bytes(rec[51:53], "big", signed=True)
+        by_producer.setdefault((pid, epoch), []).append(pp)
+    refused: set[_ProducePartition] = set()
+    for (pid, epoch), pps in by_producer.items():
+        if not transactional_id:
+            errors = dict.fromkeys(((pp.name, pp.index) for pp in pps), "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+        else:
+            codes = await coord.verify_transaction(transactional_id, pid, epoch, [(pp.name, pp.index) for pp in pps])
+            errors = {tp: ERRORS_BY_CODE[c].name for tp, c in codes.items() if c}
+        for pp in pps:
+            err = errors.get((pp.name, pp.index))
+            if err is None:
+                continue
+            name = _verification_error(err, ctx.api_version)
+            pp.pr["error_code"] = code_of(name)
+            pp.pr["error_message"] = (f"Partition {pp.name}-{pp.index} was not verified in the transaction: {err}"
+                                      if ctx.api_version >= 8 else None)
+            refused.add(pp)
+    if refused:
+        log.info("transactional produce refused: partition not in the transaction",
+                 extra={"kv": {"transactional_id": transactional_id, "partitions": len(refused),
+                               "client_id": ctx.client_id}})
+    return refused
 
 
 def _produce_error(ctx: RequestContext, pr: dict, name: str | None, index: int, exc: BaseException) -> None:

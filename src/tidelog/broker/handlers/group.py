@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from tidelog.broker.errors import code_of
 from tidelog.broker.group.coordinator import _join_error
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.protocol.schema import spec_index
@@ -97,12 +98,17 @@ async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, 
     nowhere = (-1, "", -1)
     coord = _coordinator(ctx)
     if key_type == 1:
-        # No transaction coordinator yet: point the client at this broker so its InitProducerId gets the fatal,
-        # immediate TRANSACTIONAL_ID_AUTHORIZATION_FAILED instead of retrying COORDINATOR_NOT_AVAILABLE until a
-        # vague timeout (see handlers/producer_id.py).
+        # the transaction coordinator: this broker once __transaction_state exists and is loaded (one node), the
+        # leader of the id's partition (ZooKeeper mode)
         if not key:
             return INVALID_REQUEST, "The transactional id must not be empty.", nowhere
-        return NONE, None, here
+        tc = getattr(b, "txn_coordinator", None)
+        if tc is None:
+            return COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", nowhere
+        err, node = await tc.find_coordinator(key)
+        if err is not None or node is None:
+            return code_of(err or "COORDINATOR_NOT_AVAILABLE"), "The coordinator is not available.", nowhere
+        return NONE, None, node
     if key_type != 0:
         return INVALID_REQUEST, f"Unknown coordinator key type {key_type}", nowhere
     if coord is None or not coord.active or b.stopping:

@@ -1,4 +1,4 @@
-"""InitProducerId (API key 22): producer ids for idempotent producers.
+"""InitProducerId (API key 22): producer ids for idempotent producers (transactional ones are routed to txn.py).
 
 * ``transactional_id`` null, no producer id given: a new producer id (never used before, see
   :mod:`tidelog.broker.producer_ids`) with epoch 0. This is what Kafka's ``TransactionCoordinator`` answers a
@@ -9,12 +9,8 @@
   out; otherwise (unknown id, stale epoch, epoch exhausted) a fresh id with epoch 0, Kafka's answer for any
   non-transactional request. Bumping keeps the producer id, so batches still in flight under the old epoch are
   fenced by the log (INVALID_PRODUCER_EPOCH) instead of being accepted as another producer's.
-* ``transactional_id`` set: transactions are not supported yet. We answer
-  ``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``, which both the Java client and librdkafka treat as *fatal* for
-  ``initTransactions()``: the application fails at once with a clear "transactional id" error. The alternatives
-  were worse: COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR / CONCURRENT_TRANSACTIONS are retriable, so clients
-  retry until ``transaction.timeout.ms``/``max.block.ms`` and then report a timeout that hides the cause, and
-  an unexpected code such as INVALID_REQUEST reads as a client bug. ``v6`` fields (2PC, KIP-939) are ignored.
+* ``transactional_id`` set: the transaction coordinator's (``handlers/txn.py``,
+  :mod:`tidelog.broker.txn.coordinator`): epoch bumps, fencing, KIP-360 bumps with the producer id given.
 * no block of ids can be reserved (ZooKeeper unreachable in cluster mode, a disk error): the retriable
   ``COORDINATOR_LOAD_IN_PROGRESS``, Kafka's answer while its next producer id block is not available.
 """
@@ -25,13 +21,13 @@ import asyncio
 import logging
 
 from tidelog.broker.handlers import RequestContext, handles
+from tidelog.broker.handlers.txn import init_transactional_producer_id
 from tidelog.broker.producer_ids import ProducerIdManager
 from tidelog.protocol.errors import error_code
 
 log = logging.getLogger("tidelog.broker.producer_id")
 
 INIT_PRODUCER_ID = 22
-TRANSACTIONS_UNSUPPORTED_ERROR = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
 
 
 def _manager(ctx: RequestContext) -> ProducerIdManager:
@@ -45,19 +41,8 @@ def _manager(ctx: RequestContext) -> ProducerIdManager:
 
 @handles(INIT_PRODUCER_ID)
 async def init_producer_id(ctx: RequestContext, request: dict) -> dict:
-    transactional_id = request.get("transactional_id")
-    if transactional_id is not None:
-        log.info(
-            "InitProducerId with transactional.id=%r from %s refused: transactions are not supported",
-            transactional_id,
-            ctx.client_id,
-        )
-        return {
-            "throttle_time_ms": 0,
-            "error_code": error_code(TRANSACTIONS_UNSUPPORTED_ERROR),
-            "producer_id": -1,
-            "producer_epoch": -1,
-        }
+    if request.get("transactional_id") is not None:
+        return await init_transactional_producer_id(ctx, request)
 
     mgr = _manager(ctx)
     producer_id = int(request.get("producer_id", -1) if ctx.api_version >= 3 else -1)

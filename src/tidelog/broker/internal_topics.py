@@ -1,0 +1,54 @@
+"""Appending to the coordinators' internal topics (``__consumer_offsets``, ``__transaction_state``).
+
+A coordinator writes its state as one batch to one partition of its topic and answers the client only once the ISR
+has it (Kafka's ``ReplicaManager.appendRecords`` with ``acks=-1`` and ``internalTopicsAllowed``):
+:func:`append_and_wait` does that for both coordinators, on the network loop (or with the append on a worker
+thread, ``off_loop``), and returns the Kafka error name of a failure for the caller to map (each coordinator maps
+them its own way, as Kafka's ``GroupMetadataManager`` and ``TransactionStateManager`` do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from tidelog.broker.purgatory import DelayedProduce
+from tidelog.records.batch import build_batch
+
+if TYPE_CHECKING:
+    from tidelog.broker.broker import Broker
+
+
+async def append_and_wait(broker: Broker, topic: str, partition: int, entries: list[tuple[bytes, bytes | None]],
+                          timeout_ms: int, *, off_loop: bool = False) -> str | None:
+    """Append ``(key, value)`` records as one batch to ``topic-partition`` as its leader and wait until the ISR has
+    it (``timeout_ms``). ``None`` on success, else the Kafka error name (``NOT_ENOUGH_REPLICAS`` when the ISR is
+    below the partition's ``min.insync.replicas``; an exception without a Kafka error gives its ``repr``).
+    ``off_loop``: build and append the batch in a worker thread (large loads)."""
+    if not entries:
+        return None
+    tp = (topic, partition)
+    try:
+        plog = broker.leader_log(*tp)
+        if len(broker.isr(*tp)) < plog.config.min_insync_replicas:
+            return "NOT_ENOUGH_REPLICAS"
+        epoch = broker.leader_epoch(*tp)
+        if off_loop:
+            appended: Any = await asyncio.to_thread(
+                lambda: plog.append_as_leader(build_batch(list(entries)), leader_epoch=epoch))
+        else:
+            appended = plog.append_as_leader(build_batch(list(entries)), leader_epoch=epoch)
+        broker.on_append(tp, plog)
+    except Exception as exc:
+        return getattr(exc, "kafka_error", None) or repr(exc)
+    status = await wait_replicated(broker, {tp: appended.last_offset + 1}, timeout_ms)
+    return status.get(tp)
+
+
+async def wait_replicated(broker: Broker, required: dict[tuple[str, int], int],
+                          timeout_ms: int) -> dict[tuple[str, int], str | None]:
+    """Wait until each partition's high watermark reaches its required offset (acks=-1): ``{tp: None | error
+    name}``, REQUEST_TIMED_OUT for a partition still short after ``timeout_ms``."""
+    op = DelayedProduce(required, timeout_ms, broker.high_watermark)
+    broker.purgatory.produce.try_complete_else_watch(op, list(required))
+    return await op.wait()
