@@ -740,6 +740,30 @@ public final class JavaClientCheck {
         }
     }
 
+    /** Wait (bounded) until no transaction is open on {@code tps}: read_committed end offsets (the LSO) equal the
+     *  read_uncommitted ones. The coordinator answers EndTxn before it writes the markers, as Kafka's does. */
+    static void awaitStable(String bootstrap, List<TopicPartition> tps) throws Exception {
+        try (KafkaConsumer<byte[], byte[]> rc = consumer(bootstrap, "java-check-lso", null, "read_committed");
+             KafkaConsumer<byte[], byte[]> ru = consumer(bootstrap, "java-check-hw", null, "read_uncommitted")) {
+            long deadline = System.currentTimeMillis() + DEADLINE_MS;
+            while (!rc.endOffsets(tps).equals(ru.endOffsets(tps))) {
+                if (System.currentTimeMillis() > deadline) throw new RuntimeException("no stable offsets for " + tps);
+                Thread.sleep(50);  // polling interval of a bounded wait
+            }
+        }
+    }
+
+    /** The group's committed offsets once they have {@code n} partitions (or what there is at the deadline). */
+    static Map<String, Object> awaitCommitted(Admin admin, String group, int n) throws Exception {
+        long deadline = System.currentTimeMillis() + DEADLINE_MS;
+        Map<String, Object> offsets = committedOffsets(admin, group);
+        while (offsets.size() < n && System.currentTimeMillis() < deadline) {
+            Thread.sleep(50);  // polling interval of a bounded wait
+            offsets = committedOffsets(admin, group);
+        }
+        return offsets;
+    }
+
     static void sendAll(KafkaProducer<byte[], byte[]> producer, String topic, int partitions, String prefix, int n)
             throws Exception {
         List<java.util.concurrent.Future<RecordMetadata>> fs = new ArrayList<>();
@@ -765,6 +789,7 @@ public final class JavaClientCheck {
             producer.beginTransaction();
             sendAll(producer, topic, 2, "c1", 3);
             producer.commitTransaction();
+            awaitStable(bootstrap, tps);
             producer.beginTransaction();
             sendAll(producer, topic, 2, "ab", 3);
             Map<String, Object> open = obj("event", "open");
@@ -775,6 +800,7 @@ public final class JavaClientCheck {
             producer.beginTransaction();
             sendAll(producer, topic, 2, "c2", 3);
             producer.commitTransaction();
+            awaitStable(bootstrap, tps);
         }
         for (String isolation : List.of("read_committed", "read_uncommitted")) {
             Map<String, Object> m = readIsolated(bootstrap, tps, isolation);
@@ -819,8 +845,9 @@ public final class JavaClientCheck {
                             "offsets", committedOffsets(admin, group)));
                     if (commit) producer.commitTransaction();
                     else producer.abortTransaction();
+                    awaitStable(bootstrap, List.of(new TopicPartition(out, 0)));
                     emit(obj("event", "committed_after_end", "commit", commit,
-                            "offsets", committedOffsets(admin, group)));
+                            "offsets", commit ? awaitCommitted(admin, group, 2) : committedOffsets(admin, group)));
                 }
             }
         }
@@ -847,6 +874,7 @@ public final class JavaClientCheck {
             fresh.beginTransaction();
             fresh.send(new ProducerRecord<>(topic, 0, null, bytes("fresh"))).get();
             fresh.commitTransaction();
+            awaitStable(bootstrap, tps);
             String error = null;
             try {
                 zombie.commitTransaction();

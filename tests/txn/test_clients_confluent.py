@@ -27,6 +27,7 @@ from txnhelp import (
     txn_producer,
     values,
     wait_for,
+    wait_stable,
     watermarks,
 )
 
@@ -51,6 +52,7 @@ def test_commit_across_two_topics_and_partitions(txn_broker: Any) -> None:
     assert sorted(values(read_to_end(bs, tps, READ_UNCOMMITTED))) == sorted(v for *_, v in items)
 
     p.commit_transaction(20)
+    wait_stable(bs, tps)  # the COMMIT markers follow the answer to EndTxn
     got = read_to_end(bs, tps, READ_COMMITTED)
     assert by_partition(got) == {(t, part): [f"{t}/{part}/{i}".encode() for i in range(4)] for t, part in tps}
     assert {(t, part): [o for t2, p2, o, _, _ in got if (t2, p2) == (t, part)] for t, part in tps} == {
@@ -80,6 +82,7 @@ def test_abort_is_hidden_from_read_committed_only(txn_broker: Any) -> None:
             p.commit_transaction(20)
         else:
             p.abort_transaction(20)
+        wait_stable(bs, tps)
 
     txn("c1", commit=True)
     txn("ab", commit=False, plain_inside=True)
@@ -134,6 +137,7 @@ def test_consume_transform_produce_offsets_move_only_with_the_commit(txn_broker:
         transform_and_send_offsets()
         assert committed_offsets(bs, group, src_tps) == dict.fromkeys(src_tps, NO_OFFSET), "visible before commit"
         p.abort_transaction(20)
+        wait_stable(bs, [(dst, 0)])  # the ABORT markers are written (to dst and to __consumer_offsets together)
         assert committed_offsets(bs, group, src_tps) == dict.fromkeys(src_tps, NO_OFFSET), "aborted offsets visible"
         assert read_to_end(bs, [(dst, 0)], READ_COMMITTED) == []
 
@@ -141,7 +145,9 @@ def test_consume_transform_produce_offsets_move_only_with_the_commit(txn_broker:
         transform_and_send_offsets()
         assert committed_offsets(bs, group, src_tps) == dict.fromkeys(src_tps, NO_OFFSET), "visible before commit"
         p.commit_transaction(20)
-        assert committed_offsets(bs, group, src_tps) == dict.fromkeys(src_tps, 10)
+        wait_for(lambda: committed_offsets(bs, group, src_tps) == dict.fromkeys(src_tps, 10), 15,
+                 "the offsets to be committed with the transaction")
+        wait_stable(bs, [(dst, 0)])
         # the read_committed consumer's own view (OffsetFetch with require_stable) agrees
         assert {(tp.topic, tp.partition): tp.offset for tp in c.committed(assignment, timeout=10)} == dict.fromkeys(
             src_tps, 10)
@@ -187,6 +193,7 @@ def test_zombie_is_fenced_by_a_second_producer_with_the_same_id(txn_broker: Any)
     fresh.begin_transaction()
     produce_all(fresh, [(topic, 0, None, b"fresh-0")])
     fresh.commit_transaction(20)
+    wait_stable(bs, [(topic, 0)])
 
     with pytest.raises(KafkaException) as exc:
         zombie.produce(topic, value=b"zombie-1", partition=0)
@@ -201,6 +208,7 @@ def test_zombie_is_fenced_by_a_second_producer_with_the_same_id(txn_broker: Any)
     fresh.begin_transaction()
     produce_all(fresh, [(topic, 0, None, b"fresh-1")])
     fresh.commit_transaction(20)
+    wait_stable(bs, [(topic, 0)])
     assert values(read_to_end(bs, [(topic, 0)], READ_COMMITTED)) == [b"fresh-0", b"fresh-1"]
 
 

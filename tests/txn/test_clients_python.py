@@ -28,6 +28,8 @@ from txnhelp import (
     plain_producer,
     produce_all,
     read_to_end,
+    wait_for,
+    wait_stable,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -83,6 +85,7 @@ def test_kafka_python_commit_and_abort(txn_broker: Any) -> None:
                 p.abort_transaction()
     finally:
         p.close(timeout=10)
+    wait_stable(bs, [(topic, 0), (topic, 1)])  # the last transaction's markers follow the answer to EndTxn
 
     def recs(prefixes: list[str], part: int) -> list[bytes]:
         return [f"{x}-{part}-{i}".encode() for x in prefixes for i in range(3)]
@@ -117,10 +120,11 @@ def test_kafka_python_consume_transform_produce(txn_broker: Any) -> None:
         p.send_offsets_to_transaction({tp: OffsetAndMetadata(c.position(tp), "", -1)}, c.group_metadata())
         assert committed_offsets(bs, group, [(src, 0)]) == {(src, 0): -1001}, "offsets visible before the commit"
         p.commit_transaction()
-        assert committed_offsets(bs, group, [(src, 0)]) == {(src, 0): 10}
+        wait_for(lambda: committed_offsets(bs, group, [(src, 0)]) == {(src, 0): 10}, 15, "the committed offsets")
     finally:
         p.close(timeout=10)
         c.close()
+    wait_stable(bs, [(dst, 0)])
     assert kp_read(bs, dst, [0], READ_COMMITTED) == {0: [f"IN-{i}".encode() for i in range(10)]}
 
 
@@ -143,6 +147,7 @@ def test_kafka_python_zombie_is_fenced(txn_broker: Any) -> None:
     finally:
         fresh.close(timeout=10)
         zombie.close(timeout=0)
+    wait_stable(bs, [(topic, 0)])
     assert kp_read(bs, topic, [0], READ_COMMITTED) == {0: [b"fresh"]}
     assert kp_read(bs, topic, [0], READ_UNCOMMITTED) == {0: [b"zombie", b"fresh"]}
 
@@ -198,6 +203,7 @@ def test_aiokafka_transaction_context_commit_and_abort(txn_broker: Any) -> None:
                     await p.send_and_wait(topic, f"c2-{part}".encode(), partition=part)
         finally:
             await p.stop()
+        await asyncio.to_thread(wait_stable, bs, [(topic, 0), (topic, 1)])
         return (await aio_read(bs, topic, [0, 1], READ_COMMITTED), await aio_read(bs, topic, [0, 1], READ_UNCOMMITTED))
 
     committed, uncommitted = asyncio.run(asyncio.wait_for(run(), 90))
@@ -231,10 +237,12 @@ def test_aiokafka_send_offsets_to_transaction(txn_broker: Any) -> None:
                     await p.send(dst, r.value.upper(), partition=0)
                 await p.send_offsets_to_transaction({tp: AioOffsetAndMetadata(await c.position(tp), "")}, group)
                 assert await asyncio.to_thread(committed_offsets, bs, group, [(src, 0)]) == {(src, 0): -1001}
-            assert await asyncio.to_thread(committed_offsets, bs, group, [(src, 0)]) == {(src, 0): 10}
+            await asyncio.to_thread(wait_for, lambda: committed_offsets(bs, group, [(src, 0)]) == {(src, 0): 10},
+                                    15, "the committed offsets")
         finally:
             await p.stop()
             await c.stop()
 
     asyncio.run(asyncio.wait_for(run(), 90))
+    wait_stable(bs, [(dst, 0)])
     assert asyncio.run(aio_read(bs, dst, [0], READ_COMMITTED)) == {0: [f"IN-{i}".encode() for i in range(10)]}

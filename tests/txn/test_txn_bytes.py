@@ -27,6 +27,9 @@ from txnhelp import (
     txn_index_entries,
     txn_producer,
     values,
+    wait_for,
+    wait_stable,
+    watermarks,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -100,21 +103,29 @@ def test_markers_and_txnindex_as_kafka_reads_them(txn_broker: Any) -> None:
     def send(p: Any, *vals: str, t: str = topic) -> None:
         produce_all(p, [(t, 0, None, v.encode()) for v in vals])
 
+    # markers are written after EndTxn is answered: each step waits for its marker, so the offsets are fixed
+    def lso(t: str = topic) -> int:
+        return watermarks(bs, t, 0, READ_COMMITTED)[1]
+
     a.begin_transaction()
     send(a, "a-c-0", "a-c-1")          # 0, 1
     a.commit_transaction(20)            # COMMIT 2
+    wait_stable(bs, [(topic, 0)])
     a.begin_transaction()
     send(a, "a-ab-0", "a-ab-1")        # 3, 4
     b.begin_transaction()
     send(b, "b-ab-0")                   # 5
     a.abort_transaction(20)             # ABORT 6: B's transaction (first offset 5) still open -> LSO 5
+    wait_for(lambda: lso() == 5, 15, "A's ABORT marker")
     b.abort_transaction(20)             # ABORT 7 -> LSO 8
+    wait_stable(bs, [(topic, 0)])
     a.begin_transaction()
     send(a, "a-c2-0")                   # 8
     a.commit_transaction(20)            # COMMIT 9
     a.begin_transaction()
     send(a, "only-0", "only-1", t=committed_only)
     a.commit_transaction(20)
+    wait_stable(bs, [(topic, 0), (committed_only, 0)])
     assert values(read_to_end(bs, [(topic, 0)], READ_COMMITTED)) == [b"a-c-0", b"a-c-1", b"a-c2-0"]
 
     log = batches(data_dir, topic)

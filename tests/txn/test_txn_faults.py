@@ -34,6 +34,7 @@ from txnhelp import (
     txn_producer,
     values,
     wait_for,
+    wait_stable,
     watermarks,
 )
 
@@ -164,6 +165,7 @@ def test_broker_killed_mid_transaction(own_broker: Any) -> None:
     produce_all(fresh, [(topic, part, None, f"new-{part}".encode()) for part in (0, 1)])
     fresh.commit_transaction(20)
     del p  # the first instance, a zombie now
+    wait_stable(b.bootstrap, tps)
 
     got = by_partition(read_to_end(b.bootstrap, tps, READ_COMMITTED))
     assert got == {(topic, part): [f"c-{part}-{i}".encode() for i in range(3)] + [f"new-{part}".encode()]
@@ -187,6 +189,9 @@ def test_broker_killed_right_after_commit(own_broker: Any) -> None:
     b.kill()  # as soon as the commit was acknowledged
     b.start()
     del p
+    # the coordinator answered after writing PrepareCommit; if the broker died before every marker was written,
+    # the restarted coordinator completes the commit
+    wait_stable(b.bootstrap, tps)
 
     got = by_partition(read_to_end(b.bootstrap, tps, READ_COMMITTED))
     assert got == {(topic, part): [f"c-{part}-{i}".encode() for i in range(5)] for part in (0, 1)}, "exactly once"
@@ -198,6 +203,7 @@ def test_broker_killed_right_after_commit(own_broker: Any) -> None:
     fresh.begin_transaction()
     produce_all(fresh, [(topic, part, None, f"after-{part}".encode()) for part in (0, 1)])
     fresh.commit_transaction(20)
+    wait_stable(b.bootstrap, tps)
     got = by_partition(read_to_end(b.bootstrap, tps, READ_COMMITTED))
     assert got == {(topic, part): [f"c-{part}-{i}".encode() for i in range(5)] + [f"after-{part}".encode()]
                    for part in (0, 1)}
@@ -249,6 +255,7 @@ def test_transactional_copier_killed_and_restarted_copies_exactly_once(txn_broke
         seq = [h[part] for h in history if h.get(part, -1001) >= 0]
         assert seq == sorted(seq), f"partition {part}: {seq}"
     assert committed_offsets(bs, group, src_tps) == dict.fromkeys(src_tps, per_partition)
+    wait_stable(bs, [(dst, 0), (dst, 1)])
 
     got = by_partition(read_to_end(bs, [(dst, 0), (dst, 1)], READ_COMMITTED))
     for part in (0, 1):

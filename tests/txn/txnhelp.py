@@ -182,3 +182,13 @@ def txn_index_entries(data_dir: Path, topic: str, partition: int) -> list[tuple[
         assert len(data) % TXN_INDEX_ENTRY.size == 0, f"{path.name}: {len(data)} bytes is not whole entries"
         out.extend(TXN_INDEX_ENTRY.iter_unpack(data))
     return out
+
+
+def wait_stable(bootstrap: str, tps: Iterable[tuple[str, int]], timeout: float = 15.0) -> None:
+    """Wait until no transaction is open on any of ``tps``: the LSO (read_committed high watermark) equals the
+    high watermark. A committed or aborted transaction's markers are written after EndTxn has been answered (as
+    Kafka's coordinator does: the client is answered once PrepareCommit/PrepareAbort is in the log), so a reader
+    right after ``commit_transaction`` may still find the LSO before the transaction."""
+    for t, p in tps:
+        wait_for(lambda t=t, p=p: watermarks(bootstrap, t, p, READ_COMMITTED)[1]
+                 == watermarks(bootstrap, t, p, READ_UNCOMMITTED)[1], timeout, f"{t}-{p} to become stable")
