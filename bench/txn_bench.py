@@ -8,12 +8,13 @@ clients are confluent-kafka (librdkafka) in this process, 1 KiB values, no keys,
 ``acks=all``:
 
 * **produce**: idempotent vs transactional, the same producer settings; the transactional producer commits every
-  100 ms (``--commit-ms``), as Kafka's published ~3 % overhead figure assumes. Each run writes ``--records``
-  records to a fresh 1-partition topic, timed from the first ``produce`` to the last delivery report (idempotent)
-  or the last ``commit_transaction`` returning (transactional). Runs alternate (idem, txn, txn, idem, ...),
-  best of ``--repeats`` each, since interference on a shared machine only lowers a number.
-* **consume**: read_committed vs read_uncommitted, reading one of the transactional topics from the beginning
-  to its end (commit markers every 100 ms in it), alternating, best of ``--repeats``.
+  100 ms (``--commit-ms``), as Kafka's published ~3 % overhead figure assumes. Each run produces for
+  ``--seconds`` to a fresh 1-partition topic; its rate is the records over the time from the first ``produce`` to
+  the last delivery report (idempotent) or to the last ``commit_transaction`` returning (transactional). Runs
+  alternate (idem, txn, txn, idem, ...), best of ``--repeats`` each, since interference on a shared machine only
+  lowers a number.
+* **consume**: read_committed vs read_uncommitted, reading the first transactional topic from the beginning to its
+  end (a COMMIT marker every 100 ms in it), after one untimed read; alternating, best of ``--repeats``.
 * **commit latency**: ``--txns`` transactions of one 1 KiB record each, back to back: p50 / p99 / max of the
   ``commit_transaction`` call (the record's flush, EndTxn, the markers written) and of the whole transaction
   (begin, produce, commit).
@@ -49,44 +50,49 @@ def producer_conf(bootstrap: str) -> dict[str, Any]:
             "batch.size": 1 << 20, "queue.buffering.max.kbytes": 1 << 20}
 
 
-def produce_idempotent(bootstrap: str, topic: str, n: int) -> float:
+def produce_idempotent(bootstrap: str, topic: str, seconds: float) -> tuple[int, float]:
+    """Produce for ``seconds``, then flush: (records, seconds from the first produce to the last delivery)."""
     from confluent_kafka import Producer
 
     p = Producer(producer_conf(bootstrap))
+    n = 0
     t0 = time.perf_counter()
-    for _ in range(n):
-        while True:
-            try:
-                p.produce(topic, VALUE, partition=0)
-                break
-            except BufferError:
-                p.poll(0.001)
+    while time.perf_counter() - t0 < seconds:
+        try:
+            p.produce(topic, VALUE, partition=0)
+            n += 1
+        except BufferError:
+            p.poll(0.001)
         p.poll(0)
     assert p.flush(120) == 0
-    return time.perf_counter() - t0
+    return n, time.perf_counter() - t0
 
 
-def produce_transactional(bootstrap: str, topic: str, n: int, commit_ms: float) -> tuple[float, int]:
+def produce_transactional(bootstrap: str, topic: str, seconds: float,
+                          commit_ms: float) -> tuple[int, float, list[float]]:
+    """Transactions of ``commit_ms`` each for ``seconds``: (records, seconds from the first produce to the last
+    commit_transaction returning, the time each commit_transaction call took: its flush, EndTxn and the wait)."""
     from confluent_kafka import Producer
 
     p = Producer({**producer_conf(bootstrap), "transactional.id": f"bench-{uuid.uuid4().hex[:8]}"})
     p.init_transactions(30)
-    txns = 0
+    n = 0
+    commits: list[float] = []
     t0 = time.perf_counter()
-    sent = 0
-    while sent < n:
+    while time.perf_counter() - t0 < seconds:
         p.begin_transaction()
         until = time.perf_counter() + commit_ms / 1000
-        while sent < n and time.perf_counter() < until:
+        while time.perf_counter() < until:
             try:
                 p.produce(topic, VALUE, partition=0)
-                sent += 1
+                n += 1
             except BufferError:
                 p.poll(0.001)
             p.poll(0)
+        tc = time.perf_counter()
         p.commit_transaction(60)
-        txns += 1
-    return time.perf_counter() - t0, txns
+        commits.append(time.perf_counter() - tc)
+    return n, time.perf_counter() - t0, commits
 
 
 def consume(bootstrap: str, topic: str, n: int, isolation: str) -> float:
@@ -140,13 +146,13 @@ def pct(xs: list[float], q: float) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short run (< 1 minute)")
-    ap.add_argument("--records", type=int, help="records per produce run (default 300000, quick 50000)")
+    ap.add_argument("--seconds", type=float, help="length of each produce run (default 8, quick 3)")
     ap.add_argument("--repeats", type=int, help="runs per side (default 3, quick 2)")
     ap.add_argument("--txns", type=int, help="transactions for the commit latency (default 500, quick 150)")
     ap.add_argument("--commit-ms", type=float, default=100.0)
     ap.add_argument("--keep", action="store_true", help="keep the run dir's data")
     args = ap.parse_args()
-    records = args.records or (50_000 if args.quick else 300_000)
+    seconds = args.seconds or (3.0 if args.quick else 8.0)
     repeats = args.repeats or (2 if args.quick else 3)
     txns = args.txns or (150 if args.quick else 500)
 
@@ -159,34 +165,42 @@ def main() -> None:
     t_start = time.monotonic()
     load0 = os.getloadavg()
     broker.start()
-    results: dict[str, Any] = {"records": records, "repeats": repeats, "txns": txns, "commit_ms": args.commit_ms,
-                               "value_bytes": len(VALUE), "load_start": load0}
+    results: dict[str, Any] = {"seconds_per_run": seconds, "repeats": repeats, "txns": txns,
+                               "commit_ms": args.commit_ms, "value_bytes": len(VALUE), "load_start": load0}
+    idem: list[float] = []  # msg/s per run
+    txn: list[float] = []
+    txn_counts: list[int] = []
+    stalls: list[float] = []  # commit_transaction calls of the produce runs
+    rc: list[float] = []
+    ru: list[float] = []
     try:
-        idem, txn, txn_counts, txn_topics = [], [], [], []
+        consume_topic, consume_n = "", 0
         for r in range(repeats):
-            order = ("idem", "txn") if r % 2 == 0 else ("txn", "idem")
-            for side in order:
+            for side in ("idem", "txn") if r % 2 == 0 else ("txn", "idem"):
                 topic = f"bench-{side}-{r}"
                 broker.create_topic(topic, 1)
                 if side == "idem":
-                    idem.append(produce_idempotent(broker.bootstrap, topic, records))
+                    n, dt = produce_idempotent(broker.bootstrap, topic, seconds)
+                    idem.append(n / dt)
                 else:
-                    dt, n = produce_transactional(broker.bootstrap, topic, records, args.commit_ms)
-                    txn.append(dt)
-                    txn_counts.append(n)
-                    txn_topics.append(topic)
-                last = (idem if side == "idem" else txn)[-1]
-                print(f"  produce {side:4} run {r + 1}: {records / last:,.0f} msg/s", flush=True)
-        results["produce"] = {"idempotent_s": idem, "transactional_s": txn, "transactions": txn_counts}
+                    n, dt, commits = produce_transactional(broker.bootstrap, topic, seconds, args.commit_ms)
+                    txn.append(n / dt)
+                    txn_counts.append(len(commits))
+                    stalls += commits
+                    if not consume_topic:
+                        consume_topic, consume_n = topic, n
+                print(f"  produce {side:4} run {r + 1}: {n / dt:,.0f} msg/s", flush=True)
+        results["produce_msg_s"] = {"idempotent": idem, "transactional": txn, "transactions": txn_counts,
+                                    "commit_calls_s": stalls}
 
-        rc, ru = [], []
+        consume(broker.bootstrap, consume_topic, consume_n, "read_uncommitted")  # warm-up: page cache, connections
         for r in range(repeats):
             order = ("read_committed", "read_uncommitted") if r % 2 == 0 else ("read_uncommitted", "read_committed")
             for iso in order:
-                dt = consume(broker.bootstrap, txn_topics[0], records, iso)
-                (rc if iso == "read_committed" else ru).append(dt)
-                print(f"  consume {iso} run {r + 1}: {records / dt:,.0f} msg/s", flush=True)
-        results["consume"] = {"read_committed_s": rc, "read_uncommitted_s": ru}
+                rate = consume_n / consume(broker.bootstrap, consume_topic, consume_n, iso)
+                (rc if iso == "read_committed" else ru).append(rate)
+                print(f"  consume {iso} run {r + 1}: {rate:,.0f} msg/s", flush=True)
+        results["consume_msg_s"] = {"records": consume_n, "read_committed": rc, "read_uncommitted": ru}
 
         broker.create_topic("bench-latency", 1)
         commit, whole = commit_latency(broker.bootstrap, "bench-latency", txns)
@@ -201,23 +215,24 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(run / "data", ignore_errors=True)
 
-    mb = records * len(VALUE) / 1e6
-    best_idem, best_txn = min(idem), min(txn)
-    best_rc, best_ru = min(rc), min(ru)
+    kib = len(VALUE) / 1e6
     rows = [
-        (f"produce 1 KiB, 1 partition, msg/s (best of {repeats})", f"{records / best_idem:,.0f}",
-         f"{records / best_txn:,.0f}", f"{best_idem / best_txn:.3f}x"),
-        ("produce 1 KiB, MB/s", f"{mb / best_idem:.1f}", f"{mb / best_txn:.1f}", ""),
-        (f"consume 1 KiB, msg/s (best of {repeats})", f"{records / best_ru:,.0f}", f"{records / best_rc:,.0f}",
-         f"{best_ru / best_rc:.3f}x"),
+        (f"produce 1 KiB, 1 partition, msg/s (best of {repeats})", f"{max(idem):,.0f}", f"{max(txn):,.0f}",
+         f"{max(txn) / max(idem):.3f}x"),
+        ("produce 1 KiB, MB/s", f"{max(idem) * kib:.1f}", f"{max(txn) * kib:.1f}", ""),
+        (f"consume 1 KiB, msg/s (best of {repeats})", f"{max(ru):,.0f}", f"{max(rc):,.0f}",
+         f"{max(rc) / max(ru):.3f}x"),
     ]
-    print(f"\nbroker: tidelog (live work tree), {records:,} x 1 KiB per run, commit every {args.commit_ms:.0f} ms "
-          f"({statistics.median(txn_counts):.0f} transactions per run), load average {load0[0]:.1f} -> "
-          f"{results['load_end'][0]:.1f}, {results['seconds']:.0f} s, run dir {run}")
-    print(f"{'metric':48} | {'idempotent / read_uncommitted':>30} | {'transactional / read_committed':>30} | ratio")
+    print(f"\nbroker: tidelog (live work tree); {seconds:.0f} s produce runs of 1 KiB records, commit every "
+          f"{args.commit_ms:.0f} ms ({statistics.median(txn_counts):.0f} transactions per run); consume of "
+          f"{consume_n:,} records; load average {load0[0]:.1f} -> {results['load_end'][0]:.1f}; "
+          f"{results['seconds']:.0f} s; {run}")
+    print(f"{'metric':46} | {'idempotent / read_uncommitted':>29} | {'transactional / read_committed':>30} | ratio")
     for label, a, b, ratio in rows:
-        print(f"{label:48} | {a:>30} | {b:>30} | {ratio}")
-    print(f"\ncommit latency, {txns} transactions of one 1 KiB record, one node:")
+        print(f"{label:46} | {a:>29} | {b:>30} | {ratio}")
+    print(f"\ncommit_transaction calls of the produce runs (flush of ~{args.commit_ms:.0f} ms of records + EndTxn): "
+          f"p50 {pct(stalls, .5) * 1e3:.1f} ms, p99 {pct(stalls, .99) * 1e3:.1f} ms")
+    print(f"commit latency, {txns} transactions of one 1 KiB record, one node:")
     print(f"  commit_transaction    p50 {pct(commit, .5) * 1e3:7.2f} ms   p99 {pct(commit, .99) * 1e3:7.2f} ms   "
           f"max {max(commit) * 1e3:7.2f} ms")
     print(f"  begin..commit         p50 {pct(whole, .5) * 1e3:7.2f} ms   p99 {pct(whole, .99) * 1e3:7.2f} ms   "
