@@ -171,6 +171,8 @@ def main() -> None:
     txn: list[float] = []
     txn_counts: list[int] = []
     stalls: list[float] = []  # commit_transaction calls of the produce runs
+    # broker CPU µs per record, per run
+    cpu: dict[str, list[float]] = {"idem": [], "txn": [], "read_committed": [], "read_uncommitted": []}
     rc: list[float] = []
     ru: list[float] = []
     try:
@@ -179,6 +181,7 @@ def main() -> None:
             for side in ("idem", "txn") if r % 2 == 0 else ("txn", "idem"):
                 topic = f"bench-{side}-{r}"
                 broker.create_topic(topic, 1)
+                cpu0 = broker.cpu_seconds()
                 if side == "idem":
                     n, dt = produce_idempotent(broker.bootstrap, topic, seconds)
                     idem.append(n / dt)
@@ -189,18 +192,26 @@ def main() -> None:
                     stalls += commits
                     if not consume_topic:
                         consume_topic, consume_n = topic, n
-                print(f"  produce {side:4} run {r + 1}: {n / dt:,.0f} msg/s", flush=True)
+                cpu[side].append((broker.cpu_seconds() - cpu0) / n * 1e6)
+                print(f"  produce {side:4} run {r + 1}: {n / dt:,.0f} msg/s, broker {cpu[side][-1]:.2f} µs CPU/record",
+                      flush=True)
         results["produce_msg_s"] = {"idempotent": idem, "transactional": txn, "transactions": txn_counts,
-                                    "commit_calls_s": stalls}
+                                    "commit_calls_s": stalls,
+                                    "broker_cpu_us_per_record": {k: cpu[k] for k in ("idem", "txn")}}
 
         consume(broker.bootstrap, consume_topic, consume_n, "read_uncommitted")  # warm-up: page cache, connections
         for r in range(repeats):
             order = ("read_committed", "read_uncommitted") if r % 2 == 0 else ("read_uncommitted", "read_committed")
             for iso in order:
+                cpu0 = broker.cpu_seconds()
                 rate = consume_n / consume(broker.bootstrap, consume_topic, consume_n, iso)
                 (rc if iso == "read_committed" else ru).append(rate)
-                print(f"  consume {iso} run {r + 1}: {rate:,.0f} msg/s", flush=True)
-        results["consume_msg_s"] = {"records": consume_n, "read_committed": rc, "read_uncommitted": ru}
+                cpu[iso].append((broker.cpu_seconds() - cpu0) / consume_n * 1e6)
+                print(f"  consume {iso} run {r + 1}: {rate:,.0f} msg/s, broker {cpu[iso][-1]:.3f} µs CPU/record",
+                      flush=True)
+        results["consume_msg_s"] = {"records": consume_n, "read_committed": rc, "read_uncommitted": ru,
+                                    "broker_cpu_us_per_record": {k: cpu[k] for k in ("read_committed",
+                                                                                     "read_uncommitted")}}
 
         broker.create_topic("bench-latency", 1)
         commit, whole = commit_latency(broker.bootstrap, "bench-latency", txns)
@@ -220,8 +231,13 @@ def main() -> None:
         (f"produce 1 KiB, 1 partition, msg/s (best of {repeats})", f"{max(idem):,.0f}", f"{max(txn):,.0f}",
          f"{max(txn) / max(idem):.3f}x"),
         ("produce 1 KiB, MB/s", f"{max(idem) * kib:.1f}", f"{max(txn) * kib:.1f}", ""),
+        ("produce: broker CPU µs per record (median)", f"{statistics.median(cpu['idem']):.2f}",
+         f"{statistics.median(cpu['txn']):.2f}", f"{statistics.median(cpu['txn']) / statistics.median(cpu['idem']):.3f}x"),
         (f"consume 1 KiB, msg/s (best of {repeats})", f"{max(ru):,.0f}", f"{max(rc):,.0f}",
          f"{max(rc) / max(ru):.3f}x"),
+        ("consume: broker CPU µs per record (median)", f"{statistics.median(cpu['read_uncommitted']):.3f}",
+         f"{statistics.median(cpu['read_committed']):.3f}",
+         f"{statistics.median(cpu['read_committed']) / statistics.median(cpu['read_uncommitted']):.3f}x"),
     ]
     print(f"\nbroker: tidelog (live work tree); {seconds:.0f} s produce runs of 1 KiB records, commit every "
           f"{args.commit_ms:.0f} ms ({statistics.median(txn_counts):.0f} transactions per run); consume of "
