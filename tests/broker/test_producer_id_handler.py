@@ -63,12 +63,14 @@ def test_epoch_bump(tmp_path: Path) -> None:
     run_broker(tmp_path, scenario)
 
 
-def test_transactional_id_is_refused(tmp_path: Path) -> None:
+def test_transactional_id_goes_to_the_transaction_coordinator(tmp_path: Path) -> None:
     async def scenario(h: Harness) -> None:
-        for v in (0, 2, 4):
+        pids = set()
+        for epoch, v in enumerate((0, 2, 4)):
             r = await h.call(INIT_PRODUCER_ID, v, _body(v, txn="my-txn"))
-            assert r["error_code"] == err("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
-            assert r["producer_id"] == -1
+            assert (r["error_code"], r["producer_epoch"]) == (0, epoch)  # same id, the epoch bumped each time
+            pids.add(r["producer_id"])
+        assert len(pids) == 1 and pids.pop() >= 0
 
     run_broker(tmp_path, scenario)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +19,20 @@ from helpers import RawClient
 
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.group import records as rec
-from tidelog.broker.group.records import OFFSETS_TOPIC
+from tidelog.broker.group.coordinator import _read_partitions
+from tidelog.broker.group.records import OFFSETS_TOPIC, OffsetValue
 from tidelog.protocol import codec
-from tidelog.records.batch import ControlRecordType, build_control_batch, decode_batches
+from tidelog.records.batch import ControlRecordType, build_batch, build_control_batch, decode_batches
+from tidelog.storage.config import LogConfig
+from tidelog.storage.log import PartitionLog
 
 from .conftest import FAST_GROUPS, create_topic, wait_until
 
-COMMIT, FETCH, JOIN, SYNC, DELETE, OFFSET_DELETE, TXN_COMMIT = 8, 9, 11, 14, 42, 47, 28
+COMMIT, FETCH, FIND_COORDINATOR, JOIN, SYNC, DELETE, OFFSET_DELETE = 8, 9, 10, 11, 14, 42, 47
+INIT_PRODUCER_ID, ADD_OFFSETS, END_TXN, TXN_COMMIT = 22, 25, 26, 28
 NONE, UNKNOWN_TOPIC_OR_PARTITION, OFFSET_METADATA_TOO_LARGE, ILLEGAL_GENERATION = 0, 3, 12, 22
-UNKNOWN_MEMBER_ID, INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING = 25, 47, 49
+UNKNOWN_MEMBER_ID, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING = 25, 47, 48, 49
+TRANSACTION_ABORTABLE = 120
 MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID, UNSTABLE_OFFSET_COMMIT = 79, 82, 88
 
 TOPIC = "txn-t"
@@ -43,11 +49,58 @@ def subscription(*topics: str) -> bytes:
     return b"\x00\x00" + codec.encode_data("ConsumerProtocolSubscription", 0, {"topics": list(topics), "user_data": None})
 
 
-def txn_commit(c: RawClient, group: str, pid: int, parts: dict[int, int], *, epoch: int = 0, version: int = 3,
+@dataclass
+class Txn:
+    tid: str
+    pid: int
+    epoch: int
+
+
+RETRIABLE = {14, 15, 16, 51}  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS
+
+
+def _retry(call: Callable[[], int], what: str) -> None:
+    """Bounded retries of a transaction request while the coordinator answers a retriable error, as clients do."""
+    codes: list[int] = []
+    wait_until(lambda: codes.append(call()) or codes[-1] not in RETRIABLE, 20, what)
+    assert codes[-1] == NONE, (what, codes[-1])
+
+
+def begin(c: RawClient, tid: str, *groups: str) -> Txn:
+    """InitProducerId for ``tid`` (the transaction coordinator on this broker), then AddOffsetsToTxn per group."""
+    r = c.request(FIND_COORDINATOR, 3, {"key": tid, "key_type": 1})
+    assert r["error_code"] == NONE
+    got: dict[str, Any] = {}
+
+    def init() -> int:
+        got.update(c.request(INIT_PRODUCER_ID, 4, {"transactional_id": tid, "transaction_timeout_ms": 60000,
+                                                    "producer_id": -1, "producer_epoch": -1}))
+        return int(got["error_code"])
+
+    _retry(init, f"InitProducerId({tid})")
+    t = Txn(tid, got["producer_id"], got["producer_epoch"])
+    add_offsets(c, t, *groups)
+    return t
+
+
+def add_offsets(c: RawClient, t: Txn, *groups: str) -> None:
+    for g in groups:
+        _retry(lambda g=g: c.request(ADD_OFFSETS, 3, {"transactional_id": t.tid, "producer_id": t.pid,
+                                                      "producer_epoch": t.epoch, "group_id": g})["error_code"],
+               f"AddOffsetsToTxn({t.tid}, {g})")
+
+
+def end(c: RawClient, t: Txn, commit: bool) -> None:
+    _retry(lambda: c.request(END_TXN, 3, {"transactional_id": t.tid, "producer_id": t.pid, "producer_epoch": t.epoch,
+                                          "committed": commit})["error_code"], f"EndTxn({t.tid}, {commit})")
+
+
+def txn_commit(c: RawClient, group: str, t: Txn, parts: dict[int, int], *, version: int = 3, epoch: int | None = None,
                gen: int = -1, member: str = "", instance: str | None = None, topic: str = TOPIC,
-               metadata: str = "txn") -> dict[int, int]:
+               metadata: str = "txn", pid: int | None = None) -> dict[int, int]:
     body: dict[str, Any] = {
-        "transactional_id": f"tx-{pid}", "group_id": group, "producer_id": pid, "producer_epoch": epoch,
+        "transactional_id": t.tid, "group_id": group, "producer_id": t.pid if pid is None else pid,
+        "producer_epoch": t.epoch if epoch is None else epoch,
         "topics": [{"name": topic, "partitions": [
             {"partition_index": p, "committed_offset": o, "committed_leader_epoch": -1, "committed_metadata": metadata}
             for p, o in parts.items()]}],
@@ -56,6 +109,13 @@ def txn_commit(c: RawClient, group: str, pid: int, parts: dict[int, int], *, epo
         body.update(generation_id=gen, member_id=member, group_instance_id=instance)
     r = c.request(TXN_COMMIT, version, body)
     return {p["partition_index"]: p["error_code"] for t in r["topics"] for p in t["partitions"]}
+
+
+def settled(c: RawClient, group: str, parts: list[int]) -> dict[int, tuple[int, int]]:
+    """OffsetFetch(require_stable) once no partition is UNSTABLE_OFFSET_COMMIT (the markers are written after
+    EndTxn is answered)."""
+    return wait_until(lambda: (r := fetch(c, group, parts, stable=True)) and all(
+        code != UNSTABLE_OFFSET_COMMIT for _, code in r.values()) and r, 20, f"the offsets of {group} to settle")
 
 
 def plain_commit(c: RawClient, group: str, parts: dict[int, int], retention_ms: int | None = None) -> None:
@@ -104,10 +164,11 @@ def join_stable(c: RawClient, group: str, instance: str | None = None) -> tuple[
 # ------------------------------------------------------------------------------------------ over the wire
 
 
-def test_pending_offsets_are_invisible_and_unstable(b: Any) -> None:
+def test_pending_offsets_are_invisible_until_the_commit_marker(b: Any) -> None:
     with RawClient(b.port) as c:
         plain_commit(c, "g-pend", {0: 5})
-        assert txn_commit(c, "g-pend", 1000, {0: 10, 1: 20}) == {0: NONE, 1: NONE}
+        t = begin(c, "tx-pend", "g-pend")
+        assert txn_commit(c, "g-pend", t, {0: 10, 1: 20}) == {0: NONE, 1: NONE}
         # not committed yet: OffsetFetch answers the last committed offsets
         for v in (1, 6, 7, 8):
             assert fetch(c, "g-pend", [0, 1], version=v) == {0: (5, NONE), 1: (-1, NONE)}
@@ -121,12 +182,22 @@ def test_pending_offsets_are_invisible_and_unstable(b: Any) -> None:
         # another group is not affected
         plain_commit(c, "g-pend-other", {1: 3})
         assert fetch(c, "g-pend-other", [0, 1], stable=True) == {0: (-1, NONE), 1: (3, NONE)}
+        # EndTxn(commit): the coordinator's COMMIT marker reaches __consumer_offsets and the offsets are committed
+        end(c, t, commit=True)
+        assert settled(c, "g-pend", [0, 1]) == {0: (10, NONE), 1: (20, NONE)}
+        # the next transaction of the producer is aborted: its offsets vanish, the committed ones stay
+        add_offsets(c, t, "g-pend")
+        assert txn_commit(c, "g-pend", t, {0: 99}) == {0: NONE}
+        assert fetch(c, "g-pend", [0], stable=True) == {0: (-1, UNSTABLE_OFFSET_COMMIT)}
+        end(c, t, commit=False)
+        assert settled(c, "g-pend", [0, 1]) == {0: (10, NONE), 1: (20, NONE)}
 
 
 def test_bad_input_is_answered_per_partition_and_changes_nothing(b: Any) -> None:
     with RawClient(b.port) as c:
+        t = begin(c, "tx-bad", "g-bad")
         r = c.request(TXN_COMMIT, 3, {
-            "transactional_id": "tx-bad", "group_id": "g-bad", "producer_id": 1001, "producer_epoch": 0,
+            "transactional_id": t.tid, "group_id": "g-bad", "producer_id": t.pid, "producer_epoch": t.epoch,
             "generation_id": -1, "member_id": "", "group_instance_id": None, "topics": [
                 {"name": TOPIC, "partitions": [
                     {"partition_index": 0, "committed_offset": 1, "committed_metadata": "x" * 5000},
@@ -138,72 +209,100 @@ def test_bad_input_is_answered_per_partition_and_changes_nothing(b: Any) -> None
                        ("no-such-topic", 0): UNKNOWN_TOPIC_OR_PARTITION}
         assert fetch(c, "g-bad", [0, 1], stable=True) == {0: (-1, NONE), 1: (-1, UNSTABLE_OFFSET_COMMIT)}
         # no producer id: nothing is written (it would read back as a plain commit)
-        assert txn_commit(c, "g-bad-pid", -1, {0: 1}) == {0: INVALID_PRODUCER_ID_MAPPING}
-        assert fetch(c, "g-bad-pid", [0], stable=True) == {0: (-1, NONE)}
-        # a fenced epoch of the producer: the __consumer_offsets partition's producer state refuses the batch
-        assert txn_commit(c, "g-bad", 1001, {0: 8}, epoch=3) == {0: NONE}
-        assert txn_commit(c, "g-bad", 1001, {1: 9}, epoch=2) == {1: INVALID_PRODUCER_EPOCH}
+        assert txn_commit(c, "g-bad", t, {0: 1}, pid=-1) == {0: INVALID_PRODUCER_ID_MAPPING}
+        # KIP-890: a stale epoch, or a group whose offsets partition the transaction never added
+        assert txn_commit(c, "g-bad", t, {0: 8}, epoch=t.epoch + 1) == {0: INVALID_PRODUCER_EPOCH}
+        other = next(g for g in (f"g-bad-{i}" for i in range(100))
+                     if rec.partition_for(g, 5) != rec.partition_for("g-bad", 5))
+        assert txn_commit(c, other, t, {0: 8}, version=5) == {0: TRANSACTION_ABORTABLE}
+        assert txn_commit(c, other, t, {0: 8}, version=3) == {0: INVALID_TXN_STATE}
+        assert fetch(c, other, [0], stable=True) == {0: (-1, NONE)}
+        assert fetch(c, "g-bad", [0, 1], stable=True) == {0: (-1, NONE), 1: (-1, UNSTABLE_OFFSET_COMMIT)}
+        end(c, t, commit=False)
+        assert settled(c, "g-bad", [0, 1]) == {0: (-1, NONE), 1: (-1, NONE)}
 
 
 def test_member_generation_and_instance_checks(b: Any) -> None:
     with RawClient(b.port) as c:
         mid, gen = join_stable(c, "g-mem")
+        t = begin(c, "tx-mem", "g-mem", "g-mem-none")
         for version in (3, 5):
-            assert txn_commit(c, "g-mem", 1002, {0: 1}, version=version, gen=gen + 1, member=mid) == {0: ILLEGAL_GENERATION}
-            assert txn_commit(c, "g-mem", 1002, {0: 1}, version=version, gen=gen, member="nobody") == {0: UNKNOWN_MEMBER_ID}
-            assert txn_commit(c, "g-mem", 1002, {0: 1}, version=version, gen=gen, member=mid,
+            assert txn_commit(c, "g-mem", t, {0: 1}, version=version, gen=gen + 1, member=mid) == {0: ILLEGAL_GENERATION}
+            assert txn_commit(c, "g-mem", t, {0: 1}, version=version, gen=gen, member="nobody") == {0: UNKNOWN_MEMBER_ID}
+            assert txn_commit(c, "g-mem", t, {0: 1}, version=version, gen=gen, member=mid,
                               instance="unknown-instance") == {0: UNKNOWN_MEMBER_ID}
         # an unknown group with a generation: ILLEGAL_GENERATION (Kafka 4.x), and the group is not created
-        assert txn_commit(c, "g-mem-none", 1002, {0: 1}, gen=3, member="m") == {0: ILLEGAL_GENERATION}
+        assert txn_commit(c, "g-mem-none", t, {0: 1}, gen=3, member="m") == {0: ILLEGAL_GENERATION}
         assert fetch(c, "g-mem-none", [0], stable=True) == {0: (-1, NONE)}
         assert fetch(c, "g-mem", [0], stable=True) == {0: (-1, NONE)}  # nothing was written
         # the member at its generation; no member id / generation -1 (or v0-2, which carry neither) skip the check
-        assert txn_commit(c, "g-mem", 1002, {0: 11}, gen=gen, member=mid) == {0: NONE}
-        assert txn_commit(c, "g-mem", 1002, {1: 12}) == {1: NONE}
-        assert txn_commit(c, "g-mem", 1002, {1: 13}, version=0) == {1: NONE}
+        assert txn_commit(c, "g-mem", t, {0: 11}, gen=gen, member=mid) == {0: NONE}
+        assert txn_commit(c, "g-mem", t, {1: 12}) == {1: NONE}
+        assert txn_commit(c, "g-mem", t, {1: 13}, version=0) == {1: NONE}
         assert fetch(c, "g-mem", [0, 1], stable=True) == {0: (-1, UNSTABLE_OFFSET_COMMIT), 1: (-1, UNSTABLE_OFFSET_COMMIT)}
+        end(c, t, commit=True)
+        assert settled(c, "g-mem", [0, 1]) == {0: (11, NONE), 1: (13, NONE)}
         # static membership: the instance must name this member id
         smid, sgen = join_stable(c, "g-static", instance="inst-1")
-        assert txn_commit(c, "g-static", 1003, {0: 1}, gen=sgen, member="old-id", instance="inst-1") == {
+        ts = begin(c, "tx-static", "g-static")
+        assert txn_commit(c, "g-static", ts, {0: 1}, gen=sgen, member="old-id", instance="inst-1") == {
             0: FENCED_INSTANCE_ID}
-        assert txn_commit(c, "g-static", 1003, {0: 1}, gen=sgen, member=smid, instance="inst-1") == {0: NONE}
+        assert txn_commit(c, "g-static", ts, {0: 1}, gen=sgen, member=smid, instance="inst-1") == {0: NONE}
+        end(c, ts, commit=False)
 
 
 def test_delete_group_and_offset_delete_remove_pending_offsets(b: Any) -> None:
     with RawClient(b.port) as c:
-        assert txn_commit(c, "g-del", 1004, {0: 7}) == {0: NONE}
+        t = begin(c, "tx-del", "g-del", "g-odel")
+        assert txn_commit(c, "g-del", t, {0: 7}) == {0: NONE}
         r = c.request(DELETE, 2, {"groups_names": ["g-del"]})
         assert r["results"][0]["error_code"] == NONE
         assert fetch(c, "g-del", [0], stable=True) == {0: (-1, NONE)}
         plain_commit(c, "g-odel", {1: 4})
-        assert txn_commit(c, "g-odel", 1005, {0: 8, 1: 9}) == {0: NONE, 1: NONE}
+        assert txn_commit(c, "g-odel", t, {0: 8, 1: 9}) == {0: NONE, 1: NONE}
         r = c.request(OFFSET_DELETE, 0, {"group_id": "g-odel", "topics": [
             {"name": TOPIC, "partitions": [{"partition_index": 0}]}]})
         assert r["error_code"] == NONE and r["topics"][0]["partitions"][0]["error_code"] == NONE
         assert fetch(c, "g-odel", [0, 1], stable=True) == {0: (-1, NONE), 1: (-1, UNSTABLE_OFFSET_COMMIT)}
         assert fetch(c, "g-odel", [0, 1]) == {0: (-1, NONE), 1: (4, NONE)}
+        # the transaction commits: what the tombstones removed does not come back
+        end(c, t, commit=True)
+        assert settled(c, "g-odel", [0, 1]) == {0: (-1, NONE), 1: (9, NONE)}
+        assert fetch(c, "g-del", [0], stable=True) == {0: (-1, NONE)}
 
 
 def test_expiry_keeps_offsets_with_a_pending_transaction(b: Any) -> None:
     with RawClient(b.port) as c:
         plain_commit(c, "g-exp", {0: 1, 1: 2}, retention_ms=200)
-        assert txn_commit(c, "g-exp", 1006, {1: 20}) == {1: NONE}
+        t = begin(c, "tx-exp", "g-exp")
+        assert txn_commit(c, "g-exp", t, {1: 20}) == {1: NONE}
         # partition 0 expires; partition 1 has a pending transactional offset and stays, and so does the group
         wait_until(lambda: 0 not in fetch(c, "g-exp"), 10, "the offset of partition 0 to expire")
         assert fetch(c, "g-exp") == {1: (2, NONE)}
         assert fetch(c, "g-exp", [1], stable=True) == {1: (-1, UNSTABLE_OFFSET_COMMIT)}
+        end(c, t, commit=True)
+        assert settled(c, "g-exp", [1]) == {1: (20, NONE)}
 
 
 def test_restart_keeps_pending_offsets_pending(b: Any) -> None:
     with RawClient(b.port) as c:
         plain_commit(c, "g-rs", {0: 3})
-        assert txn_commit(c, "g-rs", 1007, {0: 30, 1: 31}) == {0: NONE, 1: NONE}
+        t = begin(c, "tx-rs", "g-rs")
+        assert txn_commit(c, "g-rs", t, {0: 30, 1: 31}) == {0: NONE, 1: NONE}
     b.stop()
     b.start()
     with RawClient(b.port) as c:
         wait_until(lambda: fetch_or_none(c, "g-rs"), 30, "the coordinator to load")
         assert fetch(c, "g-rs", [0, 1]) == {0: (3, NONE), 1: (-1, NONE)}
         assert fetch(c, "g-rs", [0, 1], stable=True) == {0: (-1, UNSTABLE_OFFSET_COMMIT), 1: (-1, UNSTABLE_OFFSET_COMMIT)}
+        # the transaction, loaded by its coordinator, commits after the restart: the loaded pending offsets too
+        end(c, t, commit=True)
+        assert settled(c, "g-rs", [0, 1]) == {0: (30, NONE), 1: (31, NONE)}
+    b.stop()
+    b.start()
+    with RawClient(b.port) as c:
+        wait_until(lambda: fetch_or_none(c, "g-rs"), 30, "the coordinator to load")
+        assert fetch(c, "g-rs", [0, 1], stable=True) == {0: (30, NONE), 1: (31, NONE)}
 
 
 def fetch_or_none(c: RawClient, group: str) -> dict[int, tuple[int, int]] | None:
@@ -216,13 +315,14 @@ def fetch_or_none(c: RawClient, group: str) -> dict[int, tuple[int, int]] | None
 
 
 def _in_process(data_dir: Path, scenario: Callable[[Any], Awaitable[None]]) -> None:
-    """A Broker in this process on ``data_dir`` (free port), ``scenario(broker)`` once the groups are loaded."""
+    """A Broker in this process on ``data_dir`` (free port), ``scenario(broker)`` once the groups are loaded. The
+    producers are made up (no InitProducerId), so the transaction coordinator's verification is off."""
     from tidelog.broker.broker import Broker
 
     async def main() -> None:
         cfg = BrokerConfig.from_properties({
             "log.dirs": str(data_dir), "listeners": "PLAINTEXT://127.0.0.1:0", "tidelog.metrics.listener": "off",
-            "offsets.topic.num.partitions": "5"})
+            "offsets.topic.num.partitions": "5", "transaction.partition.verification.enable": "false"})
         broker = Broker(cfg)
         await broker.start()
         try:
@@ -238,8 +338,12 @@ def _marker(broker: Any, group: str, pid: int, commit: bool, epoch: int = 0) -> 
     """What WriteTxnMarkers does at a __consumer_offsets partition: the control batch, then the coordinator."""
     partition = rec.partition_for(group, 5)
     plog = broker.leader_log(OFFSETS_TOPIC, partition)
-    kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
-    plog.append_as_leader(build_control_batch(kind, pid, epoch, 0, 0, int(time.time() * 1000)), leader_epoch=0)
+    append_marker = getattr(plog, "append_txn_marker", None)  # the partition side's (branch txn-storage)
+    if append_marker is not None:
+        append_marker(pid, epoch, 0, commit, leader_epoch=0)
+    else:  # the same control batch (records.batch.build_control_batch), appended as the leader
+        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        plog.append_as_leader(build_control_batch(kind, pid, epoch, 0, 0, int(time.time() * 1000)), leader_epoch=0)
     broker.on_append((OFFSETS_TOPIC, partition), plog)
     broker.group_coordinator.on_txn_marker(partition, pid, commit)
 
@@ -257,24 +361,24 @@ def test_markers_commit_and_abort_and_a_restart_loads_them(tmp_path: Path) -> No
             return asyncio.to_thread(run)
 
         # committed: becomes visible
-        assert await wire(lambda c: txn_commit(c, "g-c", 2000, {0: 10, 1: 11})) == {0: NONE, 1: NONE}
+        assert await wire(lambda c: txn_commit(c, "g-c", Txn("made-up", 2000, 0), {0: 10, 1: 11})) == {0: NONE, 1: NONE}
         assert await wire(lambda c: fetch(c, "g-c", [0, 1], stable=True)) == {
             0: (-1, UNSTABLE_OFFSET_COMMIT), 1: (-1, UNSTABLE_OFFSET_COMMIT)}
         _marker(broker, "g-c", 2000, commit=True)
         assert await wire(lambda c: fetch(c, "g-c", [0, 1], stable=True)) == {0: (10, NONE), 1: (11, NONE)}
         # aborted: dropped, the committed offset stays
         await wire(lambda c: plain_commit(c, "g-a", {0: 4}))
-        assert await wire(lambda c: txn_commit(c, "g-a", 2001, {0: 40})) == {0: NONE}
+        assert await wire(lambda c: txn_commit(c, "g-a", Txn("made-up", 2001, 0), {0: 40})) == {0: NONE}
         _marker(broker, "g-a", 2001, commit=False)
         assert await wire(lambda c: fetch(c, "g-a", [0], stable=True)) == {0: (4, NONE)}
         # a plain commit written after the transactional one wins when the transaction commits (log order)
-        assert await wire(lambda c: txn_commit(c, "g-o", 2002, {0: 50, 1: 51})) == {0: NONE, 1: NONE}
+        assert await wire(lambda c: txn_commit(c, "g-o", Txn("made-up", 2002, 0), {0: 50, 1: 51})) == {0: NONE, 1: NONE}
         await wire(lambda c: plain_commit(c, "g-o", {0: 60}))
         _marker(broker, "g-o", 2002, commit=True)
         assert await wire(lambda c: fetch(c, "g-o", [0, 1], stable=True)) == {0: (60, NONE), 1: (51, NONE)}
         # a transaction still open at shutdown, and one producer's marker that does not touch another's offsets
-        assert await wire(lambda c: txn_commit(c, "g-open", 2003, {0: 70})) == {0: NONE}
-        assert await wire(lambda c: txn_commit(c, "g-open", 2004, {1: 71})) == {1: NONE}
+        assert await wire(lambda c: txn_commit(c, "g-open", Txn("made-up", 2003, 0), {0: 70})) == {0: NONE}
+        assert await wire(lambda c: txn_commit(c, "g-open", Txn("made-up", 2004, 0), {1: 71})) == {1: NONE}
         _marker(broker, "g-open", 2004, commit=True)
         assert await wire(lambda c: fetch(c, "g-open", [0, 1], stable=True)) == {
             0: (-1, UNSTABLE_OFFSET_COMMIT), 1: (71, NONE)}
@@ -309,3 +413,58 @@ def test_markers_commit_and_abort_and_a_restart_loads_them(tmp_path: Path) -> No
 def _fetch_now(port: int, group: str) -> dict[int, tuple[int, int]]:
     with RawClient(port) as c:
         return fetch(c, group, [0, 1], stable=True)
+
+
+# ------------------------------------------------------------------------------------------ the replay
+
+
+def test_replay_of_transactional_offsets(tmp_path: Path) -> None:
+    """``_read_partitions`` as Kafka's loader: transactional records pending per producer, markers complete them
+    (higher record offset wins on commit), tombstones remove pending offsets too, open transactions stay pending,
+    and a transactional record outside its group's partition is not adopted."""
+    n = 5
+    group = "g-replay"
+    home = rec.partition_for(group, n)
+    now = int(time.time() * 1000)
+    logs = {p: PartitionLog.open(tmp_path / f"{OFFSETS_TOPIC}-{p}", LogConfig()) for p in range(n)}
+
+    def value(offset: int) -> bytes:
+        return rec.encode_offset_value(OffsetValue(offset, -1, "", now))
+
+    def key(part: int, grp: str = group) -> bytes:
+        return rec.encode_offset_key(grp, TOPIC, part)
+
+    def txn(p: int, pid: int, *entries: tuple[bytes, bytes | None]) -> None:
+        logs[p].append_as_leader(build_batch(list(entries), producer_id=pid, producer_epoch=0, is_transactional=True),
+                                 coordinator_origin=True)
+
+    def plain(p: int, *entries: tuple[bytes, bytes | None]) -> None:
+        logs[p].append_as_leader(build_batch(list(entries)))
+
+    def marker(p: int, pid: int, commit: bool) -> None:
+        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        logs[p].append_as_leader(build_control_batch(kind, pid, 0, 0, 0, now))
+
+    try:
+        plain(home, (key(0), value(1)))
+        txn(home, 10, (key(0), value(100)), (key(1), value(101)))   # committed below
+        txn(home, 11, (key(2), value(200)))                         # aborted below
+        txn(home, 12, (key(3), value(300)))                         # a plain commit comes after it
+        plain(home, (key(3), value(3)))
+        txn(home, 13, (key(4), value(400)), (key(5), value(401)))  # still open; 4 tombstoned
+        plain(home, (key(4), None))
+        marker(home, 10, True)
+        marker(home, 11, False)
+        marker(home, 12, True)
+        other = (home + 1) % n
+        txn(other, 14, (key(6), value(600)))                        # not the group's partition
+        marker(other, 14, True)
+        _, offsets, _, _, pending = _read_partitions(list(logs.values()), n, adopt_misplaced=True)
+        got = {k[2]: ov.offset for k, ov in offsets.items() if k[0] == group}
+        assert got == {0: 100, 1: 101, 3: 3}
+        assert {pid: {k[2]: ov.offset for k, ov in offs.items()} for pid, offs in pending.get(home, {}).items()} == {
+            13: {5: 401}}
+        assert other not in pending
+    finally:
+        for lg in logs.values():
+            lg.close()

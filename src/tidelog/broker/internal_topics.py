@@ -10,24 +10,39 @@ them its own way, as Kafka's ``GroupMetadataManager`` and ``TransactionStateMana
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.purgatory import DelayedProduce
 from tidelog.records.batch import build_batch
+from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
 
 
 async def append_and_wait(broker: Broker, topic: str, partition: int, entries: list[tuple[bytes, bytes | None]],
-                          timeout_ms: int, *, off_loop: bool = False) -> str | None:
+                          timeout_ms: int, *, off_loop: bool = False, producer_id: int = NO_PRODUCER_ID,
+                          producer_epoch: int = NO_PRODUCER_EPOCH,
+                          on_appended: Callable[[int], None] | None = None) -> str | None:
     """Append ``(key, value)`` records as one batch to ``topic-partition`` as its leader and wait until the ISR has
     it (``timeout_ms``). ``None`` on success, else the Kafka error name (``NOT_ENOUGH_REPLICAS`` when the ISR is
     below the partition's ``min.insync.replicas``; an exception without a Kafka error gives its ``repr``).
-    ``off_loop``: build and append the batch in a worker thread (large loads)."""
+    ``off_loop``: build and append the batch in a worker thread (large loads). ``producer_id`` >= 0: a
+    transactional batch of that producer, as Kafka's coordinators write one (TxnOffsetCommit): producer id and epoch,
+    transactional attribute, base sequence -1 (``coordinator_origin``). ``on_appended(first offset)`` is called on
+    the loop once the batch is in the local log, before the wait for the ISR."""
     if not entries:
         return None
     tp = (topic, partition)
+    txn = producer_id >= 0
+
+    def build() -> bytes:
+        if not txn:
+            return build_batch(list(entries))
+        return build_batch(list(entries), producer_id=producer_id, producer_epoch=producer_epoch,
+                           base_sequence=NO_SEQUENCE, is_transactional=True)
+
     try:
         plog = broker.leader_log(*tp)
         if len(broker.isr(*tp)) < plog.config.min_insync_replicas:
@@ -35,12 +50,14 @@ async def append_and_wait(broker: Broker, topic: str, partition: int, entries: l
         epoch = broker.leader_epoch(*tp)
         if off_loop:
             appended: Any = await asyncio.to_thread(
-                lambda: plog.append_as_leader(build_batch(list(entries)), leader_epoch=epoch))
+                lambda: plog.append_as_leader(build(), leader_epoch=epoch, coordinator_origin=txn))
         else:
-            appended = plog.append_as_leader(build_batch(list(entries)), leader_epoch=epoch)
+            appended = plog.append_as_leader(build(), leader_epoch=epoch, coordinator_origin=txn)
         broker.on_append(tp, plog)
     except Exception as exc:
         return getattr(exc, "kafka_error", None) or repr(exc)
+    if on_appended is not None:
+        on_appended(appended.first_offset)
     status = await wait_replicated(broker, {tp: appended.last_offset + 1}, timeout_ms)
     return status.get(tp)
 

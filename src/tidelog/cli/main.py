@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "consume": "tidelog.cli.console:consume",
     "groups": "tidelog.cli.groups:groups",
     "cluster": "tidelog.cli.cluster:cluster",
+    "transactions": "tidelog.cli.transactions:transactions",
 }
 
 

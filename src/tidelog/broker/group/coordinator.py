@@ -56,10 +56,10 @@ from tidelog.broker.errors import code_of
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.records import OFFSETS_TOPIC, GroupValue, OffsetValue
 from tidelog.broker.group.state import Group, GroupState, Member
-from tidelog.broker.purgatory import DelayedProduce
+from tidelog.broker.internal_topics import append_and_wait
 from tidelog.protocol.errors import error_code
-from tidelog.records.batch import ControlRecordType, build_batch, decode_batches, parse_control_record
-from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from tidelog.records.batch import ControlRecordType, decode_batches, parse_control_record
+from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
@@ -90,6 +90,11 @@ GROUP_SUBSCRIBED_TO_TOPIC = error_code("GROUP_SUBSCRIBED_TO_TOPIC")
 INVALID_REQUEST = error_code("INVALID_REQUEST")
 REQUEST_TIMED_OUT = error_code("REQUEST_TIMED_OUT")
 UNSTABLE_OFFSET_COMMIT = error_code("UNSTABLE_OFFSET_COMMIT")
+NETWORK_EXCEPTION = error_code("NETWORK_EXCEPTION")
+PRODUCER_FENCED = error_code("PRODUCER_FENCED")
+INVALID_PRODUCER_EPOCH = error_code("INVALID_PRODUCER_EPOCH")
+INVALID_TXN_STATE = error_code("INVALID_TXN_STATE")
+TRANSACTION_ABORTABLE = error_code("TRANSACTION_ABORTABLE")
 INVALID_PRODUCER_ID_MAPPING = error_code("INVALID_PRODUCER_ID_MAPPING")
 
 OFFSET_METADATA_MAX_BYTES = 4096
@@ -490,35 +495,9 @@ class GroupCoordinator:
         the wait for the ISR."""
         if not entries:
             return NONE
-        broker = self.broker
-        tp = (OFFSETS_TOPIC, partition)
-
-        def build() -> bytes:
-            if producer_id < 0:
-                return build_batch(list(entries))
-            return build_batch(list(entries), producer_id=producer_id, producer_epoch=producer_epoch,
-                               base_sequence=NO_SEQUENCE, is_transactional=True)
-
-        try:
-            plog = broker.leader_log(*tp)
-            if len(broker.isr(*tp)) < plog.config.min_insync_replicas:
-                return self._append_error("NOT_ENOUGH_REPLICAS", offsets, group_id)
-            epoch = broker.leader_epoch(*tp)
-            txn = producer_id >= 0
-            if off_loop:
-                appended = await asyncio.to_thread(
-                    lambda: plog.append_as_leader(build(), leader_epoch=epoch, coordinator_origin=txn))
-            else:
-                appended = plog.append_as_leader(build(), leader_epoch=epoch, coordinator_origin=txn)
-            broker.on_append(tp, plog)
-        except Exception as exc:
-            return self._append_error(getattr(exc, "kafka_error", None) or repr(exc), offsets, group_id)
-        if on_appended is not None:
-            on_appended(appended.first_offset)
-        op = DelayedProduce({tp: appended.last_offset + 1}, self.commit_timeout_ms, broker.high_watermark)
-        broker.purgatory.produce.try_complete_else_watch(op, [tp])
-        status = await op.wait()
-        err = status.get(tp)
+        err = await append_and_wait(self.broker, OFFSETS_TOPIC, partition, entries, self.commit_timeout_ms,
+                                    off_loop=off_loop, producer_id=producer_id, producer_epoch=producer_epoch,
+                                    on_appended=on_appended)
         return NONE if err is None else self._append_error(err, offsets, group_id)
 
     @staticmethod
@@ -1104,7 +1083,8 @@ class GroupCoordinator:
 
     async def commit_txn_offsets(
         self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
-        generation_id: int, group_instance_id: str | None, offsets: dict[tuple[str, int], Any],
+        generation_id: int, group_instance_id: str | None, offsets: dict[tuple[str, int], Any], *,
+        api_version: int = 5,
     ) -> dict[tuple[str, int], int]:
         """TxnOffsetCommit: write ``offsets`` ({(topic, partition): OffsetValue or (offset, leader epoch,
         metadata)}) as ONE transactional batch of the producer to the group's ``__consumer_offsets`` partition
@@ -1136,7 +1116,7 @@ class GroupCoordinator:
             # a batch without producer id would be read back as a plain commit: never written
             err = INVALID_PRODUCER_ID_MAPPING
         if not err:
-            err = await self._verify_txn(transactional_id, group_id, producer_id, producer_epoch)
+            err = await self._verify_txn(transactional_id, group_id, producer_id, producer_epoch, api_version)
         if not err:
             err = self._validate_txn_commit(group_id, generation_id, member_id, group_instance_id)
         if err:
@@ -1161,19 +1141,21 @@ class GroupCoordinator:
         if not accepted:
             return results
         registered: list[tuple[tuple[str, int], OffsetValue]] = []
+        opened: list[bool] = []
+        txn_key = (rec.partition_for(group_id, self.num_partitions), producer_id)
 
         def register(first: int) -> None:
             # as soon as the batch is in the log (Kafka replays a write when it is appended): a marker appended
             # after it must find these offsets, even while the ISR is still catching up
             g = self._group(group_id, create=True)
             assert g is not None
+            opened.append(producer_id not in g.pending_txn_offsets)
             pending = g.pending_txn_offsets.setdefault(producer_id, {})
             for i, (tp, ov) in enumerate(accepted):
                 ov.record_offset = first + i
                 pending[tp] = ov
                 registered.append((tp, ov))
-            self._open_txns.setdefault((rec.partition_for(group_id, self.num_partitions), producer_id),
-                                       set()).add(group_id)
+            self._open_txns.setdefault(txn_key, set()).add(group_id)
 
         code = await self._append(group_id, entries, producer_id=producer_id, producer_epoch=producer_epoch,
                                   on_appended=register)
@@ -1184,6 +1166,10 @@ class GroupCoordinator:
             for tp, ov in registered:
                 if pending is not None and pending.get(tp) is ov:
                     del pending[tp]
+            if g is not None and pending == {} and opened[0]:
+                # this write opened the group's transaction: it is not open after all
+                del g.pending_txn_offsets[producer_id]
+                self._open_txns.get(txn_key, set()).discard(group_id)
         for tp, _ in accepted:
             results[tp] = code
         log.debug("transactional offsets written", extra={"kv": {
@@ -1191,19 +1177,37 @@ class GroupCoordinator:
             "count": len(accepted), "error": code}})
         return results
 
-    async def _verify_txn(self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int) -> int:
-        """KIP-890 part 1: the transaction coordinator, when this broker runs one, must have the group's offsets
-        partition in the producer's ongoing transaction (AddOffsetsToTxn); its error code, else NONE."""
-        verify = getattr(getattr(self.broker, "txn_coordinator", None), "verify_transaction", None)
-        if verify is None:
+    async def _verify_txn(self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int,
+                          api_version: int) -> int:
+        """KIP-890 part 1: the transaction coordinator, when this broker runs one (and
+        ``transaction.partition.verification.enable``), must have the group's offsets partition in the producer's
+        ongoing transaction (AddOffsetsToTxn); its error code, else NONE, mapped as Kafka's
+        AddPartitionsToTxnManager and coordinator runtime map it for TxnOffsetCommit: PRODUCER_FENCED ->
+        INVALID_PRODUCER_EPOCH; TRANSACTION_ABORTABLE (partition not in the transaction) -> INVALID_TXN_STATE
+        before v5 (which added TRANSACTION_ABORTABLE); a transaction coordinator not there (NOT_COORDINATOR,
+        COORDINATOR_NOT_AVAILABLE) -> COORDINATOR_NOT_AVAILABLE; not reachable -> COORDINATOR_LOAD_IN_PROGRESS."""
+        coord = getattr(self.broker, "txn_coordinator", None)
+        verify = getattr(coord, "verify_transaction", None)
+        if verify is None or not getattr(coord, "verification_enabled", True):
             return NONE
         tp = (OFFSETS_TOPIC, rec.partition_for(group_id, self.num_partitions))
         try:
             codes = await verify(transactional_id, producer_id, producer_epoch, [tp])
         except Exception as exc:
+            # the transaction coordinator could not be asked: retriable, as Kafka's NETWORK_EXCEPTION here
             log.warning("transaction verification failed", extra={"kv": {"group": group_id, "error": repr(exc)}})
-            return getattr(exc, "code", None) or code_of(getattr(exc, "kafka_error", None) or "UNKNOWN_SERVER_ERROR")
-        return int(codes.get(tp, NONE))
+            return COORDINATOR_LOAD_IN_PROGRESS
+        code = int(codes.get(tp, NONE))
+        if code == NETWORK_EXCEPTION:
+            # Kafka 4.x (handleOperationException): retried by older clients without a coordinator lookup
+            return COORDINATOR_LOAD_IN_PROGRESS
+        if code in (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE):
+            return COORDINATOR_NOT_AVAILABLE  # not this group coordinator's fault: no group coordinator lookup
+        if code == PRODUCER_FENCED:
+            return INVALID_PRODUCER_EPOCH
+        if code == TRANSACTION_ABORTABLE and api_version < 5:
+            return INVALID_TXN_STATE
+        return code
 
     def _validate_txn_commit(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
         """Kafka 4.x ``validateTransactionalOffsetCommit`` + ``ClassicGroup.validateOffsetCommit(isTransactional)``:

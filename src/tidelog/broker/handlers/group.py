@@ -345,6 +345,7 @@ async def txn_offset_commit(ctx: RequestContext, request: dict) -> dict:
             int(request.get("generation_id", -1)) if v >= 3 else -1,
             request.get("group_instance_id") if v >= 3 else None,
             wanted,
+            api_version=v,
         )
     topics: dict[str, list[dict]] = {}
     for t, p in wanted:

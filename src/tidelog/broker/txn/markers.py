@@ -9,9 +9,9 @@ Two sides, as in Kafka:
   (``on_txn_marker``), so the producer's pending transactional offsets become visible or vanish.
 * the **coordinator side** (:class:`TxnMarkerChannel`, Kafka's ``TransactionMarkerChannelManager``): the markers of
   one transaction, grouped by partition leader, retried until each partition acknowledged. Partitions this broker
-  leads take the local path; a partition led elsewhere goes through the replica manager's
-  ``send_txn_markers(node_id, request_body) -> response_body`` (a WriteTxnMarkers request; ZooKeeper mode's
-  replica manager provides it; the single node's never needs it). A partition whose topic no longer exists is
+  leads take the local path; a partition led elsewhere goes as a WriteTxnMarkers request through the replica manager's
+  ``broker_request(node_id, api_key, version, body, timeout=...)`` (ZooKeeper mode's inter-broker requests; the
+  single node's replica manager has none and never needs it). A partition whose topic no longer exists is
   dropped (Kafka skips partitions without a leader: "likely deleted already"); INVALID_PRODUCER_EPOCH or
   TRANSACTION_COORDINATOR_FENCED stop the sending (a newer coordinator or epoch owns the transaction, Kafka's
   ``abortSending``); every other error is retried after ``retry_backoff_ms``.
@@ -20,12 +20,14 @@ Two sides, as in Kafka:
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.group.records import OFFSETS_TOPIC
 from tidelog.broker.internal_topics import wait_replicated
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ERRORS_BY_CODE
 
 if TYPE_CHECKING:
@@ -184,15 +186,19 @@ class TxnMarkerChannel:
 
     async def _send_remote(self, node: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                            commit: bool, tps: list[TopicPartition]) -> dict[TopicPartition, str | None]:
-        send = getattr(self.broker.replica_manager, "send_txn_markers", None)
-        if send is None:
-            return {tp: "NOT_LEADER_OR_FOLLOWER" for tp in tps}
+        """WriteTxnMarkers (v1) to the leader ``node`` through the replica manager's inter-broker requests
+        (``broker_request``, ZooKeeper mode); without it (one node) the partition is not led here: retried."""
+        request = getattr(self.broker.replica_manager, "broker_request", None)
+        if request is None:
+            return dict.fromkeys(tps, "NOT_LEADER_OR_FOLLOWER")
         body = write_txn_markers_request(producer_id, producer_epoch, coordinator_epoch, commit, tps)
         try:
-            response = await send(node, body)
+            response = request(node, ApiKey.WRITE_TXN_MARKERS, 1, body, timeout=self.request_timeout_ms / 1000.0)
+            if inspect.isawaitable(response):
+                response = await response
         except Exception as exc:
             log.info("WriteTxnMarkers to a partition leader failed",
                      extra={"kv": {"node": node, "error": repr(exc)}})
-            return {tp: "NETWORK_EXCEPTION" for tp in tps}
+            return dict.fromkeys(tps, "NETWORK_EXCEPTION")
         errors = _errors_of_response(response, producer_id)
         return {tp: errors.get(tp, "UNKNOWN_SERVER_ERROR") for tp in tps}
