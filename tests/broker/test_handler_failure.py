@@ -32,7 +32,7 @@ PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS = 0, 1, 2, 3
 
 def _error_codes(x: Any) -> list[int]:
     if isinstance(x, dict):
-        return [v for k, v in x.items() if k == "error_code"] + [c for v in x.values() for c in _error_codes(v)]
+        return [v for k, v in x.items() if k == "error_code" or k.endswith("_error_code")] + [c for v in x.values() for c in _error_codes(v)]
     if isinstance(x, list):
         return [c for v in x for c in _error_codes(v)]
     return []

@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kafka.record.default_records import ControlRecord, DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords
 
@@ -280,6 +282,22 @@ def test_clean_reopen_restores_open_transactions_from_the_snapshot(tmp_path: Pat
         lg2.close()
 
 
+def test_a_corrupt_txnindex_is_rebuilt_after_a_clean_shutdown(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    lg = _open(d)
+    _write_history(lg)
+    lg.close()
+    expected = _txnindex_files(d)
+    (d / "00000000000000000004.txnindex").write_bytes(expected["00000000000000000004.txnindex"][:20])
+    lg2 = _open(d, clean_shutdown=True, high_watermark=16)
+    try:
+        assert _txnindex_files(d) == expected
+        assert lg2.collect_aborted_transactions(0, 100) == ALL_ABORTED
+        assert lg2.ongoing_transactions() == {2: 14}
+    finally:
+        lg2.close()
+
+
 def test_recovery_after_a_cut_marker_reopens_the_transaction(tmp_path: Path) -> None:
     d = tmp_path / "t-0"
     lg = _open(d)
@@ -338,3 +356,105 @@ def test_kafka_python_reads_the_log_around_a_marker(log: PartitionLog) -> None:
         (6, True, True, 42, 7, 1, "commit"),
     ]
     assert (log.dir / "00000000000000000000.txnindex").read_bytes() == AbortedTxn(42, 1, 4, 5).encode()
+
+
+# ------------------------------------------------------------------------------------- randomized histories
+
+_ops = st.lists(
+    st.tuples(st.sampled_from(["txn", "commit", "abort", "plain", "roll"]), st.integers(1, 3)),
+    min_size=1, max_size=40,
+)
+
+
+def _consume_committed(data: bytes, fetch_offset: int, aborted: list[AbortedTxn]) -> list[int]:
+    """What a read_committed consumer keeps of ``data`` (Kafka's Fetcher: aborted producers from the
+    aborted-transactions list by first offset, dropped until their ABORT marker)."""
+    pending = sorted(aborted, key=lambda t: t.first_offset)
+    aborting: set[int] = set()
+    out = []
+    for pos, h in iter_batch_headers(data):
+        while pending and pending[0].first_offset <= h.last_offset:
+            aborting.add(pending.pop(0).producer_id)
+        if h.is_control:
+            rec = decode_batch(data, pos)[1][0]
+            if parse_control_record(rec).type == ControlRecordType.ABORT:
+                aborting.discard(h.producer_id)
+            continue
+        if h.is_transactional and h.producer_id in aborting:
+            continue
+        out.extend(o for o in range(h.base_offset, h.last_offset + 1) if o >= fetch_offset)
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_ops, fetch=st.integers(0, 60), cut=st.integers(0, 60))
+def test_random_histories_match_a_model(
+    tmp_path_factory: pytest.TempPathFactory, ops: list, fetch: int, cut: int
+) -> None:
+    d = tmp_path_factory.mktemp("h") / "t-0"
+    lg = _open(d)
+    producers = {pid: Producer(pid) for pid in (1, 2, 3)}
+    open_txns: dict[int, int] = {}  # pid -> first offset
+    expected_index: list[AbortedTxn] = []
+    committed: list[int] = []  # offsets a read_committed consumer must see
+    txn_offsets: dict[int, list[int]] = {}
+    for op, pid in ops:
+        if op == "roll":
+            if lg.active_segment.size:
+                lg.roll()
+        elif op == "plain":
+            info = lg.append_as_leader(build_batch([RecordSpec(b"k", b"v", (), NOW, 0)]), now_ms=NOW)
+            committed.append(info.first_offset)
+        elif op == "txn":
+            info = lg.append_as_leader(producers[pid].batch(2), now_ms=NOW)
+            open_txns.setdefault(pid, info.first_offset)
+            txn_offsets.setdefault(pid, []).extend(range(info.first_offset, info.last_offset + 1))
+        else:
+            info = lg.append_txn_marker(pid, 0, 0, commit=op == "commit", now_ms=NOW)
+            first = open_txns.pop(pid, None)
+            if first is not None:
+                if op == "abort":
+                    others = [f for p, f in open_txns.items() if p != pid]
+                    expected_index.append(AbortedTxn(pid, first, info.first_offset,
+                                                     min(others) if others else info.first_offset + 1))
+                else:
+                    committed.extend(txn_offsets.get(pid, []))
+            txn_offsets.pop(pid, None)
+        _commit_hw(lg)
+    assert lg.collect_aborted_transactions(0, lg.log_end_offset + 1) == expected_index
+    assert lg.ongoing_transactions() == dict(sorted(open_txns.items(), key=lambda kv: kv[1]))
+    lso = min(open_txns.values(), default=lg.log_end_offset)
+    assert lg.last_stable_offset == lso
+    start = min(fetch, lso)
+    if start < lso:
+        info = lg.read(start, 1 << 30, max_offset=lso)
+        aborted = lg.collect_aborted_transactions(start, info.next_offset)
+        assert _consume_committed(info.read_bytes(), start, aborted) == sorted(o for o in committed if start <= o < lso)
+    files = _txnindex_files(d)
+    lg.close()
+    # crash: every .txnindex and snapshot lost; recovery rebuilds the same files and the same open transactions
+    for p in [*d.glob("*.txnindex"), *d.glob("*.snapshot")]:
+        p.unlink()
+    again = _open(d, recovery_point=0, high_watermark=10**9)
+    try:
+        assert _txnindex_files(d) == files
+        assert again.ongoing_transactions() == dict(sorted(open_txns.items(), key=lambda kv: kv[1]))
+        assert again.last_stable_offset == lso
+        # truncation (a follower's) leaves what a follower replicating only the kept batches builds
+        data = again.read(0, 1 << 30).read_bytes()
+        bounds = [h.base_offset for _, h in iter_batch_headers(data)]
+        target = max([b for b in bounds if b <= cut], default=0)
+        again.truncate_to(target)
+        follower = _open(tmp_path_factory.mktemp("f") / "t-0")
+        try:
+            if target:
+                follower.append_as_follower(again.read(0, 1 << 30).read_bytes())
+            assert again.collect_aborted_transactions(0, 10**9) == follower.collect_aborted_transactions(0, 10**9)
+            assert again.ongoing_transactions() == follower.ongoing_transactions()
+            _commit_hw(again)
+            _commit_hw(follower)
+            assert again.last_stable_offset == follower.last_stable_offset
+        finally:
+            follower.close()
+    finally:
+        again.close()

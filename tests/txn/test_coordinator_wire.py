@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from helpers import RawClient, create_topic_raw, wait_for
+from helpers import RawClient, create_topic_raw, metric_value, wait_for
 
 from tidelog.broker.txn import records as txnrec
 from tidelog.broker.txn.state import TxnState
@@ -158,6 +158,8 @@ def test_transaction_errors_and_commit_over_the_wire(txn_broker: Any) -> None:
         r = c.request(LIST_TXNS, 2, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1,
                                      "transactional_id_pattern": "raw-comm.*"})
         assert [t["transactional_id"] for t in r["transaction_states"]] == [tid]
+        assert metric_value(txn_broker, "tidelog_txn_open_transactions") >= 1
+        latency_count = metric_value(txn_broker, "tidelog_txn_marker_latency_seconds_count")
         assert _end(c, tid, pid, epoch + 1, True) == PRODUCER_FENCED
         assert _end(c, tid, pid, epoch + 1, True, version=1) == INVALID_PRODUCER_EPOCH
         assert _end(c, tid, pid, epoch, True) == NONE
@@ -167,6 +169,7 @@ def test_transaction_errors_and_commit_over_the_wire(txn_broker: Any) -> None:
         assert _offsets(c, topic, 0, 1) == _offsets(c, topic, 0, 0) == 3  # marker written, LSO = HW
         [marker] = _control_batches(c, topic, 0)
         assert (marker.producer_id, marker.producer_epoch, marker.is_transactional) == (pid, epoch, True)
+        assert metric_value(txn_broker, "tidelog_txn_marker_latency_seconds_count") == latency_count + 1
 
 
 def test_write_txn_markers_and_add_offsets(txn_broker: Any) -> None:

@@ -5,7 +5,7 @@ set to the error (UNKNOWN_SERVER_ERROR for an unexpected exception), and one ent
 resource the request named, so the client can pin the error on what it asked about. Kafka writes one
 ``getErrorResponse`` per API; here one walker does it for every API from the request and response specs:
 
-* every ``error_code`` field of the response is set to the code (``error_message`` beside it to the message);
+* every ``error_code`` field of the response (or ``<x>_error_code``) is set to the code (``error_message`` beside it to the message);
 * a response array whose entries carry an error code mirrors the request array it answers: the same key
   (``topics`` → ``topics``) or a known rename (``topic_data`` → ``responses``, ``partition_data`` →
   ``partition_responses``, ``groups_names`` → ``results``...);
@@ -31,6 +31,12 @@ _ARRAY_SOURCES: dict[str, tuple[str, ...]] = {
     "results": ("resources", "topics", "groups_names", "groups"),
     "coordinators": ("coordinator_keys",),
     "groups": ("groups", "groups_names"),
+    # transactions: AddPartitionsToTxn (v0-3 and the batched v4+), DescribeTransactions
+    "results_by_topic_v3_and_below": ("v3_and_below_topics",),
+    "results_by_partition": ("partitions",),
+    "results_by_transaction": ("transactions",),
+    "topic_results": ("topics",),
+    "transaction_states": ("transactional_ids",),
 }
 
 # response scalar key -> request keys that carry the same identity
@@ -47,10 +53,12 @@ _IDENTITY_SOURCES: dict[str, tuple[str, ...]] = {
     "resource_type": ("resource_type",),
     "resource_name": ("resource_name",),
     "key": ("key",),
+    "transactional_id": ("transactional_id",),
+    "producer_id": ("producer_id",),
 }
 
 # the field a string / int element of a request list lands in, by the response entry's fields
-_STRING_IDENTITY = ("name", "group_id", "key", "topic", "resource_name")
+_STRING_IDENTITY = ("name", "group_id", "key", "topic", "resource_name", "transactional_id")
 _INT_IDENTITY = ("partition_index", "partition", "index")
 
 
@@ -71,7 +79,7 @@ def _struct(resp_fields: list[FieldSpec], req_fields: list[FieldSpec], req: dict
     out: dict[str, Any] = {}
     resp_present = _present(resp_fields, version)
     req_by_key = {f.key: f for f in _present(req_fields, version)}
-    has_error = any(f.key == "error_code" and not f.is_array for f in resp_present)
+    has_error = any(_is_error_code(f) for f in resp_present)
     for f in resp_present:
         if f.is_array and f.is_struct:
             src = _array_source(f, req_by_key, req) if _carries_error(f, version) else None
@@ -79,7 +87,7 @@ def _struct(resp_fields: list[FieldSpec], req_fields: list[FieldSpec], req: dict
                 out[f.key] = [_entry(f, src, elem, version, code, message) for elem in (req.get(src.key) or [])]
         elif f.is_array or f.is_struct:
             continue
-        elif f.key == "error_code":
+        elif _is_error_code(f):
             out[f.key] = code
         elif f.key == "error_message" and has_error and message is not None:
             out[f.key] = message
@@ -93,8 +101,13 @@ def _struct(resp_fields: list[FieldSpec], req_fields: list[FieldSpec], req: dict
 
 def _carries_error(f: FieldSpec, version: int) -> bool:
     """Whether entries of this struct (array) have an error code, directly or in a nested array."""
-    return any(sf.key == "error_code" or (sf.is_struct and _carries_error(sf, version))
+    return any(_is_error_code(sf) or (sf.is_struct and _carries_error(sf, version))
                for sf in _present(f.fields, version))
+
+
+def _is_error_code(f: FieldSpec) -> bool:
+    """``error_code``, or a prefixed one (AddPartitionsToTxn's ``partition_error_code``)."""
+    return not f.is_array and not f.is_struct and (f.key == "error_code" or f.key.endswith("_error_code"))
 
 
 def _array_source(f: FieldSpec, req_by_key: dict[str, FieldSpec], req: dict[str, Any]) -> FieldSpec | None:

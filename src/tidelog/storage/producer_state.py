@@ -270,7 +270,8 @@ class ProducerStateManager:
                                                                                header.base_sequence):
                     # the common case, the next batch in sequence: it starts after every retained batch, so it
                     # duplicates none of them (the few retained batches span far less than the 2**31 wrap)
-                    self._check_txn_state(entry, header)
+                    if entry.current_txn_first_offset is not None and not header.is_transactional:
+                        self._check_txn_state(entry, header)
                     return None
                 dup = entry.find_duplicate(epoch, header.base_sequence, header.last_sequence)
                 if dup is not None:
@@ -561,8 +562,8 @@ class ProducerStateManager:
             self.delete_snapshots_above(log_end_offset)
             replay_from = log_start_offset
             for offset in reversed(self.snapshot_offsets()):
-                if max_snapshot_offset is not None and offset > max_snapshot_offset:
-                    continue
+                if max_snapshot_offset is not None and (offset > max_snapshot_offset or offset < log_start_offset):
+                    continue  # recovery: a snapshot from before retention would miss the markers since
                 try:
                     entries = self.read_snapshot(offset)
                 except CorruptSnapshotError:

@@ -385,7 +385,7 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
                 any_error = True
                 continue
             pp = _ProducePartition(name, index, plog, records, pr)
-            if len(records) >= 61 and records[22] & 0x10:  # a transactional batch (attributes bit 4): KIP-890
+            if len(records) >= 61 and records[22] & 0x30 == 0x10:  # transactional, not control (bits 4, 5): KIP-890
                 if txn_parts is None:
                     txn_parts = []
                 txn_parts.append(pp)

@@ -25,6 +25,7 @@ CONCURRENT_TRANSACTIONS, as in Kafka.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import re
 import time
@@ -48,6 +49,7 @@ from tidelog.broker.txn.state import (
     TxnTransit,
     is_epoch_exhausted,
 )
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.records.batch import decode_batches
 
 if TYPE_CHECKING:
@@ -466,8 +468,42 @@ class TransactionCoordinator:
                                  partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """KIP-890: are ``partitions`` in the producer's ongoing transaction? Error code per partition, as Kafka's
         ``handleVerifyPartitionsInTransaction`` (TRANSACTION_ABORTABLE for a partition not added)."""
+        if (self.cluster and transactional_id and self.broker.topics.get(TRANSACTION_STATE_TOPIC) is not None
+                and self._partition(transactional_id) not in self.owned):
+            return await self._verify_remote(transactional_id, producer_id, producer_epoch, partitions)
         return {tp: _code(e) for tp, e in self.verify_errors(transactional_id, producer_id, producer_epoch,
                                                               partitions).items()}
+
+    async def _verify_remote(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """ZooKeeper mode: the id's coordinator is another broker; ask it with AddPartitionsToTxn v4
+        ``verify_only`` (Kafka's AddPartitionsToTxnManager), through the replica manager's ``broker_request``."""
+        err, node = await self.find_coordinator(transactional_id)
+        request = getattr(self.broker.replica_manager, "broker_request", None)
+        if err is not None or node is None or node[0] == self.broker.node_id or request is None:
+            return dict.fromkeys(partitions, _code(err or "NOT_COORDINATOR"))
+        topics: dict[str, list[int]] = {}
+        for t, p in partitions:
+            topics.setdefault(t, []).append(p)
+        body = {"transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
+                                  "producer_epoch": producer_epoch, "verify_only": True,
+                                  "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]}
+        try:
+            resp = request(node[0], ApiKey.ADD_PARTITIONS_TO_TXN, 4, body, timeout=self.request_timeout_ms / 1000.0)
+            if inspect.isawaitable(resp):
+                resp = await resp
+        except Exception as exc:
+            log.info("transaction verification at the coordinator failed",
+                     extra={"kv": {"node": node[0], "error": repr(exc)}})
+            return dict.fromkeys(partitions, _code("NETWORK_EXCEPTION"))
+        got: dict[TopicPartition, int] = {}
+        if resp.get("error_code"):
+            return dict.fromkeys(partitions, int(resp["error_code"]))
+        for txn in resp.get("results_by_transaction") or ():
+            for t in txn.get("topic_results") or ():
+                for p in t.get("results_by_partition") or ():
+                    got[(t["name"], int(p["partition_index"]))] = int(p["partition_error_code"])
+        return {tp: got.get(tp, _code("UNKNOWN_SERVER_ERROR")) for tp in partitions}
 
     def verify_errors(self, transactional_id: str, producer_id: int, producer_epoch: int,
                       partitions: list[TopicPartition]) -> dict[TopicPartition, str | None]:

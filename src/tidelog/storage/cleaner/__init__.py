@@ -28,9 +28,12 @@ What the cleaner does, following the behaviour Kafka documents (``LogCleaner``):
   recovered ``.swap`` covers the whole range it replaces. ``cleaner-offset-checkpoint`` then records the map's
   end as the next first dirty offset.
 
-Not done (yet): transactional data and control batches are copied unchanged and their keys are not put in the
-map (so an aborted transaction is never removed, and committed transactional writes do not supersede older
-values); Kafka removes aborted data and, after the delete horizon, markers of finished transactions.
+* **Transactions** (Kafka's ``CleanedTransactionMetadata``, :mod:`.txn_metadata`): the records of aborted
+  transactions (from the ``.txnindex`` files) are neither put in the map nor kept, whatever their keys; committed
+  transactional records are compacted like others; a marker is kept while batches of its transaction are seen,
+  then gets the delete horizon and goes after it (kept when it is its producer's last record); the cleaned
+  segment's ``.txnindex`` holds the entries of the ABORT markers kept. The first unstable offset bounds the
+  dirty section.
 
 Per-record work: both passes call C once per batch (``tidelog.storage._cleanwalk``, when built and
 ``TIDELOG_PURE_PYTHON`` is not set): :data:`.build_map.c_put_records` for the map,

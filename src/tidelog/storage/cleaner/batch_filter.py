@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tidelog.records.batch import MIN_RECORD_SIZE, build_batch
@@ -38,6 +38,7 @@ from tidelog.records.header import (
 )
 from tidelog.records.varint import decode_varint, decode_varlong
 from tidelog.storage.cleaner.batches import _check_crc, _framing_error, _load_c, _records_of
+from tidelog.storage.cleaner.txn_metadata import CleanedTransactionMetadata
 from tidelog.storage.offset_map import OffsetMap
 
 c_filter_records = _load_c("filter_records")
@@ -167,6 +168,64 @@ class _Filter:
     producer_last_offsets: dict[int, int]
     min_horizon: int | None = None
     _buffers: tuple[bytearray, Any, int] | None = None  # offset_map.buffers(), fixed for the map's life
+    #: producer id -> current epoch (a producer whose last record is a marker keeps that marker)
+    producer_epochs: dict[int, int] = field(default_factory=dict)
+    #: the transactions of the group being cleaned (set by clean_segments); None: no transaction rules
+    txns: CleanedTransactionMetadata | None = None
+
+    def _horizon_seen(self, h: int) -> None:
+        self.min_horizon = h if self.min_horizon is None else min(self.min_horizon, h)
+
+    def _empty(self, fields: HeaderTuple, horizon: int | None) -> bytes:
+        """The batch with no records (Kafka's RETAIN_EMPTY): offsets, producer fields and flags kept."""
+        attributes = fields[H_ATTRIBUTES]
+        return build_batch(
+            [],
+            base_offset=fields[H_BASE_OFFSET],
+            timestamp_type=LOG_APPEND_TIME if attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME,
+            producer_id=fields[H_PRODUCER_ID],
+            producer_epoch=fields[H_PRODUCER_EPOCH],
+            base_sequence=fields[H_BASE_SEQUENCE],
+            is_transactional=bool(attributes & TRANSACTIONAL_MASK),
+            is_control=bool(attributes & CONTROL_MASK),
+            partition_leader_epoch=fields[H_PARTITION_LEADER_EPOCH],
+            max_timestamp=fields[H_MAX_TIMESTAMP],
+            delete_horizon_ms=horizon,
+            last_offset_delta=fields[H_LAST_OFFSET_DELTA],
+        )
+
+    def _control(self, buf: bytes, pos: int, fields: HeaderTuple, bsize: int) -> tuple[bytes | memoryview | None, int, int, int]:
+        """A control batch (Kafka's cleaner ``checkBatchRetention`` for markers): kept until its transaction's
+        data is gone (the tracker says it may be discarded), then given a delete horizon, then removed after it
+        (kept empty if it is its producer's last record)."""
+        view = memoryview(buf)[pos : pos + bsize]
+        count = fields[H_RECORDS_COUNT]
+        txns = self.txns
+        _check_crc(buf, pos, fields)
+        if txns is None or not txns.on_control_batch_read(fields, view):
+            return view, count, count, fields[H_MAX_TIMESTAMP]
+        attributes = fields[H_ATTRIBUTES]
+        horizon = fields[H_BASE_TIMESTAMP] if attributes & DELETE_HORIZON_MASK else None
+        if (horizon is not None and self.now_ms >= horizon) or not count:
+            pid = fields[H_PRODUCER_ID]
+            if (
+                pid in self.producer_epochs
+                and self.producer_last_offsets.get(pid, -1) < 0
+                and self.producer_epochs[pid] == fields[H_PRODUCER_EPOCH]
+            ):
+                return (view, count, count, fields[H_MAX_TIMESTAMP]) if not count else (
+                    self._empty(fields, horizon), count, 0, fields[H_MAX_TIMESTAMP])
+            return None, count, 0, NO_TIMESTAMP
+        if horizon is not None:
+            self._horizon_seen(horizon)
+            return view, count, count, fields[H_MAX_TIMESTAMP]
+        # the first cleaning that finds the marker discardable: the delete horizon is set (records unchanged)
+        new_horizon = self.now_ms + self.delete_retention_ms
+        self._horizon_seen(new_horizon)
+        data, p, n = _records_of(buf, pos, fields)
+        starts, _keys, _deltas, _nulls = _scan_records(data, p, n, count)
+        rebuilt, max_ts = _rebuild(data, n, fields, starts, list(range(count)), new_horizon)
+        return rebuilt, count, count, max_ts
 
     def apply(
         self, buf: bytes, pos: int, fields: HeaderTuple
@@ -177,7 +236,17 @@ class _Filter:
         attributes = fields[H_ATTRIBUTES]
         count = fields[H_RECORDS_COUNT]
         if attributes & (CONTROL_MASK | TRANSACTIONAL_MASK):
-            return memoryview(buf)[pos : pos + bsize], count, count, fields[H_MAX_TIMESTAMP]
+            if self.txns is None:
+                return memoryview(buf)[pos : pos + bsize], count, count, fields[H_MAX_TIMESTAMP]
+            if attributes & CONTROL_MASK:
+                return self._control(buf, pos, fields, bsize)
+            if self.txns.on_batch_read(fields):  # an aborted transaction: its records go, whatever their keys
+                _check_crc(buf, pos, fields)
+                pid = fields[H_PRODUCER_ID]
+                if self.producer_last_offsets.get(pid) != fields[H_BASE_OFFSET] + fields[H_LAST_OFFSET_DELTA]:
+                    return None, count, 0, NO_TIMESTAMP
+                return self._empty(fields, None), count, 0, fields[H_MAX_TIMESTAMP]
+            # a committed transaction's batch: the records are cleaned by key like any other
         _check_crc(buf, pos, fields)
         data, p, n = _records_of(buf, pos, fields)
         base = fields[H_BASE_OFFSET]
@@ -227,19 +296,7 @@ class _Filter:
             pid = fields[H_PRODUCER_ID]
             if pid == NO_PRODUCER_ID or self.producer_last_offsets.get(pid) != base + fields[H_LAST_OFFSET_DELTA]:
                 return None, count, 0, NO_TIMESTAMP
-            empty = build_batch(
-                [],
-                base_offset=base,
-                timestamp_type=LOG_APPEND_TIME if lat else CREATE_TIME,
-                producer_id=pid,
-                producer_epoch=fields[H_PRODUCER_EPOCH],
-                base_sequence=fields[H_BASE_SEQUENCE],
-                partition_leader_epoch=fields[H_PARTITION_LEADER_EPOCH],
-                max_timestamp=fields[H_MAX_TIMESTAMP],
-                delete_horizon_ms=new_horizon,
-                last_offset_delta=fields[H_LAST_OFFSET_DELTA],
-            )
-            return empty, count, 0, fields[H_MAX_TIMESTAMP]
+            return self._empty(fields, new_horizon), count, 0, fields[H_MAX_TIMESTAMP]
         if res is None:
             rebuilt, max_ts = _rebuild(data, n, fields, starts, kept, new_horizon)
         else:
@@ -282,7 +339,7 @@ def _seal(
     codec = attributes & COMPRESSION_MASK
     if codec:
         payload = compress(codec, payload)
-    new_attributes = attributes & (COMPRESSION_MASK | TIMESTAMP_TYPE_MASK)
+    new_attributes = attributes & (COMPRESSION_MASK | TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK)
     if new_horizon is not None:
         new_attributes |= DELETE_HORIZON_MASK
     return seal_batch(

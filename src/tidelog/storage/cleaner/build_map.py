@@ -24,6 +24,7 @@ from tidelog.storage.cleaner.context import (
     DedupeBufferTooSmallError,
     _Context,
 )
+from tidelog.storage.cleaner.txn_metadata import CleanedTransactionMetadata
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.offset_map import OffsetMap
 
@@ -93,9 +94,15 @@ def _keys_and_deltas(data: bytes, p: int, n: int, count: int) -> tuple[list[byte
 def build_offset_map(
     plog: PartitionLog, start: int, end: int, offset_map: OffsetMap, ctx: _Context
 ) -> int:
-    """Put every keyed, non-transactional record with offset in [start, end) into the map; returns the offset
-    up to which the map is complete (``end``, or less when the map filled up)."""
+    """Put every keyed record with offset in [start, end) into the map, except those of aborted transactions and
+    control records (Kafka's ``buildOffsetMap``); returns the offset up to which the map is complete (``end``, or
+    less when the map filled up)."""
     segments = plog.segments[:-1]
+    txns: CleanedTransactionMetadata | None = None
+    aborted = plog.collect_aborted_transactions(start, end)
+    if aborted:
+        txns = CleanedTransactionMetadata()
+        txns.add_aborted_transactions(aborted)
     put_many = offset_map.put_many
     max_entries = offset_map.max_entries
     result = ctx.result
@@ -117,8 +124,13 @@ def build_offset_map(
             if base >= end:
                 ctx.io(pending)
                 return end
-            if fields[H_ATTRIBUTES] & (CONTROL_MASK | TRANSACTIONAL_MASK):
+            attributes = fields[H_ATTRIBUTES]
+            if attributes & CONTROL_MASK:
+                if txns is not None:
+                    txns.on_control_batch_read(fields, buf[pos : pos + fields[H_BATCH_LENGTH] + LOG_OVERHEAD])
                 continue
+            if attributes & TRANSACTIONAL_MASK and txns is not None and txns.on_batch_read(fields):
+                continue  # an aborted transaction's records never supersede anything
             count = fields[H_RECORDS_COUNT]
             if len(offset_map) + count > max_entries:
                 if len(offset_map) == 0:

@@ -19,6 +19,7 @@ from tidelog.storage.cleaner.build_map import build_offset_map
 from tidelog.storage.cleaner.context import IO_CHECK_BYTES, CleanResult, Fault, _Context
 from tidelog.storage.cleaner.manager import LogToClean, group_segments_by_size
 from tidelog.storage.cleaner.throttler import Throttler
+from tidelog.storage.cleaner.txn_metadata import CleanedTransactionMetadata
 from tidelog.storage.format import CLEANED_SUFFIX, SWAP_SUFFIX
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.offset_map import OffsetMap
@@ -55,6 +56,11 @@ def clean_segments(
     _remove_leftovers(plog, base)
     cleaned = LogSegment(plog.dir, base, plog.config, file_suffix=CLEANED_SUFFIX, now_ms=now_ms)
     swapped = False
+    # the group's transactions (Kafka's CleanedTransactionMetadata): aborted ones from the .txnindex files, the
+    # entries of the markers kept written to the cleaned segment's .txnindex
+    txns = CleanedTransactionMetadata(cleaned.txn_index)
+    flt.txns = txns
+    bounds = [s.base_offset for s in group[1:]] + [group_upper]
     try:
         last_written = -1
         last_seen = -1
@@ -63,7 +69,8 @@ def clean_segments(
         append = cleaned.append_parts
         io = ctx.io
         # per-batch counts in locals, added to the result after each segment; ctx.io once per IO_CHECK_BYTES
-        for seg_handle, size in zip(handles, sizes, strict=True):
+        for seg, seg_handle, size, seg_upper in zip(group, handles, sizes, bounds, strict=True):
+            txns.add_aborted_transactions(plog.collect_aborted_transactions(seg.base_offset, seg_upper))
             pending = nbytes_read = nbytes_written = nrecords_read = nrecords_kept = nrewritten = 0
             for buf, pos, _fpos, fields in _iter_batches(seg_handle.fd, size, ctx.chunk):
                 if pending >= IO_CHECK_BYTES:
@@ -116,6 +123,14 @@ def producer_last_offsets(plog: PartitionLog) -> dict[int, int]:
     return {pid: e.last_data_offset for pid, e in active().items()}
 
 
+def producer_epochs(plog: PartitionLog) -> dict[int, int]:
+    ps = plog.producer_state
+    active = getattr(ps, "active_producers", None)
+    if active is None:
+        return {}
+    return {pid: e.producer_epoch for pid, e in active().items()}
+
+
 def clean_log(
     ltc: LogToClean,
     offset_map: OffsetMap,
@@ -140,7 +155,8 @@ def clean_log(
     result.map_entries = len(offset_map)
     result.map_utilization = offset_map.utilization
     ctx.step("map-built")
-    flt = _Filter(offset_map, now, plog.config.delete_retention_ms, producer_last_offsets(plog))
+    flt = _Filter(offset_map, now, plog.config.delete_retention_ms, producer_last_offsets(plog),
+                  producer_epochs=producer_epochs(plog))
     segments = plog.segments
     inactive = segments[:-1]
     uppers = [segments[i + 1].base_offset for i in range(len(inactive))]

@@ -21,8 +21,10 @@ from tidelog.storage.log.partition_log import (
 )
 from tidelog.storage.log.segments import LogSegments
 from tidelog.storage.log.validator import LogValidator, ValidatedBatch
+from tidelog.storage.txn_index import AbortedTxn
 
 __all__ = [
+    "AbortedTxn",
     "AppendInfo",
     "EpochCache",
     "LoadedLogOffsets",

@@ -98,21 +98,16 @@ def update_producer_state(
     seg: LogSegment | None,
     write_txn_index: bool,
 ) -> None:
-    """One batch into the producer state, as Kafka's ``updateProducers`` plus, for a completed transaction,
-    ``updateTxnIndex`` (when ``write_txn_index``: an append, or recovery of ``seg``) and ``completeTxn``.
-    ``data`` (the batch's bytes) is read from ``seg`` when None and needed (control batches only)."""
-    if header.producer_id >= 0 and header.is_control:
-        if data is None and seg is not None:
-            data = seg.read_batch(seg.translate_offset(header.base_offset)[0], header.size)  # type: ignore[index]
-        marker = end_txn_marker_of(data) if data is not None else None
-        if marker is None:
-            completed = producer_state.update(header, header.base_offset, header.last_offset, header.max_timestamp)
-        else:
-            completed = producer_state.update(
-                header, header.base_offset, header.last_offset, header.max_timestamp, marker[1], marker[0]
-            )
-    else:
+    """One replayed batch into the producer state, as Kafka's ``updateProducers``, and for a transaction it
+    completes, ``updateTxnIndex`` (when ``write_txn_index``: recovery of ``seg``) and ``completeTxn``.  ``data``:
+    the batch's bytes (needed for control batches only, to read the marker)."""
+    marker = end_txn_marker_of(data) if header.producer_id >= 0 and header.is_control and data is not None else None
+    if marker is None:
         completed = producer_state.update(header, header.base_offset, header.last_offset, header.max_timestamp)
+    else:
+        completed = producer_state.update(
+            header, header.base_offset, header.last_offset, header.max_timestamp, marker[1], marker[0]
+        )
     if completed is not None:
         complete_transaction(producer_state, completed, seg if write_txn_index else None)
 
