@@ -9,12 +9,7 @@ The clients that get killed run as subprocesses (``txn_worker.py``).
 
 from __future__ import annotations
 
-import json
-import select
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +18,7 @@ from txnhelp import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     TXN_BROKER,
+    Worker,
     by_partition,
     committed_offsets,
     consumer,
@@ -39,56 +35,6 @@ from txnhelp import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-WORKER = Path(__file__).resolve().with_name("txn_worker.py")
-
-
-class Worker:
-    """A ``txn_worker.py`` subprocess; its stdout JSON lines are read with a deadline."""
-
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(WORKER), *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
-        self.events: list[dict[str, Any]] = []
-
-    def read_event(self, timeout: float) -> dict[str, Any] | None:
-        """The next event, or None if none came within ``timeout`` (fails if the worker died)."""
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            return None
-        line = self.proc.stdout.readline()
-        if not line:
-            rc = self.proc.wait(10)  # EOF: it is exiting
-            raise AssertionError(f"worker exited ({rc}): {self.proc.stderr.read()[-3000:]}")
-        ev = json.loads(line)
-        self.events.append(ev)
-        return ev
-
-    def wait_event(self, kind: str, timeout: float = 30.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ev = self.read_event(max(0.0, deadline - time.monotonic()))
-            if ev is not None and ev["event"] == kind:
-                return ev
-        raise AssertionError(f"no {kind!r} event from the worker within {timeout}s; events: {self.events[-5:]}")
-
-    def drain(self) -> None:
-        while self.read_event(0) is not None:
-            pass
-
-    def kill(self) -> None:
-        if self.proc.stdout.closed:
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-        # what it printed before it died
-        for line in self.proc.stdout.read().splitlines():
-            if line.startswith("{"):
-                self.events.append(json.loads(line))
-        self.proc.stdout.close()
-        self.proc.stderr.close()
-
 
 # ------------------------------------------------------------------------------------ kill -9 of a producer
 
@@ -250,7 +196,7 @@ def test_transactional_copier_killed_and_restarted_copies_exactly_once(txn_broke
     for tp in src_tps:
         polled = [s[tp] for s in samples]
         assert polled == sorted(polled), f"{tp}: committed offsets went back: {polled}"
-    history = [ev["offsets"] for w in workers for ev in w.events if ev["event"] in ("resumed", "committed")]
+    history = [ev["offsets"] for w in workers for ev in w.events if ev["event"] in ("resumed", "aborted", "committed")]
     for part in ("0", "1"):
         seq = [h[part] for h in history if h.get(part, -1001) >= 0]
         assert seq == sorted(seq), f"partition {part}: {seq}"

@@ -8,7 +8,9 @@
         A transactional copier: SRC partition p -> DST partition p, BATCH records per transaction, each
         transaction committing the consumer's positions with send_offsets_to_transaction. It starts where the
         group's committed offsets are (read with require_stable: a read_committed consumer's committed()),
-        prints {"event": "resumed", "offsets": ...} and, after every commit, {"event": "committed", ...}.
+        prints {"event": "resumed", "offsets": ...} and, after every commit, {"event": "committed", ...}; a
+        transaction failing with an abortable error is aborted and the copy goes on from the committed offsets
+        ({"event": "aborted", "offsets": ...}); a fatal error ends it ({"event": "fatal"}).
         PAUSE_MS between transactions spreads the copy over time so the test's kills land inside it.
 
 Every line on stdout is one JSON object; the process never exits by itself except on a fatal error.
@@ -21,7 +23,7 @@ import signal
 import sys
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
 
 def emit(**kw: object) -> None:
@@ -44,25 +46,45 @@ def hang(bootstrap: str, topic: str, tid: str, count: int, timeout_ms: int) -> N
 def copier(bootstrap: str, src: str, dst: str, group: str, tid: str, batch: int, pause_ms: int) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "transaction.timeout.ms": 10000,
                   "linger.ms": 2})
-    p.init_transactions(30)  # fences an earlier instance and aborts what it left open
+    p.init_transactions(60)  # fences an earlier instance and aborts what it left open
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed",
                   "enable.auto.commit": False, "fetch.wait.max.ms": 50})
     meta = c.list_topics(src, timeout=10).topics[src]
     tps = [TopicPartition(src, part) for part in sorted(meta.partitions)]
-    committed = c.committed(tps, timeout=20)
-    start = [TopicPartition(src, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING) for tp in committed]
-    emit(event="resumed", offsets={str(tp.partition): tp.offset for tp in committed})
-    c.assign(start)
+
+    def rewind(event: str) -> None:
+        """Start (again) at the group's committed offsets: after a start or an aborted transaction."""
+        committed = c.committed(tps, timeout=60)
+        emit(event=event, offsets={str(tp.partition): tp.offset for tp in committed})
+        c.assign([TopicPartition(src, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
+                  for tp in committed])
+
+    rewind("resumed")
     while True:
         msgs = [m for m in c.consume(batch, 0.5) if not m.error()]
         if not msgs:
             continue
-        p.begin_transaction()
-        for m in msgs:
-            p.produce(dst, key=m.key(), value=m.value(), partition=m.partition())
-        positions = c.position(c.assignment())
-        p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), 20)
-        p.commit_transaction(20)
+        try:
+            p.begin_transaction()
+            for m in msgs:
+                p.produce(dst, key=m.key(), value=m.value(), partition=m.partition())
+            positions = c.position(c.assignment())
+            p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), 60)
+            while True:
+                try:
+                    p.commit_transaction(60)
+                    break
+                except KafkaException as exc:
+                    if not exc.args[0].retriable():
+                        raise
+        except KafkaException as exc:
+            err = exc.args[0]
+            if not err.txn_requires_abort():
+                emit(event="fatal", error=str(err))
+                raise
+            p.abort_transaction(60)  # e.g. a broker went away mid-transaction: abort and read again
+            rewind("aborted")
+            continue
         emit(event="committed", offsets={str(tp.partition): tp.offset for tp in positions})
         time.sleep(pause_ms / 1000)  # pacing of the workload (see the docstring), not a wait for an event
 

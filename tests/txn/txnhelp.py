@@ -6,7 +6,11 @@ Every wait is bounded and polls for an event (end of partition, an offset reache
 
 from __future__ import annotations
 
+import json
+import select
 import struct
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -31,6 +35,8 @@ TXN_BROKER = {
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "1000",
 }
+
+WORKER = Path(__file__).resolve().with_name("txn_worker.py")
 
 READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
@@ -192,3 +198,53 @@ def wait_stable(bootstrap: str, tps: Iterable[tuple[str, int]], timeout: float =
     for t, p in tps:
         wait_for(lambda t=t, p=p: watermarks(bootstrap, t, p, READ_COMMITTED)[1]
                  == watermarks(bootstrap, t, p, READ_UNCOMMITTED)[1], timeout, f"{t}-{p} to become stable")
+
+
+# ------------------------------------------------------------------------------------------------ subprocesses
+
+
+class Worker:
+    """A ``txn_worker.py`` subprocess; its stdout JSON lines are read with a deadline."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(WORKER), *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.events: list[dict[str, Any]] = []
+
+    def read_event(self, timeout: float) -> dict[str, Any] | None:
+        """The next event, or None if none came within ``timeout`` (fails if the worker died)."""
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            return None
+        line = self.proc.stdout.readline()
+        if not line:
+            rc = self.proc.wait(10)  # EOF: it is exiting
+            raise AssertionError(f"worker exited ({rc}): {self.proc.stderr.read()[-3000:]}")
+        ev = json.loads(line)
+        self.events.append(ev)
+        return ev
+
+    def wait_event(self, kind: str, timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ev = self.read_event(max(0.0, deadline - time.monotonic()))
+            if ev is not None and ev["event"] == kind:
+                return ev
+        raise AssertionError(f"no {kind!r} event from the worker within {timeout}s; events: {self.events[-5:]}")
+
+    def drain(self) -> None:
+        while self.read_event(0) is not None:
+            pass
+
+    def kill(self) -> None:
+        if self.proc.stdout.closed:
+            return
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        # what it printed before it died
+        for line in self.proc.stdout.read().splitlines():
+            if line.startswith("{"):
+                self.events.append(json.loads(line))
+        self.proc.stdout.close()
+        self.proc.stderr.close()
