@@ -91,11 +91,13 @@ def test_find_coordinator_all_versions(b: Any) -> None:
             assert (r["error_code"], r["host"], r["port"]) == (NONE, "127.0.0.1", b.port)
         r = c.request(FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["a", "b"]})
         assert [(x["key"], x["error_code"], x["port"]) for x in r["coordinators"]] == [("a", 0, b.port), ("b", 0, b.port)]
-        # transactions: this broker is the transaction coordinator (one node) and serves the transactional id
+        # transactions: this broker is the transaction coordinator too (one node); InitProducerId gives the
+        # transactional id a producer id (retried while __transaction_state, just created, loads)
         r = c.request(FIND_COORDINATOR, 3, {"key": "txn", "key_type": 1})
         assert (r["error_code"], r["port"]) == (NONE, b.port)
-        r = c.request(22, 1, {"transactional_id": "txn", "transaction_timeout_ms": 60000})
-        assert (r["error_code"], r["producer_epoch"]) == (NONE, 0) and r["producer_id"] >= 0
+        init = lambda: c.request(22, 1, {"transactional_id": "txn", "transaction_timeout_ms": 60000})  # noqa: E731
+        r = wait_until(lambda: (x := init())["error_code"] not in (14, 15, 16) and x, 20, "InitProducerId")
+        assert r["error_code"] == NONE and r["producer_id"] >= 0 and r["producer_epoch"] == 0
 
 
 def test_join_round_trip_and_faithful_metadata(b: Any) -> None:

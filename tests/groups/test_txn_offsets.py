@@ -468,3 +468,51 @@ def test_replay_of_transactional_offsets(tmp_path: Path) -> None:
     finally:
         for lg in logs.values():
             lg.close()
+
+
+# ------------------------------------------------------------------------------------------ a real client
+
+
+def test_confluent_send_offsets_to_transaction(b: Any) -> None:
+    """confluent-kafka's consume-transform-produce step: ``send_offsets_to_transaction`` with the consumer's group
+    metadata (TxnOffsetCommit v3: member id and generation checked), invisible to a stable OffsetFetch until
+    ``commit_transaction``; an aborted transaction's offsets never show."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    group, topic = "g-confluent", TOPIC
+    producer = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
+    for i in range(10):
+        producer.produce(topic, f"v{i}".encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    tp = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "tx-confluent"})
+    tp.init_transactions(30)
+    consumer = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    try:
+        consumer.subscribe([topic])
+        seen = 0
+        deadline = time.monotonic() + 30
+        while seen < 10 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                seen += 1
+        assert seen >= 10
+        positions = consumer.position([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+        want = {p.partition: p.offset for p in positions}
+        assert want == {0: 5, 1: 5}
+        tp.begin_transaction()
+        tp.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+        with RawClient(b.port) as c:
+            assert fetch(c, group, [0, 1], stable=True) == {0: (-1, UNSTABLE_OFFSET_COMMIT), 1: (-1, UNSTABLE_OFFSET_COMMIT)}
+            assert fetch(c, group, [0, 1]) == {0: (-1, NONE), 1: (-1, NONE)}
+            tp.commit_transaction(30)
+            assert settled(c, group, [0, 1]) == {0: (5, NONE), 1: (5, NONE)}
+            # the next transaction is aborted: its offsets never become the committed ones
+            tp.begin_transaction()
+            tp.send_offsets_to_transaction([TopicPartition(topic, 0, 9)], consumer.consumer_group_metadata(), 30)
+            tp.abort_transaction(30)
+            assert settled(c, group, [0, 1]) == {0: (5, NONE), 1: (5, NONE)}
+        got = consumer.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], 10)
+        assert {p.partition: p.offset for p in got} == {0: 5, 1: 5}
+    finally:
+        consumer.close()

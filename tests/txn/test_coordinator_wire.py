@@ -13,6 +13,7 @@ from helpers import RawClient, create_topic_raw, metric_value, wait_for
 
 from tidelog.broker.txn import records as txnrec
 from tidelog.broker.txn.state import TxnState
+from tidelog.protocol.codec import SUPPORTED_VERSIONS
 from tidelog.records.batch import build_batch, decode_batches
 
 PRODUCE, FETCH, LIST_OFFSETS, FIND_COORDINATOR, INIT_PRODUCER_ID = 0, 1, 2, 10, 22
@@ -364,3 +365,29 @@ def test_timed_out_transaction_is_aborted_and_its_producer_fenced(broker_factory
         p.commit_transaction(20)
     assert info.value.args[0].fatal(), info.value.args[0]  # fenced by the bumped epoch
     assert _read_committed(b, topic, 1, 0, timeout=2) == []
+
+
+def test_every_advertised_version_of_the_transaction_apis(txn_broker: Any) -> None:
+    with RawClient(txn_broker.port) as c:
+        for v in range(SUPPORTED_VERSIONS[INIT_PRODUCER_ID][0], SUPPORTED_VERSIONS[INIT_PRODUCER_ID][1] + 1):
+            r = _init(c, f"ver-{v}", version=v)
+            assert (r["error_code"], r["producer_epoch"]) == (NONE, 0), v
+        lo, hi = SUPPORTED_VERSIONS[END_TXN]
+        for v in range(lo, hi + 1):
+            r = c.request(END_TXN, v, {"transactional_id": "ver-none", "producer_id": 1, "producer_epoch": 0,
+                                       "committed": True})
+            assert r["error_code"] == INVALID_PRODUCER_ID_MAPPING, v
+            if v >= 5:
+                assert (r["producer_id"], r["producer_epoch"]) == (-1, -1)
+        lo, hi = SUPPORTED_VERSIONS[ADD_OFFSETS]
+        for v in range(lo, hi + 1):
+            r = c.request(ADD_OFFSETS, v, {"transactional_id": "ver-none", "producer_id": 1, "producer_epoch": 0,
+                                           "group_id": "g"})
+            assert r["error_code"] == INVALID_PRODUCER_ID_MAPPING, v
+        for v in range(4):
+            assert _add(c, "ver-none", 1, 0, {"no-such": [0]}, version=v) == {("no-such", 0): UNKNOWN_TOPIC_OR_PARTITION}
+        for v in range(3):
+            body: dict[str, Any] = {"state_filters": ["Empty"], "producer_id_filters": []}
+            body.update({"duration_filter": -1} if v >= 1 else {})
+            r = c.request(LIST_TXNS, v, body)
+            assert r["error_code"] == NONE and {"ver-0", "ver-1"} <= {t["transactional_id"] for t in r["transaction_states"]}

@@ -353,7 +353,7 @@ class ProducerStateManager:
                     entry = ProducerStateEntry(pid, header.producer_epoch)
                     self._producers[pid] = entry
                 if header.is_control:
-                    if header.producer_epoch > entry.producer_epoch:
+                    if header.producer_epoch != entry.producer_epoch:  # maybeUpdateProducerEpoch
                         entry.batches.clear()
                         entry.producer_epoch = header.producer_epoch
                     first = entry.current_txn_first_offset

@@ -42,7 +42,7 @@ from tidelog.broker.handlers import RequestContext, handles, topic_change
 from tidelog.broker.purgatory import DelayedProduce
 from tidelog.broker.topics import ADMIN_CLIENT_ID, INTERNAL_TOPICS, TopicError
 from tidelog.protocol import codec
-from tidelog.protocol.errors import ERRORS_BY_CODE
+from tidelog.protocol.errors import error_for_code
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED
 
 log = logging.getLogger("tidelog.broker.core")
@@ -483,7 +483,7 @@ async def _verify_transactional(ctx: RequestContext, transactional_id: str | Non
             errors = dict.fromkeys(((pp.name, pp.index) for pp in pps), "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
         else:
             codes = await coord.verify_transaction(transactional_id, pid, epoch, [(pp.name, pp.index) for pp in pps])
-            errors = {tp: ERRORS_BY_CODE[c].name for tp, c in codes.items() if c}
+            errors = {tp: error_for_code(c).name for tp, c in codes.items() if c}
         for pp in pps:
             err = errors.get((pp.name, pp.index))
             if err is None:

@@ -6,8 +6,8 @@ Thin adapters between request/response versions and :class:`tidelog.broker.group
 
 * FindCoordinator v0-3 carries one ``key``; v4+ a batch of ``coordinator_keys``. Key type 0 = group (single
   node: this broker; ZooKeeper mode: the leader of the group's ``__consumer_offsets`` partition); type 1
-  (transaction) answers this broker, whose InitProducerId refuses transactional ids (transactions are not
-  implemented yet); other key types get INVALID_REQUEST.
+  (transaction) the transaction coordinator of the id (``broker.txn_coordinator.find_coordinator``); other key
+  types get INVALID_REQUEST.
 * JoinGroup v0 has no rebalance timeout (the session timeout is used); v4+ needs a known member id
   (MEMBER_ID_REQUIRED round trip) unless the member is static (v5+ ``group_instance_id``).
 * LeaveGroup v0-2 name one ``member_id``; v3+ a batch of members with per-member errors.

@@ -546,11 +546,11 @@ class TransactionCoordinator:
                 return "INVALID_PRODUCER_ID_MAPPING"
             if (from_client and producer_epoch != md.producer_epoch) or producer_epoch < md.producer_epoch:
                 return "PRODUCER_FENCED"
-            if md.pending_transition_in_progress and md.pending_state is not TxnState.PREPARE_EPOCH_FENCE:
-                return "CONCURRENT_TRANSACTIONS"
+            if md.pending_transition_in_progress and not fence:
+                return "CONCURRENT_TRANSACTIONS"  # (a client's EndTxn never clears the coordinator's fence)
             state = md.state
             if state is TxnState.ONGOING:
-                if md.pending_state is TxnState.PREPARE_EPOCH_FENCE:
+                if fence:
                     if commit:
                         return "INVALID_TXN_STATE"
                     # clear the fence to make way for PrepareAbort, which carries the bumped epoch

@@ -76,7 +76,7 @@ async def append_markers_locally(broker: Broker, producer_id: int, producer_epoc
             result[tp] = err
             if err is None and tp[0] == OFFSETS_TOPIC:
                 gc = broker.group_coordinator
-                if gc is not None and hasattr(gc, "on_txn_marker"):  # txn-group's part; guard until merged
+                if gc is not None:  # pending transactional offsets become visible (commit) or vanish (abort)
                     gc.on_txn_marker(tp[1], producer_id, commit)
     return result
 
