@@ -210,6 +210,7 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, str(WORKER), *args], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.events: list[dict[str, Any]] = []
+        self.stderr = ""  # what it wrote to stderr, once killed
 
     def read_event(self, timeout: float) -> dict[str, Any] | None:
         """The next event, or None if none came within ``timeout`` (fails if the worker died)."""
@@ -246,5 +247,6 @@ class Worker:
         for line in self.proc.stdout.read().splitlines():
             if line.startswith("{"):
                 self.events.append(json.loads(line))
+        self.stderr = self.proc.stderr.read()
         self.proc.stdout.close()
         self.proc.stderr.close()
