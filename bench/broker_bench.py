@@ -33,7 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from peers import BROKERS, ROOT, WORK, check_segments, free_port, snapshot_tidelog
+from peers import BROKERS, ROOT, WORK, Tidelog, check_segments, free_port
+from tidelog_revs import add_argument as add_rev_argument
+from tidelog_revs import parse_revs, prepare
 
 SIZES = (100, 1024)
 ACKS = ("1", "-1")
@@ -654,12 +656,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--only", choices=["throughput", "latency"], default=None, help="run only one kind of cell"
     )
-    ap.add_argument(
-        "--tidelog-rev",
-        default="HEAD",
-        help="git revision of tidelog to benchmark, exported to the run dir (default HEAD); "
-        "'worktree' runs the live work tree instead",
-    )
+    add_rev_argument(ap, what="Without it: HEAD alone. With several, each is a broker of its own "
+                     "(tidelog@REV), the last one first, so the ratio columns are after/before")
     ap.add_argument("--keep", action="store_true", help="keep the data dirs under bench/.work/runs/")
     args = ap.parse_args(argv)
 
@@ -719,11 +717,20 @@ def main(argv: list[str] | None = None) -> int:
         f"load generator: {loadgen.name}; counts {plan.counts}; per-run cap {plan.timeout:.0f}s; "
         f"latency at {plan.latency_rate:.0f} msg/s for {plan.latency_seconds:.0f}s; cores {os.cpu_count()}"
     )
-    tidelog_commit = "work tree"
-    if "tidelog" in names and args.tidelog_rev != "worktree":
-        tidelog_commit = snapshot_tidelog(run_dir / "tidelog-src", args.tidelog_rev)
-        os.environ["TIDELOG_BENCH_SRC"] = str(run_dir / "tidelog-src" / "src")
-        log(f"[tidelog] benchmarking commit {tidelog_commit[:12]} (exported to {run_dir / 'tidelog-src'})")
+    commits: dict[str, str] = {}  # tidelog broker name -> the commit it runs ("" = the work tree)
+    if "tidelog" in names:
+        revisions = prepare(parse_revs(args.tidelog_rev) or ["HEAD"], run_dir / "tidelog-src")
+        tidelogs = []
+        for rev in reversed(revisions):  # the last (after) first: the ratio columns are after/before
+            name = "tidelog" if len(revisions) == 1 else f"tidelog@{rev.rev}"
+            BROKERS[name] = type("Tidelog_" + rev.rev.replace("~", "_"), (Tidelog,), {"name": name,
+                                                                                       "src": str(rev.src)})
+            commits[name] = rev.commit
+            tidelogs.append(name)
+            log(f"[{name}] benchmarking {'the work tree' if not rev.commit else 'commit ' + rev.commit[:12]} "
+                f"({rev.src})")
+        i = names.index("tidelog")
+        names[i:i + 1] = tidelogs
     load0 = os.getloadavg()
     all_info = bench_all(names, loadgen, plan, run_dir, log, args.keep)
     load1 = os.getloadavg()
@@ -735,7 +742,7 @@ def main(argv: list[str] | None = None) -> int:
         "brokers": all_info,
         "cpu_count": os.cpu_count(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "tidelog_commit": tidelog_commit,
+        "tidelog_commits": commits,
         "loadavg_start": load0,
         "loadavg_end": load1,
     }
@@ -757,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for n, i in all_info.items():
         extra = f", errors: {i['errors']}" if i.get("errors") else ""
-        commit = f", commit {tidelog_commit[:12]}" if n == "tidelog" else ""
+        commit = "" if n not in commits else f", commit {commits[n][:12] or 'work tree'}"
         print(f"  {n}: storage {i['storage']}{commit}{extra}")
     for n, why in skipped.items():
         print(f"  {n}: skipped ({why})")

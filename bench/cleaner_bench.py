@@ -19,6 +19,7 @@ Usage::
 
     .venv/bin/python bench/cleaner_bench.py           # 100k records of 100 bytes (~15 MB per log)
     .venv/bin/python bench/cleaner_bench.py --quick   # 20k records
+    .venv/bin/python bench/cleaner_bench.py --quick --no-python --tidelog-rev ce67fc6   # ce67fc6 vs HEAD
 """
 
 from __future__ import annotations
@@ -34,10 +35,18 @@ import tracemalloc
 from pathlib import Path
 
 from tidelog.records.batch import build_batch
-from tidelog.storage.cleaner import CleanerConfig, LogCleaner, batch_filter, build_map
+from tidelog.storage.cleaner import CleanerConfig, LogCleaner
 from tidelog.storage.config import LogConfig
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.producer_state import ProducerStateManager
+from tidelog_revs import add_argument as add_rev_argument
+from tidelog_revs import emit, parse_revs, print_side_by_side, run_in_each
+
+try:  # the cleaner split into modules (issue 13); older revisions (--tidelog-rev) had one cleaner module
+    from tidelog.storage.cleaner import batch_filter, build_map
+except ImportError:
+    from tidelog.storage import cleaner as batch_filter  # type: ignore[no-redef]
+    from tidelog.storage import cleaner as build_map  # type: ignore[no-redef]
 
 NOW = 1_700_000_000_000
 TP = ("bench", 0)
@@ -121,7 +130,15 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=50)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-python", action="store_true", help="skip the pure-Python comparison rows")
+    add_rev_argument(ap, what="Each runs this script in a child interpreter; their figures are then printed side "
+                     "by side (after/before: > 1 means the last revision is faster)")
     args = ap.parse_args()
+    if args.tidelog_rev:
+        results = run_in_each(__file__, sys.argv[1:], parse_revs(args.tidelog_rev))
+        ratios = {k: True for _, figs in results for k in (figs or {}) if k.endswith("cleaner MB/s")}
+        print_side_by_side("cleaner bench, revisions side by side", results, ratios)
+        return 0 if all(figs for _, figs in results) else 1
+    figures: dict[str, object] = {}
     if args.quick:
         args.records = 20_000
     have_c = all(getattr(module, name) is not None for module, name in C_FUNCS)
@@ -167,6 +184,9 @@ def main() -> int:
                 gain = f"{mbps / mbps_of['python']:8.2f}x" if "python" in mbps_of else f"{'-':>9}"
                 print(f"{int(dup * 100):>9}% | {path:>6} | {size / 1e6:7.2f} | {100 * after / size:6.1f} | "
                       f"{mbps:12.2f} | {copy_mbps:9.1f} | {mbps / copy_mbps:7.4f} | {gain}")
+                figures[f"{int(dup * 100)}% duplicates, {path}: cleaner MB/s"] = round(mbps, 2)
+                figures[f"{int(dup * 100)}% duplicates, {path}: kept %"] = round(100 * after / size, 1)
+                figures[f"{int(dup * 100)}% duplicates: copy MB/s"] = round(copy_mbps, 1)
 
         print()
         print("memory: one cleaning of the 50 % log (tracemalloc peak of the Python heap)")
@@ -185,10 +205,12 @@ def main() -> int:
             used = peak - base
             print(f"{setting / 1048576:>14.2f} MiB | {setting // 24:>9} | {len(results):>6} | {used / 1048576:8.2f} | "
                   f"{used / setting:12.2f}")
+            figures[f"memory peak MiB, dedupe.buffer.size {setting / 1048576:.2f} MiB"] = round(used / 1048576, 2)
             plog.close()
             shutil.rmtree(root)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    emit(figures)
     return 0
 
 

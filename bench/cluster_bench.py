@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _cluster_harness import Cluster, ProcessExited, ZooKeeper, kill_all, kill_group, track
 from broker_bench import RdkafkaPerf, Result, Run, machine_busy_seconds, run_bounded
-from peers import ROOT, WORK, snapshot_tidelog
+from peers import ROOT, WORK
+from tidelog_revs import snapshot_tidelog
 
 # the two produce configurations compared: key -> (label, replication factor, acks, topic configs)
 CONFIGS: dict[str, tuple[str, int, str, dict[str, str]]] = {

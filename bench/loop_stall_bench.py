@@ -15,7 +15,7 @@ in flight is reported as p50 / p99 / max, with how many there were and how long 
 * **delete 1000**: DeleteTopics of that topic.
 
 Every revision runs a fresh ``tidelog serve`` with an empty data dir on a free port. ``--tidelog-rev A,B``
-exports each commit with ``git archive`` (bench/peers.py ``snapshot_tidelog``, C extensions built in place) and
+(or ``REV`` = REV,HEAD) exports each commit with ``git archive`` (bench/tidelog_revs.py ``snapshot_tidelog``, C extensions built in place) and
 prints them side by side in one table (``worktree`` = the live tree; default ``HEAD``).
 
 ``--calibrate`` instead measures what the broker's choice between the loop and a worker thread rests on
@@ -48,11 +48,13 @@ from typing import Any
 import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import ROOT, free_port, snapshot_tidelog
+from peers import ROOT, free_port
 from tidelog.protocol.codec import decode_response, encode_request
 from tidelog.records.batch import build_batch
 from tidelog.records.crc import crc32c
 from tidelog.records.varint import encode_varint
+from tidelog_revs import add_argument as add_rev_argument
+from tidelog_revs import parse_revs, prepare
 
 PRODUCE, METADATA, CREATE_TOPICS, DELETE_TOPICS, API_VERSIONS = 0, 3, 19, 20, 18
 CAP = 64 * 1024 * 1024  # the broker's decompression cap (DEFAULT_MAX_DECOMPRESSED)
@@ -354,8 +356,7 @@ def calibrate() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tidelog-rev", default="HEAD",
-                    help="comma-separated git revisions (or 'worktree'), benchmarked in this order, side by side")
+    add_rev_argument(ap, default="HEAD", what="Default: HEAD alone")
     ap.add_argument("--bombs", type=int, default=150, help="bomb batches (partitions) in the bomb produce")
     ap.add_argument("--repeats", type=int, default=3, help="bomb produces per revision")
     ap.add_argument("--partitions", type=int, default=1000, help="partitions of the created/deleted topic")
@@ -371,19 +372,13 @@ def main() -> None:
     bombs = [bombs_by_codec[4 if i % 2 == 0 else 1] for i in range(args.bombs)]
     total = sum(len(b) for b in bombs)
     work = Path(tempfile.mkdtemp(prefix="loop-stall-"))
-    revs = [r.strip() for r in args.tidelog_rev.split(",") if r.strip()]
     results: dict[str, dict[str, dict]] = {}
     labels: list[str] = []
     try:
-        for rev in revs:
-            if rev == "worktree":
-                src, label = None, "worktree"
-            else:
-                commit = snapshot_tidelog(work / f"src-{rev.replace('/', '_')}", rev)
-                src, label = work / f"src-{rev.replace('/', '_')}" / "src", f"{rev} ({commit[:8]})"
-            print(f"[{label}] running...", file=sys.stderr, flush=True)
-            results[label] = run_rev(src, work, args, bombs)
-            labels.append(label)
+        for rev in prepare(parse_revs(args.tidelog_rev), work):
+            print(f"[{rev.label}] running...", file=sys.stderr, flush=True)
+            results[rev.label] = run_rev(rev.src, work, args, bombs)
+            labels.append(rev.label)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rate = f"{args.rate:.0f}/s" if args.rate > 0 else "back to back"

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidelog_revs import SRC_ENV
+
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "bench" / ".work"
 HOST = "127.0.0.1"
@@ -186,15 +188,18 @@ class Broker:
 
 
 class Tidelog(Broker):
-    """`tidelog serve`. If TIDELOG_BENCH_SRC points at a source snapshot (see snapshot_tidelog), that code
+    """`tidelog serve`. If TIDELOG_BENCH_SRC points at a source snapshot (see tidelog_revs), that code
     runs instead of the live work tree, so edits made while the benchmark runs do not leak into it."""
 
     name = "tidelog"
     writes_kafka_segments = True
     storage = "disk (Kafka segment files)"
 
+    #: the tidelog sources to run (a subclass per revision sets it, see broker_bench); else TIDELOG_BENCH_SRC
+    src: str | None = None
+
     def __post_init__(self) -> None:
-        src = os.environ.get("TIDELOG_BENCH_SRC")
+        src = self.src or os.environ.get(SRC_ENV)
         if src:
             old = os.environ.get("PYTHONPATH")
             self.extra_env["PYTHONPATH"] = src + (os.pathsep + old if old else "")
@@ -282,40 +287,6 @@ class Noida(Broker):
 
     def available(self) -> str | None:
         return None if self.binary().exists() else "run bench/setup.sh"
-
-
-def snapshot_tidelog(dest: Path, rev: str = "HEAD") -> str:
-    """Export tidelog's committed sources at `rev` into dest/src (git archive); returns the commit id.
-    The benchmark then measures exactly that commit, whatever happens in the work tree meanwhile.
-    When that commit has setup.py, its optional C extensions are built in place (as `pip install -e .`
-    does), so the snapshot does not silently run the pure-Python fallbacks."""
-    commit = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", rev], capture_output=True, text=True, check=True, timeout=30
-    ).stdout.strip()
-    dest.mkdir(parents=True, exist_ok=True)
-    has_setup = (
-        subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}:setup.py"], capture_output=True,
-                       timeout=30).returncode
-        == 0
-    )
-    # setup.py without pyproject.toml: the venv's setuptools need not understand the project metadata
-    paths = ["src/tidelog"] + (["setup.py"] if has_setup else [])
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "--format=tar", commit, *paths],
-        capture_output=True,
-        check=True,
-        timeout=120,
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True, timeout=120)
-    if has_setup:
-        built = subprocess.run(
-            [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
-            cwd=dest, capture_output=True, text=True, timeout=600,
-        )
-        if built.returncode != 0 or "WARNING: the optional C extension" in built.stderr:
-            print(f"warning: C extensions of the tidelog snapshot not built (pure Python):\n{built.stderr[-2000:]}",
-                  file=sys.stderr)
-    return commit
 
 
 BROKERS: dict[str, type[Broker]] = {"tidelog": Tidelog, "tansu": Tansu, "noida": Noida}

@@ -29,6 +29,7 @@ Usage::
     .venv/bin/python bench/storage_bench.py --size-gib 4 --profile
     .venv/bin/python bench/storage_bench.py --quick --append-only   # only the two append comparisons
     .venv/bin/python bench/storage_bench.py --crc   # CRC-32C GB/s of each implementation by size (seconds)
+    .venv/bin/python bench/storage_bench.py --quick --append-only --tidelog-rev ce67fc6   # ce67fc6 vs HEAD
 
 Works in ``bench/.work/`` (gitignored) and deletes it afterwards (``--keep`` to keep it).
 """
@@ -71,6 +72,8 @@ from tidelog.records.header import (
 from tidelog.storage.config import LogConfig
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.segment import PREALLOC_MAX_BYTES, PREALLOC_MIN_BYTES
+from tidelog_revs import add_argument as add_rev_argument
+from tidelog_revs import emit, parse_revs, print_side_by_side, run_in_each
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -653,9 +656,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--append-only", action="store_true", help="only the append comparisons (no big log, recovery, lookups)"
     )
+    add_rev_argument(ap, what="Each runs this script in a child interpreter; their figures are then printed side "
+                     "by side (after/before of each ratio: > 1 means the last revision is closer to the baseline)")
     args = ap.parse_args(argv)
+    if args.tidelog_rev:
+        results = run_in_each(__file__, sys.argv[1:] if argv is None else argv, parse_revs(args.tidelog_rev))
+        figures = [figs for _, figs in results]
+        ratios = {k: True for figs in figures for k in (figs or {}) if k.endswith("[ratio]")}
+        print_side_by_side("storage bench, revisions side by side (tidelog's figure and its ratio to the baseline "
+                           "measured in the same child run)", results, ratios)
+        return 0 if all(figures) else 1
     if args.crc:
         bench_crc()
+        emit({})
         return 0
 
     size = int((args.size_gib if args.size_gib is not None else (0.25 if args.quick else 2.0)) * GIB)
@@ -768,6 +781,16 @@ def main(argv: list[str] | None = None) -> int:
     for label, text in profiles:
         print(f"\n===== cProfile: {label} (sorted by own time) =====")
         print(text.strip())
+    figures: dict[str, object] = {}
+    case = ""
+    for r in rows:
+        # a "context" row is named the same in every append case: the case's name goes first
+        name = f"{case}: {r.metric.strip()}" if r.metric.startswith(" ") else r.metric
+        case = case if r.metric.startswith(" ") else r.metric.split(",")[0]
+        figures[f"{name} [tidelog]"] = r.tidelog
+        if r.ratio is not None:
+            figures[f"{name} [ratio]"] = round(r.ratio, 3)
+    emit(figures)
     missed = [r for r in rows if r.goal is not None and r.ratio is not None and r.ratio < r.goal]
     return 1 if missed else 0
 

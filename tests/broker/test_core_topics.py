@@ -20,6 +20,7 @@ from tidelog.broker.topics import (
     OP_SUBTRACT,
     REGISTRY_FILE,
     STATIC_BROKER_CONFIG,
+    LocalTopicBackend,
     TopicError,
     TopicManager,
     validate_topic_name,
@@ -122,7 +123,7 @@ def test_unregistered_partition_dirs_are_adopted(tmp_path: Path) -> None:
 
 def test_load_creates_missing_hosted_partitions_only(tmp_path: Path) -> None:
     """One node hosts every partition: a registered partition whose directory is gone is created again at load.
-    The ``hosted_partitions`` hook (cluster mode asks ZooKeeper) limits that to the partitions it names."""
+    The backend's ``hosted_partitions`` (cluster mode asks ZooKeeper) limits that to the partitions it names."""
     import shutil
 
     b = _open(tmp_path)
@@ -135,7 +136,7 @@ def test_load_creates_missing_hosted_partitions_only(tmp_path: Path) -> None:
     assert (tmp_path / "h-1").is_dir() and (tmp_path / "h-2").is_dir()
     b2.logs.shutdown()
 
-    class OnlyPartitionOne(TopicManager):
+    class OnlyPartitionOne(LocalTopicBackend):
         def hosted_partitions(self, info: Any) -> list[int]:
             return [1]
 
@@ -143,7 +144,7 @@ def test_load_creates_missing_hosted_partitions_only(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path / "h-2")
     cfg = BrokerConfig.from_properties({"log.dirs": str(tmp_path)})
     b3 = SimpleNamespace(config=cfg, node_id=0, purgatory=Purgatory(), metrics=None, logs=None)
-    b3.topics = OnlyPartitionOne(b3)  # type: ignore[arg-type]
+    b3.topics = TopicManager(b3, OnlyPartitionOne())  # type: ignore[arg-type]
     b3.logs = LogManager(cfg.log_dirs, cfg.log_config(), **b3.topics.log_manager_kwargs())
     b3.logs.startup(b3.topics.topic_config)
     b3.topics.load()

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from tidelog.broker.errors import PartitionError
 from tidelog.broker.handlers import Handler
 from tidelog.broker.producer_ids import ProducerIdManager
-from tidelog.broker.topics import TopicManager
+from tidelog.broker.topics import LocalTopicBackend, TopicManager
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
@@ -45,7 +45,7 @@ class LocalReplicaManager:
     # -- parts the broker is built with ----------------------------------------------------------------------
 
     def make_topic_manager(self, broker: Broker) -> TopicManager:
-        return TopicManager(broker)
+        return TopicManager(broker, LocalTopicBackend())  # the registry file is the source of truth
 
     def make_producer_id_manager(self, broker: Broker) -> Any:
         return ProducerIdManager(broker.config.log_dirs)

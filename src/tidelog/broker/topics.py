@@ -23,6 +23,14 @@ files and fsyncs), so the handlers run them on the broker's request handler thre
 one lock serialises them, and a change becomes visible to readers only when it is complete: a new topic's logs
 all exist before its name does, a deleted topic's name is gone before its logs are closed. Validation errors
 raise :class:`TopicError` with Kafka's error name.
+
+Where topic metadata lives is the store's *backend* (:class:`TopicBackend`), chosen by the composition root (the
+replica manager's ``make_topic_manager``): :class:`LocalTopicBackend` here (the registry file is the source of
+truth; changes are made here and now), ``cluster.topics.ZkTopicBackend`` in ZooKeeper mode (ZooKeeper is the
+source of truth; changes are written there and every broker adopts them through its watches; the registry file is
+then this broker's cache of what it adopted). The store itself (this module's :class:`TopicManager`: names, ids,
+:class:`TopicInfo`, configs, the logs of hosted partitions, the registry file, DescribeConfigs) is the same in
+both modes.
 """
 
 from __future__ import annotations
@@ -33,10 +41,10 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.errors import BrokerError
 from tidelog.storage.checkpoints import atomic_write, new_uuid, uuid_from_str
@@ -162,19 +170,70 @@ def _collision_key(name: str) -> str:
     return name.replace(".", "_")
 
 
-class TopicManager:
-    """The broker's topic registry. ``broker`` supplies ``config`` (BrokerConfig), ``logs`` (LogManager),
-    ``node_id``, and optionally ``purgatory``/``metrics`` (woken / cleaned on delete)."""
+class TopicBackend(Protocol):
+    """Where topic metadata lives: the part of the topic store that differs between single-node and ZooKeeper
+    mode. :class:`TopicManager` holds everything else and calls these; a backend changes the store only through
+    the store's methods (``publish``, ``unpublish``, ``set_log``, ``pop_log``, ``persist``, ``apply_overrides``,
+    the validators)."""
 
-    def __init__(self, broker: Broker) -> None:
+    #: None when this node is the only broker (the handlers check manual assignments against it), else the
+    #: registered brokers' ids (``create_topic`` / ``create_partitions`` then take ``assignments``)
+    registered_brokers: Callable[[], set[int]] | None
+
+    def attach(self, store: TopicManager) -> None:
+        """Called once by the store's constructor, before the registry is read."""
+
+    def loaded(self) -> None:
+        """After the registry file is read (at start, in a worker thread, before any log is opened): replace
+        what the source of truth says otherwise."""
+
+    def log_manager_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The store's ``LogManager(...)`` keyword arguments, adjusted."""
+
+    def hosted_partitions(self, info: TopicInfo) -> Iterable[int]:
+        """The partitions of ``info`` this node hosts (``load`` creates their logs when missing)."""
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str | None] | None, validate_only: bool,
+                     assignments: dict[int, list[int]] | None) -> TopicInfo:
+        """CreateTopics (blocking: the handlers run it on a request handler thread)."""
+
+    def create_partitions(self, name: str, total_count: int, validate_only: bool,
+                          assignments: list[list[int]] | None) -> TopicInfo:
+        """CreatePartitions (blocking)."""
+
+    def delete_topic(self, name: str) -> Any:
+        """DeleteTopics: a plain method (blocking) or a coroutine function (awaited on the loop); the store
+        binds it as its own ``delete_topic`` and ``handlers.topic_change`` runs either kind."""
+
+    def change_configs(self, name: str, change: Callable[[dict[str, str]], dict[str, str | None]],
+                       validate_only: bool) -> TopicInfo:
+        """AlterConfigs / IncrementalAlterConfigs: the overrides become ``change(current overrides)`` (blocking)."""
+
+    def auto_create(self, name: str) -> TopicInfo:
+        """Metadata's / Produce's auto-creation of ``name`` with the broker defaults (blocking)."""
+
+
+class TopicManager:
+    """The broker's topic store. ``broker`` supplies ``config`` (BrokerConfig), ``logs`` (LogManager),
+    ``node_id``, and optionally ``purgatory``/``metrics`` (woken / cleaned on delete); ``backend`` says where
+    topic metadata lives (default :class:`LocalTopicBackend`)."""
+
+    def __init__(self, broker: Broker, backend: TopicBackend | None = None) -> None:
         self.broker = broker
         self.config = broker.config
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[bytes, TopicInfo] = {}
         self._logs: dict[tuple[str, int], Any] = {}
         self._generation = 0
-        self._change_lock = threading.RLock()  # one change at a time (they run on worker threads)
+        self.change_lock = threading.RLock()  # one change at a time (they run on worker threads)
+        self.backend: TopicBackend = backend if backend is not None else LocalTopicBackend()
+        self.backend.attach(self)
+        self.registered_brokers = self.backend.registered_brokers
+        # synchronous (local: files) or a coroutine function (ZooKeeper: waits for the controller)
+        self.delete_topic = self.backend.delete_topic
         self._load_registry()
+        self.backend.loaded()
 
     # -- persistence --------------------------------------------------------------------------------------------
 
@@ -189,7 +248,7 @@ class TopicManager:
     def _log_config(self, overrides: dict[str, str]) -> LogConfig:
         return LogConfig.from_properties(overrides, self.default_log_config(), min_segment_bytes=self._min_segment_bytes)
 
-    def _stored_log_config(self, name: str, overrides: dict[str, str]) -> LogConfig:
+    def stored_log_config(self, name: str, overrides: dict[str, str]) -> LogConfig:
         """The LogConfig of overrides read back from storage (the registry; ZooKeeper in cluster mode): the broker
         defaults, logged, when they are no longer valid."""
         try:
@@ -223,7 +282,7 @@ class TopicManager:
         for name, t in (best.get("topics") or {}).items():
             try:
                 overrides = {str(k): str(v) for k, v in (t.get("configs") or {}).items()}
-                cfg = self._stored_log_config(name, overrides)
+                cfg = self.stored_log_config(name, overrides)
                 info = TopicInfo(name, _uuid_bytes(t["topic_id"]), int(t["partitions"]), overrides, cfg)
             except (KeyError, TypeError, ValueError) as exc:
                 log.error("skipping malformed topic registry entry", extra={"kv": {"topic": name, "error": exc}})
@@ -231,7 +290,7 @@ class TopicManager:
             self._topics[name] = info
             self._by_id[info.topic_id] = info
 
-    def _persist(self, adding: TopicInfo | None = None) -> None:
+    def persist(self, adding: TopicInfo | None = None) -> None:
         """Write the registry (``adding``: a topic about to be published, written with the others)."""
         self._generation += 1
         topics = list(self._topics.values()) + ([adding] if adding is not None else [])
@@ -248,6 +307,32 @@ class TopicManager:
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, blob)
 
+    # -- what backends change (each a step of a change the backend makes) ----------------------------------------
+
+    def publish(self, info: TopicInfo, logs: dict[tuple[str, int], Any] | None = None) -> None:
+        """Make ``info`` (and its new ``logs``) visible to readers: the logs first, then the id, then the name."""
+        if logs:
+            self._logs.update(logs)
+        self._by_id[info.topic_id] = info
+        self._topics[info.name] = info
+
+    def unpublish(self, name: str) -> TopicInfo | None:
+        """Forget ``name`` for readers (its logs stay until :meth:`pop_log`); the TopicInfo it had, or None."""
+        info = self._topics.pop(name, None)
+        if info is not None:
+            self._by_id.pop(info.topic_id, None)
+        return info
+
+    def set_log(self, tp: tuple[str, int], lg: Any) -> None:
+        self._logs[tp] = lg
+
+    def pop_log(self, tp: tuple[str, int]) -> Any:
+        return self._logs.pop(tp, None)
+
+    def logs_of(self, name: str) -> list[tuple[str, int]]:
+        """The (topic, partition) of every log of ``name`` this store holds."""
+        return [tp for tp in self._logs if tp[0] == name]
+
     # -- startup -----------------------------------------------------------------------------------------------
 
     def topic_config(self, topic: str) -> LogConfig:
@@ -258,7 +343,7 @@ class TopicManager:
     def log_manager_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``LogManager(...)`` beyond log dirs and the default config."""
         cfg = self.config
-        return {
+        return self.backend.log_manager_kwargs({
             "broker_id": self.broker.node_id,
             "cluster_id": cfg.cluster_id,
             "recovery_threads": cfg.get("num.recovery.threads.per.data.dir"),
@@ -268,16 +353,11 @@ class TopicManager:
             "high_watermark_checkpoint_interval_ms": cfg.get("replica.high.watermark.checkpoint.interval.ms"),
             "retention_check_interval_ms": cfg.get("log.retention.check.interval.ms"),
             "cleaner_config": CleanerConfig.from_properties(cfg.props),
-        }
-
-    def hosted_partitions(self, info: TopicInfo) -> Iterable[int]:
-        """The partitions of ``info`` this node hosts: :meth:`load` creates their logs when missing (logs found
-        on disk are loaded either way). One node hosts every partition; cluster mode asks ZooKeeper."""
-        return range(info.num_partitions)
+        })
 
     def load(self) -> None:
         """After ``LogManager.startup()``: match logs on disk with the registry, create missing partitions
-        (those :meth:`hosted_partitions` names), adopt unregistered ones, apply per-topic configs."""
+        (those the backend's ``hosted_partitions`` names), adopt unregistered ones, apply per-topic configs."""
         logs = self.broker.logs
         on_disk: dict[str, dict[int, Any]] = {}
         for (topic, partition), lg in logs.all_logs().items():
@@ -300,7 +380,7 @@ class TopicManager:
                 changed = True
         for info in self._topics.values():
             parts = on_disk.get(info.name, {})
-            for p in sorted(set(parts).union(self.hosted_partitions(info))):
+            for p in sorted(set(parts).union(self.backend.hosted_partitions(info))):
                 lg = parts.get(p)
                 if lg is None:
                     lg = logs.create_log(info.name, p, info.log_config, info.topic_id)
@@ -312,7 +392,7 @@ class TopicManager:
                         lg.update_config(info.log_config)
                 self._logs[(info.name, p)] = lg
         if changed or (self._topics and not all(p.exists() for p in self._registry_paths())):
-            self._persist()
+            self.persist()
 
     # -- queries -----------------------------------------------------------------------------------------------
 
@@ -337,9 +417,9 @@ class TopicManager:
     def all_topics(self) -> Iterable[TopicInfo]:
         return self._topics.values()
 
-    # -- create / delete ---------------------------------------------------------------------------------------
+    # -- validation (shared by the backends) -------------------------------------------------------------------
 
-    def _validate_new_name(self, name: str) -> None:
+    def validate_new_name(self, name: str) -> None:
         validate_topic_name(name)
         if name in self._topics:
             raise TopicError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
@@ -350,7 +430,7 @@ class TopicManager:
                     "INVALID_TOPIC_EXCEPTION", f"Topic '{name}' collides with existing topic: {other}"
                 )
 
-    def _validate_configs(self, configs: dict[str, str | None] | None) -> tuple[dict[str, str], LogConfig]:
+    def validate_configs(self, configs: dict[str, str | None] | None) -> tuple[dict[str, str], LogConfig]:
         overrides: dict[str, str] = {}
         for k, v in (configs or {}).items():
             if v is None:
@@ -362,72 +442,7 @@ class TopicManager:
             raise TopicError("INVALID_CONFIG", str(exc)) from None
         return overrides, cfg
 
-    def create_topic(
-        self,
-        name: str,
-        num_partitions: int = -1,
-        replication_factor: int = -1,
-        configs: dict[str, str | None] | None = None,
-        validate_only: bool = False,
-    ) -> TopicInfo:
-        with self._change_lock:
-            return self._create_topic(name, num_partitions, replication_factor, configs, validate_only)
-
-    def _create_topic(
-        self,
-        name: str,
-        num_partitions: int,
-        replication_factor: int,
-        configs: dict[str, str | None] | None,
-        validate_only: bool,
-    ) -> TopicInfo:
-        self._validate_new_name(name)
-        num_partitions, replication_factor = self._counts_or_defaults(num_partitions, replication_factor)
-        if replication_factor <= 0:
-            raise TopicError(
-                "INVALID_REPLICATION_FACTOR", "Replication factor must be larger than 0, or -1 to use the default value."
-            )
-        if replication_factor > 1:
-            raise TopicError(
-                "INVALID_REPLICATION_FACTOR",
-                f"Unable to replicate the partition {replication_factor} time(s): The target replication factor of "
-                f"{replication_factor} cannot be reached because only 1 broker(s) are registered.",
-            )
-        overrides, cfg = self._validate_configs(configs)
-        topic_id = new_topic_id()
-        while topic_id in self._by_id:
-            topic_id = new_topic_id()
-        info = TopicInfo(name, topic_id, num_partitions, overrides, cfg)
-        if validate_only:
-            return info
-        # registry first: a crash between here and the logs is repaired at start (missing partitions are created);
-        # readers see the topic only once all its logs exist
-        created: dict[tuple[str, int], Any] = {}
-        try:
-            self._persist(adding=info)
-            for p in range(num_partitions):
-                created[(name, p)] = self.broker.logs.create_log(name, p, cfg, topic_id)
-        except Exception:
-            log.exception("topic creation failed", extra={"kv": {"topic": name}})
-            self._delete_logs(name, list(created))
-            raise
-        self._logs.update(created)
-        self._by_id[topic_id] = info
-        self._topics[name] = info
-        log.info(
-            "topic created",
-            extra={"kv": {"topic": name, "partitions": num_partitions, "topic_id": info.topic_id_str,
-                          "configs": overrides or ""}},
-        )
-        return info
-
-    def _delete_logs(self, name: str, tps: list[tuple[str, int]]) -> None:
-        try:
-            self.broker.logs.delete_logs(tps)
-        except Exception:
-            log.exception("deleting partitions failed", extra={"kv": {"topic": name}})
-
-    def _counts_or_defaults(self, num_partitions: int, replication_factor: int) -> tuple[int, int]:
+    def counts_or_defaults(self, num_partitions: int, replication_factor: int) -> tuple[int, int]:
         """CreateTopics' -1s replaced by ``num.partitions`` / ``default.replication.factor``; a non-positive
         partition count is Kafka's INVALID_PARTITIONS."""
         if num_partitions == -1:
@@ -438,80 +453,29 @@ class TopicManager:
             replication_factor = self.config.default_replication_factor
         return num_partitions, replication_factor
 
-    def _drop(self, info: TopicInfo) -> None:
-        self._topics.pop(info.name, None)
-        self._by_id.pop(info.topic_id, None)
-        tps = [(info.name, p) for p in range(info.num_partitions) if self._logs.pop((info.name, p), None) is not None]
-        self._delete_logs(info.name, tps)
-
-    def delete_topic(self, name: str) -> TopicInfo:
-        with self._change_lock:
-            info = self._topics.get(name)
-            if info is None:
-                raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"This server does not host topic {name}.")
-            # gone for readers first, then from the registry, then from disk (each log dir's checkpoints once)
-            self._topics.pop(name, None)
-            self._by_id.pop(info.topic_id, None)
-            tps = [(name, p) for p in range(info.num_partitions)]
-            for tp in tps:
-                self._logs.pop(tp, None)
-            self._persist()
-            self._delete_logs(name, tps)
-        self._on_loop(self._forget_deleted, name, tps)
-        log.info("topic deleted", extra={"kv": {"topic": name, "topic_id": info.topic_id_str}})
-        return info
-
-    def _forget_deleted(self, name: str, tps: list[tuple[str, int]]) -> None:
-        """On the loop: wake what waits on the deleted partitions, drop the topic's metrics."""
-        purgatory = getattr(self.broker, "purgatory", None)
-        if purgatory is not None:
-            for tp in tps:
-                purgatory.check_and_complete(tp)
-        metrics = getattr(self.broker, "metrics", None)
-        if metrics is not None:
-            metrics.forget_topic(name)
-
-    def _on_loop(self, fn: Any, *args: Any) -> None:
-        """Run ``fn`` on the broker's event loop: at once when called there (or without a loop), else scheduled
-        from this worker thread."""
-        loop = getattr(self.broker, "loop", None)
-        if loop is not None and not loop.is_closed():
-            try:
-                here = asyncio.get_running_loop() is loop
-            except RuntimeError:
-                here = False
-            if not here:
-                loop.call_soon_threadsafe(fn, *args)
-                return
-        fn(*args)
-
-    def create_partitions(self, name: str, total_count: int, validate_only: bool = False) -> TopicInfo:
-        with self._change_lock:
-            return self._create_partitions(name, total_count, validate_only)
-
-    def _create_partitions(self, name: str, total_count: int, validate_only: bool) -> TopicInfo:
+    def require(self, name: str) -> TopicInfo:
         info = self._topics.get(name)
         if info is None:
-            raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"This server does not host topic {name}.")
-        current = info.num_partitions
-        if total_count == current:
-            raise TopicError("INVALID_PARTITIONS", f"Topic already has {current} partitions.")
-        if total_count < current:
-            raise TopicError(
-                "INVALID_PARTITIONS",
-                f"Topic currently has {current} partitions, which is higher than the requested {total_count}.",
-            )
-        if validate_only:
-            return info
-        # logs first (a crash after them is repaired at start: partitions found on disk are adopted), then the
-        # count readers see, then the registry
-        created = {(name, p): self.broker.logs.create_log(name, p, info.log_config, info.topic_id)
-                   for p in range(current, total_count)}
-        self._logs.update(created)
-        info.num_partitions = total_count
-        self._persist()
-        log.info("partitions added", extra={"kv": {"topic": name, "from": current, "to": total_count}})
+            raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"Topic {name} does not exist.")
         return info
+
+    # -- changes (the backend's) -------------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: dict[str, str | None] | None = None,
+        validate_only: bool = False,
+        assignments: dict[int, list[int]] | None = None,
+    ) -> TopicInfo:
+        """``assignments`` (ZooKeeper mode, already validated by the handler) replaces Kafka's placement."""
+        return self.backend.create_topic(name, num_partitions, replication_factor, configs, validate_only, assignments)
+
+    def create_partitions(self, name: str, total_count: int, validate_only: bool = False,
+                          assignments: list[list[int]] | None = None) -> TopicInfo:
+        return self.backend.create_partitions(name, total_count, validate_only, assignments)
 
     def maybe_auto_create(self, name: str) -> TopicInfo | None:
         """Create ``name`` with broker defaults if ``auto.create.topics.enable``; None if disabled. Raises
@@ -525,47 +489,61 @@ class TopicManager:
             # Internal topics (__consumer_offsets, __transaction_state) are created by their coordinators with
             # their own configs (compaction, partition count), never by a client's Metadata/Produce request.
             return None
-        return self.create_topic(name)
-
-    # -- configs -----------------------------------------------------------------------------------------------
-
-    def _apply_overrides(self, info: TopicInfo, overrides: dict[str, str], cfg: LogConfig) -> None:
-        with self._change_lock:
-            self._apply_overrides_locked(info, overrides, cfg)
-
-    def _apply_overrides_locked(self, info: TopicInfo, overrides: dict[str, str], cfg: LogConfig) -> None:
-        info.overrides = overrides
-        info.log_config = cfg
-        self._persist()
-        for p in range(info.num_partitions):
-            lg = self._logs.get((info.name, p))
-            if lg is not None:
-                lg.update_config(cfg)
-        log.info("topic configs changed", extra={"kv": {"topic": info.name, "configs": overrides or ""}})
-
-    def _require(self, name: str) -> TopicInfo:
-        info = self._topics.get(name)
-        if info is None:
-            raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"Topic {name} does not exist.")
-        return info
+        return self.backend.auto_create(name)
 
     def alter_configs(self, name: str, overrides: dict[str, str | None], validate_only: bool = False) -> TopicInfo:
         """Replace all overrides of ``name`` (Kafka's AlterConfigs semantics)."""
-        info = self._require(name)
-        new_overrides, cfg = self._validate_configs(overrides)
-        if not validate_only:
-            self._apply_overrides(info, new_overrides, cfg)
-        return info
+        return self.backend.change_configs(name, lambda _current: overrides, validate_only)
 
     def incremental_alter_configs(
         self, name: str, ops: list[tuple[str, int, str | None]], validate_only: bool = False
     ) -> TopicInfo:
         """Apply (config, op, value) changes: SET=0, DELETE=1, APPEND=2, SUBTRACT=3 (list configs only)."""
-        info = self._require(name)
-        new_overrides, cfg = self._validate_configs(self._incremented(info.overrides, ops))
-        if not validate_only:
-            self._apply_overrides(info, new_overrides, cfg)
-        return info
+        return self.backend.change_configs(name, lambda current: self._incremented(current, ops), validate_only)
+
+    def delete_logs(self, name: str, tps: list[tuple[str, int]]) -> None:
+        try:
+            self.broker.logs.delete_logs(tps)
+        except Exception:
+            log.exception("deleting partitions failed", extra={"kv": {"topic": name}})
+
+    def forget_deleted(self, name: str, tps: list[tuple[str, int]]) -> None:
+        """On the loop: wake what waits on the deleted partitions, drop the topic's metrics."""
+        purgatory = getattr(self.broker, "purgatory", None)
+        if purgatory is not None:
+            for tp in tps:
+                purgatory.check_and_complete(tp)
+        metrics = getattr(self.broker, "metrics", None)
+        if metrics is not None:
+            metrics.forget_topic(name)
+
+    def on_loop(self, fn: Any, *args: Any) -> None:
+        """Run ``fn`` on the broker's event loop: at once when called there (or without a loop), else scheduled
+        from this worker thread."""
+        loop = getattr(self.broker, "loop", None)
+        if loop is not None and not loop.is_closed():
+            try:
+                here = asyncio.get_running_loop() is loop
+            except RuntimeError:
+                here = False
+            if not here:
+                loop.call_soon_threadsafe(fn, *args)
+                return
+        fn(*args)
+
+    # -- configs -----------------------------------------------------------------------------------------------
+
+    def apply_overrides(self, info: TopicInfo, overrides: dict[str, str], cfg: LogConfig) -> None:
+        """``info``'s overrides are now ``overrides`` (their LogConfig ``cfg``): the registry and the local logs."""
+        with self.change_lock:
+            info.overrides = overrides
+            info.log_config = cfg
+            self.persist()
+            for p in range(info.num_partitions):
+                lg = self._logs.get((info.name, p))
+                if lg is not None:
+                    lg.update_config(cfg)
+            log.info("topic configs changed", extra={"kv": {"topic": info.name, "configs": overrides or ""}})
 
     @staticmethod
     def _incremented(current: dict[str, str], ops: list[tuple[str, int, str | None]]) -> dict[str, str]:
@@ -641,10 +619,132 @@ class TopicManager:
         return out
 
     def describe_configs(self, name: str, keys: Iterable[str] | None = None) -> list[ConfigEntry]:
-        info = self._require(name)
+        info = self.require(name)
         return self._entries(info.overrides, keys)
 
     def describe_default_configs(self, configs: dict[str, str] | None = None) -> list[ConfigEntry]:
         """What ``describe_configs`` would answer for a new topic with ``configs`` (CreateTopics validate_only)."""
         overrides = {k: v for k, v in (configs or {}).items() if v is not None}
         return self._entries(overrides, None)
+
+
+class LocalTopicBackend:
+    """Single node: the registry file is the source of truth and every change is made here, under the store's
+    change lock: the registry written, the logs created or deleted, the store updated."""
+
+    registered_brokers = None  # this node alone: the handlers check manual assignments against it
+
+    def attach(self, store: TopicManager) -> None:
+        self.store = store
+        self.broker = store.broker  # handlers.topic_change finds the request handler threads through it
+
+    def loaded(self) -> None:
+        pass
+
+    def log_manager_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return kwargs
+
+    def hosted_partitions(self, info: TopicInfo) -> Iterable[int]:
+        return range(info.num_partitions)  # one node hosts every partition
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str | None] | None, validate_only: bool,
+                     assignments: dict[int, list[int]] | None = None) -> TopicInfo:
+        """``assignments`` are ignored: the handler has checked that they name this node only."""
+        store = self.store
+        with store.change_lock:
+            store.validate_new_name(name)
+            num_partitions, replication_factor = store.counts_or_defaults(num_partitions, replication_factor)
+            if replication_factor <= 0:
+                raise TopicError(
+                    "INVALID_REPLICATION_FACTOR",
+                    "Replication factor must be larger than 0, or -1 to use the default value.",
+                )
+            if replication_factor > 1:
+                raise TopicError(
+                    "INVALID_REPLICATION_FACTOR",
+                    f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
+                    f"of {replication_factor} cannot be reached because only 1 broker(s) are registered.",
+                )
+            overrides, cfg = store.validate_configs(configs)
+            topic_id = new_topic_id()
+            while store.by_id(topic_id) is not None:
+                topic_id = new_topic_id()
+            info = TopicInfo(name, topic_id, num_partitions, overrides, cfg)
+            if validate_only:
+                return info
+            # registry first: a crash between here and the logs is repaired at start (missing partitions are
+            # created); readers see the topic only once all its logs exist
+            created: dict[tuple[str, int], Any] = {}
+            try:
+                store.persist(adding=info)
+                for p in range(num_partitions):
+                    created[(name, p)] = self.broker.logs.create_log(name, p, cfg, topic_id)
+            except Exception:
+                log.exception("topic creation failed", extra={"kv": {"topic": name}})
+                store.delete_logs(name, list(created))
+                raise
+            store.publish(info, created)
+        log.info(
+            "topic created",
+            extra={"kv": {"topic": name, "partitions": num_partitions, "topic_id": info.topic_id_str,
+                          "configs": overrides or ""}},
+        )
+        return info
+
+    def delete_topic(self, name: str) -> TopicInfo:
+        store = self.store
+        with store.change_lock:
+            info = store.get(name)
+            if info is None:
+                raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"This server does not host topic {name}.")
+            # gone for readers first, then from the registry, then from disk (each log dir's checkpoints once)
+            store.unpublish(name)
+            tps = [(name, p) for p in range(info.num_partitions)]
+            for tp in tps:
+                store.pop_log(tp)
+            store.persist()
+            store.delete_logs(name, tps)
+        store.on_loop(store.forget_deleted, name, tps)
+        log.info("topic deleted", extra={"kv": {"topic": name, "topic_id": info.topic_id_str}})
+        return info
+
+    def create_partitions(self, name: str, total_count: int, validate_only: bool,
+                          assignments: list[list[int]] | None = None) -> TopicInfo:
+        """``assignments`` are ignored: the handler has checked that they name this node only."""
+        store = self.store
+        with store.change_lock:
+            info = store.get(name)
+            if info is None:
+                raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"This server does not host topic {name}.")
+            current = info.num_partitions
+            if total_count == current:
+                raise TopicError("INVALID_PARTITIONS", f"Topic already has {current} partitions.")
+            if total_count < current:
+                raise TopicError(
+                    "INVALID_PARTITIONS",
+                    f"Topic currently has {current} partitions, which is higher than the requested {total_count}.",
+                )
+            if validate_only:
+                return info
+            # logs first (a crash after them is repaired at start: partitions found on disk are adopted), then
+            # the count readers see, then the registry
+            created = {(name, p): self.broker.logs.create_log(name, p, info.log_config, info.topic_id)
+                       for p in range(current, total_count)}
+            for tp, lg in created.items():
+                store.set_log(tp, lg)
+            info.num_partitions = total_count
+            store.persist()
+        log.info("partitions added", extra={"kv": {"topic": name, "from": current, "to": total_count}})
+        return info
+
+    def change_configs(self, name: str, change: Callable[[dict[str, str]], dict[str, str | None]],
+                       validate_only: bool) -> TopicInfo:
+        info = self.store.require(name)
+        overrides, cfg = self.store.validate_configs(change(info.overrides))
+        if not validate_only:
+            self.store.apply_overrides(info, overrides, cfg)
+        return info
+
+    def auto_create(self, name: str) -> TopicInfo:
+        return self.store.create_topic(name)

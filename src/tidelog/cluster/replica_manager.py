@@ -59,13 +59,14 @@ from typing import Any
 
 from tidelog.broker.broker import Broker
 from tidelog.broker.errors import PartitionError
-from tidelog.broker.topics import new_cluster_id
+from tidelog.broker.topics import TopicManager, new_cluster_id
 from tidelog.cluster import zkdata as zd
+from tidelog.cluster.broker_channel import BrokerChannel
 from tidelog.cluster.controller import Controller
 from tidelog.cluster.fetcher import ReplicaFetcherManager
 from tidelog.cluster.handlers import CLUSTER_HANDLERS
 from tidelog.cluster.producer_ids import zk_producer_id_manager
-from tidelog.cluster.topics import ClusterTopicManager
+from tidelog.cluster.topics import ZkTopicBackend
 
 log = logging.getLogger("tidelog.cluster.broker")
 
@@ -105,6 +106,8 @@ class ZkReplicaManager:
         self.broker: Broker = None  # type: ignore[assignment]  # set by attach
         self.config = config
         self.node_id = config.node_id
+        # where the broker's topic store keeps its metadata (make_topic_manager); the watches feed it
+        self.topic_backend = ZkTopicBackend(self)
         props = config.props
         self.zk_connect: str = config.get("zookeeper.connect")
         self.session_timeout_s = config.get("zookeeper.session.timeout.ms") / 1000.0
@@ -146,6 +149,8 @@ class ZkReplicaManager:
         self._registration_zxid: float = float("inf")
         self._state_zxid: dict[tuple[str, int], int] = {}
         self._last_config_change = -1  # sequence number of the last config change notification processed
+        # inter-broker requests (transaction markers, KIP-890 verification): one pooled connection per broker
+        self.channel = BrokerChannel(self.node_id, self._live_endpoint)
 
     def attach(self, broker: Broker) -> None:
         self.broker = broker
@@ -161,8 +166,10 @@ class ZkReplicaManager:
 
     # -- parts the broker is built with ----------------------------------------------------------------------
 
-    def make_topic_manager(self, broker: Broker) -> ClusterTopicManager:
-        return ClusterTopicManager(broker, self)  # topic changes go through ZooKeeper
+    def make_topic_manager(self, broker: Broker) -> TopicManager:
+        # the topic store with ZooKeeper as the source of truth: topic changes go through ZooKeeper, and this
+        # replica manager's watches hand what they see to the backend (adopt, config_changed, forget_topic, ...)
+        return TopicManager(broker, self.topic_backend)
 
     def make_producer_id_manager(self, broker: Broker) -> Any:
         # producer id blocks from ZooKeeper's /latest_producer_id_block: unique across the cluster
@@ -266,6 +273,20 @@ class ZkReplicaManager:
     def metadata_controller_id(self) -> int:
         return self.controller_node
 
+    # -- requests to other brokers -------------------------------------------------------------------------
+
+    async def broker_request(self, node_id: int, api_key: int, version: int, body: dict,
+                             timeout: float = 30.0) -> dict[str, Any]:
+        """One request to broker ``node_id`` at the endpoint it registered in ``/brokers/ids``, over the pooled
+        connection to it (:class:`~tidelog.cluster.broker_channel.BrokerChannel`); the decoded response body.
+        Raises ``BrokerRequestError`` (BROKER_NOT_AVAILABLE: not live, unreachable, or this broker is shutting
+        down; REQUEST_TIMED_OUT) when no answer came. Only the single node's replica manager lacks this method."""
+        return await self.channel.request(node_id, api_key, version, body, timeout)
+
+    def _live_endpoint(self, node_id: int) -> tuple[str, int] | None:
+        info = self.live.get(node_id)
+        return (info.host, info.port) if info is not None else None
+
     # -- lifecycle -----------------------------------------------------------------------------------------
 
     async def before_storage(self) -> None:
@@ -318,7 +339,7 @@ class ZkReplicaManager:
         self.zk.ChildrenWatch(zd.CONFIG_CHANGES, self._config_changes)
         self.zk.ChildrenWatch(zd.BROKER_TOPICS, self._topics_changed)
         # the assignments just read are queued on the loop ahead of this: then drop what ZooKeeper no longer has
-        self.post(self.broker.topics.remove_strays, set(self.zk.get_children(zd.BROKER_TOPICS)), self.assignments,
+        self.post(self.topic_backend.remove_strays, set(self.zk.get_children(zd.BROKER_TOPICS)), self.assignments,
                    self.node_id)
         self.controller = Controller(
             self.zk, self.node_id, unclean_election=self.unclean,
@@ -362,6 +383,7 @@ class ZkReplicaManager:
             except Exception:
                 log.exception("controlled shutdown failed; shutting down without it")
         self.fetchers.shutdown()
+        self.channel.close()
         if self.controller is not None:
             self.controller.stop()
         if self.zk is not None:
@@ -504,7 +526,7 @@ class ZkReplicaManager:
     def _config_changes(self, children: list[str]) -> bool | None:
         """Kafka's config change listener (``ZkNodeChangeNotificationListener`` with ``DynamicConfigManager``'s
         handler): every notification newer than the last one processed names a topic whose
-        ``/config/topics/<t>`` is read again and handed to the loop (:meth:`ClusterTopicManager.config_changed`);
+        ``/config/topics/<t>`` is read again and handed to the loop (:meth:`ZkTopicBackend.config_changed`);
         at start every notification present is processed (re-reading a config is harmless). Notifications
         older than ``CONFIG_CHANGE_EXPIRATION_S`` are deleted, by whichever broker sees them first."""
         from kazoo.exceptions import NoNodeError
@@ -539,7 +561,7 @@ class ZkReplicaManager:
             except ValueError:
                 log.error("unreadable topic config in ZooKeeper", extra={"kv": {"topic": topic}})
                 continue
-            self.post(self.broker.topics.config_changed, topic, overrides, stat.version)
+            self.post(self.topic_backend.config_changed, topic, overrides, stat.version)
         return None
 
     def _state_watch(self, tp: tuple[str, int]):
@@ -561,6 +583,9 @@ class ZkReplicaManager:
                 self._departed[bid] = (info, until)
         for bid in live:
             self._departed.pop(bid, None)
+        for bid in self.live:
+            if bid not in live:
+                self.channel.forget(bid)  # gone from /brokers/ids: its connection with it
         self.live = live
         self._live_changed.set()
         self._live_changed = asyncio.Event()
@@ -573,7 +598,7 @@ class ZkReplicaManager:
         local = [p for p, reps in a.partitions.items() if self.node_id in reps]
         for tp in [tp for tp in self.replicas if tp[0] == topic and tp[1] not in local]:
             self._drop_replica(tp)  # reassigned away: delete the replica
-        self.broker.topics.adopt(topic, a.topic_id, max(a.partitions) + 1, config, local, config_version)
+        self.topic_backend.adopt(topic, a.topic_id, max(a.partitions) + 1, config, local, config_version)
         for p in local:
             tp = (topic, p)
             if tp not in self.replicas:
@@ -589,7 +614,7 @@ class ZkReplicaManager:
         if r.is_leader:
             r.is_leader = False  # waiting produces and fetches are woken by drop_partition (then fail)
             self._leadership_changed(tp, False, -1)  # a led __consumer_offsets partition unloads its groups
-        self.broker.topics.drop_partition(*tp)
+        self.topic_backend.drop_partition(*tp)
 
     def _on_topic_deleted(self, topic: str) -> None:
         """The topic znode is gone (DeleteTopics): drop its replicas, states and the topic itself."""
@@ -598,7 +623,7 @@ class ZkReplicaManager:
         for tp in [tp for tp in self.states if tp[0] == topic]:
             del self.states[tp]
         self.assignments.pop(topic, None)
-        self.broker.topics.forget_topic(topic)
+        self.topic_backend.forget_topic(topic)
 
     def _on_state(self, tp: tuple[str, int], s: zd.LeaderIsr, mzxid: int = 0) -> None:
         old = self.states.get(tp)
@@ -675,12 +700,19 @@ class ZkReplicaManager:
                 self._leadership_changed(r.tp, False, -1)
 
     def _leadership_changed(self, tp: tuple[str, int], is_leader: bool, leader_epoch: int) -> None:
-        """Hook: the group coordinator loads / unloads the groups of a ``__consumer_offsets`` partition, the
-        transaction coordinator the transactional ids of a ``__transaction_state`` partition."""
-        if self.broker.group_coordinator is not None:
-            self.broker.group_coordinator.on_leadership_change(tp[0], tp[1], is_leader, leader_epoch)
-        if self.broker.txn_coordinator is not None:
-            self.broker.txn_coordinator.on_leadership_change(tp[0], tp[1], is_leader, leader_epoch)
+        """Hook: every coordinator of the broker hears each leadership change and picks its own topic's: the group
+        coordinator loads / unloads the groups of a ``__consumer_offsets`` partition, the transaction coordinator
+        the transactional ids of a ``__transaction_state`` partition. One listener failing does not keep the
+        change from the other (nor from the replica manager, which has already applied it)."""
+        broker = self.broker
+        for listener in (broker.group_coordinator, broker.txn_coordinator):
+            if listener is None:
+                continue
+            try:
+                listener.on_leadership_change(tp[0], tp[1], is_leader, leader_epoch)
+            except Exception:
+                log.exception("leadership change listener failed", extra={"kv": {
+                    "listener": type(listener).__name__, "topic": tp[0], "partition": tp[1], "leader": is_leader}})
 
     def _leader_progress(self, r: Replica) -> None:
         if self.maybe_increment_high_watermark(r.tp, r.log):

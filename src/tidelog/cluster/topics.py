@@ -1,4 +1,4 @@
-"""The topic registry in ZooKeeper mode: topics are created in ZooKeeper (``/config/topics/<t>`` and the
+"""The topic store's ZooKeeper backend (:class:`ZkTopicBackend`, a ``broker.topics.TopicBackend``): topics are created in ZooKeeper (``/config/topics/<t>`` and the
 assignment ``/brokers/topics/<t>``, as Kafka's AdminZkClient does, from whichever broker got the request); the
 controller then elects leaders, and every broker adopts the topic (and creates the logs of its replicas) when
 its watch sees the assignment.
@@ -15,13 +15,18 @@ is the source of truth. AlterConfigs / IncrementalAlterConfigs write it on the r
 transaction conditional on the config znode's version); every broker (its ZkReplicaManager's notification listener)
 reads the topic's config znode again and applies it to its logs (:meth:`config_changed`, Kafka's
 ``TopicConfigHandler``). At start the registry's overrides are replaced by ZooKeeper's before any log is
-opened."""
+opened.
+
+The store (``broker.topics.TopicManager``) is the same as a single node's; this backend says where its metadata
+comes from. Besides the store's change calls, the broker's ZkReplicaManager calls it from its watches:
+:meth:`ZkTopicBackend.adopt`, :meth:`~ZkTopicBackend.config_changed`, :meth:`~ZkTopicBackend.drop_partition`,
+:meth:`~ZkTopicBackend.forget_topic` and :meth:`~ZkTopicBackend.remove_strays`."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from tidelog.broker.topics import TopicError, TopicInfo, TopicManager, new_topic_id
@@ -33,32 +38,35 @@ log = logging.getLogger("tidelog.cluster.topics")
 DELETE_TIMEOUT_S = 30.0  # how long DeleteTopics waits for the deletion (Kafka's DelayedDeleteTopics)
 
 
-class ClusterTopicManager(TopicManager):
-    # create_topic / create_partitions / alter_configs / incremental_alter_configs only read local state and
-    # ZooKeeper and write ZooKeeper (brokers adopt the result through their watches): the handlers run them in a
-    # request handler thread (handlers.topic_change), so a ZooKeeper round trip (or a stall up to kazoo's timeout)
-    # never blocks the event loop that serves produce, fetch and replication.
+class ZkTopicBackend:
+    # create_topic / create_partitions / change_configs only read local state and ZooKeeper and write ZooKeeper
+    # (brokers adopt the result through their watches): the handlers run them in a request handler thread
+    # (handlers.topic_change), so a ZooKeeper round trip (or a stall up to kazoo's timeout) never blocks the event
+    # loop that serves produce, fetch and replication.
 
-    def __init__(self, broker: Any, cluster: Any) -> None:
-        # the /config/topics/<t> znode version each topic's overrides were read at (set by _load_registry)
-        self._config_versions: dict[str, int] = {}
+    def __init__(self, cluster: Any) -> None:
         self.cluster = cluster  # the broker's ZkReplicaManager: the ZooKeeper client, live brokers, post()
-        super().__init__(broker)
+        # the /config/topics/<t> znode version each topic's overrides were read at (set by loaded / adopt)
+        self._config_versions: dict[str, int] = {}
         self._deleted: dict[str, asyncio.Event] = {}
+        self.registered_brokers: Callable[[], set[int]] | None = cluster.live_brokers
 
-    def _load_registry(self) -> None:
-        """The registry, then ZooKeeper's ``/config/topics/<t>`` over its overrides (at start, in the storage
-        thread, before the logs are opened with them): a change made while this broker was down is in effect
-        from its first request on. A topic ZooKeeper does not have keeps the registry's overrides (the watches
-        and :meth:`remove_strays` decide about it)."""
+    def attach(self, store: TopicManager) -> None:
+        self.store = store
+        self.broker = store.broker  # handlers.topic_change finds the request handler threads through it
+
+    def loaded(self) -> None:
+        """ZooKeeper's ``/config/topics/<t>`` over the registry's overrides (at start, in the storage thread,
+        before the logs are opened with them): a change made while this broker was down is in effect from its
+        first request on. A topic ZooKeeper does not have keeps the registry's overrides (the watches and
+        :meth:`remove_strays` decide about it)."""
         from kazoo.exceptions import NoNodeError
 
-        super()._load_registry()
         zk = self.cluster.zk
         if zk is None:
             return
         changed = False
-        for info in self._topics.values():
+        for info in self.store.all_topics():
             try:
                 data, stat = zk.get(zd.topic_config_path(info.name))
                 overrides = zd.decode_topic_config(data)
@@ -68,13 +76,12 @@ class ClusterTopicManager(TopicManager):
             if overrides != info.overrides:
                 log.info("topic configs read from ZooKeeper", extra={"kv": {"topic": info.name,
                                                                             "configs": overrides or ""}})
-                info.overrides, info.log_config = overrides, self._stored_log_config(info.name, overrides)
+                info.overrides, info.log_config = overrides, self.store.stored_log_config(info.name, overrides)
                 changed = True
         if changed:
-            self._persist()
+            self.store.persist()
 
-    def log_manager_kwargs(self) -> dict[str, Any]:
-        kwargs = super().log_manager_kwargs()
+    def log_manager_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs["cluster_id"] = self.broker.cluster_id or kwargs.get("cluster_id")  # ZooKeeper's /cluster/id
         return kwargs
 
@@ -82,7 +89,8 @@ class ClusterTopicManager(TopicManager):
               local_partitions: list[int], config_version: int = -1) -> TopicInfo:
         """Make ``name`` known here as ZooKeeper has it (``overrides`` read from ``/config/topics/<t>`` at
         ``config_version``, -1 if that read failed); create the logs of the replicas hosted here."""
-        info = self._topics.get(name)
+        store = self.store
+        info = store.get(name)
         changed = False
         if info is not None and topic_id and bytes(topic_id) != info.topic_id:
             # deleted and created again while we were not looking: the old replicas go first
@@ -90,9 +98,8 @@ class ClusterTopicManager(TopicManager):
             info = None
         if info is None:
             info = TopicInfo(name, bytes(topic_id) if topic_id else new_topic_id(), num_partitions, overrides,
-                             self._stored_log_config(name, overrides))
-            self._topics[name] = info
-            self._by_id[info.topic_id] = info
+                             store.stored_log_config(name, overrides))
+            store.publish(info)
             self._config_versions[name] = config_version
             changed = True
         else:
@@ -101,14 +108,14 @@ class ClusterTopicManager(TopicManager):
                 info.num_partitions = num_partitions
                 changed = True
         if changed:
-            self._persist()
+            store.persist()
         for p in local_partitions:
-            if (name, p) not in self._logs:
+            if store.get_log(name, p) is None:
                 lg = self.broker.logs.get_log(name, p) if hasattr(self.broker.logs, "get_log") else None
-                self._logs[(name, p)] = lg or self.broker.logs.create_log(name, p, info.log_config, info.topic_id)
+                store.set_log((name, p), lg or self.broker.logs.create_log(name, p, info.log_config, info.topic_id))
         return info
 
-    def hosted_partitions(self, info: TopicInfo) -> list[int]:
+    def hosted_partitions(self, info: TopicInfo) -> Iterable[int]:
         """At start (``load``, in a worker thread, ZooKeeper connected, no watch yet): the partitions ZooKeeper
         assigns here, so no log of a partition hosted elsewhere is ever created. A topic ZooKeeper does not
         have, or has with another topic id (deleted while this broker was away), gets none: the watches and
@@ -132,7 +139,7 @@ class ClusterTopicManager(TopicManager):
     def drop_partition(self, name: str, partition: int) -> None:
         """This broker no longer hosts ``name-partition``: close the log, rename its directory to
         ``<dir>.<uuid>-delete`` and remove it in the background (Kafka's StopReplica with delete)."""
-        self._logs.pop((name, partition), None)
+        self.store.pop_log((name, partition))
         try:
             if self.broker.logs.delete_log(name, partition):
                 log.info("replica deleted", extra={"kv": {"topic": name, "partition": partition}})
@@ -144,15 +151,14 @@ class ClusterTopicManager(TopicManager):
 
     def forget_topic(self, name: str) -> None:
         """The topic is gone from ZooKeeper: delete the local replicas and forget it."""
-        info = self._topics.pop(name, None)
+        store = self.store
+        info = store.unpublish(name)
         self._config_versions.pop(name, None)
-        if info is not None:
-            self._by_id.pop(info.topic_id, None)
         # every replica of the topic in one LogManager call: each log dir's checkpoints written once, not once per
         # partition (quadratic)
-        tps = sorted({tp for tp in self._logs if tp[0] == name} | {tp for tp in self.broker.logs.all_logs() if tp[0] == name})
+        tps = sorted(set(store.logs_of(name)) | {tp for tp in self.broker.logs.all_logs() if tp[0] == name})
         for tp in tps:
-            self._logs.pop(tp, None)
+            store.pop_log(tp)
         try:
             self.broker.logs.delete_logs(tps)
         except Exception:
@@ -162,7 +168,7 @@ class ClusterTopicManager(TopicManager):
             if purgatory is not None:
                 purgatory.check_and_complete(tp)
         if info is not None:
-            self._persist()
+            store.persist()
             metrics = getattr(self.broker, "metrics", None)
             if metrics is not None:
                 metrics.forget_topic(name)
@@ -175,7 +181,7 @@ class ClusterTopicManager(TopicManager):
         """At start, once ZooKeeper's topics are read: delete replicas of topics deleted while this broker was
         away, and replicas no longer assigned here (topics tidelog keeps only locally, ``__``-prefixed internal
         ones, are left alone)."""
-        for name in list(self._topics):
+        for name in self.store.names():
             if name not in zk_topics and not name.startswith("__"):
                 log.info("deleting the replicas of a topic deleted while away", extra={"kv": {"topic": name}})
                 self.forget_topic(name)
@@ -186,29 +192,27 @@ class ClusterTopicManager(TopicManager):
 
     # -- requests ---------------------------------------------------------------------------------------------
 
-    def registered_brokers(self) -> set[int]:
-        return self.cluster.live_brokers()
-
-    def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
-                     configs: dict[str, str | None] | None = None, validate_only: bool = False,
-                     assignments: dict[int, list[int]] | None = None) -> TopicInfo:
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str | None] | None, validate_only: bool,
+                     assignments: dict[int, list[int]] | None) -> TopicInfo:
         """``assignments`` (already validated by the handler) replaces Kafka's placement."""
         from kazoo.exceptions import NodeExistsError
 
-        self._validate_new_name(name)
+        store = self.store
+        store.validate_new_name(name)
         if self.cluster.zk.exists(zd.delete_topic_path(name)) is not None:
             raise TopicError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' is marked for deletion.")
         if assignments:
             num_partitions = len(assignments)
             replication_factor = len(next(iter(assignments.values())))
-        num_partitions, replication_factor = self._counts_or_defaults(num_partitions, replication_factor)
+        num_partitions, replication_factor = store.counts_or_defaults(num_partitions, replication_factor)
         live = sorted(self.cluster.live)
         if not assignments and (replication_factor <= 0 or replication_factor > len(live)):
             raise TopicError(
                 "INVALID_REPLICATION_FACTOR",
                 f"Replication factor: {replication_factor} larger than available brokers: {len(live)}.",
             )
-        overrides, cfg = self._validate_configs(configs)
+        overrides, cfg = store.validate_configs(configs)
         info = TopicInfo(name, new_topic_id(), num_partitions, overrides, cfg)
         if validate_only:
             return info
@@ -227,9 +231,9 @@ class ClusterTopicManager(TopicManager):
                                                              "assignment": str(assignment)}})
         return info
 
-    def maybe_auto_create(self, name: str) -> TopicInfo | None:
+    def auto_create(self, name: str) -> TopicInfo:
         try:
-            return super().maybe_auto_create(name)
+            return self.store.create_topic(name)
         except TopicError as exc:
             if exc.kafka_error == "TOPIC_ALREADY_EXISTS":  # created elsewhere; our watch has not seen it yet
                 raise TopicError("LEADER_NOT_AVAILABLE", f"Topic '{name}' is being created.") from None
@@ -241,7 +245,7 @@ class ClusterTopicManager(TopicManager):
         goes on)."""
         from kazoo.exceptions import NodeExistsError
 
-        info = self._topics.get(name)
+        info = self.store.get(name)
         zk = self.cluster.zk
         if info is None or await asyncio.to_thread(zk.exists, zd.topic_path(name)) is None:
             raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
@@ -286,8 +290,8 @@ class ClusterTopicManager(TopicManager):
                              f"have replication factors [{', '.join(str(n) for _, n in bad)}], respectively.")
         return added
 
-    def create_partitions(self, name: str, total_count: int, validate_only: bool = False,
-                          assignments: list[list[int]] | None = None) -> TopicInfo:
+    def create_partitions(self, name: str, total_count: int, validate_only: bool,
+                          assignments: list[list[int]] | None) -> TopicInfo:
         """Extend the assignment in ``/brokers/topics/<t>`` (a write conditional on the znode's version), placed
         as Kafka's ``AdminZkClient.addPartitions`` does: the rack-unaware assignment continued from the partition
         count, starting at (and shifting by) the index of partition 0's first replica among the live brokers.
@@ -319,8 +323,8 @@ class ClusterTopicManager(TopicManager):
                 start = max(0, next((i for i, b in enumerate(live) if b >= first[0]), 0))
                 added = zd.assign_replicas(live, total_count - current, len(first), start_index=start,
                                            start_partition=current, next_shift=start)
-            info = self._topics.get(name) or TopicInfo(name, a.topic_id or new_topic_id(), current, {},
-                                                       self.default_log_config())
+            info = self.store.get(name) or TopicInfo(name, a.topic_id or new_topic_id(), current, {},
+                                                     self.store.default_log_config())
             if validate_only:
                 return info
             new = zd.TopicAssignment({**a.partitions, **added}, a.topic_id, a.adding, a.removing)
@@ -336,18 +340,8 @@ class ClusterTopicManager(TopicManager):
 
     # -- topic configs ------------------------------------------------------------------------------------------
 
-    def alter_configs(self, name: str, overrides: dict[str, str | None], validate_only: bool = False) -> TopicInfo:
-        """AlterConfigs: ``overrides`` replace the topic's in ZooKeeper (in a worker thread, see
-        :meth:`_change_topic_config`)."""
-        return self._change_topic_config(name, lambda _current: overrides, validate_only)
-
-    def incremental_alter_configs(self, name: str, ops: list[tuple[str, int, str | None]],
-                                  validate_only: bool = False) -> TopicInfo:
-        """IncrementalAlterConfigs: ``ops`` applied to the overrides ZooKeeper has (in a worker thread)."""
-        return self._change_topic_config(name, lambda current: self._incremented(current, ops), validate_only)
-
-    def _change_topic_config(self, name: str, change: Callable[[dict[str, str]], dict[str, str | None]],
-                             validate_only: bool) -> TopicInfo:
+    def change_configs(self, name: str, change: Callable[[dict[str, str]], dict[str, str | None]],
+                       validate_only: bool) -> TopicInfo:
         """Kafka's ``AdminZkClient.changeTopicConfig``, blocking (the handlers run it in a worker thread): read
         ``/config/topics/<t>``, validate ``change(its overrides)``, then write the result and a
         ``/config/changes/config_change_<seq>`` notification in one transaction conditional on the config
@@ -356,7 +350,7 @@ class ClusterTopicManager(TopicManager):
         to the loop before the handler resumes, so a DescribeConfigs here reads the change back)."""
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-        info = self._require(name)
+        info = self.store.require(name)
         zk = self.cluster.zk
         path = zd.topic_config_path(name)
         for _attempt in range(10):
@@ -367,7 +361,7 @@ class ClusterTopicManager(TopicManager):
                 if zk.exists(zd.topic_path(name)) is None:
                     raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"Topic {name} does not exist.") from None
                 current, version = {}, -1  # a topic without a config znode: created by this write
-            overrides, _cfg = self._validate_configs(change(current))
+            overrides, _cfg = self.store.validate_configs(change(current))
             if validate_only:
                 return info
             t = zk.transaction()
@@ -392,9 +386,9 @@ class ClusterTopicManager(TopicManager):
         notification, with the assignment, or written here); apply them to the topic and its local logs (Kafka's
         ``TopicConfigHandler.processConfigChanges``). A read older than one already applied is ignored, as is a
         failed read (-1)."""
-        info = self._topics.get(name)
+        info = self.store.get(name)
         if info is None or version < 0 or version < self._config_versions.get(name, -1):
             return
         self._config_versions[name] = version
         if overrides != info.overrides:
-            self._apply_overrides(info, overrides, self._stored_log_config(name, overrides))
+            self.store.apply_overrides(info, overrides, self.store.stored_log_config(name, overrides))

@@ -385,8 +385,8 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
                 "Both numPartitions or replicationFactor and replicasAssignments were set. "
                 "Both cannot be used at the same time.",
             )
-        registered = getattr(ctx.broker.topics, "registered_brokers", None)
-        if registered is not None:  # ZooKeeper mode
+        registered = ctx.broker.topics.registered_brokers
+        if registered is not None:  # a cluster: the registered brokers
             manual = _validate_cluster_assignments(assignments, registered())
             if isinstance(manual, tuple):
                 return fail(*manual)
@@ -547,7 +547,7 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
             fail("INVALID_REQUEST", f"Duplicate topic in request: {name}")
         elif not topics.exists(name):
             fail("UNKNOWN_TOPIC_OR_PARTITION", f"The topic '{name}' does not exist.")
-        elif hasattr(topics, "registered_brokers"):  # ZooKeeper mode: the topic manager checks assignments
+        elif topics.registered_brokers is not None:  # a cluster: the topic store's backend checks assignments
             manual = None if assignments is None else [[int(b) for b in a.get("broker_ids") or []]
                                                        for a in assignments]
             try:
