@@ -61,7 +61,7 @@ def test_copier_exactly_once_while_brokers_and_copier_are_killed(cluster_with: A
             w = workers[-1]
             w.kill()
             raise AssertionError(f"{exc}; last committed offsets {samples[-1:]}, admin errors {errors[-3:]}, "
-                                 f"copier events {w.events[-5:]}, copier stderr (start) {w.stderr[:1500]}") from None
+                                 f"copier events {w.events[-5:]}, copier stderr (end) {w.stderr[-2500:]}") from None
 
     def start_copier() -> Worker:
         w = Worker("copier", bs, src, dst, group, tid, "5", "30")

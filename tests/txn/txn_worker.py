@@ -22,6 +22,7 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
@@ -41,6 +42,17 @@ def hang(bootstrap: str, topic: str, tid: str, count: int, timeout_ms: int) -> N
     emit(event="produced", count=count)
     while True:
         signal.pause()
+
+
+def retrying(call: Callable[[], object]) -> None:
+    """Call a transactional API until it does not fail with a retriable error (librdkafka: call it again)."""
+    while True:
+        try:
+            call()
+            return
+        except KafkaException as exc:
+            if not exc.args[0].retriable():
+                raise
 
 
 def copier(bootstrap: str, src: str, dst: str, group: str, tid: str, batch: int, pause_ms: int) -> None:
@@ -69,20 +81,14 @@ def copier(bootstrap: str, src: str, dst: str, group: str, tid: str, batch: int,
             for m in msgs:
                 p.produce(dst, key=m.key(), value=m.value(), partition=m.partition())
             positions = c.position(c.assignment())
-            p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), 60)
-            while True:
-                try:
-                    p.commit_transaction(60)
-                    break
-                except KafkaException as exc:
-                    if not exc.args[0].retriable():
-                        raise
+            retrying(lambda pos=positions: p.send_offsets_to_transaction(pos, c.consumer_group_metadata(), 60))
+            retrying(lambda: p.commit_transaction(60))
         except KafkaException as exc:
             err = exc.args[0]
             if not err.txn_requires_abort():
                 emit(event="fatal", error=str(err))
                 raise
-            p.abort_transaction(60)  # e.g. a broker went away mid-transaction: abort and read again
+            retrying(lambda: p.abort_transaction(60))  # e.g. a broker went away mid-transaction: abort, read again
             rewind("aborted")
             continue
         emit(event="committed", offsets={str(tp.partition): tp.offset for tp in positions})
