@@ -16,8 +16,9 @@ clients are confluent-kafka (librdkafka) in this process, 1 KiB values, no keys,
 * **consume**: read_committed vs read_uncommitted, reading the first transactional topic from the beginning to its
   end (a COMMIT marker every 100 ms in it), after one untimed read; alternating, best of ``--repeats``.
 * **commit latency**: ``--txns`` transactions of one 1 KiB record each, back to back: p50 / p99 / max of the
-  ``commit_transaction`` call (the record's flush, EndTxn, the markers written) and of the whole transaction
-  (begin, produce, commit).
+  ``commit_transaction`` call (the record's flush, EndTxn) and of the whole transaction (begin, produce, commit);
+  on the one node, then on 3 brokers in ZooKeeper mode (``bench/_cluster_harness.py``: a ZooKeeper and three
+  ``tidelog serve``, RF 3, ``min.insync.replicas=2``; ``--no-cluster`` skips it).
 
 The table prints both sides and the ratio; everything is also written to ``results.json`` in the run dir.
 Goals (issue 14): transactional / idempotent produce >= 0.95 (Kafka: about 0.97), read_committed /
@@ -39,6 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _cluster_harness import Cluster, ZooKeeper, kill_all
 from peers import Tidelog, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,6 +152,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, help="runs per side (default 3, quick 2)")
     ap.add_argument("--txns", type=int, help="transactions for the commit latency (default 500, quick 150)")
     ap.add_argument("--commit-ms", type=float, default=100.0)
+    ap.add_argument("--no-cluster", action="store_true",
+                    help="skip the commit latency on 3 brokers in ZooKeeper mode (needs Debian's zookeeper, kazoo)")
     ap.add_argument("--keep", action="store_true", help="keep the run dir's data")
     args = ap.parse_args()
     seconds = args.seconds or (3.0 if args.quick else 8.0)
@@ -226,6 +230,22 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(run / "data", ignore_errors=True)
 
+    cluster_commit: list[float] = []
+    why_not = "--no-cluster" if args.no_cluster else ZooKeeper.available()
+    if why_not is None:
+        cluster = Cluster(run / "cluster", {"min.insync.replicas": "2", "auto.create.topics.enable": "false",
+                                            "zookeeper.session.timeout.ms": "6000"})
+        try:
+            cluster.start()
+            cluster.create_topic("bench-latency", 3)
+            cluster_commit, _ = commit_latency(cluster.bootstrap, "bench-latency", txns)
+        finally:
+            kill_all()
+            if not args.keep:
+                shutil.rmtree(run / "cluster", ignore_errors=True)
+        results["cluster_commit_latency_s"] = cluster_commit
+        (run / "results.json").write_text(json.dumps(results, indent=1))
+
     kib = len(VALUE) / 1e6
     rows = [
         (f"produce 1 KiB, 1 partition, msg/s (best of {repeats})", f"{max(idem):,.0f}", f"{max(txn):,.0f}",
@@ -253,6 +273,12 @@ def main() -> None:
           f"max {max(commit) * 1e3:7.2f} ms")
     print(f"  begin..commit         p50 {pct(whole, .5) * 1e3:7.2f} ms   p99 {pct(whole, .99) * 1e3:7.2f} ms   "
           f"max {max(whole) * 1e3:7.2f} ms")
+    if cluster_commit:
+        print(f"commit latency on 3 brokers (ZooKeeper mode, RF 3, min.insync.replicas 2, acks=all), {txns} "
+              f"transactions:\n  commit_transaction    p50 {pct(cluster_commit, .5) * 1e3:7.2f} ms   "
+              f"p99 {pct(cluster_commit, .99) * 1e3:7.2f} ms   max {max(cluster_commit) * 1e3:7.2f} ms")
+    else:
+        print(f"commit latency on 3 brokers: not measured ({why_not})")
 
 
 if __name__ == "__main__":
