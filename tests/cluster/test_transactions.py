@@ -11,6 +11,7 @@ the transactional id carries on.
 from __future__ import annotations
 
 import functools
+import threading
 import time
 import uuid
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource
-from support import create_topic, request
+from support import create_topic, kazoo, request, state, until
 
 from tidelog.records.batch import build_batch
 
@@ -27,7 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TXN_TOPIC = "__transaction_state"
 PRODUCE, FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = 0, 10, 22, 24, 26
 DESCRIBE_TRANSACTIONS = 65
-COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, INVALID_TXN_STATE = 15, 16, 48
+NOT_COORDINATOR, INVALID_TXN_STATE = 16, 48
 
 _request = functools.partial(request, timeout=15)
 
@@ -73,12 +74,12 @@ def _txn_state(broker: Any, txn_id: str) -> tuple[int, str]:
     return s["error_code"], s["transaction_state"]
 
 
-def _wait_state(broker: Any, txn_id: str, state: str, timeout: float = 60.0) -> None:
-    """Poll DescribeTransactions until the coordinator shows ``state`` (EndTxn is answered once PrepareCommit /
+def _wait_state(broker: Any, txn_id: str, expected: str, timeout: float = 60.0) -> None:
+    """Poll DescribeTransactions until the coordinator shows ``expected`` (EndTxn is answered once PrepareCommit /
     PrepareAbort is written; the markers and the Complete* record follow)."""
     deadline = time.monotonic() + timeout
-    while (got := _txn_state(broker, txn_id)) != (0, state):
-        assert time.monotonic() < deadline, f"transaction state {got}, expected {state}"
+    while (got := _txn_state(broker, txn_id)) != (0, expected):
+        assert time.monotonic() < deadline, f"transaction state {got}, expected {expected}"
         time.sleep(0.1)  # polling interval while the coordinator completes the transaction
 
 
@@ -410,3 +411,57 @@ def test_produce_verified_with_a_coordinator_on_another_broker(cluster: Any) -> 
     _wait_state(cluster.brokers[coord], txn_id, "CompleteCommit")
     assert _read(cluster, topic, 3, "read_committed") == [b"verified"]
     assert _read(cluster, topic, 3, "read_uncommitted") == [b"verified"]  # the refused batch was never appended
+
+
+def test_isolated_coordinator_cannot_commit(proxied_cluster: Any) -> None:
+    """The coordinator is cut off (ZooKeeper, every inbound link, its requests to the other brokers) with a
+    transaction open. The others elect a new leader of the id's partition; a new producer with the id fences the
+    old one (its transaction aborted by the new coordinator) and commits. An EndTxn(commit) sent to the isolated
+    coordinator meanwhile is never answered OK (it cannot get PrepareCommit replicated). After the heal the old
+    producer is fenced and read_committed holds exactly the new producer's records."""
+    c = proxied_cluster
+    c.heal()
+    topic, txn_id = f"ti-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(c.bootstrap, topic, 3, 3, timeout=90)
+    coord = _agreed_coordinator(c, txn_id)
+    p1 = _producer(c, txn_id)
+    p1.init_transactions(60)
+    p1.begin_transaction()
+    for i in range(30):
+        p1.produce(topic, f"zombie-{i}".encode(), partition=i % 3)
+    assert p1.flush(60) == 0
+    d = _request(c.brokers[coord], DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [txn_id]})["transaction_states"][0]
+    assert d["transaction_state"] == "Ongoing"
+    zombie_end: list[Any] = []
+
+    def end_at_zombie() -> None:
+        try:
+            zombie_end.append(request(c.brokers[coord], END_TXN, 3, {
+                "transactional_id": txn_id, "producer_id": d["producer_id"], "producer_epoch": d["producer_epoch"],
+                "committed": True}, timeout=45)["error_code"])
+        except Exception as exc:  # no answer at all is "not committed" too
+            zombie_end.append(exc)
+
+    part = _java_partition(txn_id, 50)
+    with kazoo(c.zk.connect) as kz:  # the test's own view of ZooKeeper: never through a proxy
+        c.isolate(coord)
+        zombie = threading.Thread(target=end_at_zombie)
+        try:
+            zombie.start()  # straight to the isolated broker's own port
+            until("a new transaction coordinator", lambda: state(kz, TXN_TOPIC, part).leader not in (coord, -1), 60)
+            new_coord = state(kz, TXN_TOPIC, part).leader
+            _wait_state(c.brokers[new_coord], txn_id, "Ongoing")  # loaded from its replica
+            p2 = _producer(c, txn_id)
+            p2.init_transactions(90)  # fences p1: the new coordinator aborts its transaction
+            after = _transaction(p2, topic, 3, "after", 30, commit=True)
+            _wait_state(c.brokers[new_coord], txn_id, "CompleteCommit")
+            zombie.join(60)
+            assert zombie_end and zombie_end[0] != 0, f"the isolated coordinator committed: {zombie_end}"
+        finally:
+            c.heal()
+            zombie.join(60)
+        until(f"broker {coord} back in the ISR of {TXN_TOPIC}-{part}", lambda: coord in state(kz, TXN_TOPIC, part).isr,
+              120)
+    with pytest.raises(KafkaException):
+        p1.commit_transaction(30)
+    assert sorted(_read(c, topic, 3, "read_committed")) == sorted(after)
