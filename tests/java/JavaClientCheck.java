@@ -3,6 +3,7 @@
 //
 //   java -cp <jars>:<classes> JavaClientCheck SCENARIO BOOTSTRAP TOPIC [GROUP]
 //   SCENARIO: version | admin | roundtrip | offsets | group | storage | txn | txn_ctp | txn_fence
+//   java ... JavaClientCheck dump_log SEGMENT.log   (the batches of a segment file, read by Kafka's record classes)
 //
 // Every observation is one JSON object per line on stdout ({"event": ..., ...}); the pytest side asserts on them.
 // The program asserts nothing itself: it only reports what the client saw. Exceptions are reported as
@@ -60,6 +61,11 @@ import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.record.ControlRecordType;
+import org.apache.kafka.common.record.EndTransactionMarker;
+import org.apache.kafka.common.record.FileRecords;
+import org.apache.kafka.common.record.Record;
+import org.apache.kafka.common.record.RecordBatch;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.utils.AppInfoParser;
@@ -90,6 +96,7 @@ public final class JavaClientCheck {
                 case "txn" -> txn(args[1], args[2]);
                 case "txn_ctp" -> txnConsumeTransformProduce(args[1], args[2], args[3]);
                 case "txn_fence" -> txnFence(args[1], args[2]);
+                case "dump_log" -> dumpLog(args[1]);
                 default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
             }
             emit(obj("event", "done"));
@@ -889,6 +896,34 @@ public final class JavaClientCheck {
             Map<String, Object> m = readIsolated(bootstrap, tps, isolation);
             m.put("event", "read");
             emit(m);
+        }
+    }
+
+    // A segment file as Kafka's own record classes read it (FileRecords, as the broker and kafka-dump-log do):
+    // every batch checked (ensureValid: sizes, magic, CRC) and, for control batches, the marker parsed with
+    // ControlRecordType and EndTransactionMarker.
+    static void dumpLog(String path) throws Exception {
+        try (FileRecords records = FileRecords.open(new java.io.File(path))) {
+            for (RecordBatch batch : records.batches()) {
+                batch.ensureValid();
+                Map<String, Object> m = obj("event", "batch", "base_offset", batch.baseOffset(),
+                        "last_offset", batch.lastOffset(), "transactional", batch.isTransactional(),
+                        "control", batch.isControlBatch(), "producer_id", batch.producerId(),
+                        "producer_epoch", batch.producerEpoch(), "base_sequence", batch.baseSequence(),
+                        "count", batch.countOrNull());
+                if (batch.isControlBatch()) {
+                    List<Object> markers = new ArrayList<>();
+                    for (Record r : batch) {
+                        ControlRecordType type = ControlRecordType.parse(r.key());
+                        EndTransactionMarker marker = EndTransactionMarker.deserialize(r);
+                        markers.add(obj("offset", r.offset(), "type", type.name(),
+                                "marker_type", marker.controlType().name(),
+                                "coordinator_epoch", marker.coordinatorEpoch()));
+                    }
+                    m.put("markers", markers);
+                }
+                emit(m);
+            }
         }
     }
 

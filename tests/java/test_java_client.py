@@ -307,6 +307,20 @@ def test_transactional_producer_commit_abort_read_committed(java_client: Any, jb
         assert all(h.is_transactional for h, _ in batches)
         assert [h.base_offset for h, _ in batches if h.is_control] == [3, 7, 11]
 
+        # and as Kafka's own record classes read the segment (FileRecords, ControlRecordType, EndTransactionMarker)
+        (seg,) = sorted((Path(jbroker.data_dir) / f"{topic}-{p}").glob("*.log"))
+        read = [e for e in java_client.run("dump_log", str(seg), broker=jbroker) if e["event"] == "batch"]
+        assert [(b["base_offset"], b["last_offset"]) for b in read] == [
+            (h.base_offset, h.base_offset + h.last_offset_delta) for h, _ in batches]
+        assert all(b["transactional"] for b in read)
+        controls = [b for b in read if b["control"]]
+        assert [(b["base_offset"], b["count"], b["base_sequence"]) for b in controls] == [
+            (3, 1, -1), (7, 1, -1), (11, 1, -1)]
+        assert [[(m["offset"], m["type"], m["marker_type"]) for m in b["markers"]] for b in controls] == [
+            [(3, "COMMIT", "COMMIT")], [(7, "ABORT", "ABORT")], [(11, "COMMIT", "COMMIT")]]
+        assert len({m["coordinator_epoch"] for b in controls for m in b["markers"]}) == 1
+        assert len({(b["producer_id"], b["producer_epoch"]) for b in read}) == 1, "one producer, one epoch"
+
 
 def test_consume_transform_produce_send_offsets_to_transaction(java_client: Any, jbroker: Any) -> None:
     topic, group = name("java-ctp"), name("java-ctp-g")
