@@ -186,7 +186,7 @@ class ProxiedCluster(Cluster):
     ZooKeeper, so Metadata sends clients there and followers fetch from it there), and reaches ZooKeeper through
     its own proxy ``zk[i]``. ``isolate(i)`` blackholes ZooKeeper and every inbound link of broker i, and, on
     the other brokers' proxies, the connections whose client id is ``tidelog-replica-<i>`` (its outgoing
-    follower fetches). ``heal()`` lets everything flow again. ``direct(i)`` is broker i's own port (a client on
+    follower fetches) or ``tidelog-broker-<i>`` (its other requests: transaction markers, verifications). ``heal()`` lets everything flow again. ``direct(i)`` is broker i's own port (a client on
     the isolated side of the partition)."""
 
     def __init__(self, root: Path, zk: ZooKeeper, overrides: dict[str, str] | None = None) -> None:
@@ -222,6 +222,7 @@ class ProxiedCluster(Cluster):
         for j, p in self.kafka.items():
             if j != i:
                 p.set_client_mode(f"tidelog-replica-{i}", bh)
+                p.set_client_mode(f"tidelog-broker-{i}", bh)  # its other requests (transaction markers, ...)
 
     def heal(self) -> None:
         for p in self.proxies():

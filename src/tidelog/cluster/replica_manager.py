@@ -61,6 +61,7 @@ from tidelog.broker.broker import Broker
 from tidelog.broker.errors import PartitionError
 from tidelog.broker.topics import TopicManager, new_cluster_id
 from tidelog.cluster import zkdata as zd
+from tidelog.cluster.broker_channel import BrokerChannel
 from tidelog.cluster.controller import Controller
 from tidelog.cluster.fetcher import ReplicaFetcherManager
 from tidelog.cluster.handlers import CLUSTER_HANDLERS
@@ -148,6 +149,8 @@ class ZkReplicaManager:
         self._registration_zxid: float = float("inf")
         self._state_zxid: dict[tuple[str, int], int] = {}
         self._last_config_change = -1  # sequence number of the last config change notification processed
+        # inter-broker requests (transaction markers, KIP-890 verification): one pooled connection per broker
+        self.channel = BrokerChannel(self.node_id, self._live_endpoint)
 
     def attach(self, broker: Broker) -> None:
         self.broker = broker
@@ -270,6 +273,20 @@ class ZkReplicaManager:
     def metadata_controller_id(self) -> int:
         return self.controller_node
 
+    # -- requests to other brokers -------------------------------------------------------------------------
+
+    async def broker_request(self, node_id: int, api_key: int, version: int, body: dict,
+                             timeout: float = 30.0) -> dict[str, Any]:
+        """One request to broker ``node_id`` at the endpoint it registered in ``/brokers/ids``, over the pooled
+        connection to it (:class:`~tidelog.cluster.broker_channel.BrokerChannel`); the decoded response body.
+        Raises ``BrokerRequestError`` (BROKER_NOT_AVAILABLE: not live, unreachable, or this broker is shutting
+        down; REQUEST_TIMED_OUT) when no answer came. Only the single node's replica manager lacks this method."""
+        return await self.channel.request(node_id, api_key, version, body, timeout)
+
+    def _live_endpoint(self, node_id: int) -> tuple[str, int] | None:
+        info = self.live.get(node_id)
+        return (info.host, info.port) if info is not None else None
+
     # -- lifecycle -----------------------------------------------------------------------------------------
 
     async def before_storage(self) -> None:
@@ -366,6 +383,7 @@ class ZkReplicaManager:
             except Exception:
                 log.exception("controlled shutdown failed; shutting down without it")
         self.fetchers.shutdown()
+        self.channel.close()
         if self.controller is not None:
             self.controller.stop()
         if self.zk is not None:
@@ -565,6 +583,9 @@ class ZkReplicaManager:
                 self._departed[bid] = (info, until)
         for bid in live:
             self._departed.pop(bid, None)
+        for bid in self.live:
+            if bid not in live:
+                self.channel.forget(bid)  # gone from /brokers/ids: its connection with it
         self.live = live
         self._live_changed.set()
         self._live_changed = asyncio.Event()
@@ -679,12 +700,19 @@ class ZkReplicaManager:
                 self._leadership_changed(r.tp, False, -1)
 
     def _leadership_changed(self, tp: tuple[str, int], is_leader: bool, leader_epoch: int) -> None:
-        """Hook: the group coordinator loads / unloads the groups of a ``__consumer_offsets`` partition, the
-        transaction coordinator the transactional ids of a ``__transaction_state`` partition."""
-        if self.broker.group_coordinator is not None:
-            self.broker.group_coordinator.on_leadership_change(tp[0], tp[1], is_leader, leader_epoch)
-        if self.broker.txn_coordinator is not None:
-            self.broker.txn_coordinator.on_leadership_change(tp[0], tp[1], is_leader, leader_epoch)
+        """Hook: every coordinator of the broker hears each leadership change and picks its own topic's: the group
+        coordinator loads / unloads the groups of a ``__consumer_offsets`` partition, the transaction coordinator
+        the transactional ids of a ``__transaction_state`` partition. One listener failing does not keep the
+        change from the other (nor from the replica manager, which has already applied it)."""
+        broker = self.broker
+        for listener in (broker.group_coordinator, broker.txn_coordinator):
+            if listener is None:
+                continue
+            try:
+                listener.on_leadership_change(tp[0], tp[1], is_leader, leader_epoch)
+            except Exception:
+                log.exception("leadership change listener failed", extra={"kv": {
+                    "listener": type(listener).__name__, "topic": tp[0], "partition": tp[1], "leader": is_leader}})
 
     def _leader_progress(self, r: Replica) -> None:
         if self.maybe_increment_high_watermark(r.tp, r.log):

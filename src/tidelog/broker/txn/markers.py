@@ -11,8 +11,8 @@ Two sides, as in Kafka:
   one transaction, grouped by partition leader, retried until each partition acknowledged. Partitions this broker
   leads take the local path; a partition led elsewhere goes as a WriteTxnMarkers request through the replica manager's
   ``broker_request(node_id, api_key, version, body, timeout=...)`` (ZooKeeper mode's inter-broker requests; the
-  single node's replica manager has none and never needs it). A partition whose topic no longer exists is
-  dropped (Kafka skips partitions without a leader: "likely deleted already"); INVALID_PRODUCER_EPOCH or
+  single node's replica manager has none and never needs it), to every leader at once. A partition whose topic no
+  longer exists is dropped (Kafka skips partitions without a leader: "likely deleted already"); INVALID_PRODUCER_EPOCH or
   TRANSACTION_COORDINATOR_FENCED stop the sending (a newer coordinator or epoch owns the transaction, Kafka's
   ``abortSending``); every other error is retried after ``retry_backoff_ms``.
 """
@@ -155,14 +155,15 @@ class TxnMarkerChannel:
                     local.append(tp)
                 else:
                     remote.setdefault(leader, []).append(tp)
-            results: dict[TopicPartition, str | None] = {}
+            # this broker's partitions and every other leader's at once: a slow or dead one holds up no other
+            jobs = [self._send_remote(node, producer_id, producer_epoch, coordinator_epoch, commit, tps)
+                    for node, tps in remote.items()]
             if local:
-                results.update(await append_markers_locally(
-                    self.broker, producer_id, producer_epoch, coordinator_epoch, commit, local,
-                    self.request_timeout_ms))
-            for node, tps in remote.items():
-                results.update(await self._send_remote(node, producer_id, producer_epoch, coordinator_epoch, commit,
-                                                       tps))
+                jobs.append(append_markers_locally(self.broker, producer_id, producer_epoch, coordinator_epoch,
+                                                   commit, local, self.request_timeout_ms))
+            results: dict[TopicPartition, str | None] = {}
+            for answer in await asyncio.gather(*jobs):
+                results.update(answer)
             for tp, err in results.items():
                 if err is None:
                     pending.discard(tp)
