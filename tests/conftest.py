@@ -1,8 +1,9 @@
 """Shared by every test package (pytest runs in importlib import mode, so nothing here is importable by default).
 
-* ``tests/integration``, ``tests/cluster`` and ``tests/docs`` are put on ``sys.path``: ``from helpers import ...``,
-  ``from support import ...`` (the cluster tests' shared helpers) and ``from docrun import ...`` (the runner of
-  the documents' console blocks) work in any test module.
+* ``tests/integration``, ``tests/cluster``, ``tests/docs`` and ``tests/txn`` are put on ``sys.path``: ``from helpers
+  import ...``, ``from support import ...`` (the cluster tests' shared helpers), ``from docrun import ...`` (the
+  runner of the documents' console blocks) and ``from txnhelp import ...`` (the transaction suites' clients and
+  readers) work in any test module.
 * ``broker`` / ``broker_factory``: the fixtures of tests/integration/conftest.py, loaded
   once here so every package gets them (one implementation; see that file for what they do).
 """
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 _INTEGRATION = Path(__file__).resolve().parent / "integration"
-for _dir in (_INTEGRATION, _INTEGRATION.parent / "cluster", _INTEGRATION.parent / "docs"):
+for _dir in (_INTEGRATION, _INTEGRATION.parent / "cluster", _INTEGRATION.parent / "docs", _INTEGRATION.parent / "txn"):
     if str(_dir) not in sys.path:
         sys.path.insert(0, str(_dir))
 

@@ -2,7 +2,8 @@
 // Compiled at test time by tests/java/test_java_client.py (javac, into a temp dir, against the jars).
 //
 //   java -cp <jars>:<classes> JavaClientCheck SCENARIO BOOTSTRAP TOPIC [GROUP]
-//   SCENARIO: version | admin | roundtrip | offsets | group | storage
+//   SCENARIO: version | admin | roundtrip | offsets | group | storage | txn | txn_ctp | txn_fence
+//   java ... JavaClientCheck dump_log SEGMENT.log   (the batches of a segment file, read by Kafka's record classes)
 //
 // Every observation is one JSON object per line on stdout ({"event": ..., ...}); the pytest side asserts on them.
 // The program asserts nothing itself: it only reports what the client saw. Exceptions are reported as
@@ -44,6 +45,7 @@ import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -59,6 +61,11 @@ import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.record.ControlRecordType;
+import org.apache.kafka.common.record.EndTransactionMarker;
+import org.apache.kafka.common.record.FileRecords;
+import org.apache.kafka.common.record.Record;
+import org.apache.kafka.common.record.RecordBatch;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.utils.AppInfoParser;
@@ -86,6 +93,10 @@ public final class JavaClientCheck {
                 case "offsets" -> offsets(args[1], args[2]);
                 case "group" -> group(args[1], args[2], args[3]);
                 case "storage" -> storage(args[1], args[2]);
+                case "txn" -> txn(args[1], args[2]);
+                case "txn_ctp" -> txnConsumeTransformProduce(args[1], args[2], args[3]);
+                case "txn_fence" -> txnFence(args[1], args[2]);
+                case "dump_log" -> dumpLog(args[1]);
                 default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
             }
             emit(obj("event", "done"));
@@ -140,6 +151,31 @@ public final class JavaClientCheck {
         p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "7");  // several polls per partition
+        return new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+    }
+
+    static KafkaProducer<byte[], byte[]> txnProducer(String bootstrap, String transactionalId) {
+        Properties p = common(bootstrap, "java-check-txn");
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "10000");
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "20000");
+        return new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
+    }
+
+    static KafkaConsumer<byte[], byte[]> consumer(String bootstrap, String clientId, String group, String isolation) {
+        Properties p = common(bootstrap, clientId);
+        if (group != null) {
+            p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+            p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "6000");
+            p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "500");
+        }
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         return new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer());
     }
 
@@ -688,6 +724,207 @@ public final class JavaClientCheck {
             out.put(e.getKey().topic() + ":" + e.getKey().partition(), om == null ? null : om.offset());
         }
         return out;
+    }
+
+    // ---------------------------------------------------------------------------------------- scenario 6
+
+    /** What a consumer with {@code isolation} reads of {@code tps} from the beginning up to its end offsets
+     *  (read_committed: the last stable offset), as partition -> values, plus those end offsets. */
+    static Map<String, Object> readIsolated(String bootstrap, List<TopicPartition> tps, String isolation) {
+        try (KafkaConsumer<byte[], byte[]> c = consumer(bootstrap, "java-check-" + isolation, null, isolation)) {
+            c.assign(tps);
+            c.seekToBeginning(tps);
+            Map<TopicPartition, Long> end = c.endOffsets(tps);
+            Map<Integer, List<Object>> values = new TreeMap<>();
+            for (TopicPartition tp : tps) values.put(tp.partition(), new ArrayList<>());
+            for (ConsumerRecord<byte[], byte[]> r : readUntil(c, end)) {
+                values.get(r.partition()).add(str(r.value()));
+            }
+            Map<String, Object> positions = new TreeMap<>();
+            for (TopicPartition tp : tps) positions.put(String.valueOf(tp.partition()), c.position(tp));
+            return obj("isolation", isolation, "end", byPartition(end), "positions", positions,
+                    "values", stringKeys(values));
+        }
+    }
+
+    /** Wait (bounded) until no transaction is open on {@code tps}: read_committed end offsets (the LSO) equal the
+     *  read_uncommitted ones. The coordinator answers EndTxn before it writes the markers, as Kafka's does. */
+    static void awaitStable(String bootstrap, List<TopicPartition> tps) throws Exception {
+        try (KafkaConsumer<byte[], byte[]> rc = consumer(bootstrap, "java-check-lso", null, "read_committed");
+             KafkaConsumer<byte[], byte[]> ru = consumer(bootstrap, "java-check-hw", null, "read_uncommitted")) {
+            long deadline = System.currentTimeMillis() + DEADLINE_MS;
+            while (!rc.endOffsets(tps).equals(ru.endOffsets(tps))) {
+                if (System.currentTimeMillis() > deadline) throw new RuntimeException("no stable offsets for " + tps);
+                Thread.sleep(50);  // polling interval of a bounded wait
+            }
+        }
+    }
+
+    /** The group's committed offsets once they have {@code n} partitions (or what there is at the deadline). */
+    static Map<String, Object> awaitCommitted(Admin admin, String group, int n) throws Exception {
+        long deadline = System.currentTimeMillis() + DEADLINE_MS;
+        Map<String, Object> offsets = committedOffsets(admin, group);
+        while (offsets.size() < n && System.currentTimeMillis() < deadline) {
+            Thread.sleep(50);  // polling interval of a bounded wait
+            offsets = committedOffsets(admin, group);
+        }
+        return offsets;
+    }
+
+    static void sendAll(KafkaProducer<byte[], byte[]> producer, String topic, int partitions, String prefix, int n)
+            throws Exception {
+        List<java.util.concurrent.Future<RecordMetadata>> fs = new ArrayList<>();
+        for (int p = 0; p < partitions; p++) {
+            for (int i = 0; i < n; i++) {
+                fs.add(producer.send(new ProducerRecord<>(topic, p, null, bytes(prefix + "-" + p + "-" + i))));
+            }
+        }
+        producer.flush();
+        for (var f : fs) f.get();
+    }
+
+    // A transactional producer: commit, abort, commit, three records per partition each; read back with
+    // read_committed and read_uncommitted consumers (also while the aborted one is still open).
+    static void txn(String bootstrap, String topic) throws Exception {
+        List<TopicPartition> tps = List.of(new TopicPartition(topic, 0), new TopicPartition(topic, 1));
+        try (Admin admin = admin(bootstrap)) {
+            createTopic(admin, topic, 2);
+        }
+        try (KafkaProducer<byte[], byte[]> producer = txnProducer(bootstrap, topic + "-tid")) {
+            producer.initTransactions();
+            emit(obj("event", "initialized"));
+            producer.beginTransaction();
+            sendAll(producer, topic, 2, "c1", 3);
+            producer.commitTransaction();
+            awaitStable(bootstrap, tps);
+            producer.beginTransaction();
+            sendAll(producer, topic, 2, "ab", 3);
+            Map<String, Object> open = obj("event", "open");
+            open.put("read_committed", readIsolated(bootstrap, tps, "read_committed"));
+            open.put("read_uncommitted", readIsolated(bootstrap, tps, "read_uncommitted"));
+            emit(open);
+            producer.abortTransaction();
+            producer.beginTransaction();
+            sendAll(producer, topic, 2, "c2", 3);
+            producer.commitTransaction();
+            awaitStable(bootstrap, tps);
+        }
+        for (String isolation : List.of("read_committed", "read_uncommitted")) {
+            Map<String, Object> m = readIsolated(bootstrap, tps, isolation);
+            m.put("event", "read");
+            emit(m);
+        }
+    }
+
+    // Consume-transform-produce: a group member reads TOPIC (2 partitions, 10 plain records each), a
+    // transactional producer writes the values upper-cased to TOPIC-out and commits the member's positions with
+    // sendOffsetsToTransaction(offsets, consumer.groupMetadata()).
+    static void txnConsumeTransformProduce(String bootstrap, String topic, String group) throws Exception {
+        String out = topic + "-out";
+        try (Admin admin = admin(bootstrap)) {
+            createTopic(admin, topic, 2);
+            createTopic(admin, out, 1);
+            try (KafkaProducer<byte[], byte[]> plain = producer(bootstrap, "none")) {
+                produceEach(plain, topic, 2, 0, 10);
+            }
+            try (KafkaConsumer<byte[], byte[]> c = consumer(bootstrap, "java-check-ctp", group, "read_committed");
+                 KafkaProducer<byte[], byte[]> producer = txnProducer(bootstrap, topic + "-tid")) {
+                producer.initTransactions();
+                c.subscribe(List.of(topic));
+                List<ConsumerRecord<byte[], byte[]>> got = new ArrayList<>();
+                long deadline = System.currentTimeMillis() + DEADLINE_MS;
+                while (got.size() < 20 && System.currentTimeMillis() < deadline) {
+                    for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) got.add(r);
+                }
+                emit(obj("event", "consumed", "count", got.size()));
+                Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                for (TopicPartition tp : c.assignment()) offsets.put(tp, new OffsetAndMetadata(c.position(tp)));
+                ConsumerGroupMetadata gm = c.groupMetadata();
+                emit(obj("event", "group_metadata", "group_id", gm.groupId(), "generation_id", gm.generationId(),
+                        "member_id", gm.memberId()));
+                for (boolean commit : new boolean[] {false, true}) {
+                    producer.beginTransaction();
+                    for (ConsumerRecord<byte[], byte[]> r : got) {
+                        producer.send(new ProducerRecord<>(out, 0, null, bytes(str(r.value()).toUpperCase())));
+                    }
+                    producer.sendOffsetsToTransaction(offsets, gm);
+                    emit(obj("event", "committed_before_end", "commit", commit,
+                            "offsets", committedOffsets(admin, group)));
+                    if (commit) producer.commitTransaction();
+                    else producer.abortTransaction();
+                    awaitStable(bootstrap, List.of(new TopicPartition(out, 0)));
+                    emit(obj("event", "committed_after_end", "commit", commit,
+                            "offsets", commit ? awaitCommitted(admin, group, 2) : committedOffsets(admin, group)));
+                }
+            }
+        }
+        for (String isolation : List.of("read_committed", "read_uncommitted")) {
+            Map<String, Object> m = readIsolated(bootstrap, List.of(new TopicPartition(out, 0)), isolation);
+            m.put("event", "output");
+            emit(m);
+        }
+    }
+
+    // Zombie fencing: a second producer with the same transactional.id fences the first; the first's commit
+    // fails with ProducerFencedException and its open transaction is aborted.
+    static void txnFence(String bootstrap, String topic) throws Exception {
+        List<TopicPartition> tps = List.of(new TopicPartition(topic, 0));
+        try (Admin admin = admin(bootstrap)) {
+            createTopic(admin, topic, 1);
+        }
+        KafkaProducer<byte[], byte[]> zombie = txnProducer(bootstrap, topic + "-tid");
+        try (KafkaProducer<byte[], byte[]> fresh = txnProducer(bootstrap, topic + "-tid")) {
+            zombie.initTransactions();
+            zombie.beginTransaction();
+            zombie.send(new ProducerRecord<>(topic, 0, null, bytes("zombie"))).get();
+            fresh.initTransactions();
+            fresh.beginTransaction();
+            fresh.send(new ProducerRecord<>(topic, 0, null, bytes("fresh"))).get();
+            fresh.commitTransaction();
+            awaitStable(bootstrap, tps);
+            String error = null;
+            try {
+                zombie.commitTransaction();
+            } catch (Exception e) {
+                error = e.getClass().getSimpleName();
+            }
+            emit(obj("event", "zombie_commit", "error", error));
+        } finally {
+            zombie.close(Duration.ofSeconds(5));
+        }
+        for (String isolation : List.of("read_committed", "read_uncommitted")) {
+            Map<String, Object> m = readIsolated(bootstrap, tps, isolation);
+            m.put("event", "read");
+            emit(m);
+        }
+    }
+
+    // A segment file as Kafka's own record classes read it (FileRecords, as the broker and kafka-dump-log do):
+    // every batch checked (ensureValid: sizes, magic, CRC) and, for control batches, the marker parsed with
+    // ControlRecordType and EndTransactionMarker.
+    static void dumpLog(String path) throws Exception {
+        try (FileRecords records = FileRecords.open(new java.io.File(path))) {
+            for (RecordBatch batch : records.batches()) {
+                batch.ensureValid();
+                Map<String, Object> m = obj("event", "batch", "base_offset", batch.baseOffset(),
+                        "last_offset", batch.lastOffset(), "transactional", batch.isTransactional(),
+                        "control", batch.isControlBatch(), "producer_id", batch.producerId(),
+                        "producer_epoch", batch.producerEpoch(), "base_sequence", batch.baseSequence(),
+                        "count", batch.countOrNull());
+                if (batch.isControlBatch()) {
+                    List<Object> markers = new ArrayList<>();
+                    for (Record r : batch) {
+                        ControlRecordType type = ControlRecordType.parse(r.key());
+                        EndTransactionMarker marker = EndTransactionMarker.deserialize(r);
+                        markers.add(obj("offset", r.offset(), "type", type.name(),
+                                "marker_type", marker.controlType().name(),
+                                "coordinator_epoch", marker.coordinatorEpoch()));
+                    }
+                    m.put("markers", markers);
+                }
+                emit(m);
+            }
+        }
     }
 
     // ------------------------------------------------------------------------------------------- helpers

@@ -273,3 +273,78 @@ def test_describe_log_dirs_and_producers(java_client: Any, jbroker: Any) -> None
     assert p["producer_id"] == next(iter(pids)) and p["epoch"] == batches[-1][0].producer_epoch
     assert p["last_sequence"] == PER_CODEC - 1 and p["txn_start"] == -1
     assert p["last_timestamp"] == max(h.max_timestamp for h, _ in batches)
+
+
+# ------------------------------------------------------------------------------------- 6. transactions
+
+
+def test_transactional_producer_commit_abort_read_committed(java_client: Any, jbroker: Any) -> None:
+    topic = name("java-txn")
+    events = java_client.run("txn", jbroker.bootstrap, topic, broker=jbroker)
+    ev = by_event(events)
+    assert "initialized" in ev
+
+    def recs(prefixes: list[str], part: int) -> list[str]:
+        return [f"{x}-{part}-{i}" for x in prefixes for i in range(3)]
+
+    # while the second transaction is open: read_committed stops at its first offset (the LSO, after the
+    # first transaction's 3 records and COMMIT marker), read_uncommitted reads it
+    open_ = ev["open"]
+    assert open_["read_committed"]["end"] == {"0": 4, "1": 4}
+    assert open_["read_committed"]["values"] == {str(p): recs(["c1"], p) for p in (0, 1)}
+    assert open_["read_uncommitted"]["end"] == {"0": 7, "1": 7}
+    assert open_["read_uncommitted"]["values"] == {str(p): recs(["c1", "ab"], p) for p in (0, 1)}
+
+    reads = {e["isolation"]: e for e in events if e["event"] == "read"}
+    assert reads["read_committed"]["values"] == {str(p): recs(["c1", "c2"], p) for p in (0, 1)}
+    assert reads["read_uncommitted"]["values"] == {str(p): recs(["c1", "ab", "c2"], p) for p in (0, 1)}
+    # 3 transactions of 3 records + a marker each: LSO = high watermark = 12
+    assert reads["read_committed"]["end"] == reads["read_uncommitted"]["end"] == {"0": 12, "1": 12}
+
+    # on disk: transactional data batches and one control batch per transaction and partition
+    for p in (0, 1):
+        batches = batches_on_disk(jbroker.data_dir, topic, p)
+        assert all(h.is_transactional for h, _ in batches)
+        assert [h.base_offset for h, _ in batches if h.is_control] == [3, 7, 11]
+
+        # and as Kafka's own record classes read the segment (FileRecords, ControlRecordType, EndTransactionMarker)
+        (seg,) = sorted((Path(jbroker.data_dir) / f"{topic}-{p}").glob("*.log"))
+        read = [e for e in java_client.run("dump_log", str(seg), broker=jbroker) if e["event"] == "batch"]
+        assert [(b["base_offset"], b["last_offset"]) for b in read] == [
+            (h.base_offset, h.base_offset + h.last_offset_delta) for h, _ in batches]
+        assert all(b["transactional"] for b in read)
+        controls = [b for b in read if b["control"]]
+        assert [(b["base_offset"], b["count"], b["base_sequence"]) for b in controls] == [
+            (3, 1, -1), (7, 1, -1), (11, 1, -1)]
+        assert [[(m["offset"], m["type"], m["marker_type"]) for m in b["markers"]] for b in controls] == [
+            [(3, "COMMIT", "COMMIT")], [(7, "ABORT", "ABORT")], [(11, "COMMIT", "COMMIT")]]
+        assert len({m["coordinator_epoch"] for b in controls for m in b["markers"]}) == 1
+        assert len({(b["producer_id"], b["producer_epoch"]) for b in read}) == 1, "one producer, one epoch"
+
+
+def test_consume_transform_produce_send_offsets_to_transaction(java_client: Any, jbroker: Any) -> None:
+    topic, group = name("java-ctp"), name("java-ctp-g")
+    events = java_client.run("txn_ctp", jbroker.bootstrap, topic, group, broker=jbroker)
+    ev = by_event(events)
+    assert ev["consumed"]["count"] == 20
+    gm = ev["group_metadata"]
+    assert gm["group_id"] == group and gm["generation_id"] >= 1 and gm["member_id"], gm
+    before = {e["commit"]: e["offsets"] for e in events if e["event"] == "committed_before_end"}
+    after = {e["commit"]: e["offsets"] for e in events if e["event"] == "committed_after_end"}
+    assert before == {False: {}, True: {}}, "offsets of an open transaction must not be visible"
+    assert after[False] == {}, "offsets of an aborted transaction must never be visible"
+    assert after[True] == {f"{topic}:0": 10, f"{topic}:1": 10}
+    out = {e["isolation"]: e for e in events if e["event"] == "output"}
+    want = sorted(f"P{p}-{i}" for p in (0, 1) for i in range(10))
+    assert sorted(out["read_committed"]["values"]["0"]) == want, "each output record exactly once"
+    assert sorted(out["read_uncommitted"]["values"]["0"]) == sorted(want * 2)
+
+
+def test_zombie_producer_is_fenced(java_client: Any, jbroker: Any) -> None:
+    topic = name("java-fence")
+    events = java_client.run("txn_fence", jbroker.bootstrap, topic, broker=jbroker)
+    ev = by_event(events)
+    assert ev["zombie_commit"]["error"] == "ProducerFencedException"
+    reads = {e["isolation"]: e for e in events if e["event"] == "read"}
+    assert reads["read_committed"]["values"] == {"0": ["fresh"]}
+    assert reads["read_uncommitted"]["values"] == {"0": ["zombie", "fresh"]}

@@ -458,3 +458,32 @@ def test_random_histories_match_a_model(
             follower.close()
     finally:
         again.close()
+
+
+def test_verification_guard_refuses_a_batch_whose_transaction_ended_after_its_verification(log: PartitionLog) -> None:
+    """KIP-890's VerificationGuard: the broker takes the guard before asking the coordinator; a marker written
+    before the verified batch reaches the log clears it, so the late batch cannot open a transaction the
+    coordinator no longer knows (a hanging transaction); nothing of it is written."""
+    ps = log.producer_state
+    assert ps is not None
+    a = Producer(7)
+    guard = ps.start_verification(7)
+    assert ps.start_verification(7) is guard  # one live guard per producer until used or cleared
+    log.append_as_leader(a.batch(), now_ms=NOW, verification_guard=guard)  # opens the transaction: 0-1
+    assert log.ongoing_transactions() == {7: 0}
+    later = a.batch()
+    log.append_as_leader(later, now_ms=NOW, verification_guard=object())  # joins the open transaction: 2-3
+    log.append_txn_marker(7, 0, 0, commit=False, now_ms=NOW)  # 4
+    # the next transaction: verified, then the coordinator aborts it (timeout) before the batch is appended
+    guard = ps.start_verification(7)
+    log.append_txn_marker(7, 0, 0, commit=False, now_ms=NOW)  # 5
+    late = a.batch()
+    with pytest.raises(InvalidTxnStateError):
+        log.append_as_leader(late, now_ms=NOW, verification_guard=guard)
+    # a batch that was not verified because a transaction was open at the produce, which ended meanwhile
+    with pytest.raises(InvalidTxnStateError):
+        log.append_as_leader(late, now_ms=NOW, verification_guard=object())
+    assert log.log_end_offset == 6 and log.ongoing_transactions() == {}
+    # verified again: accepted
+    log.append_as_leader(late, now_ms=NOW, verification_guard=ps.start_verification(7))
+    assert log.ongoing_transactions() == {7: 6}

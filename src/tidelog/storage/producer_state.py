@@ -249,6 +249,9 @@ class ProducerStateManager:
         self._unreplicated: dict[int, TxnMetadata] = {}
         #: every batch below this offset is reflected in the state (Kafka's ``mapEndOffset``)
         self.map_end_offset = 0
+        #: KIP-890 verification guards, producer id -> guard (Kafka's ``verificationStates``), see
+        #: :meth:`start_verification`
+        self._verifications: dict[int, object] = {}
 
     # ----------------------------------------------------------------------------------- validation
 
@@ -298,6 +301,35 @@ class ProducerStateManager:
                     )
             self._check_txn_state(entry, header)
             return None
+
+    def start_verification(self, producer_id: int) -> object:
+        """KIP-890 part 1: the broker is about to ask the transaction coordinator whether a transactional batch of
+        ``producer_id`` (which has no open transaction here) belongs to its transaction. Returns the guard to pass
+        to :meth:`check_verification` at the append (Kafka's ``VerificationGuard``); a marker or the transaction's
+        first batch clears it, so a batch verified before its transaction ended is refused rather than opening a
+        transaction the coordinator no longer knows (a hanging transaction)."""
+        with self._lock:
+            guard = self._verifications.get(producer_id)
+            if guard is None:
+                guard = self._verifications[producer_id] = object()
+            return guard
+
+    def clear_verification(self, producer_id: int) -> None:
+        with self._lock:
+            self._verifications.pop(producer_id, None)
+
+    def check_verification(self, producer_id: int, guard: object) -> None:
+        """Before a verified transactional batch is appended: unless the producer's transaction is open here (the
+        batch joins it), ``guard`` must still be the producer's live guard, else :class:`InvalidTxnStateError`."""
+        with self._lock:
+            entry = self._producers.get(producer_id)
+            if entry is not None and entry.current_txn_first_offset is not None:
+                return
+            if self._verifications.get(producer_id) is not guard:
+                raise InvalidTxnStateError(
+                    f"the transactional batch of producer {producer_id} was not verified in an ongoing transaction "
+                    "(its transaction ended between the verification and the append)"
+                )
 
     @staticmethod
     def _check_txn_state(entry: ProducerStateEntry, header: BatchHeader) -> None:
@@ -353,6 +385,7 @@ class ProducerStateManager:
                     entry = ProducerStateEntry(pid, header.producer_epoch)
                     self._producers[pid] = entry
                 if header.is_control:
+                    self._verifications.pop(pid, None)  # a batch verified before this marker is refused
                     if header.producer_epoch != entry.producer_epoch:  # maybeUpdateProducerEpoch
                         entry.batches.clear()
                         entry.producer_epoch = header.producer_epoch
@@ -380,6 +413,7 @@ class ProducerStateManager:
                     if header.is_transactional and entry.current_txn_first_offset is None:
                         entry.current_txn_first_offset = first_offset
                         self._ongoing[first_offset] = TxnMetadata(pid, first_offset)
+                        self._verifications.pop(pid, None)  # used: the transaction is open here now
             self.map_end_offset = max(self.map_end_offset, last_offset + 1)
         return completed
 
@@ -474,6 +508,7 @@ class ProducerStateManager:
             ]
             for pid in expired:
                 del self._producers[pid]
+                self._verifications.pop(pid, None)
             return expired
 
     def on_log_start(self, offset: int) -> None:

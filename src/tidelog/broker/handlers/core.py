@@ -294,7 +294,7 @@ def validation_cost_ns(records: Any) -> float:
 
 
 class _ProducePartition:
-    __slots__ = ("index", "name", "plog", "pr", "records", "ticket", "validated")
+    __slots__ = ("guard", "index", "name", "plog", "pr", "records", "ticket", "validated")
 
     def __init__(self, name: str, index: int, plog: Any, records: Any, pr: dict) -> None:
         self.name = name
@@ -304,6 +304,7 @@ class _ProducePartition:
         self.pr = pr
         self.ticket: Any = None
         self.validated: Any = None  # ValidatedBatch, or the exception its validation raised
+        self.guard: object | None = None  # KIP-890: a transactional batch's verification guard (see produce)
 
 
 def _validate_all(parts: list[_ProducePartition], now_ms: int) -> None:
@@ -451,6 +452,9 @@ _VERIFY_RETRIABLE = frozenset({"CONCURRENT_TRANSACTIONS", "NETWORK_EXCEPTION", "
                                "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"})
 
 
+_NOT_VERIFIED = object()  # the guard of a batch that joined a transaction open at the time of the produce
+
+
 def _verification_error(err: str, version: int) -> str:
     if err in _VERIFY_RETRIABLE:
         return "NOT_ENOUGH_REPLICAS"
@@ -473,8 +477,15 @@ async def _verify_transactional(ctx: RequestContext, transactional_id: str | Non
     for pp in parts:
         rec = pp.records
         pid = int.from_bytes(rec[43:51], "big", signed=True)
-        if pid in pp.plog.ongoing_transactions():
-            continue  # verified when its transaction began on this partition
+        ps = pp.plog.producer_state
+        if pid in pp.plog.ongoing_transactions() or ps is None:
+            # verified when its transaction began on this partition; should that transaction end before the
+            # append, the batch is refused there (a guard that is never live)
+            pp.guard = _NOT_VERIFIED
+            continue
+        # Kafka's VerificationGuard: taken before asking the coordinator, checked at the append, cleared by a
+        # marker in between, so a batch verified in a transaction that then ended cannot open a new one
+        pp.guard = ps.start_verification(pid)
         epoch = int.from_bytes(rec[51:53], "big", signed=True)
         by_producer.setdefault((pid, epoch), []).append(pp)
     refused: set[_ProducePartition] = set()
@@ -493,6 +504,8 @@ async def _verify_transactional(ctx: RequestContext, transactional_id: str | Non
             pp.pr["error_message"] = (f"Partition {pp.name}-{pp.index} was not verified in the transaction: {err}"
                                       if ctx.api_version >= 8 else None)
             refused.add(pp)
+            if pp.plog.producer_state is not None:
+                pp.plog.producer_state.clear_verification(pid)
     if refused:
         log.info("transactional produce refused: partition not in the transaction",
                  extra={"kv": {"transactional_id": transactional_id, "partitions": len(refused),
@@ -521,7 +534,7 @@ def _append_one(ctx: RequestContext, pp: _ProducePartition, now_ms: int, appende
         validated = pp.validated
         if validated is None:
             info = pp.plog.append_as_leader(pp.records, leader_epoch=broker.leader_epoch(name, index), now_ms=now_ms,
-                                            reject_control_batches=True)
+                                            reject_control_batches=True, verification_guard=pp.guard)
         else:
             if isinstance(validated, Exception):
                 raise validated
@@ -529,7 +542,8 @@ def _append_one(ctx: RequestContext, pp: _ProducePartition, now_ms: int, appende
             plog = broker.leader_log(name, index)
             if plog is not pp.plog:
                 raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"{name}-{index} changed while the batch was checked")
-            info = plog.append_validated(validated, leader_epoch=broker.leader_epoch(name, index))
+            info = plog.append_validated(validated, leader_epoch=broker.leader_epoch(name, index),
+                                         verification_guard=pp.guard)
     except Exception as exc:
         err: BaseException = exc
         if broker.topics.get_log(name, index) is not pp.plog:  # deleted meanwhile (on a worker thread)

@@ -317,6 +317,7 @@ class PartitionLog:
         assign_offsets: bool = True,
         reject_control_batches: bool = False,
         coordinator_origin: bool = False,
+        verification_guard: object | None = None,
     ) -> AppendInfo:
         """Validate, stamp and append exactly one client batch (see module docstring).
 
@@ -362,15 +363,21 @@ class PartitionLog:
                 return info
         prepared = self.validate_leader_batch(batch, now_ms=now_ms, reject_control_batches=reject_control_batches,
                                               coordinator_origin=coordinator_origin)
-        return self.append_validated(prepared, leader_epoch=leader_epoch, assign_offsets=assign_offsets)
+        return self.append_validated(prepared, leader_epoch=leader_epoch, assign_offsets=assign_offsets,
+                                     verification_guard=verification_guard)
 
     def append_validated(
         self, validated: ValidatedBatch, *, leader_epoch: int = 0, assign_offsets: bool = True,
-        _marker: tuple[bool, int] | None = None,
+        _marker: tuple[bool, int] | None = None, verification_guard: object | None = None,
     ) -> AppendInfo:
         """The second half of :meth:`append_as_leader`, under the log's lock: the producer-state check
         (duplicates, sequence numbers), offset assignment, the write and the bookkeeping. The broker calls the
-        two halves for the same partition in the order its requests arrived."""
+        two halves for the same partition in the order its requests arrived.
+
+        ``verification_guard`` (the broker, for a transactional batch when KIP-890 verification is on): what
+        :meth:`ProducerStateManager.start_verification` returned before the coordinator verified the batch (any
+        other object when it was not verified because the transaction was open here then); unless the
+        producer's transaction is still open here, it must still be live (:meth:`check_verification`)."""
         batch, fields, copy, late, now, log_append = validated
         (_, batch_length, _, _, _, _, last_delta, _, max_ts, pid, _, _, count) = fields
         size = batch_length + LOG_OVERHEAD
@@ -384,6 +391,8 @@ class PartitionLog:
                 # whenever that answer is an error or a duplicate (Kafka validates records before producer state)
                 try:
                     dup = ps.check(BatchHeader(*fields))
+                    if verification_guard is not None and dup is None:
+                        ps.check_verification(pid, verification_guard)
                 except StorageError:
                     if late:
                         check_late(batch, fields)
