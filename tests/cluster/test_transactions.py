@@ -129,8 +129,14 @@ def _read(cluster: Any, topic: str, partitions: int, isolation: str, timeout: fl
 
 
 def _restart(cluster: Any, broker_id: int) -> None:
+    """Start a killed broker again and wait until it is back in the ISR of every partition it hosts: the next test
+    may kill another broker, and must not find a partition (``__transaction_state``'s above all) below its
+    ``min.insync.replicas`` because this one is still catching up."""
     cluster.brokers[broker_id].start(timeout=120)
     cluster.wait_for(f"broker {broker_id} registered again", lambda md: broker_id in md.brokers)
+    cluster.wait_for(f"broker {broker_id} back in every ISR", lambda md: all(
+        broker_id in p.isrs for t in md.topics.values() for p in t.partitions.values() if broker_id in p.replicas),
+        timeout=120)
 
 
 def _leaders(cluster: Any, topic: str, partitions: int) -> dict[int, int]:
@@ -311,7 +317,8 @@ def test_markers_wait_for_the_new_leader_of_a_partition(cluster: Any) -> None:
     try:
         p1.commit_transaction(60)  # PrepareCommit is on the coordinator's partition: the dead leader is not needed
         _wait_state(cluster.brokers[coord], txn_id, "CompleteCommit", timeout=90)
-        assert _leaders(cluster, topic, 3)[partition] not in (victim, -1)
+        cluster.wait_for(f"{topic}-{partition} led by another broker", lambda md: (
+            q := cluster.partition(md, topic, partition)) is not None and q.leader not in (victim, -1))
         assert sorted(_read(cluster, topic, 3, "read_committed")) == sorted(values)
     finally:
         _restart(cluster, victim)
