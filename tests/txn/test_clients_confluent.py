@@ -9,6 +9,7 @@ transaction is open.
 from __future__ import annotations
 
 import time
+import urllib.request
 from typing import Any
 
 import pytest
@@ -240,6 +241,9 @@ def test_list_offsets_stop_at_the_last_stable_offset(txn_broker: Any) -> None:
     assert offset_for_time(bs, topic, 0, ts0 + 20, READ_COMMITTED) == -1
     assert offset_for_time(bs, topic, 0, ts0 + 10, READ_UNCOMMITTED) == 3
     assert values(read_to_end(bs, [(topic, 0)], READ_COMMITTED)) == [b"before-0", b"before-1", b"before-2"]
+    # the LSO gauge (the LSO lag is the high watermark minus it)
+    assert _gauge(txn_broker, "tidelog_last_stable_offset", topic) == 3.0
+    assert _gauge(txn_broker, "tidelog_high_watermark", topic) == 6.0
 
     p.commit_transaction(20)
     # the COMMIT marker is offset 6: the LSO catches up with the high watermark
@@ -248,3 +252,13 @@ def test_list_offsets_stop_at_the_last_stable_offset(txn_broker: Any) -> None:
     assert offset_for_time(bs, topic, 0, ts0 + 20, READ_COMMITTED) == 5
     assert values(read_to_end(bs, [(topic, 0)], READ_COMMITTED)) == [
         b"before-0", b"before-1", b"before-2", b"txn-0", b"txn-1", b"after"]
+    assert _gauge(txn_broker, "tidelog_last_stable_offset", topic) == 7.0
+
+
+def _gauge(broker: Any, metric: str, topic: str) -> float:
+    """A partition-0 gauge of ``topic`` from the broker's /metrics."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
+    prefix = f'{metric}{{partition="0",topic="{topic}"}} '
+    lines = [ln for ln in text.splitlines() if ln.startswith(prefix)]
+    assert lines, f"{prefix!r} not in /metrics"
+    return float(lines[0][len(prefix):])

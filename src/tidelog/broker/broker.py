@@ -201,7 +201,7 @@ class Broker:
             except Exception:
                 log.exception("log manager tick failed")
 
-    def _partition_metrics(self) -> Iterable[tuple[str, int, int, int, int, int]]:
+    def _partition_metrics(self) -> Iterable[tuple[str, int, int, int, int, int, int]]:
         if self.topics is None:
             return
         for name in self.topics.names():
@@ -212,7 +212,8 @@ class Broker:
                 lg = self.topics.get_log(name, p)
                 if lg is None:
                     continue
-                yield name, p, lg.size_in_bytes, lg.log_start_offset, lg.log_end_offset, lg.high_watermark
+                yield (name, p, lg.size_in_bytes, lg.log_start_offset, lg.log_end_offset, lg.high_watermark,
+                       lg.last_stable_offset)
 
     async def shutdown(self) -> None:
         """Graceful stop: the replica manager's part first (cluster mode: controlled shutdown), then stop

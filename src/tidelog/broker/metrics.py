@@ -25,9 +25,11 @@ LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0
 
 class _PartitionCollector(Collector):
     """Log size / offsets per partition, collected at scrape time from ``source()``:
-    an iterable of (topic, partition, size_bytes, log_start_offset, log_end_offset, high_watermark)."""
+    an iterable of (topic, partition, size_bytes, log_start_offset, log_end_offset, high_watermark,
+    last_stable_offset). The LSO lag of a partition (Kafka's transactions keep it behind the HW while open) is
+    ``tidelog_high_watermark - tidelog_last_stable_offset``."""
 
-    def __init__(self, source: Callable[[], Iterable[tuple[str, int, int, int, int, int]]]) -> None:
+    def __init__(self, source: Callable[[], Iterable[tuple[str, int, int, int, int, int, int]]]) -> None:
         self._source = source
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
@@ -35,16 +37,19 @@ class _PartitionCollector(Collector):
         start = GaugeMetricFamily("tidelog_log_start_offset", "Log start offset", labels=["topic", "partition"])
         end = GaugeMetricFamily("tidelog_log_end_offset", "Log end offset", labels=["topic", "partition"])
         hw = GaugeMetricFamily("tidelog_high_watermark", "High watermark", labels=["topic", "partition"])
+        stable = GaugeMetricFamily("tidelog_last_stable_offset", "Last stable offset (read_committed reads stop here)",
+                                   labels=["topic", "partition"])
         try:
-            for topic, partition, nbytes, lso, leo, hwm in self._source():
+            for topic, partition, nbytes, start_offset, leo, hwm, lso in self._source():
                 labels = [topic, str(partition)]
                 size.add_metric(labels, nbytes)
-                start.add_metric(labels, lso)
+                start.add_metric(labels, start_offset)
                 end.add_metric(labels, leo)
                 hw.add_metric(labels, hwm)
+                stable.add_metric(labels, lso)
         except Exception:  # a scrape must never break the broker
             log.exception("collecting partition metrics failed")
-        return [size, start, end, hw]
+        return [size, start, end, hw, stable]
 
 
 class _RowsCollector(Collector):
@@ -146,7 +151,7 @@ class BrokerMetrics:
                 except KeyError:
                     pass
 
-    def set_partition_source(self, source: Callable[[], Iterable[tuple[str, int, int, int, int, int]]]) -> None:
+    def set_partition_source(self, source: Callable[[], Iterable[tuple[str, int, int, int, int, int, int]]]) -> None:
         if self._partition_source is None:
             self.registry.register(_PartitionCollector(lambda: self._partition_source() if self._partition_source else ()))
         self._partition_source = source
