@@ -20,7 +20,6 @@ must increase from one entry to the next.  Whatever survives is then checked by 
 from __future__ import annotations
 
 import itertools
-import mmap
 import operator
 import os
 import struct
@@ -28,6 +27,7 @@ import sys
 import threading
 from array import array
 from pathlib import Path
+from typing import Any
 
 from tidelog.storage.errors import StorageError
 from tidelog.storage.format import (
@@ -36,6 +36,7 @@ from tidelog.storage.format import (
     TIME_INDEX_ENTRY,
     TIME_INDEX_ENTRY_SIZE,
 )
+from tidelog.storage.mapping import map_file
 from tidelog.storage.segment_state import IndexState, _big_endian_entries, _packed
 
 __all__ = ["_big_endian_entries", "_packed"]  # re-exported (tests)
@@ -80,17 +81,27 @@ class AbstractIndex:
         self.base_offset = base_offset
         self.max_index_size = max_index_size
         self._lock = threading.RLock()
+        self._closed = False
         newly_created = not self.path.exists()
-        self._file = open(self.path, "w+b" if newly_created else "r+b")  # noqa: SIM115 - kept open
-        if newly_created:
-            os.ftruncate(self._file.fileno(), _round_down(max_index_size, self.ENTRY_SIZE))
-        self.newly_created = newly_created
-        # the append state (entry counts, length, last entry, the buffer below): an IndexState of the storage C
-        # extension, which the segment's append fast path changes, or its pure-Python twin (segment_state.py)
-        self._st = IndexState(self.ENTRY_SIZE, base_offset, self._file.fileno(), self.PENDING_LIMIT)
-        self._length = os.fstat(self._file.fileno()).st_size
-        self._mm: mmap.mmap | None = None
-        self._map()
+        # Kafka's AbstractIndex: the file is opened, sized and mapped, then closed at once; the mapping holds no
+        # descriptor (storage/mapping.py), so an index costs none. Writes that go through the file (the
+        # IndexState's buffered entries, resizes, fsync) open it for the moment they need it.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            if newly_created:
+                os.ftruncate(fd, _round_down(max_index_size, self.ENTRY_SIZE))
+            self.newly_created = newly_created
+            # the append state (entry counts, length, last entry, the buffer below): an IndexState of the storage
+            # C extension, which the segment's append fast path changes, or its pure-Python twin
+            # (segment_state.py); with fd -1 it opens ``path`` for each store of its buffer
+            self._st = IndexState(self.ENTRY_SIZE, base_offset, -1, self.PENDING_LIMIT)
+            self._st.path = os.fsencode(self.path)
+            self._length = os.fstat(fd).st_size
+            self._mapping: Any = None
+            self._mm: Any = None
+            self._map(fd)
+        finally:
+            os.close(fd)
         if newly_created:
             self._entries = 0
         else:
@@ -148,19 +159,26 @@ class AbstractIndex:
         with self._lock:
             st.materialize()
 
-    def _map(self) -> None:
+    def _map(self, fd: int) -> None:
         if self._length > 0:
-            self._mm = mmap.mmap(self._file.fileno(), self._length, access=mmap.ACCESS_WRITE)
+            self._mapping = map_file(fd, self._length)
+            # the buffer lookups read (struct.unpack_from) and slices store into
+            self._mm = getattr(self._mapping, "view", self._mapping)
         else:
-            self._mm = None
+            self._mapping = self._mm = None
 
     def _unmap(self) -> None:
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
+        mapping = self._mapping
+        self._mapping = self._mm = None
+        if mapping is not None:
+            mapping.close()
+
+    def _open(self) -> int:
+        """The index file opened for a change through it (closed by the caller)."""
+        return os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
 
     def _count_valid_entries(self) -> int:
-        mm = self._mm
+        mm = self._mapping
         if mm is None:
             return 0
         n = self._length // self.ENTRY_SIZE
@@ -202,10 +220,14 @@ class AbstractIndex:
             rounded = max(_round_down(new_size, self.ENTRY_SIZE), self._entries * self.ENTRY_SIZE)
             if rounded == self._length:
                 return False
-            self._unmap()
-            os.ftruncate(self._file.fileno(), rounded)
-            self._length = rounded
-            self._map()
+            fd = self._open()
+            try:
+                self._unmap()
+                os.ftruncate(fd, rounded)
+                self._length = rounded
+                self._map(fd)
+            finally:
+                os.close(fd)
             return True
 
     def trim_to_valid_size(self) -> None:
@@ -216,7 +238,7 @@ class AbstractIndex:
         with self._lock:
             self._truncate_to_entries(0)
             self._unmap()
-            os.ftruncate(self._file.fileno(), 0)
+            os.truncate(self.path, 0)
             self._length = 0
             self.resize(self.max_index_size)
 
@@ -237,30 +259,38 @@ class AbstractIndex:
     def flush(self) -> None:
         with self._lock:
             self._materialize()
-            if self._mm is not None:
-                self._mm.flush()
-            if not self._file.closed:
-                os.fsync(self._file.fileno())
+            if self._closed:
+                return
+            if self._mapping is not None:
+                self._mapping.flush()
+            try:
+                fd = self._open()
+            except FileNotFoundError:  # deleted meanwhile (retention, a topic deletion): nothing to keep
+                return
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def close(self) -> None:
         """Trim to the valid size and release the mapping and the file."""
         with self._lock:
-            if self._file.closed:
+            if self._closed:
                 return
             self._materialize()
             self.trim_to_valid_size()
             self._unmap()
-            self._file.close()
-            self._st.fd = -1
+            self._closed = True
+            self._st.path = None
 
     def close_handler(self) -> None:
         """Release the mapping and the file without trimming."""
         with self._lock:
-            self._materialize()
+            if not self._closed:
+                self._materialize()
             self._unmap()
-            if not self._file.closed:
-                self._file.close()
-            self._st.fd = -1
+            self._closed = True
+            self._st.path = None
 
     def delete_if_exists(self) -> bool:
         self.close_handler()
@@ -271,8 +301,11 @@ class AbstractIndex:
             return False
 
     def rename_to(self, new_path: Path) -> None:
-        os.replace(self.path, new_path)
-        self.path = new_path
+        with self._lock:
+            os.replace(self.path, new_path)
+            self.path = new_path
+            if not self._closed:
+                self._st.path = os.fsencode(new_path)
 
     def _relative(self, offset: int) -> int:
         rel = offset - self.base_offset
