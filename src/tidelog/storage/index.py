@@ -19,6 +19,7 @@ must increase from one entry to the next.  Whatever survives is then checked by 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import operator
 import os
@@ -259,18 +260,10 @@ class AbstractIndex:
     def flush(self) -> None:
         with self._lock:
             self._materialize()
-            if self._closed:
-                return
             if self._mapping is not None:
+                # msync(MS_SYNC) of the whole file: the entries stored through the file share its page cache
+                # (Kafka's flush is the mapping's force()); no descriptor needed
                 self._mapping.flush()
-            try:
-                fd = self._open()
-            except FileNotFoundError:  # deleted meanwhile (retention, a topic deletion): nothing to keep
-                return
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
 
     def close(self) -> None:
         """Trim to the valid size and release the mapping and the file."""
@@ -284,10 +277,12 @@ class AbstractIndex:
             self._st.path = None
 
     def close_handler(self) -> None:
-        """Release the mapping and the file without trimming."""
+        """Release the mapping without trimming (the segment's files are about to be deleted: the buffered
+        entries are stored if the file can be opened, else dropped with it)."""
         with self._lock:
             if not self._closed:
-                self._materialize()
+                with contextlib.suppress(OSError):
+                    self._materialize()
             self._unmap()
             self._closed = True
             self._st.path = None

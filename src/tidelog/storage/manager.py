@@ -430,19 +430,31 @@ class LogManager:
             root = min(self._dirs, key=lambda p: (counts[p], self.log_dirs.index(p)))
             path = root / partition_dir_name(topic, partition)
             path.mkdir()
-            fsync_dir(root)
-            write_partition_metadata(path / PARTITION_METADATA, topic_id)
-            new_log = PartitionLog.open(
-                path,
-                config or self._config_for(topic),
-                recovery_point=0,
-                log_start_offset=0,
-                high_watermark=None,
-                clean_shutdown=True,
-                epoch_cache=LeaderEpochCache(path / LEADER_EPOCH_CHECKPOINT),
-                producer_state=ProducerStateManager(path),
-                progress=None,
-            )
+            try:
+                fsync_dir(root)
+                write_partition_metadata(path / PARTITION_METADATA, topic_id)
+                new_log = PartitionLog.open(
+                    path,
+                    config or self._config_for(topic),
+                    recovery_point=0,
+                    log_start_offset=0,
+                    high_watermark=None,
+                    clean_shutdown=True,
+                    epoch_cache=LeaderEpochCache(path / LEADER_EPOCH_CHECKPOINT),
+                    producer_state=ProducerStateManager(path),
+                    progress=None,
+                )
+            except BaseException:
+                # created completely or not at all: nothing of a failed creation stays. The directory is first
+                # renamed out of the way (no descriptor needed: the failure may be EMFILE), so that it is no
+                # partition even if its removal fails too (the next start finishes the deletion)
+                dst = root / f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+                with contextlib.suppress(OSError):
+                    os.rename(path, dst)
+                    path = dst
+                shutil.rmtree(path, ignore_errors=True)
+                fsync_dir(root)
+                raise
             self._logs[tp] = new_log
             self._log_root[tp] = root
             self._topic_ids[topic] = topic_id
@@ -479,7 +491,7 @@ class LogManager:
                 src = root / partition_dir_name(topic, partition)
                 if self.cleaner is not None:
                     self.cleaner.forget(tp)
-                plog.close()
+                plog.close_handlers()  # deleted: nothing to flush or trim (Kafka's closeHandlers)
                 dst = root / f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
                 os.rename(src, dst)
                 moved.append(dst)

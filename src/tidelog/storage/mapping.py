@@ -100,6 +100,11 @@ class FileMapping:
         self.view = None
         _LIBC.munmap(addr, self._length)
 
+    def __del__(self) -> None:
+        # an index dropped without close (a failed open): its owner held the only references to ``view``
+        if getattr(self, "_addr", None) is not None:
+            self.close()
+
 
 def map_file(fd: int, length: int) -> Any:
     """A shared writable mapping of ``fd``'s first ``length`` bytes that does not keep ``fd`` (a

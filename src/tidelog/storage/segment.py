@@ -238,12 +238,20 @@ class LogSegment:
         self.index_was_missing = not index_file(self.dir, base_offset, file_suffix).exists()
         self.time_index_was_missing = not time_index_file(self.dir, base_offset, file_suffix).exists()
         handle = FileHandle(os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644))
-        self.offset_index = OffsetIndex(
-            index_file(self.dir, base_offset, file_suffix), base_offset, self.max_index_size
-        )
-        self.time_index = TimeIndex(
-            time_index_file(self.dir, base_offset, file_suffix), base_offset, self.max_index_size
-        )
+        try:
+            self.offset_index = OffsetIndex(
+                index_file(self.dir, base_offset, file_suffix), base_offset, self.max_index_size
+            )
+            self.time_index = TimeIndex(
+                time_index_file(self.dir, base_offset, file_suffix), base_offset, self.max_index_size
+            )
+        except BaseException:
+            # release what was opened now: the traceback would keep the .log's descriptor alive, and the failure
+            # may be EMFILE (the caller's cleanup needs that descriptor back)
+            handle.close()
+            if hasattr(self, "offset_index"):
+                self.offset_index.close_handler()
+            raise
         # the .txnindex (aborted transactions whose marker is in this segment), its file created lazily
         self.txn_index = TransactionIndex(txn_index_file(self.dir, base_offset, file_suffix), base_offset)
         # The append state: fd, size, reservation end, index counter, max and rolling timestamps, created time,

@@ -898,6 +898,18 @@ class PartitionLog:
             for _, seg in self._deleted:
                 seg.close_handlers()
 
+    def close_handlers(self) -> None:
+        """Release every file without flushing or trimming anything (Kafka's ``closeHandlers``): for a log about
+        to be deleted. Needs no file descriptor, so a deletion (or the rollback of a creation that ran out of
+        descriptors) always goes through."""
+        self.wait_for_background_flushes()
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.close_handlers()
+            for _, seg in self._deleted:
+                seg.close_handlers()
+
     def delete(self) -> None:
         """Close and remove the whole partition directory."""
         with self._lock:
