@@ -10,12 +10,28 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import METADATA, NONE, RawClient, create_topic_raw
+from helpers import (
+    METADATA,
+    NONE,
+    RawClient,
+    confluent_consume,
+    confluent_produce,
+    create_topic_raw,
+    list_offset_raw,
+)
+
+from tidelog.storage.checkpoints import (
+    new_uuid,
+    read_partition_metadata,
+    uuid_to_str,
+    write_partition_metadata,
+)
 
 _spec = importlib.util.spec_from_file_location("tidelog_fd_fixtures", Path(__file__).parent / "conftest.py")
 assert _spec is not None and _spec.loader is not None
@@ -198,3 +214,78 @@ def test_metadata_with_500_unknown_topics_is_bounded(limited: Any) -> None:
     b.start()
     md = metadata(b.port, None)
     assert {t["name"] for t in md["topics"]} == created
+
+
+def test_start_after_every_interrupted_creation_state(limited: Any) -> None:
+    """The directory states an interrupted creation (or its rollback) can leave, made directly, then a start:
+    it always succeeds; empty partitions the registry does not list are removed (never adopted), partitions
+    holding records are adopted (Kafka recovers every log directory it finds), partitions the registry lists
+    but the disk lacks are created, and leftover temporary files are ignored."""
+    b = limited()
+    assert create_topics(b.port, {"keep": 2})["keep"]["error_code"] == NONE
+    confluent_produce(b.bootstrap, "keep", [{"value": b"v"}])
+    b.stop()
+    d = b.data_dir
+    (d / "ghost-0").mkdir()  # mkdir, then the crash
+    (d / "ghost-1").mkdir()  # mkdir and partition.metadata
+    write_partition_metadata(d / "ghost-1" / "partition.metadata", new_uuid())
+    g3 = d / "ghost3-0"  # partition.metadata, an empty .log and a preallocated .index, no .timeindex
+    g3.mkdir()
+    write_partition_metadata(g3 / "partition.metadata", new_uuid())
+    (g3 / "00000000000000000000.log").touch()
+    (g3 / "00000000000000000000.index").write_bytes(bytes(65536))
+    (d / "keep-2").mkdir()  # CreatePartitions interrupted before its registry write
+    write_partition_metadata(d / "keep-2" / "partition.metadata", read_partition_metadata(d / "keep-0" / "partition.metadata"))
+    (d / "tidelog-topics.json.tmp").write_bytes(b'{"version": 1, "gener')  # the registry write interrupted
+    (d / "keep-0" / "partition.metadata.tmp").write_bytes(b"vers")
+    (d / "keep-1" / "00000000000000000000.timeindex").unlink()  # index files of a registered partition lost
+    (d / "keep-1" / "00000000000000000000.index").write_bytes(b"")
+    (d / f"keep-5.{'ab' * 16}-delete").mkdir()  # a rollback's removal interrupted
+    shutil.copytree(d / "keep-0", d / "orphan-0")  # a partition with records the registry does not know
+    (d / "orphan-0" / "partition.metadata").unlink()
+    reg = json.loads((d / "tidelog-topics.json").read_text())  # listed with 3 partitions, on disk only one
+    reg["generation"] += 1
+    reg["topics"]["listed"] = {"topic_id": uuid_to_str(new_uuid()), "partitions": 3, "configs": {}}
+    (d / "tidelog-topics.json").write_text(json.dumps(reg))
+    (d / "listed-0").mkdir()
+    b.start()
+    md = metadata(b.port, None)
+    assert {t["name"]: len(t["partitions"]) for t in md["topics"]} == {"keep": 2, "orphan": 1, "listed": 3}
+    names = {p.name for p in d.iterdir()}
+    assert not names & {"ghost-0", "ghost-1", "ghost3-0", "keep-2", f"keep-5.{'ab' * 16}-delete"}, names
+    assert {"listed-1", "listed-2"} <= names
+    assert set(registry(b)) == {"keep", "orphan", "listed"}
+    with RawClient(b.port) as c:
+        assert list_offset_raw(c, "keep", 0, -1)["offset"] == 1
+        assert list_offset_raw(c, "orphan", 0, -1)["offset"] == 1
+    assert confluent_consume(b.bootstrap, "keep", 1)[0].value() == b"v"
+    b.stop()
+    b.start()  # and again (the consumer made __consumer_offsets meanwhile)
+    assert {t["name"] for t in metadata(b.port, None)["topics"]} - {"__consumer_offsets"} == {"keep", "orphan", "listed"}
+
+
+@pytest.mark.parametrize("kill_at", [1, 150, 300])
+def test_killed_during_creation_restarts_whole_or_nothing(limited: Any, kill_at: int) -> None:
+    """SIGKILL while a 300-partition CreateTopics runs, once ``kill_at`` partition directories exist: the broker
+    starts again, and the topic is either whole (300 partitions, registry written) or gone (no directory)."""
+    b = limited()
+    c = RawClient(b.port, timeout=60)
+    body = {"topics": [{"name": "crash", "num_partitions": 300, "replication_factor": 1, "assignments": [],
+                        "configs": []}], "timeout_ms": 60000, "validate_only": False}
+    c.send_request(19, 5, body)
+    deadline = time.monotonic() + 30
+    while len(partition_dirs(b, "crash")) < kill_at:
+        assert time.monotonic() < deadline, "creation did not progress"
+        time.sleep(0.002)  # polling the directory for the kill point
+    b.kill()
+    c.close()
+    b.start()
+    (t,) = metadata(b.port, ["crash"], allow_auto=False)["topics"]
+    dirs = partition_dirs(b, "crash")
+    if t["error_code"] == NONE:
+        assert len(t["partitions"]) == 300 and len(dirs) == 300 and registry(b)["crash"]["partitions"] == 300
+    else:
+        assert t["error_code"] == UNKNOWN_TOPIC_OR_PARTITION and dirs == [], (t, dirs[:5])
+    # and the name can be used (again) either way
+    res = create_topics(b.port, {"crash": 3})["crash"]
+    assert res["error_code"] in ((NONE,) if dirs == [] else (36,)), res  # 36: TOPIC_ALREADY_EXISTS

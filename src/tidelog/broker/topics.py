@@ -405,7 +405,9 @@ class TopicManager:
                     if getattr(lg, "config", None) != info.log_config:
                         lg.update_config(info.log_config)
                 self._logs[(info.name, p)] = lg
-        if changed or (self._topics and not all(p.exists() for p in self._registry_paths())):
+        # a registry is written at the first start too (empty): from then on an empty partition it does not list
+        # is known to be an interrupted creation, not a directory of another origin
+        if changed or not all(p.exists() for p in self._registry_paths()):
             self.persist()
 
     def _drop_interrupted_creations(self, on_disk: dict[str, dict[int, Any]]) -> None:
