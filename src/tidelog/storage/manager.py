@@ -80,6 +80,8 @@ TopicPartition = tuple[str, int]
 TopicConfigs = Mapping[str, LogConfig] | Callable[[str], "LogConfig | None"]
 
 DELETE_DIR_SUFFIX = "-delete"
+#: how often ``tick`` unmaps the indexes of inactive segments unused since the previous sweep
+INDEX_IDLE_SWEEP_MS = 60_000
 FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"
 MAX_TOPIC_NAME_LENGTH = 249
@@ -181,6 +183,7 @@ class LogManager:
         #: the log cleaner (compaction threads); None until startup
         self.cleaner: LogCleaner | None = None
         self._last_retention_check_ms: int | None = None
+        self._last_index_sweep_ms: int | None = None
 
         self._lock = threading.RLock()
         # serialises checkpoint writes: the scheduler's tick and delete_log may write the same file
@@ -609,6 +612,20 @@ class LogManager:
         if self._due(now_ms, "_last_retention_check_ms", self.retention_check_interval_ms):
             self.run_retention(now_ms)
         self.delete_expired_files(now_ms)
+        if self._due(now_ms, "_last_index_sweep_ms", INDEX_IDLE_SWEEP_MS):
+            self.unmap_idle_indexes()
+
+    def unmap_idle_indexes(self) -> int:
+        """Unmap the indexes of inactive segments no one read since the previous sweep (every
+        ``INDEX_IDLE_SWEEP_MS`` from ``tick``): an old segment's index costs a mapping only while it is read."""
+        unmapped = 0
+        for plog in self.all_logs().values():
+            try:
+                unmapped += plog.unmap_idle_indexes()
+            except Exception:  # a closed or failing log must not stop the sweep
+                log.exception("unmapping idle indexes of %s-%s failed", getattr(plog, "topic", "?"),
+                              getattr(plog, "partition", "?"))
+        return unmapped
 
     def _due(self, now_ms: int, attr: str, interval_ms: int) -> bool:
         last = getattr(self, attr)

@@ -275,7 +275,9 @@ class LogSegment:
         if roll_jitter_ms is None:
             roll_jitter_ms = self.random_jitter(config)
         self.roll_jitter_ms = roll_jitter_ms
-        self._bytes_since_last_index_entry = self._bytes_after_last_index_entry()
+        # the append counter a rebuild would have (see _bytes_after_last_index_entry), from the index as opened
+        # (without mapping it: Kafka's LazyIndex)
+        self._bytes_since_last_index_entry = self._size - self.offset_index.opened_last_position
         # (max timestamp so far, last offset of the batch holding it); None until loaded lazily
         self._max_ts_and_offset = None if self._size else (NO_TIMESTAMP, -1)
         # max timestamp of the first batch (segment.ms is measured from it); None until loaded lazily
@@ -767,9 +769,22 @@ class LogSegment:
 
     # ------------------------------------------------------------------ recovery and truncation
     def sanity_check(self) -> None:
-        """Raise CorruptIndexError (or FileNotFoundError) when an index must be rebuilt."""
+        """Raise CorruptIndexError (or FileNotFoundError) when an index must be rebuilt. Indexes this maps are
+        unmapped again (Kafka's LazyIndex: an old segment's index is mapped when read)."""
         if self.index_was_missing or self.time_index_was_missing:
             raise FileNotFoundError(f"index files of segment {self.log_path} are missing")
+        unmap = [i for i in (self.offset_index, self.time_index) if not i.mapped]
+        try:
+            self._sanity_check()
+        finally:
+            for index in unmap:
+                index.unmap()
+
+    def unmap_idle_indexes(self) -> int:
+        """Unmap this segment's indexes unused since the previous call (an inactive segment's); how many."""
+        return self.offset_index.unmap_if_idle() + self.time_index.unmap_if_idle()
+
+    def _sanity_check(self) -> None:
         self.offset_index.sanity_check(self._size)
         self.time_index.sanity_check()
         self.txn_index.sanity_check()
