@@ -14,8 +14,9 @@ an increasing ``generation`` and the highest generation found wins on load::
 overrides on top of the broker's ``log.*`` defaults.
 
 Partition directories found on disk for topics the file does not know (a registry lost, a dir copied from
-Kafka) are adopted at start: the topic gets ``max(partition) + 1`` partitions and the id from
-``partition.metadata`` (or a new id).
+Kafka) are adopted at start when they hold records: the topic gets ``max(partition) + 1`` partitions and the id
+from ``partition.metadata`` (or a new id). Empty ones are what a creation interrupted before its registry write
+left (the registry is written last, and at the first start), and are removed (single node).
 
 Reads (``get``, ``get_log``, ``names``, ...) run on the event loop and take no lock. Changes (create, delete,
 partitions, configs) are synchronous and may take long (a topic of 1000 partitions: 1000 directories, their
