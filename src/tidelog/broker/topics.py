@@ -43,6 +43,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,6 +238,7 @@ class TopicManager:
         self.change_lock = threading.RLock()  # one change at a time (they run on worker threads)
         reserve = self.config.props.get("tidelog.open.files.reserve")
         self.open_files = OpenFileBudget(int(reserve) if reserve is not None else None)
+        self._open_files_logged = float("-inf")
         self.backend: TopicBackend = backend if backend is not None else LocalTopicBackend()
         self.backend.attach(self)
         self.registered_brokers = self.backend.registered_brokers
@@ -510,7 +512,10 @@ class TopicManager:
         try:
             self.open_files.check(new_partitions, f"Topic '{name}' ({new_partitions} new partitions)")
         except OpenFileLimitError as exc:
-            log.warning("topic change refused: open-file limit", extra={"kv": {"topic": name, "error": exc}})
+            now = time.monotonic()
+            if now - self._open_files_logged >= 10.0:  # one line per 10 s: a Metadata may name thousands
+                self._open_files_logged = now
+                log.warning("topic change refused: open-file limit", extra={"kv": {"topic": name, "error": exc}})
             raise TopicError(kafka_error, exc.message) from None
 
     @staticmethod
