@@ -76,15 +76,19 @@ def main() -> None:
         after = _fds(proc)
         proc.terminate()
         proc.wait()
-        proc, port = _start(root / "data", args.src, args.nofile)
-        restarted = _fds(proc)
-        proc.terminate()
-        proc.wait()
         n = args.partitions
         print(f"create {n} partitions: error_code={result['error_code']} {result.get('error_message') or ''} "
               f"in {took:.2f}s")
-        print(f"fds: idle broker {before}, after create {after} ({(after - before) / n:.2f}/partition), "
-              f"after restart {restarted} ({(restarted - before) / n:.2f}/partition)")
+        print(f"fds: idle broker {before}, after create {after} ({(after - before) / n:.2f}/partition)")
+        try:
+            proc, port = _start(root / "data", args.src, args.nofile)
+        except RuntimeError as exc:
+            print(f"restart: FAILED ({exc})")
+            return
+        restarted = _fds(proc)
+        proc.terminate()
+        proc.wait()
+        print(f"restart: fds {restarted} ({(restarted - before) / n:.2f}/partition)")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
