@@ -238,6 +238,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("metrics.port", None, str, "alias of tidelog.metrics.listener"),
         _key("tidelog.metrics.listener", "127.0.0.1:9404", parse_host_port, "Prometheus host:port, or off"),
         _key("tidelog.log.tick.interval.ms", "1000", _pos_int, "how often the log manager's tick runs"),
+        _key("tidelog.open.files.reserve", None, _nonneg_int,
+             "open files kept out of the partitions' budget (default a quarter of ulimit -n, at least 64): a "
+             "creation that would open more is refused (POLICY_VIOLATION; auto-creation: UNKNOWN_TOPIC_OR_PARTITION)"),
         _key(
             "tidelog.min.segment.bytes",
             None,

@@ -4,18 +4,24 @@ Every exception meant to reach a client names its Kafka error in ``kafka_error``
 :mod:`tidelog.protocol.errors`): the records layer's (:mod:`tidelog.records.errors`), the storage layer's
 (:mod:`tidelog.storage.errors`), and the broker's own, which derive from :class:`BrokerError`:
 :class:`PartitionError` here and ``TopicError`` (:mod:`tidelog.broker.topics`). :func:`error_of` turns any of
-them into ``(error code, message)``; anything else is a bug and becomes UNKNOWN_SERVER_ERROR, logged.
+them into ``(error code, message)``; an OSError of the disk or of the descriptor table (EMFILE, ENOSPC, EIO, ...)
+is KAFKA_STORAGE_ERROR; anything else is a bug and becomes UNKNOWN_SERVER_ERROR, logged.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 
 from tidelog.protocol.errors import ERRORS_BY_NAME, KafkaErrorCode
+from tidelog.storage.open_files import describe_os_error
 
 log = logging.getLogger("tidelog.broker.errors")
 
 _UNKNOWN_SERVER_ERROR = int(KafkaErrorCode.UNKNOWN_SERVER_ERROR)
+_KAFKA_STORAGE_ERROR = int(KafkaErrorCode.KAFKA_STORAGE_ERROR)
+#: OSErrors of the disk or of the descriptor table, answered KAFKA_STORAGE_ERROR
+STORAGE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
 
 
 class BrokerError(Exception):
@@ -51,6 +57,11 @@ def error_of(exc: BaseException) -> tuple[int, str]:
     """
     name = getattr(exc, "kafka_error", None)
     err = ERRORS_BY_NAME.get(name) if isinstance(name, str) else None
+    if err is None and isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+        # the disk or the process's descriptors refused (Kafka: an IOException in a log dir is a
+        # KafkaStorageException): KAFKA_STORAGE_ERROR with what happened, never UNKNOWN_SERVER_ERROR
+        log.error("storage error answered KAFKA_STORAGE_ERROR: %s", exc)
+        return _KAFKA_STORAGE_ERROR, describe_os_error(exc)
     if err is None:
         log.error("unexpected error mapped to UNKNOWN_SERVER_ERROR", exc_info=exc)
         return _UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"

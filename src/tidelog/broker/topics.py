@@ -14,8 +14,9 @@ an increasing ``generation`` and the highest generation found wins on load::
 overrides on top of the broker's ``log.*`` defaults.
 
 Partition directories found on disk for topics the file does not know (a registry lost, a dir copied from
-Kafka) are adopted at start: the topic gets ``max(partition) + 1`` partitions and the id from
-``partition.metadata`` (or a new id).
+Kafka) are adopted at start when they hold records: the topic gets ``max(partition) + 1`` partitions and the id
+from ``partition.metadata`` (or a new id). Empty ones are what a creation interrupted before its registry write
+left (the registry is written last, and at the first start), and are removed (single node).
 
 Reads (``get``, ``get_log``, ``names``, ...) run on the event loop and take no lock. Changes (create, delete,
 partitions, configs) are synchronous and may take long (a topic of 1000 partitions: 1000 directories, their
@@ -37,10 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +53,7 @@ from tidelog.broker.errors import BrokerError
 from tidelog.storage.checkpoints import atomic_write, new_uuid, uuid_from_str
 from tidelog.storage.cleaner import CleanerConfig
 from tidelog.storage.config import BROKER_TO_TOPIC_CONFIG, LogConfig
+from tidelog.storage.open_files import OpenFileBudget, OpenFileLimitError, describe_os_error
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
@@ -166,6 +170,11 @@ def validate_topic_name(name: Any) -> None:
         )
 
 
+def _holds_no_records(lg: Any) -> bool:
+    """Whether a log has never held a record (what an interrupted creation leaves)."""
+    return lg.log_end_offset == 0 and lg.log_start_offset == 0
+
+
 def _collision_key(name: str) -> str:
     return name.replace(".", "_")
 
@@ -227,6 +236,9 @@ class TopicManager:
         self._logs: dict[tuple[str, int], Any] = {}
         self._generation = 0
         self.change_lock = threading.RLock()  # one change at a time (they run on worker threads)
+        reserve = self.config.props.get("tidelog.open.files.reserve")
+        self.open_files = OpenFileBudget(int(reserve) if reserve is not None else None)
+        self._open_files_logged = float("-inf")
         self.backend: TopicBackend = backend if backend is not None else LocalTopicBackend()
         self.backend.attach(self)
         self.registered_brokers = self.backend.registered_brokers
@@ -291,9 +303,12 @@ class TopicManager:
             self._by_id[info.topic_id] = info
 
     def persist(self, adding: TopicInfo | None = None) -> None:
-        """Write the registry (``adding``: a topic about to be published, written with the others)."""
+        """Write the registry (``adding``: a topic about to be published, written with the others; or one about to
+        change, written in place of the published one of its name)."""
         self._generation += 1
-        topics = list(self._topics.values()) + ([adding] if adding is not None else [])
+        topics = [t for t in self._topics.values() if adding is None or t.name != adding.name]
+        if adding is not None:
+            topics.append(adding)
         data = {
             "version": REGISTRY_VERSION,
             "generation": self._generation,
@@ -362,6 +377,8 @@ class TopicManager:
         on_disk: dict[str, dict[int, Any]] = {}
         for (topic, partition), lg in logs.all_logs().items():
             on_disk.setdefault(topic, {})[partition] = lg
+        if getattr(self.backend, "drops_interrupted_creations", False):
+            self._drop_interrupted_creations(on_disk)
         changed = False
         for topic, parts in on_disk.items():
             info = self._topics.get(topic)
@@ -391,8 +408,35 @@ class TopicManager:
                     if getattr(lg, "config", None) != info.log_config:
                         lg.update_config(info.log_config)
                 self._logs[(info.name, p)] = lg
-        if changed or (self._topics and not all(p.exists() for p in self._registry_paths())):
+        # a registry is written at the first start too (empty): from then on an empty partition it does not list
+        # is known to be an interrupted creation, not a directory of another origin
+        if changed or not all(p.exists() for p in self._registry_paths()):
             self.persist()
+
+    def _drop_interrupted_creations(self, on_disk: dict[str, dict[int, Any]]) -> None:
+        """Remove what a creation interrupted before its registry write left: partitions holding no record of a
+        topic the registry does not list (CreateTopics), or beyond the count it lists (CreatePartitions). The
+        registry is written last, so such a partition was never acknowledged to anyone. Only when a registry
+        exists: without one (lost, or a directory copied from Kafka) every partition found is adopted, and a
+        partition holding records always is (Kafka recovers every log directory it finds)."""
+        if not any(p.exists() for p in self._registry_paths()):
+            return
+        drop: list[tuple[str, int]] = []
+        for topic, parts in on_disk.items():
+            info = self._topics.get(topic)
+            limit = 0 if info is None else info.num_partitions
+            extra = {p: lg for p, lg in parts.items() if p >= limit}
+            if extra and all(_holds_no_records(lg) for lg in extra.values()):
+                drop += [(topic, p) for p in extra]
+        if not drop:
+            return
+        log.warning("removing partitions of an interrupted topic creation (empty, not in the registry)",
+                    extra={"kv": {"partitions": len(drop), "topics": ",".join(sorted({t for t, _ in drop}))}})
+        self.broker.logs.delete_logs(drop)
+        for topic, partition in drop:
+            del on_disk[topic][partition]
+            if not on_disk[topic]:
+                del on_disk[topic]
 
     # -- queries -----------------------------------------------------------------------------------------------
 
@@ -459,6 +503,26 @@ class TopicManager:
             raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"Topic {name} does not exist.")
         return info
 
+    def check_open_files(self, name: str, new_partitions: int, kafka_error: str = "POLICY_VIOLATION") -> None:
+        """Refuse (TopicError ``kafka_error``, nothing changed) a change that would open ``new_partitions`` more
+        logs than the open-file budget allows (``storage/open_files.py``). Kafka's internal topics are not
+        refused: their size is fixed by the broker's config and groups and transactions need them."""
+        if name in INTERNAL_TOPICS or new_partitions <= 0:
+            return
+        try:
+            self.open_files.check(new_partitions, f"Topic '{name}' ({new_partitions} new partitions)")
+        except OpenFileLimitError as exc:
+            now = time.monotonic()
+            if now - self._open_files_logged >= 10.0:  # one line per 10 s: a Metadata may name thousands
+                self._open_files_logged = now
+                log.warning("topic change refused: open-file limit", extra={"kv": {"topic": name, "error": exc}})
+            raise TopicError(kafka_error, exc.message) from None
+
+    @staticmethod
+    def storage_failure(name: str, exc: OSError) -> TopicError:
+        """The TopicError (KAFKA_STORAGE_ERROR) a change answers with when the disk refused it (EMFILE, ENOSPC...)."""
+        return TopicError("KAFKA_STORAGE_ERROR", f"Topic '{name}' could not be created: {describe_os_error(exc)}")
+
     # -- changes (the backend's) -------------------------------------------------------------------------------
 
     def create_topic(
@@ -489,6 +553,10 @@ class TopicManager:
             # Internal topics (__consumer_offsets, __transaction_state) are created by their coordinators with
             # their own configs (compaction, partition count), never by a client's Metadata/Produce request.
             return None
+        # Bounded: a topic whose partitions the open-file budget cannot hold is not created and is answered
+        # UNKNOWN_TOPIC_OR_PARTITION, as with auto-creation disabled (one Metadata naming 500 unknown topics
+        # creates those that fit, never more; Kafka would create all of them).
+        self.check_open_files(name, self.config.num_partitions, "UNKNOWN_TOPIC_OR_PARTITION")
         return self.backend.auto_create(name)
 
     def alter_configs(self, name: str, overrides: dict[str, str | None], validate_only: bool = False) -> TopicInfo:
@@ -633,6 +701,9 @@ class LocalTopicBackend:
     change lock: the registry written, the logs created or deleted, the store updated."""
 
     registered_brokers = None  # this node alone: the handlers check manual assignments against it
+    #: the registry is the source of truth: empty partitions it does not list are a creation interrupted before
+    #: its registry write, removed at start (``TopicManager._drop_interrupted_creations``)
+    drops_interrupted_creations = True
 
     def attach(self, store: TopicManager) -> None:
         self.store = store
@@ -671,18 +742,22 @@ class LocalTopicBackend:
             while store.by_id(topic_id) is not None:
                 topic_id = new_topic_id()
             info = TopicInfo(name, topic_id, num_partitions, overrides, cfg)
+            store.check_open_files(name, num_partitions)
             if validate_only:
                 return info
-            # registry first: a crash between here and the logs is repaired at start (missing partitions are
-            # created); readers see the topic only once all its logs exist
+            # Created completely or not at all: the logs first, the registry last, then readers see the topic. A
+            # failure removes the logs made; a crash before the registry is written leaves empty partition
+            # directories of a topic the registry does not list, which the next start removes (``load``).
             created: dict[tuple[str, int], Any] = {}
             try:
-                store.persist(adding=info)
                 for p in range(num_partitions):
                     created[(name, p)] = self.broker.logs.create_log(name, p, cfg, topic_id)
-            except Exception:
+                store.persist(adding=info)
+            except Exception as exc:
                 log.exception("topic creation failed", extra={"kv": {"topic": name}})
                 store.delete_logs(name, list(created))
+                if isinstance(exc, OSError):
+                    raise store.storage_failure(name, exc) from exc
                 raise
             store.publish(info, created)
         log.info(
@@ -725,16 +800,26 @@ class LocalTopicBackend:
                     "INVALID_PARTITIONS",
                     f"Topic currently has {current} partitions, which is higher than the requested {total_count}.",
                 )
+            store.check_open_files(name, total_count - current)
             if validate_only:
                 return info
-            # logs first (a crash after them is repaired at start: partitions found on disk are adopted), then
-            # the count readers see, then the registry
-            created = {(name, p): self.broker.logs.create_log(name, p, info.log_config, info.topic_id)
-                       for p in range(current, total_count)}
+            # all or nothing, as create_topic: the logs, then the registry, then the count readers see (a crash
+            # before the registry is written leaves empty partitions it does not list, removed at start)
+            created: dict[tuple[str, int], Any] = {}
+            try:
+                for p in range(current, total_count):
+                    created[(name, p)] = self.broker.logs.create_log(name, p, info.log_config, info.topic_id)
+                store.persist(adding=dataclasses.replace(info, num_partitions=total_count))  # replaces ``info``
+            except Exception as exc:
+                log.exception("adding partitions failed", extra={"kv": {"topic": name}})
+                store.delete_logs(name, list(created))
+                if isinstance(exc, OSError):
+                    raise TopicError("KAFKA_STORAGE_ERROR",
+                                     f"Partitions of '{name}' could not be created: {describe_os_error(exc)}") from exc
+                raise
             for tp, lg in created.items():
                 store.set_log(tp, lg)
             info.num_partitions = total_count
-            store.persist()
         log.info("partitions added", extra={"kv": {"topic": name, "from": current, "to": total_count}})
         return info
 

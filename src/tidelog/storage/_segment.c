@@ -424,6 +424,7 @@ typedef struct {
     Py_ssize_t n_pending, cap;
     int64_t *keys;             /* buffered entries, oldest first: relative offset or timestamp */
     int32_t *values;           /* position or relative offset */
+    PyObject *path;            /* bytes: the file, opened for each store while fd is -1 (None: closed) */
 } IndexState;
 
 static PyTypeObject IndexState_Type;
@@ -449,12 +450,14 @@ IndexState_init(IndexState *self, PyObject *args, PyObject *kwds)
     self->last_offset = base;
     self->last_timestamp = NO_TIMESTAMP;
     self->n_pending = 0;
+    Py_XSETREF(self->path, Py_NewRef(Py_None));
     return 0;
 }
 
 static void
 IndexState_dealloc(IndexState *self)
 {
+    Py_CLEAR(self->path);
     PyMem_Free(self->keys);
     PyMem_Free(self->values);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -466,8 +469,21 @@ static int
 index_materialize(IndexState *self)
 {
     const Py_ssize_t k = self->n_pending;
-    if (k == 0 || self->fd < 0 || self->length == 0)
+    if (k == 0 || self->length == 0)
         return 0;
+    /* Kafka's indexes keep no descriptor (the file is closed once mapped): with fd -1 the file is opened for
+     * this store alone, once per pending_limit entries */
+    int fd = self->fd, opened = 0;
+    if (fd < 0) {
+        if (self->path == NULL || !PyBytes_Check(self->path))
+            return 0;
+        fd = open(PyBytes_AS_STRING(self->path), O_WRONLY | O_CLOEXEC);
+        if (fd < 0) {
+            PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, self->path);
+            return -1;
+        }
+        opened = 1;
+    }
     const size_t width = (size_t)self->entry_size, total = width * (size_t)k;
     uint8_t stack[8192];
     uint8_t *buf = total <= sizeof(stack) ? stack : PyMem_Malloc(total);
@@ -488,19 +504,23 @@ index_materialize(IndexState *self)
     const off_t start = (off_t)(self->written * (long long)width);
     size_t done = 0;
     while (done < total) {
-        ssize_t n = pwrite(self->fd, buf + done, total - done, start + (off_t)done);
+        ssize_t n = pwrite(fd, buf + done, total - done, start + (off_t)done);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
             PyErr_SetFromErrno(PyExc_OSError);
             if (buf != stack)
                 PyMem_Free(buf);
+            if (opened)
+                close(fd);
             return -1;
         }
         done += (size_t)n;
     }
     if (buf != stack)
         PyMem_Free(buf);
+    if (opened)
+        close(fd);
     self->written += k;
     self->n_pending = 0;
     return 0;
@@ -530,8 +550,11 @@ index_push(IndexState *self, long long key, long long value)
     self->values[self->n_pending] = (int32_t)value;
     self->n_pending++;
     self->entries++;
-    if (self->n_pending >= self->pending_limit)
-        return index_materialize(self);
+    if (self->n_pending >= self->pending_limit && index_materialize(self) < 0) {
+        /* the entries stay buffered (lookups search them) and the next store, or the flush or close that
+         * must store them, tries again: an append never fails for the sake of its index entry */
+        PyErr_Clear();
+    }
     return 0;
 }
 
@@ -610,6 +633,7 @@ static PyMemberDef IndexState_members[] = {
     {"last_offset", T_LONGLONG, offsetof(IndexState, last_offset), 0, NULL},
     {"last_timestamp", T_LONGLONG, offsetof(IndexState, last_timestamp), 0, NULL},
     {"pending_limit", T_PYSSIZET, offsetof(IndexState, pending_limit), READONLY, NULL},
+    {"path", T_OBJECT, offsetof(IndexState, path), 0, "the file (bytes) opened for each store while fd is -1"},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -19,8 +19,8 @@ must increase from one entry to the next.  Whatever survives is then checked by 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-import mmap
 import operator
 import os
 import struct
@@ -28,6 +28,7 @@ import sys
 import threading
 from array import array
 from pathlib import Path
+from typing import Any
 
 from tidelog.storage.errors import StorageError
 from tidelog.storage.format import (
@@ -36,6 +37,7 @@ from tidelog.storage.format import (
     TIME_INDEX_ENTRY,
     TIME_INDEX_ENTRY_SIZE,
 )
+from tidelog.storage.mapping import map_file
 from tidelog.storage.segment_state import IndexState, _big_endian_entries, _packed
 
 __all__ = ["_big_endian_entries", "_packed"]  # re-exported (tests)
@@ -80,21 +82,37 @@ class AbstractIndex:
         self.base_offset = base_offset
         self.max_index_size = max_index_size
         self._lock = threading.RLock()
+        self._closed = False
         newly_created = not self.path.exists()
-        self._file = open(self.path, "w+b" if newly_created else "r+b")  # noqa: SIM115 - kept open
-        if newly_created:
-            os.ftruncate(self._file.fileno(), _round_down(max_index_size, self.ENTRY_SIZE))
-        self.newly_created = newly_created
-        # the append state (entry counts, length, last entry, the buffer below): an IndexState of the storage C
-        # extension, which the segment's append fast path changes, or its pure-Python twin (segment_state.py)
-        self._st = IndexState(self.ENTRY_SIZE, base_offset, self._file.fileno(), self.PENDING_LIMIT)
-        self._length = os.fstat(self._file.fileno()).st_size
-        self._mm: mmap.mmap | None = None
-        self._map()
-        if newly_created:
-            self._entries = 0
-        else:
-            self._entries = self._count_valid_entries()
+        # Kafka's AbstractIndex: the file is opened, sized and mapped, then closed at once; the mapping holds no
+        # descriptor (storage/mapping.py), so an index costs none. Writes that go through the file (the
+        # IndexState's buffered entries, resizes, fsync) open it for the moment they need it.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            if newly_created:
+                os.ftruncate(fd, _round_down(max_index_size, self.ENTRY_SIZE))
+            self.newly_created = newly_created
+            # the append state (entry counts, length, last entry, the buffer below): an IndexState of the storage
+            # C extension, which the segment's append fast path changes, or its pure-Python twin
+            # (segment_state.py); with fd -1 it opens ``path`` for each store of its buffer
+            self._st = IndexState(self.ENTRY_SIZE, base_offset, -1, self.PENDING_LIMIT)
+            self._st.path = os.fsencode(self.path)
+            self._length = os.fstat(fd).st_size
+            # Mapped lazily (Kafka's LazyIndex): on the first lookup, not at open; the append path needs no
+            # mapping (entries reach the file through the IndexState). ``unmap_if_idle`` unmaps an index unused
+            # since its previous call, so the indexes of old segments cost no mapping until read again.
+            self._mapping: Any = None
+            self._buf: Any = None
+            self._used = False
+            entries, tail = self._entries_from_file(fd)
+            if entries is None:  # a preallocated tail (a crash before the trim): counted on the mapping
+                self._map(fd)
+                entries = self._count_valid_entries()
+                tail = self._buf[(entries - 1) * self.ENTRY_SIZE : entries * self.ENTRY_SIZE] if entries else b""
+        finally:
+            os.close(fd)
+        self._entries = entries
+        self._tail: bytes = tail  # the last valid entry (its subclass reads the last offset / timestamp from it)
         # Appended entries not yet in the mapping, oldest first, as two columns (key: relative offset or
         # timestamp; value: position or relative offset), held by the IndexState.  ``_written`` entries are in the mapping and
         # ``_entries`` counts both.  Why: a store into a shared mapping page that writeback has cleaned
@@ -148,19 +166,76 @@ class AbstractIndex:
         with self._lock:
             st.materialize()
 
-    def _map(self) -> None:
+    def _entries_from_file(self, fd: int) -> tuple[int | None, bytes]:
+        """(valid entries, the last one's bytes) from the file's length and its last entry, without mapping it
+        (Kafka's ``length / entrySize``); (None, b"") when that cannot tell: a zero last entry past the first is
+        the preallocated tail of an index a crash left untrimmed, counted on the mapping instead."""
+        if self.newly_created or self._length == 0:
+            return 0, b""
+        if self._length % self.ENTRY_SIZE:
+            return None, b""
+        n = self._length // self.ENTRY_SIZE
+        tail = os.pread(fd, self.ENTRY_SIZE, (n - 1) * self.ENTRY_SIZE)
+        if len(tail) != self.ENTRY_SIZE or (n > 1 and not any(tail)):
+            return None, b""
+        return n, tail
+
+    @property
+    def _mm(self) -> Any:
+        """The mapped bytes (a buffer), mapped on first use; None for an empty file or a closed index."""
+        self._used = True
+        buf = self._buf
+        if buf is None and self._length > 0 and not self._closed:
+            with self._lock:
+                if self._buf is None and self._length > 0 and not self._closed:
+                    fd = self._open()
+                    try:
+                        self._map(fd)
+                    finally:
+                        os.close(fd)
+                buf = self._buf
+        return buf
+
+    @property
+    def mapped(self) -> bool:
+        return self._buf is not None
+
+    def _map(self, fd: int) -> None:
         if self._length > 0:
-            self._mm = mmap.mmap(self._file.fileno(), self._length, access=mmap.ACCESS_WRITE)
+            self._mapping = map_file(fd, self._length)
+            # the buffer lookups read (struct.unpack_from) and slices store into
+            self._buf = getattr(self._mapping, "view", self._mapping)
         else:
-            self._mm = None
+            self._mapping = self._buf = None
 
     def _unmap(self) -> None:
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
+        mapping = self._mapping
+        self._mapping = self._buf = None
+        if mapping is not None:
+            mapping.close()
+
+    def unmap(self) -> None:
+        """Release the mapping (mapped again on the next use)."""
+        with self._lock:
+            self._materialize()
+            self._unmap()
+
+    def unmap_if_idle(self) -> bool:
+        """Unmap if unused since the previous call (an old segment's index nobody reads); whether it did."""
+        with self._lock:
+            if self._used or self._buf is None:
+                self._used = False
+                return False
+            self._materialize()
+            self._unmap()
+            return True
+
+    def _open(self) -> int:
+        """The index file opened for a change through it (closed by the caller)."""
+        return os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
 
     def _count_valid_entries(self) -> int:
-        mm = self._mm
+        mm = self._mapping
         if mm is None:
             return 0
         n = self._length // self.ENTRY_SIZE
@@ -202,10 +277,9 @@ class AbstractIndex:
             rounded = max(_round_down(new_size, self.ENTRY_SIZE), self._entries * self.ENTRY_SIZE)
             if rounded == self._length:
                 return False
-            self._unmap()
-            os.ftruncate(self._file.fileno(), rounded)
+            self._unmap()  # mapped again on the next use
+            os.truncate(self.path, rounded)
             self._length = rounded
-            self._map()
             return True
 
     def trim_to_valid_size(self) -> None:
@@ -216,7 +290,7 @@ class AbstractIndex:
         with self._lock:
             self._truncate_to_entries(0)
             self._unmap()
-            os.ftruncate(self._file.fileno(), 0)
+            os.truncate(self.path, 0)
             self._length = 0
             self.resize(self.max_index_size)
 
@@ -237,30 +311,41 @@ class AbstractIndex:
     def flush(self) -> None:
         with self._lock:
             self._materialize()
-            if self._mm is not None:
-                self._mm.flush()
-            if not self._file.closed:
-                os.fsync(self._file.fileno())
+            if self._mapping is not None:
+                # msync(MS_SYNC) of the whole file: the entries stored through the file share its page cache
+                # (Kafka's flush is the mapping's force()); no descriptor needed
+                self._mapping.flush()
+            elif self._length > 0 and not self._closed:
+                try:
+                    fd = self._open()
+                except FileNotFoundError:  # deleted meanwhile (retention, a topic deletion): nothing to keep
+                    return
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
 
     def close(self) -> None:
         """Trim to the valid size and release the mapping and the file."""
         with self._lock:
-            if self._file.closed:
+            if self._closed:
                 return
             self._materialize()
             self.trim_to_valid_size()
             self._unmap()
-            self._file.close()
-            self._st.fd = -1
+            self._closed = True
+            self._st.path = None
 
     def close_handler(self) -> None:
-        """Release the mapping and the file without trimming."""
+        """Release the mapping without trimming (the segment's files are about to be deleted: the buffered
+        entries are stored if the file can be opened, else dropped with it)."""
         with self._lock:
-            self._materialize()
+            if not self._closed:
+                with contextlib.suppress(OSError):
+                    self._materialize()
             self._unmap()
-            if not self._file.closed:
-                self._file.close()
-            self._st.fd = -1
+            self._closed = True
+            self._st.path = None
 
     def delete_if_exists(self) -> bool:
         self.close_handler()
@@ -271,8 +356,11 @@ class AbstractIndex:
             return False
 
     def rename_to(self, new_path: Path) -> None:
-        os.replace(self.path, new_path)
-        self.path = new_path
+        with self._lock:
+            os.replace(self.path, new_path)
+            self.path = new_path
+            if not self._closed:
+                self._st.path = os.fsencode(new_path)
 
     def _relative(self, offset: int) -> int:
         rel = offset - self.base_offset
@@ -304,7 +392,12 @@ class OffsetIndex(AbstractIndex):
 
     def __init__(self, path: Path | str, base_offset: int, max_index_size: int = 10 * 1024 * 1024) -> None:
         super().__init__(path, base_offset, max_index_size)
-        self._last_offset = self._read_last_offset()
+        tail = self._tail
+        rel, pos = self._ENTRY.unpack(tail) if tail else (0, 0)
+        self._last_offset = self.base_offset + rel
+        #: the last entry's position as opened (0 when empty): the segment's append counter starts from it
+        #: without mapping the index
+        self.opened_last_position = pos
 
     @property
     def _last_offset(self) -> int:
@@ -326,11 +419,13 @@ class OffsetIndex(AbstractIndex):
 
     def entry(self, n: int) -> tuple[int, int]:
         """The n-th entry as (absolute offset, position)."""
-        self._materialize()
-        if n < 0 or n >= self._entries or self._mm is None:
-            raise IndexError(f"entry {n} out of range [0, {self._entries})")
-        rel, pos = self._ENTRY.unpack_from(self._mm, n * self.ENTRY_SIZE)
-        return self.base_offset + rel, pos
+        with self._lock:
+            self._materialize()
+            mm = self._mm
+            if n < 0 or n >= self._entries or mm is None:
+                raise IndexError(f"entry {n} out of range [0, {self._entries})")
+            rel, pos = self._ENTRY.unpack_from(mm, n * self.ENTRY_SIZE)
+            return self.base_offset + rel, pos
 
     def entries_list(self) -> list[tuple[int, int]]:
         return [self.entry(i) for i in range(self._entries)]
@@ -480,7 +575,12 @@ class TimeIndex(AbstractIndex):
 
     def __init__(self, path: Path | str, base_offset: int, max_index_size: int = 10 * 1024 * 1024) -> None:
         super().__init__(path, base_offset, max_index_size)
-        self._last_entry = self._read_last_entry()
+        tail = self._tail
+        if tail:
+            ts, rel = self._ENTRY.unpack(tail)
+            self._last_entry = (ts, self.base_offset + rel)
+        else:
+            self._last_entry = (NO_TIMESTAMP, self.base_offset)
 
     @property
     def _last_entry(self) -> tuple[int, int]:
@@ -499,11 +599,13 @@ class TimeIndex(AbstractIndex):
 
     def entry(self, n: int) -> tuple[int, int]:
         """The n-th entry as (timestamp, absolute offset)."""
-        self._materialize()
-        if n < 0 or n >= self._entries or self._mm is None:
-            raise IndexError(f"entry {n} out of range [0, {self._entries})")
-        ts, rel = self._ENTRY.unpack_from(self._mm, n * self.ENTRY_SIZE)
-        return ts, self.base_offset + rel
+        with self._lock:
+            self._materialize()
+            mm = self._mm
+            if n < 0 or n >= self._entries or mm is None:
+                raise IndexError(f"entry {n} out of range [0, {self._entries})")
+            ts, rel = self._ENTRY.unpack_from(mm, n * self.ENTRY_SIZE)
+            return ts, self.base_offset + rel
 
     def entries_list(self) -> list[tuple[int, int]]:
         return [self.entry(i) for i in range(self._entries)]

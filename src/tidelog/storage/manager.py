@@ -80,6 +80,8 @@ TopicPartition = tuple[str, int]
 TopicConfigs = Mapping[str, LogConfig] | Callable[[str], "LogConfig | None"]
 
 DELETE_DIR_SUFFIX = "-delete"
+#: how often ``tick`` unmaps the indexes of inactive segments unused since the previous sweep
+INDEX_IDLE_SWEEP_MS = 60_000
 FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"
 MAX_TOPIC_NAME_LENGTH = 249
@@ -181,6 +183,7 @@ class LogManager:
         #: the log cleaner (compaction threads); None until startup
         self.cleaner: LogCleaner | None = None
         self._last_retention_check_ms: int | None = None
+        self._last_index_sweep_ms: int | None = None
 
         self._lock = threading.RLock()
         # serialises checkpoint writes: the scheduler's tick and delete_log may write the same file
@@ -430,19 +433,31 @@ class LogManager:
             root = min(self._dirs, key=lambda p: (counts[p], self.log_dirs.index(p)))
             path = root / partition_dir_name(topic, partition)
             path.mkdir()
-            fsync_dir(root)
-            write_partition_metadata(path / PARTITION_METADATA, topic_id)
-            new_log = PartitionLog.open(
-                path,
-                config or self._config_for(topic),
-                recovery_point=0,
-                log_start_offset=0,
-                high_watermark=None,
-                clean_shutdown=True,
-                epoch_cache=LeaderEpochCache(path / LEADER_EPOCH_CHECKPOINT),
-                producer_state=ProducerStateManager(path),
-                progress=None,
-            )
+            try:
+                fsync_dir(root)
+                write_partition_metadata(path / PARTITION_METADATA, topic_id)
+                new_log = PartitionLog.open(
+                    path,
+                    config or self._config_for(topic),
+                    recovery_point=0,
+                    log_start_offset=0,
+                    high_watermark=None,
+                    clean_shutdown=True,
+                    epoch_cache=LeaderEpochCache(path / LEADER_EPOCH_CHECKPOINT),
+                    producer_state=ProducerStateManager(path),
+                    progress=None,
+                )
+            except BaseException:
+                # created completely or not at all: nothing of a failed creation stays. The directory is first
+                # renamed out of the way (no descriptor needed: the failure may be EMFILE), so that it is no
+                # partition even if its removal fails too (the next start finishes the deletion)
+                dst = root / f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+                with contextlib.suppress(OSError):
+                    os.rename(path, dst)
+                    path = dst
+                shutil.rmtree(path, ignore_errors=True)
+                fsync_dir(root)
+                raise
             self._logs[tp] = new_log
             self._log_root[tp] = root
             self._topic_ids[topic] = topic_id
@@ -479,7 +494,7 @@ class LogManager:
                 src = root / partition_dir_name(topic, partition)
                 if self.cleaner is not None:
                     self.cleaner.forget(tp)
-                plog.close()
+                plog.close_handlers()  # deleted: nothing to flush or trim (Kafka's closeHandlers)
                 dst = root / f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
                 os.rename(src, dst)
                 moved.append(dst)
@@ -597,6 +612,20 @@ class LogManager:
         if self._due(now_ms, "_last_retention_check_ms", self.retention_check_interval_ms):
             self.run_retention(now_ms)
         self.delete_expired_files(now_ms)
+        if self._due(now_ms, "_last_index_sweep_ms", INDEX_IDLE_SWEEP_MS):
+            self.unmap_idle_indexes()
+
+    def unmap_idle_indexes(self) -> int:
+        """Unmap the indexes of inactive segments no one read since the previous sweep (every
+        ``INDEX_IDLE_SWEEP_MS`` from ``tick``): an old segment's index costs a mapping only while it is read."""
+        unmapped = 0
+        for plog in self.all_logs().values():
+            try:
+                unmapped += plog.unmap_idle_indexes()
+            except Exception:  # a closed or failing log must not stop the sweep
+                log.exception("unmapping idle indexes of %s-%s failed", getattr(plog, "topic", "?"),
+                              getattr(plog, "partition", "?"))
+        return unmapped
 
     def _due(self, now_ms: int, attr: str, interval_ms: int) -> bool:
         last = getattr(self, attr)

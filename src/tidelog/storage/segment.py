@@ -238,12 +238,20 @@ class LogSegment:
         self.index_was_missing = not index_file(self.dir, base_offset, file_suffix).exists()
         self.time_index_was_missing = not time_index_file(self.dir, base_offset, file_suffix).exists()
         handle = FileHandle(os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644))
-        self.offset_index = OffsetIndex(
-            index_file(self.dir, base_offset, file_suffix), base_offset, self.max_index_size
-        )
-        self.time_index = TimeIndex(
-            time_index_file(self.dir, base_offset, file_suffix), base_offset, self.max_index_size
-        )
+        try:
+            self.offset_index = OffsetIndex(
+                index_file(self.dir, base_offset, file_suffix), base_offset, self.max_index_size
+            )
+            self.time_index = TimeIndex(
+                time_index_file(self.dir, base_offset, file_suffix), base_offset, self.max_index_size
+            )
+        except BaseException:
+            # release what was opened now: the traceback would keep the .log's descriptor alive, and the failure
+            # may be EMFILE (the caller's cleanup needs that descriptor back)
+            handle.close()
+            if hasattr(self, "offset_index"):
+                self.offset_index.close_handler()
+            raise
         # the .txnindex (aborted transactions whose marker is in this segment), its file created lazily
         self.txn_index = TransactionIndex(txn_index_file(self.dir, base_offset, file_suffix), base_offset)
         # The append state: fd, size, reservation end, index counter, max and rolling timestamps, created time,
@@ -267,7 +275,9 @@ class LogSegment:
         if roll_jitter_ms is None:
             roll_jitter_ms = self.random_jitter(config)
         self.roll_jitter_ms = roll_jitter_ms
-        self._bytes_since_last_index_entry = self._bytes_after_last_index_entry()
+        # the append counter a rebuild would have (see _bytes_after_last_index_entry), from the index as opened
+        # (without mapping it: Kafka's LazyIndex)
+        self._bytes_since_last_index_entry = self._size - self.offset_index.opened_last_position
         # (max timestamp so far, last offset of the batch holding it); None until loaded lazily
         self._max_ts_and_offset = None if self._size else (NO_TIMESTAMP, -1)
         # max timestamp of the first batch (segment.ms is measured from it); None until loaded lazily
@@ -759,9 +769,22 @@ class LogSegment:
 
     # ------------------------------------------------------------------ recovery and truncation
     def sanity_check(self) -> None:
-        """Raise CorruptIndexError (or FileNotFoundError) when an index must be rebuilt."""
+        """Raise CorruptIndexError (or FileNotFoundError) when an index must be rebuilt. Indexes this maps are
+        unmapped again (Kafka's LazyIndex: an old segment's index is mapped when read)."""
         if self.index_was_missing or self.time_index_was_missing:
             raise FileNotFoundError(f"index files of segment {self.log_path} are missing")
+        unmap = [i for i in (self.offset_index, self.time_index) if not i.mapped]
+        try:
+            self._sanity_check()
+        finally:
+            for index in unmap:
+                index.unmap()
+
+    def unmap_idle_indexes(self) -> int:
+        """Unmap this segment's indexes unused since the previous call (an inactive segment's); how many."""
+        return self.offset_index.unmap_if_idle() + self.time_index.unmap_if_idle()
+
+    def _sanity_check(self) -> None:
         self.offset_index.sanity_check(self._size)
         self.time_index.sanity_check()
         self.txn_index.sanity_check()

@@ -80,6 +80,7 @@ class PyIndexState:
         "last_offset",
         "last_timestamp",
         "length",
+        "path",
         "pending_limit",
         "written",
     )
@@ -94,6 +95,7 @@ class PyIndexState:
         self.entries = self.written = self.length = 0
         self.last_offset = base_offset
         self.last_timestamp = NO_TIMESTAMP
+        self.path: bytes | None = None  # the file, opened for each store while fd is -1
         self._keys = array("q")
         self._values = array("i")
         self._lock = threading.Lock()
@@ -109,7 +111,10 @@ class PyIndexState:
         values.append(value)
         self.entries += 1
         if len(values) >= self.pending_limit:
-            self.materialize()
+            try:
+                self.materialize()
+            except OSError:
+                pass  # the entries stay buffered; the next store (or the flush/close that must) tries again
 
     def materialize(self) -> None:
         if not self._values:
@@ -120,8 +125,21 @@ class PyIndexState:
     def _materialize(self) -> None:
         keys, values = self._keys, self._values
         k = len(values)  # complete entries: the value is appended after the key
-        if k == 0 or self.fd < 0 or self.length == 0:
+        if k == 0 or self.length == 0:
             return
+        fd = self.fd
+        if fd < 0:
+            if self.path is None:
+                return
+            fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)  # Kafka's indexes keep no descriptor
+            try:
+                self._store(fd, keys, values, k)
+            finally:
+                os.close(fd)
+            return
+        self._store(fd, keys, values, k)
+
+    def _store(self, fd: int, keys: array, values: array, k: int) -> None:  # type: ignore[type-arg]
         fmt = "ii" if self.entry_size == OFFSET_INDEX_ENTRY_SIZE else "qi"
         if _WORDS:
             data = _big_endian_entries(keys, values, k, fmt).tobytes()
@@ -130,7 +148,7 @@ class PyIndexState:
         start = self.written * self.entry_size
         done = 0
         while done < len(data):
-            done += os.pwrite(self.fd, data[done:], start + done)
+            done += os.pwrite(fd, data[done:], start + done)
         self.written += k
         del keys[:k]
         del values[:k]

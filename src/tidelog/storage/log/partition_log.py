@@ -898,6 +898,24 @@ class PartitionLog:
             for _, seg in self._deleted:
                 seg.close_handlers()
 
+    def unmap_idle_indexes(self) -> int:
+        """Unmap the indexes of inactive segments unused since the previous call (Kafka's LazyIndex maps an old
+        segment's index when it is read; this also lets go of it once nobody does); how many were unmapped."""
+        segments = self._segments.copy()
+        return sum(seg.unmap_idle_indexes() for seg in segments[:-1] if not seg.closed)
+
+    def close_handlers(self) -> None:
+        """Release every file without flushing or trimming anything (Kafka's ``closeHandlers``): for a log about
+        to be deleted. Needs no file descriptor, so a deletion (or the rollback of a creation that ran out of
+        descriptors) always goes through."""
+        self.wait_for_background_flushes()
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.close_handlers()
+            for _, seg in self._deleted:
+                seg.close_handlers()
+
     def delete(self) -> None:
         """Close and remove the whole partition directory."""
         with self._lock:

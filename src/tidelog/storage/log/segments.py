@@ -138,10 +138,12 @@ class LogSegments:
             if stale.exists():
                 log.warning("deleting stale %s beyond the log end offset", stale)
                 stale.unlink()
+        # the new segment first: if its files cannot be opened (EMFILE, ENOSPC) nothing has changed, and the
+        # append that asked for the roll fails alone (KAFKA_STORAGE_ERROR)
+        seg = LogSegment(directory, base, config, now_ms=now_ms)
         old = self.active
         if old is not None:
             old.on_becoming_inactive()
-        seg = LogSegment(directory, base, config, now_ms=now_ms)
         self.add(seg)
         return seg
 

@@ -1,0 +1,90 @@
+"""The open-file budget: how many more partitions this process can open before it runs out of descriptors.
+
+A partition costs one descriptor per segment ``.log`` (Kafka's cost: every segment's file stays open; the index
+files are mapped without a descriptor, ``storage/index.py``). With the common ``ulimit -n`` of 1,024, a broker
+that opened whatever it was asked would hit EMFILE in the middle of a creation, or at its next start. Kafka has no
+such check (it expects the limit to be raised, as its documentation says); tidelog refuses up front instead: a
+change that would open ``n`` more files is refused when the descriptors open now plus ``n`` exceed the soft
+``RLIMIT_NOFILE`` minus a reserve kept for connections, checkpoints, recovery threads, the internal topics and
+the transient files of index writes. The reserve is ``tidelog.open.files.reserve``, by default a quarter of the
+limit (at least 64): 768 files for partitions under a limit of 1,024.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+
+from tidelog.storage.errors import StorageError
+
+#: errnos of a process (EMFILE) or system (ENFILE) out of file descriptors
+FD_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+class OpenFileLimitError(StorageError):
+    """Opening the files asked for would exceed the open-file budget (nothing was opened).
+
+    ``kafka_error`` is the storage layer's KAFKA_STORAGE_ERROR; the topic store answers a refused creation with
+    POLICY_VIOLATION and the same message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def open_file_limit() -> int | None:
+    """The soft RLIMIT_NOFILE, or None when unlimited."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def open_file_count() -> int | None:
+    """Descriptors this process holds now (``/proc/self/fd``), or None where that is not readable."""
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1  # listdir's own descriptor
+    except OSError:
+        return None
+
+
+def default_reserve(limit: int) -> int:
+    return max(64, limit // 4)
+
+
+class OpenFileBudget:
+    """``check(n, what)`` raises :class:`OpenFileLimitError` when ``n`` more open files would pass the budget."""
+
+    def __init__(self, reserve: int | None = None) -> None:
+        self.reserve = reserve
+
+    def headroom(self) -> int | None:
+        """Files that may still be opened (may be negative), or None when there is no limit to keep to."""
+        limit = open_file_limit()
+        used = open_file_count()
+        if limit is None or used is None:
+            return None
+        reserve = self.reserve if self.reserve is not None else default_reserve(limit)
+        return limit - reserve - used
+
+    def check(self, n: int, what: str) -> None:
+        room = self.headroom()
+        if room is None or n <= room:
+            return
+        limit = open_file_limit()
+        used = open_file_count()
+        reserve = self.reserve if self.reserve is not None else default_reserve(limit or 0)
+        raise OpenFileLimitError(
+            f"{what} needs {n} more open files (one per partition's .log), but the broker's open-file limit "
+            f"(ulimit -n) is {limit}, {used} are open and {reserve} are kept in reserve "
+            f"(tidelog.open.files.reserve): at most {max(room, 0)} more can be opened. Raise the limit "
+            f"(ulimit -n / LimitNOFILE) or use fewer partitions."
+        )
+
+
+def describe_os_error(exc: OSError) -> str:
+    """The message a client gets for an OSError of the storage layer (KAFKA_STORAGE_ERROR)."""
+    if exc.errno in FD_EXHAUSTED:
+        limit = open_file_limit()
+        return (f"{exc.strerror or 'Too many open files'}: the broker reached its open-file limit (ulimit -n "
+                f"{limit if limit is not None else 'unlimited'}){f' at {exc.filename}' if exc.filename else ''}")
+    return f"I/O error in the log directory: {exc}"
