@@ -179,3 +179,20 @@ def test_stream_sees_a_transaction_only_after_its_commit(spark: Any, kt: Any) ->
         assert sorted(r.value for r in spark.sql(f"SELECT * FROM {name}").collect()) == _vals("x", 3) + _vals("z", 2)
     finally:
         q.stop()
+
+
+@pytest.mark.parametrize("client", ["raw", "librdkafka"])
+def test_range_ending_in_aborted_data(spark: Any, kt: Any, client: str) -> None:
+    """The last offsets before the end are an aborted transaction and its marker: the read ends there (the range's
+    end is never a record), with no timeout and no data loss."""
+    topic = kt.new_topic(1)
+    p = _txn_producer(kt.bootstrap)
+    p.begin_transaction()
+    _send(p, topic, _vals("x", 3))
+    p.commit_transaction(30)
+    p.begin_transaction()
+    _send(p, topic, _vals("y", 3))
+    p.abort_transaction(30)
+    rows = _read(spark, kt.bootstrap, topic, fetchClient=client, **{"kafka.isolation.level": "read_committed",
+                                                                    "kafkaConsumer.pollTimeoutMs": "20000"})
+    assert [(r.offset, r.value.decode()) for r in rows] == [(0, "x0"), (1, "x1"), (2, "x2")]
