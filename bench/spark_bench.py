@@ -166,7 +166,9 @@ def main() -> None:
         committed = produce_transactional(bootstrap, "bench-txn", tn, args.value_size, args.partitions,
                                           args.txn_size, args.abort_every)
         for path, fmt in (("raw fetch", "tidelog"), ("librdkafka", "tidelog"), ("data directory", "tidelog-log")):
-            for iso in ("read_uncommitted", "read_committed"):
+            best: dict[str, float] = {}
+            # twice, in alternating order, best of two: neither level profits from going second (warm caches)
+            for iso in ("read_uncommitted", "read_committed", "read_committed", "read_uncommitted"):
                 r = spark.read.format(fmt).option("subscribe", "bench-txn")
                 if fmt == "tidelog":
                     r = r.option("kafka.bootstrap.servers", bootstrap).option("kafka.isolation.level", iso)
@@ -175,8 +177,14 @@ def main() -> None:
                     df = r.load()
                 else:
                     df = r.option("isolationLevel", iso).load(str(data_dir))
-                timed(f"{fmt} ({path}), {iso}, transactional topic", df,
-                      committed if iso == "read_committed" else tn, results)
+                t0 = time.perf_counter()
+                df.write.format("noop").mode("overwrite").save()
+                best[iso] = min(best.get(iso, float("inf")), time.perf_counter() - t0)
+            for iso in ("read_uncommitted", "read_committed"):
+                rows = committed if iso == "read_committed" else tn
+                label = f"{fmt} ({path}), {iso}, transactional topic"
+                results.append((label, rows, best[iso]))
+                print(f"{label}: {rows / best[iso]:,.0f} rows/s ({best[iso]:.1f}s, best of 2)", flush=True)
         timed("Spark JSON lines", spark.read.schema(json_schema).json(str(root / "json")), n, results)
         timed("Spark Parquet (upper reference)", spark.read.parquet(str(root / "parquet")), n, results)
 
