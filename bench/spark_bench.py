@@ -94,6 +94,7 @@ def produce_transactional(bootstrap: str, topic: str, n: int, value_size: int, p
                 except BufferError:
                     p.poll(0.01)
         if abort_every and t % abort_every == abort_every - 1:
+            assert p.flush(120) == 0  # abort_transaction purges what is not sent yet: write all, then abort
             p.abort_transaction(120)
         else:
             p.commit_transaction(120)
