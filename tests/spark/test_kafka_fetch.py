@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from tidelog.spark.fetcher import KafkaFetchError, raw_fetch_allowed, read_range_raw
-from tidelog.spark.kafka_source import OffsetRange, read_range
-from tidelog.spark.options import DataLossError
+from tidelog.spark.kafka_source import OffsetRange, executor_consumer_config, read_range
+from tidelog.spark.options import DataLossError, SourceOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -100,7 +100,9 @@ def test_fail_on_data_loss_in_executor(kt: Any, fail: bool) -> None:
     next(iter(fut.values())).result(30)
     client = {"bootstrap.servers": kt.bootstrap}
     raw = lambda: read_range_raw(client, topic, 0, 10, 90, fail_on_data_loss=fail, poll_timeout_ms=10_000)  # noqa: E731
-    lib = lambda: read_range(client, None, OffsetRange(topic, 0, 10, 90), fail_on_data_loss=fail,  # noqa: E731
+    conf = executor_consumer_config(SourceOptions.parse({"kafka.bootstrap.servers": kt.bootstrap, "subscribe": topic},
+                                                        streaming=False))
+    lib = lambda: read_range(conf, OffsetRange(topic, 0, 10, 90), fail_on_data_loss=fail,  # noqa: E731
                              include_headers=False, poll_timeout_ms=10_000)
     if fail:
         for gen in (raw, lib):
@@ -132,8 +134,8 @@ def test_when_raw_is_used(spark: Any, kt: Any) -> None:
     assert not raw_fetch_allowed(ok, False, "librdkafka")
     assert raw_fetch_allowed({**ok, "security.protocol": "PLAINTEXT"}, False, "raw")
     assert not raw_fetch_allowed({**ok, "security.protocol": "SASL_SSL"}, False, "raw")
-    assert not raw_fetch_allowed({**ok, "isolation.level": "read_committed"}, False, "raw")
-    assert raw_fetch_allowed({**ok, "isolation.level": "read_uncommitted"}, False, "raw")
+    # both isolation levels read raw (read_committed: isolation level 1 and the aborted transactions)
+    assert raw_fetch_allowed({**ok, "isolation.level": "read_committed"}, False, "raw")
     topic = kt.new_topic(1)
     with pytest.raises(Exception, match="fetchClient"):
         _rows(spark, kt.bootstrap, "bogus", subscribe=topic)

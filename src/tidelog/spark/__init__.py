@@ -44,7 +44,7 @@ from tidelog.spark.arrow import ddl
 from tidelog.spark.kafka_sink import KafkaSinkStreamWriter, KafkaSinkWriter
 from tidelog.spark.kafka_source import KafkaBatchReader, KafkaStreamReader
 from tidelog.spark.log_source import LogDirReader
-from tidelog.spark.options import parse_bool
+from tidelog.spark.options import OptionError, overwrite_refused_message, parse_bool
 
 __all__ = ["TidelogDataSource", "TidelogLogDataSource", "register"]
 
@@ -68,6 +68,8 @@ class TidelogDataSource(DataSource):
         return KafkaStreamReader(self.options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:  # Spark's Kafka sink refuses Overwrite too; ErrorIfExists/Ignore PySpark refuses itself
+            raise OptionError(overwrite_refused_message())
         return KafkaSinkWriter(self.options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:

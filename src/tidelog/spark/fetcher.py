@@ -2,14 +2,19 @@
 
 For one offset range an executor opens one plain TCP connection to the partition leader (found with a
 Metadata request on the bootstrap servers), negotiates versions with ApiVersions and sends Fetch requests
-(the highest version both sides support, at most 12; read_uncommitted, no fetch session) encoded with
+(the highest version both sides support, at most 12; no fetch session) encoded with
 :mod:`tidelog.protocol.codec`. The partition's records bytes are cut into whole v2 batches (a trailing partial
 batch is dropped and fetched again), control batches are skipped, and each batch's records are decoded by
 the columnar builder (:mod:`tidelog.records.columnar`) straight into Arrow buffers, keeping only the offsets of
 the range. No Python object per record: this is several times faster than one confluent-kafka ``Message`` per
 record.
 
-Only for PLAINTEXT connections without headers and without read_committed; :func:`raw_fetch_allowed` decides.
+read_committed (``kafka.isolation.level``): Fetch with isolation level 1, so the broker answers up to the last
+stable offset with the aborted transactions of the range; the batches of aborted transactions are dropped as
+Kafka's consumer drops them (``CompletedFetch``): per producer id, from each aborted transaction's first offset
+until that producer's ABORT marker. The offsets skipped (aborted data, markers) are gaps, not data loss.
+
+Only for PLAINTEXT connections without headers; :func:`raw_fetch_allowed` decides.
 """
 
 from __future__ import annotations
@@ -24,7 +29,12 @@ from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 from tidelog.protocol.exceptions import CorrelationIdMismatchError
 from tidelog.protocol.framing import ClientConnection
-from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED, decode_batch
+from tidelog.records.batch import (
+    DEFAULT_MAX_DECOMPRESSED,
+    ControlRecordType,
+    decode_batch,
+    parse_control_record,
+)
 from tidelog.records.columnar import new_builder
 from tidelog.records.compression import decompress
 from tidelog.records.header import (
@@ -33,6 +43,7 @@ from tidelog.records.header import (
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     validate_batch,
 )
@@ -41,6 +52,7 @@ from tidelog.spark.options import report_data_loss
 
 CLIENT_ID = "tidelog-spark-executor"
 MAX_FETCH_VERSION = 12
+MIN_READ_COMMITTED_FETCH_VERSION = 4  # isolation_level and aborted_transactions came with Fetch v4
 MAX_METADATA_VERSION = 9  # v10+ address topics by id as well; nothing here needs it
 MAX_LIST_OFFSETS_VERSION = 7
 FETCH_MAX_BYTES = 64 * 1024 * 1024
@@ -81,10 +93,7 @@ def raw_fetch_allowed(client: Mapping[str, str], include_headers: bool, fetch_cl
     if fetch_client != "raw" or include_headers:
         return False
     proto = (_conf(client, "security.protocol") or "plaintext").strip().lower()
-    if proto != "plaintext":
-        return False
-    iso = (_conf(client, "isolation.level") or "read_uncommitted").strip().lower()
-    return iso != "read_committed"
+    return proto == "plaintext"
 
 
 def _split_hostport(s: str) -> tuple[str, int]:
@@ -168,7 +177,8 @@ class Connection:
 class PartitionFetcher:
     """Leader lookup, Fetch and ListOffsets for one topic partition (one leader connection at a time)."""
 
-    def __init__(self, client: Mapping[str, str], topic: str, partition: int, timeout_s: float) -> None:
+    def __init__(self, client: Mapping[str, str], topic: str, partition: int, timeout_s: float,
+                 read_committed: bool = False) -> None:
         self.bootstrap = [_split_hostport(s) for s in (_conf(client, "bootstrap.servers") or "").split(",")
                           if s.strip()]
         self.topic = topic
@@ -181,6 +191,7 @@ class PartitionFetcher:
         self.max_bytes = int(mb) if mb else FETCH_MAX_BYTES
         self.partition_max_bytes = int(pmb) if pmb else PARTITION_MAX_BYTES
         self.check_crcs = (_conf(client, "check.crcs") or "false").strip().lower() == "true"
+        self.isolation_level = 1 if read_committed else 0
 
     def close(self) -> None:
         if self.conn is not None:
@@ -233,6 +244,9 @@ class PartitionFetcher:
                 host, port = self._leader()
                 self.conn = Connection(host, port, self.timeout_s)
                 self.fetch_version = self.conn.version(ApiKey.FETCH, MAX_FETCH_VERSION)
+                if self.isolation_level and self.fetch_version < MIN_READ_COMMITTED_FETCH_VERSION:
+                    raise KafkaFetchError(35, f"read_committed needs Fetch v{MIN_READ_COMMITTED_FETCH_VERSION}+, "
+                                              f"the broker supports up to v{self.fetch_version}")
                 return self.conn
             except _Retry as r:
                 attempt += 1
@@ -244,7 +258,7 @@ class PartitionFetcher:
         conn = self.connect()
         body = {
             "replica_id": -1, "max_wait_ms": wait_ms, "min_bytes": 1, "max_bytes": self.max_bytes,
-            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "isolation_level": self.isolation_level, "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": self.topic, "partitions": [{
                 "partition": self.partition, "current_leader_epoch": -1, "fetch_offset": offset,
                 "last_fetched_epoch": -1, "log_start_offset": -1,
@@ -280,6 +294,44 @@ class PartitionFetcher:
                 raise KafkaFetchError(p["error_code"], f"ListOffsets {self.topic}-{self.partition}")
             out.append(int(p["offset"]) if v >= 1 else int(p["old_style_offsets"][0]))
         return out[0], out[1]
+
+
+class AbortedTxns:
+    """Kafka consumer's ``CompletedFetch`` bookkeeping of one read_committed Fetch response: the response's
+    aborted transactions by first offset, and the producer ids whose aborted transaction is in progress at the
+    batch being read."""
+
+    __slots__ = ("_next", "_pending", "producers")
+
+    def __init__(self, aborted: Any) -> None:
+        self._pending = sorted((int(a["first_offset"]), int(a["producer_id"])) for a in aborted)
+        self._next = 0
+        self.producers: set[int] = set()
+
+    def skip(self, view: memoryview, h: BatchHeader) -> bool:
+        """Whether the batch ``h`` (``view``) is dropped: a batch of an aborted transaction, or a control batch.
+        Call for every batch of the response in order."""
+        pid = h.producer_id
+        control = h.attributes & CONTROL_MASK
+        if pid >= 0:
+            # the aborted transactions begun by this batch's last offset: their producers are now aborting
+            pending = self._pending
+            last = h.base_offset + h.last_offset_delta
+            while self._next < len(pending) and pending[self._next][0] <= last:
+                self.producers.add(pending[self._next][1])
+                self._next += 1
+            if control:
+                if pid in self.producers and is_abort_marker(view):
+                    self.producers.discard(pid)
+            elif h.attributes & TRANSACTIONAL_MASK and pid in self.producers:
+                return True
+        return bool(control)
+
+
+def is_abort_marker(view: memoryview) -> bool:
+    """Whether a control batch holds an ABORT marker (Kafka's ``containsAbortMarker``: its first record)."""
+    _, recs = decode_batch(view, verify_crc=False)
+    return bool(recs) and parse_control_record(recs[0]).type == ControlRecordType.ABORT
 
 
 class _Retry(Exception):
@@ -320,13 +372,15 @@ def read_range_raw(
     *,
     fail_on_data_loss: bool,
     poll_timeout_ms: int,
+    read_committed: bool = False,
 ) -> Iterator[Any]:
-    """Yield Arrow batches with the records [start, end) of one partition over raw Fetch requests."""
+    """Yield Arrow batches with the records [start, end) of one partition over raw Fetch requests (with
+    ``read_committed``, only the committed ones: see the module docstring)."""
     if end <= start:
         return
     tp_name = f"{topic}-{partition}"
     timeout_s = poll_timeout_ms / 1000.0
-    f = PartitionFetcher(client, topic, partition, timeout_s)
+    f = PartitionFetcher(client, topic, partition, timeout_s, read_committed)
     builder = new_builder()
     expected = start
     leader_retries = 0
@@ -392,12 +446,20 @@ def read_range_raw(
                         f"Cannot fetch offset {expected} (TopicPartition: {tp_name}); the earliest available "
                         f"offset is now {lso}.",
                     )
+            aborted = AbortedTxns(p["aborted_transactions"]) if read_committed and p.get("aborted_transactions") \
+                else None
             for view, base, last in batches:
-                if last < expected or base >= end:
-                    continue
-                h = BatchHeader.parse(view)
-                if h.attributes & CONTROL_MASK:
-                    continue
+                if aborted is not None:
+                    # every batch in order, also those before ``expected``: an ABORT marker ends its producer's run
+                    h = BatchHeader.parse(view)
+                    if aborted.skip(view, h) or last < expected or base >= end:
+                        continue
+                else:
+                    if last < expected or base >= end:
+                        continue
+                    h = BatchHeader.parse(view)
+                    if h.attributes & CONTROL_MASK:
+                        continue
                 if f.check_crcs:
                     h = validate_batch(view)
                 else:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -22,6 +21,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 
@@ -61,17 +61,41 @@ class OffsetRange(InputPartition):
 # ------------------------------------------------------------------------------------------ driver metadata
 
 
+def driver_consumer_config(opts: SourceOptions) -> dict[str, Any]:
+    """The driver's confluent-kafka consumer: never joins its group; its ListOffsets (watermarks) carry the
+    source's isolation level, so the latest offset is the high watermark (read_uncommitted) or the last stable
+    offset (read_committed), as Spark's driver consumer gets them."""
+    conf: dict[str, Any] = dict(opts.client)
+    conf.update({"group.id": opts.driver_group_id, "isolation.level": opts.isolation_level,
+                 "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    return conf
+
+
+def executor_consumer_config(opts: SourceOptions) -> dict[str, Any]:
+    """An executor's confluent-kafka consumer (``fetchClient=librdkafka``, headers, non-PLAINTEXT): assign +
+    start offset, no group membership, no commits, the source's isolation level."""
+    conf: dict[str, Any] = dict(opts.client)
+    conf.update({
+        "group.id": opts.executor_group_id,
+        "isolation.level": opts.isolation_level,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+    })
+    for k, v in CONSUMER_DEFAULTS.items():
+        conf.setdefault(k, v)
+    return conf
+
+
 class KafkaMetadata:
     """Partition lists, watermarks and timestamp lookups on the driver (one confluent-kafka consumer that
-    never joins a group)."""
+    never joins a group). With read_committed the high mark of :meth:`watermarks` is the last stable offset."""
 
-    def __init__(self, client: Mapping[str, str], group_id: str | None) -> None:
+    def __init__(self, opts: SourceOptions) -> None:
         from confluent_kafka import Consumer
 
-        conf: dict[str, Any] = dict(client)
-        conf.setdefault("group.id", group_id or f"spark-kafka-relation-{uuid.uuid4()}-driver")
-        conf.update({"enable.auto.commit": False, "auto.offset.reset": "earliest"})
-        self._consumer = Consumer(conf)
+        self._consumer = Consumer(driver_consumer_config(opts))
 
     def close(self) -> None:
         self._consumer.close()
@@ -217,31 +241,22 @@ def _batch(r: OffsetRange, keys: list[Any], values: list[Any], offsets: list[int
 
 
 def read_range(
-    client: Mapping[str, str],
-    group_id: str | None,
+    conf: Mapping[str, Any],
     r: OffsetRange,
     *,
     fail_on_data_loss: bool,
     include_headers: bool,
     poll_timeout_ms: int,
 ) -> Iterator[Any]:
-    """Yield Arrow batches with the records [r.start, r.end) of one partition (runs on an executor)."""
+    """Yield Arrow batches with the records [r.start, r.end) of one partition (runs on an executor) with a
+    confluent-kafka consumer of config ``conf`` (:func:`executor_consumer_config`). With read_committed,
+    librdkafka drops aborted records and control records, so offsets jump: gaps, not data loss."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, Message
     from confluent_kafka import TopicPartition as KTP
 
     if r.size <= 0:
         return
-    conf: dict[str, Any] = dict(client)
-    conf.setdefault("group.id", group_id or "spark-kafka-relation-executor")
-    conf.update({
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "enable.partition.eof": True,
-        "auto.offset.reset": "error",
-    })
-    for k, v in CONSUMER_DEFAULTS.items():
-        conf.setdefault(k, v)
-    consumer = Consumer(conf)
+    consumer = Consumer(dict(conf))
     key_of, value_of, offset_of, error_of, ts_of, headers_of = (
         Message.key, Message.value, Message.offset, Message.error, Message.timestamp, Message.headers)
     tp_name = f"{r.topic}-{r.partition}"
@@ -346,9 +361,10 @@ def read_partition(o: SourceOptions, r: OffsetRange) -> Iterator[Any]:
     when that is safe and ``fetchClient`` is ``raw`` (the default), else confluent-kafka."""
     if raw_fetch_allowed(o.client, o.include_headers, o.fetch_client):
         yield from read_range_raw(o.client, r.topic, r.partition, r.start, r.end,
-                                  fail_on_data_loss=o.fail_on_data_loss, poll_timeout_ms=o.poll_timeout_ms)
+                                  fail_on_data_loss=o.fail_on_data_loss, poll_timeout_ms=o.poll_timeout_ms,
+                                  read_committed=o.read_committed)
         return
-    yield from read_range(o.client, o.group_id, r, fail_on_data_loss=o.fail_on_data_loss,
+    yield from read_range(executor_consumer_config(o), r, fail_on_data_loss=o.fail_on_data_loss,
                           include_headers=o.include_headers, poll_timeout_ms=o.poll_timeout_ms)
 
 
@@ -361,7 +377,7 @@ class KafkaBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         o = self.opts
-        meta = KafkaMetadata(o.client, o.group_id)
+        meta = KafkaMetadata(o)
         try:
             tps = meta.topic_partitions(o)
             marks = meta.watermarks(tps)
@@ -429,6 +445,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now: dict[TopicPartition, int] | None = None
         self._committer: Any = None
         self._last_committed: dict[TopicPartition, int] = {}
+        self._last_trigger_ms = 0.0  # Spark's lastTriggerMillis (minOffsetsPerTrigger / maxTriggerDelay)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -439,7 +456,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def meta(self) -> KafkaMetadata:
         if self._meta is None:
-            self._meta = KafkaMetadata(self.opts.client, self.opts.group_id)
+            self._meta = KafkaMetadata(self.opts)
         return self._meta
 
     def _current(self) -> tuple[list[TopicPartition], dict[TopicPartition, tuple[int, int]]]:
@@ -453,9 +470,26 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return map_to_stream_offset(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        # PySpark has no composite limit: with both minOffsetsPerTrigger and maxOffsetsPerTrigger the engine gets
+        # ReadMinRows, and latestOffset applies maxOffsetsPerTrigger from the options (Spark's composite limit)
+        if self.opts.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
         if self.opts.max_offsets_per_trigger is not None:
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
         return ReadAllAvailable()
+
+    def _delay_batch(self, min_rows: int, begin: Mapping[TopicPartition, int],
+                     latest: Mapping[TopicPartition, int]) -> bool:
+        """Spark's ``delayBatch``: skip this trigger while fewer than ``minOffsetsPerTrigger`` offsets are available,
+        until ``maxTriggerDelay`` has passed since the last trigger that ran (the first trigger always runs)."""
+        now = time.time() * 1000.0
+        if now - self._last_trigger_ms >= self.opts.max_trigger_delay_ms:
+            self._last_trigger_ms = now
+            return False
+        if sum(latest[tp] - begin.get(tp, 0) for tp in latest) < min_rows:
+            return True
+        self._last_trigger_ms = now
+        return False
 
     def prepareForTriggerAvailableNow(self) -> None:
         tps, marks = self._current()
@@ -476,8 +510,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for tp in latest:
             if tp not in begin:
                 begin[tp] = marks[tp][0] if tp in marks else 0
-        if isinstance(limit, ReadMaxRows):
-            latest = limit_offsets(begin, latest, int(limit.max_rows))
+        max_rows = int(limit.max_rows) if isinstance(limit, ReadMaxRows) else None
+        if isinstance(limit, ReadMinRows):
+            max_rows = self.opts.max_offsets_per_trigger
+            # Trigger.AvailableNow ends at offsets fixed when it started: waiting for more would only hold it up
+            if self._available_now is None and self._delay_batch(int(limit.min_rows), begin, latest):
+                return start if start else map_to_stream_offset(begin)  # Spark: the start offsets, unchanged
+        if max_rows is not None:
+            latest = limit_offsets(begin, latest, max_rows)
         # never move backwards (a shrinking watermark is reported as data loss when planning)
         for tp in latest:
             if tp in begin and latest[tp] < begin[tp]:

@@ -17,7 +17,17 @@ Options: ``path`` (``load(path)``; several directories separated by commas), ``s
 when named), ``startingOffsets`` / ``endingOffsets`` (``earliest`` / ``latest`` or JSON per partition, end
 exclusive), ``startingTimestamp`` / ``endingTimestamp`` (ms; start inclusive, end exclusive),
 ``includeHeaders``, ``maxBytesPerPartition`` (default 128 MiB), ``failOnDataLoss`` (a segment deleted between
-planning and reading fails the task unless false), ``verifyCrc`` (default true).
+planning and reading fails the task unless false), ``verifyCrc`` (default true), ``isolationLevel``.
+
+Transactions: by default (``isolationLevel=read_committed``) only committed data is read, as a read_committed
+consumer sees it. Planning reads each partition's aborted transactions from its ``.txnindex`` files and finds
+the transactions still open from the newest producer-state ``.snapshot`` and the batch headers after it (the
+ABORT markers met there count as aborted too, should a ``.txnindex`` entry not be written yet); the partition is
+read up to its last stable offset (the first offset of the oldest open transaction; the high watermark is not
+in the files, so it is not applied). Reading drops the batches of aborted transactions (a transactional batch
+of producer P at offset o is aborted when an aborted transaction of P spans o: first offset <= o <= its ABORT
+marker). ``isolationLevel=read_uncommitted`` reads every data record to the end of the log. Control batches
+are never returned.
 """
 
 from __future__ import annotations
@@ -45,28 +55,44 @@ from tidelog.records.header import (
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     validate_batch,
 )
 from tidelog.spark.arrow import BATCH_ROWS, COLUMNAR_BATCH_ROWS, columns_batch, record_batch
+from tidelog.spark.fetcher import is_abort_marker
 from tidelog.spark.options import (
     EARLIEST,
     LATEST,
+    READ_COMMITTED,
     OptionError,
     TopicPartition,
     parse_bool,
     parse_int,
+    parse_isolation_level,
     parse_partition_json,
     parse_subscription,
     report_data_loss,
 )
 from tidelog.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint
-from tidelog.storage.format import INDEX_SUFFIX, LOG_SUFFIX, OFFSET_INDEX_ENTRY, OFFSET_INDEX_ENTRY_SIZE
+from tidelog.storage.format import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    OFFSET_INDEX_ENTRY,
+    OFFSET_INDEX_ENTRY_SIZE,
+    PRODUCER_SNAPSHOT_SUFFIX,
+    TXN_INDEX_ENTRY_SIZE,
+    TXN_INDEX_SUFFIX,
+)
+from tidelog.storage.index import CorruptIndexError
+from tidelog.storage.producer_state import CorruptSnapshotError, decode_snapshot
+from tidelog.storage.txn_index import decode_txn_index
 
 log = logging.getLogger("tidelog.spark")
 
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 _SEGMENT = re.compile(r"^(\d{20})\.log$")
+_SNAPSHOT = re.compile(r"^(\d{20})" + re.escape(PRODUCER_SNAPSHOT_SUFFIX) + "$")
 READ_CHUNK = 8 * 1024 * 1024
 DEFAULT_MAX_BYTES = 128 * 1024 * 1024
 NO_END = 2**63 - 1
@@ -85,6 +111,9 @@ class SegmentSlice(InputPartition):
     min_offset: int
     max_offset: int
     active: bool  # the last segment of its partition (a torn tail is tolerated)
+    aborted: tuple[tuple[int, int, int], ...] = ()
+    """read_committed: the aborted transactions overlapping the slice, ``(producer id, first offset, offset of
+    the ABORT marker)``; the batches they cover are dropped."""
 
 
 def read_index_positions(path: Path, base_offset: int, log_size: int) -> list[tuple[int, int]]:
@@ -103,6 +132,116 @@ def read_index_positions(path: Path, base_offset: int, log_size: int) -> list[tu
         out.append((base_offset + rel, pos))
         last_rel, last_pos = rel, pos
     return out
+
+
+@dataclass(frozen=True)
+class PartitionTxnState:
+    """What the files of one partition directory say about its transactions (read_committed planning)."""
+
+    aborted: frozenset[tuple[int, int, int]]  # (producer id, first offset, ABORT marker offset)
+    last_stable_offset: int | None  # first offset of the oldest open transaction; None: none is open
+
+
+def _read_txn_indexes(pdir: Path, bases: Sequence[int]) -> set[tuple[int, int, int]]:
+    out: set[tuple[int, int, int]] = set()
+    for base in bases:
+        path = pdir / f"{base:020d}{TXN_INDEX_SUFFIX}"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        data = data[: len(data) - len(data) % TXN_INDEX_ENTRY_SIZE]  # an entry being written right now
+        try:
+            entries = decode_txn_index(data, str(path))
+        except CorruptIndexError as exc:
+            log.warning("ignoring %s: %s", path, exc)
+            continue
+        out.update((e.producer_id, e.first_offset, e.last_offset) for e in entries)
+    return out
+
+
+def _newest_snapshot(pdir: Path, first_base: int) -> tuple[int, dict[int, int]] | None:
+    """``(offset, {producer id: first offset of its open transaction})`` of the newest readable producer-state
+    snapshot at or above the first segment's base offset (older ones describe deleted batches)."""
+    offsets = sorted((int(m.group(1)) for name in os.listdir(pdir) if (m := _SNAPSHOT.match(name))), reverse=True)
+    for off in offsets:
+        if off < first_base:
+            break
+        path = pdir / f"{off:020d}{PRODUCER_SNAPSHOT_SUFFIX}"
+        try:
+            entries = decode_snapshot(path.read_bytes(), str(path))
+        except (OSError, CorruptSnapshotError) as exc:
+            log.warning("ignoring %s: %s", path, exc)
+            continue
+        return off, {e.producer_id: e.current_txn_first_offset for e in entries
+                     if e.current_txn_first_offset is not None}
+    return None
+
+
+def partition_txn_state(pdir: Path, bases: Sequence[int]) -> PartitionTxnState:
+    """Aborted transactions (``.txnindex`` files, plus ABORT markers met while scanning) and the last stable
+    offset of a partition directory whose segments start at ``bases`` (ascending). Reads only: the newest
+    producer snapshot, then the batch headers after it (the control batches whole)."""
+    aborted = _read_txn_indexes(pdir, bases)
+    if not bases:
+        return PartitionTxnState(frozenset(aborted), None)
+    snap = _newest_snapshot(pdir, bases[0])
+    scan_from, ongoing = snap if snap is not None else (bases[0], {})
+    for i, base in enumerate(bases):
+        nxt = bases[i + 1] if i + 1 < len(bases) else NO_END
+        if nxt <= scan_from:
+            continue
+        path = pdir / f"{base:020d}{LOG_SUFFIX}"
+        try:
+            f = open(path, "rb", buffering=1 << 20)  # noqa: SIM115 - closed below; seeks stay in the buffer
+        except FileNotFoundError:
+            continue  # deleted by retention meanwhile
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            pos = 0
+            for off, ipos in read_index_positions(pdir / f"{base:020d}{INDEX_SUFFIX}", base, size):
+                if off >= scan_from:
+                    break
+                pos = ipos  # that batch ends below scan_from
+            while pos + RECORD_BATCH_OVERHEAD <= size:
+                f.seek(pos)
+                head = f.read(RECORD_BATCH_OVERHEAD)
+                try:
+                    h = BatchHeader.parse(head)
+                except RecordError:
+                    break  # zero-filled or torn tail
+                if h.batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or pos + h.size > size:
+                    break
+                pid = h.producer_id
+                if pid >= 0 and h.last_offset >= scan_from:
+                    if h.attributes & CONTROL_MASK:
+                        first = ongoing.pop(pid, None)
+                        if first is not None:
+                            f.seek(pos)
+                            try:
+                                if is_abort_marker(memoryview(f.read(h.size))):
+                                    aborted.add((pid, first, h.base_offset))
+                            except RecordError:
+                                break
+                    elif h.attributes & TRANSACTIONAL_MASK:
+                        ongoing.setdefault(pid, h.base_offset)
+                pos += h.size
+    lso = min(ongoing.values()) if ongoing else None
+    return PartitionTxnState(frozenset(aborted), lso)
+
+
+def aborted_lookup(aborted: Sequence[tuple[int, int, int]]) -> dict[int, list[tuple[int, int]]]:
+    out: dict[int, list[tuple[int, int]]] = {}
+    for pid, first, last in aborted:
+        out.setdefault(pid, []).append((first, last))
+    return out
+
+
+def in_aborted_txn(lookup: Mapping[int, list[tuple[int, int]]], producer_id: int, offset: int) -> bool:
+    """Whether a transactional batch of ``producer_id`` at ``offset`` belongs to one of its aborted
+    transactions (a producer has at most one transaction open, so [first offset, ABORT marker] is all of it)."""
+    spans = lookup.get(producer_id)
+    return spans is not None and any(first <= offset <= last for first, last in spans)
 
 
 def _log_start_offsets(log_dir: Path) -> dict[TopicPartition, int]:
@@ -137,6 +276,12 @@ class LogDirReader(DataSourceReader):
         self.max_bytes = parse_int(options, "maxBytesPerPartition", DEFAULT_MAX_BYTES) or DEFAULT_MAX_BYTES
         self.fail_on_data_loss = parse_bool(options, "failOnDataLoss", True)
         self.verify_crc = parse_bool(options, "verifyCrc", True)
+        iso = options.get("isolationLevel")
+        alias = options.get("kafka.isolation.level")
+        if iso is not None and alias is not None and iso.strip().lower() != alias.strip().lower():
+            raise OptionError("Options 'isolationLevel' and 'kafka.isolation.level' disagree; set one of them")
+        self.isolation_level = parse_isolation_level(iso if iso is not None else alias, "isolationLevel",
+                                                     READ_COMMITTED)
 
     @staticmethod
     def _offsets(options: Mapping[str, str], name: str, default: int) -> dict[TopicPartition, int] | int:
@@ -178,11 +323,21 @@ class LogDirReader(DataSourceReader):
                     continue
                 lo, hi = self._range((topic, partition))
                 lo = max(lo, starts.get((topic, partition), 0))
-                out.extend(self._plan_partition(Path(entry.path), topic, partition, lo, hi))
+                pdir = Path(entry.path)
+                bases = sorted(int(m.group(1)) for name in os.listdir(pdir) if (m := _SEGMENT.match(name)))
+                aborted: tuple[tuple[int, int, int], ...] = ()
+                if self.isolation_level == READ_COMMITTED:
+                    state = partition_txn_state(pdir, bases)
+                    if state.last_stable_offset is not None:
+                        hi = min(hi, state.last_stable_offset)
+                    aborted = tuple(sorted(a for a in state.aborted if a[2] >= lo and a[1] < hi))
+                if hi <= lo:
+                    continue
+                out.extend(self._plan_partition(pdir, bases, topic, partition, lo, hi, aborted))
         return out
 
-    def _plan_partition(self, pdir: Path, topic: str, partition: int, lo: int, hi: int) -> list[SegmentSlice]:
-        bases = sorted(int(m.group(1)) for name in os.listdir(pdir) if (m := _SEGMENT.match(name)))
+    def _plan_partition(self, pdir: Path, bases: Sequence[int], topic: str, partition: int, lo: int, hi: int,
+                        aborted: tuple[tuple[int, int, int], ...]) -> list[SegmentSlice]:
         out: list[SegmentSlice] = []
         for i, base in enumerate(bases):
             nxt = bases[i + 1] if i + 1 < len(bases) else NO_END
@@ -217,8 +372,10 @@ class LogDirReader(DataSourceReader):
                     cuts.append(pos)
             cuts.append(end_pos)
             active = nxt == NO_END
+            seg_aborted = tuple(t for t in aborted if t[2] >= base and t[1] < nxt)
             for a, b in itertools.pairwise(cuts):
-                out.append(SegmentSlice(str(path), topic, partition, base, a, b, lo, hi, active and b == end_pos))
+                out.append(SegmentSlice(str(path), topic, partition, base, a, b, lo, hi, active and b == end_pos,
+                                        seg_aborted))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -286,12 +443,16 @@ def read_slice(
     types: list[int] = []
     headers: list[Any] | None = [] if include_headers else None
     lo, hi = s.min_offset, s.max_offset
+    aborted = aborted_lookup(s.aborted) if s.aborted else None
     try:
         for view, _ in _batches(s):
             h = BatchHeader.parse(view)
             if h.attributes & CONTROL_MASK or h.last_offset < lo or h.base_offset >= hi:
                 continue
             if start_ts is not None and h.max_timestamp < start_ts:
+                continue
+            if aborted and h.attributes & TRANSACTIONAL_MASK and in_aborted_txn(aborted, h.producer_id,
+                                                                                 h.base_offset):
                 continue
             try:
                 _, recs = decode_batch(view, verify_crc=verify_crc)
@@ -343,12 +504,16 @@ def read_slice_columnar(
     builder = new_builder()
     lo, hi = s.min_offset, s.max_offset
     topic, partition = s.topic, s.partition
+    aborted = aborted_lookup(s.aborted) if s.aborted else None
     try:
         for view, _ in _batches(s):
             h = BatchHeader.parse(view)
             if h.attributes & CONTROL_MASK or h.last_offset < lo or h.base_offset >= hi:
                 continue
             if start_ts is not None and h.max_timestamp < start_ts:
+                continue
+            if aborted and h.attributes & TRANSACTIONAL_MASK and in_aborted_txn(aborted, h.producer_id,
+                                                                                 h.base_offset):
                 continue
             try:
                 if verify_crc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,16 @@ _REFUSED_SOURCE = {
 
 class OptionError(ValueError):
     """An invalid data source option (raised on the driver, shown to the user as is)."""
+
+
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
+DEFAULT_MAX_TRIGGER_DELAY = "15m"
+"""Spark's default ``maxTriggerDelay``."""
+STREAM_GROUP_ID_PREFIX = "spark-kafka-source"
+"""Spark's ``groupIdPrefix`` default for streaming queries."""
+BATCH_GROUP_ID_PREFIX = "spark-kafka-relation"
+"""Spark's ``groupIdPrefix`` default for batch queries."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,40 @@ def parse_int(options: Mapping[str, str], name: str, default: int | None, minimu
     if value < minimum:
         raise OptionError(f"Option '{name}' must be at least {minimum}, got {value}")
     return value
+
+
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(options: Mapping[str, str], name: str, default: str) -> int:
+    """A duration as Spark's ``Utils.timeStringAsMs`` reads it: ``15m``, ``30s``, ``100ms``, ``1h``; a bare number
+    is milliseconds."""
+    raw = _get(options, name)
+    text = (raw if raw is not None else default).strip().lower()
+    m = re.fullmatch(r"(-?\d+)\s*([a-z]*)", text)
+    if not m or (m.group(2) and m.group(2) not in _TIME_UNITS_MS):
+        raise OptionError(f"Option '{name}' must be a duration such as 15m, 30s or 100ms, got {raw!r}")
+    value = int(m.group(1)) * _TIME_UNITS_MS[m.group(2) or "ms"]
+    if value < 0:
+        raise OptionError(f"Option '{name}' must not be negative, got {raw!r}")
+    return int(value)
+
+
+def parse_isolation_level(value: str | None, name: str, default: str) -> str:
+    """``read_committed`` or ``read_uncommitted`` (Kafka's ``isolation.level`` values)."""
+    text = (value if value is not None else default).strip().lower()
+    if text not in (READ_COMMITTED, READ_UNCOMMITTED):
+        raise OptionError(f"Option '{name}' must be read_committed or read_uncommitted, got {value!r}")
+    return text
+
+
+def overwrite_refused_message(fmt: str = "tidelog") -> str:
+    """The sink's answer to ``.mode("overwrite")`` (Spark's Kafka sink refuses it as well)."""
+    return (
+        f"Save mode Overwrite is not allowed for the {fmt} sink: records are appended to Kafka topics. "
+        'Use .mode("append"). (PySpark refuses the default mode ErrorIfExists, and Ignore, for Python data '
+        'sources before the sink is called, so .mode("append") is needed for batch writes.)'
+    )
 
 
 def parse_partition_json(text: str, what: str) -> dict[TopicPartition, int]:
@@ -210,11 +255,35 @@ class SourceOptions:
     commit_group: str | None
     group_id: str | None
     fetch_client: str = "raw"
+    isolation_level: str = READ_UNCOMMITTED
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000
+    unique_group_id: str = ""
+    """``<groupIdPrefix>-<uuid>``, the base of the consumers' group ids when ``kafka.group.id`` is not set (driver:
+    ``-driver``, executors: ``-executor``, as Spark names them)."""
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == READ_COMMITTED
+
+    @property
+    def driver_group_id(self) -> str:
+        return self.group_id or f"{self.unique_group_id}-driver"
+
+    @property
+    def executor_group_id(self) -> str:
+        return self.group_id or f"{self.unique_group_id}-executor"
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
         client = client_config(options)
         group_id = client.pop("group.id", None)
+        # Spark's default is the Java client's read_uncommitted (librdkafka's own default is read_committed)
+        isolation = parse_isolation_level(client.pop("isolation.level", None), "kafka.isolation.level",
+                                          READ_UNCOMMITTED)
+        prefix = _get(options, "groupIdPrefix")
+        prefix = prefix.strip() if prefix and prefix.strip() else (
+            STREAM_GROUP_ID_PREFIX if streaming else BATCH_GROUP_ID_PREFIX)
         sub = parse_subscription(options)
         assert sub is not None
         starting = _offset_spec(options, "starting", "latest" if streaming else "earliest")
@@ -262,6 +331,10 @@ class SourceOptions:
             commit_group=commit_group.strip() if commit_group and commit_group.strip() else None,
             group_id=group_id,
             fetch_client=fetch_client,
+            isolation_level=isolation,
+            min_offsets_per_trigger=parse_int(options, "minOffsetsPerTrigger", None),
+            max_trigger_delay_ms=parse_duration_ms(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY),
+            unique_group_id=f"{prefix}-{uuid.uuid4()}",
         )
 
 
