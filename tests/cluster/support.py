@@ -347,3 +347,28 @@ def converged(c: Any, topic: str, partitions: int, *, isr_timeout: float = 120.0
         until(f"identical replicas of {topic}-{p} up to HW {hw}", same, timeout=60, interval=0.1)
         until(f"identical leader epochs of {topic}-{p}", lambda p=p: len(
             {tuple(_epochs(b.data_dir, topic, p)) for b in c.brokers.values()}) == 1, timeout=60, interval=0.1)
+
+
+def find_coordinator(broker: Any, key: str, key_type: int = 0) -> tuple[int, int]:
+    """(error code, node id) of FindCoordinator v3 for a group (key_type 0) or a transactional id (1)."""
+    r = request(broker, 10, 3, {"key": key, "key_type": key_type}, timeout=15)
+    return r["error_code"], r["node_id"]
+
+
+def agreed_coordinator(cluster: Any, key: str, key_type: int = 0, timeout: float = 90.0) -> int:
+    """Poll FindCoordinator on every running broker until all name the same live coordinator of ``key``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            answers = {i: find_coordinator(b, key, key_type) for i, b in cluster.brokers.items() if b.running}
+            last = answers
+            nodes = {node for err, node in answers.values() if err == 0}
+            if all(err == 0 for err, _ in answers.values()) and len(nodes) == 1:
+                node = nodes.pop()
+                if cluster.brokers[node].running:
+                    return node
+        except (TimeoutError, OSError) as exc:
+            last = exc
+        time.sleep(0.2)  # polling interval of a bounded wait (the topic is being created / elected)
+    raise AssertionError(f"brokers never agreed on a coordinator for {key}: {last!r}")

@@ -19,7 +19,15 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource
-from support import Cluster, create_topic, kazoo, request, start_zookeeper
+from support import (
+    Cluster,
+    agreed_coordinator,
+    create_topic,
+    find_coordinator,
+    kazoo,
+    request,
+    start_zookeeper,
+)
 
 from tidelog.broker.group.records import OFFSETS_TOPIC, partition_for
 
@@ -48,30 +56,6 @@ def _produce(cluster: Any, topic: str, partitions: int, n: int) -> None:
 
 
 _request = functools.partial(request, timeout=15)
-
-
-def _find(broker: Any, group: str) -> tuple[int, int]:
-    r = _request(broker, FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
-    return r["error_code"], r["node_id"]
-
-
-def _agreed_coordinator(cluster: Any, group: str, timeout: float = 90.0) -> int:
-    """Poll FindCoordinator on every running broker until all name the same live coordinator."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            answers = {i: _find(b, group) for i, b in cluster.brokers.items() if b.running}
-            last = answers
-            nodes = {node for err, node in answers.values() if err == 0}
-            if all(err == 0 for err, _ in answers.values()) and len(nodes) == 1:
-                node = nodes.pop()
-                if cluster.brokers[node].running:
-                    return node
-        except (TimeoutError, OSError) as exc:
-            last = exc
-        time.sleep(0.2)  # polling interval of a bounded wait (the topic is being created / elected)
-    raise AssertionError(f"brokers never agreed on a coordinator for {group}: {last!r}")
 
 
 def _consumer(bootstrap: str, group: str, **extra: Any) -> Consumer:
@@ -104,7 +88,7 @@ def test_one_group_across_brokers(cluster: Any) -> None:
     not the coordinator answers group requests NOT_COORDINATOR."""
     topic, group = f"gx-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     create_topic(cluster.bootstrap, topic, 4, 3)
-    coord = _agreed_coordinator(cluster, group)
+    coord = agreed_coordinator(cluster, group)
 
     md = cluster.admin().list_topics(OFFSETS_TOPIC, timeout=10)
     offsets_topic = md.topics[OFFSETS_TOPIC]
@@ -160,7 +144,7 @@ def test_coordinator_kill_keeps_committed_offsets(cluster: Any) -> None:
     partitions, total = 3, 600
     create_topic(cluster.bootstrap, topic, partitions, 3)
     _produce(cluster, topic, partitions, total)
-    coord = _agreed_coordinator(cluster, group)
+    coord = agreed_coordinator(cluster, group)
 
     c1 = _consumer(cluster.bootstrap, group)
     consumed: dict[int, int] = {}  # partition -> next offset
@@ -191,7 +175,7 @@ def test_coordinator_kill_keeps_committed_offsets(cluster: Any) -> None:
         c1.close()
 
     try:
-        new_coord = _agreed_coordinator(cluster, group)
+        new_coord = agreed_coordinator(cluster, group)
         assert new_coord != coord
         # no committed offset lost: the new coordinator loaded them from its replica
         assert _committed(cluster, group, topic, partitions) == {p: committed.get(p, -1001) for p in range(partitions)}
@@ -237,7 +221,7 @@ def test_member_rides_through_coordinator_kill(cluster: Any, client: str) -> Non
     partitions, total = 3, 300
     create_topic(cluster.bootstrap, topic, partitions, 3)
     _produce(cluster, topic, partitions, total)
-    coord = _agreed_coordinator(cluster, group)
+    coord = agreed_coordinator(cluster, group)
     member = MemberProcess(client, cluster.bootstrap, group, topic, session_ms=6000)
     try:
         _groups.wait_until(lambda: len(member.values()) >= 60 or member.exited(), 120, "first records processed")
@@ -252,7 +236,7 @@ def test_member_rides_through_coordinator_kill(cluster: Any, client: str) -> Non
         assert not member.exited(), member.stderr()
         _groups.wait_until(lambda: {ev["p"]: ev["o"] for ev in member.snapshot() if ev["event"] == "committed"}
                            == {p: total // partitions for p in range(partitions)}, 60, "last commits")
-        new_coord = _agreed_coordinator(cluster, group)
+        new_coord = agreed_coordinator(cluster, group)
         assert new_coord != coord
         last: dict[int, int] = {}
         for ev in member.snapshot():
@@ -290,7 +274,7 @@ def test_commit_needs_min_insync_replicas(cluster: Any) -> None:
     is not visible; once the replicas are back the commit succeeds."""
     topic, group = f"gi-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     create_topic(cluster.bootstrap, topic, 1, 3)
-    coord = _agreed_coordinator(cluster, group)
+    coord = agreed_coordinator(cluster, group)
     b = cluster.brokers[coord]
     assert _offset_commit(b, group, topic, 5) == 0
     assert _offset_fetched(b, group, topic) == (0, 5)
@@ -333,13 +317,13 @@ def test_offsets_topic_waits_for_replication_factor(tmp_path: Path) -> None:
         first = c.brokers[1].start()
         c.wait_for("broker 1 registered", lambda md: list(md.brokers) == [1])
         for _ in range(5):
-            assert _find(first, group) == (COORDINATOR_NOT_AVAILABLE, -1)
+            assert find_coordinator(first, group) == (COORDINATOR_NOT_AVAILABLE, -1)
             time.sleep(0.2)  # space the attempts as a client's retry backoff would
         with kazoo(zk.connect) as kz:
             assert kz.exists(f"/brokers/topics/{OFFSETS_TOPIC}") is None
         c.brokers[2].start()
         c.brokers[3].start()
-        coord = _agreed_coordinator(c, group)
+        coord = agreed_coordinator(c, group)
         admin = c.admin()
         part = admin.list_topics(OFFSETS_TOPIC, timeout=10).topics[OFFSETS_TOPIC].partitions[partition_for(group, 50)]
         assert part.leader == coord and len(part.replicas) == 3

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource
-from support import create_topic, kazoo, request, state, until
+from support import agreed_coordinator, create_topic, kazoo, request, state, until
 
 from tidelog.records.batch import build_batch
 
@@ -42,30 +42,6 @@ def _java_partition(key: str, n: int) -> int:
     if h >= 1 << 31:
         h -= 1 << 32
     return (0 if h == -(1 << 31) else abs(h)) % n
-
-
-def _find(broker: Any, txn_id: str) -> tuple[int, int]:
-    r = _request(broker, FIND_COORDINATOR, 3, {"key": txn_id, "key_type": 1})
-    return r["error_code"], r["node_id"]
-
-
-def _agreed_coordinator(cluster: Any, txn_id: str, timeout: float = 90.0) -> int:
-    """Poll FindCoordinator(TRANSACTION) on every running broker until all name the same live coordinator."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            answers = {i: _find(b, txn_id) for i, b in cluster.brokers.items() if b.running}
-            last = answers
-            nodes = {node for err, node in answers.values() if err == 0}
-            if all(err == 0 for err, _ in answers.values()) and len(nodes) == 1:
-                node = nodes.pop()
-                if cluster.brokers[node].running:
-                    return node
-        except (TimeoutError, OSError) as exc:
-            last = exc
-        time.sleep(0.2)  # polling interval of a bounded wait (the topic is being created / elected)
-    raise AssertionError(f"brokers never agreed on a coordinator for {txn_id}: {last!r}")
 
 
 def _txn_state(broker: Any, txn_id: str) -> tuple[int, str]:
@@ -153,7 +129,7 @@ def test_commit_and_abort_across_brokers(cluster: Any) -> None:
     read_uncommitted one all of them; ``__transaction_state`` was made as Kafka makes it."""
     topic, txn_id = f"tx-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
     create_topic(cluster.bootstrap, topic, 3, 3)
-    coord = _agreed_coordinator(cluster, txn_id)
+    coord = agreed_coordinator(cluster, txn_id, 1)
 
     md = cluster.admin().list_topics(TXN_TOPIC, timeout=10)
     txn_topic = md.topics[TXN_TOPIC]
@@ -187,14 +163,14 @@ def test_coordinator_killed_between_transactions(cluster: Any) -> None:
     consumer sees both transactions exactly once; the old producer is fenced."""
     topic, txn_id = f"tk-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
     create_topic(cluster.bootstrap, topic, 3, 3)
-    coord = _agreed_coordinator(cluster, txn_id)
+    coord = agreed_coordinator(cluster, txn_id, 1)
     p1 = _producer(cluster, txn_id)
     p1.init_transactions(60)
     first = _transaction(p1, topic, 3, "one", 30, commit=True)
     _wait_state(cluster.brokers[coord], txn_id, "CompleteCommit")  # between transactions: this one is complete
     cluster.brokers[coord].kill()
     try:
-        new_coord = _agreed_coordinator(cluster, txn_id)
+        new_coord = agreed_coordinator(cluster, txn_id, 1)
         assert new_coord != coord
         _wait_state(cluster.brokers[new_coord], txn_id, "CompleteCommit")  # loaded from its replica
         p2 = _producer(cluster, txn_id)
@@ -217,7 +193,7 @@ def test_coordinator_killed_mid_transaction(cluster: Any) -> None:
     leader) and the next transaction commits. read_committed: the committed records only, once."""
     topic, txn_id = f"tm-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
     create_topic(cluster.bootstrap, topic, 3, 3)
-    coord = _agreed_coordinator(cluster, txn_id)
+    coord = agreed_coordinator(cluster, txn_id, 1)
     p1 = _producer(cluster, txn_id)
     p1.init_transactions(60)
     before = _transaction(p1, topic, 3, "before", 15, commit=True)
@@ -228,7 +204,7 @@ def test_coordinator_killed_mid_transaction(cluster: Any) -> None:
     assert p1.flush(60) == 0  # in the partitions, not yet committed
     cluster.brokers[coord].kill()
     try:
-        new_coord = _agreed_coordinator(cluster, txn_id)
+        new_coord = agreed_coordinator(cluster, txn_id, 1)
         assert new_coord != coord
         _wait_state(cluster.brokers[new_coord], txn_id, "Ongoing")  # loaded, left to its producer (or timeout)
         p2 = _producer(cluster, txn_id)
@@ -247,7 +223,7 @@ def test_open_transaction_carries_on_after_coordinator_kill(cluster: Any) -> Non
     every record of the transaction once."""
     topic, txn_id = f"to-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
     create_topic(cluster.bootstrap, topic, 3, 3)
-    coord = _agreed_coordinator(cluster, txn_id)
+    coord = agreed_coordinator(cluster, txn_id, 1)
     p1 = _producer(cluster, txn_id)
     p1.init_transactions(60)
     p1.begin_transaction()
@@ -257,7 +233,7 @@ def test_open_transaction_carries_on_after_coordinator_kill(cluster: Any) -> Non
     assert p1.flush(60) == 0
     cluster.brokers[coord].kill()
     try:
-        new_coord = _agreed_coordinator(cluster, txn_id)
+        new_coord = agreed_coordinator(cluster, txn_id, 1)
         _wait_state(cluster.brokers[new_coord], txn_id, "Ongoing")
         second = [f"second-{i}".encode() for i in range(30)]
         for i, v in enumerate(second):
@@ -275,7 +251,7 @@ def test_coordinator_killed_right_after_commit(cluster: Any) -> None:
     commit (it completes a PrepareCommit it finds when it loads): read_committed gets every record once."""
     topic, txn_id = f"tc-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
     create_topic(cluster.bootstrap, topic, 3, 3)
-    coord = _agreed_coordinator(cluster, txn_id)
+    coord = agreed_coordinator(cluster, txn_id, 1)
     p1 = _producer(cluster, txn_id)
     p1.init_transactions(60)
     values: list[bytes] = []
@@ -289,7 +265,7 @@ def test_coordinator_killed_right_after_commit(cluster: Any) -> None:
     cluster.brokers[coord].kill()
     committed = [v for v in values if not v.startswith(b"r2")] + last
     try:
-        new_coord = _agreed_coordinator(cluster, txn_id)
+        new_coord = agreed_coordinator(cluster, txn_id, 1)
         _wait_state(cluster.brokers[new_coord], txn_id, "CompleteCommit")
         assert sorted(_read(cluster, topic, 3, "read_committed")) == sorted(committed)
     finally:
@@ -303,7 +279,7 @@ def test_markers_wait_for_the_new_leader_of_a_partition(cluster: Any) -> None:
     read_committed then reads everything once, the dead broker's partition included."""
     topic, txn_id = f"tl-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
     create_topic(cluster.bootstrap, topic, 3, 3)
-    coord = _agreed_coordinator(cluster, txn_id)
+    coord = agreed_coordinator(cluster, txn_id, 1)
     leaders = _leaders(cluster, topic, 3)
     partition, victim = next((p, b) for p, b in sorted(leaders.items()) if b != coord)
     p1 = _producer(cluster, txn_id)
@@ -342,7 +318,7 @@ def test_offsets_in_a_transaction_with_coordinators_on_two_brokers(cluster: Any)
     src, dst, txn_id = f"ts-{uuid.uuid4().hex[:8]}", f"td-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
     create_topic(cluster.bootstrap, src, 3, 3)
     create_topic(cluster.bootstrap, dst, 3, 3)
-    coord = _agreed_coordinator(cluster, txn_id)
+    coord = agreed_coordinator(cluster, txn_id, 1)
     group = next(g for g in (f"g-{uuid.uuid4().hex[:8]}" for _ in range(100)) if _group_coordinator(cluster, g) != coord)
     plain = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
     for i in range(30):
@@ -396,7 +372,7 @@ def test_produce_verified_with_a_coordinator_on_another_broker(cluster: Any) -> 
     INVALID_TXN_STATE for Produce v9, nothing appended. Once the partition is added, the same batch is taken."""
     topic, txn_id = f"tv-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
     create_topic(cluster.bootstrap, topic, 3, 3)
-    coord = _agreed_coordinator(cluster, txn_id)
+    coord = agreed_coordinator(cluster, txn_id, 1)
     leaders = _leaders(cluster, topic, 3)
     partition, leader = next((p, b) for p, b in sorted(leaders.items()) if b != coord)
     r = _request(cluster.brokers[coord], INIT_PRODUCER_ID, 3, {
@@ -430,7 +406,7 @@ def test_isolated_coordinator_cannot_commit(proxied_cluster: Any) -> None:
     c.heal()
     topic, txn_id = f"ti-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
     create_topic(c.bootstrap, topic, 3, 3, timeout=90)
-    coord = _agreed_coordinator(c, txn_id)
+    coord = agreed_coordinator(c, txn_id, 1)
     p1 = _producer(c, txn_id)
     p1.init_transactions(60)
     p1.begin_transaction()
