@@ -229,7 +229,8 @@ async def metadata(ctx: RequestContext, request: dict) -> dict:
     rack = broker.config.props.get("broker.rack")
     brokers = broker.metadata_brokers()
     if brokers is None:
-        brokers = [{"node_id": broker.node_id, "host": broker.host, "port": broker.port, "rack": rack}]
+        host, port = broker.endpoint(ctx.listener)
+        brokers = [{"node_id": broker.node_id, "host": host, "port": port, "rack": rack}]
     return {
         "throttle_time_ms": 0,
         "brokers": brokers,

@@ -94,7 +94,7 @@ def _str(value: Any) -> str:
 async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, str | None, tuple[int, str, int]]:
     """(error, message, (node id, host, port)) for one coordinator key."""
     b = ctx.broker
-    here = (b.node_id, b.host, b.port)
+    here = (b.node_id, *b.endpoint(ctx.listener))
     nowhere = (-1, "", -1)
     coord = _coordinator(ctx)
     if key_type == 1:
