@@ -443,11 +443,14 @@ class BrokerConfig:
             props[k] = v
         host, port, data_dir = convenience.get("host"), convenience.get("port"), convenience.get("data_dir")
         if host is not None or port is not None:
-            base = cls.from_properties({k: v for k, v in props.items() if k in ("listeners",)}, warn_unknown=False)
+            base = cls.from_properties({k: v for k, v in props.items() if k in ("listeners", "listener.security.protocol.map")},
+                                       warn_unknown=False)
             first = base.listeners[0]
-            props["listeners"] = (
-                f"{first.name}://{host if host is not None else first.host}:{port if port is not None else first.port}"
-            )
+            # --host/--port set the first listener; the others stay as configured
+            props["listeners"] = ",".join([
+                f"{first.name}://{host if host is not None else first.host}:{port if port is not None else first.port}",
+                *(str(li) for li in base.listeners[1:]),
+            ])
         if data_dir is not None:
             props["log.dirs"] = str(data_dir)
         return cls.from_properties(props)

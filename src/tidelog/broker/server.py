@@ -568,7 +568,10 @@ class TlsConnection(Connection):
         if cert:
             try:
                 assert listener.principal_mapper is not None
-                self.principal = "User:" + listener.principal_mapper.name(subject_dn(cert))
+                dn = subject_dn(cert)
+                self.principal = "User:" + listener.principal_mapper.name(dn)
+                log.info("TLS client authenticated", extra={"kv": {"peer": self.peer, "listener": listener.name,
+                                                                   "dn": dn, "principal": self.principal}})
             except NoMatchingRule as exc:
                 log.info("Failed authentication (no principal mapping rule)",
                          extra={"kv": {"peer": self.peer, "error": str(exc)}})
@@ -605,6 +608,8 @@ class TlsConnection(Connection):
             except ssl.SSLWantReadError:
                 await self._wait(False)
                 continue
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                raise _ConnectionClosed() from None
             data = data[n:]
 
     async def _send_buffers(self, bufs: list[Any]) -> None:
