@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 PASSWORD = "store-pass"
+REAUTH_MS = 2000  # KIP-368 session lifetime on the SASL_SSL listener
 PLAIN_USERS = {"alice": "alice-secret", "admin": "admin-secret"}
 
 _LISTENERS = re.compile(r"listeners=(\S+)")
@@ -94,6 +95,7 @@ def secure_overrides(certs: Certs) -> dict[str, str]:
         "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas(PLAIN_USERS),
         "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
         "listener.name.sasl_ssl.ssl.keystore.location": certs.path("server-bundle.pem"),
+        "listener.name.sasl_ssl.connections.max.reauth.ms": str(REAUTH_MS),
     }
 
 

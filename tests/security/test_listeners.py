@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import secrets
 import ssl
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from helpers import RawClient, confluent_consume, confluent_produce, new_topic, wait_for
-from secsupport import PLAIN_USERS, Certs, listener_ports, scram_client_final, ssl_client_conf
+from secsupport import PLAIN_USERS, REAUTH_MS, Certs, listener_ports, scram_client_final, ssl_client_conf
 
 API_VERSIONS, METADATA, PRODUCE, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 3, 0, 17, 36
 ILLEGAL_SASL_STATE, UNSUPPORTED_SASL_MECHANISM, SASL_AUTHENTICATION_FAILED = 34, 33, 58
@@ -67,9 +69,9 @@ def authenticate(c: RawClient, token: bytes, version: int = 2) -> dict:
     return c.request(SASL_AUTHENTICATE, version, {"auth_bytes": token})
 
 
-def plain_login(c: RawClient, user: str, password: str) -> dict:
+def plain_login(c: RawClient, user: str, password: str, version: int = 2) -> dict:
     assert handshake(c, "PLAIN")["error_code"] == 0
-    return authenticate(c, f"\0{user}\0{password}".encode())
+    return authenticate(c, f"\0{user}\0{password}".encode(), version)
 
 
 def add_scram_user(b: Any, user: str, password: str, mechanism: str = "SCRAM-SHA-512",
@@ -271,14 +273,50 @@ def test_handshake_v0_carries_raw_tokens(secure_broker: Any) -> None:
 
 
 def test_sasl_requests_after_authentication_are_illegal_state(secure_broker: Any) -> None:
-    with SecureRaw(secure_broker.ports["SASL_PLAINTEXT"]) as c:
-        assert plain_login(c, "alice", PLAIN_USERS["alice"])["error_code"] == 0
+    with SecureRaw(secure_broker.ports["SASL_PLAINTEXT"]) as c:  # SaslAuthenticate v0: no re-authentication
+        assert plain_login(c, "alice", PLAIN_USERS["alice"], version=0)["error_code"] == 0
         assert handshake(c, "PLAIN")["error_code"] == ILLEGAL_SASL_STATE
         r = authenticate(c, b"\0alice\0x")
         assert r["error_code"] == ILLEGAL_SASL_STATE
         assert r["error_message"] == "SaslAuthenticate request received after successful authentication"
     with SecureRaw(secure_broker.port) as c:  # a listener without SASL
         assert handshake(c, "PLAIN")["error_code"] == ILLEGAL_SASL_STATE
+
+
+def test_reauthentication_kip368(secure_broker: Any, certs: Certs) -> None:
+    b = secure_broker
+    ctx = client_ssl_context(certs)
+    with SecureRaw(b.ports["SASL_SSL"], ctx) as c:  # same principal again: fine; the lifetime is announced
+        r = plain_login(c, "alice", PLAIN_USERS["alice"])
+        assert r["error_code"] == 0 and r["session_lifetime_ms"] == REAUTH_MS
+        r = plain_login(c, "alice", PLAIN_USERS["alice"])
+        assert r["error_code"] == 0 and r["session_lifetime_ms"] == REAUTH_MS
+        r = plain_login(c, "admin", PLAIN_USERS["admin"])  # another principal: refused, closed
+        assert r["error_code"] == SASL_AUTHENTICATION_FAILED
+        assert r["error_message"] == "Cannot change principals during re-authentication from User:alice: User:admin"
+        assert c.closed_by_server()
+    with SecureRaw(b.ports["SASL_SSL"], ctx) as c:  # a request after the session expired closes the connection
+        assert plain_login(c, "alice", PLAIN_USERS["alice"])["error_code"] == 0
+        t_expired = time.monotonic() + REAUTH_MS / 1000 + 0.2
+        while time.monotonic() < t_expired:  # the session's lifetime passing is the event awaited here
+            time.sleep(t_expired - time.monotonic())
+        c.send_request(METADATA, 9, {"topics": None, "allow_auto_topic_creation": False,
+                                     "include_topic_authorized_operations": False})
+        assert c.closed_by_server()
+    # librdkafka re-authenticates on its own (KIP-368) while it keeps producing past two session lifetimes
+    add_scram_user(b, "judy", "judy-pw")
+    conf = scram_conf("judy", "judy-pw", certs=certs)
+    topic = new_topic("sec-reauth")
+    errors: list[Any] = []
+    p = Producer({"bootstrap.servers": boot(b, "SASL_SSL"), "linger.ms": 5, **conf})
+    deadline, n = time.monotonic() + 2.5 * REAUTH_MS / 1000, 0
+    while time.monotonic() < deadline:
+        p.produce(topic, value=b"r%d" % n, partition=0, on_delivery=lambda e, m: e and errors.append(e))
+        n += 1
+        p.poll(0.05)
+    assert p.flush(30) == 0 and errors == []
+    assert len(confluent_consume(boot(b, "SASL_SSL"), topic, n, **conf)) == n
+    assert re.search(r"re-authenticated peer=\S+ principal=User:judy mechanism=SCRAM-SHA-512", b.log_text())
 
 
 def _scram_first(c: RawClient, mech: str, user: str, client_nonce: str) -> tuple[str, str]:

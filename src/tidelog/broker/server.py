@@ -153,6 +153,8 @@ class Connection:
         self.listener_name = listener.name if listener is not None else ""
         self.principal = ANONYMOUS
         self.session_expires: float | None = None  # KIP-368: monotonic deadline of a SASL session
+        self.sasl_mechanism = ""
+        self.sasl_authenticate_version = -1  # KIP-368: v1+ clients can re-authenticate
         self.sock = sock
         self.fd = sock.fileno()
         self.peer = peer
@@ -343,21 +345,28 @@ class Connection:
         self.broker.metrics.record_close("sasl")
         return False
 
-    async def authenticate(self) -> bool:
+    async def authenticate(self, first: memoryview | bytes | None = None) -> bool:
         """Kafka's SaslServerAuthenticator: ApiVersions (any number) and SaslHandshake, then the mechanism's
         tokens in SaslAuthenticate requests (handshake v1) or as raw size-prefixed frames (handshake v0).
         Frames are held to ``sasl.server.max.receive.size``; any other request, an unknown mechanism or a
-        refused token closes the connection (a refusal is answered first when SaslAuthenticate can carry it)."""
+        refused token closes the connection (a refusal is answered first when SaslAuthenticate can carry it).
+
+        ``first``: the SaslHandshake of a re-authentication (KIP-368) on an authenticated connection: same
+        mechanism and same principal, or the connection is closed."""
         listener = self.listener
         assert listener is not None
         broker = self.broker
         frames = self._frames
         frames.max_size = listener.sasl_max_receive_size
+        reauth = first is not None
         mech: Any = None
         headers = True
         try:
             while not self.closed:
-                frame = await self.read_frame()
+                if first is not None:
+                    frame, first = first, None
+                else:
+                    frame = await self.read_frame()
                 if frame is None:
                     return False
                 if mech is not None and not headers:  # handshake v0: a raw token
@@ -384,6 +393,12 @@ class Connection:
                             return self._sasl_close(f"Unexpected Kafka request of type {api_name(key)} during "
                                                     "SASL handshake.")
                         name = body.get("mechanism") or ""
+                        if reauth and name != self.sasl_mechanism:
+                            await self._respond(key, header.api_version, header.correlation_id,
+                                                {"error_code": UNSUPPORTED_SASL_MECHANISM,
+                                                 "mechanisms": [self.sasl_mechanism]})
+                            return self._sasl_close("SASL mechanism change during re-authentication is not allowed",
+                                                    mechanism=name)
                         if name not in listener.sasl_mechanisms:
                             await self._respond(key, header.api_version, header.correlation_id,
                                                 {"error_code": UNSUPPORTED_SASL_MECHANISM,
@@ -399,9 +414,13 @@ class Connection:
                         return self._sasl_close(f"Unexpected Kafka request of type {api_name(key)} during SASL "
                                                 "authentication.")
                     token = bytes(body.get("auth_bytes") or b"")
+                    self.sasl_authenticate_version = header.api_version
                 try:
                     challenge = mech.evaluate(token)
                 except SaslAuthenticationFailed as exc:
+                    if reauth:
+                        exc.client_message = (exc.client_message or "").replace("during authentication",
+                                                                                "during re-authentication")
                     log.info("Failed authentication", extra={"kv": {"peer": self.peer, "mechanism": mech.mechanism,
                                                                     "reason": str(exc)}})
                     broker.metrics.record_error("SASL_AUTHENTICATE", "SASL_AUTHENTICATION_FAILED")
@@ -412,9 +431,18 @@ class Connection:
                                              "session_lifetime_ms": 0})
                     return self._sasl_close("authentication failed", mechanism=mech.mechanism)
                 lifetime = 0
-                if mech.complete and listener.reauth_ms > 0:
-                    lifetime = listener.reauth_ms
-                    self.session_expires = self._loop.time() + lifetime / 1000.0
+                if mech.complete:
+                    principal = "User:" + mech.authorization_id
+                    if reauth and principal != self.principal:
+                        msg = f"Cannot change principals during re-authentication from {self.principal}: {principal}"
+                        if header is not None:
+                            await self._respond(SASL_AUTHENTICATE_KEY, header.api_version, header.correlation_id,
+                                                {"error_code": SASL_AUTHENTICATION_FAILED, "error_message": msg,
+                                                 "auth_bytes": b"", "session_lifetime_ms": 0})
+                        return self._sasl_close("principal change during re-authentication")
+                    if listener.reauth_ms > 0:
+                        lifetime = listener.reauth_ms
+                        self.session_expires = self._loop.time() + lifetime / 1000.0
                 if header is not None:
                     await self._respond(SASL_AUTHENTICATE_KEY, header.api_version, header.correlation_id,
                                         {"error_code": 0, "error_message": None, "auth_bytes": challenge,
@@ -423,9 +451,10 @@ class Connection:
                     await self._send_buffers([struct.pack(">i", len(challenge)), challenge])
                 if mech.complete:
                     self.principal = "User:" + mech.authorization_id
-                    log.info("authenticated", extra={"kv": {"peer": self.peer, "principal": self.principal,
-                                                            "mechanism": mech.mechanism,
-                                                            "listener": listener.name}})
+                    self.sasl_mechanism = mech.mechanism
+                    log.info("re-authenticated" if reauth else "authenticated",
+                             extra={"kv": {"peer": self.peer, "principal": self.principal,
+                                           "mechanism": mech.mechanism, "listener": listener.name}})
                     return True
             return False
         finally:
@@ -473,6 +502,10 @@ class Connection:
             return False
 
         api_key = header.api_key
+        if (api_key == SASL_HANDSHAKE_KEY and self.sasl_authenticate_version >= 1 and self.listener is not None
+                and self.listener.sasl):
+            # KIP-368: a client (SaslAuthenticate v1+) re-authenticates on its connection with a new handshake
+            return await self.authenticate(frame)
         if self.session_expires is not None and self._loop.time() > self.session_expires:
             # KIP-368: a request after the session expired (without re-authentication) closes the connection
             log.info("closing connection: SASL session expired",
