@@ -48,7 +48,6 @@ from tidelog.broker.purgatory import Purgatory
 from tidelog.broker.replica_manager import LocalReplicaManager
 from tidelog.broker.request_pool import AppendSequencer, RequestHandlerPool
 from tidelog.broker.security.listeners import build_listeners
-from tidelog.broker.security.scram import USERS_FILE, ScramCredentialStore
 from tidelog.broker.server import SocketServer
 from tidelog.broker.topics import TopicManager, new_cluster_id
 from tidelog.broker.txn.coordinator import TransactionCoordinator
@@ -77,8 +76,9 @@ class Broker:
                 (adv.host, adv.port) if adv is not None
                 else (li.host if li.host not in ("", "0.0.0.0") else "127.0.0.1", li.port))
         self.host, self.port = self.endpoints[config.listener.name]
-        # SCRAM credentials (single node: a file in the first log dir)
-        self.scram_credentials = ScramCredentialStore(config.log_dirs[0] / USERS_FILE)
+        # SCRAM credentials: the replica manager's store (one node: a file in the first log dir; ZooKeeper mode:
+        # /config/users), made with the storage
+        self.scram_credentials: Any = None
         self.logs: Any = None
         self.topics: TopicManager = None  # type: ignore[assignment]
         self.purgatory = Purgatory()
@@ -130,6 +130,16 @@ class Broker:
         """The advertised (host, port) of ``listener`` (this broker's inter-broker endpoint if unknown)."""
         return self.endpoints.get(listener) or (self.host, self.port)
 
+    def node_endpoint(self, node: tuple[int, str, int], listener: str) -> tuple[int, str, int]:
+        """(id, host, port) of a broker as seen from ``listener`` (a coordinator found elsewhere in a cluster is
+        given with the endpoint of the listener the client uses)."""
+        if node[0] == self.node_id:
+            return (self.node_id, *self.endpoint(listener))
+        for b in self.metadata_brokers(listener) or ():
+            if b["node_id"] == node[0]:
+                return node[0], b["host"], b["port"]
+        return node
+
     def spawn(self, coro: Any) -> None:
         """Run ``coro`` as one of the broker's background tasks (cancelled at shutdown)."""
         assert self.loop is not None
@@ -158,6 +168,7 @@ class Broker:
                     self.become_leader((info.name, p), lg)
         self.cluster_id = self.cluster_id or self._cluster_id_from_storage()
         self.producer_ids = self.replica_manager.make_producer_id_manager(self)
+        self.scram_credentials = self.replica_manager.make_scram_store(self)
 
     def _cluster_id_from_storage(self) -> str:
         cid = getattr(self.logs, "cluster_id", None)

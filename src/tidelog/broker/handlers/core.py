@@ -227,7 +227,7 @@ async def metadata(ctx: RequestContext, request: dict) -> dict:
                     continue
             out.append(_topic_metadata(broker, info, v, include_ops))
     rack = broker.config.props.get("broker.rack")
-    brokers = broker.metadata_brokers()
+    brokers = broker.metadata_brokers(ctx.listener)
     if brokers is None:
         host, port = broker.endpoint(ctx.listener)
         brokers = [{"node_id": broker.node_id, "host": host, "port": port, "rack": rack}]
