@@ -160,6 +160,7 @@ def main() -> None:
                     old = best.get(name)
                     best[name] = row if old is None else [max(row[0], old[0]), max(row[1], old[1]),
                                                           min(row[2], old[2]), min(row[3], old[3])]
+            del admin  # its connections end before the broker does
         finally:
             proc.send_signal(signal.SIGTERM)
             try:

@@ -76,7 +76,9 @@ def build_listeners(config: BrokerConfig) -> list[ListenerSettings]:
                 s.ssl_context = build_server_context(get)
                 s.principal_mapper = SslPrincipalMapper(get("ssl.principal.mapping.rules"))
             except TlsConfigError as exc:
-                raise ConfigException(f"listener.name.{li.name.lower()}.{exc.name}", None, exc.reason) from None
+                prefixed = f"listener.name.{li.name.lower()}.{exc.name}"
+                key = prefixed if prefixed in config.props else exc.name
+                raise ConfigException(key, get(exc.name), exc.reason) from None
         if s.sasl:
             _sasl_settings(config, s)
         out.append(s)
@@ -115,4 +117,4 @@ def _sasl_settings(config: BrokerConfig, s: ListenerSettings) -> None:
         s.sasl_max_receive_size = int(listener_value(config, s.name, "sasl.server.max.receive.size"))
         s.reauth_ms = int(listener_value(config, s.name, "connections.max.reauth.ms"))
     except (TypeError, ValueError) as exc:
-        raise ConfigException("sasl.server.max.receive.size", None, str(exc)) from None
+        raise ConfigException("sasl.server.max.receive.size / connections.max.reauth.ms", "", str(exc)) from None
