@@ -1,11 +1,12 @@
-"""SCRAM credentials in ZooKeeper mode: stored under ``/config/users/<name>`` in Kafka's format with a change
+"""ZooKeeper mode. SCRAM credentials: stored under ``/config/users/<name>`` in Kafka's format with a change
 notification, and seen by every broker of the cluster (two brokers, a real ZooKeeper, SASL_PLAINTEXT listeners
-beside the PLAINTEXT inter-broker one)."""
+beside the PLAINTEXT inter-broker one). Replication over a SASL_SSL inter-broker listener."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import secrets
 import shutil
 import tempfile
@@ -47,8 +48,8 @@ def zk_brokers(broker_factory: Any) -> Iterator[tuple[Any, list[Any]]]:
     root = Path(tempfile.mkdtemp(prefix="tidelog-sec-zk-"))
     zk = support.ZooKeeper(root)
     zk.start()
+    brokers = []
     try:
-        brokers = []
         for i in (1, 2):
             b = broker_factory({
                 "broker.id": str(i), "zookeeper.connect": zk.connect, "default.replication.factor": "1",
@@ -61,6 +62,8 @@ def zk_brokers(broker_factory: Any) -> Iterator[tuple[Any, list[Any]]]:
             brokers.append(b)
         yield zk, brokers
     finally:
+        for b in brokers:  # while ZooKeeper still answers: a clean, quick controlled shutdown
+            b.stop()
         zk.stop()
         shutil.rmtree(root, ignore_errors=True)
 
@@ -118,3 +121,63 @@ def test_credentials_live_in_zookeeper_and_every_broker_sees_them(zk_brokers: tu
     with RawClient(b1.ports["SASL_PLAINTEXT"]) as c:
         assert c.request(17, 1, {"mechanism": "SCRAM-SHA-512"})["error_code"] == 0
         assert c.request(36, 2, {"auth_bytes": b"n,,n=zoe,r=abcdefgh"})["error_code"] == 58  # SASL_AUTHENTICATION_FAILED
+
+
+# ------------------------------------------------------------------------------ TLS and SASL between brokers
+
+
+def test_replication_over_a_sasl_ssl_inter_broker_listener(broker_factory: Any, certs: Any) -> None:
+    """Two brokers whose inter-broker listener is SASL_SSL with SCRAM-SHA-512: the follower's fetcher
+    authenticates (with the ScramLoginModule username/password) over TLS, and acks=all needs it."""
+    pytest.importorskip("kazoo")
+    support = _cluster_support()
+    if not support.ZK_SERVER.exists() or shutil.which("java") is None:
+        pytest.skip("ZooKeeper is not installed")
+    root = Path(tempfile.mkdtemp(prefix="tidelog-sec-ib-"))
+    zk = support.ZooKeeper(root)
+    zk.start()
+    brokers = []
+    try:
+        for i in (1, 2):
+            b = broker_factory({
+                "broker.id": str(i), "zookeeper.connect": zk.connect, "default.replication.factor": "2",
+                "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
+                "transaction.state.log.min.isr": "1", "replica.fetch.backoff.ms": "200",
+                "listeners": "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL",
+                "inter.broker.listener.name": "INTERNAL",
+                "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+                "listener.name.internal.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                "listener.name.internal.scram-sha-512.sasl.jaas.config":
+                    'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" '
+                    'password="broker-pw";',
+                "listener.name.internal.ssl.keystore.type": "PEM",
+                "listener.name.internal.ssl.keystore.location": certs.path("server-bundle.pem"),
+                "listener.name.internal.ssl.truststore.type": "PEM",
+                "listener.name.internal.ssl.truststore.location": certs.path("ca.pem"),
+            })
+            brokers.append(b)
+        admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap})
+        for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+                "broker", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"broker-pw",
+                secrets.token_bytes(16))]).values():
+            f.result(30)
+        topic = new_topic("ib")
+        admin.create_topics([NewTopic(topic, 1, 2, config={"min.insync.replicas": "2"})])[topic].result(30)
+
+        def both_in_isr() -> bool:
+            p = admin.list_topics(topic, timeout=5).topics[topic].partitions.get(0)
+            return p is not None and len(p.isrs) == 2
+
+        wait_for(both_in_isr, 60, "both replicas in the ISR")
+        bootstrap = ",".join(b.bootstrap for b in brokers)
+        confluent_produce(bootstrap, topic, [{"value": b"ib%d" % i} for i in range(10)], **{"acks": "all"})
+        assert [m.value() for m in confluent_consume(bootstrap, topic, 10)] == [b"ib%d" % i for i in range(10)]
+        logs = brokers[0].log_text() + brokers[1].log_text()
+        assert re.search(r"authenticated peer=\S+ principal=User:broker mechanism=SCRAM-SHA-512 listener=INTERNAL",
+                         logs), logs[-3000:]
+    finally:
+        for b in brokers:
+            b.stop()
+        zk.stop()
+        shutil.rmtree(root, ignore_errors=True)

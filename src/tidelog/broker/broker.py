@@ -213,8 +213,9 @@ class Broker:
         log.info(
             "broker started",
             extra={"kv": {"node.id": self.node_id, "cluster.id": self.cluster_id,
-                          "listener": f"{self.socket_server.listener.name}://{self.socket_server.bind_host}:"
-                                      f"{self.socket_server.bind_port}",
+                          "listener": f"{self.socket_servers[0].listener.name}://{self.socket_servers[0].bind_host}:"
+                                      f"{self.socket_servers[0].bind_port}",
+                          "inter.broker.listener": self.socket_server.listener.name,
                           "listeners": ",".join(f"{s.listener.name}({s.listener.protocol})://{s.bind_host}:"
                                                 f"{s.bind_port}" for s in self.socket_servers),
                           "advertised": ",".join(f"{n}://{h}:{p}" for n, (h, p) in self.endpoints.items()),

@@ -59,6 +59,7 @@ from typing import Any
 
 from tidelog.broker.broker import Broker
 from tidelog.broker.errors import PartitionError
+from tidelog.broker.security.client import inter_broker_security
 from tidelog.broker.topics import TopicManager, new_cluster_id
 from tidelog.cluster import zkdata as zd
 from tidelog.cluster.controller import Controller
@@ -115,6 +116,8 @@ class ZkReplicaManager:
         self.fetch_max_bytes = config.get("replica.fetch.max.bytes")
         self.fetch_wait_ms = config.get("replica.fetch.wait.max.ms")
         self.fetch_backoff_s = config.get("replica.fetch.backoff.ms") / 1000.0
+        # how replica fetchers reach other brokers: the inter-broker listener's TLS and SASL
+        self.peer_security = inter_broker_security(config)
         self.fetch_min_bytes = config.get("replica.fetch.min.bytes")
         self.fetch_response_max_bytes = config.get("replica.fetch.response.max.bytes")
         self.fetchers = ReplicaFetcherManager(self, config.get("num.replica.fetchers"))

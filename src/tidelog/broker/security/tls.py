@@ -183,12 +183,13 @@ def _load_keystore(ctx: ssl.SSLContext, get: Callable[[str], Any]) -> None:
                          "-deststoretype PKCS12 converts a JKS store)")
 
 
-def _load_truststore(ctx: ssl.SSLContext, get: Callable[[str], Any]) -> None:
+def _load_truststore(ctx: ssl.SSLContext, get: Callable[[str], Any],
+                     purpose: ssl.Purpose = ssl.Purpose.CLIENT_AUTH) -> None:
     kind = str(get("ssl.truststore.type") or "JKS").strip().upper()
     location = get("ssl.truststore.location")
     inline = get("ssl.truststore.certificates")
     if not location and not inline:
-        ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_default_certs(purpose)
         return
     if kind == "PEM":
         try:
