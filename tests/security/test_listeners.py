@@ -137,11 +137,10 @@ def test_confluent_round_trips_on_every_secured_listener(secure_broker: Any, cer
     round_trip(boot(b, "SASL_PLAINTEXT"), **{"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
                                              "sasl.username": "alice", "sasl.password": PLAIN_USERS["alice"]})
     round_trip(boot(b, "SASL_SSL"), **scram_conf("carol", "carol-pw", certs=certs))
-    log = b.log_text()
     # the principals: the certificate's DN mapped by the rule, the SASL user names
-    assert "principal=User:ALICE" in log
-    assert "principal=User:alice mechanism=PLAIN listener=SASL_PLAINTEXT" in log
-    assert "principal=User:carol mechanism=SCRAM-SHA-512 listener=SASL_SSL" in log
+    for line in ("principal=User:ALICE", "principal=User:alice mechanism=PLAIN listener=SASL_PLAINTEXT",
+                 "principal=User:carol mechanism=SCRAM-SHA-512 listener=SASL_SSL"):
+        wait_for(lambda line=line: line in b.log_text(), 10, line)
 
 
 def test_kafka_python_round_trips(secure_broker: Any, certs: Certs) -> None:
@@ -176,7 +175,7 @@ def test_mutual_tls_refuses_a_client_without_a_trusted_certificate(secure_broker
         except (ssl.SSLError, ConnectionError, OSError):
             refused = True
         assert refused, f"a client with certificate {cert} was served"
-    assert "Failed authentication (SSL handshake failed)" in b.log_text()
+    wait_for(lambda: "Failed authentication (SSL handshake failed)" in b.log_text(), 10, "the broker's log line")
     # a trusted one is served on the same listener
     with SecureRaw(b.ports["MTLS"], client_ssl_context(certs, "client")) as c:
         assert c.request(API_VERSIONS, 3, {"client_software_name": "t",
@@ -230,7 +229,8 @@ def test_requests_before_authentication_close_the_connection(secure_broker: Any)
         c.send_request(METADATA, 9, {"topics": None, "allow_auto_topic_creation": False,
                                      "include_topic_authorized_operations": False})
         assert c.closed_by_server()
-    assert "Unexpected Kafka request of type PRODUCE during SASL handshake." in secure_broker.log_text()
+    wait_for(lambda: "Unexpected Kafka request of type PRODUCE during SASL handshake." in secure_broker.log_text(),
+             10, "the broker's log line")
 
 
 def test_an_oversized_frame_before_authentication_closes_the_connection(secure_broker: Any,
@@ -316,7 +316,8 @@ def test_reauthentication_kip368(secure_broker: Any, certs: Certs) -> None:
         p.poll(0.05)
     assert p.flush(30) == 0 and errors == []
     assert len(confluent_consume(boot(b, "SASL_SSL"), topic, n, **conf)) == n
-    assert re.search(r"re-authenticated peer=\S+ principal=User:judy mechanism=SCRAM-SHA-512", b.log_text())
+    wait_for(lambda: re.search(r"re-authenticated peer=\S+ principal=User:judy mechanism=SCRAM-SHA-512",
+                               b.log_text()), 10, "the broker's re-authentication log line")
 
 
 def _scram_first(c: RawClient, mech: str, user: str, client_nonce: str) -> tuple[str, str]:

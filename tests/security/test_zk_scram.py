@@ -173,9 +173,9 @@ def test_replication_over_a_sasl_ssl_inter_broker_listener(broker_factory: Any, 
         bootstrap = ",".join(b.bootstrap for b in brokers)
         confluent_produce(bootstrap, topic, [{"value": b"ib%d" % i} for i in range(10)], **{"acks": "all"})
         assert [m.value() for m in confluent_consume(bootstrap, topic, 10)] == [b"ib%d" % i for i in range(10)]
-        logs = brokers[0].log_text() + brokers[1].log_text()
-        assert re.search(r"authenticated peer=\S+ principal=User:broker mechanism=SCRAM-SHA-512 listener=INTERNAL",
-                         logs), logs[-3000:]
+        wait_for(lambda: re.search(r"authenticated peer=\S+ principal=User:broker mechanism=SCRAM-SHA-512 "
+                                   r"listener=INTERNAL", brokers[0].log_text() + brokers[1].log_text()),
+                 10, "a follower's fetcher authenticated on the inter-broker listener")
     finally:
         for b in brokers:
             b.stop()

@@ -97,6 +97,7 @@ ANONYMOUS = "User:ANONYMOUS"
 UNSUPPORTED_SASL_MECHANISM = 33
 SASL_AUTHENTICATION_FAILED = 58
 _TLS_CHUNK = 256 * 1024  # file regions are read and encrypted this much at a time
+_TLS_RECV = 64 * 1024
 _IOV_MAX = 512
 # responses not scanned for error codes (big lists, errors rare): ApiVersions, Metadata
 _NO_ERROR_SCAN = frozenset({18, 3})
@@ -617,7 +618,9 @@ class TlsConnection(Connection):
             if self.closed:
                 raise _ConnectionClosed()
             try:
-                data = self.sock.recv(want)
+                # one TLS record (<= 16 KiB) per call whatever is asked: asking for more only makes ssl allocate
+                # (and, past malloc's mmap threshold, map and unmap) a buffer of that size for each record
+                data = self.sock.recv(_TLS_RECV)
             except (ssl.SSLWantReadError, BlockingIOError, InterruptedError):
                 await self._wait(False)
                 continue
@@ -664,8 +667,12 @@ class TlsConnection(Connection):
         if small:
             await self._tls_send(memoryview(b"".join(small)) if len(small) > 1 else small[0])
 
+    _region_buf: memoryview | None = None
+
     async def _send_region(self, fd: int, position: int, length: int) -> None:
-        buf = memoryview(bytearray(min(length, _TLS_CHUNK)))
+        buf = self._region_buf
+        if buf is None:  # one buffer per connection, reused (each chunk is fully sent before the next read)
+            buf = self._region_buf = memoryview(bytearray(_TLS_CHUNK))
         while length > 0:
             n = os.preadv(fd, [buf[: min(length, len(buf))]], position)
             if n == 0:
