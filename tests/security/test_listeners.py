@@ -1,5 +1,5 @@
 """TLS and SASL listeners of a real ``tidelog serve`` (see conftest.py for the five listeners), driven by
-confluent-kafka, kafka-python and a raw protocol client: round trips, refusals (and the connection closed, as
+confluent-kafka, kafka-python, aiokafka and a raw protocol client: round trips, refusals (and the connection closed, as
 Kafka does), SCRAM credentials through the admin APIs and the CLI, and their survival across a restart."""
 
 from __future__ import annotations
@@ -151,6 +151,45 @@ def test_kafka_python_round_trips(secure_broker: Any, certs: Certs) -> None:
                             sasl_plain_username="alice", sasl_plain_password=PLAIN_USERS["alice"])
     kafka_python_round_trip(boot(b, "SASL_SSL"), security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
                             sasl_plain_username="dave", sasl_plain_password="dave-pw", ssl_cafile=certs.path("ca.pem"))
+
+
+def test_aiokafka_round_trip_over_sasl_ssl_scram(secure_broker: Any, certs: Certs) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka.helpers import create_ssl_context
+
+    b = secure_broker
+    add_scram_user(b, "kim", "kim-pw")
+    topic = new_topic("sec-aio")
+    conf = {"bootstrap_servers": boot(b, "SASL_SSL"), "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "kim", "sasl_plain_password": "kim-pw",
+            "ssl_context": create_ssl_context(cafile=certs.path("ca.pem"))}
+
+    async def run() -> list[bytes]:
+        producer = AIOKafkaProducer(**conf)
+        await producer.start()
+        try:
+            for i in range(5):
+                await producer.send_and_wait(topic, b"aio%d" % i, partition=0)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(enable_auto_commit=False, **conf)
+        await consumer.start()
+        try:
+            tp = TopicPartition(topic, 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            out: list[bytes] = []
+            async with asyncio.timeout(20):
+                while len(out) < 5:
+                    for msgs in (await consumer.getmany(timeout_ms=500)).values():
+                        out += [m.value for m in msgs]
+            return out
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(run()) == [b"aio%d" % i for i in range(5)]
 
 
 def test_metadata_advertises_the_listener_the_client_came_in_on(secure_broker: Any, certs: Certs) -> None:
