@@ -94,7 +94,7 @@ def test_unknown_keys_warn_but_do_not_fail(caplog: pytest.LogCaptureFixture) -> 
         ("num.partitions", "0", "num.partitions"),
         ("auto.create.topics.enable", "yes", "auto.create.topics.enable"),
         ("listeners", "127.0.0.1:9092", "listeners"),
-        ("listeners", "SSL://127.0.0.1:9093", "PLAINTEXT"),
+        ("listeners", "CUSTOM://127.0.0.1:9093", "no security protocol defined for listener CUSTOM"),
         ("socket.request.max.bytes", "-5", "socket.request.max.bytes"),
         ("log.retention.ms", "soon", "retention"),
         ("log.cleanup.policy", "shred", "cleanup.policy"),

@@ -39,6 +39,7 @@ from tidelog.broker.handlers import (  # noqa: F401
     core,
     group,
     producer_id,
+    security,
     storage_admin,
     txn,
 )
@@ -46,6 +47,7 @@ from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
 from tidelog.broker.replica_manager import LocalReplicaManager
 from tidelog.broker.request_pool import AppendSequencer, RequestHandlerPool
+from tidelog.broker.security.listeners import build_listeners
 from tidelog.broker.server import SocketServer
 from tidelog.broker.topics import TopicManager, new_cluster_id
 from tidelog.broker.txn.coordinator import TransactionCoordinator
@@ -64,10 +66,19 @@ class Broker:
         self.config = config
         self.node_id = config.node_id
         self.cluster_id: str = config.cluster_id or ""
-        listener = config.listener
-        adv = config.advertised_listener
-        self.host = adv.host if adv is not None else (listener.host if listener.host not in ("", "0.0.0.0") else "127.0.0.1")
-        self.port = adv.port if adv is not None else listener.port
+        # one socket server per listener; each advertises its own endpoint (Metadata answers with the endpoints
+        # of the listener a request arrived on, as Kafka does); host/port: the inter-broker listener's
+        self.listeners = build_listeners(config)
+        self.endpoints: dict[str, tuple[str, int]] = {}
+        for li in self.listeners:
+            adv = li.advertised
+            self.endpoints[li.name] = (
+                (adv.host, adv.port) if adv is not None
+                else (li.host if li.host not in ("", "0.0.0.0") else "127.0.0.1", li.port))
+        self.host, self.port = self.endpoints[config.listener.name]
+        # SCRAM credentials: the replica manager's store (one node: a file in the first log dir; ZooKeeper mode:
+        # /config/users), made with the storage
+        self.scram_credentials: Any = None
         self.logs: Any = None
         self.topics: TopicManager = None  # type: ignore[assignment]
         self.purgatory = Purgatory()
@@ -109,10 +120,25 @@ class Broker:
         # the one Fetch read path (consumers and followers); the replica manager is the leader side of followers
         self.read_service = ReadService(self.leader_log, self.leader_epoch, self.purgatory, self.metrics)
         self.read_service.followers = rm.followers
-        self.socket_server = SocketServer(self)
-        self.connections = self.socket_server.connections
+        self.connections: set = set()
+        self.socket_servers = [SocketServer(self, li, self.connections) for li in self.listeners]
+        self.socket_server = next(s for s in self.socket_servers if s.listener.name == config.listener.name)
         # the transaction coordinator (KIP-98): state in __transaction_state, markers to partition leaders
         self.txn_coordinator = txn_coordinator(self)
+
+    def endpoint(self, listener: str) -> tuple[str, int]:
+        """The advertised (host, port) of ``listener`` (this broker's inter-broker endpoint if unknown)."""
+        return self.endpoints.get(listener) or (self.host, self.port)
+
+    def node_endpoint(self, node: tuple[int, str, int], listener: str) -> tuple[int, str, int]:
+        """(id, host, port) of a broker as seen from ``listener`` (a coordinator found elsewhere in a cluster is
+        given with the endpoint of the listener the client uses)."""
+        if node[0] == self.node_id:
+            return (self.node_id, *self.endpoint(listener))
+        for b in self.metadata_brokers(listener) or ():
+            if b["node_id"] == node[0]:
+                return node[0], b["host"], b["port"]
+        return node
 
     def spawn(self, coro: Any) -> None:
         """Run ``coro`` as one of the broker's background tasks (cancelled at shutdown)."""
@@ -142,6 +168,7 @@ class Broker:
                     self.become_leader((info.name, p), lg)
         self.cluster_id = self.cluster_id or self._cluster_id_from_storage()
         self.producer_ids = self.replica_manager.make_producer_id_manager(self)
+        self.scram_credentials = self.replica_manager.make_scram_store(self)
 
     def _cluster_id_from_storage(self) -> str:
         cid = getattr(self.logs, "cluster_id", None)
@@ -170,12 +197,14 @@ class Broker:
         self.group_coordinator = GroupCoordinator(self)
         await self.group_coordinator.start()  # loads __consumer_offsets in the background
         await self.txn_coordinator.start()  # loads __transaction_state in the background
-        server = self.socket_server
-        bound_port = server.bind()
-        if self.config.listener.port == 0 and self.config.advertised_listener is None:
-            self.port = bound_port
+        for server in self.socket_servers:
+            bound = server.bind()
+            if server.listener.advertised is None and server.listener.port == 0:
+                self.endpoints[server.listener.name] = (self.endpoints[server.listener.name][0], bound)
+        self.host, self.port = self.endpoints[self.config.listener.name]
         loop = self.loop
-        server.start()
+        for server in self.socket_servers:
+            server.start()
         self._tasks.append(loop.create_task(self._tick_loop()))
         ml = self.config.metrics_listener
         if ml is not None:
@@ -184,8 +213,12 @@ class Broker:
         log.info(
             "broker started",
             extra={"kv": {"node.id": self.node_id, "cluster.id": self.cluster_id,
-                          "listener": f"PLAINTEXT://{server.bind_host}:{bound_port}",
-                          "advertised": f"{self.host}:{self.port}",
+                          "listener": f"{self.socket_servers[0].listener.name}://{self.socket_servers[0].bind_host}:"
+                                      f"{self.socket_servers[0].bind_port}",
+                          "inter.broker.listener": self.socket_server.listener.name,
+                          "listeners": ",".join(f"{s.listener.name}({s.listener.protocol})://{s.bind_host}:"
+                                                f"{s.bind_port}" for s in self.socket_servers),
+                          "advertised": ",".join(f"{n}://{h}:{p}" for n, (h, p) in self.endpoints.items()),
                           "loop": type(loop).__module__.split(".")[0]}},
         )
         await self.replica_manager.after_listen()
@@ -227,7 +260,8 @@ class Broker:
         self.stopping = True
         log.info("broker shutting down", extra={"kv": {"connections": len(self.connections)}})
         loop = asyncio.get_running_loop()
-        await self.socket_server.stop_accepting()
+        for server in self.socket_servers:
+            await server.stop_accepting()
         # complete long polls now so their responses go out
         self.purgatory.shutdown()
         if self.group_coordinator is not None:  # answers waiting joins/syncs NOT_COORDINATOR

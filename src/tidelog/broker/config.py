@@ -6,7 +6,9 @@ Sources: Kafka ``server.properties`` / ``KafkaConfig`` (``ServerConfigs``, ``Ser
 Differences from Kafka, on purpose:
 
 * ``log.dirs`` defaults to ``./data`` (Kafka: ``/tmp/kafka-logs``) so ``tidelog serve`` keeps its data next to you.
-* ``listeners`` defaults to ``PLAINTEXT://127.0.0.1:9092`` (Kafka binds all interfaces); only PLAINTEXT exists.
+* ``listeners`` defaults to ``PLAINTEXT://127.0.0.1:9092`` (Kafka binds all interfaces). PLAINTEXT, SSL,
+  SASL_PLAINTEXT and SASL_SSL listeners, named through ``listener.security.protocol.map``
+  (``tidelog.broker.security.listeners``). JKS key/trust stores are not readable from Python: use PEM or PKCS12.
 * ``tidelog.metrics.listener`` (alias ``metrics.port``) serves Prometheus ``/metrics``; default
   ``127.0.0.1:9404``. Set it to ``off`` (or an empty value) to disable. Port ``0`` picks a free port (logged).
   If the port is busy the broker logs a warning and runs without metrics: metrics never stop the data path.
@@ -99,6 +101,9 @@ def _replication_factor(value: str) -> int:
     return _parse_int(value, 1, 32767)
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
 @dataclass(frozen=True, slots=True)
 class Listener:
     name: str
@@ -169,8 +174,33 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("broker.id", "0", lambda v: _parse_int(v, -1), "this broker's id (ZooKeeper-era name)"),
         _key("listeners", "PLAINTEXT://127.0.0.1:9092", parse_listeners, "NAME://host:port, comma separated"),
         _key("advertised.listeners", None, parse_listeners, "what Metadata tells clients; default listeners"),
-        _key("listener.security.protocol.map", None, str, "accepted; only PLAINTEXT exists"),
+        _key("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+             str, "listener name -> security protocol"),
         _key("inter.broker.listener.name", None, str),
+        _key("security.inter.broker.protocol", "PLAINTEXT", str),
+        # TLS (Kafka's SslConfigs / BrokerSecurityConfigs); each may be given per listener as listener.name.<l>.<key>
+        _key("ssl.keystore.type", "JKS", str, "PEM or PKCS12 (JKS is not readable here)"),
+        _key("ssl.keystore.location", None, str),
+        _key("ssl.keystore.password", None, str),
+        _key("ssl.key.password", None, str),
+        _key("ssl.keystore.certificate.chain", None, str),
+        _key("ssl.keystore.key", None, str),
+        _key("ssl.truststore.type", "JKS", str, "PEM or PKCS12 (JKS is not readable here)"),
+        _key("ssl.truststore.location", None, str),
+        _key("ssl.truststore.password", None, str),
+        _key("ssl.truststore.certificates", None, str),
+        _key("ssl.client.auth", "none", str, "none | requested | required"),
+        _key("ssl.enabled.protocols", "TLSv1.2,TLSv1.3", str),
+        _key("ssl.protocol", "TLSv1.3", str),
+        _key("ssl.cipher.suites", None, str),
+        _key("ssl.principal.mapping.rules", "DEFAULT", str),
+        _key("ssl.endpoint.identification.algorithm", "https", str),
+        # SASL (Kafka's BrokerSecurityConfigs / SaslConfigs)
+        _key("sasl.enabled.mechanisms", "GSSAPI", str, "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 are implemented"),
+        _key("sasl.mechanism.inter.broker.protocol", "GSSAPI", str),
+        _key("sasl.jaas.config", None, str),
+        _key("sasl.server.max.receive.size", "524288", _pos_int, "largest frame before authentication"),
+        _key("connections.max.reauth.ms", "0", _nonneg_long, "KIP-368: SASL session lifetime (0: none)"),
         _key("log.dirs", None, _parse_list, "data directories (tidelog default ./data; Kafka /tmp/kafka-logs)"),
         _key("log.dir", "./data", str, "single data directory, used when log.dirs is unset"),
         _key("num.partitions", "1", _pos_int, "partitions of an auto-created topic"),
@@ -300,7 +330,8 @@ LOG_DEFAULT_KEYS: frozenset[str] = frozenset(
 
 
 def is_known_key(name: str) -> bool:
-    return name in BROKER_KEYS or name in LOG_DEFAULT_KEYS
+    # listener.name.<l>.<config>: per-listener security settings, validated when the listeners are built
+    return name in BROKER_KEYS or name in LOG_DEFAULT_KEYS or name.startswith("listener.name.")
 
 
 # Kafka's PASSWORD-type broker configs (ConfigDef.Type.PASSWORD): DescribeConfigs answers them with a null value
@@ -415,26 +446,37 @@ class BrokerConfig:
             props[k] = v
         host, port, data_dir = convenience.get("host"), convenience.get("port"), convenience.get("data_dir")
         if host is not None or port is not None:
-            base = cls.from_properties({k: v for k, v in props.items() if k in ("listeners",)}, warn_unknown=False)
+            base = cls.from_properties({k: v for k, v in props.items() if k in ("listeners", "listener.security.protocol.map")},
+                                       warn_unknown=False)
             first = base.listeners[0]
-            props["listeners"] = (
-                f"{first.name}://{host if host is not None else first.host}:{port if port is not None else first.port}"
-            )
+            # --host/--port set the first listener; the others stay as configured
+            props["listeners"] = ",".join([
+                f"{first.name}://{host if host is not None else first.host}:{port if port is not None else first.port}",
+                *(str(li) for li in base.listeners[1:]),
+            ])
         if data_dir is not None:
             props["log.dirs"] = str(data_dir)
         return cls.from_properties(props)
 
     def _validate(self) -> None:
+        pmap = self.security_protocol_map
         for li in self.listeners:
-            if li.name != "PLAINTEXT":
+            if li.name not in pmap:
                 raise ConfigException(
-                    "listeners", str(li), "only PLAINTEXT listeners are supported (no TLS/SASL yet)"
+                    "listener.security.protocol.map", self.values["listener.security.protocol.map"],
+                    f"no security protocol defined for listener {li.name}",
                 )
         adv = self.values.get("advertised.listeners")
-        if adv is not None and all(a.name != self.listeners[0].name for a in adv):
-            raise ConfigException(
-                "advertised.listeners", self.props["advertised.listeners"], "must name the PLAINTEXT listener"
-            )
+        names = {li.name for li in self.listeners}
+        for a in adv or ():
+            if a.name not in names:
+                raise ConfigException(
+                    "advertised.listeners", self.props["advertised.listeners"],
+                    f"{a.name} is not a listener (advertised listener names must also appear in listeners)",
+                )
+        ibl = self.values.get("inter.broker.listener.name")
+        if ibl is not None and ibl.upper() not in names:
+            raise ConfigException("inter.broker.listener.name", ibl, "must be one of the listeners")
         if "node.id" in self.props and "broker.id" in self.props and self.node_id != self.values["broker.id"]:
             raise ConfigException("node.id", self.props["node.id"], "differs from broker.id")
         if self.node_id < 0:
@@ -467,18 +509,42 @@ class BrokerConfig:
         return self.values["listeners"]
 
     @property
+    def security_protocol_map(self) -> dict[str, str]:
+        """``listener.security.protocol.map`` as {LISTENER NAME: protocol}."""
+        out: dict[str, str] = {}
+        raw = self.values["listener.security.protocol.map"]
+        for item in _parse_list(raw):
+            name, sep, proto = item.partition(":")
+            proto = proto.strip().upper()
+            if not sep or proto not in SECURITY_PROTOCOLS:
+                raise ConfigException("listener.security.protocol.map", raw,
+                                      f"{item!r} is not NAME:PROTOCOL with PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)}")
+            out[name.strip().upper()] = proto
+        return out
+
+    @property
     def listener(self) -> Listener:
+        """The inter-broker listener (``inter.broker.listener.name``, else the one named after
+        ``security.inter.broker.protocol``), else the first: the endpoint this broker registers in cluster mode."""
+        names = {li.name: li for li in self.listeners}
+        ibl = self.values.get("inter.broker.listener.name")
+        if ibl is not None and ibl.upper() in names:
+            return names[ibl.upper()]
+        sib = str(self.values.get("security.inter.broker.protocol") or "").upper()
+        if sib in names:
+            return names[sib]
         return self.listeners[0]
+
+    def advertised_for(self, name: str) -> Listener | None:
+        """The advertised endpoint of listener ``name`` (None: advertise what it binds)."""
+        for a in self.values.get("advertised.listeners") or ():
+            if a.name == name:
+                return a
+        return None
 
     @property
     def advertised_listener(self) -> Listener | None:
-        adv = self.values.get("advertised.listeners")
-        if adv is None:
-            return None
-        for a in adv:
-            if a.name == self.listener.name:
-                return a
-        return adv[0]
+        return self.advertised_for(self.listener.name)
 
     @property
     def log_dirs(self) -> list[Path]:

@@ -8,7 +8,7 @@ cluster around it (Kafka's ``ReplicaManager`` with ``Partition`` and the ``Metad
 * what Metadata answers about partitions, brokers and the controller (``partition_metadata``,
   ``metadata_brokers``, ``metadata_controller_id``; ``None`` means "this node alone");
 * the leader side of follower fetches for the read service (``followers``: ``None`` when there are none);
-* which topic manager and producer-id manager the broker uses, the extra APIs it serves (``handlers``), and what
+* which topic manager, producer-id manager and SCRAM credential store the broker uses, the extra APIs it serves (``handlers``), and what
   it does around the broker's start and shutdown.
 
 This is the single-node one. ZooKeeper mode's (``tidelog.cluster.replica_manager.ZkReplicaManager``) has the
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from tidelog.broker.errors import PartitionError
 from tidelog.broker.handlers import Handler
 from tidelog.broker.producer_ids import ProducerIdManager
+from tidelog.broker.security.scram import USERS_FILE, ScramCredentialStore
 from tidelog.broker.topics import LocalTopicBackend, TopicManager
 
 if TYPE_CHECKING:
@@ -49,6 +50,10 @@ class LocalReplicaManager:
 
     def make_producer_id_manager(self, broker: Broker) -> Any:
         return ProducerIdManager(broker.config.log_dirs)
+
+    def make_scram_store(self, broker: Broker) -> Any:
+        """SCRAM credentials: a file in the first log dir (ZooKeeper mode: ``/config/users``)."""
+        return ScramCredentialStore(broker.config.log_dirs[0] / USERS_FILE)
 
     # -- lifecycle hooks -------------------------------------------------------------------------------------
 
@@ -102,7 +107,7 @@ class LocalReplicaManager:
     def partition_metadata(self, topic: str, partition: int) -> dict | None:
         return None
 
-    def metadata_brokers(self) -> list[dict] | None:
+    def metadata_brokers(self, listener: str | None = None) -> list[dict] | None:
         return None
 
     def metadata_controller_id(self) -> int:

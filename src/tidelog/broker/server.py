@@ -1,4 +1,15 @@
-"""The broker: one asyncio event loop serving the Kafka wire protocol over PLAINTEXT, and request handler threads.
+"""The broker: one asyncio event loop serving the Kafka wire protocol on its listeners (PLAINTEXT, SSL,
+SASL_PLAINTEXT, SASL_SSL), and request handler threads.
+
+Security (docs/ARCHITECTURE.md, "Listeners, TLS and SASL")
+    One :class:`SocketServer` per listener. On SSL listeners a connection is a :class:`TlsConnection`: the same
+    request loop over a non-blocking ``ssl.SSLSocket`` (handshake first; reads and writes retry on
+    ``SSLWantRead``/``SSLWantWrite``), and file regions are read with ``os.preadv`` into a buffer and encrypted:
+    there is no zero-copy ``sendfile`` under TLS. On SASL listeners the connection first runs Kafka's
+    ``SaslServerAuthenticator`` (:meth:`Connection.authenticate`): only ApiVersions, SaslHandshake and
+    SaslAuthenticate, frames at most ``sasl.server.max.receive.size``; anything else closes the connection.
+    The principal (``User:<name>``, the mapped certificate DN, or ``User:ANONYMOUS``) is kept on the connection
+    and handed to every handler as ``RequestContext.principal``.
 
 Request execution (docs/ARCHITECTURE.md, "Request execution")
     The loop is Kafka's network thread: it frames, decodes, dispatches, runs small handler work and sends.
@@ -48,12 +59,17 @@ import errno
 import logging
 import os
 import socket
+import ssl
+import struct
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.handlers import RequestContext
 from tidelog.broker.handlers.core import api_versions_list
+from tidelog.broker.security.listeners import ListenerSettings
+from tidelog.broker.security.sasl import PlainServer, SaslAuthenticationFailed, ScramServer
+from tidelog.broker.security.tls import NoMatchingRule, subject_dn
 from tidelog.protocol import codec
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.error_response import UNKNOWN_SERVER_ERROR, error_response
@@ -75,6 +91,13 @@ _READ_CHUNK = 256 * 1024
 _MAX_READ = 4 * 1024 * 1024  # largest single recv while a big request arrives
 API_VERSIONS_KEY = 18
 PRODUCE_KEY = 0
+SASL_HANDSHAKE_KEY = 17
+SASL_AUTHENTICATE_KEY = 36
+ANONYMOUS = "User:ANONYMOUS"
+UNSUPPORTED_SASL_MECHANISM = 33
+SASL_AUTHENTICATION_FAILED = 58
+_TLS_CHUNK = 256 * 1024  # file regions are read and encrypted this much at a time
+_TLS_RECV = 64 * 1024
 _IOV_MAX = 512
 # responses not scanned for error codes (big lists, errors rare): ApiVersions, Metadata
 _NO_ERROR_SCAN = frozenset({18, 3})
@@ -124,8 +147,15 @@ class Connection:
     """One client connection: reads frames, runs handlers one at a time, writes responses (zero-copy regions
     with ``os.sendfile``)."""
 
-    def __init__(self, broker: Broker, sock: socket.socket, peer: str) -> None:
+    def __init__(self, broker: Broker, sock: socket.socket, peer: str,
+                 listener: ListenerSettings | None = None) -> None:
         self.broker = broker
+        self.listener = listener
+        self.listener_name = listener.name if listener is not None else ""
+        self.principal = ANONYMOUS
+        self.session_expires: float | None = None  # KIP-368: monotonic deadline of a SASL session
+        self.sasl_mechanism = ""
+        self.sasl_authenticate_version = -1  # KIP-368: v1+ clients can re-authenticate
         self.sock = sock
         self.fd = sock.fileno()
         self.peer = peer
@@ -271,6 +301,8 @@ class Connection:
         broker = self.broker
         broker.metrics.connections.inc()
         try:
+            if not await self.secure():
+                return
             while not self.closed:
                 frame = await self.read_frame()
                 if frame is None:
@@ -296,6 +328,138 @@ class Connection:
             self.close()
             broker.metrics.connections.dec()
             broker.connections.discard(self)
+
+    # -- security ----------------------------------------------------------------------------------------------
+
+    async def secure(self) -> bool:
+        """TLS handshake (TlsConnection) and SASL authentication, as the listener requires. False: close."""
+        listener = self.listener
+        if listener is not None and listener.sasl:
+            return await self.authenticate()
+        return True
+
+    async def _respond(self, api_key: int, version: int, correlation_id: int, body: dict) -> None:
+        await self.write_chunks(codec.encode_response(api_key, version, correlation_id, body))
+
+    def _sasl_close(self, reason: str, **kv: Any) -> bool:
+        log.info("closing connection: " + reason, extra={"kv": {"peer": self.peer, **kv}})
+        self.broker.metrics.record_close("sasl")
+        return False
+
+    async def authenticate(self, first: memoryview | bytes | None = None) -> bool:
+        """Kafka's SaslServerAuthenticator: ApiVersions (any number) and SaslHandshake, then the mechanism's
+        tokens in SaslAuthenticate requests (handshake v1) or as raw size-prefixed frames (handshake v0).
+        Frames are held to ``sasl.server.max.receive.size``; any other request, an unknown mechanism or a
+        refused token closes the connection (a refusal is answered first when SaslAuthenticate can carry it).
+
+        ``first``: the SaslHandshake of a re-authentication (KIP-368) on an authenticated connection: same
+        mechanism and same principal, or the connection is closed."""
+        listener = self.listener
+        assert listener is not None
+        broker = self.broker
+        frames = self._frames
+        frames.max_size = listener.sasl_max_receive_size
+        reauth = first is not None
+        mech: Any = None
+        headers = True
+        try:
+            while not self.closed:
+                if first is not None:
+                    frame, first = first, None
+                else:
+                    frame = await self.read_frame()
+                if frame is None:
+                    return False
+                if mech is not None and not headers:  # handshake v0: a raw token
+                    token, header = bytes(frame), None
+                else:
+                    try:
+                        header, body = codec.decode_request(frame, broker.accepted_versions)
+                    except UnsupportedVersionError as exc:
+                        if exc.api_key == API_VERSIONS_KEY and mech is None:
+                            await self._respond(API_VERSIONS_KEY, 0, exc.correlation_id,
+                                                api_versions_unsupported_body(broker))
+                            continue
+                        return self._sasl_close("unsupported version during SASL authentication",
+                                                api=api_name(exc.api_key), version=exc.version)
+                    except (UnknownApiKeyError, InvalidRequestError) as exc:
+                        return self._sasl_close("invalid request during SASL authentication", error=str(exc))
+                    key = header.api_key
+                    if mech is None:
+                        if key == API_VERSIONS_KEY:
+                            if not await self.process(frame):
+                                return False
+                            continue
+                        if key != SASL_HANDSHAKE_KEY:
+                            return self._sasl_close(f"Unexpected Kafka request of type {api_name(key)} during "
+                                                    "SASL handshake.")
+                        name = body.get("mechanism") or ""
+                        if reauth and name != self.sasl_mechanism:
+                            await self._respond(key, header.api_version, header.correlation_id,
+                                                {"error_code": UNSUPPORTED_SASL_MECHANISM,
+                                                 "mechanisms": [self.sasl_mechanism]})
+                            return self._sasl_close("SASL mechanism change during re-authentication is not allowed",
+                                                    mechanism=name)
+                        if name not in listener.sasl_mechanisms:
+                            await self._respond(key, header.api_version, header.correlation_id,
+                                                {"error_code": UNSUPPORTED_SASL_MECHANISM,
+                                                 "mechanisms": list(listener.sasl_mechanisms)})
+                            return self._sasl_close("unsupported SASL mechanism", mechanism=name)
+                        mech = (PlainServer(listener.plain_users) if name == "PLAIN"
+                                else ScramServer(name, broker.scram_credentials.get))
+                        headers = header.api_version >= 1
+                        await self._respond(key, header.api_version, header.correlation_id,
+                                            {"error_code": 0, "mechanisms": list(listener.sasl_mechanisms)})
+                        continue
+                    if key != SASL_AUTHENTICATE_KEY:
+                        return self._sasl_close(f"Unexpected Kafka request of type {api_name(key)} during SASL "
+                                                "authentication.")
+                    token = bytes(body.get("auth_bytes") or b"")
+                    self.sasl_authenticate_version = header.api_version
+                try:
+                    challenge = mech.evaluate(token)
+                except SaslAuthenticationFailed as exc:
+                    if reauth:
+                        exc.client_message = (exc.client_message or "").replace("during authentication",
+                                                                                "during re-authentication")
+                    log.info("Failed authentication", extra={"kv": {"peer": self.peer, "mechanism": mech.mechanism,
+                                                                    "reason": str(exc)}})
+                    broker.metrics.record_error("SASL_AUTHENTICATE", "SASL_AUTHENTICATION_FAILED")
+                    if header is not None:
+                        await self._respond(SASL_AUTHENTICATE_KEY, header.api_version, header.correlation_id,
+                                            {"error_code": SASL_AUTHENTICATION_FAILED,
+                                             "error_message": exc.client_message, "auth_bytes": b"",
+                                             "session_lifetime_ms": 0})
+                    return self._sasl_close("authentication failed", mechanism=mech.mechanism)
+                lifetime = 0
+                if mech.complete:
+                    principal = "User:" + mech.authorization_id
+                    if reauth and principal != self.principal:
+                        msg = f"Cannot change principals during re-authentication from {self.principal}: {principal}"
+                        if header is not None:
+                            await self._respond(SASL_AUTHENTICATE_KEY, header.api_version, header.correlation_id,
+                                                {"error_code": SASL_AUTHENTICATION_FAILED, "error_message": msg,
+                                                 "auth_bytes": b"", "session_lifetime_ms": 0})
+                        return self._sasl_close("principal change during re-authentication")
+                    if listener.reauth_ms > 0:
+                        lifetime = listener.reauth_ms
+                        self.session_expires = self._loop.time() + lifetime / 1000.0
+                if header is not None:
+                    await self._respond(SASL_AUTHENTICATE_KEY, header.api_version, header.correlation_id,
+                                        {"error_code": 0, "error_message": None, "auth_bytes": challenge,
+                                         "session_lifetime_ms": lifetime})
+                else:
+                    await self._send_buffers([struct.pack(">i", len(challenge)), challenge])
+                if mech.complete:
+                    self.principal = "User:" + mech.authorization_id
+                    self.sasl_mechanism = mech.mechanism
+                    log.info("re-authenticated" if reauth else "authenticated",
+                             extra={"kv": {"peer": self.peer, "principal": self.principal,
+                                           "mechanism": mech.mechanism, "listener": listener.name}})
+                    return True
+            return False
+        finally:
+            frames.max_size = broker.config.socket_request_max_bytes
 
     def close(self) -> None:
         self.closed = True
@@ -339,6 +503,16 @@ class Connection:
             return False
 
         api_key = header.api_key
+        if (api_key == SASL_HANDSHAKE_KEY and self.sasl_authenticate_version >= 1 and self.listener is not None
+                and self.listener.sasl):
+            # KIP-368: a client (SaslAuthenticate v1+) re-authenticates on its connection with a new handshake
+            return await self.authenticate(frame)
+        if self.session_expires is not None and self._loop.time() > self.session_expires:
+            # KIP-368: a request after the session expired (without re-authentication) closes the connection
+            log.info("closing connection: SASL session expired",
+                     extra={"kv": {"peer": self.peer, "principal": self.principal}})
+            broker.metrics.record_close("sasl_session_expired")
+            return False
         handler = broker.handlers.get(api_key)
         name = api_name(api_key)
         if handler is None:
@@ -355,6 +529,8 @@ class Connection:
             correlation_id=header.correlation_id,
             client_id=header.client_id,
             client_host=self.client_host,
+            principal=self.principal,
+            listener=self.listener_name,
         )
         try:
             response = await handler(ctx, body)
@@ -396,6 +572,114 @@ class Connection:
             return False
         await self.write_chunks(chunks)
         return True
+
+
+class TlsConnection(Connection):
+    """A connection on an SSL or SASL_SSL listener: the TLS handshake first, then the same request loop over the
+    ``SSLSocket``. Writes go through ``SSLSocket.send`` (no ``sendmsg``); file regions are read with
+    ``os.preadv`` into a reused buffer and encrypted (no ``sendfile`` under TLS)."""
+
+    async def secure(self) -> bool:
+        listener = self.listener
+        assert listener is not None and listener.ssl_context is not None
+        try:
+            self.sock = listener.ssl_context.wrap_socket(self.sock, server_side=True, do_handshake_on_connect=False)
+            while True:
+                try:
+                    self.sock.do_handshake()
+                    break
+                except ssl.SSLWantReadError:
+                    await self._wait(False)
+                except ssl.SSLWantWriteError:
+                    await self._wait(True)
+        except (ssl.SSLError, OSError) as exc:
+            # Kafka: "Failed authentication with /<ip> (SSL handshake failed)"
+            log.info("Failed authentication (SSL handshake failed)",
+                     extra={"kv": {"peer": self.peer, "listener": listener.name, "error": str(exc)}})
+            self.broker.metrics.record_close("ssl_handshake_failed")
+            return False
+        cert = self.sock.getpeercert()
+        if cert:
+            try:
+                assert listener.principal_mapper is not None
+                dn = subject_dn(cert)
+                self.principal = "User:" + listener.principal_mapper.name(dn)
+                log.info("TLS client authenticated", extra={"kv": {"peer": self.peer, "listener": listener.name,
+                                                                   "dn": dn, "principal": self.principal}})
+            except NoMatchingRule as exc:
+                log.info("Failed authentication (no principal mapping rule)",
+                         extra={"kv": {"peer": self.peer, "error": str(exc)}})
+                self.broker.metrics.record_close("ssl_principal")
+                return False
+        return await super().secure()
+
+    async def _recv_more(self, want: int) -> None:
+        while True:
+            if self.closed:
+                raise _ConnectionClosed()
+            try:
+                # one TLS record (<= 16 KiB) per call whatever is asked: asking for more only makes ssl allocate
+                # (and, past malloc's mmap threshold, map and unmap) a buffer of that size for each record
+                data = self.sock.recv(_TLS_RECV)
+            except (ssl.SSLWantReadError, BlockingIOError, InterruptedError):
+                await self._wait(False)
+                continue
+            except ssl.SSLWantWriteError:
+                await self._wait(True)
+                continue
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                raise _ConnectionClosed() from None
+            if not data:
+                raise _ConnectionClosed()
+            self._frames.feed(data)
+            return
+
+    async def _tls_send(self, data: memoryview) -> None:
+        while data:
+            try:
+                n = self.sock.send(data)
+            except (ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
+                await self._wait(True)
+                continue
+            except ssl.SSLWantReadError:
+                await self._wait(False)
+                continue
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                raise _ConnectionClosed() from None
+            data = data[n:]
+
+    async def _send_buffers(self, bufs: list[Any]) -> None:
+        views = [memoryview(b).cast("B") for b in bufs if len(b)]
+        small: list[memoryview] = []
+        small_len = 0
+        for v in views:
+            if len(v) >= _TLS_CHUNK:
+                if small:
+                    await self._tls_send(memoryview(b"".join(small)))
+                    small, small_len = [], 0
+                await self._tls_send(v)
+            else:
+                small.append(v)
+                small_len += len(v)
+                if small_len >= _TLS_CHUNK:
+                    await self._tls_send(memoryview(b"".join(small)))
+                    small, small_len = [], 0
+        if small:
+            await self._tls_send(memoryview(b"".join(small)) if len(small) > 1 else small[0])
+
+    _region_buf: memoryview | None = None
+
+    async def _send_region(self, fd: int, position: int, length: int) -> None:
+        buf = self._region_buf
+        if buf is None:  # one buffer per connection, reused (each chunk is fully sent before the next read)
+            buf = self._region_buf = memoryview(bytearray(_TLS_CHUNK))
+        while length > 0:
+            n = os.preadv(fd, [buf[: min(length, len(buf))]], position)
+            if n == 0:
+                raise OSError(errno.EIO, f"file region hit end of file with {length} bytes left")
+            await self._tls_send(buf[:n])
+            position += n
+            length -= n
 
 
 def _flatten(chunks: Iterable[Any]) -> Iterable[Any]:
@@ -440,16 +724,17 @@ def install_event_loop_policy(use_uvloop: bool = True) -> str:
 
 
 class SocketServer:
-    """Kafka's SocketServer for one PLAINTEXT listener: binds, accepts, owns the connections, closes idle ones
-    (``connections.max.idle.ms``) and, at shutdown, lets busy connections finish their response."""
+    """Kafka's SocketServer for one listener: binds, accepts, owns the connections, closes idle ones
+    (``connections.max.idle.ms``) and, at shutdown, lets busy connections finish their response. The broker's
+    listeners share one set of connections."""
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: Any, listener: ListenerSettings, connections: set[Connection] | None = None) -> None:
         self.broker = broker
-        config = broker.config
-        listener = config.listener
+        self.listener = listener
         self.bind_host = listener.host or "0.0.0.0"
         self.bind_port = listener.port
-        self.connections: set[Connection] = set()
+        self.connections: set[Connection] = connections if connections is not None else set()
+        self._conn_class = TlsConnection if listener.tls else Connection
         self._listen_sock: socket.socket | None = None
         self._accept_task: asyncio.Task[None] | None = None
         self._reaper_task: asyncio.Task[None] | None = None
@@ -503,7 +788,7 @@ class SocketServer:
                     with contextlib.suppress(OSError):
                         sock.setsockopt(socket.SOL_SOCKET, opt, size)
             peer = f"{addr[0]}:{addr[1]}"
-            conn = Connection(broker, sock, peer)
+            conn = self._conn_class(broker, sock, peer, self.listener)
             self.connections.add(conn)
             conn.task = loop.create_task(conn.run())
 
@@ -519,6 +804,8 @@ class SocketServer:
             await asyncio.sleep(period)
             now = loop.time()
             for conn in list(self.connections):
+                if conn.listener is not self.listener:
+                    continue  # another listener's reaper
                 if not conn.busy and now - conn.last_active > idle_s:
                     log.info("closing idle connection", extra={"kv": {"peer": conn.peer}})
                     broker.metrics.record_close("idle")

@@ -17,6 +17,8 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from tidelog.storage.checkpoints import parse_properties
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "TIDELOG_BOOTSTRAP"
 
@@ -34,6 +36,14 @@ def bootstrap_option(fn: F) -> F:
         help="Extra client property passed to librdkafka (repeatable), e.g. -X debug=broker.",
     )(fn)
     fn = click.option(
+        "--command-config",
+        type=click.Path(exists=True, dir_okay=False),
+        expose_value=False,
+        is_eager=True,
+        callback=_remember_command_config,
+        help="A Kafka client properties file (security.protocol, sasl.*, ssl.*), as Kafka's tools take it.",
+    )(fn)
+    fn = click.option(
         "--bootstrap-server",
         "-b",
         "bootstrap",
@@ -44,6 +54,61 @@ def bootstrap_option(fn: F) -> F:
         help="Broker(s) to connect to, host:port[,host:port...].",
     )(fn)
     return fn
+
+
+_COMMAND_CONFIG = "tidelog.command_config"
+
+
+def _remember_command_config(ctx: click.Context, param: Any, value: str | None) -> None:
+    if value is not None:
+        ctx.meta[_COMMAND_CONFIG] = value
+
+
+# Java client settings librdkafka does not take under the same name (or at all)
+_JAVA_ONLY = frozenset({"ssl.truststore.type", "ssl.keystore.type", "ssl.truststore.password", "ssl.protocol",
+                        "ssl.enabled.protocols", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
+                        "sasl.login.class", "sasl.client.callback.handler.class"})
+_JAAS_USER = re.compile(r'\busername\s*=\s*"((?:\\.|[^"\\])*)"')
+_JAAS_PASSWORD = re.compile(r'\bpassword\s*=\s*"((?:\\.|[^"\\])*)"')
+
+
+def command_config_properties(path: str) -> dict[str, str]:
+    """A Kafka (Java) client properties file turned into librdkafka settings: ``sasl.jaas.config``'s username
+    and password become ``sasl.username``/``sasl.password``; PEM stores become ``ssl.ca.location`` /
+    ``ssl.certificate.location`` + ``ssl.key.location``; a PKCS12 key store stays ``ssl.keystore.*``;
+    ``ssl.endpoint.identification.algorithm=`` (empty) becomes ``none``; Java-only settings are dropped."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            props = parse_properties(f.read())
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc}", param_hint="--command-config") from None
+    out: dict[str, str] = {}
+    truststore_type = props.get("ssl.truststore.type", "JKS").upper()
+    keystore_type = props.get("ssl.keystore.type", "JKS").upper()
+    for key, value in props.items():
+        if key in _JAVA_ONLY:
+            continue
+        if key == "sasl.jaas.config":
+            user, password = _JAAS_USER.search(value), _JAAS_PASSWORD.search(value)
+            if user:
+                out["sasl.username"] = user.group(1)
+            if password:
+                out["sasl.password"] = password.group(1)
+        elif key == "ssl.truststore.location":
+            if truststore_type != "PEM":
+                raise click.BadParameter(f"ssl.truststore.type={truststore_type}: librdkafka reads PEM trust "
+                                         "stores only (ssl.truststore.type=PEM)", param_hint="--command-config")
+            out["ssl.ca.location"] = value
+        elif key == "ssl.keystore.location" and keystore_type == "PEM":
+            out["ssl.certificate.location"] = value
+            out["ssl.key.location"] = value
+        elif key == "ssl.key.password" and keystore_type == "PEM":
+            out["ssl.key.password"] = value
+        elif key == "ssl.endpoint.identification.algorithm":
+            out[key] = value or "none"
+        else:
+            out[key] = value
+    return out
 
 
 def parse_key_values(items: Iterable[str], what: str) -> list[tuple[str, str]]:
@@ -100,6 +165,10 @@ def client_config(bootstrap: str, properties: Sequence[str] = (), **extra: Any) 
         "socket.connection.setup.timeout.ms": 10000,
         "logger": _quiet_logger(),
     }
+    ctx = click.get_current_context(silent=True)
+    path = ctx.meta.get(_COMMAND_CONFIG) if ctx is not None else None  # meta is shared by the whole command chain
+    if path is not None:
+        conf.update(command_config_properties(path))
     conf.update(extra)
     conf.update(dict(parse_key_values(properties, "-X")))
     return conf

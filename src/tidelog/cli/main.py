@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "groups": "tidelog.cli.groups:groups",
     "cluster": "tidelog.cli.cluster:cluster",
     "transactions": "tidelog.cli.transactions:transactions",
+    "users": "tidelog.cli.users:users",
 }
 
 

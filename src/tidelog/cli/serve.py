@@ -74,6 +74,9 @@ def started_banner(broker: Any) -> str:
     lines = [
         f"tidelog {_version()} ready (node {broker.node_id}{f', ZooKeeper {zk}' if zk else ', no ZooKeeper'})",
         f"  bootstrap servers  {broker.host}:{broker.port}",
+        *(f"  listener {name:<9} {h}:{p} ({proto})" for name, (h, p), proto in
+          ((n, e, next(li.protocol for li in broker.listeners if li.name == n)) for n, e in broker.endpoints.items())
+          if len(broker.endpoints) > 1),
         f"  metrics            {metrics}",
         f"  data               {', '.join(str(Path(d).resolve()) for d in broker.config.log_dirs)}",
         "  Ctrl-C (or SIGTERM) stops it cleanly.",

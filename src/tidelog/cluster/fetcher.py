@@ -120,7 +120,10 @@ class ReplicaFetcher:
     async def _connect(self) -> Any:
         if self._peer is None:
             info = await self.replica_manager.leader_endpoint(self.source)
-            self._peer = Peer(info.host, info.port, f"tidelog-replica-{self.replica_manager.node_id}")
+            security = self.replica_manager.peer_security  # the inter-broker listener's TLS/SASL, if any
+            host, port = info.endpoint(security.listener) if security.protocol != "PLAINTEXT" else (info.host, info.port)
+            self._peer = Peer(host, port, f"tidelog-replica-{self.replica_manager.node_id}",
+                              security if security.protocol != "PLAINTEXT" else None)
         return self._peer
 
     async def _run(self) -> None:

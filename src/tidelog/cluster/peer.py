@@ -8,12 +8,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tidelog.broker.security.client import ClientSecurity, open_connection
 from tidelog.protocol.framing import ClientConnection
 
 
 class Peer:
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+    """``security``: TLS and SASL for the inter-broker listener (``tidelog.broker.security.client``); None:
+    PLAINTEXT."""
+
+    def __init__(self, host: str, port: int, client_id: str, security: ClientSecurity | None = None) -> None:
         self.host, self.port, self.client_id = host, port, client_id
+        self.security = security
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._conn: ClientConnection | None = None
@@ -26,7 +31,9 @@ class Peer:
         try:
             async with asyncio.timeout(timeout):
                 if self._writer is None:
-                    self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+                    self._reader, self._writer, first = await open_connection(self.host, self.port, self.security,
+                                                                              self.client_id)
+                    self._next_cid = max(self._next_cid, first)
                     self._conn = ClientConnection(self.client_id, first_correlation_id=self._next_cid)
                 conn, reader = self._conn, self._reader
                 assert conn is not None and reader is not None

@@ -59,6 +59,7 @@ from typing import Any
 
 from tidelog.broker.broker import Broker
 from tidelog.broker.errors import PartitionError
+from tidelog.broker.security.client import inter_broker_security
 from tidelog.broker.topics import TopicManager, new_cluster_id
 from tidelog.cluster import zkdata as zd
 from tidelog.cluster.broker_channel import BrokerChannel
@@ -66,6 +67,7 @@ from tidelog.cluster.controller import Controller
 from tidelog.cluster.fetcher import ReplicaFetcherManager
 from tidelog.cluster.handlers import CLUSTER_HANDLERS
 from tidelog.cluster.producer_ids import zk_producer_id_manager
+from tidelog.cluster.scram import ZkScramCredentialStore
 from tidelog.cluster.topics import ZkTopicBackend
 
 log = logging.getLogger("tidelog.cluster.broker")
@@ -115,6 +117,8 @@ class ZkReplicaManager:
         self.fetch_max_bytes = config.get("replica.fetch.max.bytes")
         self.fetch_wait_ms = config.get("replica.fetch.wait.max.ms")
         self.fetch_backoff_s = config.get("replica.fetch.backoff.ms") / 1000.0
+        # how replica fetchers reach other brokers: the inter-broker listener's TLS and SASL
+        self.peer_security = inter_broker_security(config)
         self.fetch_min_bytes = config.get("replica.fetch.min.bytes")
         self.fetch_response_max_bytes = config.get("replica.fetch.response.max.bytes")
         self.fetchers = ReplicaFetcherManager(self, config.get("num.replica.fetchers"))
@@ -174,6 +178,10 @@ class ZkReplicaManager:
     def make_producer_id_manager(self, broker: Broker) -> Any:
         # producer id blocks from ZooKeeper's /latest_producer_id_block: unique across the cluster
         return zk_producer_id_manager(self.zk, self.node_id, self.config.log_dirs)
+
+    def make_scram_store(self, broker: Broker) -> Any:
+        # SCRAM credentials where Kafka keeps them: /config/users/<name>, cached from watches
+        return ZkScramCredentialStore(self.zk)
 
     def become_leader(self, tp: tuple[str, int], log_: Any) -> None:
         """At start nothing is led until ZooKeeper says so."""
@@ -243,7 +251,7 @@ class ZkReplicaManager:
             "offline_replicas": [r for r in replicas if r not in self.live],
         }
 
-    def metadata_brokers(self) -> list[dict]:
+    def metadata_brokers(self, listener: str | None = None) -> list[dict]:
         """The live brokers, plus for ``tidelog.metadata.departed.broker.ms`` (default 0: off, as Kafka, which
         lists live brokers only) a broker that just left.
 
@@ -263,7 +271,7 @@ class ZkReplicaManager:
                 del self._departed[bid]
             elif bid not in shown:
                 shown[bid] = info
-        return [{"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
+        return [{"node_id": b.id, "host": b.endpoint(listener)[0], "port": b.endpoint(listener)[1], "rack": b.rack}
                 for b in sorted(shown.values(), key=lambda b: b.id)]
 
     def live_brokers(self) -> set[int]:
@@ -356,7 +364,9 @@ class ZkReplicaManager:
         from kazoo.exceptions import NodeExistsError
 
         path = zd.broker_path(self.node_id)
-        data = zd.encode_broker(zd.BrokerInfo(self.node_id, self.broker.host, self.broker.port, self.config.props.get("broker.rack")))
+        data = zd.encode_broker(zd.BrokerInfo(self.node_id, self.broker.host, self.broker.port, self.config.props.get("broker.rack"),
+                                              dict(self.broker.endpoints),
+                                              {li.name: li.protocol for li in self.broker.listeners}))
         deadline = time.monotonic() + 3 * self.session_timeout_s + 30
         while True:
             try:

@@ -114,18 +114,31 @@ def uuid_from_kafka(text: str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class BrokerInfo:
+    """A registered broker: ``host``/``port`` is its PLAINTEXT (inter-broker) endpoint; ``endpoints`` every
+    listener's advertised (host, port) by listener name, ``protocols`` their security protocols."""
+
     id: int
     host: str
     port: int
     rack: str | None = None
+    endpoints: dict[str, tuple[str, int]] = field(default_factory=dict, compare=False)
+    protocols: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def endpoint(self, listener: str | None) -> tuple[str, int]:
+        """The (host, port) of ``listener`` (a client is answered with the endpoints of the listener it came in
+        on, as Kafka does), else the inter-broker one."""
+        if listener and listener in self.endpoints:
+            return self.endpoints[listener]
+        return self.host, self.port
 
 
 def encode_broker(info: BrokerInfo) -> bytes:
     """``BrokerIdZNode.encode`` version 5."""
+    endpoints = info.endpoints or {"PLAINTEXT": (info.host, info.port)}
     value: dict = {
         "features": {},
-        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
-        "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"],
+        "listener_security_protocol_map": info.protocols or {"PLAINTEXT": "PLAINTEXT"},
+        "endpoints": [f"{name}://{h}:{p}" for name, (h, p) in endpoints.items()],
         "jmx_port": -1,
         "port": info.port,
         "host": info.host,
@@ -140,13 +153,17 @@ def encode_broker(info: BrokerInfo) -> bytes:
 def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
     value = json.loads(data)
     host, port = value.get("host"), value.get("port", -1)
+    protocols = {str(k): str(v) for k, v in (value.get("listener_security_protocol_map") or {}).items()}
+    endpoints: dict[str, tuple[str, int]] = {}
     for ep in value.get("endpoints") or ():
-        proto, _, hostport = ep.partition("://")
-        if proto == "PLAINTEXT":
-            h, _, p = hostport.rpartition(":")
-            host, port = h.strip("[]"), int(p)
-            break
-    return BrokerInfo(broker_id, str(host), int(port), value.get("rack"))
+        name, _, hostport = ep.partition("://")
+        h, _, p = hostport.rpartition(":")
+        endpoints[name] = (h.strip("[]"), int(p))
+    # the inter-broker endpoint: the listener named PLAINTEXT, else the first whose protocol is PLAINTEXT
+    plain = [n for n in endpoints if n == "PLAINTEXT"] + [n for n in endpoints if protocols.get(n) == "PLAINTEXT"]
+    if plain:
+        host, port = endpoints[plain[0]]
+    return BrokerInfo(broker_id, str(host), int(port), value.get("rack"), endpoints, protocols)
 
 
 def encode_cluster_id(cluster_id: str) -> bytes:

@@ -77,6 +77,10 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),  # ZooKeeper mode only
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),  # v5 only adds is_cordoned (KIP-1066)
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.SASL_HANDSHAKE: (0, 1),  # on SASL listeners before authentication; elsewhere ILLEGAL_SASL_STATE
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 """What the broker advertises in ApiVersions (api_key -> (min, max))."""
 

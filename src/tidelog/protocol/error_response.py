@@ -28,7 +28,7 @@ _ARRAY_SOURCES: dict[str, tuple[str, ...]] = {
     "responses": ("topic_data", "topics", "topic_names", "resources"),
     "partition_responses": ("partition_data", "partitions"),
     "partitions": ("partitions", "partition_data", "partition_indexes"),
-    "results": ("resources", "topics", "groups_names", "groups"),
+    "results": ("resources", "topics", "groups_names", "groups", "users", "upsertions", "deletions"),
     "coordinators": ("coordinator_keys",),
     "groups": ("groups", "groups_names"),
     # transactions: AddPartitionsToTxn (v0-3 and the batched v4+), DescribeTransactions
@@ -42,6 +42,7 @@ _ARRAY_SOURCES: dict[str, tuple[str, ...]] = {
 # response scalar key -> request keys that carry the same identity
 _IDENTITY_SOURCES: dict[str, tuple[str, ...]] = {
     "name": ("name", "topic"),
+    "user": ("user", "name"),
     "topic": ("topic", "name"),
     "topic_id": ("topic_id",),
     "partition_index": ("partition_index", "partition", "index"),
@@ -111,11 +112,11 @@ def _is_error_code(f: FieldSpec) -> bool:
 
 
 def _array_source(f: FieldSpec, req_by_key: dict[str, FieldSpec], req: dict[str, Any]) -> FieldSpec | None:
-    for k in (f.key, *_ARRAY_SOURCES.get(f.key, ())):
-        src = req_by_key.get(k)
-        if src is not None and src.is_array and k in req:
-            return src
-    return None
+    """The request array whose entries the response array answers: the first candidate with entries, else the
+    first present (AlterUserScramCredentials names its users in two arrays, upsertions and deletions)."""
+    present = [req_by_key[k] for k in (f.key, *_ARRAY_SOURCES.get(f.key, ()))
+               if k in req_by_key and req_by_key[k].is_array and k in req]
+    return next((src for src in present if req.get(src.key)), present[0] if present else None)
 
 
 def _entry(f: FieldSpec, src: FieldSpec, elem: Any, version: int, code: int, message: str | None) -> dict[str, Any]:

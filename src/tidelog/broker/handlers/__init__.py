@@ -37,6 +37,10 @@ class RequestContext:
     client_id: str | None
     client_host: str = ""
     extra: Any = None
+    # the authenticated principal ("User:<name>", the mapped TLS subject, or "User:ANONYMOUS") and the listener
+    # the request arrived on: what an authorizer checks, and which endpoints Metadata advertises
+    principal: str = "User:ANONYMOUS"
+    listener: str = ""
 
 
 def handles(api_key: int, table: dict[int, Handler] = REGISTRY) -> Callable[[Handler], Handler]:

@@ -829,7 +829,8 @@ async def describe_cluster(ctx: RequestContext, request: dict) -> dict:
         return resp
     b = ctx.broker  # host/port are the advertised endpoint (the bound port when the listener asked for 0)
     rack = b.config.props.get("broker.rack")
-    resp["brokers"] = [{"broker_id": node, "host": b.host, "port": int(b.port), "rack": rack, "is_fenced": False}]
+    host, port = b.endpoint(ctx.listener)
+    resp["brokers"] = [{"broker_id": node, "host": host, "port": int(port), "rack": rack, "is_fenced": False}]
     if request.get("include_cluster_authorized_operations"):
         bits = 0
         for op in _ACL_OPS_CLUSTER:

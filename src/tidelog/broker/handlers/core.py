@@ -227,9 +227,10 @@ async def metadata(ctx: RequestContext, request: dict) -> dict:
                     continue
             out.append(_topic_metadata(broker, info, v, include_ops))
     rack = broker.config.props.get("broker.rack")
-    brokers = broker.metadata_brokers()
+    brokers = broker.metadata_brokers(ctx.listener)
     if brokers is None:
-        brokers = [{"node_id": broker.node_id, "host": broker.host, "port": broker.port, "rack": rack}]
+        host, port = broker.endpoint(ctx.listener)
+        brokers = [{"node_id": broker.node_id, "host": host, "port": port, "rack": rack}]
     return {
         "throttle_time_ms": 0,
         "brokers": brokers,

@@ -94,7 +94,7 @@ def _str(value: Any) -> str:
 async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, str | None, tuple[int, str, int]]:
     """(error, message, (node id, host, port)) for one coordinator key."""
     b = ctx.broker
-    here = (b.node_id, b.host, b.port)
+    here = (b.node_id, *b.endpoint(ctx.listener))
     nowhere = (-1, "", -1)
     coord = _coordinator(ctx)
     if key_type == 1:
@@ -108,7 +108,7 @@ async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, 
         err, node = await tc.find_coordinator(key)
         if err is not None or node is None:
             return code_of(err or "COORDINATOR_NOT_AVAILABLE"), "The coordinator is not available.", nowhere
-        return NONE, None, node
+        return NONE, None, b.node_endpoint(node, ctx.listener)
     if key_type != 0:
         return INVALID_REQUEST, f"Unknown coordinator key type {key_type}", nowhere
     if coord is None or not coord.active or b.stopping:
@@ -118,7 +118,7 @@ async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, 
     if coord.cluster:
         # ZooKeeper mode: the leader of the group's __consumer_offsets partition, wherever the request landed
         err, msg, node = await coord.find_coordinator(key)
-        return err, msg, node if node is not None else nowhere
+        return err, msg, b.node_endpoint(node, ctx.listener) if node is not None else nowhere
     try:
         coord.ensure_offsets_topic()
     except Exception as exc:
