@@ -25,12 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-try:  # PKCS12 key and trust stores only
-    from cryptography.hazmat.primitives import serialization as _ser
-    from cryptography.hazmat.primitives.serialization import pkcs12 as _pkcs12
-except ImportError:  # pragma: no cover - optional dependency
-    _pkcs12 = None
-    _ser = None
+from cryptography.hazmat.primitives import serialization as _ser
+from cryptography.hazmat.primitives.serialization import pkcs12 as _pkcs12
 
 
 class TlsConfigError(ValueError):
@@ -82,8 +78,6 @@ def _write_private(data: bytes, directory: str | None = None) -> str:
 
 
 def _pkcs12_load(path: str, password: str | None, name: str) -> tuple[Any, Any, list[Any]]:
-    if _pkcs12 is None:
-        raise TlsConfigError(name, "PKCS12 stores need the 'cryptography' package (pip install tidelog[security])")
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
