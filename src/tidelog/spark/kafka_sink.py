@@ -170,6 +170,7 @@ def write_batches(conf: Mapping[str, Any], topic_option: str | None, batches: It
 DEFAULT_PREFIX = "tidelog-spark-"
 MARKER_PARTITION = 0
 TXN_TIMEOUT_S = 60.0
+FENCE_TIMEOUT_S = 10.0
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # Spark's StreamExecution.BATCH_ID_KEY (a task's local property)
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # StreamExecution.QUERY_ID_KEY: the id kept in the checkpoint
 
@@ -335,14 +336,19 @@ def write_transactional(
 
 
 def fence(conf: Mapping[str, Any], transactional_ids: list[str]) -> None:
-    """Abort whatever transaction these ids left open (init_transactions bumps the epoch and aborts it)."""
+    """Abort whatever transaction these ids left open (init_transactions bumps the epoch and aborts it).
+
+    Best effort and bounded (``abort`` runs on the driver while Spark waits): when the broker does not answer,
+    the transactions are aborted by the next attempt's ``init_transactions`` or by ``transaction.timeout.ms``."""
     from confluent_kafka import KafkaException, Producer
 
     for tid in transactional_ids:
         try:
-            Producer({**conf, "transactional.id": tid}).init_transactions(TXN_TIMEOUT_S)
+            Producer({**conf, "transactional.id": tid}).init_transactions(FENCE_TIMEOUT_S)
         except KafkaException as exc:
-            log.warning("could not fence transactional id %s: %s", tid, exc)
+            log.warning("could not fence transactional id %s (%s); left to the next attempt or the transaction "
+                        "timeout", tid, exc)
+            return
 
 
 def _checkpoint_query_id(checkpoint: str | None) -> str | None:
