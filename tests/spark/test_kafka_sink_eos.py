@@ -24,6 +24,9 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from pyspark import cloudpickle as spark_cloudpickle
 
+from tidelog.spark.kafka_sink import EosOptions
+from tidelog.spark.options import OptionError
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # the fault-injecting data source is a module of the tests (not importable by the Python workers): by value
@@ -67,6 +70,25 @@ def marker(bootstrap: str, group: str, topic: str) -> int:
         [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])], require_stable=True)[group].result(30)
     (tp,) = res.topic_partitions
     return int(tp.offset)
+
+
+def test_exactly_once_options() -> None:
+    assert EosOptions.parse({"topic": "t"}, streaming=True) is None  # at-least-once stays the default
+    eos = EosOptions.parse({"exactlyOnce": "true", "topic": "t", "checkpointLocation": "/ck"}, streaming=True)
+    assert eos == EosOptions(prefix=None, marker_topic="t", checkpoint="/ck")  # prefix from the query id
+    batch = EosOptions.parse({"exactlyOnce": "true", "topic": "t"}, streaming=False)
+    assert batch is not None and batch.prefix is not None and batch.prefix.startswith("tidelog-spark-batch-")
+    fixed = EosOptions.parse({"exactlyOnce": "true", "topic": "t", "markerTopic": "m",
+                              "transactionalIdPrefix": "job"}, streaming=False)
+    assert fixed is not None and (fixed.prefix, fixed.marker_topic) == ("job", "m")
+    with pytest.raises(OptionError, match="'topic' or 'markerTopic'"):
+        EosOptions.parse({"exactlyOnce": "true"}, streaming=True)
+    with pytest.raises(OptionError, match=r"'transactional\.id' is not supported"):
+        EosOptions.parse({"exactlyOnce": "true", "topic": "t", "kafka.transactional.id": "x"}, streaming=True)
+    with pytest.raises(OptionError, match="must not be empty"):
+        EosOptions.parse({"exactlyOnce": "true", "topic": "t", "transactionalIdPrefix": " "}, streaming=True)
+    with pytest.raises(OptionError, match="true or false"):
+        EosOptions.parse({"exactlyOnce": "maybe", "topic": "t"}, streaming=True)
 
 
 # -- (a) a writer killed in the middle of its transaction; the retry fences it ---------------------------------

@@ -212,12 +212,11 @@ class EosOptions:
                 "exactlyOnce needs the option 'topic' or 'markerTopic': an existing topic under whose partition 0 "
                 "each task's transaction commits the batch id (as a consumer group offset)"
             )
-        for key in ("kafka.transactional.id", "kafka.enable.idempotence"):
-            if options.get(key) is not None:
-                raise OptionError(
-                    f"Kafka option '{key[len('kafka.'):]}' is not supported with exactlyOnce: the sink sets it "
-                    "(use 'transactionalIdPrefix')"
-                )
+        if options.get("kafka.transactional.id") is not None:
+            raise OptionError(
+                "Kafka option 'transactional.id' is not supported with exactlyOnce: every task sets its own "
+                "(<transactionalIdPrefix>-<partition>); use 'transactionalIdPrefix'"
+            )
         return cls(prefix=prefix, marker_topic=str(marker), checkpoint=options.get("checkpointLocation"))
 
 
