@@ -8,7 +8,7 @@ the environment of a user's shell (no virtualenv of this test run):
 2. every ``console`` block of README.md runs against it, in order (a ZooKeeper is started on the address the
    cluster block names; the brokers the blocks start are stopped with Ctrl-C at the end of the module);
 3. docs/SPARK.md's install command adds the ``spark`` extra, the README's Python example runs, and
-   examples/README.md's pipeline command runs;
+   examples/README.md's commands (pipeline, exactly_once, results_and_offsets) run;
 4. Ctrl-C stops the README's broker cleanly.
 
 The rules the documents are written to are in docrun.py. A separate test builds a wheel and runs it from an
@@ -122,9 +122,12 @@ def test_spark_docs_and_the_readme_python_example(session: Session) -> None:
         assert rows and int(rows[-1][0]) > 0 and int(rows[-1][1]) > 0, out[-2000:]
 
 
-def test_examples_pipeline(session: Session) -> None:
-    (cmd,) = [c for block in console_blocks(REPO / "examples" / "README.md") for c in block]
-    session.shell.run(cmd, timeout=900)
+def test_examples(session: Session) -> None:
+    cmds = [c for block in console_blocks(REPO / "examples" / "README.md") for c in block]
+    assert [c.text for c in cmds] == [f".venv/bin/python examples/{name}.py"
+                                      for name in ("pipeline", "exactly_once", "results_and_offsets")]
+    for cmd in cmds:
+        session.shell.run(cmd, timeout=900)
 
 
 def test_ctrl_c_stops_the_broker_cleanly(session: Session) -> None:

@@ -55,7 +55,7 @@ def spark() -> Iterator[Any]:
     from tidelog.spark import register
 
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,2]")  # a failed task is retried once
         .appName("tidelog-spark-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -124,3 +124,17 @@ class KafkaHelpers:
 @pytest.fixture(scope="session")
 def kt(spark_broker: Any) -> KafkaHelpers:
     return KafkaHelpers(str(spark_broker.bootstrap))
+
+
+@pytest.fixture()
+def own_broker(tmp_path: Path) -> Iterator[Any]:
+    """A ``tidelog serve`` of the test's own (a test that kills and restarts its broker uses this one)."""
+    b = BrokerProcess(tmp_path / "own-data")
+    b.start()
+    try:
+        yield b
+    finally:
+        try:
+            b.stop()
+        except Exception:
+            b.kill()

@@ -12,7 +12,8 @@ Usage::
 Formats:
 
 * ``tidelog``: source and sink over the Kafka protocol (batch and Structured Streaming); the options and the
-  schema of Spark's ``kafka`` format, plus ``commitOffsetsToGroup``.
+  schema of Spark's ``kafka`` format, plus ``commitOffsetsToGroup``; the sink is at-least-once, or exactly-once
+  with ``exactlyOnce=true`` (see :mod:`tidelog.spark.kafka_sink`).
 * ``tidelog-log``: batch source reading the segment files of tidelog or Apache Kafka data directories.
 
 The Python workers must run an interpreter that has tidelog installed (``spark.pyspark.python`` or the

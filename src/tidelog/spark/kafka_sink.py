@@ -2,16 +2,30 @@
 
 Columns, as in Spark's Kafka sink: ``value`` (required, string or binary), ``key`` (string or binary),
 ``headers`` (``array<struct<key:string,value:binary>>``), ``topic`` (string; the ``topic`` option wins) and
-``partition`` (int; null or absent = the producer's partitioner). Every task uses an idempotent
-confluent-kafka producer and flushes all of its records before it reports success, so a micro-batch commits
-only after the broker acknowledged every record. A failed delivery fails the task with the broker's error.
+``partition`` (int; null or absent = the producer's partitioner). A failed delivery fails the task with the
+broker's error.
 
-Delivery is **at-least-once**: a task retried by Spark, or a micro-batch replayed after a failure, writes its
-records again. Deduplicate on a unique key downstream if you need exactly-once results.
+Default, **at-least-once**: every task uses an idempotent confluent-kafka producer and flushes all of its
+records before it reports success, so a micro-batch commits only after the broker acknowledged every record; a
+task retried by Spark, or a micro-batch replayed after a failure, writes its records again.
+
+``exactlyOnce=true``: every task writes its partition of a (micro-)batch in one Kafka transaction with the
+transactional id ``<prefix>-<partition id>`` and commits, in the same transaction, the batch id as the offset of
+the consumer group of that same name on ``<markerTopic>``-0 (AddOffsetsToTxn + TxnOffsetCommit). A new attempt
+fences the earlier ones (``init_transactions``), then reads that offset (stable offsets only) and writes
+nothing when its partition of this batch id is already committed. The driver cannot commit a transaction a task
+opened (only the producer holding the epoch can, and librdkafka cannot resume another process's transaction), so
+the task commits it itself at the end of ``write``; the driver's ``abort`` fences the ids of failed tasks. The
+guarantee, its conditions and the failure windows are in docs/SPARK.md.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +33,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from tidelog.spark.options import OptionError, client_config
+from tidelog.spark.options import OptionError, client_config, parse_bool
+
+log = logging.getLogger("tidelog.spark.sink")
 
 FLUSH_TIMEOUT_S = 120.0
 
@@ -76,58 +92,72 @@ def producer_config(options: Mapping[str, str]) -> dict[str, Any]:
     return conf
 
 
-def write_batches(conf: Mapping[str, Any], topic_option: str | None, batches: Iterator[Any]) -> int:
-    """Produce every row of ``batches``; flush; raise on the first delivery error. Returns the row count."""
-    from confluent_kafka import Producer
-
-    errors: list[str] = []
-
+def _on_delivery(errors: list[str]) -> Any:
     def on_delivery(err: Any, msg: Any) -> None:
         if err is not None and not errors:
             errors.append(
                 f"Failed to send record to {msg.topic()}-{msg.partition()}: {err.str()} ({err.name()})"
             )
 
-    producer = Producer(dict(conf))
+    return on_delivery
+
+
+def produce_rows(producer: Any, topic_option: str | None, batches: Iterator[Any], errors: list[str]) -> int:
+    """Hand every row of ``batches`` to ``producer`` (no flush); raise on the first delivery error seen."""
+    on_delivery = _on_delivery(errors)
     count = 0
     produce = producer.produce
     poll = producer.poll
+    for batch in batches:
+        names = {n.lower(): i for i, n in enumerate(batch.schema.names)}
+        n = batch.num_rows
+        values = batch.column(names["value"]).to_pylist()
+        keys = batch.column(names["key"]).to_pylist() if "key" in names else [None] * n
+        if topic_option is not None:
+            topics = [topic_option] * n
+        else:
+            topics = batch.column(names["topic"]).to_pylist()
+        parts = batch.column(names["partition"]).to_pylist() if "partition" in names else None
+        hdrs = batch.column(names["headers"]).to_pylist() if "headers" in names else None
+        for i in range(n):
+            topic = topics[i]
+            if topic is None:
+                raise OptionError("Topic cannot be null (row has no topic and the topic option is not set)")
+            kwargs: dict[str, Any] = {"value": values[i], "key": keys[i], "on_delivery": on_delivery}
+            if parts is not None and parts[i] is not None:
+                kwargs["partition"] = parts[i]
+            if hdrs is not None and hdrs[i]:
+                kwargs["headers"] = [(h["key"], h["value"]) for h in hdrs[i]]
+            while True:
+                try:
+                    produce(topic, **kwargs)
+                    break
+                except BufferError:
+                    poll(0.05)  # local queue full: serve delivery reports, then retry
+            count += 1
+            if errors:
+                raise DeliveryError(errors[0])
+        poll(0)
+    return count
+
+
+def flush_or_raise(producer: Any, errors: list[str]) -> None:
+    remaining = producer.flush(FLUSH_TIMEOUT_S)
+    if errors:
+        raise DeliveryError(errors[0])
+    if remaining:
+        raise DeliveryError(f"{remaining} records were not delivered within {FLUSH_TIMEOUT_S:.0f}s")
+
+
+def write_batches(conf: Mapping[str, Any], topic_option: str | None, batches: Iterator[Any]) -> int:
+    """At-least-once: produce every row of ``batches``; flush; raise on the first delivery error."""
+    from confluent_kafka import Producer
+
+    errors: list[str] = []
+    producer = Producer(dict(conf))
     try:
-        for batch in batches:
-            names = {n.lower(): i for i, n in enumerate(batch.schema.names)}
-            n = batch.num_rows
-            values = batch.column(names["value"]).to_pylist()
-            keys = batch.column(names["key"]).to_pylist() if "key" in names else [None] * n
-            if topic_option is not None:
-                topics = [topic_option] * n
-            else:
-                topics = batch.column(names["topic"]).to_pylist()
-            parts = batch.column(names["partition"]).to_pylist() if "partition" in names else None
-            hdrs = batch.column(names["headers"]).to_pylist() if "headers" in names else None
-            for i in range(n):
-                topic = topics[i]
-                if topic is None:
-                    raise OptionError("Topic cannot be null (row has no topic and the topic option is not set)")
-                kwargs: dict[str, Any] = {"value": values[i], "key": keys[i], "on_delivery": on_delivery}
-                if parts is not None and parts[i] is not None:
-                    kwargs["partition"] = parts[i]
-                if hdrs is not None and hdrs[i]:
-                    kwargs["headers"] = [(h["key"], h["value"]) for h in hdrs[i]]
-                while True:
-                    try:
-                        produce(topic, **kwargs)
-                        break
-                    except BufferError:
-                        poll(0.05)  # local queue full: serve delivery reports, then retry
-                count += 1
-                if errors:
-                    raise DeliveryError(errors[0])
-            poll(0)
-        remaining = producer.flush(FLUSH_TIMEOUT_S)
-        if errors:
-            raise DeliveryError(errors[0])
-        if remaining:
-            raise DeliveryError(f"{remaining} records were not delivered within {FLUSH_TIMEOUT_S:.0f}s")
+        count = produce_rows(producer, topic_option, batches, errors)
+        flush_or_raise(producer, errors)
     finally:
         # make sure nothing is left in flight after a failure; delivery reports still reach ``errors``
         producer.purge()
@@ -135,33 +165,273 @@ def write_batches(conf: Mapping[str, Any], topic_option: str | None, batches: It
     return count
 
 
+# -- exactly-once: one Kafka transaction per task, the batch id committed inside it -----------------------------
+
+DEFAULT_PREFIX = "tidelog-spark-"
+MARKER_PARTITION = 0
+TXN_TIMEOUT_S = 60.0
+FENCE_TIMEOUT_S = 10.0
+BATCH_ID_PROPERTY = "streaming.sql.batchId"  # Spark's StreamExecution.BATCH_ID_KEY (a task's local property)
+QUERY_ID_PROPERTY = "sql.streaming.queryId"  # StreamExecution.QUERY_ID_KEY: the id kept in the checkpoint
+
+
+@dataclass
+class EosCommit(WriterCommitMessage):
+    """What an exactly-once task did: ``skipped`` = its partition of this batch id was already committed."""
+
+    transactional_id: str
+    batch_id: int
+    records: int
+    skipped: bool
+
+
+class ReusedPrefixError(RuntimeError):
+    """The marker of a transactional id is ahead of the batch being written (another query's prefix)."""
+
+
+@dataclass(frozen=True)
+class EosOptions:
+    prefix: str | None
+    """``transactionalIdPrefix``; None = ``tidelog-spark-<query id>`` (streaming) or one random id per write."""
+    marker_topic: str
+    checkpoint: str | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], streaming: bool) -> EosOptions | None:
+        if not parse_bool(options, "exactlyOnce", False):
+            return None
+        raw_prefix = options.get("transactionalIdPrefix")
+        prefix = raw_prefix.strip() if raw_prefix is not None else None
+        if raw_prefix is not None and not prefix:
+            raise OptionError("Option 'transactionalIdPrefix' must not be empty")
+        if prefix is None and not streaming:
+            prefix = f"{DEFAULT_PREFIX}batch-{uuid.uuid4().hex}"  # one write job; its task retries share it
+        marker = options.get("markerTopic") or options.get("topic")
+        if not marker:
+            raise OptionError(
+                "exactlyOnce needs the option 'topic' or 'markerTopic': an existing topic under whose partition 0 "
+                "each task's transaction commits the batch id (as a consumer group offset)"
+            )
+        if options.get("kafka.transactional.id") is not None:
+            raise OptionError(
+                "Kafka option 'transactional.id' is not supported with exactlyOnce: every task sets its own "
+                "(<transactionalIdPrefix>-<partition>); use 'transactionalIdPrefix'"
+            )
+        return cls(prefix=prefix, marker_topic=str(marker), checkpoint=options.get("checkpointLocation"))
+
+
+def task_identity(eos: EosOptions) -> tuple[str, int, int]:
+    """(transactional id, partition id, batch id) of the running task, from its TaskContext."""
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    if tc is None:
+        raise RuntimeError("the exactly-once sink must run inside a Spark task")
+    batch = tc.getLocalProperty(BATCH_ID_PROPERTY)
+    prefix = eos.prefix
+    if prefix is None:
+        query = tc.getLocalProperty(QUERY_ID_PROPERTY)
+        if not query:
+            raise RuntimeError("no streaming query id in the task's properties; set 'transactionalIdPrefix'")
+        prefix = DEFAULT_PREFIX + query
+    return f"{prefix}-{tc.partitionId()}", tc.partitionId(), int(batch) if batch is not None else 0
+
+
+def _group_offsets_client(conf: Mapping[str, Any]) -> dict[str, Any]:
+    keep = {k: v for k, v in conf.items() if not k.startswith(("transaction", "enable.idempotence", "acks",
+                                                               "linger", "batch.", "queue.buffering",
+                                                               "compression", "retries", "delivery"))}
+    return keep
+
+
+def read_marker(conf: Mapping[str, Any], group: str, topic: str) -> tuple[int, dict[str, Any]] | None:
+    """The batch id the group ``group`` committed for ``topic``-0 (stable offsets only), or None."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(_group_offsets_client(conf))
+    deadline = time.monotonic() + TXN_TIMEOUT_S
+    while True:
+        req = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, MARKER_PARTITION)])]
+        try:
+            res = admin.list_consumer_group_offsets(req, require_stable=True)[group].result(TXN_TIMEOUT_S)
+            (tp,) = res.topic_partitions
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            code = err.code() if isinstance(err, KafkaError) else None
+            if code == KafkaError.GROUP_ID_NOT_FOUND:
+                return None
+            # a transaction that wrote the marker is still completing, or the coordinator moves: try again
+            if (code in (KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                         KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE)
+                    or (isinstance(err, KafkaError) and err.retriable())) and time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            raise
+        if tp.offset < 0:
+            return None
+        try:
+            meta = json.loads(tp.metadata or "{}")
+        except ValueError:
+            meta = {}
+        return tp.offset, meta if isinstance(meta, dict) else {}
+
+
+def write_transactional(
+    conf: Mapping[str, Any], topic_option: str | None, eos: EosOptions, batches: Iterator[Any]
+) -> EosCommit:
+    """One task's partition of one (micro-)batch, in one Kafka transaction that also commits the batch id.
+
+    1. ``init_transactions`` with ``<prefix>-<partition>``: bumps the epoch, so any earlier attempt of this
+       partition (failed, speculative, on a lost executor, of an earlier batch) is fenced, and its open
+       transaction is aborted (or, if it was already committing, completed) before this returns;
+    2. read the batch id the group ``<prefix>-<partition>`` committed (stable offsets only): equal to this
+       batch id = this partition of this batch is already in the topic: write nothing;
+    3. otherwise produce every row, flush, commit the batch id as that group's offset of ``<markerTopic>``-0
+       inside the transaction (AddOffsetsToTxn + TxnOffsetCommit) and commit the transaction.
+    """
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    tid, partition, batch = task_identity(eos)
+    errors: list[str] = []
+    producer = Producer({**conf, "transactional.id": tid})
+    producer.init_transactions(TXN_TIMEOUT_S)
+    committed = read_marker(conf, tid, eos.marker_topic)
+    if committed is not None and committed[0] >= batch:
+        if committed[0] > batch:
+            # a zombie attempt of an older batch gets here too; for it the failure is harmless
+            raise ReusedPrefixError(
+                f"transactional id {tid!r} already committed batch {committed[0]} but this query is writing batch "
+                f"{batch}: the prefix belongs to another query (or the checkpoint was reset). Use a new "
+                "'transactionalIdPrefix'."
+            )
+        for _ in batches:  # already written by an earlier attempt: consume the input, write nothing
+            pass
+        return EosCommit(tid, batch, int(committed[1].get("records", 0)), skipped=True)
+    group = Consumer({**_group_offsets_client(conf), "group.id": tid, "enable.auto.commit": False})
+    try:
+        producer.begin_transaction()
+        try:
+            count = produce_rows(producer, topic_option, batches, errors)
+            flush_or_raise(producer, errors)
+            marker = json.dumps({"batch": batch, "records": count, "partition": partition})
+            producer.send_offsets_to_transaction(
+                [TopicPartition(eos.marker_topic, MARKER_PARTITION, batch, metadata=marker)],
+                group.consumer_group_metadata(), TXN_TIMEOUT_S,
+            )
+            producer.commit_transaction(TXN_TIMEOUT_S)
+        except BaseException:
+            try:
+                producer.purge()
+                producer.abort_transaction(10)
+            except KafkaException:
+                pass  # fenced or fatal: the next attempt's init_transactions (or the timeout) aborts it
+            raise
+    finally:
+        group.close()
+    return EosCommit(tid, batch, count, skipped=False)
+
+
+def fence(conf: Mapping[str, Any], transactional_ids: list[str]) -> None:
+    """Abort whatever transaction these ids left open (init_transactions bumps the epoch and aborts it).
+
+    Best effort and bounded (``abort`` runs on the driver while Spark waits): when the broker does not answer,
+    the transactions are aborted by the next attempt's ``init_transactions`` or by ``transaction.timeout.ms``."""
+    from confluent_kafka import KafkaException, Producer
+
+    for tid in transactional_ids:
+        try:
+            Producer({**conf, "transactional.id": tid}).init_transactions(FENCE_TIMEOUT_S)
+        except KafkaException as exc:
+            log.warning("could not fence transactional id %s (%s); left to the next attempt or the transaction "
+                        "timeout", tid, exc)
+            return
+
+
+def _checkpoint_query_id(checkpoint: str | None) -> str | None:
+    """Spark's query id from ``<checkpoint>/metadata`` when the checkpoint is a local path."""
+    if not checkpoint:
+        return None
+    path = checkpoint[len("file:"):] if checkpoint.startswith("file:") else checkpoint
+    if "://" in path:
+        return None
+    try:
+        with open(os.path.join(path, "metadata"), encoding="utf-8") as f:
+            return str(json.loads(f.readline())["id"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def abort_open_transactions(
+    conf: Mapping[str, Any], eos: EosOptions, messages: list[WriterCommitMessage | None]
+) -> None:
+    """Driver side of ``abort``: fence the transactional ids of the tasks that did not report success."""
+    missing = [i for i, m in enumerate(messages) if m is None]
+    if not missing:
+        return
+    prefix = eos.prefix
+    if prefix is None:
+        for m in messages:
+            if isinstance(m, EosCommit):
+                prefix = m.transactional_id.rsplit("-", 1)[0]
+                break
+    if prefix is None:
+        query = _checkpoint_query_id(eos.checkpoint)
+        prefix = DEFAULT_PREFIX + query if query else None
+    if prefix is None:
+        log.warning("exactly-once sink: cannot name the transactions to abort; they time out "
+                    "(transaction.timeout.ms) or are fenced by the next attempt")
+        return
+    fence(conf, [f"{prefix}-{i}" for i in missing])
+
+
+def eos_producer_config(options: Mapping[str, str]) -> dict[str, Any]:
+    conf = producer_config(options)
+    conf.pop("enable.idempotence", None)  # implied by transactional.id
+    return conf
+
+
 class KafkaSinkWriter(DataSourceArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.topic = options.get("topic")
         validate_schema(schema, self.topic)
-        self.conf = producer_config(options)
+        self.eos = EosOptions.parse(options, streaming=False)
+        self.conf = producer_config(options) if self.eos is None else eos_producer_config(options)
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        if self.eos is not None:
+            return write_transactional(self.conf, self.topic, self.eos, iterator)
         return SinkCommit(write_batches(self.conf, self.topic, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        pass
+        pass  # exactly-once: every task committed its own transaction (see the module docstring)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        pass
+        if self.eos is not None:
+            abort_open_transactions(self.conf, self.eos, messages)
 
 
 class KafkaSinkStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.topic = options.get("topic")
         validate_schema(schema, self.topic)
-        self.conf = producer_config(options)
+        self.eos = EosOptions.parse(options, streaming=True)
+        self.conf = producer_config(options) if self.eos is None else eos_producer_config(options)
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        if self.eos is not None:
+            return write_transactional(self.conf, self.topic, self.eos, iterator)
         return SinkCommit(write_batches(self.conf, self.topic, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass
+        if self.eos is not None:
+            written = sum(m.records for m in messages if isinstance(m, EosCommit) and not m.skipped)
+            skipped = [m.transactional_id for m in messages if isinstance(m, EosCommit) and m.skipped]
+            log.info("exactly-once sink: batch %d committed (%d records; already committed by an earlier "
+                     "attempt: %s)", batchId, written, skipped or "none")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass
+        if self.eos is not None:
+            abort_open_transactions(self.conf, self.eos, messages)
