@@ -148,6 +148,20 @@ def test_max_connections_blocks_accepting_except_on_the_inter_broker_listener(br
         c.close()
 
 
+def test_max_connections_applies_to_a_single_listener(broker_factory: Any) -> None:
+    b = broker_factory({"max.connections": 1})
+    first = RawClient(b.port)
+    assert _api_versions(first) == 0
+    waiting = RawClient(b.port, timeout=1)
+    waiting.send_request(API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+    with pytest.raises(TimeoutError):
+        waiting.response()
+    first.close()
+    waiting.sock.settimeout(10)
+    assert waiting.response()["error_code"] == 0
+    waiting.close()
+
+
 # ---------------------------------------------------------------------------------------------- idle with unsent
 
 

@@ -3,7 +3,7 @@
 ``max.connections`` (broker-wide)
     When that many connections are open, a listener stops accepting until one closes (Kafka's Acceptor waits
     for a connection slot): new connections wait in the kernel's accept backlog. The inter-broker listener is
-    exempt, as in Kafka; unlike Kafka, tidelog does not then close another listener's least recently used
+    exempt when the broker has other listeners, as in Kafka; unlike Kafka, tidelog does not then close another listener's least recently used
     connection to make room.
 
 ``max.connections.per.ip`` / ``max.connections.per.ip.overrides``

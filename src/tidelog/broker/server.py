@@ -811,8 +811,9 @@ class SocketServer:
         lsock = self._listen_sock
         broker = self.broker
         quotas = broker.connection_quotas
-        # the inter-broker listener is exempt from max.connections, as in Kafka
-        exempt = self.listener.name == broker.config.listener.name
+        # the inter-broker listener is exempt from max.connections when there are others (Kafka's
+        # ConnectionQuotas.protectedListener); a broker's only listener is not
+        exempt = self.listener.name == broker.config.listener.name and len(broker.config.listeners) > 1
         while not broker.stopping:
             if not exempt and quotas.total >= quotas.max_connections:
                 await quotas.wait_for_slot()  # Kafka's Acceptor: stop accepting until a connection closes
