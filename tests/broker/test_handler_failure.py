@@ -222,3 +222,24 @@ def test_confluent_consumer_sees_the_error_and_keeps_its_connection(live: _LiveB
         assert "hf2" in consumer.list_topics(timeout=10).topics
     finally:
         consumer.close()
+
+
+def test_the_error_message_carries_no_exception_text(live: _LiveBroker, failing: Any) -> None:
+    """Issue 16: the client gets Kafka's generic UNKNOWN_SERVER_ERROR message; the detail is only logged."""
+    failing(CREATE_TOPICS)
+    with RawClient(live.port) as c:
+        resp = c.request(CREATE_TOPICS, 5, {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 1,
+                                                        "assignments": [], "configs": []}],
+                                            "timeout_ms": 1000, "validate_only": False})
+    t = resp["topics"][0]
+    assert t["error_code"] == UNKNOWN_SERVER_ERROR
+    assert t["error_message"] == "The server experienced an unexpected error when processing the request."
+    assert "planted" not in t["error_message"] and "RuntimeError" not in t["error_message"]
+
+
+def test_error_of_an_unexpected_exception_hides_its_text() -> None:
+    from tidelog.broker.errors import error_of
+
+    code, message = error_of(KeyError("secret internal detail"))
+    assert code == UNKNOWN_SERVER_ERROR
+    assert "secret" not in message and "KeyError" not in message

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tidelog.broker.config import BrokerConfig
+from tidelog.broker.connection_limits import limits_from
 from tidelog.broker.fetch import ReadService
 from tidelog.broker.fetch_session import FetchSessionCache
 from tidelog.broker.group.coordinator import GroupCoordinator
@@ -121,6 +122,8 @@ class Broker:
         self.read_service = ReadService(self.leader_log, self.leader_epoch, self.purgatory, self.metrics)
         self.read_service.followers = rm.followers
         self.connections: set = set()
+        # max.connections, max.connections.per.ip(.overrides), queued.max.request.bytes (issue 16)
+        self.connection_quotas, self.request_memory = limits_from(config)
         self.socket_servers = [SocketServer(self, li, self.connections) for li in self.listeners]
         self.socket_server = next(s for s in self.socket_servers if s.listener.name == config.listener.name)
         # the transaction coordinator (KIP-98): state in __transaction_state, markers to partition leaders

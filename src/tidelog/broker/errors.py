@@ -38,6 +38,10 @@ class PartitionError(BrokerError):
         self.kafka_error = kafka_error
 
 
+# Kafka's Errors.UNKNOWN_SERVER_ERROR message: what a client is told of an unexpected failure (issue 16)
+UNKNOWN_SERVER_ERROR_MESSAGE = "The server experienced an unexpected error when processing the request."
+
+
 def is_client_error(exc: BaseException) -> bool:
     """Whether ``exc`` names the Kafka error to answer with (anything else is a bug)."""
     return isinstance(getattr(exc, "kafka_error", None), str)
@@ -63,8 +67,9 @@ def error_of(exc: BaseException) -> tuple[int, str]:
         log.error("storage error answered KAFKA_STORAGE_ERROR: %s", exc)
         return _KAFKA_STORAGE_ERROR, describe_os_error(exc)
     if err is None:
+        # the detail stays in the broker's log: a client gets Kafka's generic message, never exception text
         log.error("unexpected error mapped to UNKNOWN_SERVER_ERROR", exc_info=exc)
-        return _UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
+        return _UNKNOWN_SERVER_ERROR, UNKNOWN_SERVER_ERROR_MESSAGE
     message = getattr(exc, "message", None)
     if not isinstance(message, str):
         message = str(exc)

@@ -65,6 +65,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from tidelog.broker.connection_limits import SMALL_FRAME, TooManyConnections
+from tidelog.broker.errors import UNKNOWN_SERVER_ERROR_MESSAGE
 from tidelog.broker.handlers import RequestContext
 from tidelog.broker.handlers.core import api_versions_list
 from tidelog.broker.security.listeners import ListenerSettings
@@ -164,6 +166,8 @@ class Connection:
         self._frames = FrameDecoder(broker.config.socket_request_max_bytes)
         self.last_active = self._loop.time()
         self.busy = False  # a request is being processed or its response written
+        self.write_blocked_at: float | None = None  # loop time a write started waiting for the peer to read
+        self.reserved = 0  # bytes of the frame being read taken from broker.request_memory
         self.closed = False
         self.task: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -184,11 +188,14 @@ class Connection:
                 fut.set_result(None)
 
         add(self.fd, ready)
+        if writable:
+            self.write_blocked_at = self._loop.time()
         try:
             await fut
         finally:
             remove(self.fd)
             self._waiter = None
+            self.write_blocked_at = None
 
     def abort(self) -> None:
         """Wake a waiting read/write so the connection task notices it must close (idle reaper, shutdown)."""
@@ -230,8 +237,18 @@ class Connection:
                 return None
             if frame is not None:
                 return frame
+            pool = self.broker.request_memory
+            if pool.bounded:
+                # queued.max.request.bytes: read no further than the current frame; a large frame's size is
+                # taken from the pool once its prefix is in, and reading pauses while the pool is exhausted
+                size = frames.frame_size
+                if size is not None and size > SMALL_FRAME and not self.reserved:
+                    await self._reserve(size)
+                want = min(frames.missing, _MAX_READ)
+            else:
+                want = max(_READ_CHUNK, min(frames.missing, _MAX_READ))
             try:
-                await self._recv_more(max(_READ_CHUNK, min(frames.missing, _MAX_READ)))
+                await self._recv_more(want)
             except _ConnectionClosed:
                 if frames.in_frame:
                     size = frames.frame_size
@@ -243,6 +260,29 @@ class Connection:
                     log.info("connection closed mid-frame", extra={"kv": kv})
                     self.broker.metrics.record_close("truncated_frame")
                 return None
+
+    async def _reserve(self, size: int) -> None:
+        """Take ``size`` bytes from the request memory pool, waiting (not reading) until it has some."""
+        pool = self.broker.request_memory
+        paused = False
+        while not pool.try_allocate(size):
+            if self.closed:
+                raise _ConnectionClosed()
+            if not paused:
+                paused = True
+                log.debug("request memory exhausted; pausing reads", extra={"kv": {"peer": self.peer}})
+            fut = pool.waiter()
+            self._waiter = fut
+            try:
+                await fut
+            finally:
+                self._waiter = None
+        self.reserved = size
+
+    def release_memory(self) -> None:
+        if self.reserved:
+            self.broker.request_memory.release(self.reserved)
+            self.reserved = 0
 
     # -- writing -----------------------------------------------------------------------------------------------
 
@@ -310,6 +350,8 @@ class Connection:
                 self.busy = True
                 self.last_active = self._loop.time()
                 keep = await self.process(frame)
+                del frame
+                self.release_memory()
                 self.busy = False
                 self.last_active = self._loop.time()
                 if not keep or broker.stopping:
@@ -326,6 +368,7 @@ class Connection:
             broker.metrics.record_close("internal_error")
         finally:
             self.close()
+            self.release_memory()
             broker.metrics.connections.dec()
             broker.connections.discard(self)
 
@@ -563,8 +606,9 @@ class Connection:
             return False
         log.exception("handler failed; answering UNKNOWN_SERVER_ERROR", extra={"kv": kv})
         try:
+            # no exception text to the client (it is in the log above): Kafka's generic message
             response = error_response(api_key, header.api_version, body, UNKNOWN_SERVER_ERROR,
-                                      f"Unexpected error in the broker's {name} handler: {type(exc).__name__}")
+                                      UNKNOWN_SERVER_ERROR_MESSAGE)
             chunks = codec.encode_response(api_key, header.api_version, header.correlation_id, response)
         except Exception:
             log.exception("no error response could be built; closing connection", extra={"kv": kv})
@@ -766,7 +810,14 @@ class SocketServer:
         assert self._listen_sock is not None
         lsock = self._listen_sock
         broker = self.broker
+        quotas = broker.connection_quotas
+        # the inter-broker listener is exempt from max.connections when there are others (Kafka's
+        # ConnectionQuotas.protectedListener); a broker's only listener is not
+        exempt = self.listener.name == broker.config.listener.name and len(broker.config.listeners) > 1
         while not broker.stopping:
+            if not exempt and quotas.total >= quotas.max_connections:
+                await quotas.wait_for_slot()  # Kafka's Acceptor: stop accepting until a connection closes
+                continue
             try:
                 sock, addr = await loop.sock_accept(lsock)
             except asyncio.CancelledError:
@@ -777,6 +828,15 @@ class SocketServer:
                 log.warning("accept failed", extra={"kv": {"error": repr(exc)}})
                 if exc.errno in (errno.EMFILE, errno.ENFILE):
                     await asyncio.sleep(0.1)  # out of descriptors: back off instead of spinning
+                continue
+            ip = str(addr[0])
+            try:
+                quotas.inc(ip)
+            except TooManyConnections as exc:
+                log.info(str(exc), extra={"kv": {"peer": f"{ip}:{addr[1]}", "listener": self.listener.name}})
+                broker.metrics.record_close("too_many_connections_per_ip")
+                with contextlib.suppress(OSError):
+                    sock.close()
                 continue
             sock.setblocking(False)
             with contextlib.suppress(OSError):
@@ -791,6 +851,7 @@ class SocketServer:
             conn = self._conn_class(broker, sock, peer, self.listener)
             self.connections.add(conn)
             conn.task = loop.create_task(conn.run())
+            conn.task.add_done_callback(lambda _t, ip=ip: quotas.dec(ip))
 
     async def _idle_reaper(self) -> None:
         """Close connections idle longer than ``connections.max.idle.ms`` (Kafka's Selector does the same)."""
@@ -809,6 +870,15 @@ class SocketServer:
                 if not conn.busy and now - conn.last_active > idle_s:
                     log.info("closing idle connection", extra={"kv": {"peer": conn.peer}})
                     broker.metrics.record_close("idle")
+                    conn.abort()
+                    continue
+                blocked = conn.write_blocked_at
+                if blocked is not None and now - blocked > idle_s:
+                    # a response the peer has not read for that long (a client that never reads its Fetch
+                    # answers): close, which drops the response and the file regions it holds, as Kafka's
+                    # Selector expires a channel idle with a send pending
+                    log.info("closing idle connection with an unsent response", extra={"kv": {"peer": conn.peer}})
+                    broker.metrics.record_close("idle_unsent_response")
                     conn.abort()
 
     async def stop_accepting(self) -> None:

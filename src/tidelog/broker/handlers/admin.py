@@ -39,7 +39,7 @@ from typing import Any
 from tidelog.broker import config as bc
 from tidelog.broker.errors import error_of, is_client_error
 from tidelog.broker.handlers import RequestContext, handles, topic_change
-from tidelog.broker.topics import ConfigEntry
+from tidelog.broker.topics import INTERNAL_TOPICS, ConfigEntry
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
 from tidelog.storage import config as sc
@@ -506,6 +506,11 @@ async def _delete_one(
             return error_code("UNKNOWN_TOPIC_ID"), f"Topic id {topic_id} does not exist."
         name = info.name
         resp["name"] = name
+    if name in INTERNAL_TOPICS:
+        # Kafka's brokers leave this to kafka-topics.sh (same message); tidelog refuses it server-side for every
+        # client: the coordinators' state would be lost (issue 16; docs/ARCHITECTURE.md "Internal topics")
+        return error_code("INVALID_TOPIC_EXCEPTION"), (
+            f"Topic {name} is a kafka internal topic and is not allowed to be marked for deletion.")
     try:
         info = await topic_change(topics.delete_topic, name)  # off the loop (files, checkpoints)
     except Exception as exc:
@@ -611,6 +616,10 @@ async def delete_records(ctx: RequestContext, request: dict) -> dict:
             parts_out.append(res)
             if info is None or not 0 <= index < int(info.num_partitions):
                 res["error_code"] = error_code("UNKNOWN_TOPIC_OR_PARTITION")
+                continue
+            if name in INTERNAL_TOPICS:
+                # Kafka's ReplicaManager.deleteRecordsOnLocalLog: InvalidTopicException for internal topics
+                res["error_code"] = error_code("INVALID_TOPIC_EXCEPTION")
                 continue
             try:
                 plog = topics.get_log(name, index)
