@@ -133,7 +133,14 @@ def test_when_raw_is_used(spark: Any, kt: Any) -> None:
     assert not raw_fetch_allowed(ok, True, "raw")
     assert not raw_fetch_allowed(ok, False, "librdkafka")
     assert raw_fetch_allowed({**ok, "security.protocol": "PLAINTEXT"}, False, "raw")
+    # TLS and SASL PLAIN/SCRAM are spoken by the raw path too; a mechanism it lacks (Kafka's default, GSSAPI)
+    # goes to librdkafka
+    assert raw_fetch_allowed({**ok, "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                              "sasl.username": "u", "sasl.password": "p"}, False, "raw")
+    assert raw_fetch_allowed({**ok, "security.protocol": "SSL"}, False, "raw")
     assert not raw_fetch_allowed({**ok, "security.protocol": "SASL_SSL"}, False, "raw")
+    assert not raw_fetch_allowed({**ok, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER"},
+                                 False, "raw")
     # both isolation levels read raw (read_committed: isolation level 1 and the aborted transactions)
     assert raw_fetch_allowed({**ok, "isolation.level": "read_committed"}, False, "raw")
     topic = kt.new_topic(1)

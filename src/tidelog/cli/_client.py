@@ -1,15 +1,18 @@
 """Shared helpers for the client CLIs (``tidelog topics|produce|consume``).
 
 These commands speak the Kafka protocol through confluent-kafka (librdkafka), so they work against any Kafka
-broker, not only tidelog. Nothing here imports the broker.
+broker, not only tidelog. ``tidelog cluster`` and ``tidelog transactions`` speak it through tidelog's own client
+(:class:`tidelog.cluster.peer.Peer`, :func:`peer_request`), with the same ``--command-config``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
 import socket
+import ssl
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
@@ -17,6 +20,14 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from tidelog.broker.security.client import (
+    ClientConfigError,
+    ClientSecurity,
+    SaslClientError,
+    client_security,
+    librdkafka_config,
+)
+from tidelog.cluster.peer import Peer
 from tidelog.storage.checkpoints import parse_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -35,14 +46,7 @@ def bootstrap_option(fn: F) -> F:
         metavar="KEY=VALUE",
         help="Extra client property passed to librdkafka (repeatable), e.g. -X debug=broker.",
     )(fn)
-    fn = click.option(
-        "--command-config",
-        type=click.Path(exists=True, dir_okay=False),
-        expose_value=False,
-        is_eager=True,
-        callback=_remember_command_config,
-        help="A Kafka client properties file (security.protocol, sasl.*, ssl.*), as Kafka's tools take it.",
-    )(fn)
+    fn = command_config_option(fn)
     fn = click.option(
         "--bootstrap-server",
         "-b",
@@ -56,7 +60,20 @@ def bootstrap_option(fn: F) -> F:
     return fn
 
 
+def command_config_option(fn: F) -> F:
+    """``--command-config client.properties`` (Kafka's tools' flag), kept in the click context's meta."""
+    return click.option(
+        "--command-config",
+        type=click.Path(exists=True, dir_okay=False),
+        expose_value=False,
+        is_eager=True,
+        callback=_remember_command_config,
+        help="A Kafka client properties file (security.protocol, sasl.*, ssl.*), as Kafka's tools take it.",
+    )(fn)
+
+
 _COMMAND_CONFIG = "tidelog.command_config"
+_PEER_SECURITY = "tidelog.peer_security"
 
 
 def _remember_command_config(ctx: click.Context, param: Any, value: str | None) -> None:
@@ -64,12 +81,47 @@ def _remember_command_config(ctx: click.Context, param: Any, value: str | None) 
         ctx.meta[_COMMAND_CONFIG] = value
 
 
-# Java client settings librdkafka does not take under the same name (or at all)
-_JAVA_ONLY = frozenset({"ssl.truststore.type", "ssl.keystore.type", "ssl.truststore.password", "ssl.protocol",
-                        "ssl.enabled.protocols", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
-                        "sasl.login.class", "sasl.client.callback.handler.class"})
-_JAAS_USER = re.compile(r'\busername\s*=\s*"((?:\\.|[^"\\])*)"')
-_JAAS_PASSWORD = re.compile(r'\bpassword\s*=\s*"((?:\\.|[^"\\])*)"')
+def _read_command_config(path: str) -> dict[str, str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return parse_properties(f.read())
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc}", param_hint="--command-config") from None
+
+
+def peer_security() -> ClientSecurity | None:
+    """TLS and SASL for tidelog's own client connections, from ``--command-config`` (None: PLAINTEXT). Made
+    once per command (the trust store is read once)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return None
+    if _PEER_SECURITY not in ctx.meta:
+        path = ctx.meta.get(_COMMAND_CONFIG)
+        try:
+            ctx.meta[_PEER_SECURITY] = client_security(_read_command_config(path)) if path else None
+        except ClientConfigError as exc:
+            raise click.BadParameter(f"{path}: {exc}", param_hint="--command-config") from None
+    return ctx.meta[_PEER_SECURITY]
+
+
+def make_peer(host: str, port: int) -> Peer:
+    return Peer(host, port, "tidelog-cli", peer_security())
+
+
+async def peer_request(host: str, port: int, api_key: int, version: int, body: dict, timeout: float) -> dict:
+    """One request on a fresh connection to ``host:port`` (TLS/SASL from ``--command-config``). A refused
+    login or a failed TLS handshake ends the command with one line: retrying elsewhere would not help."""
+    peer = make_peer(host, port)
+    try:
+        return await peer.request(api_key, version, body, timeout)
+    except SaslClientError as exc:
+        fail(f"{host}:{port}: {exc}")
+    except ssl.SSLError as exc:
+        fail(f"{host}:{port}: TLS handshake failed: {exc.reason or exc}")
+    except asyncio.IncompleteReadError:  # an EOFError, which click would turn into a bare "Aborted!"
+        raise ConnectionError(f"{host}:{port} closed the connection") from None
+    finally:
+        peer.close()
 
 
 def command_config_properties(path: str) -> dict[str, str]:
@@ -78,37 +130,9 @@ def command_config_properties(path: str) -> dict[str, str]:
     ``ssl.certificate.location`` + ``ssl.key.location``; a PKCS12 key store stays ``ssl.keystore.*``;
     ``ssl.endpoint.identification.algorithm=`` (empty) becomes ``none``; Java-only settings are dropped."""
     try:
-        with open(path, encoding="utf-8") as f:
-            props = parse_properties(f.read())
-    except (OSError, ValueError) as exc:
-        raise click.BadParameter(f"cannot read {path}: {exc}", param_hint="--command-config") from None
-    out: dict[str, str] = {}
-    truststore_type = props.get("ssl.truststore.type", "JKS").upper()
-    keystore_type = props.get("ssl.keystore.type", "JKS").upper()
-    for key, value in props.items():
-        if key in _JAVA_ONLY:
-            continue
-        if key == "sasl.jaas.config":
-            user, password = _JAAS_USER.search(value), _JAAS_PASSWORD.search(value)
-            if user:
-                out["sasl.username"] = user.group(1)
-            if password:
-                out["sasl.password"] = password.group(1)
-        elif key == "ssl.truststore.location":
-            if truststore_type != "PEM":
-                raise click.BadParameter(f"ssl.truststore.type={truststore_type}: librdkafka reads PEM trust "
-                                         "stores only (ssl.truststore.type=PEM)", param_hint="--command-config")
-            out["ssl.ca.location"] = value
-        elif key == "ssl.keystore.location" and keystore_type == "PEM":
-            out["ssl.certificate.location"] = value
-            out["ssl.key.location"] = value
-        elif key == "ssl.key.password" and keystore_type == "PEM":
-            out["ssl.key.password"] = value
-        elif key == "ssl.endpoint.identification.algorithm":
-            out[key] = value or "none"
-        else:
-            out[key] = value
-    return out
+        return librdkafka_config(_read_command_config(path))
+    except ClientConfigError as exc:
+        raise click.BadParameter(f"{path}: {exc}", param_hint="--command-config") from None
 
 
 def parse_key_values(items: Iterable[str], what: str) -> list[tuple[str, str]]:

@@ -12,9 +12,9 @@ from typing import Any
 
 import click
 
-from tidelog.cli._client import fail
+from tidelog.cli._client import command_config_option, fail, peer_request
 from tidelog.cluster import zkdata as zd
-from tidelog.cluster.peer import Peer
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 
 
@@ -185,28 +185,31 @@ async def _controller_request(bootstrap: str, api_key: int, version: int, body: 
     for _attempt in range(5):
         for hp in hosts:
             host, _, port = hp.rpartition(":")
-            peer = Peer(host.strip("[]"), int(port), "tidelog-cli")
             try:
-                md = await peer.request(METADATA, 12, {"topics": [], "allow_auto_topic_creation": False,
-                                                       "include_topic_authorized_operations": False}, timeout)
+                md = await peer_request(host.strip("[]"), int(port), METADATA, 12,
+                                        {"topics": [], "allow_auto_topic_creation": False,
+                                         "include_topic_authorized_operations": False}, timeout)
             except (OSError, TimeoutError) as exc:
                 last = exc
                 continue
-            finally:
-                peer.close()
             nodes = {b["node_id"]: b for b in md["brokers"]}
             ctl = nodes.get(md["controller_id"])
             if ctl is None:
                 last = RuntimeError("no controller in the cluster metadata")
                 continue
-            peer = Peer(ctl["host"], ctl["port"], "tidelog-cli")
             try:
-                resp = await peer.request(api_key, version, body, timeout)
+                # a broker without the API (single-node mode) would close the connection: ask first, as Kafka's
+                # admin client knows from ApiVersions
+                versions = await peer_request(ctl["host"], ctl["port"], ApiKey.API_VERSIONS, 3,
+                                              {"client_software_name": "tidelog-cli",
+                                               "client_software_version": "1"}, timeout)
+                if versions["error_code"] == 0 and api_key not in {k["api_key"] for k in versions["api_keys"]}:
+                    fail(f"the controller {ctl['host']}:{ctl['port']} does not support {ApiKey(api_key).name} "
+                         "(a single-node broker has no partition reassignment)")
+                resp = await peer_request(ctl["host"], ctl["port"], api_key, version, body, timeout)
             except (OSError, TimeoutError) as exc:
                 last = exc
                 continue
-            finally:
-                peer.close()
             if resp.get("error_code") == 41:  # NOT_CONTROLLER: the controller moved; ask again
                 last = RuntimeError("NOT_CONTROLLER")
                 continue
@@ -216,13 +219,10 @@ async def _controller_request(bootstrap: str, api_key: int, version: int, body: 
 
 async def _replicas_of(bootstrap: str, topics: list[str], timeout: float) -> dict[tuple[str, int], list[int]]:
     host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
-    peer = Peer(host.strip("[]"), int(port), "tidelog-cli")
-    try:
-        md = await peer.request(METADATA, 12, {"topics": [{"name": t, "topic_id": uuid.UUID(int=0)} for t in topics],
-                                               "allow_auto_topic_creation": False,
-                                               "include_topic_authorized_operations": False}, timeout)
-    finally:
-        peer.close()
+    md = await peer_request(host.strip("[]"), int(port), METADATA, 12,
+                            {"topics": [{"name": t, "topic_id": uuid.UUID(int=0)} for t in topics],
+                             "allow_auto_topic_creation": False, "include_topic_authorized_operations": False},
+                            timeout)
     return {(t["name"], p["partition_index"]): list(p["replica_nodes"]) for t in md["topics"]
             for p in t["partitions"]}
 
@@ -269,6 +269,7 @@ def _names(tps: Any) -> str:
 @cluster.command("reassign")
 @click.option("--bootstrap-server", "-b", "bootstrap", envvar="TIDELOG_BOOTSTRAP", default="127.0.0.1:9092",
               show_default=True, help="Broker(s) to ask for the controller, host:port[,host:port...].")
+@command_config_option
 @click.option("--reassignment-json-file", "json_file", default=None,
               help='{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2,3]}]}')
 @click.option("--execute", "mode", flag_value="execute", help="start the reassignment in the JSON file")

@@ -23,8 +23,7 @@ import uuid
 
 import click
 
-from tidelog.cli._client import bootstrap_option, fail, print_table
-from tidelog.cluster.peer import Peer
+from tidelog.cli._client import bootstrap_option, fail, peer_request, print_table
 from tidelog.protocol.errors import error_for_code
 
 METADATA, FIND_COORDINATOR, WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS = 3, 10, 27, 61
@@ -41,11 +40,7 @@ def _host_port(hp: str) -> tuple[str, int]:
 
 
 async def _request(host: str, port: int, api_key: int, version: int, body: dict, timeout: float) -> dict:
-    peer = Peer(host, port, "tidelog-cli")
-    try:
-        return await peer.request(api_key, version, body, timeout)
-    finally:
-        peer.close()
+    return await peer_request(host, port, api_key, version, body, timeout)
 
 
 async def _metadata(bootstrap: str, topics: list[str] | None, timeout: float) -> dict:

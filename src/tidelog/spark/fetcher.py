@@ -14,7 +14,12 @@ stable offset with the aborted transactions of the range; the batches of aborted
 Kafka's consumer drops them (``CompletedFetch``): per producer id, from each aborted transaction's first offset
 until that producer's ABORT marker. The offsets skipped (aborted data, markers) are gaps, not data loss.
 
-Only for PLAINTEXT connections without headers; :func:`raw_fetch_allowed` decides.
+Security: the connections speak TLS and SASL (PLAIN, SCRAM-SHA-256/512) from the same ``kafka.*`` options the
+librdkafka path takes (``security.protocol``, ``sasl.mechanism``, ``sasl.username``/``sasl.password`` or
+``sasl.jaas.config``, ``ssl.ca.location``, ``ssl.certificate.location``/``ssl.key.location``,
+``ssl.keystore.location`` (PKCS12), ``ssl.endpoint.identification.algorithm``), through
+:mod:`tidelog.broker.security.client`. Records with headers, or a security setting this client cannot honour
+(another SASL mechanism, say), go through confluent-kafka instead: :func:`raw_fetch_allowed` decides.
 """
 
 from __future__ import annotations
@@ -25,6 +30,12 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from tidelog.broker.security.client import (
+    ClientConfigError,
+    ClientSecurity,
+    authenticate_blocking,
+    client_security,
+)
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 from tidelog.protocol.exceptions import CorrelationIdMismatchError
@@ -92,15 +103,17 @@ def raw_fetch_allowed(client: Mapping[str, str], include_headers: bool, fetch_cl
     """Whether an executor may read with :func:`read_range_raw` instead of confluent-kafka."""
     if fetch_client != "raw" or include_headers:
         return False
-    proto = (_conf(client, "security.protocol") or "plaintext").strip().lower()
-    return proto == "plaintext"
+    try:
+        client_security(client)
+    except ClientConfigError:
+        return False  # e.g. GSSAPI or OAUTHBEARER: librdkafka may know how
+    return True
 
 
 def _split_hostport(s: str) -> tuple[str, int]:
     s = s.strip()
-    for prefix in ("plaintext://", "PLAINTEXT://"):
-        if s.startswith(prefix):
-            s = s[len(prefix):]
+    if "://" in s:  # PLAINTEXT://host:port, SASL_SSL://host:port
+        s = s.split("://", 1)[1]
     host, _, port = s.rpartition(":")
     return host.strip("[]") or "localhost", int(port or 9092)
 
@@ -108,7 +121,7 @@ def _split_hostport(s: str) -> tuple[str, int]:
 class Connection:
     """One blocking connection to one broker with versions negotiated by ApiVersions."""
 
-    def __init__(self, host: str, port: int, timeout_s: float) -> None:
+    def __init__(self, host: str, port: int, timeout_s: float, security: ClientSecurity | None = None) -> None:
         self.timeout_s = timeout_s
         self.sock = socket.create_connection((host, port), timeout=timeout_s)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -119,6 +132,8 @@ class Connection:
         self._conn = ClientConnection(CLIENT_ID)
         self.versions: dict[int, tuple[int, int]] = {}
         try:
+            if security is not None and security.ssl_context is not None:
+                self.sock = security.ssl_context.wrap_socket(self.sock, server_hostname=host)
             body = self.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "tidelog-spark",
                                                          "client_software_version": "1"})
             if body["error_code"] != NONE:
@@ -126,6 +141,8 @@ class Connection:
             if body["error_code"] != NONE:
                 raise KafkaFetchError(body["error_code"], f"ApiVersions to {host}:{port}")
             self.versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
+            if security is not None and security.mechanism is not None:
+                authenticate_blocking(self.request, security)
         except BaseException:
             self.close()
             raise
@@ -192,6 +209,7 @@ class PartitionFetcher:
         self.partition_max_bytes = int(pmb) if pmb else PARTITION_MAX_BYTES
         self.check_crcs = (_conf(client, "check.crcs") or "false").strip().lower() == "true"
         self.isolation_level = 1 if read_committed else 0
+        self.security = client_security(client)
 
     def close(self) -> None:
         if self.conn is not None:
@@ -203,7 +221,7 @@ class PartitionFetcher:
         last: Exception | None = None
         for host, port in self.bootstrap:
             try:
-                c = Connection(host, port, self.timeout_s)
+                c = Connection(host, port, self.timeout_s, self.security)
             except OSError as exc:
                 last = exc
                 continue
@@ -242,7 +260,7 @@ class PartitionFetcher:
         while True:
             try:
                 host, port = self._leader()
-                self.conn = Connection(host, port, self.timeout_s)
+                self.conn = Connection(host, port, self.timeout_s, self.security)
                 self.fetch_version = self.conn.version(ApiKey.FETCH, MAX_FETCH_VERSION)
                 if self.isolation_level and self.fetch_version < MIN_READ_COMMITTED_FETCH_VERSION:
                     raise KafkaFetchError(35, f"read_committed needs Fetch v{MIN_READ_COMMITTED_FETCH_VERSION}+, "

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidelog.broker.security.client import ClientConfigError, librdkafka_config
+
 TopicPartition = tuple[str, int]
 
 EARLIEST = -2
@@ -220,7 +222,11 @@ def parse_subscription(options: Mapping[str, str], required: bool = True) -> Sub
 
 
 def client_config(options: Mapping[str, str], *, refuse: bool = True) -> dict[str, str]:
-    """The ``kafka.*`` options without the prefix, for librdkafka; ``kafka.bootstrap.servers`` is required."""
+    """The ``kafka.*`` options without the prefix, for librdkafka; ``kafka.bootstrap.servers`` is required.
+    Security settings may be the Java client's, as a job for Spark's Kafka connector has them
+    (``kafka.sasl.jaas.config``, ``kafka.ssl.truststore.location`` with ``ssl.truststore.type=PEM``,
+    ``kafka.ssl.keystore.*``): they become librdkafka's (``sasl.username``/``sasl.password``,
+    ``ssl.ca.location``, ...) as ``--command-config`` does; librdkafka's own names pass unchanged."""
     conf: dict[str, str] = {}
     for key, value in options.items():
         if not key.lower().startswith("kafka."):
@@ -234,7 +240,10 @@ def client_config(options: Mapping[str, str], *, refuse: bool = True) -> dict[st
         conf[low if low == "bootstrap.servers" else name] = str(value)
     if not conf.get("bootstrap.servers"):
         raise OptionError("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer")
-    return conf
+    try:
+        return librdkafka_config(conf)
+    except ClientConfigError as exc:
+        raise OptionError(f"Kafka option: {exc}") from None
 
 
 @dataclass(frozen=True)
