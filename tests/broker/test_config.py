@@ -87,6 +87,18 @@ def test_unknown_keys_warn_but_do_not_fail(caplog: pytest.LogCaptureFixture) -> 
     assert "zookeeper.connect" not in caplog.text  # known (ignored) Kafka key
 
 
+def test_replication_factor_warning_only_for_a_single_node(caplog: pytest.LogCaptureFixture) -> None:
+    """default.replication.factor > 1 cannot be met by a broker without ZooKeeper (it says so); in ZooKeeper mode
+    it is the cluster's ordinary setting and nothing is logged."""
+    with caplog.at_level(logging.WARNING, logger="tidelog.broker.config"):
+        BrokerConfig.from_properties({"default.replication.factor": "3"})
+    assert "this broker runs alone" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tidelog.broker.config"):
+        BrokerConfig.from_properties({"default.replication.factor": "3", "zookeeper.connect": "x:2181"})
+    assert "runs alone" not in caplog.text
+
+
 @pytest.mark.parametrize(
     ("key", "value", "fragment"),
     [

@@ -488,7 +488,7 @@ class BrokerConfig:
             raise ConfigException("node.id", self.props["node.id"], "differs from broker.id")
         if self.node_id < 0:
             raise ConfigException("broker.id", self.values["broker.id"], "automatic broker ids are not supported")
-        if self.values["default.replication.factor"] > 1:
+        if self.values["default.replication.factor"] > 1 and not self.values.get("zookeeper.connect"):
             log.warning(
                 "default.replication.factor=%s: this broker runs alone, topics with RF>1 cannot be created",
                 self.values["default.replication.factor"],
