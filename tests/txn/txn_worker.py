@@ -10,10 +10,10 @@
         group's committed offsets are (read with require_stable: a read_committed consumer's committed()),
         prints {"event": "resumed", "offsets": ...} and, after every commit, {"event": "committed", ...}; a
         transaction failing with an abortable error is aborted and the copy goes on from the committed offsets
-        ({"event": "aborted", "offsets": ...}); a fatal error ends it ({"event": "fatal"}).
+        ({"event": "aborted", "offsets": ...}); a fatal error is reported ({"event": "fatal", "error": name}) and a new producer takes over.
         PAUSE_MS between transactions spreads the copy over time so the test's kills land inside it.
 
-Every line on stdout is one JSON object; the process never exits by itself except on a fatal error.
+Every line on stdout is one JSON object; the process never exits by itself.
 """
 
 from __future__ import annotations
@@ -56,9 +56,13 @@ def retrying(call: Callable[[], object]) -> None:
 
 
 def copier(bootstrap: str, src: str, dst: str, group: str, tid: str, batch: int, pause_ms: int) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "transaction.timeout.ms": 10000,
-                  "linger.ms": 2})
-    p.init_transactions(60)  # fences an earlier instance and aborts what it left open
+    def new_producer() -> Producer:
+        p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "transaction.timeout.ms": 10000,
+                      "linger.ms": 2})
+        p.init_transactions(60)  # fences an earlier instance and aborts what it left open
+        return p
+
+    p = new_producer()
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed",
                   "enable.auto.commit": False, "fetch.wait.max.ms": 50})
     meta = c.list_topics(src, timeout=10).topics[src]
@@ -81,14 +85,19 @@ def copier(bootstrap: str, src: str, dst: str, group: str, tid: str, batch: int,
             for m in msgs:
                 p.produce(dst, key=m.key(), value=m.value(), partition=m.partition())
             positions = c.position(c.assignment())
-            retrying(lambda pos=positions: p.send_offsets_to_transaction(pos, c.consumer_group_metadata(), 60))
-            retrying(lambda: p.commit_transaction(60))
+            retrying(lambda p=p, pos=positions: p.send_offsets_to_transaction(pos, c.consumer_group_metadata(), 60))
+            retrying(lambda p=p: p.commit_transaction(60))
         except KafkaException as exc:
             err = exc.args[0]
             if not err.txn_requires_abort():
-                emit(event="fatal", error=str(err))
-                raise
-            retrying(lambda: p.abort_transaction(60))  # e.g. a broker went away mid-transaction: abort, read again
+                # a fatal error: as librdkafka asks of an application, this producer is dropped and a new one with
+                # the same transactional id fences it and resumes from the committed offsets (the test decides
+                # which fatal errors it accepts)
+                emit(event="fatal", error=err.name())
+                p = new_producer()
+                rewind("resumed")
+                continue
+            retrying(lambda p=p: p.abort_transaction(60))  # e.g. a broker went away mid-transaction: abort, read again
             rewind("aborted")
             continue
         emit(event="committed", offsets={str(tp.partition): tp.offset for tp in positions})

@@ -106,6 +106,11 @@ def consumer(bootstrap: str, isolation: str, **conf: Any) -> Consumer:
 Rec = tuple[str, int, int, bytes | None, bytes | None]  # topic, partition, offset, key, value
 
 
+# leadership moving (a broker just killed or restarted in a cluster test): not an answer yet, ask / poll again
+_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT,
+                     KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN})
+
+
 def read_to_end(bootstrap: str, tps: Iterable[tuple[str, int]], isolation: str, timeout: float = 20.0) -> list[Rec]:
     """Every record a consumer with ``isolation`` reads from the beginning of each partition until it reports the
     end of every one (librdkafka's partition EOF: the high watermark, or the LSO for read_committed)."""
@@ -124,6 +129,8 @@ def read_to_end(bootstrap: str, tps: Iterable[tuple[str, int]], isolation: str, 
             if m.error():
                 if m.error().code() == KafkaError._PARTITION_EOF:
                     pending.discard((m.topic(), m.partition()))
+                    continue
+                if m.error().code() in _MOVING:
                     continue
                 raise KafkaException(m.error())
             out.append((m.topic(), m.partition(), m.offset(), m.key(), m.value()))
@@ -196,8 +203,17 @@ def wait_stable(bootstrap: str, tps: Iterable[tuple[str, int]], timeout: float =
     Kafka's coordinator does: the client is answered once PrepareCommit/PrepareAbort is in the log), so a reader
     right after ``commit_transaction`` may still find the LSO before the transaction."""
     for t, p in tps:
-        wait_for(lambda t=t, p=p: watermarks(bootstrap, t, p, READ_COMMITTED)[1]
-                 == watermarks(bootstrap, t, p, READ_UNCOMMITTED)[1], timeout, f"{t}-{p} to become stable")
+        wait_for(lambda t=t, p=p: _stable(bootstrap, t, p), timeout, f"{t}-{p} to become stable")
+
+
+def _stable(bootstrap: str, topic: str, partition: int) -> bool:
+    try:
+        return (watermarks(bootstrap, topic, partition, READ_COMMITTED)[1]
+                == watermarks(bootstrap, topic, partition, READ_UNCOMMITTED)[1])
+    except KafkaException as exc:
+        if exc.args[0].code() in _MOVING:
+            return False
+        raise
 
 
 # ------------------------------------------------------------------------------------------------ subprocesses
