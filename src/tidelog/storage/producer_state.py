@@ -458,6 +458,11 @@ class ProducerStateManager:
         with self._lock:
             return min(self._ongoing) if self._ongoing else None
 
+    def has_open_transaction(self, producer_id: int) -> bool:
+        """Whether ``producer_id`` has an open transaction here (one lookup; the produce path asks per batch)."""
+        entry = self._producers.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset is not None
+
     def ongoing_transactions(self) -> dict[int, int]:
         """producer id -> first offset of its open transaction."""
         with self._lock:

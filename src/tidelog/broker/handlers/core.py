@@ -479,7 +479,7 @@ async def _verify_transactional(ctx: RequestContext, transactional_id: str | Non
         rec = pp.records
         pid = int.from_bytes(rec[43:51], "big", signed=True)
         ps = pp.plog.producer_state
-        if pid in pp.plog.ongoing_transactions() or ps is None:
+        if ps is None or ps.has_open_transaction(pid):
             # verified when its transaction began on this partition; should that transaction end before the
             # append, the batch is refused there (a guard that is never live)
             pp.guard = _NOT_VERIFIED
