@@ -19,6 +19,14 @@ so the figure is broker CPU seconds / requests of that API, in microseconds; the
 for 2 s before each cell) is shown beside it. Revisions (``--tidelog-rev``, see bench/tidelog_revs.py) are
 interleaved per repeat and the best (lowest) repeat is reported, since interference only adds CPU.
 
+``--inprocess``: the same requests without sockets to a client or wake-ups, per revision in a child interpreter
+(``tidelog_revs.run_in_each``): a broker started in the process, a socketpair as the connection, and the thread
+CPU time of ``Connection.process`` (decode, dispatch, handler, append, encode, send, metrics) per single-record
+Produce request (acks=1, acks=-1) and per Fetch that finds nothing (max_wait 0), plus the stages timed one by one.
+On this VM a block-and-wake of the loop costs 15-25 us of CPU by itself (``epoll_wait`` woken by another process,
+measured with a bare ``select.epoll``), which the live figures include once or twice per request and the
+in-process ones do not.
+
 ``--profile DIR`` additionally records the produce phase of the last revision with py-spy (installed into .venv
 by hand: ``.venv/bin/pip install py-spy``; not a project dependency) as raw collapsed stacks, and prints the
 share of samples per stage (see ``STAGES``).
@@ -43,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from broker_bench import run_bounded
 from peers import WORK, Tidelog, free_port
 from tidelog_revs import add_argument as add_rev_argument
-from tidelog_revs import parse_revs, prepare
+from tidelog_revs import emit, is_child, parse_revs, prepare, print_side_by_side, run_in_each
 
 LATENCY_PRODUCER = WORK / "bin" / "latency_producer"
 RDKAFKA_PERF = WORK / "bin" / "rdkafka_performance"
@@ -99,9 +107,7 @@ def measure_produce(broker: MeteredTidelog, acks: str, rate: float, seconds: flo
     n = broker.requests()["PRODUCE"] - r0["PRODUCE"]
     if spy is not None:
         spy.wait(seconds + 30)
-    p = re.findall(r'"p50_ms": ([0-9.]+), .*"p99_ms": ([0-9.]+)', run.out)
     lat = re.search(r'"p50_ms":\s*([0-9.]+)', run.out), re.search(r'"p99_ms":\s*([0-9.]+)', run.out)
-    del p
     return {"requests": n, "cpu_s": cpu, "wall_s": wall, "idle_cpu_per_s": idle,
             "us_per_request": cpu / n * 1e6 if n else float("nan"),
             "us_per_request_less_idle": (cpu - idle * wall) / n * 1e6 if n else float("nan"),
@@ -119,6 +125,100 @@ def measure_fetch(broker: MeteredTidelog, wait_ms: int, seconds: float) -> dict:
     cpu, wall = broker.cpu_seconds() - c0, time.monotonic() - t0
     n = broker.requests()["FETCH"] - r0["FETCH"]
     return {"requests": n, "cpu_s": cpu, "wall_s": wall, "us_per_request": cpu / n * 1e6 if n else float("nan")}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# in process: the CPU of Connection.process per request, without client sockets and wake-ups
+
+
+def inprocess(n: int) -> dict:
+    import asyncio
+    import socket
+
+    from tidelog.broker import server as srv
+    from tidelog.broker.config import BrokerConfig
+    from tidelog.broker.handlers import RequestContext
+    from tidelog.node import build_broker
+    from tidelog.protocol import codec
+    from tidelog.records.batch import build_batch
+
+    clock = time.thread_time_ns
+    figures: dict = {}
+
+    def produce_frame(cid: int, acks: int) -> memoryview:
+        batch = build_batch([(None, b"x" * 100)], now_ms=int(time.time() * 1000))
+        body = {"transactional_id": None, "acks": acks, "timeout_ms": 30000,
+                "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batch}]}]}
+        return memoryview(codec.encode_request(0, 9, cid, "rdkafka", body)[4:])
+
+    def fetch_frame(cid: int) -> memoryview:
+        body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 52428800, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": "e", "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                          "fetch_offset": 0, "log_start_offset": -1,
+                                                          "partition_max_bytes": 1048576}]}],
+                "forgotten_topics_data": [], "rack_id": ""}
+        return memoryview(codec.encode_request(1, 11, cid, "rdkafka", body)[4:])
+
+    async def main() -> None:
+        with tempfile.TemporaryDirectory(prefix="request-cost-inproc-") as d:
+            cfg = BrokerConfig.from_properties({"log.dirs": d, "listeners": "PLAINTEXT://127.0.0.1:0",
+                                                "tidelog.metrics.listener": "off"})
+            broker = build_broker(cfg)
+            await broker.start()
+            for topic in ("t", "e"):
+                await asyncio.to_thread(broker.topics.create_topic, topic, 1, 1)
+            a, b = socket.socketpair()
+            a.setblocking(False)
+            b.setblocking(False)
+            conn = srv.Connection(broker, a, "127.0.0.1:1", None)
+
+            async def run(frames: list) -> float:
+                c0 = clock()
+                for fr in frames:
+                    await conn.process(fr)
+                    b.recv(1 << 20)
+                return (clock() - c0) / len(frames) / 1000
+
+            for label, make in (("produce acks=1", lambda i: produce_frame(i, 1)),
+                                ("produce acks=-1", lambda i: produce_frame(i, -1)),
+                                ("empty fetch (max_wait 0)", fetch_frame)):
+                frames = [make(i) for i in range(n + n // 10)]
+                await run(frames[: n // 10])
+                figures[f"{label} us/request"] = min([await run(frames[n // 10:]) for _ in range(1)])
+            # the stages of one acks=1 produce, each timed alone in a loop (warm caches: a lower bound each)
+            fr = produce_frame(1, 1)
+            _, body = codec.decode_request(fr, broker.accepted_versions)
+            ctx = RequestContext(broker=broker, api_key=0, api_version=9, correlation_id=1, client_id="rdkafka")
+            handler = broker.handlers[0]
+            k = max(1000, n // 4)
+
+            def stage(label: str, fn) -> None:
+                c0 = clock()
+                for _ in range(k):
+                    fn()
+                figures[f"  stage {label} us"] = (clock() - c0) / k / 1000
+
+            stage("decode_request", lambda: codec.decode_request(fr, broker.accepted_versions))
+            c0 = clock()
+            for _ in range(k):
+                response = await handler(ctx, body)
+            figures["  stage produce handler (append included) us"] = (clock() - c0) / k / 1000
+            stage("encode_response", lambda: codec.encode_response(0, 9, 1, response))
+            chunks = codec.encode_response(0, 9, 1, response)
+            c0 = clock()
+            for _ in range(k):
+                await conn.write_chunks(chunks)
+                b.recv(1 << 20)
+            figures["  stage write_chunks (+ peer recv) us"] = (clock() - c0) / k / 1000
+            stage("metrics.record_request", lambda: broker.metrics.record_request("PRODUCE", 0.0001))
+            await broker.shutdown()
+
+    import uvloop
+
+    uvloop.install()
+    asyncio.run(main())
+    return figures
 
 
 # Stages of a request, by the innermost frame of a py-spy sample that matches (function, file fragment). The first
@@ -170,7 +270,21 @@ def main() -> None:
     ap.add_argument("--acks", default="1,-1")
     ap.add_argument("--fetch-wait-ms", type=int, default=10, help="fetch.wait.max.ms of the empty consumer (0: skip)")
     ap.add_argument("--profile", type=Path, default=None, help="py-spy raw profile of the produce phase into DIR")
+    ap.add_argument("--inprocess", action="store_true", help="CPU of Connection.process per request, in process")
+    ap.add_argument("--requests", type=int, default=20000, help="requests per figure with --inprocess")
     args = ap.parse_args()
+    if args.inprocess:
+        if is_child():
+            figures = inprocess(args.requests)
+            for k, v in figures.items():
+                print(f"{k:<48} {v:7.2f}")
+            emit(figures)
+            return
+        results = run_in_each(Path(__file__), sys.argv[1:], parse_revs(args.tidelog_rev), timeout=1800)
+        ratio = {k: False for _, figs in results for k in (figs or {})}
+        print_side_by_side(f"CPU per request in process (thread time, us; {os.cpu_count()} cores, load average "
+                           f"{os.getloadavg()[0]:.1f}); after/before > 1: cheaper", results, ratio)
+        return
     for b in (LATENCY_PRODUCER, RDKAFKA_PERF):
         if not b.exists():
             subprocess.run(["bash", str(Path(__file__).resolve().parent / "setup.sh")], check=True,
