@@ -20,6 +20,7 @@ broker's own attributes (``broker.leader_log``, ``broker.isr``, ...), so the hot
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -209,6 +210,7 @@ class Broker:
         for server in self.socket_servers:
             server.start()
         self._tasks.append(loop.create_task(self._tick_loop()))
+        self._tasks.append(loop.create_task(self._loop_lag_monitor()))
         ml = self.config.metrics_listener
         if ml is not None:
             await self.metrics.start_http(*ml)
@@ -236,6 +238,18 @@ class Broker:
                 await asyncio.to_thread(self.logs.tick, time.time_ns() // 1_000_000)
             except Exception:
                 log.exception("log manager tick failed")
+
+    async def _loop_lag_monitor(self, period: float = 0.1, window: int = 50) -> None:
+        """Event-loop lag: how late a ``period`` timer fires. Every sample goes to a histogram; the gauge holds
+        the worst of the last ``window`` samples (5 s), so a scrape sees a stall that ended before it."""
+        recent: collections.deque[float] = collections.deque(maxlen=window)
+        while not self.stopping:
+            t0 = time.monotonic()
+            await asyncio.sleep(period)
+            lag = max(0.0, time.monotonic() - t0 - period)
+            recent.append(lag)
+            self.metrics.loop_lag.observe(lag)
+            self.metrics.loop_lag_max.set(max(recent))
 
     def _partition_metrics(self) -> Iterable[tuple[str, int, int, int, int, int, int]]:
         if self.topics is None:

@@ -104,6 +104,13 @@ class BrokerMetrics:
             "tidelog_txn_marker_latency_seconds",
             "Time from PrepareCommit/PrepareAbort written to every marker written and the transaction complete",
             buckets=LATENCY_BUCKETS, registry=r)
+        # event-loop lag: how late a 100 ms timer on the broker's loop fires (broker.Broker._loop_lag_monitor);
+        # the gauge is the worst lag of the last 5 s, the histogram every sample
+        self.loop_lag = Histogram("tidelog_event_loop_lag_seconds",
+                                  "How late a periodic 100 ms timer on the broker's event loop fired",
+                                  buckets=LATENCY_BUCKETS, registry=r)
+        self.loop_lag_max = Gauge("tidelog_event_loop_lag_max_seconds",
+                                  "Worst event-loop lag over the last 5 seconds", registry=r)
         self._child_cache: dict[tuple[str, str], Any] = {}
         self._partition_source: Callable[[], Iterable[tuple[str, int, int, int, int, int]]] | None = None
         self._server: asyncio.AbstractServer | None = None
