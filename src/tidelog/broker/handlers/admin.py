@@ -423,10 +423,9 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
         result["num_partitions"] = int(info.num_partitions)
         rf = replication_factor if replication_factor > 0 else ctx.broker.config.default_replication_factor
         result["replication_factor"] = int(rf)
-        if validate_only:
-            entries = list(topics.describe_default_configs(configs) or [])
-        else:
-            entries = list(topics.describe_configs(name, None) or [])
+        # from the overrides the creation validated, not from the store: in ZooKeeper mode the topic reaches
+        # this broker's store through its watch, which may not have fired yet
+        entries = list(topics.describe_default_configs(info.overrides) or [])
         result["configs"] = _create_topic_configs(entries)
     if v >= 7:
         result["topic_id"] = _uuid(info.topic_id)
