@@ -206,17 +206,25 @@ class Workload:
 
         p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 0})
 
+        delivered = threading.Event()
+
         def report(err: Any, _msg: Any, sent: float) -> None:
             if err is None:
                 with self._lat_lock:
                     self.latencies.append(time.monotonic() - sent)
             else:
                 self.counters.error(f"probe: {err}")
+            delivered.set()
 
-        while not self.stop.wait(0.05):
+        # one record in flight: poll until its delivery report (a report is only seen during poll, so polling
+        # once per period would add up to a period to every latency), then wait out the rest of the 50 ms
+        while not self.stop.is_set():
             sent = time.monotonic()
+            delivered.clear()
             p.produce("soak-probe", b"probe", on_delivery=lambda err, msg, s=sent: report(err, msg, s))
-            p.poll(0)
+            while not delivered.is_set() and not self.stop.is_set():
+                p.poll(0.05)
+            self.stop.wait(max(0.0, sent + 0.05 - time.monotonic()))
         p.flush(30)
 
 
