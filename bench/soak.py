@@ -172,7 +172,6 @@ class Workload:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all"})
         previous: str | None = None
         n = 0
         while not self.stop.wait(5):
@@ -181,6 +180,9 @@ class Workload:
             try:
                 admin.create_topics([NewTopic(name, 3, self.rf)], request_timeout=30)[name].result(60)
                 self.counters.topics_created += 1
+                # a producer per topic, without auto-creation: a long-lived one keeps refreshing the metadata of
+                # every topic it wrote to, and its Metadata requests would re-create the deleted ones (Kafka too)
+                p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "allow.auto.create.topics": False})
                 for i in range(100):
                     p.produce(name, b"x" * 100, partition=i % 3)
                 if p.flush(30):
