@@ -353,7 +353,8 @@ class ZkReplicaManager:
             self.zk, self.node_id, unclean_election=self.unclean,
             auto_rebalance=self.config.get("auto.leader.rebalance.enable"),
             rebalance_interval_s=float(self.config.get("leader.imbalance.check.interval.seconds")),
-            imbalance_pct=self.config.get("leader.imbalance.per.broker.percentage"))
+            imbalance_pct=self.config.get("leader.imbalance.per.broker.percentage"),
+            metrics=self.broker.metrics)
         self.controller.start()
 
     def _register(self) -> None:
@@ -572,6 +573,9 @@ class ZkReplicaManager:
                 log.error("unreadable topic config in ZooKeeper", extra={"kv": {"topic": topic}})
                 continue
             self.post(self.topic_backend.config_changed, topic, overrides, stat.version)
+            controller = self.controller
+            if controller is not None and str(overrides.get("unclean.leader.election.enable", "")).lower() == "true":
+                controller.topic_unclean_enabled(topic)  # Kafka's TopicConfigHandler: elect its offline partitions
         return None
 
     def _state_watch(self, tp: tuple[str, int]):
