@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,3 +155,34 @@ def test_unclean_election_enabled_on_the_topic_elects_the_stale_replica(c: Any) 
     assert final == values + [f"after-{i}".encode() for i in range(20)]
     lost = [v for v in ledger.acked if v not in set(final)]
     assert len(lost) == N_WITHOUT  # exactly those acknowledged without the stale replica
+
+
+def test_topic_config_overrides_the_broker_default(tmp_path: Path) -> None:
+    """As Kafka's ``LogConfig.fromProps(brokerDefaults, topicOverrides)``: a topic's
+    ``unclean.leader.election.enable`` in ``/config/topics/<t>`` wins over the broker's, either way; without one the
+    broker's decides. Read by the controller from a real ZooKeeper at decision time."""
+    from support import start_zookeeper
+
+    from tidelog.cluster.controller import Controller
+
+    zk = start_zookeeper(tmp_path)
+    try:
+        with kazoo(zk.connect) as kz:
+            kz.create(zd.topic_config_path("on"), zd.encode_topic_config({"unclean.leader.election.enable": "true"}),
+                      makepath=True)
+            kz.create(zd.topic_config_path("off"), zd.encode_topic_config({"unclean.leader.election.enable": "false"}),
+                      makepath=True)
+            kz.create(zd.topic_config_path("other"), zd.encode_topic_config({"retention.ms": "1000"}), makepath=True)
+            stale = zd.LeaderIsr(-1, 4, (1,), 3)
+            for default in (False, True):
+                ctl = Controller(kz, 9, unclean_election=default)
+                ctl.epoch = 5
+                assert ctl.unclean_allowed("on") is True
+                assert ctl.unclean_allowed("off") is False
+                assert ctl.unclean_allowed("other") is default
+                assert ctl.unclean_allowed("missing") is default
+                # the decision itself: only the out-of-sync replica 2 is alive
+                assert ctl._decide(stale, [1, 2, 3], {2}, "on") == zd.LeaderIsr(2, 5, (2,), 5)
+                assert ctl._decide(stale, [1, 2, 3], {2}, "off") is None
+    finally:
+        zk.stop()
