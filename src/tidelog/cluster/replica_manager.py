@@ -890,3 +890,10 @@ class ZkReplicaManager:
             log.info("truncating", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1], "from": plog.log_end_offset,
                                                   "to": target, "leader_epoch": leader_epoch, "by": reason}})
             plog.truncate_to(target)
+        elif plog.epoch_cache is not None:
+            # Nothing to cut from the log, but the epoch cache may end with an epoch that holds no record: this
+            # broker led it and lost the leadership before appending anything. Kafka's UnifiedLog.truncateTo drops
+            # such entries here too; kept, the next fetch would name that epoch as last_fetched_epoch, the leader
+            # (which never had it) would answer diverging_epoch at this very offset again, and the follower would
+            # spin on that answer without ever fetching (seen under fast double failovers)
+            plog.epoch_cache.truncate_from_end(plog.log_end_offset)
