@@ -287,7 +287,10 @@ class FaultProxy:
     def _maybe_corrupt(self, client_id: str, version: int, frame: bytes) -> bytes:
         """A Fetch response frame, with one bit flipped in one batch for ``corrupt_fraction`` of those carrying
         records."""
-        correlation, body = codec.decode_response(FETCH, version, frame[4:])
+        try:
+            correlation, body = codec.decode_response(FETCH, version, frame[4:])
+        except Exception:  # not a Fetch answer this codec reads: forwarded untouched
+            return frame
         found = [(t, part) for t in body.get("responses") or () for part in t.get("partitions") or ()
                  if part.get("records") is not None and len(part["records"]) > _HEADER]
         if not found or self.rng.random() >= self.corrupt_fraction:
