@@ -14,6 +14,10 @@ offset) and at the end reads everything back:
 The kills are driven from the partition state znodes in ZooKeeper (leader, epoch, ISR), read with kazoo: the
 test waits for conditions (a new leader epoch, the killed broker back in every ISR), never for fixed times.
 The session timeout is 2 s (ZooKeeper's minimum here is 2 ticks = 1 s) so that 20+ failovers fit in ~3 min.
+Reliability anchor 7 (100 fast double failovers, ``test_fast_double_failovers_converge``) could not afford 200
+kills: most of its rounds move the leadership the way an operator does (a replica reorder and a preferred
+election through ZooKeeper's admin paths, both decided by the controller), and every 25th round is a double kill
+with cut tails; it takes about 90 s.
 """
 
 from __future__ import annotations
