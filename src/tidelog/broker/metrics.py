@@ -98,6 +98,17 @@ class BrokerMetrics:
                                    registry=r)
         self.isr_expands = Counter("tidelog_replicamanager_isr_expands", "ISR expansions written by this leader",
                                    registry=r)
+        # follower fetch answers whose records failed their check (CRC, batch format) and were fetched again
+        self.replica_fetch_invalid_records = Counter(
+            "tidelog_replica_fetcher_invalid_records",
+            "Partition answers to this broker's replica fetchers rejected as corrupt (CRC, batch format) and fetched "
+            "again", registry=r)
+        # the controller (Kafka's ControllerStats UncleanLeaderElectionsPerSec): leaders elected from outside the
+        # ISR (``unclean.leader.election.enable``), written by this broker while it was the controller
+        self.unclean_leader_elections = Counter(
+            "tidelog_controller_unclean_leader_elections",
+            "Leaders elected from outside the ISR (unclean.leader.election.enable) by this broker as controller",
+            registry=r)
         # transactions: from a commit/abort written (PrepareCommit/PrepareAbort) to every marker acknowledged and
         # CompleteCommit/CompleteAbort written (the open-transactions gauge is the coordinator's rows source)
         self.txn_marker_latency = Histogram(

@@ -353,7 +353,8 @@ class ZkReplicaManager:
             self.zk, self.node_id, unclean_election=self.unclean,
             auto_rebalance=self.config.get("auto.leader.rebalance.enable"),
             rebalance_interval_s=float(self.config.get("leader.imbalance.check.interval.seconds")),
-            imbalance_pct=self.config.get("leader.imbalance.per.broker.percentage"))
+            imbalance_pct=self.config.get("leader.imbalance.per.broker.percentage"),
+            metrics=self.broker.metrics)
         self.controller.start()
 
     def _register(self) -> None:
@@ -572,6 +573,9 @@ class ZkReplicaManager:
                 log.error("unreadable topic config in ZooKeeper", extra={"kv": {"topic": topic}})
                 continue
             self.post(self.topic_backend.config_changed, topic, overrides, stat.version)
+            controller = self.controller
+            if controller is not None and str(overrides.get("unclean.leader.election.enable", "")).lower() == "true":
+                controller.topic_unclean_enabled(topic)  # Kafka's TopicConfigHandler: elect its offline partitions
         return None
 
     def _state_watch(self, tp: tuple[str, int]):
@@ -886,3 +890,10 @@ class ZkReplicaManager:
             log.info("truncating", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1], "from": plog.log_end_offset,
                                                   "to": target, "leader_epoch": leader_epoch, "by": reason}})
             plog.truncate_to(target)
+        elif plog.epoch_cache is not None:
+            # Nothing to cut from the log, but the epoch cache may end with an epoch that holds no record: this
+            # broker led it and lost the leadership before appending anything. Kafka's UnifiedLog.truncateTo drops
+            # such entries here too; kept, the next fetch would name that epoch as last_fetched_epoch, the leader
+            # (which never had it) would answer diverging_epoch at this very offset again, and the follower would
+            # spin on that answer without ever fetching (seen under fast double failovers)
+            plog.epoch_cache.truncate_from_end(plog.log_end_offset)
