@@ -320,11 +320,16 @@ class ZkReplicaManager:
                               connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0})
         self.zk.add_listener(self._zk_state)
         self.zk.start(timeout=max(10.0, self.session_timeout_s))
+        # startup's reads and writes are retried across a connection loss (kazoo's KazooRetry, as Kafka's
+        # ZooKeeperClient retries a request until its session expires): on a loaded machine the connection may drop
+        # between them, and a broker that exits on the first ConnectionLoss does not come back
+        retry = self.zk.retry
         for p in zd.PERSISTENT_PATHS:
-            self.zk.ensure_path(p)
+            retry(self.zk.ensure_path, p)
         with contextlib.suppress(NodeExistsError):
-            self.zk.create(zd.CLUSTER_ID, zd.encode_cluster_id(self.broker.cluster_id or new_cluster_id()), makepath=True)
-        zk_id = zd.decode_cluster_id(self.zk.get(zd.CLUSTER_ID)[0])
+            retry(self.zk.create, zd.CLUSTER_ID, zd.encode_cluster_id(self.broker.cluster_id or new_cluster_id()),
+                  makepath=True)
+        zk_id = zd.decode_cluster_id(retry(self.zk.get, zd.CLUSTER_ID)[0])
         if self.broker.cluster_id and self.broker.cluster_id != zk_id:
             raise RuntimeError(f"cluster.id {self.broker.cluster_id} differs from ZooKeeper's {zd.CLUSTER_ID} {zk_id}")
         self.broker.cluster_id = zk_id
@@ -347,8 +352,8 @@ class ZkReplicaManager:
         self.zk.ChildrenWatch(zd.CONFIG_CHANGES, self._config_changes)
         self.zk.ChildrenWatch(zd.BROKER_TOPICS, self._topics_changed)
         # the assignments just read are queued on the loop ahead of this: then drop what ZooKeeper no longer has
-        self.post(self.topic_backend.remove_strays, set(self.zk.get_children(zd.BROKER_TOPICS)), self.assignments,
-                   self.node_id)
+        self.post(self.topic_backend.remove_strays, set(self.zk.retry(self.zk.get_children, zd.BROKER_TOPICS)),
+                  self.assignments, self.node_id)
         self.controller = Controller(
             self.zk, self.node_id, unclean_election=self.unclean,
             auto_rebalance=self.config.get("auto.leader.rebalance.enable"),
@@ -369,17 +374,26 @@ class ZkReplicaManager:
                                               dict(self.broker.endpoints),
                                               {li.name: li.protocol for li in self.broker.listeners}))
         deadline = time.monotonic() + 3 * self.session_timeout_s + 30
+        retry = self.zk.retry
         while True:
             try:
-                self.zk.create(path, data, ephemeral=True, makepath=True)
-                stat = self.zk.exists(path)
+                retry(self.zk.create, path, data, ephemeral=True, makepath=True)
+                stat = retry(self.zk.exists, path)
                 self._registration_zxid = stat.czxid if stat is not None else float("inf")
                 log.info("registered in ZooKeeper", extra={"kv": {"path": path, "endpoint": f"{self.broker.host}:{self.broker.port}"}})
                 return
             except NodeExistsError:
                 gone = threading.Event()
-                if self.zk.exists(path, watch=lambda _e, gone=gone: gone.set()) is None:
+                stat = retry(self.zk.exists, path, watch=lambda _e, gone=gone: gone.set())
+                if stat is None:
                     continue
+                if stat.ephemeralOwner == self.zk.client_id[0]:
+                    # ours: a create whose answer the connection loss swallowed, retried (Kafka's
+                    # checkedEphemeralCreate compares the owner session the same way)
+                    self._registration_zxid = stat.czxid
+                    log.info("registered in ZooKeeper", extra={"kv": {"path": path, "endpoint":
+                                                                      f"{self.broker.host}:{self.broker.port}"}})
+                    return
                 log.info("previous registration still present; waiting for its session to expire",
                          extra={"kv": {"path": path}})
                 if not gone.wait(max(0.0, deadline - time.monotonic())):
