@@ -8,7 +8,7 @@ cluster around it (Kafka's ``ReplicaManager`` with ``Partition`` and the ``Metad
 * what Metadata answers about partitions, brokers and the controller (``partition_metadata``,
   ``metadata_brokers``, ``metadata_controller_id``; ``None`` means "this node alone");
 * the leader side of follower fetches for the read service (``followers``: ``None`` when there are none);
-* which topic manager, producer-id manager and SCRAM credential store the broker uses, the extra APIs it serves (``handlers``), and what
+* which topic manager, producer-id manager, SCRAM credential store and client-quota store the broker uses, the extra APIs it serves (``handlers``), and what
   it does around the broker's start and shutdown.
 
 This is the single-node one. ZooKeeper mode's (``tidelog.cluster.replica_manager.ZkReplicaManager``) has the

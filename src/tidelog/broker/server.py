@@ -380,6 +380,8 @@ class Connection:
         """KIP-219: read nothing from this connection for the throttle time a quota gave its last request (Kafka
         mutes the channel); :meth:`abort` (idle reaper, shutdown) ends the wait."""
         ms, self.mute_ms = self.mute_ms, 0
+        if self.closed:
+            raise _ConnectionClosed()
         fut = self._loop.create_future()
         handle = self._loop.call_later(ms / 1000.0, lambda: fut.done() or fut.set_result(None))
         self._waiter = fut
