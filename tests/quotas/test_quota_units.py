@@ -71,8 +71,8 @@ def test_no_quota_means_disabled_and_removal_disables() -> None:
     assert not m.enabled
     m.set_entities({(None, D): {REQUEST_PERCENTAGE: 50.0}})
     assert m.enabled
-    m.set_entities({(None, D): {"controller_mutation_rate": 5.0}})  # stored, not enforced
-    assert not m.enabled
+    m.set_entities({(None, D): {"controller_mutation_rate": 5.0}})
+    assert m.enabled
     m.set_entities({})
     assert not m.enabled
 
@@ -108,6 +108,19 @@ def test_throttle_time_is_kafkas_formula() -> None:
     # the request quota's throttle is capped at one window
     r = RateSensor(bound=1.0, num=11, window_ms=1000)
     assert r.record(1000.0, 0, max_throttle_ms=1000) == 1000
+
+
+def test_controller_mutations_use_a_token_bucket() -> None:
+    from tidelog.broker.quotas import TokenBucket
+
+    b = TokenBucket(bound=2.0, num=11, window_ms=1000)  # 2 partitions/s, a burst of 22
+    assert b.throttle_ms(0) == 0
+    b.add(20, 0)
+    assert b.throttle_ms(0) == 0  # 2 tokens left
+    b.add(5, 0)  # -3 tokens: exceeded; (3 / 2) s to refill
+    assert b.throttle_ms(0) == 1500
+    assert b.throttle_ms(1500) == 0
+    assert b.throttle_ms(100_000) == 0 and b.tokens == 22.0  # never more than the burst
 
 
 def test_request_percentage_records_thread_time() -> None:

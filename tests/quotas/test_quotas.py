@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -249,3 +250,34 @@ def test_quotas_off_by_default_and_removal_stops_throttling(qbroker: Any) -> Non
     with RawClient(qbroker.port, client_id="busy") as c:
         body = {"topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
         assert all(c.request(METADATA, 12, body)["throttle_time_ms"] == 0 for _ in range(50))
+
+
+def test_controller_mutation_rate_kip599(qbroker: Any) -> None:
+    """1 partition/s with a burst of ``quota.window.num`` (2) seconds: CreateTopics v7 of 3 partitions is accepted
+    (2 tokens left, then -1) and throttled 1 s; a strict request while the bucket is below zero is refused
+    THROTTLING_QUOTA_EXCEEDED and nothing is created; CreateTopics v5 (not strict) is accepted and throttled."""
+    _set(qbroker, [{"entity": entity(client_id="mutator"), "ops": [op("controller_mutation_rate", 1.0)]}])
+    create = 19
+
+    def topic(name: str, partitions: int) -> dict:
+        return {"name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [],
+                "configs": []}
+
+    first, second, third = new_topic("mq"), new_topic("mq"), new_topic("mq")
+    with RawClient(qbroker.port, client_id="mutator") as c:
+        r = c.request(create, 7, {"topics": [topic(first, 3)], "timeout_ms": 30000, "validate_only": False})
+        assert r["topics"][0]["error_code"] == 0
+        assert 900 <= r["throttle_time_ms"] <= 1000
+    with RawClient(qbroker.port, client_id="mutator") as c2:  # another connection: not muted
+        r = c2.request(create, 7, {"topics": [topic(second, 1)], "timeout_ms": 30000, "validate_only": False})
+        assert (r["topics"][0]["error_code"], r["topics"][0]["error_message"]) == (
+            89, "The throttling quota has been exceeded.")
+        assert r["throttle_time_ms"] > 0
+        r = c2.request(create, 5, {"topics": [topic(third, 1)], "timeout_ms": 30000, "validate_only": False})
+        assert r["topics"][0]["error_code"] == 0 and r["throttle_time_ms"] > 0
+    with RawClient(qbroker.port) as c3:
+        md = c3.request(METADATA, 12, {"topics": [{"name": n, "topic_id": uuid.UUID(int=0)} for n in (first, second, third)],
+                                       "allow_auto_topic_creation": False,
+                                       "include_topic_authorized_operations": False})
+        assert {t["name"]: t["error_code"] for t in md["topics"]} == {first: 0, second: 3, third: 0}
+        clear(c3)

@@ -21,7 +21,8 @@ Entities and precedence
 Keys
     ``producer_byte_rate`` (bytes of Produce requests per second), ``consumer_byte_rate`` (bytes of Fetch
     responses per second), ``request_percentage`` (handler time, as a percentage of one thread, per second) and
-    ``controller_mutation_rate`` (stored and described; **not enforced**, see docs/ARCHITECTURE.md).
+    ``controller_mutation_rate`` (partitions created or deleted per second by CreateTopics, CreatePartitions and
+    DeleteTopics, on a token bucket, KIP-599).
 
 Rates and throttle time
     Kafka's ``Rate`` over a ``SampledStat``: ``quota.window.num`` samples (11) of ``quota.window.size.seconds``
@@ -32,7 +33,7 @@ Rates and throttle time
 
 Hot path
     ``ClientQuotaManager.enabled`` is False while no quota is configured: the server and the Produce/Fetch
-    handlers test that one attribute and do nothing else.
+    handlers test that one attribute and do nothing else (the admin handlers test the mutation quota's limits).
 
 Storage
     The store is the replica manager's (``make_quota_store``): one node, :class:`LocalQuotaStore`, the file
@@ -406,6 +407,48 @@ class RateSensor:
         return min(math.floor(throttle + 0.5), 2**31 - 1)  # Java's Math.round
 
 
+class TokenBucket:
+    """Kafka's ``TokenBucket`` stat, the controller mutation quota's (KIP-599): up to ``num * window`` seconds of
+    quota in tokens (the burst), refilled at the quota per second; a record takes tokens (below zero too); the
+    quota is exceeded while tokens < 0, and the throttle time is ``-tokens / quota`` seconds."""
+
+    __slots__ = ("bound", "last_ms", "last_record_ms", "num", "throttle_count", "throttle_total_ms", "tokens",
+                 "window_ms")
+
+    def __init__(self, bound: float, num: int, window_ms: int) -> None:
+        self.bound = bound
+        self.num = num
+        self.window_ms = window_ms
+        self.tokens: float | None = None  # full at first use (Kafka: 0 tokens at time 0, refilled to the burst)
+        self.last_ms = 0.0
+        self.last_record_ms = 0.0
+        self.throttle_total_ms = 0
+        self.throttle_count = 0
+
+    def _refill(self, now: float) -> float:
+        burst = self.num * self.window_ms / 1000.0 * self.bound
+        if self.tokens is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + self.bound * (now - self.last_ms) / 1000.0)
+        self.last_ms = now
+        return burst
+
+    def add(self, value: float, now: float) -> None:
+        burst = self._refill(now)
+        self.tokens = min(burst, (self.tokens or 0.0) - value)
+        self.last_record_ms = now
+
+    def throttle_ms(self, now: float) -> int:
+        self._refill(now)
+        tokens = self.tokens or 0.0
+        if tokens >= 0:
+            return 0
+        if self.bound <= 0:
+            return self.num * self.window_ms
+        return min(math.floor(-tokens / self.bound * 1000 + 0.5), 2**31 - 1)
+
+
 class _Kind:
     """The quotas of one key: the configured values per entity and the sensors."""
 
@@ -415,7 +458,7 @@ class _Kind:
         self.key = key
         self.limits: dict[Entity, float] = {}
         self.resolved: dict[tuple[str, str], tuple[float | None, tuple[str, str]]] = {}
-        self.sensors: dict[tuple[str, str], RateSensor] = {}
+        self.sensors: dict[tuple[str, str], Any] = {}
 
 
 def resolve(limits: dict[Entity, float], user: str, client: str) -> tuple[float | None, tuple[str, str]]:
@@ -441,9 +484,11 @@ class ClientQuotaManager:
         self.enabled = False  # the hot path's one test: any quota configured
         self.entities: dict[Entity, dict[str, float]] = {}
         self.kinds: dict[str, _Kind] = {k: _Kind(k) for k in QUOTA_KEYS}
+        # sensors: RateSensor (byte rates, request percentage) or TokenBucket (controller mutations)
         self.produce = self.kinds[PRODUCER_BYTE_RATE]
         self.fetch = self.kinds[CONSUMER_BYTE_RATE]
         self.request = self.kinds[REQUEST_PERCENTAGE]
+        self.mutation = self.kinds[CONTROLLER_MUTATION_RATE]
         self.store: Any = None
 
     def attach_store(self, store: Any, loop: Any = None) -> None:
@@ -472,11 +517,11 @@ class ClientQuotaManager:
                 else:
                     sensor.bound = limit
         self.entities = entities
-        self.enabled = any(kind.limits for kind in self.kinds.values() if kind.key != CONTROLLER_MUTATION_RATE)
+        self.enabled = any(kind.limits for kind in self.kinds.values())
 
     # -- recording ---------------------------------------------------------------------------------------------
 
-    def _sensor(self, kind: _Kind, user: str, client: str) -> RateSensor | None:
+    def _sensor(self, kind: _Kind, user: str, client: str) -> Any:
         key = (user, client)
         res = kind.resolved.get(key)
         if res is None:
@@ -488,7 +533,8 @@ class ClientQuotaManager:
         if sensor is None:
             if len(kind.sensors) >= 1024:
                 self._expire(kind)
-            sensor = kind.sensors[tags] = RateSensor(limit, self.window_num, self.window_ms)
+            cls = TokenBucket if kind is self.mutation else RateSensor
+            sensor = kind.sensors[tags] = cls(limit, self.window_num, self.window_ms)
         return sensor
 
     def _expire(self, kind: _Kind) -> None:
@@ -619,3 +665,46 @@ def client_throttles(api_key: int, version: int) -> bool:
     """KIP-219: whether a client of this API version throttles itself (else the response is delayed)."""
     low = CLIENT_SIDE_THROTTLE.get(api_key)
     return low is None or version >= low
+
+
+# KIP-599: from these versions (CreateTopics v6, CreatePartitions v3, DeleteTopics v5) the controller mutation
+# quota is strict: a request arriving while the quota is exceeded has its topics refused with
+# THROTTLING_QUOTA_EXCEEDED; older versions are accepted and only throttled
+STRICT_MUTATION_VERSION = {19: 6, 37: 3, 20: 5}
+THROTTLING_QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."
+
+
+def _mutation_sensor(ctx: Any) -> Any:
+    quotas = ctx.broker.client_quotas
+    if not quotas.mutation.limits:
+        return None
+    return quotas._sensor(quotas.mutation, user_of(ctx.principal), ctx.client_id or "")
+
+
+def mutation_refused(ctx: Any) -> bool:
+    """A strict request (KIP-599) while the client's ``controller_mutation_rate`` is exceeded: refuse the topic
+    (THROTTLING_QUOTA_EXCEEDED) before changing anything."""
+    sensor = _mutation_sensor(ctx)
+    if sensor is None or ctx.api_version < STRICT_MUTATION_VERSION.get(ctx.api_key, 0):
+        return False
+    return sensor.throttle_ms(time.monotonic() * 1000) > 0
+
+
+def record_mutations(ctx: Any, partitions: int) -> None:
+    """Partitions created or deleted (Kafka's ``ControllerMutationQuota.record``)."""
+    sensor = _mutation_sensor(ctx)
+    if sensor is not None and partitions > 0:
+        sensor.add(float(partitions), time.monotonic() * 1000)
+
+
+def mutation_throttle(ctx: Any) -> None:
+    """At the end of CreateTopics / CreatePartitions / DeleteTopics: the mutation quota's throttle time, if
+    exceeded, becomes the response's (``ctx.throttle_ms``; the server writes it and mutes the connection)."""
+    sensor = _mutation_sensor(ctx)
+    if sensor is None:
+        return
+    throttle = sensor.throttle_ms(time.monotonic() * 1000)
+    if throttle > max(ctx.throttle_ms, 0):
+        sensor.throttle_total_ms += throttle
+        sensor.throttle_count += 1
+        ctx.throttle_ms = throttle
