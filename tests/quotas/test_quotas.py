@@ -281,3 +281,34 @@ def test_controller_mutation_rate_kip599(qbroker: Any) -> None:
                                        "include_topic_authorized_operations": False})
         assert {t["name"]: t["error_code"] for t in md["topics"]} == {first: 0, second: 3, third: 0}
         clear(c3)
+
+
+def test_clients_before_kip219_get_a_delayed_response(qbroker: Any) -> None:
+    """Produce v5 (before KIP-219) over its quota: the broker holds the response back for the throttle time
+    instead of answering first; Produce v7 is answered at once (then the connection is muted)."""
+    from tidelog.records import build_batch
+
+    topic = new_topic("quota-old")
+    records = build_batch([(None, b"o" * 1000)])
+    # one request is ~1.1 kB; at 800 B/s over a 1 s window (num=2, first window) the throttle is ~0.4 s
+    _set(qbroker, [{"entity": entity(client_id=c), "ops": [op("producer_byte_rate", 800)]}
+                   for c in ("old-producer", "new-producer")])
+    body = {"transactional_id": None, "acks": 1, "timeout_ms": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}]}
+    with RawClient(qbroker.port, client_id="filler") as c:  # create the topic (auto-creation) without a quota
+        c.request(METADATA, 12, {"topics": [{"name": topic, "topic_id": uuid.UUID(int=0)}],
+                                 "allow_auto_topic_creation": True, "include_topic_authorized_operations": False})
+    with RawClient(qbroker.port, client_id="old-producer") as c:
+        t0 = time.monotonic()
+        r = c.request(0, 5, body)
+        took = time.monotonic() - t0
+        throttle = r["throttle_time_ms"]
+        assert r["responses"][0]["partition_responses"][0]["error_code"] == 0
+        assert throttle > 100 and took >= throttle / 1000 * 0.8, (took, throttle)
+    with RawClient(qbroker.port, client_id="new-producer") as c:  # its own rate (a client-id level quota)
+        t0 = time.monotonic()
+        r = c.request(0, 7, body)
+        took = time.monotonic() - t0
+        assert r["throttle_time_ms"] > 100 and took < r["throttle_time_ms"] / 1000 * 0.8, (took, r)
+    with RawClient(qbroker.port) as c:
+        clear(c)

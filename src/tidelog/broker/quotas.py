@@ -639,6 +639,7 @@ def fetch_response_bytes(body: dict) -> int:
 
 # APIs not counted by request_percentage: cluster actions (Kafka's ``ApiKeys.clusterAction``) and SASL
 REQUEST_QUOTA_EXEMPT = frozenset({4, 5, 6, 7, 17, 27, 36})
+FETCH_KEY = 1  # a consumer's Fetch records its own request time (:func:`fetch_throttle`)
 # KIP-219: from these versions on the client throttles itself and the broker answers at once, then mutes the
 # channel; before them (Produce < 6, Fetch < 8) the response itself is held back for the throttle time
 CLIENT_SIDE_THROTTLE = {0: 6, 1: 8}
@@ -651,7 +652,7 @@ def after_handler(quotas: ClientQuotaManager, ctx: Any, response: Any, elapsed_s
     throttle = ctx.throttle_ms
     if throttle < 0:
         return 0
-    if ctx.api_key not in REQUEST_QUOTA_EXEMPT and quotas.request.limits:
+    if ctx.api_key not in REQUEST_QUOTA_EXEMPT and ctx.api_key != FETCH_KEY and quotas.request.limits:
         rt = quotas.record_request(ctx.principal, ctx.client_id, max(elapsed_s - ctx.wait_s, 0.0))
         if rt > throttle:
             quotas.throttled(quotas.request, ctx.principal, ctx.client_id, rt)
@@ -708,3 +709,19 @@ def mutation_throttle(ctx: Any) -> None:
         sensor.throttle_total_ms += throttle
         sensor.throttle_count += 1
         ctx.throttle_ms = throttle
+
+
+def fetch_throttle(quotas: ClientQuotaManager, ctx: Any, total: int, elapsed_s: float) -> int:
+    """A consumer's Fetch (quotas enabled), as Kafka's ``handleFetchRequest``: its response bytes on
+    ``consumer_byte_rate`` and its handler time on ``request_percentage``; if either throttles, the bytes are taken
+    back (the answer will carry no data). Returns the larger throttle time (0: answer normally)."""
+    principal, client = ctx.principal, ctx.client_id
+    bandwidth = quotas.record(quotas.fetch, principal, client, total)
+    request = 0
+    if quotas.request.limits:
+        request = quotas.record_request(principal, client, max(elapsed_s - ctx.wait_s, 0.0))
+    throttle = max(bandwidth, request)
+    if throttle:
+        quotas.unrecord(quotas.fetch, principal, client, total)
+        quotas.throttled(quotas.fetch if bandwidth >= request else quotas.request, principal, client, throttle)
+    return throttle

@@ -40,6 +40,7 @@ from tidelog.broker.fetch import MAX_INT32, FetchParams, FetchPartition, last_st
 from tidelog.broker.fetch_session import INITIAL_EPOCH, CachedPartition
 from tidelog.broker.handlers import RequestContext, handles, topic_change
 from tidelog.broker.purgatory import DelayedProduce
+from tidelog.broker.quotas import fetch_throttle
 from tidelog.broker.topics import ADMIN_CLIENT_ID, INTERNAL_TOPICS, TopicError
 from tidelog.protocol import codec
 from tidelog.protocol.errors import error_for_code
@@ -664,16 +665,14 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
 
     body = {"throttle_time_ms": 0, "error_code": NONE, "session_id": 0, "responses": responses}
     if quotas.enabled and replica_id < 0:
-        waited = time.perf_counter()
+        started = waited = time.perf_counter()
         total = await broker.read_service.fetch_messages(params, parts)
         if params.max_wait_ms > 0:
             ctx.wait_s = time.perf_counter() - waited  # a long poll is not handler time (request_percentage)
-        throttle = quotas.record(quotas.fetch, ctx.principal, ctx.client_id, total)
+        throttle = fetch_throttle(quotas, ctx, total, time.perf_counter() - started)
         if throttle:
-            # Kafka: a throttled fetch answers no data (the bytes are taken back from the rate) and the same
-            # session, whose cached state is left as it was
-            quotas.unrecord(quotas.fetch, ctx.principal, ctx.client_id, total)
-            quotas.throttled(quotas.fetch, ctx.principal, ctx.client_id, throttle)
+            # Kafka: a throttled fetch (bandwidth or request quota) answers no data (the bytes are taken back from
+            # the rate) and the same session, whose cached state is left as it was
             ctx.throttle_ms = throttle
             return {"throttle_time_ms": throttle, "error_code": NONE,
                     "session_id": session.session_id if session is not None else 0, "responses": []}
