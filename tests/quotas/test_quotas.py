@@ -312,3 +312,33 @@ def test_clients_before_kip219_get_a_delayed_response(qbroker: Any) -> None:
         assert r["throttle_time_ms"] > 100 and took < r["throttle_time_ms"] / 1000 * 0.8, (took, r)
     with RawClient(qbroker.port) as c:
         clear(c)
+
+
+def test_kafka_python_admin_alters_and_describes(qbroker: Any) -> None:
+    """kafka-python 3 has no client-quota method on its admin client; its own encoders of AlterClientQuotas and
+    DescribeClientQuotas (the version negotiated through ApiVersions) are sent through the admin's connection."""
+    from kafka import KafkaAdminClient
+    from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
+
+    admin = KafkaAdminClient(bootstrap_servers=qbroker.bootstrap)
+    try:
+        e = AlterClientQuotasRequest.EntryData
+        alter_req = AlterClientQuotasRequest(entries=[e(
+            entity=[e.EntityData(entity_type="user", entity_name="kp"),
+                    e.EntityData(entity_type="client-id", entity_name=None)],
+            ops=[e.OpData(key="consumer_byte_rate", value=4096.0, remove=False),
+                 e.OpData(key="request_percentage", value=33.5, remove=False)])], validate_only=False)
+        altered = admin._manager.run(admin._manager.send, alter_req)
+        assert [x.error_code for x in altered.entries] == [0]
+        d = DescribeClientQuotasRequest
+        described = admin._manager.run(admin._manager.send, d(
+            components=[d.ComponentData(entity_type="user", match_type=0, match="kp")], strict=False))
+        assert described.error_code == 0
+        assert [[(x.entity_type, x.entity_name) for x in entry.entity] for entry in described.entries] == [
+            [("user", "kp"), ("client-id", None)]]
+        assert sorted((v.key, v.value) for v in described.entries[0].values) == [
+            ("consumer_byte_rate", 4096.0), ("request_percentage", 33.5)]
+    finally:
+        admin.close()
+    with RawClient(qbroker.port) as c:
+        clear(c)
