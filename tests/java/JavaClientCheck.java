@@ -9,6 +9,8 @@
 // The program asserts nothing itself: it only reports what the client saw. Exceptions are reported as
 // {"event": "error", ...} and give exit code 1. Every wait is bounded by a deadline.
 
+import java.io.FileInputStream;
+import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -59,6 +61,10 @@ import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.quota.ClientQuotaAlteration;
+import org.apache.kafka.common.quota.ClientQuotaEntity;
+import org.apache.kafka.common.quota.ClientQuotaFilter;
+import org.apache.kafka.common.quota.ClientQuotaFilterComponent;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.record.ControlRecordType;
@@ -97,6 +103,7 @@ public final class JavaClientCheck {
                 case "txn_ctp" -> txnConsumeTransformProduce(args[1], args[2], args[3]);
                 case "txn_fence" -> txnFence(args[1], args[2]);
                 case "dump_log" -> dumpLog(args[1]);
+                case "quotas" -> quotas(args[1]);
                 default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
             }
             emit(obj("event", "done"));
@@ -118,6 +125,15 @@ public final class JavaClientCheck {
         p.put("client.id", clientId);
         p.put("request.timeout.ms", "15000");
         p.put("default.api.timeout.ms", "20000");
+        // -Dcheck.client.config=<file>: security settings (security.protocol, ssl.*, sasl.*) for every client
+        String extra = System.getProperty("check.client.config");
+        if (extra != null) {
+            try (InputStream in = new FileInputStream(extra)) {
+                p.load(in);
+            } catch (java.io.IOException e) {
+                throw new IllegalStateException("cannot read " + extra, e);
+            }
+        }
         return p;
     }
 
@@ -181,6 +197,57 @@ public final class JavaClientCheck {
 
     static void createTopic(Admin admin, String topic, int partitions) throws Exception {
         admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get();
+    }
+
+    // ------------------------------------------------------------------------------------- client quotas
+
+    static Map<String, Object> quotaMap(Map<ClientQuotaEntity, Map<String, Double>> described) {
+        Map<String, Object> out = new TreeMap<>();
+        for (var e : described.entrySet()) {
+            out.put(new TreeMap<>(e.getKey().entries()).toString(), new TreeMap<>(e.getValue()));
+        }
+        return out;
+    }
+
+    static void quotas(String bootstrap) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            Map<String, String> aliceDefault = new HashMap<>();
+            aliceDefault.put(ClientQuotaEntity.USER, "alice");
+            aliceDefault.put(ClientQuotaEntity.CLIENT_ID, null);  // <default>
+            ClientQuotaEntity e1 = new ClientQuotaEntity(aliceDefault);
+            ClientQuotaEntity e2 = new ClientQuotaEntity(Map.of(ClientQuotaEntity.CLIENT_ID, "java-app"));
+            admin.alterClientQuotas(List.of(
+                    new ClientQuotaAlteration(e1, List.of(new ClientQuotaAlteration.Op("producer_byte_rate", 1048576.0),
+                            new ClientQuotaAlteration.Op("request_percentage", 25.0))),
+                    new ClientQuotaAlteration(e2, List.of(new ClientQuotaAlteration.Op("consumer_byte_rate", 2048.0)))
+            )).all().get();
+            emit(obj("event", "all", "quotas", quotaMap(admin.describeClientQuotas(ClientQuotaFilter.all()).entities().get())));
+            ClientQuotaFilter aliceOnly = ClientQuotaFilter.contains(List.of(ClientQuotaFilterComponent.ofEntity("user", "alice")));
+            emit(obj("event", "alice", "quotas", quotaMap(admin.describeClientQuotas(aliceOnly).entities().get())));
+            ClientQuotaFilter defaults = ClientQuotaFilter.containsOnly(List.of(ClientQuotaFilterComponent.ofDefaultEntity("client-id")));
+            emit(obj("event", "strict_default_client", "quotas", quotaMap(admin.describeClientQuotas(defaults).entities().get())));
+            // validate only: accepted, not applied
+            admin.alterClientQuotas(List.of(new ClientQuotaAlteration(e2,
+                    List.of(new ClientQuotaAlteration.Op("consumer_byte_rate", 1.0)))),
+                    new org.apache.kafka.clients.admin.AlterClientQuotasOptions().validateOnly(true)).all().get();
+            emit(obj("event", "after_validate_only", "quotas", quotaMap(admin.describeClientQuotas(ClientQuotaFilter.all()).entities().get())));
+            // a fractional byte rate is refused
+            try {
+                admin.alterClientQuotas(List.of(new ClientQuotaAlteration(e2,
+                        List.of(new ClientQuotaAlteration.Op("producer_byte_rate", 0.5))))).all().get();
+                emit(obj("event", "fractional", "error", null));
+            } catch (ExecutionException ex) {
+                emit(obj("event", "fractional", "error", ex.getCause().getClass().getSimpleName(),
+                        "message", ex.getCause().getMessage()));
+            }
+            // removal (a null value)
+            admin.alterClientQuotas(List.of(
+                    new ClientQuotaAlteration(e1, List.of(new ClientQuotaAlteration.Op("producer_byte_rate", null),
+                            new ClientQuotaAlteration.Op("request_percentage", null))),
+                    new ClientQuotaAlteration(e2, List.of(new ClientQuotaAlteration.Op("consumer_byte_rate", null)))
+            )).all().get();
+            emit(obj("event", "after_remove", "quotas", quotaMap(admin.describeClientQuotas(ClientQuotaFilter.all()).entities().get())));
+        }
     }
 
     // ---------------------------------------------------------------------------------------- scenario 1

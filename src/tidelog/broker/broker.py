@@ -41,12 +41,14 @@ from tidelog.broker.handlers import (  # noqa: F401
     core,
     group,
     producer_id,
+    quotas,
     security,
     storage_admin,
     txn,
 )
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
+from tidelog.broker.quotas import ClientQuotaManager
 from tidelog.broker.replica_manager import LocalReplicaManager
 from tidelog.broker.request_pool import AppendSequencer, RequestHandlerPool
 from tidelog.broker.security.listeners import build_listeners
@@ -125,6 +127,9 @@ class Broker:
         self.connections: set = set()
         # max.connections, max.connections.per.ip(.overrides), queued.max.request.bytes (issue 16)
         self.connection_quotas, self.request_memory = limits_from(config)
+        # client quotas (user / client-id; broker/quotas.py): values from the replica manager's quota store
+        self.client_quotas = ClientQuotaManager(config.get("quota.window.num"), config.get("quota.window.size.seconds"))
+        self.metrics.add_rows_source(self.client_quotas.rows)
         self.socket_servers = [SocketServer(self, li, self.connections) for li in self.listeners]
         self.socket_server = next(s for s in self.socket_servers if s.listener.name == config.listener.name)
         # the transaction coordinator (KIP-98): state in __transaction_state, markers to partition leaders
@@ -173,6 +178,7 @@ class Broker:
         self.cluster_id = self.cluster_id or self._cluster_id_from_storage()
         self.producer_ids = self.replica_manager.make_producer_id_manager(self)
         self.scram_credentials = self.replica_manager.make_scram_store(self)
+        self.client_quotas.attach_store(self.replica_manager.make_quota_store(self), self.loop)
 
     def _cluster_id_from_storage(self) -> str:
         cid = getattr(self.logs, "cluster_id", None)

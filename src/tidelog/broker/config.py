@@ -222,6 +222,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "broker-wide; accepting waits for a free slot (the inter-broker listener is exempt)"),
         _key("max.connections.per.ip", "2147483647", _nonneg_int, "new connections beyond it are closed"),
         _key("max.connections.per.ip.overrides", "", str, "host:count,host:count"),
+        _key("quota.window.num", "11", _pos_int, "samples of a client quota's rate"),
+        _key("quota.window.size.seconds", "1", _pos_int, "length of one sample of a client quota's rate"),
         _key("num.recovery.threads.per.data.dir", "2", _pos_int),
         _key("log.flush.offset.checkpoint.interval.ms", "60000", _nonneg_int),
         _key("log.flush.start.offset.checkpoint.interval.ms", "60000", _nonneg_int),

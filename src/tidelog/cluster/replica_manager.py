@@ -67,6 +67,7 @@ from tidelog.cluster.controller import Controller
 from tidelog.cluster.fetcher import ReplicaFetcherManager
 from tidelog.cluster.handlers import CLUSTER_HANDLERS
 from tidelog.cluster.producer_ids import zk_producer_id_manager
+from tidelog.cluster.quotas import ZkQuotaStore
 from tidelog.cluster.scram import ZkScramCredentialStore
 from tidelog.cluster.topics import ZkTopicBackend
 
@@ -182,6 +183,10 @@ class ZkReplicaManager:
     def make_scram_store(self, broker: Broker) -> Any:
         # SCRAM credentials where Kafka keeps them: /config/users/<name>, cached from watches
         return ZkScramCredentialStore(self.zk)
+
+    def make_quota_store(self, broker: Broker) -> Any:
+        # client quotas where Kafka keeps them: /config/users, /config/clients, with /config/changes notifications
+        return ZkQuotaStore(self.zk)
 
     def become_leader(self, tp: tuple[str, int], log_: Any) -> None:
         """At start nothing is led until ZooKeeper says so."""

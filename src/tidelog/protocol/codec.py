@@ -81,6 +81,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),  # KIP-546 (client quotas, broker/quotas.py)
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
 }
 """What the broker advertises in ApiVersions (api_key -> (min, max))."""
 

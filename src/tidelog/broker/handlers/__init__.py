@@ -41,6 +41,12 @@ class RequestContext:
     # the request arrived on: what an authorizer checks, and which endpoints Metadata advertises
     principal: str = "User:ANONYMOUS"
     listener: str = ""
+    # client quotas (broker/quotas.py): the request's frame size; the throttle time a handler computed for a
+    # bandwidth quota (-1: exempt from quotas, e.g. a follower's fetch); seconds it waited in the purgatory
+    # (not counted as handler time by request_percentage)
+    request_size: int = 0
+    throttle_ms: int = 0
+    wait_s: float = 0.0
 
 
 def handles(api_key: int, table: dict[int, Handler] = REGISTRY) -> Callable[[Handler], Handler]:

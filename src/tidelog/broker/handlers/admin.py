@@ -39,6 +39,12 @@ from typing import Any
 from tidelog.broker import config as bc
 from tidelog.broker.errors import error_of, is_client_error
 from tidelog.broker.handlers import RequestContext, handles, topic_change
+from tidelog.broker.quotas import (
+    THROTTLING_QUOTA_EXCEEDED_MESSAGE,
+    mutation_refused,
+    mutation_throttle,
+    record_mutations,
+)
 from tidelog.broker.topics import INTERNAL_TOPICS, ConfigEntry
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
@@ -347,6 +353,7 @@ async def create_topics(ctx: RequestContext, request: dict) -> dict:
             continue
         answered.add(name)
         results.append(await _create_one(ctx, t, name in dups, validate_only))
+    mutation_throttle(ctx)  # controller_mutation_rate (KIP-599): the server answers the throttle and mutes
     return {"throttle_time_ms": 0, "topics": results}
 
 
@@ -403,6 +410,8 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
         return fail(*problem)
     configs = {c["name"]: c["value"] for c in config_list}
     topics = ctx.broker.topics
+    if not validate_only and mutation_refused(ctx):
+        return fail("THROTTLING_QUOTA_EXCEEDED", THROTTLING_QUOTA_EXCEEDED_MESSAGE)
     try:
         info = await topic_change(
             topics.create_topic,
@@ -419,6 +428,8 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
         code, msg = error_of(exc)
         result["error_code"], result["error_message"] = code, msg
         return result
+    if not validate_only:
+        record_mutations(ctx, int(info.num_partitions))
     if v >= 5:
         result["num_partitions"] = int(info.num_partitions)
         rf = replication_factor if replication_factor > 0 else ctx.broker.config.default_replication_factor
@@ -479,6 +490,7 @@ async def delete_topics(ctx: RequestContext, request: dict) -> dict:
         code, msg = await _delete_one(ctx, name, topic_id, name_dups, id_dups, resp)
         resp["error_code"], resp["error_message"] = code, msg
         responses.append(resp)
+    mutation_throttle(ctx)  # controller_mutation_rate (KIP-599)
     return {"throttle_time_ms": 0, "responses": responses}
 
 
@@ -510,12 +522,15 @@ async def _delete_one(
         # client: the coordinators' state would be lost (issue 16; docs/ARCHITECTURE.md "Internal topics")
         return error_code("INVALID_TOPIC_EXCEPTION"), (
             f"Topic {name} is a kafka internal topic and is not allowed to be marked for deletion.")
+    if mutation_refused(ctx):
+        return error_code("THROTTLING_QUOTA_EXCEEDED"), THROTTLING_QUOTA_EXCEEDED_MESSAGE
     try:
         info = await topic_change(topics.delete_topic, name)  # off the loop (files, checkpoints)
     except Exception as exc:
         if not is_client_error(exc):
             raise
         return error_of(exc)
+    record_mutations(ctx, int(info.num_partitions))
     if "topic_id" in resp:
         resp["topic_id"] = _uuid(info.topic_id)
     return 0, None
@@ -547,10 +562,13 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
 
         count = int(t.get("count", 0))
         assignments = t.get("assignments")
+        before = int(topics.get(name).num_partitions) if name not in dups and topics.exists(name) else 0
         if name in dups:
             fail("INVALID_REQUEST", f"Duplicate topic in request: {name}")
         elif not topics.exists(name):
             fail("UNKNOWN_TOPIC_OR_PARTITION", f"The topic '{name}' does not exist.")
+        elif not validate_only and mutation_refused(ctx):
+            fail("THROTTLING_QUOTA_EXCEEDED", THROTTLING_QUOTA_EXCEEDED_MESSAGE)
         elif topics.registered_brokers is not None:  # a cluster: the topic store's backend checks assignments
             manual = None if assignments is None else [[int(b) for b in a.get("broker_ids") or []]
                                                        for a in assignments]
@@ -587,7 +605,10 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
                     if not is_client_error(exc):
                         raise
                     res["error_code"], res["error_message"] = error_of(exc)
+        if res["error_code"] == 0 and not validate_only:
+            record_mutations(ctx, count - before)
         results.append(res)
+    mutation_throttle(ctx)  # controller_mutation_rate (KIP-599)
     return {"throttle_time_ms": 0, "results": results}
 
 

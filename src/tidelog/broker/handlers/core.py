@@ -40,6 +40,7 @@ from tidelog.broker.fetch import MAX_INT32, FetchParams, FetchPartition, last_st
 from tidelog.broker.fetch_session import INITIAL_EPOCH, CachedPartition
 from tidelog.broker.handlers import RequestContext, handles, topic_change
 from tidelog.broker.purgatory import DelayedProduce
+from tidelog.broker.quotas import fetch_throttle
 from tidelog.broker.topics import ADMIN_CLIENT_ID, INTERNAL_TOPICS, TopicError
 from tidelog.protocol import codec
 from tidelog.protocol.errors import error_for_code
@@ -429,6 +430,11 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
         for pp in todo:
             any_error |= _append_one(ctx, pp, now_ms, appended, results)
 
+    quotas = broker.client_quotas
+    if quotas.enabled:  # producer_byte_rate: the request's bytes (the server writes the throttle, then mutes)
+        ctx.throttle_ms = quotas.record(quotas.produce, ctx.principal, ctx.client_id, ctx.request_size)
+        if ctx.throttle_ms:
+            quotas.throttled(quotas.produce, ctx.principal, ctx.client_id, ctx.throttle_ms)
     if acks == 0:
         if any_error:
             raise CloseConnection("acks=0 produce failed")
@@ -438,7 +444,9 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
         op = DelayedProduce(appended, timeout_ms, broker.high_watermark)
         if not broker.purgatory.produce.try_complete_else_watch(op, list(appended)):
             pass
+        waited = time.perf_counter()
         status = await op.wait()
+        ctx.wait_s = time.perf_counter() - waited  # not handler time (request_percentage)
         for tp, err in status.items():
             if err is not None:
                 pr = results[tp]
@@ -584,11 +592,18 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
     response_max = request.get("max_bytes", MAX_INT32)
     if response_max <= 0:
         response_max = MAX_INT32
+    max_bytes = min(response_max, broker.config.get("fetch.max.bytes"))
+    quotas = broker.client_quotas
+    if quotas.enabled:
+        if replica_id >= 0:
+            ctx.throttle_ms = -1  # replication is exempt from client quotas
+        else:  # consumer_byte_rate: no more than the quota window can take (Kafka's maxValueInQuotaWindow)
+            max_bytes = min(max_bytes, int(quotas.max_value_in_window(quotas.fetch, ctx.principal, ctx.client_id)))
     params = FetchParams(
         replica_id=replica_id,
         max_wait_ms=request.get("max_wait_ms", 0),
-        min_bytes=request.get("min_bytes", 1),
-        max_bytes=min(response_max, broker.config.get("fetch.max.bytes")),
+        min_bytes=min(request.get("min_bytes", 1), max_bytes),
+        max_bytes=max_bytes,
         isolation_level=isolation,
         hard_max_bytes_limit=v <= 2,
     )
@@ -649,7 +664,20 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
                 parts.append(fp)
 
     body = {"throttle_time_ms": 0, "error_code": NONE, "session_id": 0, "responses": responses}
-    await broker.read_service.fetch_messages(params, parts)
+    if quotas.enabled and replica_id < 0:
+        started = waited = time.perf_counter()
+        total = await broker.read_service.fetch_messages(params, parts)
+        if params.max_wait_ms > 0:
+            ctx.wait_s = time.perf_counter() - waited  # a long poll is not handler time (request_percentage)
+        throttle = fetch_throttle(quotas, ctx, total, time.perf_counter() - started)
+        if throttle:
+            # Kafka: a throttled fetch (bandwidth or request quota) answers no data (the bytes are taken back from
+            # the rate) and the same session, whose cached state is left as it was
+            ctx.throttle_ms = throttle
+            return {"throttle_time_ms": throttle, "error_code": NONE,
+                    "session_id": session.session_id if session is not None else 0, "responses": []}
+    else:
+        await broker.read_service.fetch_messages(params, parts)
 
     if session is not None:  # only what the client does not know yet, grouped by topic in session order
         body["session_id"] = session.session_id
