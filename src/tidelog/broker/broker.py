@@ -36,6 +36,7 @@ from tidelog.broker.group.coordinator import GroupCoordinator
 # the APIs every broker serves: importing the handler modules registers them in REGISTRY
 from tidelog.broker.handlers import (  # noqa: F401
     REGISTRY,
+    acls,
     admin,
     core,
     group,
@@ -48,6 +49,7 @@ from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
 from tidelog.broker.replica_manager import LocalReplicaManager
 from tidelog.broker.request_pool import AppendSequencer, RequestHandlerPool
+from tidelog.broker.security.authorizer import Authorizer, authorizer_enabled, parse_super_users
 from tidelog.broker.security.listeners import build_listeners
 from tidelog.broker.server import SocketServer
 from tidelog.broker.topics import TopicManager, new_cluster_id
@@ -80,6 +82,8 @@ class Broker:
         # SCRAM credentials: the replica manager's store (one node: a file in the first log dir; ZooKeeper mode:
         # /config/users), made with the storage
         self.scram_credentials: Any = None
+        # the ACL authorizer (authorizer.class.name); None: no authorization, one attribute test per request
+        self.authorizer: Authorizer | None = None
         self.logs: Any = None
         self.topics: TopicManager = None  # type: ignore[assignment]
         self.purgatory = Purgatory()
@@ -172,6 +176,10 @@ class Broker:
         self.cluster_id = self.cluster_id or self._cluster_id_from_storage()
         self.producer_ids = self.replica_manager.make_producer_id_manager(self)
         self.scram_credentials = self.replica_manager.make_scram_store(self)
+        if authorizer_enabled(cfg.get("authorizer.class.name")):
+            self.authorizer = Authorizer(self.replica_manager.make_acl_store(self),
+                                         parse_super_users(cfg.get("super.users")),
+                                         cfg.get("allow.everyone.if.no.acl.found"))
 
     def _cluster_id_from_storage(self) -> str:
         cid = getattr(self.logs, "cluster_id", None)

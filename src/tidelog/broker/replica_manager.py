@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from tidelog.broker.errors import PartitionError
 from tidelog.broker.handlers import Handler
 from tidelog.broker.producer_ids import ProducerIdManager
+from tidelog.broker.security.authorizer import ACLS_FILE, FileAclStore
 from tidelog.broker.security.scram import USERS_FILE, ScramCredentialStore
 from tidelog.broker.topics import LocalTopicBackend, TopicManager
 
@@ -54,6 +55,10 @@ class LocalReplicaManager:
     def make_scram_store(self, broker: Broker) -> Any:
         """SCRAM credentials: a file in the first log dir (ZooKeeper mode: ``/config/users``)."""
         return ScramCredentialStore(broker.config.log_dirs[0] / USERS_FILE)
+
+    def make_acl_store(self, broker: Broker) -> Any:
+        """ACLs: a file in the first log dir (ZooKeeper mode: ``/kafka-acl`` and ``/kafka-acl-extended``)."""
+        return FileAclStore(broker.config.log_dirs[0] / ACLS_FILE)
 
     # -- lifecycle hooks -------------------------------------------------------------------------------------
 
