@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "cluster": "tidelog.cli.cluster:cluster",
     "transactions": "tidelog.cli.transactions:transactions",
     "users": "tidelog.cli.users:users",
+    "acls": "tidelog.cli.acls:acls",
 }
 
 

@@ -30,6 +30,7 @@ SECURITY_DISABLED = error_code("SECURITY_DISABLED")
 CLUSTER_AUTHORIZATION_FAILED = error_code("CLUSTER_AUTHORIZATION_FAILED")
 INVALID_REQUEST = error_code("INVALID_REQUEST")
 NO_AUTHORIZER = "No Authorizer is configured."
+DENIED = "Cluster authorization failed."
 _CLUSTER = ResourceType.CLUSTER
 
 
@@ -59,7 +60,7 @@ async def describe_acls(ctx: RequestContext, request: dict) -> dict:
         return {"throttle_time_ms": 0, "error_code": SECURITY_DISABLED, "error_message": NO_AUTHORIZER,
                 "resources": []}
     if not ctx.authorize(AclOperation.DESCRIBE, _CLUSTER, CLUSTER_NAME):
-        return {"throttle_time_ms": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": None,
+        return {"throttle_time_ms": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": DENIED,
                 "resources": []}
     flt = _filter(request)
     problem = flt.problem()
@@ -88,7 +89,7 @@ async def create_acls(ctx: RequestContext, request: dict) -> dict:
                 "results": [{"error_code": SECURITY_DISABLED, "error_message": NO_AUTHORIZER} for _ in creations]}
     if not ctx.authorize(AclOperation.ALTER, _CLUSTER, CLUSTER_NAME):
         return {"throttle_time_ms": 0,
-                "results": [{"error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": None} for _ in creations]}
+                "results": [{"error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": DENIED} for _ in creations]}
     bindings = [
         AclBinding(_enum(ResourceType, c["resource_type"]), c["resource_name"],  # type: ignore[arg-type]
                    _enum(PatternType, c.get("resource_pattern_type", 3)), c["principal"],  # type: ignore[arg-type]
@@ -111,7 +112,7 @@ async def delete_acls(ctx: RequestContext, request: dict) -> dict:
             {"error_code": SECURITY_DISABLED, "error_message": NO_AUTHORIZER, "matching_acls": []} for _ in filters]}
     if not ctx.authorize(AclOperation.ALTER, _CLUSTER, CLUSTER_NAME):
         return {"throttle_time_ms": 0, "filter_results": [
-            {"error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": None, "matching_acls": []}
+            {"error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": DENIED, "matching_acls": []}
             for _ in filters]}
     parsed = [_filter(f) for f in filters]
     problems = [f.problem() for f in parsed]
