@@ -10,9 +10,7 @@ cover CreateAcls / DescribeAcls / DeleteAcls and produce/consume end to end."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import re
 import subprocess
 import sys
 import uuid
@@ -20,6 +18,33 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aclsupport import (
+    ALTER,
+    ALTER_CONFIGS,
+    CLUSTER_AUTH,
+    CREATE,
+    DELETE,
+    DENY,
+    DESCRIBE,
+    DESCRIBE_CONFIGS,
+    GROUP_AUTH,
+    IDEMPOTENT_WRITE,
+    LITERAL,
+    PREFIXED,
+    READ,
+    T_CLUSTER,
+    T_GROUP,
+    T_TOPIC,
+    T_TXN,
+    TOPIC_AUTH,
+    TXN_AUTH,
+    USERS,
+    WRITE,
+    acl,
+    acl_overrides,
+    call,
+    sasl_port,
+)
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
@@ -31,77 +56,14 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tidelog.broker.security.client import ClientSecurity
-from tidelog.cluster.peer import Peer
 from tidelog.records.batch import build_batch
 
-USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret"}
 TOPIC, OTHER, GROUP, TXN = "acl-t", "acl-other", "acl-g", "acl-tx"
-
-# Kafka's codes
-TOPIC_AUTH, GROUP_AUTH, CLUSTER_AUTH, TXN_AUTH = 29, 30, 31, 53
-READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = (
-    3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
-T_TOPIC, T_GROUP, T_CLUSTER, T_TXN = 2, 3, 4, 5
-LITERAL, PREFIXED = 3, 4
-ALLOW, DENY = 3, 2
-
-
-def _jaas(users: dict[str, str]) -> str:
-    entries = " ".join(f'user_{u}="{p}"' for u, p in users.items())
-    return ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
-            f'password="admin-secret" {entries};')
-
-
-def acl_overrides(**extra: str) -> dict[str, str]:
-    return {
-        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": _jaas(USERS),
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin",
-        "num.partitions": "1",
-        "group.initial.rebalance.delay.ms": "0",
-        "offsets.topic.num.partitions": "1",
-        "transaction.state.log.num.partitions": "1",
-        "offsets.topic.replication.factor": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        **extra,
-    }
-
-
-def sasl_port(b: Any) -> int:
-    found = re.findall(r"SASL_PLAINTEXT\(SASL_PLAINTEXT\)://[^:]+:(\d+)", b.log_text())
-    assert found, "no SASL listener in the broker log"
-    return int(found[-1])
-
-
-def call(b: Any, user: str | None, api_key: int, version: int, body: dict) -> dict:
-    """One raw request as ``user`` (SASL PLAIN) or anonymous (PLAINTEXT, user None)."""
-    if user is None:
-        peer = Peer("127.0.0.1", b.port, "acl-test")
-    else:
-        peer = Peer("127.0.0.1", b.sasl_port, "acl-test",
-                    ClientSecurity("client", "SASL_PLAINTEXT", None, "PLAIN", user, USERS[user]))
-
-    async def run() -> dict:
-        try:
-            return await peer.request(api_key, version, body, 20)
-        finally:
-            peer.close()
-
-    return asyncio.run(run())
 
 
 def ck_conf(b: Any, user: str) -> dict[str, Any]:
     return {"bootstrap.servers": f"127.0.0.1:{b.sasl_port}", "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": USERS[user]}
-
-
-def acl(rt: int, name: str, principal: str, op: int, perm: int = ALLOW, pt: int = LITERAL) -> dict:
-    return {"resource_type": rt, "resource_name": name, "resource_pattern_type": pt, "principal": principal,
-            "host": "*", "operation": op, "permission_type": perm}
 
 
 def produce_body(topic: str, batch: bytes, txn_id: str | None = None) -> dict:
@@ -171,6 +133,7 @@ def acl_broker(broker_factory: Any) -> Any:
         acl(T_TOPIC, OTHER, "User:*", READ),
         acl(T_TOPIC, OTHER, "User:carol", READ, DENY),
         acl(T_TOPIC, OTHER, "User:carol", WRITE),
+        acl(T_TOPIC, "carol-t", "User:carol", CREATE),
     ]
     r = call(b, "admin", 30, 3, {"creations": creations})
     assert [x["error_code"] for x in r["results"]] == [0] * len(creations), r
@@ -285,6 +248,11 @@ def test_create_delete_topics_and_partitions(acl_broker: Any) -> None:
     assert r["error_code"] == 0
     # ALL on the prefix new- includes DESCRIBE_CONFIGS: the configs are shown (KIP-525)
     assert r["configs"] and r.get("topic_config_error_code", 0) == 0
+    # CREATE without DESCRIBE_CONFIGS: created, its configs withheld (KIP-525)
+    r = call(b, "carol", 19, 7, dict(create, topics=[{"name": "carol-t", "num_partitions": 1,
+                                                        "replication_factor": 1}]))["topics"][0]
+    assert r["error_code"] == 0 and r["topic_config_error_code"] == TOPIC_AUTH and r["configs"] is None
+    assert "carol-t" in topic_names(b)
     grow = {"topics": [{"name": "new-a", "count": 2, "assignments": None}], "timeout_ms": 10000}
     assert call(b, "bob", 37, 3, grow)["results"][0]["error_code"] == TOPIC_AUTH
     assert call(b, "alice", 37, 3, grow)["results"][0]["error_code"] == 0

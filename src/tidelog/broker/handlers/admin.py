@@ -441,11 +441,14 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
         result["replication_factor"] = int(rf)
         if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, _TOPIC, name):
             result["topic_config_error_code"] = TOPIC_AUTHORIZATION_FAILED  # KIP-525: no configs shown
-        elif validate_only:
-            entries = list(topics.describe_default_configs(configs) or [])
         else:
-            entries = list(topics.describe_configs(name, None) or [])
-        result["configs"] = _create_topic_configs(entries)
+            if validate_only or not topics.exists(name):
+                # ZooKeeper mode: the new topic is adopted from its watch a moment later; its configs are the
+                # request's over the defaults, as Kafka's ZkAdminManager answers them
+                entries = list(topics.describe_default_configs(configs) or [])
+            else:
+                entries = list(topics.describe_configs(name, None) or [])
+            result["configs"] = _create_topic_configs(entries)
     if v >= 7:
         result["topic_id"] = _uuid(info.topic_id)
     return result
