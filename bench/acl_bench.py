@@ -7,8 +7,8 @@ Two ``tidelog serve`` runs, one after the other, each with a SASL_PLAINTEXT list
 that only authorization differs: "no authorizer" (the default) and "1,000 ACLs"
 (``authorizer.class.name=kafka.security.authorizer.AclAuthorizer``, ``super.users=User:admin``, ``--acls`` ACLs
 created through CreateAcls: LITERAL and PREFIXED topic ACLs of other principals, some on prefixes of the bench
-topic's name, group, transactional-id and cluster ACLs, and the bench user's own PREFIXED WRITE/READ on
-``bench-`` and READ on its group). Per broker, two workloads on a fresh one-partition topic: "batched"
+topic's name, group, transactional-id and cluster ACLs, and the bench user's own PREFIXED WRITE/READ/CREATE
+on ``bench-`` and READ on its group). Per broker, two workloads on a fresh one-partition topic: "batched"
 (confluent-kafka, linger 5 ms, 1 MiB batches, acks=all, as bench/security_bench.py) and "small requests"
 (linger 0, 16 KiB batches, so about one Produce per 16 records: the per-request cost shows). Reported: MB/s,
 the ratio to no authorizer, and the broker's CPU seconds per GB (from /proc). A last table times the decision
@@ -86,7 +86,7 @@ def conf(user: str) -> dict:
 
 def acl_set(n: int, seed: int = 7) -> list[tuple]:
     """``n`` ACLs as (resource type, name, pattern type, principal, operation, permission); the bench user's own
-    three come last."""
+    four come last."""
     rnd = random.Random(seed)
     out: set[tuple] = set()
     T, G, C, X = CkResourceType.TOPIC, CkResourceType.GROUP, CkResourceType.BROKER, CkResourceType.TRANSACTIONAL_ID
@@ -94,6 +94,7 @@ def acl_set(n: int, seed: int = 7) -> list[tuple]:
     ops = [AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.ALL]
     own = [(T, "bench-", P, "User:bench", AclOperation.WRITE, AclPermissionType.ALLOW),
            (T, "bench-", P, "User:bench", AclOperation.READ, AclPermissionType.ALLOW),
+           (T, "bench-", P, "User:bench", AclOperation.CREATE, AclPermissionType.ALLOW),
            (G, "bench", L, "User:bench", AclOperation.READ, AclPermissionType.ALLOW)]
     while len(out) < n - len(own):
         k = rnd.random()

@@ -106,9 +106,9 @@ async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, 
     coord = _coordinator(ctx)
     # KafkaApis: DESCRIBE on the group / transactional id before anything else
     if key_type == 0 and not ctx.authorize(DESCRIBE, GROUP, key):
-        return GROUP_AUTHORIZATION_FAILED, None, nowhere
+        return GROUP_AUTHORIZATION_FAILED, "Group authorization failed.", nowhere
     if key_type == 1 and not ctx.authorize(DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
-        return TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None, nowhere
+        return TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.", nowhere
     if key_type == 1:
         # the transaction coordinator: this broker once __transaction_state exists and is loaded (one node), the
         # leader of the id's partition (ZooKeeper mode)
@@ -300,12 +300,17 @@ async def offset_commit(ctx: RequestContext, request: dict) -> dict:
     return {"throttle_time_ms": 0, "topics": _partition_results(request, {**results, **refused})}
 
 
-def _partition_results(request: dict, results: dict[tuple[str, int], int]) -> list[dict]:
-    """Per requested partition, in request order, its error code."""
+def _partition_results(request: dict, results: dict[tuple[str, int], int], once: bool = False) -> list[dict]:
+    """Per requested partition, in request order, its error code (``once``: a partition named twice answered
+    once)."""
     topics: dict[str, list[dict]] = {}
+    seen: set[tuple[str, int]] = set()
     for t in request.get("topics") or ():
         for p in t.get("partitions") or ():
             tp = (_str(t.get("name")), int(p.get("partition_index", 0)))
+            if once and tp in seen:
+                continue
+            seen.add(tp)
             topics.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": results.get(tp, NONE)})
     return [{"name": n, "partitions": ps} for n, ps in topics.items()]
 
@@ -434,7 +439,7 @@ async def txn_offset_commit(ctx: RequestContext, request: dict) -> dict:
             wanted,
             api_version=v,
         )
-    return {"throttle_time_ms": 0, "topics": _partition_results(request, {**results, **refused})}
+    return {"throttle_time_ms": 0, "topics": _partition_results(request, {**results, **refused}, once=True)}
 
 
 @handles(OFFSET_DELETE)
@@ -451,7 +456,10 @@ async def offset_delete(ctx: RequestContext, request: dict) -> dict:
         wanted = [tp for tp in wanted if tp not in refused]
     if coord is None:
         return {"error_code": COORDINATOR_NOT_AVAILABLE, "throttle_time_ms": 0, "topics": []}
-    err, results = await coord.delete_offsets(_str(request.get("group_id")), wanted) if wanted else (NONE, {})
+    if wanted or not refused:
+        err, results = await coord.delete_offsets(_str(request.get("group_id")), wanted)
+    else:
+        err, results = NONE, {}
     if refused and not err:
         results = {**results, **refused}
         wanted = [(_str(t.get("name")), int(p.get("partition_index", 0)))

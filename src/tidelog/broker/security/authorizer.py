@@ -92,9 +92,8 @@ class Authorizer:
         self.allow_if_empty = allow_everyone_if_no_acl_found
         self._lock = threading.Lock()  # writers only
         self._acls: dict[Pattern, frozenset[AclEntry]] = {}
-        self._literal: dict[tuple[ResourceType, str], frozenset[AclEntry]] = {}
-        self._prefixed: dict[ResourceType, dict[str, frozenset[AclEntry]]] = {}
-        self._prefix_lengths: dict[ResourceType, tuple[int, ...]] = {}
+        # (LITERAL by (type, name), PREFIXED by type -> name, prefix lengths in use by type): swapped as one
+        self._index: tuple[dict, dict, dict] = ({}, {}, {})
         self._cache: dict[tuple, bool] = {}
         store.attach(self)
 
@@ -126,7 +125,7 @@ class Authorizer:
             else:
                 prefixed.setdefault(rt, {})[name] = entries
         lengths = {rt: tuple(sorted({len(n) for n in names})) for rt, names in prefixed.items()}
-        self._acls, self._literal, self._prefixed, self._prefix_lengths = acls, literal, prefixed, lengths
+        self._acls, self._index = acls, (literal, prefixed, lengths)
         self._cache = {}
 
     def bindings(self) -> list[AclBinding]:
@@ -137,7 +136,7 @@ class Authorizer:
 
     def matching_entries(self, rt: ResourceType, name: str) -> list[frozenset[AclEntry]]:
         out = []
-        literal = self._literal
+        literal, prefixed, lengths = self._index
         es = literal.get((rt, name))
         if es:
             out.append(es)
@@ -145,10 +144,10 @@ class Authorizer:
             es = literal.get((rt, WILDCARD))
             if es:
                 out.append(es)
-        by_name = self._prefixed.get(rt)
+        by_name = prefixed.get(rt)
         if by_name:
             n = len(name)
-            for length in self._prefix_lengths[rt]:
+            for length in lengths[rt]:
                 if length > n:
                     break
                 es = by_name.get(name[:length])
