@@ -180,6 +180,11 @@ class Broker:
             self.authorizer = Authorizer(self.replica_manager.make_acl_store(self),
                                          parse_super_users(cfg.get("super.users")),
                                          cfg.get("allow.everyone.if.no.acl.found"))
+            log.info("authorizer on", extra={"kv": {"class": cfg.get("authorizer.class.name"),
+                                                    "acls": len(self.authorizer.bindings()),
+                                                    "super.users": ";".join(sorted(self.authorizer.super_users)),
+                                                    "allow.everyone.if.no.acl.found":
+                                                        cfg.get("allow.everyone.if.no.acl.found")}})
 
     def _cluster_id_from_storage(self) -> str:
         cid = getattr(self.logs, "cluster_id", None)
