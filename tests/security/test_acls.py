@@ -59,6 +59,7 @@ from confluent_kafka.admin import (
 from tidelog.records.batch import build_batch
 
 TOPIC, OTHER, GROUP, TXN = "acl-t", "acl-other", "acl-g", "acl-tx"
+HIDDEN = "acl-hidden"  # no ACL: only the super user sees it
 
 
 def ck_conf(b: Any, user: str) -> dict[str, Any]:
@@ -115,14 +116,14 @@ def acl_broker(broker_factory: Any) -> Any:
     b.sasl_port = sasl_port(b)
     # as the super user: topics, records, a committed offset
     r = call(b, "admin", 19, 7, {"topics": [{"name": n, "num_partitions": 1, "replication_factor": 1}
-                                            for n in (TOPIC, OTHER)], "timeout_ms": 10000})
-    assert [t["error_code"] for t in r["topics"]] == [0, 0], r
+                                            for n in (TOPIC, OTHER, HIDDEN)], "timeout_ms": 10000})
+    assert [t["error_code"] for t in r["topics"]] == [0, 0, 0], r
     for n in (TOPIC, OTHER):
         assert produce_code(call(b, "admin", 0, 9, produce_body(n, build_batch([(b"k", b"v1"), (b"k", b"v2")])))) == 0
     r = call(b, "admin", 8, 8, {"group_id": GROUP, "generation_id_or_member_epoch": -1, "member_id": "",
-                                "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0,
-                                                                            "committed_offset": 1}]}]})
-    assert r["topics"][0]["partitions"][0]["error_code"] == 0, r
+                                "topics": [{"name": t, "partitions": [{"partition_index": 0, "committed_offset": 1}]}
+                                           for t in (TOPIC, HIDDEN)]})
+    assert [t["partitions"][0]["error_code"] for t in r["topics"]] == [0, 0], r
     creations = [
         acl(T_TOPIC, TOPIC, "User:alice", 2),  # ALL
         acl(T_TOPIC, "new-", "User:alice", 2, pt=PREFIXED),
@@ -182,6 +183,31 @@ def test_fetch(acl_broker: Any) -> None:
     assert got["error_code"] == TOPIC_AUTH and not got["records"]
 
 
+def test_fetch_session_is_checked_on_every_request(acl_broker: Any) -> None:
+    """An incremental fetch session keeps its partitions; each request is authorized again, so an ACL added
+    while the session lives takes effect on its next fetch."""
+    b = acl_broker
+    full = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": 0,
+            "topics": [{"topic": OTHER, "partitions": [{"partition": 0, "fetch_offset": 0,
+                                                        "partition_max_bytes": 1 << 20}]}]}
+    r = call(b, "alice", 1, 12, full)
+    assert r["session_id"] > 0 and r["responses"][0]["partitions"][0]["records"]
+    deny = acl(T_TOPIC, OTHER, "User:alice", READ, DENY)
+    assert call(b, "admin", 30, 3, {"creations": [deny]})["results"][0]["error_code"] == 0
+    try:
+        incremental = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+                       "isolation_level": 0, "session_id": r["session_id"], "session_epoch": 1, "topics": [],
+                       "forgotten_topics_data": []}
+        got = call(b, "alice", 1, 12, incremental)
+        part = got["responses"][0]["partitions"][0]
+        assert part["error_code"] == TOPIC_AUTH and not part["records"]
+    finally:
+        flt = {"resource_type_filter": T_TOPIC, "resource_name_filter": OTHER, "pattern_type_filter": LITERAL,
+               "principal_filter": "User:alice", "host_filter": None, "operation": READ, "permission_type": DENY}
+        assert len(call(b, "admin", 31, 3, {"filters": [flt]})["filter_results"][0]["matching_acls"]) == 1
+
+
 def test_deny_wins_over_a_wildcard_allow(acl_broker: Any) -> None:
     b = acl_broker
     body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
@@ -207,6 +233,7 @@ def test_metadata_filters_and_refuses(acl_broker: Any) -> None:
     everything = {"topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": True}
     alice_sees = {t["name"] for t in call(b, "alice", 3, 12, everything)["topics"]}
     assert TOPIC in alice_sees and OTHER in alice_sees  # OTHER: User:* READ implies DESCRIBE
+    assert HIDDEN not in alice_sees and HIDDEN in topic_names(b)
     bob_sees = {t["name"] for t in call(b, "bob", 3, 12, everything)["topics"]}
     assert TOPIC not in bob_sees and "__consumer_offsets" not in bob_sees
     named = {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": False,
@@ -256,6 +283,11 @@ def test_create_delete_topics_and_partitions(acl_broker: Any) -> None:
     grow = {"topics": [{"name": "new-a", "count": 2, "assignments": None}], "timeout_ms": 10000}
     assert call(b, "bob", 37, 3, grow)["results"][0]["error_code"] == TOPIC_AUTH
     assert call(b, "alice", 37, 3, grow)["results"][0]["error_code"] == 0
+    # by topic id without DESCRIBE: refused, and the name is not disclosed
+    md = call(b, "alice", 3, 12, {"topics": [{"name": "new-a"}]})
+    tid = md["topics"][0]["topic_id"]
+    by_id = call(b, "bob", 20, 6, {"topics": [{"name": None, "topic_id": tid}], "timeout_ms": 10000})["responses"][0]
+    assert by_id["error_code"] == TOPIC_AUTH and by_id["name"] is None
     delete = {"topic_names": ["new-a"], "timeout_ms": 10000}
     assert call(b, "bob", 20, 5, delete)["responses"][0]["error_code"] == TOPIC_AUTH
     assert "new-a" in topic_names(b)
@@ -320,6 +352,14 @@ def test_group_apis(acl_broker: Any) -> None:
     assert call(b, "alice", 8, 8, no_read)["topics"][0]["partitions"][0]["error_code"] == TOPIC_AUTH
     assert call(b, "alice", 8, 8, commit)["topics"][0]["partitions"][0]["error_code"] == 0
     assert committed(b, GROUP, TOPIC) == 2
+    # "all topics" leaves out the committed offsets of topics alice may not describe
+    every = call(b, "alice", 9, 7, {"group_id": GROUP, "topics": None})
+    assert every["error_code"] == 0 and [t["name"] for t in every["topics"]] == [TOPIC]
+    assert sorted(t["name"] for t in call(b, "admin", 9, 7, {"group_id": GROUP, "topics": None})["topics"]) == [
+        HIDDEN, TOPIC]
+    hidden = call(b, "alice", 9, 7, {"group_id": GROUP, "topics": [{"name": HIDDEN, "partition_indexes": [0]}]})
+    assert hidden["topics"][0]["partitions"][0]["error_code"] == TOPIC_AUTH
+    assert hidden["topics"][0]["partitions"][0]["committed_offset"] == -1
     fetch = {"group_id": GROUP, "topics": [{"name": TOPIC, "partition_indexes": [0]}]}
     r = call(b, "bob", 9, 7, fetch)
     assert r["error_code"] == GROUP_AUTH
