@@ -30,6 +30,8 @@ import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.DescribeClusterOptions;
+import org.apache.kafka.clients.admin.DescribeTopicsOptions;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
@@ -58,6 +60,16 @@ import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.Node;
+import org.apache.kafka.common.acl.AccessControlEntry;
+import org.apache.kafka.common.acl.AccessControlEntryFilter;
+import org.apache.kafka.common.acl.AclBinding;
+import org.apache.kafka.common.acl.AclBindingFilter;
+import org.apache.kafka.common.acl.AclOperation;
+import org.apache.kafka.common.acl.AclPermissionType;
+import org.apache.kafka.common.resource.PatternType;
+import org.apache.kafka.common.resource.ResourcePattern;
+import org.apache.kafka.common.resource.ResourcePatternFilter;
+import org.apache.kafka.common.resource.ResourceType;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.config.ConfigResource;
@@ -104,6 +116,7 @@ public final class JavaClientCheck {
                 case "txn_fence" -> txnFence(args[1], args[2]);
                 case "dump_log" -> dumpLog(args[1]);
                 case "quotas" -> quotas(args[1]);
+                case "acls" -> acls(args[1], args[2], args[3]);
                 default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
             }
             emit(obj("event", "done"));
@@ -1047,6 +1060,108 @@ public final class JavaClientCheck {
     }
 
     // ---------------------------------------------------------------------------------------- tiny JSON
+
+    // ------------------------------------------------------------------------------------------ ACLs
+
+    static Properties plain(Properties p, String user) {
+        p.put("security.protocol", "SASL_PLAINTEXT");
+        p.put("sasl.mechanism", "PLAIN");
+        p.put("sasl.jaas.config", "org.apache.kafka.common.security.plain.PlainLoginModule required username=\""
+                + user + "\" password=\"" + user + "-secret\";");
+        return p;
+    }
+
+    static Admin adminAs(String bootstrap, String user) {
+        Properties p = plain(common(bootstrap, "java-check-acl-admin-" + user), user);
+        p.put(AdminClientConfig.RETRIES_CONFIG, "2");
+        return Admin.create(p);
+    }
+
+    static String sendAs(String bootstrap, String user, String topic) {
+        Properties p = plain(common(bootstrap, "java-check-acl-producer-" + user), user);
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "15000");
+        p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "15000");
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p, new ByteArraySerializer(),
+                new ByteArraySerializer())) {
+            producer.send(new ProducerRecord<>(topic, 0, null, ("from " + user).getBytes(StandardCharsets.UTF_8))).get();
+            return "ok";
+        } catch (Exception e) {
+            Throwable c = e instanceof ExecutionException && e.getCause() != null ? e.getCause() : e;
+            return c.getClass().getSimpleName();
+        }
+    }
+
+    static List<Object> bindingsOf(Collection<AclBinding> bindings) {
+        List<Object> out = new ArrayList<>();
+        for (AclBinding b : bindings) {
+            out.add(obj("resource_type", b.pattern().resourceType().name(), "name", b.pattern().name(),
+                    "pattern_type", b.pattern().patternType().name(), "principal", b.entry().principal(),
+                    "host", b.entry().host(), "operation", b.entry().operation().name(),
+                    "permission", b.entry().permissionType().name()));
+        }
+        return out;
+    }
+
+    static List<Object> names(Set<AclOperation> ops) {
+        List<Object> out = new ArrayList<>();
+        if (ops != null) {
+            for (AclOperation op : new java.util.TreeSet<>(ops)) out.add(op.name());
+        }
+        return out;
+    }
+
+    /** As the super user ``admin``: create a topic and ACLs for ``alice``; then ``alice`` and ``bob`` produce; both
+     *  describe ACLs; alice's authorized operations (KIP-430); the ACLs deleted. */
+    static void acls(String bootstrap, String topic, String group) throws Exception {
+        try (Admin admin = adminAs(bootstrap, "admin")) {
+            createTopic(admin, topic, 1);
+            ResourcePattern t = new ResourcePattern(ResourceType.TOPIC, topic, PatternType.LITERAL);
+            ResourcePattern g = new ResourcePattern(ResourceType.GROUP, group, PatternType.PREFIXED);
+            admin.createAcls(List.of(
+                    new AclBinding(t, new AccessControlEntry("User:alice", "*", AclOperation.WRITE, AclPermissionType.ALLOW)),
+                    new AclBinding(g, new AccessControlEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)),
+                    new AclBinding(new ResourcePattern(ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL),
+                            new AccessControlEntry("User:alice", "*", AclOperation.DESCRIBE, AclPermissionType.ALLOW))
+            )).all().get();
+            AclBindingFilter any = new AclBindingFilter(ResourcePatternFilter.ANY, AccessControlEntryFilter.ANY);
+            emit(obj("event", "described", "acls", bindingsOf(admin.describeAcls(any).values().get())));
+            AclBindingFilter match = new AclBindingFilter(
+                    new ResourcePatternFilter(ResourceType.GROUP, group + "-1", PatternType.MATCH),
+                    AccessControlEntryFilter.ANY);
+            emit(obj("event", "matched", "acls", bindingsOf(admin.describeAcls(match).values().get())));
+        }
+        emit(obj("event", "produce", "alice", sendAs(bootstrap, "alice", topic), "bob", sendAs(bootstrap, "bob", topic)));
+        for (String user : List.of("alice", "bob")) {
+            try (Admin a = adminAs(bootstrap, user)) {
+                String described;
+                try {
+                    described = "ok:" + a.describeAcls(AclBindingFilter.ANY).values().get().size();
+                } catch (ExecutionException e) {
+                    described = e.getCause().getClass().getSimpleName();
+                }
+                String topicOps;
+                try {
+                    TopicDescription d = a.describeTopics(List.of(topic),
+                            new DescribeTopicsOptions().includeAuthorizedOperations(true)).allTopicNames().get().get(topic);
+                    topicOps = String.join(",", names(d.authorizedOperations()).stream().map(String::valueOf).toList());
+                } catch (ExecutionException e) {
+                    topicOps = e.getCause().getClass().getSimpleName();
+                }
+                Set<AclOperation> clusterOps = a.describeCluster(
+                        new DescribeClusterOptions().includeAuthorizedOperations(true)).authorizedOperations().get();
+                emit(obj("event", "as", "user", user, "describe_acls", described, "topic_ops", topicOps,
+                        "cluster_ops", names(clusterOps)));
+            }
+        }
+        try (Admin admin = adminAs(bootstrap, "admin")) {
+            AclBindingFilter alices = new AclBindingFilter(ResourcePatternFilter.ANY,
+                    new AccessControlEntryFilter("User:alice", null, AclOperation.ANY, AclPermissionType.ANY));
+            emit(obj("event", "deleted", "acls", bindingsOf(admin.deleteAcls(List.of(alices)).all().get())));
+            emit(obj("event", "left", "acls", bindingsOf(admin.describeAcls(AclBindingFilter.ANY).values().get())));
+        }
+    }
 
     static Map<String, Object> obj(Object... kv) {
         Map<String, Object> m = new LinkedHashMap<>();

@@ -197,6 +197,29 @@ def test_producer_throughput_settles_near_the_quota(qbroker: Any) -> None:
     assert labeled_metric(qbroker, "tidelog_quota_throttle_time_ms_total") > 0
 
 
+def test_a_client_without_a_quota_fetches_while_others_have_one(qbroker: Any) -> None:
+    """Quotas on (some client has one): a consumer with no fetch quota of its own is answered in full (its fetch
+    size cap is unlimited; an int() of that infinity once failed every such Fetch)."""
+    with RawClient(qbroker.port) as c:
+        clear(c)
+    _set(qbroker, [{"entity": entity(client_id="someone-else"), "ops": [op("producer_byte_rate", 1024)]}])
+    topic = new_topic("quota-free")
+    p = Producer({"bootstrap.servers": qbroker.bootstrap})
+    for i in range(10):
+        p.produce(topic, b"free-%d" % i)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": qbroker.bootstrap, "group.id": "quota-free", "client.id": "unlimited"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while len(got) < 10 and time.monotonic() < deadline:
+        got += [m.value() for m in c.consume(10, 0.5) if m.error() is None]
+    c.close()
+    assert got == [b"free-%d" % i for i in range(10)]
+    with RawClient(qbroker.port) as c:
+        clear(c)
+
+
 def test_consumer_throughput_settles_near_the_quota(qbroker: Any) -> None:
     quota = 1 * MB
     topic = new_topic("quota-c")

@@ -37,6 +37,7 @@ from tidelog.broker.group.coordinator import GroupCoordinator
 # the APIs every broker serves: importing the handler modules registers them in REGISTRY
 from tidelog.broker.handlers import (  # noqa: F401
     REGISTRY,
+    acls,
     admin,
     core,
     group,
@@ -51,6 +52,7 @@ from tidelog.broker.purgatory import Purgatory
 from tidelog.broker.quotas import ClientQuotaManager
 from tidelog.broker.replica_manager import LocalReplicaManager
 from tidelog.broker.request_pool import AppendSequencer, RequestHandlerPool
+from tidelog.broker.security.authorizer import Authorizer, authorizer_enabled, parse_super_users
 from tidelog.broker.security.listeners import build_listeners
 from tidelog.broker.server import SocketServer
 from tidelog.broker.topics import TopicManager, new_cluster_id
@@ -83,6 +85,8 @@ class Broker:
         # SCRAM credentials: the replica manager's store (one node: a file in the first log dir; ZooKeeper mode:
         # /config/users), made with the storage
         self.scram_credentials: Any = None
+        # the ACL authorizer (authorizer.class.name); None: no authorization, one attribute test per request
+        self.authorizer: Authorizer | None = None
         self.logs: Any = None
         self.topics: TopicManager = None  # type: ignore[assignment]
         self.purgatory = Purgatory()
@@ -179,6 +183,15 @@ class Broker:
         self.producer_ids = self.replica_manager.make_producer_id_manager(self)
         self.scram_credentials = self.replica_manager.make_scram_store(self)
         self.client_quotas.attach_store(self.replica_manager.make_quota_store(self), self.loop)
+        if authorizer_enabled(cfg.get("authorizer.class.name")):
+            self.authorizer = Authorizer(self.replica_manager.make_acl_store(self),
+                                         parse_super_users(cfg.get("super.users")),
+                                         cfg.get("allow.everyone.if.no.acl.found"))
+            log.info("authorizer on", extra={"kv": {"class": cfg.get("authorizer.class.name"),
+                                                    "acls": len(self.authorizer.bindings()),
+                                                    "super.users": ";".join(sorted(self.authorizer.super_users)),
+                                                    "allow.everyone.if.no.acl.found":
+                                                        cfg.get("allow.everyone.if.no.acl.found")}})
 
     def _cluster_id_from_storage(self) -> str:
         cid = getattr(self.logs, "cluster_id", None)

@@ -25,6 +25,7 @@ from tidelog.broker.errors import PartitionError
 from tidelog.broker.handlers import Handler
 from tidelog.broker.producer_ids import ProducerIdManager
 from tidelog.broker.quotas import QUOTAS_FILE, LocalQuotaStore
+from tidelog.broker.security.authorizer import ACLS_FILE, FileAclStore
 from tidelog.broker.security.scram import USERS_FILE, ScramCredentialStore
 from tidelog.broker.topics import LocalTopicBackend, TopicManager
 
@@ -59,6 +60,9 @@ class LocalReplicaManager:
     def make_quota_store(self, broker: Broker) -> Any:
         """Client quotas: a file in the first log dir (ZooKeeper mode: ``/config/users``, ``/config/clients``)."""
         return LocalQuotaStore(broker.config.log_dirs[0] / QUOTAS_FILE)
+    def make_acl_store(self, broker: Broker) -> Any:
+        """ACLs: a file in the first log dir (ZooKeeper mode: ``/kafka-acl`` and ``/kafka-acl-extended``)."""
+        return FileAclStore(broker.config.log_dirs[0] / ACLS_FILE)
 
     # -- lifecycle hooks -------------------------------------------------------------------------------------
 

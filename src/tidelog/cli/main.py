@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "transactions": "tidelog.cli.transactions:transactions",
     "users": "tidelog.cli.users:users",
     "quotas": "tidelog.cli.quotas:quotas",
+    "acls": "tidelog.cli.acls:acls",
 }
 
 

@@ -62,6 +62,7 @@ from tidelog.broker.errors import PartitionError
 from tidelog.broker.security.client import inter_broker_security
 from tidelog.broker.topics import TopicManager, new_cluster_id
 from tidelog.cluster import zkdata as zd
+from tidelog.cluster.acls import ZkAclStore
 from tidelog.cluster.broker_channel import BrokerChannel
 from tidelog.cluster.controller import Controller
 from tidelog.cluster.fetcher import ReplicaFetcherManager
@@ -179,6 +180,10 @@ class ZkReplicaManager:
     def make_producer_id_manager(self, broker: Broker) -> Any:
         # producer id blocks from ZooKeeper's /latest_producer_id_block: unique across the cluster
         return zk_producer_id_manager(self.zk, self.node_id, self.config.log_dirs)
+
+    def make_acl_store(self, broker: Broker) -> Any:
+        # ACLs where Kafka's AclAuthorizer keeps them: /kafka-acl, /kafka-acl-extended, with change notifications
+        return ZkAclStore(self.zk)
 
     def make_scram_store(self, broker: Broker) -> Any:
         # SCRAM credentials where Kafka keeps them: /config/users/<name>, cached from watches

@@ -48,6 +48,13 @@ class RequestContext:
     throttle_ms: int = 0
     wait_s: float = 0.0
 
+    def authorize(self, op: int, resource_type: int, name: str) -> bool:
+        """May this request's principal, from its host, do ``op`` on the resource? Always True without an
+        authorizer (``authorizer.class.name`` empty). Kafka's AclOperation / ResourceType codes
+        (``tidelog.broker.security.acls``)."""
+        auth = self.broker.authorizer
+        return auth is None or auth.authorize(self.principal, self.client_host, op, resource_type, name)
+
 
 def handles(api_key: int, table: dict[int, Handler] = REGISTRY) -> Callable[[Handler], Handler]:
     def register(fn: Handler) -> Handler:

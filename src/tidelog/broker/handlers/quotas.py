@@ -23,13 +23,20 @@ from tidelog.broker.quotas import (
     entity_label,
     entity_to_protocol,
 )
+from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.protocol.api_keys import ApiKey
 
 INVALID_REQUEST = 42
+CLUSTER_AUTHORIZATION_FAILED = 31
+_CLUSTER_AUTH_MESSAGE = "Cluster authorization failed."
 
 
 @handles(ApiKey.DESCRIBE_CLIENT_QUOTAS)
 async def describe_client_quotas(ctx: RequestContext, request: dict) -> dict:
+    # KafkaApis: DESCRIBE_CONFIGS on the cluster
+    if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+        return {"throttle_time_ms": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                "error_message": _CLUSTER_AUTH_MESSAGE, "entries": None}
     entities = ctx.broker.client_quotas.entities
     try:
         selected = describe(entities, list(request.get("components") or ()), bool(request.get("strict")))
@@ -46,12 +53,16 @@ async def alter_client_quotas(ctx: RequestContext, request: dict) -> dict:
     results: list[dict] = []
     changes = []
     seen: set = set()
+    allowed = ctx.authorize(AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME)  # KafkaApis
     for entry in request.get("entries") or ():
         parts = list(entry.get("entity") or ())
         result = {"error_code": 0, "error_message": None,
                   "entity": [{"entity_type": p.get("entity_type") or "", "entity_name": p.get("entity_name")}
                              for p in parts]}
         results.append(result)
+        if not allowed:
+            result["error_code"], result["error_message"] = CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_AUTH_MESSAGE
+            continue
         try:
             entity = entity_from_protocol(parts)
             if entity in seen:
