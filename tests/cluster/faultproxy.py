@@ -24,6 +24,11 @@ Kafka links (``kafka=True``) parse the size-prefixed frames in both directions:
   of one of ``api_keys`` the proxy draws a random number and, for ``fraction`` of them, closes both sides
   instead of forwarding it. The request reached the broker and was processed; the client only learns that
   the connection died, so it retries something the broker already has.
+* ``corrupt_fetches(fraction, client_prefix)``: for ``fraction`` of the Fetch responses carrying records on
+  connections whose client id starts with ``client_prefix`` (``tidelog-replica-``: followers' fetches), the
+  response is decoded, one bit is flipped in the records of one batch (within what its CRC-32C covers: from the
+  attributes on, preferably in the records after the 61-byte header; the fields before the CRC are not
+  checksummed in Kafka's format, so no receiver could tell a flip there), and it is re-encoded and forwarded.
 
 Counters (``requests``, ``responses``, ``dropped``: per API key) let a test assert that faults really
 happened.
@@ -41,11 +46,16 @@ from collections import Counter
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
+from tidelog.protocol import codec
+
 PASS, BLACKHOLE, CLOSE = "pass", "blackhole", "close"
 _MODES = (PASS, BLACKHOLE, CLOSE)
 _I32 = struct.Struct(">i")
 _HEAD = struct.Struct(">hhih")  # request header v1+: api_key, api_version, correlation_id, client_id length
 _MAX_FRAME = 256 << 20
+FETCH = 1
+_CRC_FROM = 21  # a v2 batch's CRC-32C covers its bytes from the attributes (offset 21) to its end
+_HEADER = 61  # v2 batch header size: the records follow
 
 
 class _Loop:
@@ -86,7 +96,7 @@ class _Conn:
     def __init__(self, proxy: FaultProxy) -> None:
         self.proxy = proxy
         self.client_id: str | None = None
-        self.inflight: dict[int, int] = {}  # correlation id -> api key of requests still awaiting a response
+        self.inflight: dict[int, tuple[int, int]] = {}  # correlation id -> (api key, version) awaiting a response
         self.writers: list[asyncio.StreamWriter] = []
         self.task: asyncio.Task[None] | None = None
 
@@ -106,11 +116,11 @@ class _Conn:
     def note_request(self, frame: bytes) -> None:
         if len(frame) < 4 + _HEAD.size:
             return
-        api_key, _version, correlation, n = _HEAD.unpack_from(frame, 4)
+        api_key, version, correlation, n = _HEAD.unpack_from(frame, 4)
         if self.client_id is None:
             start = 4 + _HEAD.size
             self.client_id = frame[start:start + n].decode("utf-8", "replace") if n > 0 else ""
-        self.inflight[correlation] = api_key
+        self.inflight[correlation] = (api_key, version)
         self.proxy.requests[api_key] += 1
 
     def abort(self) -> None:
@@ -137,6 +147,9 @@ class FaultProxy:
         self.requests: Counter[int] = Counter()
         self.responses: Counter[int] = Counter()
         self.dropped: Counter[int] = Counter()
+        self.corrupt_fraction = 0.0
+        self.corrupt_prefix = "tidelog-replica-"
+        self.corrupted: list[tuple[str, str, int, int]] = []  # (client id, topic, partition, fetch response offset)
         self.accepted = 0
         self._conns: set[_Conn] = set()
         self._server: asyncio.AbstractServer | None = None
@@ -194,9 +207,19 @@ class FaultProxy:
 
         self._apply(change)
 
+    def corrupt_fetches(self, fraction: float, client_prefix: str = "tidelog-replica-", seed: int | None = 0) -> None:
+        """Flip one bit in the records of ``fraction`` of the Fetch responses (with records) to clients whose id
+        starts with ``client_prefix``."""
+
+        def change() -> None:
+            self.corrupt_fraction, self.corrupt_prefix = fraction, client_prefix
+            self.rng = random.Random(seed)
+
+        self._apply(change)
+
     def heal(self) -> None:
         def change() -> None:
-            self.mode, self.drop_fraction = PASS, 0.0
+            self.mode, self.drop_fraction, self.corrupt_fraction = PASS, 0.0, 0.0
             self.client_modes.clear()
 
         self._apply(change)
@@ -261,6 +284,29 @@ class FaultProxy:
             conn.abort()
             self._conns.discard(conn)
 
+    def _maybe_corrupt(self, client_id: str, version: int, frame: bytes) -> bytes:
+        """A Fetch response frame, with one bit flipped in one batch for ``corrupt_fraction`` of those carrying
+        records."""
+        try:
+            correlation, body = codec.decode_response(FETCH, version, frame[4:])
+        except Exception:  # not a Fetch answer this codec reads: forwarded untouched
+            return frame
+        found = [(t, part) for t in body.get("responses") or () for part in t.get("partitions") or ()
+                 if part.get("records") is not None and len(part["records"]) > _HEADER]
+        if not found or self.rng.random() >= self.corrupt_fraction:
+            return frame
+        t, part = found[self.rng.randrange(len(found))]
+        records = bytearray(part["records"])
+        (batch_length,) = _I32.unpack_from(records, 8)
+        end = min(len(records), 12 + batch_length)
+        start = _HEADER if end > _HEADER else _CRC_FROM
+        pos = self.rng.randrange(start, end)
+        records[pos] ^= 1 << self.rng.randrange(8)
+        part["records"] = bytes(records)
+        (base_offset,) = struct.unpack_from(">q", records, 0)
+        self.corrupted.append((client_id, t.get("topic") or "", part.get("partition_index", -1), base_offset))
+        return b"".join(bytes(c) for c in codec.encode_response(FETCH, version, correlation, body))
+
     async def _raw(self, conn: _Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError, ConnectionError):
             while await conn.flowing():
@@ -288,7 +334,10 @@ class FaultProxy:
                 if frame is None or not await conn.flowing():
                     return
                 (correlation,) = _I32.unpack_from(frame, 4) if len(frame) >= 8 else (-1,)
-                api_key = conn.inflight.pop(correlation, -1)
+                api_key, version = conn.inflight.pop(correlation, (-1, -1))
+                if (api_key == FETCH and self.corrupt_fraction > 0 and conn.client_id is not None
+                        and conn.client_id.startswith(self.corrupt_prefix)):
+                    frame = self._maybe_corrupt(conn.client_id, version, frame)
                 if (api_key in self.drop_api_keys and self.drop_fraction > 0
                         and self.rng.random() < self.drop_fraction):
                     self.dropped[api_key] += 1

@@ -51,3 +51,41 @@ def test_metadata_and_produce_auto_create_topics(cluster_with: Any) -> None:
     assert p.flush(60) == 0
     got = read_all(c.bootstrap, produced, 2)
     assert sorted(v for recs in got.values() for _, v in recs) == sorted(b"v%d" % i for i in range(10))
+
+
+CREATE_TOPICS, CREATE_PARTITIONS = 19, 37
+POLICY_VIOLATION = 44
+
+
+def test_open_file_budget_in_zookeeper_mode(cluster_with: Any) -> None:
+    """A creation whose replicas would not fit in a broker's open-file headroom is refused POLICY_VIOLATION by the
+    broker that takes it, before anything is written to ZooKeeper (validate_only too); one that fits is created.
+    The brokers inherit this process's ``ulimit -n``; the reserve leaves them about 500 descriptors."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        pytest.skip("no open-file limit to keep to")
+    c = cluster_with({"tidelog.open.files.reserve": str(max(0, soft - 500))})
+    b = next(iter(c.brokers.values()))
+
+    def create(name: str, partitions: int, validate_only: bool = False) -> dict:
+        body = {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": 3, "assignments": [],
+                            "configs": []}], "timeout_ms": 30000, "validate_only": validate_only}
+        return request(b, CREATE_TOPICS, 5, body)["topics"][0]
+
+    big = f"fds-{uuid.uuid4().hex[:8]}"
+    for validate_only in (True, False):
+        refused = create(big, 2000, validate_only)
+        assert refused["error_code"] == POLICY_VIOLATION, refused
+        assert "open files" in refused["error_message"]
+    small = f"fds-{uuid.uuid4().hex[:8]}"
+    created = create(small, 4)
+    assert created["error_code"] == NONE, created
+    until(f"{small} in the broker's Metadata", lambda: _metadata(b, small, allow=False)["error_code"] == NONE)
+    grow = request(b, CREATE_PARTITIONS, 3, {"topics": [{"name": small, "count": 2004, "assignments": None}],
+                                              "timeout_ms": 30000, "validate_only": False})["results"][0]
+    assert grow["error_code"] == POLICY_VIOLATION, grow
+    with kazoo(c.zk.connect) as zk:
+        assert zk.exists(f"/brokers/topics/{big}") is None
+        assert sorted(topic_assignment(zk, small).partitions) == [0, 1, 2, 3]

@@ -14,6 +14,10 @@ offset) and at the end reads everything back:
 The kills are driven from the partition state znodes in ZooKeeper (leader, epoch, ISR), read with kazoo: the
 test waits for conditions (a new leader epoch, the killed broker back in every ISR), never for fixed times.
 The session timeout is 2 s (ZooKeeper's minimum here is 2 ticks = 1 s) so that 20+ failovers fit in ~3 min.
+Reliability anchor 7 (100 fast double failovers, ``test_fast_double_failovers_converge``) could not afford 200
+kills: most of its rounds move the leadership the way an operator does (a replica reorder and a preferred
+election through ZooKeeper's admin paths, both decided by the controller), and every 25th round is a double kill
+with cut tails; it takes about 90 s.
 """
 
 from __future__ import annotations
@@ -27,13 +31,25 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError
-from support import Load, all_up, converged, create_topic, kazoo, read_all, state, until
+from support import (
+    Load,
+    all_up,
+    converged,
+    create_topic,
+    kazoo,
+    log_bytes,
+    read_all,
+    state,
+    topic_assignment,
+    until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PARTITIONS = 2
 KILLS = 20
-DOUBLE_FAILOVERS = 10
+DOUBLE_FAILOVERS = 100
+CRASH_EVERY = 25  # every 25th double failover kills both leaders and cuts their unflushed tails; the others move
 BOUNCES = 10
 SESSION_TIMEOUT_MS = 2000
 PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 180000,
@@ -160,46 +176,172 @@ def test_kill_leader_20_times_under_load(chaos: Any) -> None:
     converged(chaos, topic, PARTITIONS, isr_timeout=90)
 
 
+class Monitor:
+    """A consumer (no group) reading every partition from the beginning all along, as Jepsen's pollers: every
+    (partition, offset) it is served must keep its value for ever (no offset below a high watermark is ever
+    reused), and per partition the offsets it is served strictly increase (a consumer never has to go back)."""
+
+    def __init__(self, c: Any, topic: str) -> None:
+        self.c, self.topic = c, topic
+        self.seen: dict[tuple[int, int], bytes] = {}
+        self.last: dict[int, int] = {}
+        self.regressions: list[tuple[int, int, int]] = []
+        self.errors: list[Any] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-monitor", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        cons = Consumer({"bootstrap.servers": self.c.bootstrap, "group.id": f"monitor-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "auto.offset.reset": "error", "fetch.wait.max.ms": 100,
+                         "topic.metadata.refresh.interval.ms": 2000, "enable.partition.eof": False})
+        cons.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        try:
+            while not self._stop.is_set():
+                m = cons.poll(0.2)
+                if m is None:
+                    continue
+                if m.error():
+                    self.errors.append(m.error())
+                    continue
+                p, o = m.partition(), m.offset()
+                if o <= self.last.get(p, -1):
+                    self.regressions.append((p, self.last[p], o))
+                self.last[p] = o
+                if self.seen.setdefault((p, o), m.value()) != m.value():
+                    self.regressions.append((p, o, -1))
+        finally:
+            cons.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+
+class _Not(tuple):
+    """A condition not met yet, carrying what was seen (shown if the wait times out)."""
+
+    def __new__(cls, *seen: Any) -> _Not:
+        return super().__new__(cls, seen)
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def _leader_first(c: Any, topic: str, p: int, leader: int) -> None:
+    """A controlled leader move, as an operator makes it (Kafka's ZooKeeper admin paths, what
+    ``tidelog cluster reassign`` and ``elect-leaders`` write): reorder the replicas so that ``leader`` comes first
+    (same replica set: nothing is copied), then a preferred replica election. The controller takes both
+    decisions; returns when ZooKeeper names ``leader`` (a new leader epoch)."""
+    from kazoo.exceptions import NodeExistsError
+
+    from tidelog.cluster import zkdata as zd
+
+    kz = c.kz
+    replicas = topic_assignment(kz, topic).partitions[p]
+    target = [leader, *[b for b in replicas if b != leader]]
+    if replicas != target:
+        kz.create(zd.REASSIGN_PARTITIONS, zd.encode_reassignment({(topic, p): target}), makepath=True)
+        _until("the replicas reordered", lambda: kz.exists(zd.REASSIGN_PARTITIONS) is None and (
+            a := topic_assignment(kz, topic)).partitions[p] == target and not a.reassigning(p), timeout=30,
+            interval=0.01)
+    while True:
+        try:
+            kz.create(zd.PREFERRED_REPLICA_ELECTION, zd.encode_preferred_election([(topic, p)]), makepath=True)
+            break
+        except NodeExistsError:  # the previous request is still being processed
+            _until("the previous election done", lambda: kz.exists(zd.PREFERRED_REPLICA_ELECTION) is None,
+                   timeout=30, interval=0.01)
+    _until(f"broker {leader} leading {topic}-{p}", lambda: (
+        True if (q := state(kz, topic, p)).leader == leader else _Not(q, topic_assignment(kz, topic).partitions[p])),
+        timeout=30, interval=0.01)
+
+
+def _crash_double_failover(c: Any, topic: str, p: int, k: int) -> None:
+    """kill -9 the leader, kill -9 the next as soon as ZooKeeper names it, cut a different unflushed tail off
+    each (as if both had lost the end of their page cache), restart both and wait until both are back in the
+    ISR."""
+    s0 = state(c.kz, topic, p)
+    first = s0.leader
+    c.brokers[first].kill()
+    s1 = _until(f"round {k + 1}: a second leader", lambda: (
+        s if (s := state(c.kz, topic, p)).leader not in (first, -1) and s.leader_epoch > s0.leader_epoch else None))
+    second = s1.leader
+    c.brokers[second].kill()
+    _until(f"round {k + 1}: a third leader", lambda: (
+        (s := state(c.kz, topic, p)).leader not in (first, second, -1) and s.leader_epoch > s1.leader_epoch))
+    # recovery then drops the torn batch and what follows
+    for victim, cut in ((first, 1 + 997 * (k + 1) % 4000), (second, 1 + 1409 * (k + 3) % 6000)):
+        _cut_tail(c.brokers[victim].data_dir, topic, p, cut)
+    c.brokers[first].start()
+    c.brokers[second].start()
+    _back_in_isr(c, topic, first)
+    _back_in_isr(c, topic, second)
+
+
 def test_fast_double_failovers_converge(chaos: Any) -> None:
-    """Reliability anchor 7 in a feasible form: kill the leader, kill the newly elected leader as soon as
-    ZooKeeper names it, restart both; repeated. Logs converge and no offset regresses."""
+    """Reliability anchor 7: 100 fast double failovers under idempotent acks=all load. Each round moves the
+    leadership of one partition twice in a row: the second move starts as soon as ZooKeeper names the first new
+    leader, sometimes before it has taken a write, sometimes after (so the replicas hold different uncommitted
+    tails across up to three leader epochs: the KIP-101/KIP-279 cases). Every ``CRASH_EVERY``-th round is a
+    crash instead: both leaders are killed, each loses a different part of its unflushed tail, and both restart.
+    Throughout, a consumer checks that no offset it was served ever changes value or goes back; at the end every
+    acknowledged record is at its offset and the replicas' logs are byte-identical (all of them, not only up to
+    the high watermark) with identical leader-epoch checkpoints."""
     all_up(chaos)
     topic = f"double-{uuid.uuid4().hex[:8]}"
     _create(chaos, topic)
     load = _load(chaos, topic)
-    hw_seen: dict[int, int] = {}
+    monitor = Monitor(chaos, topic)
+    top_acked: dict[int, int] = {}
+    started = time.monotonic()
+    crashes = 0
     try:
         load.wait_progress(200)
         for k in range(DOUBLE_FAILOVERS):
             p = k % PARTITIONS
-            load.wait_progress(30, partition=p)
-            s0 = state(chaos.kz, topic, p)
-            first = s0.leader
-            chaos.brokers[first].kill()
-            s1 = _until(f"round {k + 1}: a second leader", lambda p=p, first=first, e=s0.leader_epoch: (
-                s if (s := state(chaos.kz, topic, p)).leader not in (first, -1) and s.leader_epoch > e else None))
-            second = s1.leader
-            chaos.brokers[second].kill()
-            _until(f"round {k + 1}: a third leader", lambda p=p, first=first, second=second, e=s1.leader_epoch: (
-                (s := state(chaos.kz, topic, p)).leader not in (first, second, -1) and s.leader_epoch > e))
-            # different unflushed tails: as if both had lost the end of their page cache, cut a different number
-            # of bytes off each one's active segment (recovery then drops the torn batch and what follows)
-            for victim, cut in ((first, 1 + 997 * (k + 1) % 4000), (second, 1 + 1409 * (k + 3) % 6000)):
-                _cut_tail(chaos.brokers[victim].data_dir, topic, p, cut)
-            chaos.brokers[first].start()
-            chaos.brokers[second].start()
-            _back_in_isr(chaos, topic, first)
-            _back_in_isr(chaos, topic, second)
-            # acked offsets never regress: every partition's highest acked offset only grows
+            if k % CRASH_EVERY == CRASH_EVERY - 1:
+                _crash_double_failover(chaos, topic, p, k)
+                crashes += 1
+            else:
+                s0 = state(chaos.kz, topic, p)
+                others = [b for b in (1, 2, 3) if b != s0.leader]
+                second, third = (others if k % 2 else others[::-1])
+                _leader_first(chaos, topic, p, second)
+                if k % 3:  # let the first new leader take writes (a tail of its own epoch) before it loses the lead
+                    load.wait_progress(5, partition=p)
+                _leader_first(chaos, topic, p, third)
+            load.wait_progress(10, partition=p)
+            # acknowledged offsets never regress: each partition's highest acknowledged offset only grows
             for part in range(PARTITIONS):
                 top = max((o for q, o in list(load.acked.values()) if q == part), default=-1)
-                assert top >= hw_seen.get(part, -1)
-                hw_seen[part] = top
+                assert top >= top_acked.get(part, -1)
+                top_acked[part] = top
         load.wait_progress(100)
     finally:
         load.stop()
-    load.check(read_all(chaos.bootstrap, topic, PARTITIONS), exact=False)
+    elapsed = time.monotonic() - started
+    truncations = sum(b.log_text().count(f"truncating topic={topic}") for b in chaos.brokers.values())
+    print(f"\n{DOUBLE_FAILOVERS} double failovers ({crashes} crashes) in {elapsed:.0f}s; {len(load.acked)} acked; "
+          f"{truncations} truncations; monitor served {len(monitor.seen)} records")
+    records = read_all(chaos.bootstrap, topic, PARTITIONS)
+    load.check(records, exact=False)
+    try:
+        _until("the monitor served everything", lambda: sum(monitor.last.get(p, -1) + 1 for p in range(PARTITIONS))
+               >= sum(len(r) for r in records.values()), timeout=60)
+    finally:
+        monitor.stop()
+    assert monitor.regressions == [], monitor.regressions[:5]
+    assert monitor.errors == [], monitor.errors[:5]
+    final = {(p, o): v for p, recs in records.items() for o, v in recs}
+    assert all(final.get(po) == v for po, v in monitor.seen.items()), "an offset served earlier changed its value"
+    assert truncations > 0, "no replica ever had a tail to truncate: the scenario did not happen"
     converged(chaos, topic, PARTITIONS, isr_timeout=90)
+    for p in range(PARTITIONS):  # the whole logs, beyond the high watermark too: nothing is produced any more
+        _until(f"whole logs of {topic}-{p} identical", lambda p=p: len(
+            {log_bytes(b.data_dir, topic, p) for b in chaos.brokers.values()}) == 1, timeout=60)
 
 
 def test_hard_bounce_leader_gets_a_new_epoch(chaos: Any) -> None:

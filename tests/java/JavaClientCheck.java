@@ -9,6 +9,8 @@
 // The program asserts nothing itself: it only reports what the client saw. Exceptions are reported as
 // {"event": "error", ...} and give exit code 1. Every wait is bounded by a deadline.
 
+import java.io.FileInputStream;
+import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -28,6 +30,8 @@ import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.DescribeClusterOptions;
+import org.apache.kafka.clients.admin.DescribeTopicsOptions;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
@@ -56,9 +60,23 @@ import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.Node;
+import org.apache.kafka.common.acl.AccessControlEntry;
+import org.apache.kafka.common.acl.AccessControlEntryFilter;
+import org.apache.kafka.common.acl.AclBinding;
+import org.apache.kafka.common.acl.AclBindingFilter;
+import org.apache.kafka.common.acl.AclOperation;
+import org.apache.kafka.common.acl.AclPermissionType;
+import org.apache.kafka.common.resource.PatternType;
+import org.apache.kafka.common.resource.ResourcePattern;
+import org.apache.kafka.common.resource.ResourcePatternFilter;
+import org.apache.kafka.common.resource.ResourceType;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.quota.ClientQuotaAlteration;
+import org.apache.kafka.common.quota.ClientQuotaEntity;
+import org.apache.kafka.common.quota.ClientQuotaFilter;
+import org.apache.kafka.common.quota.ClientQuotaFilterComponent;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.record.ControlRecordType;
@@ -97,6 +115,8 @@ public final class JavaClientCheck {
                 case "txn_ctp" -> txnConsumeTransformProduce(args[1], args[2], args[3]);
                 case "txn_fence" -> txnFence(args[1], args[2]);
                 case "dump_log" -> dumpLog(args[1]);
+                case "quotas" -> quotas(args[1]);
+                case "acls" -> acls(args[1], args[2], args[3]);
                 default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
             }
             emit(obj("event", "done"));
@@ -118,6 +138,15 @@ public final class JavaClientCheck {
         p.put("client.id", clientId);
         p.put("request.timeout.ms", "15000");
         p.put("default.api.timeout.ms", "20000");
+        // -Dcheck.client.config=<file>: security settings (security.protocol, ssl.*, sasl.*) for every client
+        String extra = System.getProperty("check.client.config");
+        if (extra != null) {
+            try (InputStream in = new FileInputStream(extra)) {
+                p.load(in);
+            } catch (java.io.IOException e) {
+                throw new IllegalStateException("cannot read " + extra, e);
+            }
+        }
         return p;
     }
 
@@ -181,6 +210,57 @@ public final class JavaClientCheck {
 
     static void createTopic(Admin admin, String topic, int partitions) throws Exception {
         admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get();
+    }
+
+    // ------------------------------------------------------------------------------------- client quotas
+
+    static Map<String, Object> quotaMap(Map<ClientQuotaEntity, Map<String, Double>> described) {
+        Map<String, Object> out = new TreeMap<>();
+        for (var e : described.entrySet()) {
+            out.put(new TreeMap<>(e.getKey().entries()).toString(), new TreeMap<>(e.getValue()));
+        }
+        return out;
+    }
+
+    static void quotas(String bootstrap) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            Map<String, String> aliceDefault = new HashMap<>();
+            aliceDefault.put(ClientQuotaEntity.USER, "alice");
+            aliceDefault.put(ClientQuotaEntity.CLIENT_ID, null);  // <default>
+            ClientQuotaEntity e1 = new ClientQuotaEntity(aliceDefault);
+            ClientQuotaEntity e2 = new ClientQuotaEntity(Map.of(ClientQuotaEntity.CLIENT_ID, "java-app"));
+            admin.alterClientQuotas(List.of(
+                    new ClientQuotaAlteration(e1, List.of(new ClientQuotaAlteration.Op("producer_byte_rate", 1048576.0),
+                            new ClientQuotaAlteration.Op("request_percentage", 25.0))),
+                    new ClientQuotaAlteration(e2, List.of(new ClientQuotaAlteration.Op("consumer_byte_rate", 2048.0)))
+            )).all().get();
+            emit(obj("event", "all", "quotas", quotaMap(admin.describeClientQuotas(ClientQuotaFilter.all()).entities().get())));
+            ClientQuotaFilter aliceOnly = ClientQuotaFilter.contains(List.of(ClientQuotaFilterComponent.ofEntity("user", "alice")));
+            emit(obj("event", "alice", "quotas", quotaMap(admin.describeClientQuotas(aliceOnly).entities().get())));
+            ClientQuotaFilter defaults = ClientQuotaFilter.containsOnly(List.of(ClientQuotaFilterComponent.ofDefaultEntity("client-id")));
+            emit(obj("event", "strict_default_client", "quotas", quotaMap(admin.describeClientQuotas(defaults).entities().get())));
+            // validate only: accepted, not applied
+            admin.alterClientQuotas(List.of(new ClientQuotaAlteration(e2,
+                    List.of(new ClientQuotaAlteration.Op("consumer_byte_rate", 1.0)))),
+                    new org.apache.kafka.clients.admin.AlterClientQuotasOptions().validateOnly(true)).all().get();
+            emit(obj("event", "after_validate_only", "quotas", quotaMap(admin.describeClientQuotas(ClientQuotaFilter.all()).entities().get())));
+            // a fractional byte rate is refused
+            try {
+                admin.alterClientQuotas(List.of(new ClientQuotaAlteration(e2,
+                        List.of(new ClientQuotaAlteration.Op("producer_byte_rate", 0.5))))).all().get();
+                emit(obj("event", "fractional", "error", null));
+            } catch (ExecutionException ex) {
+                emit(obj("event", "fractional", "error", ex.getCause().getClass().getSimpleName(),
+                        "message", ex.getCause().getMessage()));
+            }
+            // removal (a null value)
+            admin.alterClientQuotas(List.of(
+                    new ClientQuotaAlteration(e1, List.of(new ClientQuotaAlteration.Op("producer_byte_rate", null),
+                            new ClientQuotaAlteration.Op("request_percentage", null))),
+                    new ClientQuotaAlteration(e2, List.of(new ClientQuotaAlteration.Op("consumer_byte_rate", null)))
+            )).all().get();
+            emit(obj("event", "after_remove", "quotas", quotaMap(admin.describeClientQuotas(ClientQuotaFilter.all()).entities().get())));
+        }
     }
 
     // ---------------------------------------------------------------------------------------- scenario 1
@@ -980,6 +1060,108 @@ public final class JavaClientCheck {
     }
 
     // ---------------------------------------------------------------------------------------- tiny JSON
+
+    // ------------------------------------------------------------------------------------------ ACLs
+
+    static Properties plain(Properties p, String user) {
+        p.put("security.protocol", "SASL_PLAINTEXT");
+        p.put("sasl.mechanism", "PLAIN");
+        p.put("sasl.jaas.config", "org.apache.kafka.common.security.plain.PlainLoginModule required username=\""
+                + user + "\" password=\"" + user + "-secret\";");
+        return p;
+    }
+
+    static Admin adminAs(String bootstrap, String user) {
+        Properties p = plain(common(bootstrap, "java-check-acl-admin-" + user), user);
+        p.put(AdminClientConfig.RETRIES_CONFIG, "2");
+        return Admin.create(p);
+    }
+
+    static String sendAs(String bootstrap, String user, String topic) {
+        Properties p = plain(common(bootstrap, "java-check-acl-producer-" + user), user);
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "15000");
+        p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "15000");
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p, new ByteArraySerializer(),
+                new ByteArraySerializer())) {
+            producer.send(new ProducerRecord<>(topic, 0, null, ("from " + user).getBytes(StandardCharsets.UTF_8))).get();
+            return "ok";
+        } catch (Exception e) {
+            Throwable c = e instanceof ExecutionException && e.getCause() != null ? e.getCause() : e;
+            return c.getClass().getSimpleName();
+        }
+    }
+
+    static List<Object> bindingsOf(Collection<AclBinding> bindings) {
+        List<Object> out = new ArrayList<>();
+        for (AclBinding b : bindings) {
+            out.add(obj("resource_type", b.pattern().resourceType().name(), "name", b.pattern().name(),
+                    "pattern_type", b.pattern().patternType().name(), "principal", b.entry().principal(),
+                    "host", b.entry().host(), "operation", b.entry().operation().name(),
+                    "permission", b.entry().permissionType().name()));
+        }
+        return out;
+    }
+
+    static List<Object> names(Set<AclOperation> ops) {
+        List<Object> out = new ArrayList<>();
+        if (ops != null) {
+            for (AclOperation op : new java.util.TreeSet<>(ops)) out.add(op.name());
+        }
+        return out;
+    }
+
+    /** As the super user ``admin``: create a topic and ACLs for ``alice``; then ``alice`` and ``bob`` produce; both
+     *  describe ACLs; alice's authorized operations (KIP-430); the ACLs deleted. */
+    static void acls(String bootstrap, String topic, String group) throws Exception {
+        try (Admin admin = adminAs(bootstrap, "admin")) {
+            createTopic(admin, topic, 1);
+            ResourcePattern t = new ResourcePattern(ResourceType.TOPIC, topic, PatternType.LITERAL);
+            ResourcePattern g = new ResourcePattern(ResourceType.GROUP, group, PatternType.PREFIXED);
+            admin.createAcls(List.of(
+                    new AclBinding(t, new AccessControlEntry("User:alice", "*", AclOperation.WRITE, AclPermissionType.ALLOW)),
+                    new AclBinding(g, new AccessControlEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)),
+                    new AclBinding(new ResourcePattern(ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL),
+                            new AccessControlEntry("User:alice", "*", AclOperation.DESCRIBE, AclPermissionType.ALLOW))
+            )).all().get();
+            AclBindingFilter any = new AclBindingFilter(ResourcePatternFilter.ANY, AccessControlEntryFilter.ANY);
+            emit(obj("event", "described", "acls", bindingsOf(admin.describeAcls(any).values().get())));
+            AclBindingFilter match = new AclBindingFilter(
+                    new ResourcePatternFilter(ResourceType.GROUP, group + "-1", PatternType.MATCH),
+                    AccessControlEntryFilter.ANY);
+            emit(obj("event", "matched", "acls", bindingsOf(admin.describeAcls(match).values().get())));
+        }
+        emit(obj("event", "produce", "alice", sendAs(bootstrap, "alice", topic), "bob", sendAs(bootstrap, "bob", topic)));
+        for (String user : List.of("alice", "bob")) {
+            try (Admin a = adminAs(bootstrap, user)) {
+                String described;
+                try {
+                    described = "ok:" + a.describeAcls(AclBindingFilter.ANY).values().get().size();
+                } catch (ExecutionException e) {
+                    described = e.getCause().getClass().getSimpleName();
+                }
+                String topicOps;
+                try {
+                    TopicDescription d = a.describeTopics(List.of(topic),
+                            new DescribeTopicsOptions().includeAuthorizedOperations(true)).allTopicNames().get().get(topic);
+                    topicOps = String.join(",", names(d.authorizedOperations()).stream().map(String::valueOf).toList());
+                } catch (ExecutionException e) {
+                    topicOps = e.getCause().getClass().getSimpleName();
+                }
+                Set<AclOperation> clusterOps = a.describeCluster(
+                        new DescribeClusterOptions().includeAuthorizedOperations(true)).authorizedOperations().get();
+                emit(obj("event", "as", "user", user, "describe_acls", described, "topic_ops", topicOps,
+                        "cluster_ops", names(clusterOps)));
+            }
+        }
+        try (Admin admin = adminAs(bootstrap, "admin")) {
+            AclBindingFilter alices = new AclBindingFilter(ResourcePatternFilter.ANY,
+                    new AccessControlEntryFilter("User:alice", null, AclOperation.ANY, AclPermissionType.ANY));
+            emit(obj("event", "deleted", "acls", bindingsOf(admin.deleteAcls(List.of(alices)).all().get())));
+            emit(obj("event", "left", "acls", bindingsOf(admin.describeAcls(AclBindingFilter.ANY).values().get())));
+        }
+    }
 
     static Map<String, Object> obj(Object... kv) {
         Map<String, Object> m = new LinkedHashMap<>();

@@ -113,8 +113,11 @@ class JavaClient:
         self.classpath = classpath
         self.tmpdir = tmpdir
 
-    def run(self, *args: str, broker: Any = None, timeout: float = RUN_TIMEOUT) -> list[dict[str, Any]]:
-        cmd = [self.java, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", f"-Djava.io.tmpdir={self.tmpdir}",
+    def run(self, *args: str, broker: Any = None, timeout: float = RUN_TIMEOUT,
+            client_config: str | Path | None = None) -> list[dict[str, Any]]:
+        """``client_config``: a properties file of client settings (security) merged into every client."""
+        extra = [f"-Dcheck.client.config={client_config}"] if client_config is not None else []
+        cmd = [self.java, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", f"-Djava.io.tmpdir={self.tmpdir}", *extra,
                "-cp", self.classpath, "JavaClientCheck", *args]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

@@ -7,6 +7,7 @@ lines and the assertions are here. Where it helps, what the broker stored is che
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -348,3 +349,41 @@ def test_zombie_producer_is_fenced(java_client: Any, jbroker: Any) -> None:
     reads = {e["isolation"]: e for e in events if e["event"] == "read"}
     assert reads["read_committed"]["values"] == {"0": ["fresh"]}
     assert reads["read_uncommitted"]["values"] == {"0": ["zombie", "fresh"]}
+
+
+# ------------------------------------------------------------------------------------------------------ ACLs
+
+_PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+
+
+@pytest.fixture(scope="module")
+def acl_jbroker(broker_factory: Any) -> Any:
+    """A broker with the ACL authorizer and a SASL_PLAINTEXT (PLAIN) listener; ``admin`` is a super user."""
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+            'password="admin-secret" ' + " ".join(f'user_{u}="{p}"' for u, p in _PLAIN_USERS.items()) + ";")
+    b = broker_factory({"listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+                        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+                        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                        "super.users": "User:admin"})
+    b.sasl_port = int(re.findall(r"SASL_PLAINTEXT\(SASL_PLAINTEXT\)://[^:]+:(\d+)", b.log_text())[-1])
+    return b
+
+
+def test_acls_admin_api_and_enforcement(java_client: Any, acl_jbroker: Any) -> None:
+    topic, group = name("jacl"), name("jgrp")
+    events = java_client.run("acls", f"127.0.0.1:{acl_jbroker.sasl_port}", topic, group, broker=acl_jbroker)
+    ev = by_event(events)
+    described = {(a["resource_type"], a["name"], a["pattern_type"], a["operation"]) for a in ev["described"]["acls"]}
+    assert described == {("TOPIC", topic, "LITERAL", "WRITE"), ("GROUP", group, "PREFIXED", "READ"),
+                         ("CLUSTER", "kafka-cluster", "LITERAL", "DESCRIBE")}
+    assert [(a["name"], a["pattern_type"]) for a in ev["matched"]["acls"]] == [(group, "PREFIXED")]
+    assert ev["produce"] == {"event": "produce", "alice": "ok", "bob": "TopicAuthorizationException"}
+    as_user = {e["user"]: e for e in events if e["event"] == "as"}
+    assert as_user["alice"]["describe_acls"] == "ok:3"
+    assert as_user["bob"]["describe_acls"] == "ClusterAuthorizationException"
+    assert set(as_user["alice"]["topic_ops"].split(",")) == {"DESCRIBE", "WRITE"}  # WRITE implies DESCRIBE
+    assert as_user["bob"]["topic_ops"] == "TopicAuthorizationException"
+    assert as_user["alice"]["cluster_ops"] == ["DESCRIBE"]
+    assert as_user["bob"]["cluster_ops"] == []
+    assert len(ev["deleted"]["acls"]) == 3 and ev["left"]["acls"] == []

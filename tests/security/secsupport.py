@@ -44,6 +44,29 @@ class Certs:
         return str(self.dir / name)
 
 
+def _expired_client(d: Path) -> None:
+    """``expired.pem``/``.key``: a client certificate from the trusted CA whose validity ended yesterday (made
+    with ``cryptography``: openssl's ``x509 -req`` cannot date a certificate in the past)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    ca_key = serialization.load_pem_private_key((d / "ca.key").read_bytes(), None)
+    ca = x509.load_pem_x509_certificate((d / "ca.pem").read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "alice")]))
+            .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=3)).not_valid_after(now - datetime.timedelta(days=1))
+            .sign(ca_key, hashes.SHA256()))
+    (d / "expired.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (d / "expired.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                      serialization.NoEncryption()))
+
+
 def make_certs(d: Path) -> Certs:
     for ca in ("ca", "other-ca"):
         _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
@@ -54,7 +77,8 @@ def make_certs(d: Path) -> Certs:
     _sign(d, "client")
     _key_and_csr(d, "stranger", "/CN=mallory")
     _sign(d, "stranger", ca="other-ca")
-    for name in ("server", "client", "stranger"):
+    _expired_client(d)
+    for name in ("server", "client", "stranger", "expired"):
         (d / f"{name}-bundle.pem").write_text((d / f"{name}.pem").read_text() + (d / f"{name}.key").read_text())
     _openssl("pkcs12", "-export", "-in", "server.pem", "-inkey", "server.key", "-out", "server.p12",
              "-passout", f"pass:{PASSWORD}", cwd=d)

@@ -206,7 +206,8 @@ def test_metadata_advertises_the_listener_the_client_came_in_on(secure_broker: A
 
 def test_mutual_tls_refuses_a_client_without_a_trusted_certificate(secure_broker: Any, certs: Certs) -> None:
     b = secure_broker
-    for cert in (None, "stranger"):  # no certificate; one signed by a CA the broker does not trust
+    # no certificate; one signed by a CA the broker does not trust; one from the trusted CA that has expired
+    for cert in (None, "stranger", "expired"):
         refused = False
         try:
             c = SecureRaw(b.ports["MTLS"], client_ssl_context(certs, cert))
@@ -215,6 +216,7 @@ def test_mutual_tls_refuses_a_client_without_a_trusted_certificate(secure_broker
             refused = True
         assert refused, f"a client with certificate {cert} was served"
     wait_for(lambda: "Failed authentication (SSL handshake failed)" in b.log_text(), 10, "the broker's log line")
+    wait_for(lambda: "certificate has expired" in b.log_text(), 10, "the expired certificate's refusal")
     # a trusted one is served on the same listener
     with SecureRaw(b.ports["MTLS"], client_ssl_context(certs, "client")) as c:
         assert c.request(API_VERSIONS, 3, {"client_software_name": "t",

@@ -20,6 +20,7 @@ broker's own attributes (``broker.leader_log``, ``broker.isr``, ...), so the hot
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -36,18 +37,22 @@ from tidelog.broker.group.coordinator import GroupCoordinator
 # the APIs every broker serves: importing the handler modules registers them in REGISTRY
 from tidelog.broker.handlers import (  # noqa: F401
     REGISTRY,
+    acls,
     admin,
     core,
     group,
     producer_id,
+    quotas,
     security,
     storage_admin,
     txn,
 )
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
+from tidelog.broker.quotas import ClientQuotaManager
 from tidelog.broker.replica_manager import LocalReplicaManager
 from tidelog.broker.request_pool import AppendSequencer, RequestHandlerPool
+from tidelog.broker.security.authorizer import Authorizer, authorizer_enabled, parse_super_users
 from tidelog.broker.security.listeners import build_listeners
 from tidelog.broker.server import SocketServer
 from tidelog.broker.topics import TopicManager, new_cluster_id
@@ -80,6 +85,8 @@ class Broker:
         # SCRAM credentials: the replica manager's store (one node: a file in the first log dir; ZooKeeper mode:
         # /config/users), made with the storage
         self.scram_credentials: Any = None
+        # the ACL authorizer (authorizer.class.name); None: no authorization, one attribute test per request
+        self.authorizer: Authorizer | None = None
         self.logs: Any = None
         self.topics: TopicManager = None  # type: ignore[assignment]
         self.purgatory = Purgatory()
@@ -124,6 +131,9 @@ class Broker:
         self.connections: set = set()
         # max.connections, max.connections.per.ip(.overrides), queued.max.request.bytes (issue 16)
         self.connection_quotas, self.request_memory = limits_from(config)
+        # client quotas (user / client-id; broker/quotas.py): values from the replica manager's quota store
+        self.client_quotas = ClientQuotaManager(config.get("quota.window.num"), config.get("quota.window.size.seconds"))
+        self.metrics.add_rows_source(self.client_quotas.rows)
         self.socket_servers = [SocketServer(self, li, self.connections) for li in self.listeners]
         self.socket_server = next(s for s in self.socket_servers if s.listener.name == config.listener.name)
         # the transaction coordinator (KIP-98): state in __transaction_state, markers to partition leaders
@@ -172,6 +182,16 @@ class Broker:
         self.cluster_id = self.cluster_id or self._cluster_id_from_storage()
         self.producer_ids = self.replica_manager.make_producer_id_manager(self)
         self.scram_credentials = self.replica_manager.make_scram_store(self)
+        self.client_quotas.attach_store(self.replica_manager.make_quota_store(self), self.loop)
+        if authorizer_enabled(cfg.get("authorizer.class.name")):
+            self.authorizer = Authorizer(self.replica_manager.make_acl_store(self),
+                                         parse_super_users(cfg.get("super.users")),
+                                         cfg.get("allow.everyone.if.no.acl.found"))
+            log.info("authorizer on", extra={"kv": {"class": cfg.get("authorizer.class.name"),
+                                                    "acls": len(self.authorizer.bindings()),
+                                                    "super.users": ";".join(sorted(self.authorizer.super_users)),
+                                                    "allow.everyone.if.no.acl.found":
+                                                        cfg.get("allow.everyone.if.no.acl.found")}})
 
     def _cluster_id_from_storage(self) -> str:
         cid = getattr(self.logs, "cluster_id", None)
@@ -209,6 +229,7 @@ class Broker:
         for server in self.socket_servers:
             server.start()
         self._tasks.append(loop.create_task(self._tick_loop()))
+        self._tasks.append(loop.create_task(self._loop_lag_monitor()))
         ml = self.config.metrics_listener
         if ml is not None:
             await self.metrics.start_http(*ml)
@@ -236,6 +257,18 @@ class Broker:
                 await asyncio.to_thread(self.logs.tick, time.time_ns() // 1_000_000)
             except Exception:
                 log.exception("log manager tick failed")
+
+    async def _loop_lag_monitor(self, period: float = 0.1, window: int = 50) -> None:
+        """Event-loop lag: how late a ``period`` timer fires. Every sample goes to a histogram; the gauge holds
+        the worst of the last ``window`` samples (5 s), so a scrape sees a stall that ended before it."""
+        recent: collections.deque[float] = collections.deque(maxlen=window)
+        while not self.stopping:
+            t0 = time.monotonic()
+            await asyncio.sleep(period)
+            lag = max(0.0, time.monotonic() - t0 - period)
+            recent.append(lag)
+            self.metrics.loop_lag.observe(lag)
+            self.metrics.loop_lag_max.set(max(recent))
 
     def _partition_metrics(self) -> Iterable[tuple[str, int, int, int, int, int, int]]:
         if self.topics is None:

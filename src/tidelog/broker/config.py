@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tidelog.broker.security.authorizer import authorizer_enabled
 from tidelog.storage.checkpoints import parse_properties
 from tidelog.storage.config import LogConfig
 
@@ -67,6 +68,11 @@ def _parse_int(value: str, lo: int = -(2**31), hi: int = INT_MAX) -> int:
 
 def _parse_long(value: str) -> int:
     return _parse_int(value, -(2**63), LONG_MAX)
+
+
+def _authorizer_class(value: str) -> str:
+    authorizer_enabled(value)  # raises for an unknown class name
+    return value.strip()
 
 
 def _parse_bool(value: str) -> bool:
@@ -201,6 +207,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("sasl.jaas.config", None, str),
         _key("sasl.server.max.receive.size", "524288", _pos_int, "largest frame before authentication"),
         _key("connections.max.reauth.ms", "0", _nonneg_long, "KIP-368: SASL session lifetime (0: none)"),
+        # authorization (Kafka's AclAuthorizer / StandardAuthorizer settings)
+        _key("authorizer.class.name", "", _authorizer_class,
+             "empty: no authorizer; kafka.security.authorizer.AclAuthorizer, "
+             "org.apache.kafka.metadata.authorizer.StandardAuthorizer or tidelog.AclAuthorizer: ACLs"),
+        _key("super.users", "", str, "principals allowed everything, semicolon separated (User:a;User:b)"),
+        _key("allow.everyone.if.no.acl.found", "false", _parse_bool,
+             "a resource without any ACL is open to everyone"),
         _key("log.dirs", None, _parse_list, "data directories (tidelog default ./data; Kafka /tmp/kafka-logs)"),
         _key("log.dir", "./data", str, "single data directory, used when log.dirs is unset"),
         _key("num.partitions", "1", _pos_int, "partitions of an auto-created topic"),
@@ -222,6 +235,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "broker-wide; accepting waits for a free slot (the inter-broker listener is exempt)"),
         _key("max.connections.per.ip", "2147483647", _nonneg_int, "new connections beyond it are closed"),
         _key("max.connections.per.ip.overrides", "", str, "host:count,host:count"),
+        _key("quota.window.num", "11", _pos_int, "samples of a client quota's rate"),
+        _key("quota.window.size.seconds", "1", _pos_int, "length of one sample of a client quota's rate"),
         _key("num.recovery.threads.per.data.dir", "2", _pos_int),
         _key("log.flush.offset.checkpoint.interval.ms", "60000", _nonneg_int),
         _key("log.flush.start.offset.checkpoint.interval.ms", "60000", _nonneg_int),

@@ -142,12 +142,30 @@ class BrokerMetrics:
                                    registry=r)
         self.isr_expands = Counter("tidelog_replicamanager_isr_expands", "ISR expansions written by this leader",
                                    registry=r)
+        # follower fetch answers whose records failed their check (CRC, batch format) and were fetched again
+        self.replica_fetch_invalid_records = Counter(
+            "tidelog_replica_fetcher_invalid_records",
+            "Partition answers to this broker's replica fetchers rejected as corrupt (CRC, batch format) and fetched "
+            "again", registry=r)
+        # the controller (Kafka's ControllerStats UncleanLeaderElectionsPerSec): leaders elected from outside the
+        # ISR (``unclean.leader.election.enable``), written by this broker while it was the controller
+        self.unclean_leader_elections = Counter(
+            "tidelog_controller_unclean_leader_elections",
+            "Leaders elected from outside the ISR (unclean.leader.election.enable) by this broker as controller",
+            registry=r)
         # transactions: from a commit/abort written (PrepareCommit/PrepareAbort) to every marker acknowledged and
         # CompleteCommit/CompleteAbort written (the open-transactions gauge is the coordinator's rows source)
         self.txn_marker_latency = Histogram(
             "tidelog_txn_marker_latency_seconds",
             "Time from PrepareCommit/PrepareAbort written to every marker written and the transaction complete",
             buckets=LATENCY_BUCKETS, registry=r)
+        # event-loop lag: how late a 100 ms timer on the broker's loop fires (broker.Broker._loop_lag_monitor);
+        # the gauge is the worst lag of the last 5 s, the histogram every sample
+        self.loop_lag = Histogram("tidelog_event_loop_lag_seconds",
+                                  "How late a periodic 100 ms timer on the broker's event loop fired",
+                                  buckets=LATENCY_BUCKETS, registry=r)
+        self.loop_lag_max = Gauge("tidelog_event_loop_lag_max_seconds",
+                                  "Worst event-loop lag over the last 5 seconds", registry=r)
         self._child_cache: dict[tuple[str, str], Any] = {}
         self._partition_source: Callable[[], Iterable[tuple[str, int, int, int, int, int]]] | None = None
         self._server: asyncio.AbstractServer | None = None

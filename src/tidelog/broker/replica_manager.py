@@ -8,7 +8,7 @@ cluster around it (Kafka's ``ReplicaManager`` with ``Partition`` and the ``Metad
 * what Metadata answers about partitions, brokers and the controller (``partition_metadata``,
   ``metadata_brokers``, ``metadata_controller_id``; ``None`` means "this node alone");
 * the leader side of follower fetches for the read service (``followers``: ``None`` when there are none);
-* which topic manager, producer-id manager and SCRAM credential store the broker uses, the extra APIs it serves (``handlers``), and what
+* which topic manager, producer-id manager, SCRAM credential store and client-quota store the broker uses, the extra APIs it serves (``handlers``), and what
   it does around the broker's start and shutdown.
 
 This is the single-node one. ZooKeeper mode's (``tidelog.cluster.replica_manager.ZkReplicaManager``) has the
@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 from tidelog.broker.errors import PartitionError
 from tidelog.broker.handlers import Handler
 from tidelog.broker.producer_ids import ProducerIdManager
+from tidelog.broker.quotas import QUOTAS_FILE, LocalQuotaStore
+from tidelog.broker.security.authorizer import ACLS_FILE, FileAclStore
 from tidelog.broker.security.scram import USERS_FILE, ScramCredentialStore
 from tidelog.broker.topics import LocalTopicBackend, TopicManager
 
@@ -54,6 +56,13 @@ class LocalReplicaManager:
     def make_scram_store(self, broker: Broker) -> Any:
         """SCRAM credentials: a file in the first log dir (ZooKeeper mode: ``/config/users``)."""
         return ScramCredentialStore(broker.config.log_dirs[0] / USERS_FILE)
+
+    def make_quota_store(self, broker: Broker) -> Any:
+        """Client quotas: a file in the first log dir (ZooKeeper mode: ``/config/users``, ``/config/clients``)."""
+        return LocalQuotaStore(broker.config.log_dirs[0] / QUOTAS_FILE)
+    def make_acl_store(self, broker: Broker) -> Any:
+        """ACLs: a file in the first log dir (ZooKeeper mode: ``/kafka-acl`` and ``/kafka-acl-extended``)."""
+        return FileAclStore(broker.config.log_dirs[0] / ACLS_FILE)
 
     # -- lifecycle hooks -------------------------------------------------------------------------------------
 

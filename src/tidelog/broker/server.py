@@ -69,6 +69,7 @@ from tidelog.broker.connection_limits import SMALL_FRAME, TooManyConnections
 from tidelog.broker.errors import UNKNOWN_SERVER_ERROR_MESSAGE
 from tidelog.broker.handlers import RequestContext
 from tidelog.broker.handlers.core import api_versions_list
+from tidelog.broker.quotas import after_handler, client_throttles
 from tidelog.broker.security.listeners import ListenerSettings
 from tidelog.broker.security.sasl import PlainServer, SaslAuthenticationFailed, ScramServer
 from tidelog.broker.security.tls import NoMatchingRule, subject_dn
@@ -170,6 +171,7 @@ class Connection:
         self.busy = False  # a request is being processed or its response written
         self.write_blocked_at: float | None = None  # loop time a write started waiting for the peer to read
         self.reserved = 0  # bytes of the frame being read taken from broker.request_memory
+        self.mute_ms = 0  # KIP-219: a quota's throttle time; the channel is muted this long after the response
         self.closed = False
         self.task: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -399,6 +401,8 @@ class Connection:
                 self.last_active = self._loop.time()
                 if not keep or broker.stopping:
                     break
+                if self.mute_ms:
+                    await self._mute()
         except _ConnectionClosed:
             pass
         except (ConnectionError, OSError) as exc:
@@ -414,6 +418,21 @@ class Connection:
             self.release_memory()
             broker.metrics.connections.dec()
             broker.connections.discard(self)
+
+    async def _mute(self) -> None:
+        """KIP-219: read nothing from this connection for the throttle time a quota gave its last request (Kafka
+        mutes the channel); :meth:`abort` (idle reaper, shutdown) ends the wait."""
+        ms, self.mute_ms = self.mute_ms, 0
+        if self.closed:
+            raise _ConnectionClosed()
+        fut = self._loop.create_future()
+        handle = self._loop.call_later(ms / 1000.0, lambda: fut.done() or fut.set_result(None))
+        self._waiter = fut
+        try:
+            await fut
+        finally:
+            handle.cancel()
+            self._waiter = None
 
     # -- security ----------------------------------------------------------------------------------------------
 
@@ -617,6 +636,7 @@ class Connection:
             client_host=self.client_host,
             principal=self.principal,
             listener=self.listener_name,
+            request_size=len(frame),
         )
         try:
             response = await handler(ctx, body)
@@ -626,6 +646,12 @@ class Connection:
                 broker.metrics.record_close("handler_close")
                 return False
             return await self._answer_failure(api_key, header, body, name, exc)
+        if broker.client_quotas.enabled:  # client quotas (broker/quotas.py): throttle_time_ms, then mute
+            throttle = after_handler(broker.client_quotas, ctx, response, time.perf_counter() - t0)
+            if throttle:
+                self.mute_ms = throttle
+                if not client_throttles(api_key, header.api_version):
+                    await self._mute()  # a client from before KIP-219: the response itself waits
         if response is not None:
             chunks = codec.encode_response(api_key, header.api_version, header.correlation_id, response)
             await self.write_chunks(chunks)

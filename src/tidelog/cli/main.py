@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "cluster": "tidelog.cli.cluster:cluster",
     "transactions": "tidelog.cli.transactions:transactions",
     "users": "tidelog.cli.users:users",
+    "quotas": "tidelog.cli.quotas:quotas",
+    "acls": "tidelog.cli.acls:acls",
 }
 
 

@@ -13,7 +13,12 @@ Decisions implemented:
   assignment, ISR = the live replicas, leader epoch 0;
 * broker gone: partitions it led elect the first live replica (assignment order) that is in the ISR; it leaves
   every ISR it was in (a sole ISR member stays, with leader -1, as Kafka does, so that it is the one that can
-  come back). ``unclean.leader.election.enable=true`` allows a live replica outside the ISR;
+  come back). ``unclean.leader.election.enable=true`` (the topic's config in ``/config/topics/<t>``, else the
+  broker's, as Kafka's ``LogConfig.fromProps(brokerConfig, topicOverrides)``; default false) allows a live replica
+  outside the ISR when no ISR member is alive: the partition is then led by it with ISR = [it], counted in
+  ``tidelog_controller_unclean_leader_elections_total`` (Kafka's ``UncleanLeaderElectionsPerSec``) and logged as a
+  warning. Setting it to true on a topic later (a config change notification, Kafka's
+  ``TopicUncleanLeaderElectionEnable`` event) elects the topic's offline partitions at once;
 * broker back: leaderless partitions whose ISR holds it elect it;
 * controlled shutdown (a broker's ephemeral ``/admin/controlled_shutdown/<id>``, see
   :mod:`tidelog.cluster.replica_manager`): every partition it leads elects the first other live ISR member in assignment
@@ -68,10 +73,12 @@ class ControllerMovedError(Exception):
 
 class Controller:
     def __init__(self, zk: KazooClient, broker_id: int, *, unclean_election: bool = False,
-                 auto_rebalance: bool = False, rebalance_interval_s: float = 300.0, imbalance_pct: int = 10) -> None:
+                 auto_rebalance: bool = False, rebalance_interval_s: float = 300.0, imbalance_pct: int = 10,
+                 metrics: Any = None) -> None:
         self.zk = zk
         self.broker_id = broker_id
-        self.unclean_election = unclean_election
+        self.unclean_election = unclean_election  # the broker's default; a topic's config overrides it
+        self.metrics = metrics  # the broker's (unclean_leader_elections), None in unit tests
         self.auto_rebalance = auto_rebalance
         self.rebalance_interval_s = rebalance_interval_s
         self.imbalance_pct = imbalance_pct
@@ -123,6 +130,8 @@ class Controller:
                     continue
                 elif kind == "brokers":
                     self._on_brokers_changed()
+                elif kind == "unclean":
+                    self._on_brokers_changed(only=arg)
                 elif kind == "topics":
                     self._on_topics_changed()
                 elif kind == "shutdown":
@@ -214,7 +223,31 @@ class Controller:
 
         return fire
 
+    def topic_unclean_enabled(self, topic: str) -> None:
+        """From the config change listener (any thread): ``topic``'s ``unclean.leader.election.enable`` is now
+        true. As Kafka's ``TopicUncleanLeaderElectionEnable`` event: its offline partitions are decided again
+        (ignored when this broker is not the controller)."""
+        self._events.put(("unclean", topic))
+
     # -- reading ---------------------------------------------------------------------------------------------
+
+    def unclean_allowed(self, topic: str | None) -> bool:
+        """``unclean.leader.election.enable`` of ``topic``: its override in ``/config/topics/<t>``, else the
+        broker's default. Read from ZooKeeper at decision time (only when an unclean election is the only way
+        left), so a change is seen by the next decision without any cache to keep fresh."""
+        if topic is None or self.zk is None:
+            return self.unclean_election
+        try:
+            data, _ = self.zk.get(zd.topic_config_path(topic))
+            value = zd.decode_topic_config(data).get("unclean.leader.election.enable")
+        except NoNodeError:
+            value = None
+        except ValueError:
+            log.error("unreadable topic config in ZooKeeper", extra={"kv": {"topic": topic}})
+            value = None
+        if value is None:
+            return self.unclean_election
+        return str(value).strip().lower() == "true"
 
     def live_brokers(self) -> set[int]:
         return {int(c) for c in self.zk.get_children(zd.BROKER_IDS)}
@@ -271,6 +304,15 @@ class Controller:
             self._commit(lambda t: t.set_data(zd.state_path(topic, p), zd.encode_state(new), version=old.zk_version))
         except BadVersionError:
             return False  # changed under us (a leader's ISR update): re-read and decide again
+        if new.leader != zd.NO_LEADER and new.leader != old.leader and new.leader not in old.isr:
+            # only an unclean election picks a leader outside the ISR: what the ISR had beyond its log is lost
+            if self.metrics is not None:
+                self.metrics.unclean_leader_elections.inc()
+            log.warning(
+                "unclean leader election: an out-of-sync replica leads; records it lacks are lost",
+                extra={"kv": {"topic": topic, "partition": p, "leader": new.leader, "leader_epoch": new.leader_epoch,
+                              "previous_leader": old.leader, "previous_isr": ",".join(map(str, old.isr))}},
+            )
         log.info(
             "partition state changed",
             extra={"kv": {"topic": topic, "partition": p, "leader": new.leader, "leader_epoch": new.leader_epoch,
@@ -304,10 +346,15 @@ class Controller:
                 self._events.put(("reassign", topic))  # a reassignment written elsewhere: drive it
         self._known_topics = topics
 
-    def _on_brokers_changed(self) -> None:
+    def _on_brokers_changed(self, only: str | None = None) -> None:
+        """Decide every partition (or those of the topic ``only``) again with the live brokers."""
         live = self.live_brokers()
         self._read_shutting_down(live)
-        log.info("live brokers", extra={"kv": {"brokers": ",".join(map(str, sorted(live)))}})
+        if only is None:
+            log.info("live brokers", extra={"kv": {"brokers": ",".join(map(str, sorted(live)))}})
+        else:
+            log.info("unclean leader election enabled: deciding the topic's partitions again",
+                     extra={"kv": {"topic": only}})
         # A broker registered again since a partition state was written (kill -9 and a restart right after its old
         # session expired: this watch may even see an unchanged list) holds that leadership or ISR place from its
         # previous process, whose log it may not have kept. As Kafka's controller does with bounced brokers
@@ -317,7 +364,7 @@ class Controller:
             stat = self.zk.exists(zd.broker_path(b))
             if stat is not None:
                 registered[b] = stat.czxid
-        for topic in sorted(self.zk.get_children(zd.BROKER_TOPICS)):
+        for topic in sorted(self.zk.get_children(zd.BROKER_TOPICS)) if only is None else [only]:
             a = self._assignment(topic)
             if a is None:
                 continue
@@ -329,14 +376,16 @@ class Controller:
                         break
                     s = zd.decode_state(data, stat.version)
                     bounced = {b for b in (s.leader, *s.isr) if registered.get(b, -1) > stat.mzxid}
-                    new = self._decide(s, replicas, live - bounced) if bounced else None
+                    new = self._decide(s, replicas, live - bounced, topic) if bounced else None
                     if new is None:
-                        bounced, new = set(), self._decide(s, replicas, live)
+                        bounced, new = set(), self._decide(s, replicas, live, topic)
                     if new is None or (self._update_state(topic, p, s, new) and not bounced):
                         break
 
-    def _decide(self, s: zd.LeaderIsr, replicas: list[int], live: set[int]) -> zd.LeaderIsr | None:
-        """The new state of one partition given the live brokers, or None when nothing changes."""
+    def _decide(self, s: zd.LeaderIsr, replicas: list[int], live: set[int],
+                topic: str | None = None) -> zd.LeaderIsr | None:
+        """The new state of one partition (of ``topic``, whose config may allow an unclean election; None: the
+        broker's default decides) given the live brokers, or None when nothing changes."""
         leader, isr = s.leader, s.isr
         live_isr = tuple(r for r in isr if r in live)
         if leader != zd.NO_LEADER and leader in live:
@@ -346,11 +395,10 @@ class Controller:
             return zd.LeaderIsr(leader, s.leader_epoch + 1, live_isr, self.epoch)
         # leaderless or the leader died: elect from the ISR in assignment order
         candidates = [r for r in replicas if r in live and r in isr and r not in self.shutting_down]
-        if not candidates and self.unclean_election:
-            candidates = [r for r in replicas if r in live and r not in self.shutting_down]
-            if candidates:
-                log.warning("unclean leader election", extra={"kv": {"leader": candidates[0]}})
-                return zd.LeaderIsr(candidates[0], s.leader_epoch + 1, (candidates[0],), self.epoch)
+        if not candidates:
+            unclean = [r for r in replicas if r in live and r not in self.shutting_down]
+            if unclean and self.unclean_allowed(topic):  # Kafka's offlinePartitionLeaderElection
+                return zd.LeaderIsr(unclean[0], s.leader_epoch + 1, (unclean[0],), self.epoch)
         if candidates:
             return zd.LeaderIsr(candidates[0], s.leader_epoch + 1, live_isr, self.epoch)
         if leader == zd.NO_LEADER:

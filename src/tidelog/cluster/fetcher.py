@@ -14,7 +14,11 @@ connection to its leader; a round is
 3. each partition of the answer is handled on its own: records appended (``append_as_follower``), the HW
    moved, a ``diverging_epoch`` truncated; a partition error only backs that partition off
    (``replica.fetch.backoff.ms``) while the others keep fetching. A connection failure backs the whole fetcher
-   off and reconnects.
+   off and reconnects. Records that fail their check (a CRC mismatch, a malformed batch: e.g. a bit flipped on
+   the way) are not appended at all, since every batch of the answer is checked before the first is written;
+   as Kafka's ``AbstractFetcherThread`` does with ``CorruptRecordException``, the partition is only backed off
+   and fetched again from the same offset (no truncation), and the fetcher counts it
+   (``tidelog_replica_fetcher_invalid_records_total``).
 
 A partition added while a Fetch is long-polling (a new leader after a failover) does not wait out
 ``replica.fetch.wait.max.ms``: the fetch in flight is abandoned (its connection closed, the answer would only
@@ -38,6 +42,7 @@ from typing import Any
 from tidelog.cluster.peer import Peer
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
+from tidelog.records.errors import RecordError
 
 log = logging.getLogger("tidelog.cluster.fetcher")
 
@@ -265,6 +270,14 @@ class ReplicaFetcher:
                     continue  # removed (or a new term) while the answer was on its way
                 try:
                     self._process(st, offset, part)
+                except RecordError as exc:
+                    # Kafka: "Found invalid messages during fetch"; nothing of the answer was appended (every batch
+                    # is checked first): fetch the same offset again after the backoff, no truncation
+                    self.replica_manager.broker.metrics.replica_fetch_invalid_records.inc()
+                    log.error("found invalid records during fetch; fetching them again", extra={"kv": {
+                        "topic": tp[0], "partition": tp[1], "leader": self.source, "offset": offset,
+                        "error": str(exc)}})
+                    self._back_off(st, repr(exc))
                 except Exception as exc:  # e.g. a batch that does not fit the log: start this term over
                     log.warning("replica fetch of a partition failed; truncating and fetching again",
                                 exc_info=True, extra={"kv": {"topic": tp[0], "partition": tp[1],

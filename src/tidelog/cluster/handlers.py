@@ -15,6 +15,7 @@ from typing import Any
 
 from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.handlers import Handler, RequestContext, handles
+from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.cluster import zkdata as zd
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
@@ -27,14 +28,23 @@ CLUSTER_HANDLERS: dict[int, Handler] = {}
 async def offset_for_leader_epoch(ctx: RequestContext, request: dict) -> dict:
     broker = ctx.broker
     topics_out = []
+    # KafkaApis: a follower (replica_id >= 0) needs CLUSTER_ACTION on the cluster, a client DESCRIBE on the topic
+    follower_ok = None
+    if broker.authorizer is not None and request.get("replica_id", -1) >= 0:
+        follower_ok = ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
     for t in request.get("topics") or ():
         name = t.get("topic")
         parts = []
         topics_out.append({"topic": name, "partitions": parts})
+        allowed = follower_ok if follower_ok is not None else ctx.authorize(AclOperation.DESCRIBE,
+                                                                            ResourceType.TOPIC, name or "")
         for p in t.get("partitions") or ():
             index = p.get("partition", 0)
             out = {"error_code": 0, "partition": index, "leader_epoch": -1, "end_offset": -1}
             parts.append(out)
+            if not allowed:
+                out["error_code"] = error_code("TOPIC_AUTHORIZATION_FAILED")
+                continue
             try:
                 plog = broker.leader_log(name, index)
                 broker.replica_manager.check_leader_epoch(name, index, p.get("current_leader_epoch", -1))
@@ -67,6 +77,8 @@ def _alter_response(ctx: RequestContext, request: dict, error: str | None, messa
 
 @handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS, CLUSTER_HANDLERS)
 async def alter_partition_reassignments(ctx: RequestContext, request: dict) -> dict:
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return _alter_response(ctx, request, "CLUSTER_AUTHORIZATION_FAILED", None, {})
     controller = ctx.broker.replica_manager.controller
     if controller is None or not controller.active:
         return _alter_response(ctx, request, "NOT_CONTROLLER", "This is not the correct controller for this cluster.",
@@ -127,6 +139,9 @@ async def list_partition_reassignments(ctx: RequestContext, request: dict) -> di
     topics = request.get("topics")
     wanted = None if topics is None else {t.get("name"): [int(i) for i in t.get("partition_indexes") or ()]
                                            for t in topics}
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return {"throttle_time_ms": 0, "error_code": error_code("CLUSTER_AUTHORIZATION_FAILED"),
+                "error_message": None, "topics": []}
     zk = ctx.broker.replica_manager.zk
     if zk is None:
         return {"throttle_time_ms": 0, "error_code": error_code("BROKER_NOT_AVAILABLE"),

@@ -62,11 +62,13 @@ from tidelog.broker.errors import PartitionError
 from tidelog.broker.security.client import inter_broker_security
 from tidelog.broker.topics import TopicManager, new_cluster_id
 from tidelog.cluster import zkdata as zd
+from tidelog.cluster.acls import ZkAclStore
 from tidelog.cluster.broker_channel import BrokerChannel
 from tidelog.cluster.controller import Controller
 from tidelog.cluster.fetcher import ReplicaFetcherManager
 from tidelog.cluster.handlers import CLUSTER_HANDLERS
 from tidelog.cluster.producer_ids import zk_producer_id_manager
+from tidelog.cluster.quotas import ZkQuotaStore
 from tidelog.cluster.scram import ZkScramCredentialStore
 from tidelog.cluster.topics import ZkTopicBackend
 
@@ -179,9 +181,17 @@ class ZkReplicaManager:
         # producer id blocks from ZooKeeper's /latest_producer_id_block: unique across the cluster
         return zk_producer_id_manager(self.zk, self.node_id, self.config.log_dirs)
 
+    def make_acl_store(self, broker: Broker) -> Any:
+        # ACLs where Kafka's AclAuthorizer keeps them: /kafka-acl, /kafka-acl-extended, with change notifications
+        return ZkAclStore(self.zk)
+
     def make_scram_store(self, broker: Broker) -> Any:
         # SCRAM credentials where Kafka keeps them: /config/users/<name>, cached from watches
         return ZkScramCredentialStore(self.zk)
+
+    def make_quota_store(self, broker: Broker) -> Any:
+        # client quotas where Kafka keeps them: /config/users, /config/clients, with /config/changes notifications
+        return ZkQuotaStore(self.zk)
 
     def become_leader(self, tp: tuple[str, int], log_: Any) -> None:
         """At start nothing is led until ZooKeeper says so."""
@@ -320,11 +330,16 @@ class ZkReplicaManager:
                               connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0})
         self.zk.add_listener(self._zk_state)
         self.zk.start(timeout=max(10.0, self.session_timeout_s))
+        # startup's reads and writes are retried across a connection loss (kazoo's KazooRetry, as Kafka's
+        # ZooKeeperClient retries a request until its session expires): on a loaded machine the connection may drop
+        # between them, and a broker that exits on the first ConnectionLoss does not come back
+        retry = self.zk.retry
         for p in zd.PERSISTENT_PATHS:
-            self.zk.ensure_path(p)
+            retry(self.zk.ensure_path, p)
         with contextlib.suppress(NodeExistsError):
-            self.zk.create(zd.CLUSTER_ID, zd.encode_cluster_id(self.broker.cluster_id or new_cluster_id()), makepath=True)
-        zk_id = zd.decode_cluster_id(self.zk.get(zd.CLUSTER_ID)[0])
+            retry(self.zk.create, zd.CLUSTER_ID, zd.encode_cluster_id(self.broker.cluster_id or new_cluster_id()),
+                  makepath=True)
+        zk_id = zd.decode_cluster_id(retry(self.zk.get, zd.CLUSTER_ID)[0])
         if self.broker.cluster_id and self.broker.cluster_id != zk_id:
             raise RuntimeError(f"cluster.id {self.broker.cluster_id} differs from ZooKeeper's {zd.CLUSTER_ID} {zk_id}")
         self.broker.cluster_id = zk_id
@@ -347,13 +362,14 @@ class ZkReplicaManager:
         self.zk.ChildrenWatch(zd.CONFIG_CHANGES, self._config_changes)
         self.zk.ChildrenWatch(zd.BROKER_TOPICS, self._topics_changed)
         # the assignments just read are queued on the loop ahead of this: then drop what ZooKeeper no longer has
-        self.post(self.topic_backend.remove_strays, set(self.zk.get_children(zd.BROKER_TOPICS)), self.assignments,
-                   self.node_id)
+        self.post(self.topic_backend.remove_strays, set(self.zk.retry(self.zk.get_children, zd.BROKER_TOPICS)),
+                  self.assignments, self.node_id)
         self.controller = Controller(
             self.zk, self.node_id, unclean_election=self.unclean,
             auto_rebalance=self.config.get("auto.leader.rebalance.enable"),
             rebalance_interval_s=float(self.config.get("leader.imbalance.check.interval.seconds")),
-            imbalance_pct=self.config.get("leader.imbalance.per.broker.percentage"))
+            imbalance_pct=self.config.get("leader.imbalance.per.broker.percentage"),
+            metrics=self.broker.metrics)
         self.controller.start()
 
     def _register(self) -> None:
@@ -368,17 +384,26 @@ class ZkReplicaManager:
                                               dict(self.broker.endpoints),
                                               {li.name: li.protocol for li in self.broker.listeners}))
         deadline = time.monotonic() + 3 * self.session_timeout_s + 30
+        retry = self.zk.retry
         while True:
             try:
-                self.zk.create(path, data, ephemeral=True, makepath=True)
-                stat = self.zk.exists(path)
+                retry(self.zk.create, path, data, ephemeral=True, makepath=True)
+                stat = retry(self.zk.exists, path)
                 self._registration_zxid = stat.czxid if stat is not None else float("inf")
                 log.info("registered in ZooKeeper", extra={"kv": {"path": path, "endpoint": f"{self.broker.host}:{self.broker.port}"}})
                 return
             except NodeExistsError:
                 gone = threading.Event()
-                if self.zk.exists(path, watch=lambda _e, gone=gone: gone.set()) is None:
+                stat = retry(self.zk.exists, path, watch=lambda _e, gone=gone: gone.set())
+                if stat is None:
                     continue
+                if stat.ephemeralOwner == self.zk.client_id[0]:
+                    # ours: a create whose answer the connection loss swallowed, retried (Kafka's
+                    # checkedEphemeralCreate compares the owner session the same way)
+                    self._registration_zxid = stat.czxid
+                    log.info("registered in ZooKeeper", extra={"kv": {"path": path, "endpoint":
+                                                                      f"{self.broker.host}:{self.broker.port}"}})
+                    return
                 log.info("previous registration still present; waiting for its session to expire",
                          extra={"kv": {"path": path}})
                 if not gone.wait(max(0.0, deadline - time.monotonic())):
@@ -572,6 +597,9 @@ class ZkReplicaManager:
                 log.error("unreadable topic config in ZooKeeper", extra={"kv": {"topic": topic}})
                 continue
             self.post(self.topic_backend.config_changed, topic, overrides, stat.version)
+            controller = self.controller
+            if controller is not None and str(overrides.get("unclean.leader.election.enable", "")).lower() == "true":
+                controller.topic_unclean_enabled(topic)  # Kafka's TopicConfigHandler: elect its offline partitions
         return None
 
     def _state_watch(self, tp: tuple[str, int]):
@@ -886,3 +914,10 @@ class ZkReplicaManager:
             log.info("truncating", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1], "from": plog.log_end_offset,
                                                   "to": target, "leader_epoch": leader_epoch, "by": reason}})
             plog.truncate_to(target)
+        elif plog.epoch_cache is not None:
+            # Nothing to cut from the log, but the epoch cache may end with an epoch that holds no record: this
+            # broker led it and lost the leadership before appending anything. Kafka's UnifiedLog.truncateTo drops
+            # such entries here too; kept, the next fetch would name that epoch as last_fetched_epoch, the leader
+            # (which never had it) would answer diverging_epoch at this very offset again, and the follower would
+            # spin on that answer without ever fetching (seen under fast double failovers)
+            plog.epoch_cache.truncate_from_end(plog.log_end_offset)

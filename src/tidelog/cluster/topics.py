@@ -25,6 +25,7 @@ comes from. Besides the store's change calls, the broker's ZkReplicaManager call
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -214,9 +215,10 @@ class ZkTopicBackend:
             )
         overrides, cfg = store.validate_configs(configs)
         info = TopicInfo(name, new_topic_id(), num_partitions, overrides, cfg)
+        assignment = dict(assignments) if assignments else zd.assign_replicas(live, num_partitions, replication_factor)
+        self._check_open_files(name, assignment)
         if validate_only:
             return info
-        assignment = dict(assignments) if assignments else zd.assign_replicas(live, num_partitions, replication_factor)
         zk = self.cluster.zk
         t = zk.transaction()
         t.create(zd.topic_config_path(name), zd.encode_topic_config(overrides))
@@ -261,6 +263,15 @@ class ZkTopicBackend:
             raise TopicError("REQUEST_TIMED_OUT", f"Deletion of topic '{name}' did not complete in time; it goes "
                                                   "on in the background.") from None
         return info
+
+    def _check_open_files(self, name: str, assignment: dict[int, list[int]]) -> None:
+        """The open-file budget in a cluster (``TopicManager.check_open_files``): the broker that takes the
+        request cannot see the others' descriptors, so it holds every broker to its own headroom, as if the
+        brokers were alike (the usual case: one config, one ``ulimit -n``): the most new replicas any one broker
+        gets must fit. POLICY_VIOLATION before anything is written to ZooKeeper. Kafka has no such check."""
+        per_broker = collections.Counter(b for replicas in assignment.values() for b in replicas)
+        if per_broker:
+            self.store.check_open_files(name, max(per_broker.values()))
 
     @staticmethod
     def _check_added_assignments(assignments: list[list[int]], increment: int, first_rf: int,
@@ -325,6 +336,7 @@ class ZkTopicBackend:
                                            start_partition=current, next_shift=start)
             info = self.store.get(name) or TopicInfo(name, a.topic_id or new_topic_id(), current, {},
                                                      self.store.default_log_config())
+            self._check_open_files(name, added)
             if validate_only:
                 return info
             new = zd.TopicAssignment({**a.partitions, **added}, a.topic_id, a.adding, a.removing)

@@ -29,7 +29,8 @@ _ARRAY_SOURCES: dict[str, tuple[str, ...]] = {
     "responses": ("topic_data", "topics", "topic_names", "resources"),
     "partition_responses": ("partition_data", "partitions"),
     "partitions": ("partitions", "partition_data", "partition_indexes"),
-    "results": ("resources", "topics", "groups_names", "groups", "users", "upsertions", "deletions"),
+    "results": ("resources", "topics", "groups_names", "groups", "users", "upsertions", "deletions", "creations"),
+    "filter_results": ("filters",),  # DeleteAcls
     "coordinators": ("coordinator_keys",),
     "groups": ("groups", "groups_names"),
     # transactions: AddPartitionsToTxn (v0-3 and the batched v4+), DescribeTransactions

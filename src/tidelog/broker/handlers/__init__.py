@@ -41,6 +41,19 @@ class RequestContext:
     # the request arrived on: what an authorizer checks, and which endpoints Metadata advertises
     principal: str = "User:ANONYMOUS"
     listener: str = ""
+    # client quotas (broker/quotas.py): the request's frame size; the throttle time a handler computed for a
+    # bandwidth quota (-1: exempt from quotas, e.g. a follower's fetch); seconds it waited in the purgatory
+    # (not counted as handler time by request_percentage)
+    request_size: int = 0
+    throttle_ms: int = 0
+    wait_s: float = 0.0
+
+    def authorize(self, op: int, resource_type: int, name: str) -> bool:
+        """May this request's principal, from its host, do ``op`` on the resource? Always True without an
+        authorizer (``authorizer.class.name`` empty). Kafka's AclOperation / ResourceType codes
+        (``tidelog.broker.security.acls``)."""
+        auth = self.broker.authorizer
+        return auth is None or auth.authorize(self.principal, self.client_host, op, resource_type, name)
 
 
 def handles(api_key: int, table: dict[int, Handler] = REGISTRY) -> Callable[[Handler], Handler]:

@@ -39,9 +39,16 @@ from typing import Any
 from tidelog.broker import config as bc
 from tidelog.broker.errors import error_of, is_client_error
 from tidelog.broker.handlers import RequestContext, handles, topic_change
+from tidelog.broker.quotas import (
+    THROTTLING_QUOTA_EXCEEDED_MESSAGE,
+    mutation_refused,
+    mutation_throttle,
+    record_mutations,
+)
+from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.broker.topics import INTERNAL_TOPICS, ConfigEntry
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.errors import error_code
+from tidelog.protocol.errors import error_code, error_for_code
 from tidelog.storage import config as sc
 
 log = logging.getLogger("tidelog.broker.admin")
@@ -94,6 +101,15 @@ ENDPOINT_CONTROLLERS = 2
 
 # ---------------------------------------------------------------------------------------------------------------
 # helpers
+
+
+TOPIC_AUTHORIZATION_FAILED = error_code("TOPIC_AUTHORIZATION_FAILED")
+CLUSTER_AUTHORIZATION_FAILED = error_code("CLUSTER_AUTHORIZATION_FAILED")
+_TOPIC, _CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
+
+
+def _auth_message(code: int) -> str:
+    return error_for_code(code).message
 
 
 def _uuid(value: Any) -> uuid.UUID:
@@ -341,12 +357,16 @@ async def create_topics(ctx: RequestContext, request: dict) -> dict:
     dups = _duplicates(t.get("name") for t in topics_req)
     results: list[dict] = []
     answered: set[str] = set()
+    # KafkaApis: CREATE on the cluster, else on each topic; DESCRIBE_CONFIGS on the topic to see its configs
+    cluster_create = ctx.broker.authorizer is None or ctx.authorize(AclOperation.CREATE, _CLUSTER, CLUSTER_NAME)
     for t in topics_req:
         name = t.get("name")
         if name in answered:
             continue
         answered.add(name)
-        results.append(await _create_one(ctx, t, name in dups, validate_only))
+        allowed = cluster_create or ctx.authorize(AclOperation.CREATE, _TOPIC, name or "")
+        results.append(await _create_one(ctx, t, name in dups, validate_only, allowed))
+    mutation_throttle(ctx)  # controller_mutation_rate (KIP-599): the server answers the throttle and mutes
     return {"throttle_time_ms": 0, "topics": results}
 
 
@@ -360,7 +380,8 @@ def _config_problem(configs: list[dict]) -> tuple[str, str] | None:
     return None
 
 
-async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_only: bool) -> dict:
+async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_only: bool,
+                      allowed: bool = True) -> dict:
     v = ctx.api_version
     name = t.get("name")
     result: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
@@ -374,6 +395,8 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
 
     if duplicated:
         return fail("INVALID_REQUEST", f"Create topics request contains multiple entries for the topic {name}.")
+    if not allowed:
+        return fail("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
     num_partitions = int(t.get("num_partitions", -1))
     replication_factor = int(t.get("replication_factor", -1))
     assignments = t.get("assignments") or []
@@ -403,6 +426,8 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
         return fail(*problem)
     configs = {c["name"]: c["value"] for c in config_list}
     topics = ctx.broker.topics
+    if not validate_only and mutation_refused(ctx):
+        return fail("THROTTLING_QUOTA_EXCEEDED", THROTTLING_QUOTA_EXCEEDED_MESSAGE)
     try:
         info = await topic_change(
             topics.create_topic,
@@ -419,15 +444,19 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
         code, msg = error_of(exc)
         result["error_code"], result["error_message"] = code, msg
         return result
+    if not validate_only:
+        record_mutations(ctx, int(info.num_partitions))
     if v >= 5:
         result["num_partitions"] = int(info.num_partitions)
         rf = replication_factor if replication_factor > 0 else ctx.broker.config.default_replication_factor
         result["replication_factor"] = int(rf)
-        if validate_only:
-            entries = list(topics.describe_default_configs(configs) or [])
+        if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, _TOPIC, name):
+            result["topic_config_error_code"] = TOPIC_AUTHORIZATION_FAILED  # KIP-525: no configs shown
         else:
-            entries = list(topics.describe_configs(name, None) or [])
-        result["configs"] = _create_topic_configs(entries)
+            # from the overrides the creation validated, not from the store: in ZooKeeper mode the topic reaches
+            # this broker's store through its watch, which may not have fired yet
+            entries = list(topics.describe_default_configs(info.overrides) or [])
+            result["configs"] = _create_topic_configs(entries)
     if v >= 7:
         result["topic_id"] = _uuid(info.topic_id)
     return result
@@ -480,6 +509,7 @@ async def delete_topics(ctx: RequestContext, request: dict) -> dict:
         code, msg = await _delete_one(ctx, name, topic_id, name_dups, id_dups, resp)
         resp["error_code"], resp["error_message"] = code, msg
         responses.append(resp)
+    mutation_throttle(ctx)  # controller_mutation_rate (KIP-599)
     return {"throttle_time_ms": 0, "responses": responses}
 
 
@@ -506,17 +536,25 @@ async def _delete_one(
             return error_code("UNKNOWN_TOPIC_ID"), f"Topic id {topic_id} does not exist."
         name = info.name
         resp["name"] = name
+        if not ctx.authorize(AclOperation.DESCRIBE, _TOPIC, name):
+            resp["name"] = None  # the name is not disclosed; the id is not secret
+            return TOPIC_AUTHORIZATION_FAILED, _auth_message(TOPIC_AUTHORIZATION_FAILED)
+    if not ctx.authorize(AclOperation.DELETE, _TOPIC, name):
+        return TOPIC_AUTHORIZATION_FAILED, _auth_message(TOPIC_AUTHORIZATION_FAILED)
     if name in INTERNAL_TOPICS:
         # Kafka's brokers leave this to kafka-topics.sh (same message); tidelog refuses it server-side for every
         # client: the coordinators' state would be lost (issue 16; docs/ARCHITECTURE.md "Internal topics")
         return error_code("INVALID_TOPIC_EXCEPTION"), (
             f"Topic {name} is a kafka internal topic and is not allowed to be marked for deletion.")
+    if mutation_refused(ctx):
+        return error_code("THROTTLING_QUOTA_EXCEEDED"), THROTTLING_QUOTA_EXCEEDED_MESSAGE
     try:
         info = await topic_change(topics.delete_topic, name)  # off the loop (files, checkpoints)
     except Exception as exc:
         if not is_client_error(exc):
             raise
         return error_of(exc)
+    record_mutations(ctx, int(info.num_partitions))
     if "topic_id" in resp:
         resp["topic_id"] = _uuid(info.topic_id)
     return 0, None
@@ -548,10 +586,15 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
 
         count = int(t.get("count", 0))
         assignments = t.get("assignments")
+        before = int(topics.get(name).num_partitions) if name not in dups and topics.exists(name) else 0
         if name in dups:
             fail("INVALID_REQUEST", f"Duplicate topic in request: {name}")
+        elif not ctx.authorize(AclOperation.ALTER, _TOPIC, name):
+            fail("TOPIC_AUTHORIZATION_FAILED", "The topic authorization is failed.")
         elif not topics.exists(name):
             fail("UNKNOWN_TOPIC_OR_PARTITION", f"The topic '{name}' does not exist.")
+        elif not validate_only and mutation_refused(ctx):
+            fail("THROTTLING_QUOTA_EXCEEDED", THROTTLING_QUOTA_EXCEEDED_MESSAGE)
         elif topics.registered_brokers is not None:  # a cluster: the topic store's backend checks assignments
             manual = None if assignments is None else [[int(b) for b in a.get("broker_ids") or []]
                                                        for a in assignments]
@@ -588,7 +631,10 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
                     if not is_client_error(exc):
                         raise
                     res["error_code"], res["error_message"] = error_of(exc)
+        if res["error_code"] == 0 and not validate_only:
+            record_mutations(ctx, count - before)
         results.append(res)
+    mutation_throttle(ctx)  # controller_mutation_rate (KIP-599)
     return {"throttle_time_ms": 0, "results": results}
 
 
@@ -609,11 +655,15 @@ async def delete_records(ctx: RequestContext, request: dict) -> dict:
         parts_out: list[dict] = []
         exists = topics.exists(name)
         info = topics.get(name) if exists else None
+        allowed = ctx.authorize(AclOperation.DELETE, _TOPIC, name)
         for p in t.get("partitions") or []:
             index = int(p.get("partition_index", -1))
             offset = int(p.get("offset", -1))
             res: dict[str, Any] = {"partition_index": index, "low_watermark": -1, "error_code": 0}
             parts_out.append(res)
+            if not allowed:
+                res["error_code"] = TOPIC_AUTHORIZATION_FAILED
+                continue
             if info is None or not 0 <= index < int(info.num_partitions):
                 res["error_code"] = error_code("UNKNOWN_TOPIC_OR_PARTITION")
                 continue
@@ -675,6 +725,10 @@ async def describe_configs(ctx: RequestContext, request: dict) -> dict:
         }
         results.append(res)
         entries: list[ConfigEntry]
+        refused = _config_refusal(ctx, rtype, rname, AclOperation.DESCRIBE_CONFIGS)
+        if refused:
+            res["error_code"], res["error_message"] = refused, _auth_message(refused)
+            continue
         if rtype == RESOURCE_TOPIC:
             if not topics.exists(rname):
                 res["error_code"] = error_code("UNKNOWN_TOPIC_OR_PARTITION")
@@ -706,6 +760,18 @@ async def describe_configs(ctx: RequestContext, request: dict) -> dict:
             entries = [e for e in entries if e.name in wanted]
         res["configs"] = [_describe_entry(e, ctx.api_version, include_synonyms, include_doc) for e in entries]
     return {"throttle_time_ms": 0, "results": results}
+
+
+def _config_refusal(ctx: RequestContext, rtype: int, rname: str, op: AclOperation) -> int:
+    """KafkaApis: a topic's configs need ``op`` on the topic, the broker's (and its loggers') ``op`` on the
+    cluster; 0 when allowed."""
+    if ctx.broker.authorizer is None:
+        return 0
+    if rtype == RESOURCE_TOPIC:
+        return 0 if ctx.authorize(op, _TOPIC, rname) else TOPIC_AUTHORIZATION_FAILED
+    if rtype in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+        return 0 if ctx.authorize(op, _CLUSTER, CLUSTER_NAME) else CLUSTER_AUTHORIZATION_FAILED
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -753,7 +819,10 @@ async def _alter_config_resources(
         names = [c.get("name") for c in configs]
         refusal: tuple[str, str] | None = None
         bad_op = bad_operation(configs)
-        if _duplicates(names):
+        refused = _config_refusal(ctx, rtype, rname, AclOperation.ALTER_CONFIGS)
+        if refused:
+            refusal = (error_for_code(refused).name, _auth_message(refused))
+        elif _duplicates(names):
             refusal = ("INVALID_REQUEST", f"Error due to duplicate config keys: {sorted(_duplicates(names))}")
         elif bad_op is not None:
             refusal = ("INVALID_REQUEST", bad_op)
@@ -844,5 +913,7 @@ async def describe_cluster(ctx: RequestContext, request: dict) -> dict:
         bits = 0
         for op in _ACL_OPS_CLUSTER:
             bits |= 1 << op
-        resp["cluster_authorized_operations"] = bits
+        auth = ctx.broker.authorizer
+        resp["cluster_authorized_operations"] = bits if auth is None else auth.authorized_operations(
+            ctx.principal, ctx.client_host, _CLUSTER, CLUSTER_NAME)
     return resp

@@ -40,6 +40,8 @@ from tidelog.broker.fetch import MAX_INT32, FetchParams, FetchPartition, last_st
 from tidelog.broker.fetch_session import INITIAL_EPOCH, CachedPartition
 from tidelog.broker.handlers import RequestContext, handles, topic_change
 from tidelog.broker.purgatory import DelayedProduce
+from tidelog.broker.quotas import fetch_throttle
+from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.broker.topics import ADMIN_CLIENT_ID, INTERNAL_TOPICS, TopicError
 from tidelog.protocol import codec
 from tidelog.protocol.errors import error_for_code
@@ -63,6 +65,10 @@ INVALID_FETCH_SESSION_EPOCH = 71
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
 UNKNOWN_TOPIC_ID = 100
+TOPIC_AUTHORIZATION_FAILED = 29
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+_TOPIC = ResourceType.TOPIC
+_CLUSTER = ResourceType.CLUSTER
 
 LEADER_EPOCH = 0  # one node, never re-elected: epoch 0 (the epoch stamped into batches)
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
@@ -158,14 +164,19 @@ def _partition_metadata(broker: Any, name: str, num_partitions: int, v: int) -> 
     return parts
 
 
-def _topic_metadata(broker: Any, info: Any, v: int, include_ops: bool) -> dict:
+def _topic_metadata(broker: Any, info: Any, v: int, include_ops: bool, ctx: RequestContext | None = None) -> dict:
+    ops = AUTHORIZED_OPERATIONS_OMITTED
+    if include_ops:
+        auth = broker.authorizer
+        ops = TOPIC_OPERATIONS if auth is None else auth.authorized_operations(ctx.principal, ctx.client_host,  # type: ignore[union-attr]
+                                                                              _TOPIC, info.name)
     return {
         "error_code": NONE,
         "name": info.name,
         "topic_id": info.topic_id,
         "is_internal": info.name in INTERNAL_TOPICS,
         "partitions": _partition_metadata(broker, info.name, info.num_partitions, v),
-        "topic_authorized_operations": TOPIC_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED,
+        "topic_authorized_operations": ops,
     }
 
 
@@ -189,12 +200,14 @@ async def metadata(ctx: RequestContext, request: dict) -> dict:
     requested = request.get("topics")
     allow_auto = bool(request.get("allow_auto_topic_creation", True)) if v >= 4 else True
     out: list[dict] = []
+    auth = broker.authorizer
     if requested is None or (v == 0 and not requested):
         for name in sorted(topics_mgr.names()):
             info = topics_mgr.get(name)
-            if info is not None:
-                out.append(_topic_metadata(broker, info, v, include_ops))
+            if info is not None and (auth is None or ctx.authorize(AclOperation.DESCRIBE, _TOPIC, name)):
+                out.append(_topic_metadata(broker, info, v, include_ops, ctx))
     else:
+        create_on_cluster: bool | None = None
         for t in requested:
             name = t.get("name")
             tid = _uuid_bytes(t.get("topic_id")) if v >= 10 else ZERO_UUID
@@ -205,8 +218,13 @@ async def metadata(ctx: RequestContext, request: dict) -> dict:
                 info = topics_mgr.by_id(tid)
                 if info is None:
                     out.append(_topic_error(None, UNKNOWN_TOPIC_ID, tid))
+                elif auth is not None and not ctx.authorize(AclOperation.DESCRIBE, _TOPIC, info.name):
+                    out.append(_topic_error(None, TOPIC_AUTHORIZATION_FAILED, tid))  # ids are not secret
                 else:
-                    out.append(_topic_metadata(broker, info, v, include_ops))
+                    out.append(_topic_metadata(broker, info, v, include_ops, ctx))
+                continue
+            if auth is not None and not ctx.authorize(AclOperation.DESCRIBE, _TOPIC, name):
+                out.append(_topic_error(name, TOPIC_AUTHORIZATION_FAILED))  # existence is not even checked
                 continue
             info = topics_mgr.get(name)
             if info is None:
@@ -215,6 +233,13 @@ async def metadata(ctx: RequestContext, request: dict) -> dict:
                 except TopicError:
                     out.append(_topic_error(name, INVALID_TOPIC_EXCEPTION))
                     continue
+                if allow_auto and auth is not None and broker.config.get("auto.create.topics.enable"):
+                    # auto-creation needs CREATE on the cluster or on the topic
+                    if create_on_cluster is None:
+                        create_on_cluster = ctx.authorize(AclOperation.CREATE, _CLUSTER, CLUSTER_NAME)
+                    if not create_on_cluster and not ctx.authorize(AclOperation.CREATE, _TOPIC, name):
+                        out.append(_topic_error(name, TOPIC_AUTHORIZATION_FAILED))
+                        continue
                 if allow_auto:
                     try:
                         info = await topic_change(topics_mgr.maybe_auto_create, name)  # ZooKeeper: off the loop
@@ -225,7 +250,7 @@ async def metadata(ctx: RequestContext, request: dict) -> dict:
                 if info is None:
                     out.append(_topic_error(name, UNKNOWN_TOPIC_OR_PARTITION))
                     continue
-            out.append(_topic_metadata(broker, info, v, include_ops))
+            out.append(_topic_metadata(broker, info, v, include_ops, ctx))
     rack = broker.config.props.get("broker.rack")
     brokers = broker.metadata_brokers(ctx.listener)
     if brokers is None:
@@ -237,9 +262,10 @@ async def metadata(ctx: RequestContext, request: dict) -> dict:
         "cluster_id": broker.cluster_id,
         "controller_id": broker.metadata_controller_id(),
         "topics": out,
-        "cluster_authorized_operations": CLUSTER_OPERATIONS
-        if request.get("include_cluster_authorized_operations")
-        else AUTHORIZED_OPERATIONS_OMITTED,
+        "cluster_authorized_operations": (
+            AUTHORIZED_OPERATIONS_OMITTED if not request.get("include_cluster_authorized_operations")
+            else CLUSTER_OPERATIONS if auth is None
+            else auth.authorized_operations(ctx.principal, ctx.client_host, _CLUSTER, CLUSTER_NAME)),
     }
 
 
@@ -334,8 +360,20 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
     ordered = False  # an earlier request still holds one of these partitions (AppendSequencer)
     sequencer = broker.append_sequencer
     txn_parts: list[_ProducePartition] | None = None  # partitions with a transactional batch (KIP-890 check)
+    denied: set[str] | None = None
+    if broker.authorizer is not None:  # KafkaApis: WRITE on the transactional id first, then WRITE per topic
+        if _has_transactional_batch(request):
+            txn_id = request.get("transactional_id")
+            if txn_id is None or not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+                if acks == 0:
+                    raise CloseConnection("produce: transactional id authorization failed")
+                return _produce_refused(request, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        denied = {t.get("name", "") for t in request.get("topic_data") or ()
+                  if not ctx.authorize(AclOperation.WRITE, _TOPIC, t.get("name", ""))}
     for t in request.get("topic_data") or ():
         name, tid, topic_err = _resolve_topic(ctx, t)
+        if denied and name in denied:
+            topic_err = TOPIC_AUTHORIZATION_FAILED
         parts_out: list[dict] = []
         responses.append({"name": name or "", "topic_id": tid, "partition_responses": parts_out})
         for pd in t.get("partition_data") or ():
@@ -429,6 +467,11 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
         for pp in todo:
             any_error |= _append_one(ctx, pp, now_ms, appended, results)
 
+    quotas = broker.client_quotas
+    if quotas.enabled:  # producer_byte_rate: the request's bytes (the server writes the throttle, then mutes)
+        ctx.throttle_ms = quotas.record(quotas.produce, ctx.principal, ctx.client_id, ctx.request_size)
+        if ctx.throttle_ms:
+            quotas.throttled(quotas.produce, ctx.principal, ctx.client_id, ctx.throttle_ms)
     if acks == 0:
         if any_error:
             raise CloseConnection("acks=0 produce failed")
@@ -438,7 +481,9 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
         op = DelayedProduce(appended, timeout_ms, broker.high_watermark)
         if not broker.purgatory.produce.try_complete_else_watch(op, list(appended)):
             pass
+        waited = time.perf_counter()
         status = await op.wait()
+        ctx.wait_s = time.perf_counter() - waited  # not handler time (request_percentage)
         for tp, err in status.items():
             if err is not None:
                 pr = results[tp]
@@ -458,6 +503,25 @@ def _replicated(broker: Any, appended: dict[tuple[str, int], int]) -> bool:
     except Exception:
         return False
     return True
+
+
+def _has_transactional_batch(request: dict) -> bool:
+    for t in request.get("topic_data") or ():
+        for pd in t.get("partition_data") or ():
+            records = pd.get("records")
+            if records is not None and len(records) >= 61 and records[22] & 0x10:
+                return True
+    return False
+
+
+def _produce_refused(request: dict, code: int) -> dict:
+    """Kafka's ProduceRequest.getErrorResponse: every partition answered ``code``."""
+    return {"throttle_time_ms": 0, "responses": [
+        {"name": t.get("name", ""), "topic_id": t.get("topic_id", ZERO_UUID), "partition_responses": [
+            {"index": pd.get("index", 0), "error_code": code, "base_offset": -1, "log_append_time_ms": -1,
+             "log_start_offset": -1, "record_errors": [], "error_message": None}
+            for pd in t.get("partition_data") or ()]}
+        for t in request.get("topic_data") or ()]}
 
 
 # KIP-890 part 1: a failed verification as Kafka's ReplicaManager / AddPartitionsToTxnManager answer it. Retriable
@@ -598,11 +662,19 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
     response_max = request.get("max_bytes", MAX_INT32)
     if response_max <= 0:
         response_max = MAX_INT32
+    max_bytes = min(response_max, broker.config.get("fetch.max.bytes"))
+    quotas = broker.client_quotas
+    if quotas.enabled:
+        if replica_id >= 0:
+            ctx.throttle_ms = -1  # replication is exempt from client quotas
+        else:  # consumer_byte_rate: no more than the quota window can take (Kafka's maxValueInQuotaWindow)
+            # (infinite without a fetch quota for this client: min first, then int)
+            max_bytes = int(min(max_bytes, quotas.max_value_in_window(quotas.fetch, ctx.principal, ctx.client_id)))
     params = FetchParams(
         replica_id=replica_id,
         max_wait_ms=request.get("max_wait_ms", 0),
-        min_bytes=request.get("min_bytes", 1),
-        max_bytes=min(response_max, broker.config.get("fetch.max.bytes")),
+        min_bytes=min(request.get("min_bytes", 1), max_bytes),
+        max_bytes=max_bytes,
         isolation_level=isolation,
         hard_max_bytes_limit=v <= 2,
     )
@@ -662,8 +734,32 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
                 fp.error = topic_err
                 parts.append(fp)
 
+    if broker.authorizer is not None:
+        # KafkaApis: a follower needs CLUSTER_ACTION on the cluster (else every partition is refused), a consumer
+        # READ on each topic; refused partitions are answered TOPIC_AUTHORIZATION_FAILED and never read
+        if replica_id >= 0:
+            if not ctx.authorize(AclOperation.CLUSTER_ACTION, _CLUSTER, CLUSTER_NAME):
+                for fp in parts:
+                    fp.error = TOPIC_AUTHORIZATION_FAILED
+        else:
+            for fp in parts:
+                if fp.name and not fp.error and not ctx.authorize(AclOperation.READ, _TOPIC, fp.name):
+                    fp.error = TOPIC_AUTHORIZATION_FAILED
     body = {"throttle_time_ms": 0, "error_code": NONE, "session_id": 0, "responses": responses}
-    await broker.read_service.fetch_messages(params, parts)
+    if quotas.enabled and replica_id < 0:
+        started = waited = time.perf_counter()
+        total = await broker.read_service.fetch_messages(params, parts)
+        if params.max_wait_ms > 0:
+            ctx.wait_s = time.perf_counter() - waited  # a long poll is not handler time (request_percentage)
+        throttle = fetch_throttle(quotas, ctx, total, time.perf_counter() - started)
+        if throttle:
+            # Kafka: a throttled fetch (bandwidth or request quota) answers no data (the bytes are taken back from
+            # the rate) and the same session, whose cached state is left as it was
+            ctx.throttle_ms = throttle
+            return {"throttle_time_ms": throttle, "error_code": NONE,
+                    "session_id": session.session_id if session is not None else 0, "responses": []}
+    else:
+        await broker.read_service.fetch_messages(params, parts)
 
     if session is not None:  # only what the client does not know yet, grouped by topic in session order
         body["session_id"] = session.session_id
@@ -728,10 +824,12 @@ async def list_offsets(ctx: RequestContext, request: dict) -> dict:
     replica_id = request.get("replica_id", -1)
     isolation = request.get("isolation_level", 0)
     out_topics = []
+    auth = broker.authorizer
     for t in request.get("topics") or ():
         name = t.get("name")
         parts_out = []
         out_topics.append({"name": name, "partitions": parts_out})
+        allowed = auth is None or ctx.authorize(AclOperation.DESCRIBE, _TOPIC, name)
         for p in t.get("partitions") or ():
             index = p.get("partition_index", 0)
             entry = {
@@ -742,6 +840,9 @@ async def list_offsets(ctx: RequestContext, request: dict) -> dict:
                 "leader_epoch": -1,
             }
             parts_out.append(entry)
+            if not allowed:
+                entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
+                continue
             err = _leader_epoch_error(p.get("current_leader_epoch", -1), broker.leader_epoch(name, index))
             if err:
                 entry["error_code"] = err

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from tidelog.broker.errors import code_of
 from tidelog.broker.group.coordinator import _join_error
 from tidelog.broker.handlers import RequestContext, handles
+from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.protocol.schema import spec_index
 
 if TYPE_CHECKING:
@@ -39,9 +40,15 @@ DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 TXN_OFFSET_COMMIT = 28
 
 NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 INVALID_REQUEST = 42
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+READ, DESCRIBE, DELETE, WRITE = AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.WRITE
+GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 
 
 def _drop_absent(fields: list[Any], version: int, body: dict) -> dict:
@@ -97,6 +104,11 @@ async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, 
     here = (b.node_id, *b.endpoint(ctx.listener))
     nowhere = (-1, "", -1)
     coord = _coordinator(ctx)
+    # KafkaApis: DESCRIBE on the group / transactional id before anything else
+    if key_type == 0 and not ctx.authorize(DESCRIBE, GROUP, key):
+        return GROUP_AUTHORIZATION_FAILED, "Group authorization failed.", nowhere
+    if key_type == 1 and not ctx.authorize(DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        return TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.", nowhere
     if key_type == 1:
         # the transaction coordinator: this broker once __transaction_state exists and is loaded (one node), the
         # leader of the id's partition (ZooKeeper mode)
@@ -163,6 +175,8 @@ async def join_group(ctx: RequestContext, request: dict) -> dict:
     v = ctx.api_version
     coord = _coordinator(ctx)
     member_id = _str(request.get("member_id"))
+    if not ctx.authorize(READ, GROUP, _str(request.get("group_id"))):
+        return _join_response(v, _join_error(GROUP_AUTHORIZATION_FAILED, member_id))
     if coord is None:
         return _join_response(v, _join_error(COORDINATOR_NOT_AVAILABLE, member_id))
     session = int(request.get("session_timeout_ms", 0))
@@ -190,6 +204,8 @@ async def join_group(ctx: RequestContext, request: dict) -> dict:
 async def sync_group(ctx: RequestContext, request: dict) -> dict:
     v = ctx.api_version
     coord = _coordinator(ctx)
+    if not ctx.authorize(READ, GROUP, _str(request.get("group_id"))):
+        return {"throttle_time_ms": 0, "error_code": GROUP_AUTHORIZATION_FAILED, "assignment": b""}
     if coord is None:
         return {"throttle_time_ms": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "assignment": b""}
     assignments = [(_str(a.get("member_id")), bytes(a.get("assignment") or b"")) for a in request.get("assignments") or ()]
@@ -210,6 +226,8 @@ async def sync_group(ctx: RequestContext, request: dict) -> dict:
 @_fitted(HEARTBEAT)
 async def heartbeat(ctx: RequestContext, request: dict) -> dict:
     coord = _coordinator(ctx)
+    if not ctx.authorize(READ, GROUP, _str(request.get("group_id"))):
+        return {"throttle_time_ms": 0, "error_code": GROUP_AUTHORIZATION_FAILED}
     if coord is None:
         return {"throttle_time_ms": 0, "error_code": COORDINATOR_NOT_AVAILABLE}
     err = coord.heartbeat(
@@ -230,6 +248,8 @@ async def leave_group(ctx: RequestContext, request: dict) -> dict:
         members = [(_str(m.get("member_id")), m.get("group_instance_id")) for m in request.get("members") or ()]
     else:
         members = [(_str(request.get("member_id")), None)]
+    if not ctx.authorize(READ, GROUP, _str(request.get("group_id"))):
+        return {"throttle_time_ms": 0, "error_code": GROUP_AUTHORIZATION_FAILED, "members": []}
     if coord is None:
         return {"throttle_time_ms": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "members": []}
     err, results = coord.leave_group(_str(request.get("group_id")), members)
@@ -256,7 +276,16 @@ async def offset_commit(ctx: RequestContext, request: dict) -> dict:
                 int(p.get("committed_leader_epoch", -1)) if v >= 6 else -1,
                 p.get("committed_metadata"),
             ))
-    if coord is None:
+    refused: dict[tuple[str, int], int] = {}
+    if ctx.broker.authorizer is not None:
+        if not ctx.authorize(READ, GROUP, _str(request.get("group_id"))):
+            refused = {(t, p): GROUP_AUTHORIZATION_FAILED for t, p, *_ in wanted}
+        else:
+            refused = _topic_refusals(ctx, READ, [(t, p) for t, p, *_ in wanted])
+        wanted = [w for w in wanted if (w[0], w[1]) not in refused]
+    if not wanted:
+        results = {}
+    elif coord is None:
         results = {(t, p): COORDINATOR_NOT_AVAILABLE for t, p, *_ in wanted}
     else:
         retention = int(request.get("retention_time_ms", -1)) if 2 <= v <= 4 else -1
@@ -268,21 +297,72 @@ async def offset_commit(ctx: RequestContext, request: dict) -> dict:
             retention,
             wanted,
         )
+    return {"throttle_time_ms": 0, "topics": _partition_results(request, {**results, **refused})}
+
+
+def _partition_results(request: dict, results: dict[tuple[str, int], int], once: bool = False) -> list[dict]:
+    """Per requested partition, in request order, its error code (``once``: a partition named twice answered
+    once)."""
     topics: dict[str, list[dict]] = {}
-    for t, p, *_ in wanted:
-        topics.setdefault(t, []).append({"partition_index": p, "error_code": results.get((t, p), NONE)})
-    return {"throttle_time_ms": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+    seen: set[tuple[str, int]] = set()
+    for t in request.get("topics") or ():
+        for p in t.get("partitions") or ():
+            tp = (_str(t.get("name")), int(p.get("partition_index", 0)))
+            if once and tp in seen:
+                continue
+            seen.add(tp)
+            topics.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": results.get(tp, NONE)})
+    return [{"name": n, "partitions": ps} for n, ps in topics.items()]
+
+
+def _topic_refusals(ctx: RequestContext, op: AclOperation, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """The partitions of topics the principal may not ``op``: TOPIC_AUTHORIZATION_FAILED; then, as Kafka, partitions
+    of topics that do not exist: UNKNOWN_TOPIC_OR_PARTITION."""
+    out: dict[tuple[str, int], int] = {}
+    topics = ctx.broker.topics
+    for t, p in tps:
+        if not ctx.authorize(op, TOPIC, t):
+            out[(t, p)] = TOPIC_AUTHORIZATION_FAILED
+        elif topics.get(t) is None:
+            out[(t, p)] = UNKNOWN_TOPIC_OR_PARTITION
+    return out
 
 
 def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: list[dict] | None,
-                 require_stable: bool = False) -> tuple[int, list[dict]]:
+                 require_stable: bool = False, ctx: RequestContext | None = None) -> tuple[int, list[dict]]:
     partitions = None
     if topics is not None:
         partitions = [(_str(t.get("name")), int(p)) for t in topics for p in t.get("partition_indexes") or ()]
+    if ctx is not None and ctx.broker.authorizer is not None:
+        # DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED, nothing read), DESCRIBE on each topic: named
+        # partitions of a refused topic answer TOPIC_AUTHORIZATION_FAILED, "all topics" leaves them out
+        if not ctx.authorize(DESCRIBE, GROUP, group_id):
+            rows = [(t, p, None, GROUP_AUTHORIZATION_FAILED) for t, p in partitions or ()]
+            return GROUP_AUTHORIZATION_FAILED, _offset_rows(rows, GROUP_AUTHORIZATION_FAILED)
+        if partitions is not None:
+            refused = [(t, p) for t, p in partitions if not ctx.authorize(DESCRIBE, TOPIC, t)]
+            allowed = [tp for tp in partitions if tp not in set(refused)]
+            if coord is None:
+                err, rows = COORDINATOR_NOT_AVAILABLE, [(t, p, None, NONE) for t, p in allowed]
+            else:
+                err, rows = coord.fetch_offsets(group_id, allowed, require_stable=require_stable)
+            by_tp = {(r[0], r[1]): r for r in rows}
+            rows = [by_tp.get(tp) or (tp[0], tp[1], None, TOPIC_AUTHORIZATION_FAILED) for tp in partitions
+                    if tp in by_tp or tp in refused]
+            return err, _offset_rows(rows, err)
+        if coord is None:
+            return COORDINATOR_NOT_AVAILABLE, []
+        err, rows = coord.fetch_offsets(group_id, None, require_stable=require_stable)
+        rows = [r for r in rows if ctx.authorize(DESCRIBE, TOPIC, r[0])]
+        return err, _offset_rows(rows, err)
     if coord is None:
         err, rows = COORDINATOR_NOT_AVAILABLE, [(t, p, None, NONE) for t, p in partitions or ()]
     else:
         err, rows = coord.fetch_offsets(group_id, partitions, require_stable=require_stable)
+    return err, _offset_rows(rows, err)
+
+
+def _offset_rows(rows: list, err: int) -> list[dict]:
     by_topic: dict[str, list[dict]] = {}
     for t, p, ov, code in rows:
         by_topic.setdefault(t, []).append({
@@ -292,7 +372,7 @@ def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: list[dic
             "metadata": ov.metadata if ov is not None else "",
             "error_code": code or err,
         })
-    return err, [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
+    return [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
 
 
 @handles(OFFSET_FETCH)
@@ -305,13 +385,13 @@ async def offset_fetch(ctx: RequestContext, request: dict) -> dict:
         groups = []
         for grp in request.get("groups") or ():
             gid = _str(grp.get("group_id"))
-            err, topics = _fetch_group(coord, gid, grp.get("topics"), stable)
+            err, topics = _fetch_group(coord, gid, grp.get("topics"), stable, ctx)
             groups.append({"group_id": gid, "topics": topics, "error_code": err})
         return {"throttle_time_ms": 0, "groups": groups}
     topics_req = request.get("topics")
     if v < 2 and topics_req is None:
         topics_req = []
-    err, topics = _fetch_group(coord, _str(request.get("group_id")), topics_req, stable)
+    err, topics = _fetch_group(coord, _str(request.get("group_id")), topics_req, stable, ctx)
     if v >= 2:
         for t in topics:  # the group's error is reported once, at the top; UNSTABLE_OFFSET_COMMIT stays per partition
             for p in t["partitions"]:
@@ -333,7 +413,19 @@ async def txn_offset_commit(ctx: RequestContext, request: dict) -> dict:
                 int(p.get("committed_leader_epoch", -1)) if v >= 2 else -1,
                 p.get("committed_metadata"),
             )
-    if coord is None:
+    refused: dict[tuple[str, int], int] = {}
+    if ctx.broker.authorizer is not None:
+        # KafkaApis: WRITE on the transactional id, then READ on the group, then READ on each topic
+        if not ctx.authorize(WRITE, ResourceType.TRANSACTIONAL_ID, _str(request.get("transactional_id"))):
+            refused = dict.fromkeys(wanted, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        elif not ctx.authorize(READ, GROUP, _str(request.get("group_id"))):
+            refused = dict.fromkeys(wanted, GROUP_AUTHORIZATION_FAILED)
+        else:
+            refused = _topic_refusals(ctx, READ, list(wanted))
+        wanted = {tp: w for tp, w in wanted.items() if tp not in refused}
+    if not wanted:
+        results = {}
+    elif coord is None:
         results = dict.fromkeys(wanted, COORDINATOR_NOT_AVAILABLE)
     else:
         results = await coord.commit_txn_offsets(
@@ -347,10 +439,7 @@ async def txn_offset_commit(ctx: RequestContext, request: dict) -> dict:
             wanted,
             api_version=v,
         )
-    topics: dict[str, list[dict]] = {}
-    for t, p in wanted:
-        topics.setdefault(t, []).append({"partition_index": p, "error_code": results.get((t, p), NONE)})
-    return {"throttle_time_ms": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+    return {"throttle_time_ms": 0, "topics": _partition_results(request, {**results, **refused}, once=True)}
 
 
 @handles(OFFSET_DELETE)
@@ -359,9 +448,22 @@ async def offset_delete(ctx: RequestContext, request: dict) -> dict:
     coord = _coordinator(ctx)
     wanted = [(_str(t.get("name")), int(p.get("partition_index", 0)))
               for t in request.get("topics") or () for p in t.get("partitions") or ()]
+    refused: dict[tuple[str, int], int] = {}
+    if ctx.broker.authorizer is not None:
+        if not ctx.authorize(DELETE, GROUP, _str(request.get("group_id"))):
+            return {"error_code": GROUP_AUTHORIZATION_FAILED, "throttle_time_ms": 0, "topics": []}
+        refused = _topic_refusals(ctx, READ, wanted)
+        wanted = [tp for tp in wanted if tp not in refused]
     if coord is None:
         return {"error_code": COORDINATOR_NOT_AVAILABLE, "throttle_time_ms": 0, "topics": []}
-    err, results = await coord.delete_offsets(_str(request.get("group_id")), wanted)
+    if wanted or not refused:
+        err, results = await coord.delete_offsets(_str(request.get("group_id")), wanted)
+    else:
+        err, results = NONE, {}
+    if refused and not err:
+        results = {**results, **refused}
+        wanted = [(_str(t.get("name")), int(p.get("partition_index", 0)))
+                  for t in request.get("topics") or () for p in t.get("partitions") or ()]
     topics: dict[str, list[dict]] = {}
     if not err:
         for t, p in wanted:
@@ -378,14 +480,21 @@ async def offset_delete(ctx: RequestContext, request: dict) -> dict:
 async def describe_groups(ctx: RequestContext, request: dict) -> dict:
     coord = _coordinator(ctx)
     out = []
+    auth = ctx.broker.authorizer
     for gid in request.get("groups") or ():
+        if not ctx.authorize(DESCRIBE, GROUP, _str(gid)):
+            out.append({"error_code": GROUP_AUTHORIZATION_FAILED, "group_id": gid, "group_state": "",
+                        "protocol_type": "", "protocol_data": "", "members": []})
+            continue
         if coord is None:
             out.append({"error_code": COORDINATOR_NOT_AVAILABLE, "group_id": gid, "group_state": "",
                         "protocol_type": "", "protocol_data": "", "members": []})
             continue
         d = coord.describe_group(_str(gid))
         if request.get("include_authorized_operations"):
-            d["authorized_operations"] = sum(1 << op for op in (3, 6, 8))  # READ, DELETE, DESCRIBE
+            d["authorized_operations"] = (sum(1 << op for op in (3, 6, 8)) if auth is None  # READ, DELETE, DESCRIBE
+                                          else auth.authorized_operations(ctx.principal, ctx.client_host, GROUP,
+                                                                          _str(gid)))
         out.append(d)
     return {"throttle_time_ms": 0, "groups": out}
 
@@ -397,6 +506,8 @@ async def list_groups(ctx: RequestContext, request: dict) -> dict:
     if coord is None:
         return {"throttle_time_ms": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "groups": []}
     err, groups = coord.list_groups(request.get("states_filter") or (), request.get("types_filter") or ())
+    if ctx.broker.authorizer is not None and not ctx.authorize(DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        groups = [g for g in groups if ctx.authorize(DESCRIBE, GROUP, _str(g.get("group_id")))]  # KafkaApis
     return {"throttle_time_ms": 0, "error_code": err, "groups": groups}
 
 
@@ -406,6 +517,9 @@ async def delete_groups(ctx: RequestContext, request: dict) -> dict:
     coord = _coordinator(ctx)
     results = []
     for gid in request.get("groups_names") or ():
-        err = COORDINATOR_NOT_AVAILABLE if coord is None else await coord.delete_group(_str(gid))
+        if not ctx.authorize(DELETE, GROUP, _str(gid)):
+            err = GROUP_AUTHORIZATION_FAILED
+        else:
+            err = COORDINATOR_NOT_AVAILABLE if coord is None else await coord.delete_group(_str(gid))
         results.append({"group_id": gid, "error_code": err})
     return {"throttle_time_ms": 0, "results": results}

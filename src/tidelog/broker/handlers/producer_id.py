@@ -23,6 +23,7 @@ import logging
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.txn import init_transactional_producer_id
 from tidelog.broker.producer_ids import ProducerIdManager
+from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.protocol.errors import error_code
 
 log = logging.getLogger("tidelog.broker.producer_id")
@@ -44,6 +45,13 @@ async def init_producer_id(ctx: RequestContext, request: dict) -> dict:
     if request.get("transactional_id") is not None:
         return await init_transactional_producer_id(ctx, request)
 
+    auth = ctx.broker.authorizer
+    if auth is not None and not (ctx.authorize(AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME)
+                                 or auth.authorize_any(ctx.principal, ctx.client_host, AclOperation.WRITE,
+                                                       ResourceType.TOPIC)):
+        # KafkaApis (KIP-679): an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+        return {"throttle_time_ms": 0, "error_code": error_code("CLUSTER_AUTHORIZATION_FAILED"), "producer_id": -1,
+                "producer_epoch": -1}
     mgr = _manager(ctx)
     producer_id = int(request.get("producer_id", -1) if ctx.api_version >= 3 else -1)
     producer_epoch = int(request.get("producer_epoch", -1) if ctx.api_version >= 3 else -1)

@@ -18,6 +18,7 @@ Kafka's behaviours (``KafkaApis.handleSaslHandshakeRequest`` / ``handleSaslAuthe
 from __future__ import annotations
 
 from tidelog.broker.handlers import RequestContext, handles
+from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.broker.security.scram import (
     MAX_ITERATIONS,
     MECHANISM_BY_TYPE,
@@ -33,6 +34,7 @@ RESOURCE_NOT_FOUND = error_code("RESOURCE_NOT_FOUND")
 DUPLICATE_RESOURCE = error_code("DUPLICATE_RESOURCE")
 UNACCEPTABLE_CREDENTIAL = error_code("UNACCEPTABLE_CREDENTIAL")
 UNSUPPORTED_SASL_MECHANISM = error_code("UNSUPPORTED_SASL_MECHANISM")
+CLUSTER_AUTHORIZATION_FAILED = error_code("CLUSTER_AUTHORIZATION_FAILED")
 
 
 @handles(ApiKey.SASL_HANDSHAKE)
@@ -51,6 +53,9 @@ async def sasl_authenticate(ctx: RequestContext, request: dict) -> dict:
 
 @handles(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)
 async def describe_user_scram_credentials(ctx: RequestContext, request: dict) -> dict:
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return {"throttle_time_ms": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": None,
+                "results": []}
     store = ctx.broker.scram_credentials
     users = await ctx.broker.request_pool.run(store.describe)
     wanted = [u["name"] for u in request.get("users") or []]
@@ -82,6 +87,11 @@ async def describe_user_scram_credentials(ctx: RequestContext, request: dict) ->
 
 @handles(ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
 async def alter_user_scram_credentials(ctx: RequestContext, request: dict) -> dict:
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        users = dict.fromkeys(op["name"] for op in [*(request.get("deletions") or []),
+                                                     *(request.get("upsertions") or [])])
+        return {"throttle_time_ms": 0, "results": [
+            {"user": u, "error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": None} for u in users]}
     store = ctx.broker.scram_credentials
     existing = await ctx.broker.request_pool.run(store.describe)
     deletions = request.get("deletions") or []

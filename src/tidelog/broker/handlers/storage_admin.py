@@ -23,6 +23,7 @@ from typing import Any
 
 from tidelog.broker.errors import PartitionError
 from tidelog.broker.handlers import RequestContext, handles
+from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
 
@@ -36,6 +37,8 @@ def _wanted(request_topics: list[dict] | None) -> set[tuple[str, int]] | None:
 @handles(ApiKey.DESCRIBE_LOG_DIRS)
 async def describe_log_dirs(ctx: RequestContext, request: dict) -> dict:
     broker = ctx.broker
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return {"throttle_time_ms": 0, "error_code": error_code("CLUSTER_AUTHORIZATION_FAILED"), "results": []}
     wanted = _wanted(request.get("topics"))
     logs = broker.logs
     by_dir: dict[Path, dict[str, list[dict]]] = {Path(d): {} for d in broker.config.log_dirs}
@@ -83,9 +86,14 @@ async def describe_producers(ctx: RequestContext, request: dict) -> dict:
     for t in request.get("topics") or []:
         name = t.get("name")
         parts = []
+        allowed = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name or "")
         for index in t.get("partition_indexes") or []:
             res: dict[str, Any] = {"partition_index": index, "error_code": 0, "error_message": None,
                                    "active_producers": []}
+            if not allowed:
+                res["error_code"] = error_code("TOPIC_AUTHORIZATION_FAILED")
+                parts.append(res)
+                continue
             try:
                 plog = broker.leader_log(name, index)
             except PartitionError as exc:

@@ -21,12 +21,16 @@ from typing import Any
 from tidelog.broker.errors import code_of
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.group import fit
+from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.broker.txn.markers import append_markers_locally
 from tidelog.protocol.api_keys import ApiKey
 
 log = logging.getLogger("tidelog.broker.txn")
 
 TopicPartition = tuple[str, int]
+WRITE, READ, DESCRIBE = AclOperation.WRITE, AclOperation.READ, AclOperation.DESCRIBE
+TXN_ID, TOPIC, GROUP, CLUSTER = (ResourceType.TRANSACTIONAL_ID, ResourceType.TOPIC, ResourceType.GROUP,
+                                 ResourceType.CLUSTER)
 
 
 def _code(name: str | None) -> int:
@@ -55,6 +59,8 @@ async def init_transactional_producer_id(ctx: RequestContext, request: dict) -> 
         return {"throttle_time_ms": 0, "error_code": _code(_fenced_for(v, 4, err)), "producer_id": pid,
                 "producer_epoch": epoch}
 
+    if not ctx.authorize(WRITE, TXN_ID, str(request.get("transactional_id"))):
+        return answer("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
     coord = _coordinator(ctx)
     if coord is None:
         return answer("COORDINATOR_NOT_AVAILABLE")
@@ -89,8 +95,20 @@ def _topic_results(errors: dict[TopicPartition, str | None], version: int) -> li
 
 
 async def _add_or_verify(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int,
-                         partitions: list[TopicPartition], verify_only: bool) -> dict[TopicPartition, str | None]:
+                         partitions: list[TopicPartition], verify_only: bool,
+                         from_client: bool = True) -> dict[TopicPartition, str | None]:
     coord = _coordinator(ctx)
+    if ctx.broker.authorizer is not None:
+        # KafkaApis: a client's request (v3 and below) needs WRITE on the transactional id; every partition
+        # WRITE on its topic (refused: TOPIC_AUTHORIZATION_FAILED, unknown ones UNKNOWN_TOPIC_OR_PARTITION, the
+        # rest OPERATION_NOT_ATTEMPTED)
+        if from_client and not ctx.authorize(WRITE, TXN_ID, transactional_id):
+            return dict.fromkeys(partitions, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+        refused = {tp for tp in partitions if not ctx.authorize(WRITE, TOPIC, tp[0])}
+        if refused:
+            unknown = _unknown_partitions(ctx, partitions)
+            return {tp: "TOPIC_AUTHORIZATION_FAILED" if tp in refused else
+                    "UNKNOWN_TOPIC_OR_PARTITION" if tp in unknown else "OPERATION_NOT_ATTEMPTED" for tp in partitions}
     unknown = _unknown_partitions(ctx, partitions)
     if unknown:
         return {tp: "UNKNOWN_TOPIC_OR_PARTITION" if tp in unknown else "OPERATION_NOT_ATTEMPTED" for tp in partitions}
@@ -122,12 +140,16 @@ async def add_partitions_to_txn(ctx: RequestContext, request: dict) -> dict:
                                       int(request.get("v3_and_below_producer_epoch", -1)), partitions, False)
         return fit(ApiKey.ADD_PARTITIONS_TO_TXN, v, {
             "throttle_time_ms": 0, "results_by_topic_v3_and_below": _topic_results(errors, v)})
+    if not ctx.authorize(AclOperation.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME):  # v4+: from brokers only
+        return fit(ApiKey.ADD_PARTITIONS_TO_TXN, v, {"throttle_time_ms": 0,
+                                                      "error_code": _code("CLUSTER_AUTHORIZATION_FAILED"),
+                                                      "results_by_transaction": []})
     results = []
     for txn in request.get("transactions") or ():
         tid = str(txn.get("transactional_id") or "")
         partitions = _partitions_of(txn.get("topics"))
         errors = await _add_or_verify(ctx, tid, int(txn.get("producer_id", -1)), int(txn.get("producer_epoch", -1)),
-                                      partitions, bool(txn.get("verify_only")))
+                                      partitions, bool(txn.get("verify_only")), from_client=False)
         results.append({"transactional_id": tid, "topic_results": _topic_results(errors, v)})
     return fit(ApiKey.ADD_PARTITIONS_TO_TXN, v, {"throttle_time_ms": 0, "error_code": 0,
                                                   "results_by_transaction": results})
@@ -138,6 +160,10 @@ async def add_partitions_to_txn(ctx: RequestContext, request: dict) -> dict:
 
 @handles(ApiKey.ADD_OFFSETS_TO_TXN)
 async def add_offsets_to_txn(ctx: RequestContext, request: dict) -> dict:
+    if not ctx.authorize(WRITE, TXN_ID, str(request.get("transactional_id") or "")):
+        return {"throttle_time_ms": 0, "error_code": _code("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")}
+    if not ctx.authorize(READ, GROUP, str(request.get("group_id") or "")):
+        return {"throttle_time_ms": 0, "error_code": _code("GROUP_AUTHORIZATION_FAILED")}
     coord = _coordinator(ctx)
     if coord is None:
         return {"throttle_time_ms": 0, "error_code": _code("COORDINATOR_NOT_AVAILABLE")}
@@ -150,8 +176,10 @@ async def add_offsets_to_txn(ctx: RequestContext, request: dict) -> dict:
 @handles(ApiKey.END_TXN)
 async def end_txn(ctx: RequestContext, request: dict) -> dict:
     coord = _coordinator(ctx)
-    if coord is None:
-        err: str | None = "COORDINATOR_NOT_AVAILABLE"
+    if not ctx.authorize(WRITE, TXN_ID, str(request.get("transactional_id") or "")):
+        err: str | None = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    elif coord is None:
+        err = "COORDINATOR_NOT_AVAILABLE"
     else:
         err = await coord.end_transaction(str(request.get("transactional_id") or ""),
                                           int(request.get("producer_id", -1)), int(request.get("producer_epoch", -1)),
@@ -170,6 +198,12 @@ async def write_txn_markers(ctx: RequestContext, request: dict) -> dict:
     broker = ctx.broker
     timeout_ms = int(broker.config.get("request.timeout.ms"))
     out = []
+    if not ctx.authorize(AclOperation.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME):  # inter-broker: nothing is written
+        denied = _code("CLUSTER_AUTHORIZATION_FAILED")
+        return {"markers": [{"producer_id": m.get("producer_id", -1), "topics": [
+            {"name": t.get("name"), "partitions": [{"partition_index": p, "error_code": denied}
+                                                   for p in t.get("partition_indexes") or ()]}
+            for t in m.get("topics") or ()]} for m in request.get("markers") or ()]}
     for m in request.get("markers") or ():
         pid = int(m.get("producer_id", -1))
         partitions = _partitions_of([{"name": t.get("name"), "partitions": t.get("partition_indexes")}
@@ -192,12 +226,19 @@ async def describe_transactions(ctx: RequestContext, request: dict) -> dict:
     coord = _coordinator(ctx)
     states = []
     for tid in request.get("transactional_ids") or ():
-        if coord is None:
+        if not ctx.authorize(DESCRIBE, TXN_ID, str(tid)):
+            states.append({"error_code": _code("TRANSACTIONAL_ID_AUTHORIZATION_FAILED"), "transactional_id": tid,
+                           "transaction_state": "", "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,
+                           "producer_id": -1, "producer_epoch": -1, "topics": []})
+        elif coord is None:
             states.append({"error_code": _code("COORDINATOR_NOT_AVAILABLE"), "transactional_id": tid,
                            "transaction_state": "", "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,
                            "producer_id": -1, "producer_epoch": -1, "topics": []})
         else:
-            states.append(coord.describe(str(tid)))
+            state = coord.describe(str(tid))
+            if ctx.broker.authorizer is not None and state.get("topics"):  # only topics it may DESCRIBE
+                state["topics"] = [t for t in state["topics"] if ctx.authorize(DESCRIBE, TOPIC, t.get("topic", ""))]
+            states.append(state)
     return {"throttle_time_ms": 0, "transaction_states": states}
 
 
@@ -213,6 +254,8 @@ async def list_transactions(ctx: RequestContext, request: dict) -> dict:
         [int(p) for p in request.get("producer_id_filters") or ()],
         int(request.get("duration_filter", -1)) if v >= 1 else -1,
         request.get("transactional_id_pattern") if v >= 2 else None)
+    if ctx.broker.authorizer is not None:
+        listed = [t for t in listed if ctx.authorize(DESCRIBE, TXN_ID, t.transactional_id)]
     return {"throttle_time_ms": 0, "error_code": _code(err), "unknown_state_filters": unknown,
             "transaction_states": [{"transactional_id": t.transactional_id, "producer_id": t.producer_id,
                                     "transaction_state": t.state} for t in listed]}

@@ -128,6 +128,16 @@ def _sasl_name_to_user(name: str) -> str:
     return name.replace("=2C", ",").replace("=3D", "=")
 
 
+def _base36(n: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        n, r = divmod(n, 36)
+        out = digits[r] + out
+        if not n:
+            return out
+
+
 class ScramServer:
     """Kafka's ScramSaslServer: client-first -> server-first (combined nonce, salt, iterations) -> client-final
     (channel binding ``n,,`` echoed, nonce, proof) -> server-final (``v=`` server signature)."""
@@ -185,7 +195,8 @@ class ScramServer:
         if cred.iterations < MIN_ITERATIONS:
             raise self._fail(f"iterations {cred.iterations} below {MIN_ITERATIONS}")
         self._gs2, self._client_first_bare, self._cred, self._user = m.group("gs2"), m.group("bare"), cred, user
-        self._nonce = nonce + base64.b64encode(secrets.token_bytes(24)).decode().rstrip("=").replace("+", "-")
+        # the server's part as Kafka's ScramFormatter.secureRandomString: 130 random bits in base 36
+        self._nonce = nonce + _base36(secrets.randbits(130))
         self._server_first = f"r={self._nonce},s={base64.b64encode(cred.salt).decode()},i={cred.iterations}"
         self._state = "final"
         return self._server_first.encode()
@@ -201,7 +212,9 @@ class ScramServer:
             raise self._fail("invalid client-final encoding") from None
         if cbind != self._gs2:
             raise self._fail("channel binding does not match the client-first GS2 header")
-        if m.group("nonce") != self._nonce:
+        if not m.group("nonce").endswith(self._nonce):
+            # Kafka's ScramSaslServer checks endsWith, not equality: librdkafka 2.0 (kcat 1.7) sends its own nonce
+            # followed by the server's whole nonce (its own nonce again, then the server's part)
             raise self._fail("Invalid client nonce in the final client message.")
         cred = self._cred
         assert cred is not None

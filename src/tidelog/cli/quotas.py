@@ -1,0 +1,132 @@
+"""``tidelog quotas describe | alter``: client quotas, as ``kafka-configs.sh --entity-type users|clients`` (its
+``--user``, ``--client``, ``--user-defaults``, ``--client-defaults`` shortcuts, ``--add-config`` and
+``--delete-config``) manages them, through DescribeClientQuotas / AlterClientQuotas (KIP-546) on any Kafka
+broker; ``--command-config`` for a secured one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import click
+
+from tidelog.broker.quotas import QUOTA_KEYS
+from tidelog.cli._client import bootstrap_option, fail, peer_request, print_table
+from tidelog.protocol.errors import error_for_code
+
+DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
+DEFAULT = "<default>"
+
+
+def _host_port(hp: str) -> tuple[str, int]:
+    host, _, port = hp.strip().rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+async def _request(bootstrap: str, api_key: int, body: dict, timeout: float) -> dict:
+    last: Exception | None = None
+    for hp in bootstrap.split(","):
+        if not hp.strip():
+            continue
+        try:
+            host, port = _host_port(hp)
+            return await peer_request(host, port, api_key, 1, body, timeout)
+        except (OSError, TimeoutError, ValueError) as exc:
+            last = exc
+    fail(f"no broker reachable at {bootstrap} ({last})")
+
+
+def _entity(user: str | None, user_defaults: bool, client: str | None, client_defaults: bool) -> list[dict]:
+    if user is not None and user_defaults:
+        fail("--user and --user-defaults exclude each other", 2)
+    if client is not None and client_defaults:
+        fail("--client and --client-defaults exclude each other", 2)
+    out = []
+    if user is not None or user_defaults:
+        out.append({"entity_type": "user", "entity_name": user})
+    if client is not None or client_defaults:
+        out.append({"entity_type": "client-id", "entity_name": client})
+    return out
+
+
+def _error(code: int, message: str | None) -> str:
+    name = error_for_code(code).name
+    return f"{name}: {message}" if message else name
+
+
+def _entity_options(fn: Any) -> Any:
+    fn = click.option("--client-defaults", is_flag=True, help="The default client id (<default>).")(fn)
+    fn = click.option("--client", metavar="CLIENT_ID", help="A client id.")(fn)
+    fn = click.option("--user-defaults", is_flag=True, help="The default user (<default>).")(fn)
+    fn = click.option("--user", metavar="NAME", help="A user principal name (User:NAME, without the type).")(fn)
+    return fn
+
+
+@click.group()
+def quotas() -> None:
+    """Client quotas by user and/or client id (producer_byte_rate, consumer_byte_rate, request_percentage,
+    controller_mutation_rate)."""
+
+
+@quotas.command("describe")
+@_entity_options
+@click.option("--strict", is_flag=True, help="Only entities with no entity type besides those given.")
+@bootstrap_option
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait.")
+def describe(user: str | None, user_defaults: bool, client: str | None, client_defaults: bool, strict: bool,
+             bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
+    """The quotas of the entities given (exact names or the defaults), or of every entity."""
+    components = [{"entity_type": e["entity_type"], "match_type": 1 if e["entity_name"] is None else 0,
+                   "match": e["entity_name"]} for e in _entity(user, user_defaults, client, client_defaults)]
+    response = asyncio.run(_request(bootstrap, DESCRIBE_CLIENT_QUOTAS,
+                                    {"components": components, "strict": strict}, timeout))
+    if response["error_code"]:
+        fail(_error(response["error_code"], response.get("error_message")))
+    rows = []
+    for entry in response.get("entries") or ():
+        names = {e["entity_type"]: DEFAULT if e["entity_name"] is None else e["entity_name"] for e in entry["entity"]}
+        for v in sorted(entry["values"], key=lambda v: v["key"]):
+            value = v["value"]
+            text = str(int(value)) if QUOTA_KEYS.get(v["key"]) == "LONG" else repr(value)
+            rows.append((names.get("user", ""), names.get("client-id", ""), v["key"], text))
+    print_table(["USER", "CLIENT-ID", "KEY", "VALUE"], sorted(rows))
+
+
+@quotas.command("alter")
+@_entity_options
+@click.option("--add-config", "add", metavar="K=V[,K=V]", help="Quotas to set, e.g. producer_byte_rate=1048576.")
+@click.option("--delete-config", "delete", metavar="K[,K]", help="Quotas to remove.")
+@click.option("--validate-only", is_flag=True, help="Check the change on the broker without making it.")
+@bootstrap_option
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait.")
+def alter(user: str | None, user_defaults: bool, client: str | None, client_defaults: bool, add: str | None,
+          delete: str | None, validate_only: bool, bootstrap: str, properties: tuple[str, ...],
+          timeout: float) -> None:
+    """Set or remove quotas of one entity (a user, a client id, or both)."""
+    entity = _entity(user, user_defaults, client, client_defaults)
+    if not entity:
+        fail("name an entity: --user/--user-defaults and/or --client/--client-defaults", 2)
+    ops = []
+    for item in (add or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep:
+            fail(f"--add-config: expected key=value, got {item!r}", 2)
+        try:
+            number = float(value)
+        except ValueError:
+            fail(f"--add-config: {key.strip()} needs a number, got {value!r}", 2)
+        ops.append({"key": key.strip(), "value": number, "remove": False})
+    ops += [{"key": k.strip(), "value": 0.0, "remove": True} for k in (delete or "").split(",") if k.strip()]
+    if not ops:
+        fail("nothing to change: give --add-config and/or --delete-config", 2)
+    body = {"entries": [{"entity": entity, "ops": ops}], "validate_only": validate_only}
+    response = asyncio.run(_request(bootstrap, ALTER_CLIENT_QUOTAS, body, timeout))
+    for entry in response.get("entries") or ():
+        if entry["error_code"]:
+            fail(_error(entry["error_code"], entry.get("error_message")))
+    label = ", ".join(f"{e['entity_type']} {DEFAULT if e['entity_name'] is None else repr(e['entity_name'])}"
+                      for e in entity)
+    click.echo(f"{'Validated' if validate_only else 'Completed'} updating quotas for {label}.")
