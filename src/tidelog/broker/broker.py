@@ -163,6 +163,9 @@ class Broker:
         self.topics = self.replica_manager.make_topic_manager(self)
         self.logs = LogManager(list(cfg.log_dirs), cfg.log_config(), **self.topics.log_manager_kwargs())
         self.logs.startup(self.topics.topic_config)
+        hook = getattr(self.replica_manager, "on_log_dir_failure", None)
+        if hook is not None:  # ZooKeeper mode tells the controller (/log_dir_event_notification)
+            self.logs.add_dir_failure_listener(hook)
         self.topics.load()
         for info in self.topics.all_topics():
             for p in range(info.num_partitions):

@@ -280,6 +280,9 @@ class ReplicaFetcher:
         if r.is_leader or r.leader_epoch != st.epoch:
             self._back_off(st, "stale term")  # the role changed: the next state delivery moves it
             return
+        if plog.failed is not None:  # its log directory failed: the controller takes it out of the ISR
+            self._back_off(st, "log directory failed")
+            return
         if plog.log_end_offset != fetch_offset:
             return  # a stale answer: the log changed while it was on its way
         code = part.get("error_code", 0)

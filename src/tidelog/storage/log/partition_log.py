@@ -13,10 +13,19 @@ Nothing on the append or read path calls fsync: that happens in :meth:`flush`, :
 ``flush.messages``.
 
 Thread safety: one re-entrant lock guards the segment list and the offsets; fsync runs outside it.
+
+I/O errors (Kafka's ``LocalLog.maybeHandleIOException``): an ``OSError`` from a write, flush, roll, truncation or
+read is handed to ``on_io_error`` (the LogManager's log-dir failure channel, which takes the whole directory
+offline, or read-only when it is the broker's last) and raised as :class:`KafkaStorageError`. From then on the log
+refuses every write (``failed``) and, when its directory is offline (``offline``), every read, with
+KAFKA_STORAGE_ERROR. A failed write changes nothing: the segment cuts its file back and the log end offset, indexes
+and producer state only move after the write succeeded, so nothing that did not reach the file is acknowledged.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import shutil
 import threading
 import time
@@ -36,7 +45,7 @@ from tidelog.records.header import (
 )
 from tidelog.storage.checkpoints import fsync_dir
 from tidelog.storage.config import LogConfig
-from tidelog.storage.errors import OffsetOutOfRangeError, StorageError
+from tidelog.storage.errors import KafkaStorageError, OffsetOutOfRangeError, StorageError
 from tidelog.storage.format import DELETED_SUFFIX, SWAP_SUFFIX
 from tidelog.storage.log.loader import (
     EpochCache,
@@ -58,6 +67,31 @@ from tidelog.storage.segment_state import c_append_leader_fast as _c_append_lead
 from tidelog.storage.txn_index import AbortedTxn
 
 DIR_SUFFIXES = ("-delete", "-future", "-stray")
+
+log = logging.getLogger("tidelog.storage.log")
+
+
+def _io(kind: str) -> Callable[[Callable[..., object]], Callable[..., object]]:
+    """Wrap a method of :class:`PartitionLog` that does I/O (Kafka's ``maybeHandleIOException``): refused with
+    KAFKA_STORAGE_ERROR once the log's directory failed (``"write"``: always; ``"read"``: when it is offline),
+    and an ``OSError`` inside is reported to the log-dir failure channel and raised as KafkaStorageError."""
+
+    def deco(fn: Callable[..., object]) -> Callable[..., object]:
+        what = fn.__name__
+
+        @functools.wraps(fn)
+        def wrapper(self: PartitionLog, *args: object, **kwargs: object) -> object:
+            if self.failed is not None and (kind == "write" or self.offline):
+                raise KafkaStorageError(self.failed)
+            try:
+                return fn(self, *args, **kwargs)
+            except OSError as exc:
+                raise self.io_error(exc, what) from exc
+
+        return wrapper
+
+    return deco
+
 
 
 class UnexpectedAppendOffsetError(StorageError):
@@ -154,6 +188,35 @@ class PartitionLog:
         # True once a scan found no .txnindex entry in any segment, until an abort is recorded or segments are
         # swapped in: read_committed fetches of a log without aborted transactions then skip the collection
         self._no_aborted_txns = False
+        #: set when the log's directory failed: why writes are refused (KAFKA_STORAGE_ERROR); None while healthy
+        self.failed: str | None = None
+        #: True when reads are refused too (the directory is offline; a broker's last directory stays readable)
+        self.offline = False
+        #: the log-dir failure channel (LogManager): called with (log, OSError, what) on an I/O error
+        self.on_io_error: Callable[[PartitionLog, OSError, str], None] | None = None
+
+    # ================================================================== I/O errors
+    def io_error(self, exc: OSError, what: str) -> KafkaStorageError:
+        """Report an I/O error of this log to its failure channel (which marks every log of the directory failed
+        through :meth:`mark_failed`) and return the KafkaStorageError to raise."""
+        channel = self.on_io_error
+        if channel is not None:
+            try:
+                channel(self, exc, what)
+            except Exception:  # the report must not hide the error itself
+                log.exception("reporting the I/O error of %s failed", self.dir)
+        if self.failed is None:
+            log.error("I/O error in %s during %s: %s; the log refuses writes", self.dir, what, exc)
+            self.mark_failed(f"{what} failed in {self.dir}: {exc}", offline=False)
+        return KafkaStorageError(self.failed or str(exc))
+
+    def mark_failed(self, reason: str, *, offline: bool) -> None:
+        """Refuse every write from now on (and every read when ``offline``) with KAFKA_STORAGE_ERROR: the log's
+        directory failed. Only a restart (recovery of the directory) makes the log writable again."""
+        if self.failed is None:
+            self.failed = f"KAFKA_STORAGE_ERROR: {reason}"
+        self.offline = self.offline or offline
+        self._no_fast_append = True  # the C fast path does not look at ``failed``: the checked path takes appends
 
     # ================================================================== loading
     @classmethod
@@ -271,6 +334,7 @@ class PartitionLog:
                         self._no_aborted_txns = True
         return out
 
+    @_io("write")
     def append_txn_marker(
         self,
         producer_id: int,
@@ -355,17 +419,22 @@ class PartitionLog:
         answer is an error or a duplicate, for the same precedence.  Compared with a CRC on a second thread overlapping the write, this costs no
         thread hand-off and no extra CPU time.
         """
-        if _c_append_leader_fast is not None and assign_offsets and not self._no_fast_append:
-            # the common case in one C call on the active segment's state (an uncompressed CreateTime batch
-            # without producer id, no roll); None: nothing changed, the steps below take the batch
-            info = self._append_fast(batch, leader_epoch, _now_ms() if now_ms is None else now_ms)
-            if info is not None:
-                return info
-        prepared = self.validate_leader_batch(batch, now_ms=now_ms, reject_control_batches=reject_control_batches,
-                                              coordinator_origin=coordinator_origin)
-        return self.append_validated(prepared, leader_epoch=leader_epoch, assign_offsets=assign_offsets,
-                                     verification_guard=verification_guard)
+        try:
+            if _c_append_leader_fast is not None and assign_offsets and not self._no_fast_append:
+                # the common case in one C call on the active segment's state (an uncompressed CreateTime batch
+                # without producer id, no roll); None: nothing changed, the steps below take the batch
+                info = self._append_fast(batch, leader_epoch, _now_ms() if now_ms is None else now_ms)
+                if info is not None:
+                    return info
+            prepared = self.validate_leader_batch(
+                batch, now_ms=now_ms, reject_control_batches=reject_control_batches,
+                coordinator_origin=coordinator_origin)
+            return self.append_validated(prepared, leader_epoch=leader_epoch, assign_offsets=assign_offsets,
+                                         verification_guard=verification_guard)
+        except OSError as exc:  # the directory failed (no cost on the path where nothing is raised)
+            raise self.io_error(exc, "append") from exc
 
+    @_io("write")
     def append_validated(
         self, validated: ValidatedBatch, *, leader_epoch: int = 0, assign_offsets: bool = True,
         _marker: tuple[bool, int] | None = None, verification_guard: object | None = None,
@@ -383,8 +452,8 @@ class PartitionLog:
         size = batch_length + LOG_OVERHEAD
         config = self.config
         with self._lock:
-            if self._closed:
-                self._ensure_open()
+            if self._closed or self.failed is not None:
+                self._ensure_writable()
             ps = self.producer_state
             if ps is not None and pid >= 0:
                 # the producer-state check answers before the write; a batch checked late is checked here first
@@ -521,6 +590,7 @@ class PartitionLog:
         # the limits it checks (segment_state.c_append_leader_fast's ``limits``)
         self._fast_limits = validator.fast_limits
 
+    @_io("write")
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> list[AppendInfo]:
         """Append replicated batches (offsets assigned by the leader); each must start at or after the LEO."""
         view = memoryview(batches)
@@ -599,6 +669,7 @@ class PartitionLog:
         ):
             self.roll(header.base_offset, now_ms=now)
 
+    @_io("write")
     def roll(self, new_base_offset: int | None = None, *, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at ``new_base_offset`` (default: the LEO)."""
         with self._lock:
@@ -615,8 +686,17 @@ class PartitionLog:
             if self.producer_state is not None:
                 self.producer_state.take_snapshot(base)
             self._pending = [f for f in self._pending if not f.done()]
-            self._pending.append(_background().submit(self.flush, base))
+            self._pending.append(_background().submit(self._flush_after_roll, base))
             return seg
+
+    def _flush_after_roll(self, base: int) -> None:
+        """The background fsync of the segments a roll made inactive. A failure is the directory's failure
+        (logged and reported by :meth:`flush`), never dropped silently; it is not raised again to whoever waits
+        for the flushes (shutdown), as it has been handled."""
+        try:
+            self.flush(base)
+        except KafkaStorageError as exc:
+            log.error("fsync after the roll of %s to %d failed: %s", self.dir, base, exc)
 
     def wait_for_background_flushes(self, timeout: float | None = None) -> None:
         """Block until the flushes scheduled by rolls have finished (for shutdown and tests)."""
@@ -626,6 +706,7 @@ class PartitionLog:
             f.result(timeout)
 
     # ================================================================== read
+    @_io("read")
     def read(
         self,
         offset: int,
@@ -696,6 +777,7 @@ class PartitionLog:
         return offset_of_max_timestamp(segments)
 
     # ================================================================== truncation and retention hooks
+    @_io("write")
     def truncate_to(self, target_offset: int) -> bool:
         """Follower truncation: remove every offset >= ``target_offset``.  Returns whether anything changed."""
         if target_offset < 0:
@@ -722,6 +804,7 @@ class PartitionLog:
                 self.producer_state.on_high_watermark_updated(self._high_watermark)
             return True
 
+    @_io("write")
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and start an empty log at ``new_offset``."""
         with self._lock:
@@ -743,6 +826,7 @@ class PartitionLog:
             if self.producer_state is not None:
                 self.producer_state.truncate_fully_and_start_at(new_offset)
 
+    @_io("write")
     def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
         """Advance the log start offset (DeleteRecords, retention); never beyond the high watermark."""
         with self._lock:
@@ -761,6 +845,7 @@ class PartitionLog:
                 self.producer_state.on_log_start(new_log_start_offset)
             return True
 
+    @_io("write")
     def delete_segments_before(self, offset: int, *, now_ms: int | None = None) -> list[LogSegment]:
         """Remove the segments wholly below ``min(offset, high watermark)``.
 
@@ -849,6 +934,7 @@ class PartitionLog:
         return len(due)
 
     # ================================================================== flush, config, close
+    @_io("write")
     def flush(self, up_to_offset: int | None = None) -> None:
         """fsync the segments holding offsets in [recovery point, up_to_offset) and advance the recovery point."""
         with self._lock:
@@ -868,6 +954,8 @@ class PartitionLog:
     def flush_if_due(self, now_ms: int | None = None) -> bool:
         """Flush when ``flush.ms`` has passed since the last flush (the manager's flusher calls this)."""
         now = _now_ms() if now_ms is None else now_ms
+        if self.failed is not None:
+            return False  # the directory failed: nothing more is written (a restart recovers it)
         if now - self.last_flush_time >= self.config.flush_ms and self.unflushed_messages > 0:
             self.flush()
             return True
@@ -884,6 +972,11 @@ class PartitionLog:
     def _ensure_open(self) -> None:
         if self._closed:
             raise StorageError(f"log {self.dir} is closed")
+
+    def _ensure_writable(self) -> None:
+        self._ensure_open()
+        if self.failed is not None:
+            raise KafkaStorageError(self.failed)
 
     def close(self) -> None:
         """Flush everything, write final time-index entries, trim indexes and release files."""
@@ -936,6 +1029,7 @@ class PartitionLog:
 
 __all__ = [
     "AppendInfo",
+    "KafkaStorageError",
     "PartitionLog",
     "ReadInfo",
     "UnexpectedAppendOffsetError",
