@@ -1,0 +1,114 @@
+"""Reliability scenario 10: a full disk on a follower, then on the leader, under acks=all load, 3 brokers and a
+real ZooKeeper: 0 acknowledged records lost after recovery.
+
+Broker 3's data directory is a small tmpfs (a real ENOSPC; root needed to mount it, which CI has; skipped with
+the reason otherwise). The fault: a file fills the tmpfs while an idempotent acks=all producer writes. Broker 3
+then fails its only log directory (read-only: writes refused, reads served), writes Kafka's
+``/log_dir_event_notification/log_dir_event_<seq>``, and the controller takes its replicas out of the ISR and
+moves the leadership it held to another in-sync replica; the producer carries on with the two others
+(``min.insync.replicas=2``). Recovery: broker 3 is restarted once the file is removed, recovers its log
+directory, catches up and rejoins every ISR. The checker (``support.Ledger``) then reads everything back: 0
+acknowledged records lost, 0 duplicates, every acked offset holds its value, send order kept.
+
+EIO: neither a device-mapper ``error`` target (no ``dm_mod`` here) nor FUSE (no libfuse) is available on the
+machines this runs on; a failed write of any errno takes the same path (every ``OSError`` of a log directory
+fails it), which ``tests/integration/test_log_dirs.py`` and ``tests/storage`` cover.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import ZK_SERVER, Cluster, Load, ZooKeeper, create_topic, kazoo, read_all, state, until
+
+from tidelog.cluster import zkdata as zd
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+_spec = importlib.util.spec_from_file_location(
+    "tidelog_test_faultfs", Path(__file__).resolve().parents[1] / "integration" / "faultfs.py")
+assert _spec is not None and _spec.loader is not None
+faultfs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(faultfs)
+
+FAULTY = 3  # the broker whose data directory is a tmpfs
+TMPFS_KIB = 16384
+PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 180000,
+            "retry.backoff.ms": 100, "request.timeout.ms": 5000, "topic.metadata.refresh.interval.ms": 2000}
+
+
+@pytest.fixture(scope="module")
+def disk_cluster() -> Iterator[Any]:
+    pytest.importorskip("kazoo", reason="kazoo is not installed (pip install kazoo==2.11.0)")
+    if not ZK_SERVER.exists() or shutil.which("java") is None:
+        pytest.skip(f"ZooKeeper is not installed ({ZK_SERVER} missing or no java); apt-get install zookeeper")
+    faultfs.require_mount()
+    root = Path(tempfile.mkdtemp(prefix="tidelog-disk-"))
+    zk = ZooKeeper(root)
+    zk.start()
+    c = Cluster(root, zk, overrides={"replica.fetch.backoff.ms": "100", "replica.fetch.wait.max.ms": "200",
+                                     "offsets.topic.num.partitions": "1", "log.segment.bytes": "1048576",
+                                     # the appends, not a checkpoint, meet the full disk first
+                                     "replica.high.watermark.checkpoint.interval.ms": "60000"})
+    fs = faultfs.Tmpfs(c.brokers[FAULTY].data_dir, TMPFS_KIB).mount()
+    try:
+        for b in c.brokers.values():
+            b.start()
+        c.wait_for("3 registered brokers and a controller", lambda md: len(md.brokers) == 3 and md.controller_id > 0)
+        with kazoo(zk.connect) as kz:
+            c.kz, c.fs = kz, fs
+            yield c
+    finally:
+        for b in c.brokers.values():
+            b.kill()
+        fs.unmount()
+        zk.stop()
+        if os.environ.get("TIDELOG_KEEP_TEST_DIRS") is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _fill_then_recover(c: Any, topic: str, partitions: int, *, led_by_faulty: bool) -> None:
+    """Under load: fill broker 3's disk, see the cluster move on without it, restart it with space, check."""
+    b3 = c.brokers[FAULTY]
+    load = Load(c.bootstrap, topic, partitions, PRODUCER)
+    try:
+        load.wait_progress(300)
+        filler = c.fs.fill()
+        until("broker 3 fails its log directory", lambda: "last online log directory" in b3.log_text(), timeout=60)
+        # the controller heard of it (Kafka's notification, deleted once handled) and moved on without broker 3
+        until("broker 3 out of every ISR and leading nothing", lambda: all(
+            FAULTY not in (s := state(c.kz, topic, p)).isr and s.leader not in (FAULTY, zd.NO_LEADER)
+            for p in range(partitions)), timeout=60)
+        assert c.kz.get_children(zd.LOG_DIR_EVENT_NOTIFICATION) == []
+        load.wait_progress(300)  # acks=all goes on with the two others (min.insync.replicas=2)
+        b3.stop()
+        filler.unlink()
+        b3.start()
+        until("broker 3 back in every ISR", lambda: all(
+            FAULTY in state(c.kz, topic, p).isr for p in range(partitions)), timeout=120)
+        load.wait_progress(100)
+    finally:
+        load.stop()
+    load.check(read_all(c.bootstrap, topic, partitions), exact=False)
+    assert load.count() > 0
+
+
+def test_full_disk_on_a_follower_then_on_the_leader_loses_nothing(disk_cluster: Any) -> None:
+    c = disk_cluster
+    # follower: broker 3 follows both partitions
+    follower_topic = "disk-follower"
+    create_topic(c.bootstrap, follower_topic, assignment=[[1, 2, FAULTY], [2, 1, FAULTY]])
+    _fill_then_recover(c, follower_topic, 2, led_by_faulty=False)
+
+    # leader: broker 3 leads both partitions
+    leader_topic = "disk-leader"
+    create_topic(c.bootstrap, leader_topic, assignment=[[FAULTY, 1, 2], [FAULTY, 2, 1]])
+    assert all(state(c.kz, leader_topic, p).leader == FAULTY for p in range(2))
+    _fill_then_recover(c, leader_topic, 2, led_by_faulty=True)
