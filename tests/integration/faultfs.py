@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -97,4 +98,38 @@ def tmpfs(path: Path, size_kib: int) -> Iterator[Tmpfs]:
     try:
         yield fs
     finally:
+        fs.unmount()
+
+
+@contextlib.contextmanager
+def ext4_on_full_loop(path: Path, backing_kib: int = 6144, image_mib: int = 64) -> Iterator[Tmpfs]:
+    """An ext4 file system of ``image_mib`` MiB on a loop device whose (sparse) image lives on a tmpfs of
+    ``backing_kib``: ext4 believes it has room, so ``write`` succeeds into the page cache, and the failure comes
+    at writeback: a real **failed fsync** (the loop device cannot store the blocks). Yields the tmpfs holding the
+    image (``resize`` it to let the writes through). Skips when loop devices or mkfs.ext4 are missing."""
+    require_mount()
+    if shutil.which("losetup") is None or shutil.which("mkfs.ext4") is None:
+        pytest.skip("losetup or mkfs.ext4 missing")
+    backing = Path(str(path) + "-backing")
+    fs = Tmpfs(backing, backing_kib).mount()
+    loop = None
+    try:
+        image = backing / "image"
+        with open(image, "wb") as f:
+            f.truncate(image_mib << 20)
+        r = subprocess.run(["losetup", "-f", "--show", str(image)], capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"no loop device: {r.stderr.strip()}")
+        loop = r.stdout.strip()
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard", loop],
+                       check=True, capture_output=True)
+        Path(path).mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", loop, str(path)], check=True)
+        try:
+            yield fs
+        finally:
+            subprocess.run(["umount", "-l", str(path)], capture_output=True)
+    finally:
+        if loop is not None:
+            subprocess.run(["losetup", "-d", loop], capture_output=True)
         fs.unmount()
