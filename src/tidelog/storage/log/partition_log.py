@@ -434,7 +434,6 @@ class PartitionLog:
         except OSError as exc:  # the directory failed (no cost on the path where nothing is raised)
             raise self.io_error(exc, "append") from exc
 
-    @_io("write")
     def append_validated(
         self, validated: ValidatedBatch, *, leader_epoch: int = 0, assign_offsets: bool = True,
         _marker: tuple[bool, int] | None = None, verification_guard: object | None = None,
@@ -447,92 +446,95 @@ class PartitionLog:
         :meth:`ProducerStateManager.start_verification` returned before the coordinator verified the batch (any
         other object when it was not verified because the transaction was open here then); unless the
         producer's transaction is still open here, it must still be live (:meth:`check_verification`)."""
-        batch, fields, copy, late, now, log_append = validated
-        (_, batch_length, _, _, _, _, last_delta, _, max_ts, pid, _, _, count) = fields
-        size = batch_length + LOG_OVERHEAD
-        config = self.config
-        with self._lock:
-            if self._closed or self.failed is not None:
-                self._ensure_writable()
-            ps = self.producer_state
-            if ps is not None and pid >= 0:
-                # the producer-state check answers before the write; a batch checked late is checked here first
-                # whenever that answer is an error or a duplicate (Kafka validates records before producer state)
-                try:
-                    dup = ps.check(BatchHeader(*fields))
-                    if verification_guard is not None and dup is None:
-                        ps.check_verification(pid, verification_guard)
-                except StorageError:
-                    if late:
-                        check_late(batch, fields)
-                    raise
-                if dup is not None:
-                    if late:
-                        check_late(batch, fields)
-                    first, last, ts = dup
-                    return AppendInfo(
-                        first_offset=first,
-                        last_offset=last,
-                        max_timestamp=ts,
-                        log_append_time=ts if log_append else NO_TIMESTAMP,
-                        log_start_offset=self.log_start_offset,
-                        duplicate=True,
-                        record_count=count,
-                        size=0,
-                    )
-            if assign_offsets:
-                base = self._log_end_offset
-            else:
-                base = fields[0]
-                if base < self._log_end_offset:
-                    if late:
-                        check_late(batch, fields)
-                    raise UnexpectedAppendOffsetError(
-                        f"batch base offset {base} is below the log end offset {self._log_end_offset}"
-                    )
-            last_offset = base + last_delta
-            if copy is not None:  # the rewritten bytes (never checked late) take the caller's place
-                header = stamp_batch(copy, BatchHeader(*fields), base, leader_epoch, now if log_append else None)
-                max_ts = header.max_timestamp
-                batch = copy
-            # written with baseOffset and partitionLeaderEpoch replaced, the caller's buffer not copied; the roll
-            # check, write, late checks and segment bookkeeping in one call
-            written_at = self._segments.active.append_leader_batch(
-                batch, base, leader_epoch, last_offset, max_ts, config.segment_bytes, config.segment_ms, now, late
-            )
-            if written_at < 0:
-                if late:  # the checks failed (the write was undone), or a roll comes first: a bad batch must
-                    check_late(batch, fields)  # not roll the log; raises the exact error
-                if written_at == CHECK_FAILED:
-                    raise CorruptRecordError(f"a batch for {self.topic}-{self.partition} failed its checks")
-                self._append_after_roll(batch, base, leader_epoch, last_offset, max_ts, now)
-            self._log_end_offset = last_offset + 1
-            if ps is not None:
-                if pid >= 0:
-                    stamped = BatchHeader(base, batch_length, leader_epoch, *fields[3:])
-                    if stamped.is_control:
-                        marker = _marker if _marker is not None else end_txn_marker_of(batch)
-                        abort, coordinator_epoch = marker if marker is not None else (None, None)
-                        completed = ps.update(stamped, base, last_offset, max_ts, coordinator_epoch, abort)
-                        if completed is not None:
-                            complete_transaction(ps, completed, self._segments.active)
-                            self._no_aborted_txns = False
-                    else:
-                        ps.update(stamped, base, last_offset, max_ts)
-                elif last_offset >= ps.map_end_offset:  # no producer: only the mapped range's end moves
-                    ps.map_end_offset = last_offset + 1  # (ProducerStateManager.advance_map_end, inlined)
-            cache = self.epoch_cache
-            # a new epoch starts here; a plain read of the cache's newest epoch (it only changes under this
-            # log's lock) instead of the locked latest_epoch() call on every append
-            if cache is not None and leader_epoch >= 0 and (not cache._epochs or leader_epoch > cache._epochs[-1]):
-                cache.assign(leader_epoch, base)
-            info = AppendInfo(
-                base, last_offset, max_ts, now if log_append else NO_TIMESTAMP, self.log_start_offset, False, count, size
-            )
-            flush_needed = self._log_end_offset - self.recovery_point >= config.flush_messages
-        if flush_needed:
-            self.flush()
-        return info
+        try:
+            batch, fields, copy, late, now, log_append = validated
+            (_, batch_length, _, _, _, _, last_delta, _, max_ts, pid, _, _, count) = fields
+            size = batch_length + LOG_OVERHEAD
+            config = self.config
+            with self._lock:
+                if self._closed or self.failed is not None:
+                    self._ensure_writable()
+                ps = self.producer_state
+                if ps is not None and pid >= 0:
+                    # the producer-state check answers before the write; a batch checked late is checked here first
+                    # whenever that answer is an error or a duplicate (Kafka validates records before producer state)
+                    try:
+                        dup = ps.check(BatchHeader(*fields))
+                        if verification_guard is not None and dup is None:
+                            ps.check_verification(pid, verification_guard)
+                    except StorageError:
+                        if late:
+                            check_late(batch, fields)
+                        raise
+                    if dup is not None:
+                        if late:
+                            check_late(batch, fields)
+                        first, last, ts = dup
+                        return AppendInfo(
+                            first_offset=first,
+                            last_offset=last,
+                            max_timestamp=ts,
+                            log_append_time=ts if log_append else NO_TIMESTAMP,
+                            log_start_offset=self.log_start_offset,
+                            duplicate=True,
+                            record_count=count,
+                            size=0,
+                        )
+                if assign_offsets:
+                    base = self._log_end_offset
+                else:
+                    base = fields[0]
+                    if base < self._log_end_offset:
+                        if late:
+                            check_late(batch, fields)
+                        raise UnexpectedAppendOffsetError(
+                            f"batch base offset {base} is below the log end offset {self._log_end_offset}"
+                        )
+                last_offset = base + last_delta
+                if copy is not None:  # the rewritten bytes (never checked late) take the caller's place
+                    header = stamp_batch(copy, BatchHeader(*fields), base, leader_epoch, now if log_append else None)
+                    max_ts = header.max_timestamp
+                    batch = copy
+                # written with baseOffset and partitionLeaderEpoch replaced, the caller's buffer not copied; the roll
+                # check, write, late checks and segment bookkeeping in one call
+                written_at = self._segments.active.append_leader_batch(
+                    batch, base, leader_epoch, last_offset, max_ts, config.segment_bytes, config.segment_ms, now, late
+                )
+                if written_at < 0:
+                    if late:  # the checks failed (the write was undone), or a roll comes first: a bad batch must
+                        check_late(batch, fields)  # not roll the log; raises the exact error
+                    if written_at == CHECK_FAILED:
+                        raise CorruptRecordError(f"a batch for {self.topic}-{self.partition} failed its checks")
+                    self._append_after_roll(batch, base, leader_epoch, last_offset, max_ts, now)
+                self._log_end_offset = last_offset + 1
+                if ps is not None:
+                    if pid >= 0:
+                        stamped = BatchHeader(base, batch_length, leader_epoch, *fields[3:])
+                        if stamped.is_control:
+                            marker = _marker if _marker is not None else end_txn_marker_of(batch)
+                            abort, coordinator_epoch = marker if marker is not None else (None, None)
+                            completed = ps.update(stamped, base, last_offset, max_ts, coordinator_epoch, abort)
+                            if completed is not None:
+                                complete_transaction(ps, completed, self._segments.active)
+                                self._no_aborted_txns = False
+                        else:
+                            ps.update(stamped, base, last_offset, max_ts)
+                    elif last_offset >= ps.map_end_offset:  # no producer: only the mapped range's end moves
+                        ps.map_end_offset = last_offset + 1  # (ProducerStateManager.advance_map_end, inlined)
+                cache = self.epoch_cache
+                # a new epoch starts here; a plain read of the cache's newest epoch (it only changes under this
+                # log's lock) instead of the locked latest_epoch() call on every append
+                if cache is not None and leader_epoch >= 0 and (not cache._epochs or leader_epoch > cache._epochs[-1]):
+                    cache.assign(leader_epoch, base)
+                info = AppendInfo(
+                    base, last_offset, max_ts, now if log_append else NO_TIMESTAMP, self.log_start_offset, False, count, size
+                )
+                flush_needed = self._log_end_offset - self.recovery_point >= config.flush_messages
+            if flush_needed:
+                self.flush()
+            return info
+        except OSError as exc:  # the directory failed (a try costs nothing when nothing is raised)
+            raise self.io_error(exc, "append") from exc
 
     def _append_fast(
         self, batch: bytes | bytearray | memoryview, leader_epoch: int, now: int
@@ -706,7 +708,6 @@ class PartitionLog:
             f.result(timeout)
 
     # ================================================================== read
-    @_io("read")
     def read(
         self,
         offset: int,
@@ -716,45 +717,50 @@ class PartitionLog:
         min_one_batch: bool = True,
     ) -> ReadInfo:
         """Whole batches from the one holding ``offset`` (see module docstring); never decodes records."""
-        with self._lock:
-            self._ensure_open()
-            lso, leo = self.log_start_offset, self._log_end_offset
-            if offset < lso or offset > leo:
-                raise OffsetOutOfRangeError(
-                    f"offset {offset} is out of range for {self.topic}-{self.partition}: "
-                    f"log start offset {lso}, log end offset {leo}"
-                )
-            segments = self._segments.from_offset(offset)
-            hw = self._high_watermark
-        info = ReadInfo([], 0, -1, lso, leo, hw)
-        if offset == leo or (max_offset is not None and max_offset <= offset):
+        if self.offline:
+            raise KafkaStorageError(self.failed or "offline")
+        try:
+            with self._lock:
+                self._ensure_open()
+                lso, leo = self.log_start_offset, self._log_end_offset
+                if offset < lso or offset > leo:
+                    raise OffsetOutOfRangeError(
+                        f"offset {offset} is out of range for {self.topic}-{self.partition}: "
+                        f"log start offset {lso}, log end offset {leo}"
+                    )
+                segments = self._segments.from_offset(offset)
+                hw = self._high_watermark
+            info = ReadInfo([], 0, -1, lso, leo, hw)
+            if offset == leo or (max_offset is not None and max_offset <= offset):
+                return info
+            budget = max_bytes
+            for seg in segments:
+                try:
+                    region = seg.read(
+                        offset,
+                        budget,
+                        min_one_batch=min_one_batch and not info.regions,
+                        max_offset=max_offset,
+                    )
+                except ValueError:  # segment closed by a concurrent truncation or deletion
+                    break
+                if region is None:
+                    continue  # nothing at or after offset in this segment (e.g. a compaction gap)
+                if region.length == 0:
+                    break
+                if not info.regions:
+                    info.first_batch_offset = region.first_offset
+                info.regions.append(region)
+                info.size += region.length
+                budget -= region.length
+                if budget <= 0:
+                    break
+                # the next segment starts where this one ended only if this segment was read to its end
+                if region.position + region.length < seg.size:
+                    break
             return info
-        budget = max_bytes
-        for seg in segments:
-            try:
-                region = seg.read(
-                    offset,
-                    budget,
-                    min_one_batch=min_one_batch and not info.regions,
-                    max_offset=max_offset,
-                )
-            except ValueError:  # segment closed by a concurrent truncation or deletion
-                break
-            if region is None:
-                continue  # nothing at or after offset in this segment (e.g. a compaction gap)
-            if region.length == 0:
-                break
-            if not info.regions:
-                info.first_batch_offset = region.first_offset
-            info.regions.append(region)
-            info.size += region.length
-            budget -= region.length
-            if budget <= 0:
-                break
-            # the next segment starts where this one ended only if this segment was read to its end
-            if region.position + region.length < seg.size:
-                break
-        return info
+        except OSError as exc:  # the directory failed (a try costs nothing when nothing is raised)
+            raise self.io_error(exc, "read") from exc
 
     # ================================================================== timestamps
     def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
