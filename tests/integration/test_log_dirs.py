@@ -155,9 +155,16 @@ def test_jbod_full_directory_goes_offline_alone_and_recovers(tmp_path: Path) -> 
             assert {p["partition_index"] for t in dirs[str(a)]["topics"] if t["name"] == topic
                     for p in t["partitions"]} == set(on_a)
 
+            # new topics go to the online directory (the topic registry copy in the failed one is skipped)
+            later = new_topic("later")
+            _create(broker.bootstrap, later, 2)
+            assert (a / f"{later}-0").is_dir() and (a / f"{later}-1").is_dir()
+            assert not list(b.glob(f"{later}-*"))
+
             broker.stop()
             filler.unlink()
             broker.start()
+            assert _values(broker.bootstrap, later, 0) == []
             # the directory is back (recovered from its last recovery point), with every acknowledged record
             assert _describe_log_dirs(broker.bootstrap)[str(b)]["error_code"] == 0
             for p in (pa, pb):

@@ -406,6 +406,11 @@ class LogManager:
         with self._lock:
             return dict(self._logs)
 
+    def _healthy_logs(self) -> dict[TopicPartition, PartitionLog]:
+        """The logs of directories that have not failed (what the cleaner may compact)."""
+        with self._lock:
+            return {tp: plog for tp, plog in self._logs.items() if plog.failed is None}
+
     def topic_id_of(self, topic: str) -> bytes | None:
         """The topic id recorded in the topic's ``partition.metadata`` files, or None if unknown."""
         with self._lock:
@@ -747,7 +752,7 @@ class LogManager:
         for d in self._dirs.values():
             initial.update(_read_checkpoint_or_reset(d.path / CLEANER_OFFSET_CHECKPOINT))
         self.cleaner = LogCleaner(
-            self.cleaner_config or CleanerConfig(), self.all_logs, initial, self._write_cleaner_checkpoints
+            self.cleaner_config or CleanerConfig(), self._healthy_logs, initial, self._write_cleaner_checkpoints
         )
         self.cleaner.start()
 
