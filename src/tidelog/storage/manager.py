@@ -539,9 +539,9 @@ class LogManager:
             logs = [(tp, plog) for tp, plog in self._logs.items() if self._log_root.get(tp) == root]
         for _tp, plog in logs:
             plog.mark_failed(reason, offline=offline)
-        if self.cleaner is not None:
+        if self.cleaner is not None:  # an ongoing cleaning stops; it picks healthy logs only from now on
             for tp, _plog in logs:
-                self.cleaner.forget(tp)
+                self.cleaner.abort(tp)
         if offline:
             log.error("Log directory %s is offline: %s. Its %d partitions answer KAFKA_STORAGE_ERROR; the other "
                       "directories keep serving. Fix the disk and restart the broker to bring it back.",
