@@ -1,8 +1,10 @@
 """Reliability scenario 10: a full disk on a follower, then on the leader, under acks=all load, 3 brokers and a
 real ZooKeeper: 0 acknowledged records lost after recovery.
 
-Broker 3's data directory is a small tmpfs (a real ENOSPC; root needed to mount it, which CI has; skipped with
-the reason otherwise). The fault: a file fills the tmpfs while an idempotent acks=all producer writes. Broker 3
+Broker 3's data directory is a small tmpfs (``enospc``: a real ENOSPC on write), or an ext4 file system on a loop
+device whose image lives on a tmpfs (``fsync``: writes go into the page cache, the writeback and so the fsync of a
+checkpoint or of a rolled segment fail); root is needed to mount them, which CI has (skipped with the reason
+otherwise). The fault: a file fills the tmpfs while an idempotent acks=all producer writes. Broker 3
 then fails its only log directory (read-only: writes refused, reads served), writes Kafka's
 ``/log_dir_event_notification/log_dir_event_<seq>``, and the controller takes its replicas out of the ISR and
 moves the leadership it held to another in-sync replica; the producer carries on with the two others
@@ -11,8 +13,8 @@ directory, catches up and rejoins every ISR. The checker (``support.Ledger``) th
 acknowledged records lost, 0 duplicates, every acked offset holds its value, send order kept.
 
 EIO: neither a device-mapper ``error`` target (no ``dm_mod`` here) nor FUSE (no libfuse) is available on the
-machines this runs on; a failed write of any errno takes the same path (every ``OSError`` of a log directory
-fails it), which ``tests/integration/test_log_dirs.py`` and ``tests/storage`` cover.
+machines this runs on, and the loop device reports its failed writeback as ENOSPC; an error of any errno takes the
+same path (every ``OSError`` of a log directory fails it).
 """
 
 from __future__ import annotations
@@ -44,8 +46,41 @@ PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "message.
             "retry.backoff.ms": 100, "request.timeout.ms": 5000, "topic.metadata.refresh.interval.ms": 2000}
 
 
-@pytest.fixture(scope="module")
-def disk_cluster() -> Iterator[Any]:
+class _DiskFault:
+    """Broker 3's data directory and the way to break it: ``enospc`` a small tmpfs filled by a file (writes fail),
+    ``fsync`` an ext4 on a loop device whose image's tmpfs is filled (writes succeed, fsync fails)."""
+
+    def __init__(self, kind: str, data_dir: Path) -> None:
+        self.kind, self.data_dir = kind, data_dir
+        self._ctx: Any = None
+        self._fs: Any = None
+        self._filler: Path | None = None
+
+    def __enter__(self) -> _DiskFault:
+        if self.kind == "enospc":
+            self._fs = faultfs.Tmpfs(self.data_dir, TMPFS_KIB).mount()
+        else:
+            self._ctx = faultfs.ext4_on_full_loop(self.data_dir, backing_kib=96 * 1024, image_mib=64)
+            self._fs = self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._ctx is not None:
+            self._ctx.__exit__(*exc)
+        else:
+            self._fs.unmount()
+
+    def break_(self) -> None:
+        self._filler = self._fs.fill()
+
+    def repair(self) -> None:
+        assert self._filler is not None
+        self._filler.unlink()
+        self._filler = None
+
+
+@pytest.fixture(scope="module", params=["enospc", "fsync"])
+def disk_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
     pytest.importorskip("kazoo", reason="kazoo is not installed (pip install kazoo==2.11.0)")
     if not ZK_SERVER.exists() or shutil.which("java") is None:
         pytest.skip(f"ZooKeeper is not installed ({ZK_SERVER} missing or no java); apt-get install zookeeper")
@@ -53,22 +88,25 @@ def disk_cluster() -> Iterator[Any]:
     root = Path(tempfile.mkdtemp(prefix="tidelog-disk-"))
     zk = ZooKeeper(root)
     zk.start()
-    c = Cluster(root, zk, overrides={"replica.fetch.backoff.ms": "100", "replica.fetch.wait.max.ms": "200",
-                                     "offsets.topic.num.partitions": "1", "log.segment.bytes": "1048576",
-                                     # the appends, not a checkpoint, meet the full disk first
-                                     "replica.high.watermark.checkpoint.interval.ms": "60000"})
-    fs = faultfs.Tmpfs(c.brokers[FAULTY].data_dir, TMPFS_KIB).mount()
+    overrides = {"replica.fetch.backoff.ms": "100", "replica.fetch.wait.max.ms": "200",
+                 "offsets.topic.num.partitions": "1", "log.segment.bytes": "1048576"}
+    if request.param == "enospc":  # the appends, not a checkpoint, meet the full disk first
+        overrides["replica.high.watermark.checkpoint.interval.ms"] = "60000"
+    c = Cluster(root, zk, overrides=overrides)
     try:
-        for b in c.brokers.values():
-            b.start()
-        c.wait_for("3 registered brokers and a controller", lambda md: len(md.brokers) == 3 and md.controller_id > 0)
-        with kazoo(zk.connect) as kz:
-            c.kz, c.fs = kz, fs
-            yield c
+        with _DiskFault(request.param, c.brokers[FAULTY].data_dir) as fault:
+            try:
+                for b in c.brokers.values():
+                    b.start()
+                c.wait_for("3 registered brokers and a controller",
+                           lambda md: len(md.brokers) == 3 and md.controller_id > 0)
+                with kazoo(zk.connect) as kz:
+                    c.kz, c.fault = kz, fault
+                    yield c
+            finally:
+                for b in c.brokers.values():
+                    b.kill()
     finally:
-        for b in c.brokers.values():
-            b.kill()
-        fs.unmount()
         zk.stop()
         if os.environ.get("TIDELOG_KEEP_TEST_DIRS") is None:
             shutil.rmtree(root, ignore_errors=True)
@@ -80,7 +118,7 @@ def _fill_then_recover(c: Any, topic: str, partitions: int, *, led_by_faulty: bo
     load = Load(c.bootstrap, topic, partitions, PRODUCER)
     try:
         load.wait_progress(300)
-        filler = c.fs.fill()
+        c.fault.break_()
         until("broker 3 fails its log directory", lambda: "last online log directory" in b3.log_text(), timeout=60)
         # the controller heard of it (Kafka's notification, deleted once handled) and moved on without broker 3
         until("broker 3 out of every ISR and leading nothing", lambda: all(
@@ -89,7 +127,7 @@ def _fill_then_recover(c: Any, topic: str, partitions: int, *, led_by_faulty: bo
         assert c.kz.get_children(zd.LOG_DIR_EVENT_NOTIFICATION) == []
         load.wait_progress(300)  # acks=all goes on with the two others (min.insync.replicas=2)
         b3.stop()
-        filler.unlink()
+        c.fault.repair()
         b3.start()
         until("broker 3 back in every ISR", lambda: all(
             FAULTY in state(c.kz, topic, p).isr for p in range(partitions)), timeout=120)

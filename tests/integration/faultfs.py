@@ -103,10 +103,12 @@ def tmpfs(path: Path, size_kib: int) -> Iterator[Tmpfs]:
 
 @contextlib.contextmanager
 def ext4_on_full_loop(path: Path, backing_kib: int = 6144, image_mib: int = 64) -> Iterator[Tmpfs]:
-    """An ext4 file system of ``image_mib`` MiB on a loop device whose (sparse) image lives on a tmpfs of
-    ``backing_kib``: ext4 believes it has room, so ``write`` succeeds into the page cache, and the failure comes
-    at writeback: a real **failed fsync** (the loop device cannot store the blocks). Yields the tmpfs holding the
-    image (``resize`` it to let the writes through). Skips when loop devices or mkfs.ext4 are missing."""
+    """An ext4 file system of ``image_mib`` MiB mounted on ``path``, on a loop device whose (sparse) image lives on
+    a tmpfs of ``backing_kib``: when that tmpfs is full (too small, or ``fill``ed), ext4 still believes it has
+    room, so ``write`` succeeds into the page cache, and the failure comes at writeback: a real **failed fsync**
+    (the loop device cannot store the blocks; the kernel reports it as ENOSPC, not EIO). Yields the tmpfs holding
+    the image (``fill`` it to cause the fault, remove the filler to end it). Skips when loop devices or mkfs.ext4
+    are missing."""
     require_mount()
     if shutil.which("losetup") is None or shutil.which("mkfs.ext4") is None:
         pytest.skip("losetup or mkfs.ext4 missing")
