@@ -188,6 +188,10 @@ class ReplicaFetcher:
             if not st.truncating or st.retry_at > now:
                 continue
             plog = st.replica.log
+            if plog.failed is not None:  # its log directory failed: nothing to truncate (the replica is removed)
+                st.truncating = False
+                self._back_off(st, "log directory failed")
+                continue
             latest = latest_epoch(plog)
             if plog.log_end_offset == 0 or latest < 0:
                 # empty, or no epochs at all (the pre-KIP-101 rule is all there is): no request needed

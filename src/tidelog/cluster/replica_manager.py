@@ -491,6 +491,8 @@ class ZkReplicaManager:
         elsewhere and takes them out of the ISR. Leaders here answer KAFKA_STORAGE_ERROR meanwhile."""
         with self._offline_lock:
             self._offline_replicas.update(tps)
+        for tp in tps:  # nothing more is replicated into a failed log (on the loop, where fetchers change)
+            self.post(self.fetchers.remove, tp)
         if self.zk is None:
             return
         try:
