@@ -24,6 +24,7 @@ from helpers import (
     consume_all,
     fetch_raw,
     list_offset_raw,
+    metric_value,
     new_topic,
     produce_raw,
     wait_for,
@@ -149,6 +150,7 @@ def test_jbod_full_directory_goes_offline_alone_and_recovers(tmp_path: Path) -> 
             acked[pa] += [b"x"] + more  # the raw client's record, then these
             assert _values(broker.bootstrap, topic, pa) == acked[pa]
 
+            assert metric_value(broker, "tidelog_offline_log_directories") == 1
             dirs = _describe_log_dirs(broker.bootstrap)
             assert dirs[str(b)]["error_code"] == KAFKA_STORAGE_ERROR and dirs[str(b)]["topics"] == []
             assert dirs[str(a)]["error_code"] == 0
@@ -167,6 +169,7 @@ def test_jbod_full_directory_goes_offline_alone_and_recovers(tmp_path: Path) -> 
             assert _values(broker.bootstrap, later, 0) == []
             # the directory is back (recovered from its last recovery point), with every acknowledged record
             assert _describe_log_dirs(broker.bootstrap)[str(b)]["error_code"] == 0
+            assert metric_value(broker, "tidelog_offline_log_directories") == 0
             for p in (pa, pb):
                 read = _values(broker.bootstrap, topic, p)
                 assert read[: len(acked[p])] == acked[p], f"partition {p}: acknowledged records lost"

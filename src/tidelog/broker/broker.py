@@ -200,6 +200,7 @@ class Broker:
         self.metrics.set_partition_source(self._partition_metrics)
         if getattr(self.logs, "cleaner", None) is not None:
             self.metrics.add_rows_source(self.logs.cleaner.metrics)
+        self.metrics.add_rows_source(self.logs.metrics_rows)
         self.group_coordinator = GroupCoordinator(self)
         await self.group_coordinator.start()  # loads __consumer_offsets in the background
         await self.txn_coordinator.start()  # loads __transaction_state in the background

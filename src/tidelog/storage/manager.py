@@ -518,6 +518,16 @@ class LogManager:
         with self._lock:
             return Path(root) in self._failed_dirs
 
+    def metrics_rows(self) -> list[tuple[str, str, dict[str, str], float]]:
+        """Scrape-time gauges: Kafka's ``OfflineLogDirectoryCount`` and ``LogDirectoryOffline`` per directory."""
+        failed = self.failed_dirs()
+        rows: list[tuple[str, str, dict[str, str], float]] = [
+            ("tidelog_offline_log_directories", "Log directories that failed (Kafka's OfflineLogDirectoryCount)",
+             {}, float(len(failed)))]
+        rows += [("tidelog_log_directory_offline", "1 when the log directory failed (Kafka's LogDirectoryOffline)",
+                  {"log_dir": str(p)}, 1.0 if p in failed else 0.0) for p in self.log_dirs]
+        return rows
+
     def _failed_reasons(self) -> str:
         return "; ".join(f"{p}: {r}" for p, r in self._failed_dirs.items())
 
