@@ -179,3 +179,17 @@ def test_reassignment_decisions() -> None:
     assert "Invalid broker id" in c.validate_replicas(a, 0, [2, -1], live)[1]
     assert "not alive" in c.validate_replicas(a, 0, [2, 4], live)[1]
     assert c.validate_replicas(a, 0, [3, 2], live) is None
+
+
+def test_log_dir_event_and_offline_replicas_json() -> None:
+    # Kafka's LogDirEventNotificationSequenceZNode: {"version":1,"broker":<id>,"event":1}
+    assert json.loads(zd.encode_log_dir_event(3)) == {"version": 1, "broker": 3, "event": 1}
+    assert zd.decode_log_dir_event(zd.encode_log_dir_event(3)) == 3
+    assert zd.decode_log_dir_event(b"not json") == -1 and zd.decode_log_dir_event(None) == -1
+    assert zd.LOG_DIR_EVENT_NOTIFICATION == "/log_dir_event_notification"
+    assert zd.LOG_DIR_EVENT_PREFIX == "log_dir_event_"
+    tps = [("b", 1), ("a", 0)]
+    assert json.loads(zd.encode_offline_replicas(tps)) == {
+        "version": 1, "partitions": [{"topic": "a", "partition": 0}, {"topic": "b", "partition": 1}]}
+    assert zd.decode_offline_replicas(zd.encode_offline_replicas(tps)) == set(tps)
+    assert zd.decode_offline_replicas(b"{") == set()

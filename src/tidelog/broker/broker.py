@@ -173,6 +173,9 @@ class Broker:
         self.topics = self.replica_manager.make_topic_manager(self)
         self.logs = LogManager(list(cfg.log_dirs), cfg.log_config(), **self.topics.log_manager_kwargs())
         self.logs.startup(self.topics.topic_config)
+        hook = getattr(self.replica_manager, "on_log_dir_failure", None)
+        if hook is not None:  # ZooKeeper mode tells the controller (/log_dir_event_notification)
+            self.logs.add_dir_failure_listener(hook)
         self.topics.load()
         for info in self.topics.all_topics():
             for p in range(info.num_partitions):
@@ -217,6 +220,7 @@ class Broker:
         self.metrics.set_partition_source(self._partition_metrics)
         if getattr(self.logs, "cleaner", None) is not None:
             self.metrics.add_rows_source(self.logs.cleaner.metrics)
+        self.metrics.add_rows_source(self.logs.metrics_rows)
         self.group_coordinator = GroupCoordinator(self)
         await self.group_coordinator.start()  # loads __consumer_offsets in the background
         await self.txn_coordinator.start()  # loads __transaction_state in the background

@@ -83,6 +83,8 @@ class LocalReplicaManager:
         log_ = self.broker.topics.get_log(topic, partition)
         if log_ is None:
             raise PartitionError("UNKNOWN_TOPIC_OR_PARTITION", f"{topic}-{partition} is not hosted here")
+        if log_.offline:  # its log directory failed (storage/manager.py): KAFKA_STORAGE_ERROR, as Kafka
+            raise PartitionError("KAFKA_STORAGE_ERROR", log_.failed)
         return log_
 
     def isr(self, topic: str, partition: int) -> tuple[int, ...]:

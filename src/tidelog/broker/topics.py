@@ -53,6 +53,7 @@ from tidelog.broker.errors import BrokerError
 from tidelog.storage.checkpoints import atomic_write, new_uuid, uuid_from_str
 from tidelog.storage.cleaner import CleanerConfig
 from tidelog.storage.config import BROKER_TO_TOPIC_CONFIG, LogConfig
+from tidelog.storage.errors import KafkaStorageError
 from tidelog.storage.open_files import OpenFileBudget, OpenFileLimitError, describe_os_error
 
 if TYPE_CHECKING:
@@ -318,9 +319,25 @@ class TopicManager:
             },
         }
         blob = (json.dumps(data, indent=1, sort_keys=False) + "\n").encode()
+        # a copy per log directory; the highest generation wins at load, so a failed directory is skipped (its
+        # stale copy loses) and one whose write fails goes offline; at least one copy must be written
+        logs = getattr(self.broker, "logs", None)
+        written, failure = 0, None
         for path in self._registry_paths():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, blob)
+            root = path.parent.absolute()
+            if logs is not None and logs.is_offline(root):
+                continue
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(path, blob)
+                written += 1
+            except OSError as exc:
+                if logs is None:
+                    raise
+                logs.fail_dir(root, f"writing {path} failed: {exc}")
+                failure = exc
+        if not written:
+            raise failure or KafkaStorageError("every log directory failed: the topic registry cannot be written")
 
     # -- what backends change (each a step of a change the backend makes) ----------------------------------------
 

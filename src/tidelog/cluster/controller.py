@@ -26,6 +26,13 @@ Decisions implemented:
   bumped, so its in-flight follower fetches are fenced and cannot put it back). A partition whose ISR holds no
   other live broker keeps it as leader (the broker then gives up after its retries, as Kafka's does). A broker
   shutting down is never elected;
+* log directory failure (Kafka's ``/log_dir_event_notification/log_dir_event_<seq>``, written by a broker whose
+  log directory failed, with its failed replicas in the ephemeral ``/tidelog/offline_replicas/<id>``): each
+  notification is deleted and every partition with a replica there is decided again as if that broker were dead
+  for it (Kafka's ``onReplicasBecomeOffline``): a leader there is replaced by the first other live ISR member, a
+  follower there leaves the ISR, a sole ISR member stays (leaderless) so that it is the one that can come back.
+  The offline replicas are also dead in every later broker-change decision, until the broker restarts (a new
+  session drops the ephemeral znode);
 * preferred leader election (Kafka's ``/admin/preferred_replica_election``, written by
   ``tidelog cluster elect-leaders``): each listed partition elects its first assigned replica when it is alive,
   not shutting down and in the ISR; the znode is deleted when done;
@@ -148,6 +155,8 @@ class Controller:
                     self._on_zk_reassignment()
                 elif kind == "delete":
                     self._on_delete_topics()
+                elif kind == "log_dir_event":
+                    self._on_log_dir_event()
             except ControllerMovedError:
                 log.info("controller moved; resigning", extra={"kv": {"broker": self.broker_id}})
                 self.active = False
@@ -201,6 +210,8 @@ class Controller:
         self._on_reassignments(None)  # resume what a previous controller left half-way
         self.zk.DataWatch(zd.REASSIGN_PARTITIONS, self._watch(("zk_reassign", None)))
         self.zk.ChildrenWatch(zd.DELETE_TOPICS, self._watch(("delete", None)), send_event=False)
+        self.zk.ChildrenWatch(zd.LOG_DIR_EVENT_NOTIFICATION, self._watch(("log_dir_event", None)),
+                              send_event=False)
         if self.auto_rebalance:
             threading.Thread(target=self._rebalance_timer, args=(epoch,), name=f"leader-rebalance-{self.broker_id}",
                              daemon=True).start()
@@ -258,6 +269,24 @@ class Controller:
         except NoNodeError:
             self.shutting_down = set()
         return self.shutting_down
+
+    def _read_offline_replicas(self, live: set[int]) -> dict[tuple[str, int], set[int]]:
+        """partition -> live brokers whose replica of it is in a failed log directory."""
+        out: dict[tuple[str, int], set[int]] = {}
+        try:
+            children = self.zk.get_children(zd.OFFLINE_REPLICAS)
+        except NoNodeError:
+            return out
+        for c in children:
+            try:
+                b = int(c)
+                data, _ = self.zk.get(zd.offline_replicas_path(b))
+            except (ValueError, NoNodeError):
+                continue
+            if b in live:
+                for tp in zd.decode_offline_replicas(data):
+                    out.setdefault(tp, set()).add(b)
+        return out
 
     def _assignment(self, topic: str) -> zd.TopicAssignment | None:
         try:
@@ -359,6 +388,7 @@ class Controller:
         # session expired: this watch may even see an unchanged list) holds that leadership or ISR place from its
         # previous process, whose log it may not have kept. As Kafka's controller does with bounced brokers
         # (broker epoch = the registration's czxid), decide first as if it were dead, then with it alive.
+        offline = self._read_offline_replicas(live)
         registered: dict[int, int] = {}
         for b in live:
             stat = self.zk.exists(zd.broker_path(b))
@@ -369,6 +399,7 @@ class Controller:
             if a is None:
                 continue
             for p, replicas in sorted(a.partitions.items()):
+                live_here = live - offline.get((topic, p), set())  # a replica in a failed log dir is dead here
                 for _attempt in range(10):
                     try:
                         data, stat = self.zk.get(zd.state_path(topic, p))
@@ -376,11 +407,43 @@ class Controller:
                         break
                     s = zd.decode_state(data, stat.version)
                     bounced = {b for b in (s.leader, *s.isr) if registered.get(b, -1) > stat.mzxid}
-                    new = self._decide(s, replicas, live - bounced, topic) if bounced else None
+                    new = self._decide(s, replicas, live_here - bounced, topic) if bounced else None
                     if new is None:
-                        bounced, new = set(), self._decide(s, replicas, live, topic)
+                        bounced, new = set(), self._decide(s, replicas, live_here, topic)
                     if new is None or (self._update_state(topic, p, s, new) and not bounced):
                         break
+
+    def _on_log_dir_event(self) -> None:
+        """Kafka's ``LogDirEventNotification``: delete the notifications, then decide every partition with a
+        replica in a failed log directory again, that replica counted as dead."""
+        try:
+            children = sorted(self.zk.get_children(zd.LOG_DIR_EVENT_NOTIFICATION))
+        except NoNodeError:
+            return
+        brokers: set[int] = set()
+        for c in children:
+            if not c.startswith(zd.LOG_DIR_EVENT_PREFIX):
+                continue
+            path = f"{zd.LOG_DIR_EVENT_NOTIFICATION}/{c}"
+            try:
+                data, _ = self.zk.get(path)
+                brokers.add(zd.decode_log_dir_event(data))
+                self.zk.delete(path)
+            except NoNodeError:
+                continue
+        if not brokers:
+            return
+        live = self.live_brokers()
+        offline = self._read_offline_replicas(live)
+        log.warning("log directory failure", extra={"kv": {
+            "brokers": ",".join(map(str, sorted(brokers))), "offline_replicas": sum(map(len, offline.values()))}})
+        for (topic, p), dead in sorted(offline.items()):
+            a = self._assignment(topic)
+            if a is None or p not in a.partitions:
+                continue
+            replicas = a.partitions[p]
+            self._decide_and_write(topic, p, lambda s, replicas=replicas, dead=dead, topic=topic:
+                                   self._decide(s, replicas, live - dead, topic))
 
     def _decide(self, s: zd.LeaderIsr, replicas: list[int], live: set[int],
                 topic: str | None = None) -> zd.LeaderIsr | None:

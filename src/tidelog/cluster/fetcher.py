@@ -193,6 +193,10 @@ class ReplicaFetcher:
             if not st.truncating or st.retry_at > now:
                 continue
             plog = st.replica.log
+            if plog.failed is not None:  # its log directory failed: nothing to truncate (the replica is removed)
+                st.truncating = False
+                self._back_off(st, "log directory failed")
+                continue
             latest = latest_epoch(plog)
             if plog.log_end_offset == 0 or latest < 0:
                 # empty, or no epochs at all (the pre-KIP-101 rule is all there is): no request needed
@@ -292,6 +296,9 @@ class ReplicaFetcher:
         plog = r.log
         if r.is_leader or r.leader_epoch != st.epoch:
             self._back_off(st, "stale term")  # the role changed: the next state delivery moves it
+            return
+        if plog.failed is not None:  # its log directory failed: the controller takes it out of the ISR
+            self._back_off(st, "log directory failed")
             return
         if plog.log_end_offset != fetch_offset:
             return  # a stale answer: the log changed while it was on its way

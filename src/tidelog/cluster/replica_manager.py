@@ -53,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,6 +136,8 @@ class ZkReplicaManager:
         self.states: dict[tuple[str, int], zd.LeaderIsr] = {}
         self.replicas: dict[tuple[str, int], Replica] = {}
         self._session_lost = False
+        self._offline_replicas: set[tuple[str, int]] = set()  # replicas in failed log directories
+        self._offline_lock = threading.Lock()
         self._watched_topics: set[str] = set()
         self._watched_states: set[tuple[str, int]] = set()
         self._live_changed = asyncio.Event()
@@ -204,6 +207,8 @@ class ZkReplicaManager:
             raise PartitionError("UNKNOWN_TOPIC_OR_PARTITION", f"{topic}-{partition} is not hosted here")
         if not r.is_leader:
             raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"{topic}-{partition}: the leader is {r.leader}")
+        if r.log.offline:  # its log directory failed: KAFKA_STORAGE_ERROR until the controller moves the leader
+            raise PartitionError("KAFKA_STORAGE_ERROR", r.log.failed)
         return r.log
 
     def isr(self, topic: str, partition: int) -> tuple[int, ...]:
@@ -504,8 +509,43 @@ class ZkReplicaManager:
             self._session_lost = False
             self.zk.handler.spawn(self._reregister)
 
+    def on_log_dir_failure(self, root: Any, tps: list[tuple[str, int]], offline: bool, reason: str) -> None:
+        """A log directory failed (``LogManager`` listener, on the thread that hit the error): tell the controller
+        as Kafka's broker does (``/log_dir_event_notification/log_dir_event_<seq>``), with the failed replicas in
+        the ephemeral ``/tidelog/offline_replicas/<id>`` (written first), so that it moves their leadership
+        elsewhere and takes them out of the ISR. Leaders here answer KAFKA_STORAGE_ERROR meanwhile."""
+        with self._offline_lock:
+            self._offline_replicas.update(tps)
+        for tp in tps:  # nothing more is replicated into a failed log (on the loop, where fetchers change)
+            self.post(self.fetchers.remove, tp)
+        if self.zk is None:
+            return
+        try:
+            self._write_offline_replicas()
+            self.zk.create(f"{zd.LOG_DIR_EVENT_NOTIFICATION}/{zd.LOG_DIR_EVENT_PREFIX}",
+                           zd.encode_log_dir_event(self.node_id), sequence=True, makepath=True)
+            log.warning("log directory failure notified to the controller", extra={"kv": {
+                "log_dir": str(root), "partitions": len(tps)}})
+        except Exception:
+            log.exception("notifying the controller of the log directory failure failed", extra={"kv": {
+                "log_dir": str(root)}})
+
+    def _write_offline_replicas(self) -> None:
+        from kazoo.exceptions import NodeExistsError
+
+        with self._offline_lock:
+            tps = sorted(self._offline_replicas)
+        if not tps:
+            return
+        path, data = zd.offline_replicas_path(self.node_id), zd.encode_offline_replicas(tps)
+        try:
+            self.zk.create(path, data, ephemeral=True, makepath=True)
+        except NodeExistsError:
+            self.zk.set(path, data)
+
     def _reregister(self) -> None:
         try:
+            self._write_offline_replicas()  # a new session: the ephemeral list went with the old one
             self._register()
         except Exception:
             log.exception("re-registration in ZooKeeper failed")
@@ -723,7 +763,9 @@ class ZkReplicaManager:
         if was_leader:
             self.broker.purgatory.check_and_complete(r.tp)  # waiting acks=-1 produces fail NOT_LEADER_OR_FOLLOWER
             self._leadership_changed(r.tp, False, s.leader_epoch)
-        if s.leader != zd.NO_LEADER and self._loop is not None and not self.stopping and not self._shutting_down:
+        if r.log.failed is not None:
+            pass  # its log directory failed: nothing can be replicated into it until a restart
+        elif s.leader != zd.NO_LEADER and self._loop is not None and not self.stopping and not self._shutting_down:
             r.leader, r.leader_epoch = s.leader, s.leader_epoch  # the fetcher checks answers against the term
             self.fetchers.add(r, s.leader, s.leader_epoch)
         log.info("became follower", extra={"kv": {"topic": r.tp[0], "partition": r.tp[1], "leader": s.leader,

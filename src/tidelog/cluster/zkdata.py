@@ -24,6 +24,13 @@ znode                                        value
 ``/admin/controlled_shutdown/<id>``          tidelog only (ephemeral): broker ``<id>`` asks the controller
 (ephemeral)                                  to move its leaderships and drop it from every ISR; the value
                                              is ``{"version":1,"broker":<id>,"attempt":N}``
+``/log_dir_event_notification/``            ``{"version":1,"broker":<id>,"event":1}`` (Kafka's
+``log_dir_event_<seq>`` (persistent          ``LogDirEventNotificationSequenceZNode``): a log directory of
+sequential)                                  broker ``<id>`` failed; the controller handles and deletes it
+``/tidelog/offline_replicas/<id>``           tidelog only (ephemeral): ``{"version":1,"partitions":[{"topic":
+(ephemeral)                                  "t","partition":0}]}``, the replicas of ``<id>`` in its failed
+                                             log directories (Kafka's controller asks the broker with a
+                                             LeaderAndIsr instead); gone with the broker's session
 ``/admin/reassign_partitions``               ``{"version":1,"partitions":[{"topic":"t","partition":0,
                                              "replicas":[1,2]}]}`` (``ReassignPartitionsZNode``); the
                                              controller drops each partition from it when its reassignment
@@ -52,8 +59,12 @@ PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 DELETE_TOPICS = "/admin/delete_topics"
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+LOG_DIR_FAILURE_EVENT = 1  # Kafka's LogDirEventNotificationHandler.LogDirFailureEvent
+OFFLINE_REPLICAS = "/tidelog/offline_replicas"
 PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, CONFIG_CHANGES, DELETE_TOPICS,
-                    "/isr_change_notification", CONTROLLED_SHUTDOWN)
+                    "/isr_change_notification", CONTROLLED_SHUTDOWN, LOG_DIR_EVENT_NOTIFICATION, OFFLINE_REPLICAS)
 
 NO_LEADER = -1
 
@@ -176,6 +187,33 @@ def decode_cluster_id(data: bytes) -> str:
 
 
 # -- controller ----------------------------------------------------------------------------------------------------
+
+
+def encode_log_dir_event(broker_id: int) -> bytes:
+    return _dumps({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
+
+
+def decode_log_dir_event(data: bytes | None) -> int:
+    """The broker id of a log dir event notification (-1 when unreadable)."""
+    try:
+        return int(json.loads(data or b"{}").get("broker", -1))
+    except (ValueError, TypeError, AttributeError):
+        return -1
+
+
+def offline_replicas_path(broker_id: int) -> str:
+    return f"{OFFLINE_REPLICAS}/{broker_id}"
+
+
+def encode_offline_replicas(tps: list[tuple[str, int]]) -> bytes:
+    return _dumps({"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in sorted(tps)]})
+
+
+def decode_offline_replicas(data: bytes | None) -> set[tuple[str, int]]:
+    try:
+        return {(str(e["topic"]), int(e["partition"])) for e in json.loads(data or b"{}").get("partitions", [])}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return set()
 
 
 def encode_controller(broker_id: int) -> bytes:

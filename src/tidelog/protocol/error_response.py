@@ -23,6 +23,7 @@ from typing import Any
 from tidelog.protocol.schema import FieldSpec, spec_index
 
 UNKNOWN_SERVER_ERROR = -1
+_ALTER_REPLICA_LOG_DIRS = 34
 
 # response array key -> request array keys it may answer, in order of preference
 _ARRAY_SOURCES: dict[str, tuple[str, ...]] = {
@@ -68,6 +69,12 @@ _INT_IDENTITY = ("partition_index", "partition", "index")
 def error_response(api_key: int, version: int, request: dict[str, Any], code: int = UNKNOWN_SERVER_ERROR,
                    message: str | None = None) -> dict[str, Any]:
     """The response body answering ``request`` with ``code`` everywhere a response can carry an error."""
+    if api_key == _ALTER_REPLICA_LOG_DIRS:
+        # the request names partitions per directory, the response per topic (Kafka's getErrorResponse)
+        return {"throttle_time_ms": 0, "results": [
+            {"topic_name": t.get("name"), "partitions": [{"partition_index": p, "error_code": code}
+                                                         for p in t.get("partitions") or []]}
+            for d in request.get("dirs") or [] for t in d.get("topics") or []]}
     specs = spec_index()
     return _struct(specs[(api_key, "response")].fields, specs[(api_key, "request")].fields, request, version,
                    code, message, top=True)

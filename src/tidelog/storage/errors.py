@@ -7,6 +7,11 @@ class StorageError(Exception):
     kafka_error = "KAFKA_STORAGE_ERROR"
 
 
+class KafkaStorageError(StorageError):
+    """The partition's log directory failed (Kafka's KafkaStorageException): an I/O error (EIO, ENOSPC, EROFS, a
+    failed fsync) took the directory offline, or read-only when it was the last one (see ``LogManager``)."""
+
+
 class OffsetOutOfRangeError(StorageError):
     kafka_error = "OFFSET_OUT_OF_RANGE"
 

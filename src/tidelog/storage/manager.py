@@ -18,6 +18,17 @@ Startup per directory (Kafka's ``LogManager.loadLogs``): take the lock, check or
 note and delete ``.kafka_cleanshutdown`` (so a crash before the next clean shutdown triggers recovery),
 read the checkpoints, finish pending deletions, then open every partition directory in a thread pool.
 
+Log directory failure (Kafka's ``LogDirFailureChannel``): an I/O error in a partition log (EIO, ENOSPC, EROFS, a
+failed fsync, including the background fsync after a roll) or in a directory's checkpoint write fails the whole
+directory (:meth:`LogManager.fail_dir`): every log in it refuses writes with KAFKA_STORAGE_ERROR and, while
+another directory is online, reads too (the directory is offline); the last online directory stays readable
+(**difference:** Kafka halts the broker when its last directory goes offline; here the data on disk stays
+readable and the broker says why it refuses writes). New partitions go to online directories only; the failed
+directory gets no more checkpoints and no clean-shutdown marker, so the next start recovers it from its last
+recovery point (Kafka: the directory comes back at restart, once the disk is fixed). Listeners
+(``add_dir_failure_listener``) learn of each failure once: the broker answers DescribeLogDirs with it and, in
+ZooKeeper mode, tells the controller (``/log_dir_event_notification``).
+
 Per-topic configuration: ``startup(topic_configs)`` takes either a mapping ``topic -> LogConfig`` or a
 callable ``topic -> LogConfig | None``; topics without an entry use ``default_config``. (The broker keeps
 topic overrides in its own metadata and can hand over a lookup function rather than a snapshot.)
@@ -65,7 +76,7 @@ from tidelog.storage.checkpoints import (
 from tidelog.storage.cleaner import CleanerConfig, LogCleaner
 from tidelog.storage.config import LogConfig
 from tidelog.storage.epoch import LeaderEpochCache
-from tidelog.storage.errors import CorruptCheckpointError, StorageError
+from tidelog.storage.errors import CorruptCheckpointError, KafkaStorageError, StorageError
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.producer_state import ProducerStateManager
 from tidelog.storage.retention import apply_retention
@@ -102,6 +113,16 @@ class InconsistentBrokerIdError(StorageError):
 
 class InconsistentClusterIdError(StorageError):
     """meta.properties files (or the configured cluster id) disagree about the cluster id."""
+
+
+class LogDirNotFoundError(StorageError):
+    """AlterReplicaLogDirs named a directory that is not one of the broker's ``log.dirs``."""
+
+    kafka_error = "LOG_DIR_NOT_FOUND"
+
+
+class ReplicaNotAvailableError(StorageError):
+    kafka_error = "REPLICA_NOT_AVAILABLE"
 
 
 class LogExistsError(StorageError):
@@ -200,6 +221,9 @@ class LogManager:
         self._last_log_start_checkpoint_ms: int | None = None
         self._last_hw_checkpoint_ms: int | None = None
         self._started = False
+        #: failed log directories (root -> reason): see the module docstring
+        self._failed_dirs: dict[Path, str] = {}
+        self._dir_failure_listeners: list[Callable[[Path, list[TopicPartition], bool, str], None]] = []
         #: True when every log directory had a clean-shutdown marker at startup
         self.had_clean_shutdown = False
 
@@ -218,6 +242,8 @@ class LogManager:
                 self._dirs[path] = d
                 d.lock_fd = _lock_dir(path)
             self._check_meta_properties()
+            for d in self._dirs.values():
+                self._finish_moves(d)
             for d in self._dirs.values():
                 self._prepare_dir(d)
             self._load_logs()
@@ -284,8 +310,8 @@ class LogManager:
                     continue
                 tp = parse_partition_dir(child.name)
                 if tp is None:
-                    if child.name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
-                        log.warning("ignoring %s (future/stray logs are not supported)", child)
+                    if child.name.endswith(STRAY_DIR_SUFFIX):
+                        log.warning("ignoring %s (stray logs are not supported)", child)
                     continue
                 if tp in self._log_root:
                     raise StorageError(
@@ -309,6 +335,7 @@ class LogManager:
                 for fut, tp in futures.items():
                     try:
                         self._logs[tp] = fut.result()
+                        self._logs[tp].on_io_error = self._on_io_error
                     except BaseException as e:  # keep loading the others so every opened log can be closed
                         errors.append(e)
                         log.error("failed to load log %s-%s: %s", tp[0], tp[1], e)
@@ -379,6 +406,11 @@ class LogManager:
         with self._lock:
             return dict(self._logs)
 
+    def _healthy_logs(self) -> dict[TopicPartition, PartitionLog]:
+        """The logs of directories that have not failed (what the cleaner may compact)."""
+        with self._lock:
+            return {tp: plog for tp, plog in self._logs.items() if plog.failed is None}
+
     def topic_id_of(self, topic: str) -> bytes | None:
         """The topic id recorded in the topic's ``partition.metadata`` files, or None if unknown."""
         with self._lock:
@@ -427,10 +459,15 @@ class LogManager:
             existing = self._logs.get(tp)
             if existing is not None:
                 return existing
-            counts = {p: 0 for p in self._dirs}
+            online = [p for p in self._dirs if p not in self._failed_dirs]
+            if not online:
+                raise KafkaStorageError(
+                    f"cannot create {topic}-{partition}: every log directory failed ({self._failed_reasons()})")
+            counts = {p: 0 for p in online}
             for root in self._log_root.values():
-                counts[root] += 1
-            root = min(self._dirs, key=lambda p: (counts[p], self.log_dirs.index(p)))
+                if root in counts:
+                    counts[root] += 1
+            root = min(online, key=lambda p: (counts[p], self.log_dirs.index(p)))
             path = root / partition_dir_name(topic, partition)
             path.mkdir()
             try:
@@ -458,10 +495,174 @@ class LogManager:
                 shutil.rmtree(path, ignore_errors=True)
                 fsync_dir(root)
                 raise
+            new_log.on_io_error = self._on_io_error
             self._logs[tp] = new_log
             self._log_root[tp] = root
             self._topic_ids[topic] = topic_id
             return new_log
+
+    # ============================================================================= log dir failure
+
+    def add_dir_failure_listener(self, fn: Callable[[Path, list[TopicPartition], bool, str], None]) -> None:
+        """``fn(root, partitions, offline, reason)`` is called once per failed directory, on the thread that hit
+        the error (keep it short; hand work to another thread)."""
+        self._dir_failure_listeners.append(fn)
+
+    def failed_dirs(self) -> dict[Path, str]:
+        """The failed log directories and why (empty while all are healthy)."""
+        with self._lock:
+            return dict(self._failed_dirs)
+
+    def is_offline(self, root: Path) -> bool:
+        """Whether ``root`` failed (offline, or read-only as the last online directory)."""
+        with self._lock:
+            return Path(root) in self._failed_dirs
+
+    def metrics_rows(self) -> list[tuple[str, str, dict[str, str], float]]:
+        """Scrape-time gauges: Kafka's ``OfflineLogDirectoryCount`` and ``LogDirectoryOffline`` per directory."""
+        failed = self.failed_dirs()
+        rows: list[tuple[str, str, dict[str, str], float]] = [
+            ("tidelog_offline_log_directories", "Log directories that failed (Kafka's OfflineLogDirectoryCount)",
+             {}, float(len(failed)))]
+        rows += [("tidelog_log_directory_offline", "1 when the log directory failed (Kafka's LogDirectoryOffline)",
+                  {"log_dir": str(p)}, 1.0 if p in failed else 0.0) for p in self.log_dirs]
+        return rows
+
+    def _failed_reasons(self) -> str:
+        return "; ".join(f"{p}: {r}" for p, r in self._failed_dirs.items())
+
+    def _on_io_error(self, plog: PartitionLog, exc: OSError, what: str) -> None:
+        """A partition log's I/O error (its ``on_io_error``): its directory fails."""
+        root = self.log_dir_of(plog.topic, plog.partition) or plog.dir.parent
+        self.fail_dir(root, f"{what} of {plog.topic}-{plog.partition} failed: {exc}")
+
+    def fail_dir(self, root: Path, reason: str) -> bool:
+        """Take the log directory ``root`` offline (Kafka's ``LogDirFailureChannel.maybeAddOfflineLogDir`` and
+        ``ReplicaManager.handleLogDirFailure``); the last online directory becomes read-only instead. Returns
+        False when it had failed already."""
+        root = Path(root)
+        with self._lock:
+            if root in self._failed_dirs or root not in self._dirs:
+                return False
+            offline = any(p not in self._failed_dirs for p in self._dirs if p != root)
+            self._failed_dirs[root] = reason
+            logs = [(tp, plog) for tp, plog in self._logs.items() if self._log_root.get(tp) == root]
+        for _tp, plog in logs:
+            plog.mark_failed(reason, offline=offline)
+        if self.cleaner is not None:  # an ongoing cleaning stops; it picks healthy logs only from now on
+            for tp, _plog in logs:
+                self.cleaner.abort(tp)
+        if offline:
+            log.error("Log directory %s is offline: %s. Its %d partitions answer KAFKA_STORAGE_ERROR; the other "
+                      "directories keep serving. Fix the disk and restart the broker to bring it back.",
+                      root, reason, len(logs))
+        else:
+            log.error("Log directory %s failed: %s. It is the broker's last online log directory: writes are "
+                      "refused with KAFKA_STORAGE_ERROR, what is on disk stays readable. Fix the disk and restart "
+                      "the broker (Kafka would halt it).", root, reason)
+        tps = sorted(tp for tp, _ in logs)
+        for fn in list(self._dir_failure_listeners):
+            try:
+                fn(root, tps, offline, reason)
+            except Exception:
+                log.exception("a log dir failure listener failed")
+        return True
+
+    # ============================================================================ AlterReplicaLogDirs
+
+    def move_log(self, topic: str, partition: int, dest: Path) -> bool:
+        """Move the log of ``topic-partition`` into the log directory ``dest`` (AlterReplicaLogDirs). Returns
+        False when it is there already.
+
+        **Difference from Kafka** (which copies into ``<tp>.<id>-future`` with a second replica fetcher while the
+        partition keeps taking writes, then swaps): the partition is paused (its lock held: appends and reads of
+        it wait) while its files are flushed, copied into ``<dest>/<tp>.<uuid>-future`` and fsynced; then the old
+        directory is renamed ``-delete`` and the future one ``<tp>`` (each rename fsynced), and the same
+        :class:`PartitionLog` object reopens its segments from the new place, so every reference the broker holds
+        stays valid. A crash before the first rename leaves a ``-future`` beside the live log: the next start
+        removes it; after it, the ``-future`` is the only copy: the next start renames it into place."""
+        self._check_started()
+        tp = (topic, partition)
+        dest = Path(dest).absolute()
+        with self._lock:
+            if dest not in self._dirs:
+                raise LogDirNotFoundError(f"{dest} is not one of this broker's log directories")
+            if dest in self._failed_dirs:
+                raise KafkaStorageError(f"log directory {dest} is offline: {self._failed_dirs[dest]}")
+            plog = self._logs.get(tp)
+            root = self._log_root.get(tp)
+            if plog is None or root is None:
+                raise ReplicaNotAvailableError(f"{topic}-{partition} has no replica on this broker")
+            if root == dest:
+                return False
+        plog.wait_for_background_flushes()
+        plog.flush()
+        name = partition_dir_name(topic, partition)
+        future = dest / f"{name}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
+        with plog._lock:
+            if plog.failed is not None:
+                raise KafkaStorageError(plog.failed)
+            plog.flush()
+            try:
+                shutil.copytree(plog.dir, future)
+                for entry in os.scandir(future):
+                    fd = os.open(entry.path, os.O_RDONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                fsync_dir(future)
+                fsync_dir(dest)
+            except OSError as exc:
+                shutil.rmtree(future, ignore_errors=True)
+                self.fail_dir(dest, f"copying {name} into {dest} failed: {exc}")
+                raise KafkaStorageError(f"moving {name} to {dest} failed: {exc}") from exc
+            old_dir = plog.dir
+            trash = root / f"{name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+            os.rename(old_dir, trash)
+            fsync_dir(root)
+            final = dest / name
+            os.rename(future, final)
+            fsync_dir(dest)
+            recovery_point, log_start, hw = plog.recovery_point, plog.log_start_offset, plog.high_watermark
+            for seg in plog._segments:
+                seg.close_handlers()  # open reads keep their file handles (reference-counted)
+            moved = PartitionLog.open(
+                final, plog.config, recovery_point=recovery_point, log_start_offset=log_start,
+                high_watermark=hw, clean_shutdown=False,
+                epoch_cache=LeaderEpochCache(final / LEADER_EPOCH_CHECKPOINT),
+                producer_state=ProducerStateManager(final), progress=None,
+            )
+            keep = {"_lock", "on_io_error", "_pending"}
+            for key, value in vars(moved).items():
+                if key not in keep:
+                    setattr(plog, key, value)
+            with self._lock:
+                self._log_root[tp] = dest
+            assert self._deleter is not None
+            self._deleter.submit(shutil.rmtree, trash, True)
+        for r in (root, dest):
+            self._checkpoint_dir_offsets(r)
+        log.info("moved %s from %s to %s", name, root, dest)
+        return True
+
+    def _finish_moves(self, d: _LogDir) -> None:
+        """At start, before pending deletions finish: a ``<tp>.<id>-future`` whose live log exists in some log
+        directory is an unfinished copy (removed); one without is the only copy of a finished move (renamed into
+        place)."""
+        for child in sorted(d.path.iterdir()):
+            if not (child.is_dir() and child.name.endswith(FUTURE_DIR_SUFFIX)):
+                continue
+            name = child.name[: -len(FUTURE_DIR_SUFFIX)].rsplit(".", 1)[0]
+            if parse_partition_dir(name) is None:
+                continue
+            if any((p / name).is_dir() for p in self.log_dirs):
+                log.info("removing the unfinished move %s", child)
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                log.info("finishing the move of %s into %s", name, d.path)
+                os.rename(child, d.path / name)
+                fsync_dir(d.path)
 
     def delete_log(self, topic: str, partition: int) -> bool:
         """Close the log, rename its directory to ``<topic>-<partition>.<uuid hex>-delete`` and remove it
@@ -531,14 +732,23 @@ class LogManager:
         self, name: str, value: Callable[[Any], int], roots: Iterable[Path] | None = None
     ) -> None:
         with self._lock:
-            by_root: dict[Path, dict[TopicPartition, int]] = {p: {} for p in (roots or self._dirs)}
+            by_root: dict[Path, dict[TopicPartition, int]] = {
+                p: {} for p in (roots or self._dirs) if p not in self._failed_dirs}
             for tp, plog in self._logs.items():
                 root = self._log_root[tp]
                 if root in by_root:
                     by_root[root][tp] = int(value(plog))
+        self._write_checkpoints(name, by_root)
+
+    def _write_checkpoints(self, name: str, by_root: dict[Path, dict[TopicPartition, int]]) -> None:
+        """Write one checkpoint file per directory; a directory whose write fails fails (Kafka's
+        ``OffsetCheckpointFile`` reports an IOException to the LogDirFailureChannel)."""
         with self._checkpoint_lock:
             for root, entries in by_root.items():
-                write_offset_checkpoint(root / name, entries)
+                try:
+                    write_offset_checkpoint(root / name, entries)
+                except OSError as exc:
+                    self.fail_dir(root, f"writing {root / name} failed: {exc}")
 
     def _checkpoint_dir_offsets(self, root: Path) -> None:
         self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda plog: plog.recovery_point, [root])
@@ -552,26 +762,26 @@ class LogManager:
         for d in self._dirs.values():
             initial.update(_read_checkpoint_or_reset(d.path / CLEANER_OFFSET_CHECKPOINT))
         self.cleaner = LogCleaner(
-            self.cleaner_config or CleanerConfig(), self.all_logs, initial, self._write_cleaner_checkpoints
+            self.cleaner_config or CleanerConfig(), self._healthy_logs, initial, self._write_cleaner_checkpoints
         )
         self.cleaner.start()
 
     def _write_cleaner_checkpoints(self, entries: dict[TopicPartition, int]) -> None:
         """``cleaner-offset-checkpoint`` of every log dir from the cleaner's whole map."""
         with self._lock:
-            by_root: dict[Path, dict[TopicPartition, int]] = {p: {} for p in self._dirs}
+            by_root: dict[Path, dict[TopicPartition, int]] = {p: {} for p in self._dirs if p not in self._failed_dirs}
             for tp, offset in entries.items():
                 root = self._log_root.get(tp)
                 if root in by_root:
                     by_root[root][tp] = offset
-        with self._checkpoint_lock:
-            for root, mine in by_root.items():
-                write_offset_checkpoint(root / CLEANER_OFFSET_CHECKPOINT, mine)
+        self._write_checkpoints(CLEANER_OFFSET_CHECKPOINT, by_root)
 
     def run_retention(self, now_ms: int) -> int:
         """One retention pass over every log (``tidelog.storage.retention``); returns segments removed."""
         removed = 0
         for tp, plog in self.all_logs().items():
+            if plog.failed is not None:
+                continue
             try:
                 removed += apply_retention(plog, now_ms).deleted_segments
             except Exception:  # one bad log must not stop the others
@@ -584,6 +794,8 @@ class LogManager:
         """Remove ``.deleted`` segment files whose ``file.delete.delay.ms`` has passed, in every log."""
         n = 0
         for tp, plog in self.all_logs().items():
+            if plog.failed is not None:
+                continue
             try:
                 n += plog.delete_expired_files(now_ms)
             except Exception:
@@ -654,7 +866,12 @@ class LogManager:
         failed_roots: set[Path] = set()
         final: dict[TopicPartition, tuple[int, int, int]] = {}
 
+        failed_dirs = self.failed_dirs()
+
         def close_one(tp: TopicPartition, plog: PartitionLog) -> None:
+            if roots[tp] in failed_dirs or plog.failed is not None:
+                plog.close_handlers()  # nothing more is written to a failed directory: the next start recovers it
+                return
             plog.flush()
             final[tp] = (int(plog.recovery_point), int(plog.log_start_offset), int(plog.high_watermark))
             plog.close()
@@ -672,12 +889,17 @@ class LogManager:
             self._deleter.shutdown(wait=True)
             self._deleter = None
         for root in self._dirs:
+            if root in failed_dirs or root in self._failed_dirs:
+                log.warning("log directory %s failed (%s): no checkpoints and no clean-shutdown marker written; "
+                            "the next start recovers it", root, self._failed_dirs.get(root))
+                continue
             mine = {tp: v for tp, v in final.items() if roots[tp] == root}
             with self._checkpoint_lock:
                 self._write_shutdown_files(root, mine, root not in failed_roots)
         with self._lock:
             self._logs.clear()
             self._log_root.clear()
+            self._failed_dirs.clear()
         self._release_locks()
         self._started = False
 

@@ -8,7 +8,13 @@ Kafka behaviours reproduced (sources: Kafka ``KafkaApis.handleDescribeLogDirsReq
   the partitions it holds: ``partition_size`` is the log's size in bytes, ``offset_lag`` 0 and
   ``is_future_key`` false (tidelog has no future logs). ``topics`` null means every partition; partitions named
   but not hosted here are left out (not errors). v3+ carry a top-level error code, v4+ the directory's total
-  and usable bytes (``statvfs``); a directory that cannot be read is answered KAFKA_STORAGE_ERROR.
+  and usable bytes (``statvfs``); a directory that failed (``LogManager.fail_dir``: offline, or read-only as the
+  broker's last) or that cannot be read is answered KAFKA_STORAGE_ERROR with no topics (Kafka's offline dir).
+* AlterReplicaLogDirs (``kafka-reassign-partitions.sh`` with ``log_dirs``): each named partition hosted here is
+  moved into the named directory (``LogManager.move_log``: paused, copied, fsynced, swapped; done before the
+  answer, where Kafka answers at once and copies in the background); LOG_DIR_NOT_FOUND for a directory that is
+  not one of ``log.dirs``, KAFKA_STORAGE_ERROR for a failed one, REPLICA_NOT_AVAILABLE for a partition not hosted
+  here (Kafka also accepts a future directory for a replica not created yet; tidelog does not).
 * DescribeProducers: per partition, the producers of the leader's producer state (id, epoch, last sequence,
   last timestamp, coordinator epoch, current transaction's first offset, -1 where none);
   UNKNOWN_TOPIC_OR_PARTITION for an unknown partition, NOT_LEADER_OR_FOLLOWER on a follower.
@@ -16,12 +22,13 @@ Kafka behaviours reproduced (sources: Kafka ``KafkaApis.handleDescribeLogDirsReq
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tidelog.broker.errors import PartitionError
+from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.protocol.api_keys import ApiKey
@@ -41,7 +48,8 @@ async def describe_log_dirs(ctx: RequestContext, request: dict) -> dict:
         return {"throttle_time_ms": 0, "error_code": error_code("CLUSTER_AUTHORIZATION_FAILED"), "results": []}
     wanted = _wanted(request.get("topics"))
     logs = broker.logs
-    by_dir: dict[Path, dict[str, list[dict]]] = {Path(d): {} for d in broker.config.log_dirs}
+    by_dir: dict[Path, dict[str, list[dict]]] = {Path(d).absolute(): {} for d in broker.config.log_dirs}
+    failed = logs.failed_dirs()
     for (topic, partition), plog in sorted(logs.all_logs().items()):
         if wanted is not None and (topic, partition) not in wanted:
             continue
@@ -58,6 +66,8 @@ async def describe_log_dirs(ctx: RequestContext, request: dict) -> dict:
                                   "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
                                   "total_bytes": -1, "usable_bytes": -1}
         try:
+            if root in failed:
+                raise OSError(f"log directory {root} failed: {failed[root]}")
             st = os.statvfs(root)
         except OSError:
             result.update(error_code=error_code("KAFKA_STORAGE_ERROR"), topics=[])
@@ -106,3 +116,24 @@ async def describe_producers(ctx: RequestContext, request: dict) -> dict:
             parts.append(res)
         topics_out.append({"name": name, "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics_out}
+
+
+@handles(ApiKey.ALTER_REPLICA_LOG_DIRS)
+async def alter_replica_log_dirs(ctx: RequestContext, request: dict) -> dict:
+    logs = ctx.broker.logs
+    by_topic: dict[str, list[dict]] = {}
+    for d in request.get("dirs") or []:
+        dest = Path(d.get("path") or "")
+        for t in d.get("topics") or []:
+            name = t.get("name")
+            for index in t.get("partitions") or []:
+                try:
+                    if not dest.is_absolute():
+                        raise PartitionError("LOG_DIR_NOT_FOUND", f"{dest} is not an absolute path")
+                    await asyncio.to_thread(logs.move_log, name, int(index), dest)
+                    code = 0
+                except Exception as exc:
+                    code = error_of(exc)[0]
+                by_topic.setdefault(name, []).append({"partition_index": index, "error_code": code})
+    return {"throttle_time_ms": 0,
+            "results": [{"topic_name": t, "partitions": ps} for t, ps in by_topic.items()]}

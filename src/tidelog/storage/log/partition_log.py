@@ -13,10 +13,19 @@ Nothing on the append or read path calls fsync: that happens in :meth:`flush`, :
 ``flush.messages``.
 
 Thread safety: one re-entrant lock guards the segment list and the offsets; fsync runs outside it.
+
+I/O errors (Kafka's ``LocalLog.maybeHandleIOException``): an ``OSError`` from a write, flush, roll, truncation or
+read is handed to ``on_io_error`` (the LogManager's log-dir failure channel, which takes the whole directory
+offline, or read-only when it is the broker's last) and raised as :class:`KafkaStorageError`. From then on the log
+refuses every write (``failed``) and, when its directory is offline (``offline``), every read, with
+KAFKA_STORAGE_ERROR. A failed write changes nothing: the segment cuts its file back and the log end offset, indexes
+and producer state only move after the write succeeded, so nothing that did not reach the file is acknowledged.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import shutil
 import threading
 import time
@@ -38,7 +47,7 @@ from tidelog.records.header import (
 )
 from tidelog.storage.checkpoints import fsync_dir
 from tidelog.storage.config import LogConfig
-from tidelog.storage.errors import OffsetOutOfRangeError, StorageError
+from tidelog.storage.errors import KafkaStorageError, OffsetOutOfRangeError, StorageError
 from tidelog.storage.format import DELETED_SUFFIX, SWAP_SUFFIX
 from tidelog.storage.log.loader import (
     EpochCache,
@@ -60,6 +69,31 @@ from tidelog.storage.segment_state import c_append_leader_fast as _c_append_lead
 from tidelog.storage.txn_index import AbortedTxn
 
 DIR_SUFFIXES = ("-delete", "-future", "-stray")
+
+log = logging.getLogger("tidelog.storage.log")
+
+
+def _io(kind: str) -> Callable[[Callable[..., object]], Callable[..., object]]:
+    """Wrap a method of :class:`PartitionLog` that does I/O (Kafka's ``maybeHandleIOException``): refused with
+    KAFKA_STORAGE_ERROR once the log's directory failed (``"write"``: always; ``"read"``: when it is offline),
+    and an ``OSError`` inside is reported to the log-dir failure channel and raised as KafkaStorageError."""
+
+    def deco(fn: Callable[..., object]) -> Callable[..., object]:
+        what = fn.__name__
+
+        @functools.wraps(fn)
+        def wrapper(self: PartitionLog, *args: object, **kwargs: object) -> object:
+            if self.failed is not None and (kind == "write" or self.offline):
+                raise KafkaStorageError(self.failed)
+            try:
+                return fn(self, *args, **kwargs)
+            except OSError as exc:
+                raise self.io_error(exc, what) from exc
+
+        return wrapper
+
+    return deco
+
 
 
 class UnexpectedAppendOffsetError(StorageError):
@@ -156,6 +190,35 @@ class PartitionLog:
         # True once a scan found no .txnindex entry in any segment, until an abort is recorded or segments are
         # swapped in: read_committed fetches of a log without aborted transactions then skip the collection
         self._no_aborted_txns = False
+        #: set when the log's directory failed: why writes are refused (KAFKA_STORAGE_ERROR); None while healthy
+        self.failed: str | None = None
+        #: True when reads are refused too (the directory is offline; a broker's last directory stays readable)
+        self.offline = False
+        #: the log-dir failure channel (LogManager): called with (log, OSError, what) on an I/O error
+        self.on_io_error: Callable[[PartitionLog, OSError, str], None] | None = None
+
+    # ================================================================== I/O errors
+    def io_error(self, exc: OSError, what: str) -> KafkaStorageError:
+        """Report an I/O error of this log to its failure channel (which marks every log of the directory failed
+        through :meth:`mark_failed`) and return the KafkaStorageError to raise."""
+        channel = self.on_io_error
+        if channel is not None:
+            try:
+                channel(self, exc, what)
+            except Exception:  # the report must not hide the error itself
+                log.exception("reporting the I/O error of %s failed", self.dir)
+        if self.failed is None:
+            log.error("I/O error in %s during %s: %s; the log refuses writes", self.dir, what, exc)
+            self.mark_failed(f"{what} failed in {self.dir}: {exc}", offline=False)
+        return KafkaStorageError(self.failed or str(exc))
+
+    def mark_failed(self, reason: str, *, offline: bool) -> None:
+        """Refuse every write from now on (and every read when ``offline``) with KAFKA_STORAGE_ERROR: the log's
+        directory failed. Only a restart (recovery of the directory) makes the log writable again."""
+        if self.failed is None:
+            self.failed = f"KAFKA_STORAGE_ERROR: {reason}"
+        self.offline = self.offline or offline
+        self._no_fast_append = True  # the C fast path does not look at ``failed``: the checked path takes appends
 
     # ================================================================== loading
     @classmethod
@@ -273,6 +336,7 @@ class PartitionLog:
                         self._no_aborted_txns = True
         return out
 
+    @_io("write")
     def append_txn_marker(
         self,
         producer_id: int,
@@ -357,16 +421,21 @@ class PartitionLog:
         answer is an error or a duplicate, for the same precedence.  Compared with a CRC on a second thread overlapping the write, this costs no
         thread hand-off and no extra CPU time.
         """
-        if _c_append_leader_fast is not None and assign_offsets and not self._no_fast_append:
-            # the common case in one C call on the active segment's state (an uncompressed CreateTime batch
-            # without producer id or an idempotent one, no roll); None: nothing changed, the steps below take the batch
-            info = self._append_fast(batch, leader_epoch, _now_ms() if now_ms is None else now_ms)
-            if info is not None:
-                return info
-        prepared = self.validate_leader_batch(batch, now_ms=now_ms, reject_control_batches=reject_control_batches,
-                                              coordinator_origin=coordinator_origin)
-        return self.append_validated(prepared, leader_epoch=leader_epoch, assign_offsets=assign_offsets,
-                                     verification_guard=verification_guard)
+        try:
+            if _c_append_leader_fast is not None and assign_offsets and not self._no_fast_append:
+                # the common case in one C call on the active segment's state (an uncompressed CreateTime batch
+                # without producer id or an idempotent one, no roll); None: nothing changed, the steps below take
+                # the batch
+                info = self._append_fast(batch, leader_epoch, _now_ms() if now_ms is None else now_ms)
+                if info is not None:
+                    return info
+            prepared = self.validate_leader_batch(
+                batch, now_ms=now_ms, reject_control_batches=reject_control_batches,
+                coordinator_origin=coordinator_origin)
+            return self.append_validated(prepared, leader_epoch=leader_epoch, assign_offsets=assign_offsets,
+                                         verification_guard=verification_guard)
+        except OSError as exc:  # the directory failed (no cost on the path where nothing is raised)
+            raise self.io_error(exc, "append") from exc
 
     def append_validated(
         self, validated: ValidatedBatch, *, leader_epoch: int = 0, assign_offsets: bool = True,
@@ -380,92 +449,95 @@ class PartitionLog:
         :meth:`ProducerStateManager.start_verification` returned before the coordinator verified the batch (any
         other object when it was not verified because the transaction was open here then); unless the
         producer's transaction is still open here, it must still be live (:meth:`check_verification`)."""
-        batch, fields, copy, late, now, log_append = validated
-        (_, batch_length, _, _, _, _, last_delta, _, max_ts, pid, _, _, count) = fields
-        size = batch_length + LOG_OVERHEAD
-        config = self.config
-        with self._lock:
-            if self._closed:
-                self._ensure_open()
-            ps = self.producer_state
-            if ps is not None and pid >= 0:
-                # the producer-state check answers before the write; a batch checked late is checked here first
-                # whenever that answer is an error or a duplicate (Kafka validates records before producer state)
-                try:
-                    dup = ps.check(BatchHeader(*fields))
-                    if verification_guard is not None and dup is None:
-                        ps.check_verification(pid, verification_guard)
-                except StorageError:
-                    if late:
-                        check_late(batch, fields)
-                    raise
-                if dup is not None:
-                    if late:
-                        check_late(batch, fields)
-                    first, last, ts = dup
-                    return AppendInfo(
-                        first_offset=first,
-                        last_offset=last,
-                        max_timestamp=ts,
-                        log_append_time=ts if log_append else NO_TIMESTAMP,
-                        log_start_offset=self.log_start_offset,
-                        duplicate=True,
-                        record_count=count,
-                        size=0,
-                    )
-            if assign_offsets:
-                base = self._log_end_offset
-            else:
-                base = fields[0]
-                if base < self._log_end_offset:
-                    if late:
-                        check_late(batch, fields)
-                    raise UnexpectedAppendOffsetError(
-                        f"batch base offset {base} is below the log end offset {self._log_end_offset}"
-                    )
-            last_offset = base + last_delta
-            if copy is not None:  # the rewritten bytes (never checked late) take the caller's place
-                header = stamp_batch(copy, BatchHeader(*fields), base, leader_epoch, now if log_append else None)
-                max_ts = header.max_timestamp
-                batch = copy
-            # written with baseOffset and partitionLeaderEpoch replaced, the caller's buffer not copied; the roll
-            # check, write, late checks and segment bookkeeping in one call
-            written_at = self._segments.active.append_leader_batch(
-                batch, base, leader_epoch, last_offset, max_ts, config.segment_bytes, config.segment_ms, now, late
-            )
-            if written_at < 0:
-                if late:  # the checks failed (the write was undone), or a roll comes first: a bad batch must
-                    check_late(batch, fields)  # not roll the log; raises the exact error
-                if written_at == CHECK_FAILED:
-                    raise CorruptRecordError(f"a batch for {self.topic}-{self.partition} failed its checks")
-                self._append_after_roll(batch, base, leader_epoch, last_offset, max_ts, now)
-            self._log_end_offset = last_offset + 1
-            if ps is not None:
-                if pid >= 0:
-                    stamped = BatchHeader(base, batch_length, leader_epoch, *fields[3:])
-                    if stamped.is_control:
-                        marker = _marker if _marker is not None else end_txn_marker_of(batch)
-                        abort, coordinator_epoch = marker if marker is not None else (None, None)
-                        completed = ps.update(stamped, base, last_offset, max_ts, coordinator_epoch, abort)
-                        if completed is not None:
-                            complete_transaction(ps, completed, self._segments.active)
-                            self._no_aborted_txns = False
-                    else:
-                        ps.update(stamped, base, last_offset, max_ts)
-                elif last_offset >= ps.map_end_offset:  # no producer: only the mapped range's end moves
-                    ps.map_end_offset = last_offset + 1  # (ProducerStateManager.advance_map_end, inlined)
-            cache = self.epoch_cache
-            # a new epoch starts here; a plain read of the cache's newest epoch (it only changes under this
-            # log's lock) instead of the locked latest_epoch() call on every append
-            if cache is not None and leader_epoch >= 0 and (not cache._epochs or leader_epoch > cache._epochs[-1]):
-                cache.assign(leader_epoch, base)
-            info = AppendInfo(
-                base, last_offset, max_ts, now if log_append else NO_TIMESTAMP, self.log_start_offset, False, count, size
-            )
-            flush_needed = self._log_end_offset - self.recovery_point >= config.flush_messages
-        if flush_needed:
-            self.flush()
-        return info
+        try:
+            batch, fields, copy, late, now, log_append = validated
+            (_, batch_length, _, _, _, _, last_delta, _, max_ts, pid, _, _, count) = fields
+            size = batch_length + LOG_OVERHEAD
+            config = self.config
+            with self._lock:
+                if self._closed or self.failed is not None:
+                    self._ensure_writable()
+                ps = self.producer_state
+                if ps is not None and pid >= 0:
+                    # the producer-state check answers before the write; a batch checked late is checked here first
+                    # whenever that answer is an error or a duplicate (Kafka validates records before producer state)
+                    try:
+                        dup = ps.check(BatchHeader(*fields))
+                        if verification_guard is not None and dup is None:
+                            ps.check_verification(pid, verification_guard)
+                    except StorageError:
+                        if late:
+                            check_late(batch, fields)
+                        raise
+                    if dup is not None:
+                        if late:
+                            check_late(batch, fields)
+                        first, last, ts = dup
+                        return AppendInfo(
+                            first_offset=first,
+                            last_offset=last,
+                            max_timestamp=ts,
+                            log_append_time=ts if log_append else NO_TIMESTAMP,
+                            log_start_offset=self.log_start_offset,
+                            duplicate=True,
+                            record_count=count,
+                            size=0,
+                        )
+                if assign_offsets:
+                    base = self._log_end_offset
+                else:
+                    base = fields[0]
+                    if base < self._log_end_offset:
+                        if late:
+                            check_late(batch, fields)
+                        raise UnexpectedAppendOffsetError(
+                            f"batch base offset {base} is below the log end offset {self._log_end_offset}"
+                        )
+                last_offset = base + last_delta
+                if copy is not None:  # the rewritten bytes (never checked late) take the caller's place
+                    header = stamp_batch(copy, BatchHeader(*fields), base, leader_epoch, now if log_append else None)
+                    max_ts = header.max_timestamp
+                    batch = copy
+                # written with baseOffset and partitionLeaderEpoch replaced, the caller's buffer not copied; the roll
+                # check, write, late checks and segment bookkeeping in one call
+                written_at = self._segments.active.append_leader_batch(
+                    batch, base, leader_epoch, last_offset, max_ts, config.segment_bytes, config.segment_ms, now, late
+                )
+                if written_at < 0:
+                    if late:  # the checks failed (the write was undone), or a roll comes first: a bad batch must
+                        check_late(batch, fields)  # not roll the log; raises the exact error
+                    if written_at == CHECK_FAILED:
+                        raise CorruptRecordError(f"a batch for {self.topic}-{self.partition} failed its checks")
+                    self._append_after_roll(batch, base, leader_epoch, last_offset, max_ts, now)
+                self._log_end_offset = last_offset + 1
+                if ps is not None:
+                    if pid >= 0:
+                        stamped = BatchHeader(base, batch_length, leader_epoch, *fields[3:])
+                        if stamped.is_control:
+                            marker = _marker if _marker is not None else end_txn_marker_of(batch)
+                            abort, coordinator_epoch = marker if marker is not None else (None, None)
+                            completed = ps.update(stamped, base, last_offset, max_ts, coordinator_epoch, abort)
+                            if completed is not None:
+                                complete_transaction(ps, completed, self._segments.active)
+                                self._no_aborted_txns = False
+                        else:
+                            ps.update(stamped, base, last_offset, max_ts)
+                    elif last_offset >= ps.map_end_offset:  # no producer: only the mapped range's end moves
+                        ps.map_end_offset = last_offset + 1  # (ProducerStateManager.advance_map_end, inlined)
+                cache = self.epoch_cache
+                # a new epoch starts here; a plain read of the cache's newest epoch (it only changes under this
+                # log's lock) instead of the locked latest_epoch() call on every append
+                if cache is not None and leader_epoch >= 0 and (not cache._epochs or leader_epoch > cache._epochs[-1]):
+                    cache.assign(leader_epoch, base)
+                info = AppendInfo(
+                    base, last_offset, max_ts, now if log_append else NO_TIMESTAMP, self.log_start_offset, False, count, size
+                )
+                flush_needed = self._log_end_offset - self.recovery_point >= config.flush_messages
+            if flush_needed:
+                self.flush()
+            return info
+        except OSError as exc:  # the directory failed (a try costs nothing when nothing is raised)
+            raise self.io_error(exc, "append") from exc
 
     def _append_fast(
         self, batch: bytes | bytearray | memoryview, leader_epoch: int, now: int
@@ -550,6 +622,7 @@ class PartitionLog:
         # the limits it checks (segment_state.c_append_leader_fast's ``limits``)
         self._fast_limits = validator.fast_limits
 
+    @_io("write")
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> list[AppendInfo]:
         """Append replicated batches (offsets assigned by the leader); each must start at or after the LEO."""
         view = memoryview(batches)
@@ -628,6 +701,7 @@ class PartitionLog:
         ):
             self.roll(header.base_offset, now_ms=now)
 
+    @_io("write")
     def roll(self, new_base_offset: int | None = None, *, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at ``new_base_offset`` (default: the LEO)."""
         with self._lock:
@@ -644,8 +718,17 @@ class PartitionLog:
             if self.producer_state is not None:
                 self.producer_state.take_snapshot(base)
             self._pending = [f for f in self._pending if not f.done()]
-            self._pending.append(_background().submit(self.flush, base))
+            self._pending.append(_background().submit(self._flush_after_roll, base))
             return seg
+
+    def _flush_after_roll(self, base: int) -> None:
+        """The background fsync of the segments a roll made inactive. A failure is the directory's failure
+        (logged and reported by :meth:`flush`), never dropped silently; it is not raised again to whoever waits
+        for the flushes (shutdown), as it has been handled."""
+        try:
+            self.flush(base)
+        except KafkaStorageError as exc:
+            log.error("fsync after the roll of %s to %d failed: %s", self.dir, base, exc)
 
     def wait_for_background_flushes(self, timeout: float | None = None) -> None:
         """Block until the flushes scheduled by rolls have finished (for shutdown and tests)."""
@@ -664,45 +747,50 @@ class PartitionLog:
         min_one_batch: bool = True,
     ) -> ReadInfo:
         """Whole batches from the one holding ``offset`` (see module docstring); never decodes records."""
-        with self._lock:
-            self._ensure_open()
-            lso, leo = self.log_start_offset, self._log_end_offset
-            if offset < lso or offset > leo:
-                raise OffsetOutOfRangeError(
-                    f"offset {offset} is out of range for {self.topic}-{self.partition}: "
-                    f"log start offset {lso}, log end offset {leo}"
-                )
-            segments = self._segments.from_offset(offset)
-            hw = self._high_watermark
-        info = ReadInfo([], 0, -1, lso, leo, hw)
-        if offset == leo or (max_offset is not None and max_offset <= offset):
+        if self.offline:
+            raise KafkaStorageError(self.failed or "offline")
+        try:
+            with self._lock:
+                self._ensure_open()
+                lso, leo = self.log_start_offset, self._log_end_offset
+                if offset < lso or offset > leo:
+                    raise OffsetOutOfRangeError(
+                        f"offset {offset} is out of range for {self.topic}-{self.partition}: "
+                        f"log start offset {lso}, log end offset {leo}"
+                    )
+                segments = self._segments.from_offset(offset)
+                hw = self._high_watermark
+            info = ReadInfo([], 0, -1, lso, leo, hw)
+            if offset == leo or (max_offset is not None and max_offset <= offset):
+                return info
+            budget = max_bytes
+            for seg in segments:
+                try:
+                    region = seg.read(
+                        offset,
+                        budget,
+                        min_one_batch=min_one_batch and not info.regions,
+                        max_offset=max_offset,
+                    )
+                except ValueError:  # segment closed by a concurrent truncation or deletion
+                    break
+                if region is None:
+                    continue  # nothing at or after offset in this segment (e.g. a compaction gap)
+                if region.length == 0:
+                    break
+                if not info.regions:
+                    info.first_batch_offset = region.first_offset
+                info.regions.append(region)
+                info.size += region.length
+                budget -= region.length
+                if budget <= 0:
+                    break
+                # the next segment starts where this one ended only if this segment was read to its end
+                if region.position + region.length < seg.size:
+                    break
             return info
-        budget = max_bytes
-        for seg in segments:
-            try:
-                region = seg.read(
-                    offset,
-                    budget,
-                    min_one_batch=min_one_batch and not info.regions,
-                    max_offset=max_offset,
-                )
-            except ValueError:  # segment closed by a concurrent truncation or deletion
-                break
-            if region is None:
-                continue  # nothing at or after offset in this segment (e.g. a compaction gap)
-            if region.length == 0:
-                break
-            if not info.regions:
-                info.first_batch_offset = region.first_offset
-            info.regions.append(region)
-            info.size += region.length
-            budget -= region.length
-            if budget <= 0:
-                break
-            # the next segment starts where this one ended only if this segment was read to its end
-            if region.position + region.length < seg.size:
-                break
-        return info
+        except OSError as exc:  # the directory failed (a try costs nothing when nothing is raised)
+            raise self.io_error(exc, "read") from exc
 
     # ================================================================== timestamps
     def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
@@ -725,6 +813,7 @@ class PartitionLog:
         return offset_of_max_timestamp(segments)
 
     # ================================================================== truncation and retention hooks
+    @_io("write")
     def truncate_to(self, target_offset: int) -> bool:
         """Follower truncation: remove every offset >= ``target_offset``.  Returns whether anything changed."""
         if target_offset < 0:
@@ -751,6 +840,7 @@ class PartitionLog:
                 self.producer_state.on_high_watermark_updated(self._high_watermark)
             return True
 
+    @_io("write")
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and start an empty log at ``new_offset``."""
         with self._lock:
@@ -772,6 +862,7 @@ class PartitionLog:
             if self.producer_state is not None:
                 self.producer_state.truncate_fully_and_start_at(new_offset)
 
+    @_io("write")
     def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
         """Advance the log start offset (DeleteRecords, retention); never beyond the high watermark."""
         with self._lock:
@@ -790,6 +881,7 @@ class PartitionLog:
                 self.producer_state.on_log_start(new_log_start_offset)
             return True
 
+    @_io("write")
     def delete_segments_before(self, offset: int, *, now_ms: int | None = None) -> list[LogSegment]:
         """Remove the segments wholly below ``min(offset, high watermark)``.
 
@@ -878,6 +970,7 @@ class PartitionLog:
         return len(due)
 
     # ================================================================== flush, config, close
+    @_io("write")
     def flush(self, up_to_offset: int | None = None) -> None:
         """fsync the segments holding offsets in [recovery point, up_to_offset) and advance the recovery point."""
         with self._lock:
@@ -897,6 +990,8 @@ class PartitionLog:
     def flush_if_due(self, now_ms: int | None = None) -> bool:
         """Flush when ``flush.ms`` has passed since the last flush (the manager's flusher calls this)."""
         now = _now_ms() if now_ms is None else now_ms
+        if self.failed is not None:
+            return False  # the directory failed: nothing more is written (a restart recovers it)
         if now - self.last_flush_time >= self.config.flush_ms and self.unflushed_messages > 0:
             self.flush()
             return True
@@ -913,6 +1008,11 @@ class PartitionLog:
     def _ensure_open(self) -> None:
         if self._closed:
             raise StorageError(f"log {self.dir} is closed")
+
+    def _ensure_writable(self) -> None:
+        self._ensure_open()
+        if self.failed is not None:
+            raise KafkaStorageError(self.failed)
 
     def close(self) -> None:
         """Flush everything, write final time-index entries, trim indexes and release files."""
@@ -965,6 +1065,7 @@ class PartitionLog:
 
 __all__ = [
     "AppendInfo",
+    "KafkaStorageError",
     "PartitionLog",
     "ReadInfo",
     "UnexpectedAppendOffsetError",
