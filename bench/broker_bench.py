@@ -39,6 +39,16 @@ from tidelog_revs import parse_revs, prepare
 
 SIZES = (100, 1024)
 ACKS = ("1", "-1")
+#: every acks setting a cell may use: "idem" is acks=-1 with enable.idempotence=true (the default of modern clients)
+ACKS_CHOICES = ("1", "-1", "idem")
+
+
+def _acks(acks: str) -> str:
+    return "-1" if acks == "idem" else acks
+
+
+def _idempotence(acks: str) -> str:
+    return "true" if acks == "idem" else "false"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -147,7 +157,7 @@ class RdkafkaPerf:
             "-s",
             str(size),
             "-a",
-            acks,
+            _acks(acks),
             "-c",
             str(count),
             "-i",
@@ -157,7 +167,7 @@ class RdkafkaPerf:
             "-X",
             "batch.size=65536",
             "-X",
-            "enable.idempotence=false",
+            f"enable.idempotence={_idempotence(acks)}",
             "-X",
             "queue.buffering.max.kbytes=65536",
             "-X",
@@ -206,7 +216,7 @@ class RdkafkaPerf:
             "-s",
             str(size),
             "-a",
-            acks,
+            _acks(acks),
             "-r",
             str(rate),
             "-d",
@@ -216,7 +226,7 @@ class RdkafkaPerf:
             "-X",
             "linger.ms=0",
             "-X",
-            "enable.idempotence=false",
+            f"enable.idempotence={_idempotence(acks)}",
         ]
         if partitions == 1:
             cmd += ["-p", "0"]
@@ -400,6 +410,7 @@ class Plan:
     latency_repeats: int = 1
     sizes: tuple[int, ...] = SIZES
     kinds: tuple[str, ...] = ("throughput", "latency")
+    acks: tuple[str, ...] = ACKS
 
 
 def machine_busy_seconds() -> float:
@@ -529,7 +540,7 @@ def bench_all(names: list[str], loadgen, plan: Plan, run_dir: Path, log, keep: b
         for parts in plan.partitions
         for kind in plan.kinds
         for size in plan.sizes
-        for acks in ACKS
+        for acks in plan.acks
     ]
     raw: dict[str, dict[str, list[dict]]] = {n: {} for n in names}
     info: dict[str, dict] = {
@@ -600,7 +611,7 @@ def table(all_info: dict[str, dict], plan: Plan) -> str:
 
     for parts in plan.partitions:
         for size in plan.sizes:
-            for acks in ACKS:
+            for acks in plan.acks:
                 key = f"p{parts} {size}B acks={acks}"
                 add(f"produce msg/s  {key}", f"produce {key}", "msgs_per_s", "msg/s")
                 add(f"produce MB/s   {key}", f"produce {key}", "mb_per_s", "MB/s")
@@ -609,7 +620,7 @@ def table(all_info: dict[str, dict], plan: Plan) -> str:
             add(f"consume msg/s  p{parts} {size}B", f"consume {key}", "msgs_per_s", "msg/s")
             add(f"consume MB/s   p{parts} {size}B", f"consume {key}", "mb_per_s", "MB/s")
         for size in plan.sizes:
-            for acks in ACKS:
+            for acks in plan.acks:
                 key = f"p{parts} {size}B acks={acks}"
                 rate = f"@{plan.latency_rate:.0f}/s"
                 add(f"produce p50 ms {key} {rate}", f"latency {key}", "p50_ms", "ms", higher_better=False)
@@ -656,6 +667,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--only", choices=["throughput", "latency"], default=None, help="run only one kind of cell"
     )
+    ap.add_argument("--acks", default="1,-1",
+                    help="acks settings of the produce cells (default 1,-1); 'idem' = acks=-1 with "
+                    "enable.idempotence=true (rdkafka load generator only)")
     add_rev_argument(ap, what="Without it: HEAD alone. With several, each is a broker of its own "
                      "(tidelog@REV), the last one first, so the ratio columns are after/before")
     ap.add_argument("--keep", action="store_true", help="keep the data dirs under bench/.work/runs/")
@@ -688,6 +702,12 @@ def main(argv: list[str] | None = None) -> int:
 
     plan.sizes = tuple(int(x) for x in args.sizes.split(","))
     plan.kinds = (args.only,) if args.only else ("throughput", "latency")
+    plan.acks = tuple(a.strip() for a in args.acks.split(",") if a.strip())
+    for a in plan.acks:
+        if a not in ACKS_CHOICES:
+            ap.error(f"--acks: {a!r} is not one of {', '.join(ACKS_CHOICES)}")
+    if "idem" in plan.acks and args.loadgen != "rdkafka":
+        ap.error("--acks idem needs the rdkafka load generator")
     for size in plan.sizes:
         plan.counts.setdefault(size, max(1, plan.counts[100] * 100 // size))
     paths = setup(skip_rdkafka=args.loadgen != "rdkafka")

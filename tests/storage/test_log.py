@@ -651,11 +651,25 @@ def _append_script(seed: int) -> list[tuple[str, bytes, int, int]]:
         recs = [(b"k%d" % j, b"v" * size, (), ts + rng.randint(-3, 3)) for j in range(n)]
         if rng.random() < 0.05:
             epoch += 1
-        kind = rng.choices(["plain", "pid", "zstd", "crc", "walk", "stale"], [80, 6, 5, 3, 3, 3])[0]
+        kind = rng.choices(["plain", "pid", "zstd", "crc", "walk", "stale", "idem", "idem-retry", "idem-crc",
+                            "idem-noseq"], [60, 6, 5, 3, 3, 3, 20, 3, 2, 1])[0]
+        if kind == "idem-retry" and not any(k == "idem" for k, *_ in script):
+            kind = "idem"  # nothing to retry yet
         if kind == "pid":
             data = build_batch(recs, producer_id=1, producer_epoch=0, base_sequence=sum(
                 1 for k, *_ in script if k == "pid"
             ) * 1000)
+        elif kind.startswith("idem"):
+            # an idempotent producer (id 2) in sequence (the C path since issue 18), its retries (duplicates), a
+            # corrupted one (caught by the late CRC after the producer-state check) and one without a sequence
+            seq = sum(int(BatchHeader.parse(d).records_count) for k, d, *_ in script if k == "idem")
+            if kind == "idem-retry":
+                data = next(d for k, d, *_ in reversed(script) if k == "idem")
+            else:
+                data = build_batch(recs, producer_id=2, producer_epoch=0,
+                                   base_sequence=-1 if kind == "idem-noseq" else seq)
+                if kind == "idem-crc":
+                    data = bytes(data[:-2]) + bytes([data[-2] ^ 0x20]) + data[-1:]
         elif kind == "zstd":
             data = build_batch(recs, compression=CompressionType.ZSTD)
         elif kind == "stale":
@@ -711,7 +725,7 @@ def test_the_c_fast_path_appends_exactly_as_the_python_path(
         lookups = [lg.find_offset_by_timestamp(NOW + t) for t in range(0, 3000, 97)]
         lg.close()
         files = {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.suffix in (".log", ".index", ".timeindex")}
-        results[name] = (out, lookups, files, cache.entries())
+        results[name] = (out, lookups, files, cache.entries(), ps.active_producers())
     fast, python = results["fast"], results["python"]
     assert fast[0] == python[0]
     assert fast[1] == python[1]
@@ -719,8 +733,9 @@ def test_the_c_fast_path_appends_exactly_as_the_python_path(
     for name in fast[2]:
         assert fast[2][name] == python[2][name], name
     assert fast[3] == python[3]
+    assert fast[4] == python[4] and 2 in fast[4]  # the idempotent producer's state, batch for batch
     kinds = {o[0] for o in fast[0] if isinstance(o[0], str) and len(o) == 2}
-    assert {"plain", "pid", "zstd"} <= kinds
+    assert {"plain", "pid", "zstd", "idem"} <= kinds
     assert sum(taken) > len(script) // 2 and not all(taken)  # mostly the fast path, sometimes the Python one
 
 

@@ -75,7 +75,7 @@ from tidelog.broker.security.sasl import PlainServer, SaslAuthenticationFailed, 
 from tidelog.broker.security.tls import NoMatchingRule, subject_dn
 from tidelog.protocol import codec
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.error_response import UNKNOWN_SERVER_ERROR, error_response
+from tidelog.protocol.error_response import UNKNOWN_SERVER_ERROR, error_counter, error_response
 from tidelog.protocol.errors import error_for_code
 from tidelog.protocol.exceptions import (
     FrameTooLargeError,
@@ -150,6 +150,8 @@ class Connection:
     """One client connection: reads frames, runs handlers one at a time, writes responses (zero-copy regions
     with ``os.sendfile``)."""
 
+    _plain = True  # a plain socket (TlsConnection: False)
+
     def __init__(self, broker: Broker, sock: socket.socket, peer: str,
                  listener: ListenerSettings | None = None) -> None:
         self.broker = broker
@@ -173,31 +175,58 @@ class Connection:
         self.closed = False
         self.task: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._read_waiter: asyncio.Future[None] | None = None
+        self._reading = False  # _on_readable is registered with the loop
+        # the last recv emptied the socket and no readiness was seen since: wait before trying recv again (saves a
+        # recv that fails with EAGAIN per request when requests arrive one at a time)
+        self._maybe_empty = False
 
     # -- readiness ---------------------------------------------------------------------------------------------
 
     async def _wait(self, writable: bool) -> None:
+        if not writable:
+            await self._wait_readable()
+            return
         fut = self._loop.create_future()
         self._waiter = fut
-        add, remove = (
-            (self._loop.add_writer, self._loop.remove_writer)
-            if writable
-            else (self._loop.add_reader, self._loop.remove_reader)
-        )
 
         def ready() -> None:
             if not fut.done():
                 fut.set_result(None)
 
-        add(self.fd, ready)
-        if writable:
-            self.write_blocked_at = self._loop.time()
+        self._loop.add_writer(self.fd, ready)
+        self.write_blocked_at = self._loop.time()
         try:
             await fut
         finally:
-            remove(self.fd)
+            self._loop.remove_writer(self.fd)
             self._waiter = None
             self.write_blocked_at = None
+
+    async def _wait_readable(self) -> None:
+        """Wait until the socket is readable. The reader stays registered between requests (no epoll_ctl per
+        request): :meth:`_on_readable` wakes this wait, or, when it fires while nobody waits (the client sent
+        more while a request was being processed), unregisters itself so the level-triggered poll does not call
+        it on every loop iteration; the next wait registers it again."""
+        fut = self._loop.create_future()
+        self._waiter = self._read_waiter = fut
+        if not self._reading:
+            self._loop.add_reader(self.fd, self._on_readable)
+            self._reading = True
+        try:
+            await fut
+        finally:
+            self._waiter = self._read_waiter = None
+
+    def _on_readable(self) -> None:
+        fut = self._read_waiter
+        if fut is not None:
+            if not fut.done():
+                fut.set_result(None)
+            return
+        self._maybe_empty = False  # bytes arrived: the next read tries recv first
+        self._loop.remove_reader(self.fd)
+        self._reading = False
 
     def abort(self) -> None:
         """Wake a waiting read/write so the connection task notices it must close (idle reaper, shutdown)."""
@@ -211,13 +240,17 @@ class Connection:
         while True:
             if self.closed:
                 raise _ConnectionClosed()
+            if self._maybe_empty:
+                await self._wait_readable()
+                self._maybe_empty = False
             try:
                 data = self.sock.recv(want)
             except (BlockingIOError, InterruptedError):
-                await self._wait(False)
+                await self._wait_readable()
                 continue
             if not data:
                 raise _ConnectionClosed()
+            self._maybe_empty = len(data) < want
             self._frames.feed(data)
             return
 
@@ -321,6 +354,16 @@ class Connection:
     async def write_chunks(self, chunks: Iterable[Any]) -> int:
         """Write a response: ``bytes``-like chunks gathered into ``sendmsg``, file regions (objects with ``fd``,
         ``position``, ``length``) with ``os.sendfile``. Objects with ``.chunks`` are flattened."""
+        if self._plain and type(chunks) is list and len(chunks) == 1 and type(chunks[0]) is bytes:
+            # the usual small response, one bytes object: one send, nothing else unless the socket is full
+            data = chunks[0]
+            try:
+                n = self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            if n < len(data):
+                await self._send_buffers([memoryview(data)[n:]])
+            return len(data)
         pending: list[Any] = []
         total = 0
         for chunk in _flatten(chunks):
@@ -614,7 +657,13 @@ class Connection:
             await self.write_chunks(chunks)
             if api_key not in _NO_ERROR_SCAN:
                 errors: dict[int, int] = {}
-                _count_errors(response, errors)
+                count = error_counter(api_key, header.api_version)
+                if count is not None:
+                    try:
+                        count(response, errors)
+                    except (AttributeError, TypeError):  # a body not made of dicts: walk whatever it holds
+                        errors.clear()
+                        _count_errors(response, errors)
                 for code, n in errors.items():
                     broker.metrics.record_error(name, error_name(code), n)
         broker.metrics.record_request(name, time.perf_counter() - t0)
@@ -648,6 +697,8 @@ class TlsConnection(Connection):
     """A connection on an SSL or SASL_SSL listener: the TLS handshake first, then the same request loop over the
     ``SSLSocket``. Writes go through ``SSLSocket.send`` (no ``sendmsg``); file regions are read with
     ``os.preadv`` into a reused buffer and encrypted (no ``sendfile`` under TLS)."""
+
+    _plain = False
 
     async def secure(self) -> bool:
         listener = self.listener

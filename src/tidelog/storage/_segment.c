@@ -795,8 +795,8 @@ static PyTypeObject SegmentState_Type = {
 };
 
 /* ------------------------------------------------------------------------------------------------------------
- * append_leader_fast(state, batch, base_offset, leader_epoch, now_ms, limits) -> (last_offset, max_timestamp,
- *                                                                                 record_count, size) | None
+ * append_leader_fast(state, batch, base_offset, leader_epoch, now_ms, limits[, with_producer])
+ *     -> (last_offset, max_timestamp, record_count, size) | None
  *
  * PartitionLog.append_as_leader's common case on the active segment (an uncompressed CreateTime client batch
  * without producer id that fits it without a roll), with LogSegment.append_leader_batch's steps (_should_roll,
@@ -804,8 +804,9 @@ static PyTypeObject SegmentState_Type = {
  * ``leader_epoch``, ``now_ms`` and ``limits`` = (max.message.bytes, message.timestamp.before.max.ms,
  * message.timestamp.after.max.ms, segment.bytes, segment.ms); it then moves its log end offset, producer state
  * and epoch cache itself from what is returned. None, having changed nothing, as soon as anything else holds: a
- * header or client check fails or needs the exact error, the batch is compressed or carries a producer id or a
- * timestamp-type, transactional or control bit, the segment is closed, empty, must roll or reserve more disk
+ * header or client check fails or needs the exact error, the batch is compressed or carries a producer id (unless
+ * ``with_producer``: an idempotent batch whose producer-state check the caller made, and whose producer state it
+ * updates after) or a timestamp-type, transactional or control bit, the segment is closed, empty, must roll or reserve more disk
  * blocks first, or a lazily loaded value is not loaded yet. After the write, the CRC-32C and the record walk are
  * checked (stamped_write's check 2); when one fails the file is cut back and None is returned (the Python path
  * then raises the exact error).
@@ -814,7 +815,7 @@ static PyTypeObject SegmentState_Type = {
  * change of ``state`` happens with the GIL held, in one uninterrupted sequence after the write.
  */
 PyDoc_STRVAR(append_leader_fast_doc,
-"append_leader_fast(state, batch, base_offset, leader_epoch, now_ms, limits, /)\n"
+"append_leader_fast(state, batch, base_offset, leader_epoch, now_ms, limits, with_producer=False, /)\n"
 "    -> (last_offset, max_timestamp, record_count, size) | None\n\n"
 "PartitionLog.append_as_leader's common case on the active segment's SegmentState (see _segment.c); None,\n"
 "having changed nothing, whenever the Python path must take the batch. ``limits``: (max_message_bytes,\n"
@@ -823,10 +824,14 @@ PyDoc_STRVAR(append_leader_fast_doc,
 static PyObject *
 append_leader_fast(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "append_leader_fast expected 6 arguments, got %zd", nargs);
+    if (nargs != 6 && nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "append_leader_fast expected 6 or 7 arguments, got %zd", nargs);
         return NULL;
     }
+    /* the 7th: a batch with a producer id may be taken (its producer-state check passed in the caller) */
+    int with_producer = 0;
+    if (nargs == 7 && (with_producer = PyObject_IsTrue(args[6])) < 0)
+        return NULL;
     if (!PyObject_TypeCheck(args[0], &SegmentState_Type)) {
         PyErr_SetString(PyExc_TypeError, "append_leader_fast: state must be a SegmentState");
         return NULL;
@@ -874,7 +879,8 @@ append_leader_fast(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
     const long long pid = be64(d + 43);
     const long long count = (int32_t)be32u(d + 57);
     if (batch_length < BATCH_HEADER - BATCH_LOG_OVERHEAD || size != n || last_delta < 0 || count <= 0
-        || count != last_delta + 1 || pid >= 0 || (attributes & 0x3f))  /* compression, ts type, txn, control */
+        || count != last_delta + 1 || (pid >= 0 && !with_producer)
+        || (attributes & 0x3f))  /* compression, ts type, txn, control */
         BAIL();
     if (size > max_bytes)
         BAIL();

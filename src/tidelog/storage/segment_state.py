@@ -210,9 +210,11 @@ IndexState = PyIndexState if _ext is None else _ext.IndexState
 SegmentState = PySegmentState if _ext is None else _ext.SegmentState
 
 c_append_leader_fast = None if _ext is None else _ext.append_leader_fast
-"""``c_append_leader_fast(state, batch, base_offset, leader_epoch, now_ms, limits)``: ``PartitionLog.append_as_leader``'s
-common case on the active segment's :class:`SegmentState` in one C call, returning ``(last_offset,
-max_timestamp, record_count, size)``, or None when the Python path must take the batch (see ``_segment.c``)."""
+"""``c_append_leader_fast(state, batch, base_offset, leader_epoch, now_ms, limits[, with_producer])``:
+``PartitionLog.append_as_leader``'s common case on the active segment's :class:`SegmentState` in one C call,
+returning ``(last_offset, max_timestamp, record_count, size)``, or None when the Python path must take the batch
+(see ``_segment.c``). ``with_producer``: a batch with a producer id is taken too (an idempotent one whose
+producer-state check the caller made and whose producer state it updates)."""
 
 c_write_stamped = None if _ext is None else _ext.write_stamped
 """``c_write_stamped(fd, batch, base_offset, partition_leader_epoch, check=0)``: write one whole batch to ``fd``

@@ -37,9 +37,11 @@ from pathlib import Path
 from tidelog.records.batch import ControlRecordType, build_control_batch
 from tidelog.records.errors import CorruptRecordError
 from tidelog.records.header import (
+    BATCH_HEADER,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
+    RECORD_BATCH_OVERHEAD,
     BatchHeader,
     validate_batch,
 )
@@ -422,7 +424,8 @@ class PartitionLog:
         try:
             if _c_append_leader_fast is not None and assign_offsets and not self._no_fast_append:
                 # the common case in one C call on the active segment's state (an uncompressed CreateTime batch
-                # without producer id, no roll); None: nothing changed, the steps below take the batch
+                # without producer id or an idempotent one, no roll); None: nothing changed, the steps below take
+                # the batch
                 info = self._append_fast(batch, leader_epoch, _now_ms() if now_ms is None else now_ms)
                 if info is not None:
                     return info
@@ -543,19 +546,46 @@ class PartitionLog:
         segment's bookkeeping on the active segment's state (see ``_segment.c``), given the log end offset and
         the limits; the log's own bookkeeping (log end offset, producer state's mapped range, epoch cache) is
         done here from what it returns, as the steps of :meth:`append_as_leader` do it.  None, having changed
-        nothing, when those steps must take the batch."""
+        nothing, when those steps must take the batch.
+
+        An idempotent batch (a producer id and a base sequence, not transactional, not control) is taken too when
+        the producer state says it is the producer's next batch (``check`` answers None, made before the write
+        as :meth:`append_validated` makes it); its producer state is updated after the write. A duplicate, a
+        sequence or epoch error, or any bail of the C call leaves it to the Python steps, which answer exactly as
+        before (issue 18: idempotent produce had no fast path)."""
         with self._lock:
             active = self._segments.active
             if self._closed or active is None:
                 return None
             base = self._log_end_offset
-            done = _c_append_leader_fast(active._st, batch, base, leader_epoch, now, self._fast_limits)
+            ps = self.producer_state
+            header = None
+            if len(batch) >= RECORD_BATCH_OVERHEAD and batch[43] < 0x80 and not batch[22] & 0x30:
+                # an idempotent batch (a producer id, neither transactional nor control): its producer-state check
+                # first, as append_validated makes it before the write; anything but "the next batch in sequence"
+                # (an error, a duplicate) goes the Python way, which gives the exact answer in Kafka's order; so
+                # does a batch without a base sequence (refused, unless the group coordinator wrote it)
+                header = BatchHeader(*BATCH_HEADER.unpack_from(batch, 0))
+                if header.base_sequence < 0:
+                    return None
+                if ps is not None:
+                    try:
+                        if ps.check(header) is not None:
+                            return None
+                    except StorageError:
+                        return None
+                done = _c_append_leader_fast(active._st, batch, base, leader_epoch, now, self._fast_limits, True)
+            else:
+                done = _c_append_leader_fast(active._st, batch, base, leader_epoch, now, self._fast_limits)
             if done is None:
                 return None
             last_offset, max_ts, count, size = done
             self._log_end_offset = last_offset + 1
-            ps = self.producer_state
-            if ps is not None and last_offset >= ps.map_end_offset:  # no producer: only the mapped range's end
+            if header is not None and ps is not None:
+                # the producer's new batch, as append_validated records it (update reads the producer fields and
+                # attributes, which stamping the base offset and leader epoch does not change)
+                ps.update(header, base, last_offset, max_ts)
+            elif ps is not None and last_offset >= ps.map_end_offset:  # no producer: only the mapped range's end
                 ps.map_end_offset = last_offset + 1  # moves (ProducerStateManager.advance_map_end, inlined)
             cache = self.epoch_cache
             if cache is not None and leader_epoch >= 0 and (not cache._epochs or leader_epoch > cache._epochs[-1]):
