@@ -5,13 +5,9 @@ other (two brokers, a real ZooKeeper)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import secrets
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,43 +18,16 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from helpers import RawClient, wait_for
+from zkpair import zk_broker_pair
 
 pytestmark = pytest.mark.integration
 
-_CLUSTER_CONFTEST = Path(__file__).resolve().parents[1] / "cluster" / "conftest.py"
 METADATA, DESCRIBE, ALTER = 3, 48, 49
-
-
-def _cluster_support() -> Any:
-    spec = importlib.util.spec_from_file_location("tidelog_test_quotas_zk", _CLUSTER_CONFTEST)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def zk_brokers(broker_factory: Any) -> Iterator[tuple[Any, list[Any]]]:
-    pytest.importorskip("kazoo")
-    support = _cluster_support()
-    if not support.ZK_SERVER.exists() or shutil.which("java") is None:
-        pytest.skip("ZooKeeper is not installed")
-    root = Path(tempfile.mkdtemp(prefix="tidelog-quota-zk-"))
-    zk = support.ZooKeeper(root)
-    zk.start()
-    brokers = []
-    try:
-        for i in (1, 2):
-            brokers.append(broker_factory({
-                "broker.id": str(i), "zookeeper.connect": zk.connect, "default.replication.factor": "1",
-                "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
-                "transaction.state.log.min.isr": "1"}))
-        yield zk, brokers
-    finally:
-        for b in brokers:
-            b.stop()
-        zk.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    yield from zk_broker_pair(broker_factory, {}, "tidelog-quota-zk-")
 
 
 def _alter(b: Any, entity: list[dict], ops: list[dict]) -> None:

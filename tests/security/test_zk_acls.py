@@ -7,12 +7,8 @@ PLAINTEXT listener's principal (User:ANONYMOUS) is a super user, as brokers' pri
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,52 +25,23 @@ from aclsupport import (
     sasl_port,
 )
 from helpers import wait_for
+from zkpair import zk_broker_pair
 
 pytestmark = pytest.mark.integration
 
-_CLUSTER_CONFTEST = Path(__file__).resolve().parents[1] / "cluster" / "conftest.py"
 ANY_FILTER = {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
               "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}
 
 
-def _cluster_support() -> Any:
-    spec = importlib.util.spec_from_file_location("tidelog_test_security_zk_acls", _CLUSTER_CONFTEST)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def zk_acl_brokers(broker_factory: Any) -> Iterator[tuple[Any, list[Any]]]:
-    pytest.importorskip("kazoo")
-    support = _cluster_support()
-    if not support.ZK_SERVER.exists() or shutil.which("java") is None:
-        pytest.skip("ZooKeeper is not installed")
-    root = Path(tempfile.mkdtemp(prefix="tidelog-acl-zk-"))
-    zk = support.ZooKeeper(root)
-    zk.start()
-    brokers = []
-    try:
-        for i in (1, 2):
-            b = broker_factory({
-                "broker.id": str(i), "zookeeper.connect": zk.connect, "default.replication.factor": "1",
-                "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
-                "transaction.state.log.min.isr": "1",
-                "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-                "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
-                "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain_jaas(USERS),
-                "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                "super.users": "User:admin;User:ANONYMOUS",
-            })
-            b.sasl_port = sasl_port(b)
-            brokers.append(b)
-        yield zk, brokers
-    finally:
-        for b in brokers:
-            b.stop()
-        zk.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    yield from zk_broker_pair(broker_factory, {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain_jaas(USERS),
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin;User:ANONYMOUS",
+    }, "tidelog-acl-zk-", ready=lambda b: setattr(b, "sasl_port", sasl_port(b)))
 
 
 def _describe_topic_code(b: Any, user: str, topic: str) -> int:

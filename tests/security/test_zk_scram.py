@@ -4,7 +4,6 @@ beside the PLAINTEXT inter-broker one). Replication over a SASL_SSL inter-broker
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import secrets
@@ -25,47 +24,17 @@ from confluent_kafka.admin import (
 )
 from helpers import RawClient, confluent_consume, confluent_produce, new_topic, wait_for
 from secsupport import listener_ports
+from zkpair import cluster_support, zk_broker_pair
 
 pytestmark = pytest.mark.integration
-
-_CLUSTER_CONFTEST = Path(__file__).resolve().parents[1] / "cluster" / "conftest.py"
-
-
-def _cluster_support() -> Any:
-    spec = importlib.util.spec_from_file_location("tidelog_test_security_zk", _CLUSTER_CONFTEST)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def zk_brokers(broker_factory: Any) -> Iterator[tuple[Any, list[Any]]]:
-    pytest.importorskip("kazoo")
-    support = _cluster_support()
-    if not support.ZK_SERVER.exists() or shutil.which("java") is None:
-        pytest.skip("ZooKeeper is not installed")
-    root = Path(tempfile.mkdtemp(prefix="tidelog-sec-zk-"))
-    zk = support.ZooKeeper(root)
-    zk.start()
-    brokers = []
-    try:
-        for i in (1, 2):
-            b = broker_factory({
-                "broker.id": str(i), "zookeeper.connect": zk.connect, "default.replication.factor": "1",
-                "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
-                "transaction.state.log.min.isr": "1",
-                "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-                "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-512",
-            })
-            b.ports = listener_ports(b)
-            brokers.append(b)
-        yield zk, brokers
-    finally:
-        for b in brokers:  # while ZooKeeper still answers: a clean, quick controlled shutdown
-            b.stop()
-        zk.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    yield from zk_broker_pair(broker_factory, {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+    }, "tidelog-sec-zk-", ready=lambda b: setattr(b, "ports", listener_ports(b)))
 
 
 def _scram(user: str, password: str) -> dict:
@@ -130,7 +99,7 @@ def test_replication_over_a_sasl_ssl_inter_broker_listener(broker_factory: Any, 
     """Two brokers whose inter-broker listener is SASL_SSL with SCRAM-SHA-512: the follower's fetcher
     authenticates (with the ScramLoginModule username/password) over TLS, and acks=all needs it."""
     pytest.importorskip("kazoo")
-    support = _cluster_support()
+    support = cluster_support()
     if not support.ZK_SERVER.exists() or shutil.which("java") is None:
         pytest.skip("ZooKeeper is not installed")
     root = Path(tempfile.mkdtemp(prefix="tidelog-sec-ib-"))
