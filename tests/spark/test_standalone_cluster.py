@@ -1,0 +1,230 @@
+"""The exactly-once pipeline on a real Spark standalone cluster (issue 15, item 5): a master and two workers, each
+its own JVM started from the pyspark install (``bin/spark-class``), executors launched by the workers as JVMs of
+their own with their own Python workers, and the driver started by ``spark-submit --master spark://...`` in a
+process of its own (tests/spark/standalone_job.py). What works in ``local[*]`` must work when executors are other
+processes: tidelog is imported on the executors from the venv ``PYSPARK_PYTHON`` names, the data source instances
+and the sink's writer are pickled on the driver and run there.
+
+Checked: the output topic holds each input record exactly once (a read_committed consumer here, and the job's
+batch read through the ``tidelog`` source on the executors), every transaction committed its batch id, and every
+record was transformed by a Python worker whose parent chain leads to an executor JVM under one of the two worker
+JVMs started here, both workers taking part (the pids come from /proc, written into a header by the job)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+JOB = Path(__file__).with_name("standalone_job.py")
+START_TIMEOUT_S = 60.0
+JOB_TIMEOUT_S = 150.0
+_MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
+_MASTER_UI = re.compile(r"Successfully started service 'MasterUI' on port (\d+)")
+
+
+def _spark_home() -> Path:
+    from pyspark.find_spark_home import _find_spark_home
+
+    return Path(_find_spark_home())
+
+
+class SparkStandalone:
+    """A master and ``workers`` workers (``--cores 1 --memory 1g`` each), one JVM apiece, every one in a process
+    group of its own so that ``kill`` takes the executors and Python workers a worker started with it."""
+
+    def __init__(self, root: Path, workers: int = 2) -> None:
+        self.root = root
+        self.home = _spark_home()
+        self.n_workers = workers
+        self.url = ""
+        self.ui_port = 0
+        self.master: subprocess.Popen[bytes] | None = None
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.work_dirs = [root / f"work-{i}" for i in range(workers)]
+        conf = root / "conf"  # no spark-defaults.conf, no log4j2 file: Spark's own defaults
+        conf.mkdir(parents=True, exist_ok=True)
+        self.env = dict(
+            os.environ, SPARK_HOME=str(self.home), SPARK_CONF_DIR=str(conf), SPARK_LOG_DIR=str(root),
+            SPARK_LOCAL_IP="127.0.0.1", SPARK_DAEMON_MEMORY="256m",
+            SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",  # no REST server on the fixed port 6066
+            PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+        )
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        out = open(self.root / f"{name}.log", "wb")  # noqa: SIM115  (owned by the process)
+        # spark-class execs the JVM: the pid is the JVM's
+        return subprocess.Popen([str(self.home / "bin" / "spark-class"), *args], stdout=out,
+                                stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+
+    def _wait(self, what: str, fn: Any) -> Any:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            got = fn()
+            if got:
+                return got
+            dead = [p.args for p in [self.master, *self.workers] if p is not None and p.poll() is not None]
+            assert not dead, f"{dead} exited while waiting for {what}; logs in {self.root}"
+            time.sleep(0.2)  # polling interval of a bounded wait for the JVMs' start
+        raise AssertionError(f"timed out waiting for {what}; logs in {self.root}")
+
+    def _master_log(self) -> str:
+        return (self.root / "master.log").read_text(errors="replace")
+
+    def start(self) -> SparkStandalone:
+        self.master = self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                  "--port", "0", "--webui-port", "0")
+        self.url = self._wait("the master's URL", lambda: (m := _MASTER_URL.search(self._master_log())) and m[1])
+        self.ui_port = int(self._wait("the master's UI", lambda: (m := _MASTER_UI.search(self._master_log())) and m[1]))
+        for i, work in enumerate(self.work_dirs):
+            work.mkdir(parents=True, exist_ok=True)
+            self.workers.append(self._spawn(
+                f"worker-{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--webui-port", "0",
+                "--cores", "1", "--memory", "1g", "--work-dir", str(work), self.url))
+        self._wait(f"{self.n_workers} alive workers", lambda: self.state().get("aliveworkers") == self.n_workers)
+        return self
+
+    def state(self) -> dict[str, Any]:
+        """The master's JSON status (workers, applications)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as r:
+                return dict(json.loads(r.read()))
+        except OSError:
+            return {}
+
+    def submit(self, *args: str, timeout: float = JOB_TIMEOUT_S) -> subprocess.CompletedProcess[bytes]:
+        """``spark-submit --master <url>`` of the job with ``args``; the driver's log is ``submit.log``."""
+        cmd = [str(self.home / "bin" / "spark-submit"), "--master", self.url, "--driver-memory", "512m",
+               "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1",
+               "--conf", f"spark.cores.max={self.n_workers}", "--conf", "spark.ui.enabled=false",
+               # schedule only once both executors are registered, so both workers take tasks
+               "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
+               "--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=60s",
+               "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.sql.streaming.pollingDelay=10ms",
+               str(JOB), *args]
+        with open(self.root / "submit.log", "wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(
+                    f"spark-submit did not finish in {timeout:.0f}s; log: {self.root}/submit.log") from None
+            finally:
+                _killpg(proc)  # the driver JVM and its Python process, whatever happened
+        return subprocess.CompletedProcess(cmd, proc.returncode)
+
+    def kill(self) -> None:
+        for p in [*self.workers, self.master]:
+            if p is not None:
+                _killpg(p)
+
+
+def _killpg(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the process group: a worker's executors and Python workers too
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+@pytest.fixture(scope="module")
+def standalone() -> Iterator[SparkStandalone]:
+    if shutil.which("java") is None or not (_spark_home() / "bin" / "spark-class").exists():
+        pytest.skip("no java, or pyspark without bin/spark-class")
+    root = Path(tempfile.mkdtemp(prefix="tidelog-standalone-"))
+    cluster = SparkStandalone(root)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.kill()  # every JVM, even when start() or the test failed
+        if os.environ.get("TIDELOG_KEEP_TEST_DIRS") is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _read(bootstrap: str, topic: str, isolation: str) -> list[tuple[str, str, dict[str, bytes]]]:
+    """Every record of ``topic`` to its end (the LSO for read_committed): (key, value, headers)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:8]}",
+                  "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True})
+    try:
+        parts = list(c.list_topics(topic, timeout=30).topics[topic].partitions)
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        out: list[tuple[str, str, dict[str, bytes]]] = []
+        eof: set[int] = set()
+        deadline = time.monotonic() + 60
+        while len(eof) < len(parts):
+            assert time.monotonic() < deadline, f"no end of {topic} after 60 s ({isolation})"
+            msg = c.poll(1.0)
+            if msg is None:
+                continue
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                eof.add(msg.partition())
+                continue
+            out.append((msg.key().decode(), msg.value().decode(), dict(msg.headers() or [])))
+        return out
+    finally:
+        c.close()
+
+
+def _marker(bootstrap: str, group: str, topic: str) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])], require_stable=True)[group].result(30)
+    (tp,) = res.topic_partitions
+    return int(tp.offset)
+
+
+def test_exactly_once_pipeline_on_a_standalone_cluster(standalone: SparkStandalone, kt: Any, tmp_path: Path) -> None:
+    src, dst = kt.new_topic(2, prefix="sa-in"), kt.new_topic(2, prefix="sa-out")
+    n = 300
+    kt.produce(src, [(f"k{i}".encode(), f"{i}".encode(), i % 2) for i in range(n)])
+    result_path = tmp_path / "result.json"
+    done = standalone.submit(kt.bootstrap, src, dst, str(tmp_path / "ck"), str(result_path))
+    assert done.returncode == 0, (standalone.root / "submit.log").read_text(errors="replace")[-4000:]
+    result = json.loads(result_path.read_text())
+    assert result["master"] == standalone.url
+    # 300 offsets, 100 per micro-batch: 3 batches, each written by 2 tasks in 2 transactions
+    assert [(b["batchId"], b["numInputRows"]) for b in result["batches"]] == [(0, 100), (1, 100), (2, 100)]
+
+    expected = sorted((f"k{i}", f"out-{i}") for i in range(n))
+    committed = _read(kt.bootstrap, dst, "read_committed")
+    assert sorted((k, v) for k, v, _h in committed) == expected  # each input record exactly once
+    assert sorted(map(tuple, result["batch_read"])) == expected  # the batch read on the executors, too
+    assert [_marker(kt.bootstrap, f"tidelog-spark-{result['query_id']}-{p}", dst) for p in (0, 1)] == [2, 2]
+
+    # who did the work: pyworker=<pid>;executor=<pid>:<executor id>;worker=<pid> per record
+    procs = [dict(kv.split("=", 1) for kv in h["proc"].decode().split(";")) for _k, _v, h in committed]
+    worker_pids = {str(w.pid) for w in standalone.workers}
+    seen = {p["worker"] for p in procs}
+    assert seen == worker_pids, (seen, worker_pids)  # both worker JVMs ran tasks, and nothing else did
+    not_ours = {result["driver_pid"], os.getpid()}
+    for p in procs:
+        exec_pid, exec_id = p["executor"].split(":")
+        assert int(p["pyworker"]) not in not_ours and int(exec_pid) not in not_ours, p
+        # the executor's own directory in the work dir of the worker that launched it
+        work = standalone.work_dirs[[str(w.pid) for w in standalone.workers].index(p["worker"])]
+        assert (work / result["app_id"] / exec_id / "stderr").is_file(), (p, sorted(work.rglob("*")))
+    assert len({p["executor"] for p in procs}) == 2  # two executors, one per worker
