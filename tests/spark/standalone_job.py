@@ -5,10 +5,11 @@
 A Structured Streaming query (``Trigger.AvailableNow``, 100 offsets per micro-batch) reads SRC with the
 ``tidelog`` source, transforms each record (value -> ``out-<value>``, plus a header ``proc`` naming the processes
 the row went through: the Python worker, the executor JVM and the Spark worker JVM above it, found in /proc by a
-Python UDF) and writes DST with the exactly-once ``tidelog`` sink; then a batch query reads DST back with the
+Python UDF, with where that worker imported tidelog from) and writes DST with the exactly-once ``tidelog`` sink; then a batch query reads DST back with the
 ``tidelog`` source at ``read_committed``. RESULT.json gets what the test checks: the driver's pid, the
 application id, the query's progress and the rows of the batch read. Runs on the executors only what Spark ships
-there: tidelog is imported from the interpreter ``PYSPARK_PYTHON`` names (installed in it), the UDF by value.
+there: tidelog is imported by the interpreter ``PYSPARK_PYTHON`` names (installed in it, or from ``--py-files``), the
+UDF by value.
 """
 
 from __future__ import annotations
@@ -20,13 +21,17 @@ import sys
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import udf
 
+import tidelog
+from tidelog.records.columnar import CColumnBuilder
 from tidelog.spark import register
 
 
 def _process_chain() -> str:
-    """``pyworker=<pid>;executor=<pid>:<id>;worker=<pid>``: this Python worker, the executor JVM
-    (CoarseGrainedExecutorBackend, with its executor id) and the standalone Worker JVM above it, from /proc."""
-    found = {"pyworker": str(os.getpid()), "executor": "", "worker": ""}
+    """``pyworker=<pid>;executor=<pid>:<id>;worker=<pid>;tidelog=<path>;c=<0|1>``: this Python worker, the
+    executor JVM (CoarseGrainedExecutorBackend, with its executor id) and the standalone Worker JVM above it, from
+    /proc; where this Python worker imported tidelog from, and whether its C accelerators loaded."""
+    found = {"pyworker": str(os.getpid()), "executor": "", "worker": "", "tidelog": os.path.dirname(tidelog.__file__),
+             "c": "1" if CColumnBuilder is not None else "0"}
     pid = os.getpid()
     while pid > 1:
         with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
@@ -73,6 +78,7 @@ def main(bootstrap: str, src: str, dst: str, checkpoint: str, result_path: str) 
             .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value").collect())
     result = {
         "driver_pid": os.getpid(),
+        "driver_tidelog": os.path.dirname(tidelog.__file__),
         "master": spark.sparkContext.master,
         "app_id": spark.sparkContext.applicationId,
         "query_id": q.id,

@@ -19,10 +19,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import urllib.request
 import uuid
+import venv
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
+import tidelog
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 JOB = Path(__file__).with_name("standalone_job.py")
@@ -44,6 +49,10 @@ START_TIMEOUT_S = 60.0
 JOB_TIMEOUT_S = 150.0
 _MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
 _MASTER_UI = re.compile(r"Successfully started service 'MasterUI' on port (\d+)")
+
+
+def site_packages(venv_dir: Path) -> Path:
+    return venv_dir / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
 
 
 def _spark_home() -> Path:
@@ -115,8 +124,10 @@ class SparkStandalone:
         except OSError:
             return {}
 
-    def submit(self, *args: str, timeout: float = JOB_TIMEOUT_S) -> subprocess.CompletedProcess[bytes]:
-        """``spark-submit --master <url>`` of the job with ``args``; the driver's log is ``submit.log``."""
+    def submit(self, *args: str, options: tuple[str, ...] = (), env: dict[str, str] | None = None,
+               timeout: float = JOB_TIMEOUT_S) -> subprocess.CompletedProcess[bytes]:
+        """``spark-submit --master <url> <options> job.py <args>`` (``env`` on top of the cluster's); the driver's
+        log is ``submit.log``."""
         cmd = [str(self.home / "bin" / "spark-submit"), "--master", self.url, "--driver-memory", "512m",
                "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1",
                "--conf", f"spark.cores.max={self.n_workers}", "--conf", "spark.ui.enabled=false",
@@ -124,9 +135,10 @@ class SparkStandalone:
                "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
                "--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=60s",
                "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.sql.streaming.pollingDelay=10ms",
-               str(JOB), *args]
+               *options, str(JOB), *args]
         with open(self.root / "submit.log", "wb") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**self.env, **(env or {})},
+                                    start_new_session=True)
             try:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -197,34 +209,83 @@ def _marker(bootstrap: str, group: str, topic: str) -> int:
     return int(tp.offset)
 
 
-def test_exactly_once_pipeline_on_a_standalone_cluster(standalone: SparkStandalone, kt: Any, tmp_path: Path) -> None:
+def _run_pipeline(standalone: SparkStandalone, kt: Any, tmp_path: Path, n: int, **submit: Any
+                  ) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """Run standalone_job.py on ``n`` records and check what must hold however tidelog reached the executors: each
+    input record exactly once in the output (a read_committed consumer here, and the job's batch read on the
+    executors), both tasks' markers at the last batch id, every record transformed by a Python worker under an
+    executor JVM under one of the worker JVMs started here, both workers taking part. Returns the job's result and
+    the processes each record went through."""
     src, dst = kt.new_topic(2, prefix="sa-in"), kt.new_topic(2, prefix="sa-out")
-    n = 300
     kt.produce(src, [(f"k{i}".encode(), f"{i}".encode(), i % 2) for i in range(n)])
     result_path = tmp_path / "result.json"
-    done = standalone.submit(kt.bootstrap, src, dst, str(tmp_path / "ck"), str(result_path))
+    done = standalone.submit(kt.bootstrap, src, dst, str(tmp_path / "ck"), str(result_path), **submit)
     assert done.returncode == 0, (standalone.root / "submit.log").read_text(errors="replace")[-4000:]
     result = json.loads(result_path.read_text())
     assert result["master"] == standalone.url
-    # 300 offsets, 100 per micro-batch: 3 batches, each written by 2 tasks in 2 transactions
-    assert [(b["batchId"], b["numInputRows"]) for b in result["batches"]] == [(0, 100), (1, 100), (2, 100)]
+    # 100 offsets per micro-batch, each written by 2 tasks in 2 transactions
+    assert [(b["batchId"], b["numInputRows"]) for b in result["batches"]] == [(b, 100) for b in range(n // 100)]
 
     expected = sorted((f"k{i}", f"out-{i}") for i in range(n))
     committed = _read(kt.bootstrap, dst, "read_committed")
     assert sorted((k, v) for k, v, _h in committed) == expected  # each input record exactly once
     assert sorted(map(tuple, result["batch_read"])) == expected  # the batch read on the executors, too
-    assert [_marker(kt.bootstrap, f"tidelog-spark-{result['query_id']}-{p}", dst) for p in (0, 1)] == [2, 2]
+    last = n // 100 - 1
+    assert [_marker(kt.bootstrap, f"tidelog-spark-{result['query_id']}-{p}", dst) for p in (0, 1)] == [last, last]
 
-    # who did the work: pyworker=<pid>;executor=<pid>:<executor id>;worker=<pid> per record
+    # who did the work: pyworker=<pid>;executor=<pid>:<executor id>;worker=<pid>;... per record
     procs = [dict(kv.split("=", 1) for kv in h["proc"].decode().split(";")) for _k, _v, h in committed]
-    worker_pids = {str(w.pid) for w in standalone.workers}
+    worker_pids = [str(w.pid) for w in standalone.workers]
     seen = {p["worker"] for p in procs}
-    assert seen == worker_pids, (seen, worker_pids)  # both worker JVMs ran tasks, and nothing else did
+    assert seen == set(worker_pids), (seen, worker_pids)  # both worker JVMs ran tasks, and nothing else did
     not_ours = {result["driver_pid"], os.getpid()}
     for p in procs:
         exec_pid, exec_id = p["executor"].split(":")
         assert int(p["pyworker"]) not in not_ours and int(exec_pid) not in not_ours, p
         # the executor's own directory in the work dir of the worker that launched it
-        work = standalone.work_dirs[[str(w.pid) for w in standalone.workers].index(p["worker"])]
+        work = standalone.work_dirs[worker_pids.index(p["worker"])]
         assert (work / result["app_id"] / exec_id / "stderr").is_file(), (p, sorted(work.rglob("*")))
     assert len({p["executor"] for p in procs}) == 2  # two executors, one per worker
+    return result, procs
+
+
+def test_exactly_once_pipeline_on_a_standalone_cluster(standalone: SparkStandalone, kt: Any, tmp_path: Path) -> None:
+    """tidelog installed in the interpreter ``PYSPARK_PYTHON`` names (this venv): the executors import it from
+    there, C accelerators included."""
+    result, procs = _run_pipeline(standalone, kt, tmp_path, 300)
+    here = str(Path(tidelog.__file__).parent)
+    assert result["driver_tidelog"] == here
+    assert {(p["tidelog"], p["c"]) for p in procs} == {(here, "1")}
+
+
+def test_tidelog_shipped_with_py_files(standalone: SparkStandalone, kt: Any, tmp_path: Path) -> None:
+    """tidelog shipped as ``--py-files tidelog.zip`` to an interpreter that has the dependencies (pyspark,
+    pyarrow, confluent-kafka, ...) but not tidelog: the pipeline works, exactly once, but the executors import
+    tidelog from the zip without its C accelerators (Python cannot load extension modules from a zip): the pure
+    Python fallback runs. ``--py-files`` alone is not enough: PySpark 4.3 plans a Python data source in Python
+    processes the driver's JVM starts, which do not get the ``--py-files`` (ModuleNotFoundError: No module named
+    'tidelog' when the streaming source is initialised); they take the JVM's ``PYTHONPATH``, so the zip is named
+    there too. What docs/SPARK.md says about shipping tidelog rests on this."""
+    if not any((Path(tidelog.__file__).parent / "records").glob("_columnar*.so")):
+        pytest.skip("tidelog's C accelerators are not built here")
+    # an interpreter with every dependency of this venv but not tidelog: a .pth naming this venv's site-packages
+    # (the .pth files inside it, such as tidelog's editable install, are not read from there)
+    bare = tmp_path / "bare-venv"
+    venv.create(bare, with_pip=False)
+    (site_packages(bare) / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    python = str(bare / "bin" / "python")
+    assert subprocess.run([python, "-c", "import tidelog"], capture_output=True).returncode != 0
+    assert subprocess.run([python, "-c", "import confluent_kafka, pyarrow, pyspark"]).returncode == 0
+    archive = tmp_path / "tidelog.zip"
+    pkg = Path(tidelog.__file__).parent
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in pkg.rglob("*"):
+            if f.is_file() and "__pycache__" not in f.parts:
+                z.write(f, f.relative_to(pkg.parent))
+    result, procs = _run_pipeline(standalone, kt, tmp_path, 200, options=("--py-files", str(archive)),
+                                  env={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python,
+                                       "PYTHONPATH": str(archive)})
+    assert result["driver_tidelog"].endswith("tidelog.zip/tidelog"), result["driver_tidelog"]
+    # on the executors: the copy Spark fetched into the executor's work dir, a zip, so no C extension
+    print("XX", result["driver_tidelog"], procs[0])
+    assert all(p["tidelog"].endswith("tidelog.zip/tidelog") and p["c"] == "0" for p in procs), procs[:3]
