@@ -121,7 +121,7 @@ class SparkStandalone:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as r:
                 return dict(json.loads(r.read()))
-        except OSError:
+        except (OSError, ValueError):  # not listening yet, or an empty answer while the UI starts
             return {}
 
     def submit(self, *args: str, options: tuple[str, ...] = (), env: dict[str, str] | None = None,
