@@ -28,7 +28,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from support import Cluster, agreed_coordinator, create_topic, request, start_zookeeper, until
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]  # ~90 s idle; CI machines are shared
 
 N = 600
 PER_TRIGGER = 60  # 10 micro-batches

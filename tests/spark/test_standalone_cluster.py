@@ -42,7 +42,7 @@ from confluent_kafka.admin import AdminClient
 
 import tidelog
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]  # ~90 s idle; CI machines are shared
 
 JOB = Path(__file__).with_name("standalone_job.py")
 START_TIMEOUT_S = 60.0
