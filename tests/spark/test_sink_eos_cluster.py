@@ -178,9 +178,15 @@ def test_exactly_once_through_leader_and_coordinator_kills(spark: Any, cluster: 
             assert before < N // PER_TRIGGER, f"the query ended before the kill of the {pick.__name__}"
             kills.append((pick.__name__, victim, before))
             # the query carries on (librdkafka retries, Spark retries a failed task) or fails: then it is restarted
-            # from its checkpoint, as a driver would be
-            until("progress after the kill", lambda q=q, before=before: _committed_batches(ck) > before or not q.isActive,
-                  timeout=120)
+            # from its checkpoint, as a driver would be. A task attempt gives up only after librdkafka's timeouts
+            # (60 s per transactional call in the sink), hence the bound (once, 120 s passed with neither a
+            # committed batch nor a failed query; not seen again in 7 runs)
+            try:
+                until("progress after the kill",
+                      lambda q=q, before=before: _committed_batches(ck) > before or not q.isActive, timeout=240)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; kills {kills}, query status {q.status}, last progress "
+                                     f"{q.lastProgress}") from None
             if not q.isActive:
                 q.stop()
                 restarts += 1
