@@ -209,6 +209,8 @@ class RawProducer:
         self.seq: list[int] = []
         self.failed: list[tuple[_Batch, int]] = []
         self.delivered = 0
+        self.resent = 0
+        """Batches sent again by :meth:`_recover` (a retriable error or a broken connection)."""
         self.order = 0
         self.producer_id, self.epoch = -1, -1
         self.txn_slots: set[int] = set()
@@ -698,6 +700,7 @@ class RawProducer:
                 else:
                     last[slot] = LEADER_NOT_AVAILABLE
             for node, bs in by_node.items():
+                self.resent += len(bs)
                 self._send(node, only=bs)
             for node in list(self.inflight):
                 while self.inflight.get(node):
