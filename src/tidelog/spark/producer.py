@@ -32,6 +32,7 @@ Kafka's producer semantics, as the Java client (and librdkafka) give them:
 from __future__ import annotations
 
 import random
+import ssl
 import time
 from array import array
 from collections import deque
@@ -42,7 +43,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tidelog.broker.security.client import ClientConfigError, client_security
+from tidelog.broker.security.client import ClientConfigError, SaslClientError, client_security
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 from tidelog.records.columnar import assign_partitions, new_accumulator
@@ -82,6 +83,8 @@ GROUP_ID_NOT_FOUND = 69
 UNSTABLE_OFFSET_COMMIT = 88
 COORDINATOR_RETRY = (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS)
 NETWORK_EXCEPTION = 13
+FATAL_CONNECTION_ERRORS = (SaslClientError, ssl.SSLCertVerificationError)
+"""Connection errors no retry can cure (wrong credentials, an untrusted certificate): raised at once."""
 
 CODECS = {"none": CompressionType.NONE, "gzip": CompressionType.GZIP, "snappy": CompressionType.SNAPPY,
           "lz4": CompressionType.LZ4, "zstd": CompressionType.ZSTD}
@@ -248,6 +251,8 @@ class RawProducer:
         for node in candidates:
             try:
                 return node, self._conn(node, control=True)
+            except FATAL_CONNECTION_ERRORS:
+                raise
             except OSError as exc:
                 last = exc
         raise ConnectionError(f"cannot reach any bootstrap server {self.bootstrap}: {last}")
@@ -261,6 +266,8 @@ class RawProducer:
             conn = self._conn(node, control=True)
         try:
             return conn.request(api, conn.version(api, highest), body)
+        except FATAL_CONNECTION_ERRORS:
+            raise
         except OSError:
             self._drop(node, control=True)
             raise
@@ -296,6 +303,8 @@ class RawProducer:
         while True:
             try:
                 md = self.refresh_metadata([name]).get(name)
+            except FATAL_CONNECTION_ERRORS:
+                raise
             except OSError as exc:
                 md, err = None, exc
             else:
@@ -329,6 +338,8 @@ class RawProducer:
                 r = self._request(None, ApiKey.FIND_COORDINATOR, MAX_FIND_COORDINATOR_VERSION,
                                   {"key": key, "key_type": key_type})
                 code = r["error_code"]
+            except FATAL_CONNECTION_ERRORS:
+                raise
             except OSError:
                 code = NETWORK_EXCEPTION
             if code == NONE:
@@ -359,6 +370,8 @@ class RawProducer:
             try:
                 r = self._request(node, api, highest, body)
                 errs = [c for c in codes(r) if c != NONE]
+            except FATAL_CONNECTION_ERRORS:
+                raise
             except OSError:
                 errs = [NETWORK_EXCEPTION]
             if not errs:
@@ -383,6 +396,8 @@ class RawProducer:
                 try:
                     r = self._request(None, ApiKey.INIT_PRODUCER_ID, MAX_INIT_PRODUCER_ID_VERSION, body)
                     code = r["error_code"]
+                except FATAL_CONNECTION_ERRORS:
+                    raise
                 except OSError:
                     code = NETWORK_EXCEPTION
                 if code == NONE:
@@ -623,6 +638,8 @@ class RawProducer:
             if v < MIN_PRODUCE_VERSION:
                 raise DeliveryError(f"the broker's Produce versions are below v{MIN_PRODUCE_VERSION}")
             cid = conn.send(ApiKey.PRODUCE, v, body)
+        except FATAL_CONNECTION_ERRORS:
+            raise
         except OSError:
             self._broken(node, take)
             return
@@ -641,6 +658,8 @@ class RawProducer:
         cid, v, batches = inflight.popleft()
         try:
             body = self.conns[node].receive(ApiKey.PRODUCE, v, cid)
+        except FATAL_CONNECTION_ERRORS:
+            raise
         except (OSError, KeyError):
             self._broken(node, batches)
             return
@@ -689,6 +708,8 @@ class RawProducer:
             time.sleep(min(self.backoff_s * 2 ** (attempt - 1), 1.0))
             try:
                 self.refresh_metadata()
+            except FATAL_CONNECTION_ERRORS:
+                raise
             except OSError:
                 continue
             by_node: dict[int, list[_Batch]] = {}
