@@ -214,6 +214,8 @@ class RawProducer:
         self.delivered = 0
         self.resent = 0
         """Batches sent again by :meth:`_recover` (a retriable error or a broken connection)."""
+        self.retriable_errors: dict[int, int] = {}
+        """How often each retriable error code (or NETWORK_EXCEPTION for a broken connection) was met."""
         self.order = 0
         self.producer_id, self.epoch = -1, -1
         self.txn_slots: set[int] = set()
@@ -673,6 +675,7 @@ class RawProducer:
                 self.delivered += b.count
             elif _retriable(code):
                 self.failed.append((b, code))
+                self.retriable_errors[code] = self.retriable_errors.get(code, 0) + 1
             else:
                 raise DeliveryError(f"Failed to send record to {b.topic}-{b.partition}: {_name(code)} (error code "
                                     f"{code}): {message or error_for_code(code).message}")
