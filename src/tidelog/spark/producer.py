@@ -598,8 +598,7 @@ class RawProducer:
         """Send what is ready, at most ``max_in_flight`` requests per connection (waiting for the oldest
         response when the window is full); on a retriable failure, recover."""
         for node in list(self.ready):
-            q = self.ready[node]
-            while q and not self.failed:
+            while self.ready.get(node) and not self.failed:  # (_send replaces the queue)
                 inflight = self.inflight.setdefault(node, deque())
                 if len(inflight) >= self.max_in_flight:
                     self._receive(node)
@@ -750,5 +749,6 @@ class RawProducer:
         for node in list(self.inflight):
             while self.inflight.get(node):
                 self._receive(node)
-        if self.failed or any(self.ready.values()):
+        if self.failed:
             self._recover()
+        assert not any(self.ready.values()) and not any(self.inflight.values()) and not self.failed
