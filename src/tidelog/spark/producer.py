@@ -37,7 +37,7 @@ import time
 from array import array
 from collections import deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -148,7 +148,7 @@ class _Topic:
     index: int
     base: int
     leaders: list[int]
-    sticky: int = field(default_factory=lambda: -1)
+    sticky: int = -1
 
     @property
     def count(self) -> int:
