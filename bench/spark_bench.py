@@ -9,6 +9,12 @@ One SparkSession (local[N]), one ``tidelog serve`` on 127.0.0.1. Every read is f
 Prints a Markdown table. The isolation rows read a topic written in transactions (``--txn-size`` records each,
 every ``--abort-every``-th aborted) with ``read_uncommitted`` and ``read_committed`` side by side. The producer line is confluent-kafka producing the same records straight to the
 broker (the reference for the sink).
+
+``--sink`` runs only the sink comparison (issue 15) and the source rows it is measured against, side by side:
+the source (raw fetch) on the plain topic and on the transactional topic at both isolation levels, then the sink
+(Parquet → broker) at-least-once with ``produceClient=librdkafka`` (the old path) and ``raw`` (the new one), and
+exactly-once with both. Every row also reports the CPU seconds of this process tree (driver, Spark's JVM and
+its Python workers, the broker): on a machine shared with other work, rows per CPU second is the steadier figure.
 """
 
 from __future__ import annotations
@@ -102,12 +108,104 @@ def produce_transactional(bootstrap: str, topic: str, n: int, value_size: int, p
     return committed
 
 
-def timed(label: str, df: Any, n: int, results: list[tuple[str, int, float]]) -> None:
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """User + system CPU seconds of process ``root`` (default: this one) and all its descendants, including
+    children already reaped (their times are in their parents' cutime/cstime)."""
+    root = os.getpid() if root is None else root
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # after the command: state ppid ... utime(14) stime(15) cutime(16) cstime(17), 1-based from pid
+        stats[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += stats[pid][1]
+        todo.extend(children.get(pid, []))
+    return total
+
+
+BROKER_PID: list[int] = []
+"""The broker's pid (set by main), for the broker's share of the CPU seconds."""
+BROKER_CPU: dict[str, float] = {}
+
+
+def _cpu_pair() -> tuple[float, float]:
+    return tree_cpu_seconds(), (tree_cpu_seconds(BROKER_PID[0]) if BROKER_PID else 0.0)
+
+
+def timed(label: str, df: Any, n: int, results: list[tuple[str, int, float]],
+          cpu: dict[str, float] | None = None) -> None:
+    c0, b0 = _cpu_pair()
     t0 = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
     dt = time.perf_counter() - t0
     results.append((label, n, dt))
+    if cpu is not None:
+        c1, b1 = _cpu_pair()
+        cpu[label] = c1 - c0
+        BROKER_CPU[label] = b1 - b0
     print(f"{label}: {n / dt:,.0f} rows/s ({dt:.1f}s)", flush=True)
+
+
+def sink_rows(spark: Any, bootstrap: str, parquet: str, n: int, partitions: int,
+              results: list[tuple[str, int, float]], cpu: dict[str, float], repeat: int) -> None:
+    """The sink, Parquet → broker, four ways (best of ``repeat`` each, in rotating order)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    cases = [
+        ("tidelog sink, at-least-once, produceClient=librdkafka (old)", {"produceClient": "librdkafka"}),
+        ("tidelog sink, at-least-once, produceClient=raw (new)", {"produceClient": "raw"}),
+        ("tidelog sink, exactly-once, produceClient=raw", {"produceClient": "raw", "exactlyOnce": "true"}),
+        ("tidelog sink, exactly-once, produceClient=librdkafka", {"produceClient": "librdkafka",
+                                                                  "exactlyOnce": "true"}),
+    ]
+    for _, opts in cases:
+        if "exactlyOnce" in opts:
+            # one transaction spans one task's write: on a loaded machine the librdkafka path's tasks can take
+            # longer than librdkafka's default 60 s (the coordinator would abort them); 10 min, below the
+            # broker's transaction.max.timeout.ms (15 min)
+            opts["kafka.transaction.timeout.ms"] = "600000"
+    best: dict[str, tuple[float, float]] = {}
+    for r in range(repeat):
+        for i in range(len(cases)):
+            label, opts = cases[(i + r) % len(cases)]
+            topic = f"bench-sink-{r}-{i}"
+            admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+            c0, b0 = _cpu_pair()
+            t0 = time.perf_counter()
+            try:
+                (spark.read.parquet(parquet).select("key", "value").write.mode("append").format("tidelog")
+                 .option("kafka.bootstrap.servers", bootstrap).option("topic", topic).options(**opts).save())
+            except Exception as exc:  # report the other rows all the same
+                print(f"{label}: FAILED ({str(exc).strip().splitlines()[-1][:300]})", flush=True)
+                continue
+            dt = time.perf_counter() - t0
+            c1, b1 = _cpu_pair()
+            dc, db = c1 - c0, b1 - b0
+            print(f"{label}: {n / dt:,.0f} rows/s ({dt:.1f}s, {dc:.1f} CPU s of which the broker {db:.1f})",
+                  flush=True)
+            if label not in best or dt < best[label][0]:
+                best[label] = (dt, dc, db)
+            admin.delete_topics([topic])[topic].result(60)  # keep the disk use bounded
+    for label, _ in cases:
+        if label in best:
+            dt, dc, db = best[label]
+            results.append((label, n, dt))
+            cpu[label] = dc
+            BROKER_CPU[label] = db
 
 
 def main() -> None:
@@ -121,6 +219,8 @@ def main() -> None:
                     help="records of the transactional topic of the isolation rows (default: --records)")
     ap.add_argument("--txn-size", type=int, default=100_000, help="records per transaction")
     ap.add_argument("--abort-every", type=int, default=10, help="abort every n-th transaction (0: none)")
+    ap.add_argument("--sink", action="store_true", help="only the sink comparison and its source rows (issue 15)")
+    ap.add_argument("--repeat", type=int, default=2, help="--sink: runs of each sink row (best is reported)")
     args = ap.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -129,7 +229,9 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     data_dir = root / "data"
     proc, bootstrap = start_broker(data_dir)
+    BROKER_PID.append(proc.pid)
     results: list[tuple[str, int, float]] = []
+    cpu: dict[str, float] = {}
     try:
         n = args.records
         dt = produce(bootstrap, "bench", n, args.value_size, args.partitions)
@@ -142,7 +244,7 @@ def main() -> None:
 
         spark = (SparkSession.builder.master(f"local[{args.cores}]").appName("tidelog-spark-bench")
                  .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(args.cores))
-                 .config("spark.driver.memory", "4g").getOrCreate())
+                 .config("spark.driver.memory", "4g").config("spark.ui.showConsoleProgress", "false").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
 
@@ -150,64 +252,97 @@ def main() -> None:
                  .option("subscribe", "bench").load())
         log = spark.read.format("tidelog-log").option("subscribe", "bench").load(str(data_dir))
         # the same records as JSON lines and Parquet (values are ASCII, so they survive as strings)
-        log.selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "topic", "partition",
-                       "offset", "timestamp", "timestampType").write.mode("overwrite").json(str(root / "json"))
+        if not args.sink:
+            log.selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "topic", "partition",
+                           "offset", "timestamp", "timestampType").write.mode("overwrite").json(str(root / "json"))
         log.write.mode("overwrite").parquet(str(root / "parquet"))
         json_schema = ("key string, value string, topic string, partition int, offset long, timestamp timestamp, "
                        "timestampType int")
 
-        timed("tidelog (Kafka protocol, broker; raw fetch)", kafka, n, results)
-        timed("tidelog (Kafka protocol, broker; fetchClient=librdkafka)",
-              spark.read.format("tidelog").option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", "bench").option("fetchClient", "librdkafka").load(), n, results)
-        timed("tidelog-log (data directory)", log, n, results)
-
-        # transactions: the same reads of a transactional topic at both isolation levels, side by side
-        tn = args.txn_records if args.txn_records is not None else n
-        committed = produce_transactional(bootstrap, "bench-txn", tn, args.value_size, args.partitions,
-                                          args.txn_size, args.abort_every)
-        for path, fmt in (("raw fetch", "tidelog"), ("librdkafka", "tidelog"), ("data directory", "tidelog-log")):
-            best: dict[str, float] = {}
-            # twice, in alternating order, best of two: neither level profits from going second (warm caches)
-            for iso in ("read_uncommitted", "read_committed", "read_committed", "read_uncommitted"):
-                r = spark.read.format(fmt).option("subscribe", "bench-txn")
-                if fmt == "tidelog":
-                    r = r.option("kafka.bootstrap.servers", bootstrap).option("kafka.isolation.level", iso)
-                    if path == "librdkafka":
-                        r = r.option("fetchClient", "librdkafka")
-                    df = r.load()
-                else:
-                    df = r.option("isolationLevel", iso).load(str(data_dir))
-                t0 = time.perf_counter()
-                df.write.format("noop").mode("overwrite").save()
-                best[iso] = min(best.get(iso, float("inf")), time.perf_counter() - t0)
+        if args.sink:
+            timed("tidelog source (raw fetch), plain topic", kafka, n, results, cpu)
+            tn = args.txn_records if args.txn_records is not None else n
+            committed = produce_transactional(bootstrap, "bench-txn", tn, args.value_size, args.partitions,
+                                              args.txn_size, args.abort_every)
             for iso in ("read_uncommitted", "read_committed"):
-                rows = committed if iso == "read_committed" else tn
-                label = f"{fmt} ({path}), {iso}, transactional topic"
-                results.append((label, rows, best[iso]))
-                print(f"{label}: {rows / best[iso]:,.0f} rows/s ({best[iso]:.1f}s, best of 2)", flush=True)
-        timed("Spark JSON lines", spark.read.schema(json_schema).json(str(root / "json")), n, results)
-        timed("Spark Parquet (upper reference)", spark.read.parquet(str(root / "parquet")), n, results)
-
-        t0 = time.perf_counter()
-        (spark.read.parquet(str(root / "parquet")).select("key", "value").write.mode("append").format("tidelog")
-         .option("kafka.bootstrap.servers", bootstrap).option("topic", "bench-sink").save())
-        dt = time.perf_counter() - t0
-        results.append(("tidelog sink (Parquet → broker)", n, dt))
-        print(f"sink: {n / dt:,.0f} rows/s", flush=True)
+                df = (spark.read.format("tidelog").option("kafka.bootstrap.servers", bootstrap)
+                      .option("subscribe", "bench-txn").option("kafka.isolation.level", iso).load())
+                timed(f"tidelog source (raw fetch), {iso}, transactional topic",
+                      df, committed if iso == "read_committed" else tn, results, cpu)
+            sink_rows(spark, bootstrap, str(root / "parquet"), n, args.partitions, results, cpu, args.repeat)
+        if not args.sink:
+            other_rows(spark, bootstrap, data_dir, root, kafka, log, json_schema, n, args, results)
         spark.stop()
     finally:
         proc.terminate()
         proc.wait(60)
         if not args.workdir:
             shutil.rmtree(root, ignore_errors=True)
+    report(args, results, cpu)
 
+
+def other_rows(spark: Any, bootstrap: str, data_dir: Path, root: Path, kafka: Any, log: Any, json_schema: str,
+               n: int, args: Any, results: list[tuple[str, int, float]]) -> None:
+    """Every read path, the isolation levels on all three, JSON and Parquet, and the sink (the default run)."""
+    timed("tidelog (Kafka protocol, broker; raw fetch)", kafka, n, results)
+    timed("tidelog (Kafka protocol, broker; fetchClient=librdkafka)",
+          spark.read.format("tidelog").option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", "bench").option("fetchClient", "librdkafka").load(), n, results)
+    timed("tidelog-log (data directory)", log, n, results)
+
+    # transactions: the same reads of a transactional topic at both isolation levels, side by side
+    tn = args.txn_records if args.txn_records is not None else n
+    committed = produce_transactional(bootstrap, "bench-txn", tn, args.value_size, args.partitions,
+                                      args.txn_size, args.abort_every)
+    for path, fmt in (("raw fetch", "tidelog"), ("librdkafka", "tidelog"), ("data directory", "tidelog-log")):
+        best: dict[str, float] = {}
+        # twice, in alternating order, best of two: neither level profits from going second (warm caches)
+        for iso in ("read_uncommitted", "read_committed", "read_committed", "read_uncommitted"):
+            r = spark.read.format(fmt).option("subscribe", "bench-txn")
+            if fmt == "tidelog":
+                r = r.option("kafka.bootstrap.servers", bootstrap).option("kafka.isolation.level", iso)
+                if path == "librdkafka":
+                    r = r.option("fetchClient", "librdkafka")
+                df = r.load()
+            else:
+                df = r.option("isolationLevel", iso).load(str(data_dir))
+            t0 = time.perf_counter()
+            df.write.format("noop").mode("overwrite").save()
+            best[iso] = min(best.get(iso, float("inf")), time.perf_counter() - t0)
+        for iso in ("read_uncommitted", "read_committed"):
+            rows = committed if iso == "read_committed" else tn
+            label = f"{fmt} ({path}), {iso}, transactional topic"
+            results.append((label, rows, best[iso]))
+            print(f"{label}: {rows / best[iso]:,.0f} rows/s ({best[iso]:.1f}s, best of 2)", flush=True)
+    timed("Spark JSON lines", spark.read.schema(json_schema).json(str(root / "json")), n, results)
+    timed("Spark Parquet (upper reference)", spark.read.parquet(str(root / "parquet")), n, results)
+
+    t0 = time.perf_counter()
+    (spark.read.parquet(str(root / "parquet")).select("key", "value").write.mode("append").format("tidelog")
+     .option("kafka.bootstrap.servers", bootstrap).option("topic", "bench-sink").save())
+    dt = time.perf_counter() - t0
+    results.append(("tidelog sink (Parquet → broker)", n, dt))
+    print(f"sink: {n / dt:,.0f} rows/s", flush=True)
+
+
+def report(args: Any, results: list[tuple[str, int, float]], cpu: dict[str, float]) -> None:
     print(f"\n{args.records:,} records, {args.value_size} B values, {args.partitions} partitions, "
           f"local[{args.cores}]\n")
-    print("| path | rows | seconds | rows/s |")
-    print("|---|---:|---:|---:|")
+    if cpu:
+        print("| path | rows | seconds | rows/s | CPU seconds (all processes) | of which the broker | rows per CPU "
+              "second |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+    else:
+        print("| path | rows | seconds | rows/s |")
+        print("|---|---:|---:|---:|")
     for label, rows, secs in results:
-        print(f"| {label} | {rows:,} | {secs:.1f} | {rows / secs:,.0f} |")
+        if cpu:
+            c = cpu.get(label)
+            b = BROKER_CPU.get(label)
+            extra = f" {c:.1f} | {b:.1f} | {rows / c:,.0f} |" if c and b is not None else " | | |"
+            print(f"| {label} | {rows:,} | {secs:.1f} | {rows / secs:,.0f} |{extra}")
+        else:
+            print(f"| {label} | {rows:,} | {secs:.1f} | {rows / secs:,.0f} |")
     by_label = {label: (rows, secs) for label, rows, secs in results}
     print("\nread_committed against read_uncommitted over the same transactional log (rows/s counts only the rows "
           "returned: aborted records are not rows; log speed = read_uncommitted seconds / read_committed seconds):")
@@ -217,6 +352,21 @@ def main() -> None:
             if base:
                 print(f"  {label.split(',')[0]}: rows/s {rows / secs / (base[0] / base[1]):.2f}x, "
                       f"log speed {base[1] / secs:.2f}x")
+    sinks = {label: secs for label, _, secs in results if label.startswith("tidelog sink,")}
+    if sinks:
+        old = sinks.get("tidelog sink, at-least-once, produceClient=librdkafka (old)")
+        new = sinks.get("tidelog sink, at-least-once, produceClient=raw (new)")
+        eos = sinks.get("tidelog sink, exactly-once, produceClient=raw")
+        if old and new:
+            print(f"\nat-least-once sink, raw against librdkafka: {old / new:.2f}x rows/s", end="")
+            co, cn = cpu.get("tidelog sink, at-least-once, produceClient=librdkafka (old)"), \
+                cpu.get("tidelog sink, at-least-once, produceClient=raw (new)")
+            print(f", {co / cn:.2f}x rows per CPU second" if co and cn else "")
+        if new and eos:
+            print(f"exactly-once (raw) against at-least-once (raw): {new / eos:.2f}x rows/s", end="")
+            ce, cn = cpu.get("tidelog sink, exactly-once, produceClient=raw"), \
+                cpu.get("tidelog sink, at-least-once, produceClient=raw (new)")
+            print(f", {cn / ce:.2f}x rows per CPU second" if ce and cn else "")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ from confluent_kafka.admin import (
 from secsupport import PASSWORD, Certs
 
 from tidelog.spark.fetcher import PartitionFetcher, raw_fetch_allowed
+from tidelog.spark.kafka_sink import producer_config
 from tidelog.spark.options import client_config
+from tidelog.spark.producer import RawProducer, raw_produce_unsupported
 
 USER, USER_PW = "olga", "olga-secret"
 SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="{u}" password="{p}";'
@@ -169,6 +171,42 @@ def test_raw_fetcher_speaks_sasl_ssl(scram_broker: Any, certs: Certs) -> None:
         f.close()
 
 
+def test_raw_producer_speaks_sasl_ssl(scram_broker: Any, certs: Certs) -> None:
+    """The Spark sink's raw producer, idempotent and transactional, with Java-client option names."""
+    pa = pytest.importorskip("pyarrow")
+    b = scram_broker
+    topic = _topic(b)
+    conf = producer_config({"kafka.bootstrap.servers": f"SASL_SSL://{_sasl_ssl(b)}",
+                            "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512",
+                            "kafka.sasl.jaas.config": SCRAM_JAAS.format(u=USER, p=USER_PW),
+                            "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": certs.path("ca.pem")})
+    assert raw_produce_unsupported(conf) is None
+    batch = pa.RecordBatch.from_arrays([pa.array([b"v%d" % i for i in range(5)], pa.binary())], names=["value"])
+    for tid in (None, f"own-tx-{uuid.uuid4().hex[:6]}"):
+        prod = RawProducer(conf, transactional_id=tid)
+        try:
+            if tid is not None:
+                prod.init_producer_id()
+                prod.begin()
+            assert prod.produce_arrow(iter([batch]), topic) == 5
+            prod.flush()
+            if tid is not None:
+                prod.end_transaction(True)
+        finally:
+            prod.close()
+    f = PartitionFetcher(conf, topic, 0, timeout_s=10)
+    try:
+        assert f.watermarks() == (0, 11)  # 10 records and the transaction's commit marker
+    finally:
+        f.close()
+    prod = RawProducer({**conf, "sasl.password": "wrong"})
+    try:
+        with pytest.raises(ConnectionError, match="SASL authentication failed"):
+            prod.produce_arrow(iter([batch]), topic)
+    finally:
+        prod.close()
+
+
 # -- Spark: one small job per path (Spark is slow) ----------------------------------------------------------------
 
 def _spark_fixture() -> Any:
@@ -197,8 +235,11 @@ def test_spark_write_and_read_both_paths_over_sasl_ssl(scram_broker: Any, certs:
     topic = _topic(b, partitions=2)
     opts = _spark_options(b, certs)
     df = session.createDataFrame([(f"k{i}", f"v{i}") for i in range(20)], "key string, value string")
-    df.write.mode("append").format("tidelog").options(**opts).option("topic", topic).save()
+    # the sink's producers: raw (at-least-once and exactly-once) and librdkafka, 20 records each
+    for sink in ({}, {"exactlyOnce": "true"}, {"produceClient": "librdkafka"}):
+        df.write.mode("append").format("tidelog").options(**opts).option("topic", topic).options(**sink).save()
+    expected = sorted(f"v{i}" for i in range(20) for _ in range(3))
     for client in ("raw", "librdkafka"):
         rows = (session.read.format("tidelog").options(**opts).option("subscribe", topic)
                 .option("fetchClient", client).load().selectExpr("CAST(value AS STRING) AS v").collect())
-        assert sorted(r.v for r in rows) == sorted(f"v{i}" for i in range(20)), client
+        assert sorted(r.v for r in rows) == expected, client

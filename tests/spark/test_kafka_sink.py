@@ -55,7 +55,7 @@ def test_topic_column_and_missing_topic(spark: Any, kt: Any) -> None:
 def test_delivery_error_fails_with_broker_error(spark: Any, kt: Any) -> None:
     topic = kt.new_topic(1, config={"max.message.bytes": "2048"})
     df = spark.createDataFrame([("x" * 10_000,)], "value string")
-    with pytest.raises(Exception, match=r"Failed to send record .*(too large|MSG_SIZE_TOO_LARGE)"):
+    with pytest.raises(Exception, match=r"Failed to send record .*(too large|MSG_SIZE_TOO_LARGE|MESSAGE_TOO_LARGE)"):
         df.write.mode("append").format("tidelog").option("kafka.bootstrap.servers", kt.bootstrap).option("topic", topic) \
             .option("kafka.compression.type", "none").save()
 

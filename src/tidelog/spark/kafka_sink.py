@@ -5,9 +5,16 @@ Columns, as in Spark's Kafka sink: ``value`` (required, string or binary), ``key
 ``partition`` (int; null or absent = the producer's partitioner). A failed delivery fails the task with the
 broker's error.
 
-Default, **at-least-once**: every task uses an idempotent confluent-kafka producer and flushes all of its
-records before it reports success, so a micro-batch commits only after the broker acknowledged every record; a
-task retried by Spark, or a micro-batch replayed after a failure, writes its records again.
+Default, **at-least-once**: every task uses an idempotent producer (``acks=all``) and flushes all of its records
+before it reports success, so a micro-batch commits only after the broker acknowledged every record; a task
+retried by Spark, or a micro-batch replayed after a failure, writes its records again.
+
+Two producers (option ``produceClient``): ``raw`` (default) encodes the task's Arrow batches into record
+batches in C and sends them as Produce requests itself (:mod:`tidelog.spark.producer`), several times faster
+than one ``produce()`` call per row; ``librdkafka`` uses confluent-kafka. The raw path is used only when it can
+honour the configuration (:func:`tidelog.spark.producer.raw_produce_unsupported`: its security, the murmur2
+partitioner, acks, compression); otherwise the task uses confluent-kafka. Both partition as Kafka's default
+partitioner does (murmur2 of the key; librdkafka's ``murmur2_random``).
 
 ``exactlyOnce=true``: every task writes its partition of a (micro-)batch in one Kafka transaction with the
 transactional id ``<prefix>-<partition id>`` and commits, in the same transaction, the batch id as the offset of
@@ -34,10 +41,14 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from tidelog.spark.options import OptionError, client_config, parse_bool
+from tidelog.spark.producer import DeliveryError, RawProducer, raw_produce_unsupported
+
+__all__ = ["DeliveryError", "KafkaSinkStreamWriter", "KafkaSinkWriter"]
 
 log = logging.getLogger("tidelog.spark.sink")
 
 FLUSH_TIMEOUT_S = 120.0
+ABORT_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -45,8 +56,19 @@ class SinkCommit(WriterCommitMessage):
     records: int
 
 
-class DeliveryError(RuntimeError):
-    """The broker rejected a record (the task fails with the broker's error)."""
+def parse_produce_client(options: Mapping[str, str], conf: Mapping[str, Any]) -> bool:
+    """Whether tasks use the raw producer: option ``produceClient`` (``raw``, the default, or ``librdkafka``),
+    and a configuration the raw path honours (else confluent-kafka, with a log line saying why)."""
+    value = (options.get("produceClient") or "raw").strip().lower()
+    if value not in ("raw", "librdkafka"):
+        raise OptionError(f"Option 'produceClient' must be raw or librdkafka, got {value!r}")
+    if value == "librdkafka":
+        return False
+    why = raw_produce_unsupported(conf)
+    if why is not None:
+        log.info("tidelog sink: using confluent-kafka (the raw producer does not support %s)", why)
+        return False
+    return True
 
 
 def validate_schema(schema: StructType, topic_option: str | None) -> None:
@@ -83,6 +105,7 @@ def producer_config(options: Mapping[str, str]) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "enable.idempotence": True,
         "acks": "all",
+        "partitioner": "murmur2_random",  # Kafka's default partitioner (the Java client's, Spark's Kafka sink's)
         "linger.ms": 5,
         "batch.size": 1024 * 1024,
         "queue.buffering.max.messages": 500_000,
@@ -149,8 +172,16 @@ def flush_or_raise(producer: Any, errors: list[str]) -> None:
         raise DeliveryError(f"{remaining} records were not delivered within {FLUSH_TIMEOUT_S:.0f}s")
 
 
-def write_batches(conf: Mapping[str, Any], topic_option: str | None, batches: Iterator[Any]) -> int:
+def write_batches(conf: Mapping[str, Any], topic_option: str | None, batches: Iterator[Any], raw: bool = False) -> int:
     """At-least-once: produce every row of ``batches``; flush; raise on the first delivery error."""
+    if raw:
+        producer = RawProducer(conf)
+        try:
+            count = producer.produce_arrow(batches, topic_option)
+            producer.flush()
+        finally:
+            producer.close()
+        return count
     from confluent_kafka import Producer
 
     errors: list[str] = []
@@ -240,7 +271,7 @@ def task_identity(eos: EosOptions) -> tuple[str, int, int]:
 def _group_offsets_client(conf: Mapping[str, Any]) -> dict[str, Any]:
     keep = {k: v for k, v in conf.items() if not k.startswith(("transaction", "enable.idempotence", "acks",
                                                                "linger", "batch.", "queue.buffering",
-                                                               "compression", "retries", "delivery"))}
+                                                               "compression", "retries", "delivery", "partitioner"))}
     return keep
 
 
@@ -334,6 +365,51 @@ def write_transactional(
     return EosCommit(tid, batch, count, skipped=False)
 
 
+def write_transactional_raw(
+    conf: Mapping[str, Any], topic_option: str | None, eos: EosOptions, batches: Iterator[Any]
+) -> EosCommit:
+    """:func:`write_transactional` with the raw producer: the same steps and markers, as Kafka requests
+    (InitProducerId, OffsetFetch ``require_stable``, AddPartitionsToTxn, Produce, AddOffsetsToTxn,
+    TxnOffsetCommit, EndTxn)."""
+    tid, partition, batch = task_identity(eos)
+    producer = RawProducer(conf, transactional_id=tid)
+    try:
+        producer.init_producer_id()
+        found = producer.committed_offset(tid, eos.marker_topic, MARKER_PARTITION)
+        if found is not None and found[0] >= batch:
+            if found[0] > batch:
+                raise ReusedPrefixError(
+                    f"transactional id {tid!r} already committed batch {found[0]} but this query is writing batch "
+                    f"{batch}: the prefix belongs to another query (or the checkpoint was reset). Use a new "
+                    "'transactionalIdPrefix'."
+                )
+            for _ in batches:  # already written by an earlier attempt: consume the input, write nothing
+                pass
+            try:
+                meta = json.loads(found[1] or "{}")
+            except ValueError:
+                meta = {}
+            records = int(meta.get("records", 0)) if isinstance(meta, dict) else 0
+            return EosCommit(tid, batch, records, skipped=True)
+        producer.begin()
+        try:
+            count = producer.produce_arrow(batches, topic_option)
+            producer.flush()
+            marker = json.dumps({"batch": batch, "records": count, "partition": partition})
+            producer.send_offsets(tid, eos.marker_topic, MARKER_PARTITION, batch, marker)
+            producer.end_transaction(True)
+        except BaseException:
+            if producer.in_txn:
+                try:
+                    producer.end_transaction(False, timeout_s=ABORT_TIMEOUT_S)
+                except Exception:  # fenced or unreachable: the next attempt's InitProducerId (or the timeout) aborts it
+                    pass
+            raise
+    finally:
+        producer.close()
+    return EosCommit(tid, batch, count, skipped=False)
+
+
 def fence(conf: Mapping[str, Any], transactional_ids: list[str]) -> None:
     """Abort whatever transaction these ids left open (init_transactions bumps the epoch and aborts it).
 
@@ -399,11 +475,14 @@ class KafkaSinkWriter(DataSourceArrowWriter):
         validate_schema(schema, self.topic)
         self.eos = EosOptions.parse(options, streaming=False)
         self.conf = producer_config(options) if self.eos is None else eos_producer_config(options)
+        self.raw = parse_produce_client(options, self.conf)
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         if self.eos is not None:
+            if self.raw:
+                return write_transactional_raw(self.conf, self.topic, self.eos, iterator)
             return write_transactional(self.conf, self.topic, self.eos, iterator)
-        return SinkCommit(write_batches(self.conf, self.topic, iterator))
+        return SinkCommit(write_batches(self.conf, self.topic, iterator, self.raw))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         pass  # exactly-once: every task committed its own transaction (see the module docstring)
@@ -419,11 +498,14 @@ class KafkaSinkStreamWriter(DataSourceStreamArrowWriter):
         validate_schema(schema, self.topic)
         self.eos = EosOptions.parse(options, streaming=True)
         self.conf = producer_config(options) if self.eos is None else eos_producer_config(options)
+        self.raw = parse_produce_client(options, self.conf)
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         if self.eos is not None:
+            if self.raw:
+                return write_transactional_raw(self.conf, self.topic, self.eos, iterator)
             return write_transactional(self.conf, self.topic, self.eos, iterator)
-        return SinkCommit(write_batches(self.conf, self.topic, iterator))
+        return SinkCommit(write_batches(self.conf, self.topic, iterator, self.raw))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.eos is not None:

@@ -1,0 +1,754 @@
+"""The ``tidelog`` sink's raw-produce executor path: Arrow columns straight into v2 batches and Produce requests.
+
+The mirror of :mod:`tidelog.spark.fetcher`. A task's Arrow batches are partitioned and encoded by the C
+accumulator (:mod:`tidelog.records.columnar`: ``assign_partitions`` + ``RecordAccumulator``) into the records
+area of one open batch per topic partition; a full batch (``batch.size``, at most ``message.max.bytes``), and at
+the end of each Arrow batch of the input (Spark's ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows) every
+open batch, gets its 61-byte header (producer id, epoch, base
+sequence, CRC-32C) and is sent in a Produce request to the partition leader over the same blocking connections
+the raw fetch uses (TLS and SASL PLAIN/SCRAM from the ``kafka.*`` options, versions negotiated by ApiVersions).
+No Python object per record.
+
+Kafka's producer semantics, as the Java client (and librdkafka) give them:
+
+* **Partitioning**: an explicit ``partition`` column wins; otherwise a non-null key goes to
+  ``(murmur2(key) & 0x7fffffff) % partitions`` (Kafka's default partitioner, librdkafka's ``murmur2_random``),
+  and null keys stick to one partition per topic for one Arrow batch (about 1 MB at 100 B values), the next
+  batch moving to the next partition (Kafka's sticky partitioner, KIP-480/794, batch-sized).
+* **Idempotence** (``enable.idempotence``, default true, with ``acks=all``): one InitProducerId per task, a
+  sequence number per partition, at most 5 requests in flight per connection. A retried batch keeps its
+  sequence number, so the broker appends it once (DUPLICATE_SEQUENCE_NUMBER counts as delivered) and in order.
+* **Retries**: a retriable error (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION,
+  NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, a broken connection, ...) drains what is in flight, refreshes the
+  metadata after ``retry.backoff.ms`` (doubling, at most 1 s) and resends the undelivered batches of each
+  partition in sequence order, one per partition at a time, until ``delivery.timeout.ms`` (librdkafka's
+  ``message.timeout.ms``; default 120 s). Any other error fails the task with the broker's error name.
+* **Transactions** (the exactly-once sink): FindCoordinator + InitProducerId with the transactional id (fences
+  earlier producers of the id and completes their transaction), AddPartitionsToTxn before the first batch of a
+  partition, transactional batches, AddOffsetsToTxn + TxnOffsetCommit, EndTxn. Transactions version 1 (the
+  request versions are capped below KIP-890 part 2's), so any broker with transactions (Kafka 0.11+) works.
+"""
+
+from __future__ import annotations
+
+import random
+import ssl
+import time
+from array import array
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tidelog.broker.security.client import ClientConfigError, SaslClientError, client_security
+from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.errors import error_for_code
+from tidelog.records.columnar import assign_partitions, new_accumulator
+from tidelog.records.compression import CompressionType, compress
+from tidelog.records.crc import crc32c
+from tidelog.records.header import BATCH_HEADER, CRC_FIELD, RECORD_BATCH_OVERHEAD, TRANSACTIONAL_MASK
+from tidelog.spark.fetcher import Connection, _split_hostport
+from tidelog.spark.options import OptionError
+
+MAX_PRODUCE_VERSION = 9  # v3+ carry the transactional id; v12 would mean transactions version 2
+MIN_PRODUCE_VERSION = 3  # v2 record batches
+MAX_METADATA_VERSION = 9
+MAX_INIT_PRODUCER_ID_VERSION = 4  # v5+: transactions version 2
+MAX_FIND_COORDINATOR_VERSION = 3  # v4+ batch the keys
+MAX_ADD_PARTITIONS_VERSION = 3  # v4+ are for brokers
+MAX_ADD_OFFSETS_VERSION = 3
+MAX_TXN_OFFSET_COMMIT_VERSION = 3
+MAX_END_TXN_VERSION = 3
+MAX_OFFSET_FETCH_VERSION = 7  # v7: require_stable; v8+ batch the groups
+MAX_IN_FLIGHT = 5  # Kafka's limit for an idempotent producer
+DEFAULT_DELIVERY_TIMEOUT_MS = 120_000
+DEFAULT_REQUEST_TIMEOUT_MS = 30_000
+DEFAULT_BATCH_BYTES = 1_000_000  # librdkafka's batch.size and message.max.bytes; Kafka's max.message.bytes is 1 MiB
+REQUEST_MAX_BYTES = 16 * 1024 * 1024
+DEFAULT_TXN_TIMEOUT_MS = 60_000  # librdkafka's transaction.timeout.ms
+
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+DUPLICATE_SEQUENCE_NUMBER = 46
+CONCURRENT_TRANSACTIONS = 51
+GROUP_ID_NOT_FOUND = 69
+UNSTABLE_OFFSET_COMMIT = 88
+COORDINATOR_RETRY = (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS)
+NETWORK_EXCEPTION = 13
+FATAL_CONNECTION_ERRORS = (SaslClientError, ssl.SSLCertVerificationError)
+"""Connection errors no retry can cure (wrong credentials, an untrusted certificate): raised at once."""
+
+CODECS = {"none": CompressionType.NONE, "gzip": CompressionType.GZIP, "snappy": CompressionType.SNAPPY,
+          "lz4": CompressionType.LZ4, "zstd": CompressionType.ZSTD}
+PARTITIONERS = ("murmur2_random", "murmur2")
+"""The librdkafka partitioners the raw path implements (Kafka's default); any other goes through librdkafka."""
+
+
+class DeliveryError(RuntimeError):
+    """The broker rejected a record (the task fails with the broker's error)."""
+
+
+def _name(code: int) -> str:
+    return error_for_code(code).name
+
+
+def _retriable(code: int) -> bool:
+    return code == OUT_OF_ORDER_SEQUENCE_NUMBER or error_for_code(code).retriable
+
+
+def _lower(conf: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in conf.items()}
+
+
+def raw_produce_unsupported(conf: Mapping[str, Any]) -> str | None:
+    """Why the raw path cannot honour the producer configuration ``conf`` (librdkafka names), or None."""
+    low = _lower(conf)
+    try:
+        client_security(conf)
+    except ClientConfigError as exc:
+        return f"security: {exc}"
+    partitioner = low.get("partitioner", "murmur2_random").strip().lower()
+    if partitioner not in PARTITIONERS:
+        return f"partitioner {partitioner}"
+    codec = low.get("compression.type", low.get("compression.codec", "none")).strip().lower()
+    if codec not in CODECS:
+        return f"compression.type {codec}"
+    acks = low.get("acks", low.get("request.required.acks", "all")).strip().lower()
+    idempotent = low.get("enable.idempotence", "true").strip().lower() == "true"
+    if acks in ("0",):
+        return "acks=0"
+    if idempotent and acks not in ("all", "-1"):
+        return f"acks={acks} with enable.idempotence"
+    if acks not in ("all", "-1", "1"):
+        return f"acks={acks}"
+    return None
+
+
+@dataclass(slots=True)
+class _Batch:
+    slot: int
+    topic: str
+    partition: int
+    data: bytearray
+    count: int
+    order: int
+
+
+@dataclass
+class _Topic:
+    name: str
+    index: int
+    base: int
+    leaders: list[int]
+    sticky: int = -1
+
+    @property
+    def count(self) -> int:
+        return len(self.leaders)
+
+    def next_sticky(self) -> int:
+        self.sticky = random.randrange(self.count) if self.sticky < 0 else (self.sticky + 1) % self.count
+        return self.sticky
+
+
+def _binary(arr: Any, what: str) -> tuple[Any, Any, Any, int]:
+    """A binary or string Arrow array as the accumulator's (validity or None, offsets, data, offset)."""
+    t = arr.type
+    if pa.types.is_large_binary(t) or pa.types.is_large_string(t):
+        arr = arr.cast(pa.binary())
+    elif not (pa.types.is_binary(t) or pa.types.is_string(t)):
+        raise OptionError(f"{what} attribute type must be a string or binary")
+    validity, offsets, data = arr.buffers()[:3]
+    return (validity if arr.null_count else None, offsets, data if data is not None else b"", arr.offset)
+
+
+def _i32_column(arr: Any) -> tuple[Any, Any, int]:
+    validity, values = arr.buffers()[:2]
+    return (validity if arr.null_count else None, values, arr.offset)
+
+
+class RawProducer:
+    """One task's producer (see the module docstring); ``transactional_id`` makes it transactional."""
+
+    def __init__(self, conf: Mapping[str, Any], transactional_id: str | None = None) -> None:
+        low = _lower(conf)
+        self.bootstrap = [_split_hostport(s) for s in (low.get("bootstrap.servers") or "").split(",") if s.strip()]
+        if not self.bootstrap:
+            raise OptionError("Option 'kafka.bootstrap.servers' must be specified")
+        self.security = client_security(conf)
+        self.tid = transactional_id
+        self.request_timeout_ms = int(low.get("request.timeout.ms", low.get("socket.timeout.ms",
+                                                                             DEFAULT_REQUEST_TIMEOUT_MS)))
+        self.timeout_s = self.request_timeout_ms / 1000.0
+        self.delivery_timeout_s = int(low.get("delivery.timeout.ms", low.get("message.timeout.ms",
+                                                                              DEFAULT_DELIVERY_TIMEOUT_MS))) / 1000.0
+        self.backoff_s = int(low.get("retry.backoff.ms", 100)) / 1000.0
+        self.txn_timeout_ms = int(low.get("transaction.timeout.ms", DEFAULT_TXN_TIMEOUT_MS))
+        acks = low.get("acks", low.get("request.required.acks", "all")).strip().lower()
+        self.acks = -1 if acks in ("all", "-1") else int(acks)
+        self.idempotent = transactional_id is not None or low.get("enable.idempotence", "true").lower() == "true"
+        self.codec = CODECS[low.get("compression.type", low.get("compression.codec", "none")).strip().lower()]
+        batch_bytes = int(low.get("batch.size", DEFAULT_BATCH_BYTES))
+        max_message = int(low.get("message.max.bytes", DEFAULT_BATCH_BYTES))
+        self.limit = max(1, min(batch_bytes, max_message) - RECORD_BATCH_OVERHEAD)
+        self.max_in_flight = max(1, min(MAX_IN_FLIGHT, int(low.get("max.in.flight.requests.per.connection",
+                                                                   low.get("max.in.flight", MAX_IN_FLIGHT)))))
+        self.conns: dict[int, Connection] = {}
+        """Produce connections (requests pipelined); metadata and coordinator requests use ``control``."""
+        self.control: dict[int, Connection] = {}
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.inflight: dict[int, deque[tuple[int, int, list[_Batch]]]] = {}
+        self.ready: dict[int, deque[_Batch]] = {}
+        self.topics: dict[str, _Topic] = {}
+        self.slot_tp: list[tuple[_Topic, int]] = []
+        self.seq: list[int] = []
+        self.failed: list[tuple[_Batch, int]] = []
+        self.delivered = 0
+        self.resent = 0
+        """Batches sent again by :meth:`_recover` (a retriable error or a broken connection)."""
+        self.retriable_errors: dict[int, int] = {}
+        """How often each retriable error code (or NETWORK_EXCEPTION for a broken connection) was met."""
+        self.order = 0
+        self.producer_id, self.epoch = -1, -1
+        self.txn_slots: set[int] = set()
+        self.in_txn = False
+        self.coordinator: int | None = None
+
+    # -- connections and metadata ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        for c in [*self.conns.values(), *self.control.values()]:
+            c.close()
+        self.conns.clear()
+        self.control.clear()
+
+    def _drop(self, node: int, control: bool = False) -> None:
+        c = (self.control if control else self.conns).pop(node, None)
+        if c is not None:
+            c.close()
+
+    def _conn(self, node: int, control: bool = False) -> Connection:
+        conns = self.control if control else self.conns
+        c = conns.get(node)
+        if c is None:
+            host, port = self.brokers[node] if node >= 0 else self.bootstrap[-node - 1]
+            c = conns[node] = Connection(host, port, self.timeout_s, self.security)
+        return c
+
+    def _any(self) -> tuple[int, Connection]:
+        """A control connection to some broker: one already open, else a known broker, else a bootstrap
+        server."""
+        for node, c in self.control.items():
+            return node, c
+        last: Exception | None = None
+        candidates = list(self.brokers) + [-(i + 1) for i in range(len(self.bootstrap))]
+        for node in candidates:
+            try:
+                return node, self._conn(node, control=True)
+            except FATAL_CONNECTION_ERRORS:
+                raise
+            except OSError as exc:
+                last = exc
+        raise ConnectionError(f"cannot reach any bootstrap server {self.bootstrap}: {last}")
+
+    def _request(self, node: int | None, api: int, highest: int, body: dict[str, Any]) -> dict[str, Any]:
+        """One request/response on ``node``'s connection (None: any broker); a broken connection is dropped and
+        the error raised."""
+        if node is None:
+            node, conn = self._any()
+        else:
+            conn = self._conn(node, control=True)
+        try:
+            return conn.request(api, conn.version(api, highest), body)
+        except FATAL_CONNECTION_ERRORS:
+            raise
+        except OSError:
+            self._drop(node, control=True)
+            raise
+
+    def refresh_metadata(self, names: list[str] | None = None) -> dict[str, Any]:
+        names = names if names is not None else list(self.topics)
+        body = {"topics": [{"name": n} for n in names], "allow_auto_topic_creation": True,
+                "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False}
+        md = self._request(None, ApiKey.METADATA, MAX_METADATA_VERSION, body)
+        for b in md["brokers"]:
+            addr = (b["host"], b["port"])
+            if self.brokers.get(b["node_id"]) not in (None, addr):
+                self._drop(b["node_id"])
+                self._drop(b["node_id"], control=True)
+            self.brokers[b["node_id"]] = addr
+        out = {}
+        for t in md["topics"]:
+            out[t["name"]] = t
+            known = self.topics.get(t["name"])
+            if known is not None and t["error_code"] == NONE:
+                for p in t["partitions"]:
+                    if p["partition_index"] < known.count:
+                        leader = p["leader_id"] if p["error_code"] in (NONE, 9) else -1
+                        known.leaders[p["partition_index"]] = leader if leader in self.brokers else -1
+        return out
+
+    def topic(self, name: str) -> _Topic:
+        t = self.topics.get(name)
+        if t is not None:
+            return t
+        deadline = time.monotonic() + self.delivery_timeout_s
+        attempt = 0
+        while True:
+            try:
+                md = self.refresh_metadata([name]).get(name)
+            except FATAL_CONNECTION_ERRORS:
+                raise
+            except OSError as exc:
+                md, err = None, exc
+            else:
+                err = None
+            if md is not None and md["error_code"] == NONE and md["partitions"]:
+                parts = sorted(md["partitions"], key=lambda p: p["partition_index"])
+                leaders = [p["leader_id"] if p["error_code"] in (NONE, 9) and p["leader_id"] in self.brokers else -1
+                           for p in parts]
+                t = _Topic(name, len(self.topics), len(self.slot_tp), leaders)
+                self.topics[name] = t
+                for p in range(t.count):
+                    self.slot_tp.append((t, p))
+                    self.seq.append(0)
+                return t
+            code = md["error_code"] if md is not None else NETWORK_EXCEPTION
+            if md is not None and code != NONE and not _retriable(code):
+                raise DeliveryError(f"Failed to send records to topic {name}: {_name(code)} (metadata)")
+            attempt += 1
+            if time.monotonic() > deadline:
+                raise DeliveryError(f"Failed to send records to topic {name}: "
+                                    f"{_name(code) if err is None else err} (metadata, {attempt} attempts)")
+            time.sleep(min(self.backoff_s * 2 ** attempt, 1.0))
+
+    # -- producer id and transactions --------------------------------------------------------------------
+
+    def _find_coordinator(self, key_type: int, key: str) -> int:
+        deadline = time.monotonic() + self.delivery_timeout_s
+        attempt = 0
+        while True:
+            try:
+                r = self._request(None, ApiKey.FIND_COORDINATOR, MAX_FIND_COORDINATOR_VERSION,
+                                  {"key": key, "key_type": key_type})
+                code = r["error_code"]
+            except FATAL_CONNECTION_ERRORS:
+                raise
+            except OSError:
+                code = NETWORK_EXCEPTION
+            if code == NONE:
+                node = r["node_id"]
+                addr = (r["host"], r["port"])
+                if self.brokers.get(node) not in (None, addr):
+                    self._drop(node)
+                    self._drop(node, control=True)
+                self.brokers[node] = addr
+                return int(node)
+            if not _retriable(code) or time.monotonic() > deadline:
+                raise DeliveryError(f"FindCoordinator({key!r}) failed: {_name(code)}")
+            attempt += 1
+            time.sleep(min(self.backoff_s * 2 ** attempt, 1.0))
+
+    def _coordinated(self, what: str, api: int, highest: int, body: dict[str, Any], codes: Any,
+                     key: tuple[int, str] | None = None, timeout_s: float | None = None) -> dict[str, Any]:
+        """A request to the transaction coordinator (or, with ``key``, the coordinator of that key), retried on
+        coordinator moves and CONCURRENT_TRANSACTIONS; ``codes(response)`` lists its error codes."""
+        deadline = time.monotonic() + (self.delivery_timeout_s if timeout_s is None else timeout_s)
+        attempt = 0
+        node = self.coordinator if key is None else None
+        while True:
+            if node is None:
+                node = self._find_coordinator(*(key if key is not None else (1, self.tid)))
+                if key is None:
+                    self.coordinator = node
+            try:
+                r = self._request(node, api, highest, body)
+                errs = [c for c in codes(r) if c != NONE]
+            except FATAL_CONNECTION_ERRORS:
+                raise
+            except OSError:
+                errs = [NETWORK_EXCEPTION]
+            if not errs:
+                return r
+            bad = [c for c in errs if c not in COORDINATOR_RETRY and c != NETWORK_EXCEPTION]
+            if bad or time.monotonic() > deadline:
+                code = (bad or errs)[0]
+                raise DeliveryError(f"{what} failed: {_name(code)} (error code {code})")
+            if any(c in (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, NETWORK_EXCEPTION) for c in errs):
+                node = None
+            attempt += 1
+            time.sleep(min(self.backoff_s * 2 ** attempt, 1.0))
+
+    def init_producer_id(self) -> None:
+        """InitProducerId: an idempotent producer id, or (transactional) the id's, fencing earlier producers."""
+        body = {"transactional_id": self.tid, "transaction_timeout_ms": self.txn_timeout_ms if self.tid else -1,
+                "producer_id": -1, "producer_epoch": -1}
+        if self.tid is None:
+            deadline = time.monotonic() + self.delivery_timeout_s
+            attempt = 0
+            while True:
+                try:
+                    r = self._request(None, ApiKey.INIT_PRODUCER_ID, MAX_INIT_PRODUCER_ID_VERSION, body)
+                    code = r["error_code"]
+                except FATAL_CONNECTION_ERRORS:
+                    raise
+                except OSError:
+                    code = NETWORK_EXCEPTION
+                if code == NONE:
+                    break
+                if not _retriable(code) or time.monotonic() > deadline:
+                    raise DeliveryError(f"InitProducerId failed: {_name(code)} (error code {code})")
+                attempt += 1
+                time.sleep(min(self.backoff_s * 2 ** attempt, 1.0))
+        else:
+            r = self._coordinated(f"InitProducerId({self.tid!r})", ApiKey.INIT_PRODUCER_ID,
+                                  MAX_INIT_PRODUCER_ID_VERSION, body, lambda r: [r["error_code"]])
+        self.producer_id, self.epoch = int(r["producer_id"]), int(r["producer_epoch"])
+
+    def begin(self) -> None:
+        assert self.tid is not None and self.producer_id >= 0
+        self.in_txn = True
+        self.txn_slots = set()
+
+    def _add_partitions(self, slots: set[int]) -> None:
+        by_topic: dict[str, list[int]] = {}
+        for s in sorted(slots):
+            t, p = self.slot_tp[s]
+            by_topic.setdefault(t.name, []).append(p)
+        body = {"v3_and_below_transactional_id": self.tid, "v3_and_below_producer_id": self.producer_id,
+                "v3_and_below_producer_epoch": self.epoch,
+                "v3_and_below_topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
+
+        def codes(r: dict[str, Any]) -> list[int]:
+            return [r.get("error_code", NONE)] + [p["partition_error_code"] for t in r["results_by_topic_v3_and_below"]
+                                                  for p in t["results_by_partition"]]
+
+        self._coordinated("AddPartitionsToTxn", ApiKey.ADD_PARTITIONS_TO_TXN, MAX_ADD_PARTITIONS_VERSION, body, codes)
+        self.txn_slots |= slots
+
+    def send_offsets(self, group: str, topic: str, partition: int, offset: int, metadata: str) -> None:
+        """AddOffsetsToTxn + TxnOffsetCommit: ``offset`` becomes ``group``'s offset of ``topic``-``partition``
+        when the transaction commits."""
+        self._coordinated("AddOffsetsToTxn", ApiKey.ADD_OFFSETS_TO_TXN, MAX_ADD_OFFSETS_VERSION,
+                          {"transactional_id": self.tid, "producer_id": self.producer_id,
+                           "producer_epoch": self.epoch, "group_id": group}, lambda r: [r["error_code"]])
+        body = {"transactional_id": self.tid, "group_id": group, "producer_id": self.producer_id,
+                "producer_epoch": self.epoch, "generation_id": -1, "member_id": "", "group_instance_id": None,
+                "topics": [{"name": topic, "partitions": [{"partition_index": partition, "committed_offset": offset,
+                                                           "committed_leader_epoch": -1,
+                                                           "committed_metadata": metadata}]}]}
+        self._coordinated("TxnOffsetCommit", ApiKey.TXN_OFFSET_COMMIT, MAX_TXN_OFFSET_COMMIT_VERSION, body,
+                          lambda r: [p["error_code"] for t in r["topics"] for p in t["partitions"]],
+                          key=(0, group))
+
+    def end_transaction(self, commit: bool, timeout_s: float | None = None) -> None:
+        """EndTxn: a commit after every batch is delivered; an abort after every request in flight is answered
+        (or its connection closed), so that no batch of this transaction reaches a partition after its abort
+        marker."""
+        if commit:
+            self.flush()
+        else:
+            self.discard_inflight()
+        self.in_txn = False
+        self._coordinated("EndTxn", ApiKey.END_TXN, MAX_END_TXN_VERSION,
+                          {"transactional_id": self.tid, "producer_id": self.producer_id,
+                           "producer_epoch": self.epoch, "committed": commit}, lambda r: [r["error_code"]],
+                          timeout_s=timeout_s)
+
+    def discard_inflight(self) -> None:
+        """Wait for the answers to the Produce requests in flight, ignoring them; forget the queued batches."""
+        for node, inflight in list(self.inflight.items()):
+            conn = self.conns.get(node)
+            try:
+                while inflight and conn is not None:
+                    cid, v, _ = inflight.popleft()
+                    conn.receive(ApiKey.PRODUCE, v, cid)
+            except Exception:  # a broken connection: nothing more will arrive from it
+                self._drop(node)
+            inflight.clear()
+        self.ready = {}
+        self.failed = []
+
+    def committed_offset(self, group: str, topic: str, partition: int) -> tuple[int, str] | None:
+        """``group``'s committed offset and metadata of ``topic``-``partition``, stable offsets only (OffsetFetch
+        v7 ``require_stable``: waits out a transaction that is completing), or None."""
+        body = {"group_id": group, "topics": [{"name": topic, "partition_indexes": [partition]}],
+                "require_stable": True}
+
+        def codes(r: dict[str, Any]) -> list[int]:
+            errs = [r.get("error_code", NONE)] + [p["error_code"] for t in r["topics"] for p in t["partitions"]]
+            return [c for c in errs if c != GROUP_ID_NOT_FOUND]
+
+        deadline = time.monotonic() + self.delivery_timeout_s
+        while True:
+            try:
+                r = self._coordinated("OffsetFetch", ApiKey.OFFSET_FETCH, MAX_OFFSET_FETCH_VERSION, body, codes,
+                                      key=(0, group))
+                break
+            except DeliveryError as exc:
+                if "UNSTABLE_OFFSET_COMMIT" in str(exc) and time.monotonic() < deadline:
+                    time.sleep(self.backoff_s)
+                    continue
+                raise
+        if r.get("error_code", NONE) == GROUP_ID_NOT_FOUND:
+            return None
+        for t in r["topics"]:
+            for p in t["partitions"]:
+                if p["partition_index"] == partition and p["error_code"] == NONE and p["committed_offset"] >= 0:
+                    return int(p["committed_offset"]), p["metadata"] or ""
+        return None
+
+    # -- writing ------------------------------------------------------------------------------------------
+
+    def produce_arrow(self, batches: Iterator[Any], topic_option: str | None) -> int:
+        """Partition, encode and send every row of the Arrow ``batches`` (no flush); returns the row count."""
+        if self.idempotent and self.producer_id < 0:
+            self.init_producer_id()
+        acc = new_accumulator(self.limit)
+        rows = 0
+        for rb in batches:
+            n = rb.num_rows
+            if n == 0:
+                continue
+            names = {name.lower(): i for i, name in enumerate(rb.schema.names)}
+            value = _binary(rb.column(names["value"]), "value")
+            key = _binary(rb.column(names["key"]), "key") if "key" in names else None
+            if topic_option is not None:
+                topics = [self.topic(topic_option)]
+                tix = None
+            else:
+                col = rb.column(names["topic"])
+                if col.null_count:
+                    raise OptionError("Topic cannot be null (row has no topic and the topic option is not set)")
+                enc = pc.dictionary_encode(col)
+                topics = [self.topic(str(name)) for name in enc.dictionary.to_pylist()]
+                indices = enc.indices.cast(pa.int32())
+                tix = memoryview(indices.buffers()[1]).cast("B")[indices.offset * 4:(indices.offset + n) * 4]
+            counts = array("i", [t.count for t in topics])
+            sticky = array("i", [t.next_sticky() for t in topics])
+            base = array("i", [t.base for t in topics])
+            explicit = None
+            if "partition" in names:
+                pcol = rb.column(names["partition"])
+                if pcol.null_count < n:
+                    explicit = _i32_column(pcol.cast(pa.int32()))
+            headers = None
+            if "headers" in names:
+                lst = rb.column(names["headers"])
+                if lst.null_count < n:
+                    hk, hv = lst.values.flatten()
+                    if hk.null_count:
+                        raise OptionError("A header key cannot be null")
+                    lv, lo = lst.buffers()[:2]
+                    headers = (lv if lst.null_count else None, lo, lst.offset, _binary(hk, "header key"),
+                               _binary(hv, "header value"))
+            slots, bad = assign_partitions(n, key, counts, tix, explicit, sticky, base)
+            if bad >= 0:
+                t = topics[enc.indices[bad].as_py()] if tix is not None else topics[0]
+                p = rb.column(names["partition"])[bad].as_py()
+                raise DeliveryError(f"Failed to send record to {t.name}-{p}: Local: Unknown partition "
+                                    f"(_UNKNOWN_PARTITION): the topic has {t.count} partitions")
+            sealed = acc.add(n, slots, key, value, headers, int(time.time() * 1000))
+            rows += n
+            sealed += acc.finish()  # nothing waits for the next input batch (librdkafka's linger, batch-sized)
+            if sealed:
+                self._enqueue(sealed)
+                self._pump()
+        self._enqueue(acc.finish())
+        self._pump()
+        return rows
+
+    def _enqueue(self, sealed: list[Any]) -> None:
+        attrs = int(self.codec) | (TRANSACTIONAL_MASK if self.tid is not None else 0)
+        new = []
+        batches = []
+        for slot, buf, count, base_ts, max_ts in sealed:
+            if self.codec:
+                buf = bytearray(RECORD_BATCH_OVERHEAD) + compress(self.codec, memoryview(buf)[RECORD_BATCH_OVERHEAD:])
+            seq = -1
+            if self.idempotent:
+                seq = self.seq[slot]
+                self.seq[slot] = (seq + count) & 0x7FFFFFFF
+            BATCH_HEADER.pack_into(buf, 0, 0, len(buf) - 12, -1, 2, 0, attrs, count - 1, base_ts, max_ts,
+                                   self.producer_id, self.epoch, seq, count)
+            CRC_FIELD.pack_into(buf, 17, crc32c(memoryview(buf)[21:]))
+            t, p = self.slot_tp[slot]
+            self.order += 1
+            batches.append(_Batch(slot, t.name, p, buf, count, self.order))
+            if self.in_txn and slot not in self.txn_slots:
+                new.append(slot)
+        if new:
+            self._add_partitions(set(new))
+        for b in batches:
+            leader = self.slot_tp[b.slot][0].leaders[b.partition]
+            if leader < 0:
+                self.failed.append((b, LEADER_NOT_AVAILABLE))
+            else:
+                self.ready.setdefault(leader, deque()).append(b)
+
+    def _pump(self) -> None:
+        """Send what is ready, at most ``max_in_flight`` requests per connection (waiting for the oldest
+        response when the window is full); on a retriable failure, recover."""
+        for node in list(self.ready):
+            while self.ready.get(node) and not self.failed:  # (_send replaces the queue)
+                inflight = self.inflight.setdefault(node, deque())
+                if len(inflight) >= self.max_in_flight:
+                    self._receive(node)
+                    continue
+                self._send(node)
+        if self.failed:
+            self._recover()
+
+    def _send(self, node: int, only: list[_Batch] | None = None) -> None:
+        q = self.ready.get(node, deque())
+        take: list[_Batch] = []
+        if only is not None:
+            take = only
+        else:
+            seen: set[int] = set()
+            size = 0
+            keep: deque[_Batch] = deque()
+            while q:
+                b = q.popleft()
+                if b.slot in seen or (take and size + len(b.data) > REQUEST_MAX_BYTES):
+                    keep.append(b)
+                    if size + len(b.data) > REQUEST_MAX_BYTES:
+                        break
+                    continue
+                seen.add(b.slot)
+                take.append(b)
+                size += len(b.data)
+            keep.extend(q)
+            self.ready[node] = keep
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for b in take:
+            by_topic.setdefault(b.topic, []).append({"index": b.partition, "records": b.data})
+        body = {"transactional_id": self.tid, "acks": self.acks, "timeout_ms": self.request_timeout_ms,
+                "topic_data": [{"name": n, "partition_data": ps} for n, ps in by_topic.items()]}
+        try:
+            conn = self._conn(node)
+            v = conn.version(ApiKey.PRODUCE, MAX_PRODUCE_VERSION)
+            if v < MIN_PRODUCE_VERSION:
+                raise DeliveryError(f"the broker's Produce versions are below v{MIN_PRODUCE_VERSION}")
+            cid = conn.send(ApiKey.PRODUCE, v, body)
+        except FATAL_CONNECTION_ERRORS:
+            raise
+        except OSError:
+            self._broken(node, take)
+            return
+        self.inflight.setdefault(node, deque()).append((cid, v, take))
+
+    def _broken(self, node: int, batches: list[_Batch]) -> None:
+        """A connection failed: everything sent on it and not answered is undelivered (resent later; the
+        sequence numbers make a resend of a batch the broker did append a duplicate it drops)."""
+        self._drop(node)
+        for _, _, bs in self.inflight.pop(node, deque()):
+            self.failed.extend((b, NETWORK_EXCEPTION) for b in bs)
+        self.failed.extend((b, NETWORK_EXCEPTION) for b in batches)
+
+    def _receive(self, node: int) -> None:
+        inflight = self.inflight[node]
+        cid, v, batches = inflight.popleft()
+        try:
+            body = self.conns[node].receive(ApiKey.PRODUCE, v, cid)
+        except FATAL_CONNECTION_ERRORS:
+            raise
+        except (OSError, KeyError):
+            self._broken(node, batches)
+            return
+        codes: dict[tuple[str, int], tuple[int, str | None]] = {}
+        for t in body["responses"]:
+            for p in t["partition_responses"]:
+                codes[(t["name"], p["index"])] = (p["error_code"], p.get("error_message"))
+        for b in batches:
+            code, message = codes.get((b.topic, b.partition), (NETWORK_EXCEPTION, None))
+            if code in (NONE, DUPLICATE_SEQUENCE_NUMBER):
+                self.delivered += b.count
+            elif _retriable(code):
+                self.failed.append((b, code))
+                self.retriable_errors[code] = self.retriable_errors.get(code, 0) + 1
+            else:
+                raise DeliveryError(f"Failed to send record to {b.topic}-{b.partition}: {_name(code)} (error code "
+                                    f"{code}): {message or error_for_code(code).message}")
+
+    def _recover(self) -> None:
+        """Resend every undelivered batch: in-flight requests drained first, then per partition in sequence
+        order, one batch per partition per round, the metadata refreshed before each round."""
+        for node in list(self.inflight):
+            while self.inflight.get(node):
+                self._receive(node)
+        pending: dict[int, list[_Batch]] = {}
+        last: dict[int, int] = {}
+        for b, code in self.failed:
+            pending.setdefault(b.slot, []).append(b)
+            last[b.slot] = code
+        self.failed = []
+        for q in self.ready.values():
+            for b in q:
+                pending.setdefault(b.slot, []).append(b)
+        self.ready = {}
+        for bs in pending.values():
+            bs.sort(key=lambda b: b.order)
+        deadline = time.monotonic() + self.delivery_timeout_s
+        attempt = 0
+        while pending:
+            if time.monotonic() > deadline:
+                slot = next(iter(pending))
+                t, p = self.slot_tp[slot]
+                code = last.get(slot, NETWORK_EXCEPTION)
+                raise DeliveryError(f"Failed to send record to {t.name}-{p}: {_name(code)} (error code {code}; "
+                                    f"retried for {self.delivery_timeout_s:.0f}s)")
+            attempt += 1
+            time.sleep(min(self.backoff_s * 2 ** (attempt - 1), 1.0))
+            try:
+                self.refresh_metadata()
+            except FATAL_CONNECTION_ERRORS:
+                raise
+            except OSError:
+                continue
+            by_node: dict[int, list[_Batch]] = {}
+            for slot, bs in pending.items():
+                t, p = self.slot_tp[slot]
+                leader = t.leaders[p]
+                if leader >= 0:
+                    by_node.setdefault(leader, []).append(bs[0])
+                else:
+                    last[slot] = LEADER_NOT_AVAILABLE
+            for node, bs in by_node.items():
+                self.resent += len(bs)
+                self._send(node, only=bs)
+            for node in list(self.inflight):
+                while self.inflight.get(node):
+                    self._receive(node)
+            failed = {id(b): code for b, code in self.failed}
+            self.failed = []
+            for bs in by_node.values():
+                for b in bs:
+                    code = failed.get(id(b))
+                    if code is None:
+                        pending[b.slot].pop(0)
+                        if not pending[b.slot]:
+                            del pending[b.slot]
+                    elif code == OUT_OF_ORDER_SEQUENCE_NUMBER:
+                        raise DeliveryError(f"Failed to send record to {b.topic}-{b.partition}: "
+                                            f"OUT_OF_ORDER_SEQUENCE_NUMBER (error code {code})")
+                    else:
+                        last[b.slot] = code
+
+    def flush(self) -> None:
+        """Wait until every batch handed over is delivered (or raise)."""
+        self._pump()
+        for node in list(self.inflight):
+            while self.inflight.get(node):
+                self._receive(node)
+        if self.failed:
+            self._recover()
+        assert not any(self.ready.values()) and not any(self.inflight.values()) and not self.failed
