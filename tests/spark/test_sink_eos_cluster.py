@@ -30,8 +30,8 @@ from support import Cluster, agreed_coordinator, create_topic, request, start_zo
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]  # ~90 s idle; CI machines are shared
 
-N = 600
-PER_TRIGGER = 60  # 10 micro-batches
+N = 1500
+PER_TRIGGER = 50  # 30 micro-batches: the raw sink commits a batch quickly, and both kills must land mid-stream
 DESCRIBE_TRANSACTIONS = 65
 
 
