@@ -18,13 +18,22 @@ Every line on stdout is one JSON object; the process never exits by itself.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import signal
 import sys
 import time
 from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+
+
+def _debug_conf() -> dict[str, str]:
+    """librdkafka debug contexts from TIDELOG_TEST_RDKAFKA_DEBUG (e.g. ``eos,fetch,msg,protocol``); the logs go to
+    stderr, which the worker sends to the file named by TIDELOG_TEST_RDKAFKA_LOG (see main)."""
+    dbg = os.environ.get("TIDELOG_TEST_RDKAFKA_DEBUG")
+    return {"debug": dbg} if dbg else {}
 
 
 def emit(**kw: object) -> None:
@@ -58,13 +67,13 @@ def retrying(call: Callable[[], object]) -> None:
 def copier(bootstrap: str, src: str, dst: str, group: str, tid: str, batch: int, pause_ms: int) -> None:
     def new_producer() -> Producer:
         p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "transaction.timeout.ms": 10000,
-                      "linger.ms": 2})
+                      "linger.ms": 2, **_debug_conf()})
         p.init_transactions(60)  # fences an earlier instance and aborts what it left open
         return p
 
     p = new_producer()
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed",
-                  "enable.auto.commit": False, "fetch.wait.max.ms": 50})
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 50, **_debug_conf()})
     meta = c.list_topics(src, timeout=10).topics[src]
     tps = [TopicPartition(src, part) for part in sorted(meta.partitions)]
 
@@ -89,27 +98,50 @@ def copier(bootstrap: str, src: str, dst: str, group: str, tid: str, batch: int,
             retrying(lambda p=p: p.commit_transaction(60))
         except KafkaException as exc:
             err = exc.args[0]
-            if not err.txn_requires_abort():
-                # a fatal error: as librdkafka asks of an application, this producer is dropped and a new one with
-                # the same transactional id fences it and resumes from the committed offsets (the test decides
-                # which fatal errors it accepts)
-                emit(event="fatal", error=err.name())
-                p = new_producer()
-                rewind("resumed")
-                continue
-            retrying(lambda p=p: p.abort_transaction(60))  # e.g. a broker went away mid-transaction: abort, read again
-            rewind("aborted")
+            if err.txn_requires_abort():
+                try:  # e.g. a broker went away mid-transaction: abort, read again
+                    retrying(lambda p=p: p.abort_transaction(60))
+                    rewind("aborted")
+                    continue
+                except KafkaException as abort_exc:
+                    err = abort_exc.args[0]  # the abort itself failed fatally (see below)
+            # a fatal error: as librdkafka asks of an application, this producer is dropped and a new one with the
+            # same transactional id fences it and resumes from the committed offsets (the test decides which fatal
+            # errors it accepts)
+            emit(event="fatal", error=err.name())
+            p = new_producer()
+            rewind("resumed")
             continue
         emit(event="committed", offsets={str(tp.partition): tp.offset for tp in positions})
         time.sleep(pause_ms / 1000)  # pacing of the workload (see the docstring), not a wait for an event
 
 
+def read(bootstrap: str, isolation: str, timeout: float, tps: list[str]) -> None:
+    """Every record a consumer with ``isolation`` reads to the end of each ``topic:partition`` (txnhelp's
+    read_to_end), printed as one JSON line: a test reads in this subprocess so that a client crashing fails that
+    test, never the whole pytest run."""
+    from txnhelp import read_to_end  # tests/txn is this script's directory, so sys.path[0]
+
+    def b64(v: bytes | None) -> str | None:
+        return None if v is None else base64.b64encode(v).decode()
+
+    parsed = [(tp.rsplit(":", 1)[0], int(tp.rsplit(":", 1)[1])) for tp in tps]
+    recs = read_to_end(bootstrap, parsed, isolation, timeout, **_debug_conf())
+    emit(event="read", records=[[t, p, o, b64(k), b64(v)] for t, p, o, k, v in recs])
+
+
 def main(argv: list[str]) -> None:
+    log_file = os.environ.get("TIDELOG_TEST_RDKAFKA_LOG")
+    if log_file:  # librdkafka's debug log (stderr) to a file of its own per process
+        fd = os.open(f"{log_file}.{argv[0]}.{os.getpid()}", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 2)
     mode = argv[0]
     if mode == "hang":
         hang(argv[1], argv[2], argv[3], int(argv[4]), int(argv[5]))
     elif mode == "copier":
         copier(argv[1], argv[2], argv[3], argv[4], argv[5], int(argv[6]), int(argv[7]))
+    elif mode == "read":
+        read(argv[1], argv[2], float(argv[3]), argv[4:])
     else:
         raise SystemExit(f"unknown mode {mode}")
 
