@@ -55,8 +55,12 @@ def test_copier_exactly_once_while_brokers_and_copier_are_killed(cluster_with: A
         return sum(max(o, 0) for o in seen.values())
 
     def copier_alive() -> bool:
-        rc = workers[-1].proc.poll()
+        w = workers[-1]
+        rc = w.proc.poll()
         assert rc is None, f"the copier exited by itself ({rc})"  # it never should: fail now, not at the bound
+        w.drain()
+        fenced = [ev for ev in w.events if ev["event"] == "fenced"]
+        assert not fenced, f"the running copier was fenced: {fenced}"  # only a zombie may be
         return True
 
     def reach(n: int) -> None:
@@ -102,9 +106,21 @@ def test_copier_exactly_once_while_brokers_and_copier_are_killed(cluster_with: A
             moved_off(broker_id)
             all_up(c)                     # (see below why it comes back before the copy must go on)
             reach(base + 50)              # the copy goes on across the failover
-            w.kill()                      # and the copier dies too (mid-transaction): the next one fences it
+            if broker_id != 2:
+                w.kill()                  # and the copier dies too (mid-transaction): the next one fences it
+                healed()
+                w = start_copier()
+                continue
+            # once, the copier hangs instead (SIGSTOP, mid-copy) while a new one takes over and fences it; woken up,
+            # the zombie must find itself fenced (nothing it does after is committed: exactly once, below)
+            zombie = w
+            zombie.stop()
             healed()
             w = start_copier()
+            reach(progress() + 10)
+            zombie.resume()
+            zombie.wait_event("fenced", 90)
+            zombie.kill()
         reach(total)
         w.kill()
     finally:

@@ -10,7 +10,8 @@
         group's committed offsets are (read with require_stable: a read_committed consumer's committed()),
         prints {"event": "resumed", "offsets": ...} and, after every commit, {"event": "committed", ...}; a
         transaction failing with an abortable error is aborted and the copy goes on from the committed offsets
-        ({"event": "aborted", "offsets": ...}); a fatal error is reported ({"event": "fatal", "error": name}) and a new producer takes over.
+        ({"event": "aborted", "offsets": ...}); a fatal error is reported ({"event": "fatal", "error": name}) and a new producer takes over;
+        fenced by a newer producer with its transactional id, it reports {"event": "fenced"} and stops copying.
         PAUSE_MS between transactions spreads the copy over time so the test's kills land inside it.
 
 Every line on stdout is one JSON object; the process never exits by itself.
@@ -53,6 +54,10 @@ def hang(bootstrap: str, topic: str, tid: str, count: int, timeout_ms: int) -> N
         signal.pause()
 
 
+# librdkafka's fatal error for a producer fenced by a newer one with its transactional id (and the broker's codes)
+FENCED = frozenset({"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"})
+
+
 def retrying(call: Callable[[], object]) -> None:
     """Call a transactional API until it does not fail with a retriable error (librdkafka: call it again)."""
     while True:
@@ -66,7 +71,9 @@ def retrying(call: Callable[[], object]) -> None:
 
 def copier(bootstrap: str, src: str, dst: str, group: str, tid: str, batch: int, pause_ms: int) -> None:
     def new_producer() -> Producer:
-        p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "transaction.timeout.ms": 10000,
+        # the transaction timeout (and so librdkafka's message timeout) is well above a failover's stall, so the
+        # coordinator never fences a live copier; a killed or stopped one is fenced by the next copier's start
+        p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "transaction.timeout.ms": 30000,
                       "linger.ms": 2, **_debug_conf()})
         p.init_transactions(60)  # fences an earlier instance and aborts what it left open
         return p
@@ -105,6 +112,11 @@ def copier(bootstrap: str, src: str, dst: str, group: str, tid: str, batch: int,
                     continue
                 except KafkaException as abort_exc:
                     err = abort_exc.args[0]  # the abort itself failed fatally (see below)
+            if err.name() in FENCED:
+                # a newer producer with this transactional id took over: this one is a zombie, and stops for good
+                emit(event="fenced", error=err.name())
+                while True:
+                    signal.pause()
             # a fatal error: as librdkafka asks of an application, this producer is dropped and a new one with the
             # same transactional id fences it and resumes from the committed offsets (the test decides which fatal
             # errors it accepts)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -270,6 +272,13 @@ class Worker:
     def drain(self) -> None:
         while self.read_event(0) is not None:
             pass
+
+    def stop(self) -> None:
+        """SIGSTOP: the process hangs (as a client stuck in a long GC pause) until :meth:`resume`."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
 
     def kill(self) -> None:
         if self.proc.stdout.closed:
