@@ -24,10 +24,14 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+
+T = TypeVar("T")
 
 
 def _debug_conf() -> dict[str, str]:
@@ -58,11 +62,33 @@ def hang(bootstrap: str, topic: str, tid: str, count: int, timeout_ms: int) -> N
 FENCED = frozenset({"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"})
 
 
+# longer than any of the copier's client calls may take (their timeouts are 60 s): see guarded()
+HANG_S = 75.0
+
+
+def guarded(call: Callable[[], T]) -> T:
+    """``call()``, or the process reports {"event": "hung"} and exits (status 3) if it has not returned after
+    HANG_S. librdkafka >= 2.10 decommissions a broker that leaves the Metadata answers, and a transactional call
+    waiting on it (its group or transaction coordinator) can then hang past its own timeout (confluentinc/librdkafka
+    #5511); a hung application is restarted, and the new copier fences this one (the test does so)."""
+    def hung() -> None:
+        emit(event="hung")
+        os._exit(3)
+
+    timer = threading.Timer(HANG_S, hung)
+    timer.daemon = True
+    timer.start()
+    try:
+        return call()
+    finally:
+        timer.cancel()
+
+
 def retrying(call: Callable[[], object]) -> None:
     """Call a transactional API until it does not fail with a retriable error (librdkafka: call it again)."""
     while True:
         try:
-            call()
+            guarded(call)
             return
         except KafkaException as exc:
             if not exc.args[0].retriable():
@@ -75,7 +101,7 @@ def copier(bootstrap: str, src: str, dst: str, group: str, tid: str, batch: int,
         # coordinator never fences a live copier; a killed or stopped one is fenced by the next copier's start
         p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "transaction.timeout.ms": 30000,
                       "linger.ms": 2, **_debug_conf()})
-        p.init_transactions(60)  # fences an earlier instance and aborts what it left open
+        guarded(lambda: p.init_transactions(60))  # fences an earlier instance and aborts what it left open
         return p
 
     p = new_producer()
@@ -86,7 +112,7 @@ def copier(bootstrap: str, src: str, dst: str, group: str, tid: str, batch: int,
 
     def rewind(event: str) -> None:
         """Start (again) at the group's committed offsets: after a start or an aborted transaction."""
-        committed = c.committed(tps, timeout=60)
+        committed = guarded(lambda: c.committed(tps, timeout=60))
         emit(event=event, offsets={str(tp.partition): tp.offset for tp in committed})
         c.assign([TopicPartition(src, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
                   for tp in committed])
