@@ -14,7 +14,8 @@
         fenced by a newer producer with its transactional id, it reports {"event": "fenced"} and stops copying.
         PAUSE_MS between transactions spreads the copy over time so the test's kills land inside it.
 
-Every line on stdout is one JSON object; the process never exits by itself.
+Every line on stdout is one JSON object; the process never exits by itself, but for a client call hung past its
+timeout (``guarded``: {"event": "hung"}, exit status 3).
 """
 
 from __future__ import annotations
