@@ -76,7 +76,7 @@ def test_copier_exactly_once_while_brokers_and_copier_are_killed(cluster_with: A
     def reach(n: int) -> None:
         try:
             # a bound, not a pace: after a kill, markers wait for the ISR to shrink (replica.lag.time.max.ms, 10 s
-            # here) and librdkafka's transactional calls retry within their 60 s API timeouts
+            # here) and the copier's transactional calls retry after their 30 s API timeouts
             wait_for(lambda: copier_alive() and progress() >= n, 180, f"the copier to commit {n} records")
         except AssertionError as exc:
             w = workers[-1]

@@ -63,8 +63,10 @@ def hang(bootstrap: str, topic: str, tid: str, count: int, timeout_ms: int) -> N
 FENCED = frozenset({"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"})
 
 
-# longer than any of the copier's client calls may take (their timeouts are 60 s): see guarded()
-HANG_S = 75.0
+# the copier's client calls time out after API_TIMEOUT_S (librdkafka: a retriable error, the call is made again);
+# one that has not returned well after that is hung (see guarded())
+API_TIMEOUT_S = 30
+HANG_S = API_TIMEOUT_S + 10.0
 
 
 def guarded(call: Callable[[], T]) -> T:
@@ -102,7 +104,7 @@ def copier(bootstrap: str, src: str, dst: str, group: str, tid: str, batch: int,
         # coordinator never fences a live copier; a killed or stopped one is fenced by the next copier's start
         p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "transaction.timeout.ms": 30000,
                       "linger.ms": 2, **_debug_conf()})
-        guarded(lambda: p.init_transactions(60))  # fences an earlier instance and aborts what it left open
+        retrying(lambda: p.init_transactions(API_TIMEOUT_S))  # fences an earlier instance, aborts what it left open
         return p
 
     p = new_producer()
@@ -113,7 +115,7 @@ def copier(bootstrap: str, src: str, dst: str, group: str, tid: str, batch: int,
 
     def rewind(event: str) -> None:
         """Start (again) at the group's committed offsets: after a start or an aborted transaction."""
-        committed = guarded(lambda: c.committed(tps, timeout=60))
+        committed = guarded(lambda: c.committed(tps, timeout=API_TIMEOUT_S))
         emit(event=event, offsets={str(tp.partition): tp.offset for tp in committed})
         c.assign([TopicPartition(src, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
                   for tp in committed])
@@ -128,13 +130,14 @@ def copier(bootstrap: str, src: str, dst: str, group: str, tid: str, batch: int,
             for m in msgs:
                 p.produce(dst, key=m.key(), value=m.value(), partition=m.partition())
             positions = c.position(c.assignment())
-            retrying(lambda p=p, pos=positions: p.send_offsets_to_transaction(pos, c.consumer_group_metadata(), 60))
-            retrying(lambda p=p: p.commit_transaction(60))
+            retrying(lambda p=p, pos=positions: p.send_offsets_to_transaction(pos, c.consumer_group_metadata(),
+                                                                              API_TIMEOUT_S))
+            retrying(lambda p=p: p.commit_transaction(API_TIMEOUT_S))
         except KafkaException as exc:
             err = exc.args[0]
             if err.txn_requires_abort():
                 try:  # e.g. a broker went away mid-transaction: abort, read again
-                    retrying(lambda p=p: p.abort_transaction(60))
+                    retrying(lambda p=p: p.abort_transaction(API_TIMEOUT_S))
                     rewind("aborted")
                     continue
                 except KafkaException as abort_exc:
