@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 T = TypeVar("T")
 
@@ -62,6 +62,9 @@ def hang(bootstrap: str, topic: str, tid: str, count: int, timeout_ms: int) -> N
 # librdkafka's fatal error for a producer fenced by a newer one with its transactional id (and the broker's codes)
 FENCED = frozenset({"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"})
 
+
+COORDINATOR_MOVING = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                                KafkaError.COORDINATOR_LOAD_IN_PROGRESS})
 
 # the copier's client calls time out after API_TIMEOUT_S (librdkafka: a retriable error, the call is made again);
 # one that has not returned well after that is hung (see guarded())
@@ -115,7 +118,15 @@ def copier(bootstrap: str, src: str, dst: str, group: str, tid: str, batch: int,
 
     def rewind(event: str) -> None:
         """Start (again) at the group's committed offsets: after a start or an aborted transaction."""
-        committed = guarded(lambda: c.committed(tps, timeout=API_TIMEOUT_S))
+        while True:
+            try:
+                committed = guarded(lambda: c.committed(tps, timeout=API_TIMEOUT_S))
+                break
+            except KafkaException as exc:
+                # the group coordinator moving or just elected (its leadership not yet applied): ask again
+                if not (exc.args[0].retriable() or exc.args[0].code() in COORDINATOR_MOVING):
+                    raise
+                time.sleep(0.1)  # retry backoff
         emit(event=event, offsets={str(tp.partition): tp.offset for tp in committed})
         c.assign([TopicPartition(src, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
                   for tp in committed])
