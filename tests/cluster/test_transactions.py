@@ -268,6 +268,20 @@ def test_coordinator_killed_right_after_commit(cluster: Any) -> None:
         new_coord = agreed_coordinator(cluster, txn_id, 1)
         _wait_state(cluster.brokers[new_coord], txn_id, "CompleteCommit")
         assert sorted(_read(cluster, topic, 3, "read_committed")) == sorted(committed)
+        # what the new coordinator answers a client that began another transaction but reached no coordinator with
+        # it (librdkafka then still sends EndTxn(abort) when an AddOffsetsToTxn / AddPartitionsToTxn failed in
+        # transport: "can't be sure"): Kafka's answers for CompleteCommit, a retried commit NONE, an abort
+        # INVALID_TXN_STATE (fatal in librdkafka; the copier of test_txn_copier.py starts a new producer then)
+        d = _request(cluster.brokers[new_coord], DESCRIBE_TRANSACTIONS, 0,
+                     {"transactional_ids": [txn_id]})["transaction_states"][0]
+
+        def end(commit: bool) -> int:
+            return _request(cluster.brokers[new_coord], END_TXN, 3, {
+                "transactional_id": txn_id, "producer_id": d["producer_id"], "producer_epoch": d["producer_epoch"],
+                "committed": commit})["error_code"]
+
+        assert (end(False), end(True)) == (INVALID_TXN_STATE, 0)
+        assert _txn_state(cluster.brokers[new_coord], txn_id) == (0, "CompleteCommit")  # nothing changed
     finally:
         _restart(cluster, coord)
 

@@ -6,8 +6,11 @@ Every wait is bounded and polls for an event (end of partition, an offset reache
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -111,11 +114,12 @@ _MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_
                      KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN})
 
 
-def read_to_end(bootstrap: str, tps: Iterable[tuple[str, int]], isolation: str, timeout: float = 20.0) -> list[Rec]:
+def read_to_end(bootstrap: str, tps: Iterable[tuple[str, int]], isolation: str, timeout: float = 20.0,
+                **conf: Any) -> list[Rec]:
     """Every record a consumer with ``isolation`` reads from the beginning of each partition until it reports the
     end of every one (librdkafka's partition EOF: the high watermark, or the LSO for read_committed)."""
     tps = list(tps)
-    c = consumer(bootstrap, isolation)
+    c = consumer(bootstrap, isolation, **conf)
     try:
         c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in tps])
         out: list[Rec] = []
@@ -137,6 +141,22 @@ def read_to_end(bootstrap: str, tps: Iterable[tuple[str, int]], isolation: str, 
         return out
     finally:
         c.close()
+
+
+def read_to_end_in_subprocess(bootstrap: str, tps: Iterable[tuple[str, int]], isolation: str,
+                              timeout: float = 20.0) -> list[Rec]:
+    """:func:`read_to_end` in a ``txn_worker.py read`` subprocess: a client that crashes (librdkafka aborts the
+    process on an inconsistency it asserts) fails the calling test with its stderr instead of killing pytest."""
+    args = [sys.executable, str(WORKER), "read", bootstrap, isolation, str(timeout), *(f"{t}:{p}" for t, p in tps)]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout + 30)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert proc.returncode == 0 and lines, (
+        f"the reader exited with {proc.returncode}: {proc.stderr[-3000:]}")
+
+    def unb64(v: str | None) -> bytes | None:
+        return None if v is None else base64.b64decode(v)
+
+    return [(t, p, o, unb64(k), unb64(v)) for t, p, o, k, v in json.loads(lines[-1])["records"]]
 
 
 def values(recs: Iterable[Rec]) -> list[bytes | None]:
@@ -252,6 +272,13 @@ class Worker:
     def drain(self) -> None:
         while self.read_event(0) is not None:
             pass
+
+    def stop(self) -> None:
+        """SIGSTOP: the process hangs (as a client stuck in a long GC pause) until :meth:`resume`."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
 
     def kill(self) -> None:
         if self.proc.stdout.closed:
