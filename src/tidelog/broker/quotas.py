@@ -46,12 +46,13 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from tidelog.storage.checkpoints import atomic_write
 
 log = logging.getLogger("tidelog.broker.quotas")
 
@@ -308,27 +309,11 @@ class LocalQuotaStore:
             entities = apply_alterations(self._entities, changes)
             data = {"version": 1, "entities": [{"entity": entity_to_json(e), "config": v}
                                                for e, v in entities.items()]}
-            _write_atomic(self.path, json.dumps(data, indent=1).encode())
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.path, json.dumps(data, indent=1).encode())
             self._entities = entities
         if self.listener is not None:
             self.listener(self.entities())
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 # ----------------------------------------------------------------------------------------------------------------

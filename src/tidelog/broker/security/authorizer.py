@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -52,6 +51,7 @@ from tidelog.broker.security.acls import (
     binding_problem,
     operations_mask,
 )
+from tidelog.storage.checkpoints import atomic_write
 
 log = logging.getLogger("tidelog.broker.authorizer")
 
@@ -285,19 +285,7 @@ class FileAclStore:
                       key=lambda d: (d["resourceType"], d["patternType"], d["name"], d["principal"], d["host"],
                                      d["operation"], d["permissionType"]))
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, json.dumps({"version": 1, "acls": rows}, indent=1).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dfd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        atomic_write(self.path, json.dumps({"version": 1, "acls": rows}, indent=1).encode())
 
 
 def cluster_resource() -> tuple[ResourceType, str]:
