@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from tidelog.protocol.framing import ClientConnection
 from tidelog.records import Record, decode_batches
@@ -260,3 +260,31 @@ def rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise RuntimeError("no VmRSS")
+
+
+def read_to_end(bootstrap: str, topic: str, isolation: str = "read_committed", partitions: int | None = None,
+                timeout: float = 60.0, **conf: Any) -> list[Any]:
+    """Every record of ``topic`` up to the end of each partition (the LSO for read_committed), as confluent-kafka
+    Messages in partition order; ``partitions`` (default: from Metadata) to read a topic whose metadata may lag."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:8]}",
+                  "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True, **conf})
+    try:
+        parts = (list(range(partitions)) if partitions is not None
+                 else list(c.list_topics(topic, timeout=30).topics[topic].partitions))
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        out: list[Any] = []
+        eof: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(eof) < len(parts):
+            assert time.monotonic() < deadline, f"no end of {topic} after {timeout:.0f} s ({isolation}); at {eof}"
+            msg = c.poll(1.0)
+            if msg is None:
+                continue
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                eof.add(msg.partition())
+                continue
+            out.append(msg)
+        return out
+    finally:
+        c.close()

@@ -15,13 +15,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
     ConsumerGroupTopicPartitions,
-    KafkaError,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
+from helpers import read_to_end
 from pyspark import cloudpickle as spark_cloudpickle
 
 from tidelog.spark.kafka_sink import EosOptions
@@ -40,27 +38,7 @@ spark_cloudpickle.register_pickle_by_value(eos_faults)
 
 def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple[bytes | None, bytes]]:
     """Every record of ``topic`` up to the end (the LSO for read_committed), as (key, value)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True})
-    try:
-        parts = list(c.list_topics(topic, timeout=30).topics[topic].partitions)
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        out: list[tuple[bytes | None, bytes]] = []
-        eof: set[int] = set()
-        deadline = time.monotonic() + 60
-        while len(eof) < len(parts):
-            assert time.monotonic() < deadline, f"no end of {topic} after 60 s ({isolation})"
-            msg = c.poll(1.0)
-            if msg is None:
-                continue
-            if msg.error():
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                eof.add(msg.partition())
-                continue
-            out.append((msg.key(), msg.value()))
-        return out
-    finally:
-        c.close()
+    return [(m.key(), m.value()) for m in read_to_end(bootstrap, topic, isolation)]
 
 
 def marker(bootstrap: str, group: str, topic: str) -> int:

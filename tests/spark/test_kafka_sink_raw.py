@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from helpers import read_to_end
 
 from tidelog.records.columnar import py_murmur2
 from tidelog.spark.kafka_sink import parse_produce_client, producer_config
@@ -25,27 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 def consume_all(bootstrap: str, topic: str) -> list[Any]:
     """Every record of ``topic`` as confluent-kafka Messages (partition order kept)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "enable.partition.eof": True})
-    try:
-        parts = list(c.list_topics(topic, timeout=30).topics[topic].partitions)
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        out: list[Any] = []
-        eof: set[int] = set()
-        deadline = time.monotonic() + 60
-        while len(eof) < len(parts):
-            assert time.monotonic() < deadline, f"no end of {topic} after 60 s"
-            msg = c.poll(1.0)
-            if msg is None:
-                continue
-            if msg.error():
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                eof.add(msg.partition())
-                continue
-            out.append(msg)
-        return out
-    finally:
-        c.close()
+    return read_to_end(bootstrap, topic, "read_uncommitted")
 
 
 def _write(df: Any, bootstrap: str, topic: str, **opts: str) -> None:

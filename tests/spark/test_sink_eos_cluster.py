@@ -18,14 +18,12 @@ from typing import Any
 
 import pytest
 from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
     ConsumerGroupTopicPartitions,
-    KafkaError,
     Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
+from helpers import read_to_end
 from support import Cluster, agreed_coordinator, create_topic, request, start_zookeeper, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]  # ~90 s idle; CI machines are shared
@@ -112,27 +110,8 @@ def _start(spark: Any, bootstrap: str, src: str, dst: str, ck: Path, available_n
 
 def _read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[bytes, bytes]]:
     """Every record of ``topic`` a read_committed consumer gets, up to the last stable offset of each partition."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
-                  "topic.metadata.refresh.interval.ms": 2000})
-    try:
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        out: list[tuple[bytes, bytes]] = []
-        eof: set[int] = set()
-        deadline = time.monotonic() + 90
-        while len(eof) < partitions:
-            assert time.monotonic() < deadline, f"no end of {topic} after 90 s (read_committed); at {eof}"
-            msg = c.poll(1.0)
-            if msg is None:
-                continue
-            if msg.error():
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                eof.add(msg.partition())
-                continue
-            out.append((msg.key(), msg.value()))
-        return out
-    finally:
-        c.close()
+    return [(m.key(), m.value()) for m in read_to_end(bootstrap, topic, "read_committed", partitions, timeout=90,
+                                                      **{"topic.metadata.refresh.interval.ms": 2000})]
 
 
 def _marker(bootstrap: str, group: str, topic: str) -> int:

@@ -23,7 +23,6 @@ import sysconfig
 import tempfile
 import time
 import urllib.request
-import uuid
 import venv
 import zipfile
 from collections.abc import Callable, Iterator
@@ -32,13 +31,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
     ConsumerGroupTopicPartitions,
-    KafkaError,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
+from helpers import read_to_end
 
 import tidelog
 
@@ -197,27 +194,8 @@ def standalone() -> Iterator[SparkStandalone]:
 
 def _read(bootstrap: str, topic: str, isolation: str) -> list[tuple[str, str, dict[str, bytes]]]:
     """Every record of ``topic`` to its end (the LSO for read_committed): (key, value, headers)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True})
-    try:
-        parts = list(c.list_topics(topic, timeout=30).topics[topic].partitions)
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        out: list[tuple[str, str, dict[str, bytes]]] = []
-        eof: set[int] = set()
-        deadline = time.monotonic() + 60
-        while len(eof) < len(parts):
-            assert time.monotonic() < deadline, f"no end of {topic} after 60 s ({isolation})"
-            msg = c.poll(1.0)
-            if msg is None:
-                continue
-            if msg.error():
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                eof.add(msg.partition())
-                continue
-            out.append((msg.key().decode(), msg.value().decode(), dict(msg.headers() or [])))
-        return out
-    finally:
-        c.close()
+    return [(m.key().decode(), m.value().decode(), dict(m.headers() or []))
+            for m in read_to_end(bootstrap, topic, isolation)]
 
 
 def _marker(bootstrap: str, group: str, topic: str) -> int:
