@@ -233,3 +233,46 @@ def test_metrics_endpoint(broker: Any) -> None:
     assert 'tidelog_requests_total{api="PRODUCE"}' in text
     assert "tidelog_request_latency_seconds_bucket" in text
     assert "tidelog_connections " in text
+
+
+def _scrape(broker: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The broker's ``/metrics`` page parsed by prometheus_client's own parser: (sample name, labels) -> value."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_metrics_created_samples(broker: Any) -> None:
+    """The hot counters (exported at scrape time) carry ``<name>_created`` as prometheus_client's counters and
+    histograms do: the time the series was created, its first update, unchanged by later updates and scrapes."""
+    topic = _topic("created")
+    before = time.time()
+    _produce(broker.bootstrap, topic, [b"c" * 100] * 10)
+    confluent_consume(broker.bootstrap, topic, 10)
+    after = time.time()
+    first = _scrape(broker)
+    t = (("topic", topic),)
+    for name in ("tidelog_topic_bytes_in", "tidelog_topic_messages_in", "tidelog_topic_bytes_out"):
+        assert (name + "_total", t) in first, name
+        assert before - 1 <= first[(name + "_created", t)] <= after + 1, name
+    # every series of the hot families has its _created sample (requests, latency and errors per API included)
+    for (name, labels), _ in first.items():
+        for family in ("tidelog_requests", "tidelog_errors", "tidelog_topic_bytes_in", "tidelog_topic_bytes_out",
+                       "tidelog_topic_messages_in"):
+            if name == family + "_total":
+                assert 0 < first[(family + "_created", labels)] <= after + 1, (name, labels)
+        if name == "tidelog_request_latency_seconds_count":
+            assert 0 < first[("tidelog_request_latency_seconds_created", labels)] <= after + 1, labels
+    produce = (("api", "PRODUCE"),)
+    assert first[("tidelog_requests_created", produce)] == first[("tidelog_request_latency_seconds_created", produce)]
+
+    _produce(broker.bootstrap, topic, [b"c" * 100] * 5)
+    second = _scrape(broker)
+    assert second[("tidelog_topic_messages_in_total", t)] == 15
+    for name in ("tidelog_topic_bytes_in_created", "tidelog_topic_messages_in_created", "tidelog_requests_created"):
+        key = (name, produce if name == "tidelog_requests_created" else t)
+        assert second[key] == first[key], name

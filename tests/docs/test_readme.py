@@ -6,7 +6,9 @@ the environment of a user's shell (no virtualenv of this test run):
 1. ``bash scripts/serve.sh`` (the README's first set-up command) makes ``.venv`` with only what it installs and
    starts the broker on 127.0.0.1:9092;
 2. every ``console`` block of README.md runs against it, in order (a ZooKeeper is started on the address the
-   cluster block names; the brokers the blocks start are stopped with Ctrl-C at the end of the module);
+   cluster block names; the brokers the blocks start are stopped with Ctrl-C at the end of the module): the
+   security example among them (a self-signed certificate made with ``openssl``, a SCRAM user, a SASL_SSL
+   broker, the CLI through ``--command-config``);
 3. docs/SPARK.md's install command adds the ``spark`` extra, the README's Python example runs, and
    examples/README.md's commands (pipeline, exactly_once, results_and_offsets) run;
 4. Ctrl-C stops the README's broker cleanly.
@@ -75,7 +77,7 @@ class Session:
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
-    for port in (9092, 9093, 9191, 9192, 9193):
+    for port in (9092, 9093, 9094, 9095, 9191, 9192, 9193):
         if _listening("127.0.0.1", port):
             pytest.fail(f"port {port} is taken; the README's commands use it")
     s = Session(clean_copy(tmp_path_factory.mktemp("readme-checkout")))

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient
 from helpers import (
     RawClient,
     consume_all,
@@ -105,6 +106,12 @@ def _describe_log_dirs(bootstrap: str) -> dict[str, dict]:
     return {str(Path(d["log_dir"])): d for d in answer["log_dirs"]}
 
 
+def _partitions(bootstrap: str, topic: str) -> dict[int, Any]:
+    """confluent-kafka's view of a topic's partitions (PartitionMetadata by id), from a Metadata request."""
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return dict(md.topics[topic].partitions)
+
+
 def _raw_errors(port: int, topic: str, partition: int) -> tuple[int, int, int]:
     """(produce, fetch, list-offsets) error codes of one partition, from a raw client."""
     with RawClient(port) as c:
@@ -141,6 +148,14 @@ def test_jbod_full_directory_goes_offline_alone_and_recovers(tmp_path: Path) -> 
             assert {e.code() for e in errs} == {KafkaError.KAFKA_STORAGE_ERROR}, errs
             wait_for(lambda: "is offline" in broker.log_text(), 10, "the offline log line")
 
+            # Metadata makes its partitions leaderless (Kafka's LEADER_NOT_AVAILABLE, leader -1, this broker an
+            # offline replica), so clients stop sending to them; the other directory's partitions keep their leader
+            parts = _partitions(broker.bootstrap, topic)
+            for p in on_b:
+                assert (parts[p].leader, parts[p].error and parts[p].error.code(), parts[p].isrs) == \
+                    (-1, KafkaError.LEADER_NOT_AVAILABLE, [0]), p
+            for p in on_a:
+                assert (parts[p].leader, parts[p].error) == (0, None), p
             # its partitions answer KAFKA_STORAGE_ERROR to produce, fetch and list-offsets
             assert _raw_errors(broker.port, topic, pb) == (KAFKA_STORAGE_ERROR,) * 3
             # the other directory keeps serving, reads and writes
@@ -167,6 +182,8 @@ def test_jbod_full_directory_goes_offline_alone_and_recovers(tmp_path: Path) -> 
             filler.unlink()
             broker.start()
             assert _values(broker.bootstrap, later, 0) == []
+            assert {p: (m.leader, m.error) for p, m in _partitions(broker.bootstrap, topic).items()} == \
+                {p: (0, None) for p in range(4)}
             # the directory is back (recovered from its last recovery point), with every acknowledged record
             assert _describe_log_dirs(broker.bootstrap)[str(b)]["error_code"] == 0
             assert metric_value(broker, "tidelog_offline_log_directories") == 0

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AdminClient,
     NewTopic,
@@ -25,6 +26,8 @@ from confluent_kafka.admin import (
 from helpers import RawClient, confluent_consume, confluent_produce, new_topic, wait_for
 from secsupport import listener_ports
 from zkpair import cluster_support, zk_broker_pair
+
+from tidelog.broker.security.scram import ScramCredential
 
 pytestmark = pytest.mark.integration
 
@@ -90,6 +93,66 @@ def test_credentials_live_in_zookeeper_and_every_broker_sees_them(zk_brokers: tu
     with RawClient(b1.ports["SASL_PLAINTEXT"]) as c:
         assert c.request(17, 1, {"mechanism": "SCRAM-SHA-512"})["error_code"] == 0
         assert c.request(36, 2, {"auth_bytes": b"n,,n=zoe,r=abcdefgh"})["error_code"] == 58  # SASL_AUTHENTICATION_FAILED
+
+
+def _upsert(bootstrap: str, user: str, password: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), password.encode(),
+            secrets.token_bytes(16))]).values():
+        f.result(30)
+
+
+def _logs_in(broker: Any, user: str, password: str) -> bool:
+    """Whether confluent-kafka logs in as ``user`` on the broker's SASL listener (and gets metadata)."""
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}", **_scram(user, password)})
+    try:
+        admin.list_topics(timeout=5)
+        return True
+    except KafkaException:
+        return False
+
+
+def test_user_names_are_sanitized_in_zookeeper_as_kafka_does(zk_brokers: tuple[Any, list[Any]]) -> None:
+    """``/config/users/<name>`` holds the name as Kafka's ``Sanitizer`` writes it (URL encoding), for SCRAM
+    credentials as for quotas, so Kafka's tools find them; an older tidelog's raw-named znode is still read and is
+    moved to the sanitized name at the user's next credential change."""
+    from kazoo.client import KazooClient
+
+    zk, (b1, b2) = zk_brokers
+    client = KazooClient(hosts=zk.connect)
+    client.start(timeout=30)
+    try:
+        _upsert(b1.bootstrap, "ana@example.com", "ana-pw")
+        assert client.exists("/config/users/ana%40example.com")
+        assert not client.exists("/config/users/ana@example.com")
+        changes = [json.loads(client.get(f"/config/changes/{c}")[0]) for c in client.get_children("/config/changes")]
+        assert {"version": 2, "entity_path": "users/ana%40example.com"} in changes
+        wait_for(lambda: _logs_in(b2, "ana@example.com", "ana-pw"), 30, "broker 2 to log ana@example.com in")
+        admin2 = AdminClient({"bootstrap.servers": b2.bootstrap})
+        assert "ana@example.com" in admin2.describe_user_scram_credentials().result(20)
+        # a quota of the same user lands on the same znode (one entity for Kafka)
+        with RawClient(b1.port) as c:  # AlterClientQuotas v1
+            r = c.request(49, 1, {"entries": [{"entity": [{"entity_type": "user", "entity_name": "ana@example.com"}],
+                                               "ops": [{"key": "producer_byte_rate", "value": 1048576.0,
+                                                        "remove": False}]}], "validate_only": False})
+        assert r["entries"][0]["error_code"] == 0, r
+        config = json.loads(client.get("/config/users/ana%40example.com")[0])["config"]
+        assert config["producer_byte_rate"] == "1048576" and config["SCRAM-SHA-512"].startswith("salt=")
+
+        # an older tidelog's raw znode
+        cred = ScramCredential.from_password("SCRAM-SHA-512", "old-pw", 4096)
+        client.create("/config/users/old@example.com",
+                      json.dumps({"version": 1, "config": {"SCRAM-SHA-512": cred.to_text()}}).encode())
+        wait_for(lambda: _logs_in(b1, "old@example.com", "old-pw"), 30, "broker 1 to read the raw znode")
+        _upsert(b2.bootstrap, "old@example.com", "new-pw")
+        assert not client.exists("/config/users/old@example.com")
+        assert "SCRAM-SHA-512" in json.loads(client.get("/config/users/old%40example.com")[0])["config"]
+        wait_for(lambda: _logs_in(b1, "old@example.com", "new-pw"), 30, "broker 1 to take the new password")
+        assert not _logs_in(b1, "old@example.com", "old-pw")
+    finally:
+        client.stop()
+        client.close()
 
 
 # ------------------------------------------------------------------------------ TLS and SASL between brokers

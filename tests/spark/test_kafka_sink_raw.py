@@ -13,8 +13,9 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from helpers import read_to_end
+from helpers import RawClient, produce_raw, read_to_end
 
+from tidelog.records import build_batch
 from tidelog.records.columnar import py_murmur2
 from tidelog.spark.kafka_sink import parse_produce_client, producer_config
 from tidelog.spark.options import OptionError
@@ -194,3 +195,63 @@ def test_fatal_error_names_the_partition(own_broker: Any) -> None:
             prod.flush()
     finally:
         prod.close()
+
+
+def _intrude(port: int, topic: str, prod: RawProducer, transactional: bool = False) -> None:
+    """Append one record under ``prod``'s producer id, epoch and next sequence number, from another client: the
+    broker's producer state moves past the producer's, as when the records a producer sent were lost and
+    replaced on the broker (an unclean election, a truncation). Its next batch is OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    batch = build_batch([(None, b"intruder")], producer_id=prod.producer_id, producer_epoch=prod.epoch,
+                        base_sequence=prod.seq[prod.topics[topic].base], is_transactional=transactional)
+    with RawClient(port) as c:
+        assert produce_raw(c, topic, 0, batch, version=9)["error_code"] == 0
+
+
+def test_lost_sequence_idempotent_new_producer_id_resends_everything(own_broker: Any) -> None:
+    """The broker answers OUT_OF_ORDER_SEQUENCE_NUMBER for the producer's oldest undelivered batch: an idempotent
+    producer takes a new producer id and resends every undelivered batch from sequence 0 (the Java client since
+    KIP-360, librdkafka's epoch bump) instead of failing the task; no record handed over is lost."""
+    bootstrap = own_broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("gap", 1, 1)])["gap"].result(30)
+    prod = RawProducer({"bootstrap.servers": bootstrap, "batch.size": "16384", "retry.backoff.ms": "20"})
+    try:
+        assert prod.produce_arrow(_arrow_batches(0, 1000, 500), "gap") == 1000
+        prod.flush()
+        first_id = prod.producer_id
+        _intrude(own_broker.port, "gap", prod)
+        assert prod.produce_arrow(_arrow_batches(1000, 1000, 500), "gap") == 1000
+        prod.flush()
+    finally:
+        prod.close()
+    assert prod.epoch_bumps == 1 and prod.producer_id != first_id
+    assert prod.delivered == 2000
+    values = [m.value() for m in consume_all(bootstrap, "gap")]
+    assert values.count(b"intruder") == 1
+    ours = [int(v[:8]) for v in values if v != b"intruder"]
+    assert ours == list(range(2000))  # every record once, in order
+
+
+def test_lost_sequence_transactional_fails_the_transaction(own_broker: Any) -> None:
+    """Transactional, the same error is not papered over with a new producer id (that would leave the transaction
+    behind): the write fails, the transaction is aborted, nothing of it is visible read_committed (the exactly-once
+    sink then fails the task and Spark retries it)."""
+    bootstrap = own_broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("gap-txn", 1, 1)])["gap-txn"].result(30)
+    prod = RawProducer({"bootstrap.servers": bootstrap, "batch.size": "16384", "retry.backoff.ms": "20"},
+                       transactional_id="gap-txn-0")
+    try:
+        prod.init_producer_id()
+        prod.begin()
+        prod.produce_arrow(_arrow_batches(0, 1000, 500), "gap-txn")
+        prod.flush()
+        _intrude(own_broker.port, "gap-txn", prod, transactional=True)
+        with pytest.raises(DeliveryError, match=r"gap-txn-0: OUT_OF_ORDER_SEQUENCE_NUMBER"):
+            prod.produce_arrow(_arrow_batches(1000, 1000, 500), "gap-txn")
+            prod.flush()
+        prod.end_transaction(False, timeout_s=30)
+    finally:
+        prod.close()
+    assert prod.epoch_bumps == 0
+    assert read_to_end(bootstrap, "gap-txn", "read_committed") == []

@@ -7,7 +7,9 @@ Hot-path cost: the per-request and per-append counters (requests and latency per
 per topic, errors per API and code) are plain Python numbers in dicts, updated with no lock (every update runs
 on the event loop) and turned into Prometheus families only when scraped (:class:`_HotCollector`); a
 ``prometheus_client`` child costs a lock and several calls per update (measured: ~3 us of the ~60 us of CPU a
-single-record Produce request cost, issue 18). The rarer events (connections, closes, ISR changes) keep
+single-record Produce request cost, issue 18). Each series keeps the time it was created (its first update), which
+the scrape exports as ``<name>_created``, as ``prometheus_client``'s children do (and, like them, not when
+``PROMETHEUS_DISABLE_CREATED_SERIES`` is set). The rarer events (connections, closes, ISR changes) keep
 ``prometheus_client`` objects.
 Names follow Kafka's JMX metrics where one exists (BytesInPerSec → ``tidelog_topic_bytes_in_total``, ...).
 """
@@ -16,12 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import metrics as _prometheus_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Sample
 from prometheus_client.registry import Collector
 
 log = logging.getLogger("tidelog.broker.metrics")
@@ -80,36 +85,43 @@ class _RowsCollector(Collector):
 
 class _HotCollector(Collector):
     """The hot-path counters of :class:`BrokerMetrics`, as Prometheus families at scrape time (same names, help
-    and labels as the ``prometheus_client`` objects they replace; no ``_created`` samples)."""
+    and labels as the ``prometheus_client`` objects they replace, ``_created`` samples included)."""
 
     def __init__(self, metrics: BrokerMetrics) -> None:
         self._m = metrics
 
     def collect(self) -> Iterable[Any]:
         m = self._m
+        # prometheus_client's own switch (PROMETHEUS_DISABLE_CREATED_SERIES, disable_created_metrics())
+        use_created = getattr(_prometheus_metrics, "_use_created", True)
+        created = m.created
         out: list[Any] = []
-        for name, doc, values in (("tidelog_topic_bytes_in", "Bytes appended per topic", m.bytes_in),
-                                  ("tidelog_topic_bytes_out", "Bytes fetched per topic", m.bytes_out),
-                                  ("tidelog_topic_messages_in", "Records appended per topic", m.messages_in)):
+        for name, doc, values, kind in (("tidelog_topic_bytes_in", "Bytes appended per topic", m.bytes_in, "bi"),
+                                        ("tidelog_topic_bytes_out", "Bytes fetched per topic", m.bytes_out, "bo"),
+                                        ("tidelog_topic_messages_in", "Records appended per topic", m.messages_in,
+                                         "mi")):
             fam = CounterMetricFamily(name, doc, labels=["topic"])
             for topic, v in list(values.items()):
-                fam.add_metric([topic], float(v))
+                fam.add_metric([topic], float(v), created.get((kind, topic)) if use_created else None)
             out.append(fam)
         req = CounterMetricFamily("tidelog_requests", "Requests handled per API", labels=["api"])
         lat = HistogramMetricFamily("tidelog_request_latency_seconds",
                                     "Time from request decoded to response written, per API", labels=["api"])
         for api, h in list(m.requests.items()):
-            req.add_metric([api], float(h[0]))
+            at = created.get(("rq", api)) if use_created else None
+            req.add_metric([api], float(h[0]), at)
             cumulative, buckets = 0, []
             for le, n in zip(LATENCY_BUCKETS, h[2:], strict=False):
                 cumulative += n
                 buckets.append((_float_label(le), float(cumulative)))
             buckets.append(("+Inf", float(h[0])))
             lat.add_metric([api], buckets, h[1])
+            if at is not None:  # HistogramMetricFamily.add_metric takes no created time
+                lat.samples.append(Sample(lat.name + "_created", {"api": api}, at))
         out += [req, lat]
         err = CounterMetricFamily("tidelog_errors", "Error codes returned per API and error", labels=["api", "error"])
-        for (api, error), v in list(m.errors.items()):
-            err.add_metric([api, error], float(v))
+        for key, v in list(m.errors.items()):
+            err.add_metric(list(key), float(v), created.get(("er", key)) if use_created else None)
         out.append(err)
         return out
 
@@ -132,6 +144,10 @@ class BrokerMetrics:
         # api -> [count, sum of seconds, one count per latency bucket (+Inf is the count)]
         self.requests: dict[str, list[Any]] = {}
         self.errors: dict[tuple[str, str], int] = {}
+        # (kind, label) -> the wall-clock time of the series' first update, exported as <name>_created; kinds:
+        # "bi", "bo", "mi" (bytes in/out, messages in; label the topic), "rq" (requests and latency; the api),
+        # "er" (errors; (api, error))
+        self.created: dict[tuple[str, Any], float] = {}
         r.register(_HotCollector(self))
         self.connections = Gauge("tidelog_connections", "Open client connections", registry=r)
         self._closed = Counter("tidelog_connections_closed", "Connections closed by reason", ["reason"], registry=r)
@@ -183,19 +199,34 @@ class BrokerMetrics:
 
     def record_produce(self, topic: str, nbytes: int, records: int) -> None:
         d = self.bytes_in
-        d[topic] = d.get(topic, 0) + nbytes
+        v = d.get(topic)
+        if v is None:
+            v = self._create("bi", topic)
+        d[topic] = v + nbytes
         if records:
             d = self.messages_in
-            d[topic] = d.get(topic, 0) + records
+            v = d.get(topic)
+            if v is None:
+                v = self._create("mi", topic)
+            d[topic] = v + records
 
     def record_fetch(self, topic: str, nbytes: int) -> None:
         if nbytes:
             d = self.bytes_out
-            d[topic] = d.get(topic, 0) + nbytes
+            v = d.get(topic)
+            if v is None:
+                v = self._create("bo", topic)
+            d[topic] = v + nbytes
+
+    def _create(self, kind: str, label: Any) -> int:
+        """A new series: its creation time (``<name>_created``) is now. Returns its initial value, 0."""
+        self.created[(kind, label)] = time.time()
+        return 0
 
     def record_request(self, api: str, seconds: float) -> None:
         h = self.requests.get(api)
         if h is None:
+            self._create("rq", api)
             h = self.requests[api] = [0, 0.0] + [0] * len(LATENCY_BUCKETS)
         h[0] += 1
         h[1] += seconds
@@ -205,7 +236,10 @@ class BrokerMetrics:
 
     def record_error(self, api: str, error: str, count: int = 1) -> None:
         key = (api, error)
-        self.errors[key] = self.errors.get(key, 0) + count
+        v = self.errors.get(key)
+        if v is None:
+            v = self._create("er", key)
+        self.errors[key] = v + count
 
     def record_close(self, reason: str) -> None:
         self._child(self._closed, "cl", reason).inc()
@@ -213,6 +247,8 @@ class BrokerMetrics:
     def forget_topic(self, topic: str) -> None:
         for d in (self.bytes_in, self.bytes_out, self.messages_in):
             d.pop(topic, None)
+        for kind in ("bi", "bo", "mi"):
+            self.created.pop((kind, topic), None)
 
     def set_partition_source(self, source: Callable[[], Iterable[tuple[str, int, int, int, int, int, int]]]) -> None:
         if self._partition_source is None:

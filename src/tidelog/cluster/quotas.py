@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -34,18 +33,17 @@ log = logging.getLogger("tidelog.cluster.quotas")
 
 CONFIG_USERS = "/config/users"
 CONFIG_CLIENTS = "/config/clients"
-_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
 def sanitize(name: Any) -> str:
     """Kafka's ``Sanitizer.sanitize`` (the default entity is ``<default>``)."""
     if name is DEFAULT:
         return DEFAULT_NAME
-    return "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in str(name).encode("utf-8"))
+    return zd.sanitize(str(name))
 
 
 def desanitize(name: str) -> Any:
-    return DEFAULT if name == DEFAULT_NAME else urllib.parse.unquote(name)
+    return DEFAULT if name == DEFAULT_NAME else zd.desanitize(name)
 
 
 def entity_path(entity: Entity) -> str:

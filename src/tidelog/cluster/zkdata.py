@@ -45,6 +45,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 
 BROKER_IDS = "/brokers/ids"
@@ -309,6 +310,20 @@ def decode_topic_config(data: bytes | None) -> dict[str, str]:
     if not data:
         return {}
     return {str(k): str(v) for k, v in (json.loads(data).get("config") or {}).items()}
+
+
+_SANITIZER_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def sanitize(name: str) -> str:
+    """Kafka's ``Sanitizer.sanitize``: a config entity name (user, client id) as its znode name, URL-encoded as
+    UTF-8 (letters, digits, ``.``, ``_``, ``-`` as they are; everything else ``%XX``, ``*`` and space included)."""
+    return "".join(chr(b) if b in _SANITIZER_SAFE else f"%{b:02X}" for b in name.encode("utf-8"))
+
+
+def desanitize(name: str) -> str:
+    """Kafka's ``Sanitizer.desanitize`` (``URLDecoder.decode``)."""
+    return urllib.parse.unquote_plus(name)
 
 
 def topic_entity_path(topic: str) -> str:

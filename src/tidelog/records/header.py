@@ -42,6 +42,7 @@ ATTRIBUTES_OFFSET = 21
 LAST_OFFSET_DELTA_OFFSET = 23
 BASE_TIMESTAMP_OFFSET = 27
 MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43  # producerId, producerEpoch, baseSequence follow each other (PRODUCER_FIELDS)
 RECORDS_COUNT_OFFSET = 57
 
 NO_TIMESTAMP = -1
@@ -73,6 +74,8 @@ PARTITION_LEADER_EPOCH_FIELD = struct.Struct(">i")
 CRC_FIELD = struct.Struct(">I")
 ATTRIBUTES_FIELD = struct.Struct(">h")
 MAX_TIMESTAMP_FIELD = struct.Struct(">q")
+#: producerId, producerEpoch, baseSequence, at ``PRODUCER_ID_OFFSET`` (inside the CRC)
+PRODUCER_FIELDS = struct.Struct(">qhi")
 
 
 @dataclass(slots=True, frozen=True)

@@ -23,6 +23,13 @@ Kafka's producer semantics, as the Java client (and librdkafka) give them:
   metadata after ``retry.backoff.ms`` (doubling, at most 1 s) and resends the undelivered batches of each
   partition in sequence order, one per partition at a time, until ``delivery.timeout.ms`` (librdkafka's
   ``message.timeout.ms``; default 120 s). Any other error fails the task with the broker's error name.
+* **Lost sequence** (OUT_OF_ORDER_SEQUENCE_NUMBER for the oldest undelivered batch of a partition, or
+  UNKNOWN_PRODUCER_ID: the broker's producer state lost records this producer had sent): idempotent, the producer
+  does what the Java client does since KIP-360 (librdkafka: an "epoch bump") instead of failing: it waits for every
+  request in flight, takes a new producer id (InitProducerId; a non-transactional one is always new), numbers
+  every undelivered batch again from sequence 0 and resends it, so nothing handed over is lost (``epoch_bumps``
+  counts them). Transactional, the error fails the transaction, as in both clients (an abortable error): the
+  task aborts it and fails, Spark retries the task, and its InitProducerId bumps the epoch.
 * **Transactions** (the exactly-once sink): FindCoordinator + InitProducerId with the transactional id (fences
   earlier producers of the id and completes their transaction), AddPartitionsToTxn before the first batch of a
   partition, transactional batches, AddOffsetsToTxn + TxnOffsetCommit, EndTxn. Transactions version 1 (the
@@ -49,7 +56,14 @@ from tidelog.protocol.errors import error_for_code
 from tidelog.records.columnar import assign_partitions, new_accumulator
 from tidelog.records.compression import CompressionType, compress
 from tidelog.records.crc import crc32c
-from tidelog.records.header import BATCH_HEADER, CRC_FIELD, RECORD_BATCH_OVERHEAD, TRANSACTIONAL_MASK
+from tidelog.records.header import (
+    BATCH_HEADER,
+    CRC_FIELD,
+    PRODUCER_FIELDS,
+    PRODUCER_ID_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_MASK,
+)
 from tidelog.spark.fetcher import Connection, _split_hostport
 from tidelog.spark.options import OptionError
 
@@ -79,6 +93,11 @@ NOT_COORDINATOR = 16
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 CONCURRENT_TRANSACTIONS = 51
+UNKNOWN_PRODUCER_ID = 59
+SEQUENCE_LOST = (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID)
+"""The broker's producer state no longer matches this producer's sequence numbers (records it had were lost, e.g.
+by an unclean leader election or a truncation): idempotent, the producer takes a new id and resends; transactional,
+the transaction fails (aborted, the task retried)."""
 GROUP_ID_NOT_FOUND = 69
 UNSTABLE_OFFSET_COMMIT = 88
 COORDINATOR_RETRY = (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS)
@@ -216,6 +235,8 @@ class RawProducer:
         """Batches sent again by :meth:`_recover` (a retriable error or a broken connection)."""
         self.retriable_errors: dict[int, int] = {}
         """How often each retriable error code (or NETWORK_EXCEPTION for a broken connection) was met."""
+        self.epoch_bumps = 0
+        """How often a lost sequence made this idempotent producer take a new producer id (:meth:`_bump`)."""
         self.order = 0
         self.producer_id, self.epoch = -1, -1
         self.txn_slots: set[int] = set()
@@ -672,7 +693,7 @@ class RawProducer:
             code, message = codes.get((b.topic, b.partition), (NETWORK_EXCEPTION, None))
             if code in (NONE, DUPLICATE_SEQUENCE_NUMBER):
                 self.delivered += b.count
-            elif _retriable(code):
+            elif _retriable(code) or (code == UNKNOWN_PRODUCER_ID and self._may_bump()):
                 self.failed.append((b, code))
                 self.retriable_errors[code] = self.retriable_errors.get(code, 0) + 1
             else:
@@ -730,6 +751,7 @@ class RawProducer:
                     self._receive(node)
             failed = {id(b): code for b, code in self.failed}
             self.failed = []
+            lost: _Batch | None = None
             for bs in by_node.values():
                 for b in bs:
                     code = failed.get(id(b))
@@ -737,11 +759,35 @@ class RawProducer:
                         pending[b.slot].pop(0)
                         if not pending[b.slot]:
                             del pending[b.slot]
-                    elif code == OUT_OF_ORDER_SEQUENCE_NUMBER:
-                        raise DeliveryError(f"Failed to send record to {b.topic}-{b.partition}: "
-                                            f"OUT_OF_ORDER_SEQUENCE_NUMBER (error code {code})")
+                    elif code in SEQUENCE_LOST:  # the oldest undelivered batch: the broker lost its predecessors
+                        lost = b
+                        last[b.slot] = code
                     else:
                         last[b.slot] = code
+            if lost is not None:
+                code = last[lost.slot]
+                if not self._may_bump():
+                    raise DeliveryError(f"Failed to send record to {lost.topic}-{lost.partition}: {_name(code)} "
+                                        f"(error code {code})")
+                self._bump(pending)
+
+    def _may_bump(self) -> bool:
+        """Whether a lost sequence is recovered by a new producer id (idempotent, not transactional)."""
+        return self.idempotent and self.tid is None
+
+    def _bump(self, pending: dict[int, list[_Batch]]) -> None:
+        """A new producer id, and every undelivered batch (``pending``, per slot in order; nothing is in flight)
+        numbered again from sequence 0 under it; the next batches of every partition follow them."""
+        self.init_producer_id()
+        self.epoch_bumps += 1
+        self.seq = [0] * len(self.seq)
+        for slot, bs in pending.items():
+            seq = 0
+            for b in bs:
+                PRODUCER_FIELDS.pack_into(b.data, PRODUCER_ID_OFFSET, self.producer_id, self.epoch, seq)
+                CRC_FIELD.pack_into(b.data, 17, crc32c(memoryview(b.data)[21:]))
+                seq = (seq + b.count) & 0x7FFFFFFF
+            self.seq[slot] = seq
 
     def flush(self) -> None:
         """Wait until every batch handed over is delivered (or raise)."""

@@ -55,6 +55,7 @@ NONE = 0
 UNKNOWN_SERVER_ERROR = -1
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
 NOT_LEADER_OR_FOLLOWER = 6
 INVALID_TOPIC_EXCEPTION = 17
 NOT_ENOUGH_REPLICAS = 19
@@ -70,6 +71,7 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 _TOPIC = ResourceType.TOPIC
 _CLUSTER = ResourceType.CLUSTER
 
+NO_LEADER = -1  # Kafka's MetadataResponse.NO_LEADER_ID
 LEADER_EPOCH = 0  # one node, never re-elected: epoch 0 (the epoch stamped into batches)
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 # Kafka AclOperation codes: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9,
@@ -144,11 +146,21 @@ async def api_versions(ctx: RequestContext, request: dict) -> dict:
 
 def _partition_metadata(broker: Any, name: str, num_partitions: int, v: int) -> list[dict]:
     node = broker.node_id
+    get_log = broker.topics.get_log
     parts = []
     for p in range(num_partitions):
         cluster_view = broker.partition_metadata(name, p)
         if cluster_view is not None:
             parts.append(cluster_view)
+            continue
+        log_ = get_log(name, p)
+        if log_ is not None and log_.offline:
+            # its log directory is offline (JBOD): Kafka's MetadataCache answers a partition without a live leader
+            # with LEADER_NOT_AVAILABLE and leader -1, this replica among the offline ones, so clients hold their
+            # records for it instead of sending them here (they get KAFKA_STORAGE_ERROR until the restart)
+            parts.append({"error_code": LEADER_NOT_AVAILABLE, "partition_index": p, "leader_id": NO_LEADER,
+                          "leader_epoch": LEADER_EPOCH, "replica_nodes": [node], "isr_nodes": [node],
+                          "offline_replicas": [node]})
             continue
         parts.append(
             {
