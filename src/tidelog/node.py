@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from tidelog.broker.config import BrokerConfig
 from tidelog.broker.server import install_event_loop_policy
 from tidelog.broker.txn.coordinator import TransactionCoordinator
 from tidelog.cluster.replica_manager import ZkReplicaManager
+from tidelog.protocol.schema import spec_index
 
 
 def build_broker(config: BrokerConfig) -> Broker:
@@ -53,10 +55,29 @@ async def serve(
     await broker.shutdown()
 
 
+def settle_heap() -> None:
+    """Once a broker process has started: load what the first request would otherwise load on the event loop
+    (the protocol spec index, ~15 ms), collect, and move every object alive now into the permanent generation
+    (``gc.freeze``). The startup heap (modules, specs, compiled codecs, config: ~45 k objects) is then no longer
+    walked by the cyclic collector: without this a full (generation 2) collection, which comes every few seconds
+    under a steady request rate, walked all of it on the loop thread, 20-60 ms in which no request was answered
+    (the p99 of a paced producer). Objects made later are collected as before. For the process that owns the
+    interpreter (:func:`run`), not for a broker started inside another program."""
+    spec_index()
+    gc.collect()
+    gc.freeze()
+
+
 def run(
     config: BrokerConfig, *, use_uvloop: bool | None = None, on_started: Callable[[Broker], None] | None = None
 ) -> None:
     if use_uvloop is None:
         use_uvloop = os.environ.get("TIDELOG_LOOP", "uvloop") != "asyncio"
     install_event_loop_policy(use_uvloop)
-    asyncio.run(serve(config, on_started=on_started))
+
+    def started(broker: Broker) -> None:
+        settle_heap()
+        if on_started is not None:
+            on_started(broker)
+
+    asyncio.run(serve(config, on_started=started))
