@@ -503,7 +503,10 @@ def bench_failover(
     session_ms: int,
     run_dir: Path,
     producer_config: dict[str, str],
+    stop_signal: str = "kill",
 ) -> dict:
+    """``stop_signal`` "kill": SIGKILL, nothing moves before the session expires; "term": SIGTERM, the broker's
+    controlled shutdown moves the leadership, then it exits (the first ack is counted from the election)."""
     from confluent_kafka.admin import AdminClient
 
     topic = "failover"
@@ -533,7 +536,8 @@ def bench_failover(
                 {"bootstrap.servers": survivors, "log_level": 0}
             )  # refused connects are expected
             probe.list_topics(topic=topic, timeout=30)
-            t_kill = cluster.brokers[leader].kill9()
+            victim = cluster.brokers[leader]
+            t_kill = victim.kill9() if stop_signal == "kill" else victim.terminate()
             gone = watch.wait(
                 f"broker {leader}'s registration to disappear",
                 lambda ld=leader, t=t_kill: watch.first_ids(t, lambda ids: ld not in ids),
@@ -548,13 +552,16 @@ def bench_failover(
             )
             t_metadata = _metadata_names(probe, topic, elected[1].leader, budget)
             # only the new leader can acknowledge once the dead broker's session is gone; reports served
-            # between the kill and then are responses the killed leader sent before it died
+            # between the kill and then are responses the killed leader sent before it died. After SIGTERM the
+            # old leader stops leading at the election (it then answers NOT_LEADER_OR_FOLLOWER)
+            t_ref = gone[0] if stop_signal == "kill" else elected[0]
             first = prod.wait(
                 "the first acknowledgement after the failover",
-                lambda t=gone[0]: prod.first_ack_after(t),
+                lambda t=t_ref: prod.first_ack_after(t),
                 budget,
             )
-            stale = prod.acks_between(t_kill, gone[0])
+            stale = prod.acks_between(t_kill, t_ref)
+            victim.wait_exit(budget)
             t_restart = time.monotonic()
             cluster.brokers[leader].start()
             back = watch.wait(
@@ -616,6 +623,7 @@ def bench_failover(
         "size": size,
         "session_timeout_ms": session_ms,
         "producer_config": producer_config,
+        "signal": stop_signal,
     }
 
 
@@ -627,10 +635,11 @@ def pct(vals: list[float], q: float) -> float:
 
 def failover_table(f: dict) -> str:
     ss = f["samples"]
-    header = ["failover, kill -9 of the leader (s)", "p50", "p99", "max", "min"]
+    what = "kill -9" if f.get("signal", "kill") == "kill" else "SIGTERM (controlled shutdown)"
+    header = [f"failover, {what} of the leader (s)", "p50", "p99", "max", "min"]
     rows = []
     for key, label in (
-        ("session_expired_s", "kill -> its ZooKeeper session expired"),
+        ("session_expired_s", "kill -> its ZooKeeper session ended"),
         ("new_leader_s", "kill -> new leader in the state znode"),
         ("metadata_s", "kill -> survivors' Metadata names it"),
         ("first_ack_s", "kill -> first acknowledged produce"),
@@ -703,6 +712,8 @@ def main(argv: list[str] | None = None) -> int:
         help="rdkafka_performance (falls back to python if it cannot be built)",
     )
     ap.add_argument("--failovers", type=int, default=None, help="kill -9 iterations (default 10)")
+    ap.add_argument("--signal", choices=["kill", "term"], default="kill",
+                    help="how the leader is stopped: kill = SIGKILL (default), term = SIGTERM (controlled shutdown)")
     ap.add_argument(
         "-X",
         dest="producer_config",
@@ -829,7 +840,8 @@ def main(argv: list[str] | None = None) -> int:
             out["throughput"] = bench_throughput(cluster, loadgen, sizes, counts, repeats, args.timeout)
         if "failover" in kinds:
             log(
-                f"failover: {n_failovers} kill -9 of the leader, producer {args.failover_rate:.0f} msg/s, "
+                f"failover: {n_failovers} {'kill -9' if args.signal == 'kill' else 'SIGTERM'} of the leader, "
+                f"producer {args.failover_rate:.0f} msg/s, "
                 f"zookeeper.session.timeout.ms={args.session_timeout_ms}"
             )
             out["failover"] = bench_failover(
@@ -840,6 +852,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.session_timeout_ms,
                 run_dir,
                 producer_config,
+                args.signal,
             )
     except BaseException as exc:
         log(f"stopping on {type(exc).__name__}: {exc}; killing every process started here")
@@ -887,12 +900,12 @@ def main(argv: list[str] | None = None) -> int:
         n_ctrl = sum(s["was_controller"] for s in ss)
         print(
             f"\nfailover: idempotent acks=all producer at {f['rate']:.0f} msg/s ({f['size']} B) to an RF=3 topic "
-            f"(min.insync.replicas=2); {len(ss)} kill -9 of the partition leader ({n_ctrl} of them also the "
+            f"(min.insync.replicas=2); {len(ss)} {'kill -9' if f['signal'] == 'kill' else 'SIGTERM'} of the partition leader ({n_ctrl} of them also the "
             f"controller); zookeeper.session.timeout.ms={f['session_timeout_ms']} (ZooKeeper tickTime {cluster_tick_ms} ms); "
             f"times from the kill, CLOCK_MONOTONIC; producer overrides {f['producer_config'] or 'none'}\n"
         )
         print(failover_table(f))
-        if ss:
+        if ss and f["signal"] == "kill":
             exp = [s["session_expired_s"] * 1000 / f["session_timeout_ms"] for s in ss]
             dom = statistics.median(
                 s["session_expired_s"] / s["first_ack_s"] for s in ss if s["first_ack_s"] > 0
