@@ -504,9 +504,12 @@ def bench_failover(
     run_dir: Path,
     producer_config: dict[str, str],
     stop_signal: str = "kill",
+    restart_at_once: bool = False,
 ) -> dict:
     """``stop_signal`` "kill": SIGKILL, nothing moves before the session expires; "term": SIGTERM, the broker's
-    controlled shutdown moves the leadership, then it exits (the first ack is counted from the election)."""
+    controlled shutdown moves the leadership, then it exits (the first ack is counted from the election).
+    ``restart_at_once``: the killed broker is started again right after the kill (as a supervisor would), instead
+    of after the failover; "restart -> back in the ISR" then counts from the kill."""
     from confluent_kafka.admin import AdminClient
 
     topic = "failover"
@@ -538,6 +541,10 @@ def bench_failover(
             probe.list_topics(topic=topic, timeout=30)
             victim = cluster.brokers[leader]
             t_kill = victim.kill9() if stop_signal == "kill" else victim.terminate()
+            if restart_at_once:
+                if stop_signal != "kill":
+                    victim.wait_exit(budget)
+                victim.start()
             gone = watch.wait(
                 f"broker {leader}'s registration to disappear",
                 lambda ld=leader, t=t_kill: watch.first_ids(t, lambda ids: ld not in ids),
@@ -561,9 +568,12 @@ def bench_failover(
                 budget,
             )
             stale = prod.acks_between(t_kill, t_ref)
-            victim.wait_exit(budget)
-            t_restart = time.monotonic()
-            cluster.brokers[leader].start()
+            if restart_at_once:
+                t_restart = t_kill
+            else:
+                victim.wait_exit(budget)
+                t_restart = time.monotonic()
+                victim.start()
             back = watch.wait(
                 f"broker {leader} back in the ISR",
                 lambda ld=leader, t=t_restart: watch.first_state(t, lambda st: ld in st.isr),
@@ -624,6 +634,7 @@ def bench_failover(
         "session_timeout_ms": session_ms,
         "producer_config": producer_config,
         "signal": stop_signal,
+        "restart_at_once": restart_at_once,
     }
 
 
@@ -636,6 +647,8 @@ def pct(vals: list[float], q: float) -> float:
 def failover_table(f: dict) -> str:
     ss = f["samples"]
     what = "kill -9" if f.get("signal", "kill") == "kill" else "SIGTERM (controlled shutdown)"
+    if f.get("restart_at_once"):
+        what += ", restarted at once,"
     header = [f"failover, {what} of the leader (s)", "p50", "p99", "max", "min"]
     rows = []
     for key, label in (
@@ -714,6 +727,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--failovers", type=int, default=None, help="kill -9 iterations (default 10)")
     ap.add_argument("--signal", choices=["kill", "term"], default="kill",
                     help="how the leader is stopped: kill = SIGKILL (default), term = SIGTERM (controlled shutdown)")
+    ap.add_argument("--restart-at-once", action="store_true",
+                    help="start the stopped leader again right away (as a supervisor would), not after the failover")
     ap.add_argument(
         "-X",
         dest="producer_config",
@@ -853,6 +868,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_dir,
                 producer_config,
                 args.signal,
+                args.restart_at_once,
             )
     except BaseException as exc:
         log(f"stopping on {type(exc).__name__}: {exc}; killing every process started here")
