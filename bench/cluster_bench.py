@@ -440,7 +440,6 @@ class StateWatch:
         self.cluster = cluster
 
         self.states: list[tuple[float, Any]] = []
-        self.ids: list[tuple[float, set[int]]] = []
         self.cond = threading.Condition()
 
         def on_state(data: bytes | None, stat: Any) -> None:
@@ -450,14 +449,22 @@ class StateWatch:
                     self.states.append((t, zd.decode_state(data, stat.version)))
                     self.cond.notify_all()
 
-        def on_ids(children: list[str]) -> None:
-            t = time.monotonic()
-            with self.cond:
-                self.ids.append((t, {int(c) for c in children}))
-                self.cond.notify_all()
+        # each broker's registration: (time, czxid or None). A broker restarted at once may close its old session
+        # and register again before a children watch re-reads the list, so its absence can be missed there; a new
+        # registration has a new czxid
+        self.regs: dict[int, list[tuple[float, int | None]]] = {}
+
+        def on_reg(bid: int) -> Any:
+            def cb(_data: bytes | None, stat: Any) -> None:
+                t = time.monotonic()
+                with self.cond:
+                    self.regs.setdefault(bid, []).append((t, stat.czxid if stat is not None else None))
+                    self.cond.notify_all()
+            return cb
 
         cluster.kz.DataWatch(zd.state_path(topic, 0), on_state)
-        cluster.kz.ChildrenWatch(zd.BROKER_IDS, on_ids)
+        for bid in cluster.brokers:
+            cluster.kz.DataWatch(zd.broker_path(bid), on_reg(bid))
 
     def wait(self, what: str, pred: Any, timeout: float) -> Any:
         deadline = time.monotonic() + timeout
@@ -475,8 +482,15 @@ class StateWatch:
     def first_state(self, after: float, pred: Any) -> tuple[float, Any] | None:
         return next(((t, s) for t, s in self.states if t >= after and pred(s)), None)
 
-    def first_ids(self, after: float, pred: Any) -> tuple[float, set[int]] | None:
-        return next(((t, ids) for t, ids in self.ids if t >= after and pred(ids)), None)
+    def registration(self, bid: int) -> int | None:
+        """The czxid of broker ``bid``'s registration as last seen (None: not registered)."""
+        with self.cond:
+            r = self.regs.get(bid)
+            return r[-1][1] if r else None
+
+    def registration_gone(self, bid: int, after: float, czxid: int | None) -> tuple[float, int | None] | None:
+        """When, after ``after``, broker ``bid``'s registration ``czxid`` was deleted (absent or a newer one)."""
+        return next(((t, z) for t, z in self.regs.get(bid, ()) if t >= after and z != czxid), None)
 
 
 def _metadata_names(admin: Any, topic: str, leader: int, timeout: float) -> float:
@@ -540,6 +554,7 @@ def bench_failover(
             )  # refused connects are expected
             probe.list_topics(topic=topic, timeout=30)
             victim = cluster.brokers[leader]
+            reg = watch.registration(leader)
             t_kill = victim.kill9() if stop_signal == "kill" else victim.terminate()
             if restart_at_once:
                 if stop_signal != "kill":
@@ -547,7 +562,7 @@ def bench_failover(
                 victim.start()
             gone = watch.wait(
                 f"broker {leader}'s registration to disappear",
-                lambda ld=leader, t=t_kill: watch.first_ids(t, lambda ids: ld not in ids),
+                lambda ld=leader, t=t_kill, z=reg: watch.registration_gone(ld, t, z),
                 budget,
             )
             elected = watch.wait(
