@@ -42,6 +42,7 @@ def test_restart_closes_the_previous_session(cluster_with: Any) -> None:
         until("the session kept in the log directory",
               lambda: session_file.exists() and int(session_file.read_text().split()[0]) == old_session)
         old_password = bytes.fromhex(session_file.read_text().split()[1])
+        assert session_file.stat().st_mode & 0o077 == 0  # the password closes the session: owner only
 
         c.brokers[victim].kill()
         assert zk.exists(path).ephemeralOwner == old_session  # the dead process's session is still open

@@ -433,7 +433,8 @@ class ZkReplicaManager:
             return
         try:
             session_id, password = self.zk.client_id
-            atomic_write(self._session_file(), f"{session_id} {bytes(password).hex()}\n".encode())
+            # the password lets whoever reads it close the session: readable by the broker's user only
+            atomic_write(self._session_file(), f"{session_id} {bytes(password).hex()}\n".encode(), mode=0o600)
         except Exception as exc:  # an optimisation of the next restart only: the broker runs on without it
             log.warning("could not keep the ZooKeeper session id", extra={"kv": {"error": repr(exc)}})
 
