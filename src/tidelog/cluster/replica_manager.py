@@ -383,7 +383,8 @@ class ZkReplicaManager:
 
     def _register(self) -> None:
         """Create ``/brokers/ids/<id>``; after a kill -9 the previous session's node lingers until its session
-        times out, so wait for its deletion (a watch, not a poll)."""
+        times out, so wait for its deletion (a watch, not a poll), unless it is this broker's own previous session,
+        which is closed instead (:meth:`_close_own_previous_session`)."""
         import threading
 
         from kazoo.exceptions import NodeExistsError
@@ -394,6 +395,7 @@ class ZkReplicaManager:
                                               {li.name: li.protocol for li in self.broker.listeners}))
         deadline = time.monotonic() + 3 * self.session_timeout_s + 30
         retry = self.zk.retry
+        tried_close = False
         while True:
             try:
                 retry(self.zk.create, path, data, ephemeral=True, makepath=True)
@@ -415,8 +417,10 @@ class ZkReplicaManager:
                                                                       f"{self.broker.host}:{self.broker.port}"}})
                     self._save_session()
                     return
-                if self._close_own_previous_session(stat.ephemeralOwner):
-                    continue  # its registration went with it (the watch has fired, or the create succeeds)
+                if not tried_close:
+                    tried_close = True  # once: should the close not take, the expiry is waited for as before
+                    if self._close_own_previous_session(stat.ephemeralOwner):
+                        continue  # its registration went with it: the create succeeds now
                 log.info("previous registration still present; waiting for its session to expire",
                          extra={"kv": {"path": path}})
                 if not gone.wait(max(0.0, deadline - time.monotonic())):
