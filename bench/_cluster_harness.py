@@ -228,6 +228,25 @@ class ClusterBroker:
         kill_group(self.proc)
         return t
 
+    def terminate(self) -> float:
+        """SIGTERM (a clean stop: in ZooKeeper mode the broker asks the controller to move its leaderships away
+        first, Kafka's controlled shutdown); returns the monotonic time just before the signal. Does not wait."""
+        assert self.proc is not None
+        self.expected_up = False
+        t = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        return t
+
+    def wait_exit(self, timeout: float) -> None:
+        """Wait for the process to end (after terminate); SIGKILL it if it has not after ``timeout``."""
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        kill_group(self.proc)
+
     def stop(self) -> None:
         self.expected_up = False
         if self.proc is not None:

@@ -325,13 +325,15 @@ class JavaLoadGen:
             "--size",
             str(size),
             "--acks",
-            acks,
+            _acks(acks),
             "--count",
             str(count),
             "--duration",
             str(max(1.0, timeout - 10)),
             "--linger-ms",
             str(linger_ms),
+            "--idempotence",
+            _idempotence(acks),
         ]
         if rate:
             args += ["--rate", str(rate)]
@@ -669,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--acks", default="1,-1",
                     help="acks settings of the produce cells (default 1,-1); 'idem' = acks=-1 with "
-                    "enable.idempotence=true (rdkafka load generator only)")
+                    "enable.idempotence=true")
     add_rev_argument(ap, what="Without it: HEAD alone. With several, each is a broker of its own "
                      "(tidelog@REV), the last one first, so the ratio columns are after/before")
     ap.add_argument("--keep", action="store_true", help="keep the data dirs under bench/.work/runs/")
@@ -706,8 +708,6 @@ def main(argv: list[str] | None = None) -> int:
     for a in plan.acks:
         if a not in ACKS_CHOICES:
             ap.error(f"--acks: {a!r} is not one of {', '.join(ACKS_CHOICES)}")
-    if "idem" in plan.acks and args.loadgen != "rdkafka":
-        ap.error("--acks idem needs the rdkafka load generator")
     for size in plan.sizes:
         plan.counts.setdefault(size, max(1, plan.counts[100] * 100 // size))
     paths = setup(skip_rdkafka=args.loadgen != "rdkafka")

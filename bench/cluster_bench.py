@@ -440,7 +440,6 @@ class StateWatch:
         self.cluster = cluster
 
         self.states: list[tuple[float, Any]] = []
-        self.ids: list[tuple[float, set[int]]] = []
         self.cond = threading.Condition()
 
         def on_state(data: bytes | None, stat: Any) -> None:
@@ -450,14 +449,22 @@ class StateWatch:
                     self.states.append((t, zd.decode_state(data, stat.version)))
                     self.cond.notify_all()
 
-        def on_ids(children: list[str]) -> None:
-            t = time.monotonic()
-            with self.cond:
-                self.ids.append((t, {int(c) for c in children}))
-                self.cond.notify_all()
+        # each broker's registration: (time, czxid or None). A broker restarted at once may close its old session
+        # and register again before a children watch re-reads the list, so its absence can be missed there; a new
+        # registration has a new czxid
+        self.regs: dict[int, list[tuple[float, int | None]]] = {}
+
+        def on_reg(bid: int) -> Any:
+            def cb(_data: bytes | None, stat: Any) -> None:
+                t = time.monotonic()
+                with self.cond:
+                    self.regs.setdefault(bid, []).append((t, stat.czxid if stat is not None else None))
+                    self.cond.notify_all()
+            return cb
 
         cluster.kz.DataWatch(zd.state_path(topic, 0), on_state)
-        cluster.kz.ChildrenWatch(zd.BROKER_IDS, on_ids)
+        for bid in cluster.brokers:
+            cluster.kz.DataWatch(zd.broker_path(bid), on_reg(bid))
 
     def wait(self, what: str, pred: Any, timeout: float) -> Any:
         deadline = time.monotonic() + timeout
@@ -475,8 +482,15 @@ class StateWatch:
     def first_state(self, after: float, pred: Any) -> tuple[float, Any] | None:
         return next(((t, s) for t, s in self.states if t >= after and pred(s)), None)
 
-    def first_ids(self, after: float, pred: Any) -> tuple[float, set[int]] | None:
-        return next(((t, ids) for t, ids in self.ids if t >= after and pred(ids)), None)
+    def registration(self, bid: int) -> int | None:
+        """The czxid of broker ``bid``'s registration as last seen (None: not registered)."""
+        with self.cond:
+            r = self.regs.get(bid)
+            return r[-1][1] if r else None
+
+    def registration_gone(self, bid: int, after: float, czxid: int | None) -> tuple[float, int | None] | None:
+        """When, after ``after``, broker ``bid``'s registration ``czxid`` was deleted (absent or a newer one)."""
+        return next(((t, z) for t, z in self.regs.get(bid, ()) if t >= after and z != czxid), None)
 
 
 def _metadata_names(admin: Any, topic: str, leader: int, timeout: float) -> float:
@@ -503,7 +517,13 @@ def bench_failover(
     session_ms: int,
     run_dir: Path,
     producer_config: dict[str, str],
+    stop_signal: str = "kill",
+    restart_at_once: bool = False,
 ) -> dict:
+    """``stop_signal`` "kill": SIGKILL, nothing moves before the session expires; "term": SIGTERM, the broker's
+    controlled shutdown moves the leadership, then it exits (the first ack is counted from the election).
+    ``restart_at_once``: the killed broker is started again right after the kill (as a supervisor would), instead
+    of after the failover; "restart -> back in the ISR" then counts from the kill."""
     from confluent_kafka.admin import AdminClient
 
     topic = "failover"
@@ -533,10 +553,16 @@ def bench_failover(
                 {"bootstrap.servers": survivors, "log_level": 0}
             )  # refused connects are expected
             probe.list_topics(topic=topic, timeout=30)
-            t_kill = cluster.brokers[leader].kill9()
+            victim = cluster.brokers[leader]
+            reg = watch.registration(leader)
+            t_kill = victim.kill9() if stop_signal == "kill" else victim.terminate()
+            if restart_at_once:
+                if stop_signal != "kill":
+                    victim.wait_exit(budget)
+                victim.start()
             gone = watch.wait(
                 f"broker {leader}'s registration to disappear",
-                lambda ld=leader, t=t_kill: watch.first_ids(t, lambda ids: ld not in ids),
+                lambda ld=leader, t=t_kill, z=reg: watch.registration_gone(ld, t, z),
                 budget,
             )
             elected = watch.wait(
@@ -548,15 +574,21 @@ def bench_failover(
             )
             t_metadata = _metadata_names(probe, topic, elected[1].leader, budget)
             # only the new leader can acknowledge once the dead broker's session is gone; reports served
-            # between the kill and then are responses the killed leader sent before it died
+            # between the kill and then are responses the killed leader sent before it died. After SIGTERM the
+            # old leader stops leading at the election (it then answers NOT_LEADER_OR_FOLLOWER)
+            t_ref = gone[0] if stop_signal == "kill" else elected[0]
             first = prod.wait(
                 "the first acknowledgement after the failover",
-                lambda t=gone[0]: prod.first_ack_after(t),
+                lambda t=t_ref: prod.first_ack_after(t),
                 budget,
             )
-            stale = prod.acks_between(t_kill, gone[0])
-            t_restart = time.monotonic()
-            cluster.brokers[leader].start()
+            stale = prod.acks_between(t_kill, t_ref)
+            if restart_at_once:
+                t_restart = t_kill
+            else:
+                victim.wait_exit(budget)
+                t_restart = time.monotonic()
+                victim.start()
             back = watch.wait(
                 f"broker {leader} back in the ISR",
                 lambda ld=leader, t=t_restart: watch.first_state(t, lambda st: ld in st.isr),
@@ -616,6 +648,8 @@ def bench_failover(
         "size": size,
         "session_timeout_ms": session_ms,
         "producer_config": producer_config,
+        "signal": stop_signal,
+        "restart_at_once": restart_at_once,
     }
 
 
@@ -627,10 +661,13 @@ def pct(vals: list[float], q: float) -> float:
 
 def failover_table(f: dict) -> str:
     ss = f["samples"]
-    header = ["failover, kill -9 of the leader (s)", "p50", "p99", "max", "min"]
+    what = "kill -9" if f.get("signal", "kill") == "kill" else "SIGTERM (controlled shutdown)"
+    if f.get("restart_at_once"):
+        what += ", restarted at once,"
+    header = [f"failover, {what} of the leader (s)", "p50", "p99", "max", "min"]
     rows = []
     for key, label in (
-        ("session_expired_s", "kill -> its ZooKeeper session expired"),
+        ("session_expired_s", "kill -> its ZooKeeper session ended"),
         ("new_leader_s", "kill -> new leader in the state znode"),
         ("metadata_s", "kill -> survivors' Metadata names it"),
         ("first_ack_s", "kill -> first acknowledged produce"),
@@ -703,6 +740,10 @@ def main(argv: list[str] | None = None) -> int:
         help="rdkafka_performance (falls back to python if it cannot be built)",
     )
     ap.add_argument("--failovers", type=int, default=None, help="kill -9 iterations (default 10)")
+    ap.add_argument("--signal", choices=["kill", "term"], default="kill",
+                    help="how the leader is stopped: kill = SIGKILL (default), term = SIGTERM (controlled shutdown)")
+    ap.add_argument("--restart-at-once", action="store_true",
+                    help="start the stopped leader again right away (as a supervisor would), not after the failover")
     ap.add_argument(
         "-X",
         dest="producer_config",
@@ -829,7 +870,8 @@ def main(argv: list[str] | None = None) -> int:
             out["throughput"] = bench_throughput(cluster, loadgen, sizes, counts, repeats, args.timeout)
         if "failover" in kinds:
             log(
-                f"failover: {n_failovers} kill -9 of the leader, producer {args.failover_rate:.0f} msg/s, "
+                f"failover: {n_failovers} {'kill -9' if args.signal == 'kill' else 'SIGTERM'} of the leader, "
+                f"producer {args.failover_rate:.0f} msg/s, "
                 f"zookeeper.session.timeout.ms={args.session_timeout_ms}"
             )
             out["failover"] = bench_failover(
@@ -840,6 +882,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.session_timeout_ms,
                 run_dir,
                 producer_config,
+                args.signal,
+                args.restart_at_once,
             )
     except BaseException as exc:
         log(f"stopping on {type(exc).__name__}: {exc}; killing every process started here")
@@ -887,12 +931,12 @@ def main(argv: list[str] | None = None) -> int:
         n_ctrl = sum(s["was_controller"] for s in ss)
         print(
             f"\nfailover: idempotent acks=all producer at {f['rate']:.0f} msg/s ({f['size']} B) to an RF=3 topic "
-            f"(min.insync.replicas=2); {len(ss)} kill -9 of the partition leader ({n_ctrl} of them also the "
+            f"(min.insync.replicas=2); {len(ss)} {'kill -9' if f['signal'] == 'kill' else 'SIGTERM'} of the partition leader ({n_ctrl} of them also the "
             f"controller); zookeeper.session.timeout.ms={f['session_timeout_ms']} (ZooKeeper tickTime {cluster_tick_ms} ms); "
             f"times from the kill, CLOCK_MONOTONIC; producer overrides {f['producer_config'] or 'none'}\n"
         )
         print(failover_table(f))
-        if ss:
+        if ss and f["signal"] == "kill":
             exp = [s["session_expired_s"] * 1000 / f["session_timeout_ms"] for s in ss]
             dom = statistics.median(
                 s["session_expired_s"] / s["first_ack_s"] for s in ss if s["first_ack_s"] > 0

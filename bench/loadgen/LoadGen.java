@@ -2,7 +2,7 @@
 // Written for tidelog's bench/ harness; compiled at run time into bench/.work/ by bench/broker_bench.py.
 //
 //   java -cp <kafka-clients + deps>:<classes> LoadGen produce --bootstrap H:P --topic T --size B --acks A
-//        [--count N] [--duration S] [--rate MSGS_PER_S] [--linger-ms L] [--batch-size B]
+//        [--count N] [--duration S] [--rate MSGS_PER_S] [--linger-ms L] [--batch-size B] [--idempotence true]
 //   java ... LoadGen consume --bootstrap H:P --topic T --count N [--timeout S]
 //
 // Prints exactly one JSON object on stdout (last line) with the result; everything else goes to stderr.
@@ -99,7 +99,7 @@ public final class LoadGen {
         p.put(ProducerConfig.BATCH_SIZE_CONFIG, a.getOrDefault("batch-size", "65536"));
         p.put(ProducerConfig.BUFFER_MEMORY_CONFIG, String.valueOf(64L << 20));
         p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, "none");
-        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "false");
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, a.getOrDefault("idempotence", "false"));
         p.put(ProducerConfig.MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION, "5");
         p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "30000");
         p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "60000");

@@ -136,6 +136,19 @@ def test_atomic_write_overwrites_stale_tmp(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------- leader-epoch checkpoint
 
 
+def test_atomic_write_mode(tmp_path: Path) -> None:
+    """``mode`` sets the new file's permissions (a secret readable by its owner only); the default is open()'s."""
+    old = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "secret", b"s", mode=0o600)
+        atomic_write(tmp_path / "plain", b"p")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "secret").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "plain").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "secret").read_bytes() == b"s"
+
+
 def test_leader_epoch_checkpoint_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "leader-epoch-checkpoint"
     write_leader_epoch_checkpoint(path, [(0, 0), (3, 120), (7, 9000)])

@@ -287,6 +287,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("num.replica.fetchers", "1", _pos_int, "ZooKeeper mode: fetchers (connections) per source broker"),
         _key("tidelog.metadata.departed.broker.ms", "0", _nonneg_int,
              "ZooKeeper mode: a broker that left stays in Metadata's broker list this long (librdkafka failover)"),
+        _key("tidelog.zookeeper.close.previous.session", "true", _parse_bool,
+             "ZooKeeper mode: a broker restarted after a crash closes its previous, still open ZooKeeper session "
+             "(kept in its log directory) instead of waiting for it to expire"),
         _key("metrics.port", None, str, "alias of tidelog.metrics.listener"),
         _key("tidelog.metrics.listener", "127.0.0.1:9404", parse_host_port, "Prometheus host:port, or off"),
         _key("tidelog.log.tick.interval.ms", "1000", _pos_int, "how often the log manager's tick runs"),

@@ -72,9 +72,12 @@ from tidelog.cluster.producer_ids import zk_producer_id_manager
 from tidelog.cluster.quotas import ZkQuotaStore
 from tidelog.cluster.scram import ZkScramCredentialStore
 from tidelog.cluster.topics import ZkTopicBackend
+from tidelog.storage.checkpoints import atomic_write
 
 log = logging.getLogger("tidelog.cluster.broker")
 
+#: in the broker's first log directory: the id and password of the ZooKeeper session holding its registration
+SESSION_FILE = "zookeeper.session"
 CONFIG_CHANGE_EXPIRATION_S = 15 * 60  # Kafka's ZkNodeChangeNotificationListener changeExpirationMs
 
 
@@ -131,6 +134,7 @@ class ZkReplicaManager:
         self.live: dict[int, zd.BrokerInfo] = {}
         self._departed: dict[int, tuple[zd.BrokerInfo, float]] = {}  # left /brokers/ids: (endpoint, listed until)
         self.departed_broker_s = config.get("tidelog.metadata.departed.broker.ms") / 1000.0
+        self.close_previous_session = config.get("tidelog.zookeeper.close.previous.session")
         self.controller_node = -1
         self.assignments: dict[str, zd.TopicAssignment] = {}
         self.states: dict[tuple[str, int], zd.LeaderIsr] = {}
@@ -379,7 +383,8 @@ class ZkReplicaManager:
 
     def _register(self) -> None:
         """Create ``/brokers/ids/<id>``; after a kill -9 the previous session's node lingers until its session
-        times out, so wait for its deletion (a watch, not a poll)."""
+        times out, so wait for its deletion (a watch, not a poll), unless it is this broker's own previous session,
+        which is closed instead (:meth:`_close_own_previous_session`)."""
         import threading
 
         from kazoo.exceptions import NodeExistsError
@@ -390,12 +395,14 @@ class ZkReplicaManager:
                                               {li.name: li.protocol for li in self.broker.listeners}))
         deadline = time.monotonic() + 3 * self.session_timeout_s + 30
         retry = self.zk.retry
+        tried_close = False
         while True:
             try:
                 retry(self.zk.create, path, data, ephemeral=True, makepath=True)
                 stat = retry(self.zk.exists, path)
                 self._registration_zxid = stat.czxid if stat is not None else float("inf")
                 log.info("registered in ZooKeeper", extra={"kv": {"path": path, "endpoint": f"{self.broker.host}:{self.broker.port}"}})
+                self._save_session()
                 return
             except NodeExistsError:
                 gone = threading.Event()
@@ -408,11 +415,71 @@ class ZkReplicaManager:
                     self._registration_zxid = stat.czxid
                     log.info("registered in ZooKeeper", extra={"kv": {"path": path, "endpoint":
                                                                       f"{self.broker.host}:{self.broker.port}"}})
+                    self._save_session()
                     return
+                if not tried_close:
+                    tried_close = True  # once: should the close not take, the expiry is waited for as before
+                    if self._close_own_previous_session(stat.ephemeralOwner):
+                        continue  # its registration went with it: the create succeeds now
                 log.info("previous registration still present; waiting for its session to expire",
                          extra={"kv": {"path": path}})
                 if not gone.wait(max(0.0, deadline - time.monotonic())):
                     raise RuntimeError(f"{path} is held by another live broker") from None
+
+    def _session_file(self) -> Any:
+        """Where this broker keeps its ZooKeeper session's id and password: its first log directory, which it holds
+        locked (``.lock``) while it runs, so only a later process of the same broker reads it."""
+        return self.config.log_dirs[0] / SESSION_FILE
+
+    def _save_session(self) -> None:
+        """Keep the session that holds the registration (see :meth:`_close_own_previous_session`)."""
+        if not self.close_previous_session or self.zk is None:
+            return
+        try:
+            session_id, password = self.zk.client_id
+            # the password lets whoever reads it close the session: readable by the broker's user only
+            atomic_write(self._session_file(), f"{session_id} {bytes(password).hex()}\n".encode(), mode=0o600)
+        except Exception as exc:  # an optimisation of the next restart only: the broker runs on without it
+            log.warning("could not keep the ZooKeeper session id", extra={"kv": {"error": repr(exc)}})
+
+    def _close_own_previous_session(self, owner: int) -> bool:
+        """After a crash (kill -9, OOM, power loss of the process) the previous process's session, and with it
+        ``/brokers/ids/<id>`` and this broker's leaderships, lives on until ZooKeeper expires it
+        (``zookeeper.session.timeout.ms``, 18 s by default). When the registration in the way belongs to the
+        session this broker saved in its locked log directory, that process is gone (the lock is ours now):
+        connect with that session's id and password and close it, as its owner may. ZooKeeper then deletes its
+        ephemeral nodes at once and the controller moves the leaderships as it would on expiry. ZooKeeper stays
+        the only judge of liveness: nothing is closed but a session whose owner this process provably replaces.
+        Kafka waits for the expiry instead (``tidelog.zookeeper.close.previous.session=false``). Returns True
+        when it closed that session."""
+        if not self.close_previous_session:
+            return False
+        try:
+            text = self._session_file().read_text().split()
+            session_id, password = int(text[0]), bytes.fromhex(text[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if session_id != owner or owner == self.zk.client_id[0]:
+            return False
+        from kazoo.client import KazooClient
+
+        old = KazooClient(hosts=self.zk_connect, timeout=self.session_timeout_s, client_id=(session_id, password),
+                          connection_retry={"max_tries": 3, "delay": 0.1, "backoff": 2, "max_delay": 1.0})
+        try:
+            old.start(timeout=max(10.0, self.session_timeout_s))
+            resumed = old.client_id is not None and old.client_id[0] == session_id
+        except Exception as exc:
+            log.info("could not reach the previous ZooKeeper session", extra={"kv": {"error": repr(exc)}})
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                old.stop()  # closes the session it holds: the old one if it resumed it, else a new, empty one
+            with contextlib.suppress(Exception):
+                old.close()
+        if resumed:
+            log.info("closed the previous process's ZooKeeper session (not waiting for it to expire)",
+                     extra={"kv": {"session": hex(session_id)}})
+        return resumed
 
     async def before_shutdown(self) -> None:
         """Controlled shutdown, then stop the fetchers and the controller and leave ZooKeeper (called once, as the

@@ -71,15 +71,16 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, mode: int = 0o666) -> None:
     """Replace ``path`` with ``data`` atomically: write ``<path>.tmp``, fsync, rename over, fsync the dir.
+    ``mode``: the new file's permissions (before the umask; 0o600 for a secret).
 
     If anything fails the ``.tmp`` file is removed and the old ``path`` (if any) is left untouched.
     """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "wb") as f:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
