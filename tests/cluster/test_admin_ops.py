@@ -327,3 +327,16 @@ def test_manual_assignments_create_topics_and_partitions(cluster: Any) -> None:
             err = info.value.args[0]
             assert err.name() == "INVALID_REPLICA_ASSIGNMENT" and message in err.str(), err
         assert len(topic_assignment(zk, topic).partitions) == 4
+
+
+
+def test_describe_cluster_lists_every_registered_broker(cluster: Any) -> None:
+    """DescribeCluster (API 60, what Java's ``Admin.describeCluster`` sends; librdkafka asks Metadata instead)
+    answers with the same brokers and controller as Metadata: every registered broker, whichever one is asked."""
+    controller = _controller(cluster)
+    ports = {i: b.port for i, b in cluster.brokers.items()}
+    for b in cluster.brokers.values():
+        resp = request(b, 60, 0, {"include_cluster_authorized_operations": False})
+        assert resp["error_code"] == 0
+        assert {x["broker_id"]: x["port"] for x in resp["brokers"]} == ports
+        assert resp["controller_id"] == controller

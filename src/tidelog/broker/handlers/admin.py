@@ -906,9 +906,14 @@ async def describe_cluster(ctx: RequestContext, request: dict) -> dict:
         resp["controller_id"] = -1
         return resp
     b = ctx.broker  # host/port are the advertised endpoint (the bound port when the listener asked for 0)
-    rack = b.config.props.get("broker.rack")
-    host, port = b.endpoint(ctx.listener)
-    resp["brokers"] = [{"broker_id": node, "host": host, "port": int(port), "rack": rack, "is_fenced": False}]
+    listed = b.metadata_brokers(ctx.listener)  # cluster mode: the registered brokers, as Metadata lists them
+    if listed is None:  # one node
+        host, port = b.endpoint(ctx.listener)
+        listed = [{"node_id": node, "host": host, "port": port, "rack": b.config.props.get("broker.rack")}]
+    else:
+        resp["controller_id"] = b.metadata_controller_id()
+    resp["brokers"] = [{"broker_id": x["node_id"], "host": x["host"], "port": int(x["port"]), "rack": x["rack"],
+                        "is_fenced": False} for x in listed]
     if request.get("include_cluster_authorized_operations"):
         bits = 0
         for op in _ACL_OPS_CLUSTER:
