@@ -289,6 +289,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "ZooKeeper mode: a broker that left stays in Metadata's broker list this long (librdkafka failover)"),
         _key("metrics.port", None, str, "alias of tidelog.metrics.listener"),
         _key("tidelog.metrics.listener", "127.0.0.1:9404", parse_host_port, "Prometheus host:port, or off"),
+        _key("tidelog.produce.pipeline.max.requests", "5", _pos_int,
+             "acks=all Produce requests of one plain connection appended while earlier ones still wait for their "
+             "replicas (answered in order); 1: one request at a time, as Kafka"),
         _key("tidelog.log.tick.interval.ms", "1000", _pos_int, "how often the log manager's tick runs"),
         _key("tidelog.open.files.reserve", None, _nonneg_int,
              "open files kept out of the partitions' budget (default a quarter of ulimit -n, at least 64): a "
@@ -588,6 +591,10 @@ class BrokerConfig:
     @property
     def socket_request_max_bytes(self) -> int:
         return self.values["socket.request.max.bytes"]
+
+    @property
+    def produce_pipeline_max_requests(self) -> int:
+        return self.values["tidelog.produce.pipeline.max.requests"]
 
     @property
     def connections_max_idle_ms(self) -> int:
