@@ -36,7 +36,10 @@ Framing and order (as Kafka's SocketServer)
     ``int32 size | request``. A size < 0 or > ``socket.request.max.bytes`` closes the connection; the buffer
     grows only as bytes arrive, so a lying size prefix allocates nothing. One request per connection is processed
     at a time, in order (Kafka mutes the channel until the response is sent); pipelined requests wait in the
-    socket buffer, which is the backpressure. A response is written completely before the next request is read.
+    socket buffer, which is the backpressure. A response is written completely before the next request is read,
+    except that up to ``tidelog.produce.pipeline.max.requests`` acks=all produces whose appends are done may
+    wait for their replicas while the next request is read (answers still in request order; see
+    :meth:`Connection._defer` and docs/ARCHITECTURE.md, "Pipelined produce").
 
 Errors
     Unknown API key, unsupported version (except ApiVersions, answered in v0 with UNSUPPORTED_VERSION and the
