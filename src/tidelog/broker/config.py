@@ -228,7 +228,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("num.network.threads", "3", _pos_int, "accepted for compatibility; tidelog uses one event loop"),
         _key("num.io.threads", "8", _pos_int, "request handler threads: heavy produce validation, topic changes"),
         _key("queued.max.requests", "500", _pos_int,
-             "accepted for compatibility: a connection has one request in flight (bounded by max.connections)"),
+             "accepted for compatibility: a connection has one request in flight (bounded by max.connections; "
+             "plus tidelog.produce.pipeline.max.requests acks=all produces waiting for their replicas)"),
         _key("queued.max.request.bytes", "-1", _parse_long,
              "bound on memory of request frames being read (-1: none); reading pauses when it is reached"),
         _key("max.connections", "2147483647", _nonneg_int,

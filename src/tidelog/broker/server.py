@@ -172,7 +172,8 @@ class Connection:
         self._loop = asyncio.get_running_loop()
         self._frames = FrameDecoder(broker.config.socket_request_max_bytes)
         self.last_active = self._loop.time()
-        self.busy = False  # a request is being processed or its response written
+        self.busy = False  # a request is being processed or its response written (or a pipelined answer pending)
+        self._in_request = False  # the request loop is inside process()
         self.write_blocked_at: float | None = None  # loop time a write started waiting for the peer to read
         self.reserved = 0  # bytes of the frame being read taken from broker.request_memory
         self.mute_ms = 0  # KIP-219: a quota's throttle time; the channel is muted this long after the response
@@ -403,11 +404,12 @@ class Connection:
                 frame = await self.read_frame()
                 if frame is None:
                     break
-                self.busy = True
+                self.busy = self._in_request = True
                 self.last_active = self._loop.time()
                 keep = await self.process(frame)
                 del frame
                 self.release_memory()
+                self._in_request = False
                 self.busy = bool(self._pending)
                 self.last_active = self._loop.time()
                 if not keep or broker.stopping:
@@ -750,6 +752,9 @@ class Connection:
                 pending.popleft()
                 self._record_errors(api_key, version, name, response)
                 metrics.record_request(name, time.perf_counter() - t0)
+                self.last_active = self._loop.time()
+                if not pending and not self._in_request:
+                    self.busy = False  # idle again: connections.max.idle.ms counts from here
                 self._wake_progress()
         except asyncio.CancelledError:
             pass
