@@ -30,7 +30,9 @@ PRODUCE, METADATA = int(ApiKey.PRODUCE), int(ApiKey.METADATA)
 @pytest.fixture(scope="module")
 def pcluster(cluster_with: Any) -> Any:
     # a long replica.lag.time.max.ms: the followers stopped below stay in the ISR, so the produces only wait
-    return cluster_with({"tidelog.produce.pipeline.max.requests": str(PIPELINE), "replica.lag.time.max.ms": "120000"})
+    # connections.max.idle.ms: a connection whose pipelined answers are all written must count as idle again
+    return cluster_with({"tidelog.produce.pipeline.max.requests": str(PIPELINE), "replica.lag.time.max.ms": "120000",
+                         "connections.max.idle.ms": "4000"})
 
 
 def _leader(c: Any, topic: str) -> int:
@@ -184,3 +186,25 @@ def test_idempotent_client_pipelined_in_order(pcluster: Any) -> None:
     finally:
         cons.close()
     assert got == list(range(n))
+
+
+def test_connection_idle_after_pipelined_answers(pcluster: Any) -> None:
+    """Once its pipelined answers are written a connection is idle: connections.max.idle.ms closes it (it stays
+    open while an answer is pending, see the tests above, which hold connections longer than that)."""
+    c = pcluster
+    topic = f"pipe-idle-{uuid.uuid4().hex[:6]}"
+    create_topic(c.bootstrap, topic)
+    leader = _leader(c, topic)
+    frames = b"".join(codec.encode_request(PRODUCE, 9, cid, "idle", {
+        "transactional_id": None, "acks": -1, "timeout_ms": 60000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": build_batch([(None, b"x")])}]}]})
+        for cid in (1,))  # one: the request loop is back waiting for the next request while it is pending
+    with socket.create_connection(("127.0.0.1", c.brokers[leader].port), timeout=60) as s:
+        s.sendall(frames)
+        assert _read_response(s, 9)[0] == 1
+        s.settimeout(60)
+        try:
+            rest = s.recv(1)
+        except ConnectionResetError:
+            rest = b""
+        assert rest == b""  # closed by the broker's idle reaper, not answered
