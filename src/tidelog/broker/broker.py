@@ -159,9 +159,13 @@ class Broker:
         self._tasks.append(self.loop.create_task(coro))
 
     def on_append(self, tp: tuple[str, int], log_: Any) -> None:
-        """Called by Produce after a successful append."""
-        self.maybe_increment_high_watermark(tp, log_)
-        self.purgatory.check_and_complete(tp)
+        """Called by Produce after a successful append. An append alone completes no acks=all produce unless it
+        moved the HW (a single replica in the ISR): with followers only the fetches waiting for bytes are checked
+        (pipelined produces would otherwise be re-checked on every append of their connection)."""
+        if self.maybe_increment_high_watermark(tp, log_):
+            self.purgatory.check_and_complete(tp)
+        else:
+            self.purgatory.fetch.check_and_complete(tp)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 

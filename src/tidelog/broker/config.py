@@ -228,7 +228,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("num.network.threads", "3", _pos_int, "accepted for compatibility; tidelog uses one event loop"),
         _key("num.io.threads", "8", _pos_int, "request handler threads: heavy produce validation, topic changes"),
         _key("queued.max.requests", "500", _pos_int,
-             "accepted for compatibility: a connection has one request in flight (bounded by max.connections)"),
+             "accepted for compatibility: a connection has one request in flight (bounded by max.connections; "
+             "plus tidelog.produce.pipeline.max.requests acks=all produces waiting for their replicas)"),
         _key("queued.max.request.bytes", "-1", _parse_long,
              "bound on memory of request frames being read (-1: none); reading pauses when it is reached"),
         _key("max.connections", "2147483647", _nonneg_int,
@@ -292,6 +293,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "(kept in its log directory) instead of waiting for it to expire"),
         _key("metrics.port", None, str, "alias of tidelog.metrics.listener"),
         _key("tidelog.metrics.listener", "127.0.0.1:9404", parse_host_port, "Prometheus host:port, or off"),
+        _key("tidelog.produce.pipeline.max.requests", "5", _pos_int,
+             "acks=all Produce requests of one plain connection appended while earlier ones still wait for their "
+             "replicas (answered in order); 1: one request at a time, as Kafka"),
         _key("tidelog.log.tick.interval.ms", "1000", _pos_int, "how often the log manager's tick runs"),
         _key("tidelog.open.files.reserve", None, _nonneg_int,
              "open files kept out of the partitions' budget (default a quarter of ulimit -n, at least 64): a "
@@ -591,6 +595,10 @@ class BrokerConfig:
     @property
     def socket_request_max_bytes(self) -> int:
         return self.values["socket.request.max.bytes"]
+
+    @property
+    def produce_pipeline_max_requests(self) -> int:
+        return self.values["tidelog.produce.pipeline.max.requests"]
 
     @property
     def connections_max_idle_ms(self) -> int:

@@ -36,7 +36,10 @@ Framing and order (as Kafka's SocketServer)
     ``int32 size | request``. A size < 0 or > ``socket.request.max.bytes`` closes the connection; the buffer
     grows only as bytes arrive, so a lying size prefix allocates nothing. One request per connection is processed
     at a time, in order (Kafka mutes the channel until the response is sent); pipelined requests wait in the
-    socket buffer, which is the backpressure. A response is written completely before the next request is read.
+    socket buffer, which is the backpressure. A response is written completely before the next request is read,
+    except that up to ``tidelog.produce.pipeline.max.requests`` acks=all produces whose appends are done may
+    wait for their replicas while the next request is read (answers still in request order; see
+    :meth:`Connection._defer` and docs/ARCHITECTURE.md, "Pipelined produce").
 
 Errors
     Unknown API key, unsupported version (except ApiVersions, answered in v0 with UNSUPPORTED_VERSION and the
@@ -62,12 +65,13 @@ import socket
 import ssl
 import struct
 import time
+from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.connection_limits import SMALL_FRAME, TooManyConnections
 from tidelog.broker.errors import UNKNOWN_SERVER_ERROR_MESSAGE
-from tidelog.broker.handlers import RequestContext
+from tidelog.broker.handlers import DeferredResponse, RequestContext
 from tidelog.broker.handlers.core import api_versions_list
 from tidelog.broker.quotas import after_handler, client_throttles
 from tidelog.broker.security.listeners import ListenerSettings
@@ -168,7 +172,8 @@ class Connection:
         self._loop = asyncio.get_running_loop()
         self._frames = FrameDecoder(broker.config.socket_request_max_bytes)
         self.last_active = self._loop.time()
-        self.busy = False  # a request is being processed or its response written
+        self.busy = False  # a request is being processed or its response written (or a pipelined answer pending)
+        self._in_request = False  # the request loop is inside process()
         self.write_blocked_at: float | None = None  # loop time a write started waiting for the peer to read
         self.reserved = 0  # bytes of the frame being read taken from broker.request_memory
         self.mute_ms = 0  # KIP-219: a quota's throttle time; the channel is muted this long after the response
@@ -176,6 +181,12 @@ class Connection:
         self.task: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._read_waiter: asyncio.Future[None] | None = None
+        self._write_waiter: asyncio.Future[None] | None = None  # the response writer may wait while a read does
+        # pipelined produce (see process): acks=all answers not written yet, in request order, and their writer
+        self._pending: deque[tuple[DeferredResponse, int, int, int, str, float]] = deque()
+        self._pipeline_max = broker.config.produce_pipeline_max_requests if self._plain else 1
+        self._writer: asyncio.Task[None] | None = None
+        self._progress: asyncio.Future[None] | None = None  # resolved when a pending answer is written
         self._reading = False  # _on_readable is registered with the loop
         # the last recv emptied the socket and no readiness was seen since: wait before trying recv again (saves a
         # recv that fails with EAGAIN per request when requests arrive one at a time)
@@ -188,7 +199,7 @@ class Connection:
             await self._wait_readable()
             return
         fut = self._loop.create_future()
-        self._waiter = fut
+        self._write_waiter = fut
 
         def ready() -> None:
             if not fut.done():
@@ -200,7 +211,7 @@ class Connection:
             await fut
         finally:
             self._loop.remove_writer(self.fd)
-            self._waiter = None
+            self._write_waiter = None
             self.write_blocked_at = None
 
     async def _wait_readable(self) -> None:
@@ -231,8 +242,9 @@ class Connection:
     def abort(self) -> None:
         """Wake a waiting read/write so the connection task notices it must close (idle reaper, shutdown)."""
         self.closed = True
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_exception(_ConnectionClosed())
+        for fut in (self._waiter, self._write_waiter, self._progress):
+            if fut is not None and not fut.done():
+                fut.set_exception(_ConnectionClosed())
 
     # -- reading -----------------------------------------------------------------------------------------------
 
@@ -392,17 +404,20 @@ class Connection:
                 frame = await self.read_frame()
                 if frame is None:
                     break
-                self.busy = True
+                self.busy = self._in_request = True
                 self.last_active = self._loop.time()
                 keep = await self.process(frame)
                 del frame
                 self.release_memory()
-                self.busy = False
+                self._in_request = False
+                self.busy = bool(self._pending)
                 self.last_active = self._loop.time()
                 if not keep or broker.stopping:
                     break
                 if self.mute_ms:
                     await self._mute()
+            if self._pending and not self.closed:
+                await self._drain()  # the answers of pipelined produces still waiting go out before the close
         except _ConnectionClosed:
             pass
         except (ConnectionError, OSError) as exc:
@@ -414,6 +429,8 @@ class Connection:
             log.exception("connection failed", extra={"kv": {"peer": self.peer}})
             broker.metrics.record_close("internal_error")
         finally:
+            if self._writer is not None:
+                self._writer.cancel()
             self.close()
             self.release_memory()
             broker.metrics.connections.dec()
@@ -585,6 +602,8 @@ class Connection:
                 # KIP-511: answer in v0 with UNSUPPORTED_VERSION and our ranges; the client retries lower.
                 response = api_versions_unsupported_body(broker)
                 chunks = codec.encode_response(API_VERSIONS_KEY, 0, exc.correlation_id, response)
+                if self._pending:
+                    await self._drain()
                 await self.write_chunks(chunks)
                 broker.metrics.record_error("API_VERSIONS", "UNSUPPORTED_VERSION")
                 return True
@@ -608,6 +627,9 @@ class Connection:
             return False
 
         api_key = header.api_key
+        pipelined = api_key == PRODUCE_KEY and self._pipeline_max > 1 and not broker.client_quotas.enabled
+        if self._pending and not pipelined:
+            await self._drain()  # every other request waits for the pipelined produces before it: one at a time
         if (api_key == SASL_HANDSHAKE_KEY and self.sasl_authenticate_version >= 1 and self.listener is not None
                 and self.listener.sasl):
             # KIP-368: a client (SaslAuthenticate v1+) re-authenticates on its connection with a new handshake
@@ -637,6 +659,7 @@ class Connection:
             principal=self.principal,
             listener=self.listener_name,
             request_size=len(frame),
+            defer=pipelined,
         )
         try:
             response = await handler(ctx, body)
@@ -646,6 +669,13 @@ class Connection:
                 broker.metrics.record_close("handler_close")
                 return False
             return await self._answer_failure(api_key, header, body, name, exc)
+        if type(response) is DeferredResponse:
+            self._defer(response, api_key, header.api_version, header.correlation_id, name, t0)
+            while len(self._pending) >= self._pipeline_max:
+                await self._wait_progress()  # at most pipeline_max answers pending: read nothing more meanwhile
+            return True
+        if self._pending:
+            await self._drain()  # answered now, but after the pipelined answers before it
         if broker.client_quotas.enabled:  # client quotas (broker/quotas.py): throttle_time_ms, then mute
             throttle = after_handler(broker.client_quotas, ctx, response, time.perf_counter() - t0)
             if throttle:
@@ -656,18 +686,91 @@ class Connection:
             chunks = codec.encode_response(api_key, header.api_version, header.correlation_id, response)
             await self.write_chunks(chunks)
             if api_key not in _NO_ERROR_SCAN:
-                errors: dict[int, int] = {}
-                count = error_counter(api_key, header.api_version)
-                if count is not None:
-                    try:
-                        count(response, errors)
-                    except (AttributeError, TypeError):  # a body not made of dicts: walk whatever it holds
-                        errors.clear()
-                        _count_errors(response, errors)
-                for code, n in errors.items():
-                    broker.metrics.record_error(name, error_name(code), n)
+                self._record_errors(api_key, header.api_version, name, response)
         broker.metrics.record_request(name, time.perf_counter() - t0)
         return True
+
+    def _record_errors(self, api_key: int, version: int, name: str, response: Any) -> None:
+        errors: dict[int, int] = {}
+        count = error_counter(api_key, version)
+        if count is not None:
+            try:
+                count(response, errors)
+            except (AttributeError, TypeError):  # a body not made of dicts: walk whatever it holds
+                errors.clear()
+                _count_errors(response, errors)
+        for code, n in errors.items():
+            self.broker.metrics.record_error(name, error_name(code), n)
+
+    # -- pipelined produce -------------------------------------------------------------------------------------
+    # An acks=all Produce on a plain connection whose appends are done answers with a DeferredResponse: it is
+    # queued here and the loop reads the next request while it waits for the replicas. A single writer task
+    # writes the queued answers strictly in request order; any other request (and any produce answered at once)
+    # first waits until the queue is empty, so only produces overlap, and only their replication waits: every
+    # append still happens before the next request is decoded. docs/ARCHITECTURE.md, "Pipelined produce".
+
+    def _defer(self, deferred: DeferredResponse, api_key: int, version: int, correlation_id: int, name: str,
+               t0: float) -> None:
+        self._pending.append((deferred, api_key, version, correlation_id, name, t0))
+        if self._writer is None:
+            self._writer = self._loop.create_task(self._write_deferred(), name=f"deferred-writer-{self.peer}")
+
+    async def _wait_progress(self) -> None:
+        if self.closed:
+            raise _ConnectionClosed()
+        fut = self._progress
+        if fut is None:
+            fut = self._progress = self._loop.create_future()
+        await fut
+
+    def _wake_progress(self) -> None:
+        fut, self._progress = self._progress, None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    async def _drain(self) -> None:
+        """Wait until every pending pipelined answer is written (raises _ConnectionClosed if it cannot be)."""
+        while self._pending:
+            await self._wait_progress()
+        if self.closed:
+            raise _ConnectionClosed()
+
+    async def _write_deferred(self) -> None:
+        pending = self._pending
+        metrics = self.broker.metrics
+        try:
+            while pending:
+                deferred, api_key, version, correlation_id, name, t0 = pending[0]
+                try:
+                    result: Any = await deferred.op.wait()
+                except Exception as exc:  # the operation failed: finish answers UNKNOWN_SERVER_ERROR for it
+                    log.error("delayed operation failed", exc_info=exc, extra={"kv": {"peer": self.peer, "api": name}})
+                    result = exc
+                response = deferred.finish(result)
+                chunks = codec.encode_response(api_key, version, correlation_id, response)
+                await self.write_chunks(chunks)
+                pending.popleft()
+                self._record_errors(api_key, version, name, response)
+                metrics.record_request(name, time.perf_counter() - t0)
+                self.last_active = self._loop.time()
+                if not pending and not self._in_request:
+                    self.busy = False  # idle again: connections.max.idle.ms counts from here
+                self._wake_progress()
+        except asyncio.CancelledError:
+            pass
+        except (ConnectionError, OSError, _ConnectionClosed) as exc:
+            if not self.closed:
+                log.info("connection error", extra={"kv": {"peer": self.peer, "error": repr(exc)}})
+                metrics.record_close("io_error")
+        except Exception:  # e.g. a response that cannot be encoded: this connection only
+            log.exception("connection failed", extra={"kv": {"peer": self.peer}})
+            metrics.record_close("internal_error")
+        finally:
+            self._writer = None
+            if pending:  # not all written: the connection cannot go on (the request loop sees it closed)
+                pending.clear()
+                self.abort()
+            self._wake_progress()
 
     async def _answer_failure(self, api_key: int, header: Any, body: dict, name: str, exc: Exception) -> bool:
         """A handler raised: answer UNKNOWN_SERVER_ERROR in the API's error response (Kafka's getErrorResponse)
@@ -680,6 +783,8 @@ class Connection:
             broker.metrics.record_close("handler_error")
             return False
         log.exception("handler failed; answering UNKNOWN_SERVER_ERROR", extra={"kv": kv})
+        if self._pending:
+            await self._drain()
         try:
             # no exception text to the client (it is in the log above): Kafka's generic message
             response = error_response(api_key, header.api_version, body, UNKNOWN_SERVER_ERROR,

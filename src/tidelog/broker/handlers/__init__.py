@@ -47,6 +47,9 @@ class RequestContext:
     request_size: int = 0
     throttle_ms: int = 0
     wait_s: float = 0.0
+    # the connection answers a DeferredResponse later, in request order, and reads the next request meanwhile
+    # (an acks=all Produce whose appends are done: broker/server.py, "pipelined produce")
+    defer: bool = False
 
     def authorize(self, op: int, resource_type: int, name: str) -> bool:
         """May this request's principal, from its host, do ``op`` on the resource? Always True without an
@@ -54,6 +57,17 @@ class RequestContext:
         (``tidelog.broker.security.acls``)."""
         auth = self.broker.authorizer
         return auth is None or auth.authorize(self.principal, self.client_host, op, resource_type, name)
+
+
+class DeferredResponse:
+    """A handler's answer that is not ready yet: ``finish(await op.wait())`` is the response body. Returned only
+    when ``ctx.defer`` is set; the handler has done everything that must happen in request order already."""
+
+    __slots__ = ("finish", "op")
+
+    def __init__(self, op: Any, finish: Callable[[Any], dict]) -> None:
+        self.op = op
+        self.finish = finish
 
 
 def handles(api_key: int, table: dict[int, Handler] = REGISTRY) -> Callable[[Handler], Handler]:

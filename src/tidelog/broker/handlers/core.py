@@ -28,6 +28,7 @@ All storage/record exceptions become error codes in one place, :func:`tidelog.br
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -38,7 +39,7 @@ from typing import Any
 from tidelog.broker.errors import PartitionError, code_of, error_of
 from tidelog.broker.fetch import MAX_INT32, FetchParams, FetchPartition, last_stable_offset, response_entry
 from tidelog.broker.fetch_session import INITIAL_EPOCH, CachedPartition
-from tidelog.broker.handlers import RequestContext, handles, topic_change
+from tidelog.broker.handlers import DeferredResponse, RequestContext, handles, topic_change
 from tidelog.broker.purgatory import DelayedProduce
 from tidelog.broker.quotas import fetch_throttle
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
@@ -491,15 +492,24 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
     body = {"responses": responses, "throttle_time_ms": 0}
     if acks == -1 and appended and not _replicated(broker, appended):
         op = DelayedProduce(appended, timeout_ms, broker.high_watermark)
-        if not broker.purgatory.produce.try_complete_else_watch(op, list(appended)):
-            pass
+        broker.purgatory.produce.try_complete_else_watch(op, list(appended))
+        if ctx.defer:  # the appends are done: the connection reads its next request while this one waits
+            return DeferredResponse(op, functools.partial(_acked, body, results))
         waited = time.perf_counter()
         status = await op.wait()
         ctx.wait_s = time.perf_counter() - waited  # not handler time (request_percentage)
-        for tp, err in status.items():
-            if err is not None:
-                pr = results[tp]
-                pr["error_code"] = code_of(err)
+        _acked(body, results, status)
+    return body
+
+
+def _acked(body: dict, results: dict[tuple[str, int], dict], status: Any) -> dict:
+    """The acks=-1 answer once its DelayedProduce completed: each partition still short gets its error. A deferred
+    answer (ctx.defer) whose operation failed gets UNKNOWN_SERVER_ERROR in each partition it appended to."""
+    if isinstance(status, BaseException):
+        status = dict.fromkeys(results, "UNKNOWN_SERVER_ERROR")
+    for tp, err in status.items():
+        if err is not None:
+            results[tp]["error_code"] = code_of(err)
     return body
 
 
