@@ -194,3 +194,30 @@ def test_the_property_run_took_both_lanes(lanes: Lanes) -> None:
     assert lanes.seen["fast"] >= 50 and lanes.seen["fallback"] >= 50, lanes.seen
     logs = _logs(lanes.root / "fast")
     assert sum(map(len, logs.values())) > 0
+
+
+@settings(max_examples=2000, deadline=None)
+@given(produce_requests(), st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
+       st.one_of(st.none(), st.integers(0, 10_000)))
+def test_the_parser_reads_what_the_generic_decoder_reads(request_: tuple[bytes, str, str],
+                                                         changes: list[tuple[int, int]], cut: int | None) -> None:
+    """Any frame (valid ones, bytes changed, truncated): the C parser never fails, and a frame it accepts is read
+    by the generic decoder the same way (and has the shape it claims)."""
+    frame = bytearray(request_[0])
+    for at, value in changes:
+        frame[at % len(frame)] = value
+    if cut is not None:
+        del frame[cut % len(frame):]
+    parsed = srv._parse_produce(bytes(frame), 3, 11)
+    if parsed is None:
+        return
+    version, correlation_id, client_id, acks, timeout_ms, topic, index, records = parsed
+    header, body = codec.decode_request(memoryview(bytes(frame)))
+    assert (header.api_key, header.api_version, header.correlation_id, header.client_id) == (
+        PRODUCE, version, correlation_id, client_id)
+    assert body["transactional_id"] is None and acks in (1, -1)
+    assert (body["acks"], body["timeout_ms"]) == (acks, timeout_ms)
+    [t] = body["topic_data"]
+    [p] = t["partition_data"]
+    assert (t["name"], p["index"], bytes(p["records"])) == (topic, index, bytes(records))
+    assert topic and not (len(records) > 22 and records[22] & 0x10)
