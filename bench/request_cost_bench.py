@@ -218,8 +218,8 @@ def inprocess(n: int) -> dict:
             if parse is not None:
                 from tidelog.broker.handlers.core import produce_one
 
-                stage("fast lane: parse_produce (C)", lambda: parse(fr, 3, 11))
-                parsed = parse(fr, 3, 11)
+                stage("fast lane: parse_produce (C)", lambda: parse(fr, broker.accepted_versions))
+                parsed = parse(fr, broker.accepted_versions)
                 c0 = clock()
                 for _ in range(k):
                     pr = await produce_one(ctx, 1, 30000, "t", 0, parsed[7])

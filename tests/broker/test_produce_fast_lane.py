@@ -167,7 +167,7 @@ def produce_requests(draw: Any) -> tuple[bytes, str, str]:
 @given(produce_requests())
 def test_fast_lane_answers_and_appends_as_the_generic_path(lanes: Lanes, request_: tuple[bytes, str, str]) -> None:
     frame, principal, client_id = request_
-    lanes.seen["fast" if srv._parse_produce(frame, 3, 11) is not None else "fallback"] += 1
+    lanes.seen["fast" if srv._parse_produce(frame, codec.ACCEPTED_VERSIONS) is not None else "fallback"] += 1
     keep_f, out_f = lanes.call(lanes.fast.send(frame, principal))
     keep_g, out_g = lanes.call(lanes.generic.send(frame, principal))
     assert keep_f == keep_g
@@ -208,7 +208,7 @@ def test_the_parser_reads_what_the_generic_decoder_reads(request_: tuple[bytes, 
         frame[at % len(frame)] = value
     if cut is not None:
         del frame[cut % len(frame):]
-    parsed = srv._parse_produce(bytes(frame), 3, 11)
+    parsed = srv._parse_produce(bytes(frame), codec.ACCEPTED_VERSIONS)
     if parsed is None:
         return
     version, correlation_id, client_id, acks, timeout_ms, topic, index, records = parsed

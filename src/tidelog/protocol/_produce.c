@@ -1,10 +1,11 @@
 /* tidelog.protocol._produce: the Produce request of the common shape parsed, and its response encoded, in C
  * (the broker's fast lane for a single-record produce; see Connection.process in tidelog/broker/server.py).
  *
- * parse_produce(frame, min_version, max_version)
+ * parse_produce(frame, accepted)
  *     -> None | (api_version, correlation_id, client_id, acks, timeout_ms, topic, partition, records)
- *   ``frame`` is a request payload (the bytes after the int32 size). It is recognised when it is a Produce
- *   request (api key 0) of a version in [max(3, min_version), min(11, max_version)] with: header v1 (v3-8) or
+ *   ``frame`` is a request payload (the bytes after the int32 size), ``accepted`` the broker's accepted versions
+ *   ({api_key: (min, max)}, read only for a Produce). It is recognised when it is a Produce request (api key 0)
+ *   of a version in [max(3, min), min(11, max)] with: header v1 (v3-8) or
  *   v2 (v9+) with no tagged fields, a null transactional id, acks 1 or -1, exactly one topic (a non-empty name,
  *   valid UTF-8) with exactly one partition, records not null and not a transactional batch (attributes bit 4
  *   of the first batch), no tagged fields anywhere, and nothing after the body. ``records`` is a memoryview
@@ -36,6 +37,7 @@
 #define ATTR_OFFSET 22     /* the low byte of a v2 batch header's attributes (int16 at 21) */
 #define TRANSACTIONAL 0x10 /* attributes bit 4 */
 
+static PyObject *produce_key; /* the int 0 */
 static PyObject *k_index, *k_error_code, *k_base_offset, *k_log_append_time_ms, *k_log_start_offset,
     *k_record_errors, *k_error_message;
 
@@ -71,9 +73,8 @@ uvarint(reader *r)
 static PyObject *
 parse_produce(PyObject *self, PyObject *args)
 {
-    PyObject *frame;
-    int min_version, max_version;
-    if (!PyArg_ParseTuple(args, "Oii", &frame, &min_version, &max_version))
+    PyObject *frame, *accepted;
+    if (!PyArg_ParseTuple(args, "OO!", &frame, &PyDict_Type, &accepted))
         return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE) < 0)
@@ -83,6 +84,14 @@ parse_produce(PyObject *self, PyObject *args)
     reader *rd = &r;
     if (!need(rd, 10) || be16(r.p) != PRODUCE_KEY)
         goto fallback;
+    PyObject *range = PyDict_GetItemWithError(accepted, produce_key); /* borrowed */
+    int min_version, max_version;
+    if (range == NULL || !PyTuple_CheckExact(range) || PyTuple_GET_SIZE(range) != 2)
+        goto fallback_error;
+    min_version = PyLong_AsLong(PyTuple_GET_ITEM(range, 0));
+    max_version = PyLong_AsLong(PyTuple_GET_ITEM(range, 1));
+    if (PyErr_Occurred())
+        goto fallback_error;
     int version = be16(r.p + 2);
     int lo = min_version > FIRST_VERSION ? min_version : FIRST_VERSION;
     int hi = max_version < LAST_VERSION ? max_version : LAST_VERSION;
@@ -365,7 +374,7 @@ encode_produce_response(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"parse_produce", parse_produce, METH_VARARGS,
-     "parse_produce(frame, min_version, max_version) -> None | (api_version, correlation_id, client_id, acks, "
+     "parse_produce(frame, accepted) -> None | (api_version, correlation_id, client_id, acks, "
      "timeout_ms, topic, partition, records): a Produce request of the common shape, else None"},
     {"encode_produce_response", encode_produce_response, METH_VARARGS,
      "encode_produce_response(api_version, correlation_id, topic, partition_response, throttle_time_ms) -> None | "
@@ -398,5 +407,8 @@ PyInit__produce(void)
         if (*keys[i].slot == NULL)
             return NULL;
     }
+    produce_key = PyLong_FromLong(PRODUCE_KEY);
+    if (produce_key == NULL)
+        return NULL;
     return PyModule_Create(&module);
 }
