@@ -77,8 +77,10 @@ parse_produce(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OO!", &frame, &PyDict_Type, &accepted))
         return NULL;
     Py_buffer view;
-    if (PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
+    if (PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE) < 0) { /* not a contiguous byte buffer: the generic path */
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
     PyObject *result = NULL, *client_id = NULL, *topic = NULL, *records = NULL, *mv = NULL;
     reader r = {(const uint8_t *)view.buf, 0, view.len};
     reader *rd = &r;
