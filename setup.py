@@ -1,8 +1,9 @@
 """Build of the optional C accelerators (all other metadata is in pyproject.toml): ``tidelog.records._recwalk``
 (record walk, CRC-32C: bytes only), ``tidelog.records._columnar`` (Spark rows), ``tidelog.storage._segment`` (a
 segment's append state, the append fast path, the stamped write, fallocate and the recovery scan; it uses
-_recwalk's CRC-32C and walk through a capsule) and ``tidelog.storage._cleanwalk`` (the log cleaner's offset map
-and batch filter).
+_recwalk's CRC-32C and walk through a capsule), ``tidelog.storage._cleanwalk`` (the log cleaner's offset map
+and batch filter) and ``tidelog.protocol._produce`` (the broker's fast lane: a Produce request of the common shape
+parsed and its response encoded).
 
 They are optional: when one cannot be compiled (no C compiler, no Python headers) the install still succeeds
 with a warning and tidelog uses the pure-Python code it replaces. ``TIDELOG_PURE_PYTHON=1`` at run time forces
@@ -65,6 +66,12 @@ setup(
         Extension(
             "tidelog.storage._cleanwalk",
             sources=["src/tidelog/storage/_cleanwalk.c"],
+            optional=True,
+        ),
+        Extension(
+            "tidelog.protocol._produce",
+            sources=["src/tidelog/protocol/_produce.c"],
+            depends=["src/tidelog/records/_bytes.h"],
             optional=True,
         ),
     ],

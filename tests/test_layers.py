@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tidelog"
 LAYER = {"records": 0, "protocol": 1, "storage": 1, "broker": 2, "cluster": 3, "spark": 3, "tools": 3, "node": 4,
          "cli": 5}
 C_EXTENSIONS = {"tidelog.records._recwalk", "tidelog.records._columnar", "tidelog.storage._cleanwalk",
-                "tidelog.storage._segment"}
+                "tidelog.storage._segment", "tidelog.protocol._produce"}
 
 
 def _module_name(path: Path) -> str:

@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING, Any
 from tidelog.broker.connection_limits import SMALL_FRAME, TooManyConnections
 from tidelog.broker.errors import UNKNOWN_SERVER_ERROR_MESSAGE
 from tidelog.broker.handlers import DeferredResponse, RequestContext
-from tidelog.broker.handlers.core import api_versions_list
+from tidelog.broker.handlers.core import api_versions_list, produce, produce_one, produce_one_body
 from tidelog.broker.quotas import after_handler, client_throttles
 from tidelog.broker.security.listeners import ListenerSettings
 from tidelog.broker.security.sasl import PlainServer, SaslAuthenticationFailed, ScramServer
@@ -108,6 +108,22 @@ _TLS_RECV = 64 * 1024
 _IOV_MAX = 512
 # responses not scanned for error codes (big lists, errors rare): ApiVersions, Metadata
 _NO_ERROR_SCAN = frozenset({18, 3})
+_PRODUCE_NAME = "PRODUCE"
+
+
+def _load_produce_lane() -> tuple[Any, Any]:
+    """``tidelog.protocol._produce``'s (parse_produce, encode_produce_response) for the fast lane of a Produce of
+    the common shape (:meth:`Connection.process`), or (None, None): not built, or ``TIDELOG_PURE_PYTHON`` set."""
+    if os.environ.get("TIDELOG_PURE_PYTHON", "").strip() not in ("", "0"):
+        return None, None
+    try:
+        from tidelog.protocol._produce import encode_produce_response, parse_produce
+    except ImportError:
+        return None, None
+    return parse_produce, encode_produce_response
+
+
+_parse_produce, _encode_produce = _load_produce_lane()
 
 
 class _ConnectionClosed(Exception):
@@ -155,6 +171,9 @@ class Connection:
     with ``os.sendfile``)."""
 
     _plain = True  # a plain socket (TlsConnection: False)
+    # a Produce of the common shape (one topic, one partition, non-transactional, acks 1/-1) is parsed and answered
+    # in C around the same handler steps (process, _produce_fast); False: every request takes the generic codec
+    fast_produce = _parse_produce is not None
 
     def __init__(self, broker: Broker, sock: socket.socket, peer: str,
                  listener: ListenerSettings | None = None) -> None:
@@ -592,9 +611,19 @@ class Connection:
             self.sock.close()
 
     async def process(self, frame: bytes | memoryview) -> bool:
-        """Decode, dispatch, answer. Returns False when the connection must be closed."""
+        """Decode, dispatch, answer. Returns False when the connection must be closed.
+
+        The fast lane: a Produce request of the common shape (``tidelog.protocol._produce.parse_produce``: one
+        topic, one partition, no transactional id or batch, acks 1 or -1, no tagged fields) is not decoded into
+        dicts but handed to :func:`~tidelog.broker.handlers.core.produce_one` and its response encoded in C
+        (:meth:`_produce_fast`); every other request, and every frame that parser does not recognise, takes the
+        generic codec below. Both lanes run the same checks, handler steps, quotas and metrics."""
         broker = self.broker
         t0 = time.perf_counter()
+        if self.fast_produce:  # any other request costs one C call that looks at its api key
+            parsed = _parse_produce(frame, broker.accepted_versions)
+            if parsed is not None and broker.handlers.get(PRODUCE_KEY) is produce:
+                return await self._produce_fast(frame, parsed, t0)
         try:
             header, body = codec.decode_request(frame, broker.accepted_versions)
         except UnsupportedVersionError as exc:
@@ -634,11 +663,7 @@ class Connection:
                 and self.listener.sasl):
             # KIP-368: a client (SaslAuthenticate v1+) re-authenticates on its connection with a new handshake
             return await self.authenticate(frame)
-        if self.session_expires is not None and self._loop.time() > self.session_expires:
-            # KIP-368: a request after the session expired (without re-authentication) closes the connection
-            log.info("closing connection: SASL session expired",
-                     extra={"kv": {"peer": self.peer, "principal": self.principal}})
-            broker.metrics.record_close("sasl_session_expired")
+        if self.session_expires is not None and self._session_expired():
             return False
         handler = broker.handlers.get(api_key)
         name = api_name(api_key)
@@ -664,24 +689,13 @@ class Connection:
         try:
             response = await handler(ctx, body)
         except Exception as exc:
-            if getattr(exc, "quiet", False):  # a handler's deliberate close (e.g. failed acks=0 produce)
-                log.info("closing connection", extra={"kv": {"peer": self.peer, "api": name, "reason": str(exc)}})
-                broker.metrics.record_close("handler_close")
-                return False
-            return await self._answer_failure(api_key, header, body, name, exc)
+            return await self._handler_failed(api_key, header, body, name, exc)
         if type(response) is DeferredResponse:
-            self._defer(response, api_key, header.api_version, header.correlation_id, name, t0)
-            while len(self._pending) >= self._pipeline_max:
-                await self._wait_progress()  # at most pipeline_max answers pending: read nothing more meanwhile
-            return True
+            return await self._defer(response, api_key, header.api_version, header.correlation_id, name, t0)
         if self._pending:
             await self._drain()  # answered now, but after the pipelined answers before it
-        if broker.client_quotas.enabled:  # client quotas (broker/quotas.py): throttle_time_ms, then mute
-            throttle = after_handler(broker.client_quotas, ctx, response, time.perf_counter() - t0)
-            if throttle:
-                self.mute_ms = throttle
-                if not client_throttles(api_key, header.api_version):
-                    await self._mute()  # a client from before KIP-219: the response itself waits
+        if broker.client_quotas.enabled:
+            await self._throttle(ctx, response, t0)
         if response is not None:
             chunks = codec.encode_response(api_key, header.api_version, header.correlation_id, response)
             await self.write_chunks(chunks)
@@ -709,11 +723,16 @@ class Connection:
     # first waits until the queue is empty, so only produces overlap, and only their replication waits: every
     # append still happens before the next request is decoded. docs/ARCHITECTURE.md, "Pipelined produce".
 
-    def _defer(self, deferred: DeferredResponse, api_key: int, version: int, correlation_id: int, name: str,
-               t0: float) -> None:
+    async def _defer(self, deferred: DeferredResponse, api_key: int, version: int, correlation_id: int, name: str,
+                     t0: float) -> bool:
+        """Queue a deferred answer for the writer task; with pipeline_max answers pending, read nothing more
+        until one is written. True: the connection goes on."""
         self._pending.append((deferred, api_key, version, correlation_id, name, t0))
         if self._writer is None:
             self._writer = self._loop.create_task(self._write_deferred(), name=f"deferred-writer-{self.peer}")
+        while len(self._pending) >= self._pipeline_max:
+            await self._wait_progress()
+        return True
 
     async def _wait_progress(self) -> None:
         if self.closed:
@@ -771,6 +790,74 @@ class Connection:
                 pending.clear()
                 self.abort()
             self._wake_progress()
+
+    async def _produce_fast(self, frame: memoryview | bytes, parsed: tuple, t0: float) -> bool:
+        """The fast lane of :meth:`process`: a Produce request ``parse_produce`` recognised, run through
+        :func:`~tidelog.broker.handlers.core.produce_one` (the Produce handler's own steps for one partition) and
+        answered with ``encode_produce_response`` (the generic encoder's bytes). The session check, the handler
+        failure answer, quotas and metrics are the generic path's."""
+        broker = self.broker
+        if self.session_expires is not None and self._session_expired():
+            return False
+        version, correlation_id, client_id, acks, timeout_ms, topic, index, records = parsed
+        pipelined = self._pipeline_max > 1 and not broker.client_quotas.enabled
+        if self._pending and not pipelined:
+            await self._drain()
+        ctx = RequestContext(broker, PRODUCE_KEY, version, correlation_id, client_id, self.client_host, None,
+                             self.principal, self.listener_name, len(frame), defer=pipelined)
+        try:
+            pr = await produce_one(ctx, acks, timeout_ms, topic, index, records)
+        except Exception as exc:
+            header = codec.RequestHeader(PRODUCE_KEY, version, correlation_id, client_id, 2 if version >= 9 else 1)
+            body = {"transactional_id": None, "acks": acks, "timeout_ms": timeout_ms,
+                    "topic_data": [{"name": topic, "partition_data": [{"index": index, "records": records}]}]}
+            return await self._handler_failed(PRODUCE_KEY, header, body, _PRODUCE_NAME, exc)
+        if type(pr) is DeferredResponse:  # acks=-1 waiting for its replicas: pipelined, as in process
+            return await self._defer(pr, PRODUCE_KEY, version, correlation_id, _PRODUCE_NAME, t0)
+        if self._pending:
+            await self._drain()  # answered now, but after the pipelined answers before it
+        throttle = 0
+        if broker.client_quotas.enabled:
+            holder = {"throttle_time_ms": 0}
+            await self._throttle(ctx, holder, t0)
+            throttle = holder["throttle_time_ms"]
+        data = _encode_produce(version, correlation_id, topic, pr, throttle)
+        if data is not None:
+            await self.write_chunks([data])
+        else:  # something the C encoder does not write (e.g. record errors): the generic encoder
+            response = produce_one_body(topic, pr, throttle)
+            await self.write_chunks(codec.encode_response(PRODUCE_KEY, version, correlation_id, response))
+        code = pr["error_code"]
+        if code:
+            broker.metrics.record_error(_PRODUCE_NAME, error_name(code))
+        broker.metrics.record_request(_PRODUCE_NAME, time.perf_counter() - t0)
+        return True
+
+    def _session_expired(self) -> bool:
+        """KIP-368: a request after the SASL session expired (without re-authentication) closes the connection."""
+        if self._loop.time() <= self.session_expires:  # type: ignore[operator]
+            return False
+        log.info("closing connection: SASL session expired",
+                 extra={"kv": {"peer": self.peer, "principal": self.principal}})
+        self.broker.metrics.record_close("sasl_session_expired")
+        return True
+
+    async def _throttle(self, ctx: RequestContext, response: Any, t0: float) -> None:
+        """Client quotas (broker/quotas.py, enabled): the throttle time goes into the response's
+        ``throttle_time_ms``; the connection is muted after the response, or, for a client from before KIP-219,
+        the response itself waits."""
+        throttle = after_handler(self.broker.client_quotas, ctx, response, time.perf_counter() - t0)
+        if throttle:
+            self.mute_ms = throttle
+            if not client_throttles(ctx.api_key, ctx.api_version):
+                await self._mute()
+
+    async def _handler_failed(self, api_key: int, header: Any, body: dict, name: str, exc: Exception) -> bool:
+        if getattr(exc, "quiet", False):  # a handler's deliberate close (e.g. failed acks=0 produce)
+            log.info("closing connection", extra={"kv": {"peer": self.peer, "api": name, "reason": str(exc)}})
+            self.broker.metrics.record_close("handler_close")
+            return False
+        return await self._answer_failure(api_key, header, body, name, exc)
 
     async def _answer_failure(self, api_key: int, header: Any, body: dict, name: str, exc: Exception) -> bool:
         """A handler raised: answer UNKNOWN_SERVER_ERROR in the API's error response (Kafka's getErrorResponse)

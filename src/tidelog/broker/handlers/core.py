@@ -390,64 +390,19 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
         parts_out: list[dict] = []
         responses.append({"name": name or "", "topic_id": tid, "partition_responses": parts_out})
         for pd in t.get("partition_data") or ():
-            index = pd.get("index", 0)
-            pr = {
-                "index": index,
-                "error_code": NONE,
-                "base_offset": -1,
-                "log_append_time_ms": -1,
-                "log_start_offset": -1,
-                "record_errors": [],
-                "error_message": None,
-            }
+            pr = _partition_response(pd.get("index", 0))
             parts_out.append(pr)
-            if topic_err:
-                pr["error_code"] = topic_err
+            pp = _checked_partition(ctx, name, topic_err, acks, pd.get("records"), pr)
+            if pp is None:
                 any_error = True
                 continue
-            if acks not in (0, 1, -1):
-                pr["error_code"] = INVALID_REQUIRED_ACKS
-                any_error = True
-                continue
-            if name in INTERNAL_TOPICS and ctx.client_id != ADMIN_CLIENT_ID:
-                pr["error_code"] = INVALID_TOPIC_EXCEPTION
-                pr["error_message"] = f"Cannot append to internal topic {name}"
-                any_error = True
-                continue
-            try:
-                assert name is not None
-                plog = broker.leader_log(name, index)
-            except Exception as exc:
-                any_error = True
-                _produce_error(ctx, pr, name, index, exc)
-                continue
-            if acks == -1 and len(broker.isr(name, index)) < plog.config.min_insync_replicas:
-                pr["error_code"] = NOT_ENOUGH_REPLICAS
-                pr["error_message"] = (
-                    f"The size of the current ISR {len(broker.isr(name, index))} is insufficient to satisfy "
-                    f"the min.isr requirement of {plog.config.min_insync_replicas} for partition {name}-{index}"
-                )
-                any_error = True
-                continue
-            records = pd.get("records")
-            if records is None or len(records) == 0:
-                pr["error_code"] = INVALID_RECORD
-                pr["error_message"] = (
-                    "Produce requests with version 3 or later must have at least one record batch per partition."
-                )
-                any_error = True
-                continue
-            pp = _ProducePartition(name, index, plog, records, pr)
-            if len(records) >= 61 and records[22] & 0x30 == 0x10:  # transactional, not control (bits 4, 5): KIP-890
+            if len(pp.records) >= 61 and pp.records[22] & 0x30 == 0x10:  # transactional, not control: KIP-890
                 if txn_parts is None:
                     txn_parts = []
                 txn_parts.append(pp)
             todo.append(pp)
-            if len(records) >= 61 and plog.recompresses(records[22] & 0x07):
-                cost = float("inf")  # rebuilt with the topic's codec: per-record Python
-            else:
-                cost += validation_cost_ns(records)
-            ordered = ordered or sequencer.busy((name, index))
+            cost += _validation_cost(pp)
+            ordered = ordered or sequencer.busy((pp.name, pp.index))
 
     if txn_parts is not None:
         # transactional batches of a producer with no open transaction on the partition: verified with the
@@ -459,14 +414,115 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
             cost = sum(validation_cost_ns(pp.records) for pp in todo) if cost != float("inf") else cost
             ordered = any(sequencer.busy((pp.name, pp.index)) for pp in todo)
 
-    offload = cost > INLINE_VALIDATION_NS
-    if offload or ordered:
+    any_error |= await _append_all(ctx, todo, now_ms, cost, ordered, appended, results)
+    _record_produce_bytes(ctx)
+    if acks == 0:
+        if any_error:
+            raise CloseConnection("acks=0 produce failed")
+        return None
+    body = {"responses": responses, "throttle_time_ms": 0}
+    return await _wait_for_acks(ctx, acks, timeout_ms, appended, results, body)
+
+
+async def produce_one(ctx: RequestContext, acks: int, timeout_ms: int, name: str, index: int,
+                      records: Any) -> dict | DeferredResponse:
+    """The Produce of one partition of one topic, non-transactional, acks 1 or -1 (the server's fast lane, which
+    parsed the request in C and encodes the response in C: see ``Connection.process``). The same steps as
+    :func:`produce`, through the same functions; returns the partition's response entry, or with ``ctx.defer``
+    a :class:`DeferredResponse` whose ``finish`` gives the whole response body (:func:`produce_one_body`)."""
+    broker = ctx.broker
+    now_ms = time.time_ns() // 1_000_000
+    topic_err = NONE
+    if broker.authorizer is not None and not ctx.authorize(AclOperation.WRITE, _TOPIC, name):
+        topic_err = TOPIC_AUTHORIZATION_FAILED
+    pr = _partition_response(index)
+    pp = _checked_partition(ctx, name, topic_err, acks, records, pr)
+    appended: dict[tuple[str, int], int] = {}
+    results: dict[tuple[str, int], dict] = {}
+    if pp is not None:
+        await _append_all(ctx, [pp], now_ms, _validation_cost(pp), broker.append_sequencer.busy((name, index)),
+                          appended, results)
+    _record_produce_bytes(ctx)
+    done = await _wait_for_acks(ctx, acks, timeout_ms, appended, results, produce_one_body(name, pr, 0))
+    return done if type(done) is DeferredResponse else pr
+
+
+def produce_one_body(name: str, pr: dict, throttle_ms: int) -> dict:
+    """The Produce response body of :func:`produce_one`'s one partition (for the generic encoder)."""
+    return {"responses": [{"name": name, "partition_responses": [pr]}], "throttle_time_ms": throttle_ms}
+
+
+def _partition_response(index: int) -> dict:
+    return {
+        "index": index,
+        "error_code": NONE,
+        "base_offset": -1,
+        "log_append_time_ms": -1,
+        "log_start_offset": -1,
+        "record_errors": [],
+        "error_message": None,
+    }
+
+
+def _checked_partition(ctx: RequestContext, name: str | None, topic_err: int, acks: int, records: Any,
+                       pr: dict) -> _ProducePartition | None:
+    """One partition's checks before its append (topic error, acks, internal topic, leadership, min ISR, records
+    present), in Kafka's order. None when one failed (its error is in ``pr``)."""
+    index = pr["index"]
+    if topic_err:
+        pr["error_code"] = topic_err
+        return None
+    if acks not in (0, 1, -1):
+        pr["error_code"] = INVALID_REQUIRED_ACKS
+        return None
+    if name in INTERNAL_TOPICS and ctx.client_id != ADMIN_CLIENT_ID:
+        pr["error_code"] = INVALID_TOPIC_EXCEPTION
+        pr["error_message"] = f"Cannot append to internal topic {name}"
+        return None
+    broker = ctx.broker
+    try:
+        assert name is not None
+        plog = broker.leader_log(name, index)
+    except Exception as exc:
+        _produce_error(ctx, pr, name, index, exc)
+        return None
+    if acks == -1 and len(broker.isr(name, index)) < plog.config.min_insync_replicas:
+        pr["error_code"] = NOT_ENOUGH_REPLICAS
+        pr["error_message"] = (
+            f"The size of the current ISR {len(broker.isr(name, index))} is insufficient to satisfy "
+            f"the min.isr requirement of {plog.config.min_insync_replicas} for partition {name}-{index}"
+        )
+        return None
+    if records is None or len(records) == 0:
+        pr["error_code"] = INVALID_RECORD
+        pr["error_message"] = (
+            "Produce requests with version 3 or later must have at least one record batch per partition."
+        )
+        return None
+    return _ProducePartition(name, index, plog, records, pr)
+
+
+def _validation_cost(pp: _ProducePartition) -> float:
+    records = pp.records
+    if len(records) >= 61 and pp.plog.recompresses(records[22] & 0x07):
+        return float("inf")  # rebuilt with the topic's codec: per-record Python
+    return validation_cost_ns(records)
+
+
+async def _append_all(ctx: RequestContext, todo: list[_ProducePartition], now_ms: int, cost: float, ordered: bool,
+                      appended: dict, results: dict) -> bool:
+    """Append the checked partitions: on the loop, or validated on a worker first (``cost`` above one round trip
+    to it) and, when a partition is still held by an earlier request (``ordered``), in arrival order. True when
+    one failed."""
+    any_error = False
+    if cost > INLINE_VALIDATION_NS or ordered:
+        sequencer = ctx.broker.append_sequencer
         # tickets for every partition before the first await: appends keep the order requests arrived in
         for pp in todo:
             pp.ticket = sequencer.ticket((pp.name, pp.index))
         try:
-            if offload:
-                await broker.request_pool.run(_validate_all, todo, now_ms)
+            if cost > INLINE_VALIDATION_NS:
+                await ctx.broker.request_pool.run(_validate_all, todo, now_ms)
             for pp in todo:
                 await pp.ticket.turn()
                 try:
@@ -479,17 +535,24 @@ async def produce(ctx: RequestContext, request: dict) -> dict | None:
     else:
         for pp in todo:
             any_error |= _append_one(ctx, pp, now_ms, appended, results)
+    return any_error
 
-    quotas = broker.client_quotas
-    if quotas.enabled:  # producer_byte_rate: the request's bytes (the server writes the throttle, then mutes)
+
+def _record_produce_bytes(ctx: RequestContext) -> None:
+    """producer_byte_rate: the request's bytes (the server writes the throttle, then mutes)."""
+    quotas = ctx.broker.client_quotas
+    if quotas.enabled:
         ctx.throttle_ms = quotas.record(quotas.produce, ctx.principal, ctx.client_id, ctx.request_size)
         if ctx.throttle_ms:
             quotas.throttled(quotas.produce, ctx.principal, ctx.client_id, ctx.throttle_ms)
-    if acks == 0:
-        if any_error:
-            raise CloseConnection("acks=0 produce failed")
-        return None
-    body = {"responses": responses, "throttle_time_ms": 0}
+
+
+async def _wait_for_acks(ctx: RequestContext, acks: int, timeout_ms: int, appended: dict, results: dict,
+                         body: dict) -> dict | DeferredResponse:
+    """acks=-1: until the high watermark covers every appended batch (at once when it already does), or the
+    timeout; a partition that failed meanwhile has its error in its response entry. Returns ``body``, or with
+    ``ctx.defer`` (pipelined produce, see the server) a :class:`DeferredResponse` that finishes it later."""
+    broker = ctx.broker
     if acks == -1 and appended and not _replicated(broker, appended):
         op = DelayedProduce(appended, timeout_ms, broker.high_watermark)
         broker.purgatory.produce.try_complete_else_watch(op, list(appended))
