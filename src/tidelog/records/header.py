@@ -306,6 +306,13 @@ def stamp_partition_leader_epoch(buf: bytearray | memoryview, epoch: int, pos: i
     PARTITION_LEADER_EPOCH_FIELD.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
 
 
+def restamp_crc(buf: bytearray | memoryview) -> None:
+    """Recompute the CRC-32C of the one batch that fills ``buf`` (attributes..end) after a field it covers was
+    changed in place (attributes, producer id/epoch/sequence, ...)."""
+    with memoryview(buf) as view:
+        CRC_FIELD.pack_into(buf, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
+
+
 def seal_batch(
     base_offset: int,
     partition_leader_epoch: int,

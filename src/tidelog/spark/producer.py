@@ -55,14 +55,13 @@ from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 from tidelog.records.columnar import assign_partitions, new_accumulator
 from tidelog.records.compression import CompressionType, compress
-from tidelog.records.crc import crc32c
 from tidelog.records.header import (
     BATCH_HEADER,
-    CRC_FIELD,
     PRODUCER_FIELDS,
     PRODUCER_ID_OFFSET,
     RECORD_BATCH_OVERHEAD,
     TRANSACTIONAL_MASK,
+    restamp_crc,
 )
 from tidelog.spark.fetcher import Connection, _split_hostport
 from tidelog.spark.options import OptionError
@@ -600,7 +599,7 @@ class RawProducer:
                 self.seq[slot] = (seq + count) & 0x7FFFFFFF
             BATCH_HEADER.pack_into(buf, 0, 0, len(buf) - 12, -1, 2, 0, attrs, count - 1, base_ts, max_ts,
                                    self.producer_id, self.epoch, seq, count)
-            CRC_FIELD.pack_into(buf, 17, crc32c(memoryview(buf)[21:]))
+            restamp_crc(buf)
             t, p = self.slot_tp[slot]
             self.order += 1
             batches.append(_Batch(slot, t.name, p, buf, count, self.order))
@@ -785,7 +784,7 @@ class RawProducer:
             seq = 0
             for b in bs:
                 PRODUCER_FIELDS.pack_into(b.data, PRODUCER_ID_OFFSET, self.producer_id, self.epoch, seq)
-                CRC_FIELD.pack_into(b.data, 17, crc32c(memoryview(b.data)[21:]))
+                restamp_crc(b.data)
                 seq = (seq + b.count) & 0x7FFFFFFF
             self.seq[slot] = seq
 

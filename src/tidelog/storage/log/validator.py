@@ -25,15 +25,12 @@ from tidelog.records.batch import (
 )
 from tidelog.records.batch import c_validate_single_batch as _c_validate_single_batch
 from tidelog.records.compression import CompressionType
-from tidelog.records.crc import crc32c
 from tidelog.records.errors import InvalidRecordError, RecordTooLargeError
 from tidelog.records.header import (
     ATTRIBUTES_FIELD,
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CONTROL_MASK,
-    CRC_FIELD,
-    CRC_OFFSET,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
@@ -43,6 +40,7 @@ from tidelog.records.header import (
     HeaderTuple,
     check_batch_crc,
     parse_header_tuple,
+    restamp_crc,
     validate_batch_tuple,
 )
 from tidelog.storage.config import LogConfig
@@ -95,8 +93,7 @@ def stamp_batch(
     if log_append_time is None and header.timestamp_type == LOG_APPEND_TIME:
         # a CreateTime topic: clear a LogAppendTime bit the client set, as Kafka's setMaxTimestamp does
         ATTRIBUTES_FIELD.pack_into(buf, ATTRIBUTES_OFFSET, header.attributes & ~TIMESTAMP_TYPE_MASK)
-        with memoryview(buf) as view:
-            CRC_FIELD.pack_into(buf, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
+        restamp_crc(buf)
         header = BatchHeader.parse(buf)
     return header
 
