@@ -656,7 +656,7 @@ class Connection:
             return False
 
         api_key = header.api_key
-        pipelined = api_key == PRODUCE_KEY and self._pipeline_max > 1 and not broker.client_quotas.enabled
+        pipelined = api_key == PRODUCE_KEY and self._pipelining()
         if self._pending and not pipelined:
             await self._drain()  # every other request waits for the pipelined produces before it: one at a time
         if (api_key == SASL_HANDSHAKE_KEY and self.sasl_authenticate_version >= 1 and self.listener is not None
@@ -722,6 +722,12 @@ class Connection:
     # writes the queued answers strictly in request order; any other request (and any produce answered at once)
     # first waits until the queue is empty, so only produces overlap, and only their replication waits: every
     # append still happens before the next request is decoded. docs/ARCHITECTURE.md, "Pipelined produce".
+
+    def _pipelining(self) -> bool:
+        """May a Produce be answered later, with the next request read meanwhile? A plain connection with
+        ``tidelog.produce.pipeline.max.requests`` > 1, and client quotas off (their throttle time and mute are applied
+        on the request path, which a deferred answer's writer does not take)."""
+        return self._pipeline_max > 1 and not self.broker.client_quotas.enabled
 
     async def _defer(self, deferred: DeferredResponse, api_key: int, version: int, correlation_id: int, name: str,
                      t0: float) -> bool:
@@ -800,7 +806,7 @@ class Connection:
         if self.session_expires is not None and self._session_expired():
             return False
         version, correlation_id, client_id, acks, timeout_ms, topic, index, records = parsed
-        pipelined = self._pipeline_max > 1 and not broker.client_quotas.enabled
+        pipelined = self._pipelining()
         if self._pending and not pipelined:
             await self._drain()
         ctx = RequestContext(broker, PRODUCE_KEY, version, correlation_id, client_id, self.client_host, None,
