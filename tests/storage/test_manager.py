@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import struct
@@ -193,6 +194,34 @@ def test_killed_broker_recovers(tmp_path: Path) -> None:
     m2 = new_manager([d])
     m2.startup()
     assert m2.had_clean_shutdown
+    m2.shutdown()
+
+
+def test_recovery_is_announced_and_each_log_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """As Kafka's LogManager: an unclean shutdown is named with the number of logs to recover, each loaded log
+    is reported with its progress in the directory, and a clean start says why it skips recovery."""
+    d = tmp_path / "data"
+    _run_crasher(d)
+    (d / "other-0").mkdir()  # a second, empty log in the same directory
+    caplog.set_level(logging.INFO, logger="tidelog.storage.manager")
+    m = new_manager([d])
+    m.startup()
+    msgs = [r.getMessage() for r in caplog.records]
+    unclean = [x for x in msgs if x.startswith("unclean shutdown of")]
+    assert unclean == [f"unclean shutdown of {d}: recovering 2 logs ({unclean[0].split('(')[1].split()[0]} "
+                       "bytes to scan from their recovery points)"]
+    assert int(unclean[0].split("(")[1].split()[0]) > 2000  # the crasher's 21 unflushed batches
+    done = sorted(x for x in msgs if x.startswith("completed load of"))
+    assert len(done) == 2
+    assert done[0].startswith("completed load of crash-0 with 1 segments, log end offset 21 (")
+    assert {x.rsplit("(", 1)[1].split(" completed")[0] for x in done} == {"1/2", "2/2"}
+    m.shutdown()
+    caplog.clear()
+    m2 = new_manager([d])
+    m2.startup()
+    msgs = [r.getMessage() for r in caplog.records]
+    assert f"skipping recovery of 2 logs from {d} since the clean shutdown file was found" in msgs
+    assert not any(x.startswith("unclean shutdown") for x in msgs)
     m2.shutdown()
 
 
@@ -489,6 +518,7 @@ def test_progress_bar_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         return Wrap()
 
     monkeypatch.setattr(manager_module, "PROGRESS_MIN_BYTES", 1)
+    monkeypatch.setattr(manager_module, "_stderr_is_terminal", lambda: True)
     monkeypatch.setattr(manager_module, "_recovery_progress", spy)
     m = LogManager([d], SMALL, show_progress=True)
     m.startup()

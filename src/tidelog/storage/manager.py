@@ -42,10 +42,11 @@ import logging
 import os
 import re
 import shutil
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -322,23 +323,49 @@ class LogManager:
                 jobs.append((d, tp, child))
         if not jobs:
             return
-        to_scan = sum(
-            _bytes_to_recover(path, d.recovery_points.get(tp, 0))
-            for d, tp, path in jobs
-            if not d.had_clean_shutdown
-        )
-        with _recovery_progress(self.show_progress and to_scan >= PROGRESS_MIN_BYTES, to_scan) as advance:
+        to_scan = 0
+        for d in self._dirs.values():
+            in_dir = [(tp, path) for jd, tp, path in jobs if jd is d]
+            if not in_dir:
+                continue
+            if d.had_clean_shutdown:
+                # Kafka: "Skipping recovery of N logs from <dir> since clean shutdown file was found"
+                log.info("skipping recovery of %d logs from %s since the clean shutdown file was found",
+                         len(in_dir), d.path)
+                continue
+            scan = sum(_bytes_to_recover(path, d.recovery_points.get(tp, 0)) for tp, path in in_dir)
+            to_scan += scan
+            # Kafka: "Attempting recovery for all logs in <dir> since no clean shutdown file was found"
+            log.warning("unclean shutdown of %s: recovering %d logs (%d bytes to scan from their recovery points)",
+                        d.path, len(in_dir), scan)
+        progress_on = self.show_progress and to_scan >= PROGRESS_MIN_BYTES and _stderr_is_terminal()
+        totals = {d.path: sum(1 for jd, _, _ in jobs if jd is d) for d in self._dirs.values()}
+        loaded = dict.fromkeys(totals, 0)
+        with _recovery_progress(progress_on, to_scan) as advance:
             workers = self.recovery_threads * len(self._dirs)
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-recovery") as pool:
-                futures = {pool.submit(self._open_existing, d, tp, path, advance): tp for d, tp, path in jobs}
+                futures = {
+                    pool.submit(self._open_existing, d, tp, path, advance): (d, tp) for d, tp, path in jobs
+                }
                 errors: list[BaseException] = []
-                for fut, tp in futures.items():
+                opened: dict[TopicPartition, PartitionLog] = {}
+                for fut in as_completed(futures):
+                    d, tp = futures[fut]
                     try:
-                        self._logs[tp] = fut.result()
-                        self._logs[tp].on_io_error = self._on_io_error
+                        plog = opened[tp] = fut.result()
+                        plog.on_io_error = self._on_io_error
                     except BaseException as e:  # keep loading the others so every opened log can be closed
                         errors.append(e)
                         log.error("failed to load log %s-%s: %s", tp[0], tp[1], e)
+                        continue
+                    loaded[d.path] += 1
+                    # Kafka: "Completed load of Log(...) with N segments ... (i/n completed in <dir>)"
+                    log.info("completed load of %s-%s with %d segments, log end offset %d (%d/%d completed in %s)",
+                             tp[0], tp[1], len(plog.segments), plog.log_end_offset, loaded[d.path],
+                             totals[d.path], d.path)
+                for _, tp, _ in jobs:  # the registry in directory order, whatever order the loads finished in
+                    if tp in opened:
+                        self._logs[tp] = opened[tp]
                 if errors:
                     raise errors[0]
 
@@ -997,6 +1024,11 @@ def _bytes_to_recover(partition_dir: Path, recovery_point: int) -> int:
         if next_base is None or next_base > recovery_point:
             total += size
     return total
+
+
+def _stderr_is_terminal() -> bool:
+    """The progress bar is for a person at a terminal; a log file or a pipe gets the per-log lines only."""
+    return sys.stderr.isatty()
 
 
 @contextlib.contextmanager
