@@ -33,6 +33,7 @@ from tidelog.broker.connection_limits import limits_from
 from tidelog.broker.fetch import ReadService
 from tidelog.broker.fetch_session import FetchSessionCache
 from tidelog.broker.group.coordinator import GroupCoordinator
+from tidelog.broker.group.lag import group_lag_rows
 
 # the APIs every broker serves: importing the handler modules registers them in REGISTRY
 from tidelog.broker.handlers import (  # noqa: F401
@@ -213,6 +214,10 @@ class Broker:
     async def start(self) -> None:
         """Open storage (recovery runs in a thread), bind the listener, start background tasks."""
         self.loop = asyncio.get_running_loop()
+        ml = self.config.metrics_listener
+        if ml is not None:  # first: a taken metrics port fails the start before any storage work
+            self.metrics.ready = lambda: self.started and not self.stopping
+            await self.metrics.start_http(*ml)
         await self.replica_manager.before_storage()
         t0 = time.monotonic()
         await asyncio.to_thread(self._open_storage)
@@ -238,9 +243,7 @@ class Broker:
             server.start()
         self._tasks.append(loop.create_task(self._tick_loop()))
         self._tasks.append(loop.create_task(self._loop_lag_monitor()))
-        ml = self.config.metrics_listener
-        if ml is not None:
-            await self.metrics.start_http(*ml)
+        self.metrics.add_rows_source(lambda: group_lag_rows(self.group_coordinator, self.logs))
         self.started = True
         log.info(
             "broker started",

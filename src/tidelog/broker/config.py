@@ -11,7 +11,8 @@ Differences from Kafka, on purpose:
   (``tidelog.broker.security.listeners``). JKS key/trust stores are not readable from Python: use PEM or PKCS12.
 * ``tidelog.metrics.listener`` (alias ``metrics.port``) serves Prometheus ``/metrics``; default
   ``127.0.0.1:9404``. Set it to ``off`` (or an empty value) to disable. Port ``0`` picks a free port (logged).
-  If the port is busy the broker logs a warning and runs without metrics: metrics never stop the data path.
+  A port that cannot be bound stops the start with the address named (two brokers on one host need two
+  ports). The listener also answers ``/healthz`` and ``/readyz`` (docs/METRICS.md).
 * ``cluster.id``: when unset, the id in ``meta.properties`` of the first log dir is used, else a new one is made.
 
 Unknown keys are warned about and kept (Kafka does the same); a bad value raises :class:`ConfigException`

@@ -23,7 +23,15 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client import metrics as _prometheus_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Sample
@@ -149,6 +157,10 @@ class BrokerMetrics:
         # "er" (errors; (api, error))
         self.created: dict[tuple[str, Any], float] = {}
         r.register(_HotCollector(self))
+        # the process as Prometheus' own clients export it: process_resident_memory_bytes, process_cpu_seconds_total,
+        # process_open_fds / process_max_fds, process_start_time_seconds; python_gc_* per generation
+        ProcessCollector(registry=r)
+        GCCollector(registry=r)
         self.connections = Gauge("tidelog_connections", "Open client connections", registry=r)
         self._closed = Counter("tidelog_connections_closed", "Connections closed by reason", ["reason"], registry=r)
         # replication (ZooKeeper mode; Kafka's ReplicaManager IsrShrinksPerSec / IsrExpandsPerSec): ISR changes
@@ -186,6 +198,8 @@ class BrokerMetrics:
         self._partition_source: Callable[[], Iterable[tuple[str, int, int, int, int, int]]] | None = None
         self._server: asyncio.AbstractServer | None = None
         self.port: int | None = None
+        # /readyz: True once the broker serves (storage loaded, listeners bound), False again while it shuts down
+        self.ready: Callable[[], bool] = lambda: False
 
     def _child(self, metric: Any, kind: str, label: str) -> Any:
         key = (kind, label)
@@ -264,13 +278,18 @@ class BrokerMetrics:
 
     # -- HTTP --------------------------------------------------------------------------------------------------
 
-    async def start_http(self, host: str, port: int) -> int | None:
-        """Serve ``GET /metrics``. Returns the bound port, or None when the port cannot be bound (logged)."""
+    async def start_http(self, host: str, port: int) -> int:
+        """Serve ``GET /metrics``, ``/healthz`` and ``/readyz``. Returns the bound port; a port that cannot be
+        bound is an error naming the address (an operator who configured metrics wants them, and a second broker on
+        the same host must not silently run unobserved)."""
         try:
             self._server = await asyncio.start_server(self._handle_http, host, port)
         except OSError as exc:
-            log.warning("metrics listener %s:%s not started: %s", host, port, exc)
-            return None
+            raise OSError(
+                exc.errno,
+                f"metrics listener {host}:{port} cannot be bound: {exc.strerror or exc} (set "
+                "tidelog.metrics.listener to a free host:port, a port of 0 for any free port, or off)",
+            ) from None
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("metrics listening", extra={"kv": {"url": f"http://{host}:{self.port}/metrics"}})
         return self.port
@@ -285,13 +304,19 @@ class BrokerMetrics:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
             request_line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
-            if len(request_line) >= 2 and request_line[0] in ("GET", "HEAD") and request_line[1].split("?")[0] in (
-                "/metrics",
-                "/",
-            ):
+            path = request_line[1].split("?")[0] if len(request_line) >= 2 else ""
+            if request_line[:1] not in (["GET"], ["HEAD"]):
+                body, status, ctype = b"method not allowed\n", b"405 Method Not Allowed", b"text/plain"
+            elif path in ("/metrics", "/"):
                 body = self.render()
                 status = b"200 OK"
                 ctype = b"text/plain; version=0.0.4; charset=utf-8"
+            elif path == "/healthz":  # liveness: the loop answers
+                body, status, ctype = b"ok\n", b"200 OK", b"text/plain"
+            elif path == "/readyz":  # readiness: storage loaded and listeners bound, not shutting down
+                ready = self.ready()
+                body = b"ready\n" if ready else b"not ready\n"
+                status, ctype = (b"200 OK" if ready else b"503 Service Unavailable"), b"text/plain"
             else:
                 body, status, ctype = b"not found\n", b"404 Not Found", b"text/plain"
             writer.write(
