@@ -42,7 +42,7 @@ def _start(data: Path, src: str | None, nofile: int | None) -> tuple[subprocess.
     if src:
         env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, "-m", "tidelog.cli.main", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir",
-           str(data), "--override", "log.index.size.max.bytes=65536"]
+           str(data), "--override", "log.index.size.max.bytes=65536", "--override", "tidelog.metrics.listener=off"]
     if nofile:
         cmd = ["prlimit", f"--nofile={nofile}:{nofile}", "--", *cmd]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
