@@ -146,16 +146,40 @@ def _overrides(admin: Any, names: list[str], timeout: float) -> dict[str, list[t
     return out
 
 
+def _leader_metrics_urls(admin: Any, md: Any, leaders: set[int], timeout: float) -> dict[int, str]:
+    """Each leader's own metrics endpoint, from its ``tidelog.metrics.listener`` broker config (DescribeConfigs of
+    the BROKER resource, which a tidelog broker answers with the address it bound). A broker without the key
+    (another Kafka) or with metrics off has none."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    out: dict[int, str] = {}
+    for node in sorted(n for n in leaders if n is not None and n >= 0):
+        try:
+            res = ConfigResource(ResourceType.BROKER, str(node))
+            entries = admin.describe_configs([res], request_timeout=timeout)[res].result(timeout)
+        except Exception:  # another Kafka, an authorizer saying no, a broker gone: no cleaner columns for it
+            continue
+        entry = entries.get("tidelog.metrics.listener")
+        value = (entry.value or "").strip() if entry is not None else ""
+        if not value or value.lower() == "off" or ":" not in value:
+            continue
+        host, port = value.rsplit(":", 1)
+        host = host.strip("[]")
+        if host in ("", "0.0.0.0", "::") and node in md.brokers:
+            host = md.brokers[node].host
+        out[node] = f"http://{host}:{port}/metrics"
+    return out
+
+
 def _cleaner_state(url: str | None, bootstrap: str) -> dict[tuple[str, int], dict[str, str]]:
-    """Per-partition log-cleaner gauges from a tidelog broker's Prometheus endpoint (empty when unavailable:
-    another Kafka, metrics disabled, or a different port). ``url`` None tries ``http://<bootstrap host>:9404``."""
+    """Per-partition log-cleaner gauges from a tidelog broker's Prometheus endpoint (``host:port`` or a URL;
+    empty when unavailable)."""
     import re
     import urllib.request
 
     if url is None:
-        host = bootstrap.split(",")[0].rsplit(":", 1)[0].strip("[]") or "127.0.0.1"
-        url = f"http://{host}:9404/metrics"
-    elif "://" not in url:
+        return {}
+    if "://" not in url:
         url = f"http://{url}/metrics"
     try:
         with urllib.request.urlopen(url, timeout=2) as resp:
@@ -189,7 +213,8 @@ def _cleaner_state(url: str | None, bootstrap: str) -> dict[tuple[str, int], dic
     "--metrics",
     "metrics_url",
     default=None,
-    help="tidelog metrics endpoint (host:port or URL) for log-cleaner columns; default <bootstrap host>:9404.",
+    help="tidelog metrics endpoint (host:port or URL) for log-cleaner columns; default: each partition leader's "
+    "own endpoint (its tidelog.metrics.listener).",
 )
 @bootstrap_option
 @timeout_option
@@ -230,7 +255,16 @@ def describe(
                 ]
             )
     columns = ["topic", "partition", "leader", "replicas", "isr", "log_start_offset", "log_end_offset"]
-    cleaner = _cleaner_state(metrics_url, bootstrap) if present else {}
+    cleaner: dict[tuple[str, int], dict[str, str]] = {}
+    if present and metrics_url is not None:
+        cleaner = _cleaner_state(metrics_url, bootstrap)
+    elif present:  # each partition's cleaner state as its leader reports it
+        leaders = {md.topics[n].partitions[p].leader for n, p in tps}
+        for node, url in _leader_metrics_urls(admin, md, leaders, timeout).items():
+            for (t, p), values in _cleaner_state(url, bootstrap).items():
+                part = md.topics[t].partitions.get(p) if t in md.topics else None
+                if part is not None and part.leader == node:  # a follower's cleaner state is its own copy's
+                    cleaner[(t, p)] = values
     if any((n, p) in cleaner for n in present for p in md.topics[n].partitions):
         extra = ["dirty_ratio", "first_dirty_offset", "cleaner_runs"]
         columns += extra

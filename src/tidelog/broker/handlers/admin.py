@@ -208,6 +208,10 @@ def _broker_config_entries(ctx: RequestContext) -> list[ConfigEntry]:
             raw = ",".join(str(d) for d in cfg.log_dirs)
         if key.name == "node.id" and raw is None:
             raw = str(cfg.node_id)
+        if key.name == "tidelog.metrics.listener" and cfg.metrics_listener is not None and ctx.broker.metrics.port:
+            # the address bound (a configured port 0 becomes the real one): `tidelog topics describe` finds each
+            # partition leader's cleaner metrics through it
+            raw = f"{cfg.metrics_listener[0]}:{ctx.broker.metrics.port}"
         parsed = cfg.values.get(key.name)
         if parsed is None and raw is not None:
             try:
