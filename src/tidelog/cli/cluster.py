@@ -347,3 +347,12 @@ def reassign(bootstrap: str, json_file: str | None, mode: str | None, timeout: f
                        f"{','.join(map(str, current.get(tp, [])))} rather than {','.join(map(str, wanted[tp]))}.")
     if not all_done:
         sys.exit(1)
+
+
+def _register_up() -> None:
+    from tidelog.cli.local_cluster import up
+
+    cluster.add_command(up)
+
+
+_register_up()
