@@ -195,7 +195,7 @@ class BrokerMetrics:
         self.loop_lag_max = Gauge("tidelog_event_loop_lag_max_seconds",
                                   "Worst event-loop lag over the last 5 seconds", registry=r)
         self._child_cache: dict[tuple[str, str], Any] = {}
-        self._partition_source: Callable[[], Iterable[tuple[str, int, int, int, int, int]]] | None = None
+        self._partition_source: Callable[[], Iterable[tuple[str, int, int, int, int, int, int]]] | None = None
         self._server: asyncio.AbstractServer | None = None
         self.port: int | None = None
         # /readyz: True once the broker serves (storage loaded, listeners bound), False again while it shuts down

@@ -155,7 +155,9 @@ class ReplicaFetcher:
                     if not self._interrupted or self._stopped:
                         raise
                     self._interrupted = False
-                    asyncio.current_task().uncancel()  # only the Fetch was cancelled, not the fetcher
+                    task = asyncio.current_task()
+                    if task is not None:
+                        task.uncancel()  # only the Fetch was cancelled, not the fetcher
                     self._close()  # the answer to the abandoned request would arrive on this connection
                     continue
                 except (TimeoutError, OSError, ConnectionError, asyncio.IncompleteReadError, _FetchError) as exc:
@@ -216,9 +218,10 @@ class ReplicaFetcher:
         for t in resp.get("topics") or ():
             for part in t.get("partitions") or ():
                 tp = (t.get("topic"), part.get("partition"))
-                st, _requested = asked.get(tp, (None, 0))
-                if st is None or self.partitions.get(tp) is not st:
+                entry = asked.get(tp)
+                if entry is None or self.partitions.get(tp) is not entry[0]:
                     continue  # removed or re-added meanwhile: the new term decides
+                st = entry[0]
                 r = st.replica
                 if r.is_leader or r.leader_epoch != st.epoch:
                     continue
@@ -269,9 +272,10 @@ class ReplicaFetcher:
             name = t.get("topic")
             for part in t.get("partitions") or ():
                 tp = (name, part.get("partition_index"))
-                st, offset = sent.get(tp, (None, 0))
-                if st is None or self.partitions.get(tp) is not st:
+                sent_entry = sent.get(tp)
+                if sent_entry is None or self.partitions.get(tp) is not sent_entry[0]:
                     continue  # removed (or a new term) while the answer was on its way
+                st, offset = sent_entry
                 try:
                     self._process(st, offset, part)
                 except RecordError as exc:

@@ -143,7 +143,7 @@ class ZkScramCredentialStore:
             by_user.setdefault(user, ([], []))[1].append(mech)
         for user, (ups, dels) in by_user.items():
             path = user_path(user)
-            raw = f"{CONFIG_USERS}/{user}"
+            raw: str | None = f"{CONFIG_USERS}/{user}"
             if raw == path or "/" in user or user in ("", ".", "..") or user_of_node(user) != (user, False):
                 raw = None  # no older raw znode can exist for this name (or it is the same znode)
             while True:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from tidelog.protocol.exceptions import EncodeError, InvalidRequestError
@@ -667,4 +667,4 @@ class CompiledMessage:
         code = compile(self.source, f"<tidelog.protocol {spec.name} v{version}>", "exec")
         exec(code, gen.ns)
         self.decode: Callable[[memoryview, int], tuple[dict[str, Any], int]] = gen.ns[dname]
-        self.encode: Callable[[dict[str, Any], list[Any]], None] = gen.ns[ename]
+        self.encode: Callable[[Mapping[str, Any], list[Any]], None] = gen.ns[ename]

@@ -74,6 +74,7 @@ class AbstractIndex:
     _KIND = "index"
     _FMT_CHARS = ""  # overridden: struct format of one entry (without byte order)
     _ENTRY: struct.Struct
+    _buf: Any  # the mapping's view once mapped (None before and after)
     #: appended entries are buffered and written into the mapping this many at a time (see ``__init__``)
     PENDING_LIMIT = 1024
 
@@ -102,7 +103,7 @@ class AbstractIndex:
             # mapping (entries reach the file through the IndexState). ``unmap_if_idle`` unmaps an index unused
             # since its previous call, so the indexes of old segments cost no mapping until read again.
             self._mapping: Any = None
-            self._buf: Any = None
+            self._buf = None
             self._used = False
             entries, tail = self._entries_from_file(fd)
             if entries is None:  # a preallocated tail (a crash before the trim): counted on the mapping

@@ -42,7 +42,7 @@ def _libc() -> Any:
     return lib
 
 
-_LIBC = _libc() if os.name == "posix" else None
+_LIBC: Any = _libc() if os.name == "posix" else None
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _MS_SYNC = getattr(mmap, "MS_SYNC", 4)
 

@@ -38,7 +38,7 @@ try:  # MD5 as Kafka's map uses; the plain constructor is the fastest call (keyw
     hashlib.md5(b"")
     _md5 = hashlib.md5
 except ValueError:  # a FIPS build refuses MD5 unless it is declared not for security
-    def _md5(data: bytes | bytearray | memoryview) -> hashlib._Hash:  # type: ignore[name-defined]
+    def _md5(data: bytes | bytearray | memoryview) -> hashlib._Hash:  # type: ignore[name-defined,misc]
         return hashlib.md5(data, usedforsecurity=False)
 
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tidelog.records.batch import check_record_structure
 from tidelog.records.errors import CorruptRecordError, RecordError
@@ -358,7 +359,7 @@ class LogSegment:
         self._st.roll_jitter_ms = value
 
     @property
-    def state(self) -> SegmentState:
+    def state(self) -> Any:
         """The append state (for the log's append fast path)."""
         return self._st
 
@@ -607,7 +608,7 @@ class LogSegment:
             if end > self._prealloc_end:
                 self._reserve(fd, end)
             try:
-                if stamp is not None:  # the C writer continues short writes itself
+                if stamp is not None and _c_write_stamped is not None:  # the C writer continues short writes
                     total = _c_write_stamped(fd, parts[0], stamp[0], stamp[1], 2 if late_checks else 0)
                 else:
                     total = len(parts[0]) + len(parts[1]) if len(parts) == 2 else sum(map(len, parts))

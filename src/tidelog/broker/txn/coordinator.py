@@ -252,7 +252,7 @@ class TransactionCoordinator:
                 return None, (node["node_id"], node["host"], node["port"])
         return "COORDINATOR_NOT_AVAILABLE", None
 
-    def _topic_configs(self, replication_factor: int) -> dict[str, str]:
+    def _topic_configs(self, replication_factor: int) -> dict[str, str | None]:
         # Kafka's TransactionStateManager.transactionTopicConfigs
         return {
             "cleanup.policy": "compact",

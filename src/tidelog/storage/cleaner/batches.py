@@ -35,7 +35,7 @@ def _load_c(name: str) -> Callable[..., Any] | None:
     if os.environ.get("TIDELOG_PURE_PYTHON", "").strip() not in ("", "0"):
         return None
     try:
-        from tidelog.storage import _cleanwalk
+        from tidelog.storage import _cleanwalk  # type: ignore[attr-defined]  # C, built by setup.py
     except ImportError:
         return None
     return getattr(_cleanwalk, name, None)

@@ -160,7 +160,7 @@ class LogCleaner:
                 t.max_buffer_utilization = max(t.max_buffer_utilization, result.map_utilization)
                 t.max_clean_seconds = max(t.max_clean_seconds, result.seconds)
                 t.last_recopy_percent = result.recopy_percent
-                t.last_run_ms = st.last_clean_ms
+                t.last_run_ms = st.last_clean_ms if st is not None else t.last_run_ms
         if done:
             if self.fault is not None:
                 self.fault("checkpoint")
