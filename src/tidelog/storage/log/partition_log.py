@@ -33,6 +33,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from tidelog.records.batch import ControlRecordType, build_control_batch
 from tidelog.records.errors import CorruptRecordError
@@ -73,16 +74,19 @@ DIR_SUFFIXES = ("-delete", "-future", "-stray")
 log = logging.getLogger("tidelog.storage.log")
 
 
-def _io(kind: str) -> Callable[[Callable[..., object]], Callable[..., object]]:
+_R = TypeVar("_R")
+
+
+def _io(kind: str) -> Callable[[Callable[..., _R]], Callable[..., _R]]:
     """Wrap a method of :class:`PartitionLog` that does I/O (Kafka's ``maybeHandleIOException``): refused with
     KAFKA_STORAGE_ERROR once the log's directory failed (``"write"``: always; ``"read"``: when it is offline),
     and an ``OSError`` inside is reported to the log-dir failure channel and raised as KafkaStorageError."""
 
-    def deco(fn: Callable[..., object]) -> Callable[..., object]:
+    def deco(fn: Callable[..., _R]) -> Callable[..., _R]:
         what = fn.__name__
 
         @functools.wraps(fn)
-        def wrapper(self: PartitionLog, *args: object, **kwargs: object) -> object:
+        def wrapper(self: PartitionLog, *args: object, **kwargs: object) -> _R:
             if self.failed is not None and (kind == "write" or self.offline):
                 raise KafkaStorageError(self.failed)
             try:
