@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install everything the tests need (Python deps pinned, kcat from apt), lint, then run the whole test suite.
+# Install everything the tests need (Python deps pinned, kcat from apt), lint, type-check, then run the whole test suite.
 # Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,4 +21,5 @@ if [ ! -x /usr/share/zookeeper/bin/zkServer.sh ]; then
 fi
 scripts/bootstrap.sh test,spark
 .venv/bin/ruff check src tests bench
+.venv/bin/mypy  # [tool.mypy] in pyproject.toml: src/tidelog, less the modules it still lists
 exec .venv/bin/python -m pytest "$@"
