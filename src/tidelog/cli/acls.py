@@ -61,7 +61,7 @@ def _operation(value: str) -> AclOperation:
         op = parse_enum(AclOperation, value)
     except ValueError:
         fail(f"unknown operation {value!r} (one of {', '.join(_OPERATIONS)})", 2)
-    return op  # type: ignore[return-value]
+    return op
 
 
 def _pattern_type(value: str, allowed: Iterable[PatternType]) -> PatternType:
@@ -71,7 +71,7 @@ def _pattern_type(value: str, allowed: Iterable[PatternType]) -> PatternType:
         pt = PatternType.UNKNOWN
     if pt not in allowed:
         fail(f"--resource-pattern-type {value}: one of {', '.join(p.name for p in allowed)}", 2)
-    return pt  # type: ignore[return-value]
+    return pt
 
 
 def _principal(value: str) -> str:
@@ -260,10 +260,11 @@ def remove(allow_principals: tuple[str, ...], deny_principals: tuple[str, ...], 
     pt = _pattern_type(pattern, (PatternType.ANY, PatternType.MATCH, PatternType.LITERAL, PatternType.PREFIXED))
     if not _resources(topics, groups, cluster, txn_ids):
         fail("a resource is required: --topic, --group, --cluster or --transactional-id", 2)
-    wanted: list[tuple[str | None, PermissionType]] = (
-        [(_principal(p), PermissionType.ALLOW) for p in allow_principals]
-        + [(_principal(p), PermissionType.DENY) for p in deny_principals]
-        + [(_principal(p), PermissionType.ANY) for p in principals]) or [(None, PermissionType.ANY)]
+    wanted: list[tuple[str | None, PermissionType]] = []
+    wanted += [(_principal(p), PermissionType.ALLOW) for p in allow_principals]
+    wanted += [(_principal(p), PermissionType.DENY) for p in deny_principals]
+    wanted += [(_principal(p), PermissionType.ANY) for p in principals]
+    wanted = wanted or [(None, PermissionType.ANY)]
     filters = [flt for principal, perm in wanted
                for flt in _filters(topics, groups, cluster, txn_ids, pt, (principal,), operations, hosts, perm)]
     resp = _request(bootstrap, DELETE_ACLS, {"filters": filters}, timeout)

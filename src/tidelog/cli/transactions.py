@@ -106,7 +106,7 @@ async def _describe(bootstrap: str, tid: str, timeout: float) -> tuple[int, dict
 async def _producers(host: str, port: int, parts: dict[str, list[int]], timeout: float) -> list[tuple[str, int, dict]]:
     body = {"topics": [{"name": t, "partition_indexes": ps} for t, ps in parts.items()]}
     resp = await _request(host, port, DESCRIBE_PRODUCERS, 0, body, timeout)
-    out = []
+    out: list[tuple[str, int, dict]] = []
     for t in resp["topics"]:
         for p in t["partitions"]:
             if p["error_code"]:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 from tidelog.records.compression import CompressionType, compress, decompress
 from tidelog.records.crc import crc32c
@@ -122,15 +122,16 @@ def _normalize(records: Iterable[RecordLike]) -> list[tuple]:
         elif type(rec) is RecordSpec:
             append(rec)
         else:
-            n = len(rec)
+            seq = cast("tuple[Any, ...]", rec)  # the tuple forms (told apart by length)
+            n = len(seq)
             if n == 5:
-                append(tuple(rec))
+                append(tuple(seq))
             elif n == 2:
-                append((rec[0], rec[1], (), None, None))
+                append((seq[0], seq[1], (), None, None))
             elif n == 3:
-                append((rec[0], rec[1], rec[2], None, None))
+                append((seq[0], seq[1], seq[2], None, None))
             elif n == 4:
-                append((rec[0], rec[1], rec[2], rec[3], None))
+                append((seq[0], seq[1], seq[2], seq[3], None))
             else:
                 raise ValueError(
                     f"a record is (key, value[, headers[, timestamp[, offset_delta]]]), got {rec!r}"
@@ -239,7 +240,7 @@ def build_batch(
         now = now_ms
         if now is None and any(r[3] is None for r in recs):
             now = int(time.time() * 1000)
-        first_ts = recs[0][3] if recs[0][3] is not None else now
+        first_ts: int = recs[0][3] if recs[0][3] is not None else (now or 0)  # now is set when one is missing
         base_timestamp = first_ts if delete_horizon_ms is None else delete_horizon_ms
         payload, record_max_ts, last_delta = _encode_records(recs, base_timestamp, now or 0)
         if last_offset_delta is None:
@@ -436,7 +437,7 @@ def parse_records(
                 pos = vend
             b = data[pos]
             if b == 0:
-                headers = []
+                headers: list[tuple[str, bytes | None]] = []
                 pos += 1
             else:
                 if b < 0x80:
@@ -646,6 +647,7 @@ def check_record_structure(
         attributes = header[5]
         count = header[12]
     else:
+        assert isinstance(header, BatchHeader)
         size = header.size
         attributes = header.attributes
         count = header.records_count

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TypeVar
 
 
 class ResourceType(IntEnum):
@@ -95,7 +96,10 @@ def pascal(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("_"))
 
 
-def parse_enum(enum: type[IntEnum], text: str) -> IntEnum:
+_E = TypeVar("_E", bound=IntEnum)
+
+
+def parse_enum(enum: type[_E], text: str) -> _E:
     """Kafka's fromString: the enum name in any case, with or without underscores (``ClusterAction``,
     ``cluster_action``, ``CLUSTER_ACTION``)."""
     key = text.strip().replace("-", "_")
