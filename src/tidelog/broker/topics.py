@@ -54,7 +54,13 @@ from tidelog.storage.checkpoints import atomic_write, new_uuid, uuid_from_str
 from tidelog.storage.cleaner import CleanerConfig
 from tidelog.storage.config import BROKER_TO_TOPIC_CONFIG, LogConfig
 from tidelog.storage.errors import KafkaStorageError
-from tidelog.storage.open_files import OpenFileBudget, OpenFileLimitError, describe_os_error
+from tidelog.storage.open_files import (
+    SHORTAGE,
+    OpenFileBudget,
+    OpenFileLimitError,
+    describe_os_error,
+    is_fd_exhaustion,
+)
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
@@ -334,7 +340,10 @@ class TopicManager:
             except OSError as exc:
                 if logs is None:
                     raise
-                logs.fail_dir(root, f"writing {path} failed: {exc}")
+                if is_fd_exhaustion(exc):  # out of descriptors: not the directory's failure (issue 24)
+                    SHORTAGE.note("topic registry", exc, path)
+                else:
+                    logs.fail_dir(root, f"writing {path} failed: {exc}")
                 failure = exc
         if not written:
             raise failure or KafkaStorageError("every log directory failed: the topic registry cannot be written")
