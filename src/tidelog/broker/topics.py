@@ -246,6 +246,9 @@ class TopicManager:
         reserve = self.config.props.get("tidelog.open.files.reserve")
         self.open_files = OpenFileBudget(int(reserve) if reserve is not None else None)
         self._open_files_logged = float("-inf")
+        #: called (on the changing thread) after partitions were added or removed: the broker's derived
+        #: max.connections follows the descriptors they hold (issue 24)
+        self.on_partitions_changed: Callable[[], None] | None = None
         self.backend: TopicBackend = backend if backend is not None else LocalTopicBackend()
         self.backend.attach(self)
         self.registered_brokers = self.backend.registered_brokers
@@ -544,6 +547,14 @@ class TopicManager:
                 log.warning("topic change refused: open-file limit", extra={"kv": {"topic": name, "error": exc}})
             raise TopicError(kafka_error, exc.message) from None
 
+    def partitions_changed(self) -> None:
+        hook = self.on_partitions_changed
+        if hook is not None:
+            try:
+                hook()
+            except Exception:
+                log.exception("partitions_changed hook failed")
+
     @staticmethod
     def storage_failure(name: str, exc: OSError) -> TopicError:
         """The TopicError (KAFKA_STORAGE_ERROR) a change answers with when the disk refused it (EMFILE, ENOSPC...)."""
@@ -786,6 +797,7 @@ class LocalTopicBackend:
                     raise store.storage_failure(name, exc) from exc
                 raise
             store.publish(info, created)
+        store.partitions_changed()
         log.info(
             "topic created",
             extra={"kv": {"topic": name, "partitions": num_partitions, "topic_id": info.topic_id_str,
@@ -807,6 +819,7 @@ class LocalTopicBackend:
             store.persist()
             store.delete_logs(name, tps)
         store.on_loop(store.forget_deleted, name, tps)
+        store.partitions_changed()
         log.info("topic deleted", extra={"kv": {"topic": name, "topic_id": info.topic_id_str}})
         return info
 
@@ -846,6 +859,7 @@ class LocalTopicBackend:
             for tp, lg in created.items():
                 store.set_log(tp, lg)
             info.num_partitions = total_count
+        store.partitions_changed()
         log.info("partitions added", extra={"kv": {"topic": name, "from": current, "to": total_count}})
         return info
 
