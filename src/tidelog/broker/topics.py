@@ -534,9 +534,9 @@ class TopicManager:
 
     def check_open_files(self, name: str, new_partitions: int, kafka_error: str = "POLICY_VIOLATION") -> None:
         """Refuse (TopicError ``kafka_error``, nothing changed) a change that would open ``new_partitions`` more
-        logs than the open-file budget allows (``storage/open_files.py``). Kafka's internal topics are not
-        refused: their size is fixed by the broker's config and groups and transactions need them."""
-        if name in INTERNAL_TOPICS or new_partitions <= 0:
+        logs than the open-file budget allows (``storage/open_files.py``). Internal topics are held to it too
+        (issue 24): exempt, a CreatePartitions of ``__consumer_offsets`` to 1,000 bypassed the budget."""
+        if new_partitions <= 0:
             return
         try:
             self.open_files.check(new_partitions, f"Topic '{name}' ({new_partitions} new partitions)")

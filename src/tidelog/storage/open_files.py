@@ -5,9 +5,14 @@ files are mapped without a descriptor, ``storage/index.py``). With the common ``
 that opened whatever it was asked would hit EMFILE in the middle of a creation, or at its next start. Kafka has no
 such check (it expects the limit to be raised, as its documentation says); tidelog refuses up front instead: a
 change that would open ``n`` more files is refused when the descriptors open now plus ``n`` exceed the soft
-``RLIMIT_NOFILE`` minus a reserve kept for connections, checkpoints, recovery threads, the internal topics and
-the transient files of index writes. The reserve is ``tidelog.open.files.reserve``, by default a quarter of the
-limit (at least 64): 768 files for partitions under a limit of 1,024.
+``RLIMIT_NOFILE`` minus a reserve kept for checkpoints, recovery threads, segment rolls and the transient files of
+index writes. The reserve is ``tidelog.open.files.reserve``, by default a quarter of the limit (at least 64): 768
+descriptors for partitions and connections under a limit of 1,024. Internal topics are held to it like any other
+(issue 24). Connections share the same 768: the broker's default ``max.connections`` is what the files leave of
+them (``broker/connection_limits.py``), and the descriptors open counted here include the connections.
+
+Running out anyway (EMFILE, ENFILE: an explicit ``max.connections`` above that, another process's descriptors) is
+not a disk failure: :data:`SHORTAGE` counts and logs it, and the storage operation is deferred or fails alone.
 """
 
 from __future__ import annotations
