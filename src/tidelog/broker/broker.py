@@ -282,7 +282,7 @@ class Broker:
     def _hosted_files(self) -> tuple[int, int]:
         """(partitions, segment .log files) this broker holds open: one descriptor per segment file."""
         logs = self.logs.all_logs()
-        return len(logs), sum(len(lg.segments) for lg in logs.values())
+        return len(logs), sum(lg.segment_count for lg in logs.values())
 
     async def _loop_lag_monitor(self, period: float = 0.1, window: int = 50) -> None:
         """Event-loop lag: how late a ``period`` timer fires. Every sample goes to a histogram; the gauge holds

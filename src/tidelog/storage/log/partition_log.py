@@ -269,6 +269,12 @@ class PartitionLog:
             return self._segments.copy()
 
     @property
+    def segment_count(self) -> int:
+        """How many segments (one open ``.log`` each), read without the log's lock (a lock held by a slow write
+        must not stall the broker's count of its descriptors)."""
+        return len(self._segments)
+
+    @property
     def active_segment(self) -> LogSegment:
         return self._segments[-1]
 
