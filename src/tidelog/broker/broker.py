@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tidelog.broker.config import BrokerConfig
-from tidelog.broker.connection_limits import limits_from
+from tidelog.broker.connection_limits import ConnectionBudget, limits_from
 from tidelog.broker.fetch import ReadService
 from tidelog.broker.fetch_session import FetchSessionCache
 from tidelog.broker.group.coordinator import GroupCoordinator
@@ -132,6 +132,8 @@ class Broker:
         self.connections: set = set()
         # max.connections, max.connections.per.ip(.overrides), queued.max.request.bytes (issue 16)
         self.connection_quotas, self.request_memory = limits_from(config)
+        self.metrics.add_rows_source(self.connection_quotas.rows)
+        self.connection_budget: ConnectionBudget | None = None  # max.connections from the descriptors (start)
         # client quotas (user / client-id; broker/quotas.py): values from the replica manager's quota store
         self.client_quotas = ClientQuotaManager(config.get("quota.window.num"), config.get("quota.window.size.seconds"))
         self.metrics.add_rows_source(self.client_quotas.rows)
@@ -239,6 +241,11 @@ class Broker:
                 self.endpoints[server.listener.name] = (self.endpoints[server.listener.name][0], bound)
         self.host, self.port = self.endpoints[self.config.listener.name]
         loop = self.loop
+        # max.connections: derived from the open-file limit unless set (issue 24), once the listeners hold theirs
+        self.connection_budget = ConnectionBudget(self.connection_quotas, self.topics.open_files.reserve,
+                                                  "max.connections" in self.config.props, self._hosted_files)
+        self.connection_budget.start()
+        self.topics.on_partitions_changed = self.connection_budget.refresh_soon
         for server in self.socket_servers:
             server.start()
         self._tasks.append(loop.create_task(self._tick_loop()))
@@ -268,6 +275,17 @@ class Broker:
                 await asyncio.to_thread(self.logs.tick, time.time_ns() // 1_000_000)
             except Exception:
                 log.exception("log manager tick failed")
+            budget = self.connection_budget
+            if budget is not None and budget.current is not None:  # segments rolled or deleted, topics changed
+                try:
+                    budget.apply(await asyncio.to_thread(budget.derive))
+                except Exception:
+                    log.exception("deriving max.connections failed")
+
+    def _hosted_files(self) -> tuple[int, int]:
+        """(partitions, segment .log files) this broker holds open: one descriptor per segment file."""
+        logs = self.logs.all_logs()
+        return len(logs), sum(lg.segment_count for lg in logs.values())
 
     async def _loop_lag_monitor(self, period: float = 0.1, window: int = 50) -> None:
         """Event-loop lag: how late a ``period`` timer fires. Every sample goes to a histogram; the gauge holds

@@ -234,7 +234,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("queued.max.request.bytes", "-1", _parse_long,
              "bound on memory of request frames being read (-1: none); reading pauses when it is reached"),
         _key("max.connections", "2147483647", _nonneg_int,
-             "broker-wide; accepting waits for a free slot (the inter-broker listener is exempt)"),
+             "broker-wide; accepting waits for a free slot (the inter-broker listener is exempt); when not set, "
+             "derived from ulimit -n: what the open files and tidelog.open.files.reserve leave (logged at start)"),
         _key("max.connections.per.ip", "2147483647", _nonneg_int, "new connections beyond it are closed"),
         _key("max.connections.per.ip.overrides", "", str, "host:count,host:count"),
         _key("quota.window.num", "11", _pos_int, "samples of a client quota's rate"),
@@ -299,8 +300,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "replicas (answered in order); 1: one request at a time, as Kafka"),
         _key("tidelog.log.tick.interval.ms", "1000", _pos_int, "how often the log manager's tick runs"),
         _key("tidelog.open.files.reserve", None, _nonneg_int,
-             "open files kept out of the partitions' budget (default a quarter of ulimit -n, at least 64): a "
-             "creation that would open more is refused (POLICY_VIOLATION; auto-creation: UNKNOWN_TOPIC_OR_PARTITION)"),
+             "open files kept out of the partitions' and connections' budget (default a quarter of ulimit -n, at "
+             "least 64): a creation that would open more is refused (POLICY_VIOLATION; auto-creation: "
+             "UNKNOWN_TOPIC_OR_PARTITION)"),
         _key(
             "tidelog.min.segment.bytes",
             None,

@@ -54,7 +54,13 @@ from tidelog.storage.checkpoints import atomic_write, new_uuid, uuid_from_str
 from tidelog.storage.cleaner import CleanerConfig
 from tidelog.storage.config import BROKER_TO_TOPIC_CONFIG, LogConfig
 from tidelog.storage.errors import KafkaStorageError
-from tidelog.storage.open_files import OpenFileBudget, OpenFileLimitError, describe_os_error
+from tidelog.storage.open_files import (
+    SHORTAGE,
+    OpenFileBudget,
+    OpenFileLimitError,
+    describe_os_error,
+    is_fd_exhaustion,
+)
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
@@ -240,6 +246,9 @@ class TopicManager:
         reserve = self.config.props.get("tidelog.open.files.reserve")
         self.open_files = OpenFileBudget(int(reserve) if reserve is not None else None)
         self._open_files_logged = float("-inf")
+        #: called (on the changing thread) after partitions were added or removed: the broker's derived
+        #: max.connections follows the descriptors they hold (issue 24)
+        self.on_partitions_changed: Callable[[], None] | None = None
         self.backend: TopicBackend = backend if backend is not None else LocalTopicBackend()
         self.backend.attach(self)
         self.registered_brokers = self.backend.registered_brokers
@@ -334,7 +343,10 @@ class TopicManager:
             except OSError as exc:
                 if logs is None:
                     raise
-                logs.fail_dir(root, f"writing {path} failed: {exc}")
+                if is_fd_exhaustion(exc):  # out of descriptors: not the directory's failure (issue 24)
+                    SHORTAGE.note("topic registry", exc, path)
+                else:
+                    logs.fail_dir(root, f"writing {path} failed: {exc}")
                 failure = exc
         if not written:
             raise failure or KafkaStorageError("every log directory failed: the topic registry cannot be written")
@@ -522,9 +534,9 @@ class TopicManager:
 
     def check_open_files(self, name: str, new_partitions: int, kafka_error: str = "POLICY_VIOLATION") -> None:
         """Refuse (TopicError ``kafka_error``, nothing changed) a change that would open ``new_partitions`` more
-        logs than the open-file budget allows (``storage/open_files.py``). Kafka's internal topics are not
-        refused: their size is fixed by the broker's config and groups and transactions need them."""
-        if name in INTERNAL_TOPICS or new_partitions <= 0:
+        logs than the open-file budget allows (``storage/open_files.py``). Internal topics are held to it too
+        (issue 24): exempt, a CreatePartitions of ``__consumer_offsets`` to 1,000 bypassed the budget."""
+        if new_partitions <= 0:
             return
         try:
             self.open_files.check(new_partitions, f"Topic '{name}' ({new_partitions} new partitions)")
@@ -534,6 +546,14 @@ class TopicManager:
                 self._open_files_logged = now
                 log.warning("topic change refused: open-file limit", extra={"kv": {"topic": name, "error": exc}})
             raise TopicError(kafka_error, exc.message) from None
+
+    def partitions_changed(self) -> None:
+        hook = self.on_partitions_changed
+        if hook is not None:
+            try:
+                hook()
+            except Exception:
+                log.exception("partitions_changed hook failed")
 
     @staticmethod
     def storage_failure(name: str, exc: OSError) -> TopicError:
@@ -777,6 +797,7 @@ class LocalTopicBackend:
                     raise store.storage_failure(name, exc) from exc
                 raise
             store.publish(info, created)
+        store.partitions_changed()
         log.info(
             "topic created",
             extra={"kv": {"topic": name, "partitions": num_partitions, "topic_id": info.topic_id_str,
@@ -798,6 +819,7 @@ class LocalTopicBackend:
             store.persist()
             store.delete_logs(name, tps)
         store.on_loop(store.forget_deleted, name, tps)
+        store.partitions_changed()
         log.info("topic deleted", extra={"kv": {"topic": name, "topic_id": info.topic_id_str}})
         return info
 
@@ -837,6 +859,7 @@ class LocalTopicBackend:
             for tp, lg in created.items():
                 store.set_log(tp, lg)
             info.num_partitions = total_count
+        store.partitions_changed()
         log.info("partitions added", extra={"kv": {"topic": name, "from": current, "to": total_count}})
         return info
 

@@ -6,7 +6,9 @@ assigned, is only replaced by a conflicting newer assignment (which truncates th
 or by the truncations below. ``-1`` (:data:`UNDEFINED_EPOCH`, :data:`UNDEFINED_EPOCH_OFFSET`) means "none".
 
 Every change is written to the checkpoint synchronously and atomically. Kafka writes truncations
-asynchronously; writing them at once costs one small fsync and keeps the file never staler than memory.
+asynchronously; writing them at once costs one small fsync and keeps the file never staler than memory, except
+when the process is out of file descriptors (EMFILE/ENFILE): the write is then deferred to the log manager's next
+tick (``unwritten``, :meth:`LeaderEpochCache.write_pending`), not a log directory failure (issue 24).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from tidelog.storage.checkpoints import read_leader_epoch_checkpoint, write_leader_epoch_checkpoint
 from tidelog.storage.errors import CorruptCheckpointError
+from tidelog.storage.open_files import FD_EXHAUSTED, SHORTAGE
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -30,6 +33,8 @@ class LeaderEpochCache:
         self._lock = threading.RLock()
         self._epochs: list[int] = []  # sorted ascending
         self._starts: list[int] = []  # start offset of self._epochs[i], ascending
+        #: a write of the file was deferred (EMFILE/ENFILE): :meth:`write_pending` retries it
+        self.unwritten = False
         for epoch, start in read_leader_epoch_checkpoint(self.path):
             if epoch < 0 or start < 0:
                 raise CorruptCheckpointError(f"{self.path}: invalid leader epoch entry ({epoch}, {start})")
@@ -148,7 +153,25 @@ class LeaderEpochCache:
     # ------------------------------------------------------------------------------------------ persistence
 
     def _write(self) -> None:
-        write_leader_epoch_checkpoint(self.path, zip(self._epochs, self._starts))
+        try:
+            write_leader_epoch_checkpoint(self.path, zip(self._epochs, self._starts))
+        except OSError as exc:
+            if exc.errno not in FD_EXHAUSTED:
+                raise
+            # out of descriptors (issue 24): the entries are kept in memory, where every reader looks, and the
+            # file is written again by the log manager's next tick (:meth:`write_pending`); an append that made a
+            # new epoch does not fail after its records reached the log
+            self.unwritten = True
+            SHORTAGE.note("leader-epoch-checkpoint", exc, self.path)
+            return
+        self.unwritten = False
+
+    def write_pending(self) -> None:
+        """Write the file if a write was deferred for want of a descriptor (a no-op otherwise)."""
+        if self.unwritten:
+            with self._lock:
+                if self.unwritten:
+                    self._write_if_dir_exists()
 
     def _write_if_dir_exists(self) -> None:
         # A partition directory may have been renamed for deletion meanwhile (as Kafka's writeIfDirExists).

@@ -20,8 +20,10 @@ read the checkpoints, finish pending deletions, then open every partition direct
 
 Log directory failure (Kafka's ``LogDirFailureChannel``): an I/O error in a partition log (EIO, ENOSPC, EROFS, a
 failed fsync, including the background fsync after a roll) or in a directory's checkpoint write fails the whole
-directory (:meth:`LogManager.fail_dir`): every log in it refuses writes with KAFKA_STORAGE_ERROR and, while
-another directory is online, reads too (the directory is offline); the last online directory stays readable
+directory (:meth:`LogManager.fail_dir`; running out of file descriptors, EMFILE or ENFILE, does not: the
+operation is deferred and retried, checkpoints at the next tick, and counted in ``tidelog_fd_exhausted_total``;
+issue 24): every log in it refuses writes with KAFKA_STORAGE_ERROR and, while another directory is online,
+reads too (the directory is offline); the last online directory stays readable
 (**difference:** Kafka halts the broker when its last directory goes offline; here the data on disk stays
 readable and the broker says why it refuses writes). New partitions go to online directories only; the failed
 directory gets no more checkpoints and no clean-shutdown marker, so the next start recovers it from its last
@@ -79,6 +81,7 @@ from tidelog.storage.config import LogConfig
 from tidelog.storage.epoch import LeaderEpochCache
 from tidelog.storage.errors import CorruptCheckpointError, KafkaStorageError, StorageError
 from tidelog.storage.log import PartitionLog
+from tidelog.storage.open_files import SHORTAGE, DescriptorsExhaustedError, is_fd_exhaustion
 from tidelog.storage.producer_state import ProducerStateManager
 from tidelog.storage.retention import apply_retention
 
@@ -210,6 +213,8 @@ class LogManager:
         self._lock = threading.RLock()
         # serialises checkpoint writes: the scheduler's tick and delete_log may write the same file
         self._checkpoint_lock = threading.Lock()
+        #: checkpoint files whose last write met EMFILE/ENFILE: written again at the next tick (issue 24)
+        self._checkpoints_deferred: set[str] = set()
         self._dirs: dict[Path, _LogDir] = {}
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self._log_root: dict[TopicPartition, Path] = {}
@@ -553,7 +558,7 @@ class LogManager:
              {}, float(len(failed)))]
         rows += [("tidelog_log_directory_offline", "1 when the log directory failed (Kafka's LogDirectoryOffline)",
                   {"log_dir": str(p)}, 1.0 if p in failed else 0.0) for p in self.log_dirs]
-        return rows
+        return rows + SHORTAGE.rows()
 
     def _failed_reasons(self) -> str:
         return "; ".join(f"{p}: {r}" for p, r in self._failed_dirs.items())
@@ -642,6 +647,8 @@ class LogManager:
                 fsync_dir(dest)
             except OSError as exc:
                 shutil.rmtree(future, ignore_errors=True)
+                if is_fd_exhaustion(exc):  # not the destination's failure: the move may be asked again
+                    raise SHORTAGE.note(f"moving {name}", exc, dest) from exc
                 self.fail_dir(dest, f"copying {name} into {dest} failed: {exc}")
                 raise KafkaStorageError(f"moving {name} to {dest} failed: {exc}") from exc
             old_dir = plog.dir
@@ -769,13 +776,24 @@ class LogManager:
 
     def _write_checkpoints(self, name: str, by_root: dict[Path, dict[TopicPartition, int]]) -> None:
         """Write one checkpoint file per directory; a directory whose write fails fails (Kafka's
-        ``OffsetCheckpointFile`` reports an IOException to the LogDirFailureChannel)."""
+        ``OffsetCheckpointFile`` reports an IOException to the LogDirFailureChannel), except when the process is
+        out of descriptors (EMFILE/ENFILE, issue 24): not a disk failure, the file is written again at the next
+        tick (``tick``) and the directory stays online."""
         with self._checkpoint_lock:
+            deferred = False
             for root, entries in by_root.items():
                 try:
                     write_offset_checkpoint(root / name, entries)
                 except OSError as exc:
-                    self.fail_dir(root, f"writing {root / name} failed: {exc}")
+                    if is_fd_exhaustion(exc):
+                        SHORTAGE.note(f"checkpoint {name}", exc, root / name)
+                        deferred = True
+                    else:
+                        self.fail_dir(root, f"writing {root / name} failed: {exc}")
+            if deferred:
+                self._checkpoints_deferred.add(name)
+            else:
+                self._checkpoints_deferred.discard(name)
 
     def _checkpoint_dir_offsets(self, root: Path) -> None:
         self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda plog: plog.recovery_point, [root])
@@ -838,15 +856,24 @@ class LogManager:
         for plog in self.all_logs().values():
             try:
                 plog.flush_if_due(now_ms)
+                cache = plog.epoch_cache
+                if cache is not None and cache.unwritten:  # deferred for want of a descriptor (issue 24)
+                    cache.write_pending()
+            except DescriptorsExhaustedError:
+                pass  # logged and counted; the recovery point did not move, so the next tick flushes again
             except Exception:  # one bad log must not stop the others' flushes
                 log.exception(
                     "flush of %s-%s failed", getattr(plog, "topic", "?"), getattr(plog, "partition", "?")
                 )
-        if self._due(now_ms, "_last_recovery_checkpoint_ms", self.recovery_point_checkpoint_interval_ms):
+        deferred = self._checkpoints_deferred  # a write that met EMFILE is retried at once, not an interval later
+        if (self._due(now_ms, "_last_recovery_checkpoint_ms", self.recovery_point_checkpoint_interval_ms)
+                or RECOVERY_POINT_CHECKPOINT in deferred):
             self.checkpoint_recovery_points()
-        if self._due(now_ms, "_last_log_start_checkpoint_ms", self.log_start_offset_checkpoint_interval_ms):
+        if (self._due(now_ms, "_last_log_start_checkpoint_ms", self.log_start_offset_checkpoint_interval_ms)
+                or LOG_START_OFFSET_CHECKPOINT in deferred):
             self.checkpoint_log_start_offsets()
-        if self._due(now_ms, "_last_hw_checkpoint_ms", self.high_watermark_checkpoint_interval_ms):
+        if (self._due(now_ms, "_last_hw_checkpoint_ms", self.high_watermark_checkpoint_interval_ms)
+                or REPLICATION_OFFSET_CHECKPOINT in deferred):
             self.checkpoint_high_watermarks()
         if self._due(now_ms, "_last_retention_check_ms", self.retention_check_interval_ms):
             self.run_retention(now_ms)

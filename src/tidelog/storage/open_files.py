@@ -5,21 +5,82 @@ files are mapped without a descriptor, ``storage/index.py``). With the common ``
 that opened whatever it was asked would hit EMFILE in the middle of a creation, or at its next start. Kafka has no
 such check (it expects the limit to be raised, as its documentation says); tidelog refuses up front instead: a
 change that would open ``n`` more files is refused when the descriptors open now plus ``n`` exceed the soft
-``RLIMIT_NOFILE`` minus a reserve kept for connections, checkpoints, recovery threads, the internal topics and
-the transient files of index writes. The reserve is ``tidelog.open.files.reserve``, by default a quarter of the
-limit (at least 64): 768 files for partitions under a limit of 1,024.
+``RLIMIT_NOFILE`` minus a reserve kept for checkpoints, recovery threads, segment rolls and the transient files of
+index writes. The reserve is ``tidelog.open.files.reserve``, by default a quarter of the limit (at least 64): 768
+descriptors for partitions and connections under a limit of 1,024. Internal topics are held to it like any other
+(issue 24). Connections share the same 768: the broker's default ``max.connections`` is what the files leave of
+them (``broker/connection_limits.py``), and the descriptors open counted here include the connections.
+
+Running out anyway (EMFILE, ENFILE: an explicit ``max.connections`` above that, another process's descriptors) is
+not a disk failure: :data:`SHORTAGE` counts and logs it, and the storage operation is deferred or fails alone.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import resource
+import threading
+import time
 
-from tidelog.storage.errors import StorageError
+from tidelog.storage.errors import KafkaStorageError, StorageError
+
+log = logging.getLogger("tidelog.storage.open_files")
 
 #: errnos of a process (EMFILE) or system (ENFILE) out of file descriptors
 FD_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+def is_fd_exhaustion(exc: BaseException) -> bool:
+    """Whether ``exc`` says the process or the system ran out of file descriptors (EMFILE, ENFILE): not a disk
+    failure, the same operation succeeds once descriptors are free again."""
+    return isinstance(exc, OSError) and exc.errno in FD_EXHAUSTED
+
+
+class DescriptorsExhaustedError(KafkaStorageError):
+    """A storage operation failed for want of a file descriptor (EMFILE/ENFILE). The client gets
+    KAFKA_STORAGE_ERROR (retriable) for that request only: the log and its directory stay online, and what was
+    not done (a checkpoint, a flush, a roll) is done again later (issue 24)."""
+
+
+class DescriptorShortage:
+    """The storage operations that met EMFILE/ENFILE, process-wide (descriptors are the process's): a count per
+    operation for the metrics (``tidelog_fd_exhausted_total{operation}``) and a warning per operation at most
+    every ``log_interval_s``."""
+
+    def __init__(self, log_interval_s: float = 10.0) -> None:
+        self.log_interval_s = log_interval_s
+        self.counts: dict[str, int] = {}
+        self._logged: dict[str, tuple[float, int]] = {}  # operation -> (when last logged, count then)
+        self._lock = threading.Lock()
+
+    def note(self, operation: str, exc: OSError, where: object = None) -> DescriptorsExhaustedError:
+        """Count and (rate-limited) log one failure; returns the error to raise to the caller."""
+        now = time.monotonic()
+        with self._lock:
+            n = self.counts[operation] = self.counts.get(operation, 0) + 1
+            last, seen = self._logged.get(operation, (float("-inf"), 0))
+            emit = now - last >= self.log_interval_s
+            if emit:
+                self._logged[operation] = (now, n)
+        if emit:
+            log.warning("out of file descriptors: %s deferred, not a disk failure (the log directory stays online; "
+                        "retried once descriptors are free)", operation,
+                        extra={"kv": {"operation": operation, "where": where or exc.filename or "",
+                                      "error": exc.strerror or str(exc), "limit": open_file_limit() or "unlimited",
+                                      "open": open_file_count(), "since_last_warning": n - seen}})
+        return DescriptorsExhaustedError(describe_os_error(exc))
+
+    def rows(self) -> list[tuple[str, str, dict[str, str], float]]:
+        with self._lock:
+            counts = dict(self.counts)
+        return [("tidelog_fd_exhausted_total", "Storage operations that failed with EMFILE/ENFILE and were deferred "
+                 "(not a log directory failure)", {"operation": op}, float(n)) for op, n in sorted(counts.items())]
+
+
+#: the process's record (one per process: descriptors are per process)
+SHORTAGE = DescriptorShortage()
 
 
 class OpenFileLimitError(StorageError):

@@ -65,6 +65,7 @@ from tidelog.storage.log.segments import (
     offset_of_max_timestamp,
 )
 from tidelog.storage.log.validator import LogValidator, ValidatedBatch, check_late, stamp_batch
+from tidelog.storage.open_files import FD_EXHAUSTED, SHORTAGE, DescriptorsExhaustedError
 from tidelog.storage.segment import CHECK_FAILED, FileRegion, LogSegment
 from tidelog.storage.segment_state import c_append_leader_fast as _c_append_leader_fast
 from tidelog.storage.txn_index import AbortedTxn
@@ -204,7 +205,11 @@ class PartitionLog:
     # ================================================================== I/O errors
     def io_error(self, exc: OSError, what: str) -> KafkaStorageError:
         """Report an I/O error of this log to its failure channel (which marks every log of the directory failed
-        through :meth:`mark_failed`) and return the KafkaStorageError to raise."""
+        through :meth:`mark_failed`) and return the KafkaStorageError to raise. EMFILE/ENFILE (out of file
+        descriptors) is not a disk failure: counted and logged, the log stays writable and the caller's operation
+        fails alone (issue 24)."""
+        if exc.errno in FD_EXHAUSTED:
+            return SHORTAGE.note(what, exc, self.dir)
         channel = self.on_io_error
         if channel is not None:
             try:
@@ -266,6 +271,12 @@ class PartitionLog:
         """The segments sorted by base offset (a copy)."""
         with self._lock:
             return self._segments.copy()
+
+    @property
+    def segment_count(self) -> int:
+        """How many segments (one open ``.log`` each), read without the log's lock (a lock held by a slow write
+        must not stall the broker's count of its descriptors)."""
+        return len(self._segments)
 
     @property
     def active_segment(self) -> LogSegment:
@@ -720,7 +731,12 @@ class PartitionLog:
                 raise ValueError(f"a segment with base offset {base} exists already")
             seg = self._segments.roll(self.dir, base, self.config, now_ms)
             if self.producer_state is not None:
-                self.producer_state.take_snapshot(base)
+                try:
+                    self.producer_state.take_snapshot(base)
+                except OSError as exc:  # out of descriptors: the roll stands, the snapshot is skipped (recovery
+                    if exc.errno not in FD_EXHAUSTED:  # then starts from an earlier one)
+                        raise
+                    SHORTAGE.note("producer state snapshot", exc, self.dir)
             self._pending = [f for f in self._pending if not f.done()]
             self._pending.append(_background().submit(self._flush_after_roll, base))
             return seg
@@ -731,6 +747,8 @@ class PartitionLog:
         for the flushes (shutdown), as it has been handled."""
         try:
             self.flush(base)
+        except DescriptorsExhaustedError:
+            pass  # logged and counted; the next flush (or roll, or shutdown) covers these segments
         except KafkaStorageError as exc:
             log.error("fsync after the roll of %s to %d failed: %s", self.dir, base, exc)
 
