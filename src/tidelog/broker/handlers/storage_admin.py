@@ -118,8 +118,21 @@ async def describe_producers(ctx: RequestContext, request: dict) -> dict:
     return {"throttle_time_ms": 0, "topics": topics_out}
 
 
+def _alter_dirs_denied(request: dict) -> dict:
+    """Kafka's ``AlterReplicaLogDirsRequest.getErrorResponse``: every partition named, one topic result per
+    (directory, topic) entry, CLUSTER_AUTHORIZATION_FAILED."""
+    denied = error_code("CLUSTER_AUTHORIZATION_FAILED")
+    return {"throttle_time_ms": 0, "results": [
+        {"topic_name": t.get("name"), "partitions": [{"partition_index": p, "error_code": denied}
+                                                     for p in t.get("partitions") or []]}
+        for d in request.get("dirs") or [] for t in d.get("topics") or []]}
+
+
 @handles(ApiKey.ALTER_REPLICA_LOG_DIRS)
 async def alter_replica_log_dirs(ctx: RequestContext, request: dict) -> dict:
+    # KafkaApis.handleAlterReplicaLogDirsRequest: ALTER on the cluster, before anything is looked at
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return _alter_dirs_denied(request)
     logs = ctx.broker.logs
     by_topic: dict[str, list[dict]] = {}
     for d in request.get("dirs") or []:
