@@ -78,6 +78,7 @@ from tidelog.storage.config import LogConfig
 from tidelog.storage.epoch import LeaderEpochCache
 from tidelog.storage.errors import CorruptCheckpointError, KafkaStorageError, StorageError
 from tidelog.storage.log import PartitionLog
+from tidelog.storage.log_move import ReplicaMove
 from tidelog.storage.producer_state import ProducerStateManager
 from tidelog.storage.retention import apply_retention
 
@@ -123,6 +124,12 @@ class LogDirNotFoundError(StorageError):
 
 class ReplicaNotAvailableError(StorageError):
     kafka_error = "REPLICA_NOT_AVAILABLE"
+
+
+class InvalidTopicError(StorageError):
+    """AlterReplicaLogDirs of a topic whose future directory name would exceed 255 characters (KAFKA-4893)."""
+
+    kafka_error = "INVALID_TOPIC_EXCEPTION"
 
 
 class LogExistsError(StorageError):
@@ -183,6 +190,8 @@ class LogManager:
         high_watermark_checkpoint_interval_ms: int = 5000,
         retention_check_interval_ms: int = 300000,
         cleaner_config: CleanerConfig | None = None,
+        move_threads: int | None = None,
+        move_max_bytes_per_second: int | None = None,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is required")
@@ -201,6 +210,17 @@ class LogManager:
         self.high_watermark_checkpoint_interval_ms = high_watermark_checkpoint_interval_ms
         self.retention_check_interval_ms = retention_check_interval_ms
         self.cleaner_config = cleaner_config
+        #: AlterReplicaLogDirs: ``num.replica.alter.log.dirs.threads`` (default: one per log dir) and
+        #: ``replica.alter.log.dirs.io.max.bytes.per.second`` (None: unthrottled)
+        self.move_threads = move_threads or len(resolved)
+        self.move_max_bytes_per_second = move_max_bytes_per_second
+        self._moves: dict[TopicPartition, ReplicaMove] = {}
+        self._mover: ThreadPoolExecutor | None = None
+        self._resumable: list[tuple[TopicPartition, Path]] = []
+        # a move's swap and a deletion of logs exclude each other (Kafka's logCreationOrDeletionLock)
+        self._swap_lock = threading.Lock()
+        #: test and bench hook handed to every move: ``fn(move, bytes copied)`` after each copy round
+        self.on_move_round: Callable[[ReplicaMove, int], None] | None = None
         #: the log cleaner (compaction threads); None until startup
         self.cleaner: LogCleaner | None = None
         self._last_retention_check_ms: int | None = None
@@ -248,6 +268,8 @@ class LogManager:
                 self._prepare_dir(d)
             self._load_logs()
             self._start_cleaner()
+            self._mover = ThreadPoolExecutor(max_workers=self.move_threads, thread_name_prefix="log-mover")
+            self._resume_moves()
         except BaseException:
             self._close_all_quietly()
             self._release_locks()
@@ -407,9 +429,9 @@ class LogManager:
             return dict(self._logs)
 
     def _healthy_logs(self) -> dict[TopicPartition, PartitionLog]:
-        """The logs of directories that have not failed (what the cleaner may compact)."""
+        """The logs of directories that have not failed and that are not moving (what the cleaner may compact)."""
         with self._lock:
-            return {tp: plog for tp, plog in self._logs.items() if plog.failed is None}
+            return {tp: plog for tp, plog in self._logs.items() if plog.failed is None and tp not in self._moves}
 
     def topic_id_of(self, topic: str) -> bytes | None:
         """The topic id recorded in the topic's ``partition.metadata`` files, or None if unknown."""
@@ -547,6 +569,7 @@ class LogManager:
             offline = any(p not in self._failed_dirs for p in self._dirs if p != root)
             self._failed_dirs[root] = reason
             logs = [(tp, plog) for tp, plog in self._logs.items() if self._log_root.get(tp) == root]
+        self._cancel_moves(lambda m: m.dest == root or self._log_root.get(m.tp) == root)
         for _tp, plog in logs:
             plog.mark_failed(reason, offline=offline)
         if self.cleaner is not None:  # an ongoing cleaning stops; it picks healthy logs only from now on
@@ -570,99 +593,125 @@ class LogManager:
 
     # ============================================================================ AlterReplicaLogDirs
 
-    def move_log(self, topic: str, partition: int, dest: Path) -> bool:
-        """Move the log of ``topic-partition`` into the log directory ``dest`` (AlterReplicaLogDirs). Returns
-        False when it is there already.
-
-        **Difference from Kafka** (which copies into ``<tp>.<id>-future`` with a second replica fetcher while the
-        partition keeps taking writes, then swaps): the partition is paused (its lock held: appends and reads of
-        it wait) while its files are flushed, copied into ``<dest>/<tp>.<uuid>-future`` and fsynced; then the old
-        directory is renamed ``-delete`` and the future one ``<tp>`` (each rename fsynced), and the same
-        :class:`PartitionLog` object reopens its segments from the new place, so every reference the broker holds
-        stays valid. A crash before the first rename leaves a ``-future`` beside the live log: the next start
-        removes it; after it, the ``-future`` is the only copy: the next start renames it into place."""
+    def alter_log_dir(self, topic: str, partition: int, dest: Path) -> bool:
+        """AlterReplicaLogDirs of one partition (Kafka's ``ReplicaManager.alterReplicaLogDirs``): start moving its
+        log into the log directory ``dest`` in the background (:mod:`tidelog.storage.log_move`) and return at once;
+        True when a move is (now) under way, False when the log is in ``dest`` already (a move elsewhere is
+        cancelled then, as Kafka does). A move to another directory replaces one under way."""
         self._check_started()
         tp = (topic, partition)
         dest = Path(dest).absolute()
+        name = partition_dir_name(topic, partition)
+        if len(f"{name}.{'0' * 32}{FUTURE_DIR_SUFFIX}") > 255:
+            raise InvalidTopicError("The topic name is too long.")
         with self._lock:
             if dest not in self._dirs:
                 raise LogDirNotFoundError(f"{dest} is not one of this broker's log directories")
             if dest in self._failed_dirs:
-                raise KafkaStorageError(f"log directory {dest} is offline: {self._failed_dirs[dest]}")
+                raise KafkaStorageError(f"Log directory {dest} is offline")
             plog = self._logs.get(tp)
             root = self._log_root.get(tp)
             if plog is None or root is None:
                 raise ReplicaNotAvailableError(f"{topic}-{partition} has no replica on this broker")
+            if root in self._failed_dirs:
+                raise KafkaStorageError(f"Partition {topic}-{partition} is offline")
+            current = self._moves.get(tp)
+            if current is not None and current.dest == dest:
+                return True
+            if current is not None:
+                current.cancel()  # it removes its future directory; the new one gets another name
             if root == dest:
                 return False
-        plog.wait_for_background_flushes()
-        plog.flush()
-        name = partition_dir_name(topic, partition)
-        future = dest / f"{name}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
-        with plog._lock:
-            if plog.failed is not None:
-                raise KafkaStorageError(plog.failed)
-            plog.flush()
-            try:
-                shutil.copytree(plog.dir, future)
-                for entry in os.scandir(future):
-                    fd = os.open(entry.path, os.O_RDONLY)
-                    try:
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
-                fsync_dir(future)
-                fsync_dir(dest)
-            except OSError as exc:
-                shutil.rmtree(future, ignore_errors=True)
-                self.fail_dir(dest, f"copying {name} into {dest} failed: {exc}")
-                raise KafkaStorageError(f"moving {name} to {dest} failed: {exc}") from exc
-            old_dir = plog.dir
-            trash = root / f"{name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-            os.rename(old_dir, trash)
-            fsync_dir(root)
-            final = dest / name
-            os.rename(future, final)
-            fsync_dir(dest)
-            recovery_point, log_start, hw = plog.recovery_point, plog.log_start_offset, plog.high_watermark
-            for seg in plog._segments:
-                seg.close_handlers()  # open reads keep their file handles (reference-counted)
-            moved = PartitionLog.open(
-                final, plog.config, recovery_point=recovery_point, log_start_offset=log_start,
-                high_watermark=hw, clean_shutdown=False,
-                epoch_cache=LeaderEpochCache(final / LEADER_EPOCH_CHECKPOINT),
-                producer_state=ProducerStateManager(final), progress=None,
-            )
-            keep = {"_lock", "on_io_error", "_pending"}
-            for key, value in vars(moved).items():
-                if key not in keep:
-                    setattr(plog, key, value)
-            with self._lock:
-                self._log_root[tp] = dest
-            assert self._deleter is not None
-            self._deleter.submit(shutil.rmtree, trash, True)
-        for r in (root, dest):
-            self._checkpoint_dir_offsets(r)
-        log.info("moved %s from %s to %s", name, root, dest)
+            move = ReplicaMove(self, tp, plog, dest, dest / f"{name}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}",
+                               max_bytes_per_second=self.move_max_bytes_per_second)
+            self._start_move(move)
         return True
 
+    def move_log(self, topic: str, partition: int, dest: Path, timeout: float | None = None) -> bool:
+        """:meth:`alter_log_dir` and wait for the move to finish (tools, tests); its error is raised."""
+        if not self.alter_log_dir(topic, partition, dest):
+            return False
+        with self._lock:
+            move = self._moves.get((topic, partition))
+        if move is not None:
+            if not move.done.wait(timeout):
+                raise TimeoutError(f"the move of {topic}-{partition} to {dest} did not finish in {timeout} s")
+            if move.error is not None:
+                raise move.error
+        return True
+
+    def moves(self) -> list[ReplicaMove]:
+        """The moves under way (DescribeLogDirs answers their future logs)."""
+        with self._lock:
+            return list(self._moves.values())
+
+    def _start_move(self, move: ReplicaMove) -> None:
+        """Register and submit a move (``self._lock`` held)."""
+        self._moves[move.tp] = move
+        hook = self.on_move_round
+        if hook is not None:
+            move.on_round = lambda copied: hook(move, copied)
+        if self.cleaner is not None:
+            self.cleaner.abort(move.tp)  # and ``_healthy_logs`` leaves it out until the move ends
+        assert self._mover is not None
+        self._mover.submit(move.run)
+
+    def _move_finished(self, move: ReplicaMove) -> None:
+        """Called by a move's thread at its end, whatever the outcome."""
+        with self._lock:
+            if self._moves.get(move.tp) is move:
+                del self._moves[move.tp]
+        if move.succeeded and move.plog_root_before is not None:
+            for r in (move.plog_root_before, move.dest):
+                self._checkpoint_dir_offsets(r)
+
+    def _after_swap(self, tp: TopicPartition, old_root: Path, trash: Path) -> None:
+        """The swap of a move renamed the old directory ``trash``: remove it in the background."""
+        if self.cleaner is not None:
+            self.cleaner.abort(tp)
+        assert self._deleter is not None
+        self._deleter.submit(shutil.rmtree, trash, True)
+
+    def _cancel_moves(self, pred: Callable[[ReplicaMove], bool]) -> list[ReplicaMove]:
+        with self._lock:
+            found = [m for m in self._moves.values() if pred(m)]
+        for m in found:
+            m.cancel()
+        return found
+
     def _finish_moves(self, d: _LogDir) -> None:
-        """At start, before pending deletions finish: a ``<tp>.<id>-future`` whose live log exists in some log
-        directory is an unfinished copy (removed); one without is the only copy of a finished move (renamed into
-        place)."""
+        """At start, before pending deletions finish: a ``<tp>.<id>-future`` whose live log exists in another log
+        directory is a move under way, resumed after the logs are loaded (as Kafka); one without is the only
+        copy of a finished move (a crash between the swap's two renames): renamed into place."""
         for child in sorted(d.path.iterdir()):
             if not (child.is_dir() and child.name.endswith(FUTURE_DIR_SUFFIX)):
                 continue
             name = child.name[: -len(FUTURE_DIR_SUFFIX)].rsplit(".", 1)[0]
-            if parse_partition_dir(name) is None:
+            tp = parse_partition_dir(name)
+            if tp is None:
                 continue
-            if any((p / name).is_dir() for p in self.log_dirs):
-                log.info("removing the unfinished move %s", child)
+            live = [p for p in self.log_dirs if (p / name).is_dir()]
+            if live and live != [d.path] and not any(t == tp for t, _ in self._resumable):
+                log.info("resuming the move of %s into %s (%s)", name, d.path, child)
+                self._resumable.append((tp, child))
+            elif live:
+                log.info("removing %s (the live log is in the same directory, or another move of it resumes)", child)
                 shutil.rmtree(child, ignore_errors=True)
             else:
                 log.info("finishing the move of %s into %s", name, d.path)
                 os.rename(child, d.path / name)
                 fsync_dir(d.path)
+
+    def _resume_moves(self) -> None:
+        for tp, future_dir in self._resumable:
+            with self._lock:
+                plog = self._logs.get(tp)
+                if plog is None:
+                    shutil.rmtree(future_dir, ignore_errors=True)
+                    continue
+                self._start_move(ReplicaMove(self, tp, plog, future_dir.parent, future_dir, resumed=True,
+                                             max_bytes_per_second=self.move_max_bytes_per_second))
+        self._resumable.clear()
 
     def delete_log(self, topic: str, partition: int) -> bool:
         """Close the log, rename its directory to ``<topic>-<partition>.<uuid hex>-delete`` and remove it
@@ -675,6 +724,13 @@ class LogManager:
         per partition (deleting a topic of N partitions wrote 3 checkpoints of every partition N times: a
         quadratic 5.5 s for 1000). Returns, per partition, whether there was such a log."""
         self._check_started()
+        tps = list(tps)
+        wanted = set(tps)
+        self._cancel_moves(lambda m: m.tp in wanted)  # each removes its future directory
+        with self._swap_lock:
+            return self._delete_logs(tps)
+
+    def _delete_logs(self, tps: list[TopicPartition]) -> list[bool]:
         found: list[bool] = []
         roots: dict[Path, None] = {}
         moved: list[Path] = []
@@ -856,6 +912,11 @@ class LogManager:
         whose logs all closed cleanly, and release the locks."""
         if not self._started:
             return
+        for m in self.moves():  # their future directories stay: the next start resumes them
+            m.cancel(keep_future=True)
+        if self._mover is not None:
+            self._mover.shutdown(wait=True)
+            self._mover = None
         if self.cleaner is not None:
             self.cleaner.shutdown()
             with contextlib.suppress(OSError):

@@ -196,6 +196,8 @@ class PartitionLog:
         self.offline = False
         #: the log-dir failure channel (LogManager): called with (log, OSError, what) on an I/O error
         self.on_io_error: Callable[[PartitionLog, OSError, str], None] | None = None
+        #: counts truncations of the log's end (a follower's): a move into another log dir copies again after one
+        self.truncations = 0
 
     # ================================================================== I/O errors
     def io_error(self, exc: OSError, what: str) -> KafkaStorageError:
@@ -822,6 +824,7 @@ class PartitionLog:
             self._ensure_open()
             if target_offset >= self._log_end_offset:
                 return False
+            self.truncations += 1
             if self._segments[0].base_offset > target_offset:
                 self.truncate_fully_and_start_at(target_offset)
                 return True
@@ -845,6 +848,7 @@ class PartitionLog:
         """Delete every segment and start an empty log at ``new_offset``."""
         with self._lock:
             self._ensure_open()
+            self.truncations += 1
             self._segments.delete_all()
             self._segments.add(LogSegment(self.dir, new_offset, self.config))
             self._log_end_offset = new_offset

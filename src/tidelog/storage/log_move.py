@@ -1,0 +1,370 @@
+"""Moving a partition's replica into another log directory (AlterReplicaLogDirs): Kafka's future replica.
+
+Kafka (``ReplicaManager.alterReplicaLogDirs``, ``ReplicaAlterLogDirsThread``, ``LogManager.replaceCurrentWithFutureLog``)
+creates ``<dest>/<topic>-<partition>.<uniqueId>-future``, a log of its own that a background thread fills by
+fetching from the current log while the partition keeps taking appends and serving reads, and swaps it in for the
+current log once it has caught up. :class:`ReplicaMove` does the same on one of the log manager's mover threads
+(``num.replica.alter.log.dirs.threads``, default one per log directory):
+
+1. **Copy, no lock held.** The future log starts empty at the current log start offset (or, resumed after a
+   restart, from what its directory holds, recovered) and is fed the current log's batches from its own log end
+   offset on (:meth:`PartitionLog.read` takes the partition's lock only to pick the segments;
+   :meth:`PartitionLog.append_as_follower` builds the future's indexes, leader epochs, producer state and
+   transaction index as a follower's append does), 1 MiB at a time, fsynced after every round, at most
+   ``replica.alter.log.dirs.io.max.bytes.per.second``. Appends to the current log go on meanwhile; each round
+   copies what they added during the previous one.
+2. **Swap, under the partition's lock, briefly.** Once a round had less than ``SWAP_LAG_BYTES`` to copy, the
+   partition's lock is taken: the last batches are copied, the future gets the current high watermark, log start
+   offset and leader-epoch checkpoint, a producer-state snapshot at its end and is closed (its tail fsynced); the
+   current directory is renamed ``<tp>.<id>-delete`` and the future one ``<tp>``, each rename fsynced (in this
+   order: a crash in between leaves the future as the only live copy, which the next start renames into place;
+   Kafka renames the future first and refuses to start on the two live copies a crash there leaves); the same
+   :class:`PartitionLog` object then reopens itself from the new place (clean: no recovery scan), so every
+   reference the broker holds stays valid. The old directory is removed in the background.
+
+A truncation of the current log during the copy (a follower's) starts the copy again; the cleaner leaves a moving
+partition alone (Kafka's ``abortAndPauseCleaning``); a deleted partition, a cancelled move (another destination,
+or back to the current directory) or a failed directory ends the move and removes its future directory.
+
+**At start** (Kafka resumes too): a ``-future`` directory whose live log is in another directory is a move in
+progress; its log is recovered and the move continues on a mover thread. One without a live log is the only copy
+of a finished move (a crash between the two renames) and is renamed into place before logs load.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tidelog.records.header import RECORD_BATCH_OVERHEAD, BatchHeader
+from tidelog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, fsync_dir
+from tidelog.storage.epoch import LeaderEpochCache
+from tidelog.storage.errors import KafkaStorageError, OffsetOutOfRangeError, StorageError
+from tidelog.storage.log import PartitionLog
+from tidelog.storage.producer_state import ProducerStateManager
+
+if TYPE_CHECKING:
+    from tidelog.storage.manager import LogManager
+
+log = logging.getLogger("tidelog.storage.log_move")
+
+#: bytes read from the current log per step of the copy
+COPY_CHUNK_BYTES = 1 << 20
+#: the swap (under the partition's lock) starts once a round had at most this much to copy
+SWAP_LAG_BYTES = 1 << 20
+
+
+class MoveCancelled(Exception):
+    """The move was cancelled (another destination, the partition deleted, shutdown)."""
+
+
+class ReplicaMove:
+    """One partition's move into ``dest``: its future log and the thread work that fills and swaps it."""
+
+    def __init__(self, manager: LogManager, tp: tuple[str, int], plog: PartitionLog, dest: Path,
+                 future_dir: Path, *, resumed: bool = False,
+                 max_bytes_per_second: int | None = None) -> None:
+        self.manager = manager
+        self.tp = tp
+        self.plog = plog
+        self.dest = dest
+        self.future_dir = future_dir
+        self.resumed = resumed
+        self.max_bytes_per_second = max_bytes_per_second
+        self.future: PartitionLog | None = None
+        self.cancelled = threading.Event()
+        self.done = threading.Event()
+        #: None while running or when it succeeded; the exception that ended it otherwise
+        self.error: BaseException | None = None
+        self.succeeded = False
+        #: set by a cancel at shutdown: the future directory stays for the next start to resume
+        self.keep_future = False
+        #: test and bench hook: called after every copy round with the bytes it copied (on the mover thread)
+        self.on_round: Callable[[int], None] | None = None
+        self._copied_total = 0
+        self._started = time.monotonic()
+
+    # ------------------------------------------------------------------------------------------ state
+
+    @property
+    def offset_lag(self) -> int:
+        """DescribeLogDirs' ``offset_lag`` of the future replica (Kafka's ``getLogEndOffsetLag``)."""
+        future = self.future
+        if future is None:
+            return max(self.plog.log_end_offset - self.plog.log_start_offset, 0)
+        return max(self.plog.log_end_offset - future.log_end_offset, 0)
+
+    @property
+    def size_in_bytes(self) -> int:
+        future = self.future
+        try:
+            return int(future.size_in_bytes) if future is not None else 0
+        except Exception:  # closed under our feet: the swap is happening
+            return 0
+
+    def cancel(self, keep_future: bool = False) -> None:
+        """Stop the move at its next step; its future directory is removed unless ``keep_future`` (shutdown)."""
+        self.keep_future = self.keep_future or keep_future
+        self.cancelled.set()
+
+    def _check(self) -> None:
+        if self.cancelled.is_set():
+            raise MoveCancelled(f"the move of {self.tp[0]}-{self.tp[1]} to {self.dest} was cancelled")
+
+    # ------------------------------------------------------------------------------------------ thread
+
+    def run(self) -> None:
+        """The whole move, on a mover thread. Never raises: the outcome is in ``succeeded`` / ``error``."""
+        name = f"{self.tp[0]}-{self.tp[1]}"
+        try:
+            gen = self.plog.truncations
+            self._open_future()
+            while True:
+                if self.plog.truncations != gen:  # the current log was truncated: what we copied may be gone
+                    gen = self.plog.truncations
+                    assert self.future is not None
+                    log.info("%s was truncated during its move: copying it again", name)
+                    self.future.truncate_fully_and_start_at(self.plog.log_start_offset)
+                copied = self._round(gen)
+                if self.on_round is not None:
+                    self.on_round(copied)
+                if copied <= SWAP_LAG_BYTES and self._swap(gen):
+                    break
+            self.succeeded = True
+            log.info("moved %s from %s to %s (%d bytes copied in %.1f s)", name, self.plog_root_before,
+                     self.dest, self._copied_total, time.monotonic() - self._started)
+        except MoveCancelled as exc:
+            self.error = exc
+            log.info("%s", exc)
+            self._discard()
+        except BaseException as exc:  # reported; the future removed, the current log untouched
+            self.error = exc
+            log.error("moving %s to %s failed: %s", name, self.dest, exc)
+            self._discard()
+        finally:
+            self.manager._move_finished(self)
+            self.done.set()
+
+    plog_root_before: Path | None = None
+
+    def _open_future(self) -> None:
+        self._check()
+        plog = self.plog
+        self.plog_root_before = plog.dir.parent
+        fresh = not self.future_dir.is_dir()
+        if fresh:
+            self.future_dir.mkdir()
+            meta = plog.dir / PARTITION_METADATA
+            if meta.exists():
+                shutil.copyfile(meta, self.future_dir / PARTITION_METADATA)
+            fsync_dir(self.dest)
+        future = PartitionLog.open(
+            self.future_dir, plog.config, recovery_point=0, log_start_offset=0, high_watermark=None,
+            clean_shutdown=fresh, epoch_cache=LeaderEpochCache(self.future_dir / LEADER_EPOCH_CHECKPOINT),
+            producer_state=ProducerStateManager(self.future_dir), progress=None)
+        future.on_io_error = self._future_io_error
+        self.future = future
+        if fresh:
+            if plog.log_start_offset > 0:
+                future.truncate_fully_and_start_at(plog.log_start_offset)
+        elif not self._consistent():
+            log.info("the future log %s does not match %s-%s any more: copying again", self.future_dir, *self.tp)
+            future.truncate_fully_and_start_at(plog.log_start_offset)
+
+    def _consistent(self) -> bool:
+        """Whether the (resumed) future log is a prefix of the current one: its last batch is the current log's
+        batch at that offset (same offsets, leader epoch and CRC)."""
+        future, plog = self.future, self.plog
+        assert future is not None
+        if future.log_end_offset > plog.log_end_offset or future.log_end_offset < plog.log_start_offset:
+            return False
+        if future.log_end_offset == future.log_start_offset:
+            return True
+        last = None
+        for seg in reversed(future.segments):
+            if seg.size:
+                last = _last_header(future, seg.base_offset)
+                break
+        if last is None:
+            return True
+        mine = _header_at(plog, last.base_offset)
+        return mine is not None and (mine.base_offset, mine.last_offset, mine.partition_leader_epoch, mine.crc) == (
+            last.base_offset, last.last_offset, last.partition_leader_epoch, last.crc)
+
+    def _future_io_error(self, _future: PartitionLog, exc: OSError, what: str) -> None:
+        self.manager.fail_dir(self.dest, f"{what} of the future log {self.future_dir} failed: {exc}")
+
+    def _round(self, gen: int) -> int:
+        """Copy from the future's end to the current log end as it was when the round began; fsync; the bytes
+        copied. No lock of the partition is held (reads take it only to pick segments)."""
+        future, plog = self.future, self.plog
+        assert future is not None
+        target = plog.log_end_offset
+        copied = 0
+        while future.log_end_offset < target:
+            self._check()
+            if plog.truncations != gen:
+                break
+            n = self._copy_step(future, plog)
+            if n == 0:
+                break
+            copied += n
+            self._throttle(n)
+        future.flush()
+        return copied
+
+    def _copy_step(self, future: PartitionLog, plog: PartitionLog, max_bytes: int = COPY_CHUNK_BYTES) -> int:
+        """Append to the future the current log's whole batches from the future's end (at most about
+        ``max_bytes``, at least one batch); the bytes appended."""
+        start = future.log_end_offset
+        try:
+            info = plog.read(start, max_bytes, min_one_batch=True)
+        except OffsetOutOfRangeError:  # retention or DeleteRecords moved the current log start past us
+            future.truncate_fully_and_start_at(plog.log_start_offset)
+            return 1
+        if not info.regions:
+            return 0
+        data = info.read_bytes()
+        first = BatchHeader.parse(data, 0)
+        if first.base_offset < start:  # the batch holding ``start`` began below it: cannot happen unless diverged
+            raise StorageError(f"the future log of {self.tp[0]}-{self.tp[1]} ends inside a batch ({start})")
+        future.append_as_follower(data)
+        self._copied_total += len(data)
+        return len(data)
+
+    def _throttle(self, nbytes: int) -> None:
+        rate = self.max_bytes_per_second
+        if not rate:
+            return
+        ahead = self._copied_total / rate - (time.monotonic() - self._started)
+        if ahead > 0 and self.cancelled.wait(ahead):
+            self._check()
+
+    # ------------------------------------------------------------------------------------------ swap
+
+    def _swap(self, gen: int) -> bool:
+        """Replace the current log with the future one (see the module docstring). False: a truncation of the
+        current log came in between; copy again."""
+        manager, plog, future = self.manager, self.plog, self.future
+        assert future is not None
+        topic, partition = self.tp
+        name = f"{topic}-{partition}"
+        with manager._swap_lock, plog._lock:
+            self._check()
+            with manager._lock:
+                if manager._logs.get(self.tp) is not plog:
+                    raise MoveCancelled(f"{name} is no longer hosted here")
+                root = manager._log_root[self.tp]
+                if self.dest in manager._failed_dirs:
+                    raise KafkaStorageError(f"log directory {self.dest} is offline: {manager._failed_dirs[self.dest]}")
+            if plog.failed is not None:
+                raise KafkaStorageError(plog.failed)
+            if plog.truncations != gen:
+                return False
+            while future.log_end_offset < plog.log_end_offset:
+                if self._copy_step(future, plog, 1 << 30) == 0:
+                    break
+            future.high_watermark = plog.high_watermark
+            if plog.log_start_offset > future.log_start_offset:
+                future.maybe_increment_log_start_offset(plog.log_start_offset)
+            leo, lso, hw = future.log_end_offset, plog.log_start_offset, plog.high_watermark
+            if leo != plog.log_end_offset:
+                raise StorageError(f"the future log of {name} ends at {leo}, the current one at {plog.log_end_offset}")
+            epochs = plog.dir / LEADER_EPOCH_CHECKPOINT
+            if plog.epoch_cache is not None and epochs.exists():  # the current log's epochs are the truth (an epoch may have no batch yet)
+                shutil.copyfile(epochs, self.future_dir / LEADER_EPOCH_CHECKPOINT)
+                _fsync_file(self.future_dir / LEADER_EPOCH_CHECKPOINT)
+            if future.producer_state is not None:
+                future.producer_state.take_snapshot(leo)
+            future.close()
+            fsync_dir(self.future_dir)
+            trash = root / f"{name}.{os.urandom(16).hex()}-delete"
+            final = self.dest / name
+            os.rename(plog.dir, trash)
+            try:
+                fsync_dir(root)
+                os.rename(self.future_dir, final)
+            except BaseException:
+                os.rename(trash, plog.dir)  # the current log stays where it was
+                raise
+            try:
+                fsync_dir(self.dest)
+                moved = PartitionLog.open(
+                    final, plog.config, recovery_point=leo, log_start_offset=lso, high_watermark=hw,
+                    clean_shutdown=True, epoch_cache=LeaderEpochCache(final / LEADER_EPOCH_CHECKPOINT),
+                    producer_state=ProducerStateManager(final), progress=None)
+            except BaseException as exc:
+                # the files are all in place (a restart opens the moved log) but this process cannot switch to
+                # them: nothing more may be written to the old files, which are to be deleted
+                plog.mark_failed(f"reopening {final} after its move failed: {exc}", offline=False)
+                raise
+            for seg in plog._segments:
+                seg.close_handlers()  # open reads keep their file handles (reference-counted)
+            for _, seg in plog._deleted:
+                seg.close_handlers()
+            keep = {"_lock", "on_io_error", "_pending", "failed", "offline"}
+            for key, value in vars(moved).items():
+                if key not in keep:
+                    setattr(plog, key, value)
+            with manager._lock:
+                manager._log_root[self.tp] = self.dest
+            manager._after_swap(self.tp, root, trash)
+        return True
+
+    def _discard(self) -> None:
+        """Close and remove the future log (a cancelled or failed move)."""
+        future = self.future
+        if future is not None:
+            try:
+                if self.keep_future and future.failed is None:
+                    future.close()
+                else:
+                    future.close_handlers()
+            except Exception:
+                log.exception("closing the future log %s failed", self.future_dir)
+        if self.keep_future:
+            return
+        if self.future_dir.is_dir():  # after the swap's rename it is the live log, under another name
+            shutil.rmtree(self.future_dir, ignore_errors=True)
+            try:
+                fsync_dir(self.dest)
+            except OSError:
+                pass
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _header_at(plog: PartitionLog, offset: int) -> BatchHeader | None:
+    """The header of the batch of ``plog`` holding ``offset`` (None if none)."""
+    try:
+        info = plog.read(offset, RECORD_BATCH_OVERHEAD, min_one_batch=True)
+    except (OffsetOutOfRangeError, StorageError):
+        return None
+    if not info.regions:
+        return None
+    return BatchHeader.parse(info.read_bytes(), 0)
+
+
+def _last_header(plog: PartitionLog, segment_base: int) -> BatchHeader | None:
+    """The header of the last batch of ``plog``, scanning from ``segment_base`` (the last non-empty segment)."""
+    last = None
+    offset = segment_base
+    while offset < plog.log_end_offset:
+        header = _header_at(plog, offset)
+        if header is None:
+            break
+        last = header
+        offset = header.next_offset
+    return last
