@@ -88,6 +88,8 @@ class ReplicaMove:
         #: test and bench hook: called after every copy round with the bytes it copied (on the mover thread)
         self.on_round: Callable[[int], None] | None = None
         self._copied_total = 0
+        #: how long the swap held the partition's lock (seconds; None before the swap)
+        self.swap_seconds: float | None = None
         self._started = time.monotonic()
 
     # ------------------------------------------------------------------------------------------ state
@@ -137,8 +139,9 @@ class ReplicaMove:
                 if copied <= SWAP_LAG_BYTES and self._swap(gen):
                     break
             self.succeeded = True
-            log.info("moved %s from %s to %s (%d bytes copied in %.1f s)", name, self.plog_root_before,
-                     self.dest, self._copied_total, time.monotonic() - self._started)
+            log.info("moved %s from %s to %s (%d bytes copied in %.1f s; the swap held the partition's lock %.1f ms)",
+                     name, self.plog_root_before, self.dest, self._copied_total, time.monotonic() - self._started,
+                     (self.swap_seconds or 0.0) * 1000)
         except MoveCancelled as exc:
             self.error = exc
             log.info("%s", exc)
@@ -256,6 +259,7 @@ class ReplicaMove:
         topic, partition = self.tp
         name = f"{topic}-{partition}"
         with manager._swap_lock, plog._lock:
+            locked_at = time.monotonic()
             self._check()
             with manager._lock:
                 if manager._logs.get(self.tp) is not plog:
@@ -315,6 +319,7 @@ class ReplicaMove:
             with manager._lock:
                 manager._log_root[self.tp] = self.dest
             manager._after_swap(self.tp, root, trash)
+            self.swap_seconds = time.monotonic() - locked_at
         return True
 
     def _discard(self) -> None:
