@@ -477,11 +477,20 @@ def as_user(b: Any, user: str, api_key: int, version: int, body: dict) -> dict:
 
 
 def setup_table_resources(b: Any, keys: set[int] | None = None) -> None:
-    """As the super user: the topic T with a record, the group G with a committed offset, the transactional id
-    X with a producer id, and the table's ACLs."""
+    """As the super user: the topic T (and, for every API, a record in it, the group G with a committed offset,
+    the transactional id X with a producer id), and the table's ACLs."""
     r = call(b, "admin", 19, 7, {"topics": [{"name": T, "num_partitions": 1, "replication_factor": 1}],
                                  "timeout_ms": 10000})
     assert r["topics"][0]["error_code"] in (0, 36), r
+    if keys is None:
+        _records_group_and_txn(b)
+    creations = table_acls(keys)
+    for i in range(0, len(creations), 200):
+        r = call(b, "admin", 30, 3, {"creations": creations[i:i + 200]})
+        assert all(x["error_code"] == 0 for x in r["results"]), [x for x in r["results"] if x["error_code"]]
+
+
+def _records_group_and_txn(b: Any) -> None:
     body = {"transactional_id": None, "acks": -1, "timeout_ms": 5000, "topic_data": [
         {"name": T, "partition_data": [{"index": 0, "records": build_batch([(b"k", b"v")])}]}]}
     assert call(b, "admin", 0, 9, body)["responses"][0]["partition_responses"][0]["error_code"] == 0
@@ -491,10 +500,6 @@ def setup_table_resources(b: Any, keys: set[int] | None = None) -> None:
     r = call(b, "admin", 22, 4, {"transactional_id": X, "transaction_timeout_ms": 60000, "producer_id": -1,
                                  "producer_epoch": -1})
     assert r["error_code"] == 0, r
-    creations = table_acls(keys)
-    for i in range(0, len(creations), 200):
-        r = call(b, "admin", 30, 3, {"creations": creations[i:i + 200]})
-        assert all(x["error_code"] == 0 for x in r["results"]), [x for x in r["results"] if x["error_code"]]
 
 
 def _advertised(b: Any) -> set[int]:
@@ -538,4 +543,28 @@ def test_every_api_is_authorized_as_kafka(jbod_acl_broker: Any) -> None:
     assert call(b, "bob", 18, 3, {"client_software_name": "t", "client_software_version": "1"})["error_code"] == 0
     assert call(b, "bob", 60, 1, {"endpoint_type": 1})["error_code"] == 0
     wrong = run_table(b, advertised)
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.fixture(scope="module")
+def zk_authz_brokers(broker_factory: Any) -> Iterator[tuple[Any, list[Any]]]:
+    from zkpair import zk_broker_pair
+
+    jaas = plain_jaas({**USERS, **{u: PASSWORD for u in table_principals()}})
+    yield from zk_broker_pair(broker_factory, {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin;User:ANONYMOUS",  # the inter-broker PLAINTEXT listener
+    }, "tidelog-authz-zk-", ready=lambda b: setattr(b, "sasl_port", sasl_port(b)))
+
+
+def test_cluster_apis_are_authorized_as_kafka(zk_authz_brokers: tuple[Any, list[Any]]) -> None:
+    """The APIs only ZooKeeper mode serves (OffsetForLeaderEpoch, Alter/ListPartitionReassignments), from the
+    same table, against a broker of a two-broker cluster."""
+    _zk, (b, _other) = zk_authz_brokers
+    assert ZK_ONLY.issubset(_advertised(b))
+    setup_table_resources(b, ZK_ONLY)
+    wrong = run_table(b, ZK_ONLY)
     assert not wrong, "\n".join(wrong)
