@@ -38,18 +38,29 @@ import os
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tidelog.records.header import RECORD_BATCH_OVERHEAD, BatchHeader
 from tidelog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, fsync_dir
 from tidelog.storage.epoch import LeaderEpochCache
-from tidelog.storage.errors import KafkaStorageError, OffsetOutOfRangeError, StorageError
+from tidelog.storage.errors import (
+    InvalidTopicError,
+    KafkaStorageError,
+    LogDirNotFoundError,
+    OffsetOutOfRangeError,
+    ReplicaNotAvailableError,
+    StorageError,
+)
+from tidelog.storage.format import FUTURE_DIR_SUFFIX, parse_partition_dir, partition_dir_name
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.producer_state import ProducerStateManager
 
 if TYPE_CHECKING:
+    from tidelog.storage.cleaner import LogCleaner
     from tidelog.storage.manager import LogManager
 
 log = logging.getLogger("tidelog.storage.log_move")
@@ -373,3 +384,155 @@ def _last_header(plog: PartitionLog, segment_base: int) -> BatchHeader | None:
         last = header
         offset = header.next_offset
     return last
+
+
+TopicPartition = tuple[str, int]
+
+
+class LogMoves:
+    """The log manager's part for AlterReplicaLogDirs (mixed into :class:`~tidelog.storage.manager.LogManager`,
+    whose state it uses: the attributes below are the manager's)."""
+
+    log_dirs: list[Path]
+    cleaner: LogCleaner | None
+    move_max_bytes_per_second: int | None
+    on_move_round: Callable[[ReplicaMove, int], None] | None
+    _lock: threading.RLock
+    _swap_lock: threading.Lock
+    _dirs: dict[Path, Any]
+    _failed_dirs: dict[Path, str]
+    _logs: dict[TopicPartition, PartitionLog]
+    _log_root: dict[TopicPartition, Path]
+    _moves: dict[TopicPartition, ReplicaMove]
+    _mover: ThreadPoolExecutor | None
+    _deleter: ThreadPoolExecutor | None
+    _resumable: list[tuple[TopicPartition, Path]]
+
+    def _check_started(self) -> None:
+        raise NotImplementedError
+
+    def _checkpoint_dir_offsets(self, root: Path) -> None:
+        raise NotImplementedError
+
+    def fail_dir(self, root: Path, reason: str) -> bool:
+        raise NotImplementedError
+
+    def alter_log_dir(self, topic: str, partition: int, dest: Path) -> bool:
+        """AlterReplicaLogDirs of one partition (Kafka's ``ReplicaManager.alterReplicaLogDirs``): start moving its
+        log into the log directory ``dest`` in the background (:mod:`tidelog.storage.log_move`) and return at once;
+        True when a move is (now) under way, False when the log is in ``dest`` already (a move elsewhere is
+        cancelled then, as Kafka does). A move to another directory replaces one under way."""
+        self._check_started()
+        tp = (topic, partition)
+        dest = Path(dest).absolute()
+        name = partition_dir_name(topic, partition)
+        if len(f"{name}.{'0' * 32}{FUTURE_DIR_SUFFIX}") > 255:
+            raise InvalidTopicError("The topic name is too long.")
+        with self._lock:
+            if dest not in self._dirs:
+                raise LogDirNotFoundError(f"{dest} is not one of this broker's log directories")
+            if dest in self._failed_dirs:
+                raise KafkaStorageError(f"Log directory {dest} is offline")
+            plog = self._logs.get(tp)
+            root = self._log_root.get(tp)
+            if plog is None or root is None:
+                raise ReplicaNotAvailableError(f"{topic}-{partition} has no replica on this broker")
+            if root in self._failed_dirs:
+                raise KafkaStorageError(f"Partition {topic}-{partition} is offline")
+            current = self._moves.get(tp)
+            if current is not None and current.dest == dest:
+                return True
+            if current is not None:
+                current.cancel()  # it removes its future directory; the new one gets another name
+            if root == dest:
+                return False
+            move = ReplicaMove(self, tp, plog, dest, dest / f"{name}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}",
+                               max_bytes_per_second=self.move_max_bytes_per_second)
+            self._start_move(move)
+        return True
+
+    def move_log(self, topic: str, partition: int, dest: Path, timeout: float | None = None) -> bool:
+        """:meth:`alter_log_dir` and wait for the move to finish (tools, tests); its error is raised."""
+        if not self.alter_log_dir(topic, partition, dest):
+            return False
+        with self._lock:
+            move = self._moves.get((topic, partition))
+        if move is not None:
+            if not move.done.wait(timeout):
+                raise TimeoutError(f"the move of {topic}-{partition} to {dest} did not finish in {timeout} s")
+            if move.error is not None:
+                raise move.error
+        return True
+
+    def moves(self) -> list[ReplicaMove]:
+        """The moves under way (DescribeLogDirs answers their future logs)."""
+        with self._lock:
+            return list(self._moves.values())
+
+    def _start_move(self, move: ReplicaMove) -> None:
+        """Register and submit a move (``self._lock`` held)."""
+        self._moves[move.tp] = move
+        hook = self.on_move_round
+        if hook is not None:
+            move.on_round = lambda copied: hook(move, copied)
+        if self.cleaner is not None:
+            self.cleaner.abort(move.tp)  # and ``_healthy_logs`` leaves it out until the move ends
+        assert self._mover is not None
+        self._mover.submit(move.run)
+
+    def _move_finished(self, move: ReplicaMove) -> None:
+        """Called by a move's thread at its end, whatever the outcome."""
+        with self._lock:
+            if self._moves.get(move.tp) is move:
+                del self._moves[move.tp]
+        if move.succeeded and move.plog_root_before is not None:
+            for r in (move.plog_root_before, move.dest):
+                self._checkpoint_dir_offsets(r)
+
+    def _after_swap(self, tp: TopicPartition, old_root: Path, trash: Path) -> None:
+        """The swap of a move renamed the old directory ``trash``: remove it in the background."""
+        if self.cleaner is not None:
+            self.cleaner.abort(tp)
+        assert self._deleter is not None
+        self._deleter.submit(shutil.rmtree, trash, True)
+
+    def _cancel_moves(self, pred: Callable[[ReplicaMove], bool]) -> list[ReplicaMove]:
+        with self._lock:
+            found = [m for m in self._moves.values() if pred(m)]
+        for m in found:
+            m.cancel()
+        return found
+
+    def _finish_moves(self, root: Path) -> None:
+        """At start, before pending deletions finish: a ``<tp>.<id>-future`` whose live log exists in another log
+        directory is a move under way, resumed after the logs are loaded (as Kafka); one without is the only
+        copy of a finished move (a crash between the swap's two renames): renamed into place."""
+        for child in sorted(root.iterdir()):
+            if not (child.is_dir() and child.name.endswith(FUTURE_DIR_SUFFIX)):
+                continue
+            name = child.name[: -len(FUTURE_DIR_SUFFIX)].rsplit(".", 1)[0]
+            tp = parse_partition_dir(name)
+            if tp is None:
+                continue
+            live = [p for p in self.log_dirs if (p / name).is_dir()]
+            if live and live != [root] and not any(t == tp for t, _ in self._resumable):
+                log.info("resuming the move of %s into %s (%s)", name, root, child)
+                self._resumable.append((tp, child))
+            elif live:
+                log.info("removing %s (the live log is in the same directory, or another move of it resumes)", child)
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                log.info("finishing the move of %s into %s", name, root)
+                os.rename(child, root / name)
+                fsync_dir(root)
+
+    def _resume_moves(self) -> None:
+        for tp, future_dir in self._resumable:
+            with self._lock:
+                plog = self._logs.get(tp)
+                if plog is None:
+                    shutil.rmtree(future_dir, ignore_errors=True)
+                    continue
+                self._start_move(ReplicaMove(self, tp, plog, future_dir.parent, future_dir, resumed=True,
+                                             max_bytes_per_second=self.move_max_bytes_per_second))
+        self._resumable.clear()

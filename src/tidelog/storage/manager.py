@@ -11,6 +11,7 @@ A log directory looks exactly like Kafka's (ZooKeeper mode)::
         replication-offset-checkpoint         topic partition high watermark
         <topic>-<partition>/                  a PartitionLog (segments, leader-epoch-checkpoint, partition.metadata)
         <topic>-<partition>.<uuid hex>-delete a deleted partition, removed in the background
+        <topic>-<partition>.<uuid hex>-future a replica moving here (AlterReplicaLogDirs, ``log_move.py``)
 
 Lifecycle: ``startup()`` -> ``create_log`` / ``get_log`` / ``delete_log`` / ``tick`` -> ``shutdown()``.
 
@@ -77,8 +78,19 @@ from tidelog.storage.cleaner import CleanerConfig, LogCleaner
 from tidelog.storage.config import LogConfig
 from tidelog.storage.epoch import LeaderEpochCache
 from tidelog.storage.errors import CorruptCheckpointError, KafkaStorageError, StorageError
+from tidelog.storage.errors import InvalidTopicError as InvalidTopicError
+from tidelog.storage.errors import LogDirNotFoundError as LogDirNotFoundError
+from tidelog.storage.errors import ReplicaNotAvailableError as ReplicaNotAvailableError
+from tidelog.storage.format import (
+    DELETE_DIR_SUFFIX,
+    LEGAL_TOPIC,
+    STRAY_DIR_SUFFIX,
+    parse_partition_dir,
+    partition_dir_name,
+)
+from tidelog.storage.format import FUTURE_DIR_SUFFIX as FUTURE_DIR_SUFFIX
 from tidelog.storage.log import PartitionLog
-from tidelog.storage.log_move import ReplicaMove
+from tidelog.storage.log_move import LogMoves, ReplicaMove
 from tidelog.storage.producer_state import ProducerStateManager
 from tidelog.storage.retention import apply_retention
 
@@ -91,14 +103,9 @@ log = logging.getLogger("tidelog.storage.manager")
 TopicPartition = tuple[str, int]
 TopicConfigs = Mapping[str, LogConfig] | Callable[[str], "LogConfig | None"]
 
-DELETE_DIR_SUFFIX = "-delete"
 #: how often ``tick`` unmaps the indexes of inactive segments unused since the previous sweep
 INDEX_IDLE_SWEEP_MS = 60_000
-FUTURE_DIR_SUFFIX = "-future"
-STRAY_DIR_SUFFIX = "-stray"
 MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+\Z")
-_PARTITION_DIR = re.compile(r"(?P<topic>.+)-(?P<partition>0|[1-9][0-9]*)\Z")
 
 #: Show a recovery progress bar only when at least this many log bytes must be scanned.
 PROGRESS_MIN_BYTES = 64 * 1024 * 1024
@@ -116,22 +123,6 @@ class InconsistentClusterIdError(StorageError):
     """meta.properties files (or the configured cluster id) disagree about the cluster id."""
 
 
-class LogDirNotFoundError(StorageError):
-    """AlterReplicaLogDirs named a directory that is not one of the broker's ``log.dirs``."""
-
-    kafka_error = "LOG_DIR_NOT_FOUND"
-
-
-class ReplicaNotAvailableError(StorageError):
-    kafka_error = "REPLICA_NOT_AVAILABLE"
-
-
-class InvalidTopicError(StorageError):
-    """AlterReplicaLogDirs of a topic whose future directory name would exceed 255 characters (KAFKA-4893)."""
-
-    kafka_error = "INVALID_TOPIC_EXCEPTION"
-
-
 class LogExistsError(StorageError):
     """A partition log exists with a different topic id."""
 
@@ -142,24 +133,10 @@ def validate_topic_name(topic: str) -> None:
         raise ValueError(f"invalid topic name {topic!r}")
     if len(topic) > MAX_TOPIC_NAME_LENGTH:
         raise ValueError(f"topic name {topic!r} is longer than {MAX_TOPIC_NAME_LENGTH} characters")
-    if not _LEGAL_TOPIC.match(topic):
+    if not LEGAL_TOPIC.match(topic):
         raise ValueError(
             f"topic name {topic!r} contains characters other than ASCII alphanumerics, '.', '_', '-'"
         )
-
-
-def parse_partition_dir(name: str) -> TopicPartition | None:
-    """``orders-3`` -> ``("orders", 3)``; None for anything that is not a live partition directory."""
-    if name.endswith((DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
-        return None
-    m = _PARTITION_DIR.match(name)
-    if not m or not _LEGAL_TOPIC.match(m.group("topic")):
-        return None
-    return m.group("topic"), int(m.group("partition"))
-
-
-def partition_dir_name(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}"
 
 
 @dataclass
@@ -172,7 +149,7 @@ class _LogDir:
     high_watermarks: dict[TopicPartition, int] = field(default_factory=dict)
 
 
-class LogManager:
+class LogManager(LogMoves):
     """Owns the log directories and every :class:`PartitionLog` in them. Thread-safe."""
 
     def __init__(
@@ -263,7 +240,7 @@ class LogManager:
                 d.lock_fd = _lock_dir(path)
             self._check_meta_properties()
             for d in self._dirs.values():
-                self._finish_moves(d)
+                self._finish_moves(d.path)
             for d in self._dirs.values():
                 self._prepare_dir(d)
             self._load_logs()
@@ -590,128 +567,6 @@ class LogManager:
             except Exception:
                 log.exception("a log dir failure listener failed")
         return True
-
-    # ============================================================================ AlterReplicaLogDirs
-
-    def alter_log_dir(self, topic: str, partition: int, dest: Path) -> bool:
-        """AlterReplicaLogDirs of one partition (Kafka's ``ReplicaManager.alterReplicaLogDirs``): start moving its
-        log into the log directory ``dest`` in the background (:mod:`tidelog.storage.log_move`) and return at once;
-        True when a move is (now) under way, False when the log is in ``dest`` already (a move elsewhere is
-        cancelled then, as Kafka does). A move to another directory replaces one under way."""
-        self._check_started()
-        tp = (topic, partition)
-        dest = Path(dest).absolute()
-        name = partition_dir_name(topic, partition)
-        if len(f"{name}.{'0' * 32}{FUTURE_DIR_SUFFIX}") > 255:
-            raise InvalidTopicError("The topic name is too long.")
-        with self._lock:
-            if dest not in self._dirs:
-                raise LogDirNotFoundError(f"{dest} is not one of this broker's log directories")
-            if dest in self._failed_dirs:
-                raise KafkaStorageError(f"Log directory {dest} is offline")
-            plog = self._logs.get(tp)
-            root = self._log_root.get(tp)
-            if plog is None or root is None:
-                raise ReplicaNotAvailableError(f"{topic}-{partition} has no replica on this broker")
-            if root in self._failed_dirs:
-                raise KafkaStorageError(f"Partition {topic}-{partition} is offline")
-            current = self._moves.get(tp)
-            if current is not None and current.dest == dest:
-                return True
-            if current is not None:
-                current.cancel()  # it removes its future directory; the new one gets another name
-            if root == dest:
-                return False
-            move = ReplicaMove(self, tp, plog, dest, dest / f"{name}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}",
-                               max_bytes_per_second=self.move_max_bytes_per_second)
-            self._start_move(move)
-        return True
-
-    def move_log(self, topic: str, partition: int, dest: Path, timeout: float | None = None) -> bool:
-        """:meth:`alter_log_dir` and wait for the move to finish (tools, tests); its error is raised."""
-        if not self.alter_log_dir(topic, partition, dest):
-            return False
-        with self._lock:
-            move = self._moves.get((topic, partition))
-        if move is not None:
-            if not move.done.wait(timeout):
-                raise TimeoutError(f"the move of {topic}-{partition} to {dest} did not finish in {timeout} s")
-            if move.error is not None:
-                raise move.error
-        return True
-
-    def moves(self) -> list[ReplicaMove]:
-        """The moves under way (DescribeLogDirs answers their future logs)."""
-        with self._lock:
-            return list(self._moves.values())
-
-    def _start_move(self, move: ReplicaMove) -> None:
-        """Register and submit a move (``self._lock`` held)."""
-        self._moves[move.tp] = move
-        hook = self.on_move_round
-        if hook is not None:
-            move.on_round = lambda copied: hook(move, copied)
-        if self.cleaner is not None:
-            self.cleaner.abort(move.tp)  # and ``_healthy_logs`` leaves it out until the move ends
-        assert self._mover is not None
-        self._mover.submit(move.run)
-
-    def _move_finished(self, move: ReplicaMove) -> None:
-        """Called by a move's thread at its end, whatever the outcome."""
-        with self._lock:
-            if self._moves.get(move.tp) is move:
-                del self._moves[move.tp]
-        if move.succeeded and move.plog_root_before is not None:
-            for r in (move.plog_root_before, move.dest):
-                self._checkpoint_dir_offsets(r)
-
-    def _after_swap(self, tp: TopicPartition, old_root: Path, trash: Path) -> None:
-        """The swap of a move renamed the old directory ``trash``: remove it in the background."""
-        if self.cleaner is not None:
-            self.cleaner.abort(tp)
-        assert self._deleter is not None
-        self._deleter.submit(shutil.rmtree, trash, True)
-
-    def _cancel_moves(self, pred: Callable[[ReplicaMove], bool]) -> list[ReplicaMove]:
-        with self._lock:
-            found = [m for m in self._moves.values() if pred(m)]
-        for m in found:
-            m.cancel()
-        return found
-
-    def _finish_moves(self, d: _LogDir) -> None:
-        """At start, before pending deletions finish: a ``<tp>.<id>-future`` whose live log exists in another log
-        directory is a move under way, resumed after the logs are loaded (as Kafka); one without is the only
-        copy of a finished move (a crash between the swap's two renames): renamed into place."""
-        for child in sorted(d.path.iterdir()):
-            if not (child.is_dir() and child.name.endswith(FUTURE_DIR_SUFFIX)):
-                continue
-            name = child.name[: -len(FUTURE_DIR_SUFFIX)].rsplit(".", 1)[0]
-            tp = parse_partition_dir(name)
-            if tp is None:
-                continue
-            live = [p for p in self.log_dirs if (p / name).is_dir()]
-            if live and live != [d.path] and not any(t == tp for t, _ in self._resumable):
-                log.info("resuming the move of %s into %s (%s)", name, d.path, child)
-                self._resumable.append((tp, child))
-            elif live:
-                log.info("removing %s (the live log is in the same directory, or another move of it resumes)", child)
-                shutil.rmtree(child, ignore_errors=True)
-            else:
-                log.info("finishing the move of %s into %s", name, d.path)
-                os.rename(child, d.path / name)
-                fsync_dir(d.path)
-
-    def _resume_moves(self) -> None:
-        for tp, future_dir in self._resumable:
-            with self._lock:
-                plog = self._logs.get(tp)
-                if plog is None:
-                    shutil.rmtree(future_dir, ignore_errors=True)
-                    continue
-                self._start_move(ReplicaMove(self, tp, plog, future_dir.parent, future_dir, resumed=True,
-                                             max_bytes_per_second=self.move_max_bytes_per_second))
-        self._resumable.clear()
 
     def delete_log(self, topic: str, partition: int) -> bool:
         """Close the log, rename its directory to ``<topic>-<partition>.<uuid hex>-delete`` and remove it
