@@ -85,7 +85,7 @@ def test_describe_producers_raw(broker: Any) -> None:
     assert missing["partitions"][0]["error_code"] == UNKNOWN_TOPIC_OR_PARTITION
 
 
-MOVE_RATE = 2 * 1024 * 1024  # replica.alter.log.dirs.io.max.bytes.per.second: the 8 MB partition moves in ~4 s
+MOVE_RATE = 1024 * 1024  # replica.alter.log.dirs.io.max.bytes.per.second: the 8 MB partition moves in ~8 s
 
 
 @pytest.fixture()
