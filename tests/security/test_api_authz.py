@@ -227,6 +227,9 @@ def _ops_shown(r: dict) -> int:
 
 _TXN_HEAD = {"producer_id": 1, "producer_epoch": 0}
 _BROKER = {"resource_type": 4, "resource_name": "0"}
+_BROKER_LOGGER = {"resource_type": 8, "resource_name": "0"}
+DEL = "authz-del"  # deleted by its id by the one principal allowed to
+TOPIC_IDS: dict[str, bytes] = {}  # filled by setup_table_resources
 
 #: Kafka's authorization per API key (KafkaApis / AuthHelper, Kafka 4.1; ControllerApis for the ZooKeeper-mode
 #: reassignment APIs): the cases a client can reach, each with its checks in order. Every API key the broker
@@ -298,8 +301,13 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
                            "timeout_ms": 10000, "validate_only": True}, lambda r: r["topics"][0]["error_code"],
              [Check(T_TOPIC, CREATE, lambda u: f"authz-new-{u}", TOPIC_AUTH)], "topic"),
     ],
-    ApiKey.DELETE_TOPICS: [Case(5, lambda _u: {"topic_names": [GONE], "timeout_ms": 10000},
-                                lambda r: r["responses"][0]["error_code"], [Check(T_TOPIC, DELETE, GONE, TOPIC_AUTH)])],
+    ApiKey.DELETE_TOPICS: [
+        Case(5, lambda _u: {"topic_names": [GONE], "timeout_ms": 10000}, lambda r: r["responses"][0]["error_code"],
+             [Check(T_TOPIC, DELETE, GONE, TOPIC_AUTH)]),
+        Case(6, lambda _u: {"topics": [{"name": None, "topic_id": TOPIC_IDS[DEL]}], "timeout_ms": 10000},
+             lambda r: r["responses"][0]["error_code"],
+             [Check(T_TOPIC, DESCRIBE, DEL, TOPIC_AUTH), Check(T_TOPIC, DELETE, DEL, TOPIC_AUTH)], "by topic id"),
+    ],
     ApiKey.DELETE_RECORDS: [Case(2, lambda _u: {"topics": [{"name": GONE, "partitions": [
         {"partition_index": 0, "offset": 0}]}], "timeout_ms": 5000}, _first_partition("topics"),
         [Check(T_TOPIC, DELETE, GONE, TOPIC_AUTH)])],
@@ -357,6 +365,9 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
         Case(4, lambda _u: {"resources": [{**_BROKER, "configuration_keys": None}]},
              lambda r: r["results"][0]["error_code"],
              [Check(T_CLUSTER, DESCRIBE_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "broker"),
+        Case(4, lambda _u: {"resources": [{**_BROKER_LOGGER, "configuration_keys": None}]},
+             lambda r: r["results"][0]["error_code"],
+             [Check(T_CLUSTER, DESCRIBE_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "broker logger"),
     ],
     ApiKey.ALTER_CONFIGS: [
         Case(2, lambda _u: {"resources": [{"resource_type": 2, "resource_name": T, "configs": [
@@ -373,6 +384,10 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
         Case(1, lambda _u: {"resources": [{**_BROKER, "configs": []}], "validate_only": True},
              lambda r: r["responses"][0]["error_code"],
              [Check(T_CLUSTER, ALTER_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "broker"),
+        Case(1, lambda _u: {"resources": [{**_BROKER_LOGGER, "configs": [
+            {"name": "kafka.server", "config_operation": 0, "value": "INFO"}]}], "validate_only": True},
+             lambda r: r["responses"][0]["error_code"],
+             [Check(T_CLUSTER, ALTER_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "broker logger"),
     ],
     ApiKey.ALTER_REPLICA_LOG_DIRS: [Case(2, lambda _u: {"dirs": [{"path": "/nowhere", "topics": [
         {"name": GONE, "partitions": [0]}]}]}, _first_partition("results"),
@@ -479,9 +494,10 @@ def as_user(b: Any, user: str, api_key: int, version: int, body: dict) -> dict:
 def setup_table_resources(b: Any, keys: set[int] | None = None) -> None:
     """As the super user: the topic T (and, for every API, a record in it, the group G with a committed offset,
     the transactional id X with a producer id), and the table's ACLs."""
-    r = call(b, "admin", 19, 7, {"topics": [{"name": T, "num_partitions": 1, "replication_factor": 1}],
-                                 "timeout_ms": 10000})
-    assert r["topics"][0]["error_code"] in (0, 36), r
+    r = call(b, "admin", 19, 7, {"topics": [{"name": n, "num_partitions": 1, "replication_factor": 1}
+                                            for n in (T, DEL)], "timeout_ms": 10000})
+    assert [t["error_code"] for t in r["topics"]] in ([0, 0], [36, 36]), r
+    TOPIC_IDS.update((t["name"], t["topic_id"]) for t in r["topics"] if t["error_code"] == 0)
     if keys is None:
         _records_group_and_txn(b)
     creations = table_acls(keys)
