@@ -17,6 +17,7 @@ import pytest
 
 from tidelog.records import build_batch
 from tidelog.storage.config import LogConfig
+from tidelog.storage.log import PartitionLog
 from tidelog.storage.log_move import MoveCancelled
 from tidelog.storage.manager import LogManager
 
@@ -105,13 +106,28 @@ def test_appends_and_reads_go_on_during_a_move(tmp_path: Path) -> None:
                                                 base_sequence=449))
         assert dup.first_offset == leo - 1 and plog.log_end_offset == leo
         _fill(plog, 1, start_seq=450, value=b"after")
+        # the future log's objects were moved, not reopened: no state may still point at the future directory
+        assert not [k for k, v in vars(plog).items()
+                    if isinstance(getattr(v, "__self__", None), PartitionLog) and v.__self__ is not plog]
+        assert all(seg.log_path.parent == b / "t-0" and seg.offset_index.path.parent == b / "t-0"
+                   for seg in plog.segments)
+        # every path-based operation works in the new place: roll, retention, deferred deletion, idle unmapping
+        plog.roll()
+        _fill(plog, 1, start_seq=451, value=b"rolled")
+        assert len(plog.delete_segments_before(200)) > 0 and plog.log_start_offset > 0
+        assert plog.delete_expired_files(now_ms=1 << 62) > 0
+        m.unmap_idle_indexes()
+        m.unmap_idle_indexes()
+        tail = plog.read(plog.log_start_offset, 1 << 30)
+        assert tail.size > 0 and b"rolled" in plog.read(leo + 1, 1 << 20).read_bytes()
+        leo = plog.log_end_offset
         m.wait_for_deletions()
         assert not [p for p in a.iterdir() if p.name.startswith("t-0")]
     finally:
         m.shutdown()
     m = _manager(a, b)
     try:
-        assert m.log_dir_of("t", 0) == b and m.get_log("t", 0).log_end_offset == leo + 1
+        assert m.log_dir_of("t", 0) == b and m.get_log("t", 0).log_end_offset == leo
     finally:
         m.shutdown()
 
