@@ -107,6 +107,8 @@ class ReplicaMove:
         self._copied_total = 0
         #: how long the swap held the partition's lock (seconds; None before the swap)
         self.swap_seconds: float | None = None
+        #: the log directory the partition was in when the move began (its checkpoints are written at the end)
+        self.plog_root_before: Path | None = None
         self._started = time.monotonic()
 
     # ------------------------------------------------------------------------------------------ state
@@ -170,8 +172,6 @@ class ReplicaMove:
         finally:
             self.manager._move_finished(self)
             self.done.set()
-
-    plog_root_before: Path | None = None
 
     def _open_future(self) -> None:
         self._check()
