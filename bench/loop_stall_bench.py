@@ -13,6 +13,12 @@ in flight is reported as p50 / p99 / max, with how many there were and how long 
   as a hostile client's bombs would be). Sent ``--repeats`` times.
 * **create 1000**: CreateTopics of one topic with ``--partitions`` partitions.
 * **delete 1000**: DeleteTopics of that topic.
+* **move 600 MB** (``--only move``): AlterReplicaLogDirs of a partition holding ``--move-mb`` MB (1 MB batches of
+  1 KB records, 100 MB segments) into the broker's second log directory; the heavy "request" lasts until the
+  move is done (DescribeLogDirs polled every 50 ms shows the partition in its new directory and no future
+  replica; a revision that moves inside the request answers once it is done). The small requests alternate
+  Metadata, a Produce to another topic and a Produce to the moving partition itself. Also reported: the longest
+  time the partition's appends waited (its max produce latency).
 
 Every revision runs a fresh ``tidelog serve`` with an empty data dir on a free port. ``--tidelog-rev A,B``
 (or ``REV`` = REV,HEAD) exports each commit with ``git archive`` (bench/tidelog_revs.py ``snapshot_tidelog``, C extensions built in place) and
@@ -26,12 +32,14 @@ Usage::
 
     .venv/bin/python bench/loop_stall_bench.py --tidelog-rev ce67fc6,HEAD
     .venv/bin/python bench/loop_stall_bench.py --calibrate
+    .venv/bin/python bench/loop_stall_bench.py --tidelog-rev 53a1311,HEAD --only move --move-mb 600
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -57,6 +65,7 @@ from tidelog_revs import add_argument as add_rev_argument
 from tidelog_revs import parse_revs, prepare
 
 PRODUCE, METADATA, CREATE_TOPICS, DELETE_TOPICS, API_VERSIONS = 0, 3, 19, 20, 18
+ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 34, 35
 CAP = 64 * 1024 * 1024  # the broker's decompression cap (DEFAULT_MAX_DECOMPRESSED)
 
 
@@ -97,9 +106,11 @@ class Client:
         self.sock.close()
 
 
-def create_topic(c: Client, name: str, partitions: int) -> dict:
+def create_topic(c: Client, name: str, partitions: int, configs: dict[str, str] | None = None) -> dict:
     return c.request(CREATE_TOPICS, 5, {"topics": [{"name": name, "num_partitions": partitions,
-                                                    "replication_factor": 1, "assignments": [], "configs": []}],
+                                                    "replication_factor": 1, "assignments": [],
+                                                    "configs": [{"name": k, "value": v}
+                                                                for k, v in (configs or {}).items()]}],
                                         "timeout_ms": 120000, "validate_only": False})
 
 
@@ -144,9 +155,12 @@ def bomb_batch(codec: int, decompressed: int) -> bytes:
 
 
 class Broker:
-    def __init__(self, src: Path | None, work: Path) -> None:
+    def __init__(self, src: Path | None, work: Path, dirs: int = 1, log_level: str = "WARNING") -> None:
         self.port = free_port()
         self.data = work / f"data-{self.port}"
+        self.dirs = [self.data] if dirs == 1 else [work / f"data-{self.port}-{i}" for i in range(dirs)]
+        where = (["--data-dir", str(self.data)] if dirs == 1
+                 else ["--override", "log.dirs=" + ",".join(str(d) for d in self.dirs)])
         env = dict(os.environ)
         if src is not None:
             env["PYTHONPATH"] = str(src) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -154,7 +168,7 @@ class Broker:
         self._log = open(self.log_path, "w")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [str(ROOT / ".venv" / "bin" / "python"), "-m", "tidelog.cli.main", "serve", "--host", "127.0.0.1",
-             "--port", str(self.port), "--data-dir", str(self.data), "--log-level", "WARNING",
+             "--port", str(self.port), *where, "--log-level", log_level,
              "--override", "tidelog.metrics.listener=off"],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=work,
         )
@@ -183,12 +197,16 @@ class Broker:
 # --------------------------------------------------------------------------------------------- scenarios
 
 
-def small_requests_during(port: int, heavy: Any, min_seconds: float = 0.0, rate: float = 0.0
+def small_requests_during(port: int, heavy: Any, min_seconds: float = 0.0, rate: float = 0.0,
+                          also_to: str | None = None, also_lat: list[float] | None = None
                           ) -> tuple[list[float], float]:
-    """Run ``heavy(client)`` on its own connection in a thread; meanwhile send small requests on another one.
-    Returns (latencies in ms of small requests answered while the heavy one was in flight, heavy seconds)."""
+    """Run ``heavy(client)`` on its own connection in a thread; meanwhile send small requests on another one
+    (with ``also_to``, every third one is a Produce to that topic's partition 0, its latencies also appended to
+    ``also_lat``). Returns (latencies in ms of small requests answered while the heavy one was in flight,
+    heavy seconds)."""
     small = Client(port)
     small_body = produce_body("small", [build_batch([(None, b"x" * 100)])])
+    also_body = produce_body(also_to, [build_batch([(None, b"y" * 100)])]) if also_to else None
     meta = {"topics": [{"name": "small", "topic_id": bytes(16)}], "allow_auto_topic_creation": False,
             "include_topic_authorized_operations": False}
     small.request(METADATA, 12, meta)  # warm
@@ -229,13 +247,19 @@ def small_requests_during(port: int, heavy: Any, min_seconds: float = 0.0, rate:
             break
         started_after_done = done.is_set()
         t0 = time.perf_counter()
-        if i % 2:
+        to_moving = also_body is not None and i % 3 == 2
+        if to_moving:
+            r = small.request(PRODUCE, 9, also_body)
+            assert r["responses"][0]["partition_responses"][0]["error_code"] == 0, r
+        elif i % 2:
             small.request(PRODUCE, 9, small_body)
         else:
             small.request(METADATA, 12, meta)
         t1 = time.perf_counter()
         if heavy is None or not started_after_done:  # sent while the heavy request was in flight
             lat.append((t1 - t0) * 1000)
+            if to_moving and also_lat is not None:
+                also_lat.append((t1 - t0) * 1000)
         i += 1
     small.close()
     if heavy is not None:
@@ -252,7 +276,52 @@ def pct(xs: list[float], p: float) -> float:
     return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
+def log_dirs_of(c: Client, topic: str) -> dict[str, list[bool]]:
+    """log dir -> is_future_key of each replica of ``topic`` there."""
+    r = c.request(DESCRIBE_LOG_DIRS, 4, {"topics": None})
+    return {d["log_dir"]: [p["is_future_key"] for t in d["topics"] if t["name"] == topic for p in t["partitions"]]
+            for d in r["results"]}
+
+
+def run_move(src: Path | None, work: Path, args: argparse.Namespace) -> dict[str, dict]:
+    """The move scenario, on a broker with two log directories."""
+    broker = Broker(src, work, dirs=2, log_level="INFO")
+    out: dict[str, dict] = {}
+    try:
+        admin = Client(broker.port)
+        create_topic(admin, "small", 1)
+        create_topic(admin, "moving", 1, {"segment.bytes": str(100 * 1024 * 1024)})
+        batch = build_batch([(None, b"z" * 1000)] * 1000)
+        for _ in range(args.move_mb * 1024 * 1024 // len(batch)):
+            r = admin.request(PRODUCE, 9, produce_body("moving", [batch]))
+            assert r["responses"][0]["partition_responses"][0]["error_code"] == 0, r
+        dirs = log_dirs_of(admin, "moving")
+        [src_dir] = [d for d, keys in dirs.items() if keys == [False]]
+        [dst_dir] = [d for d in dirs if d != src_dir]
+        lat, _ = small_requests_during(broker.port, None, 2.0, args.rate)
+        out["idle"] = {"lat": lat, "heavy": 0.0}
+        moving_lat: list[float] = []
+
+        def move(c: Client) -> None:
+            r = c.request(ALTER_REPLICA_LOG_DIRS, 2, {"dirs": [
+                {"path": dst_dir, "topics": [{"name": "moving", "partitions": [0]}]}]})
+            assert r["results"][0]["partitions"][0]["error_code"] == 0, r
+            while log_dirs_of(c, "moving") != {src_dir: [], dst_dir: [False]}:
+                time.sleep(0.05)  # polling the move's progress, as kafka-reassign-partitions.sh --verify
+
+        lat, s = small_requests_during(broker.port, move, rate=args.rate, also_to="moving", also_lat=moving_lat)
+        out[f"move {args.move_mb} MB"] = {"lat": lat, "heavy": s, "moving max": max(moving_lat, default=0.0)}
+        admin.close()
+    finally:
+        broker.stop()
+    held = re.findall(r"the swap held the partition's lock ([0-9.]+) ms", broker.log_path.read_text())
+    out[f"move {args.move_mb} MB"]["swap"] = float(held[-1]) if held else float("nan")
+    return out
+
+
 def run_rev(src: Path | None, work: Path, args: argparse.Namespace, bombs: list[bytes]) -> dict[str, dict]:
+    if args.only == "move":
+        return run_move(src, work, args)
     broker = Broker(src, work)
     out: dict[str, dict] = {}
     try:
@@ -362,7 +431,9 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1000, help="partitions of the created/deleted topic")
     ap.add_argument("--rate", type=float, default=1000.0,
                     help="small requests per second (fixed schedule); 0: back to back, as fast as answered")
-    ap.add_argument("--only", default="bomb,create", help="scenarios: bomb, create (create and delete)")
+    ap.add_argument("--only", default="bomb,create",
+                    help="scenarios: bomb, create (create and delete); or move alone")
+    ap.add_argument("--move-mb", type=int, default=600, help="size of the moved partition (--only move)")
     ap.add_argument("--calibrate", action="store_true", help="measure the loop/worker threshold's inputs instead")
     args = ap.parse_args()
     if args.calibrate:
@@ -383,9 +454,12 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     rate = f"{args.rate:.0f}/s" if args.rate > 0 else "back to back"
     print(f"\nsmall requests (Metadata / 1-record Produce, alternating, one connection, {rate}) while another "
-          f"connection's heavy request is in flight; {os.cpu_count()} cores\nbomb produce: {args.bombs} batches "
-          f"(zstd ~{len(bombs_by_codec[4]) / 1024:.0f} KiB / gzip ~{len(bombs_by_codec[1]) / 1024:.0f} KiB, each "
-          f"inflating past the 64 MiB cap), {total / 1024:.0f} KiB request, x{args.repeats}\n")
+          f"connection's heavy request is in flight; {os.cpu_count()} cores")
+    if args.only != "move":
+        print(f"bomb produce: {args.bombs} batches (zstd ~{len(bombs_by_codec[4]) / 1024:.0f} KiB / gzip "
+              f"~{len(bombs_by_codec[1]) / 1024:.0f} KiB, each inflating past the 64 MiB cap), "
+              f"{total / 1024:.0f} KiB request, x{args.repeats}")
+    print()
     width = max(24, *(len(x) + 2 for x in labels))
     print(f"{'scenario':<16} {'metric':<22}" + "".join(f"{x:>{width}}" for x in labels))
     for scenario in results[labels[0]]:
@@ -397,9 +471,12 @@ def main() -> None:
         ]
         if scenario != "idle":
             rows.append(("heavy request s", lambda r: f"{r['heavy']:.2f}"))
+        if scenario.startswith("move"):
+            rows.append(("moving produce max ms", lambda r: f"{r['moving max']:.1f}"))
+            rows.append(("swap lock held ms", lambda r: f"{r['swap']:.1f}"))
         for metric, fmt in rows:
             print(f"{scenario:<16} {metric:<22}" + "".join(f"{fmt(results[x][scenario]):>{width}}" for x in labels))
-    for x in labels:
+    for x in labels if args.only != "move" else []:
         codes = results[x].get("bomb produce", {}).get("codes")
         print(f"bomb partition error codes [{x}]: {sorted(codes) if codes else '-'}")
 

@@ -7,7 +7,8 @@ with the reason otherwise.
   is freed brings it back with every acknowledged record.
 * One directory: writes are refused with KAFKA_STORAGE_ERROR, what is on disk stays readable, and nothing
   acknowledged (counted from confluent-kafka's delivery reports) is lost after a restart.
-* AlterReplicaLogDirs (kafka-python's admin client) moves a replica between the directories under load.
+* AlterReplicaLogDirs (kafka-python's admin client) moves a replica between the directories; a move left unfinished
+  at a restart resumes (as Kafka).
 """
 
 from __future__ import annotations
@@ -257,6 +258,9 @@ def test_alter_replica_log_dirs_moves_a_replica(tmp_path: Path) -> None:
             assert [e.errno for e in bad.values()] == [57], bad  # LOG_DIR_NOT_FOUND
         finally:
             admin.close()
+        # answered at once, as Kafka: the future log is copied and swapped in the background
+        wait_for(lambda: not [p for t in _describe_log_dirs(broker.bootstrap)[str(dst)]["topics"]
+                              for p in t["partitions"] if p["is_future_key"]], 30, "the move finished")
         assert (dst / f"{topic}-0").is_dir() and not (src / f"{topic}-0").exists()
         dirs = _describe_log_dirs(broker.bootstrap)
         assert [p["partition_index"] for t in dirs[str(dst)]["topics"] if t["name"] == topic
@@ -275,8 +279,9 @@ def test_alter_replica_log_dirs_moves_a_replica(tmp_path: Path) -> None:
 
 
 def test_unfinished_move_is_resolved_at_start(tmp_path: Path) -> None:
-    """A ``-future`` copy beside its live log (a crash during the copy) is removed; one without (a crash between
-    the renames) is the only copy and is renamed into place."""
+    """A ``-future`` copy beside its live log (a crash during the copy) is resumed, as Kafka does: the move
+    finishes after the start; one without (a crash between the renames) is the only copy and is renamed into
+    place."""
     a, b = tmp_path / "a", tmp_path / "b"
     broker = JbodBroker([a, b], {"num.partitions": "1"})
     broker.start()
@@ -294,8 +299,10 @@ def test_unfinished_move_is_resolved_at_start(tmp_path: Path) -> None:
         shutil.copytree(home[1] / f"{topic}-1", other[1] / f"{topic}-1.{'2' * 32}-future")
         (home[1] / f"{topic}-1").rename(home[1] / f"{topic}-1.{'3' * 32}-delete")
         broker.start()
-        assert not list(other[0].glob("*-future")) and not list(other[1].glob("*-future"))
-        assert (home[0] / f"{topic}-0").is_dir() and (other[1] / f"{topic}-1").is_dir()
+        wait_for(lambda: not list(other[0].glob("*-future")), 30, "the resumed move finished")
+        assert not list(other[1].glob("*-future"))
+        assert (other[0] / f"{topic}-0").is_dir() and (other[1] / f"{topic}-1").is_dir()
+        assert not (home[0] / f"{topic}-0").exists()
         for p in range(2):
             assert _values(broker.bootstrap, topic, p) == acked[p]
     finally:

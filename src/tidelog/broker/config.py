@@ -97,6 +97,13 @@ def _pos_int(value: str) -> int:
     return _parse_int(value, 1)
 
 
+def _pos_long(value: str) -> int:
+    v = _parse_long(value)
+    if v < 1:
+        raise ValueError("must be >= 1")
+    return v
+
+
 def _nonneg_long(value: str) -> int:
     v = _parse_long(value)
     if v < 0:
@@ -288,6 +295,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("replica.fetch.min.bytes", "1", _pos_int),
         _key("replica.fetch.response.max.bytes", "10485760", _nonneg_int),
         _key("num.replica.fetchers", "1", _pos_int, "ZooKeeper mode: fetchers (connections) per source broker"),
+        _key("num.replica.alter.log.dirs.threads", None, _pos_int,
+             "AlterReplicaLogDirs: threads moving replicas between log dirs (default: one per log dir)"),
+        _key("replica.alter.log.dirs.io.max.bytes.per.second", str(LONG_MAX), _pos_long,
+             "AlterReplicaLogDirs: the copy rate of a replica move, bytes per second"),
         _key("tidelog.metadata.departed.broker.ms", "0", _nonneg_int,
              "ZooKeeper mode: a broker that left stays in Metadata's broker list this long (librdkafka failover)"),
         _key("tidelog.zookeeper.close.previous.session", "true", _parse_bool,

@@ -387,6 +387,7 @@ class TopicManager:
     def log_manager_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``LogManager(...)`` beyond log dirs and the default config."""
         cfg = self.config
+        move_rate = cfg.get("replica.alter.log.dirs.io.max.bytes.per.second")
         return self.backend.log_manager_kwargs({
             "broker_id": self.broker.node_id,
             "cluster_id": cfg.cluster_id,
@@ -397,6 +398,8 @@ class TopicManager:
             "high_watermark_checkpoint_interval_ms": cfg.get("replica.high.watermark.checkpoint.interval.ms"),
             "retention_check_interval_ms": cfg.get("log.retention.check.interval.ms"),
             "cleaner_config": CleanerConfig.from_properties(cfg.props),
+            "move_threads": cfg.get("num.replica.alter.log.dirs.threads"),
+            "move_max_bytes_per_second": (None if move_rate >= 2**63 - 1 else move_rate),
         })
 
     def load(self) -> None:

@@ -61,3 +61,19 @@ class InvalidConfigError(ValueError):
         self.name = name
         self.value = value
         self.reason = reason
+
+
+class LogDirNotFoundError(StorageError):
+    """AlterReplicaLogDirs named a directory that is not one of the broker's ``log.dirs``."""
+
+    kafka_error = "LOG_DIR_NOT_FOUND"
+
+
+class ReplicaNotAvailableError(StorageError):
+    kafka_error = "REPLICA_NOT_AVAILABLE"
+
+
+class InvalidTopicError(StorageError):
+    """AlterReplicaLogDirs of a topic whose future directory name would exceed 255 characters (KAFKA-4893)."""
+
+    kafka_error = "INVALID_TOPIC_EXCEPTION"

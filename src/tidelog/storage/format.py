@@ -10,6 +10,7 @@ is a precompiled :class:`struct.Struct`, big-endian as Kafka writes them.
 
 from __future__ import annotations
 
+import re
 import struct
 
 # ----------------------------------------------------------------------------------------------- file names
@@ -53,3 +54,27 @@ PRODUCER_SNAPSHOT_HEADER = struct.Struct(">hIi")
 #: one producer's entry, fields in the order of the layout above
 PRODUCER_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
 PRODUCER_SNAPSHOT_ENTRY_SIZE = PRODUCER_SNAPSHOT_ENTRY.size  # 46
+
+
+# ------------------------------------------------------------------------------------- partition directories
+# ``<topic>-<partition>``, and Kafka's ``<topic>-<partition>.<uuid hex><suffix>`` for a log being deleted, moved
+# into another log directory (a future replica) or left over from a topic gone elsewhere (stray)
+DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
+STRAY_DIR_SUFFIX = "-stray"
+LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+\Z")
+_PARTITION_DIR = re.compile(r"(?P<topic>.+)-(?P<partition>0|[1-9][0-9]*)\Z")
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``orders-3`` -> ``("orders", 3)``; None for anything that is not a live partition directory."""
+    if name.endswith((DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+        return None
+    m = _PARTITION_DIR.match(name)
+    if not m or not LEGAL_TOPIC.match(m.group("topic")):
+        return None
+    return m.group("topic"), int(m.group("partition"))
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"

@@ -359,9 +359,14 @@ class AbstractIndex:
     def rename_to(self, new_path: Path) -> None:
         with self._lock:
             os.replace(self.path, new_path)
-            self.path = new_path
+            self.moved_to(new_path)
+
+    def moved_to(self, new_path: Path) -> None:
+        """The file is at ``new_path`` now (its directory was renamed): only the name changes."""
+        with self._lock:
+            self.path = Path(new_path)
             if not self._closed:
-                self._st.path = os.fsencode(new_path)
+                self._st.path = os.fsencode(self.path)
 
     def _relative(self, offset: int) -> int:
         rel = offset - self.base_offset

@@ -11,6 +11,7 @@ A log directory looks exactly like Kafka's (ZooKeeper mode)::
         replication-offset-checkpoint         topic partition high watermark
         <topic>-<partition>/                  a PartitionLog (segments, leader-epoch-checkpoint, partition.metadata)
         <topic>-<partition>.<uuid hex>-delete a deleted partition, removed in the background
+        <topic>-<partition>.<uuid hex>-future a replica moving here (AlterReplicaLogDirs, ``log_move.py``)
 
 Lifecycle: ``startup()`` -> ``create_log`` / ``get_log`` / ``delete_log`` / ``tick`` -> ``shutdown()``.
 
@@ -80,7 +81,19 @@ from tidelog.storage.cleaner import CleanerConfig, LogCleaner
 from tidelog.storage.config import LogConfig
 from tidelog.storage.epoch import LeaderEpochCache
 from tidelog.storage.errors import CorruptCheckpointError, KafkaStorageError, StorageError
+from tidelog.storage.errors import InvalidTopicError as InvalidTopicError
+from tidelog.storage.errors import LogDirNotFoundError as LogDirNotFoundError
+from tidelog.storage.errors import ReplicaNotAvailableError as ReplicaNotAvailableError
+from tidelog.storage.format import (
+    DELETE_DIR_SUFFIX,
+    LEGAL_TOPIC,
+    STRAY_DIR_SUFFIX,
+    parse_partition_dir,
+    partition_dir_name,
+)
+from tidelog.storage.format import FUTURE_DIR_SUFFIX as FUTURE_DIR_SUFFIX
 from tidelog.storage.log import PartitionLog
+from tidelog.storage.log_move import LogMoves, ReplicaMove
 from tidelog.storage.open_files import SHORTAGE, DescriptorsExhaustedError, is_fd_exhaustion
 from tidelog.storage.producer_state import ProducerStateManager
 from tidelog.storage.retention import apply_retention
@@ -94,14 +107,9 @@ log = logging.getLogger("tidelog.storage.manager")
 TopicPartition = tuple[str, int]
 TopicConfigs = Mapping[str, LogConfig] | Callable[[str], "LogConfig | None"]
 
-DELETE_DIR_SUFFIX = "-delete"
 #: how often ``tick`` unmaps the indexes of inactive segments unused since the previous sweep
 INDEX_IDLE_SWEEP_MS = 60_000
-FUTURE_DIR_SUFFIX = "-future"
-STRAY_DIR_SUFFIX = "-stray"
 MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+\Z")
-_PARTITION_DIR = re.compile(r"(?P<topic>.+)-(?P<partition>0|[1-9][0-9]*)\Z")
 
 #: Show a recovery progress bar only when at least this many log bytes must be scanned.
 PROGRESS_MIN_BYTES = 64 * 1024 * 1024
@@ -119,16 +127,6 @@ class InconsistentClusterIdError(StorageError):
     """meta.properties files (or the configured cluster id) disagree about the cluster id."""
 
 
-class LogDirNotFoundError(StorageError):
-    """AlterReplicaLogDirs named a directory that is not one of the broker's ``log.dirs``."""
-
-    kafka_error = "LOG_DIR_NOT_FOUND"
-
-
-class ReplicaNotAvailableError(StorageError):
-    kafka_error = "REPLICA_NOT_AVAILABLE"
-
-
 class LogExistsError(StorageError):
     """A partition log exists with a different topic id."""
 
@@ -139,24 +137,10 @@ def validate_topic_name(topic: str) -> None:
         raise ValueError(f"invalid topic name {topic!r}")
     if len(topic) > MAX_TOPIC_NAME_LENGTH:
         raise ValueError(f"topic name {topic!r} is longer than {MAX_TOPIC_NAME_LENGTH} characters")
-    if not _LEGAL_TOPIC.match(topic):
+    if not LEGAL_TOPIC.match(topic):
         raise ValueError(
             f"topic name {topic!r} contains characters other than ASCII alphanumerics, '.', '_', '-'"
         )
-
-
-def parse_partition_dir(name: str) -> TopicPartition | None:
-    """``orders-3`` -> ``("orders", 3)``; None for anything that is not a live partition directory."""
-    if name.endswith((DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
-        return None
-    m = _PARTITION_DIR.match(name)
-    if not m or not _LEGAL_TOPIC.match(m.group("topic")):
-        return None
-    return m.group("topic"), int(m.group("partition"))
-
-
-def partition_dir_name(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}"
 
 
 @dataclass
@@ -169,7 +153,7 @@ class _LogDir:
     high_watermarks: dict[TopicPartition, int] = field(default_factory=dict)
 
 
-class LogManager:
+class LogManager(LogMoves):
     """Owns the log directories and every :class:`PartitionLog` in them. Thread-safe."""
 
     def __init__(
@@ -187,6 +171,8 @@ class LogManager:
         high_watermark_checkpoint_interval_ms: int = 5000,
         retention_check_interval_ms: int = 300000,
         cleaner_config: CleanerConfig | None = None,
+        move_threads: int | None = None,
+        move_max_bytes_per_second: int | None = None,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is required")
@@ -205,6 +191,17 @@ class LogManager:
         self.high_watermark_checkpoint_interval_ms = high_watermark_checkpoint_interval_ms
         self.retention_check_interval_ms = retention_check_interval_ms
         self.cleaner_config = cleaner_config
+        #: AlterReplicaLogDirs: ``num.replica.alter.log.dirs.threads`` (default: one per log dir) and
+        #: ``replica.alter.log.dirs.io.max.bytes.per.second`` (None: unthrottled)
+        self.move_threads = move_threads or len(resolved)
+        self.move_max_bytes_per_second = move_max_bytes_per_second
+        self._moves: dict[TopicPartition, ReplicaMove] = {}
+        self._mover: ThreadPoolExecutor | None = None
+        self._resumable: list[tuple[TopicPartition, Path]] = []
+        # a move's swap and a deletion of logs exclude each other (Kafka's logCreationOrDeletionLock)
+        self._swap_lock = threading.Lock()
+        #: test and bench hook handed to every move: ``fn(move, bytes copied)`` after each copy round
+        self.on_move_round: Callable[[ReplicaMove, int], None] | None = None
         #: the log cleaner (compaction threads); None until startup
         self.cleaner: LogCleaner | None = None
         self._last_retention_check_ms: int | None = None
@@ -249,11 +246,13 @@ class LogManager:
                 d.lock_fd = _lock_dir(path)
             self._check_meta_properties()
             for d in self._dirs.values():
-                self._finish_moves(d)
+                self._finish_moves(d.path)
             for d in self._dirs.values():
                 self._prepare_dir(d)
             self._load_logs()
             self._start_cleaner()
+            self._mover = ThreadPoolExecutor(max_workers=self.move_threads, thread_name_prefix="log-mover")
+            self._resume_moves()
         except BaseException:
             self._close_all_quietly()
             self._release_locks()
@@ -439,9 +438,9 @@ class LogManager:
             return dict(self._logs)
 
     def _healthy_logs(self) -> dict[TopicPartition, PartitionLog]:
-        """The logs of directories that have not failed (what the cleaner may compact)."""
+        """The logs of directories that have not failed and that are not moving (what the cleaner may compact)."""
         with self._lock:
-            return {tp: plog for tp, plog in self._logs.items() if plog.failed is None}
+            return {tp: plog for tp, plog in self._logs.items() if plog.failed is None and tp not in self._moves}
 
     def topic_id_of(self, topic: str) -> bytes | None:
         """The topic id recorded in the topic's ``partition.metadata`` files, or None if unknown."""
@@ -579,6 +578,7 @@ class LogManager:
             offline = any(p not in self._failed_dirs for p in self._dirs if p != root)
             self._failed_dirs[root] = reason
             logs = [(tp, plog) for tp, plog in self._logs.items() if self._log_root.get(tp) == root]
+        self._cancel_moves(lambda m: m.dest == root or self._log_root.get(m.tp) == root)
         for _tp, plog in logs:
             plog.mark_failed(reason, offline=offline)
         if self.cleaner is not None:  # an ongoing cleaning stops; it picks healthy logs only from now on
@@ -600,104 +600,6 @@ class LogManager:
                 log.exception("a log dir failure listener failed")
         return True
 
-    # ============================================================================ AlterReplicaLogDirs
-
-    def move_log(self, topic: str, partition: int, dest: Path) -> bool:
-        """Move the log of ``topic-partition`` into the log directory ``dest`` (AlterReplicaLogDirs). Returns
-        False when it is there already.
-
-        **Difference from Kafka** (which copies into ``<tp>.<id>-future`` with a second replica fetcher while the
-        partition keeps taking writes, then swaps): the partition is paused (its lock held: appends and reads of
-        it wait) while its files are flushed, copied into ``<dest>/<tp>.<uuid>-future`` and fsynced; then the old
-        directory is renamed ``-delete`` and the future one ``<tp>`` (each rename fsynced), and the same
-        :class:`PartitionLog` object reopens its segments from the new place, so every reference the broker holds
-        stays valid. A crash before the first rename leaves a ``-future`` beside the live log: the next start
-        removes it; after it, the ``-future`` is the only copy: the next start renames it into place."""
-        self._check_started()
-        tp = (topic, partition)
-        dest = Path(dest).absolute()
-        with self._lock:
-            if dest not in self._dirs:
-                raise LogDirNotFoundError(f"{dest} is not one of this broker's log directories")
-            if dest in self._failed_dirs:
-                raise KafkaStorageError(f"log directory {dest} is offline: {self._failed_dirs[dest]}")
-            plog = self._logs.get(tp)
-            root = self._log_root.get(tp)
-            if plog is None or root is None:
-                raise ReplicaNotAvailableError(f"{topic}-{partition} has no replica on this broker")
-            if root == dest:
-                return False
-        plog.wait_for_background_flushes()
-        plog.flush()
-        name = partition_dir_name(topic, partition)
-        future = dest / f"{name}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
-        with plog._lock:
-            if plog.failed is not None:
-                raise KafkaStorageError(plog.failed)
-            plog.flush()
-            try:
-                shutil.copytree(plog.dir, future)
-                for entry in os.scandir(future):
-                    fd = os.open(entry.path, os.O_RDONLY)
-                    try:
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
-                fsync_dir(future)
-                fsync_dir(dest)
-            except OSError as exc:
-                shutil.rmtree(future, ignore_errors=True)
-                if is_fd_exhaustion(exc):  # not the destination's failure: the move may be asked again
-                    raise SHORTAGE.note(f"moving {name}", exc, dest) from exc
-                self.fail_dir(dest, f"copying {name} into {dest} failed: {exc}")
-                raise KafkaStorageError(f"moving {name} to {dest} failed: {exc}") from exc
-            old_dir = plog.dir
-            trash = root / f"{name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-            os.rename(old_dir, trash)
-            fsync_dir(root)
-            final = dest / name
-            os.rename(future, final)
-            fsync_dir(dest)
-            recovery_point, log_start, hw = plog.recovery_point, plog.log_start_offset, plog.high_watermark
-            for seg in plog._segments:
-                seg.close_handlers()  # open reads keep their file handles (reference-counted)
-            moved = PartitionLog.open(
-                final, plog.config, recovery_point=recovery_point, log_start_offset=log_start,
-                high_watermark=hw, clean_shutdown=False,
-                epoch_cache=LeaderEpochCache(final / LEADER_EPOCH_CHECKPOINT),
-                producer_state=ProducerStateManager(final), progress=None,
-            )
-            keep = {"_lock", "on_io_error", "_pending"}
-            for key, value in vars(moved).items():
-                if key not in keep:
-                    setattr(plog, key, value)
-            with self._lock:
-                self._log_root[tp] = dest
-            assert self._deleter is not None
-            self._deleter.submit(shutil.rmtree, trash, True)
-        for r in (root, dest):
-            self._checkpoint_dir_offsets(r)
-        log.info("moved %s from %s to %s", name, root, dest)
-        return True
-
-    def _finish_moves(self, d: _LogDir) -> None:
-        """At start, before pending deletions finish: a ``<tp>.<id>-future`` whose live log exists in some log
-        directory is an unfinished copy (removed); one without is the only copy of a finished move (renamed into
-        place)."""
-        for child in sorted(d.path.iterdir()):
-            if not (child.is_dir() and child.name.endswith(FUTURE_DIR_SUFFIX)):
-                continue
-            name = child.name[: -len(FUTURE_DIR_SUFFIX)].rsplit(".", 1)[0]
-            if parse_partition_dir(name) is None:
-                continue
-            if any((p / name).is_dir() for p in self.log_dirs):
-                log.info("removing the unfinished move %s", child)
-                shutil.rmtree(child, ignore_errors=True)
-            else:
-                log.info("finishing the move of %s into %s", name, d.path)
-                os.rename(child, d.path / name)
-                fsync_dir(d.path)
-
     def delete_log(self, topic: str, partition: int) -> bool:
         """Close the log, rename its directory to ``<topic>-<partition>.<uuid hex>-delete`` and remove it
         in the background. Returns False when there was no such log."""
@@ -709,6 +611,13 @@ class LogManager:
         per partition (deleting a topic of N partitions wrote 3 checkpoints of every partition N times: a
         quadratic 5.5 s for 1000). Returns, per partition, whether there was such a log."""
         self._check_started()
+        tps = list(tps)
+        wanted = set(tps)
+        self._cancel_moves(lambda m: m.tp in wanted)  # each removes its future directory
+        with self._swap_lock:
+            return self._delete_logs(tps)
+
+    def _delete_logs(self, tps: list[TopicPartition]) -> list[bool]:
         found: list[bool] = []
         roots: dict[Path, None] = {}
         moved: list[Path] = []
@@ -910,6 +819,11 @@ class LogManager:
         whose logs all closed cleanly, and release the locks."""
         if not self._started:
             return
+        for m in self.moves():  # their future directories stay: the next start resumes them
+            m.cancel(keep_future=True)
+        if self._mover is not None:
+            self._mover.shutdown(wait=True)
+            self._mover = None
         if self.cleaner is not None:
             self.cleaner.shutdown()
             with contextlib.suppress(OSError):

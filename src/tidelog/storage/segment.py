@@ -1042,6 +1042,16 @@ class LogSegment:
                     pass
             self.txn_index.delete()
 
+    def moved_to(self, directory: Path) -> None:
+        """The segment's directory was renamed to ``directory`` (Kafka's ``LogSegment.updateParentDir``): only the
+        paths change, every descriptor and mapping stays."""
+        with self._lock:
+            self.dir = Path(directory)
+            self.log_path = log_file(self.dir, self.base_offset, self.file_suffix)
+            self.offset_index.moved_to(index_file(self.dir, self.base_offset, self.file_suffix))
+            self.time_index.moved_to(time_index_file(self.dir, self.base_offset, self.file_suffix))
+            self.txn_index.moved_to(txn_index_file(self.dir, self.base_offset, self.file_suffix))
+
     def rename_suffix(self, new_suffix: str) -> None:
         """Rename every file from the current suffix to ``new_suffix`` (e.g. ``.deleted``); fds stay valid."""
         with self._lock:

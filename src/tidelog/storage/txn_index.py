@@ -166,6 +166,11 @@ class TransactionIndex:
                 pass
             self.path = path
 
+    def moved_to(self, path: Path) -> None:
+        """The file is at ``path`` now (its directory was renamed)."""
+        with self._lock:
+            self.path = Path(path)
+
     def delete(self) -> None:
         with self._lock:
             self.path.unlink(missing_ok=True)

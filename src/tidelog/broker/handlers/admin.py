@@ -923,6 +923,8 @@ async def describe_cluster(ctx: RequestContext, request: dict) -> dict:
         for op in _ACL_OPS_CLUSTER:
             bits |= 1 << op
         auth = ctx.broker.authorizer
-        resp["cluster_authorized_operations"] = bits if auth is None else auth.authorized_operations(
-            ctx.principal, ctx.client_host, _CLUSTER, CLUSTER_NAME)
+        # AuthHelper.computeDescribeClusterResponse: 0 without DESCRIBE on the cluster
+        resp["cluster_authorized_operations"] = (
+            bits if auth is None else 0 if not ctx.authorize(AclOperation.DESCRIBE, _CLUSTER, CLUSTER_NAME)
+            else auth.authorized_operations(ctx.principal, ctx.client_host, _CLUSTER, CLUSTER_NAME))
     return resp

@@ -278,6 +278,8 @@ async def metadata(ctx: RequestContext, request: dict) -> dict:
         "cluster_authorized_operations": (
             AUTHORIZED_OPERATIONS_OMITTED if not request.get("include_cluster_authorized_operations")
             else CLUSTER_OPERATIONS if auth is None
+            # KafkaApis: without DESCRIBE on the cluster the field is 0, whatever else the principal may do
+            else 0 if not ctx.authorize(AclOperation.DESCRIBE, _CLUSTER, CLUSTER_NAME)
             else auth.authorized_operations(ctx.principal, ctx.client_host, _CLUSTER, CLUSTER_NAME)),
     }
 

@@ -6,15 +6,21 @@ Kafka behaviours reproduced (sources: Kafka ``KafkaApis.handleDescribeLogDirsReq
 
 * DescribeLogDirs answers for this broker's own replicas, one result per log directory (``log.dirs``), each with
   the partitions it holds: ``partition_size`` is the log's size in bytes, ``offset_lag`` 0 and
-  ``is_future_key`` false (tidelog has no future logs). ``topics`` null means every partition; partitions named
+  ``is_future_key`` false; a replica being moved (AlterReplicaLogDirs) also appears in its destination with
+  ``is_future_key`` true, the future log's size and its ``offset_lag`` behind the current log's end (Kafka's
+  ``getLogEndOffsetLag``). DESCRIBE on the cluster, else CLUSTER_AUTHORIZATION_FAILED and no results.
+  ``topics`` null means every partition; partitions named
   but not hosted here are left out (not errors). v3+ carry a top-level error code, v4+ the directory's total
   and usable bytes (``statvfs``); a directory that failed (``LogManager.fail_dir``: offline, or read-only as the
   broker's last) or that cannot be read is answered KAFKA_STORAGE_ERROR with no topics (Kafka's offline dir).
-* AlterReplicaLogDirs (``kafka-reassign-partitions.sh`` with ``log_dirs``): each named partition hosted here is
-  moved into the named directory (``LogManager.move_log``: paused, copied, fsynced, swapped; done before the
-  answer, where Kafka answers at once and copies in the background); LOG_DIR_NOT_FOUND for a directory that is
-  not one of ``log.dirs``, KAFKA_STORAGE_ERROR for a failed one, REPLICA_NOT_AVAILABLE for a partition not hosted
-  here (Kafka also accepts a future directory for a replica not created yet; tidelog does not).
+* AlterReplicaLogDirs (``kafka-reassign-partitions.sh`` with ``log_dirs``): ALTER on the cluster, else every
+  partition named CLUSTER_AUTHORIZATION_FAILED (``KafkaApis``). Each named partition hosted here starts moving
+  into the named directory and the answer comes at once, as Kafka's (``LogManager.alter_log_dir``: a future log
+  filled in the background and swapped in when it caught up, ``storage/log_move.py``); DescribeLogDirs shows the
+  progress. LOG_DIR_NOT_FOUND for a directory that is not one of ``log.dirs``, KAFKA_STORAGE_ERROR for a failed
+  one, REPLICA_NOT_AVAILABLE for a partition not hosted here (Kafka also accepts a future directory for a replica
+  not created yet; tidelog does not), INVALID_TOPIC_EXCEPTION when the future directory's name would be longer
+  than 255 characters.
 * DescribeProducers: per partition, the producers of the leader's producer state (id, epoch, last sequence,
   last timestamp, coordinator epoch, current transaction's first offset, -1 where none);
   UNKNOWN_TOPIC_OR_PARTITION for an unknown partition, NOT_LEADER_OR_FOLLOWER on a follower.
@@ -59,6 +65,14 @@ async def describe_log_dirs(ctx: RequestContext, request: dict) -> dict:
         by_dir.setdefault(Path(root), {}).setdefault(topic, []).append({
             "partition_index": partition, "partition_size": int(plog.size_in_bytes), "offset_lag": 0,
             "is_future_key": False,
+        })
+    for move in logs.moves():
+        topic, partition = move.tp
+        if wanted is not None and (topic, partition) not in wanted:
+            continue
+        by_dir.setdefault(move.dest, {}).setdefault(topic, []).append({
+            "partition_index": partition, "partition_size": move.size_in_bytes, "offset_lag": move.offset_lag,
+            "is_future_key": True,
         })
     results = []
     for root, topics in by_dir.items():
@@ -118,8 +132,21 @@ async def describe_producers(ctx: RequestContext, request: dict) -> dict:
     return {"throttle_time_ms": 0, "topics": topics_out}
 
 
+def _alter_dirs_denied(request: dict) -> dict:
+    """Kafka's ``AlterReplicaLogDirsRequest.getErrorResponse``: every partition named, one topic result per
+    (directory, topic) entry, CLUSTER_AUTHORIZATION_FAILED."""
+    denied = error_code("CLUSTER_AUTHORIZATION_FAILED")
+    return {"throttle_time_ms": 0, "results": [
+        {"topic_name": t.get("name"), "partitions": [{"partition_index": p, "error_code": denied}
+                                                     for p in t.get("partitions") or []]}
+        for d in request.get("dirs") or [] for t in d.get("topics") or []]}
+
+
 @handles(ApiKey.ALTER_REPLICA_LOG_DIRS)
 async def alter_replica_log_dirs(ctx: RequestContext, request: dict) -> dict:
+    # KafkaApis.handleAlterReplicaLogDirsRequest: ALTER on the cluster, before anything is looked at
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return _alter_dirs_denied(request)
     logs = ctx.broker.logs
     by_topic: dict[str, list[dict]] = {}
     for d in request.get("dirs") or []:
@@ -130,7 +157,7 @@ async def alter_replica_log_dirs(ctx: RequestContext, request: dict) -> dict:
                 try:
                     if not dest.is_absolute():
                         raise PartitionError("LOG_DIR_NOT_FOUND", f"{dest} is not an absolute path")
-                    await asyncio.to_thread(logs.move_log, name, int(index), dest)
+                    await asyncio.to_thread(logs.alter_log_dir, name, int(index), dest)
                     code = 0
                 except Exception as exc:
                     code = error_of(exc)[0]

@@ -201,6 +201,8 @@ class PartitionLog:
         self.offline = False
         #: the log-dir failure channel (LogManager): called with (log, OSError, what) on an I/O error
         self.on_io_error: Callable[[PartitionLog, OSError, str], None] | None = None
+        #: counts truncations of the log's end (a follower's): a move into another log dir copies again after one
+        self.truncations = 0
 
     # ================================================================== I/O errors
     def io_error(self, exc: OSError, what: str) -> KafkaStorageError:
@@ -844,6 +846,7 @@ class PartitionLog:
             self._ensure_open()
             if target_offset >= self._log_end_offset:
                 return False
+            self.truncations += 1
             if self._segments[0].base_offset > target_offset:
                 self.truncate_fully_and_start_at(target_offset)
                 return True
@@ -867,6 +870,7 @@ class PartitionLog:
         """Delete every segment and start an empty log at ``new_offset``."""
         with self._lock:
             self._ensure_open()
+            self.truncations += 1
             self._segments.delete_all()
             self._segments.add(LogSegment(self.dir, new_offset, self.config))
             self._log_end_offset = new_offset
@@ -1054,6 +1058,23 @@ class PartitionLog:
         segment's index when it is read; this also lets go of it once nobody does); how many were unmapped."""
         segments = self._segments.copy()
         return sum(seg.unmap_idle_indexes() for seg in segments[:-1] if not seg.closed)
+
+    def moved_to(self, directory: Path) -> None:
+        """The log's directory was renamed to ``directory`` (Kafka's ``UnifiedLog.renameDir`` without
+        reinitialising): every path follows, nothing is reopened (a move's swap: O(segments) and no I/O)."""
+        with self._lock:
+            self.dir = Path(directory)
+            self.topic, self.partition = parse_topic_partition(self.dir.name)
+            for seg in self._segments:
+                seg.moved_to(self.dir)
+            for _, seg in self._deleted:
+                seg.moved_to(self.dir)
+            cache = self.epoch_cache
+            if cache is not None and hasattr(cache, "path"):
+                cache.path = self.dir / cache.path.name  # type: ignore[union-attr]
+            ps = self.producer_state
+            if ps is not None and hasattr(ps, "dir"):
+                ps.dir = self.dir  # type: ignore[union-attr]
 
     def close_handlers(self) -> None:
         """Release every file without flushing or trimming anything (Kafka's ``closeHandlers``): for a log about
