@@ -67,7 +67,6 @@ from tidelog.storage.producer_state import ProducerStateManager
 
 if TYPE_CHECKING:
     from tidelog.storage.cleaner import LogCleaner
-    from tidelog.storage.manager import LogManager
 
 log = logging.getLogger("tidelog.storage.log_move")
 
@@ -84,7 +83,7 @@ class MoveCancelled(Exception):
 class ReplicaMove:
     """One partition's move into ``dest``: its future log and the thread work that fills and swaps it."""
 
-    def __init__(self, manager: LogManager, tp: tuple[str, int], plog: PartitionLog, dest: Path,
+    def __init__(self, manager: LogMoves, tp: tuple[str, int], plog: PartitionLog, dest: Path,
                  future_dir: Path, *, resumed: bool = False,
                  max_bytes_per_second: int | None = None) -> None:
         self.manager = manager
