@@ -132,7 +132,9 @@ class Broker:
         # max.connections, max.connections.per.ip(.overrides), queued.max.request.bytes (issue 16)
         self.connection_quotas, self.request_memory = limits_from(config)
         # client quotas (user / client-id; broker/quotas.py): values from the replica manager's quota store
-        self.client_quotas = ClientQuotaManager(config.get("quota.window.num"), config.get("quota.window.size.seconds"))
+        self.client_quotas = ClientQuotaManager(config.get("quota.window.num"), config.get("quota.window.size.seconds"),
+                                                config.get("tidelog.quota.sensors.max"),
+                                                config.get("tidelog.quota.sensor.expiration.ms"))
         self.metrics.add_rows_source(self.client_quotas.rows)
         self.socket_servers = [SocketServer(self, li, self.connections) for li in self.listeners]
         self.socket_server = next(s for s in self.socket_servers if s.listener.name == config.listener.name)

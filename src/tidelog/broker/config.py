@@ -238,6 +238,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("max.connections.per.ip.overrides", "", str, "host:count,host:count"),
         _key("quota.window.num", "11", _pos_int, "samples of a client quota's rate"),
         _key("quota.window.size.seconds", "1", _pos_int, "length of one sample of a client quota's rate"),
+        _key("tidelog.quota.sensors.max", "10000", _pos_int,
+             "quota sensors (and cached resolutions) per quota key; beyond it, sensors idle past the rate window "
+             "are evicted, else new client ids share an overflow sensor"),
+        _key("tidelog.quota.sensor.expiration.ms", "3600000", _pos_int,
+             "a quota sensor unused this long is dropped (Kafka: one hour)"),
         _key("num.recovery.threads.per.data.dir", "2", _pos_int),
         _key("log.flush.offset.checkpoint.interval.ms", "60000", _nonneg_int),
         _key("log.flush.start.offset.checkpoint.interval.ms", "60000", _nonneg_int),
