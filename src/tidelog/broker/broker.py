@@ -51,7 +51,12 @@ from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
 from tidelog.broker.quotas import ClientQuotaManager
 from tidelog.broker.replica_manager import LocalReplicaManager
-from tidelog.broker.request_pool import AppendSequencer, RequestHandlerPool
+from tidelog.broker.request_pool import (
+    AppendSequencer,
+    DecompressionBudget,
+    RequestHandlerPool,
+    default_heavy_slots,
+)
 from tidelog.broker.security.authorizer import Authorizer, authorizer_enabled, parse_super_users
 from tidelog.broker.security.listeners import build_listeners
 from tidelog.broker.server import SocketServer
@@ -97,6 +102,11 @@ class Broker:
         self.producer_ids: Any = None
         # Kafka's request handler threads (num.io.threads) and the per-partition append order they must keep
         self.request_pool = RequestHandlerPool(config.get("num.io.threads"))
+        # at most this many produce validations that inflate past the light pass's bytes run at once (issue 24)
+        slots = config.get("tidelog.decompression.heavy.slots")
+        self.decompression_budget = DecompressionBudget(slots if slots else default_heavy_slots(),
+                                                        config.get("tidelog.decompression.unbudgeted.bytes"))
+        self.metrics.add_rows_source(self.decompression_budget.rows)
         self.loop: asyncio.AbstractEventLoop | None = None  # the network loop (set by start)
         self.append_sequencer = AppendSequencer()
         self.stopping = False

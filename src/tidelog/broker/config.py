@@ -227,6 +227,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("connections.max.idle.ms", "600000", _parse_long, "idle connections are closed after this"),
         _key("num.network.threads", "3", _pos_int, "accepted for compatibility; tidelog uses one event loop"),
         _key("num.io.threads", "8", _pos_int, "request handler threads: heavy produce validation, topic changes"),
+        _key("tidelog.decompression.heavy.slots", "0", _nonneg_int,
+             "produce validations inflating past tidelog.decompression.unbudgeted.bytes that run at once, "
+             "broker-wide (0: half the cores, at least 1); the others wait"),
+        _key("tidelog.decompression.unbudgeted.bytes", str(16 << 20), _nonneg_int,
+             "decompressed bytes a produce request may validate without a heavy slot"),
         _key("queued.max.requests", "500", _pos_int,
              "accepted for compatibility: a connection has one request in flight (bounded by max.connections; "
              "plus tidelog.produce.pipeline.max.requests acks=all produces waiting for their replicas)"),
