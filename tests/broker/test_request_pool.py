@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 
-from tidelog.broker.request_pool import AppendSequencer, DecompressionBudget, RequestHandlerPool
+from tidelog.broker.request_pool import HEAVY_NICE, AppendSequencer, DecompressionBudget, RequestHandlerPool
 
 
 def test_appends_run_in_ticket_order_whatever_order_validation_finishes() -> None:
@@ -86,7 +87,6 @@ def test_pool_runs_on_worker_threads_while_the_loop_keeps_running() -> None:
 
 
 def test_decompression_budget_runs_at_most_its_slots_at_once_in_arrival_order() -> None:
-    pool = RequestHandlerPool(8)
     budget = DecompressionBudget(2, 1 << 20)
     lock = threading.Lock()
     running = [0, 0]  # now, most
@@ -104,7 +104,7 @@ def test_decompression_budget_runs_at_most_its_slots_at_once_in_arrival_order() 
         return i
 
     async def main() -> list[int]:
-        tasks = [asyncio.create_task(budget.run(pool, work, i)) for i in range(6)]
+        tasks = [asyncio.create_task(budget.run(work, i)) for i in range(6)]
         while len(started) < 2:  # two slots taken; the four others wait on the loop, not on a thread
             await asyncio.sleep(0.01)
         assert budget.in_flight == 2 and budget.waiting == 4
@@ -116,25 +116,24 @@ def test_decompression_budget_runs_at_most_its_slots_at_once_in_arrival_order() 
     try:
         assert asyncio.run(main()) == [0, 1, 2, 3, 5]
     finally:
-        pool.shutdown()
+        budget.shutdown()
     assert running[1] == 2 and budget.peak == 2
     assert started[:2] == [0, 1] and sorted(started) == [0, 1, 2, 3, 5]
     assert budget.in_flight == 0 and budget.waiting == 0 and budget.total == 5
 
 
 def test_decompression_budget_holds_the_slot_until_the_worker_ends_even_if_cancelled() -> None:
-    pool = RequestHandlerPool(2)
     budget = DecompressionBudget(1, 0)
     gate = threading.Event()
 
     async def main() -> None:
-        first = asyncio.create_task(budget.run(pool, gate.wait, 5))
+        first = asyncio.create_task(budget.run(gate.wait, 5))
         while budget.in_flight == 0:
             await asyncio.sleep(0.01)
         first.cancel()  # the caller goes away; its worker call still runs
         await asyncio.sleep(0.05)
         assert budget.in_flight == 1  # the slot is still held: the thread is still inflating
-        second = asyncio.create_task(budget.run(pool, lambda: "second"))
+        second = asyncio.create_task(budget.run(lambda: "second"))
         await asyncio.sleep(0.05)
         assert not second.done() and budget.waiting == 1
         gate.set()
@@ -143,5 +142,18 @@ def test_decompression_budget_holds_the_slot_until_the_worker_ends_even_if_cance
     try:
         asyncio.run(main())
     finally:
-        pool.shutdown()
+        budget.shutdown()
     assert budget.peak == 1 and budget.in_flight == 0
+
+
+def test_heavy_validations_run_at_a_lower_cpu_priority() -> None:
+    budget = DecompressionBudget(1, 0)
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    try:
+        heavy = asyncio.run(budget.run(nice))
+    finally:
+        budget.shutdown()
+    assert heavy == min(19, nice() + HEAVY_NICE)

@@ -332,6 +332,7 @@ class Broker:
                 await t
         await self.metrics.stop_http()
         await loop.run_in_executor(None, self.request_pool.shutdown)
+        await loop.run_in_executor(None, self.decompression_budget.shutdown)
         if self.logs is not None:
             await loop.run_in_executor(None, self.logs.shutdown)
         log.info("broker stopped")

@@ -547,7 +547,7 @@ async def _append_all(ctx: RequestContext, todo: list[_ProducePartition], now_ms
                 if await broker.request_pool.run(_validate_all, todo, now_ms, budget.unbudgeted_bytes):
                     # past the light pass's bytes: again under one of the broker-wide heavy slots
                     heavy = [pp for pp in todo if pp.validated is _NEEDS_HEAVY_SLOT]
-                    await budget.run(broker.request_pool, _validate_all, heavy, now_ms)
+                    await budget.run(_validate_all, heavy, now_ms)
             for pp in todo:
                 await pp.ticket.turn()
                 try:
