@@ -149,9 +149,12 @@ def run_bombs(src: Path, work: Path, args: argparse.Namespace, bomb: bytes) -> d
                     c.send(PRODUCE, 9, body)
 
                 def read(c: Client) -> None:
-                    resp = c.recv(PRODUCE, 9)
-                    for p in resp["responses"][0]["partition_responses"]:
-                        codes.add(p["error_code"])
+                    try:
+                        resp = c.recv(PRODUCE, 9)
+                        for p in resp["responses"][0]["partition_responses"]:
+                            codes.add(p["error_code"])
+                    except OSError as exc:  # reported in the table (the broker closed the connection)
+                        codes.add(f"{type(exc).__name__}")  # type: ignore[arg-type]
                     c.close()
 
                 threads = [threading.Thread(target=read, args=(c,)) for c in clients]
@@ -165,6 +168,9 @@ def run_bombs(src: Path, work: Path, args: argparse.Namespace, bomb: bytes) -> d
         admin.close()
     finally:
         broker.stop()
+        text = broker.log_path.read_text(errors="replace")
+        if "Traceback" in text or "ERROR" in text:
+            print(f"broker log ({src}):\n{text[-3000:]}", file=sys.stderr)
     return out
 
 
@@ -215,7 +221,7 @@ def main() -> None:
                 ("small max ms", lambda r: f"{max(r['lat']) if r['lat'] else float('nan'):.1f}"),
                 ("small answered", lambda r: f"{len(r['lat'])}"),
                 ("bombs took s", lambda r: f"{r['heavy']:.2f}"),
-                ("bomb codes", lambda r: ",".join(str(c) for c in sorted(r["codes"]))),
+                ("bomb codes", lambda r: ",".join(sorted(str(c) for c in r["codes"]))),
             ]
             for metric, fmt in rows:
                 print(f"{scenario:<14} {metric:<18}" + "".join(f"{fmt(bombs[x][scenario]):>{width}}"

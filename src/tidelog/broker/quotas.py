@@ -35,6 +35,11 @@ Hot path
     ``ClientQuotaManager.enabled`` is False while no quota is configured: the server and the Produce/Fetch
     handlers test that one attribute and do nothing else (the admin handlers test the mutation quota's limits).
 
+Bounds (issue 24)
+    The sensors and the resolution cache are bounded tables (``quota_sensors.py``): O(1) amortized per request,
+    at most ``tidelog.quota.sensors.max`` entries per key, sensors expiring after
+    ``tidelog.quota.sensor.expiration.ms`` unused; past the bound, new client ids share an overflow sensor.
+
 Storage
     The store is the replica manager's (``make_quota_store``): one node, :class:`LocalQuotaStore`, the file
     ``tidelog-quotas.json`` in the first log dir written atomically; ZooKeeper mode,
