@@ -167,6 +167,8 @@ def run_bombs(src: Path, work: Path, args: argparse.Namespace, bomb: bytes) -> d
             out[f"{n} bomb(s)"] = {"lat": lat, "heavy": secs, "codes": codes}
         admin.close()
     finally:
+        if broker.proc.poll() is not None:
+            print(f"broker ({src}) exited with {broker.proc.returncode} during the bombs", file=sys.stderr)
         broker.stop()
         text = broker.log_path.read_text(errors="replace")
         if "Traceback" in text or "ERROR" in text:

@@ -3,7 +3,9 @@
 Eight connections send a produce request of zstd bombs at once (each batch ~2 KB inflating past the 64 MiB
 cap). The broker validates at most ``tidelog.decompression.heavy.slots`` (here 1) of them at a time, read from
 its own gauge of the most heavy validations ever in flight; every bomb is refused with CORRUPT_MESSAGE as before,
-and another connection is answered all along. Ordinary compressed produce requests stay in the light pass (no
+another connection is answered all along, and the broker's memory stays bounded (a refused bomb's inflated
+chunks used to stay alive, through its exception's traceback, until its request was answered: a request of 107
+bombs held 7 GB). Ordinary compressed produce requests stay in the light pass (no
 slot taken)."""
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ pytestmark = pytest.mark.integration
 
 CAP = 64 * 1024 * 1024
 BOMBS = 8
-BATCHES = 3  # partitions per bomb request
+BATCHES = 8  # partitions per bomb request: 512 MiB of output each
 
 
 def bomb_batch(decompressed: int = CAP + 1) -> bytes:
@@ -72,6 +74,20 @@ def test_eight_bombs_at_once_take_one_heavy_slot_at_a_time(budget_broker: Any) -
                                                               for i in range(BATCHES)]}]}
     clients = [h.RawClient(b.port, timeout=300) for _ in range(BOMBS)]
     codes: list[set[int]] = []
+    assert b.proc is not None
+    baseline = h.rss_kib(b.proc.pid)
+    peak = [baseline]
+    sampling = threading.Event()
+
+    def sample_rss() -> None:  # the broker's resident memory while the bombs are in flight
+        while not sampling.wait(0.005):
+            try:
+                peak[0] = max(peak[0], h.rss_kib(b.proc.pid))  # type: ignore[union-attr]
+            except (OSError, RuntimeError):
+                return
+
+    sampler = threading.Thread(target=sample_rss, daemon=True)
+    sampler.start()
     try:
         for c in clients:  # all eight in flight at once
             c.send_request(h.PRODUCE, 9, body)
@@ -102,9 +118,14 @@ def test_eight_bombs_at_once_take_one_heavy_slot_at_a_time(budget_broker: Any) -
             t.join(300)
         assert not done, done
     finally:
+        sampling.set()
+        sampler.join(10)
         for c in clients:
             c.close()
     assert codes == [{h.CORRUPT_MESSAGE}] * BOMBS  # each bomb inflated up to the cap, then refused
+    # one heavy validation at a time, holding one batch's output (64 MiB) plus the light passes' (8 x 16 MiB):
+    # never the 8 x 8 x 64 MiB the requests inflate to in all, nor one request's 512 MiB
+    assert (peak[0] - baseline) / 1024 < 450, f"broker RSS grew by {(peak[0] - baseline) / 1024:.0f} MiB"
     g = gauges(b)
     assert g["tidelog_heavy_validations_slots"] == 1
     assert g["tidelog_heavy_validations_in_flight_max"] == 1, g  # never two at once
