@@ -7,7 +7,7 @@ default: the commit before issue 24's work against the work tree):
   only the quota bookkeeping is measured), 1,000 ApiVersions requests each with a new client id, then
   ``--flood`` (12,000) more new ids, then 1,000 new ids again; and 1,000 requests of one known id before and
   after. Requests are pipelined 50 at a time on one connection. Reported: the time of each 1,000 and the
-  after/before ratio.
+  after/before ratio, and another client's p99/max latency during the flood (ApiVersions at 100/s).
 * **bombs**: 1, 4 and 8 connections each send one produce request of ``--batches`` (107) zstd bomb batches
   (~2 KB each, each inflating past the 64 MiB cap: ~330 KB on the wire, ~7.2 GB of output, the issue's
   figures) at once, while another connection sends small requests at ``--rate`` per second (Metadata and a
@@ -119,10 +119,31 @@ def run_quotas(src: Path, work: Path, args: argparse.Namespace) -> dict[str, flo
         out = {
             "same id x1000 before": _api_versions_burst(c, ["known"] * 1000),
             "new ids x1000 before": _api_versions_burst(c, [f"a-{i}" for i in range(1000)]),
-            "flood s": _api_versions_burst(c, [f"flood-{i}" for i in range(args.flood)]),
-            "new ids x1000 after": _api_versions_burst(c, [f"b-{i}" for i in range(1000)]),
-            "same id x1000 after": _api_versions_burst(c, ["known"] * 1000),
         }
+        # during the flood, another client (its own id, its own connection) at 100 requests/s
+        lat: list[float] = []
+        stop = threading.Event()
+
+        def other() -> None:
+            o = Client(broker.port)
+            body = {"client_software_name": "b", "client_software_version": "1"}
+            while not stop.wait(0.01):
+                t0 = time.perf_counter()
+                o.request(API_VERSIONS, 3, body)
+                lat.append((time.perf_counter() - t0) * 1000)
+            o.close()
+
+        th = threading.Thread(target=other)
+        th.start()
+        try:
+            out["flood s"] = _api_versions_burst(c, [f"flood-{i}" for i in range(args.flood)])
+        finally:
+            stop.set()
+            th.join()
+        out["other client p99 ms"] = pct(lat, 99)
+        out["other client max ms"] = max(lat) if lat else float("nan")
+        out["new ids x1000 after"] = _api_versions_burst(c, [f"b-{i}" for i in range(1000)])
+        out["same id x1000 after"] = _api_versions_burst(c, ["known"] * 1000)
         c.close()
         return out
     finally:
