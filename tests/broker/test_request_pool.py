@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 
-from tidelog.broker.request_pool import AppendSequencer, RequestHandlerPool
+from tidelog.broker.request_pool import HEAVY_NICE, AppendSequencer, DecompressionBudget, RequestHandlerPool
 
 
 def test_appends_run_in_ticket_order_whatever_order_validation_finishes() -> None:
@@ -83,3 +84,76 @@ def test_pool_runs_on_worker_threads_while_the_loop_keeps_running() -> None:
 
     result, ticks = asyncio.run(main())
     assert result.startswith("tidelog-request-handler") and result.endswith(":3") and ticks == 5
+
+
+def test_decompression_budget_runs_at_most_its_slots_at_once_in_arrival_order() -> None:
+    budget = DecompressionBudget(2, 1 << 20)
+    lock = threading.Lock()
+    running = [0, 0]  # now, most
+    started: list[int] = []
+    gate = threading.Event()
+
+    def work(i: int) -> int:
+        with lock:
+            started.append(i)
+            running[0] += 1
+            running[1] = max(running[1], running[0])
+        gate.wait(5)
+        with lock:
+            running[0] -= 1
+        return i
+
+    async def main() -> list[int]:
+        tasks = [asyncio.create_task(budget.run(work, i)) for i in range(6)]
+        while len(started) < 2:  # two slots taken; the four others wait on the loop, not on a thread
+            await asyncio.sleep(0.01)
+        assert budget.in_flight == 2 and budget.waiting == 4
+        tasks[4].cancel()  # a waiter whose connection went away gives up its place
+        gate.set()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        return [d for d in done if isinstance(d, int)]
+
+    try:
+        assert asyncio.run(main()) == [0, 1, 2, 3, 5]
+    finally:
+        budget.shutdown()
+    assert running[1] == 2 and budget.peak == 2
+    assert started[:2] == [0, 1] and sorted(started) == [0, 1, 2, 3, 5]
+    assert budget.in_flight == 0 and budget.waiting == 0 and budget.total == 5
+
+
+def test_decompression_budget_holds_the_slot_until_the_worker_ends_even_if_cancelled() -> None:
+    budget = DecompressionBudget(1, 0)
+    gate = threading.Event()
+
+    async def main() -> None:
+        first = asyncio.create_task(budget.run(gate.wait, 5))
+        while budget.in_flight == 0:
+            await asyncio.sleep(0.01)
+        first.cancel()  # the caller goes away; its worker call still runs
+        await asyncio.sleep(0.05)
+        assert budget.in_flight == 1  # the slot is still held: the thread is still inflating
+        second = asyncio.create_task(budget.run(lambda: "second"))
+        await asyncio.sleep(0.05)
+        assert not second.done() and budget.waiting == 1
+        gate.set()
+        assert await second == "second"
+
+    try:
+        asyncio.run(main())
+    finally:
+        budget.shutdown()
+    assert budget.peak == 1 and budget.in_flight == 0
+
+
+def test_heavy_validations_run_at_a_lower_cpu_priority() -> None:
+    budget = DecompressionBudget(1, 0)
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    try:
+        heavy = asyncio.run(budget.run(nice))
+    finally:
+        budget.shutdown()
+    assert heavy == min(19, nice() + HEAVY_NICE)

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tidelog.broker.quota_sensors import OVERFLOW_CLIENT, ResolutionCache, SensorTable
 from tidelog.broker.quotas import (
     DEFAULT,
     PRODUCER_BYTE_RATE,
@@ -243,3 +244,55 @@ def test_zookeeper_paths_are_sanitized_as_kafka() -> None:
     for entity in [("a/b", "c d"), (D, None), (None, D), ("x", D)]:
         assert entity_of_path(entity_path(entity)) == entity
     assert entity_of_path("topics/t") is None
+
+
+# -- bounded sensor tables (issue 24) ------------------------------------------------------------------------
+
+
+def _table(max_sensors: int = 3, expire_ms: float = 10_000, idle_ms: float = 2_000) -> SensorTable:
+    return SensorTable(lambda bound: RateSensor(bound, 2, 1000), max_sensors, expire_ms, idle_ms)
+
+
+def test_sensor_table_expires_idle_sensors_from_the_front() -> None:
+    t = _table(max_sensors=100)
+    for i in range(5):
+        t.get(("", f"c{i}"), 10.0, now=i * 1000.0)
+    t.get(("", "c0"), 10.0, now=5000.0)  # used again: moves to the end
+    assert list(t) == [("", "c1"), ("", "c2"), ("", "c3"), ("", "c4"), ("", "c0")]
+    t.get(("", "c4"), 10.0, now=12_500.0)  # c1 (1000) and c2 (2000) are past 10 s idle; c3 (3000) is not
+    assert list(t) == [("", "c3"), ("", "c0"), ("", "c4")]
+    assert t.expire(100_000.0) == 3 and len(t) == 0
+
+
+def test_sensor_table_full_evicts_only_a_sensor_idle_past_the_rate_window() -> None:
+    t = _table(max_sensors=3, idle_ms=2_000)
+    for i in range(3):
+        t.get(("", f"c{i}"), 10.0, now=float(i))
+    # full, the oldest used 3 ms ago: the new id is measured on the shared overflow sensor
+    s1 = t.get(("", "new1"), 10.0, now=3.0)
+    s2 = t.get(("", "new2"), 10.0, now=4.0)
+    assert s1 is s2 and list(t) == [("", "c0"), ("", "c1"), ("", "c2")] and t.overflowed == 2
+    assert ("", OVERFLOW_CLIENT) in dict(t.items())
+    # the overflow sensor keeps the flood's bytes: one quota for all of them
+    s1.add(25.0, 3.0)
+    assert s2.record(1.0, 4.0) > 0
+    # 2 s later c0 has no sample left in the window: evicted to make room, the new id gets its own sensor
+    own = t.get(("", "new3"), 10.0, now=2_001.0)
+    assert own is not s1 and ("", "c0") not in list(t) and ("", "new3") in list(t) and t.evicted == 1
+
+
+def test_resolution_cache_is_bounded_oldest_first() -> None:
+    c: ResolutionCache[str, int] = ResolutionCache(3)
+    for i in range(10):
+        c.put(f"k{i}", i)
+    assert len(c) == 3 and c.get("k9") == 9 and c.get("k6") is None
+
+
+def test_many_client_ids_keep_the_manager_bounded() -> None:
+    m = ClientQuotaManager(window_num=2, window_size_s=1, max_sensors=50, sensor_expiration_ms=60_000)
+    m.set_entities({(None, D): {PRODUCER_BYTE_RATE: 1000.0}})
+    for i in range(5000):
+        m.record(m.produce, "User:ANONYMOUS", f"id-{i}", 10, now_ms=float(i))
+    assert len(m.produce.sensors) <= 51 and len(m.produce.resolved) <= 50
+    # the flood's ids share the overflow sensor, so their bytes count: a burst from a new id is throttled
+    assert m.record(m.produce, "User:ANONYMOUS", "id-new", 500, now_ms=5000.0) > 0  # alone: 500 B/s, not throttled

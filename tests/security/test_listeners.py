@@ -393,6 +393,35 @@ def test_scram_forged_and_replayed_nonces_are_refused(secure_broker: Any) -> Non
         assert c.closed_by_server()
 
 
+def test_failed_logins_do_not_log_the_user_name(secure_broker: Any) -> None:
+    """A password typed into the user field must not reach the broker's log (issue 24): failed PLAIN and SCRAM
+    logins are logged without the user name they sent, and the client still gets Kafka's answer."""
+    b = secure_broker
+    port = b.ports["SASL_PLAINTEXT"]
+    secret_plain = "Hunter2-" + secrets.token_hex(8)
+    secret_scram = "Tr0ub4dor-" + secrets.token_hex(8)
+    before = len(b.log_text())
+    with SecureRaw(port) as c:  # PLAIN: no such user (its "name" is a password)
+        r = plain_login(c, secret_plain, "whatever")
+        assert r["error_code"] == SASL_AUTHENTICATION_FAILED
+        assert r["error_message"] == "Authentication failed: Invalid username or password"
+        assert c.closed_by_server()
+    with SecureRaw(port) as c:  # PLAIN: a known user, the wrong password
+        r = plain_login(c, "alice", secret_plain + "-pw")
+        assert r["error_code"] == SASL_AUTHENTICATION_FAILED
+    with SecureRaw(port) as c:  # SCRAM: an unknown user in the client-first message
+        assert handshake(c, "SCRAM-SHA-256")["error_code"] == 0
+        r = authenticate(c, f"n,,n={secret_scram},r=abcdefgh".encode())
+        assert r["error_code"] == SASL_AUTHENTICATION_FAILED
+        assert r["error_message"] == ("Authentication failed during authentication due to invalid credentials "
+                                      "with SASL mechanism SCRAM-SHA-256")
+        assert c.closed_by_server()
+    wait_for(lambda: b.log_text()[before:].count("Failed authentication") >= 3, 10,
+             "the three failed logins in the broker's log")
+    text = b.log_text()[before:]
+    assert secret_plain not in text and secret_scram not in text, text
+
+
 # ------------------------------------------------------------------------------------------ SCRAM admin APIs
 
 

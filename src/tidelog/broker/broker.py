@@ -52,7 +52,12 @@ from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
 from tidelog.broker.quotas import ClientQuotaManager
 from tidelog.broker.replica_manager import LocalReplicaManager
-from tidelog.broker.request_pool import AppendSequencer, RequestHandlerPool
+from tidelog.broker.request_pool import (
+    AppendSequencer,
+    DecompressionBudget,
+    RequestHandlerPool,
+    default_heavy_slots,
+)
 from tidelog.broker.security.authorizer import Authorizer, authorizer_enabled, parse_super_users
 from tidelog.broker.security.listeners import build_listeners
 from tidelog.broker.server import SocketServer
@@ -98,6 +103,11 @@ class Broker:
         self.producer_ids: Any = None
         # Kafka's request handler threads (num.io.threads) and the per-partition append order they must keep
         self.request_pool = RequestHandlerPool(config.get("num.io.threads"))
+        # at most this many produce validations that inflate past the light pass's bytes run at once (issue 24)
+        slots = config.get("tidelog.decompression.heavy.slots")
+        self.decompression_budget = DecompressionBudget(slots if slots else default_heavy_slots(),
+                                                        config.get("tidelog.decompression.unbudgeted.bytes"))
+        self.metrics.add_rows_source(self.decompression_budget.rows)
         self.loop: asyncio.AbstractEventLoop | None = None  # the network loop (set by start)
         self.append_sequencer = AppendSequencer()
         self.stopping = False
@@ -135,7 +145,9 @@ class Broker:
         self.metrics.add_rows_source(self.connection_quotas.rows)
         self.connection_budget: ConnectionBudget | None = None  # max.connections from the descriptors (start)
         # client quotas (user / client-id; broker/quotas.py): values from the replica manager's quota store
-        self.client_quotas = ClientQuotaManager(config.get("quota.window.num"), config.get("quota.window.size.seconds"))
+        self.client_quotas = ClientQuotaManager(config.get("quota.window.num"), config.get("quota.window.size.seconds"),
+                                                config.get("tidelog.quota.sensors.max"),
+                                                config.get("tidelog.quota.sensor.expiration.ms"))
         self.metrics.add_rows_source(self.client_quotas.rows)
         self.socket_servers = [SocketServer(self, li, self.connections) for li in self.listeners]
         self.socket_server = next(s for s in self.socket_servers if s.listener.name == config.listener.name)
@@ -341,6 +353,7 @@ class Broker:
                 await t
         await self.metrics.stop_http()
         await loop.run_in_executor(None, self.request_pool.shutdown)
+        await loop.run_in_executor(None, self.decompression_budget.shutdown)
         if self.logs is not None:
             await loop.run_in_executor(None, self.logs.shutdown)
         log.info("broker stopped")

@@ -235,6 +235,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("connections.max.idle.ms", "600000", _parse_long, "idle connections are closed after this"),
         _key("num.network.threads", "3", _pos_int, "accepted for compatibility; tidelog uses one event loop"),
         _key("num.io.threads", "8", _pos_int, "request handler threads: heavy produce validation, topic changes"),
+        _key("tidelog.decompression.heavy.slots", "0", _nonneg_int,
+             "produce validations inflating past tidelog.decompression.unbudgeted.bytes that run at once, "
+             "broker-wide (0: half the cores, at least 1); the others wait"),
+        _key("tidelog.decompression.unbudgeted.bytes", str(16 << 20), _nonneg_int,
+             "decompressed bytes a produce request may validate without a heavy slot"),
         _key("queued.max.requests", "500", _pos_int,
              "accepted for compatibility: a connection has one request in flight (bounded by max.connections; "
              "plus tidelog.produce.pipeline.max.requests acks=all produces waiting for their replicas)"),
@@ -247,6 +252,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("max.connections.per.ip.overrides", "", str, "host:count,host:count"),
         _key("quota.window.num", "11", _pos_int, "samples of a client quota's rate"),
         _key("quota.window.size.seconds", "1", _pos_int, "length of one sample of a client quota's rate"),
+        _key("tidelog.quota.sensors.max", "10000", _pos_int,
+             "quota sensors (and cached resolutions) per quota key; beyond it, sensors idle past the rate window "
+             "are evicted, else new client ids share an overflow sensor"),
+        _key("tidelog.quota.sensor.expiration.ms", "3600000", _pos_int,
+             "a quota sensor unused this long is dropped (Kafka: one hour)"),
         _key("num.recovery.threads.per.data.dir", "2", _pos_int),
         _key("log.flush.offset.checkpoint.interval.ms", "60000", _nonneg_int),
         _key("log.flush.start.offset.checkpoint.interval.ms", "60000", _nonneg_int),

@@ -35,6 +35,11 @@ Hot path
     ``ClientQuotaManager.enabled`` is False while no quota is configured: the server and the Produce/Fetch
     handlers test that one attribute and do nothing else (the admin handlers test the mutation quota's limits).
 
+Bounds (issue 24)
+    The sensors and the resolution cache are bounded tables (``quota_sensors.py``): O(1) amortized per request,
+    at most ``tidelog.quota.sensors.max`` entries per key, sensors expiring after
+    ``tidelog.quota.sensor.expiration.ms`` unused; past the bound, new client ids share an overflow sensor.
+
 Storage
     The store is the replica manager's (``make_quota_store``): one node, :class:`LocalQuotaStore`, the file
     ``tidelog-quotas.json`` in the first log dir written atomically; ZooKeeper mode,
@@ -43,6 +48,7 @@ Storage
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -52,6 +58,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from tidelog.broker.quota_sensors import RateSensor, ResolutionCache, SensorTable, TokenBucket
 from tidelog.storage.checkpoints import atomic_write
 
 log = logging.getLogger("tidelog.broker.quotas")
@@ -80,7 +87,8 @@ UNSUPPORTED_VERSION = 35
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 NANOS_TO_PERCENTAGE = 100.0 / 1e9  # Kafka's ClientRequestQuotaManager.NanosToPercentagePerSecond
-INACTIVE_SENSOR_EXPIRATION_S = 3600  # Kafka purges quota sensors idle for an hour
+INACTIVE_SENSOR_EXPIRATION_MS = 3_600_000  # Kafka purges quota sensors idle for an hour
+MAX_SENSORS = 10_000  # per quota key, and as many cached resolutions (see quota_sensors.py)
 
 
 class _Default:
@@ -320,130 +328,18 @@ class LocalQuotaStore:
 # Rates
 
 
-class RateSensor:
-    """Kafka's ``Sensor`` with one ``Rate`` (a ``SampledTotal`` of ``num`` windows of ``window_ms``) and its
-    quota bound, plus the throttle-time statistics. Times in ms."""
-
-    __slots__ = ("bound", "current", "last_record_ms", "num", "samples", "throttle_count", "throttle_total_ms",
-                 "window_ms")
-
-    def __init__(self, bound: float, num: int, window_ms: int) -> None:
-        self.bound = bound
-        self.num = num
-        self.window_ms = window_ms
-        self.samples: list[list[float]] = []  # [start_ms, value]
-        self.current = 0
-        self.last_record_ms = 0.0
-        self.throttle_total_ms = 0
-        self.throttle_count = 0
-
-    def _current(self, now: float) -> list[float]:
-        if not self.samples:
-            self.samples.append([now, 0.0])
-        return self.samples[self.current]
-
-    def _purge(self, now: float) -> None:
-        expire = self.num * self.window_ms
-        for s in self.samples:
-            if now - s[0] >= expire:
-                s[0], s[1] = now, 0.0
-
-    def add(self, value: float, now: float) -> None:
-        sample = self._current(now)
-        if now - sample[0] >= self.window_ms:  # complete: the next sample (reused once there are num of them)
-            self.current = (self.current + 1) % self.num
-            if self.current >= len(self.samples):
-                sample = [now, 0.0]
-                self.samples.append(sample)
-            else:
-                sample = self.samples[self.current]
-                sample[0], sample[1] = now, 0.0
-        sample[1] += value
-        self.last_record_ms = now
-
-    def window_size(self, now: float) -> float:
-        """``Rate.windowSize``: elapsed since the oldest sample, at least ``num - 1`` full windows, >= 1 ms."""
-        self._purge(now)
-        if not self.samples:
-            self.samples.append([now, 0.0])
-        oldest = min(s[0] for s in self.samples)
-        elapsed = now - oldest
-        full = int(elapsed // self.window_ms)
-        if full < self.num - 1:
-            elapsed += (self.num - 1 - full) * self.window_ms
-        return max(elapsed, 1.0)
-
-    def rate(self, now: float) -> float:
-        """Per second."""
-        window = self.window_size(now)
-        return sum(s[1] for s in self.samples) / (window / 1000.0)
-
-    def record(self, value: float, now: float, max_throttle_ms: float | None = None) -> int:
-        """Record ``value`` then check the quota: the throttle time in ms (0 within the quota)."""
-        self.add(value, now)
-        window = self.window_size(now)
-        rate = sum(s[1] for s in self.samples) / (window / 1000.0)
-        bound = self.bound
-        if rate <= bound:
-            return 0
-        throttle = (rate - bound) / bound * window if bound > 0 else float(self.num * self.window_ms)
-        if max_throttle_ms is not None:
-            throttle = min(throttle, max_throttle_ms)
-        return min(math.floor(throttle + 0.5), 2**31 - 1)  # Java's Math.round
-
-
-class TokenBucket:
-    """Kafka's ``TokenBucket`` stat, the controller mutation quota's (KIP-599): up to ``num * window`` seconds of
-    quota in tokens (the burst), refilled at the quota per second; a record takes tokens (below zero too); the
-    quota is exceeded while tokens < 0, and the throttle time is ``-tokens / quota`` seconds."""
-
-    __slots__ = ("bound", "last_ms", "last_record_ms", "num", "throttle_count", "throttle_total_ms", "tokens",
-                 "window_ms")
-
-    def __init__(self, bound: float, num: int, window_ms: int) -> None:
-        self.bound = bound
-        self.num = num
-        self.window_ms = window_ms
-        self.tokens: float | None = None  # full at first use (Kafka: 0 tokens at time 0, refilled to the burst)
-        self.last_ms = 0.0
-        self.last_record_ms = 0.0
-        self.throttle_total_ms = 0
-        self.throttle_count = 0
-
-    def _refill(self, now: float) -> float:
-        burst = self.num * self.window_ms / 1000.0 * self.bound
-        if self.tokens is None:
-            self.tokens = burst
-        else:
-            self.tokens = min(burst, self.tokens + self.bound * (now - self.last_ms) / 1000.0)
-        self.last_ms = now
-        return burst
-
-    def add(self, value: float, now: float) -> None:
-        burst = self._refill(now)
-        self.tokens = min(burst, (self.tokens or 0.0) - value)
-        self.last_record_ms = now
-
-    def throttle_ms(self, now: float) -> int:
-        self._refill(now)
-        tokens = self.tokens or 0.0
-        if tokens >= 0:
-            return 0
-        if self.bound <= 0:
-            return self.num * self.window_ms
-        return min(math.floor(-tokens / self.bound * 1000 + 0.5), 2**31 - 1)
-
-
 class _Kind:
-    """The quotas of one key: the configured values per entity and the sensors."""
+    """The quotas of one key: the configured values per entity, the bounded cache of what each (user, client
+    id) resolves to, and the bounded sensor table (``quota_sensors.py``)."""
 
     __slots__ = ("key", "limits", "resolved", "sensors")
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, sensors: SensorTable, max_resolved: int) -> None:
         self.key = key
         self.limits: dict[Entity, float] = {}
-        self.resolved: dict[tuple[str, str], tuple[float | None, tuple[str, str]]] = {}
-        self.sensors: dict[tuple[str, str], Any] = {}
+        self.resolved: ResolutionCache[tuple[str, str], tuple[float | None, tuple[str, str]]] = \
+            ResolutionCache(max_resolved)
+        self.sensors = sensors
 
 
 def resolve(limits: dict[Entity, float], user: str, client: str) -> tuple[float | None, tuple[str, str]]:
@@ -463,12 +359,21 @@ class ClientQuotaManager:
     """The broker's client quotas: configured values (from the store), rates and throttle times. Runs on the
     event loop; store changes arrive through :meth:`set_entities` (any thread: the swap is one assignment)."""
 
-    def __init__(self, window_num: int = 11, window_size_s: int = 1) -> None:
+    def __init__(self, window_num: int = 11, window_size_s: int = 1, max_sensors: int = MAX_SENSORS,
+                 sensor_expiration_ms: float = INACTIVE_SENSOR_EXPIRATION_MS) -> None:
         self.window_num = max(1, int(window_num))
         self.window_ms = max(1, int(window_size_s)) * 1000
         self.enabled = False  # the hot path's one test: any quota configured
         self.entities: dict[Entity, dict[str, float]] = {}
-        self.kinds: dict[str, _Kind] = {k: _Kind(k) for k in QUOTA_KEYS}
+        idle_ms = self.window_num * self.window_ms  # no sample left in the rate window: evictable when full
+
+        def kind(key: str) -> _Kind:
+            cls = TokenBucket if key == CONTROLLER_MUTATION_RATE else RateSensor
+            table = SensorTable(lambda bound: cls(bound, self.window_num, self.window_ms), max_sensors,
+                                sensor_expiration_ms, idle_ms)
+            return _Kind(key, table, max_sensors)
+
+        self.kinds: dict[str, _Kind] = {k: kind(k) for k in QUOTA_KEYS}
         # sensors: RateSensor (byte rates, request percentage) or TokenBucket (controller mutations)
         self.produce = self.kinds[PRODUCER_BYTE_RATE]
         self.fetch = self.kinds[CONSUMER_BYTE_RATE]
@@ -494,49 +399,44 @@ class ClientQuotaManager:
         for kind in self.kinds.values():
             limits = {e: v[kind.key] for e, v in entities.items() if kind.key in v}
             kind.limits = limits
-            kind.resolved = {}
-            for tags, sensor in list(kind.sensors.items()):  # existing rates keep their samples, new bound
-                limit = _tag_limit(limits, tags)
-                if limit is None:
-                    del kind.sensors[tags]
-                else:
-                    sensor.bound = limit
+            kind.resolved.clear()
+            # existing rates keep their samples, new bound
+            kind.sensors.rebind(functools.partial(_tag_limit, limits))
         self.entities = entities
         self.enabled = any(kind.limits for kind in self.kinds.values())
 
     # -- recording ---------------------------------------------------------------------------------------------
 
-    def _sensor(self, kind: _Kind, user: str, client: str) -> Any:
+    def _sensor(self, kind: _Kind, user: str, client: str, now: float | None = None) -> Any:
+        """The sensor a request of (user, client id) is measured on (None: no quota applies). O(1) amortized,
+        bounded memory (``quota_sensors.py``)."""
         key = (user, client)
-        res = kind.resolved.get(key)
+        resolved = kind.resolved
+        res = resolved.get(key)
         if res is None:
-            res = kind.resolved[key] = resolve(kind.limits, user, client)
+            res = resolve(kind.limits, user, client)
+            resolved.put(key, res)
         limit, tags = res
         if limit is None:
             return None
-        sensor = kind.sensors.get(tags)
-        if sensor is None:
-            if len(kind.sensors) >= 1024:
-                self._expire(kind)
-            cls = TokenBucket if kind is self.mutation else RateSensor
-            sensor = kind.sensors[tags] = cls(limit, self.window_num, self.window_ms)
-        return sensor
+        return kind.sensors.get(tags, limit, time.monotonic() * 1000 if now is None else now)
 
-    def _expire(self, kind: _Kind) -> None:
-        cutoff = time.monotonic() * 1000 - INACTIVE_SENSOR_EXPIRATION_S * 1000
-        for tags, s in list(kind.sensors.items()):
-            if s.last_record_ms < cutoff:
-                del kind.sensors[tags]
+    def expire(self, now_ms: float | None = None) -> None:
+        """Drop the sensors idle past the expiration (each request also does it, from the front)."""
+        now = time.monotonic() * 1000 if now_ms is None else now_ms
+        for kind in self.kinds.values():
+            kind.sensors.expire(now)
 
     def record(self, kind: _Kind, principal: str, client_id: str | None, value: float,
                now_ms: float | None = None, max_throttle_ms: float | None = None) -> int:
         """Record ``value`` for the client; the throttle time in ms (0: within its quota, or none applies)."""
         if not kind.limits:
             return 0
-        sensor = self._sensor(kind, user_of(principal), client_id or "")
+        now = time.monotonic() * 1000 if now_ms is None else now_ms
+        sensor = self._sensor(kind, user_of(principal), client_id or "", now)
         if sensor is None:
             return 0
-        return sensor.record(value, time.monotonic() * 1000 if now_ms is None else now_ms, max_throttle_ms)
+        return sensor.record(value, now, max_throttle_ms)
 
     def unrecord(self, kind: _Kind, principal: str, client_id: str | None, value: float) -> None:
         """Kafka's ``unrecordQuotaSensor``: a throttled Fetch answers no data, so its bytes are taken back."""
@@ -574,9 +474,23 @@ class ClientQuotaManager:
         """Prometheus rows: per quota type and (user, client-id) sensor, the measured rate, the quota, and the
         throttle time given (Kafka's ``byte-rate`` / ``request-time`` and ``throttle-time`` per user/client-id)."""
         now = time.monotonic() * 1000
-        names = {PRODUCER_BYTE_RATE: "Produce", CONSUMER_BYTE_RATE: "Fetch", REQUEST_PERCENTAGE: "Request"}
+        self.expire(now)
+        names = {PRODUCER_BYTE_RATE: "Produce", CONSUMER_BYTE_RATE: "Fetch", REQUEST_PERCENTAGE: "Request",
+                 CONTROLLER_MUTATION_RATE: "ControllerMutation"}
         for key, qtype in names.items():
-            for (user, client), s in list(self.kinds[key].sensors.items()):
+            kind = self.kinds[key]
+            labels = {"quota_type": qtype}
+            yield ("tidelog_quota_sensors", "Quota sensors held (bounded by tidelog.quota.sensors.max, plus the "
+                   "shared overflow sensors)", labels, float(len(kind.sensors)))
+            yield ("tidelog_quota_resolutions_cached", "Cached quota resolutions per (user, client id) (bounded "
+                   "by tidelog.quota.sensors.max)", labels, float(len(kind.resolved)))
+            yield ("tidelog_quota_sensors_evicted_total", "Sensors idle past the rate window evicted to make "
+                   "room", labels, float(kind.sensors.evicted))
+            yield ("tidelog_quota_sensors_overflowed_total", "Requests measured on a shared overflow sensor "
+                   "because the sensor table was full", labels, float(kind.sensors.overflowed))
+            if key == CONTROLLER_MUTATION_RATE:
+                continue
+            for (user, client), s in kind.sensors.items():
                 labels = {"quota_type": qtype, "user": user, "client_id": client}
                 yield "tidelog_quota_rate", "Measured rate per quota sensor (bytes/s, or % of a thread)", labels, \
                     s.rate(now)

@@ -22,8 +22,11 @@ Python while a worker decompresses.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
-from collections.abc import Callable
+import os
+import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -45,6 +48,107 @@ class RequestHandlerPool:
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=False)
+
+
+HEAVY_NICE = 10  # added to a heavy validation thread's nice value (CFS weight ~1/10 of a nice-0 thread)
+
+
+def _lower_priority(nice: int) -> None:
+    """Thread initializer: this thread's nice value raised by ``nice`` (Linux: per thread; anyone may)."""
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+    except OSError:  # not permitted here: run at the normal priority
+        pass
+
+
+def default_heavy_slots() -> int:
+    """Heavy validations in flight by default: half the cores, at least one (on the 2-core VM: one, which keeps
+    a core for the network loop; each heavy validation keeps one core busy while it inflates)."""
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
+class DecompressionBudget:
+    """Broker-wide bound on decompression work in flight (issue 24; docs/ARCHITECTURE.md, "Resource bounds").
+
+    A produce request's batches are first validated with at most ``unbudgeted_bytes`` of decompressed output in
+    total (the light pass: every ordinary request fits, and runs on any free worker as before). The batches that
+    would inflate past it are validated again under one of ``slots`` *heavy slots*: at most ``slots`` such
+    validations run at once, across all connections; the other requests wait for a slot on the loop (FIFO),
+    holding no worker thread, so their own connections wait while every other connection and every light
+    validation is served. Lives on the loop: no locks.
+
+    The heavy validations run on threads of their own (``slots`` of them), at a lower CPU priority
+    (``nice`` + ``HEAVY_NICE``): when the machine's cores are all busy the scheduler gives the network loop,
+    and the light validations, the CPU first, and a bomb takes longer instead of delaying other clients."""
+
+    def __init__(self, slots: int, unbudgeted_bytes: int, nice: int | None = None) -> None:
+        self.slots = max(1, int(slots))
+        self.unbudgeted_bytes = max(0, int(unbudgeted_bytes))
+        self._executor = ThreadPoolExecutor(self.slots, thread_name_prefix="tidelog-heavy-validation",
+                                            initializer=_lower_priority,
+                                            initargs=(HEAVY_NICE if nice is None else nice,))
+        self.in_flight = 0
+        self.peak = 0  # most heavy validations ever in flight at once (never above ``slots``)
+        self.waiting = 0
+        self.total = 0
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a heavy validation thread once a heavy slot is free. The slot is held until the worker call ends,
+        even if the caller is cancelled meanwhile (a closed connection), so the bound holds for the threads."""
+        if self.in_flight >= self.slots or self._waiters:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            self.waiting += 1
+            try:
+                await waiter  # the slot is handed over by _release (in_flight counted there)
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._release()  # handed a slot just as it was cancelled: pass it on
+                else:
+                    self.waiting -= 1
+                    if waiter in self._waiters:
+                        self._waiters.remove(waiter)
+                raise
+        else:
+            self._take()
+        self.total += 1
+        fut = asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args))
+        fut.add_done_callback(lambda _f: self._release())
+        return await asyncio.shield(fut)
+
+    def _take(self) -> None:
+        self.in_flight += 1
+        if self.in_flight > self.peak:
+            self.peak = self.in_flight
+
+    def _release(self) -> None:
+        self.in_flight -= 1
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.waiting -= 1
+                self._take()
+                waiter.set_result(None)
+                return
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=False)
+
+    def rows(self) -> Iterable[tuple[str, str, dict[str, str], float]]:
+        yield ("tidelog_heavy_validations_in_flight", "Produce validations holding a heavy decompression slot",
+               {}, float(self.in_flight))
+        yield ("tidelog_heavy_validations_in_flight_max", "Most heavy validations ever in flight at once (bounded "
+               "by tidelog.decompression.heavy.slots)", {}, float(self.peak))
+        yield ("tidelog_heavy_validations_waiting", "Produce requests waiting for a heavy decompression slot", {},
+               float(self.waiting))
+        yield ("tidelog_heavy_validations_slots", "Heavy decompression slots (tidelog.decompression.heavy.slots)",
+               {}, float(self.slots))
+        yield ("tidelog_heavy_validations_total", "Validations that ran under a heavy decompression slot", {},
+               float(self.total))
 
 
 class AppendTicket:

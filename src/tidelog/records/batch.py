@@ -615,7 +615,7 @@ def check_record_structure(
     header: BatchHeader | tuple,
     *,
     max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
-) -> None:
+) -> int:
     """Check that the records of the batch at ``buf[pos:]`` decode, without decoding them (Kafka's
     ``LogValidator`` walk of every record on a client produce).
 
@@ -632,6 +632,8 @@ def check_record_structure(
     half the cost but would let a record whose key or value length lies through to disk (measured in
     ``bench/record_check_bench.py``). Nothing is copied or built per record: ints are read by indexing the
     bytes, varints of one byte (every length under 64) are decoded inline.
+
+    Returns the size of the decompressed records (0 for an uncompressed batch).
 
     Raises :class:`CorruptRecordError` (framing: a length past its record or the batch, an undecodable or
     over-long varint, bad compressed data, a decompressed size over ``max_decompressed``) or
@@ -659,6 +661,7 @@ def check_record_structure(
             c_walk(data, count, True)
         else:
             _walk_records(data, 0, len(data), count, True)
+        return len(data)
     elif c_walk is not None:
         # no copy: the C walk reads the records area in place (and drops the GIL for large batches)
         c_walk(buf, count, False, pos + RECORD_BATCH_OVERHEAD, pos + size)
@@ -669,6 +672,7 @@ def check_record_structure(
         # the per-record work it speeds up
         data = bytes(memoryview(buf)[pos + RECORD_BATCH_OVERHEAD : pos + size])
         _walk_records(data, 0, len(data), count, False)
+    return 0
 
 
 def _walk_records(data: bytes, pos: int, n: int, count: int, consecutive: bool) -> None:

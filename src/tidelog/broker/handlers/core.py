@@ -47,6 +47,7 @@ from tidelog.broker.topics import ADMIN_CLIENT_ID, INTERNAL_TOPICS, TopicError
 from tidelog.protocol import codec
 from tidelog.protocol.errors import error_for_code
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED
+from tidelog.records.errors import DecompressionLimitError, RecordError
 
 log = logging.getLogger("tidelog.broker.core")
 
@@ -349,15 +350,47 @@ class _ProducePartition:
         self.guard: object | None = None  # KIP-890: a transactional batch's verification guard (see produce)
 
 
-def _validate_all(parts: list[_ProducePartition], now_ms: int) -> None:
+_NEEDS_HEAVY_SLOT = object()  # a batch's light pass stopped at the unbudgeted bytes: validate it under a slot
+
+
+def _validate_all(parts: list[_ProducePartition], now_ms: int, unbudgeted: int | None = None) -> bool:
     """On a worker thread: every batch's checks and rewrites (validate_leader_batch, nothing left to the
-    writer); each result or exception is kept for the append on the loop."""
+    writer); each result or exception is kept for the append on the loop. ``unbudgeted``: the light pass (see
+    ``request_pool.DecompressionBudget``): the request's batches may inflate to that many bytes in all; a batch
+    that would go past it (and every compressed batch after it) is marked ``_NEEDS_HEAVY_SLOT`` instead. True
+    when one was."""
+    left = DEFAULT_MAX_DECOMPRESSED if unbudgeted is None else unbudgeted
+    deferred = False
     for pp in parts:
+        limit = min(left, DEFAULT_MAX_DECOMPRESSED)
         try:
-            pp.validated = pp.plog.validate_leader_batch(pp.records, now_ms=now_ms, reject_control_batches=True,
-                                                         check_all=True)
+            pp.validated = v = pp.plog.validate_leader_batch(pp.records, now_ms=now_ms, reject_control_batches=True,
+                                                             check_all=True, max_decompressed=limit)
+            if unbudgeted is not None:
+                left -= v.decompressed
+        except DecompressionLimitError as exc:
+            if limit < DEFAULT_MAX_DECOMPRESSED:
+                pp.validated = _NEEDS_HEAVY_SLOT
+                deferred = True
+                left = 0  # the rest of the request's compressed batches go heavy too
+            else:
+                pp.validated = _detached(exc)
+        except RecordError as exc:
+            pp.validated = _detached(exc)
         except Exception as exc:
             pp.validated = exc
+    return deferred
+
+
+def _detached(exc: BaseException) -> BaseException:
+    """A record error without its traceback (and its context's), kept until the request is answered: its frames
+    held the decompressed chunks (up to 64 MiB a batch), so a request of 107 bombs kept 7 GB alive until its
+    answer (four at once: the broker killed by the kernel's OOM killer)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        seen.__traceback__ = None
+        seen = seen.__context__
+    return exc
 
 
 @handles(PRODUCE)
@@ -524,7 +557,12 @@ async def _append_all(ctx: RequestContext, todo: list[_ProducePartition], now_ms
             pp.ticket = sequencer.ticket((pp.name, pp.index))
         try:
             if cost > INLINE_VALIDATION_NS:
-                await ctx.broker.request_pool.run(_validate_all, todo, now_ms)
+                broker = ctx.broker
+                budget = broker.decompression_budget
+                if await broker.request_pool.run(_validate_all, todo, now_ms, budget.unbudgeted_bytes):
+                    # past the light pass's bytes: again under one of the broker-wide heavy slots
+                    heavy = [pp for pp in todo if pp.validated is _NEEDS_HEAVY_SLOT]
+                    await budget.run(_validate_all, heavy, now_ms)
             for pp in todo:
                 await pp.ticket.turn()
                 try:

@@ -5,6 +5,9 @@ A mechanism server is sans-io: ``evaluate(token) -> challenge`` until ``complete
 :class:`SaslAuthenticationFailed`, whose ``client_message`` is what Kafka tells the client: the exception's own
 message for its ``SaslAuthenticationException``s, else the generic "Authentication failed during
 authentication due to invalid credentials with SASL mechanism X" (nothing about whether the user exists).
+The exception's detail is what the broker logs ("Failed authentication ... reason=..."): as Kafka's
+``SaslServerAuthenticator`` log line, it never holds the user name a failed login sent (a password typed into
+the user field would otherwise land in the log), nor any other part of the client's token.
 """
 
 from __future__ import annotations
@@ -99,7 +102,8 @@ class PlainServer:
             raise SaslAuthenticationFailed("no password", "Authentication failed: password not specified")
         expected = self.users.get(user)
         if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
-            raise SaslAuthenticationFailed(f"invalid credentials for {user!r}",
+            # no user name in the detail (it is logged): a password typed into the user field would be kept
+            raise SaslAuthenticationFailed("invalid credentials",
                                            "Authentication failed: Invalid username or password")
         if authz and authz != user:
             raise SaslAuthenticationFailed(
@@ -187,7 +191,7 @@ class ScramServer:
         user = _sasl_name_to_user(m.group("name"))
         cred = self.lookup(user, self.mechanism)
         if cred is None:
-            raise self._fail(f"unknown user {user!r}")
+            raise self._fail("unknown user")  # not named: the detail is logged (see PlainServer)
         authz = m.group("authzid")
         if authz and authz != user:
             raise self._fail("authzid differs", "Authentication failed: Client requested an authorization id "

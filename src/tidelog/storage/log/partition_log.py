@@ -467,7 +467,7 @@ class PartitionLog:
         other object when it was not verified because the transaction was open here then); unless the
         producer's transaction is still open here, it must still be live (:meth:`check_verification`)."""
         try:
-            batch, fields, copy, late, now, log_append = validated
+            batch, fields, copy, late, now, log_append, _ = validated
             (_, batch_length, _, _, _, _, last_delta, _, max_ts, pid, _, _, count) = fields
             size = batch_length + LOG_OVERHEAD
             config = self.config

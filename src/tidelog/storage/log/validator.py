@@ -18,6 +18,7 @@ import time
 from typing import NamedTuple
 
 from tidelog.records.batch import (
+    DEFAULT_MAX_DECOMPRESSED,
     build_batch,
     check_record_structure,
     decode_records,
@@ -69,6 +70,7 @@ class ValidatedBatch(NamedTuple):
     late: bool  # the CRC and the record walk are left to the writer (uncompressed batches only)
     now: int
     log_append: bool
+    decompressed: int = 0  # bytes the records inflated to (0: not compressed)
 
 
 def check_late(batch: bytes | bytearray | memoryview, fields: HeaderTuple) -> None:
@@ -132,6 +134,7 @@ class LogValidator:
         reject_control_batches: bool = False,
         check_all: bool = False,
         coordinator_origin: bool = False,
+        max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
     ) -> ValidatedBatch:
         """The first half of :meth:`PartitionLog.append_as_leader`: every check of a client batch that needs no
         log state (Kafka's LogValidator: header, sizes, CRC, client checks, the record walk of the decompressed
@@ -139,7 +142,9 @@ class LogValidator:
         and changes nothing, so it may run on any thread, in parallel with appends and with other validations of
         the same log (the broker runs it on a worker thread for batches whose check is expensive, e.g.
         compressed ones). ``check_all``: no check is left to the writer (the late CRC and walk), so the caller
-        knows the batch is valid once this returns. Raises the exact error, in Kafka's order."""
+        knows the batch is valid once this returns. ``max_decompressed``: the most its records may inflate to
+        (the broker passes less for its light pass, see ``request_pool.DecompressionBudget``). Raises the exact
+        error, in Kafka's order."""
         config = self.config
         log_append = self.log_append_time
         c_check = _c_validate_single_batch
@@ -178,8 +183,9 @@ class LogValidator:
             validate_client_batch(BatchHeader(*fields), reject_control_batches, coordinator_origin)  # raises
         # Kafka's LogValidator walk of every record (decompressed, bounded): a batch no consumer could decode
         # never reaches the log
+        decompressed = 0
         if not late and not walked:
-            check_record_structure(batch, 0, fields)
+            decompressed = check_record_structure(batch, 0, fields, max_decompressed=max_decompressed)
         now = _now_ms() if now_ms is None else now_ms
         if not log_append:
             low = now - config.message_timestamp_before_max_ms
@@ -204,7 +210,7 @@ class LogValidator:
                     f"the batch is {size} bytes once stored with compression.type {config.compression_type}, "
                     f"larger than max.message.bytes {config.max_message_bytes}"
                 )
-        return ValidatedBatch(batch, fields, copy, late, now, log_append)
+        return ValidatedBatch(batch, fields, copy, late, now, log_append, decompressed)
 
     def check_create_time(self, header: BatchHeader, now: int) -> None:
         """CreateTime timestamps within ``message.timestamp.before.max.ms`` / ``after.max.ms`` of ``now``."""
