@@ -99,7 +99,9 @@ _CLUSTER_OR_QUOTA = {
     "tidelog_replicamanager_under_replicated_partitions", "tidelog_replicamanager_under_min_isr_partitions",
     "tidelog_replica_follower_lag_messages", "tidelog_quota_throttle_time_ms_total", "tidelog_quota_rate",
     "tidelog_quota_bound",
-    "tidelog_fd_exhausted_total",  # only once a descriptor ran out (tests/security/test_descriptor_limits.py)
+    "tidelog_fd_exhausted_total",
+    "tidelog_quota_sensors", "tidelog_quota_resolutions_cached", "tidelog_quota_sensors_evicted_total",
+    "tidelog_quota_sensors_overflowed_total",  # only once a descriptor ran out (tests/security/test_descriptor_limits.py)
 }
 
 
