@@ -124,6 +124,20 @@ async def peer_request(host: str, port: int, api_key: int, version: int, body: d
         peer.close()
 
 
+async def bootstrap_request(bootstrap: str, api_key: int, version: int, body: dict, timeout: float) -> dict:
+    """One request to the first bootstrap server that answers (any broker serves it); one line when none does."""
+    last: Exception | None = None
+    for server in bootstrap.split(","):
+        if not server.strip():
+            continue
+        try:
+            host, port = _split_host_port(server)
+            return await peer_request(host, port, api_key, version, body, timeout)
+        except (OSError, TimeoutError) as exc:
+            last = exc
+    fail(f"no broker reachable at {bootstrap} ({last})")
+
+
 def command_config_properties(path: str) -> dict[str, str]:
     """A Kafka (Java) client properties file turned into librdkafka settings: ``sasl.jaas.config``'s username
     and password become ``sasl.username``/``sasl.password``; PEM stores become ``ssl.ca.location`` /

@@ -12,29 +12,11 @@ from typing import Any
 import click
 
 from tidelog.broker.quotas import QUOTA_KEYS
-from tidelog.cli._client import bootstrap_option, fail, peer_request, print_table
+from tidelog.cli._client import bootstrap_option, bootstrap_request, fail, print_table
 from tidelog.protocol.errors import error_for_code
 
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 DEFAULT = "<default>"
-
-
-def _host_port(hp: str) -> tuple[str, int]:
-    host, _, port = hp.strip().rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-async def _request(bootstrap: str, api_key: int, body: dict, timeout: float) -> dict:
-    last: Exception | None = None
-    for hp in bootstrap.split(","):
-        if not hp.strip():
-            continue
-        try:
-            host, port = _host_port(hp)
-            return await peer_request(host, port, api_key, 1, body, timeout)
-        except (OSError, TimeoutError, ValueError) as exc:
-            last = exc
-    fail(f"no broker reachable at {bootstrap} ({last})")
 
 
 def _entity(user: str | None, user_defaults: bool, client: str | None, client_defaults: bool) -> list[dict]:
@@ -79,8 +61,8 @@ def describe(user: str | None, user_defaults: bool, client: str | None, client_d
     """The quotas of the entities given (exact names or the defaults), or of every entity."""
     components = [{"entity_type": e["entity_type"], "match_type": 1 if e["entity_name"] is None else 0,
                    "match": e["entity_name"]} for e in _entity(user, user_defaults, client, client_defaults)]
-    response = asyncio.run(_request(bootstrap, DESCRIBE_CLIENT_QUOTAS,
-                                    {"components": components, "strict": strict}, timeout))
+    response = asyncio.run(bootstrap_request(bootstrap, DESCRIBE_CLIENT_QUOTAS, 1,
+                                             {"components": components, "strict": strict}, timeout))
     if response["error_code"]:
         fail(_error(response["error_code"], response.get("error_message")))
     rows = []
@@ -123,7 +105,7 @@ def alter(user: str | None, user_defaults: bool, client: str | None, client_defa
     if not ops:
         fail("nothing to change: give --add-config and/or --delete-config", 2)
     body = {"entries": [{"entity": entity, "ops": ops}], "validate_only": validate_only}
-    response = asyncio.run(_request(bootstrap, ALTER_CLIENT_QUOTAS, body, timeout))
+    response = asyncio.run(bootstrap_request(bootstrap, ALTER_CLIENT_QUOTAS, 1, body, timeout))
     for entry in response.get("entries") or ():
         if entry["error_code"]:
             fail(_error(entry["error_code"], entry.get("error_message")))
