@@ -138,6 +138,13 @@ async def bootstrap_request(bootstrap: str, api_key: int, version: int, body: di
     fail(f"no broker reachable at {bootstrap} ({last})")
 
 
+async def broker_addresses(bootstrap: str, timeout: float) -> dict[int, tuple[str, int]]:
+    """Every broker of the cluster (node id -> host, port), from Metadata through the bootstrap server."""
+    md = await bootstrap_request(bootstrap, 3, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                                     "include_topic_authorized_operations": False}, timeout)
+    return {b["node_id"]: (b["host"], b["port"]) for b in md["brokers"]}
+
+
 def command_config_properties(path: str) -> dict[str, str]:
     """A Kafka (Java) client properties file turned into librdkafka settings: ``sasl.jaas.config``'s username
     and password become ``sasl.username``/``sasl.password``; PEM stores become ``ssl.ca.location`` /
@@ -157,6 +164,21 @@ def parse_key_values(items: Iterable[str], what: str) -> list[tuple[str, str]]:
         if not sep or not key:
             raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=what)
         out.append((key, value))
+    return out
+
+
+def parse_config_list(text: str | None, what: str) -> list[tuple[str, str]]:
+    """Kafka's ``--add-config`` list: ``k1=v1,k2=[v1,v2],k3=v3`` (square brackets group a value with commas); a
+    missing ``=`` is a usage error."""
+    out: list[tuple[str, str]] = []
+    for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text or ""):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            fail(f"{what}: expected key=value, got {item!r}", 2)
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            value = value[1:-1]
+        out.append((key.strip(), value))
     return out
 
 

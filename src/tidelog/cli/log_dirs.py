@@ -18,7 +18,7 @@ import click
 
 from tidelog.cli._client import (
     bootstrap_option,
-    bootstrap_request,
+    broker_addresses,
     fail,
     peer_request,
     print_table,
@@ -28,7 +28,7 @@ from tidelog.cli.topics import timeout_option
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 
-METADATA_VERSION, DESCRIBE_LOG_DIRS_VERSION = 12, 4
+DESCRIBE_LOG_DIRS_VERSION = 4
 # the Java exception Kafka's tool names for the log dir errors a broker answers
 _ERROR_CLASSES = {56: "org.apache.kafka.common.errors.KafkaStorageException"}
 
@@ -43,10 +43,7 @@ def _int_list(text: str | None, what: str) -> list[int] | None:
 
 
 async def _describe(bootstrap: str, wanted: list[int] | None, timeout: float) -> dict[int, list[dict]]:
-    md = await bootstrap_request(bootstrap, ApiKey.METADATA, METADATA_VERSION,
-                                 {"topics": [], "allow_auto_topic_creation": False,
-                                  "include_topic_authorized_operations": False}, timeout)
-    nodes = {b["node_id"]: (b["host"], b["port"]) for b in md["brokers"]}
+    nodes = await broker_addresses(bootstrap, timeout)
     missing = sorted(set(wanted or ()) - set(nodes))
     if missing:
         fail(f"The given brokers do not exist from --broker-list: {','.join(map(str, missing))}. "
