@@ -27,6 +27,12 @@ def _leader(cluster: Any, topic: str) -> int:
     return cluster.partition(cluster.admin().list_topics(topic, timeout=10), topic).leader
 
 
+def _filtered(cluster: Any, topic: str, option: str) -> list[list[str]]:
+    """``tidelog topics describe TOPIC OPTION``: its partition rows (topic, partition, leader, replicas, isr)."""
+    lines = _tl("topics", "describe", topic, option, "-b", cluster.bootstrap).stdout.split("\n\n")[0].splitlines()
+    return [line.split("\t")[:5] for line in lines[1:]]
+
+
 def test_generate_execute_verify_then_preferred_election(cluster: Any, tmp_path: Path) -> None:
     topic = f"move-{uuid.uuid4().hex[:6]}"
     create_topic(cluster.bootstrap, topic, assignment=[[1, 2, 3], [1, 2, 3]])
@@ -95,8 +101,12 @@ def test_unclean_election_of_a_leaderless_partition(cluster: Any) -> None:
         with kazoo(cluster.zk.connect) as zk:
             b3.kill()  # the follower leaves the ISR once its session is gone
             until("ISR [2]", lambda: state(zk, topic, 0).isr == (2,))
+            cluster.wait_for("ISR [2] in metadata", lambda md: list(cluster.partition(md, topic).isrs) == [2])
+            assert _filtered(cluster, topic, "--under-replicated-partitions") == [[topic, "0", "2", "2,3", "2"]]
             b2.kill()  # the last ISR member: no leader
             until("no leader", lambda: state(zk, topic, 0).leader == -1)
+            cluster.wait_for("no leader in metadata", lambda md: cluster.partition(md, topic).leader == -1)
+            assert _filtered(cluster, topic, "--unavailable-partitions") == [[topic, "0", "-1", "2,3", "2"]]
             b3.start()
             cluster.wait_for("broker 3 registered", lambda md: 3 in md.brokers)
             assert state(zk, topic, 0).leader == -1  # out of sync, unclean election off: still leaderless

@@ -11,6 +11,7 @@ tidelog broker's configs are static) ends the command with the broker's own erro
 from __future__ import annotations
 
 import asyncio
+import decimal
 from typing import Any
 
 import click
@@ -110,6 +111,17 @@ def _quota_entity(types: tuple[str, ...], names: tuple[str, ...], default: bool)
     return entity, any_of
 
 
+def java_double(x: float) -> str:
+    """``x`` as Java's ``Double.toString`` prints it (Kafka's tool prints quotas so): ``1048576.0``, ``1.0E9``."""
+    x = float(x)
+    if x == 0 or 1e-3 <= abs(x) < 1e7:
+        return repr(x)
+    t = decimal.Decimal(repr(x)).normalize().as_tuple()
+    digits = "".join(map(str, t.digits))
+    exponent = len(t.digits) - 1 + int(t.exponent)
+    return f"{'-' if t.sign else ''}{digits[0]}.{digits[1:] or '0'}E{exponent}"
+
+
 def _quota_label(names: dict[str, str | None]) -> str:
     parts = []
     for key, label in (("user", "user-principal"), ("client-id", "client-id")):
@@ -152,7 +164,7 @@ def describe(entity_types: tuple[str, ...], entity_names: tuple[str, ...], entit
         entity, any_of = _quota_entity(entity_types, entity_names, entity_default)
         for names, values in describe_quotas(bootstrap, entity, False, timeout, any_of):
             safe_echo(f"Quota configs for {_quota_label(names)} are "
-                      + ", ".join(f"{k}={float(v)}" for k, v in values))
+                      + ", ".join(f"{k}={java_double(v)}" for k, v in values))
         return
     rtype, name = _resource(entity_types[0], entity_names, entity_default)
     if name is None:

@@ -62,12 +62,12 @@ def delete_records(offset_json_file: str | None, topic: str | None, partition: i
     futures: dict[Any, Any] = admin.delete_records([TopicPartition(t, p, o) for t, p, o in wanted],
                                                    request_timeout=timeout, operation_timeout=timeout)
     safe_echo("Records delete operation completed:")
-    failed = False
+    failed = 0
     for tp, fut in futures.items():
         try:
             safe_echo(f"partition: {tp.topic}-{tp.partition}\tlow_watermark: {fut.result(timeout + 5).low_watermark}")
         except Exception as exc:
-            failed = True
+            failed += 1
             safe_echo(f"partition: {tp.topic}-{tp.partition}\terror: {kafka_error_text(exc)}")
     if failed:
-        raise SystemExit(1)
+        fail(f"records of {failed} of {len(futures)} partition(s) could not be deleted")
