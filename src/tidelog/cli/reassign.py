@@ -2,7 +2,8 @@
 (kafka-leader-election.sh), through the bootstrap server.
 
 Reassignment: AlterPartitionReassignments / ListPartitionReassignments sent to the controller named in Metadata
-(``--generate`` proposes an assignment as Kafka's ``AdminUtils.assignReplicasToBrokers`` does, rack-unaware;
+(``--generate`` proposes an assignment as Kafka's ``AdminUtils.assignReplicasToBrokers`` does, rack-unaware:
+:func:`tidelog.cluster.zkdata.assign_replicas`, the code CreateTopics uses;
 ``--execute``, ``--verify``, ``--cancel``, ``--list``). Leader election: ElectLeaders (preferred or unclean),
 sent by the admin client to the controller. ``tidelog cluster reassign`` is the same reassignment code.
 """
@@ -30,6 +31,7 @@ from tidelog.cli._client import (
     safe_echo,
 )
 from tidelog.cli.topics import _admin, timeout_option
+from tidelog.cluster.zkdata import assign_replicas
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 
@@ -149,26 +151,6 @@ def _plural(n: int) -> str:
     return "" if n == 1 else "s"
 
 
-def assign_replicas(brokers: list[int], partitions: int, replication_factor: int,
-                    rnd: random.Random) -> dict[int, list[int]]:
-    """Kafka's rack-unaware ``assignReplicasToBrokers``: round-robin leaders from a random start, followers
-    shifted by a random (then growing) step so that replicas spread evenly."""
-    n = len(brokers)
-    if replication_factor > n:
-        fail(f"Replication factor: {replication_factor} larger than available brokers: {n}.")
-    start, shift = rnd.randrange(n), rnd.randrange(n)
-    out: dict[int, list[int]] = {}
-    for p in range(partitions):
-        if p > 0 and p % n == 0:
-            shift += 1
-        first = (p + start) % n
-        replicas = [brokers[first]]
-        for j in range(replication_factor - 1):
-            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
-        out[p] = replicas
-    return out
-
-
 def generate(bootstrap: str, topics_file: str, broker_list: str, timeout: float,
              rnd: random.Random | None = None) -> dict[TopicPartition, list[int]]:
     """kafka-reassign-partitions.sh --generate: print the current and a proposed assignment of the topics."""
@@ -192,7 +174,9 @@ def generate(bootstrap: str, topics_file: str, broker_list: str, timeout: float,
     for t in topics:
         parts = sorted(p for tt, p in current if tt == t)
         rf = len(current[(t, parts[0])]) if parts else 0
-        for p, replicas in assign_replicas(sorted(brokers), len(parts), rf, rnd).items():
+        if rf > len(brokers):
+            fail(f"Replication factor: {rf} larger than available brokers: {len(brokers)}.")
+        for p, replicas in assign_replicas(brokers, len(parts), rf, rng=rnd).items():  # Kafka's, as CreateTopics
             proposed[(t, p)] = replicas
     safe_echo(f"Current partition replica assignment\n{reassignment_json(current)}\n")
     safe_echo(f"Proposed partition reassignment configuration\n{reassignment_json(proposed)}")
