@@ -211,6 +211,8 @@ def alter(entity_types: tuple[str, ...], entity_names: tuple[str, ...], entity_d
         fail("--alter needs --entity-name or --entity-default", 2)
     kind = entity_types[0]
     if kind in ("users", "clients"):
+        if any(k.upper().startswith("SCRAM-") for k in [*dict(added), *deleted]):
+            fail("SCRAM credentials are managed with tidelog users add|remove", 2)
         entity, any_of = _quota_entity(entity_types, entity_names, entity_default)
         if any_of:
             fail("--alter needs an --entity-name (or --entity-default) for each --entity-type", 2)
