@@ -339,6 +339,9 @@ def leader_election(election_type: str, topic: str | None, partition: int | None
     except concurrent.futures.TimeoutError:
         fail(f"leader election ({label}): no answer within {timeout:g}s")
     except KafkaException as exc:
+        if kafka_error_name(exc) == "_UNSUPPORTED_FEATURE":
+            fail(f"leader election ({label}) failed: the brokers do not support ElectLeaders "
+                 "(a single-node tidelog broker has no controller to elect leaders)")
         fail(f"leader election ({label}) failed: {kafka_error_text(exc)}")
     done, noop, failed = [], [], []
     for tp, error in sorted(results.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
