@@ -8,6 +8,7 @@ broker, not only tidelog. ``tidelog cluster`` and ``tidelog transactions`` speak
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import re
@@ -180,6 +181,11 @@ def parse_config_list(text: str | None, what: str) -> list[tuple[str, str]]:
             value = value[1:-1]
         out.append((key.strip(), value))
     return out
+
+
+def repeated(items: Iterable[str]) -> list[str]:
+    """The items that occur more than once, sorted (for "duplicate entries" errors)."""
+    return sorted(k for k, n in collections.Counter(items).items() if n > 1)
 
 
 def fail(message: str, code: int = 1) -> NoReturn:

@@ -167,15 +167,16 @@ def describe(entity_types: tuple[str, ...], entity_names: tuple[str, ...], entit
                       + ", ".join(f"{k}={java_double(v)}" for k, v in values))
         return
     rtype, name = _resource(entity_types[0], entity_names, entity_default)
+    resources: list[str]
     if name is None:
         if rtype == TOPIC:
             md = asyncio.run(_metadata(bootstrap, timeout))
-            names = sorted(t["name"] for t in md["topics"])
+            resources = sorted(t["name"] for t in md["topics"])
         else:
-            names = [*map(str, sorted(asyncio.run(broker_addresses(bootstrap, timeout)))), ""]
+            resources = [*map(str, sorted(asyncio.run(broker_addresses(bootstrap, timeout)))), ""]
     else:
-        names = [name]
-    for n in names:
+        resources = [name]
+    for n in resources:
         kind = entity_types[0][:-1]
         if rtype == BROKER and not n:
             safe_echo("Default configs for brokers in the cluster are:")

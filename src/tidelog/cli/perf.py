@@ -302,9 +302,10 @@ def consumer_perf_test(topic: str, messages: int, group: str | None, fetch_size:
             batch = consumer.consume(min(500, messages - progress.messages), 0.1)
             now_ms = time.time() * 1000
             for msg in batch:
-                if msg.error() is not None:
-                    if msg.error().fatal():
-                        raise KafkaException(msg.error())
+                error = msg.error()
+                if error is not None:
+                    if error.fatal():
+                        raise KafkaException(error)
                     continue
                 last_consumed_ms = now_ms
                 progress.messages += 1

@@ -7,6 +7,7 @@ broker; ``--command-config`` for a secured one.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -53,7 +54,7 @@ def quotas() -> None:
 
 
 def describe_quotas(bootstrap: str, entity: list[dict], strict: bool, timeout: float,
-                    any_of: list[str] = ()) -> list[tuple[dict[str, str | None], list[tuple[str, float]]]]:
+                    any_of: Sequence[str] = ()) -> list[tuple[dict[str, str | None], list[tuple[str, float]]]]:
     """DescribeClientQuotas for the entity given (exact names or defaults, plus any entity of the ``any_of``
     types; every entity when both are empty): per entity its {entity type: name (None: the default)} and its
     (key, value) quotas, sorted."""

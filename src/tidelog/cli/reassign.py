@@ -28,6 +28,7 @@ from tidelog.cli._client import (
     kafka_error_name,
     kafka_error_text,
     peer_request,
+    repeated,
     safe_echo,
 )
 from tidelog.cli.topics import _admin, timeout_option
@@ -160,8 +161,8 @@ def generate(bootstrap: str, topics_file: str, broker_list: str, timeout: float,
         brokers = [int(b) for b in broker_list.split(",") if b.strip()]
     except (KeyError, TypeError, ValueError) as exc:
         fail(f"cannot read the topics to move ({type(exc).__name__}: {exc})", 2)
-    for what, items in (("Broker list", brokers), ("List of topics to reassign", topics)):
-        dups = sorted({str(x) for x in items if items.count(x) > 1})
+    for what, items in (("Broker list", [str(b) for b in brokers]), ("List of topics to reassign", topics)):
+        dups = repeated(items)
         if dups:
             fail(f"{what} contains duplicate entries: {','.join(dups)}")
     live = asyncio.run(broker_addresses(bootstrap, timeout))
@@ -304,7 +305,7 @@ def _election_partitions(topic: str | None, partition: int | None, all_partition
         fail(f"{json_file}: Replica election data is missing or malformed ({type(exc).__name__}: {exc})")
     if not parts:
         fail("Replica election data is empty")
-    dups = sorted({f"{t}-{p}" for t, p in parts if parts.count((t, p)) > 1})
+    dups = repeated(f"{t}-{p}" for t, p in parts)
     if dups:
         fail(f"Replica election data contains duplicate partitions: {','.join(dups)}")
     return parts

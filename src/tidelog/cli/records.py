@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from tidelog.cli._client import bootstrap_option, fail, kafka_error_text, safe_echo
+from tidelog.cli._client import bootstrap_option, fail, kafka_error_text, repeated, safe_echo
 from tidelog.cli.topics import _admin, timeout_option
 
 
@@ -28,8 +28,7 @@ def read_offset_json(path: str) -> list[tuple[str, int, int]]:
         fail(f"cannot read {path}: {exc.strerror or exc}")
     except (ValueError, KeyError, TypeError) as exc:
         fail(f"{path} is not Kafka's offset JSON ({type(exc).__name__}: {exc})")
-    seen: set[tuple[str, int]] = set()
-    dups = sorted({f"{t}-{p}" for t, p, _ in out if (t, p) in seen or seen.add((t, p))})
+    dups = repeated(f"{t}-{p}" for t, p, _ in out)
     if dups:
         fail(f"Offset json file contains duplicate topic partitions: {','.join(dups)}")
     return out
