@@ -123,20 +123,13 @@ async def _controller_answer(submit: Callable[[Callable[[Any], None]], None], re
     return await asyncio.wait_for(done, (timeout_ms if timeout_ms > 0 else 60000) / 1000)  # 0: the spec's default
 
 
-def _elect_response(ctx: RequestContext, error: str | None, message: str | None,
-                    results: dict[tuple[str, int], tuple[str, str] | None]) -> dict:
+def _elect_response(top_error: str | None, results: dict[tuple[str, int], tuple[str, str | None] | None]) -> dict:
     by_topic: dict[str, list[dict]] = {}
     for (t, p), r in sorted(results.items()):
         by_topic.setdefault(t, []).append({"partition_id": p, "error_code": error_code(r[0]) if r else 0,
                                            "error_message": r[1] if r else None})
-    out: dict[str, Any] = {"throttle_time_ms": 0, "error_code": error_code(error) if error else 0,
-                           "replica_election_results": [{"topic": t, "partition_result": ps}
-                                                        for t, ps in by_topic.items()]}
-    if error and ctx.api_version == 0:  # v0 has no top-level error: every partition carries it
-        for t in out["replica_election_results"]:
-            for p in t["partition_result"]:
-                p["error_code"], p["error_message"] = out["error_code"], message
-    return out
+    return {"throttle_time_ms": 0, "error_code": error_code(top_error) if top_error else 0,
+            "replica_election_results": [{"topic": t, "partition_result": ps} for t, ps in by_topic.items()]}
 
 
 @handles(ApiKey.ELECT_LEADERS, CLUSTER_HANDLERS)
@@ -145,23 +138,27 @@ async def elect_leaders(ctx: RequestContext, request: dict) -> dict:
     election on its thread (:mod:`tidelog.cluster.elections`)."""
     topics = request.get("topic_partitions")
     wanted = None if topics is None else {(t.get("topic"), int(p)) for t in topics for p in t.get("partitions") or ()}
-    every = dict.fromkeys(wanted or ())
+
+    def every(error: str, message: str | None) -> dict[tuple[str, int], tuple[str, str | None] | None]:
+        return dict.fromkeys(wanted or (), (error, message))
+
+    # KafkaApis: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED at the top and for every partition
     if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return _elect_response(ctx, "CLUSTER_AUTHORIZATION_FAILED", None, every)
+        return _elect_response("CLUSTER_AUTHORIZATION_FAILED", every("CLUSTER_AUTHORIZATION_FAILED", None))
     election_type = int(request.get("election_type", 0)) if ctx.api_version >= 1 else 0
     if election_type not in (0, 1):
-        return _elect_response(ctx, "INVALID_REQUEST", f"Unknown election type {election_type}", every)
+        return _elect_response(None, every("INVALID_REQUEST", f"Unknown election type {election_type}"))
+    # elsewhere than on the controller each partition answers NOT_CONTROLLER, as Kafka's processReplicaLeaderElection
+    not_controller = every("NOT_CONTROLLER", "This is not the correct controller for this cluster.")
     controller = ctx.broker.replica_manager.controller
     if controller is None or not controller.active:
-        return _elect_response(ctx, "NOT_CONTROLLER", "This is not the correct controller for this cluster.", every)
+        return _elect_response(None, not_controller)
     try:
         results = await _controller_answer(
             lambda reply: controller.submit_elect_leaders(wanted, election_type, reply), request)
     except TimeoutError:
-        return _elect_response(ctx, "REQUEST_TIMED_OUT", "The controller did not answer in time.", every)
-    if results is None:
-        return _elect_response(ctx, "NOT_CONTROLLER", "This is not the correct controller for this cluster.", every)
-    return _elect_response(ctx, None, None, results)
+        return _elect_response(None, every("REQUEST_TIMED_OUT", "The controller did not answer in time."))
+    return _elect_response(None, not_controller if results is None else results)
 
 
 def list_reassignments(zk: Any, wanted: dict[str, list[int]] | None) -> list[dict]:
