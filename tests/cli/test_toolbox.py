@@ -194,6 +194,11 @@ def test_configs_client_and_user_quotas(b: Any) -> None:
     # the same quota through tidelog quotas (one implementation, one store)
     assert f"{user}\t{client}\tproducer_byte_rate\t1048576" in tl(b, "quotas", "describe", "--user", user,
                                                                   "--client", client).stdout
+    # a user's description also lists its SCRAM credentials (tidelog users, DescribeUserScramCredentials)
+    tl(b, "users", "add", user, "--password", "pw-of-the-user", "--iterations", "8192")
+    assert tl(b, "configs", "describe", "--entity-type", "users", "--entity-name", user).stdout == line + \
+        f"SCRAM credential configs for user-principal '{user}' are SCRAM-SHA-256=iterations=8192, " \
+        "SCRAM-SHA-512=iterations=8192\n"
     tl(b, "configs", "alter", *entity, "--delete-config", "producer_byte_rate,request_percentage")
     assert tl(b, "configs", "describe", *entity).stdout == ""
 

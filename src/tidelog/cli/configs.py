@@ -4,7 +4,8 @@ Topics and brokers through DescribeConfigs (with synonyms) and IncrementalAlterC
 ConfigCommand prints them (``Dynamic configs for topic t are:``, ``  k=v sensitive=false synonyms={SOURCE:k=v,
 ...}``; ``--all`` every value with its source). A broker resource goes to that broker; ``--entity-default`` with
 brokers is the cluster-wide default (resource name ""). Users and clients are client quotas
-(DescribeClientQuotas / AlterClientQuotas, the code of ``tidelog quotas``). Whatever the broker refuses (a
+(DescribeClientQuotas / AlterClientQuotas, the code of ``tidelog quotas``), and a user's description also lists its
+SCRAM credentials (DescribeUserScramCredentials, the code of ``tidelog users``). Whatever the broker refuses (a
 tidelog broker's configs are static) ends the command with the broker's own error message.
 """
 
@@ -21,6 +22,7 @@ from tidelog.cli._client import (
     bootstrap_request,
     broker_addresses,
     fail,
+    kafka_error_text,
     parse_config_list,
     peer_request,
     safe_echo,
@@ -165,6 +167,8 @@ def describe(entity_types: tuple[str, ...], entity_names: tuple[str, ...], entit
         for names, values in describe_quotas(bootstrap, entity, False, timeout, any_of):
             safe_echo(f"Quota configs for {_quota_label(names)} are "
                       + ", ".join(f"{k}={java_double(v)}" for k, v in values))
+        if "clients" not in entity_types and not entity_default:  # as Kafka: a user's SCRAM credentials too
+            _describe_scram(bootstrap, properties, timeout, list(entity_names) or None)
         return
     rtype, name = _resource(entity_types[0], entity_names, entity_default)
     resources: list[str]
@@ -186,6 +190,18 @@ def describe(entity_types: tuple[str, ...], entity_names: tuple[str, ...], entit
         for c in describe_resource(bootstrap, rtype, n, timeout):
             if show_all or c["config_source"] == wanted:
                 safe_echo(_entry_line(c))
+
+
+def _describe_scram(bootstrap: str, properties: tuple[str, ...], timeout: float, names: list[str] | None) -> None:
+    from tidelog.cli.users import scram_credentials
+
+    for user, creds in sorted(scram_credentials(bootstrap, properties, timeout, names).items()):
+        if isinstance(creds, BaseException):
+            safe_echo(f"Error retrieving SCRAM credential configs for user-principal '{user}': "
+                      f"{kafka_error_text(creds)}")
+        else:
+            safe_echo(f"SCRAM credential configs for user-principal '{user}' are "
+                      + ", ".join(f"{m}=iterations={i}" for m, i in creds))
 
 
 async def _metadata(bootstrap: str, timeout: float) -> dict:
