@@ -243,9 +243,11 @@ def test_producer_and_consumer_perf(b: Any, tmp_path: Path) -> None:
     payloads = tmp_path / "payloads.txt"
     payloads.write_text("alpha\nbeta\n")
     out = tl(b, "producer-perf-test", "--topic", t, "--num-records", "100", "--payload-file", str(payloads),
-             "--throughput", "-1").stdout.splitlines()
+             "--throughput", "-1", "--print-metrics").stdout.splitlines()
     assert out[:2] == [f"Reading payloads from: {payloads}", "Number of messages read: 2"]
-    assert out[-1].startswith("100 records sent, ")
+    assert out[2].startswith("100 records sent, ")
+    assert out[3] == "" and re.match(r"^Metric Name +Value$", out[4])  # ToolsUtils.printMetrics' layout
+    assert any(re.match(r"^librdkafka:txmsgs:\{client-id=tidelog-cli\} +: 100$", line) for line in out), out
     tl(b, "producer-perf-test", "--topic", t, "--num-records", "1", "--throughput", "-1", code=2)  # no payload
     tl(b, "producer-perf-test", "--topic", t, "--num-records", "1", "--record-size", "1", "--throughput", "-1",
        "--producer-props", "acks", code=2)
@@ -260,9 +262,10 @@ def test_producer_and_consumer_perf(b: Any, tmp_path: Path) -> None:
     assert int(row.group(2)) == 3100
     assert abs(float(row.group(1)) - (3000 * 100 + 50 * 5 + 50 * 4) / 1024 / 1024) < 0.0001
     short = tl(b, "consumer-perf-test", "--topic", t, "--messages", "4000", "--timeout", "1500", "--hide-header",
-               "--date-format", "HH:mm").stdout.splitlines()
+               "--date-format", "HH:mm", "--print-metrics").stdout.splitlines()
     assert short[0].startswith("WARNING: Exiting before consuming the expected number of messages: timeout (1500 ms)")
     assert re.match(r"^\d\d:\d\d, \d\d:\d\d, \d+\.\d{4}, \d+\.\d{4}, 3100, ", short[1]), short
+    assert any(re.match(r"^librdkafka:rxmsgs:\{client-id=tidelog-cli\} +: \d+$", line) for line in short), short
 
 
 def test_elections_and_reassignment_need_a_cluster(b: Any, tmp_path: Path) -> None:

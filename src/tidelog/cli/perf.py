@@ -11,10 +11,11 @@ batch.size, compression.type, client.id, ...) pass through; Java-only ones (seri
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,13 +143,14 @@ def _payloads(record_size: int | None, payload_file: str | None, delimiter: str,
 @click.option("--transactional-id", default=None, help="Produce in transactions with this id.")
 @click.option("--transaction-duration-ms", type=int, default=None,
               help="Commit each transaction after this long (default 3000 with a transactional id).")
+@click.option("--print-metrics", is_flag=True, help="Print the client's metrics (librdkafka's statistics) at the end.")
 @click.argument("more_props", nargs=-1, metavar="[PROP=VALUE]...")
 @bootstrap_option
 def producer_perf_test(topic: str, num_records: int, record_size: int | None, payload_file: str | None,
                        payload_delimiter: str, payload_monotonic: bool, throughput: float,
                        producer_props: tuple[str, ...], producer_config: str | None, transactional_id: str | None,
-                       transaction_duration_ms: int | None, more_props: tuple[str, ...], bootstrap: str,
-                       properties: tuple[str, ...]) -> None:
+                       transaction_duration_ms: int | None, print_metrics: bool, more_props: tuple[str, ...],
+                       bootstrap: str, properties: tuple[str, ...]) -> None:
     """Produce NUM-RECORDS records as fast as allowed and report throughput and latency (kafka-producer-perf-test.sh)."""
     from confluent_kafka import KafkaException, Producer
 
@@ -162,7 +164,9 @@ def producer_perf_test(topic: str, num_records: int, record_size: int | None, pa
     if transactional_id is not None:
         props["transactional.id"] = transactional_id
         transaction_duration_ms = transaction_duration_ms or 3000
-    conf = client_config(_bootstrap_of(props, bootstrap), properties, **props)
+    metrics = ClientMetrics()
+    conf = client_config(_bootstrap_of(props, bootstrap), properties, **props,
+                         **(metrics.config() if print_metrics else {}))
     try:
         producer = Producer(conf)
     except KafkaException as exc:
@@ -220,9 +224,54 @@ def producer_perf_test(topic: str, num_records: int, record_size: int | None, pa
     except KafkaException as exc:
         fail(f"producing to {topic} failed: {kafka_error_text(exc)}")
     safe_echo(stats.summary(time.monotonic()))
+    if print_metrics:
+        metrics.refresh(producer.poll)
+        metrics.print()
     if errors or remaining:
         fail(f"{len(errors) + remaining} of {num_records} records were not delivered"
              + (f" (first error: {errors[0]})" if errors else ""))
+
+
+class ClientMetrics:
+    """``--print-metrics``: librdkafka's statistics (``statistics.interval.ms``), printed at the end as Kafka's
+    ``ToolsUtils.printMetrics`` prints the Java client's metrics (``group:name:{tags} : value`` under a "Metric
+    Name / Value" header), with librdkafka's names: the client's totals and each broker connection's."""
+
+    INTERVAL_MS = 500
+
+    def __init__(self) -> None:
+        self.last: dict[str, Any] | None = None
+        self.count = 0
+
+    def config(self) -> dict[str, Any]:
+        return {"statistics.interval.ms": self.INTERVAL_MS, "stats_cb": self._on_stats}
+
+    def _on_stats(self, text: str) -> None:
+        self.last = json.loads(text)
+        self.count += 1
+
+    def refresh(self, poll: Callable[[float], Any]) -> None:
+        """Serve callbacks until statistics taken from now on arrive (at most a few intervals)."""
+        seen, deadline = self.count, time.monotonic() + 4 * self.INTERVAL_MS / 1000
+        while self.count == seen and time.monotonic() < deadline:
+            poll(0.1)
+
+    def print(self) -> None:
+        stats = self.last
+        if not stats:
+            return
+        client = f"client-id={stats.get('client_id', '')}"
+        values: dict[str, int | float] = {}
+        for group, tags, section in [("librdkafka", client, stats)] + [
+                ("librdkafka-broker", f"broker={name}, {client}", b) for name, b in (stats.get("brokers") or {}).items()]:
+            for key, value in section.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    values[f"{group}:{key}:{{{tags}}}"] = value
+        width = max(map(len, values), default=11)
+        safe_echo(f"\n{'Metric Name':<{width}}   Value")
+        for name in sorted(values):
+            value = values[name]
+            safe_echo(f"{name:<{width}} : {value:.3f}" if isinstance(value, float) else f"{name:<{width}} : {value}")
 
 
 _JAVA_DATE = (("yyyy", "%Y"), ("MM", "%m"), ("dd", "%d"), ("HH", "%H"), ("mm", "%M"), ("ss", "%S"))
@@ -266,20 +315,22 @@ def _csv_row(*cols: Any) -> str:
 @click.option("--date-format", default="yyyy-MM-dd HH:mm:ss:SSS", show_default=True,
               help="Java SimpleDateFormat of the time columns.")
 @click.option("--hide-header", is_flag=True, help="Do not print the header line.")
+@click.option("--print-metrics", is_flag=True, help="Print the client's metrics (librdkafka's statistics) at the end.")
 @bootstrap_option
 def consumer_perf_test(topic: str, messages: int, group: str | None, fetch_size: int, from_latest: bool,
                        socket_buffer_size: int, consumer_config: str | None, show_detailed_stats: bool,
                        timeout_ms: int, reporting_interval: int, date_format: str, hide_header: bool,
-                       bootstrap: str, properties: tuple[str, ...]) -> None:
+                       print_metrics: bool, bootstrap: str, properties: tuple[str, ...]) -> None:
     """Consume MESSAGES records and report throughput as CSV (kafka-consumer-perf-test.sh)."""
     from confluent_kafka import Consumer, KafkaException
 
     props = _props((), consumer_config, "--consumer.config")
+    metrics = ClientMetrics()
     conf = client_config(_bootstrap_of(props, bootstrap), properties, **{
         "group.id": group or f"perf-consumer-{random.randrange(100000)}",
         "auto.offset.reset": "latest" if from_latest else "earliest",
         "enable.auto.commit": True, "max.partition.fetch.bytes": fetch_size,
-        "socket.receive.buffer.bytes": socket_buffer_size, **props})
+        "socket.receive.buffer.bytes": socket_buffer_size, **props, **(metrics.config() if print_metrics else {})})
     if not hide_header:
         first = "time, threadId" if show_detailed_stats else "start.time, end.time"
         safe_echo(f"{first}, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, "
@@ -322,10 +373,13 @@ def consumer_perf_test(topic: str, messages: int, group: str | None, fetch_size:
                                    1000.0 * interval_n / fetch_ms if fetch_ms > 0 else 0.0))
                 progress.join_round_ms = 0
                 last_report_ms, last_messages, last_bytes = now_ms, progress.messages, progress.bytes
+        end_ms = time.time() * 1000
+        if print_metrics:  # statistics from after the last record; paused, the polls hand out no more records
+            consumer.pause(consumer.assignment())
+            metrics.refresh(consumer.poll)
         consumer.close()
     except KafkaException as exc:
         fail(f"consuming {topic} failed: {kafka_error_text(exc)}")
-    end_ms = time.time() * 1000
     if progress.messages < messages:
         safe_echo(f"WARNING: Exiting before consuming the expected number of messages: timeout ({timeout_ms} ms) "
                   "exceeded. You can use the --timeout option to increase the timeout.")
@@ -337,3 +391,5 @@ def consumer_perf_test(topic: str, messages: int, group: str | None, fetch_size:
                            total_mb / elapsed_s, progress.messages, progress.messages / elapsed_s, progress.join_ms,
                            fetch_ms, total_mb / (fetch_ms / 1000) if fetch_ms > 0 else 0.0,
                            progress.messages / (fetch_ms / 1000) if fetch_ms > 0 else 0.0))
+    if print_metrics:
+        metrics.print()
