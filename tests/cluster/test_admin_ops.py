@@ -96,7 +96,7 @@ def test_reassign_to_a_new_broker_under_load(cluster: Any, tmp_path: Path) -> No
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [3, 2]}]}))
     out = _cli("reassign", "-b", cluster.bootstrap, "--reassignment-json-file", str(plan), "--execute")
-    assert f"Successfully started partition reassignments for {topic}-0" in out.stdout
+    assert f"Successfully started partition reassignment for {topic}-0" in out.stdout
     assert f'"topic":"{topic}","partition":0,"replicas":[1,2]' in out.stdout  # the rollback JSON
     done = until("the reassignment to complete", lambda: (r := _cli(
         "reassign", "-b", cluster.bootstrap, "--reassignment-json-file", str(plan), "--verify", check=False)
@@ -140,7 +140,7 @@ def test_reassignment_list_and_cancel(cluster: Any, tmp_path: Path) -> None:
                       check=False)
         assert verify.returncode == 1 and "is still in progress" in verify.stdout
         out = _cli("reassign", "-b", cluster.bootstrap, "--reassignment-json-file", str(plan), "--cancel")
-        assert f"Successfully cancelled partition reassignments for: {topic}-0" in out.stdout
+        assert f"Successfully cancelled partition reassignment for: {topic}-0" in out.stdout
         a = topic_assignment(zk, topic)
         # Kafka's originReplicas = RS minus AR, in RS's order ([3,2,1] -> [2,1])
         assert a.partitions[0] == [2, 1] and a.adding == {} and a.removing == {}

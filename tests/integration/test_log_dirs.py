@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +174,11 @@ def test_jbod_full_directory_goes_offline_alone_and_recovers(tmp_path: Path) -> 
             assert dirs[str(a)]["error_code"] == 0
             assert {p["partition_index"] for t in dirs[str(a)]["topics"] if t["name"] == topic
                     for p in t["partitions"]} == set(on_a)
+            # kafka-log-dirs.sh's view (tidelog log-dirs describe): the offline directory named by its error
+            table = subprocess.run([sys.executable, "-m", "tidelog.cli.main", "log-dirs", "describe", "--table",
+                                    "-b", broker.bootstrap], capture_output=True, text=True, timeout=60, check=True)
+            states = {line.split("\t")[1]: line.split("\t")[2] for line in table.stdout.split("\n\n")[0].splitlines()[1:]}
+            assert states == {str(a): "online", str(b): "org.apache.kafka.common.errors.KafkaStorageException"}
 
             # new topics go to the online directory (the topic registry copy in the failed one is skipped)
             later = new_topic("later")

@@ -438,6 +438,9 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: [Case(0, lambda _u: {"timeout_ms": 10000, "topics": None},
                                                lambda r: r["error_code"],
                                                [Check(T_CLUSTER, DESCRIBE, "kafka-cluster", CLUSTER_AUTH)])],
+    ApiKey.ELECT_LEADERS: [Case(2, lambda _u: {"election_type": 0, "timeout_ms": 10000, "topic_partitions": [
+        {"topic": GONE, "partitions": [0]}]}, lambda r: r["error_code"],
+        [Check(T_CLUSTER, ALTER, "kafka-cluster", CLUSTER_AUTH)])],
 }
 ZK_ONLY = {int(k) for k in CLUSTER_HANDLERS}
 
@@ -577,8 +580,8 @@ def zk_authz_brokers(broker_factory: Any) -> Iterator[tuple[Any, list[Any]]]:
 
 
 def test_cluster_apis_are_authorized_as_kafka(zk_authz_brokers: tuple[Any, list[Any]]) -> None:
-    """The APIs only ZooKeeper mode serves (OffsetForLeaderEpoch, Alter/ListPartitionReassignments), from the
-    same table, against a broker of a two-broker cluster."""
+    """The APIs only ZooKeeper mode serves (OffsetForLeaderEpoch, Alter/ListPartitionReassignments,
+    ElectLeaders), from the same table, against a broker of a two-broker cluster."""
     _zk, (b, _other) = zk_authz_brokers
     assert ZK_ONLY.issubset(_advertised(b))
     setup_table_resources(b, ZK_ONLY)

@@ -8,6 +8,7 @@ broker, not only tidelog. ``tidelog cluster`` and ``tidelog transactions`` speak
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import re
@@ -124,6 +125,27 @@ async def peer_request(host: str, port: int, api_key: int, version: int, body: d
         peer.close()
 
 
+async def bootstrap_request(bootstrap: str, api_key: int, version: int, body: dict, timeout: float) -> dict:
+    """One request to the first bootstrap server that answers (any broker serves it); one line when none does."""
+    last: Exception | None = None
+    for server in bootstrap.split(","):
+        if not server.strip():
+            continue
+        try:
+            host, port = _split_host_port(server)
+            return await peer_request(host, port, api_key, version, body, timeout)
+        except (OSError, TimeoutError) as exc:
+            last = exc
+    fail(f"no broker reachable at {bootstrap} ({last})")
+
+
+async def broker_addresses(bootstrap: str, timeout: float) -> dict[int, tuple[str, int]]:
+    """Every broker of the cluster (node id -> host, port), from Metadata through the bootstrap server."""
+    md = await bootstrap_request(bootstrap, 3, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                                     "include_topic_authorized_operations": False}, timeout)
+    return {b["node_id"]: (b["host"], b["port"]) for b in md["brokers"]}
+
+
 def command_config_properties(path: str) -> dict[str, str]:
     """A Kafka (Java) client properties file turned into librdkafka settings: ``sasl.jaas.config``'s username
     and password become ``sasl.username``/``sasl.password``; PEM stores become ``ssl.ca.location`` /
@@ -144,6 +166,26 @@ def parse_key_values(items: Iterable[str], what: str) -> list[tuple[str, str]]:
             raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=what)
         out.append((key, value))
     return out
+
+
+def parse_config_list(text: str | None, what: str) -> list[tuple[str, str]]:
+    """Kafka's ``--add-config`` list: ``k1=v1,k2=[v1,v2],k3=v3`` (square brackets group a value with commas); a
+    missing ``=`` is a usage error."""
+    out: list[tuple[str, str]] = []
+    for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text or ""):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            fail(f"{what}: expected key=value, got {item!r}", 2)
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            value = value[1:-1]
+        out.append((key.strip(), value))
+    return out
+
+
+def repeated(items: Iterable[str]) -> list[str]:
+    """The items that occur more than once, sorted (for "duplicate entries" errors)."""
+    return sorted(k for k, n in collections.Counter(items).items() if n > 1)
 
 
 def fail(message: str, code: int = 1) -> NoReturn:

@@ -7,15 +7,13 @@ import contextlib
 import json
 import logging
 import sys
-import uuid
 from typing import Any
 
 import click
 
-from tidelog.cli._client import command_config_option, fail, peer_request
+from tidelog.cli._client import fail
+from tidelog.cli.reassign import reassignment_options, run_reassignment
 from tidelog.cluster import zkdata as zd
-from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.errors import error_for_code
 
 
 @click.group("cluster")
@@ -126,7 +124,8 @@ def describe(zk_connect: str, as_json: bool) -> None:
               help="seconds to wait for the controller to finish")
 def elect_leaders(zk_connect: str, topic: str | None, partition: int | None, timeout: float) -> None:
     """Preferred leader election: each partition's first assigned replica becomes leader when it is alive and in
-    the ISR. Writes Kafka's ``/admin/preferred_replica_election`` and waits until the controller deletes it."""
+    the ISR. Writes Kafka's ``/admin/preferred_replica_election`` and waits until the controller deletes it
+    (``tidelog leader-election`` does it through the bootstrap server instead)."""
     import threading
 
     from kazoo.client import KazooClient
@@ -175,178 +174,16 @@ def elect_leaders(zk_connect: str, topic: str | None, partition: int | None, tim
 
 # -- reassignment (kafka-reassign-partitions.sh) -----------------------------------------------------------------
 
-METADATA, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 3, 45, 46
-
-
-async def _controller_request(bootstrap: str, api_key: int, version: int, body: dict, timeout: float) -> dict:
-    """Send one request to the controller named in Metadata (again, up to a few times, on NOT_CONTROLLER)."""
-    hosts = [h.strip() for h in bootstrap.split(",") if h.strip()]
-    last: Exception | None = None
-    for _attempt in range(5):
-        for hp in hosts:
-            host, _, port = hp.rpartition(":")
-            try:
-                md = await peer_request(host.strip("[]"), int(port), METADATA, 12,
-                                        {"topics": [], "allow_auto_topic_creation": False,
-                                         "include_topic_authorized_operations": False}, timeout)
-            except (OSError, TimeoutError) as exc:
-                last = exc
-                continue
-            nodes = {b["node_id"]: b for b in md["brokers"]}
-            ctl = nodes.get(md["controller_id"])
-            if ctl is None:
-                last = RuntimeError("no controller in the cluster metadata")
-                continue
-            try:
-                # a broker without the API (single-node mode) would close the connection: ask first, as Kafka's
-                # admin client knows from ApiVersions
-                versions = await peer_request(ctl["host"], ctl["port"], ApiKey.API_VERSIONS, 3,
-                                              {"client_software_name": "tidelog-cli",
-                                               "client_software_version": "1"}, timeout)
-                if versions["error_code"] == 0 and api_key not in {k["api_key"] for k in versions["api_keys"]}:
-                    fail(f"the controller {ctl['host']}:{ctl['port']} does not support {ApiKey(api_key).name} "
-                         "(a single-node broker has no partition reassignment)")
-                resp = await peer_request(ctl["host"], ctl["port"], api_key, version, body, timeout)
-            except (OSError, TimeoutError) as exc:
-                last = exc
-                continue
-            if resp.get("error_code") == 41:  # NOT_CONTROLLER: the controller moved; ask again
-                last = RuntimeError("NOT_CONTROLLER")
-                continue
-            return resp
-    raise click.ClickException(f"cannot reach the controller through {bootstrap}: {last}")
-
-
-async def _replicas_of(bootstrap: str, topics: list[str], timeout: float) -> dict[tuple[str, int], list[int]]:
-    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
-    md = await peer_request(host.strip("[]"), int(port), METADATA, 12,
-                            {"topics": [{"name": t, "topic_id": uuid.UUID(int=0)} for t in topics],
-                             "allow_auto_topic_creation": False, "include_topic_authorized_operations": False},
-                            timeout)
-    return {(t["name"], p["partition_index"]): list(p["replica_nodes"]) for t in md["topics"]
-            for p in t["partitions"]}
-
-
-def _read_reassignment_file(path: str) -> dict[tuple[str, int], list[int]]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-        out: dict[tuple[str, int], list[int]] = {}
-        for e in value["partitions"]:
-            tp = (str(e["topic"]), int(e["partition"]))
-            if tp in out:
-                raise click.ClickException(f"partition {tp[0]}-{tp[1]} appears more than once in {path}")
-            out[tp] = [int(b) for b in e.get("replicas") or []]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise click.ClickException(f"cannot read the reassignment JSON {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    if value.get("version", 1) != 1:
-        raise click.ClickException(f"unsupported reassignment JSON version {value.get('version')}")
-    return out
-
-
-def _alter_body(parts: dict[tuple[str, int], list[int] | None], timeout: float) -> dict:
-    topics: dict[str, list[dict]] = {}
-    for (t, p), replicas in sorted(parts.items()):
-        topics.setdefault(t, []).append({"partition_index": p, "replicas": replicas})
-    return {"timeout_ms": int(timeout * 1000),
-            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
-
-
-def _alter_errors(resp: dict) -> list[str]:
-    def error_name(code: int) -> str:
-        return error_for_code(code).name
-
-    if resp.get("error_code"):
-        return [f"{error_name(resp['error_code'])}: {resp.get('error_message')}"]
-    return [f"{t['name']}-{p['partition_index']}: {error_name(p['error_code'])}: {p['error_message']}"
-            for t in resp["responses"] for p in t["partitions"] if p["error_code"]]
-
-
-def _names(tps: Any) -> str:
-    return ",".join(f"{t}-{p}" for t, p in sorted(tps))
-
 
 @cluster.command("reassign")
-@click.option("--bootstrap-server", "-b", "bootstrap", envvar="TIDELOG_BOOTSTRAP", default="127.0.0.1:9092",
-              show_default=True, help="Broker(s) to ask for the controller, host:port[,host:port...].")
-@command_config_option
-@click.option("--reassignment-json-file", "json_file", default=None,
-              help='{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2,3]}]}')
-@click.option("--execute", "mode", flag_value="execute", help="start the reassignment in the JSON file")
-@click.option("--verify", "mode", flag_value="verify", help="is the reassignment in the JSON file done? "
-              "(exit status 1 while it is not)")
-@click.option("--cancel", "mode", flag_value="cancel", help="cancel the reassignments of the JSON file's partitions")
-@click.option("--list", "mode", flag_value="list", help="list every ongoing reassignment")
-@click.option("--timeout", type=float, default=30.0, show_default=True, help="seconds per request")
+@reassignment_options
 def reassign(bootstrap: str, json_file: str | None, mode: str | None, timeout: float) -> None:
     """Partition reassignment as kafka-reassign-partitions.sh --execute/--verify/--cancel/--list does it
-    (AlterPartitionReassignments / ListPartitionReassignments to the controller)."""
-    import asyncio
-
+    (AlterPartitionReassignments / ListPartitionReassignments to the controller); ``tidelog reassign-partitions``
+    is the same, with --generate."""
     if mode is None:
         raise click.UsageError("one of --execute, --verify, --cancel or --list is needed")
-    if mode != "list" and json_file is None:
-        raise click.UsageError(f"--{mode} needs --reassignment-json-file")
-    wanted = _read_reassignment_file(json_file) if json_file else {}
-
-    if mode == "list":
-        resp = asyncio.run(_controller_request(bootstrap, LIST_REASSIGNMENTS, 0,
-                                               {"timeout_ms": int(timeout * 1000), "topics": None}, timeout))
-        parts = [(t["name"], p) for t in resp["topics"] for p in t["partitions"]]
-        if not parts:
-            click.echo("No partition reassignments found.")
-            return
-        click.echo("Current partition reassignments:")
-        for name, p in sorted(parts, key=lambda x: (x[0], x[1]["partition_index"])):
-            click.echo(f"{name}-{p['partition_index']}: replicas: {','.join(map(str, p['replicas']))}. "
-                       f"adding: {','.join(map(str, p['adding_replicas']))}. "
-                       f"removing: {','.join(map(str, p['removing_replicas']))}.")
-        return
-    if mode == "execute":
-        current = asyncio.run(_replicas_of(bootstrap, sorted({t for t, _ in wanted}), timeout))
-        click.echo("Current partition replica assignment\n")
-        click.echo(json.dumps({"version": 1, "partitions": [
-            {"topic": t, "partition": p, "replicas": current[(t, p)], "log_dirs": ["any"] * len(current[(t, p)])}
-            for t, p in sorted(wanted) if (t, p) in current]}, separators=(",", ":")))
-        click.echo("\nSave this to use as the --reassignment-json-file option during rollback")
-        resp = asyncio.run(_controller_request(bootstrap, ALTER_REASSIGNMENTS, 0,
-                                               _alter_body(dict(wanted.items()), timeout), timeout))
-        errors = _alter_errors(resp)
-        if errors:
-            raise click.ClickException("Error reassigning partition(s):\n" + "\n".join(errors))
-        click.echo(f"Successfully started partition reassignments for {_names(wanted)}")
-        return
-    if mode == "cancel":
-        resp = asyncio.run(_controller_request(bootstrap, ALTER_REASSIGNMENTS, 0,
-                                               _alter_body(dict.fromkeys(wanted), timeout), timeout))
-        errors = _alter_errors(resp)
-        if errors:
-            raise click.ClickException("Error cancelling partition reassignment(s):\n" + "\n".join(errors))
-        click.echo(f"Successfully cancelled partition reassignments for: {_names(wanted)}")
-        return
-    # verify
-    topics = sorted({t for t, _ in wanted})
-    resp = asyncio.run(_controller_request(bootstrap, LIST_REASSIGNMENTS, 0, {
-        "timeout_ms": int(timeout * 1000),
-        "topics": [{"name": t, "partition_indexes": sorted(p for tt, p in wanted if tt == t)} for t in topics]},
-        timeout))
-    ongoing = {(t["name"], p["partition_index"]) for t in resp["topics"] for p in t["partitions"]}
-    current = asyncio.run(_replicas_of(bootstrap, topics, timeout))
-    click.echo("Status of partition reassignment:")
-    all_done = True
-    for tp in sorted(wanted):
-        name = f"{tp[0]}-{tp[1]}"
-        if tp in ongoing:
-            all_done = False
-            click.echo(f"Reassignment of partition {name} is still in progress.")
-        elif current.get(tp) == wanted[tp]:
-            click.echo(f"Reassignment of partition {name} is completed.")
-        else:
-            all_done = False
-            click.echo(f"There is no active reassignment of partition {name}, but replica set is "
-                       f"{','.join(map(str, current.get(tp, [])))} rather than {','.join(map(str, wanted[tp]))}.")
-    if not all_done:
-        sys.exit(1)
+    run_reassignment(bootstrap, mode, json_file, timeout)
 
 
 def _register_up() -> None:

@@ -21,6 +21,14 @@ COMMANDS: dict[str, str] = {
     "users": "tidelog.cli.users:users",
     "quotas": "tidelog.cli.quotas:quotas",
     "acls": "tidelog.cli.acls:acls",
+    "get-offsets": "tidelog.cli.offsets:get_offsets",
+    "delete-records": "tidelog.cli.records:delete_records",
+    "log-dirs": "tidelog.cli.log_dirs:log_dirs",
+    "configs": "tidelog.cli.configs:configs",
+    "leader-election": "tidelog.cli.reassign:leader_election",
+    "reassign-partitions": "tidelog.cli.reassign:reassign_partitions",
+    "producer-perf-test": "tidelog.cli.perf:producer_perf_test",
+    "consumer-perf-test": "tidelog.cli.perf:consumer_perf_test",
 }
 
 

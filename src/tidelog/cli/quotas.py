@@ -7,37 +7,21 @@ broker; ``--command-config`` for a secured one.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import click
 
 from tidelog.broker.quotas import QUOTA_KEYS
-from tidelog.cli._client import bootstrap_option, fail, peer_request, print_table
+from tidelog.cli._client import bootstrap_option, bootstrap_request, fail, parse_config_list, print_table
 from tidelog.protocol.errors import error_for_code
 
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 DEFAULT = "<default>"
 
 
-def _host_port(hp: str) -> tuple[str, int]:
-    host, _, port = hp.strip().rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-async def _request(bootstrap: str, api_key: int, body: dict, timeout: float) -> dict:
-    last: Exception | None = None
-    for hp in bootstrap.split(","):
-        if not hp.strip():
-            continue
-        try:
-            host, port = _host_port(hp)
-            return await peer_request(host, port, api_key, 1, body, timeout)
-        except (OSError, TimeoutError, ValueError) as exc:
-            last = exc
-    fail(f"no broker reachable at {bootstrap} ({last})")
-
-
-def _entity(user: str | None, user_defaults: bool, client: str | None, client_defaults: bool) -> list[dict]:
+def quota_entity(user: str | None, user_defaults: bool, client: str | None, client_defaults: bool) -> list[dict]:
+    """The ClientQuotaEntity of ``--user``/``--user-defaults`` and/or ``--client``/``--client-defaults``."""
     if user is not None and user_defaults:
         fail("--user and --user-defaults exclude each other", 2)
     if client is not None and client_defaults:
@@ -69,6 +53,47 @@ def quotas() -> None:
     controller_mutation_rate)."""
 
 
+def describe_quotas(bootstrap: str, entity: list[dict], strict: bool, timeout: float,
+                    any_of: Sequence[str] = ()) -> list[tuple[dict[str, str | None], list[tuple[str, float]]]]:
+    """DescribeClientQuotas for the entity given (exact names or defaults, plus any entity of the ``any_of``
+    types; every entity when both are empty): per entity its {entity type: name (None: the default)} and its
+    (key, value) quotas, sorted."""
+    components = [{"entity_type": e["entity_type"], "match_type": 1 if e["entity_name"] is None else 0,
+                   "match": e["entity_name"]} for e in entity]
+    components += [{"entity_type": t, "match_type": 2, "match": None} for t in any_of]
+    response = asyncio.run(bootstrap_request(bootstrap, DESCRIBE_CLIENT_QUOTAS, 1,
+                                             {"components": components, "strict": strict}, timeout))
+    if response["error_code"]:
+        fail(_error(response["error_code"], response.get("error_message")))
+    out = []
+    for entry in response.get("entries") or ():
+        names = {e["entity_type"]: e["entity_name"] for e in entry["entity"]}
+        out.append((names, sorted((v["key"], v["value"]) for v in entry["values"])))
+    return sorted(out, key=lambda e: sorted((k, v or "") for k, v in e[0].items()))
+
+
+def quota_ops(add: list[tuple[str, str]], delete: list[str]) -> list[dict]:
+    """AlterClientQuotas ops: ``add`` (key, number as text) set, ``delete`` keys removed; a value that is not a
+    number is a usage error."""
+    ops = []
+    for key, value in add:
+        try:
+            number = float(value)
+        except ValueError:
+            fail(f"--add-config: {key} needs a number, got {value!r}", 2)
+        ops.append({"key": key, "value": number, "remove": False})
+    return ops + [{"key": k, "value": 0.0, "remove": True} for k in delete]
+
+
+def alter_quotas(bootstrap: str, entity: list[dict], ops: list[dict], validate_only: bool, timeout: float) -> None:
+    """AlterClientQuotas of one entity; a refusal ends the command with the broker's error."""
+    body = {"entries": [{"entity": entity, "ops": ops}], "validate_only": validate_only}
+    response = asyncio.run(bootstrap_request(bootstrap, ALTER_CLIENT_QUOTAS, 1, body, timeout))
+    for entry in response.get("entries") or ():
+        if entry["error_code"]:
+            fail(_error(entry["error_code"], entry.get("error_message")))
+
+
 @quotas.command("describe")
 @_entity_options
 @click.option("--strict", is_flag=True, help="Only entities with no entity type besides those given.")
@@ -77,19 +102,13 @@ def quotas() -> None:
 def describe(user: str | None, user_defaults: bool, client: str | None, client_defaults: bool, strict: bool,
              bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
     """The quotas of the entities given (exact names or the defaults), or of every entity."""
-    components = [{"entity_type": e["entity_type"], "match_type": 1 if e["entity_name"] is None else 0,
-                   "match": e["entity_name"]} for e in _entity(user, user_defaults, client, client_defaults)]
-    response = asyncio.run(_request(bootstrap, DESCRIBE_CLIENT_QUOTAS,
-                                    {"components": components, "strict": strict}, timeout))
-    if response["error_code"]:
-        fail(_error(response["error_code"], response.get("error_message")))
     rows = []
-    for entry in response.get("entries") or ():
-        names = {e["entity_type"]: DEFAULT if e["entity_name"] is None else e["entity_name"] for e in entry["entity"]}
-        for v in sorted(entry["values"], key=lambda v: v["key"]):
-            value = v["value"]
-            text = str(int(value)) if QUOTA_KEYS.get(v["key"]) == "LONG" else repr(value)
-            rows.append((names.get("user", ""), names.get("client-id", ""), v["key"], text))
+    for names, values in describe_quotas(bootstrap, quota_entity(user, user_defaults, client, client_defaults), strict,
+                                         timeout):
+        shown = {k: DEFAULT if v is None else v for k, v in names.items()}
+        for key, value in values:
+            text = str(int(value)) if QUOTA_KEYS.get(key) == "LONG" else repr(value)
+            rows.append((shown.get("user", ""), shown.get("client-id", ""), key, text))
     print_table(["USER", "CLIENT-ID", "KEY", "VALUE"], sorted(rows))
 
 
@@ -104,29 +123,13 @@ def alter(user: str | None, user_defaults: bool, client: str | None, client_defa
           delete: str | None, validate_only: bool, bootstrap: str, properties: tuple[str, ...],
           timeout: float) -> None:
     """Set or remove quotas of one entity (a user, a client id, or both)."""
-    entity = _entity(user, user_defaults, client, client_defaults)
+    entity = quota_entity(user, user_defaults, client, client_defaults)
     if not entity:
         fail("name an entity: --user/--user-defaults and/or --client/--client-defaults", 2)
-    ops = []
-    for item in (add or "").split(","):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        if not sep:
-            fail(f"--add-config: expected key=value, got {item!r}", 2)
-        try:
-            number = float(value)
-        except ValueError:
-            fail(f"--add-config: {key.strip()} needs a number, got {value!r}", 2)
-        ops.append({"key": key.strip(), "value": number, "remove": False})
-    ops += [{"key": k.strip(), "value": 0.0, "remove": True} for k in (delete or "").split(",") if k.strip()]
+    ops = quota_ops(parse_config_list(add, "--add-config"), [k.strip() for k in (delete or "").split(",") if k.strip()])
     if not ops:
         fail("nothing to change: give --add-config and/or --delete-config", 2)
-    body = {"entries": [{"entity": entity, "ops": ops}], "validate_only": validate_only}
-    response = asyncio.run(_request(bootstrap, ALTER_CLIENT_QUOTAS, body, timeout))
-    for entry in response.get("entries") or ():
-        if entry["error_code"]:
-            fail(_error(entry["error_code"], entry.get("error_message")))
+    alter_quotas(bootstrap, entity, ops, validate_only, timeout)
     label = ", ".join(f"{e['entity_type']} {DEFAULT if e['entity_name'] is None else repr(e['entity_name'])}"
                       for e in entity)
     click.echo(f"{'Validated' if validate_only else 'Completed'} updating quotas for {label}.")

@@ -206,6 +206,43 @@ def _cleaner_state(url: str | None, bootstrap: str) -> dict[tuple[str, int], dic
     return out
 
 
+def _min_isr(admin: Any, names: list[str], timeout: float) -> dict[str, int]:
+    """Each topic's effective ``min.insync.replicas`` (its override, else the broker's), through DescribeConfigs."""
+    from confluent_kafka.admin import ConfigResource
+
+    out: dict[str, int] = {}
+    if not names:
+        return out
+    futs = admin.describe_configs([ConfigResource("topic", n) for n in names], request_timeout=timeout)
+    for res, fut in futs.items():
+        try:
+            entry = fut.result(timeout=timeout).get("min.insync.replicas")
+        except Exception as exc:
+            fail(f"cannot read min.insync.replicas of {res.name!r}: {kafka_error_text(exc)}")
+        if entry is not None and entry.value is not None:
+            out[res.name] = int(entry.value)
+    return out
+
+
+def _partition_filter(admin: Any, md: Any, names: list[str], only: str, timeout: float,
+                      tps: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The partitions of ``tps`` in the state kafka-topics.sh's filter option names."""
+    min_isr = _min_isr(admin, names, timeout) if only in ("under-min-isr", "at-min-isr") else {}
+    kept = []
+    for n, p in tps:
+        pmd = md.topics[n].partitions[p]
+        isr, replicas = len(pmd.isrs), len(pmd.replicas)
+        state = {
+            "under-replicated": isr < replicas,
+            "unavailable": pmd.leader < 0 or pmd.leader not in md.brokers,
+            "under-min-isr": n in min_isr and isr < min_isr[n],
+            "at-min-isr": n in min_isr and isr == min_isr[n],
+        }
+        if state[only]:
+            kept.append((n, p))
+    return kept
+
+
 @topics.command("describe")
 @click.argument("names", nargs=-1)
 @click.option("--all", "-a", "show_all", is_flag=True, help="Include internal topics when no NAME is given.")
@@ -216,44 +253,55 @@ def _cleaner_state(url: str | None, bootstrap: str) -> dict[tuple[str, int], dic
     help="tidelog metrics endpoint (host:port or URL) for log-cleaner columns; default: each partition leader's "
     "own endpoint (its tidelog.metrics.listener).",
 )
+@click.option("--under-replicated-partitions", "only", flag_value="under-replicated",
+              help="Only partitions whose ISR is smaller than their replica set.")
+@click.option("--unavailable-partitions", "only", flag_value="unavailable",
+              help="Only partitions without a live leader.")
+@click.option("--under-min-isr-partitions", "only", flag_value="under-min-isr",
+              help="Only partitions whose ISR is smaller than the topic's min.insync.replicas.")
+@click.option("--at-min-isr-partitions", "only", flag_value="at-min-isr",
+              help="Only partitions whose ISR is exactly the topic's min.insync.replicas.")
 @bootstrap_option
 @timeout_option
 def describe(
     names: tuple[str, ...],
     show_all: bool,
     metrics_url: str | None,
+    only: str | None,
     bootstrap: str,
     properties: tuple[str, ...],
     timeout: float,
 ) -> None:
     """Describe topics (all when no NAME): partitions, leader, replicas, ISR, offsets, config overrides;
-    for compacted topics on a tidelog broker also the cleaner's dirty ratio, first dirty offset and runs."""
+    for compacted topics on a tidelog broker also the cleaner's dirty ratio, first dirty offset and runs.
+    A filter (--under-replicated-partitions ...) keeps only the partitions in that state, as kafka-topics.sh."""
     admin = _admin(bootstrap, properties)
     md = _metadata(admin, timeout)
     wanted = list(names) if names else sorted(n for n in md.topics if show_all or not n.startswith("__"))
     missing = [n for n in wanted if n not in md.topics or md.topics[n].error is not None]
     present = [n for n in wanted if n not in missing]
     tps = [(n, p) for n in present for p in sorted(md.topics[n].partitions)]
+    if only is not None:
+        tps = _partition_filter(admin, md, present, only, timeout, tps)
+        present = sorted({n for n, _ in tps})
     offsets = _offsets(admin, tps, timeout)
     overrides = _overrides(admin, present, timeout)
 
     rows = []
-    for n in present:
-        tmd = md.topics[n]
-        for p in sorted(tmd.partitions):
-            pmd = tmd.partitions[p]
-            start, end = offsets.get((n, p), ("?", "?"))
-            rows.append(
-                [
-                    n,
-                    p,
-                    pmd.leader,
-                    ",".join(str(r) for r in pmd.replicas),
-                    ",".join(str(r) for r in pmd.isrs),
-                    start,
-                    end,
-                ]
-            )
+    for n, p in tps:
+        pmd = md.topics[n].partitions[p]
+        start, end = offsets.get((n, p), ("?", "?"))
+        rows.append(
+            [
+                n,
+                p,
+                pmd.leader,
+                ",".join(str(r) for r in pmd.replicas),
+                ",".join(str(r) for r in pmd.isrs),
+                start,
+                end,
+            ]
+        )
     columns = ["topic", "partition", "leader", "replicas", "isr", "log_start_offset", "log_end_offset"]
     cleaner: dict[tuple[str, int], dict[str, str]] = {}
     if present and metrics_url is not None:
@@ -273,7 +321,7 @@ def describe(
             row.extend(state.get(k, "-") for k in extra)
     if present:
         print_table(columns, rows)
-    cfg_rows = [[n, k, v] for n in present for k, v in overrides.get(n, [])]
+    cfg_rows = [[n, k, v] for n in present for k, v in overrides.get(n, [])] if only is None else []
     if cfg_rows:
         safe_echo("")
         print_table(["topic", "config", "value"], cfg_rows)

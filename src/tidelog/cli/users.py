@@ -99,16 +99,36 @@ def list_(data_dir: str | None, bootstrap: str, properties: tuple[str, ...], tim
         for user, creds in sorted(_store(data_dir).describe().items()):
             rows += [(user, m, c.iterations) for m, c in sorted(creds.items())]
     else:
-        admin = _admin(bootstrap, properties)
-        future = admin.describe_user_scram_credentials(request_timeout=timeout)
-        try:
-            described = future.result(timeout)
-        except Exception as exc:
-            fail(kafka_error_text(exc))
-        for user, desc in sorted(described.items()):
-            for info in desc.scram_credential_infos:
-                rows.append((user, info.mechanism.name.replace("_", "-"), info.iterations))
+        for user, described in sorted(scram_credentials(bootstrap, properties, timeout).items()):
+            if not isinstance(described, BaseException):
+                rows += [(user, m, i) for m, i in described]
     print_table(["USER", "MECHANISM", "ITERATIONS"], rows)
+
+
+def scram_credentials(bootstrap: str, properties: tuple[str, ...], timeout: float,
+                      names: list[str] | None = None) -> dict[str, list[tuple[str, int]] | BaseException]:
+    """DescribeUserScramCredentials: each user's (mechanism, iterations), or the error for a named user (one
+    without credentials: RESOURCE_NOT_FOUND); every user with credentials when no names are given."""
+    from confluent_kafka import KafkaException
+
+    admin = _admin(bootstrap, properties)
+    out: dict[str, list[tuple[str, int]] | BaseException] = {}
+    try:
+        if names is None:
+            described = admin.describe_user_scram_credentials(request_timeout=timeout).result(timeout)
+        else:
+            futures = admin.describe_user_scram_credentials(names, request_timeout=timeout)
+            described = {}
+            for user, fut in futures.items():
+                try:
+                    described[user] = fut.result(timeout)
+                except KafkaException as exc:
+                    out[user] = exc
+    except Exception as exc:
+        fail(kafka_error_text(exc))
+    for user, desc in described.items():
+        out[user] = [(info.mechanism.name.replace("_", "-"), info.iterations) for info in desc.scram_credential_infos]
+    return out
 
 
 @users.command("remove")

@@ -35,7 +35,8 @@ Decisions implemented:
   session drops the ephemeral znode);
 * preferred leader election (Kafka's ``/admin/preferred_replica_election``, written by
   ``tidelog cluster elect-leaders``): each listed partition elects its first assigned replica when it is alive,
-  not shutting down and in the ISR; the znode is deleted when done;
+  not shutting down and in the ISR; the znode is deleted when done. ElectLeaders requests (preferred or
+  unclean, kafka-leader-election.sh) are decided on this thread too (:mod:`tidelog.cluster.elections`);
 * automatic leader rebalance (``auto.leader.rebalance.enable``): every ``leader.imbalance.check.interval.seconds``
   a broker whose share of preferred partitions it does not lead exceeds ``leader.imbalance.per.broker.percentage``
   gets them back, with the same conditions as the preferred election above (Kafka's
@@ -72,6 +73,9 @@ from kazoo.protocol.states import EventType
 from tidelog.cluster import zkdata as zd
 
 log = logging.getLogger("tidelog.cluster.controller")
+
+
+_REPLIED = ("alter_reassign", "elect_leaders")  # events from a request handler waiting for the controller's answer
 
 
 class ControllerMovedError(Exception):
@@ -132,8 +136,8 @@ class Controller:
                 elif kind == "resign":
                     self.active = False
                 elif not self.active:
-                    if kind == "alter_reassign":
-                        arg[2](None)  # NOT_CONTROLLER
+                    if kind in _REPLIED:
+                        arg[-1](None)  # NOT_CONTROLLER
                     continue
                 elif kind == "brokers":
                     self._on_brokers_changed()
@@ -151,6 +155,8 @@ class Controller:
                     self._on_reassignments(arg)
                 elif kind == "alter_reassign":
                     self._on_alter_reassignments(*arg)
+                elif kind == "elect_leaders":
+                    self._on_elect_leaders(*arg)
                 elif kind == "zk_reassign":
                     self._on_zk_reassignment()
                 elif kind == "delete":
@@ -160,8 +166,8 @@ class Controller:
             except ControllerMovedError:
                 log.info("controller moved; resigning", extra={"kv": {"broker": self.broker_id}})
                 self.active = False
-                if kind == "alter_reassign":
-                    arg[2](None)
+                if kind in _REPLIED:
+                    arg[-1](None)
             except Exception:
                 log.exception("controller event failed", extra={"kv": {"event": kind}})
                 if self.active and not self._stopped:
@@ -675,6 +681,24 @@ class Controller:
         reply(results)
         for topic in sorted({t for (t, _p), r in results.items() if r is None}):
             self._events.put(("reassign", topic))
+
+    def submit_elect_leaders(self, wanted: set[tuple[str, int]] | None, election_type: int, reply) -> None:
+        """From the ElectLeaders handler (any thread): ``reply`` gets {(t, p): (error name, message) or None} on
+        this controller's thread (see :mod:`tidelog.cluster.elections`), or None when not the controller."""
+        self._events.put(("elect_leaders", (wanted, election_type, reply)))
+
+    def _on_elect_leaders(self, wanted: set[tuple[str, int]] | None, election_type: int, reply) -> None:
+        from tidelog.cluster.elections import elect
+
+        try:
+            results = elect(self, wanted, election_type)
+        except ControllerMovedError:
+            raise
+        except Exception as exc:
+            log.exception("ElectLeaders failed")
+            reply({tp: ("UNKNOWN_SERVER_ERROR", repr(exc)) for tp in wanted or ()})
+            return
+        reply(results)
 
     def _on_zk_reassignment(self) -> None:
         """Kafka's ``/admin/reassign_partitions`` (kafka-reassign-partitions.sh --zookeeper)."""

@@ -1,5 +1,5 @@
 """Handlers only served in cluster mode: OffsetForLeaderEpoch (KIP-101/KIP-279), AlterPartitionReassignments and
-ListPartitionReassignments (KIP-455).
+ListPartitionReassignments (KIP-455), ElectLeaders (KIP-183/KIP-460).
 
 AlterPartitionReassignments is answered by the controller only (NOT_CONTROLLER elsewhere, as Kafka's ZK mode;
 clients send it to the controller named in Metadata): the handler hands the request to the controller's event
@@ -11,6 +11,7 @@ znodes by any broker.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from tidelog.broker.errors import PartitionError, error_of
@@ -96,22 +97,68 @@ async def alter_partition_reassignments(ctx: RequestContext, request: dict) -> d
         return _alter_response(ctx, request, "INVALID_REQUEST",
                                f"Duplicate partitions in the request: {sorted(dup)}", {})
     allow_rf = bool(request.get("allow_replication_factor_change", True)) if ctx.api_version >= 1 else True
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future = loop.create_future()
-
-    def reply(results: dict | None) -> None:  # on the controller's thread
-        loop.call_soon_threadsafe(lambda: done.done() or done.set_result(results))
-
-    controller.submit_alter_reassignments(wanted, allow_rf, reply)
-    timeout_s = max(1, int(request.get("timeout_ms", 60000))) / 1000
     try:
-        results = await asyncio.wait_for(done, timeout_s)
+        results = await _controller_answer(
+            lambda reply: controller.submit_alter_reassignments(wanted, allow_rf, reply), request)
     except TimeoutError:
         return _alter_response(ctx, request, "REQUEST_TIMED_OUT", "The controller did not answer in time.", {})
     if results is None:
         return _alter_response(ctx, request, "NOT_CONTROLLER", "This is not the correct controller for this cluster.",
                                {})
     return _alter_response(ctx, request, None, None, results)
+
+
+async def _controller_answer(submit: Callable[[Callable[[Any], None]], None], request: dict) -> Any:
+    """Hand a request to the controller's thread (``submit(reply)``) and wait for its ``reply`` (None: not the
+    controller) within the request's ``timeout_ms`` (librdkafka sends 0 when the caller set no operation timeout:
+    the spec's default, 60 s, then); TimeoutError when it does not answer in time."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future = loop.create_future()
+
+    def reply(results: Any) -> None:  # on the controller's thread
+        loop.call_soon_threadsafe(lambda: done.done() or done.set_result(results))
+
+    submit(reply)
+    timeout_ms = int(request.get("timeout_ms") or 0)
+    return await asyncio.wait_for(done, (timeout_ms if timeout_ms > 0 else 60000) / 1000)  # 0: the spec's default
+
+
+def _elect_response(top_error: str | None, results: dict[tuple[str, int], tuple[str, str | None] | None]) -> dict:
+    by_topic: dict[str, list[dict]] = {}
+    for (t, p), r in sorted(results.items()):
+        by_topic.setdefault(t, []).append({"partition_id": p, "error_code": error_code(r[0]) if r else 0,
+                                           "error_message": r[1] if r else None})
+    return {"throttle_time_ms": 0, "error_code": error_code(top_error) if top_error else 0,
+            "replica_election_results": [{"topic": t, "partition_result": ps} for t, ps in by_topic.items()]}
+
+
+@handles(ApiKey.ELECT_LEADERS, CLUSTER_HANDLERS)
+async def elect_leaders(ctx: RequestContext, request: dict) -> dict:
+    """ElectLeaders (KIP-183, KIP-460): answered by the controller (NOT_CONTROLLER elsewhere), which runs the
+    election on its thread (:mod:`tidelog.cluster.elections`)."""
+    topics = request.get("topic_partitions")
+    wanted = None if topics is None else {(t.get("topic"), int(p)) for t in topics for p in t.get("partitions") or ()}
+
+    def every(error: str, message: str | None) -> dict[tuple[str, int], tuple[str, str | None] | None]:
+        return dict.fromkeys(wanted or (), (error, message))
+
+    # KafkaApis: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED at the top and for every partition
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return _elect_response("CLUSTER_AUTHORIZATION_FAILED", every("CLUSTER_AUTHORIZATION_FAILED", None))
+    election_type = int(request.get("election_type", 0)) if ctx.api_version >= 1 else 0
+    if election_type not in (0, 1):
+        return _elect_response(None, every("INVALID_REQUEST", f"Unknown election type {election_type}"))
+    # elsewhere than on the controller each partition answers NOT_CONTROLLER, as Kafka's processReplicaLeaderElection
+    not_controller = every("NOT_CONTROLLER", "This is not the correct controller for this cluster.")
+    controller = ctx.broker.replica_manager.controller
+    if controller is None or not controller.active:
+        return _elect_response(None, not_controller)
+    try:
+        results = await _controller_answer(
+            lambda reply: controller.submit_elect_leaders(wanted, election_type, reply), request)
+    except TimeoutError:
+        return _elect_response(None, every("REQUEST_TIMED_OUT", "The controller did not answer in time."))
+    return _elect_response(None, not_controller if results is None else results)
 
 
 def list_reassignments(zk: Any, wanted: dict[str, list[int]] | None) -> list[dict]:
