@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.datasource import (
     EqualTo,
@@ -147,6 +147,9 @@ def predicates(draw: Any, names: dict[str, Any]) -> str:
                                                                                  max_size=4)),
         st.builds(lambda o, ms, us: f"timestamp {o} {_ts(T0 + ms, us)}", cmp, st.integers(-10_000, 8_100_000),
                   st.sampled_from([0, 1, 500, 999])),
+        # twice as likely, in the plain topic's out-of-order time range: lower bounds that cut through it
+        st.builds(lambda o, ms: f"timestamp {o} {_ts(T0 + ms)}", st.sampled_from([">=", ">", "="]),
+                  st.integers(0, 3_000_000)),
         st.builds(lambda k: f"topic = '{names[k]}'", st.sampled_from(["plain", "compacted", "txn"])),
         st.builds(lambda k: f"topic <> '{names[k]}'", st.sampled_from(["plain", "compacted", "txn"])),
         st.builds(lambda k: f"topic LIKE '{names[k][:-3]}%'", st.sampled_from(["plain", "compacted", "txn"])),
@@ -162,8 +165,13 @@ def test_same_rows_with_and_without_pushdown(spark: Any, spark_broker: Any, topi
     everything = _rows(spark, spark_broker, fmt, topics, "true", pushdown=False)
     assert len({r[0] for r in everything}) == 3
 
-    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+    plain = topics["plain"]
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
     @given(where=predicates(topics))
+    # a lower bound on time cutting through out-of-order CreateTime: records after the start offset are older
+    @example(where=f"topic = '{plain}' AND timestamp >= {_ts(T0 + 1_500_000)}")
+    @example(where=f"partition = 1 AND timestamp = {_ts(T0 + 1000 * 2998 + (2998 * 7919) % 10_000 - 5000)}")
     def check(where: str) -> None:
         assert _rows(spark, spark_broker, fmt, topics, where, pushdown=True) == \
             _rows(spark, spark_broker, fmt, topics, where, pushdown=False), where
