@@ -210,3 +210,20 @@ def test_pushdown_narrows_what_is_fetched(spark: Any, spark_broker: Any, topics:
         spark.conf.unset(CONF)
     pushed = next(line for line in plan.splitlines() if line.startswith("PushedFilters:"))
     assert "EqualTo(partition,1)" in pushed and "LessThan(offset,5)" in pushed and "value" not in pushed, plan
+
+
+def test_time_index_floor(tmp_path: Any) -> None:
+    """The offset below which a segment's records are older than a time, from its ``.timeindex``: the last entry
+    below the time; none from an empty (preallocated, all zeros) index, whose first entry would read as (0, 0)."""
+    from tidelog.spark.log_source import time_index_floor
+    from tidelog.storage.format import TIME_INDEX_ENTRY
+
+    path = tmp_path / "00000000000000000100.timeindex"
+    path.write_bytes(bytes(12 * 1000))
+    assert time_index_floor(path, 100, 10_000_000, T0) is None
+    path.write_bytes(b"".join(TIME_INDEX_ENTRY.pack(T0 + 1000 * k, 10 * k) for k in range(1, 4)) + bytes(12 * 100))
+    assert time_index_floor(path, 100, 10_000_000, T0) is None  # every entry at or after the time
+    assert time_index_floor(path, 100, 10_000_000, T0 + 1001) == 110
+    assert time_index_floor(path, 100, 10_000_000, T0 + 3000) == 120
+    assert time_index_floor(path, 100, 10_000_000, T0 + 10**9) == 130
+    assert time_index_floor(tmp_path / "missing.timeindex", 0, 100, T0) is None

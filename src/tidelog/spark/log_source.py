@@ -168,8 +168,8 @@ def time_index_floor(path: Path, base_offset: int, log_size: int, timestamp: int
     last_ts, last_rel = -(2**63), -1
     limit = (log_size // RECORD_BATCH_OVERHEAD + 1) * TIME_INDEX_ENTRY_SIZE
     for ts, rel in _entries(path, TIME_INDEX_ENTRY, limit):
-        if ts <= last_ts or rel < last_rel or (ts == 0 and rel == 0 and last_rel >= 0):
-            break
+        if ts <= last_ts or rel < last_rel or (ts == 0 and rel == 0):
+            break  # the zero-filled preallocated tail (the first entry too: an empty index is all zeros)
         if ts >= timestamp:
             break
         found = base_offset + rel
