@@ -50,7 +50,10 @@ def start_broker(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
     raise RuntimeError("tidelog serve did not start")
 
 
-def produce(bootstrap: str, topic: str, n: int, value_size: int, partitions: int) -> float:
+def produce(bootstrap: str, topic: str, n: int, value_size: int, partitions: int,
+            first_timestamp: int | None = None) -> float:
+    """``n`` records round-robin over ``partitions``; with ``first_timestamp``, record i has CreateTime
+    ``first_timestamp + i`` ms (else the producer's clock)."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -64,7 +67,11 @@ def produce(bootstrap: str, topic: str, n: int, value_size: int, partitions: int
         v = f"{i:012d}{pad}"[:value_size]
         while True:
             try:
-                p.produce(topic, value=v, key=f"k{i % 1000}", partition=i % partitions)
+                if first_timestamp is None:
+                    p.produce(topic, value=v, key=f"k{i % 1000}", partition=i % partitions)
+                else:
+                    p.produce(topic, value=v, key=f"k{i % 1000}", partition=i % partitions,
+                              timestamp=first_timestamp + i)
                 break
             except BufferError:
                 p.poll(0.01)
@@ -221,6 +228,8 @@ def main() -> None:
     ap.add_argument("--abort-every", type=int, default=10, help="abort every n-th transaction (0: none)")
     ap.add_argument("--sink", action="store_true", help="only the sink comparison and its source rows (issue 15)")
     ap.add_argument("--repeat", type=int, default=2, help="--sink: runs of each sink row (best is reported)")
+    ap.add_argument("--pushdown", action="store_true",
+                    help="only the filter pushdown comparison (issue 29): the last 1 %% of the topic by timestamp")
     args = ap.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -234,6 +243,9 @@ def main() -> None:
     cpu: dict[str, float] = {}
     try:
         n = args.records
+        if args.pushdown:
+            pushdown_rows(bootstrap, data_dir, n, args)
+            return
         dt = produce(bootstrap, "bench", n, args.value_size, args.partitions)
         results.append(("confluent-kafka producer → broker (reference)", n, dt))
         print(f"produce: {n / dt:,.0f} rows/s", flush=True)
@@ -279,6 +291,54 @@ def main() -> None:
         if not args.workdir:
             shutil.rmtree(root, ignore_errors=True)
     report(args, results, cpu)
+
+
+PUSHDOWN_T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def pushdown_rows(bootstrap: str, data_dir: Path, n: int, args: Any) -> None:
+    """``WHERE timestamp >= <the last 1 %>`` on both sources, with and without filter pushdown
+    (``spark.sql.python.filterPushdown.enabled``), side by side in alternating order, best of ``--repeat``."""
+    import datetime
+
+    from pyspark.sql import SparkSession
+
+    from tidelog.spark import register
+
+    dt = produce(bootstrap, "bench", n, args.value_size, args.partitions, first_timestamp=PUSHDOWN_T0)
+    print(f"produce: {n / dt:,.0f} rows/s", flush=True)
+    spark = (SparkSession.builder.master(f"local[{args.cores}]").appName("tidelog-spark-bench")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(args.cores))
+             .config("spark.driver.memory", "4g").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    cut = n - n // 100
+    since = datetime.datetime.fromtimestamp((PUSHDOWN_T0 + cut) / 1000, datetime.UTC)
+    where = f"timestamp >= timestamp '{since.strftime('%Y-%m-%d %H:%M:%S.%f')}'"
+    best: dict[tuple[str, bool], float] = {}
+    for r in range(args.repeat):
+        for fmt in ("tidelog", "tidelog-log"):
+            for pushdown in ((False, True) if r % 2 == 0 else (True, False)):
+                spark.conf.set("spark.sql.python.filterPushdown.enabled", str(pushdown).lower())
+                reader = spark.read.format(fmt).option("subscribe", "bench")
+                reader = (reader.option("kafka.bootstrap.servers", bootstrap) if fmt == "tidelog"
+                          else reader.option("path", str(data_dir)))
+                df = reader.load().where(where)
+                t0 = time.perf_counter()
+                rows = df.count()
+                secs = time.perf_counter() - t0
+                assert rows == n - cut, (rows, n - cut)
+                print(f"{fmt}, pushdown={pushdown}: {rows:,} rows in {secs:.2f}s", flush=True)
+                best[(fmt, pushdown)] = min(best.get((fmt, pushdown), float("inf")), secs)
+    spark.stop()
+    print(f"\n{n:,} records, {args.value_size} B values, {args.partitions} partitions, local[{args.cores}]: "
+          f"WHERE {where} (the last 1 %), best of {args.repeat}\n")
+    print("| source | without pushdown (s) | with pushdown (s) | speed-up |")
+    print("|---|---:|---:|---:|")
+    for fmt in ("tidelog", "tidelog-log"):
+        off, on = best[(fmt, False)], best[(fmt, True)]
+        print(f"| {fmt} | {off:.2f} | {on:.2f} | {off / on:.1f}x |")
 
 
 def other_rows(spark: Any, bootstrap: str, data_dir: Path, root: Path, kafka: Any, log: Any, json_schema: str,

@@ -10,7 +10,7 @@ the environment of a user's shell (no virtualenv of this test run):
    security example among them (a self-signed certificate made with ``openssl``, a SCRAM user, a SASL_SSL
    broker, the CLI through ``--command-config``);
 3. docs/SPARK.md's install command adds the ``spark`` extra, the README's Python example runs, and
-   examples/README.md's commands (pipeline, exactly_once, results_and_offsets) run;
+   examples/README.md's commands (pipeline, exactly_once, results_and_offsets, recent_events) run;
 4. Ctrl-C stops the README's broker cleanly.
 
 The rules the documents are written to are in docrun.py. A separate test builds a wheel and runs it from an
@@ -127,7 +127,7 @@ def test_spark_docs_and_the_readme_python_example(session: Session) -> None:
 def test_examples(session: Session) -> None:
     cmds = [c for block in console_blocks(REPO / "examples" / "README.md") for c in block]
     assert [c.text for c in cmds] == [f".venv/bin/python examples/{name}.py"
-                                      for name in ("pipeline", "exactly_once", "results_and_offsets")]
+                                      for name in ("pipeline", "exactly_once", "results_and_offsets", "recent_events")]
     for cmd in cmds:
         session.shell.run(cmd, timeout=900)
 

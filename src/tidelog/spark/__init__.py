@@ -43,9 +43,10 @@ except ImportError as exc:  # one clear line instead of a bare ModuleNotFoundErr
 
 from tidelog.spark.arrow import ddl
 from tidelog.spark.kafka_sink import KafkaSinkStreamWriter, KafkaSinkWriter
-from tidelog.spark.kafka_source import KafkaBatchReader, KafkaStreamReader
-from tidelog.spark.log_source import LogDirReader
+from tidelog.spark.kafka_source import KafkaBatchReader, KafkaPushdownReader, KafkaStreamReader
+from tidelog.spark.log_source import LogDirPushdownReader, LogDirReader
 from tidelog.spark.options import OptionError, overwrite_refused_message, parse_bool
+from tidelog.spark.pushdown import pushdown_enabled
 
 __all__ = ["TidelogDataSource", "TidelogLogDataSource", "register"]
 
@@ -63,7 +64,8 @@ class TidelogDataSource(DataSource):
         return ddl(parse_bool(self.options, "includeHeaders", False))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return KafkaBatchReader(self.options)
+        # with spark.sql.python.filterPushdown.enabled, a reader that takes WHERE filters (PySpark refuses it without)
+        return KafkaPushdownReader(self.options) if pushdown_enabled() else KafkaBatchReader(self.options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KafkaStreamReader(self.options)
@@ -88,7 +90,7 @@ class TidelogLogDataSource(DataSource):
         return ddl(parse_bool(self.options, "includeHeaders", False))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return LogDirReader(self.options)
+        return LogDirPushdownReader(self.options) if pushdown_enabled() else LogDirReader(self.options)
 
 
 def register(spark: Any) -> None:

@@ -3,7 +3,8 @@
 For one offset range an executor opens one plain TCP connection to the partition leader (found with a
 Metadata request on the bootstrap servers), negotiates versions with ApiVersions and sends Fetch requests
 (the highest version both sides support, at most 12; no fetch session) encoded with
-:mod:`tidelog.protocol.codec`. The partition's records bytes are cut into whole v2 batches (a trailing partial
+:mod:`tidelog.protocol.codec`, each asking for about the bytes the rest of the range holds (:class:`FetchSizer`),
+so that a range ending before the partition's end does not make the broker send what follows it. The partition's records bytes are cut into whole v2 batches (a trailing partial
 batch is dropped and fetched again), control batches are skipped, and each batch's records are decoded by
 the columnar builder (:mod:`tidelog.records.columnar`) straight into Arrow buffers, keeping only the offsets of
 the range. No Python object per record: this is several times faster than one confluent-kafka ``Message`` per
@@ -72,6 +73,10 @@ FETCH_WAIT_MS = 500
 LEADER_RETRIES = 10
 MAX_CHUNK_BYTES = 256 * 1024 * 1024
 """Key + value bytes per Arrow batch at most (binary offsets are int32)."""
+PROBE_BYTES = 1024 * 1024
+"""The first Fetch of a range asks for at most this many bytes (the range's bytes per offset are not known yet)."""
+PROBE_BYTES_PER_OFFSET = 32
+"""...and at most this many per offset of the range: a small v2 record (few-byte key and value) takes about that."""
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -272,7 +277,8 @@ class PartitionFetcher:
                     raise r.error from None
                 time.sleep(min(0.05 * 2 ** attempt, 1.0))
 
-    def send_fetch(self, offset: int, wait_ms: int) -> int:
+    def send_fetch(self, offset: int, wait_ms: int, max_bytes: int | None = None) -> int:
+        """Send a Fetch from ``offset`` asking for at most ``max_bytes`` (default ``partition_max_bytes``)."""
         conn = self.connect()
         body = {
             "replica_id": -1, "max_wait_ms": wait_ms, "min_bytes": 1, "max_bytes": self.max_bytes,
@@ -280,7 +286,7 @@ class PartitionFetcher:
             "topics": [{"topic": self.topic, "partitions": [{
                 "partition": self.partition, "current_leader_epoch": -1, "fetch_offset": offset,
                 "last_fetched_epoch": -1, "log_start_offset": -1,
-                "partition_max_bytes": self.partition_max_bytes}]}],
+                "partition_max_bytes": self.partition_max_bytes if max_bytes is None else max_bytes}]}],
             "forgotten_topics_data": [], "rack_id": "",
         }
         return conn.send(ApiKey.FETCH, self.fetch_version, body)
@@ -352,6 +358,45 @@ def is_abort_marker(view: memoryview) -> bool:
     return bool(recs) and parse_control_record(recs[0]).type == ControlRecordType.ABORT
 
 
+class FetchSizer:
+    """How many bytes a Fetch for the rest of one offset range asks for (``partition_max_bytes``).
+
+    A Fetch has no end offset: the broker returns whole batches from the fetch offset until the byte limit. Asking
+    every time for the configured ``max.partition.fetch.bytes`` (16 MiB) made a range read up to 16 MiB past its
+    end, which the reader then dropped: with Spark partitions smaller than that (``minPartitions``,
+    ``maxRecordsPerPartition``, a topic being appended to) the broker sent many times the range's bytes. The size
+    is therefore the range's remaining offsets times the bytes per offset seen so far in this range's responses,
+    plus one average batch (the batch holding the range's last offset extends past it), capped by
+    ``partition_max_bytes``. The first Fetch knows nothing yet and asks for at most :data:`PROBE_BYTES` and
+    :data:`PROBE_BYTES_PER_OFFSET` per offset; a too small limit costs a round trip, never records: the broker
+    returns the first batch whole whatever the limit (KIP-74)."""
+
+    __slots__ = ("batches", "bytes", "end", "max_bytes", "offsets")
+
+    def __init__(self, end: int, max_bytes: int) -> None:
+        self.end = end
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.offsets = 0
+        self.batches = 0
+
+    def observe(self, batches: list[tuple[memoryview, int, int]]) -> None:
+        """Learn from the whole batches of a response (offset spans, so compaction gaps count as offsets)."""
+        for view, base, last in batches:
+            self.bytes += len(view)
+            self.offsets += last - base + 1
+            self.batches += 1
+
+    def bytes_for(self, offset: int) -> int:
+        """The ``partition_max_bytes`` of a Fetch from ``offset`` for the offsets [offset, end)."""
+        remaining = max(1, self.end - offset)
+        if not self.offsets:
+            want = min(PROBE_BYTES, remaining * PROBE_BYTES_PER_OFFSET)
+        else:
+            want = -(-remaining * self.bytes // self.offsets) + self.bytes // self.batches
+        return max(RECORD_BATCH_OVERHEAD, min(self.max_bytes, want))
+
+
 class _Retry(Exception):
     def __init__(self, error: KafkaFetchError) -> None:
         super().__init__(str(error))
@@ -404,10 +449,12 @@ def read_range_raw(
     leader_retries = 0
     deadline = time.monotonic() + timeout_s
     pending: int | None = None  # correlation id of a Fetch in flight for ``expected``
+    sizer = FetchSizer(end, f.partition_max_bytes)
     try:
         while expected < end:
             try:
-                cid = pending if pending is not None else f.send_fetch(expected, FETCH_WAIT_MS)
+                cid = pending if pending is not None else f.send_fetch(expected, FETCH_WAIT_MS,
+                                                                       sizer.bytes_for(expected))
                 pending = None
                 p = f.receive_fetch(cid)
             except (OSError, ConnectionError) as exc:
@@ -450,11 +497,12 @@ def read_range_raw(
                     )
                 continue  # the high watermark may still move up to ``end``
             deadline = time.monotonic() + timeout_s
+            sizer.observe(batches)
             first_base = batches[0][1]
             next_offset = batches[-1][2] + 1
             if next_offset < end:
                 # pipelining: the broker reads the next chunk while this one is decoded
-                pending = f.send_fetch(next_offset, FETCH_WAIT_MS)
+                pending = f.send_fetch(next_offset, FETCH_WAIT_MS, sizer.bytes_for(next_offset))
             if first_base > expected:
                 # a gap: compaction or transaction markers (fine) or records deleted under us (data loss)
                 lso = p.get("log_start_offset", -1)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import is_not
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -38,6 +38,7 @@ from tidelog.spark.options import (
     report_data_loss,
     stream_offset_to_map,
 )
+from tidelog.spark.pushdown import PushedFilters, push_filters
 
 log = logging.getLogger("tidelog.spark")
 
@@ -374,15 +375,20 @@ def read_partition(o: SourceOptions, r: OffsetRange) -> Iterator[Any]:
 class KafkaBatchReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.opts = SourceOptions.parse(options, streaming=False)
+        self.pushed = PushedFilters()
 
     def partitions(self) -> Sequence[InputPartition]:
         o = self.opts
+        pushed = self.pushed
         meta = KafkaMetadata(o)
         try:
-            tps = meta.topic_partitions(o)
+            tps = [tp for tp in meta.topic_partitions(o) if pushed.wants(*tp)]
             marks = meta.watermarks(tps)
             start = meta.resolve(o.starting, tps, marks, starting=True, strategy=o.starting_by_ts_strategy)
             end = meta.resolve(o.ending, tps, marks, starting=False)
+            # a pushed lower bound on timestamp: every record before the first offset at or after it is older
+            by_time = (meta.offsets_for_times({tp: pushed.timestamp_lo_ms for tp in tps})
+                       if pushed.timestamp_lo_ms is not None and tps else {})
         finally:
             meta.close()
         ranges = []
@@ -401,13 +407,29 @@ class KafkaBatchReader(DataSourceReader):
                         f"{tp[0]}-{tp[1]}"
                     )
                 continue
+            s, e = pushed.clamp(s, e)
+            if tp in by_time:
+                found = by_time[tp]
+                s = max(s, e if found is None else found)
+            if e <= s:
+                continue
             ranges.append(OffsetRange(tp[0], tp[1], s, e))
+        if not pushed.empty:
+            log.info("tidelog source: pushed filters [%s], %d ranges", pushed.describe(), len(ranges))
         return split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, OffsetRange):
             return  # no ranges planned: PySpark hands a placeholder partition
         yield from read_partition(self.opts, partition)
+
+
+class KafkaPushdownReader(KafkaBatchReader):
+    """:class:`KafkaBatchReader` taking Spark's filters (:mod:`tidelog.spark.pushdown`); only handed to Spark when
+    ``spark.sql.python.filterPushdown.enabled`` is set (PySpark refuses it otherwise)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        return list(push_filters(self.pushed, filters))
 
 
 # -------------------------------------------------------------------------------------------- streaming

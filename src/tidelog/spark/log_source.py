@@ -36,12 +36,13 @@ import itertools
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+import struct
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED, decode_batch
 from tidelog.records.columnar import new_builder
@@ -74,6 +75,7 @@ from tidelog.spark.options import (
     parse_subscription,
     report_data_loss,
 )
+from tidelog.spark.pushdown import PushedFilters, push_filters
 from tidelog.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint
 from tidelog.storage.format import (
     INDEX_SUFFIX,
@@ -81,6 +83,9 @@ from tidelog.storage.format import (
     OFFSET_INDEX_ENTRY,
     OFFSET_INDEX_ENTRY_SIZE,
     PRODUCER_SNAPSHOT_SUFFIX,
+    TIME_INDEX_ENTRY,
+    TIME_INDEX_ENTRY_SIZE,
+    TIME_INDEX_SUFFIX,
     TXN_INDEX_ENTRY_SIZE,
     TXN_INDEX_SUFFIX,
 )
@@ -116,22 +121,60 @@ class SegmentSlice(InputPartition):
     the ABORT marker)``; the batches they cover are dropped."""
 
 
+INDEX_READ_CHUNK = 8 * 1024
+"""``.index`` bytes read at a time (doubling): the active segment's index is preallocated (10 MiB by default) and
+zero-filled past its entries, so it is read only up to its last valid entry."""
+
+
+def _entries(path: Path, entry: struct.Struct, limit: int) -> Iterator[tuple[int, int]]:
+    """The entries of an index file's first ``limit`` bytes, read in chunks of doubling size, so that a caller
+    that stops at the first invalid entry (the zero-filled, preallocated tail) reads little past it."""
+    try:
+        f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return
+    with f:
+        done = 0
+        chunk = INDEX_READ_CHUNK - INDEX_READ_CHUNK % entry.size
+        while done < limit:
+            data = f.read(min(chunk, limit - done))
+            yield from entry.iter_unpack(data[: len(data) - len(data) % entry.size])
+            if len(data) < chunk:
+                return  # the end of the file (or of ``limit``)
+            done += len(data)
+            chunk = min(chunk * 2, 4 * 1024 * 1024 - 4 * 1024 * 1024 % entry.size)
+
+
 def read_index_positions(path: Path, base_offset: int, log_size: int) -> list[tuple[int, int]]:
     """The valid ``(offset, position)`` entries of an ``.index`` file (read-only; a preallocated, zero-filled
-    tail and entries past ``log_size`` are ignored)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
+    tail and entries past ``log_size`` are ignored, and not read beyond the chunk that holds the first of them: an
+    index has at most one entry per batch, so no more than ``log_size / 61``)."""
     out: list[tuple[int, int]] = []
     last_rel, last_pos = -1, -1
-    for i in range(len(data) // OFFSET_INDEX_ENTRY_SIZE):
-        rel, pos = OFFSET_INDEX_ENTRY.unpack_from(data, i * OFFSET_INDEX_ENTRY_SIZE)
-        if (i > 0 and rel == 0 and pos == 0) or rel <= last_rel or pos <= last_pos or pos >= log_size:
+    limit = (log_size // RECORD_BATCH_OVERHEAD + 1) * OFFSET_INDEX_ENTRY_SIZE
+    for rel, pos in _entries(path, OFFSET_INDEX_ENTRY, limit):
+        if (out and rel == 0 and pos == 0) or rel <= last_rel or pos <= last_pos or pos >= log_size:
             break
         out.append((base_offset + rel, pos))
         last_rel, last_pos = rel, pos
     return out
+
+
+def time_index_floor(path: Path, base_offset: int, log_size: int, timestamp: int) -> int | None:
+    """The last offset of a segment below which every record is older than ``timestamp`` (ms), from its
+    ``.timeindex`` (entries ``(max timestamp so far, its offset)``, increasing): the offset of the last entry whose
+    timestamp is below ``timestamp``; None when there is none."""
+    found: int | None = None
+    last_ts, last_rel = -(2**63), -1
+    limit = (log_size // RECORD_BATCH_OVERHEAD + 1) * TIME_INDEX_ENTRY_SIZE
+    for ts, rel in _entries(path, TIME_INDEX_ENTRY, limit):
+        if ts <= last_ts or rel < last_rel or (ts == 0 and rel == 0):
+            break  # the zero-filled preallocated tail (the first entry too: an empty index is all zeros)
+        if ts >= timestamp:
+            break
+        found = base_offset + rel
+        last_ts, last_rel = ts, rel
+    return found
 
 
 @dataclass(frozen=True)
@@ -193,41 +236,50 @@ def partition_txn_state(pdir: Path, bases: Sequence[int]) -> PartitionTxnState:
             continue
         path = pdir / f"{base:020d}{LOG_SUFFIX}"
         try:
-            f = open(path, "rb", buffering=1 << 20)  # noqa: SIM115 - closed below; seeks stay in the buffer
+            fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             continue  # deleted by retention meanwhile
-        with f:
-            size = os.fstat(f.fileno()).st_size
-            pos = 0
-            for off, ipos in read_index_positions(pdir / f"{base:020d}{INDEX_SUFFIX}", base, size):
-                if off >= scan_from:
-                    break
-                pos = ipos  # that batch ends below scan_from
-            while pos + RECORD_BATCH_OVERHEAD <= size:
-                f.seek(pos)
-                head = f.read(RECORD_BATCH_OVERHEAD)
-                try:
-                    h = BatchHeader.parse(head)
-                except RecordError:
-                    break  # zero-filled or torn tail
-                if h.batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or pos + h.size > size:
-                    break
-                pid = h.producer_id
-                if pid >= 0 and h.last_offset >= scan_from:
-                    if h.attributes & CONTROL_MASK:
-                        first = ongoing.pop(pid, None)
-                        if first is not None:
-                            f.seek(pos)
-                            try:
-                                if is_abort_marker(memoryview(f.read(h.size))):
-                                    aborted.add((pid, first, h.base_offset))
-                            except RecordError:
-                                break
-                    elif h.attributes & TRANSACTIONAL_MASK:
-                        ongoing.setdefault(pid, h.base_offset)
-                pos += h.size
+        try:
+            _scan_txn_headers(fd, pdir / f"{base:020d}{INDEX_SUFFIX}", base, scan_from, ongoing, aborted)
+        finally:
+            os.close(fd)
     lso = min(ongoing.values()) if ongoing else None
     return PartitionTxnState(frozenset(aborted), lso)
+
+
+def _scan_txn_headers(fd: int, index: Path, base: int, scan_from: int, ongoing: dict[int, int],
+                      aborted: set[tuple[int, int, int]]) -> None:
+    """Walk the batch headers of one segment from ``scan_from`` on, updating the open transactions ``ongoing``
+    and ``aborted`` (ABORT markers met). Reads each header alone (one ``pread`` of its 61 bytes) and only the
+    control batches whole: a buffered reader here read the whole segment, which doubled the bytes a read of a
+    log without producer snapshot costs (planning read every data batch once more)."""
+    size = os.fstat(fd).st_size
+    pos = 0
+    for off, ipos in read_index_positions(index, base, size):
+        if off >= scan_from:
+            break
+        pos = ipos  # that batch ends below scan_from
+    while pos + RECORD_BATCH_OVERHEAD <= size:
+        head = os.pread(fd, RECORD_BATCH_OVERHEAD, pos)
+        try:
+            h = BatchHeader.parse(head)
+        except RecordError:
+            break  # zero-filled or torn tail
+        if h.batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or pos + h.size > size:
+            break
+        pid = h.producer_id
+        if pid >= 0 and h.last_offset >= scan_from:
+            if h.attributes & CONTROL_MASK:
+                first = ongoing.pop(pid, None)
+                if first is not None:
+                    try:
+                        if is_abort_marker(memoryview(os.pread(fd, h.size, pos))):
+                            aborted.add((pid, first, h.base_offset))
+                    except RecordError:
+                        break
+            elif h.attributes & TRANSACTIONAL_MASK:
+                ongoing.setdefault(pid, h.base_offset)
+        pos += h.size
 
 
 def aborted_lookup(aborted: Sequence[tuple[int, int, int]]) -> dict[int, list[tuple[int, int]]]:
@@ -282,6 +334,7 @@ class LogDirReader(DataSourceReader):
             raise OptionError("Options 'isolationLevel' and 'kafka.isolation.level' disagree; set one of them")
         self.isolation_level = parse_isolation_level(iso if iso is not None else alias, "isolationLevel",
                                                      READ_COMMITTED)
+        self.pushed = PushedFilters()
 
     @staticmethod
     def _offsets(options: Mapping[str, str], name: str, default: int) -> dict[TopicPartition, int] | int:
@@ -293,6 +346,8 @@ class LogDirReader(DataSourceReader):
         return parse_partition_json(raw, name)
 
     def _wanted(self, topic: str, partition: int) -> bool:
+        if not self.pushed.wants(topic, partition):
+            return False
         sub = self.subscription
         if sub is None:
             return not topic.startswith("__")
@@ -305,7 +360,7 @@ class LogDirReader(DataSourceReader):
     def _range(self, tp: TopicPartition) -> tuple[int, int]:
         lo = self.starting.get(tp, EARLIEST) if isinstance(self.starting, dict) else self.starting
         hi = self.ending.get(tp, LATEST) if isinstance(self.ending, dict) else self.ending
-        return (0 if lo in (EARLIEST, LATEST) else lo), (NO_END if hi in (EARLIEST, LATEST) else hi)
+        return self.pushed.clamp(0 if lo in (EARLIEST, LATEST) else lo, NO_END if hi in (EARLIEST, LATEST) else hi)
 
     def partitions(self) -> Sequence[InputPartition]:
         out: list[SegmentSlice] = []
@@ -351,10 +406,17 @@ class LogDirReader(DataSourceReader):
             if size == 0:
                 continue
             entries = read_index_positions(pdir / f"{base:020d}{INDEX_SUFFIX}", base, size)
-            # first position: the greatest index entry whose offset is below ``lo`` (its batch ends before lo)
+            seg_lo = lo
+            if self.start_ts is not None:
+                # startingTimestamp or a pushed lower bound: the records up to the last .timeindex entry below it are
+                # older, their bytes are not read
+                older = time_index_floor(pdir / f"{base:020d}{TIME_INDEX_SUFFIX}", base, size, self.start_ts)
+                if older is not None:
+                    seg_lo = max(lo, older + 1)
+            # first position: the greatest index entry whose offset is below ``seg_lo`` (its batch ends before it)
             start_pos = 0
             for off, pos in entries:
-                if off < lo:
+                if off < seg_lo:
                     start_pos = pos
                 else:
                     break
@@ -383,6 +445,21 @@ class LogDirReader(DataSourceReader):
             return  # no ranges planned: PySpark hands a placeholder partition
         yield from read_slice(partition, self.include_headers, self.start_ts, self.end_ts,
                               self.fail_on_data_loss, self.verify_crc)
+
+
+class LogDirPushdownReader(LogDirReader):
+    """:class:`LogDirReader` taking Spark's filters (:mod:`tidelog.spark.pushdown`); only handed to Spark when
+    ``spark.sql.python.filterPushdown.enabled`` is set (PySpark refuses it otherwise). A lower bound on
+    ``timestamp`` also becomes the ``startingTimestamp`` the readers apply to batch headers and records."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        rest = list(push_filters(self.pushed, filters))
+        ts = self.pushed.timestamp_lo_ms
+        if ts is not None:
+            self.start_ts = ts if self.start_ts is None else max(self.start_ts, ts)
+        if not self.pushed.empty:
+            log.info("tidelog-log source: pushed filters [%s]", self.pushed.describe())
+        return rest
 
 
 def _batches(s: SegmentSlice) -> Iterator[tuple[memoryview, int]]:
