@@ -26,6 +26,7 @@ import datetime
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -54,7 +55,7 @@ def pushdown_enabled() -> bool:
     the filter-pushdown worker calls it, the plain planning worker refuses such a reader unless its
     ``enable_pushdown`` flag (``spark.sql.python.filterPushdown.enabled``) is set. Anything else (a direct call,
     a test) gets a reader without pushdown. Relies on the worker modules of pyspark 4.1-4.3 by file name."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename.replace("\\", "/")
         if name.endswith("pyspark/sql/worker/data_source_pushdown_filters.py"):
@@ -215,7 +216,8 @@ def push_filters(pushed: PushedFilters, filters: Sequence[Filter]) -> Iterable[F
     """Take what ``pushed`` can of ``filters`` (an AND); yield the filters Spark must still evaluate."""
     for f in filters:
         inner = f.child if isinstance(f, Not) else f
-        col = inner.attribute[0] if len(getattr(inner, "attribute", ())) == 1 else None
+        attribute: tuple[str, ...] = getattr(inner, "attribute", ())
+        col = attribute[0] if len(attribute) == 1 else None
         if isinstance(f, IsNotNull) and col in NOT_NULL:
             pushed.pushed.append(f"{col} IS NOT NULL")
             continue
