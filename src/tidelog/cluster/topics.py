@@ -234,12 +234,9 @@ class ZkTopicBackend:
         return info
 
     def auto_create(self, name: str) -> TopicInfo:
-        try:
-            return self.store.create_topic(name)
-        except TopicError as exc:
-            if exc.kafka_error == "TOPIC_ALREADY_EXISTS":  # created elsewhere; our watch has not seen it yet
-                raise TopicError("LEADER_NOT_AVAILABLE", f"Topic '{name}' is being created.") from None
-            raise
+        # TOPIC_ALREADY_EXISTS (created by another request or broker; or queued for deletion) is the store's to
+        # answer: LEADER_NOT_AVAILABLE until this broker's watch has adopted the topic (TopicManager.maybe_auto_create)
+        return self.store.create_topic(name)
 
     async def delete_topic(self, name: str, timeout_s: float = DELETE_TIMEOUT_S) -> TopicInfo:
         """Queue ``/admin/delete_topics/<name>`` and wait until this broker has forgotten the topic (the
