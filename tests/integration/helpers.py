@@ -313,3 +313,38 @@ def racing_metadata(port: int, topic: str, clients: int, version: int = 9) -> li
         return [a["topics"][0] for a in answers]
 
     return asyncio.run(go())
+
+
+# ------------------------------------------------------------------------------------------------ groups
+
+
+def consume_and_commit(bootstrap: str, group: str, topic: str, n: int, timeout: float = 60.0) -> list[bytes]:
+    """Join ``group`` on ``topic`` (from the earliest offset when it has none committed), read ``n`` records,
+    commit synchronously and leave; the values read, in order."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "session.timeout.ms": 6000})
+    out: list[bytes] = []
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while len(out) < n:
+            assert time.monotonic() < deadline, f"{group}: read {len(out)} of {n} records of {topic}"
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            out.append(msg.value())
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    return out
+
+
+def committed_offsets(bootstrap: str, group: str, timeout: float = 30.0) -> dict[tuple[str, int], int]:
+    """The group's committed offsets (OffsetFetch of all partitions), as ``{(topic, partition): offset}``."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout)
+    return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions or [] if tp.offset >= 0}

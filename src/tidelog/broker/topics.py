@@ -605,14 +605,22 @@ class TopicManager:
             log.exception("deleting partitions failed", extra={"kv": {"topic": name}})
 
     def forget_deleted(self, name: str, tps: list[tuple[str, int]]) -> None:
-        """On the loop: wake what waits on the deleted partitions, drop the topic's metrics."""
+        """On the loop: wake what waits on the deleted partitions, drop the topic's metrics and the groups'
+        offsets of the topic."""
         purgatory = getattr(self.broker, "purgatory", None)
         if purgatory is not None:
             for tp in tps:
                 purgatory.check_and_complete(tp)
+        self.topic_deleted(name)
         metrics = getattr(self.broker, "metrics", None)
         if metrics is not None:
             metrics.forget_topic(name)
+
+    def topic_deleted(self, name: str) -> None:
+        """On the loop, in both modes: tell the group coordinator that ``name`` is gone (its offsets go)."""
+        coordinator = getattr(self.broker, "group_coordinator", None)
+        if coordinator is not None:
+            coordinator.on_topic_deleted(name)
 
     def on_loop(self, fn: Any, *args: Any) -> None:
         """Run ``fn`` on the broker's event loop: at once when called there (or without a loop), else scheduled

@@ -105,15 +105,25 @@ def describe_cmd(group: str, bootstrap: str, properties: tuple[str, ...], timeou
 
     for key in owners:
         tps.setdefault(key, TopicPartition(key[0], key[1], -1001))
-    ends = _end_offsets(bootstrap, properties, [TopicPartition(t, p) for t, p in tps], timeout) if tps else {}
+    try:
+        # offsets may name a topic (or partition) that is not there (deleted; kept by an older broker): no log end
+        # offset and no lag for those, as kafka-consumer-groups shows them, instead of failing on the whole group.
+        # All topics' metadata: naming one may auto-create it.
+        known = admin.list_topics(timeout=timeout).topics if tps else {}
+        present = [TopicPartition(t, p) for t, p in tps
+                   if (md := known.get(t)) is not None and md.error is None and p in md.partitions]
+        ends = _end_offsets(bootstrap, properties, present, timeout) if present else {}
+    except Exception as exc:
+        fail(kafka_error_text(exc))
     rows = []
     for key in sorted(tps):
         off = tps[key].offset
-        end = ends.get(key, -1)
+        end = ends.get(key)
         cur = off if off is not None and off >= 0 else None
-        lag = end - cur if cur is not None and end >= 0 else None
+        lag = end - cur if cur is not None and end is not None and end >= 0 else None
         m = owners.get(key)
-        rows.append([group, key[0], key[1], "-" if cur is None else cur, end, "-" if lag is None else lag,
+        rows.append([group, key[0], key[1], "-" if cur is None else cur, "-" if end is None else end,
+                     "-" if lag is None else lag,
                      m.member_id if m else "-", m.host if m else "-", m.client_id if m else "-"])
     print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
                  "CLIENT-ID"], rows, title=f"{group} ({state}, {len(desc.members)} members)")

@@ -173,6 +173,7 @@ class ZkTopicBackend:
             metrics = getattr(self.broker, "metrics", None)
             if metrics is not None:
                 metrics.forget_topic(name)
+            store.topic_deleted(name)  # this broker's coordinator drops the topic's offsets from its groups
             log.info("topic deleted here", extra={"kv": {"topic": name, "topic_id": info.topic_id_str}})
         event = self._deleted.pop(name, None)
         if event is not None:
