@@ -213,6 +213,8 @@ class Broker:
     async def start(self) -> None:
         """Open storage (recovery runs in a thread), bind the listener, start background tasks."""
         self.loop = asyncio.get_running_loop()
+        for server in self.socket_servers:  # a port in use stops the start before anything is written
+            server.check_free()
         await self.replica_manager.before_storage()
         t0 = time.monotonic()
         await asyncio.to_thread(self._open_storage)

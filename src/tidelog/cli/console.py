@@ -282,6 +282,22 @@ def format_record(
     return b"\t".join(fields)
 
 
+_NAMED_OFFSETS = {"earliest": -2, "beginning": -2, "latest": -1, "end": -1}  # librdkafka's BEGINNING / END
+_OFFSET_TAIL_BASE = -2000  # librdkafka's RD_KAFKA_OFFSET_TAIL(n) = -2000 - n: n before the end
+
+
+def _start_offset(text: str) -> int:
+    """``--offset``: N, -N (N before the end), earliest/beginning, latest/end; a usage error otherwise."""
+    named = _NAMED_OFFSETS.get(text.strip().lower())
+    if named is not None:
+        return named
+    try:
+        n = int(text)
+    except ValueError:
+        raise click.BadParameter(f"expected N, -N, earliest or latest, got {text!r}", param_hint="--offset") from None
+    return n if n >= 0 else _OFFSET_TAIL_BASE + n
+
+
 def _reader_gone(out: Any) -> bool:
     """True when stdout is a pipe whose reading end has closed (POLLERR on the write end), so an idle
     ``tidelog consume ... | head`` exits instead of waiting for a record it could never write."""
@@ -297,7 +313,9 @@ def _reader_gone(out: Any) -> bool:
 @click.command()
 @click.argument("topic")
 @click.option("--from-beginning", is_flag=True, help="Start at the log start offset (default: the end).")
-@click.option("--offset", "-o", "start_offset", type=int, default=None, help="Start at this offset.")
+@click.option("--offset", "-o", "start_offset", default=None, metavar="OFFSET",
+              help="Start at OFFSET: N (from the partition's start), -N (N before its end, as kcat), "
+                   "earliest (or beginning), latest (or end).")
 @click.option("--partition", "-p", type=int, default=None, help="Read only this partition.")
 @click.option("--group", "-g", default=None, help="Join this consumer group (subscribe and commit).")
 @click.option("--max-messages", "-n", type=int, default=None, help="Exit after this many records.")
@@ -313,7 +331,7 @@ def _reader_gone(out: Any) -> bool:
 def consume(
     topic: str,
     from_beginning: bool,
-    start_offset: int | None,
+    start_offset: str | None,
     partition: int | None,
     group: str | None,
     max_messages: int | None,
@@ -340,14 +358,17 @@ def consume(
 
     if from_beginning and start_offset is not None:
         raise click.UsageError("--from-beginning and --offset are exclusive")
+    start = _start_offset(start_offset) if start_offset is not None else None
     if group is not None and (start_offset is not None or partition is not None):
         raise click.UsageError("--offset/--partition assign partitions themselves; they cannot be used with --group")
     if max_messages is not None and max_messages <= 0:
         return
 
     reset = "earliest" if from_beginning else "latest"
-    if start_offset is not None:
+    if start is not None and start >= 0:
         reset = "error"  # an explicit offset out of range is reported, not silently moved
+    elif start is not None:
+        reset = "earliest"  # -N with fewer than N records: from the start, as kcat
     extra: dict[str, Any] = {
         "auto.offset.reset": reset,
         "enable.partition.eof": False,
@@ -387,11 +408,12 @@ def consume(
             parts = sorted(tmd.partitions) if partition is None else [partition]
             if partition is not None and partition not in tmd.partitions:
                 raise click.ClickException(f"topic {topic!r} has no partition {partition}")
-            if start_offset is not None:
-                start = start_offset
-            else:
+            if start is None:
                 start = OFFSET_BEGINNING if from_beginning else OFFSET_END
-            consumer.assign([TopicPartition(topic, p, start) for p in parts])
+            try:
+                consumer.assign([TopicPartition(topic, p, start) for p in parts])
+            except KafkaException as exc:
+                raise click.ClickException(kafka_error_text(exc)) from None
 
         idle_deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
         while max_messages is None or count < max_messages:
