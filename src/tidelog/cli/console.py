@@ -400,7 +400,11 @@ def consume(
         if group is not None:
             consumer.subscribe([topic])
         else:
-            md = consumer.list_topics(topic, timeout=30)
+            # --timeout-ms bounds the wait for metadata too
+            try:
+                md = consumer.list_topics(topic, timeout=30 if timeout_ms is None else min(30.0, timeout_ms / 1000))
+            except KafkaException as exc:
+                raise click.ClickException(f"cannot fetch metadata: {kafka_error_text(exc)}") from None
             tmd = md.topics.get(topic)
             if tmd is None or tmd.error is not None:
                 err = tmd.error if tmd is not None else None
