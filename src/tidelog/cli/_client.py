@@ -197,10 +197,15 @@ def client_config(bootstrap: str, properties: Sequence[str] = (), **extra: Any) 
     conf.update(extra)
     given = dict(parse_key_values(properties, "-X"))
     conf.update(given)
-    # TLS and SASL as --command-config sets them (not -X: librdkafka's own names), checked with tidelog's client
+    # TLS and SASL as --command-config sets them (not -X: librdkafka's own names), checked with tidelog's client;
+    # settings it does not implement (GSSAPI, OAUTHBEARER...) are left to librdkafka unchecked
     if not any(k.startswith(("security.", "sasl.", "ssl.")) for k in given):
         try:
-            check_listener(host, port, peer_security())
+            security = client_security(_read_command_config(path)) if path is not None else None
+        except ClientConfigError:
+            return conf
+        try:
+            check_listener(host, port, security)
         except LoginProblem as exc:
             fail(str(exc))
     return conf
