@@ -25,10 +25,13 @@ empty venv (test_wheel.py).
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,18 +100,23 @@ class Session:
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+def session() -> Iterator[Session]:
     namespace = open_namespace()
     if namespace is None:
         for port in README_PORTS:
             if _listening("127.0.0.1", port):
                 pytest.fail(f"port {port} is taken; the README's commands use it (and no network namespace of "
                             "the test's own could be made: unshare --user --net failed)")
-    s = Session(clean_copy(tmp_path_factory.mktemp("readme-checkout")), namespace)
+    # not under pytest's basetemp: another pytest run of the same user (a second suite on the machine) removes
+    # all but the newest three, this checkout and its .venv with them, while the commands still run
+    root = Path(tempfile.mkdtemp(prefix="tidelog-readme-"))
+    s = Session(clean_copy(root), namespace)
     try:
         yield s
     finally:
         s.close()
+        if os.environ.get("TIDELOG_KEEP_TEST_DIRS") is None:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def test_setup_commands_are_the_two_the_readme_gives() -> None:
