@@ -43,7 +43,10 @@ class ZooKeeper:
     def connect(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> None:
+    def start(self, prefix: list[str] | None = None, ready: Any = None) -> None:
+        """``prefix`` goes before the server's command (tests/docs: ``nsenter`` into the test's network namespace);
+        ``ready()`` replaces the readiness check (a ZooKeeper client connecting) where this process cannot reach
+        it."""
         data = self.root / "zk-data"
         data.mkdir(parents=True, exist_ok=True)
         cfg = self.root / "zoo.cfg"
@@ -53,8 +56,15 @@ class ZooKeeper:
         )
         env = dict(os.environ, ZOO_LOG_DIR=str(self.root))
         out = open(self.root / "zk.out", "wb")  # noqa: SIM115  (owned by the process)
-        self.proc = subprocess.Popen([str(ZK_SERVER), "start-foreground", str(cfg)], stdout=out,
+        self.proc = subprocess.Popen([*(prefix or []), str(ZK_SERVER), "start-foreground", str(cfg)], stdout=out,
                                      stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        if ready is not None:
+            deadline = time.monotonic() + 30
+            while not ready():
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"ZooKeeper did not start: {(self.root / 'zk.out').read_text()[-2000:]}")
+                time.sleep(0.2)  # polling interval of a bounded wait for the port
+            return
         from kazoo.client import KazooClient
 
         zk = KazooClient(hosts=self.connect)

@@ -5,12 +5,14 @@ until the controller has placed it, and a producer that only knows the topic's n
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 pytest.importorskip("kazoo", reason="kazoo is not installed")
 
+from helpers import racing_metadata
 from support import kazoo, read_all, request, state, topic_assignment, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -25,8 +27,13 @@ def _metadata(broker: Any, topic: str, allow: bool) -> dict:
                                          "include_topic_authorized_operations": False}, timeout=15)["topics"][0]
 
 
-def test_metadata_and_produce_auto_create_topics(cluster_with: Any) -> None:
-    c = cluster_with({"auto.create.topics.enable": "true", "num.partitions": "2"})
+@pytest.fixture(scope="module")
+def auto_cluster(cluster_with: Any) -> Any:
+    return cluster_with({"auto.create.topics.enable": "true", "num.partitions": "2"})
+
+
+def test_metadata_and_produce_auto_create_topics(auto_cluster: Any) -> None:
+    c = auto_cluster
     b = next(iter(c.brokers.values()))
     topic = f"auto-{uuid.uuid4().hex[:8]}"
     assert _metadata(b, topic, allow=False)["error_code"] == UNKNOWN_TOPIC_OR_PARTITION
@@ -51,6 +58,22 @@ def test_metadata_and_produce_auto_create_topics(cluster_with: Any) -> None:
     assert p.flush(60) == 0
     got = read_all(c.bootstrap, produced, 2)
     assert sorted(v for recs in got.values() for _, v in recs) == sorted(b"v%d" % i for i in range(10))
+
+
+def test_concurrent_auto_creation_never_answers_topic_already_exists(auto_cluster: Any) -> None:
+    """Many Metadata requests auto-creating one new topic at once, on every broker: the races lost (in this broker,
+    or in ZooKeeper against another broker) answer LEADER_NOT_AVAILABLE, never TOPIC_ALREADY_EXISTS (issue 25)."""
+    c = auto_cluster
+    for _ in range(3):
+        topic = f"race-{uuid.uuid4().hex[:8]}"
+        with ThreadPoolExecutor(len(c.brokers)) as pool:
+            answers = [t for ts in pool.map(lambda x, t=topic: racing_metadata(x.port, t, clients=6), c.brokers.values())
+                       for t in ts]
+        codes = {t["error_code"] for t in answers}
+        assert codes <= {NONE, LEADER_NOT_AVAILABLE}, answers
+        until(f"{topic} in every broker's Metadata", lambda topic=topic: all(
+            (m := _metadata(x, topic, allow=False))["error_code"] == NONE and len(m["partitions"]) == 2
+            for x in c.brokers.values()))
 
 
 CREATE_TOPICS, CREATE_PARTITIONS = 19, 37

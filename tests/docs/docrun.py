@@ -179,17 +179,19 @@ class Server:
 
 
 class Shell:
-    """Runs document commands in ``root`` and keeps track of the servers they start."""
+    """Runs document commands in ``root`` and keeps track of the servers they start. ``prefix`` goes before every
+    ``bash`` (e.g. ``nsenter ... --``: the commands run in the test's own network namespace, netns.py)."""
 
-    def __init__(self, root: Path, env: dict[str, str]) -> None:
+    def __init__(self, root: Path, env: dict[str, str], prefix: list[str] | None = None) -> None:
         self.root = root
         self.env = env
+        self.prefix = list(prefix or [])
         self.servers: list[Server] = []
 
     def run(self, cmd: Command, timeout: float = 300.0, ready_timeout: float = 120.0) -> str:
         if cmd.is_server:
             return self.start_server(cmd, ready_timeout).text()
-        proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd.text], cwd=self.root, env=self.env,
+        proc = subprocess.run([*self.prefix, "bash", "-o", "pipefail", "-c", cmd.text], cwd=self.root, env=self.env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
         if proc.returncode != 0:
             raise AssertionError(f"{cmd.where}: `{cmd.text}` exited {proc.returncode}:\n{proc.stdout[-4000:]}")
@@ -198,7 +200,7 @@ class Shell:
 
     def start_server(self, cmd: Command, ready_timeout: float) -> Server:
         text = re.sub(r"&\s*$", "", cmd.text)  # the harness does the backgrounding
-        proc = subprocess.Popen(["bash", "-c", text], cwd=self.root, env=self.env, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([*self.prefix, "bash", "-c", text], cwd=self.root, env=self.env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
         server = Server(cmd, proc)
         self.servers.append(server)

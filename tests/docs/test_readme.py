@@ -13,6 +13,11 @@ the environment of a user's shell (no virtualenv of this test run):
    examples/README.md's commands (pipeline, exactly_once, results_and_offsets, recent_events) run;
 4. Ctrl-C stops the README's broker cleanly.
 
+All of it runs in a network namespace of the test's own (netns.py): the commands use the README's addresses as
+written (127.0.0.1:9092 and the others) while the reader's own broker, started with the README's first command, may
+hold the same ports on the machine; the test suite and that broker work in either order and together. Where no
+namespace can be made (no user namespaces), the commands run on the machine's loopback and need those ports free.
+
 The rules the documents are written to are in docrun.py. A separate test builds a wheel and runs it from an
 empty venv (test_wheel.py).
 """
@@ -20,21 +25,26 @@ empty venv (test_wheel.py).
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from docrun import Command, Shell, clean_copy, console_blocks, user_env
+from netns import Namespace, open_namespace
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1500)]
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 SETUP_COMMANDS = ("bash scripts/serve.sh", "bash scripts/test.sh")
+README_PORTS = (9092, 9093, 9094, 9095, 9191, 9192, 9193)
 
 
 def _zookeeper_class() -> type:
@@ -52,39 +62,61 @@ def _listening(host: str, port: int) -> bool:
 
 
 class Session:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, namespace: Namespace | None) -> None:
         self.root = root
-        self.shell = Shell(root, user_env())
+        self.namespace = namespace
+        if namespace is None:
+            self.shell = Shell(root, user_env())
+        else:
+            self.shell = Shell(root, user_env(namespace.env()), prefix=namespace.prefix)
         self.broker = None
         self.zookeepers: list = []
 
+    def listening(self, port: int) -> bool:
+        """Something accepts connections on 127.0.0.1:``port`` where the commands run."""
+        return self.namespace.listening(port) if self.namespace is not None else _listening("127.0.0.1", port)
+
     def ensure_zookeeper(self, cmd: Command) -> None:
         m = re.search(r"(?:zookeeper\.connect=|-z )(127\.0\.0\.1):(\d+)", cmd.text)
-        if m is None or _listening(m.group(1), int(m.group(2))):
+        if m is None or self.listening(int(m.group(2))):
             return
         zk_class = _zookeeper_class()
         if not Path("/usr/share/zookeeper/bin/zkServer.sh").exists():
             pytest.fail("ZooKeeper is not installed; the test command (bash scripts/test.sh) installs it")
-        zk = zk_class(self.root / f"zk-{m.group(2)}", port=int(m.group(2)))
-        zk.start()
+        port = int(m.group(2))
+        zk = zk_class(self.root / f"zk-{port}", port=port)
+        if self.namespace is None:
+            zk.start()
+        else:  # started inside the namespace, ready when it accepts connections there
+            zk.start(prefix=self.namespace.prefix, ready=lambda: self.listening(port))
         self.zookeepers.append(zk)
 
     def close(self) -> None:
         self.shell.stop_all()
         for zk in self.zookeepers:
             zk.stop()
+        if self.namespace is not None:
+            self.namespace.close()
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
-    for port in (9092, 9093, 9094, 9095, 9191, 9192, 9193):
-        if _listening("127.0.0.1", port):
-            pytest.fail(f"port {port} is taken; the README's commands use it")
-    s = Session(clean_copy(tmp_path_factory.mktemp("readme-checkout")))
+def session() -> Iterator[Session]:
+    namespace = open_namespace()
+    if namespace is None:
+        for port in README_PORTS:
+            if _listening("127.0.0.1", port):
+                pytest.fail(f"port {port} is taken; the README's commands use it (and no network namespace of "
+                            "the test's own could be made: unshare --user --net failed)")
+    # not under pytest's basetemp: another pytest run of the same user (a second suite on the machine) removes
+    # all but the newest three, this checkout and its .venv with them, while the commands still run
+    root = Path(tempfile.mkdtemp(prefix="tidelog-readme-"))
+    s = Session(clean_copy(root), namespace)
     try:
         yield s
     finally:
         s.close()
+        if os.environ.get("TIDELOG_KEEP_TEST_DIRS") is None:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def test_setup_commands_are_the_two_the_readme_gives() -> None:

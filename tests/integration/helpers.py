@@ -7,6 +7,7 @@ wrappers, and readers of the broker's data dir through ``tidelog.records`` (what
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 import uuid
@@ -16,6 +17,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from tidelog.cluster.peer import Peer
 from tidelog.protocol.framing import ClientConnection
 from tidelog.records import Record, decode_batches
 
@@ -288,3 +290,61 @@ def read_to_end(bootstrap: str, topic: str, isolation: str = "read_committed", p
         return out
     finally:
         c.close()
+
+
+# ------------------------------------------------------------------------------------------------ racing requests
+
+
+def racing_metadata(port: int, topic: str, clients: int, version: int = 9) -> list[dict[str, Any]]:
+    """``clients`` connections, each connected first, then all sending a Metadata request that auto-creates
+    ``topic`` at once; the topic entries of the answers."""
+    body = {"topics": [{"name": topic}], "allow_auto_topic_creation": True,
+            "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False}
+
+    async def go() -> list[dict[str, Any]]:
+        peers = [Peer("127.0.0.1", port, f"race-{i}") for i in range(clients)]
+        try:
+            for p in peers:  # connected (ApiVersions done) before any of them asks: the Metadata requests race
+                await p.request(18, 3, {"client_software_name": "race", "client_software_version": "1"}, 15)
+            answers = await asyncio.gather(*(p.request(3, version, body, 30) for p in peers))
+        finally:
+            for p in peers:
+                p.close()
+        return [a["topics"][0] for a in answers]
+
+    return asyncio.run(go())
+
+
+# ------------------------------------------------------------------------------------------------ groups
+
+
+def consume_and_commit(bootstrap: str, group: str, topic: str, n: int, timeout: float = 60.0) -> list[bytes]:
+    """Join ``group`` on ``topic`` (from the earliest offset when it has none committed), read ``n`` records,
+    commit synchronously and leave; the values read, in order."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "session.timeout.ms": 6000})
+    out: list[bytes] = []
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while len(out) < n:
+            assert time.monotonic() < deadline, f"{group}: read {len(out)} of {n} records of {topic}"
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            out.append(msg.value())
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    return out
+
+
+def committed_offsets(bootstrap: str, group: str, timeout: float = 30.0) -> dict[tuple[str, int], int]:
+    """The group's committed offsets (OffsetFetch of all partitions), as ``{(topic, partition): offset}``."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout)
+    return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions or [] if tp.offset >= 0}

@@ -228,8 +228,10 @@ class Broker:
     async def start(self) -> None:
         """Open storage (recovery runs in a thread), bind the listener, start background tasks."""
         self.loop = asyncio.get_running_loop()
+        for server in self.socket_servers:  # a port in use stops the start before anything is written
+            server.check_free()
         ml = self.config.metrics_listener
-        if ml is not None:  # first: a taken metrics port fails the start before any storage work
+        if ml is not None:  # so does a taken metrics port
             self.metrics.ready = lambda: self.started and not self.stopping
             await self.metrics.start_http(*ml)
         await self.replica_manager.before_storage()

@@ -544,6 +544,10 @@ class BrokerConfig:
                 self.values["tidelog.metrics.listener"] = parse_host_port(self.props["metrics.port"])
             except ValueError as exc:
                 raise ConfigException("metrics.port", self.props["metrics.port"], str(exc)) from None
+        for d in self.log_dirs:  # a file where a log directory (or one of its parents) should be
+            existing = next((a for a in (d, *d.parents) if a.exists()), None)
+            if existing is not None and not existing.is_dir():
+                raise ConfigException("log.dirs", str(d), f"{existing} is a file, not a directory")
         # validate topic-level defaults now, so a bad value stops the broker at start with a clear message
         self.log_config()
 

@@ -1042,6 +1042,13 @@ def install_event_loop_policy(use_uvloop: bool = True) -> str:
     return "asyncio"
 
 
+class ListenError(OSError):
+    """A listener's address cannot be bound (in use, not an address of this host); the message names it."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 class SocketServer:
     """Kafka's SocketServer for one listener: binds, accepts, owns the connections, closes idle ones
     (``connections.max.idle.ms``) and, at shutdown, lets busy connections finish their response. The broker's
@@ -1058,16 +1065,28 @@ class SocketServer:
         self._accept_task: asyncio.Task[None] | None = None
         self._reaper_task: asyncio.Task[None] | None = None
 
-    def bind(self) -> int:
-        """Bind and listen (the port is known after this, even for port 0); returns the bound port."""
-        config = self.broker.config
+    def _bound_socket(self) -> socket.socket:
         sock = socket.socket(socket.AF_INET6 if ":" in self.bind_host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((self.bind_host, self.bind_port))
-        except OSError:
+        except OSError as exc:
             sock.close()
-            raise
+            raise ListenError(exc.errno, f"cannot listen on {self.bind_host}:{self.bind_port} (listener "
+                                         f"{self.listener.name}): {exc.strerror or exc}") from None
+        return sock
+
+    def check_free(self) -> None:
+        """Before the broker opens its storage: raise :class:`ListenError` (naming the address) if the listener's
+        port cannot be bound now, so a port in use stops the start before anything is written (the bind that
+        counts comes after recovery, as Kafka's). A port of 0 is always free."""
+        if self.bind_port:
+            self._bound_socket().close()
+
+    def bind(self) -> int:
+        """Bind and listen (the port is known after this, even for port 0); returns the bound port."""
+        config = self.broker.config
+        sock = self._bound_socket()
         sock.listen(max(50, config.get("socket.listen.backlog.size")))
         sock.setblocking(False)
         self._listen_sock = sock

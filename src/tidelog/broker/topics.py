@@ -597,7 +597,19 @@ class TopicManager:
         # UNKNOWN_TOPIC_OR_PARTITION, as with auto-creation disabled (one Metadata naming 500 unknown topics
         # creates those that fit, never more; Kafka would create all of them).
         self.check_open_files(name, self.config.num_partitions, "UNKNOWN_TOPIC_OR_PARTITION")
-        return self.backend.auto_create(name)
+        try:
+            return self.backend.auto_create(name)
+        except TopicError as exc:
+            if exc.kafka_error != "TOPIC_ALREADY_EXISTS":
+                raise
+        # Lost a race with a concurrent creation of the same name (another Metadata request here, or another
+        # broker): Kafka's KafkaApis takes TopicExistsException as success. The topic as this broker knows it by
+        # now, else LEADER_NOT_AVAILABLE until it does (never TOPIC_ALREADY_EXISTS: no Kafka broker answers that
+        # inside Metadata, and clients do not retry it).
+        info = self._topics.get(name)
+        if info is not None:
+            return info
+        raise TopicError("LEADER_NOT_AVAILABLE", f"Topic '{name}' is being created.")
 
     def alter_configs(self, name: str, overrides: dict[str, str | None], validate_only: bool = False) -> TopicInfo:
         """Replace all overrides of ``name`` (Kafka's AlterConfigs semantics)."""
@@ -616,14 +628,22 @@ class TopicManager:
             log.exception("deleting partitions failed", extra={"kv": {"topic": name}})
 
     def forget_deleted(self, name: str, tps: list[tuple[str, int]]) -> None:
-        """On the loop: wake what waits on the deleted partitions, drop the topic's metrics."""
+        """On the loop: wake what waits on the deleted partitions, drop the topic's metrics and the groups'
+        offsets of the topic."""
         purgatory = getattr(self.broker, "purgatory", None)
         if purgatory is not None:
             for tp in tps:
                 purgatory.check_and_complete(tp)
+        self.topic_deleted(name)
         metrics = getattr(self.broker, "metrics", None)
         if metrics is not None:
             metrics.forget_topic(name)
+
+    def topic_deleted(self, name: str) -> None:
+        """On the loop, in both modes: tell the group coordinator that ``name`` is gone (its offsets go)."""
+        coordinator = getattr(self.broker, "group_coordinator", None)
+        if coordinator is not None:
+            coordinator.on_topic_deleted(name)
 
     def on_loop(self, fn: Any, *args: Any) -> None:
         """Run ``fn`` on the broker's event loop: at once when called there (or without a loop), else scheduled

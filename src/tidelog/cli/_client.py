@@ -28,6 +28,7 @@ from tidelog.broker.security.client import (
     client_security,
     librdkafka_config,
 )
+from tidelog.cli._preflight import LoginProblem, check_listener
 from tidelog.cluster.peer import Peer
 from tidelog.storage.checkpoints import parse_properties
 
@@ -204,9 +205,9 @@ def _split_host_port(server: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def ensure_reachable(bootstrap: str, timeout: float = 5.0) -> None:
+def ensure_reachable(bootstrap: str, timeout: float = 5.0) -> tuple[str, int]:
     """Fail with one line when no bootstrap server accepts a TCP connection, instead of letting librdkafka retry
-    until the command's timeout. One reachable server is enough: the client learns the others from it."""
+    until the command's timeout. One reachable server is enough: the client learns the others from it (returned)."""
     reasons: list[str] = []
     for server in bootstrap.split(","):
         if not server.strip():
@@ -214,7 +215,7 @@ def ensure_reachable(bootstrap: str, timeout: float = 5.0) -> None:
         host, port = _split_host_port(server)
         try:
             socket.create_connection((host, port), timeout=timeout).close()
-            return
+            return host, port
         except OSError as exc:
             reasons.append(f"{host}:{port}: {exc.strerror or exc}")
     fail(f"no broker reachable at {bootstrap} ({'; '.join(reasons) or 'no server given'})")
@@ -223,7 +224,7 @@ def ensure_reachable(bootstrap: str, timeout: float = 5.0) -> None:
 def client_config(bootstrap: str, properties: Sequence[str] = (), **extra: Any) -> dict[str, Any]:
     """librdkafka configuration for a console client. Checks first that a bootstrap server is reachable, so a
     broker that is not running is one clear error line, not a hang."""
-    ensure_reachable(bootstrap)
+    host, port = ensure_reachable(bootstrap)
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "client.id": "tidelog-cli",
@@ -236,7 +237,19 @@ def client_config(bootstrap: str, properties: Sequence[str] = (), **extra: Any) 
     if path is not None:
         conf.update(command_config_properties(path))
     conf.update(extra)
-    conf.update(dict(parse_key_values(properties, "-X")))
+    given = dict(parse_key_values(properties, "-X"))
+    conf.update(given)
+    # TLS and SASL as --command-config sets them (not -X: librdkafka's own names), checked with tidelog's client;
+    # settings it does not implement (GSSAPI, OAUTHBEARER...) are left to librdkafka unchecked
+    if not any(k.startswith(("security.", "sasl.", "ssl.")) for k in given):
+        try:
+            security = client_security(_read_command_config(path)) if path is not None else None
+        except ClientConfigError:
+            return conf
+        try:
+            check_listener(host, port, security)
+        except LoginProblem as exc:
+            fail(str(exc))
     return conf
 
 

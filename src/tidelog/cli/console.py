@@ -25,6 +25,7 @@ from tidelog.cli._client import (
     bootstrap_option,
     client_config,
     exit_quietly_on_broken_pipe,
+    kafka_error_name,
     kafka_error_text,
     parse_key_values,
 )
@@ -108,50 +109,122 @@ def produce(
     header_list = [(k, v.encode("utf-8")) for k, v in parse_key_values(headers, "--header")] or None
     sep = _unescape(key_separator).encode("utf-8") if key_separator is not None else None
 
-    state = {"delivered": 0, "failed": 0}
-
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is not None:
-            state["failed"] += 1
-            if state["failed"] <= 10:
-                click.echo(f"tidelog: delivery failed: {err.name()}: {err.str()}", err=True)
-        else:
-            state["delivered"] += 1
-            if verbose:
-                click.echo(f"{msg.topic()}\t{msg.partition()}\t{msg.offset()}", err=True)
-
-    kwargs: dict[str, Any] = {"on_delivery": on_delivery}
+    kwargs: dict[str, Any] = {}
     if partition is not None:
         kwargs["partition"] = partition
     if header_list:
         kwargs["headers"] = header_list
+    sender = _Sender(producer, topic, kwargs, verbose)
 
+    def alone() -> Any:
+        return Producer(client_config(bootstrap, properties, **{**extra, **_ALONE}))
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     stdin = click.get_binary_stream("stdin")
-    for lineno, line in enumerate(_lines(stdin), start=1):
-        key: bytes | None = None
-        value = line
-        if sep is not None:
-            key, found, value = line.partition(sep)
-            if not found:
-                producer.flush(delivery_timeout_ms / 1000)
-                raise click.ClickException(f"line {lineno} has no key separator {key_separator!r}")
+    lineno = 0
+    try:
+        for lineno, line in enumerate(_lines(stdin), start=1):
+            key: bytes | None = None
+            value = line
+            if sep is not None:
+                key, found, value = line.partition(sep)
+                if not found:
+                    sender.finish(delivery_timeout_ms / 1000 + 5, alone)
+                    raise click.ClickException(f"line {lineno} has no key separator {key_separator!r}")
+            sender.send(lineno, key, value)
+        sender.finish(delivery_timeout_ms / 1000 + 5, alone)
+    except KeyboardInterrupt:
+        # Ctrl-C (or SIGTERM): what was read is still delivered (briefly), then one line with the counts
+        sender.finish(5.0, None)
+        click.echo(f"tidelog: interrupted after {lineno} line(s): {sender.summary()}", err=True)
+        sys.exit(130)
+    if verbose or sender.failed or sender.unsent:
+        click.echo(f"tidelog: {sender.summary()}", err=True)
+    if sender.failed or sender.unsent:
+        sys.exit(1)
+
+
+# a producer that sends every record in a batch of its own: the records of a batch the broker refused as too large
+# are sent again through it, as Kafka's Java producer splits such a batch
+_ALONE = {"batch.num.messages": 1, "linger.ms": 0}
+_MSG_SIZE_TOO_LARGE = 10  # the broker's MESSAGE_TOO_LARGE, and librdkafka's local check of message.max.bytes
+_LISTED_FAILURES = 100
+
+
+class _Sender:
+    """Sends lines as records and keeps count. A batch refused as too large (MESSAGE_TOO_LARGE: the topic's
+    ``max.message.bytes`` applies to a whole batch) is not a failure of its records: they are sent again one per
+    batch, after the others, and only a record too large alone fails, reported by its line number and size."""
+
+    def __init__(self, producer: Any, topic: str, kwargs: dict[str, Any], verbose: bool) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.kwargs = kwargs
+        self.verbose = verbose
+        self.delivered = 0
+        self.failed = 0
+        self.unsent = 0
+        self.retry: list[tuple[int, bytes | None, bytes]] = []
+
+    def send(self, lineno: int, key: bytes | None, value: bytes, producer: Any = None, alone: bool = False) -> None:
+        from confluent_kafka import KafkaException
+
+        producer = producer or self.producer
+
+        def on_delivery(err: Any, msg: Any) -> None:
+            if err is None:
+                self.delivered += 1
+                if self.verbose:
+                    click.echo(f"{msg.topic()}\t{msg.partition()}\t{msg.offset()}", err=True)
+            elif err.code() == _MSG_SIZE_TOO_LARGE and not alone:
+                self.retry.append((lineno, key, value))
+            else:
+                self.fail(lineno, key, value, f"{err.name()}: {err.str()}")
+
         while True:
             try:
-                producer.produce(topic, value=value, key=key, **kwargs)
+                producer.produce(self.topic, value=value, key=key, on_delivery=on_delivery, **self.kwargs)
                 break
             except BufferError:
                 producer.poll(0.1)  # local queue full: serve delivery reports, then retry
             except KafkaException as exc:
+                if kafka_error_name(exc) == "MSG_SIZE_TOO_LARGE":  # over the client's message.max.bytes
+                    self.fail(lineno, key, value, kafka_error_text(exc))
+                    return
                 raise click.ClickException(kafka_error_text(exc)) from None
         producer.poll(0)
-    remaining = producer.flush(delivery_timeout_ms / 1000 + 5)
-    if remaining:
-        state["failed"] += remaining
-        click.echo(f"tidelog: {remaining} record(s) not delivered before the timeout", err=True)
-    if verbose:
-        click.echo(f"tidelog: {state['delivered']} record(s) delivered, {state['failed']} failed", err=True)
-    if state["failed"]:
-        sys.exit(1)
+
+    def fail(self, lineno: int, key: bytes | None, value: bytes, reason: str) -> None:
+        self.failed += 1
+        if self.failed <= _LISTED_FAILURES:
+            size = len(value) + (len(key) if key is not None else 0)
+            click.echo(f"tidelog: line {lineno} ({size} bytes) not written: {reason}", err=True)
+        elif self.failed == _LISTED_FAILURES + 1:
+            click.echo("tidelog: more records not written (not listed)", err=True)
+
+    def finish(self, timeout_s: float, alone_producer: Any) -> None:
+        """Deliver what is queued; then the records of refused batches, one per batch (``alone_producer()``
+        makes that producer; None: they count as not sent)."""
+        self.unsent += self.producer.flush(timeout_s)
+        if not self.retry:
+            return
+        retry, self.retry = sorted(self.retry), []
+        if alone_producer is None:
+            self.unsent += len(retry)
+            return
+        single = alone_producer()
+        for lineno, key, value in retry:
+            self.send(lineno, key, value, producer=single, alone=True)
+        self.unsent += single.flush(timeout_s)
+
+    def summary(self) -> str:
+        text = f"{self.delivered} record(s) delivered, {self.failed} failed"
+        if self.unsent:
+            text += f", {self.unsent} not delivered before the timeout"
+        return text
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -209,6 +282,22 @@ def format_record(
     return b"\t".join(fields)
 
 
+_NAMED_OFFSETS = {"earliest": -2, "beginning": -2, "latest": -1, "end": -1}  # librdkafka's BEGINNING / END
+_OFFSET_TAIL_BASE = -2000  # librdkafka's RD_KAFKA_OFFSET_TAIL(n) = -2000 - n: n before the end
+
+
+def _start_offset(text: str) -> int:
+    """``--offset``: N, -N (N before the end), earliest/beginning, latest/end; a usage error otherwise."""
+    named = _NAMED_OFFSETS.get(text.strip().lower())
+    if named is not None:
+        return named
+    try:
+        n = int(text)
+    except ValueError:
+        raise click.BadParameter(f"expected N, -N, earliest or latest, got {text!r}", param_hint="--offset") from None
+    return n if n >= 0 else _OFFSET_TAIL_BASE + n
+
+
 def _reader_gone(out: Any) -> bool:
     """True when stdout is a pipe whose reading end has closed (POLLERR on the write end), so an idle
     ``tidelog consume ... | head`` exits instead of waiting for a record it could never write."""
@@ -224,7 +313,9 @@ def _reader_gone(out: Any) -> bool:
 @click.command()
 @click.argument("topic")
 @click.option("--from-beginning", is_flag=True, help="Start at the log start offset (default: the end).")
-@click.option("--offset", "-o", "start_offset", type=int, default=None, help="Start at this offset.")
+@click.option("--offset", "-o", "start_offset", default=None, metavar="OFFSET",
+              help="Start at OFFSET: N (from the partition's start), -N (N before its end, as kcat), "
+                   "earliest (or beginning), latest (or end).")
 @click.option("--partition", "-p", type=int, default=None, help="Read only this partition.")
 @click.option("--group", "-g", default=None, help="Join this consumer group (subscribe and commit).")
 @click.option("--max-messages", "-n", type=int, default=None, help="Exit after this many records.")
@@ -240,7 +331,7 @@ def _reader_gone(out: Any) -> bool:
 def consume(
     topic: str,
     from_beginning: bool,
-    start_offset: int | None,
+    start_offset: str | None,
     partition: int | None,
     group: str | None,
     max_messages: int | None,
@@ -267,14 +358,17 @@ def consume(
 
     if from_beginning and start_offset is not None:
         raise click.UsageError("--from-beginning and --offset are exclusive")
+    start = _start_offset(start_offset) if start_offset is not None else None
     if group is not None and (start_offset is not None or partition is not None):
         raise click.UsageError("--offset/--partition assign partitions themselves; they cannot be used with --group")
     if max_messages is not None and max_messages <= 0:
         return
 
     reset = "earliest" if from_beginning else "latest"
-    if start_offset is not None:
+    if start is not None and start >= 0:
         reset = "error"  # an explicit offset out of range is reported, not silently moved
+    elif start is not None:
+        reset = "earliest"  # -N with fewer than N records: from the start, as kcat
     extra: dict[str, Any] = {
         "auto.offset.reset": reset,
         "enable.partition.eof": False,
@@ -306,7 +400,11 @@ def consume(
         if group is not None:
             consumer.subscribe([topic])
         else:
-            md = consumer.list_topics(topic, timeout=30)
+            # --timeout-ms bounds the wait for metadata too
+            try:
+                md = consumer.list_topics(topic, timeout=30 if timeout_ms is None else min(30.0, timeout_ms / 1000))
+            except KafkaException as exc:
+                raise click.ClickException(f"cannot fetch metadata: {kafka_error_text(exc)}") from None
             tmd = md.topics.get(topic)
             if tmd is None or tmd.error is not None:
                 err = tmd.error if tmd is not None else None
@@ -314,11 +412,12 @@ def consume(
             parts = sorted(tmd.partitions) if partition is None else [partition]
             if partition is not None and partition not in tmd.partitions:
                 raise click.ClickException(f"topic {topic!r} has no partition {partition}")
-            if start_offset is not None:
-                start = start_offset
-            else:
+            if start is None:
                 start = OFFSET_BEGINNING if from_beginning else OFFSET_END
-            consumer.assign([TopicPartition(topic, p, start) for p in parts])
+            try:
+                consumer.assign([TopicPartition(topic, p, start) for p in parts])
+            except KafkaException as exc:
+                raise click.ClickException(kafka_error_text(exc)) from None
 
         idle_deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
         while max_messages is None or count < max_messages:

@@ -105,15 +105,25 @@ def describe_cmd(group: str, bootstrap: str, properties: tuple[str, ...], timeou
 
     for key in owners:
         tps.setdefault(key, TopicPartition(key[0], key[1], -1001))
-    ends = _end_offsets(bootstrap, properties, [TopicPartition(t, p) for t, p in tps], timeout) if tps else {}
+    try:
+        # offsets may name a topic (or partition) that is not there (deleted; kept by an older broker): no log end
+        # offset and no lag for those, as kafka-consumer-groups shows them, instead of failing on the whole group.
+        # All topics' metadata: naming one may auto-create it.
+        known = admin.list_topics(timeout=timeout).topics if tps else {}
+        present = [TopicPartition(t, p) for t, p in tps
+                   if (md := known.get(t)) is not None and md.error is None and p in md.partitions]
+        ends = _end_offsets(bootstrap, properties, present, timeout) if present else {}
+    except Exception as exc:
+        fail(kafka_error_text(exc))
     rows = []
     for key in sorted(tps):
         off = tps[key].offset
-        end = ends.get(key, -1)
+        end = ends.get(key)
         cur = off if off is not None and off >= 0 else None
-        lag = end - cur if cur is not None and end >= 0 else None
+        lag = end - cur if cur is not None and end is not None and end >= 0 else None
         m = owners.get(key)
-        rows.append([group, key[0], key[1], "-" if cur is None else cur, end, "-" if lag is None else lag,
+        rows.append([group, key[0], key[1], "-" if cur is None else cur, "-" if end is None else end,
+                     "-" if lag is None else lag,
                      m.member_id if m else "-", m.host if m else "-", m.client_id if m else "-"])
     print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
                  "CLIENT-ID"], rows, title=f"{group} ({state}, {len(desc.members)} members)")
@@ -122,21 +132,29 @@ def describe_cmd(group: str, bootstrap: str, properties: tuple[str, ...], timeou
 @groups.command("reset-offsets")
 @click.argument("group")
 @click.option("--topic", "topics", multiple=True, required=True, help="Topic (or topic:p1,p2) to reset; repeatable.")
-@click.option("--to-earliest", "mode", flag_value="earliest", help="Reset to the log start offset.")
-@click.option("--to-latest", "mode", flag_value="latest", help="Reset to the log end offset.")
+@click.option("--to-earliest", is_flag=True, help="Reset to the log start offset.")
+@click.option("--to-latest", is_flag=True, help="Reset to the log end offset.")
 @click.option("--to-offset", type=int, default=None, help="Reset to this offset.")
 @click.option("--shift-by", type=int, default=None, help="Move the committed offset by N (may be negative).")
 @click.option("--execute", is_flag=True, help="Apply the plan (default: only print it).")
 @bootstrap_option
 @timeout_option
-def reset_cmd(group: str, topics: tuple[str, ...], mode: str | None, to_offset: int | None, shift_by: int | None,
-              execute: bool, bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
-    """Compute new offsets for GROUP and (with --execute) commit them. The group must be empty."""
+def reset_cmd(group: str, topics: tuple[str, ...], to_earliest: bool, to_latest: bool, to_offset: int | None,
+              shift_by: int | None, execute: bool, bootstrap: str, properties: tuple[str, ...],
+              timeout: float) -> None:
+    """Compute new offsets for GROUP and (with --execute) commit them. The group must be empty. A new offset
+    outside a partition's log is set to its start or end, with a warning (as kafka-consumer-groups does)."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-    chosen = [x for x in (mode, to_offset is not None and "offset", shift_by is not None and "shift") if x]
+    given = {"--to-earliest": to_earliest, "--to-latest": to_latest, "--to-offset": to_offset is not None,
+             "--shift-by": shift_by is not None}
+    chosen = [name for name, on in given.items() if on]
     if len(chosen) != 1:
-        fail("give exactly one of --to-earliest, --to-latest, --to-offset, --shift-by", 2)
+        fail("give exactly one of --to-earliest, --to-latest, --to-offset, --shift-by"
+             + (f" (got {', '.join(chosen)})" if chosen else ""), 2)
+    if to_offset is not None and to_offset < 0:
+        fail(f"--to-offset must be 0 or more, got {to_offset}", 2)
+    mode = "earliest" if to_earliest else "latest" if to_latest else None
     admin = _admin(bootstrap, properties)
     tps: list[Any] = []
     try:
@@ -173,7 +191,14 @@ def reset_cmd(group: str, topics: tuple[str, ...], mode: str | None, to_offset: 
         else:
             base = current.get(key, -1)
             new = (base if base is not None and base >= 0 else lo) + (shift_by or 0)
-        plan.append(TopicPartition(tp.topic, tp.partition, max(lo, min(hi, new))))  # clamped like Kafka's tool
+        # clamped like Kafka's tool, which says so
+        if new > hi:
+            click.echo(f"Warning: new offset ({new}) is higher than latest offset for topic partition "
+                       f"{tp.topic}-{tp.partition}. Value will be set to {hi}", err=True)
+        elif new < lo:
+            click.echo(f"Warning: new offset ({new}) is lower than earliest offset for topic partition "
+                       f"{tp.topic}-{tp.partition}. Value will be set to {lo}", err=True)
+        plan.append(TopicPartition(tp.topic, tp.partition, max(lo, min(hi, new))))
     print_table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], [[group, t.topic, t.partition, t.offset] for t in plan])
     if not execute:
         safe_echo("(dry run: add --execute to apply)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ from tidelog.node import run
 @click.option("--host", default=None, help="listener host (default from listeners: 127.0.0.1)")
 @click.option("--port", type=int, default=None, help="listener port (default from listeners: 9092)")
 @click.option("--data-dir", default=None, help="log directory (sets log.dirs; default ./data)")
-@click.option("--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING, ERROR")
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+              default="INFO", show_default=True)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option(
     "--loop", type=click.Choice(["uvloop", "asyncio"]), default="uvloop", show_default=True, help="event loop"
@@ -50,19 +52,38 @@ def serve(
         click.echo(f"tidelog serve: {exc}", err=True)
         sys.exit(2)
 
+    started: list[Any] = []
+    new_dirs = [_topmost_missing(d) for d in cfg.log_dirs if not d.exists()]  # removed again if the start fails
+
+    def on_started(broker: Any) -> None:
+        started.append(broker)
+        _print_how_to_reach(broker)
+
     try:
-        run(cfg, use_uvloop=(loop == "uvloop"), on_started=_print_how_to_reach)
+        run(cfg, use_uvloop=(loop == "uvloop"), on_started=on_started)
     except KeyboardInterrupt:
         pass
     except OSError as exc:
-        logging.getLogger("tidelog.broker.server").error("broker failed to start: %s", exc)
-        sys.exit(1)
+        _failed(f"broker failed to start: {exc}", [] if started else new_dirs)
     except Exception as exc:  # storage refusing a dir (locked, inconsistent ids) and the like
         kafka_error = getattr(exc, "kafka_error", None)
         if kafka_error is None and not type(exc).__module__.startswith("tidelog."):
             raise
-        logging.getLogger("tidelog.broker.server").error("broker failed: %s", exc)
-        sys.exit(1)
+        _failed(f"broker failed: {exc}", [] if started else new_dirs)
+
+
+def _topmost_missing(d: Path) -> Path:
+    while not d.parent.exists():
+        d = d.parent
+    return d
+
+
+def _failed(message: str, new_dirs: list[Path]) -> None:
+    """One line, exit 1; a data directory this start made (before it ever served) is removed again."""
+    for d in new_dirs:
+        shutil.rmtree(d, ignore_errors=True)
+    logging.getLogger("tidelog.broker.server").error(message)
+    sys.exit(1)
 
 
 def started_banner(broker: Any) -> str:

@@ -55,9 +55,9 @@ def topics() -> None:
 
 @topics.command("create")
 @click.argument("name")
-@click.option("--partitions", "-p", type=int, default=-1, help="Partition count (default: the broker's num.partitions).")
+@click.option("--partitions", "-p", type=int, default=None, help="Partition count (default: the broker's num.partitions).")
 @click.option(
-    "--replication-factor", "-r", type=int, default=-1, help="Replicas per partition (default: the broker's)."
+    "--replication-factor", "-r", type=int, default=None, help="Replicas per partition (default: the broker's)."
 )
 @click.option("--config", "-c", "configs", multiple=True, metavar="KEY=VALUE", help="Topic config (repeatable).")
 @click.option("--if-not-exists", is_flag=True, help="Succeed quietly when the topic already exists.")
@@ -66,8 +66,8 @@ def topics() -> None:
 @timeout_option
 def create(
     name: str,
-    partitions: int,
-    replication_factor: int,
+    partitions: int | None,
+    replication_factor: int | None,
     configs: tuple[str, ...],
     if_not_exists: bool,
     validate_only: bool,
@@ -78,6 +78,13 @@ def create(
     """Create topic NAME."""
     from confluent_kafka.admin import NewTopic
 
+    # left out: the broker's default (the protocol's -1); given, at least 1 (kafka-topics.sh's rule)
+    if partitions is not None and partitions < 1:
+        raise click.BadParameter(f"must be at least 1, got {partitions}", param_hint="--partitions")
+    if replication_factor is not None and replication_factor < 1:
+        raise click.BadParameter(f"must be at least 1, got {replication_factor}", param_hint="--replication-factor")
+    partitions = -1 if partitions is None else partitions
+    replication_factor = -1 if replication_factor is None else replication_factor
     cfg = dict(parse_key_values(configs, "--config"))
     admin = _admin(bootstrap, properties)
     new = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=cfg)

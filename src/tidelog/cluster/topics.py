@@ -173,6 +173,7 @@ class ZkTopicBackend:
             metrics = getattr(self.broker, "metrics", None)
             if metrics is not None:
                 metrics.forget_topic(name)
+            store.topic_deleted(name)  # this broker's coordinator drops the topic's offsets from its groups
             log.info("topic deleted here", extra={"kv": {"topic": name, "topic_id": info.topic_id_str}})
         event = self._deleted.pop(name, None)
         if event is not None:
@@ -234,12 +235,9 @@ class ZkTopicBackend:
         return info
 
     def auto_create(self, name: str) -> TopicInfo:
-        try:
-            return self.store.create_topic(name)
-        except TopicError as exc:
-            if exc.kafka_error == "TOPIC_ALREADY_EXISTS":  # created elsewhere; our watch has not seen it yet
-                raise TopicError("LEADER_NOT_AVAILABLE", f"Topic '{name}' is being created.") from None
-            raise
+        # TOPIC_ALREADY_EXISTS (created by another request or broker; or queued for deletion) is the store's to
+        # answer: LEADER_NOT_AVAILABLE until this broker's watch has adopted the topic (TopicManager.maybe_auto_create)
+        return self.store.create_topic(name)
 
     async def delete_topic(self, name: str, timeout_s: float = DELETE_TIMEOUT_S) -> TopicInfo:
         """Queue ``/admin/delete_topics/<name>`` and wait until this broker has forgotten the topic (the

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidelog.broker.errors import code_of
 from tidelog.broker.group import records as rec
+from tidelog.broker.group.deleted_topics import drop_topics
 from tidelog.broker.group.records import OFFSETS_TOPIC, GroupValue, OffsetValue
 from tidelog.broker.group.state import Group, GroupState, Member
 from tidelog.broker.internal_topics import append_and_wait
@@ -160,6 +161,9 @@ class GroupCoordinator:
         self._open_txns: dict[tuple[int, int], set[str]] = {}
         # markers reported while their partition was loading: applied once its groups are installed
         self._deferred_markers: dict[int, list[tuple[int, bool]]] = {}
+        # topics deleted while a __consumer_offsets partition was loading (-1: all of them, single node): their
+        # offsets are removed from that partition's groups once installed
+        self._deleted_while_loading: dict[int, set[str]] = {}
 
     # ============================================================== lifecycle
 
@@ -209,6 +213,9 @@ class GroupCoordinator:
         for (gid, topic, part), ov in offsets_v.items():
             self._group(gid, create=True).offsets[(topic, part)] = ov  # type: ignore[union-attr]
         self._install_pending(pending_v)
+        deleted = self._deleted_while_loading.pop(-1, None)
+        if deleted:
+            drop_topics(self, deleted, self.groups.values())
         self.loading = False
         for partition in list(self._deferred_markers):
             self._apply_deferred_markers(partition)
@@ -341,6 +348,7 @@ class GroupCoordinator:
         for key in [k for k in self._open_txns if k[0] == partition]:
             del self._open_txns[key]
         self._deferred_markers.pop(partition, None)
+        self._deleted_while_loading.pop(partition, None)
         log.info("unloaded groups of __consumer_offsets partition",
                  extra={"kv": {"partition": partition, "groups": len(gone)}})
 
@@ -371,11 +379,29 @@ class GroupCoordinator:
         for key in [k for k in self._open_txns if k[0] == partition]:
             del self._open_txns[key]
         self._install_pending(pending_v)
+        deleted = self._deleted_while_loading.pop(partition, None)
+        if deleted:
+            n = self.num_partitions
+            drop_topics(self, deleted, [g for gid, g in self.groups.items() if rec.partition_for(gid, n) == partition])
         self.loading_partitions.discard(partition)
         self._apply_deferred_markers(partition)
         log.info("loaded groups of __consumer_offsets partition", extra={"kv": {
             "partition": partition, "leader_epoch": self.owned.get(partition), "groups": len(groups_v),
             "offsets": len(offsets_v), "seconds": round(time.monotonic() - t0, 3)}})
+
+    # ============================================================== deleted topics
+
+    def on_topic_deleted(self, topic: str) -> None:
+        """On the loop, once ``topic`` is deleted (one node: by DeleteTopics; ZooKeeper mode: when this broker sees
+        it gone): its offsets leave every group coordinated here, tombstones written (``deleted_topics``), as
+        Kafka's ``onPartitionsDeleted``. Partitions still loading get the same once their groups are installed."""
+        if not self.active or topic == OFFSETS_TOPIC:
+            return
+        if self.loading and not self.cluster:
+            self._deleted_while_loading.setdefault(-1, set()).add(topic)
+        for p in self.loading_partitions:
+            self._deleted_while_loading.setdefault(p, set()).add(topic)
+        drop_topics(self, {topic}, self.groups.values())
 
     def _spawn(self, coro: Any) -> None:
         task = self._loop_().create_task(coro)
