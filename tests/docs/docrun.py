@@ -9,8 +9,9 @@ the output the document shows for it. The rules the documents are written to:
 * Shown output is matched in order against what the command printed: each shown line must match a later line of
   the output, ``...`` inside a line stands for any text, whitespace runs compare equal, and a line that is only
   ``...`` stands for any lines (it is there for the reader; lines the document leaves out are allowed anyway).
-* A command that starts ``tidelog serve`` (one, or one per word of a ``for x in ...; do`` loop) runs in the
-  background, in a process group of its own; it counts as done when each broker printed its "ready" banner.
+* A command that starts ``tidelog serve`` (one, or one per word of a ``for x in ...; do`` loop) or ``tidelog
+  cluster up`` runs in the background, in a process group of its own; it counts as done when each broker (or the
+  cluster) printed its "ready" banner.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class Command:
 
     @property
     def is_server(self) -> bool:
-        return "tidelog serve" in self.text or "scripts/serve.sh" in self.text
+        return any(s in self.text for s in ("tidelog serve", "scripts/serve.sh", "tidelog cluster up"))
 
     @property
     def servers(self) -> int:

@@ -44,7 +44,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(150
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 SETUP_COMMANDS = ("bash scripts/serve.sh", "bash scripts/test.sh")
-README_PORTS = (9092, 9093, 9094, 9095, 9191, 9192, 9193)
+README_PORTS = (2181, 9092, 9093, 9094, 9095, 9191, 9192, 9193, 9401, 9402, 9403)
 
 
 def _zookeeper_class() -> type:
