@@ -25,6 +25,7 @@ assert _spec is not None and _spec.loader is not None
 _fixtures = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_fixtures)
 BrokerProcess = _fixtures.BrokerProcess
+JbodBroker = _fixtures.JbodBroker
 
 
 def _free_port() -> int:

@@ -51,7 +51,6 @@ assert _spec is not None and _spec.loader is not None
 faultfs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(faultfs)
 
-BrokerProcess: Any = _conftest().BrokerProcess
 FAULTY = 3  # the broker whose data directory is a tmpfs
 TMPFS_KIB = 16384
 PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 180000,
@@ -163,20 +162,7 @@ def test_full_disk_on_a_follower_then_on_the_leader_loses_nothing(disk_cluster: 
     assert all(state(c.kz, leader_topic, p).leader == FAULTY for p in range(2))
     _fill_then_recover(c, leader_topic, 2, led_by_faulty=True)
 
-
-
-class _JbodBroker(BrokerProcess):  # type: ignore[misc,valid-type]
-    """A broker with several ``log.dirs`` (``--data-dir`` would set a single one)."""
-
-    def __init__(self, dirs: list[Path], overrides: dict[str, str]) -> None:
-        super().__init__(dirs[0], overrides)
-        self.dirs = dirs
-
-    def _command(self) -> list[str]:
-        cmd = super()._command()
-        i = cmd.index("--data-dir")
-        del cmd[i:i + 2]
-        return [*cmd, "--override", "log.dirs=" + ",".join(str(d) for d in self.dirs)]
+_JbodBroker: Any = _conftest().JbodBroker
 
 
 def test_jbod_broker_gives_up_only_the_failed_directorys_partitions(tmp_path: Path) -> None:

@@ -144,6 +144,20 @@ class BrokerProcess:
     def __repr__(self) -> str:
         return f"BrokerProcess({self.bootstrap}, data_dir={self.data_dir}, running={self.running})"
 
+class JbodBroker(BrokerProcess):
+    """A ``tidelog serve`` with several ``log.dirs`` (``--data-dir`` would set a single one)."""
+
+    def __init__(self, dirs: list[Path], overrides: Mapping[str, str] | None = None) -> None:
+        super().__init__(dirs[0], overrides)
+        self.dirs = dirs
+
+    def _command(self) -> list[str]:
+        cmd = super()._command()
+        i = cmd.index("--data-dir")
+        del cmd[i:i + 2]
+        return [*cmd, "--override", "log.dirs=" + ",".join(str(d) for d in self.dirs)]
+
+
 
 def _normalise(overrides: Mapping[str, Any] | None, kw: Mapping[str, Any]) -> dict[str, str]:
     out = {str(k): str(v) for k, v in (overrides or {}).items()}

@@ -52,20 +52,7 @@ BrokerProcess = _fixtures.BrokerProcess
 
 KAFKA_STORAGE_ERROR = 56
 SEGMENT_BYTES = 1048576  # the smallest segment.bytes Kafka allows
-
-
-class JbodBroker(BrokerProcess):
-    """A ``tidelog serve`` with several ``log.dirs`` (``--data-dir`` would set a single one)."""
-
-    def __init__(self, dirs: list[Path], overrides: dict[str, str]) -> None:
-        super().__init__(dirs[0], overrides)
-        self.dirs = dirs
-
-    def _command(self) -> list[str]:
-        cmd = super()._command()
-        i = cmd.index("--data-dir")
-        del cmd[i:i + 2]
-        return [*cmd, "--override", "log.dirs=" + ",".join(str(d) for d in self.dirs)]
+JbodBroker = _fixtures.JbodBroker
 
 
 def _create(bootstrap: str, topic: str, partitions: int) -> None:

@@ -63,24 +63,10 @@ _spec = importlib.util.spec_from_file_location("tidelog_test_api_authz_fixtures"
 assert _spec is not None and _spec.loader is not None
 _fixtures = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_fixtures)
-BrokerProcess = _fixtures.BrokerProcess
 
 ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 34, 35
 MOVED, HIDDEN = "authz-moved", "authz-hidden"
-
-
-class JbodBroker(BrokerProcess):  # type: ignore[misc,valid-type]
-    """A ``tidelog serve`` with several ``log.dirs`` (``--data-dir`` would set a single one)."""
-
-    def __init__(self, dirs: list[Path], overrides: dict[str, str]) -> None:
-        super().__init__(dirs[0], overrides)
-        self.dirs = dirs
-
-    def _command(self) -> list[str]:
-        cmd = super()._command()
-        i = cmd.index("--data-dir")
-        del cmd[i:i + 2]
-        return [*cmd, "--override", "log.dirs=" + ",".join(str(d) for d in self.dirs)]
+JbodBroker = _fixtures.JbodBroker
 
 
 @pytest.fixture(scope="module")
