@@ -104,7 +104,8 @@ def test_reset_offsets_modes_are_exclusive_and_clamping_is_said(broker: Any, top
     r = tidelog("groups", "reset-offsets", "resetting", "--topic", topic, "--to-latest", "--to-earliest",
                 broker=broker)
     assert r.returncode == 2
-    assert _error_lines(r) == ["Error: give exactly one of --to-earliest, --to-latest, --to-offset, --shift-by "
+    assert _error_lines(r) == ["Error: give exactly one of --to-earliest, --to-latest, --to-current, --to-offset, "
+                               "--shift-by, --to-datetime, --by-duration, --from-file "
                                "(got --to-earliest, --to-latest)"]
     r = tidelog("groups", "reset-offsets", "resetting", "--topic", topic, "--to-offset", "1000", "--execute",
                 broker=broker)

@@ -83,10 +83,16 @@ def list_cmd(bootstrap: str, properties: tuple[str, ...], timeout: float) -> Non
 
 @groups.command("describe")
 @click.argument("group")
+@click.option("--members", "view", flag_value="members", help="The members: id, host, client id, partitions.")
+@click.option("--state", "view", flag_value="state", help="The group: coordinator, assignor, state, members.")
+@click.option("--offsets", "view", flag_value="offsets", default=True, help="Offsets and lag (the default).")
+@click.option("--verbose", is_flag=True, help="With --members: each member's assignment.")
 @bootstrap_option
 @timeout_option
-def describe_cmd(group: str, bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
-    """Per-partition committed offset, log end offset, lag and owner of GROUP (like kafka-consumer-groups)."""
+def describe_cmd(group: str, view: str, verbose: bool, bootstrap: str, properties: tuple[str, ...],
+                 timeout: float) -> None:
+    """Per-partition committed offset, log end offset, lag and owner of GROUP (like kafka-consumer-groups);
+    --members and --state give kafka-consumer-groups' other views."""
     admin = _admin(bootstrap, properties)
     try:
         desc = _describe(admin, group, timeout)
@@ -96,6 +102,30 @@ def describe_cmd(group: str, bootstrap: str, properties: tuple[str, ...], timeou
     state = getattr(desc.state, "name", str(desc.state))
     if state == "DEAD" and not desc.members and not committed:
         fail(f"consumer group {group!r} does not exist")  # Kafka's kafka-consumer-groups says the same
+    if view == "state":
+        c = desc.coordinator
+        print_table(["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
+                    [[group, f"{c.host}:{c.port} ({c.id})" if c is not None else "-",
+                      desc.partition_assignor or "", state.capitalize(), len(desc.members)]])
+        return
+    if view == "members":
+        headers = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"] + (["ASSIGNMENT"] if verbose else [])
+        rows = []
+        for m in sorted(desc.members, key=lambda m: m.member_id):
+            parts = list(m.assignment.topic_partitions) if m.assignment else []
+            row = [group, m.member_id, m.host, m.client_id, len(parts)]
+            if verbose:
+                by_topic: dict[str, list[int]] = {}
+                for tp in parts:
+                    by_topic.setdefault(tp.topic, []).append(tp.partition)
+                row.append(",".join(f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in sorted(by_topic.items()))
+                           or "-")
+            rows.append(row)
+        if not rows:
+            safe_echo(f"Consumer group '{group}' has no active members.")
+            return
+        print_table(headers, rows)
+        return
     owners: dict[tuple[str, int], Any] = {}
     for m in desc.members:
         for tp in (m.assignment.topic_partitions if m.assignment else []):
@@ -131,38 +161,77 @@ def describe_cmd(group: str, bootstrap: str, properties: tuple[str, ...], timeou
 
 @groups.command("reset-offsets")
 @click.argument("group")
-@click.option("--topic", "topics", multiple=True, required=True, help="Topic (or topic:p1,p2) to reset; repeatable.")
+@click.option("--topic", "topics", multiple=True, help="Topic (or topic:p1,p2) to reset; repeatable.")
+@click.option("--all-topics", is_flag=True, help="Every topic the group has committed offsets for.")
 @click.option("--to-earliest", is_flag=True, help="Reset to the log start offset.")
 @click.option("--to-latest", is_flag=True, help="Reset to the log end offset.")
+@click.option("--to-current", is_flag=True, help="Reset to the committed offset (the log start without one).")
 @click.option("--to-offset", type=int, default=None, help="Reset to this offset.")
 @click.option("--shift-by", type=int, default=None, help="Move the committed offset by N (may be negative).")
+@click.option("--to-datetime", default=None, metavar="YYYY-MM-DDTHH:mm:SS.sss",
+              help="Reset to the first offset at or after this time (local time unless a zone is given).")
+@click.option("--by-duration", default=None, metavar="PnDTnHnMnS",
+              help="Reset to the first offset at or after now minus this ISO-8601 duration (e.g. PT1H).")
+@click.option("--from-file", "from_file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Reset to the offsets of a CSV file (topic,partition,offset lines, as --export prints).")
+@click.option("--export", "export", is_flag=True, help="Print the plan as CSV (topic,partition,offset).")
+@click.option("--dry-run", is_flag=True, help="Only print the plan (the default).")
 @click.option("--execute", is_flag=True, help="Apply the plan (default: only print it).")
 @bootstrap_option
 @timeout_option
-def reset_cmd(group: str, topics: tuple[str, ...], to_earliest: bool, to_latest: bool, to_offset: int | None,
-              shift_by: int | None, execute: bool, bootstrap: str, properties: tuple[str, ...],
-              timeout: float) -> None:
-    """Compute new offsets for GROUP and (with --execute) commit them. The group must be empty. A new offset
-    outside a partition's log is set to its start or end, with a warning (as kafka-consumer-groups does)."""
+def reset_cmd(group: str, topics: tuple[str, ...], all_topics: bool, to_earliest: bool, to_latest: bool,
+              to_current: bool, to_offset: int | None, shift_by: int | None, to_datetime: str | None,
+              by_duration: str | None, from_file: str | None, export: bool, dry_run: bool, execute: bool,
+              bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
+    """Compute new offsets for GROUP and (with --execute) commit them, as kafka-consumer-groups --reset-offsets.
+    The group must be empty. A new offset outside a partition's log is set to its start or end, with a warning
+    (as kafka-consumer-groups does)."""
+    import time
+
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-    given = {"--to-earliest": to_earliest, "--to-latest": to_latest, "--to-offset": to_offset is not None,
-             "--shift-by": shift_by is not None}
-    chosen = [name for name, on in given.items() if on]
-    if len(chosen) != 1:
-        fail("give exactly one of --to-earliest, --to-latest, --to-offset, --shift-by"
-             + (f" (got {', '.join(chosen)})" if chosen else ""), 2)
-    if to_offset is not None and to_offset < 0:
-        fail(f"--to-offset must be 0 or more, got {to_offset}", 2)
-    mode = "earliest" if to_earliest else "latest" if to_latest else None
+    from tidelog.cli.group_offsets import SpecError, choose_spec, export_csv, parse_offsets_file, target
+
+    if dry_run and execute:
+        fail("give --dry-run or --execute, not both", 2)
+    scopes = [name for name, on in (("--topic", bool(topics)), ("--all-topics", all_topics),
+                                    ("--from-file", from_file is not None)) if on]
+    if len(scopes) > 1 and scopes != ["--from-file"]:
+        fail(f"give one of --topic, --all-topics (got {', '.join(scopes)})", 2)
+    if not scopes:
+        fail("give --topic, --all-topics or --from-file", 2)
+    try:
+        file_offsets = None
+        if from_file is not None:
+            with open(from_file, encoding="utf-8") as f:
+                file_offsets = parse_offsets_file(f.read(), group)
+        spec = choose_spec(to_earliest=to_earliest, to_latest=to_latest, to_current=to_current, to_offset=to_offset,
+                           shift_by=shift_by, to_datetime=to_datetime, by_duration=by_duration,
+                           from_file=file_offsets, now_ms=int(time.time() * 1000))
+    except SpecError as exc:
+        fail(str(exc), 2)
+    except OSError as exc:
+        fail(f"--from-file {from_file}: {exc.strerror or exc}", 2)
+    if file_offsets is not None and (topics or all_topics):
+        fail("--from-file names its partitions: no --topic or --all-topics with it", 2)
     admin = _admin(bootstrap, properties)
     tps: list[Any] = []
     try:
         # all topics' metadata, not list_topics(topic=name): a named topic in an AdminClient's Metadata request
         # may auto-create it (librdkafka's producer-side allow.auto.create.topics)
         known = admin.list_topics(timeout=timeout).topics
-        for spec in topics:
-            name, _, parts = spec.partition(":")
+        committed = _committed(admin, group, timeout)
+        current = {(tp.topic, tp.partition): tp.offset for tp in committed}
+        if file_offsets is not None:
+            specs = [f"{t}:{p}" for t, p in sorted(file_offsets)]
+        elif all_topics:
+            specs = sorted({t for t, _ in current})
+            if not specs:
+                fail(f"group {group!r} has no committed offsets (--all-topics takes the topics it has)")
+        else:
+            specs = list(topics)
+        for item in specs:
+            name, _, parts = item.partition(":")
             md = known.get(name)
             if md is None or md.error is not None:
                 fail(f"unknown topic {name}")
@@ -175,22 +244,16 @@ def reset_cmd(group: str, topics: tuple[str, ...], to_earliest: bool, to_latest:
                 tps += [TopicPartition(name, p) for p in sorted(md.partitions)]
         lows = _end_offsets(bootstrap, properties, tps, timeout, earliest=True)
         highs = _end_offsets(bootstrap, properties, tps, timeout)
-        current = {(tp.topic, tp.partition): tp.offset for tp in _committed(admin, group, timeout)}
+        by_time = _offsets_for_time(bootstrap, properties, tps, spec.value, timeout) if spec.needs_times else {}
+    except ValueError as exc:
+        fail(f"--topic: {exc}", 2)
     except Exception as exc:
         fail(kafka_error_text(exc))
     plan = []
     for tp in tps:
         key = (tp.topic, tp.partition)
         lo, hi = lows[key], highs[key]
-        if mode == "earliest":
-            new = lo
-        elif mode == "latest":
-            new = hi
-        elif to_offset is not None:
-            new = to_offset
-        else:
-            base = current.get(key, -1)
-            new = (base if base is not None and base >= 0 else lo) + (shift_by or 0)
+        new = target(spec, key, lo, hi, current.get(key), by_time.get(key))
         # clamped like Kafka's tool, which says so
         if new > hi:
             click.echo(f"Warning: new offset ({new}) is higher than latest offset for topic partition "
@@ -199,9 +262,14 @@ def reset_cmd(group: str, topics: tuple[str, ...], to_earliest: bool, to_latest:
             click.echo(f"Warning: new offset ({new}) is lower than earliest offset for topic partition "
                        f"{tp.topic}-{tp.partition}. Value will be set to {lo}", err=True)
         plan.append(TopicPartition(tp.topic, tp.partition, max(lo, min(hi, new))))
-    print_table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], [[group, t.topic, t.partition, t.offset] for t in plan])
+    if export:
+        safe_echo(export_csv((t.topic, t.partition, t.offset) for t in plan).rstrip("\n"))
+    else:
+        print_table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
+                    [[group, t.topic, t.partition, t.offset] for t in plan])
     if not execute:
-        safe_echo("(dry run: add --execute to apply)")
+        if not export:
+            safe_echo("(dry run: add --execute to apply)")
         return
     hint = "offsets can only be reset while the group has no active members"
     try:
@@ -211,6 +279,44 @@ def reset_cmd(group: str, topics: tuple[str, ...], to_earliest: bool, to_latest:
     errors = [f"{tp.topic}-{tp.partition}: {tp.error.str()}" for tp in res.topic_partitions or [] if tp.error]
     if errors:
         fail("; ".join(errors) + f" ({hint})")
+
+
+def _offsets_for_time(bootstrap: str, properties: tuple[str, ...], tps: list[Any], when_ms: int,
+                      timeout: float) -> dict[tuple[str, int], int]:
+    """The earliest offset of each partition whose timestamp is at or after ``when_ms`` (ListOffsets by time);
+    -1 where there is none."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(client_config(bootstrap, properties, **{"group.id": "tidelog-groups-cli", "enable.auto.commit": False}))
+    try:
+        found = c.offsets_for_times([TopicPartition(tp.topic, tp.partition, when_ms) for tp in tps], timeout=timeout)
+        return {(tp.topic, tp.partition): tp.offset for tp in found}
+    finally:
+        c.close()
+
+
+@groups.command("delete-offsets")
+@click.argument("group")
+@click.option("--topic", "topics", multiple=True, required=True, help="Topic (or topic:p1,p2); repeatable.")
+@bootstrap_option
+@timeout_option
+def delete_offsets_cmd(group: str, topics: tuple[str, ...], bootstrap: str, properties: tuple[str, ...],
+                       timeout: float) -> None:
+    """Delete GROUP's committed offsets of the topics (partitions) given, as kafka-consumer-groups
+    --delete-offsets (OffsetDelete; refused for topics the group is subscribed to while it has members)."""
+    import asyncio
+
+    from tidelog.cli.group_admin import delete_offsets
+
+    try:
+        rows, top_error = asyncio.run(delete_offsets(bootstrap, group, topics, timeout))
+    except (OSError, TimeoutError) as exc:
+        fail(f"cannot reach the group coordinator: {exc}")
+    if top_error:
+        fail(f"deleting offsets of group {group!r} failed: {top_error}")
+    print_table(["TOPIC", "PARTITION", "STATUS"], rows)
+    if any(status != "Successful" for _, _, status in rows):
+        sys.exit(1)
 
 
 @groups.command("delete")
