@@ -29,14 +29,11 @@ from tidelog.cli._client import (
     kafka_error_text,
     parse_key_values,
 )
+from tidelog.cli.line_reader import KNOWN as READER_PROPERTIES
+from tidelog.cli.line_reader import Header, LineError, LineReader, unescape
 
 ACKS = ("all", "-1", "0", "1")
 COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
-
-
-def _unescape(sep: str) -> str:
-    """Let ``--key-separator '\\t'`` mean a tab."""
-    return sep.encode("utf-8").decode("unicode_escape") if "\\" in sep else sep
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -86,8 +83,13 @@ def produce(
     bootstrap: str,
     properties: tuple[str, ...],
 ) -> None:
-    """Send each line of stdin to TOPIC as one record. Exits non-zero if any record was not delivered."""
+    """Send each line of stdin to TOPIC as one record. Exits non-zero if any record was not delivered.
+    kafka-console-producer's line reader properties split each line into headers, key and value:
+    ``-X parse.key=true`` (``key.separator``, default a tab), ``-X parse.headers=true`` (``h1:v1,h2:v2<TAB>...``;
+    ``headers.delimiter``, ``headers.separator``, ``headers.key.separator``), ``null.marker``, ``ignore.error``."""
     from confluent_kafka import KafkaException, Producer
+
+    client_props = tuple(p for p in properties if p.partition("=")[0].strip() not in READER_PROPERTIES)
 
     extra: dict[str, Any] = {
         "acks": acks,
@@ -103,11 +105,18 @@ def produce(
     if linger_ms is not None:
         extra["linger.ms"] = linger_ms
     try:
-        producer = Producer(client_config(bootstrap, properties, **extra))
+        producer = Producer(client_config(bootstrap, client_props, **extra))
     except KafkaException as exc:
         raise click.ClickException(kafka_error_text(exc)) from None
     header_list = [(k, v.encode("utf-8")) for k, v in parse_key_values(headers, "--header")] or None
-    sep = _unescape(key_separator).encode("utf-8") if key_separator is not None else None
+    # kafka-console-producer's --property names go to the line reader, the others (-X) to librdkafka
+    reader_props = {k: v for k, v in parse_key_values(properties, "--property") if k in READER_PROPERTIES}
+    if key_separator is not None:  # -K SEP: parse.key with that separator
+        reader_props.update({"parse.key": "true", "key.separator": key_separator})
+    try:
+        reader = LineReader.from_properties(reader_props)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
     kwargs: dict[str, Any] = {}
     if partition is not None:
@@ -117,7 +126,7 @@ def produce(
     sender = _Sender(producer, topic, kwargs, verbose)
 
     def alone() -> Any:
-        return Producer(client_config(bootstrap, properties, **{**extra, **_ALONE}))
+        return Producer(client_config(bootstrap, client_props, **{**extra, **_ALONE}))
 
     def on_sigterm(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -127,14 +136,12 @@ def produce(
     lineno = 0
     try:
         for lineno, line in enumerate(_lines(stdin), start=1):
-            key: bytes | None = None
-            value = line
-            if sep is not None:
-                key, found, value = line.partition(sep)
-                if not found:
-                    sender.finish(delivery_timeout_ms / 1000 + 5, alone)
-                    raise click.ClickException(f"line {lineno} has no key separator {key_separator!r}")
-            sender.send(lineno, key, value)
+            try:
+                key, value, line_headers = reader.read(line, lineno)
+            except LineError as exc:
+                sender.finish(delivery_timeout_ms / 1000 + 5, alone)
+                raise click.ClickException(str(exc)) from None
+            sender.send(lineno, key, value, headers=line_headers)
         sender.finish(delivery_timeout_ms / 1000 + 5, alone)
     except KeyboardInterrupt:
         # Ctrl-C (or SIGTERM): what was read is still delivered (briefly), then one line with the counts
@@ -167,12 +174,16 @@ class _Sender:
         self.delivered = 0
         self.failed = 0
         self.unsent = 0
-        self.retry: list[tuple[int, bytes | None, bytes]] = []
+        self.retry: list[tuple[int, bytes | None, bytes | None, list[Header] | None]] = []
 
-    def send(self, lineno: int, key: bytes | None, value: bytes, producer: Any = None, alone: bool = False) -> None:
+    def send(self, lineno: int, key: bytes | None, value: bytes | None, producer: Any = None, alone: bool = False,
+             headers: list[Header] | None = None) -> None:
         from confluent_kafka import KafkaException
 
         producer = producer or self.producer
+        kwargs = self.kwargs
+        if headers is not None:  # the line's own headers after those of --header
+            kwargs = {**kwargs, "headers": [*(kwargs.get("headers") or []), *headers]}
 
         def on_delivery(err: Any, msg: Any) -> None:
             if err is None:
@@ -180,13 +191,13 @@ class _Sender:
                 if self.verbose:
                     click.echo(f"{msg.topic()}\t{msg.partition()}\t{msg.offset()}", err=True)
             elif err.code() == _MSG_SIZE_TOO_LARGE and not alone:
-                self.retry.append((lineno, key, value))
+                self.retry.append((lineno, key, value, headers))
             else:
                 self.fail(lineno, key, value, f"{err.name()}: {err.str()}")
 
         while True:
             try:
-                producer.produce(self.topic, value=value, key=key, on_delivery=on_delivery, **self.kwargs)
+                producer.produce(self.topic, value=value, key=key, on_delivery=on_delivery, **kwargs)
                 break
             except BufferError:
                 producer.poll(0.1)  # local queue full: serve delivery reports, then retry
@@ -197,10 +208,10 @@ class _Sender:
                 raise click.ClickException(kafka_error_text(exc)) from None
         producer.poll(0)
 
-    def fail(self, lineno: int, key: bytes | None, value: bytes, reason: str) -> None:
+    def fail(self, lineno: int, key: bytes | None, value: bytes | None, reason: str) -> None:
         self.failed += 1
         if self.failed <= _LISTED_FAILURES:
-            size = len(value) + (len(key) if key is not None else 0)
+            size = len(value or b"") + (len(key) if key is not None else 0)
             click.echo(f"tidelog: line {lineno} ({size} bytes) not written: {reason}", err=True)
         elif self.failed == _LISTED_FAILURES + 1:
             click.echo("tidelog: more records not written (not listed)", err=True)
@@ -216,8 +227,8 @@ class _Sender:
             self.unsent += len(retry)
             return
         single = alone_producer()
-        for lineno, key, value in retry:
-            self.send(lineno, key, value, producer=single, alone=True)
+        for lineno, key, value, headers in retry:
+            self.send(lineno, key, value, producer=single, alone=True, headers=headers)
         self.unsent += single.flush(timeout_s)
 
     def summary(self) -> str:
@@ -388,7 +399,7 @@ def consume(
         raise click.ClickException(kafka_error_text(exc)) from None
 
     out = sys.stdout.buffer
-    sep_b = _unescape(key_separator).encode("utf-8")
+    sep_b = unescape(key_separator).encode("utf-8")
     count = 0
     interrupted = False
 
