@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import logging
 import os
 import re
@@ -319,8 +320,38 @@ def is_tty() -> bool:
         return False
 
 
+_OUTPUT = "tidelog.output"
+
+
+def output_option(fn: F) -> F:
+    """``--output text|json``: a describe/list command's tables as text (the default) or, for scripts, as JSON:
+    each table one line holding an array of objects keyed by the column names (numbers stay numbers)."""
+
+    def remember(ctx: click.Context, _param: click.Parameter, value: str) -> str:
+        ctx.meta[_OUTPUT] = value
+        return value
+
+    return click.option("--output", "-O", type=click.Choice(["text", "json"]), default="text", show_default=True,
+                        expose_value=False, callback=remember, is_eager=True,
+                        help="text (a table) or json (one array of objects per table, for scripts).")(fn)
+
+
+def output_is_json() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and ctx.meta.get(_OUTPUT) == "json"
+
+
+def echo_json(value: Any) -> None:
+    safe_echo(json.dumps(value, separators=(",", ":"), default=str))
+
+
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> None:
-    """A rich table on a terminal, tab-separated lines (with a header line) otherwise."""
+    """A rich table on a terminal, tab-separated lines (with a header line) otherwise; with ``--output json``
+    one JSON array of objects keyed by the headers."""
+    if output_is_json():
+        echo_json([{h: (v if v is None or isinstance(v, (int, float, bool)) else str(v)) for h, v in zip(headers, r)}
+                   for r in rows])
+        return
     rows = [["" if v is None else str(v) for v in r] for r in rows]
     if is_tty():
         from rich.console import Console

@@ -18,6 +18,8 @@ from tidelog.cli._client import (
     client_config,
     fail,
     kafka_error_text,
+    output_is_json,
+    output_option,
     print_table,
     safe_echo,
 )
@@ -65,6 +67,7 @@ def groups() -> None:
 
 
 @groups.command("list")
+@output_option
 @bootstrap_option
 @timeout_option
 def list_cmd(bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
@@ -87,6 +90,7 @@ def list_cmd(bootstrap: str, properties: tuple[str, ...], timeout: float) -> Non
 @click.option("--state", "view", flag_value="state", help="The group: coordinator, assignor, state, members.")
 @click.option("--offsets", "view", flag_value="offsets", default=True, help="Offsets and lag (the default).")
 @click.option("--verbose", is_flag=True, help="With --members: each member's assignment.")
+@output_option
 @bootstrap_option
 @timeout_option
 def describe_cmd(group: str, view: str, verbose: bool, bootstrap: str, properties: tuple[str, ...],
@@ -121,7 +125,7 @@ def describe_cmd(group: str, view: str, verbose: bool, bootstrap: str, propertie
                 row.append(",".join(f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in sorted(by_topic.items()))
                            or "-")
             rows.append(row)
-        if not rows:
+        if not rows and not output_is_json():
             safe_echo(f"Consumer group '{group}' has no active members.")
             return
         print_table(headers, rows)

@@ -13,7 +13,14 @@ from typing import Any
 import click
 
 from tidelog.broker.quotas import QUOTA_KEYS
-from tidelog.cli._client import bootstrap_option, bootstrap_request, fail, parse_config_list, print_table
+from tidelog.cli._client import (
+    bootstrap_option,
+    bootstrap_request,
+    fail,
+    output_option,
+    parse_config_list,
+    print_table,
+)
 from tidelog.protocol.errors import error_for_code
 
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
@@ -97,6 +104,7 @@ def alter_quotas(bootstrap: str, entity: list[dict], ops: list[dict], validate_o
 @quotas.command("describe")
 @_entity_options
 @click.option("--strict", is_flag=True, help="Only entities with no entity type besides those given.")
+@output_option
 @bootstrap_option
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait.")
 def describe(user: str | None, user_defaults: bool, client: str | None, client_defaults: bool, strict: bool,

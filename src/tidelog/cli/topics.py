@@ -14,9 +14,12 @@ import click
 from tidelog.cli._client import (
     bootstrap_option,
     client_config,
+    echo_json,
     fail,
     kafka_error_name,
     kafka_error_text,
+    output_is_json,
+    output_option,
     parse_key_values,
     print_table,
     safe_echo,
@@ -100,14 +103,17 @@ def create(
 
 @topics.command("list")
 @click.option("--all", "-a", "show_all", is_flag=True, help="Include internal topics (__consumer_offsets ...).")
+@output_option
 @bootstrap_option
 @timeout_option
 def list_(show_all: bool, bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
     """Print topic names, one per line."""
     md = _metadata(_admin(bootstrap, properties), timeout)
-    for name in sorted(md.topics):
-        if not show_all and name.startswith("__"):
-            continue
+    names = [name for name in sorted(md.topics) if show_all or not name.startswith("__")]
+    if output_is_json():
+        echo_json(names)
+        return
+    for name in names:
         safe_echo(name)
 
 
@@ -268,6 +274,7 @@ def _partition_filter(admin: Any, md: Any, names: list[str], only: str, timeout:
               help="Only partitions whose ISR is smaller than the topic's min.insync.replicas.")
 @click.option("--at-min-isr-partitions", "only", flag_value="at-min-isr",
               help="Only partitions whose ISR is exactly the topic's min.insync.replicas.")
+@output_option
 @bootstrap_option
 @timeout_option
 def describe(
@@ -330,7 +337,8 @@ def describe(
         print_table(columns, rows)
     cfg_rows = [[n, k, v] for n in present for k, v in overrides.get(n, [])] if only is None else []
     if cfg_rows:
-        safe_echo("")
+        if not output_is_json():
+            safe_echo("")
         print_table(["topic", "config", "value"], cfg_rows)
     if missing:
         for n in missing:

@@ -23,7 +23,7 @@ import uuid
 
 import click
 
-from tidelog.cli._client import bootstrap_option, fail, peer_request, print_table
+from tidelog.cli._client import bootstrap_option, fail, output_option, peer_request, print_table
 from tidelog.protocol.errors import error_for_code
 
 METADATA, FIND_COORDINATOR, WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS = 3, 10, 27, 61
@@ -121,6 +121,7 @@ def transactions() -> None:
 
 
 @transactions.command("list")
+@output_option
 @bootstrap_option
 @click.option("--state", "states", multiple=True, help="Only transactions in this state (repeatable), e.g. Ongoing.")
 @click.option("--producer-id", "pids", multiple=True, type=int, help="Only this producer id (repeatable).")
@@ -141,6 +142,7 @@ def list_cmd(bootstrap: str, properties: tuple[str, ...], states: tuple[str, ...
 
 
 @transactions.command("describe")
+@output_option
 @bootstrap_option
 @click.option("--transactional-id", "tid", required=True)
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
@@ -204,6 +206,7 @@ def abort_cmd(bootstrap: str, properties: tuple[str, ...], topic: str, partition
 
 
 @transactions.command("find-hanging")
+@output_option
 @bootstrap_option
 @click.option("--broker-id", type=int, default=None, help="Every partition this broker leads.")
 @click.option("--topic", default=None)

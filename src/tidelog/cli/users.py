@@ -24,7 +24,15 @@ from tidelog.broker.security.scram import (
     ScramCredential,
     ScramCredentialStore,
 )
-from tidelog.cli._client import bootstrap_option, client_config, fail, kafka_error_text, print_table, wait_all
+from tidelog.cli._client import (
+    bootstrap_option,
+    client_config,
+    fail,
+    kafka_error_text,
+    output_option,
+    print_table,
+    wait_all,
+)
 
 _MECHS = click.Choice(sorted(MECHANISMS), case_sensitive=False)
 
@@ -90,6 +98,7 @@ def add(name: str, password: str | None, mechanisms: tuple[str, ...], iterations
 
 @users.command("list")
 @_data_dir_option
+@output_option
 @bootstrap_option
 @_timeout_option
 def list_(data_dir: str | None, bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
