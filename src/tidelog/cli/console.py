@@ -132,6 +132,9 @@ def produce(
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    # also SIGINT, even when the shell that started us ignores it (a background job of a script: Python then
+    # installs no KeyboardInterrupt handler of its own, and Ctrl-C sent to the process would do nothing)
+    signal.signal(signal.SIGINT, on_sigterm)
     stdin = click.get_binary_stream("stdin")
     lineno = 0
     try:
