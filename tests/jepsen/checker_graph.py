@@ -1,0 +1,166 @@
+"""G0 / G1c: dependency cycles between writers, derived from per-partition log order the way Elle's Kafka
+analysis does (definitions: ``checker.py``'s docstring). Tarjan's SCC (iterative) finds the cyclic parts in
+linear time; one short cycle per strongly connected component is reported."""
+
+from __future__ import annotations
+
+from collections import deque
+
+try:
+    from .checker_model import Findings, History, Key, Op, Val, op_polls
+except ImportError:
+    from checker_model import Findings, History, Key, Op, Val, op_polls
+
+Adj = dict[int, list[int]]
+EdgeInfo = tuple[str, Key, Val, Val | None]  # (ww|wr, key, value, next value for ww)
+
+
+def sccs(adj: Adj) -> list[list[int]]:
+    """Strongly connected components with more than one node (iterative Tarjan)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on: set[int] = set()
+    stack: list[int] = []
+    out: list[list[int]] = []
+    counter = 0
+    for root in list(adj):
+        if root in index:
+            continue
+        work: list[tuple[int, int]] = [(root, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                index[v] = low[v] = counter
+                counter += 1
+                stack.append(v)
+                on.add(v)
+            succ = adj.get(v, ())
+            recurse = False
+            while i < len(succ):
+                w = succ[i]
+                i += 1
+                if w not in index:
+                    work.append((v, i))
+                    work.append((w, 0))
+                    recurse = True
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            if recurse:
+                continue
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(comp)
+            if work:
+                u = work[-1][0]
+                low[u] = min(low[u], low[v])
+    return out
+
+
+def _path(adj: Adj, members: set[int], src: int, dst: int) -> list[int]:
+    """Shortest path src -> ... -> dst inside members (BFS); [] if none."""
+    prev: dict[int, int] = {src: src}
+    q = deque([src])
+    while q:
+        v = q.popleft()
+        if v == dst:
+            path = [v]
+            while path[-1] != src:
+                path.append(prev[path[-1]])
+            return path[::-1]
+        for w in adj.get(v, ()):
+            if w in members and w not in prev:
+                prev[w] = v
+                q.append(w)
+    return []
+
+
+def cycles(h: History, fx: Findings) -> dict[str, int]:
+    ops: dict[int, Op] = {}
+    ww: Adj = {}
+    full: Adj = {}
+    info_ww: dict[tuple[int, int], EdgeInfo] = {}
+    info_wr: dict[tuple[int, int], EdgeInfo] = {}
+
+    def edge(a: Op, b: Op, e: EdgeInfo) -> None:
+        if a.id == b.id:
+            return
+        ab = (a.id, b.id)
+        table = info_ww if e[0] == "ww" else info_wr
+        if ab in table:
+            return
+        table[ab] = e
+        ops[a.id], ops[b.id] = a, b
+        if e[0] == "ww":
+            ww.setdefault(a.id, []).append(b.id)
+        if ab in (info_wr if e[0] == "ww" else info_ww):
+            return
+        full.setdefault(a.id, []).append(b.id)
+
+    # ww: consecutive committed writers in each partition's offset order.
+    for k, offs in h.obs.items():
+        prev: tuple[Op, Val] | None = None
+        for off in sorted(offs):
+            v = offs[off][0]
+            w = h.writer.get(v)
+            if (w is None or w.key != k or not h.must_exist(w) or (k, off) in h.obs_conflicts
+                    or v in h.valpos_conflicts):
+                continue
+            if prev is not None and prev[0].id != w.op.id:
+                edge(prev[0], w.op, ("ww", k, prev[1], v))
+            prev = (w.op, v)
+    # wr: the writer of the last value a committed transaction polled from each partition -> that transaction.
+    for op in h.ops:
+        if not op.txn or op.id not in h.committed_txn:
+            continue
+        last: dict[Key, tuple[int, Val]] = {}
+        for recs in op_polls(op):
+            for k, lst in recs.items():
+                for off, v in lst:
+                    if k not in last or off > last[k][0]:
+                        last[k] = (off, v)
+        for k, (_off, v) in last.items():
+            w = h.writer.get(v)
+            if w is not None and w.key == k and h.must_exist(w):
+                edge(w.op, op, ("wr", k, v, None))
+
+    def label(a: int, b: int, prefer_wr: bool) -> EdgeInfo:
+        if prefer_wr and (a, b) in info_wr:
+            return info_wr[(a, b)]
+        return info_ww[(a, b)] if (a, b) in info_ww else info_wr[(a, b)]
+
+    def describe(cyc: list[int], prefer_wr: bool) -> str:
+        steps = []
+        for a, b in zip(cyc, cyc[1:] + cyc[:1], strict=True):
+            kind, k, v, v2 = label(a, b, prefer_wr)
+            rel = f"wrote {v!r} before {v2!r} in {k}" if kind == "ww" else f"wrote {v!r} in {k}, which it read"
+            steps.append(f"event {ops[a].idx} -{kind}-> event {ops[b].idx} ({rel})")
+        return "; ".join(steps)
+
+    for comp in sccs(ww):
+        members = set(comp)
+        s = min(comp, key=lambda i: ops[i].idx)
+        best = min((_path(ww, members, t, s) for t in ww.get(s, ()) if t in members), key=len)
+        cyc = [s, *best[:-1]]
+        fx.add("G0", f"write cycle among {len(comp)} writers: {describe(cyc, False)}", [ops[i].idx for i in cyc],
+               key=info_ww[(cyc[0], cyc[1])][1], cycle=[ops[i].idx for i in cyc], component_size=len(comp))
+    for comp in sccs(full):
+        members = set(comp)
+        wr_edges = [(a, b) for a in comp for b in full.get(a, ()) if b in members and (a, b) in info_wr]
+        if not wr_edges:
+            continue  # only ww edges inside: reported as G0
+        a, b = min(wr_edges, key=lambda e: (ops[e[0]].idx, ops[e[1]].idx))
+        back = _path(full, members, b, a)
+        cyc = [a, *back[:-1]]
+        n_ww = sum(1 for x, y in zip(cyc, cyc[1:] + cyc[:1], strict=True) if (x, y) not in info_wr)
+        fx.add("G1c", f"dependency cycle with read edges among {len(comp)} operations: {describe(cyc, True)}",
+               [ops[i].idx for i in cyc], key=info_wr[(a, b)][1], cycle=[ops[i].idx for i in cyc],
+               component_size=len(comp), ww_edges=n_ww)
+    return {"graph_nodes": len(ops), "graph_edges": len(info_ww) + len(info_wr)}
