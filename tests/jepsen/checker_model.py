@@ -4,7 +4,7 @@ the writes and reads they carry, and the indexes every rule shares. The rules th
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -12,6 +12,7 @@ Pid = int | str
 Val = Hashable
 Key = str
 Record = tuple[int, Val]  # (offset, value)
+Send = tuple[Key, Val, int | None]  # (key, value, acked offset or None)
 
 OK, FAIL, INFO, INVOKE = "ok", "fail", "info", "invoke"
 RC, RU = "read_committed", "read_uncommitted"
@@ -66,6 +67,9 @@ class Op:
     value: Any
     inv_value: Any
     error: str | None
+    sends: Sequence[Send] = ()  # filled by _parse
+    polls: Sequence[dict[Key, list[Record]]] = ()
+    commits: Sequence[tuple[str, dict[Key, int]]] = ()
 
     @property
     def txn(self) -> bool:
@@ -97,39 +101,60 @@ def mops(value: Any) -> list[list[Any]]:
     return []
 
 
-def op_sends(op: Op) -> list[tuple[Key, Val, int | None]]:
-    """(key, value, acked offset or None) of every send micro-op, in order; the completion's value for ``ok``
-    (it carries the offsets), the invoke's otherwise."""
-    src = op.value if op.type == OK and mops(op.value) else op.inv_value
-    out: list[tuple[Key, Val, int | None]] = []
-    for m in mops(src):
-        if m[0] == "send" and len(m) >= 3:
-            x = m[2]
-            if isinstance(x, list) and len(x) == 2:
-                out.append((m[1], _hashable(x[1]), x[0] if isinstance(x[0], int) else None))
-            else:
-                out.append((m[1], _hashable(x), None))
-    return out
+def op_sends(op: Op) -> Sequence[Send]:
+    """(key, value, acked offset or None) of every send micro-op, in order."""
+    return op.sends
 
 
-def op_polls(op: Op) -> Iterator[dict[Key, list[Record]]]:
+def op_polls(op: Op) -> Sequence[dict[Key, list[Record]]]:
     """The record maps of the op's completed poll micro-ops, in order."""
-    for m in mops(op.value):
-        if m[0] == "poll" and len(m) >= 2 and isinstance(m[1], dict):
-            yield {k: [(int(r[0]), _hashable(r[1])) for r in recs if isinstance(r, list) and len(r) == 2
-                       and isinstance(r[0], int)]
-                   for k, recs in m[1].items() if isinstance(recs, list)}
+    return op.polls
 
 
-def op_offsets(op: Op) -> list[tuple[str, dict[Key, int]]]:
+def op_offsets(op: Op) -> Sequence[tuple[str, dict[Key, int]]]:
     """(group, {key: next offset}) committed by the op: a ``commit-offsets`` or a txn's ``offsets`` micro-op."""
+    return op.commits
+
+
+def _parse(op: Op) -> None:
+    """Fill op.sends / polls / commits from the raw values (the completion's for ``ok``: it carries offsets and
+    records; the invoke's otherwise), then drop the raw values of send/poll/txn ops (memory)."""
+    src = op.value if op.type == OK and mops(op.value) else op.inv_value
+    sends: list[Send] = []
+    polls: list[dict[Key, list[Record]]] = []
+    commits: list[tuple[str, dict[Key, int]]] = []
+    if op.f in ("send", "txn"):
+        for m in mops(src):
+            if m[0] == "send" and len(m) >= 3:
+                x = m[2]
+                if isinstance(x, list) and len(x) == 2:
+                    sends.append((m[1], _hashable(x[1]), x[0] if isinstance(x[0], int) else None))
+                else:
+                    sends.append((m[1], _hashable(x), None))
+            elif m[0] == "offsets" and len(m) >= 3 and isinstance(m[2], dict):
+                commits.append((str(m[1]), m[2]))
     if op.f == "commit-offsets":
         v = op.inv_value if isinstance(op.inv_value, dict) else op.value
         if isinstance(v, dict) and isinstance(v.get("offsets"), dict):
-            return [(str(v.get("group")), v["offsets"])]
-        return []
-    src = op.value if op.type == OK and mops(op.value) else op.inv_value
-    return [(str(m[1]), m[2]) for m in mops(src) if m[0] == "offsets" and len(m) >= 3 and isinstance(m[2], dict)]
+            commits.append((str(v.get("group")), v["offsets"]))
+    if op.f in ("poll", "txn"):
+        for m in mops(op.value):
+            if m[0] == "poll" and len(m) >= 2 and isinstance(m[1], dict):
+                polls.append({k: _records(recs) for k, recs in m[1].items() if isinstance(recs, list)})
+    if op.f in ("send", "poll", "txn", "commit-offsets"):
+        op.value = op.inv_value = None
+    op.sends, op.polls, op.commits = sends or (), polls or (), commits or ()
+
+
+def _records(recs: list[Any]) -> list[Record]:
+    try:
+        out = [(o, v) for o, v in recs]
+        if all(type(o) is int and type(v) is int for o, v in out):
+            return out
+    except (TypeError, ValueError):
+        pass
+    return [(int(r[0]), _hashable(r[1])) for r in recs if isinstance(r, list) and len(r) == 2
+            and isinstance(r[0], int)]
 
 
 def _hashable(x: Any) -> Val:
@@ -224,6 +249,7 @@ class History:
             v = op.value if isinstance(op.value, dict) else {}
             self.finals.append(FinalRead(op.process, op.idx, self.first_idx.get(op.process, op.idx),
                                          dict(v.get("from") or {}), dict(v.get("to") or {})))
+        _parse(op)
         self.ops.append(op)
 
     def isolation(self, p: Pid) -> str:

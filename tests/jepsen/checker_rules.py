@@ -258,7 +258,7 @@ def poll_order(h: History, fx: Findings, excluded: set[Val]) -> None:
                         fx.add("nonmonotonic-poll", f"process {op.process} read {k} offset {prev[0]} (event "
                                f"{prev[1]}), then offset {off} (event {op.idx}) with no new assignment between",
                                [prev[1], op.idx], key=k, process=op.process, offsets=[prev[0], off])
-                    else:
+                    elif off > prev[0] + 1:
                         gap(op, k, prev[0] + 1, off, prev[1], rc, f"offset {prev[0]} (event {prev[1]})")
                     st.last[k] = (off, op.idx)
         if polled and op.txn and op.type != OK:

@@ -3,12 +3,16 @@ anomaly type each, tricky valid ones, and a property test over histories simulat
 
 from __future__ import annotations
 
+import copy
 import json
+import random
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 _here = str(Path(__file__).resolve().parent)
 if _here not in sys.path:
@@ -428,3 +432,220 @@ def test_check_file_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert checker.main([str(path), "--json", str(out)]) == 1
     assert "lost-write" in capsys.readouterr().out
     assert json.loads(out.read_text())["anomalies"]["lost-write"][0]["details"]["value"] == 1
+
+
+# -- property test: histories simulated from a correct log ----------------------------------------------------
+
+
+class Sim:
+    """A correct partitioned log (records, transaction markers, aborts, LSO) driven by random clients, recorded
+    in the history format. Every read follows the log exactly, so the history must pass."""
+
+    KEYS = ("t/0", "t/1", "t/2")
+
+    def __init__(self, seed: int, steps: int = 120) -> None:
+        self.r = random.Random(seed)
+        self.b = B()
+        self.log: dict[str, list[tuple[int | None, int | None]]] = {k: [] for k in self.KEYS}  # (value, txn)
+        self.txn_state: dict[int, str] = {}
+        self.next_value = 0
+        self.next_pid = 0
+        self.committed: dict[str, int] = {}  # group g's committed offsets
+        self.producers = [self._open("producer") for _ in range(2)]
+        self.txns: dict[int, dict[str, Any]] = {}  # pid -> {"pos": {...}, "inflight": ...}
+        for _ in range(2):
+            self._new_txn_proc()
+        self.consumers: dict[int, dict[str, int]] = {}
+        self.iso: dict[int, str] = {}
+        for iso in (RC, RU):
+            p = self._open("consumer", isolation=iso)
+            self.iso[p] = iso
+            self.consumers[p] = self._assign(p, dict.fromkeys(self.KEYS, 0))
+        self.sub = self._open("consumer", mode="subscribe", group="g")
+        self.iso[self.sub] = RC
+        self.consumers[self.sub] = self._assign(self.sub, dict.fromkeys(self.KEYS, None))
+        for _ in range(steps):
+            self.step()
+        for p in list(self.txns):
+            if self.txns[p]["inflight"] is not None:
+                self._txn_end(p, self.r.choice(["ok", "fail"]))
+        for iso in (RC, RU):
+            self._final(iso)
+
+    def _pid(self) -> int:
+        self.next_pid += 1
+        return self.next_pid
+
+    def _value(self) -> int:
+        self.next_value += 1
+        return self.next_value
+
+    def _open(self, role: str, **kw: Any) -> int:
+        p = self._pid()
+        self.b.open(p, role, **kw)
+        return p
+
+    def _assign(self, p: int, positions: dict[str, int | None]) -> dict[str, int]:
+        self.b.assign(p, list(positions), positions)
+        return {k: (v or 0) for k, v in positions.items()}
+
+    def _new_txn_proc(self) -> None:
+        p = self._open("producer", transactional=True, isolation=RC)
+        self.txns[p] = {"pos": self._assign(p, dict.fromkeys(self.KEYS, 0)), "inflight": None}
+
+    def _append(self, k: str, v: int | None, txn: int | None) -> int:
+        self.log[k].append((v, txn))
+        return len(self.log[k]) - 1
+
+    def _read(self, k: str, pos: int, rc: bool, n: int) -> tuple[list[tuple[int, int]], int]:
+        lg = self.log[k]
+        end = len(lg)
+        if rc:
+            end = min([o for o, (_, t) in enumerate(lg) if t is not None and self.txn_state[t] == "open"] + [end])
+        out: list[tuple[int, int]] = []
+        o = pos
+        while o < end and len(out) < n:
+            v, t = lg[o]
+            if v is not None and not (rc and t is not None and self.txn_state[t] == "abort"):
+                out.append((o, v))
+            o += 1
+        return out, o
+
+    def _poll(self, pos: dict[str, int], rc: bool, n: int) -> Recs:
+        recs: Recs = {}
+        for k in self.KEYS:
+            got, pos[k] = self._read(k, pos[k], rc, n)
+            if got:
+                recs[k] = got
+        return recs
+
+    def step(self) -> None:
+        r = self.r
+        x = r.random()
+        if x < 0.3:
+            i = r.randrange(len(self.producers))
+            p, k, v = self.producers[i], r.choice(self.KEYS), self._value()
+            y = r.random()
+            if y < 0.85:
+                self.b.send(p, k, v, self._append(k, v, None))
+            elif y < 0.9:
+                self.b.send(p, k, v, typ="fail", error="INVALID_REQUIRED_ACKS")
+            else:
+                if r.random() < 0.5:
+                    self._append(k, v, None)
+                self.b.send(p, k, v, typ="info", error="timeout")
+                self.producers[i] = self._open("producer")
+        elif x < 0.5:
+            p = r.choice(list(self.txns))
+            st = self.txns[p]
+            if st["inflight"] is None:
+                self._txn_begin(p)
+            else:
+                self._txn_end(p, r.choices(["ok", "fail", "info"], [7, 2, 1])[0])
+        elif x < 0.85:
+            p = r.choice(list(self.consumers))
+            pos = self.consumers[p]
+            self.b.poll(p, self._poll(pos, self.iso[p] == RC, r.randrange(1, 4)))
+        elif x < 0.92:
+            self.b.commit(self.sub, "g", dict(self.consumers[self.sub]))
+            self.committed.update(self.consumers[self.sub])
+        elif x < 0.97:
+            self.consumers[self.sub] = self._assign(self.sub, {k: self.committed.get(k) for k in self.KEYS})
+        else:
+            self.b.nemesis(r.random() < 0.5, r.choice(["pause", "kill"]))
+
+    def _txn_begin(self, p: int) -> None:
+        st = self.txns[p]
+        st["saved"] = dict(st["pos"])
+        polls = [self._poll(st["pos"], True, 3)] if self.r.random() < 0.6 else []
+        tid = len(self.txn_state)
+        self.txn_state[tid] = "open"
+        sends = []
+        for _ in range(self.r.randrange(1, 4)):
+            k, v = self.r.choice(self.KEYS), self._value()
+            sends.append((k, v, self._append(k, v, tid)))
+        offs = ("gt", dict(st["pos"])) if polls and self.r.random() < 0.5 else None
+        st["inflight"] = (self.b.txn_invoke(p, sends, polls, offs), tid, {k for k, _, _ in sends})
+
+    def _txn_end(self, p: int, typ: str) -> None:
+        st = self.txns[p]
+        done, tid, keys = st["inflight"]
+        st["inflight"] = None
+        fate = typ if typ != "info" else self.r.choice(["ok", "fail"])
+        self.txn_state[tid] = "commit" if fate == "ok" else "abort"
+        for k in sorted(keys):
+            self._append(k, None, None)  # the commit/abort marker takes an offset
+        self.b.txn_done(p, done, typ, None if typ == "ok" else "aborted-on-purpose")
+        if fate != "ok":
+            st["pos"] = st["saved"]
+        if typ == "info":
+            del self.txns[p]
+            self._new_txn_proc()
+
+    def _final(self, iso: str) -> None:
+        p = self._open("consumer", isolation=iso)
+        pos = self._assign(p, dict.fromkeys(self.KEYS, 0))
+        while any(pos[k] < len(self.log[k]) for k in self.KEYS):
+            self.b.poll(p, self._poll(pos, iso == RC, 5))
+        self.b.final(p, {k: len(self.log[k]) for k in self.KEYS})
+
+
+def _acked(events: list[dict[str, Any]]) -> set[int]:
+    """Values of ok sends and ok transactions (their offsets are known)."""
+    out: set[int] = set()
+    for e in events:
+        if e["type"] == "ok" and e["f"] in ("send", "txn"):
+            out.update(m[2][1] for m in e["value"] if m[0] == "send")
+    return out
+
+
+def _polls(events: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str, list[list[int]]]]:
+    return [(e, k, lst) for e in events if e["type"] == "ok" and e["f"] in ("poll", "txn")
+            for m in e["value"] if m[0] == "poll" for k, lst in m[1].items() if lst]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32))
+def test_property_simulated_correct_histories_pass(seed: int) -> None:
+    rep = checker.check(Sim(seed).b.events, allowed=())
+    clean(rep)
+    assert rep.stats["final_reads"] == 2
+
+
+MUTATIONS = ["drop", "duplicate", "swap", "abort"]
+EXPECT = {"drop": "lost-write", "duplicate": "duplicate", "swap": "divergence", "abort": "aborted-read"}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(st.integers(0, 2**32), st.sampled_from(MUTATIONS), st.randoms(use_true_random=False))
+def test_property_one_mutation_is_caught(seed: int, mutation: str, rnd: random.Random) -> None:
+    events = copy.deepcopy(Sim(seed).b.events)
+    acked = _acked(events)
+    polls = _polls(events)
+    if mutation == "drop":
+        cands = sorted({r[1] for _, _, lst in polls for r in lst} & acked)
+        assume(cands)
+        v = rnd.choice(cands)
+        for _, _, lst in polls:
+            lst[:] = [r for r in lst if r[1] != v]
+    elif mutation == "duplicate":
+        assume(polls)
+        _, _, lst = rnd.choice(polls)
+        lst.append([10_000, lst[-1][1]])
+    elif mutation == "swap":
+        cands = [lst for _, _, lst in polls if len(lst) >= 2 and lst[0][1] in acked and lst[1][1] in acked]
+        assume(cands)
+        lst = rnd.choice(cands)
+        lst[0][1], lst[1][1] = lst[1][1], lst[0][1]
+    else:
+        rc = {e["process"] for e in events if e["f"] == "open" and e["type"] == "ok"
+              and e["value"]["isolation"] == RC}
+        read_rc = {r[1] for e, _, lst in polls if e["process"] in rc for r in lst}
+        cands = [e for e in events if e["f"] == "txn" and e["type"] == "ok"
+                 and any(m[0] == "send" and m[2][1] in read_rc for m in e["value"])]
+        assume(cands)
+        e = rnd.choice(cands)
+        inv = next(x for x in reversed(events[:e["index"]]) if x["process"] == e["process"])
+        e["type"], e["value"] = "fail", inv["value"]
+    rep = checker.check(events)
+    assert not rep.valid and rep.counts().get(EXPECT[mutation]), rep.summary()
