@@ -40,18 +40,28 @@ Rules (type: rule -- false-positive risks and how the rule avoids them):
   position and the first read), a record that process should have seen was skipped: a value returned by some
   poll, visible to this reader's isolation (read_committed skips aborted values and control records), not itself
   lost/duplicate/divergent, and at or above every final read's ``from`` (retention).
-- ``G0`` / ``G1c``: a graph over writers and committed transactions: ``ww`` from the writer of each value to the
-  writer of the next committed value in the partition's offset order; ``wr`` from the writer of the last value a
-  committed transaction polled from a partition to that transaction. Cycles are found with Tarjan's SCC; one
-  short cycle per component is reported. A ww-only cycle is G0; a cycle with a wr edge is G1c. Kafka orders
-  concurrent transactions' writes per partition only, so two transactions writing the same two partitions in
-  opposite orders make a legal G0: G0 is reported but allowed by default (``allowed``). A G1c whose only ww
-  edges join concurrent transactions can be legal too when a transaction sends before it polls; the anomaly
-  gives its ``ww_edges`` count.
-- ``lost-committed-offset``: a ``subscribe`` consumer of group g is assigned a partition starting below (or with
-  no committed offset, when) the last offset g committed with an ack before the ``assign`` was invoked, and
-  below every commit that may have landed after that one (acked after it was invoked, or ``info``; ``commit-
-  offsets`` and transactional ``offsets``).
+- ``G0`` / ``G1c`` (Elle's, from log order): a graph over writers and committed transactions: ``ww`` from the
+  writer of each value to the writer of the next committed value in the partition's offset order; ``wr`` from
+  the writer of the last value a committed transaction polled from a partition to that transaction. Tarjan's SCC
+  finds the cycles; one short cycle per component is reported. A ww-only cycle is G0, one with a wr edge G1c.
+  Kafka transactions are atomic, not serializable: they order writes per partition only, so two transactions
+  writing two partitions in opposite orders make a legal G0, and a transaction running concurrently with two
+  others can close a legal G1c (T1 -wr-> T2 -ww-> T3 -ww-> T1 with T3 open throughout). Both are reported, and
+  allowed by default (``allowed``); ``impossible-cycle`` is the one that makes a history invalid.
+- ``impossible-cycle``: a cycle in the *time graph*, whose vertices are moments inside operations (each poll
+  micro-op, each send, the commit -- for a plain send, when its record became readable) and whose edges are
+  "happens before": inside an op a poll precedes its later micro-ops, sends to one partition keep their order,
+  all precede the commit; across ops, consecutive committed values of a partition order their appends, and a
+  writer's commit precedes every poll (of a committed transaction) that returned its value. A cycle means some
+  moment precedes itself: a dependency cycle Kafka cannot produce (e.g. T2 polls T1's committed value, then
+  sends to a partition where its record lands before T1's). Sends of one op to different partitions are left
+  unordered (the client batches per leader), so legal G0/G1c never form one.
+- ``lost-committed-offset``: a consumer process with a ``group`` is assigned a partition at a position below the
+  last offset its group committed with an ack before the ``assign`` was invoked, and below every commit that may
+  have landed after that one (acked after it was invoked, or ``info``; ``commit-offsets`` and transactional
+  ``offsets`` of committed or info transactions; failed commits and aborted transactions never count). A group
+  may legitimately move backwards when a member commits a lower offset later -- that commit is the last one. A
+  null position (none committed, or the runner could not ask) is not judged.
 
 Stats (not anomalies): ops per f and type; per partition the longest window with no ok send (between the first
 send invoke and the last send completion) with the nemesis faults overlapping it; ``unseen`` info writes; acked
@@ -87,11 +97,12 @@ ANOMALY_TYPES: dict[str, str] = {
     "nonmonotonic-send": "one producer's offsets went backwards",
     "nonmonotonic-poll": "one consumer's offsets went backwards within an assignment",
     "poll-gap": "one consumer skipped records inside its assignment",
-    "G0": "write cycle (allowed by Kafka by default)",
-    "G1c": "dependency cycle with a read edge",
+    "G0": "Elle write cycle (legal in Kafka: allowed by default)",
+    "G1c": "Elle cycle with a read edge (can be legal in Kafka: allowed by default)",
+    "impossible-cycle": "dependency cycle that contradicts time",
     "lost-committed-offset": "group restarted below its committed offset",
 }
-DEFAULT_ALLOWED: frozenset[str] = frozenset({"G0"})
+DEFAULT_ALLOWED: frozenset[str] = frozenset({"G0", "G1c"})
 
 
 @dataclass
@@ -169,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("history", help="history.jsonl")
     ap.add_argument("--json", metavar="PATH", help="also write the full report as JSON")
     ap.add_argument("--allow", action="append", default=None, metavar="TYPE",
-                    help="anomaly type that does not make the history invalid (default: G0); repeatable")
+                    help="anomaly type that does not make the history invalid (default: G0, G1c); repeatable")
     ap.add_argument("--strict", action="store_true", help="no anomaly type is allowed")
     ap.add_argument("--examples", type=int, default=3, help="examples printed per anomaly type")
     args = ap.parse_args(argv)

@@ -105,6 +105,7 @@ def cycles(h: History, fx: Findings) -> dict[str, int]:
         full.setdefault(a.id, []).append(b.id)
 
     # ww: consecutive committed writers in each partition's offset order.
+    ww_pairs: list[tuple[Op, Val, Op, Val]] = []
     for k, offs in h.obs.items():
         prev: tuple[Op, Val] | None = None
         for off in sorted(offs):
@@ -115,6 +116,7 @@ def cycles(h: History, fx: Findings) -> dict[str, int]:
                 continue
             if prev is not None and prev[0].id != w.op.id:
                 edge(prev[0], w.op, ("ww", k, prev[1], v))
+                ww_pairs.append((prev[0], prev[1], w.op, v))
             prev = (w.op, v)
     # wr: the writer of the last value a committed transaction polled from each partition -> that transaction.
     for op in h.ops:
@@ -163,4 +165,93 @@ def cycles(h: History, fx: Findings) -> dict[str, int]:
         fx.add("G1c", f"dependency cycle with read edges among {len(comp)} operations: {describe(cyc, True)}",
                [ops[i].idx for i in cyc], key=info_wr[(a, b)][1], cycle=[ops[i].idx for i in cyc],
                component_size=len(comp), ww_edges=n_ww)
-    return {"graph_nodes": len(ops), "graph_edges": len(info_ww) + len(info_wr)}
+    n = impossible_cycles(h, fx, ww_pairs)
+    return {"graph_nodes": len(ops), "graph_edges": len(info_ww) + len(info_wr), "time_graph_vertices": n}
+
+
+class _TimeGraph:
+    """Points in time inside operations: each poll micro-op, each send (one per value), the commit (for a plain
+    send: the moment its record became readable). Edges are "happens before": inside an op, a poll precedes every
+    later micro-op, sends to one partition keep their order, everything precedes the commit; across ops, a ww
+    pair orders two appends to one partition and a wr pair puts the writer's commit before the poll that read it.
+    Sends of one op to different partitions are not ordered (the client batches per leader)."""
+
+    def __init__(self, h: History) -> None:
+        self.h = h
+        self.adj: Adj = {}
+        self.what: list[tuple[Op, str]] = []
+        self.base: dict[int, tuple[int, dict[Val, int], list[int]]] = {}  # op id -> (commit, send vertex, polls)
+
+    def _v(self, op: Op, what: str) -> int:
+        self.what.append((op, what))
+        return len(self.what) - 1
+
+    def _e(self, a: int, b: int) -> None:
+        self.adj.setdefault(a, []).append(b)
+
+    def op(self, op: Op) -> tuple[int, dict[Val, int], list[int]]:
+        got = self.base.get(op.id)
+        if got is not None:
+            return got
+        c = self._v(op, "commit" if op.txn else "ack")
+        sends: dict[Val, int] = {}
+        polls: list[int] = []
+        earlier_polls: list[int] = []
+        last_in: dict[Key, int] = {}
+        si = pi = 0
+        for kind in op.layout or "s" * len(op.sends):
+            if kind == "p":
+                v = self._v(op, f"poll #{pi + 1}")
+                pi += 1
+                polls.append(v)
+            else:
+                k, val, _ = op.sends[si]
+                si += 1
+                v = self._v(op, f"send of {val!r} to {k}")
+                sends[val] = v
+                if k in last_in:
+                    self._e(last_in[k], v)
+                last_in[k] = v
+            for p in earlier_polls:
+                self._e(p, v)
+            if kind == "p":
+                earlier_polls.append(v)
+            self._e(v, c)
+        got = self.base[op.id] = (c, sends, polls)
+        return got
+
+
+def impossible_cycles(h: History, fx: Findings, ww_pairs: list[tuple[Op, Val, Op, Val]]) -> int:
+    """impossible-cycle: a cycle of the time graph (``_TimeGraph``): a G1c whose edges, joined by each operation's
+    own order, would make some moment precede itself. Returns the graph's size."""
+    g = _TimeGraph(h)
+    for a, va, b, vb in ww_pairs:
+        g._e(g.op(a)[1][va], g.op(b)[1][vb])
+    for op in h.ops:
+        if not op.txn or op.id not in h.committed_txn or not op.polls:
+            continue
+        _c, _s, polls = g.op(op)
+        for i, recs in enumerate(op.polls):
+            writers: set[int] = set()
+            for k, lst in recs.items():
+                for _off, v in lst:
+                    w = h.writer.get(v)
+                    if (w is not None and w.key == k and w.op.id != op.id and w.op.id not in writers
+                            and h.must_exist(w)):
+                        writers.add(w.op.id)
+                        g._e(g.op(w.op)[0], polls[i])
+    for comp in sccs(g.adj):
+        members = set(comp)
+        s = min(comp, key=lambda x: (g.what[x][1][:4] != "poll", g.what[x][0].idx))
+        back = min((_path(g.adj, members, t, s) for t in g.adj.get(s, ()) if t in members), key=len)
+        cyc = [s, *back[:-1]]
+        steps = []
+        for x, y in zip(cyc, cyc[1:] + cyc[:1], strict=True):
+            (ox, wx), (oy, wy) = g.what[x], g.what[y]
+            if ox.id != oy.id:
+                steps.append(f"{wx} of event {ox.idx} -> {wy} of event {oy.idx}")
+        ops = list(dict.fromkeys(g.what[x][0].idx for x in cyc))
+        fx.add("impossible-cycle", "a dependency cycle that contradicts time (each step happens before the next: "
+               "an append before the next append to a partition, a commit before a poll that read it, a poll "
+               "before its transaction's later sends): " + "; ".join(steps), ops, key=None, cycle=ops)
+    return len(g.what)

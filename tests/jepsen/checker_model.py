@@ -70,6 +70,7 @@ class Op:
     sends: Sequence[Send] = ()  # filled by _parse
     polls: Sequence[dict[Key, list[Record]]] = ()
     commits: Sequence[tuple[str, dict[Key, int]]] = ()
+    layout: str = ""  # a txn's micro-ops in order: "p" poll (with records), "s" send
 
     @property
     def txn(self) -> bool:
@@ -123,9 +124,13 @@ def _parse(op: Op) -> None:
     sends: list[Send] = []
     polls: list[dict[Key, list[Record]]] = []
     commits: list[tuple[str, dict[Key, int]]] = []
+    layout: list[str] = []
     if op.f in ("send", "txn"):
         for m in mops(src):
-            if m[0] == "send" and len(m) >= 3:
+            if m[0] == "poll" and len(m) >= 2 and isinstance(m[1], dict):
+                layout.append("p")
+            elif m[0] == "send" and len(m) >= 3:
+                layout.append("s")
                 x = m[2]
                 if isinstance(x, list) and len(x) == 2:
                     sends.append((m[1], _hashable(x[1]), x[0] if isinstance(x[0], int) else None))
@@ -144,6 +149,8 @@ def _parse(op: Op) -> None:
     if op.f in ("send", "poll", "txn", "commit-offsets"):
         op.value = op.inv_value = None
     op.sends, op.polls, op.commits = sends or (), polls or (), commits or ()
+    if op.f == "txn":
+        op.layout = "".join(layout)
 
 
 def _records(recs: list[Any]) -> list[Record]:
@@ -172,7 +179,7 @@ class History:
         self.ops: list[Op] = []
         self.procs: dict[Pid, Proc] = {}
         self.finals: list[FinalRead] = []
-        self.nemesis: list[tuple[int, int, str, str]] = []  # (index, time, start-fault|stop-fault, fault)
+        self.nemesis: list[tuple[int, int, str, str, str]] = []  # (index, time, start/stop-fault, fault, targets)
         self.meta: dict[str, Any] = {}
         self.first_idx: dict[Pid, int] = {}
         self.n_events = 0
@@ -206,8 +213,11 @@ class History:
                 continue
             self.first_idx.setdefault(p, idx)
             if p == "nemesis":
-                fault = ev.get("value", {}).get("fault", "?") if isinstance(ev.get("value"), dict) else "?"
-                self.nemesis.append((idx, t, f, str(fault)))
+                v = ev.get("value")
+                fault = str(v.get("fault", "?")) if isinstance(v, dict) else "?"
+                fault = "kill" if fault == "restart" else fault  # kill starts, restart stops
+                targets = repr(v.get("targets")) if isinstance(v, dict) else ""
+                self.nemesis.append((idx, t, f, fault, targets))
                 continue
             if f == "meta":
                 self.meta = ev.get("value") or {}

@@ -274,7 +274,7 @@ class _Commit:
 
 
 def committed_offsets(h: History, fx: Findings) -> None:
-    """lost-committed-offset: a subscribe consumer of group g restarting a partition below what g had committed."""
+    """lost-committed-offset: a consumer of group g assigned a partition below what g had committed."""
     commits: dict[tuple[str, Key], list[_Commit]] = {}
     for op in h.ops:
         if op.f not in ("commit-offsets", "txn") or op.type == FAIL:
@@ -289,7 +289,7 @@ def committed_offsets(h: History, fx: Findings) -> None:
     acked_idx = {gk: [c.idx for c in cs] for gk, cs in acked.items()}
     for op in h.ops:
         pr = h.procs.get(op.process)
-        if op.f != "assign" or op.type != OK or pr is None or pr.mode != "subscribe" or pr.group is None:
+        if op.f != "assign" or op.type != OK or pr is None or pr.group is None:
             continue
         v = op.value if isinstance(op.value, dict) else op.inv_value
         if not isinstance(v, dict):
@@ -304,12 +304,12 @@ def committed_offsets(h: History, fx: Findings) -> None:
                 continue
             last = acked[gk][i - 1]
             p = positions.get(k)
-            if isinstance(p, int) and p >= last.offset:
-                continue
+            if not isinstance(p, int) or p >= last.offset:
+                continue  # null: none committed, or the client could not tell (not judged)
             # Anything that may have landed after `last`: acked after it was invoked, or never known.
             floor = min([last.offset] + [c.offset for c in commits[gk] if c.inv < op.idx and
                                          (c.type == INFO or c.idx > last.inv)])
-            if isinstance(p, int) and p >= floor:
+            if p >= floor:
                 continue
             fx.add("lost-committed-offset", f"group {pr.group} committed {k} offset {last.offset} (acked, event "
                    f"{last.idx}); process {op.process} was then assigned {k} starting from {p} (event {op.idx})",
@@ -330,13 +330,13 @@ def statistics(h: History, lost: LostResult) -> dict[str, Any]:
                 for k, _, _ in op_sends(op):
                     ok_times.setdefault(k, []).append(op.t)
     faults: list[tuple[int, int, str]] = []
-    open_f: dict[str, list[int]] = {}
-    for _idx, t, f, fault in h.nemesis:
+    open_f: dict[tuple[str, str], list[int]] = {}
+    for _idx, t, f, fault, targets in h.nemesis:
         if f == "start-fault":
-            open_f.setdefault(fault, []).append(t)
-        elif open_f.get(fault):
-            faults.append((open_f[fault].pop(0), t, fault))
-    faults += [(t, h.t_end, fault) for fault, ts in open_f.items() for t in ts]
+            open_f.setdefault((fault, targets), []).append(t)
+        elif open_f.get((fault, targets)):
+            faults.append((open_f[(fault, targets)].pop(0), t, fault))
+    faults += [(t, h.t_end, fault) for (fault, _), ts in open_f.items() for t in ts]
     avail: dict[Key, dict[str, Any]] = {}
     keys = sorted(set(ok_times) | {w.key for w in h.writes})
     for k in keys:

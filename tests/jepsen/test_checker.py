@@ -379,7 +379,7 @@ def test_g0_write_cycle_allowed_by_default() -> None:
     assert not b.check(allowed=()).valid
 
 
-def test_g1c_cycle_with_read_edge() -> None:
+def test_g1c_send_before_poll_is_legal_in_kafka() -> None:
     b = B()
     b.open(0, "producer", transactional=True)
     b.open(1, "producer", transactional=True, isolation=RC)
@@ -387,8 +387,38 @@ def test_g1c_cycle_with_read_edge() -> None:
     d2 = b.txn_invoke(1, [("y/0", 2, 0)], polls=[{"x/0": [(0, 1)]}], sends_first=True)
     t1 = b.txn_done(0, d1)
     t2 = b.txn_done(1, d2)
-    (a,) = only(b.check(), "G1c")
+    rep = b.check()
+    (a,) = only(rep, "G1c")
     assert a.indexes == [t1, t2] and a.details["ww_edges"] == 1
+    assert rep.valid and not b.check(allowed=()).valid
+
+
+def test_g1c_through_a_concurrent_transaction_is_legal() -> None:
+    """T1 -wr-> T2 -ww-> T3 -ww-> T1, every transaction polling before it sends: T3 stays open throughout."""
+    b = B()
+    for p in (0, 1, 2):
+        b.open(p, "producer", transactional=True, isolation=RC)
+    d3 = b.txn_invoke(2, [("j/0", 3, 0), ("k/0", 5, 1)])
+    t1 = b.txn(0, [("x/0", 1, 0), ("j/0", 2, 1)])
+    t2 = b.txn(1, [("k/0", 4, 0)], polls=[{"x/0": [(0, 1)]}])
+    t3 = b.txn_done(2, d3)
+    rep = b.check()
+    (a,) = only(rep, "G1c")
+    assert a.indexes == [t1, t2, t3] and rep.valid
+
+
+def test_impossible_cycle() -> None:
+    """T2 polls T1's committed value, then sends to y, where its record lands before T1's."""
+    b = B()
+    b.open(0, "producer", transactional=True)
+    b.open(1, "producer", transactional=True, isolation=RC)
+    t1 = b.txn(0, [("x/0", 1, 0), ("y/0", 3, 1)])
+    t2 = b.txn(1, [("y/0", 2, 0)], polls=[{"x/0": [(0, 1)]}])
+    rep = b.check()
+    assert rep.counts() == {"G1c": 1, "impossible-cycle": 1} and not rep.valid, rep.summary()
+    (a,) = rep.anomalies["impossible-cycle"]
+    assert a.indexes == [t1, t2]
+    assert "commit of event" in a.explanation and "poll #1 of event" in a.explanation
 
 
 def test_lost_committed_offset() -> None:
@@ -403,6 +433,20 @@ def test_lost_committed_offset() -> None:
     b.poll(2, {"q/0": [(1, 1)]})
     (a,) = only(b.check(), "lost-committed-offset")
     assert a.indexes == [c, asg]
+
+
+def test_lost_committed_offset_of_a_transaction() -> None:
+    b = B()
+    queue(b, 4)
+    b.open(1, "producer", transactional=True, isolation=RC, group="gt")
+    b.assign(1, ["q/0"], {"q/0": None})
+    t = b.txn(1, [("o/0", 100, 0)], polls=[{"q/0": [(0, 0), (1, 1), (2, 2)]}], offsets=("gt", {"q/0": 3}))
+    b.txn(1, [("o/0", 101, 2)], polls=[{"q/0": [(3, 3)]}], offsets=("gt", {"q/0": 4}), typ="fail")
+    asg = b.assign(1, ["q/0"], {"q/0": 1})  # rewound after the abort: 3 expected
+    b.open(2, "producer", transactional=True, isolation=RC, group="gt")
+    b.assign(2, ["q/0"], {"q/0": None})    # null: not judged
+    (a,) = only(b.check(), "lost-committed-offset")
+    assert a.indexes == [t, asg]
 
 
 def test_committed_offset_may_regress_to_a_concurrent_commit() -> None:
