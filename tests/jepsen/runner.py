@@ -97,6 +97,30 @@ def client_waits(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return waits
 
 
+def acked_beyond_final_end(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A cross-check of the checker: acked writes (with an offset) completed before a final reader started whose
+    offset is at or past that reader's end -- the log was truncated below an acknowledged record."""
+    first: dict[Any, int] = {}
+    finals: list[tuple[int, dict[str, int]]] = []
+    for e in events:
+        first.setdefault(e["process"], e["index"])
+        if e["f"] == "final-read" and e["type"] == "ok":
+            finals.append((first[e["process"]], e["value"]["to"]))
+    out: list[dict[str, Any]] = []
+    for e in events:
+        if e["type"] != "ok" or e["f"] not in ("send", "txn"):
+            continue
+        for m in e["value"]:
+            if m[0] != "send" or m[2][0] is None:
+                continue
+            k, (off, v) = m[1], m[2]
+            for start, to in finals:
+                if e["index"] < start and k in to and off >= to[k]:
+                    out.append({"key": k, "offset": off, "value": v, "index": e["index"], "final_end": to[k]})
+                    break
+    return out
+
+
 def summarize(report: Any) -> dict[str, int]:
     """Anomaly type -> count from the checker's report (whatever its exact shape: counts or a list)."""
     if not isinstance(report, dict):
@@ -169,7 +193,7 @@ def run(o: Options) -> dict[str, Any]:
         time.sleep(o.quiet)  # the quiet phase: clients keep working with no fault (a schedule, not a wait)
         ctx.stop.set()
         for c in clients:
-            c.join()
+            c.join(180)  # a client stuck in a call is left behind (a daemon thread): see hung_client_calls
         summary["final_read"] = {}
         for iso in (["read_uncommitted"] if o.workload == "queue" else ["read_committed", "read_uncommitted"]):
             summary["final_read"][iso] = final_read(h, db.bootstrap, topic, o.partitions, iso)
@@ -184,10 +208,13 @@ def run(o: Options) -> dict[str, Any]:
     summary["duration_s"] = round(time.monotonic() - t0, 1)
     summary["ops"] = dict(sorted(h.counts.items()))
     summary["harness_errors"] = (ctx.errors if ctx else []) + (nem.errors if nem else [])
+    summary["hung_client_calls"] = ctx.hung if ctx else []
     events = [json.loads(line) for line in (o.out / "history.jsonl").read_text().splitlines()]
     waits = client_waits(events)
     summary["client_waits"] = {"count": len(waits), "max_s": max((w["wait_s"] for w in waits), default=0.0),
                                "longest": sorted(waits, key=lambda w: -w["wait_s"])[:10]}
+    beyond = acked_beyond_final_end(events)
+    summary["acked_beyond_final_end"] = {"count": len(beyond), "examples": beyond[:10]}
     summary["faults"] = [e["value"] for e in events if e["process"] == "nemesis" and e["f"] == "start-fault"]
     try:
         report = check(o.out / "history.jsonl")

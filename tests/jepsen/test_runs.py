@@ -6,7 +6,9 @@ fail.
 * ``test_acks1_loss_is_seen``: acks=1, the leader cut from its followers (clients and ZooKeeper still reach it), so
   it acknowledges records nobody replicated; then kill -9 of the leader: a follower (still in the ISR) takes
   over, the restarted old leader truncates, and the acknowledged records are gone -- as Kafka documents for
-  acks=1. The checker must report exactly those as ``lost-write``.
+  acks=1. Writes go on after the recovery (the final read covers the lost offsets). The checker must report
+  exactly those 20 as ``lost-write`` (and their 20 offsets as ``divergence``: acked with one value, read with
+  another).
 
 Needs root (network namespaces), ZooKeeper and java; skipped otherwise. Everything a run starts is killed and
 every namespace removed at its end (``Db.close`` in ``finally``, ``atexit``, stale nets of dead owners at start).
@@ -60,6 +62,8 @@ def test_no_anomalies(out: Path, workload: str, seed: int, nemesis: list[str]) -
     assert s["faults"], "the nemesis injected no fault"
     assert all(s["final_read"].values()), s["final_read"]
     assert s["harness_errors"] == [], s["harness_errors"]
+    if s["hung_client_calls"]:  # librdkafka#5456: the client is replaced, the run goes on; not a broker anomaly
+        print("hung client calls:", s["hung_client_calls"])
     assert report.valid and not _invalid(report), (
         f"{_invalid(report)} in {out}: {json.dumps(report.stats.get('anomaly_counts'))}")
     acked = s["ops"].get("send:ok", 0) + s["ops"].get("txn:ok", 0)
@@ -75,7 +79,8 @@ def test_acks1_loss_is_seen(out: Path) -> None:
         db.start()
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        AdminClient({"bootstrap.servers": db.bootstrap}).create_topics([NewTopic("jl", 1, 3)])["jl"].result(60)
+        admin = AdminClient({"bootstrap.servers": db.bootstrap})  # alive until its future completes
+        admin.create_topics([NewTopic("jl", 1, 3)])["jl"].result(60)
         nodes.wait_until("jl with a full ISR", lambda: len(db.leader_isr("jl", 0)[1]) == 3)
         pid = h.new_process()
         v = {"role": "producer", "client": "confluent-kafka", "transactional": False,
@@ -114,13 +119,17 @@ def test_acks1_loss_is_seen(out: Path) -> None:
         h.nemesis(False, "restart", [f"b{leader}"], {"sub": "leader"})
         db.wait_registered()
         nodes.wait_until("full ISR again", lambda: len(db.leader_isr("jl", 0)[1]) == 3, timeout=120)
-        p.flush(5)
+        # writes go on after the recovery, so the final read's end is past the lost offsets (it covers them)
+        later = [send(value) for value in range(31, 61)]
+        assert later[0] == 10, f"the log was not truncated to 10 records: next offset {later[0]}"
         assert final_read(h, db.bootstrap, "jl", 1, "read_uncommitted")
     finally:
         h.close()
         db.close()
     report = checker.check_file(out / "history.jsonl")
-    assert report.stats["anomaly_counts"].get("lost-write") == len(lost) == 20, report.stats["anomaly_counts"]
+    counts = report.stats["anomaly_counts"]
+    assert counts.get("lost-write") == len(lost) == 20, counts
+    assert counts.get("divergence") == 20, counts  # offsets 10..29 acked with 11..30, now holding 31..50
     assert not report.valid
     assert {a.key for a in report.anomalies["lost-write"]} == {"jl/0"}
 

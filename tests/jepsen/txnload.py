@@ -9,7 +9,9 @@ abort or an unknown outcome the consumer is rewound to the group's committed off
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -25,10 +27,34 @@ class _Unknown(Exception):
     """Outcome unknown: the client is replaced."""
 
 
+def bounded(what: str, fn: Callable[[], Any], limit: float) -> Any:
+    """``fn()`` in a helper thread, given up after ``limit`` seconds (``_Hung``). librdkafka 2.16's
+    ``send_offsets_to_transaction`` can block forever past its own timeout (confluentinc/librdkafka#5456, #5511:
+    the coordinator request's timeout is never checked); the client is then abandoned and replaced."""
+    box: dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            box["r"] = fn()
+        except BaseException as exc:
+            box["e"] = exc
+
+    t = threading.Thread(target=go, name=f"bounded-{what}", daemon=True)
+    t.start()
+    t.join(limit)
+    if t.is_alive():
+        raise _Hung(f"client call {what} still blocked after {limit:.0f}s (librdkafka#5456)")
+    if "e" in box:
+        raise box["e"]
+    return box.get("r")
+
+
+class _Hung(Exception):
+    """A client call that never returned."""
+
+
 class TxnClient:
     def __init__(self, ctx: Ctx, topic: str, n: int) -> None:
-        import threading
-
         self.ctx, self.topic, self.n = ctx, topic, n
         self.group = f"{topic}-g{n}"
         self.thread = threading.Thread(target=ctx.guard(f"txn-{n}", self._run), daemon=True)
@@ -36,8 +62,8 @@ class TxnClient:
     def start(self) -> None:
         self.thread.start()
 
-    def join(self) -> None:
-        self.thread.join()
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
 
     def _run(self) -> None:
         while not self.ctx.stop.is_set():
@@ -60,8 +86,12 @@ class TxnClient:
         try:
             while True:  # init_transactions fences a previous instance and resolves its open transaction
                 try:
-                    p.init_transactions(60)
+                    bounded("init_transactions", lambda: p.init_transactions(60), 120)
                     break
+                except _Hung as exc:
+                    ctx.hung.append(str(exc))
+                    ctx.h.add(pid, "info", "open", v, str(exc))
+                    return
                 except KafkaException as exc:
                     e = exc.args[0]
                     if ctx.stop.is_set() or not e.retriable():
@@ -147,11 +177,13 @@ class TxnClient:
             offsets_op = ["offsets", self.group, dict(next_off)]
             if next_off:
                 tps = [TopicPartition(k.split("/")[0], int(k.split("/")[1]), o) for k, o in next_off.items()]
-                self._retry(lambda: p.send_offsets_to_transaction(tps, c.consumer_group_metadata(), 30))
+                self._retry(lambda: bounded("send_offsets_to_transaction",
+                                            lambda: p.send_offsets_to_transaction(tps, c.consumer_group_metadata(), 30),
+                                            60))
             done.append(offsets_op)
             if abort:
                 raise _Abort("aborted-on-purpose")
-            self._retry(lambda: p.commit_transaction(60))
+            self._retry(lambda: bounded("commit_transaction", lambda: p.commit_transaction(60), 120))
         except _Abort as why:
             return self._abort(p, c, pid, invoke_full, str(why))
         except _Unknown as why:
@@ -178,6 +210,9 @@ class TxnClient:
             try:
                 fn()
                 return
+            except _Hung as exc:
+                self.ctx.hung.append(str(exc))
+                raise _Unknown(str(exc)) from exc
             except KafkaException as exc:
                 e = exc.args[0]
                 if isinstance(e, KafkaError) and e.retriable() and attempt < tries - 1 and not e.fatal():
@@ -187,7 +222,7 @@ class TxnClient:
 
     def _abort(self, p: Producer, c: Consumer, pid: int, invoke: list[Any], why: str) -> bool:
         try:
-            self._retry(lambda: p.abort_transaction(60))
+            self._retry(lambda: bounded("abort_transaction", lambda: p.abort_transaction(60), 120))
         except (_Abort, _Unknown) as exc:
             self.ctx.h.add(pid, "info", "txn", invoke, f"{why}; abort failed: {exc}")
             return False

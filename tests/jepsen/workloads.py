@@ -58,6 +58,7 @@ class Ctx:
         self._lock = threading.Lock()
         self.rng = random.Random(seed)
         self.errors: list[str] = []  # unexpected client exceptions (harness bugs), reported in the summary
+        self.hung: list[str] = []  # client calls abandoned because they never returned (librdkafka bugs)
         self.graveyard: list[Any] = []  # replaced clients, destroyed at the end (see TxnClient)
 
     def bury(self) -> None:
@@ -120,11 +121,11 @@ class ProducerClient:
         for t in self.threads:
             t.start()
 
-    def join(self) -> None:
+    def join(self, timeout: float | None = None) -> None:
         for t in self.threads[1:]:
-            t.join()
+            t.join(timeout)
         self._done = True
-        self.threads[0].join()
+        self.threads[0].join(timeout)
 
     _done = False
 
@@ -189,8 +190,8 @@ class ConsumerClient:
     def start(self) -> None:
         self.thread.start()
 
-    def join(self) -> None:
-        self.thread.join()
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
 
     def _conf(self) -> dict[str, Any]:
         return {**common_conf(self.ctx.bootstrap), "group.id": self.group, "enable.auto.commit": False,
