@@ -49,6 +49,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", choices=["queue", "txn"], default="queue")
     ap.add_argument("--nemesis", default="partition,pause,kill", help=f"comma-separated subset of {KINDS}")
+    ap.add_argument("--variants", default="", help="only these fault variants of their kind, e.g. leader-zk,zk")
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds of faults per run")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
@@ -73,7 +74,8 @@ def main() -> int:
     for i in range(a.runs):
         seed = a.seed + i
         name = f"{a.workload}-s{seed}"
-        o = Options(workload=a.workload, nemesis=[k for k in a.nemesis.split(",") if k], time_limit=a.time_limit,
+        o = Options(workload=a.workload, nemesis=[k for k in a.nemesis.split(",") if k],
+                    variants=[v for v in a.variants.split(",") if v], time_limit=a.time_limit,
                     seed=seed, acks=a.acks, unclean=a.unclean, min_insync=a.min_insync, partitions=a.partitions,
                     quiet=a.quiet, out=a.out / name, keep_data=a.keep_data)
         t = time.monotonic()

@@ -44,12 +44,14 @@ class Fault:
 
 class Nemesis:
     def __init__(self, db: Db, h: History, kinds: list[str], seed: int, topic: str, partitions: int,
-                 groups: list[str] | None = None, txn_ids: list[str] | None = None) -> None:
+                 groups: list[str] | None = None, txn_ids: list[str] | None = None,
+                 variants: list[str] | None = None) -> None:
         unknown = set(kinds) - set(KINDS)
         if unknown:
             raise ValueError(f"unknown nemesis kinds {sorted(unknown)}; known: {KINDS}")
         self.db, self.h, self.kinds, self.topic, self.partitions = db, h, list(kinds), topic, partitions
         self.groups, self.txn_ids = groups or [], txn_ids or []
+        self.variants = set(variants or [])  # restricts each kind's variants (``sub``) to these when any match
         self.rng = random.Random(seed)
         self.active: list[Fault] = []
         self.lock = threading.Lock()
@@ -105,10 +107,15 @@ class Nemesis:
             pass
         return self.leader()
 
+    def pick(self, subs: list[str]) -> str:
+        """A random variant, among ``variants`` when some of ``subs`` are listed there."""
+        allowed = [x for x in subs if x in self.variants]
+        return self.rng.choice(allowed or subs)
+
     # -- faults -----------------------------------------------------------------------------------------------
     def _partition(self) -> Fault:
         net, brokers = self.db.net, self.brokers()
-        sub = self.rng.choice(["isolate", "leader-zk", "leader-followers", "split", "zk"])
+        sub = self.pick(["isolate", "leader-zk", "leader-followers", "split", "zk"])
         if sub == "isolate":
             b = self.rng.choice(brokers)
             groups = [[b], [x for x in [*brokers, "zk", ROOT] if x != b]]
@@ -138,7 +145,7 @@ class Nemesis:
         return Fault("slow", "tbf", [b], {"rate": "200kbit"}, undo=lambda: self.db.net.clear_slow(b))
 
     def _pause(self) -> Fault:
-        sub = self.rng.choice(["leader", "controller", "coordinator", "zk"])
+        sub = self.pick(["leader", "controller", "coordinator", "zk"])
         name = {"leader": self.leader, "controller": self.controller, "coordinator": self.coordinator,
                 "zk": lambda: "zk"}[sub]()
         node = self.db.node(name)
@@ -146,7 +153,7 @@ class Nemesis:
         return Fault("pause", sub, [name], undo=node.resume)
 
     def _kill(self) -> Fault:
-        sub = self.rng.choice(["leader", "random"])
+        sub = self.pick(["leader", "random"])
         name = self.leader() if sub == "leader" else self.rng.choice(self.brokers())
         node = self.db.node(name)
         node.kill()

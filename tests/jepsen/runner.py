@@ -28,6 +28,7 @@ WAIT_S = 5.0  # an op slower than this is reported as a client wait
 class Options:
     workload: str = "queue"
     nemesis: list[str] = field(default_factory=lambda: ["partition", "pause", "kill"])
+    variants: list[str] = field(default_factory=list)  # e.g. ["leader-zk"]: only these variants of their kind
     time_limit: float = 60.0
     seed: int = 0
     acks: str = "all"
@@ -159,7 +160,7 @@ def run(o: Options) -> dict[str, Any]:
     h = History(o.out / "history.jsonl")
     h.add("runner", "info", "meta", {"workload": o.workload, "acks": o.acks, "min_insync": o.min_insync, "rf": o.rf,
                                      "unclean": o.unclean, "seed": o.seed, "nemesis": o.nemesis,
-                                     "clients": o.producers, "time_limit": o.time_limit})
+                                     "variants": o.variants, "clients": o.producers, "time_limit": o.time_limit})
     db = Db(o.out / "db", props=broker_props(min_insync=o.min_insync, rf=o.rf, unclean=o.unclean),
             clock="clock" in o.nemesis)
     summary: dict[str, Any] = {"options": {k: str(v) for k, v in asdict(o).items()}, "phases": {}}
@@ -179,7 +180,8 @@ def run(o: Options) -> dict[str, Any]:
                    timeout=120)
         groups = ["jq-a", "jq-s"] if o.workload == "queue" else ["jt-rc", "jt-s", "jt-g0", "jt-g1"]
         nem = Nemesis(db, h, o.nemesis, o.seed, topic, o.partitions, groups=groups,
-                      txn_ids=[f"{topic}-tx-{n}" for n in range(o.producers)] if o.workload == "txn" else [])
+                      txn_ids=[f"{topic}-tx-{n}" for n in range(o.producers)] if o.workload == "txn" else [],
+                      variants=o.variants)
         t = threading.Thread(target=nem.run, daemon=True)
         t.start()
         nem.stop.wait(o.time_limit)
