@@ -70,7 +70,7 @@ class Op:
     sends: Sequence[Send] = ()  # filled by _parse
     polls: Sequence[dict[Key, list[Record]]] = ()
     commits: Sequence[tuple[str, dict[Key, int]]] = ()
-    layout: str = ""  # a txn's micro-ops in order: "p" poll (with records), "s" send
+    layout: str = ""  # a txn's micro-ops in order: "p" poll, "s" send
 
     @property
     def txn(self) -> bool:
@@ -127,7 +127,7 @@ def _parse(op: Op) -> None:
     layout: list[str] = []
     if op.f in ("send", "txn"):
         for m in mops(src):
-            if m[0] == "poll" and len(m) >= 2 and isinstance(m[1], dict):
+            if m[0] == "poll":
                 layout.append("p")
             elif m[0] == "send" and len(m) >= 3:
                 layout.append("s")
@@ -146,6 +146,8 @@ def _parse(op: Op) -> None:
         for m in mops(op.value):
             if m[0] == "poll" and len(m) >= 2 and isinstance(m[1], dict):
                 polls.append({k: _records(recs) for k, recs in m[1].items() if isinstance(recs, list)})
+            elif m[0] == "poll" and op.f == "txn":
+                polls.append({})  # keeps op.polls aligned with the "p"s of op.layout
     if op.f in ("send", "poll", "txn", "commit-offsets"):
         op.value = op.inv_value = None
     op.sends, op.polls, op.commits = sends or (), polls or (), commits or ()

@@ -261,7 +261,7 @@ def poll_order(h: History, fx: Findings, excluded: set[Val]) -> None:
                     elif off > prev[0] + 1:
                         gap(op, k, prev[0] + 1, off, prev[1], rc, f"offset {prev[0]} (event {prev[1]})")
                     st.last[k] = (off, op.idx)
-        if polled and op.txn and op.type != OK:
+        if op.txn and op.type != OK and (polled or "p" in op.layout):
             states[op.process] = _Consumer()  # an aborted consume-transform-produce seeks back
 
 
