@@ -217,6 +217,9 @@ class _TimeGraph:
             if kind == "p":
                 earlier_polls.append(v)
             self._e(v, c)
+        while len(polls) < len(op.polls):  # a completion with more polls than its layout names: unordered
+            polls.append(self._v(op, f"poll #{len(polls) + 1}"))
+            self._e(polls[-1], c)
         got = self.base[op.id] = (c, sends, polls)
         return got
 
@@ -224,13 +227,12 @@ class _TimeGraph:
 def impossible_cycles(h: History, fx: Findings, ww_pairs: list[tuple[Op, Val, Op, Val]]) -> int:
     """impossible-cycle: a cycle of the time graph (``_TimeGraph``): a G1c whose edges, joined by each operation's
     own order, would make some moment precede itself. Returns the graph's size."""
-    g = _TimeGraph(h)
-    for a, va, b, vb in ww_pairs:
-        g._e(g.op(a)[1][va], g.op(b)[1][vb])
+    # Any time-graph cycle projects onto a cycle of ops (ww pairs + every read's writer -> reader), so only ops
+    # in a strongly connected component of that graph can take part: build the time graph for those only.
+    reads: list[tuple[Op, int, Op]] = []  # (writer, poll number, reader)
     for op in h.ops:
         if not op.txn or op.id not in h.committed_txn or not op.polls:
             continue
-        _c, _s, polls = g.op(op)
         for i, recs in enumerate(op.polls):
             writers: set[int] = set()
             for k, lst in recs.items():
@@ -239,7 +241,28 @@ def impossible_cycles(h: History, fx: Findings, ww_pairs: list[tuple[Op, Val, Op
                     if (w is not None and w.key == k and w.op.id != op.id and w.op.id not in writers
                             and h.must_exist(w)):
                         writers.add(w.op.id)
-                        g._e(g.op(w.op)[0], polls[i])
+                        reads.append((w.op, i, op))
+    coarse: Adj = {}
+    for a, _va, b, _vb in ww_pairs:
+        coarse.setdefault(a.id, []).append(b.id)
+    for w_op, _i, r_op in reads:
+        coarse.setdefault(w_op.id, []).append(r_op.id)
+    comp_of: dict[int, int] = {}
+    for n, comp in enumerate(sccs(coarse)):
+        for x in comp:
+            comp_of[x] = n
+    g = _TimeGraph(h)
+
+    def same(a: Op, b: Op) -> bool:
+        ca = comp_of.get(a.id)
+        return ca is not None and ca == comp_of.get(b.id)
+
+    for a, va, b, vb in ww_pairs:
+        if same(a, b):
+            g._e(g.op(a)[1][va], g.op(b)[1][vb])
+    for w_op, i, r_op in reads:
+        if same(w_op, r_op):
+            g._e(g.op(w_op)[0], g.op(r_op)[2][i])
     for comp in sccs(g.adj):
         members = set(comp)
         s = min(comp, key=lambda x: (g.what[x][1][:4] != "poll", g.what[x][0].idx))
