@@ -133,19 +133,19 @@ def _parse(op: Op) -> None:
                 layout.append("s")
                 x = m[2]
                 if isinstance(x, list) and len(x) == 2:
-                    sends.append((m[1], _hashable(x[1]), x[0] if isinstance(x[0], int) else None))
+                    sends.append((str(m[1]), _hashable(x[1]), x[0] if type(x[0]) is int else None))
                 else:
-                    sends.append((m[1], _hashable(x), None))
+                    sends.append((str(m[1]), _hashable(x), None))
             elif m[0] == "offsets" and len(m) >= 3 and isinstance(m[2], dict):
-                commits.append((str(m[1]), m[2]))
+                commits.append((str(m[1]), int_map(m[2])))
     if op.f == "commit-offsets":
         v = op.inv_value if isinstance(op.inv_value, dict) else op.value
         if isinstance(v, dict) and isinstance(v.get("offsets"), dict):
-            commits.append((str(v.get("group")), v["offsets"]))
+            commits.append((str(v.get("group")), int_map(v["offsets"])))
     if op.f in ("poll", "txn"):
         for m in mops(op.value):
             if m[0] == "poll" and len(m) >= 2 and isinstance(m[1], dict):
-                polls.append({k: _records(recs) for k, recs in m[1].items() if isinstance(recs, list)})
+                polls.append({str(k): _records(recs) for k, recs in m[1].items() if isinstance(recs, list)})
             elif m[0] == "poll" and op.f == "txn":
                 polls.append({})  # keeps op.polls aligned with the "p"s of op.layout
     if op.f in ("send", "poll", "txn", "commit-offsets"):
@@ -155,6 +155,13 @@ def _parse(op: Op) -> None:
         op.layout = "".join(layout)
 
 
+def int_map(d: Any) -> dict[Key, int]:
+    """{partition: int} from a JSON object (entries that are not ints dropped)."""
+    if not isinstance(d, dict):
+        return {}
+    return {str(k): v for k, v in d.items() if type(v) is int}
+
+
 def _records(recs: list[Any]) -> list[Record]:
     try:
         out = [(o, v) for o, v in recs]
@@ -162,8 +169,7 @@ def _records(recs: list[Any]) -> list[Record]:
             return out
     except (TypeError, ValueError):
         pass
-    return [(int(r[0]), _hashable(r[1])) for r in recs if isinstance(r, list) and len(r) == 2
-            and isinstance(r[0], int)]
+    return [(r[0], _hashable(r[1])) for r in recs if isinstance(r, list) and len(r) == 2 and type(r[0]) is int]
 
 
 def _hashable(x: Any) -> Val:
@@ -260,7 +266,7 @@ class History:
         if op.f == "final-read" and op.type == OK:
             v = op.value if isinstance(op.value, dict) else {}
             self.finals.append(FinalRead(op.process, op.idx, self.first_idx.get(op.process, op.idx),
-                                         dict(v.get("from") or {}), dict(v.get("to") or {})))
+                                         int_map(v.get("from")), int_map(v.get("to"))))
         _parse(op)
         self.ops.append(op)
 

@@ -19,6 +19,7 @@ try:
         Op,
         Pid,
         Val,
+        int_map,
         op_offsets,
         op_polls,
         op_sends,
@@ -35,6 +36,7 @@ except ImportError:
         Op,
         Pid,
         Val,
+        int_map,
         op_offsets,
         op_polls,
         op_sends,
@@ -236,9 +238,8 @@ def poll_order(h: History, fx: Findings, excluded: set[Val]) -> None:
             v = op.value if isinstance(op.value, dict) else op.inv_value
             st = states[op.process] = _Consumer()
             if isinstance(v, dict):
-                for k, p in (v.get("positions") or {}).items():
-                    if isinstance(p, int):
-                        st.start[k] = (p, op.idx)
+                for k, p in int_map(v.get("positions")).items():
+                    st.start[k] = (p, op.idx)
             continue
         if op.f not in ("poll", "txn"):
             continue
@@ -294,8 +295,9 @@ def committed_offsets(h: History, fx: Findings) -> None:
         v = op.value if isinstance(op.value, dict) else op.inv_value
         if not isinstance(v, dict):
             continue
-        positions: dict[Key, Any] = v.get("positions") or {}
-        for k in v.get("partitions") or []:
+        positions = int_map(v.get("positions"))
+        parts = v.get("partitions")
+        for k in map(str, parts if isinstance(parts, list) else []):
             gk = (str(pr.group), k)
             if gk not in acked:
                 continue
@@ -304,7 +306,7 @@ def committed_offsets(h: History, fx: Findings) -> None:
                 continue
             last = acked[gk][i - 1]
             p = positions.get(k)
-            if not isinstance(p, int) or p >= last.offset:
+            if p is None or p >= last.offset:
                 continue  # null: none committed, or the client could not tell (not judged)
             # Anything that may have landed after `last`: acked after it was invoked, or never known.
             floor = min([last.offset] + [c.offset for c in commits[gk] if c.inv < op.idx and

@@ -725,3 +725,31 @@ def test_property_one_mutation_is_caught(seed: int, mutation: str, rnd: random.R
         e["type"], e["value"] = "fail", inv["value"]
     rep = checker.check(events)
     assert not rep.valid and rep.counts().get(EXPECT[mutation]), rep.summary()
+
+
+JUNK: list[Any] = [
+    None, 3, "x", [], [[]], [["poll", None]], {"positions": None}, [["send", 5, [None, 7]]],
+    [["send", "t/0", ["a", 7]]], [["poll", {"t/0": [["x", 1], [1]]}]], [["poll", {"t/0": [[1, [1, 2]]]}]],
+    {"partitions": None, "positions": {"t/0": "x"}}, {"group": None, "offsets": {"t/0": "a"}},
+    [["offsets", None, {"t/0": None}]], {"from": None, "to": {"t/0": "5"}}, [["send", "t/0", [3, {"a": 1}]]],
+    [["poll", {5: [[1, 2]]}]]]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32), st.randoms(use_true_random=False))
+def test_property_damaged_histories_do_not_crash_the_checker(seed: int, rnd: random.Random) -> None:
+    """Events lost, completions of the wrong type, invokes never completed, junk values, processes and fs: a
+    report, no exception."""
+    events = [e for e in copy.deepcopy(Sim(seed, steps=60).b.events) if rnd.random() > 0.05]
+    for e in events:
+        x = rnd.random()
+        if x < 0.05:
+            e["type"] = rnd.choice(["ok", "fail", "info", "invoke"])
+        elif x < 0.12:
+            e["value"] = rnd.choice(JUNK)
+        elif x < 0.13:
+            e["process"] = rnd.choice(["nemesis", "runner", None, 99])
+        elif x < 0.14:
+            e["f"] = rnd.choice(["final-read", "assign", "txn", "open", "x"])
+    rep = checker.check(events)
+    assert isinstance(rep.to_json(), str) and rep.summary()
