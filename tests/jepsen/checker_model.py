@@ -293,7 +293,9 @@ class History:
             c2.setdefault((k, off), idx)
 
     def _index(self) -> None:
-        final_by_proc: dict[Pid, FinalRead] = {fr.process: fr for fr in self.finals}
+        final_by_proc: dict[Pid, list[FinalRead]] = {}
+        for fr in self.finals:
+            final_by_proc.setdefault(fr.process, []).append(fr)
         for op in self.ops:
             if op.f in ("send", "txn"):
                 for k, v, off in op_sends(op):
@@ -310,7 +312,7 @@ class History:
             if op.f not in ("poll", "txn"):
                 continue
             rc = self.isolation(op.process) == RC
-            fr = final_by_proc.get(op.process)
+            frs = [f for f in final_by_proc.get(op.process, ()) if op.idx < f.idx]
             for recs in op_polls(op):
                 for k, lst in recs.items():
                     for off, v in lst:
@@ -318,7 +320,7 @@ class History:
                         self.polled.setdefault(v, op.idx)
                         if rc:
                             self.polled_rc.add(v)
-                    if fr is not None and op.idx < fr.idx:
+                    for fr in frs:
                         fr.values.setdefault(k, set()).update(v for _, v in lst)
         for v in self.polled_rc:
             w = self.writer.get(v)

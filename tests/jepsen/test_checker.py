@@ -210,6 +210,20 @@ def test_valid_transaction_chain_has_no_cycle() -> None:
     assert rep.stats["graph_edges"] >= 3
 
 
+def test_valid_one_process_with_two_final_reads() -> None:
+    b = B()
+    queue(b, 2, "a/0")
+    queue(b, 2, "b/0", p=5, base=10)
+    b.open(1)
+    b.poll(1, {"a/0": [(0, 0), (1, 1)]})
+    b.final(1, {"a/0": 2})
+    b.poll(1, {"b/0": [(0, 10), (1, 11)]})
+    b.final(1, {"b/0": 2})
+    rep = b.check()
+    clean(rep)
+    assert rep.stats["acked_verified_by_final_read"] == 4
+
+
 def test_availability_stats() -> None:
     b = B()
     b.open(0, "producer")
