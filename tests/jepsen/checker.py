@@ -97,8 +97,8 @@ ANOMALY_TYPES: dict[str, str] = {
     "nonmonotonic-send": "one producer's offsets went backwards",
     "nonmonotonic-poll": "one consumer's offsets went backwards within an assignment",
     "poll-gap": "one consumer skipped records inside its assignment",
-    "G0": "Elle write cycle (legal in Kafka: allowed by default)",
-    "G1c": "Elle cycle with a read edge (can be legal in Kafka: allowed by default)",
+    "G0": "Elle write cycle (legal in Kafka)",
+    "G1c": "Elle cycle with a read edge (can be legal in Kafka)",
     "impossible-cycle": "dependency cycle that contradicts time",
     "lost-committed-offset": "group restarted below its committed offset",
 }
@@ -125,7 +125,7 @@ class Report:
         lines = [f"{'anomaly':<24}{'count':>8}  meaning", "-" * 78]
         for t, what in ANOMALY_TYPES.items():
             n = self.counts().get(t, 0)
-            mark = " (allowed)" if n and t in self.allowed else ""
+            mark = " [allowed]" if t in self.allowed else ""
             lines.append(f"{t:<24}{n:>8}  {what}{mark}")
         for t, lst in self.anomalies.items():
             for a in lst[:examples]:
