@@ -277,6 +277,29 @@ def test_lost_write_of_committed_transaction_value_without_offset() -> None:
     assert a.indexes == [t, fin] and a.details["value"] == 2
 
 
+def test_lost_write_torn_info_transaction() -> None:
+    """An info transaction is committed once a read_committed reader saw one of its values: all must be there."""
+    b = B()
+    b.open(0, "producer", transactional=True)
+    t = b.txn(0, [("q/0", 1, None), ("q/1", 2, None)], typ="info")
+    b.open(1, isolation=RC)
+    seen = b.poll(1, {"q/0": [(0, 1)], "q/1": []})
+    fin = b.final(1, {"q/0": 2, "q/1": 2})
+    (a,) = only(b.check(), "lost-write")
+    assert a.indexes == [t, fin] and a.details["value"] == 2 and seen < fin
+
+
+def test_valid_info_transaction_seen_only_read_uncommitted() -> None:
+    b = B()
+    b.open(0, "producer", transactional=True)
+    b.txn(0, [("q/0", 1, None), ("q/1", 2, None)], typ="info")  # aborted after all: only ru saw it
+    b.open(1, isolation=RU)
+    b.poll(1, {"q/0": [(0, 1)]})
+    b.open(2, isolation=RC)
+    b.final(2, {"q/0": 2, "q/1": 0})
+    clean(b.check())
+
+
 def test_duplicate() -> None:
     b = B()
     oks = queue(b, 4)
@@ -300,11 +323,19 @@ def test_divergence() -> None:
     assert a.indexes == [oks[2], p2] and a.details["offset"] == 2
 
 
-@pytest.mark.parametrize("case", ["failed", "never-sent", "other-partition"])
+@pytest.mark.parametrize("case", ["failed", "never-sent", "other-partition", "before-its-send"])
 def test_phantom_write(case: str) -> None:
     b = B()
     queue(b, 2)
     w = -1
+    if case == "before-its-send":
+        b.open(1)
+        p = b.poll(1, {"q/0": [(0, 0), (1, 1), (2, 9)]})
+        b.open(5, "producer")
+        w = b.send(5, "q/0", 9, 2)
+        (a,) = only(b.check(), "phantom-write")
+        assert a.indexes == [p, w]
+        return
     if case == "failed":
         w = b.send(0, "q/0", 9, typ="fail", error="INVALID_RECORD")
     elif case == "other-partition":
