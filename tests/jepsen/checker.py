@@ -34,12 +34,13 @@ Rules (type: rule -- false-positive risks and how the rule avoids them):
 - ``nonmonotonic-send``: one process's writes to one partition landing at non-increasing offsets (acked offset,
   else observed). Processes are single-threaded, so each send is appended after the previous one completed.
 - ``nonmonotonic-poll``: one consumer process reading a partition at an offset at or below one it read before,
-  with no ``assign`` in between (a new assignment may restart from committed offsets: re-reads are fine). An
-  aborted ``txn`` with polls also resets the process (it seeks back to its committed offsets).
+  with no ``assign`` in between (a new assignment may restart from committed offsets: re-reads are fine). A
+  non-``ok`` ``txn`` with poll micro-ops also resets the process (the client rewinds to its committed offsets).
 - ``poll-gap``: between two successive reads of a partition by one consumer process (or between an ``assign``
   position and the first read), a record that process should have seen was skipped: a value returned by some
   poll, visible to this reader's isolation (read_committed skips aborted values and control records), not itself
-  lost/duplicate/divergent, and at or above every final read's ``from`` (retention).
+  lost/duplicate/divergent/phantom, and at or above every final read's ``from`` (retention). A record nobody
+  read is not a gap (if acked and covered, it is a ``lost-write``).
 - ``G0`` / ``G1c`` (Elle's, from log order): a graph over writers and committed transactions: ``ww`` from the
   writer of each value to the writer of the next committed value in the partition's offset order; ``wr`` from
   the writer of the last value a committed transaction polled from a partition to that transaction. Tarjan's SCC
@@ -55,7 +56,10 @@ Rules (type: rule -- false-positive risks and how the rule avoids them):
   writer's commit precedes every poll (of a committed transaction) that returned its value. A cycle means some
   moment precedes itself: a dependency cycle Kafka cannot produce (e.g. T2 polls T1's committed value, then
   sends to a partition where its record lands before T1's). Sends of one op to different partitions are left
-  unordered (the client batches per leader), so legal G0/G1c never form one.
+  unordered (the client batches per leader), so legal G0/G1c never form one; sends of one op to one partition
+  keep their order because transactional producers are idempotent. Only ops inside a cycle of the coarse op
+  graph (ww pairs + every read's writer -> reader) get time-graph vertices: every time-graph cycle projects
+  onto one.
 - ``lost-committed-offset``: a consumer process with a ``group`` is assigned a partition at a position below the
   last offset its group committed with an ack before the ``assign`` was invoked, and below every commit that may
   have landed after that one (acked after it was invoked, or ``info``; ``commit-offsets`` and transactional
