@@ -20,6 +20,7 @@ import logging
 import signal
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "jepsen"))
@@ -31,14 +32,38 @@ from runner import Options, run
 
 def table(rows: list[dict]) -> str:
     kinds = sorted({k for r in rows for k in r["anomalies"]})
-    head = ["run", "seed", "secs", "ops ok", "faults", "max wait s", "acked>end", *kinds, "checker"]
+    head = ["run", "seed", "secs", "ops ok", "faults", "max wait s", "hung calls", "acked>end", *kinds, "checker"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["name"], str(r["seed"]), f"{r['duration_s']:.0f}", str(r["ok"]), str(r["faults"]),
-                 f"{r['max_wait']:.1f}", str(r.get("beyond", 0)), *(str(r["anomalies"].get(k, 0)) for k in kinds),
+                 f"{r['max_wait']:.1f}", str(r.get("hung", 0)), str(r.get("beyond", 0)), *(str(r["anomalies"].get(k, 0)) for k in kinds),
                  "error" if r.get("checker_error") else ("valid" if r.get("valid") else "INVALID")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def row(name: str, s: dict) -> dict:
+    ok = sum(v for k, v in s["ops"].items() if k.endswith(":ok"))
+    return {"name": name, "seed": s["options"]["seed"], "duration_s": s["duration_s"], "ok": ok,
+            "faults": len(s["faults"]), "max_wait": s["client_waits"]["max_s"], "anomalies": s["anomalies"],
+            "checker_error": s.get("checker_error"), "valid": s.get("valid"),
+            "beyond": s["acked_beyond_final_end"]["count"], "hung": len(s.get("hung_client_calls", [])),
+            "mix": [f"{f['fault']}/{(f.get('detail') or {}).get('sub')}" for f in s["faults"]]}
+
+
+def aggregate(dirs: list[Path]) -> int:
+    """The table of every run found under ``dirs`` (their summary.json), and totals per workload."""
+    rows = [row(f.parent.name, json.loads(f.read_text())) for d in dirs for f in sorted(d.glob("*/summary.json"))]
+    print(table(rows))
+    for w in sorted({r["name"].split("-s")[0] for r in rows}):
+        mine = [r for r in rows if r["name"].startswith(w + "-")]
+        print(f"{w}: {len(mine)} runs, {sum(r['duration_s'] for r in mine) / 60:.0f} min, "
+              f"{sum(r['ok'] for r in mine)} ok ops, {sum(r['faults'] for r in mine)} faults, "
+              f"{sum(1 for r in mine if r['valid'] and not r['beyond'])} valid, "
+              f"{sum(r['hung'] for r in mine)} hung client calls")
+        mix = Counter(m for r in mine for m in r.get("mix", []))
+        print("  faults: " + ", ".join(f"{k} {v}" for k, v in sorted(mix.items())))
+    return 0
 
 
 def _interrupt(_signum: int, _frame: object) -> None:
@@ -60,7 +85,11 @@ def main() -> int:
     ap.add_argument("--quiet", type=float, default=10.0, help="seconds without faults before the final reads")
     ap.add_argument("--out", type=Path, default=Path("/tmp/tidelog-jepsen"))
     ap.add_argument("--keep-data", action="store_true")
+    ap.add_argument("--aggregate", type=Path, nargs="+", metavar="DIR",
+                    help="print the table of the runs already in these directories, run nothing")
     a = ap.parse_args()
+    if a.aggregate:
+        return aggregate(a.aggregate)
     # SIGTERM/SIGHUP unwind like Ctrl-C: every run's finally kills its processes and removes its namespaces
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
@@ -86,11 +115,8 @@ def main() -> int:
             rows.append({"name": name, "seed": seed, "duration_s": time.monotonic() - t, "ok": 0, "faults": 0,
                          "max_wait": 0.0, "anomalies": {"run-failed": 1}})
             continue
-        ok = sum(v for k, v in s["ops"].items() if k.endswith(":ok"))
-        rows.append({"name": name, "seed": seed, "duration_s": s["duration_s"], "ok": ok, "faults": len(s["faults"]),
-                     "max_wait": s["client_waits"]["max_s"], "anomalies": s["anomalies"],
-                     "checker_error": s.get("checker_error"), "valid": s.get("valid"),
-                     "beyond": s["acked_beyond_final_end"]["count"]})
+        rows.append(row(name, s))
+        ok = rows[-1]["ok"]
         print(f"{name}: {s['duration_s']:.0f}s ok-ops={ok} faults={len(s['faults'])} "
               f"anomalies={json.dumps(s['anomalies'])} harness-errors={len(s['harness_errors'])}", flush=True)
     out = table(rows)
