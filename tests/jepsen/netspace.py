@@ -38,15 +38,30 @@ def sh(*args: str, check: bool = True) -> str:
     return r.stdout
 
 
+_AVAILABLE: list[str | None] = []
+
+
 def available() -> str | None:
-    """None when namespaces can be made here, else why not."""
+    """None when namespaces, a bridge and veth pairs can be made here (tried once), else why not."""
+    if _AVAILABLE:
+        return _AVAILABLE[0]
+    why: str | None = None
     if os.geteuid() != 0:
-        return "not root"
-    try:
-        sh("ip", "netns", "list")
-    except (OSError, RuntimeError) as exc:
-        return f"ip netns: {exc}"
-    return None
+        why = "not root"
+    else:
+        probe = f"{PREFIX}probe{os.getpid() % 100000}"
+        try:
+            sh("ip", "netns", "add", probe)
+            sh("ip", "link", "add", probe[:15], "type", "veth", "peer", "name", "eth0", "netns", probe)
+            sh("ip", "link", "add", f"{PREFIX}pb{os.getpid() % 100000}"[:15], "type", "bridge")
+        except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+            why = f"cannot create namespaces/veth/bridges: {exc}"
+        finally:
+            sh("ip", "link", "del", probe[:15], check=False)
+            sh("ip", "link", "del", f"{PREFIX}pb{os.getpid() % 100000}"[:15], check=False)
+            sh("ip", "netns", "del", probe, check=False)
+    _AVAILABLE.append(why)
+    return why
 
 
 def _alive(pid: int) -> bool:

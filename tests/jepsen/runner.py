@@ -151,6 +151,17 @@ def check(history: Path) -> Any:
     return asdict(rep) if hasattr(rep, "__dataclass_fields__") else rep
 
 
+def _create(admin: Any, new: Any) -> bool:
+    from confluent_kafka import KafkaError, KafkaException
+
+    try:
+        admin.create_topics([new])[new.topic].result(60)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+    return True
+
+
 def run(o: Options) -> dict[str, Any]:
     if o.out.exists():
         shutil.rmtree(o.out)  # a fresh cluster: a previous run's data dirs would be reused
@@ -171,7 +182,11 @@ def run(o: Options) -> dict[str, Any]:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": db.bootstrap})
-        admin.create_topics([NewTopic(topic, o.partitions, o.rf)])[topic].result(60)
+        n = len(db.brokers)
+        # registered in ZooKeeper is not yet known to every broker's metadata cache (CreateTopics would answer
+        # INVALID_REPLICATION_FACTOR): wait until Metadata lists them all
+        wait_until(f"{n} brokers in Metadata", lambda: len(admin.list_topics(timeout=10).brokers) == n, timeout=120)
+        wait_until(f"{topic} created", lambda: _create(admin, NewTopic(topic, o.partitions, o.rf)), timeout=120)
         wait_until(f"{topic} with full ISRs", lambda: full_isr(db, topic, o.partitions), timeout=120)
         summary["phases"]["setup_s"] = round(time.monotonic() - t0, 1)
         ctx = Ctx(h, db.bootstrap, o.partitions, acks=o.acks, seed=o.seed)
