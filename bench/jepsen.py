@@ -53,7 +53,14 @@ def row(name: str, s: dict) -> dict:
 
 def aggregate(dirs: list[Path]) -> int:
     """The table of every run found under ``dirs`` (their summary.json), and totals per workload."""
-    rows = [row(f.parent.name, json.loads(f.read_text())) for d in dirs for f in sorted(d.glob("*/summary.json"))]
+    from runner import acked_beyond_final_end
+
+    rows = []
+    for f in sorted(f for d in dirs for f in d.glob("*/summary.json")):
+        s = json.loads(f.read_text())
+        events = [json.loads(line) for line in (f.parent / "history.jsonl").read_text().splitlines()]
+        s["acked_beyond_final_end"] = {"count": len(acked_beyond_final_end(events))}  # the current rule
+        rows.append(row(f.parent.name, s))
     print(table(rows))
     for w in sorted({r["name"].split("-s")[0] for r in rows}):
         mine = [r for r in rows if r["name"].startswith(w + "-")]

@@ -99,13 +99,18 @@ def client_waits(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def acked_beyond_final_end(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A cross-check of the checker: acked writes (with an offset) completed before a final reader started whose
-    offset is at or past that reader's end -- the log was truncated below an acknowledged record."""
+    """A cross-check of the checker: acked writes (with an offset) completed before a read_uncommitted final
+    reader started whose offset is at or past that reader's end (the high watermark) -- the log was truncated
+    below an acknowledged record."""
     first: dict[Any, int] = {}
+    rc: set[Any] = set()
     finals: list[tuple[int, dict[str, int]]] = []
     for e in events:
         first.setdefault(e["process"], e["index"])
-        if e["f"] == "final-read" and e["type"] == "ok":
+        if e["f"] == "open" and e["value"].get("isolation") == "read_committed":
+            rc.add(e["process"])
+        # read_committed readers end at the LSO, which trails a commit until its markers are written
+        if e["f"] == "final-read" and e["type"] == "ok" and e["process"] not in rc:
             finals.append((first[e["process"]], e["value"]["to"]))
     out: list[dict[str, Any]] = []
     for e in events:
@@ -149,6 +154,29 @@ def check(history: Path) -> Any:
     if hasattr(rep, "to_json"):
         return json.loads(rep.to_json())
     return asdict(rep) if hasattr(rep, "__dataclass_fields__") else rep
+
+
+def settled(bootstrap: str, topic: str, partitions: int, timeout: float = 90.0) -> bool:
+    """Wait until every partition's LSO equals its high watermark: the last commits' markers are written and no
+    transaction is open (an abandoned client's is aborted after transaction.timeout.ms). False on timeout."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    cons = {iso: Consumer({"bootstrap.servers": bootstrap, "group.id": "settled", "isolation.level": iso})
+            for iso in ("read_committed", "read_uncommitted")}
+
+    def same() -> bool:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        return all(cons["read_committed"].get_watermark_offsets(tp, timeout=10)[1]
+                   == cons["read_uncommitted"].get_watermark_offsets(tp, timeout=10)[1] for tp in tps)
+
+    try:
+        wait_until("LSO = high watermark everywhere", same, timeout=timeout, interval=0.5)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        for c in cons.values():
+            c.close()
 
 
 def _create(admin: Any, new: Any) -> bool:
@@ -211,6 +239,8 @@ def run(o: Options) -> dict[str, Any]:
         ctx.stop.set()
         for c in clients:
             c.join(180)  # a client stuck in a call is left behind (a daemon thread): see hung_client_calls
+        if o.workload == "txn":
+            summary["phases"]["open_txns_settled"] = settled(db.bootstrap, topic, o.partitions)
         summary["final_read"] = {}
         for iso in (["read_uncommitted"] if o.workload == "queue" else ["read_committed", "read_uncommitted"]):
             summary["final_read"][iso] = final_read(h, db.bootstrap, topic, o.partitions, iso)
