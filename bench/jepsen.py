@@ -37,7 +37,8 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         cells = [r["name"], str(r["seed"]), f"{r['duration_s']:.0f}", str(r["ok"]), str(r["faults"]),
                  f"{r['max_wait']:.1f}", str(r.get("hung", 0)), str(r.get("beyond", 0)), *(str(r["anomalies"].get(k, 0)) for k in kinds),
-                 "error" if r.get("checker_error") else ("valid" if r.get("valid") else "INVALID")]
+                 "error" if r.get("checker_error") else ("no recovery" if r.get("recovery_failed") else
+                                                         "valid" if r.get("valid") else "INVALID")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -48,6 +49,7 @@ def row(name: str, s: dict) -> dict:
             "faults": len(s["faults"]), "max_wait": s["client_waits"]["max_s"], "anomalies": s["anomalies"],
             "checker_error": s.get("checker_error"), "valid": s.get("valid"),
             "beyond": s["acked_beyond_final_end"]["count"], "hung": len(s.get("hung_client_calls", [])),
+            "recovery_failed": bool(s.get("recovery_failed")),
             "mix": [f"{f['fault']}/{(f.get('detail') or {}).get('sub')}" for f in s["faults"]]}
 
 
@@ -130,7 +132,7 @@ def main() -> int:
     print(out)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "summary.md").write_text(out + "\n")
-    return 0 if all(r.get("valid") and not r.get("beyond") for r in rows) else 1
+    return 0 if all(r.get("valid") and not r.get("beyond") and not r.get("recovery_failed") for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -148,6 +148,9 @@ class Net:
     def addr(self, name: str) -> str:
         return f"10.77.{self.k}.1" if name == ROOT else f"10.77.{self.k}.{self.hosts[name]}"
 
+    def mac(self, host: int) -> str:
+        return f"02:77:{self.k:02x}:00:00:{host:02x}"
+
     def exec_prefix(self, name: str) -> list[str]:
         return ["ip", "netns", "exec", self.ns(name)]
 
@@ -175,20 +178,24 @@ class Net:
 
     def _build(self) -> None:
         _remove(self.k)
-        sh("ip", "link", "add", self.bridge, "type", "bridge")
+        # fixed MAC addresses: a bridge without one takes its lowest port's MAC and changes as ports are added,
+        # and healing a link writes the remembered MAC back (a stale one cut the clients off for good)
+        self.macs[ROOT] = self.mac(1)
+        sh("ip", "link", "add", self.bridge, "address", self.macs[ROOT], "type", "bridge")
         sh("ip", "addr", "add", f"{self.addr(ROOT)}/24", "dev", self.bridge)
         sh("ip", "link", "set", self.bridge, "up")
-        self.macs[ROOT] = Path(f"/sys/class/net/{self.bridge}/address").read_text().strip()
         for name in self.nodes:
             ns = self.ns(name)
             sh("ip", "netns", "add", ns)
-            sh("ip", "link", "add", self.veth(name), "type", "veth", "peer", "name", "eth0", "netns", ns)
+            self.macs[name] = self.mac(self.hosts[name])
+            sh("ip", "link", "add", self.veth(name), "type", "veth", "peer", "name", "eth0", "netns", ns,
+               "address", self.macs[name])
             sh("ip", "link", "set", self.veth(name), "master", self.bridge, "up")
             sh("ip", "-n", ns, "addr", "add", f"{self.addr(name)}/24", "dev", "eth0")
             sh("ip", "-n", ns, "link", "set", "eth0", "up")
             sh("ip", "-n", ns, "link", "set", "lo", "up")
             link = sh("ip", "-n", ns, "-o", "link", "show", "eth0")
-            self.macs[name] = link.split("link/ether ")[1].split()[0]
+            assert self.macs[name] in link, link
 
     def close(self) -> None:
         with self.lock:

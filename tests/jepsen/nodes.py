@@ -244,16 +244,37 @@ class Db:
         self.wait_registered()
 
     def kazoo(self) -> Any:
-        """A kazoo client of the root namespace (reconnecting by itself after ZooKeeper faults)."""
+        """A kazoo client of the root namespace (recreated by ``zk_read`` when a read times out)."""
         if self._kazoo is None:
             from kazoo.client import KazooClient
 
-            self._kazoo = KazooClient(hosts=self.zk.connect, timeout=5)
-            self._kazoo.start(timeout=30)
+            zk = KazooClient(hosts=self.zk.connect, timeout=5)
+            zk.start(timeout=15)
+            self._kazoo = zk
         return self._kazoo
 
+    def _drop_kazoo(self) -> None:
+        zk, self._kazoo = self._kazoo, None
+        if zk is not None:
+            with contextlib.suppress(Exception):
+                zk.stop()
+                zk.close()
+
+    def zk_read(self, op: str, path: str, timeout: float = 10.0) -> Any:
+        """``get``/``get_children`` bounded by ``timeout``: a kazoo call without one can block for good after
+        ZooKeeper was cut from the clients (seen: the runner stuck in ``get_children`` after a heal). On a
+        timeout or a lost connection the client is dropped and the next read makes a new one."""
+        try:
+            return getattr(self.kazoo(), f"{op}_async")(path).get(timeout=timeout)
+        except Exception as exc:
+            from kazoo.exceptions import NoNodeError
+
+            if not isinstance(exc, NoNodeError):
+                self._drop_kazoo()
+            raise
+
     def registered(self) -> set[int]:
-        return {int(x) for x in self.kazoo().get_children("/brokers/ids")}
+        return {int(x) for x in self.zk_read("get_children", "/brokers/ids")}
 
     def wait_registered(self, ids: set[int] | None = None, timeout: float = 120.0) -> None:
         want = set(self.brokers) if ids is None else ids
@@ -262,22 +283,18 @@ class Db:
     def controller(self) -> int | None:
         import json
 
-        data, _ = self.kazoo().get("/controller")
+        data, _ = self.zk_read("get", "/controller")
         return int(json.loads(data)["brokerid"])
 
     def leader_isr(self, topic: str, p: int) -> tuple[int, list[int]]:
         from tidelog.cluster import zkdata as zd
 
-        data, stat = self.kazoo().get(zd.state_path(topic, p))
+        data, stat = self.zk_read("get", zd.state_path(topic, p))
         st = zd.decode_state(data, stat.version)
         return st.leader, list(st.isr)
 
     def close(self) -> None:
-        if self._kazoo is not None:
-            with contextlib.suppress(Exception):
-                self._kazoo.stop()
-                self._kazoo.close()
-            self._kazoo = None
+        self._drop_kazoo()
         for b in self.brokers.values():
             b.kill()
         self.zk.kill()

@@ -65,6 +65,7 @@ def test_no_anomalies(out: Path, workload: str, seed: int, nemesis: list[str], v
                     out=out))
     report = checker.check_file(out / "history.jsonl")
     assert s["faults"], "the nemesis injected no fault"
+    assert not s.get("recovery_failed"), s["recovery_failed"]
     assert all(s["final_read"].values()), s["final_read"]
     assert s["harness_errors"] == [], s["harness_errors"]
     if s["hung_client_calls"]:  # librdkafka#5456: the client is replaced, the run goes on; not a broker anomaly
