@@ -9,7 +9,7 @@ Run ``i`` uses seed ``K + i``; its directory ``DIR/<workload>-s<seed>`` keeps ``
 other; at the end a table of runs x anomalies is printed and written to ``DIR/summary.md``: per run the ok ops,
 the faults injected, the longest client wait (an op in flight > 5 s: see summary.json's ``client_waits`` for the
 faults it overlapped), ``acked>end`` (the runner's own cross-check: acked offsets past a later final read's end)
-and the checker's anomaly counts (G0 is allowed: Kafka orders transactions per partition only). The machinery is tests/jepsen/ (runner.py, nemesis.py, nodes.py, netspace.py).
+and the checker's anomaly counts (G0 and G1c are allowed: Kafka orders transactions per partition only). The machinery is tests/jepsen/ (runner.py, nemesis.py, nodes.py, netspace.py).
 """
 
 from __future__ import annotations
