@@ -139,7 +139,10 @@ def lost_writes(h: History, fx: Findings) -> LostResult:
                 continue
             lo, hi = fr.frm.get(w.key, 0), fr.to[w.key]
             cov = lo <= pos < hi if pos is not None else (lo == 0 and done < fr.first_idx)
-            if not cov:
+            # a write known at an offset at or past the end a final reader read to, although it completed before
+            # that reader started: the log was truncated below it (nothing written since covers the offset)
+            beyond = pos is not None and pos >= hi and done < fr.first_idx
+            if not cov and not beyond:
                 continue
             covered = True
             if w.value not in fr.values.get(w.key, ()):

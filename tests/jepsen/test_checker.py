@@ -253,6 +253,19 @@ def test_lost_write() -> None:
     assert a.indexes == [oks[2], fin] and a.details["value"] == 2 and a.key == "q/0"
 
 
+def test_lost_write_past_the_end_of_a_truncated_log() -> None:
+    """Acked at offsets 3 and 4, then the log was truncated to 3 and nothing written since: the final read ends
+    at 3, below the acked offsets; both writes are lost although no final read 'covered' their offsets."""
+    b = B()
+    oks = queue(b)
+    b.open(1)
+    b.poll(1, {"q/0": [(0, 0), (1, 1), (2, 2)]})
+    fin = b.final(1, {"q/0": 3})
+    found = only(b.check(), "lost-write")
+    assert sorted(a.details["value"] for a in found) == [3, 4]
+    assert all(fin in a.indexes for a in found) and {a.indexes[0] for a in found} == {oks[3], oks[4]}
+
+
 def test_lost_write_of_info_send_once_read() -> None:
     b = B()
     queue(b, 2)
