@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from tidelog.cli._client import fail
+from tidelog.cli.local_cluster import up as local_cluster_up
 from tidelog.cli.reassign import reassignment_options, run_reassignment
 from tidelog.cluster import zkdata as zd
 
@@ -186,10 +187,4 @@ def reassign(bootstrap: str, json_file: str | None, mode: str | None, timeout: f
     run_reassignment(bootstrap, mode, json_file, timeout)
 
 
-def _register_up() -> None:
-    from tidelog.cli.local_cluster import up
-
-    cluster.add_command(up)
-
-
-_register_up()
+cluster.add_command(local_cluster_up)

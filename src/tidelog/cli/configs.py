@@ -29,6 +29,7 @@ from tidelog.cli._client import (
 )
 from tidelog.cli.quotas import alter_quotas, describe_quotas, quota_ops
 from tidelog.cli.topics import timeout_option
+from tidelog.cli.users import scram_credentials
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 
@@ -193,8 +194,6 @@ def describe(entity_types: tuple[str, ...], entity_names: tuple[str, ...], entit
 
 
 def _describe_scram(bootstrap: str, properties: tuple[str, ...], timeout: float, names: list[str] | None) -> None:
-    from tidelog.cli.users import scram_credentials
-
     for user, creds in sorted(scram_credentials(bootstrap, properties, timeout, names).items()):
         if isinstance(creds, BaseException):
             safe_echo(f"Error retrieving SCRAM credential configs for user-principal '{user}': "

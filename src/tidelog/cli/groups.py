@@ -23,6 +23,8 @@ from tidelog.cli._client import (
     print_table,
     safe_echo,
 )
+from tidelog.cli.group_admin import delete_offsets
+from tidelog.cli.group_offsets import SpecError, choose_spec, export_csv, parse_offsets_file, target
 
 timeout_option = click.option("--timeout", type=float, default=30.0, show_default=True,
                               help="Seconds to wait for the broker(s).")
@@ -194,8 +196,6 @@ def reset_cmd(group: str, topics: tuple[str, ...], all_topics: bool, to_earliest
 
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-    from tidelog.cli.group_offsets import SpecError, choose_spec, export_csv, parse_offsets_file, target
-
     if dry_run and execute:
         fail("give --dry-run or --execute, not both", 2)
     scopes = [name for name, on in (("--topic", bool(topics)), ("--all-topics", all_topics),
@@ -309,8 +309,6 @@ def delete_offsets_cmd(group: str, topics: tuple[str, ...], bootstrap: str, prop
     """Delete GROUP's committed offsets of the topics (partitions) given, as kafka-consumer-groups
     --delete-offsets (OffsetDelete; refused for topics the group is subscribed to while it has members)."""
     import asyncio
-
-    from tidelog.cli.group_admin import delete_offsets
 
     try:
         rows, top_error = asyncio.run(delete_offsets(bootstrap, group, topics, timeout))

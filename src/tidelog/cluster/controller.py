@@ -71,6 +71,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, Roll
 from kazoo.protocol.states import EventType
 
 from tidelog.cluster import zkdata as zd
+from tidelog.cluster.elections import elect
 
 log = logging.getLogger("tidelog.cluster.controller")
 
@@ -688,8 +689,6 @@ class Controller:
         self._events.put(("elect_leaders", (wanted, election_type, reply)))
 
     def _on_elect_leaders(self, wanted: set[tuple[str, int]] | None, election_type: int, reply) -> None:
-        from tidelog.cluster.elections import elect
-
         try:
             results = elect(self, wanted, election_type)
         except ControllerMovedError:

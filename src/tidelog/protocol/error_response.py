@@ -40,6 +40,9 @@ _ARRAY_SOURCES: dict[str, tuple[str, ...]] = {
     "results_by_transaction": ("transactions",),
     "topic_results": ("topics",),
     "transaction_states": ("transactional_ids",),
+    # ElectLeaders: topics and their partition numbers
+    "replica_election_results": ("topic_partitions",),
+    "partition_result": ("partitions",),
 }
 
 # response scalar key -> request keys that carry the same identity
@@ -63,7 +66,7 @@ _IDENTITY_SOURCES: dict[str, tuple[str, ...]] = {
 
 # the field a string / int element of a request list lands in, by the response entry's fields
 _STRING_IDENTITY = ("name", "group_id", "key", "topic", "resource_name", "transactional_id")
-_INT_IDENTITY = ("partition_index", "partition", "index")
+_INT_IDENTITY = ("partition_index", "partition", "index", "partition_id")
 
 
 def error_response(api_key: int, version: int, request: dict[str, Any], code: int = UNKNOWN_SERVER_ERROR,
