@@ -19,6 +19,14 @@ if [ ! -x /usr/share/zookeeper/bin/zkServer.sh ]; then
     echo "warning: zookeeper not found and cannot apt-get install it; tests/cluster will be skipped" >&2
   fi
 fi
+if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then  # tests/jepsen: network namespaces
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2) >/dev/null 2>&1 \
+      || echo "warning: could not install iproute2; tests/jepsen will be skipped" >&2
+  else
+    echo "warning: ip/tc not found; tests/jepsen will be skipped" >&2
+  fi
+fi
 scripts/bootstrap.sh test,spark
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy  # [tool.mypy] in pyproject.toml: src/tidelog, less the modules it still lists
