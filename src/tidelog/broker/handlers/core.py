@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tidelog.broker.errors import PartitionError, code_of, error_of
+from tidelog.broker.features import api_versions_fields
 from tidelog.broker.fetch import MAX_INT32, FetchParams, FetchPartition, last_stable_offset, response_entry
 from tidelog.broker.fetch_session import INITIAL_EPOCH, CachedPartition
 from tidelog.broker.handlers import DeferredResponse, RequestContext, handles, topic_change
@@ -139,18 +140,23 @@ def api_versions_list(handlers: Mapping[int, Any]) -> list[dict]:
 
 @handles(API_VERSIONS)
 async def api_versions(ctx: RequestContext, request: dict) -> dict:
-    return {"error_code": NONE, "api_keys": api_versions_list(ctx.broker.handlers), "throttle_time_ms": 0}
+    handlers = ctx.broker.handlers
+    # v3+: SupportedFeatures / FinalizedFeatures (broker/features.py); v4 lists features whose minimum is 0 too
+    return {"error_code": NONE, "api_keys": api_versions_list(handlers), "throttle_time_ms": 0,
+            **api_versions_fields(handlers, ctx.api_version)}
 
 
 # ------------------------------------------------------------------------------------------------------------
 # Metadata
 
 
-def _partition_metadata(broker: Any, name: str, num_partitions: int, v: int) -> list[dict]:
+def partition_entries(broker: Any, name: str, num_partitions: int, v: int, start: int = 0,
+                      stop: int | None = None) -> list[dict]:
+    """Metadata's partition entries of a topic's partitions ``start`` up to ``stop`` (default: all)."""
     node = broker.node_id
     get_log = broker.topics.get_log
     parts = []
-    for p in range(num_partitions):
+    for p in range(start, num_partitions if stop is None else min(stop, num_partitions)):
         cluster_view = broker.partition_metadata(name, p)
         if cluster_view is not None:
             parts.append(cluster_view)
@@ -178,18 +184,23 @@ def _partition_metadata(broker: Any, name: str, num_partitions: int, v: int) -> 
     return parts
 
 
+def topic_operations(ctx: RequestContext, name: str) -> int:
+    """KIP-430: the operations the request's principal may do on a topic (all without an authorizer)."""
+    auth = ctx.broker.authorizer
+    return TOPIC_OPERATIONS if auth is None else auth.authorized_operations(ctx.principal, ctx.client_host, _TOPIC,
+                                                                            name)
+
+
 def _topic_metadata(broker: Any, info: Any, v: int, include_ops: bool, ctx: RequestContext | None = None) -> dict:
     ops = AUTHORIZED_OPERATIONS_OMITTED
     if include_ops:
-        auth = broker.authorizer
-        ops = TOPIC_OPERATIONS if auth is None else auth.authorized_operations(ctx.principal, ctx.client_host,  # type: ignore[union-attr]
-                                                                              _TOPIC, info.name)
+        ops = topic_operations(ctx, info.name)  # type: ignore[arg-type]
     return {
         "error_code": NONE,
         "name": info.name,
         "topic_id": info.topic_id,
         "is_internal": info.name in INTERNAL_TOPICS,
-        "partitions": _partition_metadata(broker, info.name, info.num_partitions, v),
+        "partitions": partition_entries(broker, info.name, info.num_partitions, v),
         "topic_authorized_operations": ops,
     }
 
