@@ -17,7 +17,14 @@ import asyncio
 import click
 
 from tidelog.broker.features import METADATA_VERSION, metadata_version_name
-from tidelog.cli._client import bootstrap_option, bootstrap_request, fail, output_is_json, output_option, print_table
+from tidelog.cli._client import (
+    bootstrap_option,
+    bootstrap_request,
+    fail,
+    output_is_json,
+    output_option,
+    print_table,
+)
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 
