@@ -387,3 +387,33 @@ def test_acls_admin_api_and_enforcement(java_client: Any, acl_jbroker: Any) -> N
     assert as_user["alice"]["cluster_ops"] == ["DESCRIBE"]
     assert as_user["bob"]["cluster_ops"] == []
     assert len(ev["deleted"]["acls"]) == 3 and ev["left"]["acls"] == []
+
+
+# ------------------------------------------------------------------- DescribeTopicPartitions, features (issue 27)
+
+
+def _requests_of(broker: Any, api: str) -> float:
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("tidelog_requests_total{") and f'api="{api}"' in line)
+
+
+def test_describe_topics_through_describe_topic_partitions_in_pages(java_client: Any, jbroker: Any) -> None:
+    topic = name("java-dtp")
+    from helpers import RawClient
+
+    with RawClient(jbroker.port) as c:
+        r = c.request(19, 7, {"topics": [{"name": topic, "num_partitions": 7, "replication_factor": 1}],
+                              "timeout_ms": 10000})
+        assert r["topics"][0]["error_code"] == 0
+    before = _requests_of(jbroker, "DESCRIBE_TOPIC_PARTITIONS")
+    ev = by_event(java_client.run("describe_topics", jbroker.bootstrap, topic, "3", broker=jbroker))
+    # 7 partitions in pages of 3: the Admin followed the cursor through three DescribeTopicPartitions requests
+    assert [p["partition"] for p in ev["described"]["partitions"]] == list(range(7))
+    assert all(p["leader"] is not None and p["elr"] == 0 for p in ev["described"]["partitions"])
+    assert _requests_of(jbroker, "DESCRIBE_TOPIC_PARTITIONS") - before >= 3
+    feats = ev["features"]
+    assert feats["finalized"]["metadata.version"] == 29 and feats["epoch"] == 0
+    assert feats["supported"]["metadata.version"] == [29, 29]
