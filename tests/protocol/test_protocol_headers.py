@@ -73,12 +73,12 @@ def test_api_versions_response_header_is_always_v0(version: int) -> None:
 
 
 def test_api_versions_unsupported_answer_in_v0() -> None:
-    # A client asking ApiVersions v4 gets UnsupportedVersionError carrying the correlation id; the
-    # broker answers with a v0 body (error 35 + our ranges).
-    frame = raw_request(18, 4, 31, b"java", b"\x00\x00\x00")
+    # A client asking ApiVersions v5 (newer than the broker's 4) gets UnsupportedVersionError carrying the
+    # correlation id; the broker answers with a v0 body (error 35 + our ranges).
+    frame = raw_request(18, 5, 31, b"java", b"\x00\x00\x00")
     with pytest.raises(UnsupportedVersionError) as ei:
         decode_request(frame)
-    assert (ei.value.api_key, ei.value.version, ei.value.correlation_id) == (18, 4, 31)
+    assert (ei.value.api_key, ei.value.version, ei.value.correlation_id) == (18, 5, 31)
     keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in SUPPORTED_VERSIONS.items()]
     out = b"".join(encode_response(18, 0, 31, {"error_code": 35, "api_keys": keys}))
     corr, body = decode_response(18, 0, out[4:])
