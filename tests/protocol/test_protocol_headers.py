@@ -131,9 +131,9 @@ def test_unknown_tags_in_body_are_skipped() -> None:
 
 
 def test_produce_v0_to_v2_advertised_but_rejected() -> None:
-    assert SUPPORTED_VERSIONS[ApiKey.PRODUCE] == (0, 11)
-    assert ACCEPTED_VERSIONS[ApiKey.PRODUCE] == (ACCEPTED_MIN[ApiKey.PRODUCE], 11) == (3, 11)
-    for v in (0, 1, 2, 12, 13):
+    assert SUPPORTED_VERSIONS[ApiKey.PRODUCE] == (0, 12)
+    assert ACCEPTED_VERSIONS[ApiKey.PRODUCE] == (ACCEPTED_MIN[ApiKey.PRODUCE], 12) == (3, 12)
+    for v in (0, 1, 2, 13, 14):
         with pytest.raises(UnsupportedVersionError) as ei:
             decode_request(raw_request(0, v, 8, b"c", b""))
         assert ei.value.correlation_id == 8
@@ -172,7 +172,7 @@ def test_aiokafka_and_librdkafka_versions_are_accepted() -> None:
 def test_produce_records_are_zero_copy_views_of_the_frame() -> None:
     records = bytes(range(256)) * 64
     body = {"acks": -1, "timeout_ms": 1000, "topic_data": [{"name": "t", "partition_data": [{"index": 2, "records": records}]}]}
-    for v in (3, 8, 9, 11):
+    for v in (3, 8, 9, 11, 12):
         frame = bytearray(encode_request(0, v, 1, "c", body)[4:])
         _, decoded = decode_request(frame)
         rec = decoded["topic_data"][0]["partition_data"][0]["records"]

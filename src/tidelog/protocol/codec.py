@@ -52,7 +52,11 @@ __all__ = [
 # --------------------------------------------------------------------------------- version policy
 
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (0, 11),  # advertised from 0 (KAFKA-18659, librdkafka < 2.11.1); v0-2 rejected
+    # advertised from 0 (KAFKA-18659, librdkafka < 2.11.1); v0-2 rejected. v12 is v11 on the wire; in Kafka it
+    # lets a transactional producer skip AddPartitionsToTxn when transaction.version >= 2 (KIP-890 part 2). Here
+    # transaction.version is 0, so a client uses v12 only outside transactions (as Kafka's note says); a
+    # transactional v12 produce is verified as v11 (its partitions must have been added). v13 (topic ids) is not.
+    ApiKey.PRODUCE: (0, 12),
     ApiKey.FETCH: (4, 12),  # v13+ address topics by id
     # v8: timestamp -4 (earliest local) == earliest without tiered storage; v9: -5 (latest tiered) answers offset
     # -1 (no tiered storage); v10 adds TimeoutMs for remote lookups (KIP-1075): nothing is remote, nothing waits.
