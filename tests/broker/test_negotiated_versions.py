@@ -1,0 +1,154 @@
+"""Which API versions real clients negotiate with tidelog's Kafka 4.2 ranges (issue 27 item 4), seen on the wire.
+
+The broker advertises a recording proxy (``advertised.listeners``), so every connection of a client, bootstrap or
+not, goes through it; the proxy reads each request's header (api key, version) and relays the bytes unchanged.
+kafka-python 3 and confluent-kafka (librdkafka) then do ordinary work and the test checks both that the work
+succeeded and that the new versions (ApiVersions 4, Metadata 13, ListOffsets 10, DescribeCluster 2,
+DescribeTopicPartitions 0) were the ones used.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from helpers import new_topic
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+
+pytestmark = pytest.mark.integration
+
+
+class RecordingProxy:
+    """A TCP relay to ``target`` that counts the (api_key, api_version) of every request frame passing through."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.target: tuple[str, int] | None = None
+        self.seen: Counter[tuple[int, int]] = Counter()
+        self._lock = threading.Lock()
+        self._conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            assert self.target is not None
+            upstream = socket.create_connection(self.target, timeout=30)
+            self._conns += [client, upstream]
+            threading.Thread(target=self._requests, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._copy, args=(upstream, client), daemon=True).start()
+
+    @staticmethod
+    def _exact(s: socket.socket, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = s.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError
+            buf += chunk
+        return buf
+
+    def _requests(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                size = self._exact(src, 4)
+                frame = self._exact(src, struct.unpack(">i", size)[0])
+                with self._lock:
+                    self.seen[struct.unpack_from(">hh", frame)] += 1
+                dst.sendall(size + frame)
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    @staticmethod
+    def _copy(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def versions(self, api_key: int) -> set[int]:
+        with self._lock:
+            return {v for (k, v) in self.seen if k == api_key}
+
+    def clear(self) -> None:
+        with self._lock:
+            self.seen.clear()
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self._conns:
+            c.close()
+
+
+@pytest.fixture(scope="module")
+def proxied(broker_factory: Any) -> Iterator[tuple[Any, RecordingProxy]]:
+    proxy = RecordingProxy()
+    b = broker_factory({"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"})
+    proxy.target = ("127.0.0.1", b.port)
+    try:
+        yield b, proxy
+    finally:
+        proxy.close()
+
+
+def test_kafka_python_uses_the_kafka_4_versions(proxied: tuple[Any, RecordingProxy]) -> None:
+    _b, proxy = proxied
+    proxy.clear()
+    bootstrap = f"127.0.0.1:{proxy.port}"
+    topic = new_topic("nv-kp")
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+    try:
+        from kafka.admin import NewTopic
+
+        admin.create_topics([NewTopic(topic, 3, 1)])
+        cluster = admin.describe_cluster()
+        assert cluster["cluster_id"] and [n["port"] for n in cluster["brokers"]] == [proxy.port]
+        page = admin.describe_topic_partitions([topic])
+        assert [p["partition_index"] for p in page["topics"][0]["partitions"]] == [0, 1, 2]
+        assert admin.describe_topics([topic])[0]["error_code"] == 0
+    finally:
+        admin.close()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(3)]
+        assert consumer.end_offsets(tps) == {tp: 0 for tp in tps}
+        assert consumer.beginning_offsets(tps) == {tp: 0 for tp in tps}
+    finally:
+        consumer.close()
+    assert proxy.versions(18) == {4}  # ApiVersions
+    assert max(proxy.versions(3)) == 13  # Metadata
+    assert max(proxy.versions(2)) == 10  # ListOffsets
+    assert proxy.versions(60) == {2}  # DescribeCluster
+    assert proxy.versions(75) == {0}  # DescribeTopicPartitions
+
+
+def test_confluent_kafka_against_the_new_ranges(proxied: tuple[Any, RecordingProxy]) -> None:
+    _b, proxy = proxied
+    proxy.clear()
+    bootstrap = f"127.0.0.1:{proxy.port}"
+    topic = new_topic("nv-ck")
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for i in range(5):
+        p.produce(topic, value=f"v{i}".encode())
+    assert p.flush(30) == 0
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
+    assert len(md.topics[topic].partitions) == 1 and md.topics[topic].error is None
+    # librdkafka asks ApiVersions v3 (its maximum: features minus those with minimum 0), Metadata 13 (its
+    # maximum, new here), Produce 10 (its maximum)
+    assert proxy.versions(18) == {3} and proxy.versions(3) == {13} and proxy.versions(0) == {10}
