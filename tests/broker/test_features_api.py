@@ -198,3 +198,41 @@ def test_cli_features_describe(broker: Any) -> None:
     rows = json.loads(r.stdout)
     assert {"Feature": "share.version", "SupportedMinVersion": 0, "SupportedMaxVersion": 0,
             "FinalizedVersionLevel": 0, "Epoch": 0} in rows
+
+
+def test_fetch_by_topic_id_and_leader_hints(broker: Any) -> None:
+    topic = new_topic("fetch-id")
+    with RawClient(broker.port) as c:
+        _create(c, (topic, 1))
+        md = c.request(METADATA, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False,
+                                      "include_topic_authorized_operations": False})
+        tid = md["topics"][0]["topic_id"]
+        from helpers import produce_body
+        from tidelog.records.batch import build_batch
+
+        r = c.request(0, 12, produce_body(topic, 0, build_batch([(None, b"a"), (None, b"b")])))
+        assert r["responses"][0]["partition_responses"][0]["error_code"] == 0
+
+        def fetch(version: int, topic_id: Any, replica_id: int = -1) -> dict:
+            who = ({"replica_state": {"replica_id": replica_id, "replica_epoch": -1}} if version >= 15
+                   else {"replica_id": replica_id})
+            return c.request(1, version, {**who,
+                "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0,
+                "session_epoch": -1, "topics": [{"topic_id": topic_id, "partitions": [
+                    {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1}]}],
+                "forgotten_topics_data": [], "rack_id": ""})
+
+        for v in (13, 16, 17):
+            r = fetch(v, tid)
+            (t,) = r["responses"]
+            assert t["topic_id"] == tid and t["partitions"][0]["error_code"] == 0, (v, r)
+            assert t["partitions"][0]["high_watermark"] == 2 and bytes(t["partitions"][0]["records"])
+        import uuid
+
+        r = fetch(13, uuid.uuid4())
+        assert r["responses"][0]["partitions"][0]["error_code"] == 100  # UNKNOWN_TOPIC_ID
+        # a follower's fetch on one node is NOT_LEADER_OR_FOLLOWER: v16 names the leader and its endpoint
+        r = fetch(16, tid, replica_id=7)
+        part = r["responses"][0]["partitions"][0]
+        assert part["error_code"] == 6 and part["current_leader"] == {"leader_id": 0, "leader_epoch": 0}
+        assert [(n["node_id"], n["port"]) for n in r["node_endpoints"]] == [(0, broker.port)]

@@ -152,3 +152,32 @@ def test_confluent_kafka_against_the_new_ranges(proxied: tuple[Any, RecordingPro
     # librdkafka asks ApiVersions v3 (its maximum: features minus those with minimum 0), Metadata 13 (its
     # maximum, new here), Produce 10 (its maximum)
     assert proxy.versions(18) == {3} and proxy.versions(3) == {13} and proxy.versions(0) == {10}
+
+
+def test_confluent_kafka_consumes_with_fetch_by_topic_id(proxied: tuple[Any, RecordingProxy]) -> None:
+    from confluent_kafka import Consumer
+
+    _b, proxy = proxied
+    bootstrap = f"127.0.0.1:{proxy.port}"
+    topic = new_topic("nv-fetch")
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for i in range(20):
+        p.produce(topic, value=f"r{i}".encode(), partition=0)
+    assert p.flush(30) == 0
+    proxy.clear()
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": new_topic("nv-g"), "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 50})
+    try:
+        c.subscribe([topic])
+        got: list[bytes] = []
+        deadline = 60
+        while len(got) < 20 and deadline > 0:
+            msg = c.poll(0.5)
+            deadline -= 1
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+    finally:
+        c.close()
+    assert got == [f"r{i}".encode() for i in range(20)]
+    # librdkafka's maximum Fetch (16): topics addressed by id (v13+), KIP-951 leader hints (v16)
+    assert proxy.versions(1) == {16}

@@ -57,7 +57,10 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     # transaction.version is 0, so a client uses v12 only outside transactions (as Kafka's note says); a
     # transactional v12 produce is verified as v11 (its partitions must have been added). v13 (topic ids) is not.
     ApiKey.PRODUCE: (0, 12),
-    ApiKey.FETCH: (4, 12),  # v13+ address topics by id
+    # v13: topics by id (UNKNOWN_TOPIC_ID); v14: OFFSET_MOVED_TO_TIERED_STORAGE possible (never: no tiered storage);
+    # v15: ReplicaState (KIP-903); v16: KIP-951 CurrentLeader + NodeEndpoints on NOT_LEADER / FENCED_LEADER_EPOCH;
+    # v17: ReplicaDirectoryId (KIP-853, KRaft: ignored). v18 (the follower's HighWatermark, KIP-1166) is not.
+    ApiKey.FETCH: (4, 17),
     # v8: timestamp -4 (earliest local) == earliest without tiered storage; v9: -5 (latest tiered) answers offset
     # -1 (no tiered storage); v10 adds TimeoutMs for remote lookups (KIP-1075): nothing is remote, nothing waits.
     # v11 (-6, earliest pending upload, KIP-1023) is not advertised.

@@ -853,7 +853,7 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
             fp = FetchPartition(name, cp.topic_id, index, cp.fetch_offset, cp.max_bytes,
                                 response_entry(index, isolation), cp.current_leader_epoch)
             if not name:
-                fp.error = UNKNOWN_TOPIC_OR_PARTITION
+                fp.error = UNKNOWN_TOPIC_ID if v >= 13 else UNKNOWN_TOPIC_OR_PARTITION
             parts.append(fp)
     else:
         for t in request.get("topics") or ():
@@ -897,6 +897,8 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
     else:
         await broker.read_service.fetch_messages(params, parts)
 
+    if v >= 16:
+        _leader_hints(ctx, parts, body)
     if session is not None:  # only what the client does not know yet, grouped by topic in session order
         body["session_id"] = session.session_id
         by_topic: dict[str, dict] = {}
@@ -918,6 +920,33 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
         if new is not None:
             body["session_id"] = new.session_id
     return body
+
+
+def _leader_hints(ctx: RequestContext, parts: list[FetchPartition], body: dict) -> None:
+    """KIP-951 (Fetch v16+): a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names its current
+    leader and epoch, and the response lists those leaders' endpoints, so the client moves without a Metadata
+    round trip (Kafka's ``KafkaApis.handleFetchRequest``)."""
+    broker = ctx.broker
+    leaders: set[int] = set()
+    for fp in parts:
+        if fp.entry.get("error_code") not in (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH) or not fp.name:
+            continue
+        md = broker.partition_metadata(fp.name, fp.index)
+        if md is None:  # one node: this broker leads every partition
+            leader, epoch = broker.node_id, broker.leader_epoch(fp.name, fp.index)
+        else:
+            leader, epoch = md["leader_id"], md["leader_epoch"]
+        fp.entry["current_leader"] = {"leader_id": leader, "leader_epoch": epoch}
+        if leader >= 0:
+            leaders.add(leader)
+    if not leaders:
+        return
+    listed = broker.metadata_brokers(ctx.listener)
+    if listed is None:
+        host, port = broker.endpoint(ctx.listener)
+        listed = [{"node_id": broker.node_id, "host": host, "port": port, "rack": broker.config.props.get("broker.rack")}]
+    body["node_endpoints"] = [{"node_id": b["node_id"], "host": b["host"], "port": int(b["port"]), "rack": b["rack"]}
+                              for b in listed if b["node_id"] in leaders]
 
 
 def _session_error(code: int) -> dict:
