@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 import urllib.request
+import uuid
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from helpers import RawClient, new_topic
+from helpers import RawClient, new_topic, produce_body
 from kafka import KafkaAdminClient
 from kafka.errors import InvalidUpdateVersionError
 
 from tidelog.cli.main import cli
+from tidelog.records.batch import build_batch
 
 pytestmark = pytest.mark.integration
 
@@ -207,9 +209,6 @@ def test_fetch_by_topic_id_and_leader_hints(broker: Any) -> None:
         md = c.request(METADATA, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False,
                                       "include_topic_authorized_operations": False})
         tid = md["topics"][0]["topic_id"]
-        from helpers import produce_body
-        from tidelog.records.batch import build_batch
-
         r = c.request(0, 12, produce_body(topic, 0, build_batch([(None, b"a"), (None, b"b")])))
         assert r["responses"][0]["partition_responses"][0]["error_code"] == 0
 
@@ -227,8 +226,6 @@ def test_fetch_by_topic_id_and_leader_hints(broker: Any) -> None:
             (t,) = r["responses"]
             assert t["topic_id"] == tid and t["partitions"][0]["error_code"] == 0, (v, r)
             assert t["partitions"][0]["high_watermark"] == 2 and bytes(t["partitions"][0]["records"])
-        import uuid
-
         r = fetch(13, uuid.uuid4())
         assert r["responses"][0]["partitions"][0]["error_code"] == 100  # UNKNOWN_TOPIC_ID
         # a follower's fetch on one node is NOT_LEADER_OR_FOLLOWER: v16 names the leader and its endpoint
