@@ -52,14 +52,14 @@ def test_api_versions_features_v3_and_v4(broker: Any) -> None:
     supported3, finalized3 = _levels(v3)
     assert supported3 == {k: r for k, r in supported.items() if r[0] > 0} and finalized3 == finalized
     # the Kafka 4.2 versions of these APIs
-    assert keys[API_VERSIONS] == (0, 4) and keys[METADATA] == (0, 13) and keys[2] == (1, 10)
+    assert keys[API_VERSIONS] == (0, 4) and keys[METADATA] == (0, 13) and keys[2] == (1, 11)
     assert keys[60] == (0, 2) and keys[DTP] == (0, 0) and keys[UPDATE_FEATURES] == (0, 2)
 
 
 def test_kafka_python_sees_a_kafka_4_broker_and_its_features(broker: Any) -> None:
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
     try:
-        assert admin._client.check_version() >= (4, 0)
+        assert admin._client.check_version() >= (4, 2)  # kafka-python: 4.2 from ListOffsets v11
         feats = admin.describe_features()
         assert feats["metadata.version"]["finalized"] == (29, 29)
         assert feats["transaction.version"]["supported"] == (0, 0) and "finalized" not in feats["transaction.version"]
@@ -233,3 +233,24 @@ def test_fetch_by_topic_id_and_leader_hints(broker: Any) -> None:
         part = r["responses"][0]["partitions"][0]
         assert part["error_code"] == 6 and part["current_leader"] == {"leader_id": 0, "leader_epoch": 0}
         assert [(n["node_id"], n["port"]) for n in r["node_endpoints"]] == [(0, broker.port)]
+
+
+def test_list_offsets_sentinels_by_version(broker: Any) -> None:
+    topic = new_topic("lo-v11")
+    with RawClient(broker.port) as c:
+        _create(c, (topic, 1))
+        r = c.request(0, 12, produce_body(topic, 0, build_batch([(None, b"a"), (None, b"b")])))
+        assert r["responses"][0]["partition_responses"][0]["error_code"] == 0
+
+        def lo(version: int, timestamp: int) -> tuple[int, int]:
+            body = {"replica_id": -1, "isolation_level": 0, "timeout_ms": 1000, "topics": [
+                {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                                "timestamp": timestamp}]}]}
+            p = c.request(2, version, body)["topics"][0]["partitions"][0]
+            return p["error_code"], p["offset"]
+
+        assert lo(11, -1) == (0, 2) and lo(11, -2) == (0, 0) and lo(11, -4) == (0, 0)
+        assert lo(11, -6) == (0, -1) and lo(11, -5) == (0, -1)  # nothing is tiered: no such offset
+        # a sentinel older versions do not know, and an unknown one: UNSUPPORTED_VERSION (Kafka's ReplicaManager)
+        assert lo(10, -6) == (35, -1) and lo(8, -5) == (35, -1) and lo(6, -3) == (35, -1) and lo(11, -7) == (35, -1)
+        assert lo(9, -5) == (0, -1) and lo(7, -3)[0] == 0

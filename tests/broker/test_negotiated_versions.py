@@ -3,7 +3,7 @@
 The broker advertises a recording proxy (``advertised.listeners``), so every connection of a client, bootstrap or
 not, goes through it; the proxy reads each request's header (api key, version) and relays the bytes unchanged.
 kafka-python 3 and confluent-kafka (librdkafka) then do ordinary work and the test checks both that the work
-succeeded and that the new versions (ApiVersions 4, Metadata 13, ListOffsets 10, DescribeCluster 2,
+succeeded and that the new versions (ApiVersions 4, Metadata 13, ListOffsets 11, DescribeCluster 2,
 DescribeTopicPartitions 0) were the ones used.
 """
 
@@ -59,7 +59,7 @@ def test_kafka_python_uses_the_kafka_4_versions(proxied: tuple[Any, RecordingPro
         consumer.close()
     assert proxy.versions(18) == {4}  # ApiVersions
     assert max(proxy.versions(3)) == 13  # Metadata
-    assert max(proxy.versions(2)) == 10  # ListOffsets
+    assert max(proxy.versions(2)) == 11  # ListOffsets
     assert proxy.versions(60) == {2}  # DescribeCluster
     assert proxy.versions(75) == {0}  # DescribeTopicPartitions
 

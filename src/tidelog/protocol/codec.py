@@ -62,9 +62,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     # v17: ReplicaDirectoryId (KIP-853, KRaft: ignored). v18 (the follower's HighWatermark, KIP-1166) is not.
     ApiKey.FETCH: (4, 17),
     # v8: timestamp -4 (earliest local) == earliest without tiered storage; v9: -5 (latest tiered) answers offset
-    # -1 (no tiered storage); v10 adds TimeoutMs for remote lookups (KIP-1075): nothing is remote, nothing waits.
-    # v11 (-6, earliest pending upload, KIP-1023) is not advertised.
-    ApiKey.LIST_OFFSETS: (1, 10),
+    # -1 (no tiered storage); v10 adds TimeoutMs for remote lookups (KIP-1075): nothing is remote, nothing waits;
+    # v11: -6 (earliest pending upload, KIP-1023) answers offset -1 as well (Kafka 4.2 without tiered storage)
+    ApiKey.LIST_OFFSETS: (1, 11),
     ApiKey.METADATA: (0, 13),  # v13: a top-level ErrorCode (KIP-1102, REBOOTSTRAP_REQUIRED): always 0 here
     ApiKey.API_VERSIONS: (0, 4),  # v3+: features (broker/features.py); v4: features whose minimum is 0 listed too
     ApiKey.CREATE_TOPICS: (2, 7),

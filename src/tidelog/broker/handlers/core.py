@@ -21,7 +21,9 @@ Kafka behaviours reproduced (sources: Kafka ``KafkaApis``, ``ReplicaManager``, `
   later epochs list only changed partitions and get only partitions with news; sessionless requests (epoch -1)
   as before.
 * ListOffsets: -1 latest (HW), -2 earliest (log start), -3 max timestamp, -4 earliest local (= log start),
-  -5 latest tiered (-1: no tiered storage); by timestamp only offsets below the HW are returned.
+  -5 latest tiered and -6 earliest pending upload (-1: no tiered storage); by timestamp only offsets below the HW
+  are returned. A sentinel sent in a version older than its own (-3: v7, -4: v8, -5: v9, -6: v11) and an unknown
+  negative timestamp are UNSUPPORTED_VERSION for that partition, as Kafka's ReplicaManager answers.
 
 All storage/record exceptions become error codes in one place, :func:`tidelog.broker.errors.error_of`.
 """
@@ -956,7 +958,12 @@ def _session_error(code: int) -> dict:
 # ------------------------------------------------------------------------------------------------------------
 # ListOffsets
 
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
+UNSUPPORTED_VERSION = 35
+# the first ListOffsets version of each timestamp sentinel (Kafka's ReplicaManager.isListOffsetsTimestampUnsupported:
+# a sentinel sent in an older version, or an unknown negative timestamp, is UNSUPPORTED_VERSION for its partition)
+_SENTINEL_MIN_VERSION = {LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9,
+                         EARLIEST_PENDING_UPLOAD: 11}
 
 
 def _list_offset(broker: Any, name: str, index: int, timestamp: int, isolation: int, replica_id: int) -> tuple[int, int, int]:
@@ -970,7 +977,7 @@ def _list_offset(broker: Any, name: str, index: int, timestamp: int, isolation: 
         return NONE, last_fetchable, -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return NONE, plog.log_start_offset, -1
-    if timestamp == LATEST_TIERED:
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):  # nothing is tiered: no such offset (-1), as Kafka
         return NONE, -1, -1
     if timestamp == MAX_TIMESTAMP:
         found = plog.offset_of_max_timestamp()
@@ -1008,12 +1015,16 @@ async def list_offsets(ctx: RequestContext, request: dict) -> dict:
             if not allowed:
                 entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
                 continue
+            timestamp = p.get("timestamp", LATEST)
+            if timestamp < 0 and _SENTINEL_MIN_VERSION.get(timestamp, 1 << 15) > ctx.api_version:
+                entry["error_code"] = UNSUPPORTED_VERSION
+                continue
             err = _leader_epoch_error(p.get("current_leader_epoch", -1), broker.leader_epoch(name, index))
             if err:
                 entry["error_code"] = err
                 continue
             try:
-                code, offset, ts = _list_offset(broker, name, index, p.get("timestamp", LATEST), isolation, replica_id)
+                code, offset, ts = _list_offset(broker, name, index, timestamp, isolation, replica_id)
             except Exception as exc:
                 entry["error_code"], _ = error_of(exc)
                 continue
