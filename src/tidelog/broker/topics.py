@@ -674,10 +674,10 @@ class TopicManager:
             log.info("topic configs changed", extra={"kv": {"topic": info.name, "configs": overrides or ""}})
 
     @staticmethod
-    def _incremented(current: dict[str, str], ops: list[tuple[str, int, str | None]]) -> dict[str, str]:
+    def _incremented(current: dict[str, str], ops: list[tuple[str, int, str | None]]) -> dict[str, str | None]:
         """The overrides ``current`` with IncrementalAlterConfigs ``ops`` applied (Kafka's
         ``prepareIncrementalConfigs``); TopicError for a duplicate key, an unknown config or operation."""
-        overrides = dict(current)
+        overrides: dict[str, str | None] = dict(current)
         seen: set[str] = set()
         for key, op, value in ops:
             if key in seen:
@@ -698,10 +698,10 @@ class TopicManager:
                         "INVALID_CONFIG",
                         f"Config value {'append' if op == OP_APPEND else 'subtract'} is not allowed for config key: {key}",
                     )
-                current = overrides.get(key)
+                present = overrides.get(key)
                 items = (
-                    [s.strip() for s in current.split(",") if s.strip()]
-                    if current is not None
+                    [s.strip() for s in present.split(",") if s.strip()]
+                    if present is not None
                     else list(default_value)
                 )
                 given = [s.strip() for s in (value or "").split(",") if s.strip()]
@@ -729,6 +729,7 @@ class TopicManager:
         props = self.config.props
         wanted = list(LogConfig.names()) if keys is None else [k for k in keys if LogConfig.is_known(k)]
         out: list[ConfigEntry] = []
+        value: str | None
         for name in wanted:
             synonyms: list[ConfigSynonym] = []
             if name in overrides:
@@ -760,7 +761,7 @@ class LocalTopicBackend:
     """Single node: the registry file is the source of truth and every change is made here, under the store's
     change lock: the registry written, the logs created or deleted, the store updated."""
 
-    registered_brokers = None  # this node alone: the handlers check manual assignments against it
+    registered_brokers: Callable[[], set[int]] | None = None  # this node alone: the handlers check manual assignments against it
     #: the registry is the source of truth: empty partitions it does not list are a creation interrupted before
     #: its registry write, removed at start (``TopicManager._drop_interrupted_creations``)
     drops_interrupted_creations = True

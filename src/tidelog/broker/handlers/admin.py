@@ -39,6 +39,7 @@ from typing import Any
 from tidelog.broker import config as bc
 from tidelog.broker.errors import error_of, is_client_error
 from tidelog.broker.handlers import RequestContext, handles, topic_change
+from tidelog.broker.handlers.bodies import CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig
 from tidelog.broker.quotas import (
     THROTTLING_QUOTA_EXCEEDED_MESSAGE,
     mutation_refused,
@@ -46,7 +47,7 @@ from tidelog.broker.quotas import (
     record_mutations,
 )
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
-from tidelog.broker.topics import INTERNAL_TOPICS, ConfigEntry
+from tidelog.broker.topics import INTERNAL_TOPICS, ConfigEntry, TopicInfo
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code, error_for_code
 from tidelog.storage import config as sc
@@ -281,7 +282,7 @@ def _topic_config_type(name: str) -> int:
 # CreateTopics
 
 
-def _validate_assignments(ctx: RequestContext, assignments: list[dict]) -> tuple[int, int] | tuple[str, str]:
+def _validate_assignments(ctx: RequestContext, assignments: list[CreatableReplicaAssignment]) -> tuple[int, int] | tuple[str, str]:
     """(num_partitions, replication_factor) for a valid manual assignment, else (error_name, message)."""
     node = _node_id(ctx)
     indexes = sorted(int(a.get("partition_index", -1)) for a in assignments)
@@ -322,7 +323,7 @@ def _validate_assignments(ctx: RequestContext, assignments: list[dict]) -> tuple
     return len(assignments), rf or 1
 
 
-def _validate_cluster_assignments(assignments: list[dict], registered: set[int]) -> dict[int, list[int]] | tuple[str, str]:
+def _validate_cluster_assignments(assignments: list[CreatableReplicaAssignment], registered: set[int]) -> dict[int, list[int]] | tuple[str, str]:
     """ZooKeeper mode: {partition: brokers}, else (error name, message) as Kafka's ``ReplicationControlManager``."""
     out: dict[int, list[int]] = {}
     rf: int | None = None
@@ -374,7 +375,7 @@ async def create_topics(ctx: RequestContext, request: dict) -> dict:
     return {"throttle_time_ms": 0, "topics": results}
 
 
-def _config_problem(configs: list[dict]) -> tuple[str, str] | None:
+def _config_problem(configs: list[CreatableTopicConfig]) -> tuple[str, str] | None:
     names = [c.get("name") for c in configs]
     for c in configs:
         if c.get("value") is None:
@@ -384,10 +385,10 @@ def _config_problem(configs: list[dict]) -> tuple[str, str] | None:
     return None
 
 
-async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_only: bool,
+async def _create_one(ctx: RequestContext, t: CreatableTopic, duplicated: bool, validate_only: bool,
                       allowed: bool = True) -> dict:
     v = ctx.api_version
-    name = t.get("name")
+    name = t["name"]  # not nullable in any version: the codec always sets it
     result: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
     if v >= 5:
         result.update(num_partitions=-1, replication_factor=-1, configs=None)
@@ -404,7 +405,7 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
     num_partitions = int(t.get("num_partitions", -1))
     replication_factor = int(t.get("replication_factor", -1))
     assignments = t.get("assignments") or []
-    extra: dict[str, Any] = {}
+    manual_assignments: dict[int, list[int]] | None = None
     if assignments:
         if num_partitions != -1 or replication_factor != -1:
             return fail(
@@ -417,7 +418,7 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
             manual = _validate_cluster_assignments(assignments, registered())
             if isinstance(manual, tuple):
                 return fail(*manual)
-            extra["assignments"] = manual
+            manual_assignments = manual
             num_partitions, replication_factor = len(manual), len(manual[0])
         else:
             checked = _validate_assignments(ctx, assignments)
@@ -440,7 +441,7 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
             replication_factor=replication_factor,
             configs=configs,
             validate_only=validate_only,
-            **extra,
+            assignments=manual_assignments,
         )
     except Exception as exc:
         if not is_client_error(exc):
@@ -553,14 +554,14 @@ async def _delete_one(
     if mutation_refused(ctx):
         return error_code("THROTTLING_QUOTA_EXCEEDED"), THROTTLING_QUOTA_EXCEEDED_MESSAGE
     try:
-        info = await topic_change(topics.delete_topic, name)  # off the loop (files, checkpoints)
+        deleted: TopicInfo = await topic_change(topics.delete_topic, name)  # off the loop (files, checkpoints)
     except Exception as exc:
         if not is_client_error(exc):
             raise
         return error_of(exc)
-    record_mutations(ctx, int(info.num_partitions))
+    record_mutations(ctx, int(deleted.num_partitions))
     if "topic_id" in resp:
-        resp["topic_id"] = _uuid(info.topic_id)
+        resp["topic_id"] = _uuid(deleted.topic_id)
     return 0, None
 
 
@@ -590,7 +591,7 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
 
         count = int(t.get("count", 0))
         assignments = t.get("assignments")
-        before = int(topics.get(name).num_partitions) if name not in dups and topics.exists(name) else 0
+        before = int(topics.require(name).num_partitions) if name not in dups and topics.exists(name) else 0
         if name in dups:
             fail("INVALID_REQUEST", f"Duplicate topic in request: {name}")
         elif not ctx.authorize(AclOperation.ALTER, _TOPIC, name):
@@ -609,7 +610,7 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
                     raise
                 res["error_code"], res["error_message"] = error_of(exc)
         else:
-            current = int(topics.get(name).num_partitions)
+            current = int(topics.require(name).num_partitions)
             problem = None
             if assignments is not None and count > current:
                 if len(assignments) != count - current:
