@@ -15,7 +15,6 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.api_names import PRODUCE_KEY, error_name
@@ -28,11 +27,6 @@ from tidelog.protocol import codec
 log = logging.getLogger("tidelog.broker.server")
 
 _PRODUCE_NAME = "PRODUCE"
-
-#: parse_produce(frame, accepted versions): None, or (version, correlation id, client id, acks, timeout ms, topic,
-#: partition, records)
-ParseProduce = Callable[[Any, Any], "tuple[Any, ...] | None"]
-
 
 def _load_produce_lane() -> tuple[Any, Any]:
     """``tidelog.protocol._produce``'s (parse_produce, encode_produce_response) for the fast lane of a Produce of

@@ -14,6 +14,7 @@ from tidelog.storage.open_files import describe_os_error
 
 if TYPE_CHECKING:
     from tidelog.broker.topics import TopicManager
+    from tidelog.storage.log.partition_log import PartitionLog
 
 log = logging.getLogger("tidelog.broker.topics")
 
@@ -114,7 +115,7 @@ class LocalTopicBackend:
             # Created completely or not at all: the logs first, the registry last, then readers see the topic. A
             # failure removes the logs made; a crash before the registry is written leaves empty partition
             # directories of a topic the registry does not list, which the next start removes (``load``).
-            created: dict[tuple[str, int], Any] = {}
+            created: dict[tuple[str, int], PartitionLog] = {}
             try:
                 for p in range(num_partitions):
                     created[(name, p)] = self.broker.logs.create_log(name, p, cfg, topic_id)
@@ -173,7 +174,7 @@ class LocalTopicBackend:
                 return info
             # all or nothing, as create_topic: the logs, then the registry, then the count readers see (a crash
             # before the registry is written leaves empty partitions it does not list, removed at start)
-            created: dict[tuple[str, int], Any] = {}
+            created: dict[tuple[str, int], PartitionLog] = {}
             try:
                 for p in range(current, total_count):
                     created[(name, p)] = self.broker.logs.create_log(name, p, info.log_config, info.topic_id)

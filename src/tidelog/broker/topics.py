@@ -88,6 +88,7 @@ from tidelog.storage.open_files import (
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
     from tidelog.storage.config import LogConfig
+    from tidelog.storage.log.partition_log import PartitionLog
 
 log = logging.getLogger("tidelog.broker.topics")
 
@@ -130,7 +131,7 @@ class TopicManager:
         self.config = broker.config
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[bytes, TopicInfo] = {}
-        self._logs: dict[tuple[str, int], Any] = {}
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._generation = 0
         self.change_lock = threading.RLock()  # one change at a time (they run on worker threads)
         reserve = self.config.props.get("tidelog.open.files.reserve")
@@ -243,7 +244,7 @@ class TopicManager:
 
     # -- what backends change (each a step of a change the backend makes) ----------------------------------------
 
-    def publish(self, info: TopicInfo, logs: dict[tuple[str, int], Any] | None = None) -> None:
+    def publish(self, info: TopicInfo, logs: dict[tuple[str, int], PartitionLog] | None = None) -> None:
         """Make ``info`` (and its new ``logs``) visible to readers: the logs first, then the id, then the name."""
         if logs:
             self._logs.update(logs)
@@ -257,10 +258,10 @@ class TopicManager:
             self._by_id.pop(info.topic_id, None)
         return info
 
-    def set_log(self, tp: tuple[str, int], lg: Any) -> None:
+    def set_log(self, tp: tuple[str, int], lg: PartitionLog) -> None:
         self._logs[tp] = lg
 
-    def pop_log(self, tp: tuple[str, int]) -> Any:
+    def pop_log(self, tp: tuple[str, int]) -> PartitionLog | None:
         return self._logs.pop(tp, None)
 
     def logs_of(self, name: str) -> list[tuple[str, int]]:
@@ -296,7 +297,7 @@ class TopicManager:
         """After ``LogManager.startup()``: match logs on disk with the registry, create missing partitions
         (those the backend's ``hosted_partitions`` names), adopt unregistered ones, apply per-topic configs."""
         logs = self.broker.logs
-        on_disk: dict[str, dict[int, Any]] = {}
+        on_disk: dict[str, dict[int, PartitionLog]] = {}
         for (topic, partition), lg in logs.all_logs().items():
             on_disk.setdefault(topic, {})[partition] = lg
         if getattr(self.backend, "drops_interrupted_creations", False):
@@ -335,7 +336,7 @@ class TopicManager:
         if changed or not all(p.exists() for p in self._registry_paths()):
             self.persist()
 
-    def _drop_interrupted_creations(self, on_disk: dict[str, dict[int, Any]]) -> None:
+    def _drop_interrupted_creations(self, on_disk: dict[str, dict[int, PartitionLog]]) -> None:
         """Remove what a creation interrupted before its registry write left: partitions holding no record of a
         topic the registry does not list (CreateTopics), or beyond the count it lists (CreatePartitions). The
         registry is written last, so such a partition was never acknowledged to anyone. Only when a registry
@@ -376,7 +377,7 @@ class TopicManager:
     def by_id(self, topic_id: bytes) -> TopicInfo | None:
         return self._by_id.get(bytes(topic_id))
 
-    def get_log(self, topic: str, partition: int) -> Any:
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
         """The local PartitionLog, or None."""
         return self._logs.get((topic, partition))
 
@@ -535,7 +536,7 @@ class TopicManager:
         if coordinator is not None:
             coordinator.on_topic_deleted(name)
 
-    def on_loop(self, fn: Any, *args: Any) -> None:
+    def on_loop(self, fn: Callable[..., object], *args: object) -> None:
         """Run ``fn`` on the broker's event loop: at once when called there (or without a loop), else scheduled
         from this worker thread."""
         loop = getattr(self.broker, "loop", None)
