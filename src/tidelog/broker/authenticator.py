@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tidelog.broker.api_names import (
     API_VERSIONS_KEY,
@@ -49,7 +49,7 @@ class SaslAuthenticator(ConnectionIO):
     async def _respond(self, api_key: int, version: int, correlation_id: int, body: dict) -> None:
         await self.write_chunks(codec.encode_response(api_key, version, correlation_id, body))
 
-    def _sasl_close(self, reason: str, **kv: Any) -> bool:
+    def _sasl_close(self, reason: str, **kv: object) -> bool:
         log.info("closing connection: " + reason, extra={"kv": {"peer": self.peer, **kv}})
         self.broker.metrics.record_close("sasl")
         return False

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
 from tidelog.broker.api_names import (
     API_VERSIONS_KEY,
@@ -40,7 +39,7 @@ _NO_ERROR_SCAN = frozenset({18, 3})
 __all__ = ["Connection", "_encode_produce", "_parse_produce"]
 
 
-def _count_errors(body: Any, out: dict[int, int], depth: int = 0) -> None:
+def _count_errors(body: object, out: dict[int, int], depth: int = 0) -> None:
     """Non-zero ``error_code`` fields of a response body (for the errors metric)."""
     if depth > 6:
         return
@@ -202,10 +201,10 @@ class Connection(ProduceLane):
         broker.metrics.record_request(name, time.perf_counter() - t0)
         return True
 
-    def _record_errors(self, api_key: int, version: int, name: str, response: Any) -> None:
+    def _record_errors(self, api_key: int, version: int, name: str, response: object) -> None:
         errors: dict[int, int] = {}
         count = error_counter(api_key, version)
-        if count is not None:
+        if count is not None and isinstance(response, dict):  # (anything else holds no error code to count)
             try:
                 count(response, errors)
             except (AttributeError, TypeError):  # a body not made of dicts: walk whatever it holds
@@ -214,7 +213,7 @@ class Connection(ProduceLane):
         for code, n in errors.items():
             self.broker.metrics.record_error(name, error_name(code), n)
 
-    async def _throttle(self, ctx: RequestContext, response: Any, t0: float) -> None:
+    async def _throttle(self, ctx: RequestContext, response: object, t0: float) -> None:
         """Client quotas (broker/quotas.py, enabled): the throttle time goes into the response's
         ``throttle_time_ms``; the connection is muted after the response, or, for a client from before KIP-219,
         the response itself waits."""
@@ -224,14 +223,14 @@ class Connection(ProduceLane):
             if not client_throttles(ctx.api_key, ctx.api_version):
                 await self._mute()
 
-    async def _handler_failed(self, api_key: int, header: Any, body: dict, name: str, exc: Exception) -> bool:
+    async def _handler_failed(self, api_key: int, header: codec.RequestHeader, body: dict, name: str, exc: Exception) -> bool:
         if getattr(exc, "quiet", False):  # a handler's deliberate close (e.g. failed acks=0 produce)
             log.info("closing connection", extra={"kv": {"peer": self.peer, "api": name, "reason": str(exc)}})
             self.broker.metrics.record_close("handler_close")
             return False
         return await self._answer_failure(api_key, header, body, name, exc)
 
-    async def _answer_failure(self, api_key: int, header: Any, body: dict, name: str, exc: Exception) -> bool:
+    async def _answer_failure(self, api_key: int, header: codec.RequestHeader, body: dict, name: str, exc: Exception) -> bool:
         """A handler raised: answer UNKNOWN_SERVER_ERROR in the API's error response (Kafka's getErrorResponse)
         and keep the connection; an acks=0 produce has no response, so that connection is closed, as Kafka does."""
         broker = self.broker

@@ -18,8 +18,8 @@ import logging
 import os
 import socket
 from collections import deque
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Protocol, cast
 
 from tidelog.broker.connection_limits import SMALL_FRAME
 from tidelog.protocol.exceptions import FrameTooLargeError
@@ -36,6 +36,22 @@ _READ_CHUNK = 256 * 1024
 _MAX_READ = 4 * 1024 * 1024  # largest single recv while a big request arrives
 _IOV_MAX = 512
 ANONYMOUS = "User:ANONYMOUS"
+
+
+Buffer = bytes | bytearray | memoryview
+
+
+class FileRegion(Protocol):
+    """A region of a file a response sends with ``os.sendfile`` (a segment slice of a Fetch answer)."""
+
+    @property
+    def fd(self) -> int: ...
+
+    @property
+    def position(self) -> int: ...
+
+    @property
+    def length(self) -> int: ...
 
 
 class ConnectionClosed(Exception):
@@ -192,7 +208,7 @@ class ConnectionIO:
             except ConnectionClosed:
                 if frames.in_frame:
                     size = frames.frame_size
-                    kv: dict[str, Any] = (
+                    kv: dict[str, object] = (
                         {"peer": self.peer, "buffered": frames.buffered}
                         if size is None
                         else {"peer": self.peer, "size": size, "received": frames.buffered}
@@ -226,7 +242,7 @@ class ConnectionIO:
 
     # -- writing -----------------------------------------------------------------------------------------------
 
-    async def _send_buffers(self, bufs: list[Any]) -> None:
+    async def _send_buffers(self, bufs: list[Buffer]) -> None:
         views = [memoryview(b) for b in bufs if len(b)]
         while views:
             try:
@@ -256,7 +272,7 @@ class ConnectionIO:
             position += n
             length -= n
 
-    async def write_chunks(self, chunks: Iterable[Any]) -> int:
+    async def write_chunks(self, chunks: Iterable[object]) -> int:
         """Write a response: ``bytes``-like chunks gathered into ``sendmsg``, file regions (objects with ``fd``,
         ``position``, ``length``) with ``os.sendfile``. Objects with ``.chunks`` are flattened."""
         if self._plain and type(chunks) is list and len(chunks) == 1 and type(chunks[0]) is bytes:
@@ -269,7 +285,7 @@ class ConnectionIO:
             if n < len(data):
                 await self._send_buffers([memoryview(data)[n:]])
             return len(data)
-        pending: list[Any] = []
+        pending: list[Buffer] = []
         total = 0
         for chunk in _flatten(chunks):
             if isinstance(chunk, (bytes, bytearray, memoryview)):
@@ -292,6 +308,7 @@ class ConnectionIO:
         if self.closed:
             raise ConnectionClosed()
         fut = self._loop.create_future()
+
         def unmute() -> None:
             if not fut.done():
                 fut.set_result(None)
@@ -312,10 +329,15 @@ class ConnectionIO:
         with contextlib.suppress(OSError):
             self.sock.close()
 
-def _flatten(chunks: Iterable[Any]) -> Iterable[Any]:
+
+def _flatten(chunks: Iterable[object]) -> Iterator[Buffer | FileRegion]:
+    """Bytes-like chunks and file regions (objects with ``fd``, ``position``, ``length``), with the chunks of
+    objects that hold ``.chunks`` (the codec's RecordsChunks) flattened in; TypeError for anything else."""
     for c in chunks:
-        if isinstance(c, (bytes, bytearray, memoryview)) or hasattr(c, "fd"):
+        if isinstance(c, (bytes, bytearray, memoryview)):
             yield c
+        elif hasattr(c, "fd"):
+            yield cast(FileRegion, c)
         elif hasattr(c, "chunks"):
             yield from _flatten(c.chunks)
         else:

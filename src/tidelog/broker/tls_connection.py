@@ -8,10 +8,9 @@ import errno
 import logging
 import os
 import ssl
-from typing import Any
 
 from tidelog.broker.connection import Connection
-from tidelog.broker.connection_io import ConnectionClosed
+from tidelog.broker.connection_io import Buffer, ConnectionClosed
 from tidelog.broker.security.tls import NoMatchingRule, subject_dn
 
 log = logging.getLogger("tidelog.broker.server")
@@ -96,7 +95,7 @@ class TlsConnection(Connection):
                 raise ConnectionClosed() from None
             data = data[n:]
 
-    async def _send_buffers(self, bufs: list[Any]) -> None:
+    async def _send_buffers(self, bufs: list[Buffer]) -> None:
         views = [memoryview(b).cast("B") for b in bufs if len(b)]
         small: list[memoryview] = []
         small_len = 0

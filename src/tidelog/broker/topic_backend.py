@@ -51,7 +51,7 @@ class TopicBackend(Protocol):
                           assignments: list[list[int]] | None) -> TopicInfo:
         """CreatePartitions (blocking)."""
 
-    def delete_topic(self, name: str) -> Any:
+    def delete_topic(self, name: str) -> Any:  # TopicInfo, or (ZooKeeper mode, a coroutine function) its awaitable
         """DeleteTopics: a plain method (blocking) or a coroutine function (awaited on the loop); the store
         binds it as its own ``delete_topic`` and ``handlers.topic_change`` runs either kind."""
 

@@ -34,7 +34,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from tidelog.broker import config as bc
 from tidelog.broker.errors import error_of, is_client_error
@@ -51,6 +51,16 @@ from tidelog.broker.topics import INTERNAL_TOPICS, ConfigEntry, TopicInfo
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code, error_for_code
 from tidelog.storage import config as sc
+
+_T = TypeVar("_T")
+_C = TypeVar("_C")
+_C_contra = TypeVar("_C_contra", contravariant=True)
+
+
+class _ConfigAlter(Protocol[_C_contra]):
+    """``TopicManager.alter_configs`` (overrides) or ``incremental_alter_configs`` (operations)."""
+
+    def __call__(self, name: str, changes: _C_contra, /, validate_only: bool = False) -> TopicInfo: ...
 
 log = logging.getLogger("tidelog.broker.admin")
 
@@ -113,7 +123,7 @@ def _auth_message(code: int) -> str:
     return error_for_code(code).message
 
 
-def _uuid(value: Any) -> uuid.UUID:
+def _uuid(value: object) -> uuid.UUID:
     """Topic ids are 16 raw bytes in the TopicManager and ``uuid.UUID`` in protocol bodies."""
     if isinstance(value, uuid.UUID):
         return value
@@ -122,7 +132,7 @@ def _uuid(value: Any) -> uuid.UUID:
     return uuid.UUID(int=0)
 
 
-def _duplicates(names: Iterable[Any]) -> set[Any]:
+def _duplicates(names: Iterable[_T]) -> set[_T]:
     return {n for n, c in Counter(names).items() if c > 1}
 
 
@@ -131,7 +141,7 @@ def _node_id(ctx: RequestContext) -> int:
     return int(nid) if nid is not None else int(ctx.broker.config.node_id)
 
 
-def _str_value(value: Any) -> str | None:
+def _str_value(value: object) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool):
@@ -647,7 +657,7 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
 # DeleteRecords
 
 
-def _allows_delete(info: Any) -> bool:
+def _allows_delete(info: TopicInfo) -> bool:
     return "delete" in info.log_config.cleanup_policy
 
 
@@ -802,8 +812,8 @@ async def _alter_config_resources(
     *,
     bad_operation: Callable[[list[dict]], str | None],
     null_allowed: Callable[[dict], bool],
-    alter: Callable[..., Any],
-    changes: Callable[[list[dict]], Any],
+    alter: _ConfigAlter[_C],
+    changes: Callable[[list[dict]], _C],
 ) -> dict:
     """AlterConfigs / IncrementalAlterConfigs: the same per-resource checks (Kafka's order), then
     ``alter(topic, changes(configs), validate_only=...)`` for a topic resource that passed them."""
