@@ -39,7 +39,17 @@ from typing import Any, Protocol, TypeVar
 from tidelog.broker import config as bc
 from tidelog.broker.errors import error_of, is_client_error
 from tidelog.broker.handlers import RequestContext, handles, topic_change
-from tidelog.broker.handlers.bodies import CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig
+from tidelog.broker.handlers.bodies import (
+    AlterConfigsResourceResponse,
+    CreatableReplicaAssignment,
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreatePartitionsTopicResult,
+    DeletableTopicResult,
+    DeleteRecordsPartitionResult,
+    DeleteRecordsTopicResult,
+    DescribeConfigsResult,
+)
 from tidelog.broker.quotas import (
     THROTTLING_QUOTA_EXCEEDED_MESSAGE,
     mutation_refused,
@@ -516,9 +526,9 @@ async def delete_topics(ctx: RequestContext, request: dict) -> dict:
             wanted.append((n, uuid.UUID(int=0)))
     name_dups = _duplicates(n for n, _ in wanted if n is not None)
     id_dups = _duplicates(i for n, i in wanted if n is None and i.int != 0)
-    responses: list[dict] = []
+    responses: list[DeletableTopicResult] = []
     for name, topic_id in wanted:
-        resp: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
+        resp: DeletableTopicResult = {"name": name, "error_code": 0, "error_message": None}
         if v >= 6:
             resp["topic_id"] = topic_id
         code, msg = await _delete_one(ctx, name, topic_id, name_dups, id_dups, resp)
@@ -532,9 +542,9 @@ async def _delete_one(
     ctx: RequestContext,
     name: str | None,
     topic_id: uuid.UUID,
-    name_dups: set[Any],
-    id_dups: set[Any],
-    resp: dict[str, Any],
+    name_dups: set[str],
+    id_dups: set[uuid.UUID],
+    resp: DeletableTopicResult,
 ) -> tuple[int, str | None]:
     topics = ctx.broker.topics
     if name is not None and topic_id.int != 0:
@@ -586,16 +596,16 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
     req = request.get("topics") or []
     dups = _duplicates(t.get("name") for t in req)
     node = _node_id(ctx)
-    results: list[dict] = []
+    results: list[CreatePartitionsTopicResult] = []
     answered: set[str] = set()
     for t in req:
         name = t.get("name")
         if name in answered:
             continue
         answered.add(name)
-        res: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
+        res: CreatePartitionsTopicResult = {"name": name, "error_code": 0, "error_message": None}
 
-        def fail(err: str, msg: str, res: dict[str, Any] = res) -> None:
+        def fail(err: str, msg: str, res: CreatePartitionsTopicResult = res) -> None:
             res["error_code"] = error_code(err)
             res["error_message"] = msg
 
@@ -664,17 +674,17 @@ def _allows_delete(info: TopicInfo) -> bool:
 @handles(ApiKey.DELETE_RECORDS)
 async def delete_records(ctx: RequestContext, request: dict) -> dict:
     topics = ctx.broker.topics
-    out_topics: list[dict] = []
+    out_topics: list[DeleteRecordsTopicResult] = []
     for t in request.get("topics") or []:
-        name = t.get("name")
-        parts_out: list[dict] = []
+        name: str = t.get("name")
+        parts_out: list[DeleteRecordsPartitionResult] = []
         exists = topics.exists(name)
         info = topics.get(name) if exists else None
         allowed = ctx.authorize(AclOperation.DELETE, _TOPIC, name)
         for p in t.get("partitions") or []:
             index = int(p.get("partition_index", -1))
             offset = int(p.get("offset", -1))
-            res: dict[str, Any] = {"partition_index": index, "low_watermark": -1, "error_code": 0}
+            res: DeleteRecordsPartitionResult = {"partition_index": index, "low_watermark": -1, "error_code": 0}
             parts_out.append(res)
             if not allowed:
                 res["error_code"] = TOPIC_AUTHORIZATION_FAILED
@@ -726,12 +736,12 @@ async def describe_configs(ctx: RequestContext, request: dict) -> dict:
     include_synonyms = bool(request.get("include_synonyms", False)) and ctx.api_version >= 1
     include_doc = bool(request.get("include_documentation", False)) and ctx.api_version >= 3
     topics = ctx.broker.topics
-    results: list[dict] = []
+    results: list[DescribeConfigsResult] = []
     for r in request.get("resources") or []:
         rtype = int(r.get("resource_type", RESOURCE_UNKNOWN))
         rname = r.get("resource_name") or ""
         keys = r.get("configuration_keys")
-        res: dict[str, Any] = {
+        res: DescribeConfigsResult = {
             "error_code": 0,
             "error_message": None,
             "resource_type": rtype,
@@ -819,11 +829,11 @@ async def _alter_config_resources(
     ``alter(topic, changes(configs), validate_only=...)`` for a topic resource that passed them."""
     validate_only = bool(request.get("validate_only", False))
     topics = ctx.broker.topics
-    responses: list[dict] = []
+    responses: list[AlterConfigsResourceResponse] = []
     for r in request.get("resources") or []:
         rtype = int(r.get("resource_type", RESOURCE_UNKNOWN))
         rname = r.get("resource_name") or ""
-        res: dict[str, Any] = {
+        res: AlterConfigsResourceResponse = {
             "error_code": 0,
             "error_message": None,
             "resource_type": rtype,

@@ -10,7 +10,8 @@ bodies are generated from the specs (issue 26, "Typed protocol bodies generated 
 
 from __future__ import annotations
 
-from typing import TypedDict
+import uuid
+from typing import NotRequired, TypedDict
 
 # -- CreateTopics (19) ---------------------------------------------------------------------------------------------
 
@@ -103,3 +104,50 @@ class EpochEndOffset(TypedDict):
 class OffsetForLeaderTopicResult(TypedDict):
     topic: str
     partitions: list[EpochEndOffset]
+
+
+# -- DeleteTopics (20), CreatePartitions (37), DeleteRecords (21) ----------------------------------------------------
+
+
+class DeletableTopicResult(TypedDict):
+    """DeleteTopicsResponse's entry: ``topic_id`` from v6 on (then ``name`` may be None: not disclosed)."""
+
+    name: str | None
+    error_code: int
+    error_message: str | None
+    topic_id: NotRequired[uuid.UUID]
+
+
+class CreatePartitionsTopicResult(TypedDict):
+    name: str
+    error_code: int
+    error_message: str | None
+
+
+class DeleteRecordsPartitionResult(TypedDict):
+    partition_index: int
+    low_watermark: int
+    error_code: int
+
+
+class DeleteRecordsTopicResult(TypedDict):
+    name: str
+    partitions: list[DeleteRecordsPartitionResult]
+
+
+# -- DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) -------------------------------------------
+
+
+class DescribeConfigsResult(TypedDict):
+    error_code: int
+    error_message: str | None
+    resource_type: int
+    resource_name: str
+    configs: list[dict[str, object]]
+
+
+class AlterConfigsResourceResponse(TypedDict):
+    error_code: int
+    error_message: str | None
+    resource_type: int
+    resource_name: str
