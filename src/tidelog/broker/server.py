@@ -1,7 +1,7 @@
 """The broker: one asyncio event loop serving the Kafka wire protocol on its listeners (PLAINTEXT, SSL,
 SASL_PLAINTEXT, SASL_SSL), and request handler threads.
 
-Security (docs/ARCHITECTURE.md, "Listeners, TLS and SASL")
+Security (docs/decisions/0026-listeners-tls-sasl.md)
     One :class:`SocketServer` per listener. On SSL listeners a connection is a :class:`TlsConnection`: the same
     request loop over a non-blocking ``ssl.SSLSocket`` (handshake first; reads and writes retry on
     ``SSLWantRead``/``SSLWantWrite``), and file regions are read with ``os.preadv`` into a buffer and encrypted:
@@ -11,7 +11,7 @@ Security (docs/ARCHITECTURE.md, "Listeners, TLS and SASL")
     The principal (``User:<name>``, the mapped certificate DN, or ``User:ANONYMOUS``) is kept on the connection
     and handed to every handler as ``RequestContext.principal``.
 
-Request execution (docs/ARCHITECTURE.md, "Request execution")
+Request execution (docs/decisions/0021-request-execution.md)
     The loop is Kafka's network thread: it frames, decodes, dispatches, runs small handler work and sends.
     Work whose cost a client controls (validating compressed or large produce batches, creating and deleting
     topics, config changes) runs on ``request_pool`` (:class:`~tidelog.broker.request_pool.RequestHandlerPool`,
@@ -39,7 +39,7 @@ Framing and order (as Kafka's SocketServer)
     socket buffer, which is the backpressure. A response is written completely before the next request is read,
     except that up to ``tidelog.produce.pipeline.max.requests`` acks=all produces whose appends are done may
     wait for their replicas while the next request is read (answers still in request order; see
-    :meth:`Connection._defer` and docs/ARCHITECTURE.md, "Pipelined produce").
+    :meth:`Connection._defer` and docs/decisions/0022-pipelined-produce.md).
 
 Errors
     Unknown API key, unsupported version (except ApiVersions, answered in v0 with UNSUPPORTED_VERSION and the
@@ -721,7 +721,7 @@ class Connection:
     # queued here and the loop reads the next request while it waits for the replicas. A single writer task
     # writes the queued answers strictly in request order; any other request (and any produce answered at once)
     # first waits until the queue is empty, so only produces overlap, and only their replication waits: every
-    # append still happens before the next request is decoded. docs/ARCHITECTURE.md, "Pipelined produce".
+    # append still happens before the next request is decoded. docs/decisions/0022-pipelined-produce.md.
 
     def _pipelining(self) -> bool:
         """May a Produce be answered later, with the next request read meanwhile? A plain connection with
