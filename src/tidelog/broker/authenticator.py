@@ -1,5 +1,5 @@
-"""Kafka's ``SaslServerAuthenticator`` on a connection of a SASL listener (docs/ARCHITECTURE.md, "Listeners, TLS
-and SASL"): only ApiVersions, SaslHandshake and SaslAuthenticate until a mechanism (PLAIN, SCRAM-SHA-256/512)
+"""Kafka's ``SaslServerAuthenticator`` on a connection of a SASL listener (docs/decisions/0026-listeners-tls-sasl.md):
+only ApiVersions, SaslHandshake and SaslAuthenticate until a mechanism (PLAIN, SCRAM-SHA-256/512)
 completes, frames at most ``sasl.server.max.receive.size``; anything else closes the connection. KIP-368: a
 session lifetime, and re-authentication on the same connection with the same mechanism and principal.
 """

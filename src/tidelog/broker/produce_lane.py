@@ -1,4 +1,4 @@
-"""The Produce fast lane and pipelined produce on a connection (docs/ARCHITECTURE.md, "Pipelined produce").
+"""The Produce fast lane and pipelined produce on a connection (docs/decisions/0022-pipelined-produce.md).
 
 The fast lane: a Produce request of the common shape (``tidelog.protocol._produce.parse_produce``: one topic, one
 partition, no transactional id, acks 1 or -1, no tagged fields) is not decoded into dicts but handed to
@@ -60,7 +60,7 @@ class ProduceLane(SaslAuthenticator):
     # queued here and the loop reads the next request while it waits for the replicas. A single writer task
     # writes the queued answers strictly in request order; any other request (and any produce answered at once)
     # first waits until the queue is empty, so only produces overlap, and only their replication waits: every
-    # append still happens before the next request is decoded. docs/ARCHITECTURE.md, "Pipelined produce".
+    # append still happens before the next request is decoded. docs/decisions/0022-pipelined-produce.md.
 
     def _pipelining(self) -> bool:
         """May a Produce be answered later, with the next request read meanwhile? A plain connection with

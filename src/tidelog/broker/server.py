@@ -1,7 +1,7 @@
 """The broker: one asyncio event loop serving the Kafka wire protocol on its listeners (PLAINTEXT, SSL,
 SASL_PLAINTEXT, SASL_SSL), and request handler threads.
 
-Security (docs/ARCHITECTURE.md, "Listeners, TLS and SASL")
+Security (docs/decisions/0026-listeners-tls-sasl.md)
     One :class:`SocketServer` per listener. On SSL listeners a connection is a :class:`TlsConnection`: the same
     request loop over a non-blocking ``ssl.SSLSocket`` (handshake first; reads and writes retry on
     ``SSLWantRead``/``SSLWantWrite``), and file regions are read with ``os.preadv`` into a buffer and encrypted:
@@ -17,7 +17,7 @@ Modules
     :mod:`~tidelog.broker.produce_lane` (Produce fast lane, pipelining), :mod:`~tidelog.broker.authenticator`
     (SASL) and :mod:`~tidelog.broker.connection_io` (the socket); :mod:`~tidelog.broker.tls_connection` for TLS.
 
-Request execution (docs/ARCHITECTURE.md, "Request execution")
+Request execution (docs/decisions/0021-request-execution.md)
     The loop is Kafka's network thread: it frames, decodes, dispatches, runs small handler work and sends.
     Work whose cost a client controls (validating compressed or large produce batches, creating and deleting
     topics, config changes) runs on ``request_pool`` (:class:`~tidelog.broker.request_pool.RequestHandlerPool`,
@@ -45,7 +45,7 @@ Framing and order (as Kafka's SocketServer)
     socket buffer, which is the backpressure. A response is written completely before the next request is read,
     except that up to ``tidelog.produce.pipeline.max.requests`` acks=all produces whose appends are done may
     wait for their replicas while the next request is read (answers still in request order; see
-    :meth:`Connection._defer` and docs/ARCHITECTURE.md, "Pipelined produce").
+    :meth:`Connection._defer` and docs/decisions/0022-pipelined-produce.md).
 
 Errors
     Unknown API key, unsupported version (except ApiVersions, answered in v0 with UNSUPPORTED_VERSION and the

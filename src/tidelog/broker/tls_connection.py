@@ -1,4 +1,4 @@
-"""A connection on an SSL or SASL_SSL listener (docs/ARCHITECTURE.md, "Listeners, TLS and SASL"): the same request
+"""A connection on an SSL or SASL_SSL listener (docs/decisions/0026-listeners-tls-sasl.md): the same request
 loop over a non-blocking ``ssl.SSLSocket`` (handshake first; reads and writes retry on ``SSLWantRead`` /
 ``SSLWantWrite``); file regions are read with ``os.preadv`` and encrypted (no zero-copy ``sendfile`` under TLS)."""
 

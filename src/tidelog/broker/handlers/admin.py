@@ -568,7 +568,7 @@ async def _delete_one(
         return TOPIC_AUTHORIZATION_FAILED, _auth_message(TOPIC_AUTHORIZATION_FAILED)
     if name in INTERNAL_TOPICS:
         # Kafka's brokers leave this to kafka-topics.sh (same message); tidelog refuses it server-side for every
-        # client: the coordinators' state would be lost (issue 16; docs/ARCHITECTURE.md "Internal topics")
+        # client: the coordinators' state would be lost (issue 16; docs/decisions/0030-internal-topics-protected.md)
         return error_code("INVALID_TOPIC_EXCEPTION"), (
             f"Topic {name} is a kafka internal topic and is not allowed to be marked for deletion.")
     if mutation_refused(ctx):
