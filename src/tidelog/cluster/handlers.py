@@ -16,7 +16,15 @@ from typing import Protocol, cast
 
 from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.handlers import Handler, RequestContext, handles
-from tidelog.broker.handlers.bodies import EpochEndOffset, OffsetForLeaderTopicResult
+from tidelog.broker.handlers.bodies import (
+    EpochEndOffset,
+    OffsetForLeaderTopicResult,
+    OngoingPartitionReassignment,
+    OngoingTopicReassignment,
+    PartitionResult,
+    ReassignablePartitionResponse,
+    ReassignableTopicResponse,
+)
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.cluster import zkdata as zd
 from tidelog.protocol.api_keys import ApiKey
@@ -105,9 +113,9 @@ def _alter_response(ctx: RequestContext, request: dict, error: str | None, messa
                            "error_message": message, "responses": []}
     if ctx.api_version >= 1:
         out["allow_replication_factor_change"] = bool(request.get("allow_replication_factor_change", True))
-    responses: list[dict[str, object]] = []
+    responses: list[ReassignableTopicResponse] = []
     for t in request.get("topics") or ():
-        parts: list[dict[str, object]] = []
+        parts: list[ReassignablePartitionResponse] = []
         for p in t.get("partitions") or ():
             tp = (t.get("name"), int(p.get("partition_index", -1)))
             r = per_partition.get(tp)
@@ -171,7 +179,7 @@ async def _controller_answer(submit: Callable[[Callable[[PartitionResults | None
 
 
 def _elect_response(top_error: str | None, results: PartitionResults) -> dict:
-    by_topic: dict[str, list[dict]] = {}
+    by_topic: dict[str, list[PartitionResult]] = {}
     for (t, p), r in sorted(results.items()):
         by_topic.setdefault(t, []).append({"partition_id": p, "error_code": error_code(r[0]) if r else 0,
                                            "error_message": r[1] if r else None})
@@ -208,18 +216,18 @@ async def elect_leaders(ctx: RequestContext, request: dict) -> dict:
     return _elect_response(None, not_controller if results is None else results)
 
 
-def list_reassignments(zk: ZkReader, wanted: dict[str, list[int]] | None) -> list[dict]:
+def list_reassignments(zk: ZkReader, wanted: dict[str, list[int]] | None) -> list[OngoingTopicReassignment]:
     """The ongoing reassignments as ListPartitionReassignments topics (from ZooKeeper; blocking)."""
     from kazoo.exceptions import NoNodeError
 
     names = sorted(wanted) if wanted is not None else sorted(zk.get_children(zd.BROKER_TOPICS))
-    out = []
+    out: list[OngoingTopicReassignment] = []
     for name in names:
         try:
             a = zd.decode_topic(zk.get(zd.topic_path(name))[0])
         except NoNodeError:
             continue
-        parts = [{"partition_index": p, "replicas": list(a.partitions[p]), "adding_replicas": a.adding.get(p, []),
+        parts: list[OngoingPartitionReassignment] = [{"partition_index": p, "replicas": list(a.partitions[p]), "adding_replicas": a.adding.get(p, []),
                   "removing_replicas": a.removing.get(p, [])}
                  for p in sorted(a.partitions)
                  if a.reassigning(p) and (wanted is None or p in wanted[name])]

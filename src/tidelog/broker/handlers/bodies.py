@@ -151,3 +151,42 @@ class AlterConfigsResourceResponse(TypedDict):
     error_message: str | None
     resource_type: int
     resource_name: str
+
+
+# -- AlterPartitionReassignments (45), ListPartitionReassignments (46), ElectLeaders (43): cluster mode -----------------
+
+
+class ReassignablePartitionResponse(TypedDict):
+    partition_index: int
+    error_code: int
+    error_message: str | None
+
+
+class ReassignableTopicResponse(TypedDict):
+    name: str
+    partitions: list[ReassignablePartitionResponse]
+
+
+class OngoingPartitionReassignment(TypedDict):
+    partition_index: int
+    replicas: list[int]
+    adding_replicas: list[int]
+    removing_replicas: list[int]
+
+
+class OngoingTopicReassignment(TypedDict):
+    name: str
+    partitions: list[OngoingPartitionReassignment]
+
+
+class PartitionResult(TypedDict):
+    """ElectLeadersResponse's partition result."""
+
+    partition_id: int
+    error_code: int
+    error_message: str | None
+
+
+class ReplicaElectionResult(TypedDict):
+    topic: str
+    partition_result: list[PartitionResult]
