@@ -98,14 +98,16 @@ def _entry_text(principal: str, host: str, op: int, perm: int) -> str:
 
 
 def _print_grouped(bindings: Iterable[AclBinding], header: str) -> None:
+    """kafka-acls.sh's lines, byte for byte (AclCommand: ``s"$header `$resource`: $nl ${acls.map("\t" +
+    _).mkString(nl)} $nl"``): a space after the colon, a space before the first entry's tab and after the last
+    entry, then a blank line."""
     groups: dict[tuple[int, str, int], list[AclBinding]] = {}
     for b in bindings:
         groups.setdefault((int(b.resource_type), b.name, int(b.pattern_type)), []).append(b)
     for (rt, name, pt), bs in sorted(groups.items()):
-        click.echo(f"{header} `{_pattern_text(rt, name, pt)}`:")
-        for b in sorted(bs, key=lambda b: (b.principal, b.host, int(b.operation), int(b.permission))):
-            click.echo(" \t" + _entry_text(b.principal, b.host, int(b.operation), int(b.permission)))
-        click.echo("")
+        entries = [_entry_text(b.principal, b.host, int(b.operation), int(b.permission))
+                   for b in sorted(bs, key=lambda b: (b.principal, b.host, int(b.operation), int(b.permission)))]
+        click.echo(f"{header} `{_pattern_text(rt, name, pt)}`: \n " + "\n".join("\t" + e for e in entries) + " \n")
 
 
 def _binding(rt: int, name: str, pt: int, principal: str, host: str, op: int, perm: int) -> AclBinding:
@@ -243,7 +245,11 @@ def list_(principals: tuple[str, ...], pattern: str, topics: tuple[str, ...], gr
     if output_is_json():
         echo_json(bindings_json(found))
         return
-    _print_grouped(found, "Current ACLs for resource")
+    if not principals:
+        _print_grouped(found, "Current ACLs for resource")
+    for p in principals:  # kafka-acls.sh --list --principal: a heading, then that principal's ACLs
+        click.echo(f"ACLs for principal `{_principal(p)}`")
+        _print_grouped([b for b in found if b.principal == _principal(p)], "Current ACLs for resource")
 
 
 def bindings_json(bindings: Iterable[AclBinding]) -> list[dict[str, str]]:
