@@ -15,6 +15,7 @@ COMMANDS: dict[str, str] = {
     "topics": "tidelog.cli.topics:topics",
     "produce": "tidelog.cli.console:produce",
     "consume": "tidelog.cli.console:consume",
+    "console": "tidelog.cli.console_web:console",
     "groups": "tidelog.cli.groups:groups",
     "cluster": "tidelog.cli.cluster:cluster",
     "transactions": "tidelog.cli.transactions:transactions",
