@@ -12,6 +12,7 @@ Every method blocks: the web layer runs them in worker threads, never on its eve
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -75,12 +76,15 @@ class Cluster:
         self.timeout = timeout
         props = dict(props or {})
         self.rdkafka: dict[str, Any] = {"bootstrap.servers": bootstrap, "client.id": "tidelog-console",
-                                        "socket.connection.setup.timeout.ms": 10000, **librdkafka_config(props)}
+                                        "socket.connection.setup.timeout.ms": 10000,
+                                        "logger": logging.getLogger("tidelog.console.librdkafka"),
+                                        **librdkafka_config(props)}
         self.security: ClientSecurity | None = client_security(props) if props else None
         self.principal = f"User:{props['sasl.username']}" if props.get("sasl.username") else (
             f"User:{self.security.username}" if self.security is not None and self.security.username else
             "(the listener's principal)")
         self._admin: Any = None
+        self._producer: Any = None
         self._lock = threading.Lock()
 
     # -- clients --------------------------------------------------------------------------------------------
@@ -92,6 +96,14 @@ class Cluster:
 
                 self._admin = AdminClient(dict(self.rdkafka))
             return self._admin
+
+    def producer(self) -> Any:
+        with self._lock:
+            if self._producer is None:
+                from confluent_kafka import Producer
+
+                self._producer = Producer({**self.rdkafka, "acks": "all", "linger.ms": 0})
+            return self._producer
 
     def consumer(self, **extra: Any) -> Any:
         from confluent_kafka import Consumer
@@ -141,8 +153,10 @@ class Cluster:
             raise from_kafka(exc, what) from None
 
     def metadata(self, topic: str | None = None) -> Any:
+        """The cluster's metadata, always of all topics: librdkafka's Metadata request for one named topic lets
+        the broker auto-create it (auto.create.topics.enable), which a look must never do."""
         try:
-            return self.admin().list_topics(topic=topic, timeout=self.timeout)
+            return self.admin().list_topics(timeout=self.timeout)
         except Exception as exc:
             raise from_kafka(exc, "metadata") from None
 
@@ -316,9 +330,7 @@ class Cluster:
 
     def produce(self, topic: str, partition: int | None, key: bytes | None, value: bytes | None,
                 headers: list[tuple[str, bytes]]) -> dict[str, Any]:
-        from confluent_kafka import Producer
-
-        p = Producer({**self.rdkafka, "acks": "all", "linger.ms": 0})
+        p = self.producer()
         done: list[Any] = []
         kwargs: dict[str, Any] = {"key": key, "value": value, "headers": headers or None,
                                   "on_delivery": lambda err, msg: done.append((err, msg))}
@@ -328,7 +340,9 @@ class Cluster:
             p.produce(topic, **kwargs)
         except Exception as exc:
             raise from_kafka(exc, f"produce to {topic}") from None
-        p.flush(self.timeout)
+        deadline = time.monotonic() + self.timeout
+        while not done and time.monotonic() < deadline:
+            p.flush(min(1.0, max(0.0, deadline - time.monotonic())))
         if not done:
             raise ConsoleError(f"produce to {topic}: no acknowledgement within {self.timeout:.0f}s", 504)
         err, msg = done[0]
