@@ -26,7 +26,7 @@ from tidelog.cluster.peer import Peer
 from tidelog.protocol.errors import error_for_code
 
 METADATA, API_VERSIONS, DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 3, 18, 29, 30, 31
-DESCRIBE_LOG_DIRS, LIST_TRANSACTIONS = 35, 66
+DESCRIBE_LOG_DIRS, DESCRIBE_USER_SCRAM_CREDENTIALS, LIST_TRANSACTIONS = 35, 50, 66
 
 _AUTH_ERRORS = {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED",
                 "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "SASL_AUTHENTICATION_FAILED",
@@ -517,13 +517,15 @@ class Cluster:
         return n
 
     def scram_users(self) -> list[dict[str, Any]]:
-        try:
-            res = self.admin().describe_user_scram_credentials(request_timeout=self.timeout).result(self.timeout)
-        except Exception as exc:
-            raise from_kafka(exc, "DescribeUserScramCredentials") from None
-        return [{"user": u, "mechanisms": [f"{i.mechanism.name}({i.iterations})"
-                                           for i in d.scram_credential_infos]}
-                for u, d in sorted(res.items())]
+        """DescribeUserScramCredentials through tidelog's own client: confluent-kafka 2.16's AdminClient frees an
+        invalid pointer (the process aborts) when the broker refuses this request."""
+        resp = self._any_broker(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
+        if resp["error_code"]:
+            raise from_code(resp["error_code"], resp.get("error_message"), "DescribeUserScramCredentials")
+        names = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+        return [{"user": r["user"], "mechanisms": [f"{names.get(i['mechanism'], i['mechanism'])}({i['iterations']})"
+                                                   for i in r["credential_infos"]]}
+                for r in sorted(resp["results"], key=lambda r: r["user"]) if not r["error_code"]]
 
     def metrics_urls(self) -> dict[int, str]:
         """Each broker's own Prometheus endpoint, as ``tidelog topics describe`` finds it (broker config
