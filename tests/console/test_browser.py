@@ -238,7 +238,7 @@ def test_transactions_metrics_and_audit_pages(driver: Any, console: RunningConso
     assert css(driver, "#metrics-info").text.startswith("broker 0: http://127.0.0.1:")
     # live: the page samples every 2 s and a rate needs two samples
     wait(driver, lambda d: d.execute_script(
-        "return [...document.querySelectorAll('canvas[data-metric]')].length === 7"), what="the charts")
+        "return [...document.querySelectorAll('canvas[data-metric]')].length === 8"), what="the charts")
     time.sleep(2.5)  # let two more samples be drawn for the screenshot (not a synchronisation)
     save_screenshot(driver, tmp_path, "metrics")
     go(driver, console, "audit")

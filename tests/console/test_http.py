@@ -234,4 +234,6 @@ def test_overview_transactions_metrics(console: Any, broker: Any) -> None:
     p.abort_transaction(30)
     m = c.get("/api/metrics").json()
     assert m and m[0]["url"].startswith("http://127.0.0.1:") and m[0]["connections"] >= 1
-    assert c.get("/api/metrics").json()[0]["requests_per_sec"] is not None  # a rate from two samples
+    second = c.get("/api/metrics").json()[0]
+    assert second["requests_per_sec"] is not None and second["request_latency_avg_ms"] >= 0  # two samples
+    assert second["event_loop_lag_ms"] is not None

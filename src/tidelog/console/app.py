@@ -123,15 +123,22 @@ class Console:
                     return None
                 return round(max(0.0, _totals[name] - _last[1].get(name, 0.0)) / (_now - _last[0]), 2)
 
-            lat_n, lat_s = totals.get("tidelog_request_latency_seconds_count"), totals.get(
-                "tidelog_request_latency_seconds_sum")
+            def mean_ms(hist: str, _last: Any = last, _totals: dict[str, float] = totals) -> Any:
+                """A histogram's mean over the last interval (since the start on the first sample), in ms."""
+                n, total = _totals.get(hist + "_count"), _totals.get(hist + "_sum")
+                if n is None or total is None:
+                    return None
+                if _last is not None:
+                    n, total = n - _last[1].get(hist + "_count", 0.0), total - _last[1].get(hist + "_sum", 0.0)
+                return round(1000 * total / n, 3) if n > 0 else 0.0
+
             out.append({"broker": node, "url": url,
                         "bytes_in_per_sec": rate("tidelog_topic_bytes_in_total"),
                         "bytes_out_per_sec": rate("tidelog_topic_bytes_out_total"),
                         "messages_in_per_sec": rate("tidelog_topic_messages_in_total"),
                         "requests_per_sec": rate("tidelog_requests_total"),
-                        "request_latency_avg_ms": round(1000 * lat_s / lat_n, 3) if lat_n and lat_s else None,
-                        "event_loop_lag_ms": _ms(totals.get("tidelog_event_loop_lag_seconds")),
+                        "request_latency_avg_ms": mean_ms("tidelog_request_latency_seconds"),
+                        "event_loop_lag_ms": mean_ms("tidelog_event_loop_lag_seconds"),
                         "event_loop_lag_max_ms": _ms(totals.get("tidelog_event_loop_lag_max_seconds")),
                         "replication_lag_messages": totals.get("tidelog_replica_follower_lag_messages", 0.0),
                         "connections": totals.get("tidelog_connections")})
@@ -140,6 +147,7 @@ class Console:
 
 _SUMMED = {"tidelog_topic_bytes_in_total", "tidelog_topic_bytes_out_total", "tidelog_topic_messages_in_total",
            "tidelog_requests_total", "tidelog_request_latency_seconds_count", "tidelog_request_latency_seconds_sum",
+           "tidelog_event_loop_lag_seconds_count", "tidelog_event_loop_lag_seconds_sum",
            "tidelog_replica_follower_lag_messages"}
 
 

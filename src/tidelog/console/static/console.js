@@ -400,7 +400,7 @@ async function pageSecurity(main) {
 
 async function pageMetrics(main) {
   const names = [["messages_in_per_sec", "messages in /s"], ["bytes_in_per_sec", "bytes in /s"], ["bytes_out_per_sec", "bytes out /s"],
-    ["requests_per_sec", "requests /s"], ["request_latency_avg_ms", "request latency, mean since start (ms)"], ["event_loop_lag_ms", "event-loop lag (ms)"],
+    ["requests_per_sec", "requests /s"], ["request_latency_avg_ms", "request latency, mean (ms)"], ["event_loop_lag_ms", "event-loop lag, mean (ms)"], ["event_loop_lag_max_ms", "event-loop lag, max (ms)"],
     ["replication_lag_messages", "replication lag (messages)"]];
   const history = {};
   const charts = h("div", { cls: "charts", id: "metric-charts" });
