@@ -79,6 +79,7 @@ def browser_missing() -> str | None:
 def save_screenshot(driver: Any, tmp_path: Path, name: str) -> Path:
     """A PNG of the page; also copied into $TIDELOG_CONSOLE_SCREENSHOTS (docs/console) when set."""
     path = tmp_path / f"{name}.png"
+    driver.execute_script("window.scrollTo(0, 0)")
     assert driver.save_screenshot(str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     target = os.environ.get(SCREENSHOTS_ENV)

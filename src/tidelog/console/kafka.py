@@ -22,6 +22,7 @@ from tidelog.broker.security.acls import AclOperation, PatternType, PermissionTy
 from tidelog.broker.security.client import ClientSecurity, SaslClientError, client_security, librdkafka_config
 from tidelog.cli._client import kafka_error_name, kafka_error_text
 from tidelog.cli.group_offsets import ResetSpec, target
+from tidelog.cli.topics import _leader_metrics_urls
 from tidelog.cluster.peer import Peer
 from tidelog.protocol.errors import error_for_code
 
@@ -348,6 +349,10 @@ class Cluster:
         err, msg = done[0]
         if err is not None:
             status = 403 if "AUTHORIZATION" in err.name() else 400
+            if status == 403:  # librdkafka keeps the topic's refusal in its metadata cache: a new ACL would not
+                with self._lock:  # be seen until the next refresh, so the next produce gets a fresh client
+                    if self._producer is p:
+                        self._producer = None
             raise ConsoleError(f"produce to {topic}: {err.name()}: {err.str()}", status)
         return {"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset()}
 
@@ -530,7 +535,5 @@ class Cluster:
     def metrics_urls(self) -> dict[int, str]:
         """Each broker's own Prometheus endpoint, as ``tidelog topics describe`` finds it (broker config
         ``tidelog.metrics.listener``); none for a broker that is not tidelog."""
-        from tidelog.cli.topics import _leader_metrics_urls
-
         md = self.metadata()
         return _leader_metrics_urls(self.admin(), md, set(md.brokers), self.timeout)

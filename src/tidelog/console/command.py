@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import click
+import uvicorn
 
 from tidelog.cli._client import BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP
+from tidelog.console.app import Console, ConsoleConfig, build_app
+from tidelog.console.sessions import LOOPBACK, is_loopback
 from tidelog.storage.checkpoints import parse_properties
 
 DEFAULT_PORT = 9021  # Confluent Control Center's port: the one Kafka users expect a console on
@@ -56,11 +59,6 @@ def console(bootstrap: str, command_config: str | None, host: str, port: int, us
 
 def serve_console(bootstrap: str, props: dict[str, str], host: str, port: int, user: str | None,
                   password_file: str | None, audit_log: str | None) -> None:
-    import uvicorn
-
-    from tidelog.console.app import Console, ConsoleConfig, build_app
-    from tidelog.console.sessions import LOOPBACK, is_loopback
-
     password = None
     if password_file is not None:
         lines = Path(password_file).read_text(encoding="utf-8").splitlines()
