@@ -157,6 +157,11 @@ def test_search_by_header_over_the_whole_range_and_export(console: Any, broker: 
     # a browse of the last 5 records
     j3 = c.post("/api/search", json={"topic": t, "start": "latest", "limit": 5}, headers=h).json()
     assert [r["offset"] for r in wait_job(c, j3["id"])["all"]] == [29995, 29996, 29997, 29998, 29999]
+    # a search belongs to the session that started it
+    other, oh = client(console)
+    assert other.get(f"/api/search/{job['id']}").status_code == 404
+    assert other.get(f"/api/search/{job['id']}/export").status_code == 404
+    assert other.post(f"/api/search/{job['id']}/cancel", headers=oh).status_code == 404
     # cancel: a search of everything stopped at once ends cancelled, short of the total
     j4 = c.post("/api/search", json={"topic": t, "text": "no such thing"}, headers=h).json()
     c.post(f"/api/search/{j4['id']}/cancel", headers=h)

@@ -8,6 +8,7 @@ group, records) must repeat the resource's name in ``confirm``.
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import re
 import time
@@ -200,6 +201,11 @@ def _confirm(data: dict[str, Any], name: str) -> None:
         raise ConsoleError(f"confirmation required: repeat the name {name!r} in 'confirm'", 409)
 
 
+def _owner(request: Request) -> str:
+    """The session a search job belongs to (its CSRF token: one per session, never shown to another)."""
+    return str(request.state.session.csrf)
+
+
 def _group_id(request: Request) -> str:
     g = request.path_params["group"]
     if not g or len(g) > 255:
@@ -239,6 +245,7 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
         opened = c.sessions.login(str(data.get("user", "")), str(data.get("password", "")))
         if opened is None:
             c.audit.record(str(data.get("user", ""))[:64], "login", "console", "refused: wrong user or password")
+            await asyncio.sleep(1.0)  # slows password guessing down, without blocking anyone else
             return JSONResponse({"error": "wrong user or password"}, status_code=401)
         token, s = opened
         c.audit.record(s.user, "login", "console", "ok")
@@ -333,11 +340,12 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
             raise ConsoleError("start: earliest, latest, offset or timestamp")
         if q.field not in ("any", "key", "value", "header"):
             raise ConsoleError("field: any, key, value or header")
-        job = await c.call(c.search.start, q, _int(data.get("max_results"), "max results", 1, optional=True))
+        job = await c.call(c.search.start, q, _int(data.get("max_results"), "max results", 1, optional=True),
+                           _owner(request))
         return JSONResponse(job.snapshot(0, "text"), status_code=202)
 
     async def search_status(request: Request) -> Response:
-        job = c.search.get(request.path_params["job"])
+        job = c.search.get(request.path_params["job"], _owner(request))
         since = _int(request.query_params.get("since") or 0, "since", 0)
         how = request.query_params.get("decode") or "text"
         if how not in ("text", "json", "hex", "base64"):
@@ -345,10 +353,10 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
         return JSONResponse(await c.call(job.snapshot, since, how))
 
     async def search_cancel(request: Request) -> Response:
-        return JSONResponse(c.search.cancel(request.path_params["job"]).snapshot(0, "text"))
+        return JSONResponse(c.search.cancel(request.path_params["job"], _owner(request)).snapshot(0, "text"))
 
     async def search_export(request: Request) -> Response:
-        job = c.search.get(request.path_params["job"])
+        job = c.search.get(request.path_params["job"], _owner(request))
         fmt = request.query_params.get("format") or "jsonl"
         if fmt not in ("jsonl", "csv"):
             raise ConsoleError("format: jsonl or csv")

@@ -82,6 +82,7 @@ class Job:
     query: Query
     max_results: int
     max_value_bytes: int
+    owner: str = ""  # the session that started it: no other may read, export or cancel it
     state: str = "running"  # running, done, cancelled, failed
     scanned: int = 0
     total: int = 0
@@ -139,7 +140,7 @@ class SearchRunner:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
-    def start(self, query: Query, max_results: int | None = None) -> Job:
+    def start(self, query: Query, max_results: int | None = None, owner: str = "") -> Job:
         with self._lock:
             if len(self._jobs) >= self.max_jobs:
                 done = sorted((j for j in self._jobs.values() if j.state != "running"), key=lambda j: j.started)
@@ -147,29 +148,21 @@ class SearchRunner:
                     raise ConsoleError(f"{self.max_jobs} searches are running: cancel one first", 429)
                 del self._jobs[done[0].id]
             job = Job(f"s{next(self._ids)}", query, min(max_results or self.max_results, self.max_results),
-                      self.max_value_bytes)
+                      self.max_value_bytes, owner)
             self._jobs[job.id] = job
         threading.Thread(target=self._run, args=(job,), name=f"console-search-{job.id}", daemon=True).start()
         return job
 
-    def get(self, job_id: str) -> Job:
+    def get(self, job_id: str, owner: str = "") -> Job:
         job = self._jobs.get(job_id)
-        if job is None:
+        if job is None or job.owner != owner:
             raise ConsoleError(f"no search {job_id!r} (finished searches are dropped after {self.max_jobs} more)",
                                404)
         return job
 
-    def cancel(self, job_id: str) -> Job:
-        job = self.get(job_id)
+    def cancel(self, job_id: str, owner: str = "") -> Job:
+        job = self.get(job_id, owner)
         job.cancel_event.set()
-        return job
-
-    def wait(self, job_id: str, timeout: float) -> Job:
-        """Until the job ends (tests and the bench; the page polls)."""
-        job = self.get(job_id)
-        deadline = time.monotonic() + timeout
-        while job.state == "running" and time.monotonic() < deadline:
-            job.cancel_event.wait(0.05)
         return job
 
     def _ranges(self, q: Query) -> dict[int, tuple[int, int]]:
