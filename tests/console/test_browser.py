@@ -112,6 +112,16 @@ def test_overview_create_topic_produce_and_find_it(driver: Any, console: Running
     rows = found(driver, "#results tbody tr")
     assert [(r.get_attribute("data-partition"), r.get_attribute("data-offset")) for r in rows] == [("2", "0")]
     assert '"total": 12.5' in rows[0].text and "trace=abc-123" in rows[0].text
+    # live tail: a record produced while it runs shows up without another click
+    fill(driver, "#msg-text", "")
+    css(driver, "#tail-btn").click()
+    wait(driver, lambda d: len(found(d, "#results tbody tr")) == 1, what="the tail's first read")
+    p = Producer({"bootstrap.servers": console.console.cfg.bootstrap})
+    p.produce(topic, key=b"order-8", value=b"tailed", partition=0)
+    assert p.flush(30) == 0
+    wait(driver, lambda d: any("tailed" in r.text for r in found(d, "#results tbody tr")), what="the tailed record")
+    css(driver, "#tail-btn").click()
+    assert css(driver, "#tail-btn").text == "Live tail"
 
 
 def test_find_by_header_in_a_large_partition_and_export(driver: Any, console: RunningConsole, broker: Any,

@@ -290,7 +290,15 @@ async function pageMessages(main, topic) {
       h("a", { id: "export-csv", href: `/api/search/${id}/export?format=csv` }, "CSV"));
   }
   form.addEventListener("submit", (ev) => { ev.preventDefault(); run(false).catch((e) => showError(e.message)); });
-  document.getElementById("tail-btn").addEventListener("click", () => run(true).catch((e) => showError(e.message)));
+  // live tail: the last 50 records per partition, read again every 3 s until stopped
+  let tailTimer = null;
+  document.getElementById("tail-btn").addEventListener("click", (ev) => {
+    if (tailTimer !== null) { clearInterval(tailTimer); tailTimer = null; ev.target.textContent = "Live tail"; return; }
+    ev.target.textContent = "Stop tail";
+    const again = () => { if (!state.job || document.getElementById("search-progress").dataset.state !== "running") run(true).catch((e) => showError(e.message)); };
+    state.job = null; again();
+    tailTimer = setInterval(again, 3000); state.timers.push(tailTimer);
+  });
   document.getElementById("cancel-btn").addEventListener("click", async () => { if (state.job) await act(() => api("POST", `/api/search/${state.job}/cancel`)); });
 }
 
