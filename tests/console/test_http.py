@@ -217,6 +217,10 @@ def test_group_lag_and_reset_offsets_to_a_timestamp(console: Any, broker: Any) -
     assert shift["rows"][0]["new"] == 0 and len(shift["rows"]) == 1  # clamped to the log start
     bad = c.post(f"/api/groups/{g}/reset-offsets", json={"topic": t, "mode": "sideways"}, headers=h)
     assert bad.status_code == 400
+    assert c.post(f"/api/groups/{g}/delete-offsets", json={"topic": t}, headers=h).status_code == 409
+    gone = c.post(f"/api/groups/{g}/delete-offsets", json={"topic": t, "confirm": g}, headers=h).json()
+    assert sorted((r["partition"], r["result"]) for r in gone["rows"]) == [(0, "Successful"), (1, "Successful")]
+    assert c.get(f"/api/groups/{g}").json()["offsets"] == []
     assert c.request("DELETE", f"/api/groups/{g}", json={"confirm": g}, headers=h).status_code == 200
     assert g not in [x["group"] for x in c.get("/api/groups").json()]
 

@@ -400,6 +400,15 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
         await c.mutate(request, "delete-group", g, c.cluster.delete_group, g)
         return JSONResponse({"ok": True})
 
+    async def delete_group_offsets(request: Request) -> Response:
+        g = _group_id(request)
+        data = await _body(request)
+        _confirm(data, g)
+        topic_name = _name(data.get("topic"), "topic")
+        rows = await c.mutate(request, "delete-group-offsets", g, c.cluster.delete_group_offsets, g, topic_name,
+                              topic=topic_name)
+        return JSONResponse({"ok": True, "rows": rows})
+
     async def transactions(request: Request) -> Response:
         return JSONResponse(await c.call(c.cluster.transactions))
 
@@ -453,6 +462,7 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
         Route("/api/groups/{group}", group),
         Route("/api/groups/{group}", delete_group, methods=["DELETE"]),
         Route("/api/groups/{group}/reset-offsets", reset_offsets, methods=["POST"]),
+        Route("/api/groups/{group}/delete-offsets", delete_group_offsets, methods=["POST"]),
         Route("/api/transactions", transactions),
         Route("/api/acls", acls),
         Route("/api/acls", create_acl, methods=["POST"]),

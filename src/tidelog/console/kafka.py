@@ -26,7 +26,8 @@ from tidelog.cli.topics import _leader_metrics_urls
 from tidelog.cluster.peer import Peer
 from tidelog.protocol.errors import error_for_code
 
-METADATA, API_VERSIONS, DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 3, 18, 29, 30, 31
+METADATA, FIND_COORDINATOR, API_VERSIONS, DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 3, 10, 18, 29, 30, 31
+OFFSET_DELETE = 47
 DESCRIBE_LOG_DIRS, DESCRIBE_USER_SCRAM_CREDENTIALS, LIST_TRANSACTIONS = 35, 50, 66
 
 _AUTH_ERRORS = {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED",
@@ -442,6 +443,31 @@ class Cluster:
             for tp in res.topic_partitions or []:
                 if tp.error is not None:
                     raise from_kafka(Exception(tp.error), f"reset {group} {tp.topic}-{tp.partition}")
+        return rows
+
+    def delete_group_offsets(self, group: str, topic: str) -> list[dict[str, Any]]:
+        """OffsetDelete (``kafka-consumer-groups.sh --delete-offsets``) of every partition of ``topic``, at the
+        group's coordinator; the broker refuses while the group consumes the topic (GROUP_SUBSCRIBED_TO_TOPIC).
+        As ``tidelog groups delete-offsets`` (cli/group_admin.py), with the console's credentials."""
+        md = self.metadata()
+        t = md.topics.get(topic)
+        if t is None or t.error is not None:
+            raise ConsoleError(f"topic {topic}: {t.error if t is not None else 'does not exist'}", 404)
+        found = self._any_broker(FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
+        if found["error_code"]:
+            raise from_code(found["error_code"], found.get("error_message"), f"FindCoordinator {group}")
+        body = {"group_id": group,
+                "topics": [{"name": topic, "partitions": [{"partition_index": p} for p in sorted(t.partitions)]}]}
+        resp = self._peer_call(found["host"], found["port"], OFFSET_DELETE, 0, body)
+        if resp["error_code"]:
+            raise from_code(resp["error_code"], None, f"OffsetDelete {group}")
+        rows = [{"topic": x["name"], "partition": p["partition_index"],
+                 "result": error_for_code(p["error_code"]).name if p["error_code"] else "Successful"}
+                for x in resp["topics"] for p in x["partitions"]]
+        failed = [r for r in rows if r["result"] != "Successful"]
+        if failed:
+            raise from_code(next(p["error_code"] for x in resp["topics"] for p in x["partitions"] if p["error_code"]),
+                            None, f"OffsetDelete {group} {topic}")
         return rows
 
     def delete_group(self, group: str) -> None:

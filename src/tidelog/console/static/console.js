@@ -321,7 +321,8 @@ async function pageGroup(main, group) {
     h("label", {}, "reset to", h("select", { id: "reset-mode" }, [["earliest", "earliest"], ["latest", "latest"], ["time", "a timestamp"], ["offset", "an offset"], ["shift", "shift by N"], ["current", "current"]].map(([v, t]) => h("option", { value: v }, t)))),
     h("label", {}, "offset / N / time (ms or ISO)", h("input", { id: "reset-value", size: 24 })),
     h("button", { id: "reset-preview-btn", type: "submit", cls: "secondary" }, "Preview (dry run)"),
-    h("button", { id: "reset-execute-btn", type: "button", cls: "danger" }, "Execute"));
+    h("button", { id: "reset-execute-btn", type: "button", cls: "danger" }, "Execute"),
+    h("button", { id: "delete-offsets-btn", type: "button", cls: "danger" }, "Delete the topic's offsets"));
   const preview = h("div", { id: "reset-preview-holder" });
   main.append(h("h1", {}, `Consumer group ${group}`), holder, h("h2", {}, "Lag over time"), canvas, h("h2", {}, "Reset offsets"), form, preview);
   function body(execute) {
@@ -345,6 +346,11 @@ async function pageGroup(main, group) {
   document.getElementById("reset-execute-btn").addEventListener("click", async () => {
     const typed = await confirmName(`Commit new offsets for group ${group}?`, group);
     if (typed === group) send(true); else if (typed !== null) showError("confirmation did not match");
+  });
+  document.getElementById("delete-offsets-btn").addEventListener("click", async () => {
+    const typed = await confirmName(`Delete the committed offsets of group ${group} for topic ${topicsIn.value}?`, group);
+    if (typed === null) return;
+    if (await act(() => api("POST", `/api/groups/${encodeURIComponent(group)}/delete-offsets`, { confirm: typed, topic: topicsIn.value }), "offsets deleted")) await refresh();
   });
   async function refresh() {
     const g = await api("GET", "/api/groups/" + encodeURIComponent(group));
