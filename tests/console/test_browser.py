@@ -242,8 +242,21 @@ def test_transactions_metrics_and_audit_pages(driver: Any, console: RunningConso
     p.flush(30)
     go(driver, console, "transactions")
     assert "checkout-1" in css(driver, "#txn-table").text and "Ongoing" in css(driver, "#txn-table").text
+    css(driver, 'a[data-tid="checkout-1"]').click()
+    wait(driver, lambda d: found(d, "#txn-describe"), what="the transaction's description")
+    assert f"{topic}-0" in css(driver, "#txn-describe").text
+    fill(driver, "#txn-topic", topic)
+    css(driver, "#txn-open-btn").click()
+    wait(driver, lambda d: found(d, '#txn-open-table tr[data-start="0"]'), what="the open transaction")
     save_screenshot(driver, tmp_path, "transactions")
-    p.abort_transaction(30)
+    css(driver, '#txn-open-table tr[data-start="0"] .abort-txn').click()
+    confirm(driver, topic)
+    wait(driver, lambda d: banner(d, "notice").startswith("aborted the transaction of producer "), what="the abort")
+    wait(driver, lambda d: not found(d, "#txn-open-table tbody tr"), what="no open transaction left")
+    try:
+        p.abort_transaction(30)
+    except Exception:  # aborted under it already
+        pass
     go(driver, console, "metrics")
     assert css(driver, "#metrics-info").text.startswith("broker 0: http://127.0.0.1:")
     # live: the page samples every 2 s and a rate needs two samples
@@ -252,5 +265,5 @@ def test_transactions_metrics_and_audit_pages(driver: Any, console: RunningConso
     time.sleep(2.5)  # let two more samples be drawn for the screenshot (not a synchronisation)
     save_screenshot(driver, tmp_path, "metrics")
     go(driver, console, "audit")
-    assert "create-topic" in css(driver, "#audit-table").text
+    assert "abort-transaction" in css(driver, "#audit-table").text
     save_screenshot(driver, tmp_path, "audit")

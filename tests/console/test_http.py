@@ -240,7 +240,24 @@ def test_overview_transactions_metrics(console: Any, broker: Any) -> None:
     p.flush(30)
     txns = {x["transactional_id"]: x for x in c.get("/api/transactions").json()}
     assert txns["console-txn"]["state"] == "Ongoing"
-    p.abort_transaction(30)
+    d = c.get("/api/transactions/console-txn").json()
+    assert d["state"] == "Ongoing" and d["partitions"] == [f"{t}-0"] and d["producer_id"] >= 0
+    opened = c.get("/api/transactions/open", params={"topic": t, "partition": 0}).json()
+    assert [(a["producer_id"], a["start_offset"]) for a in opened] == [(d["producer_id"], 0)]
+    # abort the (hanging, as far as the console knows) transaction: the partition has none open after it
+    assert c.post("/api/transactions/abort", json={"topic": t, "partition": 0, "start_offset": 0},
+                  headers=h).status_code == 409
+    done = c.post("/api/transactions/abort", json={"topic": t, "partition": 0, "start_offset": 0, "confirm": t},
+                  headers=h)
+    assert done.status_code == 200 and done.json()["producer_id"] == d["producer_id"], done.text
+    assert c.get("/api/transactions/open", params={"topic": t, "partition": 0}).json() == []
+    missing = c.post("/api/transactions/abort", json={"topic": t, "partition": 0, "start_offset": 0, "confirm": t},
+                     headers=h)
+    assert missing.status_code == 404
+    try:
+        p.abort_transaction(30)
+    except Exception:  # its transaction was aborted under it; the producer may see it fenced or done
+        pass
     m = c.get("/api/metrics").json()
     assert m and m[0]["url"].startswith("http://127.0.0.1:") and m[0]["connections"] >= 1
     second = c.get("/api/metrics").json()[0]

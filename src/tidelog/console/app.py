@@ -30,6 +30,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from tidelog.cli.group_offsets import ResetSpec
+from tidelog.console import transactions as txn
 from tidelog.console.audit import AuditLog
 from tidelog.console.kafka import Cluster, ConsoleError
 from tidelog.console.search import Query, SearchRunner
@@ -412,6 +413,24 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
     async def transactions(request: Request) -> Response:
         return JSONResponse(await c.call(c.cluster.transactions))
 
+    async def transaction(request: Request) -> Response:
+        return JSONResponse(await c.call(txn.describe, c.cluster, str(request.path_params["tid"])))
+
+    async def partition_transactions(request: Request) -> Response:
+        topic_name = _name(request.query_params.get("topic"), "topic")
+        part = _int(request.query_params.get("partition"), "partition", 0)
+        return JSONResponse(await c.call(txn.open_transactions, c.cluster, topic_name, part))
+
+    async def abort_transaction(request: Request) -> Response:
+        data = await _body(request)
+        topic_name = _name(data.get("topic"), "topic")
+        _confirm(data, topic_name)
+        part = _int(data.get("partition"), "partition", 0)
+        start = _int(data.get("start_offset"), "start offset", 0)
+        res = await c.mutate(request, "abort-transaction", f"{topic_name}-{part}", txn.abort, c.cluster, topic_name,
+                             part, start, start_offset=start)
+        return JSONResponse({"ok": True, **res})
+
     async def acls(request: Request) -> Response:
         return JSONResponse(await c.call(c.cluster.acls))
 
@@ -464,6 +483,9 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
         Route("/api/groups/{group}/reset-offsets", reset_offsets, methods=["POST"]),
         Route("/api/groups/{group}/delete-offsets", delete_group_offsets, methods=["POST"]),
         Route("/api/transactions", transactions),
+        Route("/api/transactions/open", partition_transactions),
+        Route("/api/transactions/abort", abort_transaction, methods=["POST"]),
+        Route("/api/transactions/{tid}", transaction),
         Route("/api/acls", acls),
         Route("/api/acls", create_acl, methods=["POST"]),
         Route("/api/acls/delete", delete_acl, methods=["POST"]),

@@ -114,7 +114,7 @@ class Cluster:
                 "enable.partition.eof": True, "auto.offset.reset": "earliest", **extra}
         return Consumer(conf)
 
-    def _peer_call(self, host: str, port: int, api_key: int, version: int, body: dict) -> dict:
+    def peer_call(self, host: str, port: int, api_key: int, version: int, body: dict) -> dict:
         async def run() -> dict:
             peer = Peer(host, port, "tidelog-console", self.security)
             try:
@@ -129,14 +129,14 @@ class Cluster:
         except (OSError, TimeoutError, EOFError) as exc:
             raise ConsoleError(f"{host}:{port}: {type(exc).__name__}: {exc}", 502) from None
 
-    def _any_broker(self, api_key: int, version: int, body: dict) -> dict:
+    def any_broker(self, api_key: int, version: int, body: dict) -> dict:
         last: ConsoleError | None = None
         for hp in self.bootstrap.split(","):
             if not hp.strip():
                 continue
             host, _, port = hp.strip().split("://")[-1].rpartition(":")
             try:
-                return self._peer_call(host.strip("[]"), int(port), api_key, version, body)
+                return self.peer_call(host.strip("[]"), int(port), api_key, version, body)
             except ConsoleError as exc:
                 if exc.status == 403:
                     raise
@@ -144,7 +144,7 @@ class Cluster:
         raise last or ConsoleError(f"no broker in {self.bootstrap!r}", 502)
 
     def brokers(self) -> dict[int, tuple[str, int]]:
-        md = self._any_broker(METADATA, 12, {"topics": [], "allow_auto_topic_creation": False,
+        md = self.any_broker(METADATA, 12, {"topics": [], "allow_auto_topic_creation": False,
                                              "include_topic_authorized_operations": False})
         return {b["node_id"]: (b["host"], b["port"]) for b in md["brokers"]}
 
@@ -181,7 +181,7 @@ class Cluster:
                 below_min += len(p.isrs) < min_isr.get(name, 1)
         for node, (host, port) in sorted(self.brokers().items()):
             try:
-                resp = self._peer_call(host, port, DESCRIBE_LOG_DIRS, 4, {"topics": None})
+                resp = self.peer_call(host, port, DESCRIBE_LOG_DIRS, 4, {"topics": None})
             except ConsoleError as exc:
                 brokers.setdefault(node, {"id": node, "host": host, "port": port, "rack": None,
                                           "controller": False, "log_dirs": []})["error"] = exc.text
@@ -192,7 +192,7 @@ class Cluster:
                     "path": d["log_dir"], "size": size, "offline": d["error_code"] != 0,
                     "error": error_for_code(d["error_code"]).name if d["error_code"] else None,
                     "total_bytes": d.get("total_bytes", -1), "usable_bytes": d.get("usable_bytes", -1)})
-        versions = self._any_broker(API_VERSIONS, 3, {"client_software_name": "tidelog-console",
+        versions = self.any_broker(API_VERSIONS, 3, {"client_software_name": "tidelog-console",
                                                       "client_software_version": "1"})
         return {
             "cluster_id": desc.cluster_id, "controller": controller, "brokers": sorted(brokers.values(),
@@ -266,7 +266,7 @@ class Cluster:
             return out
         for host, port in nodes.values():
             try:
-                resp = self._peer_call(host, port, DESCRIBE_LOG_DIRS, 4, {"topics": None})
+                resp = self.peer_call(host, port, DESCRIBE_LOG_DIRS, 4, {"topics": None})
             except ConsoleError:
                 continue
             for d in resp.get("results", []):
@@ -453,12 +453,12 @@ class Cluster:
         t = md.topics.get(topic)
         if t is None or t.error is not None:
             raise ConsoleError(f"topic {topic}: {t.error if t is not None else 'does not exist'}", 404)
-        found = self._any_broker(FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
+        found = self.any_broker(FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
         if found["error_code"]:
             raise from_code(found["error_code"], found.get("error_message"), f"FindCoordinator {group}")
         body = {"group_id": group,
                 "topics": [{"name": topic, "partitions": [{"partition_index": p} for p in sorted(t.partitions)]}]}
-        resp = self._peer_call(found["host"], found["port"], OFFSET_DELETE, 0, body)
+        resp = self.peer_call(found["host"], found["port"], OFFSET_DELETE, 0, body)
         if resp["error_code"]:
             raise from_code(resp["error_code"], None, f"OffsetDelete {group}")
         rows = [{"topic": x["name"], "partition": p["partition_index"],
@@ -480,7 +480,7 @@ class Cluster:
         out: list[dict[str, Any]] = []
         body = {"state_filters": [], "producer_id_filters": [], "duration_filter": -1}
         for node, (host, port) in sorted(self.brokers().items()):
-            resp = self._peer_call(host, port, LIST_TRANSACTIONS, 1, body)
+            resp = self.peer_call(host, port, LIST_TRANSACTIONS, 1, body)
             if resp["error_code"]:
                 raise from_code(resp["error_code"], None, f"ListTransactions on broker {node}")
             out.extend({"transactional_id": t["transactional_id"], "producer_id": t["producer_id"],
@@ -494,7 +494,7 @@ class Cluster:
         flt = {"resource_type_filter": int(ResourceType.ANY), "resource_name_filter": None,
                "pattern_type_filter": int(PatternType.ANY), "principal_filter": None, "host_filter": None,
                "operation": int(AclOperation.ANY), "permission_type": int(PermissionType.ANY)}
-        resp = self._any_broker(DESCRIBE_ACLS, 3, flt)
+        resp = self.any_broker(DESCRIBE_ACLS, 3, flt)
         if resp["error_code"]:
             raise from_code(resp["error_code"], resp.get("error_message"), "DescribeAcls")
         out = []
@@ -528,7 +528,7 @@ class Cluster:
                                "resource_pattern_type": f["pattern_type"], "principal": f["principal"],
                                "host": f["host"], "operation": f["operation"],
                                "permission_type": f["permission_type"]}]}
-        resp = self._any_broker(CREATE_ACLS, 3, body)
+        resp = self.any_broker(CREATE_ACLS, 3, body)
         for r in resp["results"]:
             if r["error_code"]:
                 raise from_code(r["error_code"], r.get("error_message"), "CreateAcls")
@@ -539,7 +539,7 @@ class Cluster:
                              "pattern_type_filter": f["pattern_type"], "principal_filter": f["principal"],
                              "host_filter": f["host"], "operation": f["operation"],
                              "permission_type": f["permission_type"]}]}
-        resp = self._any_broker(DELETE_ACLS, 3, body)
+        resp = self.any_broker(DELETE_ACLS, 3, body)
         n = 0
         for r in resp["filter_results"]:
             if r["error_code"]:
@@ -550,7 +550,7 @@ class Cluster:
     def scram_users(self) -> list[dict[str, Any]]:
         """DescribeUserScramCredentials through tidelog's own client: confluent-kafka 2.16's AdminClient frees an
         invalid pointer (the process aborts) when the broker refuses this request."""
-        resp = self._any_broker(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
+        resp = self.any_broker(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
         if resp["error_code"]:
             raise from_code(resp["error_code"], resp.get("error_message"), "DescribeUserScramCredentials")
         names = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}

@@ -370,8 +370,38 @@ async function pageGroup(main, group) {
 
 async function pageTransactions(main) {
   const rows = await api("GET", "/api/transactions");
-  main.append(h("h1", {}, "Transactions"), table("txn-table", ["transactional id", "producer id", "state", "coordinator"], rows.map((t) => [t.transactional_id, t.producer_id, t.state, t.coordinator])),
-    h("p", { cls: "muted" }, "To abort a hanging transaction: tidelog transactions find-hanging / abort (the console lists and describes)."));
+  const detail = h("div", { id: "txn-detail" });
+  const v = (id) => document.getElementById(id).value;
+  const form = h("form", { cls: "row", id: "txn-open-form" },
+    h("label", {}, "topic", h("input", { id: "txn-topic" })),
+    h("label", {}, "partition", h("input", { id: "txn-partition", type: "number", min: 0, value: 0, size: 4 })),
+    h("button", { type: "submit", id: "txn-open-btn", cls: "secondary" }, "Open transactions in the partition"));
+  const open = h("div", { id: "txn-open" });
+  main.append(h("h1", {}, "Transactions"),
+    table("txn-table", ["transactional id", "producer id", "state", "coordinator"], rows.map((t) => [
+      h("a", { href: "#", "data-tid": t.transactional_id, onclick: async (ev) => { ev.preventDefault(); await describe(t.transactional_id); } }, t.transactional_id),
+      t.producer_id, t.state, t.coordinator])),
+    detail, h("h2", {}, "Abort a hanging transaction"), form, open);
+  async function describe(tid) {
+    const d = await act(() => api("GET", "/api/transactions/" + encodeURIComponent(tid)));
+    if (!d) return;
+    detail.replaceChildren(table("txn-describe", ["transactional id", "producer id / epoch", "state", "timeout ms", "duration ms", "partitions"],
+      [[d.transactional_id, `${d.producer_id} / ${d.producer_epoch}`, d.state, d.timeout_ms, d.duration_ms ?? "", d.partitions.join(", ")]]));
+  }
+  async function listOpen() {
+    const topic = v("txn-topic"), partition = +v("txn-partition");
+    let rows;  // not act(): that would clear the notice of an abort just done
+    try { rows = await api("GET", `/api/transactions/open?topic=${encodeURIComponent(topic)}&partition=${partition}`); }
+    catch (e) { showError(e.message); return; }
+    open.replaceChildren(table("txn-open-table", ["producer id", "epoch", "starts at offset", ""], rows.map((a) => ({ attrs: { "data-start": a.start_offset }, cells: [
+      a.producer_id, a.producer_epoch, a.start_offset,
+      h("button", { cls: "danger abort-txn", type: "button", onclick: async () => {
+        const typed = await confirmName(`Write an ABORT marker for producer ${a.producer_id} in ${topic}-${partition}?`, topic);
+        if (typed === null) return;
+        if (await act(() => api("POST", "/api/transactions/abort", { topic, partition, start_offset: a.start_offset, confirm: typed }), (o) => `aborted the transaction of producer ${o.producer_id}`)) listOpen();
+      } }, "Abort")] }))));
+  }
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); listOpen(); });
 }
 
 async function pageSecurity(main) {
