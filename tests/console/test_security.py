@@ -39,6 +39,20 @@ def test_acl_create_list_delete_as_admin(consoles: dict[str, RunningConsole]) ->
     assert c.get("/api/session").json()["principal"] == "User:admin"
 
 
+def test_quotas_listed(consoles: dict[str, RunningConsole], acl_broker: Any) -> None:
+    from aclsupport import call
+
+    body = {"entries": [{"entity": [{"entity_type": "user", "entity_name": "bob"}],
+                         "ops": [{"key": "producer_byte_rate", "value": 1048576.0, "remove": False}]}],
+            "validate_only": False}
+    resp = call(acl_broker, "admin", 49, 1, body)  # AlterClientQuotas as the super user
+    assert resp["entries"][0]["error_code"] == 0
+    c, _ = session(consoles["admin"])
+    assert {"entity": {"user": "bob"}, "quotas": {"producer_byte_rate": 1048576.0}} in c.get("/api/quotas").json()
+    refused = session(consoles["alice"])[0].get("/api/quotas")
+    assert refused.status_code == 403 and "CLUSTER_AUTHORIZATION_FAILED" in refused.json()["error"]
+
+
 def test_refusals_are_the_brokers_and_are_audited(consoles: dict[str, RunningConsole]) -> None:
     c, h = session(consoles["alice"])
     r = c.post("/api/topics", json={"name": "alice-topic"}, headers=h)

@@ -453,6 +453,9 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
     async def users(request: Request) -> Response:
         return JSONResponse(await c.call(c.cluster.scram_users))
 
+    async def quotas(request: Request) -> Response:
+        return JSONResponse(await c.call(c.cluster.quotas))
+
     async def metrics(request: Request) -> Response:
         return JSONResponse(await c.call(c.metrics))
 
@@ -490,6 +493,7 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
         Route("/api/acls", create_acl, methods=["POST"]),
         Route("/api/acls/delete", delete_acl, methods=["POST"]),
         Route("/api/users", users),
+        Route("/api/quotas", quotas),
         Route("/api/metrics", metrics),
         Route("/api/audit", audit),
         Mount("/static", app=StaticFiles(packages=[("tidelog.console", "static")]), name="static"),

@@ -27,7 +27,7 @@ from tidelog.cluster.peer import Peer
 from tidelog.protocol.errors import error_for_code
 
 METADATA, FIND_COORDINATOR, API_VERSIONS, DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 3, 10, 18, 29, 30, 31
-OFFSET_DELETE = 47
+OFFSET_DELETE, DESCRIBE_CLIENT_QUOTAS = 47, 48
 DESCRIBE_LOG_DIRS, DESCRIBE_USER_SCRAM_CREDENTIALS, LIST_TRANSACTIONS = 35, 50, 66
 
 _AUTH_ERRORS = {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED",
@@ -557,6 +557,16 @@ class Cluster:
         return [{"user": r["user"], "mechanisms": [f"{names.get(i['mechanism'], i['mechanism'])}({i['iterations']})"
                                                    for i in r["credential_infos"]]}
                 for r in sorted(resp["results"], key=lambda r: r["user"]) if not r["error_code"]]
+
+    def quotas(self) -> list[dict[str, Any]]:
+        """Every client quota (DescribeClientQuotas with no filter, as ``tidelog quotas describe``): per entity its
+        {entity type: name, None for the default} and its quotas."""
+        resp = self.any_broker(DESCRIBE_CLIENT_QUOTAS, 1, {"components": [], "strict": False})
+        if resp["error_code"]:
+            raise from_code(resp["error_code"], resp.get("error_message"), "DescribeClientQuotas")
+        out = [{"entity": {e["entity_type"]: e["entity_name"] for e in entry["entity"]},
+                "quotas": {v["key"]: v["value"] for v in entry["values"]}} for entry in resp.get("entries") or ()]
+        return sorted(out, key=lambda q: sorted((k, v or "") for k, v in q["entity"].items()))
 
     def metrics_urls(self) -> dict[int, str]:
         """Each broker's own Prometheus endpoint, as ``tidelog topics describe`` finds it (broker config

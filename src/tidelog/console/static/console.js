@@ -415,8 +415,9 @@ async function pageSecurity(main) {
     h("label", {}, "operation", opt("acl-operation", ["READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "ALL"])),
     h("label", {}, "permission", opt("acl-permission", ["ALLOW", "DENY"])),
     h("button", { id: "acl-create-btn", type: "submit" }, "Create ACL"));
-  const holder = h("div", { id: "acls-holder" }), usersHolder = h("div");
-  main.append(h("h1", {}, "Security"), h("h2", {}, "ACLs"), form, holder, h("h2", {}, "SCRAM users"), usersHolder);
+  const holder = h("div", { id: "acls-holder" }), usersHolder = h("div"), quotasHolder = h("div");
+  main.append(h("h1", {}, "Security"), h("h2", {}, "ACLs"), form, holder, h("h2", {}, "SCRAM users"), usersHolder,
+    h("h2", {}, "Client quotas"), quotasHolder);
   const v = (id) => document.getElementById(id).value;
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
@@ -440,6 +441,12 @@ async function pageSecurity(main) {
     const users = await api("GET", "/api/users");
     usersHolder.replaceChildren(table("users-table", ["user", "mechanisms"], users.map((u) => [u.user, u.mechanisms.join(", ")])));
   } catch (e) { usersHolder.replaceChildren(h("p", { cls: "muted" }, e.message)); }
+  try {
+    const quotas = await api("GET", "/api/quotas");
+    quotasHolder.replaceChildren(table("quotas-table", ["entity", "quotas"], quotas.map((q) => [
+      Object.entries(q.entity).map(([k, v]) => `${k}=${v ?? "<default>"}`).join(", "),
+      Object.entries(q.quotas).map(([k, v]) => `${k}=${v}`).join(", ")])));
+  } catch (e) { quotasHolder.replaceChildren(h("p", { cls: "muted" }, e.message)); }
 }
 
 async function pageMetrics(main) {
