@@ -4,7 +4,8 @@ by a header value, and page loads against a cluster of 1,000 partitions.
 One ``tidelog serve`` (a subprocess on 127.0.0.1, its own data dir) and the console's Starlette app served by
 uvicorn in this process (as ``tidelog console`` serves it). Printed side by side:
 
-* search: the console's server-side job (scan, match, progress count, cancellable) against a bare confluent-kafka
+* search: the console's server-side job (scan, match by a header substring and by a filter expression, progress
+  count, cancellable) against a bare confluent-kafka
   consumer reading the same partition without matching (the floor any console pays), records/s and the ratio;
   the console process's peak RSS growth during the search (the job keeps at most ``max_results`` matches, so
   memory is flat in the partition's size); the time from the cancel to the job's end;
@@ -96,7 +97,7 @@ def current_rss_mib() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def search(client: httpx.Client, h: dict[str, str], topic: str) -> tuple[float, dict, float]:
+def search(client: httpx.Client, h: dict[str, str], topic: str, **how: str) -> tuple[float, dict, float]:
     samples: list[float] = []
     stop = threading.Event()
 
@@ -109,8 +110,7 @@ def search(client: httpx.Client, h: dict[str, str], topic: str) -> tuple[float, 
     w = threading.Thread(target=watch, daemon=True)
     w.start()
     t0 = time.monotonic()
-    job = client.post("/api/search", json={"topic": topic, "partition": 0, "field": "header", "header": "trace",
-                                           "text": "needle"}, headers=h).json()
+    job = client.post("/api/search", json={"topic": topic, "partition": 0, **how}, headers=h).json()
     while True:
         s = client.get(f"/api/search/{job['id']}", params={"since": 0}).json()
         if s["state"] != "running":
@@ -163,12 +163,17 @@ def main() -> None:
         client = httpx.Client(base_url=rc.url, timeout=60)
         h = {"X-CSRF-Token": client.get("/api/session").json()["csrf"]}
         bare = bare_scan(bootstrap, "big", args.records)
-        took, s, rss = search(client, h, "big")
+        took, s, rss = search(client, h, "big", field="header", header="trace", text="needle")
         assert s["state"] == "done" and s["scanned"] == args.records and s["matched"] == 1, s
+        took_x, sx, _ = search(client, h, "big", field="expression",
+                               expression='headers["trace"] == "needle" and json["n"] > 0')
+        assert sx["state"] == "done" and sx["matched"] == 1, sx
         print(f"\n{'search of ' + format(args.records, ',') + ' records':<44}{'seconds':>10}{'records/s':>14}")
         print(f"{'bare consumer, no matching (floor)':<44}{bare:>10.2f}{args.records / bare:>14,.0f}")
         print(f"{'console job by header value':<44}{took:>10.2f}{args.records / took:>14,.0f}")
-        print(f"ratio console / bare: {took / bare:.2f}x the time; console RSS growth during the search "
+        print(f"{'console job by filter expression':<44}{took_x:>10.2f}{args.records / took_x:>14,.0f}")
+        print(f"ratio console / bare: {took / bare:.2f}x the time (expression: {took_x / bare:.2f}x); "
+              f"console RSS growth during the search "
               f"{rss:.1f} MiB (peak RSS of this process {rss_peak_mib():.0f} MiB)")
         lat, scanned = cancel_latency(client, h, "big")
         print(f"cancel: the job ended {lat * 1000:.0f} ms after the cancel, at {scanned:,} records scanned")

@@ -154,6 +154,14 @@ def test_search_by_header_over_the_whole_range_and_export(console: Any, broker: 
     assert s2["total"] == 10 and s2["matched"] == 10
     hexed = c.get(f"/api/search/{j2['id']}", params={"decode": "hex"}).json()["results"][0]
     assert hexed["key"] == "6b 32 39 39 39 30"
+    # a filter expression over the parsed value and the metadata
+    j5 = c.post("/api/search", json={"topic": t, "field": "expression",
+                                     "expression": 'headers["trace"] in ["id-7", "id-29998"] and offset > 10'},
+                headers=h).json()
+    assert [r["offset"] for r in wait_job(c, j5["id"])["all"]] == [29998]
+    bad = c.post("/api/search", json={"topic": t, "field": "expression", "expression": "__import__('os')"},
+                 headers=h)
+    assert bad.status_code == 400 and "filter expression: " in bad.json()["error"]
     # a browse of the last 5 records
     j3 = c.post("/api/search", json={"topic": t, "start": "latest", "limit": 5}, headers=h).json()
     assert [r["offset"] for r in wait_job(c, j3["id"])["all"]] == [29995, 29996, 29997, 29998, 29999]

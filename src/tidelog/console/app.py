@@ -336,11 +336,12 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
                   start=str(data.get("start") or "earliest"),
                   start_value=_int(data.get("start_value") or 0, "start value"),
                   limit=_int(data.get("limit") or 0, "limit", 0), field=str(data.get("field") or "any"),
-                  text=str(data.get("text") or ""), header=str(data.get("header") or ""))
+                  text=str(data.get("text") or ""), header=str(data.get("header") or ""),
+                  expression=str(data.get("expression") or ""))
         if q.start not in ("earliest", "latest", "offset", "timestamp"):
             raise ConsoleError("start: earliest, latest, offset or timestamp")
-        if q.field not in ("any", "key", "value", "header"):
-            raise ConsoleError("field: any, key, value or header")
+        if q.field not in ("any", "key", "value", "header", "expression"):
+            raise ConsoleError("field: any, key, value, header or expression")
         job = await c.call(c.search.start, q, _int(data.get("max_results"), "max results", 1, optional=True),
                            _owner(request))
         return JSONResponse(job.snapshot(0, "text"), status_code=202)

@@ -19,10 +19,11 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidelog.console.filters import FilterError, compile_filter
 from tidelog.console.kafka import Cluster, ConsoleError
 
 BATCH = 2000
@@ -42,9 +43,14 @@ class Query:
     field: str = "any"
     text: str = ""
     header: str = ""  # with field == "header": only this header's values (empty: any header)
+    expression: str = ""  # a filter expression (filters.py), with field == "expression"
+
+    def predicate(self) -> Callable[[dict[str, Any]], bool] | None:
+        """The compiled filter expression (FilterError when it is not one), None for a substring search."""
+        return compile_filter(self.expression) if self.field == "expression" else None
 
     def matches(self, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> bool:
-        if not self.text:
+        if not self.text or self.field == "expression":
             return True
         needle = self.text.encode()
         if self.field in ("key", "any") and key is not None and needle in key:
@@ -141,6 +147,10 @@ class SearchRunner:
         self._lock = threading.Lock()
 
     def start(self, query: Query, max_results: int | None = None, owner: str = "") -> Job:
+        try:
+            query.predicate()  # a bad expression is refused now, with its reason, rather than in the job
+        except FilterError as exc:
+            raise ConsoleError(f"filter expression: {exc}", 400) from None
         with self._lock:
             if len(self._jobs) >= self.max_jobs:
                 done = sorted((j for j in self._jobs.values() if j.state != "running"), key=lambda j: j.started)
@@ -207,6 +217,7 @@ class SearchRunner:
             consumer = self.cluster.consumer()
             consumer.assign([TopicPartition(q.topic, p, b) for p, (b, _) in ranges.items()])
             left = {p: e for p, (_, e) in ranges.items()}
+            predicate = q.predicate()
             while left and not job.cancel_event.is_set():
                 for msg in consumer.consume(BATCH, 0.2):
                     err = msg.error()
@@ -225,7 +236,16 @@ class SearchRunner:
                     if msg.offset() + 1 >= end:
                         del left[p]
                     headers = msg.headers() or []
-                    if q.matches(msg.key(), msg.value(), headers):
+                    if predicate is not None:
+                        key, value = msg.key(), msg.value()
+                        hit = predicate({"key": None if key is None else key.decode("utf-8", "replace"),
+                                         "value": None if value is None else value.decode("utf-8", "replace"),
+                                         "headers": {k: None if v is None else v.decode("utf-8", "replace")
+                                                     for k, v in headers},
+                                         "partition": p, "offset": msg.offset(), "timestamp": msg.timestamp()[1]})
+                    else:
+                        hit = q.matches(msg.key(), msg.value(), headers)
+                    if hit:
                         job.matched += 1
                         if len(job.results) < job.max_results:
                             cut = job.max_value_bytes

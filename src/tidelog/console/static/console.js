@@ -219,9 +219,10 @@ async function pageMessages(main, topic) {
     opt("msg-start", ["earliest", "latest", "offset", "timestamp"], "from"),
     h("label", {}, "offset / time (ms or ISO)", h("input", { id: "msg-start-value", size: 14 })),
     h("label", {}, "records per partition (0: all)", h("input", { id: "msg-limit", type: "number", min: 0, value: 0, size: 6 })),
-    opt("msg-field", ["any", "key", "value", "header"], "search in"),
+    opt("msg-field", ["any", "key", "value", "header", "expression"], "search in"),
     h("label", {}, "header name (optional)", h("input", { id: "msg-header", size: 10 })),
     h("label", {}, "contains", h("input", { id: "msg-text", size: 18 })),
+    h("label", {}, "or filter expression", h("input", { id: "msg-expression", size: 28, placeholder: 'json["total"] > 100 and offset >= 10' })),
     opt("msg-decode", ["text", "json", "hex", "base64"], "show as"),
     h("button", { id: "search-btn", type: "submit" }, "Search"),
     h("button", { id: "cancel-btn", type: "button", cls: "secondary", disabled: true }, "Cancel"),
@@ -259,7 +260,8 @@ async function pageMessages(main, topic) {
     const p = document.getElementById("msg-partition").value;
     const body = { topic: sel.value, partition: p === "" ? null : +p, start: tail ? "latest" : document.getElementById("msg-start").value,
       start_value: startValue(), limit: +document.getElementById("msg-limit").value || (tail ? 50 : 0),
-      field: document.getElementById("msg-field").value, header: document.getElementById("msg-header").value, text: document.getElementById("msg-text").value };
+      field: document.getElementById("msg-field").value, header: document.getElementById("msg-header").value, text: document.getElementById("msg-text").value,
+      expression: document.getElementById("msg-expression").value };
     const job = await act(() => api("POST", "/api/search", body));
     if (!job) return;
     state.job = job.id; since = 0;
