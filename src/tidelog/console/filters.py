@@ -46,11 +46,11 @@ def compile_filter(text: str) -> Callable[[dict[str, Any]], bool]:
         raise FilterError(f"a filter expression of at most {MAX_NODES} parts")
     for node in nodes:
         _check(node)
-    body = tree.body
+    fn = _compile(tree.body)
 
     def predicate(record: dict[str, Any]) -> bool:
         try:
-            return bool(_eval(body, record))
+            return bool(fn(record))
         except (KeyError, IndexError, TypeError, ValueError):
             return False
 
@@ -80,32 +80,52 @@ def _check(node: ast.AST) -> None:
     raise FilterError(f"{type(node).__name__} is not allowed in a filter expression")
 
 
-def _eval(node: ast.AST, rec: dict[str, Any]) -> Any:
+Fn = Callable[[dict[str, Any]], Any]
+
+
+def _compile(node: ast.AST) -> Fn:
+    """The checked tree turned once into nested closures (a record is then evaluated without walking the tree)."""
     if isinstance(node, ast.BoolOp):
+        parts = [_compile(v) for v in node.values]
         if isinstance(node.op, ast.And):
-            return all(_eval(v, rec) for v in node.values)
-        return any(_eval(v, rec) for v in node.values)
+            return lambda r: all(f(r) for f in parts)
+        return lambda r: any(f(r) for f in parts)
     if isinstance(node, ast.UnaryOp):
-        v = _eval(node.operand, rec)
-        return (not v) if isinstance(node.op, ast.Not) else -v
+        inner = _compile(node.operand)
+        if isinstance(node.op, ast.Not):
+            return lambda r: not inner(r)
+        return lambda r: -inner(r)
     if isinstance(node, ast.Compare):
-        left = _eval(node.left, rec)
-        for op, comparator in zip(node.ops, node.comparators):
-            right = _eval(comparator, rec)
-            if not _COMPARE[type(op)](left, right):
-                return False
-            left = right
-        return True
+        first = _compile(node.left)
+        steps = [(_COMPARE[type(op)], _compile(c)) for op, c in zip(node.ops, node.comparators)]
+
+        def compare(r: dict[str, Any]) -> bool:
+            left = first(r)
+            for cmp, right_fn in steps:
+                right = right_fn(r)
+                if not cmp(left, right):
+                    return False
+                left = right
+            return True
+
+        return compare
     if isinstance(node, ast.Subscript):
-        return _eval(node.value, rec)[_eval(node.slice, rec)]
+        container, index = _compile(node.value), _compile(node.slice)
+        return lambda r: container(r)[index(r)]
     if isinstance(node, ast.Constant):
-        return node.value
+        value = node.value
+        return lambda r: value
     if isinstance(node, ast.Name):
-        if node.id == "json":
-            return _json(rec)
-        return rec[node.id]
+        name = node.id
+        if name == "json":
+            return _json
+        return lambda r: r[name]
     if isinstance(node, ast.List | ast.Tuple):
-        return [_eval(e, rec) for e in node.elts]
+        elts = [_compile(e) for e in node.elts]
+        if all(isinstance(e, ast.Constant) for e in node.elts):
+            frozen = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+            return lambda r: frozen
+        return lambda r: [f(r) for f in elts]
     raise FilterError(f"{type(node).__name__} is not allowed")  # refused by _check already
 
 
