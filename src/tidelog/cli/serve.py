@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -82,14 +83,16 @@ def serve(
     finally:
         for proc in console_proc:
             proc.terminate()
-            proc.wait(10)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def _start_console(broker: Any, port: int) -> Any:
     """``tidelog console`` for this broker in a process of its own (the console's work stays off the broker's
     interpreter and loop), on loopback, stopped with the broker."""
-    import subprocess
-
     host = "127.0.0.1" if broker.host in ("0.0.0.0", "::", "") else broker.host
     cmd = [sys.executable, "-m", "tidelog.cli.main", "console", "--bootstrap-server", f"{host}:{broker.port}",
            "--port", str(port)]
