@@ -3,6 +3,8 @@ sideways between packages, the package graph has no cycle, and no import of tide
 function (the way to dodge a cycle instead of removing it).
 
     records  <-  protocol, storage  <-  broker  <-  cluster, spark, tools  <-  node (the composition root)  <-  cli
+    <-  console (the web console reuses the CLI's Kafka helpers; ``tidelog console`` reaches it through
+    cli/main.py's lazy command table, not an import)
 
 Imports under ``if TYPE_CHECKING:`` are annotations only and do not count. The optional C extensions are loaded
 inside ``try``/``except ImportError`` in the function that decides whether to use them: those are allowed.
@@ -16,7 +18,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "tidelog"
 
 LAYER = {"records": 0, "protocol": 1, "storage": 1, "broker": 2, "cluster": 3, "spark": 3, "tools": 3, "node": 4,
-         "cli": 5}
+         "cli": 5, "console": 6}
 C_EXTENSIONS = {"tidelog.records._recwalk", "tidelog.records._columnar", "tidelog.storage._cleanwalk",
                 "tidelog.storage._segment", "tidelog.protocol._produce"}
 

@@ -15,6 +15,7 @@ COMMANDS: dict[str, str] = {
     "topics": "tidelog.cli.topics:topics",
     "produce": "tidelog.cli.console:produce",
     "consume": "tidelog.cli.console:consume",
+    "console": "tidelog.console.command:console",  # above cli in the layers (it reuses cli helpers)
     "groups": "tidelog.cli.groups:groups",
     "cluster": "tidelog.cli.cluster:cluster",
     "transactions": "tidelog.cli.transactions:transactions",
