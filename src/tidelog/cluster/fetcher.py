@@ -330,7 +330,7 @@ class ReplicaFetcher:
         else:
             records = part.get("records")
             if records:
-                plog.append_as_follower(records)
+                plog.append_as_follower(records, infos=False)
         hw = min(part.get("high_watermark", -1), plog.log_end_offset)
         if hw > plog.high_watermark:
             plog.high_watermark = hw
