@@ -7,7 +7,7 @@ What is measured (issue "storage benchmark"):
   Batches are built before the clock starts (valid CRC-32C, increasing timestamps); the log path includes
   everything the broker does per produce: header + size + CRC validation, offset stamping, roll check,
   the write and the index updates. Neither side fsyncs (Kafka does not on append by default). The log reserves
-  its active segment's disk blocks ahead (``fallocate`` KEEP_SIZE, see docs/ARCHITECTURE.md), which the plain
+  its active segment's disk blocks ahead (``fallocate`` KEEP_SIZE, see docs/decisions/0008-segment-block-reservation.md), which the plain
   writer does not; a "context" row per case compares the log with a writer reserving the same way, for the
   log's own cost.
 * **offset lookup** (``PartitionLog.read(offset, 1)``: segment floor + offset index + header scan) and

@@ -3,8 +3,10 @@
 ``build_broker(config)`` assembles a :class:`~tidelog.broker.broker.Broker` for the config's mode: alone (no
 ``zookeeper.connect``; the broker's own :class:`~tidelog.broker.replica_manager.LocalReplicaManager`) or in a
 ZooKeeper cluster (:class:`~tidelog.cluster.replica_manager.ZkReplicaManager`, which brings the ZooKeeper
-topic store, producer-id blocks, replica fetchers, the controller and the cluster-only APIs). Nothing below this
-module knows that the other mode exists: ``broker`` never imports ``cluster``.
+topic store, producer-id blocks, replica fetchers, the controller and the cluster-only APIs). ``broker`` never
+imports ``cluster`` (``tests/test_layers.py``), but it is not mode-blind: the group and transaction coordinators
+still read ``zookeeper.connect`` themselves. This module imports ``cluster`` (and with it ``kazoo``) at module
+level, so a single-node ``tidelog serve`` loads them too, without ever connecting to ZooKeeper.
 """
 
 from __future__ import annotations

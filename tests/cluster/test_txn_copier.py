@@ -3,7 +3,7 @@ copies an RF=3 input topic to an RF=3 output topic while brokers are killed -9 a
 copier's transaction coordinator, partition leaders and group coordinator move) and the copier itself is killed -9
 and restarted, once hung (SIGSTOP) instead while a new one fences it. The output must hold each input record exactly
 once, in order per partition, the group's committed offsets must never go back, and the woken zombie must find
-itself fenced. docs/ARCHITECTURE.md ("Transactions end to end") tells which client bugs the harness works around.
+itself fenced. docs/decisions/0043-txn-test-harness.md tells which client bugs the harness works around.
 """
 
 from __future__ import annotations

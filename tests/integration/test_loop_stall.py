@@ -1,4 +1,4 @@
-"""No client can stall the others (docs/ARCHITECTURE.md, "Request execution"), against a real ``tidelog serve``.
+"""No client can stall the others (docs/decisions/0021-request-execution.md), against a real ``tidelog serve``.
 
 Heavy request work (decompressing and validating compressed produce batches, creating and deleting topics) runs
 on the broker's request handler threads, so while one connection's heavy request is in flight another

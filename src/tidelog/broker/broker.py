@@ -1,6 +1,6 @@
 """The broker: one object assembled from parts, the same class in single-node and ZooKeeper mode.
 
-Parts (docs/ARCHITECTURE.md, "The broker, composed"):
+Parts (docs/ARCHITECTURE.md, "The broker, composed"; docs/decisions/0004-one-broker-composed-from-parts.md):
 
 * ``socket_server`` (:class:`~tidelog.broker.server.SocketServer`): the listener and the connections; the network
   loop frames, dispatches and sends (Kafka's SocketServer);

@@ -1,7 +1,7 @@
 """Quota sensors and their bounded tables (Kafka's ``Sensor`` with a ``Rate`` or a ``TokenBucket``, and the
 ``Metrics`` registry's expiry of inactive sensors).
 
-Bounds (issue 24; docs/ARCHITECTURE.md, "Resource bounds: quota state and decompression in flight")
+Bounds (issue 24; docs/decisions/0034-quota-sensor-bounds.md)
     Kafka keeps one sensor per quota entity a client resolves to (with a ``<default>`` client-id quota, one per
     client id) and purges the sensors idle for ``inactiveSensorExpirationTimeSeconds`` (an hour). tidelog keeps
     that expiry and bounds both the work and the memory whatever the number of client ids:

@@ -2,7 +2,7 @@
 
 Kafka splits a broker into network threads (``SocketServer``'s processors: read frames, queue requests, write
 responses) and request handler threads (``KafkaRequestHandlerPool``, ``num.io.threads``: decompression,
-validation, appends, admin work). tidelog's equivalent (see docs/ARCHITECTURE.md, "Request execution"):
+validation, appends, admin work). tidelog's equivalent (see docs/decisions/0021-request-execution.md):
 
 * the asyncio event loop is the network thread: it frames, decodes, dispatches and sends, and runs handlers
   whose work is small (most requests: a dict lookup, a small append, a sendfile);
@@ -71,7 +71,7 @@ def default_heavy_slots() -> int:
 
 
 class DecompressionBudget:
-    """Broker-wide bound on decompression work in flight (issue 24; docs/ARCHITECTURE.md, "Resource bounds").
+    """Broker-wide bound on decompression work in flight (issue 24; docs/decisions/0035-decompression-budget.md).
 
     A produce request's batches are first validated with at most ``unbudgeted_bytes`` of decompressed output in
     total (the light pass: every ordinary request fits, and runs on any free worker as before). The batches that

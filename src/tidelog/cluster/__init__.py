@@ -1,7 +1,8 @@
 """Replication and the cluster (issue 7): ZooKeeper-coordinated leaders, followers, ISR and high watermark.
 
 Everything here is used only when ``zookeeper.connect`` is set; without it ``tidelog serve`` is the single-node
-embedded broker and imports nothing from this package.
+embedded broker and never connects to ZooKeeper. It still imports this package (and ``kazoo``): the composition
+root, :mod:`tidelog.node`, imports :class:`ZkReplicaManager` at module level to choose between the modes.
 
 * :mod:`tidelog.cluster.zkdata`: the znode paths and JSON values, as Kafka's ZooKeeper mode writes them.
 * :mod:`tidelog.cluster.controller`: the controller (elected through the ephemeral ``/controller``).

@@ -1,4 +1,5 @@
-"""The Kafka wire protocol, sans-io: frames, request/response codecs, error codes. No sockets, no files.
+"""The Kafka wire protocol, sans-io: frames, request/response codecs, error codes. No sockets; the only files
+read are Kafka's JSON message specs (``schema``), as data.
 
 * ``framing``  — size-prefixed framing: ``FrameDecoder`` (bytes in, frame payloads out, size limit) and
   ``ClientConnection`` (request encoding, correlation-id matching, response decoding); no I/O.

@@ -311,8 +311,8 @@ def _resolve_topic(ctx: RequestContext, t: dict) -> tuple[str | None, bytes, int
     return name, (info.topic_id if info is not None else ZERO_UUID), NONE
 
 
-# What validating a produce batch may cost, to decide where it runs (see docs/ARCHITECTURE.md, "Request
-# execution"). Measured on the 2-core VM (bench/loop_stall_bench.py --calibrate): a round trip to a worker thread
+# What validating a produce batch may cost, to decide where it runs (see
+# docs/decisions/0021-request-execution.md). Measured on the 2-core VM (bench/loop_stall_bench.py --calibrate): a round trip to a worker thread
 # costs 80-90 us; header + CRC-32C + record walk of an uncompressed batch ~0.06 ns per byte (1 MiB: ~65 us);
 # decompression + walk per byte of records ~2.5 ns for gzip, ~0.4 snappy, 0.3-1.0 lz4, ~0.35 zstd. A compressed
 # batch's output is bounded before it is inflated only by the codec's largest ratio (deflate 1032:1, lz4 ~255:1,

@@ -54,6 +54,8 @@ The modules, along Kafka's lines (each imports only those above it):
 * :mod:`.context` -- what a round carries through both passes: :class:`CleanResult` (Kafka's
   ``CleanerStats``), the abort check and throttling, :data:`FAULT_STEPS`, the errors;
 * :mod:`.batches` -- reading a segment's batches (shared by both passes) and the C loader;
+* :mod:`.txn_metadata` -- :class:`CleanedTransactionMetadata` (Kafka's), the aborted transactions and markers of
+  the range being cleaned;
 * :mod:`.manager` -- which logs need cleaning (Kafka's ``LogCleanerManager``): :func:`plan_log`,
   :func:`group_segments_by_size`, :class:`LogCleanerManager` (the filthiest log, logs in progress, checkpoints,
   per-log stats);

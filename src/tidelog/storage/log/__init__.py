@@ -1,4 +1,4 @@
-"""The log of one partition, split along Kafka's lines (see docs/ARCHITECTURE.md, storage):
+"""The log of one partition, split along Kafka's lines (see docs/decisions/0009-partition-log-and-late-checks.md):
 
 * :mod:`.partition_log` — :class:`PartitionLog`, the facade (Kafka's UnifiedLog/LocalLog): appends, reads,
   truncation, retention hooks, high watermark, offsets;
