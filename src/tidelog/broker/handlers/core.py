@@ -842,18 +842,20 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
                 cp = cached.get(key)
                 if cp is None:
                     cached[key] = CachedPartition(tid, p.get("fetch_offset", 0), p.get("partition_max_bytes", 1 << 20),
-                                                  p.get("current_leader_epoch", -1))
+                                                  p.get("current_leader_epoch", -1),
+                                                  p.get("last_fetched_epoch", -1) if from_follower else -1)
                 else:
                     cp.fetch_offset = p.get("fetch_offset", 0)
                     cp.max_bytes = p.get("partition_max_bytes", 1 << 20)
                     cp.current_leader_epoch = p.get("current_leader_epoch", -1)
+                    cp.last_fetched_epoch = p.get("last_fetched_epoch", -1) if from_follower else -1
         for t in request.get("forgotten_topics_data") or ():
             name, _, _ = _resolve_topic(ctx, {"name": t.get("topic"), "topic_id": t.get("topic_id")})
             for index in t.get("partitions") or ():
                 cached.pop((name or "", index), None)
         for (name, index), cp in cached.items():
             fp = FetchPartition(name, cp.topic_id, index, cp.fetch_offset, cp.max_bytes,
-                                response_entry(index, isolation), cp.current_leader_epoch)
+                                response_entry(index, isolation), cp.current_leader_epoch, cp.last_fetched_epoch)
             if not name:
                 fp.error = UNKNOWN_TOPIC_ID if v >= 13 else UNKNOWN_TOPIC_OR_PARTITION
             parts.append(fp)
@@ -911,11 +913,12 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
                     t = by_topic[fp.name] = {"topic": fp.name, "topic_id": fp.topic_id, "partitions": []}  # type: ignore[index]
                     responses.append(t)
                 t["partitions"].append(fp.entry)
-    elif session_epoch == INITIAL_EPOCH and sessions is not None and replica_id < 0:
+    elif session_epoch == INITIAL_EPOCH and sessions is not None:  # consumers and followers (issue 30)
         cached = OrderedDict()
         for fp in parts:
             if fp.name:
-                cp = CachedPartition(fp.topic_id, fp.fetch_offset, fp.max_bytes, -1)
+                cp = CachedPartition(fp.topic_id, fp.fetch_offset, fp.max_bytes,
+                                     fp.current_leader_epoch if replica_id >= 0 else -1, fp.last_fetched_epoch)
                 cp.must_respond(fp.entry)  # the full response told the client everything
                 cached[(fp.name, fp.index)] = cp
         new = sessions.create(cached)
