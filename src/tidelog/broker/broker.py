@@ -30,6 +30,7 @@ from typing import Any
 
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.connection_limits import ConnectionBudget, limits_from
+from tidelog.broker.dynamic_config import DynamicBrokerConfig
 from tidelog.broker.fetch import ReadService
 from tidelog.broker.fetch_session import FetchSessionCache
 from tidelog.broker.group.coordinator import GroupCoordinator
@@ -76,6 +77,10 @@ class Broker:
     def __init__(self, config: BrokerConfig, replica_manager: Any = None,
                  txn_coordinator: Callable[[Broker], Any] = TransactionCoordinator) -> None:
         self.config = config
+        # dynamic broker configs (issue 27): the stored layers are merged into ``config`` before any part reads it
+        self.dynamic_config = DynamicBrokerConfig(config)
+        self.dynamic_config.load()
+        self.dynamic_config.attach(self)
         self.node_id = config.node_id
         self.cluster_id: str = config.cluster_id or ""
         # one socket server per listener; each advertises its own endpoint (Metadata answers with the endpoints
