@@ -194,6 +194,9 @@ class Broker:
         cfg = self.config
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
+        make_store = getattr(self.replica_manager, "make_broker_config_store", None)
+        if make_store is not None:  # ZooKeeper mode: /config/brokers, read before the topic defaults are used
+            self.dynamic_config.use_store(make_store(self))
         self.topics = self.replica_manager.make_topic_manager(self)
         self.logs = LogManager(list(cfg.log_dirs), cfg.log_config(), **self.topics.log_manager_kwargs())
         self.logs.startup(self.topics.topic_config)

@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,7 @@ class DynamicBrokerConfig:
         self.broker_: Any = None  # the running Broker once attached
         #: where the layers are kept (one node: the file; ZooKeeper mode replaces it)
         self.store: Any = FileStore(Path(config.log_dirs[0]) / STORE_FILE) if config.log_dirs else None
+        self._lock = threading.RLock()  # a change through this broker vs. a notification from another
 
     # -- layers ------------------------------------------------------------------------------------------------
 
@@ -272,17 +274,37 @@ class DynamicBrokerConfig:
     def attach(self, broker: Any) -> None:
         self.broker_ = broker
 
+    def use_store(self, store: Any) -> None:
+        """ZooKeeper mode (before storage opens): the layers come from ``store`` instead of the file, and a
+        notification that this broker's or the default layer changed makes it read and apply them again."""
+        self.store = store
+        with self._lock:
+            default, brokers = store.read()
+            changed = self.set_layers(default, brokers.get(str(self.node_id), {}))
+        if changed:
+            log.info("dynamic broker configs loaded", extra={"kv": {"configs": ",".join(sorted(changed))}})
+        store.listener = self.reload
+        store.start_watching()
+
+    def reload(self) -> None:
+        """Read the layers from the store again and apply what changed (another broker altered them)."""
+        with self._lock:
+            default, brokers = self.store.read()
+            changed = self.set_layers(default, brokers.get(str(self.node_id), {}))
+            self.apply_live(changed)
+
     def alter(self, resource_name: str, new_layer: dict[str, str], changed: set[str],
               validate_only: bool) -> None:
         """Check, store and apply ``new_layer`` as the ``resource_name`` layer (blocking: runs off the loop)."""
-        self.check(resource_name, new_layer, changed)
-        if validate_only:
-            return
-        if self.store is not None:
-            self.store.write(resource_name, self.node_id, new_layer)
-        default = new_layer if resource_name == "" else self.default
-        broker = new_layer if resource_name != "" else self.broker
-        self.apply_live(self.set_layers(default, broker))
+        with self._lock:
+            self.check(resource_name, new_layer, changed)
+            if validate_only:
+                return
+            if self.store is not None:
+                self.store.write(resource_name, self.node_id, new_layer)
+            default = new_layer if resource_name == "" else self.default
+            broker = new_layer if resource_name != "" else self.broker
+            self.apply_live(self.set_layers(default, broker))
 
     def apply_live(self, changed: set[str]) -> None:
         """Reconfigure the running broker for the configs in ``changed`` (their new values are in the config)."""

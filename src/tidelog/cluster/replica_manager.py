@@ -200,6 +200,12 @@ class ZkReplicaManager:
         # client quotas where Kafka keeps them: /config/users, /config/clients, with /config/changes notifications
         return ZkQuotaStore(self.zk)
 
+    def make_broker_config_store(self, broker: Broker) -> Any:
+        # dynamic broker configs where Kafka keeps them: /config/brokers/<id>, /config/brokers/<default>
+        from tidelog.cluster.broker_configs import ZkBrokerConfigStore
+
+        return ZkBrokerConfigStore(self.zk, self.node_id)
+
     def become_leader(self, tp: tuple[str, int], log_: Any) -> None:
         """At start nothing is led until ZooKeeper says so."""
 
