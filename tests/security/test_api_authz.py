@@ -214,6 +214,7 @@ def _ops_shown(r: dict) -> int:
 _TXN_HEAD = {"producer_id": 1, "producer_epoch": 0}
 _BROKER = {"resource_type": 4, "resource_name": "0"}
 _BROKER_LOGGER = {"resource_type": 8, "resource_name": "0"}
+_BROKER_DEFAULT = {"resource_type": 4, "resource_name": ""}  # the cluster-wide dynamic default
 DEL = "authz-del"  # deleted by its id by the one principal allowed to
 TOPIC_IDS: dict[str, bytes] = {}  # filled by setup_table_resources
 
@@ -351,6 +352,9 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
         Case(4, lambda _u: {"resources": [{**_BROKER, "configuration_keys": None}]},
              lambda r: r["results"][0]["error_code"],
              [Check(T_CLUSTER, DESCRIBE_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "broker"),
+        Case(4, lambda _u: {"resources": [{**_BROKER_DEFAULT, "configuration_keys": None}]},
+             lambda r: r["results"][0]["error_code"],
+             [Check(T_CLUSTER, DESCRIBE_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "broker default"),
         Case(4, lambda _u: {"resources": [{**_BROKER_LOGGER, "configuration_keys": None}]},
              lambda r: r["results"][0]["error_code"],
              [Check(T_CLUSTER, DESCRIBE_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "broker logger"),
@@ -362,6 +366,10 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
         Case(2, lambda _u: {"resources": [{**_BROKER, "configs": []}], "validate_only": True},
              lambda r: r["responses"][0]["error_code"],
              [Check(T_CLUSTER, ALTER_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "broker"),
+        Case(2, lambda _u: {"resources": [{**_BROKER, "configs": [{"name": "log.cleaner.threads", "value": "2"}]}],
+                            "validate_only": True},
+             lambda r: r["responses"][0]["error_code"],
+             [Check(T_CLUSTER, ALTER_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "dynamic broker config"),
     ],
     ApiKey.INCREMENTAL_ALTER_CONFIGS: [
         Case(1, lambda _u: {"resources": [{"resource_type": 2, "resource_name": T, "configs": [
@@ -370,6 +378,10 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
         Case(1, lambda _u: {"resources": [{**_BROKER, "configs": []}], "validate_only": True},
              lambda r: r["responses"][0]["error_code"],
              [Check(T_CLUSTER, ALTER_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "broker"),
+        Case(1, lambda _u: {"resources": [{**_BROKER_DEFAULT, "configs": [
+            {"name": "log.retention.ms", "config_operation": 0, "value": "86400000"}]}], "validate_only": True},
+             lambda r: r["responses"][0]["error_code"],
+             [Check(T_CLUSTER, ALTER_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "dynamic broker default"),
         Case(1, lambda _u: {"resources": [{**_BROKER_LOGGER, "configs": [
             {"name": "kafka.server", "config_operation": 0, "value": "INFO"}]}], "validate_only": True},
              lambda r: r["responses"][0]["error_code"],
