@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,6 +277,8 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
     ApiKey.SASL_HANDSHAKE: NO_AUTH,
     ApiKey.API_VERSIONS: NO_AUTH,
     ApiKey.SASL_AUTHENTICATE: NO_AUTH,
+    ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: NO_AUTH,  # KafkaApis checks no ACL for KIP-714's APIs
+    ApiKey.PUSH_TELEMETRY: NO_AUTH,
     ApiKey.DESCRIBE_CLUSTER: [  # answered to all; the cluster's authorized operations only with DESCRIBE
         Case(1, lambda _u: {"include_cluster_authorized_operations": True, "endpoint_type": 1}, _ops_shown,
              [Check(T_CLUSTER, DESCRIBE, "kafka-cluster", CLUSTER_AUTH)], "cluster_authorized_operations"),
@@ -559,6 +562,7 @@ def test_every_api_is_authorized_as_kafka(jbod_acl_broker: Any) -> None:
     # the unauthorized APIs answer a principal without any ACL
     assert call(b, "bob", 18, 3, {"client_software_name": "t", "client_software_version": "1"})["error_code"] == 0
     assert call(b, "bob", 60, 1, {"endpoint_type": 1})["error_code"] == 0
+    assert call(b, "bob", 71, 0, {"client_instance_id": uuid.UUID(int=0)})["error_code"] == 0
     wrong = run_table(b, advertised)
     assert not wrong, "\n".join(wrong)
 

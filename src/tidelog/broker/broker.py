@@ -47,6 +47,7 @@ from tidelog.broker.handlers import (  # noqa: F401
     quotas,
     security,
     storage_admin,
+    telemetry,
     txn,
 )
 from tidelog.broker.metrics import BrokerMetrics

@@ -88,6 +88,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_ACLS: (1, 3),  # answered SECURITY_DISABLED without an authorizer, as Kafka
     ApiKey.CREATE_ACLS: (1, 3),
     ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: (0, 0),  # KIP-714, no receiver: nothing subscribed (handlers/telemetry.py)
+    ApiKey.PUSH_TELEMETRY: (0, 0),
 }
 """What the broker advertises in ApiVersions (api_key -> (min, max))."""
 
