@@ -45,6 +45,7 @@ from tidelog.broker.handlers import (  # noqa: F401
     group,
     producer_id,
     quotas,
+    replication_admin,
     security,
     storage_admin,
     telemetry,
