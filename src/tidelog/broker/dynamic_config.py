@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from tidelog.broker import config as bc
+from tidelog.broker.connection_limits import parse_overrides
+from tidelog.storage.cleaner import CleanerConfig
 
 log = logging.getLogger("tidelog.broker.dynamic_config")
 
@@ -205,7 +207,6 @@ class DynamicBrokerConfig:
             candidate = bc.BrokerConfig.from_properties(self.effective_props(default, broker), warn_unknown=False)
             candidate.log_config()
             if any(n.startswith("log.cleaner.") for n in changed):
-                from tidelog.storage.cleaner import CleanerConfig
                 threads = CleanerConfig.from_properties(candidate.props).threads
                 current = CleanerConfig.from_properties(self.config.props).threads
                 # LogCleaner.validateReconfiguration
@@ -218,7 +219,6 @@ class DynamicBrokerConfig:
                     raise ValueError("Log cleaner threads cannot be increased to more than double the current "
                                      f"value {current}")
             if "max.connections.per.ip.overrides" in changed:
-                from tidelog.broker.connection_limits import parse_overrides
                 parse_overrides(candidate.props.get("max.connections.per.ip.overrides", ""))
         except (ValueError, bc.ConfigException) as exc:
             raise DynamicConfigError("INVALID_REQUEST", str(exc)) from None
@@ -317,7 +317,6 @@ class DynamicBrokerConfig:
         if changed & (LOG_CONFIGS | {"log.flush.scheduler.interval.ms"}) or any(k.startswith("log.") for k in changed):
             _refresh_topic_defaults(b)
         if changed & CLEANER_CONFIGS and getattr(b.logs, "cleaner", None) is not None:
-            from tidelog.storage.cleaner import CleanerConfig
             b.logs.cleaner.reconfigure(CleanerConfig.from_properties(self.config.props))
         if changed & {"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"}:
             _refresh_connection_limits(b, self.config)
@@ -338,7 +337,6 @@ def _refresh_topic_defaults(b: Any) -> None:
 
 
 def _refresh_connection_limits(b: Any, cfg: bc.BrokerConfig) -> None:
-    from tidelog.broker.connection_limits import parse_overrides
     quotas = b.connection_quotas
     quotas.per_ip = cfg.get("max.connections.per.ip")
     quotas.overrides = parse_overrides(cfg.get("max.connections.per.ip.overrides") or "")

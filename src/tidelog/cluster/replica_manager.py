@@ -65,6 +65,7 @@ from tidelog.broker.topics import TopicManager, new_cluster_id
 from tidelog.cluster import zkdata as zd
 from tidelog.cluster.acls import ZkAclStore
 from tidelog.cluster.broker_channel import BrokerChannel
+from tidelog.cluster.broker_configs import ZkBrokerConfigStore
 from tidelog.cluster.controller import Controller
 from tidelog.cluster.fetcher import ReplicaFetcherManager
 from tidelog.cluster.handlers import CLUSTER_HANDLERS
@@ -202,8 +203,6 @@ class ZkReplicaManager:
 
     def make_broker_config_store(self, broker: Broker) -> Any:
         # dynamic broker configs where Kafka keeps them: /config/brokers/<id>, /config/brokers/<default>
-        from tidelog.cluster.broker_configs import ZkBrokerConfigStore
-
         return ZkBrokerConfigStore(self.zk, self.node_id)
 
     def become_leader(self, tp: tuple[str, int], log_: Any) -> None:

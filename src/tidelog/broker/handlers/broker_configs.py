@@ -31,6 +31,7 @@ from tidelog.broker.dynamic_config import (
 )
 from tidelog.broker.handlers import RequestContext
 from tidelog.broker.topics import ConfigSynonym
+from tidelog.protocol.errors import error_code
 
 SOURCE_DYNAMIC_BROKER_CONFIG = 2
 SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG = 3
@@ -100,8 +101,6 @@ def _message(rname: str, reason: str) -> str:
 async def alter_broker(ctx: RequestContext, rname: str, change_set: Any, validate_only: bool) -> tuple[int, str] | None:
     """Apply ``change_set`` (AlterConfigs: {name: value}; IncrementalAlterConfigs: [(name, op, value)]) to the
     layer ``rname`` names; (error code, message) when refused."""
-    from tidelog.protocol.errors import error_code
-
     d = dynamic(ctx)
     current = d.default if rname == "" else d.broker
     try:
