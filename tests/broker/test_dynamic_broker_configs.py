@@ -221,3 +221,27 @@ def test_names_checked_as_kafka_does() -> None:
         with pytest.raises(DynamicConfigError) as ei:
             validate_names(props, per_broker)
         assert words in ei.value.message and ei.value.kafka_error == "INVALID_REQUEST"
+
+
+def test_max_connections_enforced_live(broker_factory: Any) -> None:
+    """A dynamic ``max.connections`` stops the listener accepting at once; deleting it resumes (the waiting
+    connection is then served)."""
+    b = broker_factory()
+
+    def inc(c: RawClient, ops: list[dict]) -> int:
+        body = {"resources": [{"resource_type": BROKER, "resource_name": "0", "configs": ops}], "validate_only": False}
+        return int(c.request(INCREMENTAL_ALTER_CONFIGS, 1, body)["responses"][0]["error_code"])
+
+    with RawClient(b.port) as admin:
+        assert inc(admin, [{"name": "max.connections", "config_operation": 0, "value": "1"}]) == 0
+        # the accept the listener was already waiting in when the limit fell takes one more connection (tidelog's
+        # accept loop checks the limit before each accept, not after it as Kafka's ConnectionQuotas.inc does)
+        extra = RawClient(b.port)
+        assert extra.request(API_VERSIONS, 0, {})["error_code"] == 0
+        with extra, RawClient(b.port, timeout=1.0) as waiting:  # the kernel completes the handshake; the broker waits
+            waiting.send_request(API_VERSIONS, 0, {})
+            with pytest.raises(TimeoutError):
+                waiting.response()
+            assert inc(admin, [{"name": "max.connections", "config_operation": 1, "value": None}]) == 0
+            waiting.sock.settimeout(10.0)
+            assert waiting.response()["error_code"] == 0

@@ -344,10 +344,11 @@ def _refresh_connection_limits(b: Any, cfg: bc.BrokerConfig) -> None:
     explicit = "max.connections" in cfg.props
     if budget is not None:
         budget.explicit = explicit
-    if explicit or budget is None:
+    if explicit or budget is None or budget.current is None:
         b.loop.call_soon_threadsafe(quotas.set_max_connections, int(cfg.get("max.connections")))
-    else:  # back to the derived default
-        b.loop.call_soon_threadsafe(budget.refresh_soon)
+    else:  # back to the derived default (the last one derived at once, then derived afresh)
+        b.loop.call_soon_threadsafe(quotas.set_max_connections, budget.current.max_connections)
+        budget.refresh_soon()
 
 
 class FileStore:
