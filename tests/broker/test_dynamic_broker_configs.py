@@ -245,3 +245,11 @@ def test_max_connections_enforced_live(broker_factory: Any) -> None:
             assert inc(admin, [{"name": "max.connections", "config_operation": 1, "value": None}]) == 0
             waiting.sock.settimeout(10.0)
             assert waiting.response()["error_code"] == 0
+
+
+def test_layer_size_is_bounded(broker: Any) -> None:
+    """Names nobody knows are kept as custom configs (as Kafka), so their total size is bounded."""
+    code, msg = _raw_inc(broker, "0", {"my.custom.config": "x" * 1_100_000})
+    assert code == 42 and msg is not None and "more than the 1000000 allowed" in msg
+    assert _raw_inc(broker, "0", {"my.custom.config": "small"}) == (0, None)
+    assert {c["name"]: c["value"] for c in _raw_describe(broker, "0")["configs"]}["my.custom.config"] == "small"

@@ -49,6 +49,8 @@ log = logging.getLogger("tidelog.broker.dynamic_config")
 STORE_FILE = "dynamic-broker-configs.json"
 STORE_VERSION = 1
 DEFAULT_ENTITY = "<default>"  # ZooKeeper's name of the cluster default
+#: the most one layer may hold, as JSON (ZooKeeper's default jute.maxbuffer bounds Kafka's znode the same way)
+MAX_LAYER_BYTES = 1_000_000
 
 # -- Kafka's lists (facts from DynamicBrokerConfig.scala, SslConfigs, SocketServer, LogCleaner) ----------------
 
@@ -201,6 +203,10 @@ class DynamicBrokerConfig:
     def check(self, resource_name: str, new_layer: dict[str, str], changed: Iterable[str]) -> bc.BrokerConfig:
         """The config ``new_layer`` (for ``resource_name``) would give; DynamicConfigError when refused."""
         validate_names({n: None for n in changed}, per_broker=resource_name != "")
+        size = len(json.dumps(new_layer))
+        if size > MAX_LAYER_BYTES:  # custom names are allowed: bound what a client can make the broker keep
+            raise DynamicConfigError(
+                "INVALID_REQUEST", f"The dynamic configs would take {size} bytes, more than the {MAX_LAYER_BYTES} allowed")
         default = new_layer if resource_name == "" else self.default
         broker = new_layer if resource_name != "" else self.broker
         try:
@@ -283,7 +289,10 @@ class DynamicBrokerConfig:
             changed = self.set_layers(default, brokers.get(str(self.node_id), {}))
         if changed:
             log.info("dynamic broker configs loaded", extra={"kv": {"configs": ",".join(sorted(changed))}})
-        store.listener = self.reload
+        # kazoo's event thread calls the listener: the reload (which may restart the cleaner's threads) runs on a
+        # thread of its own, one at a time (the lock)
+        store.listener = lambda: threading.Thread(target=self.reload, name="tidelog-dynamic-config",
+                                                  daemon=True).start()
         store.start_watching()
 
     def reload(self) -> None:
@@ -325,15 +334,16 @@ class DynamicBrokerConfig:
 def _refresh_topic_defaults(b: Any) -> None:
     """Every topic takes the new broker defaults under its own overrides (Kafka's DynamicLogConfig.reconfigure)."""
     topics = b.topics
-    for info in list(topics.all_topics()):
-        cfg = topics.stored_log_config(info.name, info.overrides)
-        if cfg == info.log_config:
-            continue
-        info.log_config = cfg
-        for p in range(int(info.num_partitions)):
-            lg = topics.get_log(info.name, p)
-            if lg is not None:
-                lg.update_config(cfg)
+    with topics.change_lock:  # not while a topic is created, altered or deleted
+        for info in list(topics.all_topics()):
+            cfg = topics.stored_log_config(info.name, info.overrides)
+            if cfg == info.log_config:
+                continue
+            info.log_config = cfg
+            for p in range(int(info.num_partitions)):
+                lg = topics.get_log(info.name, p)
+                if lg is not None:
+                    lg.update_config(cfg)
 
 
 def _refresh_connection_limits(b: Any, cfg: bc.BrokerConfig) -> None:
