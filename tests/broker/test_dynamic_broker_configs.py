@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -253,3 +253,29 @@ def test_layer_size_is_bounded(broker: Any) -> None:
     assert code == 42 and msg is not None and "more than the 1000000 allowed" in msg
     assert _raw_inc(broker, "0", {"my.custom.config": "small"}) == (0, None)
     assert {c["name"]: c["value"] for c in _raw_describe(broker, "0")["configs"]}["my.custom.config"] == "small"
+
+
+def test_message_max_bytes_default_applies_to_existing_topic(broker_factory: Any) -> None:
+    """A dynamic ``message.max.bytes`` (the broker default of ``max.message.bytes``) refuses a producer's record
+    on an existing topic without an override at once; a topic with its own override keeps it."""
+    b = broker_factory()
+    admin = _admin(b)
+    plain, pinned = new_topic("dyn-mmb"), new_topic("dyn-mmb-pinned")
+    for f in admin.create_topics([NewTopic(plain, 1, 1),
+                                  NewTopic(pinned, 1, 1, config={"max.message.bytes": "1000000"})]).values():
+        f.result(TIMEOUT)
+
+    def produce(topic: str) -> int | None:
+        errors: list[Any] = []
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0, "compression.type": "none"})
+        p.produce(topic, b"x" * 5000, on_delivery=lambda err, _m: errors.append(err))
+        assert p.flush(TIMEOUT) == 0
+        [err] = errors
+        return None if err is None else int(err.code())
+
+    assert produce(plain) is None
+    _inc(admin, "0", {"message.max.bytes": "2000"})
+    assert produce(plain) == KafkaError.MSG_SIZE_TOO_LARGE
+    assert produce(pinned) is None
+    _inc(admin, "0", {"message.max.bytes": None})
+    assert produce(plain) is None
