@@ -279,3 +279,22 @@ def test_message_max_bytes_default_applies_to_existing_topic(broker_factory: Any
     assert produce(pinned) is None
     _inc(admin, "0", {"message.max.bytes": None})
     assert produce(plain) is None
+
+
+def test_synonyms_in_kafkas_order(broker: Any) -> None:
+    """ConfigHelper.configSynonyms: by source first, then by synonym name (ms, minutes, hours), the leading
+    synonyms of other names dropped; the entry's source is its first synonym's."""
+    assert _raw_inc(broker, "", {"log.retention.hours": "100"}) == (0, None)
+    assert _raw_inc(broker, "0", {"log.retention.ms": "5000"}) == (0, None)
+    try:
+        configs = {c["name"]: c for c in _raw_describe(broker, "0")["configs"]}
+        ms, hours = configs["log.retention.ms"], configs["log.retention.hours"]
+        assert [(s["name"], s["value"], s["source"]) for s in ms["synonyms"]] == [
+            ("log.retention.ms", "5000", 2), ("log.retention.hours", "100", 3), ("log.retention.hours", "168", 5)]
+        assert ms["config_source"] == 2
+        assert [(s["name"], s["value"], s["source"]) for s in hours["synonyms"]] == [
+            ("log.retention.hours", "100", 3), ("log.retention.hours", "168", 5)]
+        assert hours["config_source"] == 3 and hours["value"] == "100"
+    finally:
+        assert _raw_inc(broker, "", {"log.retention.hours": None})[0] == 0
+        assert _raw_inc(broker, "0", {"log.retention.ms": None})[0] == 0

@@ -224,10 +224,10 @@ def _broker_config_entries(ctx: RequestContext) -> list[ConfigEntry]:
             ctype = TYPE_LONG if (key.name.endswith(".ms") or abs(parsed) >= 2**31) else TYPE_INT
         else:
             ctype = TYPE_STRING
-        source = broker_configs.source_of(ctx, key.name, SOURCE_DEFAULT_CONFIG)
-        out.append(ConfigEntry(key.name, raw, source, read_only=broker_configs.read_only(key.name),
-                               is_sensitive=bc.is_sensitive_config(key.name),
-                               synonyms=broker_configs.synonyms(ctx, key.name, key.default),
+        syns = broker_configs.synonyms(ctx, key.name, key.default)
+        out.append(ConfigEntry(key.name, raw, broker_configs.entry_source(syns),
+                               read_only=broker_configs.read_only(key.name),
+                               is_sensitive=bc.is_sensitive_config(key.name), synonyms=syns,
                                config_type=ctype, documentation=key.doc or None))
         seen.add(key.name)
     defaults = _broker_log_defaults(ctx)
@@ -237,16 +237,16 @@ def _broker_config_entries(ctx: RequestContext) -> list[ConfigEntry]:
         raw = cfg.props.get(name, defaults.get(name))
         if raw is None:
             continue
-        source = broker_configs.source_of(ctx, name, SOURCE_DEFAULT_CONFIG)
-        out.append(ConfigEntry(name, raw, source, read_only=broker_configs.read_only(name),
-                               is_sensitive=bc.is_sensitive_config(name),
-                               synonyms=broker_configs.synonyms(ctx, name, defaults.get(name))))
+        syns = broker_configs.synonyms(ctx, name, defaults.get(name))
+        out.append(ConfigEntry(name, raw, broker_configs.entry_source(syns), read_only=broker_configs.read_only(name),
+                               is_sensitive=bc.is_sensitive_config(name), synonyms=syns))
         seen.add(name)
     for name in sorted(cfg.props):  # unknown keys are kept and shown, as Kafka does
         if name not in seen:
-            out.append(ConfigEntry(name, cfg.props[name], broker_configs.source_of(ctx, name, SOURCE_STATIC_BROKER_CONFIG),
+            syns = broker_configs.synonyms(ctx, name, None)
+            out.append(ConfigEntry(name, cfg.props[name], broker_configs.entry_source(syns),
                                    read_only=broker_configs.read_only(name), is_sensitive=bc.is_sensitive_config(name),
-                                   synonyms=broker_configs.synonyms(ctx, name, None)))
+                                   synonyms=syns))
     return out
 
 

@@ -52,27 +52,33 @@ def read_only(name: str) -> bool:
     return not (name in ALL_DYNAMIC_CONFIGS or name.startswith("listener.name."))
 
 
-def source_of(ctx: RequestContext, name: str, default_source: int) -> int:
-    layer = dynamic(ctx).source_of(name)
-    return {"broker": SOURCE_DYNAMIC_BROKER_CONFIG, "default": SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG,
-            "static": SOURCE_STATIC_BROKER_CONFIG}.get(layer or "", default_source)
+#: Kafka's defaults of the synonym names that have one (``KafkaConfig``): the DEFAULT_CONFIG synonyms
+_SYNONYM_DEFAULTS = {"log.retention.hours": "168", "log.roll.hours": "168", "log.roll.jitter.hours": "0",
+                     "log.flush.scheduler.interval.ms": "9223372036854775807"}
 
 
 def synonyms(ctx: RequestContext, name: str, default_value: str | None) -> list[ConfigSynonym]:
-    """The synonyms of a broker config in Kafka's order (per synonym name: dynamic broker, dynamic default,
-    static), then the default of the config itself."""
+    """The synonyms of a broker config in Kafka's order (``ConfigHelper.configSynonyms``): by source (dynamic
+    broker, dynamic default, static, default), within a source by synonym name (``log.retention.ms``,
+    ``.minutes``, ``.hours``), then the leading ones of other names dropped."""
     d = dynamic(ctx)
+    names = synonyms_of(name)
     out: list[ConfigSynonym] = []
-    for syn in synonyms_of(name):
-        if syn in d.broker:
-            out.append(ConfigSynonym(syn, d.broker[syn], SOURCE_DYNAMIC_BROKER_CONFIG))
-        if syn in d.default:
-            out.append(ConfigSynonym(syn, d.default[syn], SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG))
-        if syn in d.static:
-            out.append(ConfigSynonym(syn, d.static[syn], SOURCE_STATIC_BROKER_CONFIG))
-    if default_value is not None:
-        out.append(ConfigSynonym(name, default_value, SOURCE_DEFAULT_CONFIG))
+    for layer, source in ((d.broker, SOURCE_DYNAMIC_BROKER_CONFIG), (d.default, SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG),
+                          (d.static, SOURCE_STATIC_BROKER_CONFIG)):
+        out.extend(ConfigSynonym(n, layer[n], source) for n in names if n in layer)
+    for n in names:
+        value = default_value if n == name else _SYNONYM_DEFAULTS.get(n)
+        if value is not None:
+            out.append(ConfigSynonym(n, value, SOURCE_DEFAULT_CONFIG))
+    while out and out[0].name != name:
+        out.pop(0)
     return out
+
+
+def entry_source(syns: list[ConfigSynonym]) -> int:
+    """Kafka: the source of the first synonym, DEFAULT_CONFIG when there is none."""
+    return syns[0].source if syns else SOURCE_DEFAULT_CONFIG
 
 
 def default_layer_entries(ctx: RequestContext, entry_type: Any) -> list[Any]:
