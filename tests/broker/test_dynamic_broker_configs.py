@@ -127,6 +127,12 @@ def test_topic_default_per_broker_and_default_layers_survive_restart(broker_fact
     code, msg = _raw_inc(b, "", {"sasl.kerberos.min.time.before.relogin": "120000"})
     assert code == 42 and msg is not None and "broker id must be specified" in msg
     _inc(admin, "0", {"sasl.kerberos.min.time.before.relogin": "120000"})
+    # a null value for SET (only DELETE takes one)
+    with RawClient(b.port) as c:
+        r = c.request(INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{"resource_type": BROKER, "resource_name": "0",
+                      "configs": [{"name": "log.cleaner.threads", "config_operation": 0, "value": None}]}],
+                      "validate_only": False})["responses"][0]
+    assert r["error_code"] == 42 and "Null value not supported" in r["error_message"]
     # another broker id (sent here: confluent-kafka would route it to broker 7)
     assert _raw_inc(b, "7", {"log.retention.ms": "1"}) == (42, "Unexpected broker id, expected 0 but received 7")
 

@@ -117,6 +117,9 @@ async def alter_broker(ctx: RequestContext, rname: str, change_set: Any, validat
             new_layer = {str(k): str(v) for k, v in change_set.items()}
             changed = set(new_layer) | set(current)
         else:
+            nulls = [name for name, op, value in change_set if value is None and op != 1]  # only DELETE takes null
+            if nulls:
+                raise DynamicConfigError("INVALID_REQUEST", f"Null value not supported for : {', '.join(nulls)}")
             new_layer = incremented(current, list(change_set), lambda n: _list_default(ctx, n))
             changed = {name for name, _, _ in change_set}
         if not changed:
