@@ -133,6 +133,11 @@ def test_topic_default_per_broker_and_default_layers_survive_restart(broker_fact
                       "configs": [{"name": "log.cleaner.threads", "config_operation": 0, "value": None}]}],
                       "validate_only": False})["responses"][0]
     assert r["error_code"] == 42 and "Null value not supported" in r["error_message"]
+    # thread pools: Kafka's half/double bounds; num.io.threads resizes the request handler pool live
+    code, msg = _raw_inc(b, "0", {"num.io.threads": "17"})
+    assert code == 42 and msg is not None and "should not be greater than double the current value 8" in msg
+    assert _raw_inc(b, "0", {"num.io.threads": "4"}) == (0, None)
+    assert _raw_inc(b, "0", {"num.io.threads": None}) == (0, None)
     # another broker id (sent here: confluent-kafka would route it to broker 7)
     assert _raw_inc(b, "7", {"log.retention.ms": "1"}) == (42, "Unexpected broker id, expected 0 but received 7")
 

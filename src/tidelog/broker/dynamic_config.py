@@ -23,7 +23,8 @@ nor tidelog knows is kept as a custom config (Kafka: ``customPropsAllowed``).
 
 Applied live by tidelog: the topic-config defaults (every topic without an override of its own takes the new
 value at once), the log cleaner's settings (its threads are restarted with the new config, as Kafka's
-``LogCleaner.reconfigure`` does), ``max.connections`` / ``max.connections.per.ip`` / ``.overrides``. The others
+``LogCleaner.reconfigure`` does), ``max.connections`` / ``max.connections.per.ip`` / ``.overrides``,
+``num.io.threads`` (the request handler pool is resized, with Kafka's half/double bounds). The others
 are accepted, stored and described as Kafka does, and take effect at the next start (tidelog does not rebuild
 listeners, SSL contexts or thread pools while running).
 """
@@ -113,7 +114,7 @@ _LISTENER_RE = re.compile(r"listener\.name\.[^.]*\.(.*)")
 
 #: applied to the running broker (the rest take effect at the next start)
 LIVE_CONFIGS = (LOG_CONFIGS | CLEANER_CONFIGS
-                | {"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"})
+                | {"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides", "num.io.threads"})
 
 
 class DynamicConfigError(Exception):
@@ -228,12 +229,18 @@ class DynamicBrokerConfig:
                 parse_overrides(candidate.props.get("max.connections.per.ip.overrides", ""))
         except (ValueError, bc.ConfigException) as exc:
             raise DynamicConfigError("INVALID_REQUEST", str(exc)) from None
-        for n in set(changed) & THREAD_CONFIGS:
-            v = candidate.props.get(n)
-            if v is not None and int(v) <= 0:
-                raise DynamicConfigError(
-                    "INVALID_REQUEST",
-                    f"Dynamic thread count update validation failed for {n}={v}, value should be at least 1")
+        for n in sorted(set(changed) & THREAD_CONFIGS):  # DynamicThreadPool.validateReconfiguration
+            new, old = _thread_count(candidate, n), _thread_count(self.config, n)
+            if new is None or old is None or new == old:
+                continue
+            why = f"Dynamic thread count update validation failed for {n}={new}"
+            if new <= 0:
+                raise DynamicConfigError("INVALID_REQUEST", f"{why}, value should be at least 1")
+            if new < old // 2:
+                raise DynamicConfigError("INVALID_REQUEST", f"{why}, value should be at least half the current value {old}")
+            if new > old * 2:
+                raise DynamicConfigError("INVALID_REQUEST",
+                                         f"{why}, value should not be greater than double the current value {old}")
         return candidate
 
     def set_layers(self, default: dict[str, str], broker: dict[str, str]) -> set[str]:
@@ -329,6 +336,16 @@ class DynamicBrokerConfig:
             b.logs.cleaner.reconfigure(CleanerConfig.from_properties(self.config.props))
         if changed & {"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"}:
             _refresh_connection_limits(b, self.config)
+        if "num.io.threads" in changed:
+            b.request_pool.resize(int(self.config.get("num.io.threads")))
+
+
+def _thread_count(cfg: bc.BrokerConfig, name: str) -> int | None:
+    raw = cfg.values.get(name) if name in bc.BROKER_KEYS else cfg.props.get(name)
+    try:
+        return int(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _refresh_topic_defaults(b: Any) -> None:
