@@ -34,6 +34,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from peers import WORK, free_port
+from tidelog.broker import connection
+from tidelog.broker import produce_lane as lane
 from tidelog.broker import server as srv
 from tidelog.broker.config import BrokerConfig
 from tidelog.node import build_broker
@@ -75,9 +77,10 @@ def _install_timers(generic: bool) -> None:
         srv.codec.decode_request = _timed(srv.codec.decode_request, "  decode_request")  # type: ignore[assignment]
         srv.codec.encode_response = _timed(srv.codec.encode_response, "  encode_response")  # type: ignore[assignment]
     else:
-        srv.produce_one = _timed_async(srv.produce_one, "  produce_one (append included)")  # type: ignore[assignment]
-        srv._parse_produce = _timed(srv._parse_produce, "  parse_produce (C)")
-        srv._encode_produce = _timed(srv._encode_produce, "  encode_produce_response (C)")
+        # the names the connection's modules call (tidelog.broker.connection / produce_lane since the split)
+        lane.produce_one = _timed_async(lane.produce_one, "  produce_one (append included)")  # type: ignore[assignment]
+        connection._parse_produce = _timed(connection._parse_produce, "  parse_produce (C)")
+        lane._encode_produce = _timed(lane._encode_produce, "  encode_produce_response (C)")
 
 
 def _task_times() -> tuple[float, float]:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import errno
 import logging
 
-from tidelog.protocol.errors import ERRORS_BY_NAME, KafkaErrorCode
+from tidelog.protocol.errors import ERRORS_BY_NAME
 from tidelog.storage.open_files import describe_os_error
 
 log = logging.getLogger("tidelog.broker.errors")
 
-_UNKNOWN_SERVER_ERROR = int(KafkaErrorCode.UNKNOWN_SERVER_ERROR)
-_KAFKA_STORAGE_ERROR = int(KafkaErrorCode.KAFKA_STORAGE_ERROR)
+_UNKNOWN_SERVER_ERROR = ERRORS_BY_NAME["UNKNOWN_SERVER_ERROR"].code
+_KAFKA_STORAGE_ERROR = ERRORS_BY_NAME["KAFKA_STORAGE_ERROR"].code
 #: OSErrors of the disk or of the descriptor table, answered KAFKA_STORAGE_ERROR
 STORAGE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
 

@@ -56,10 +56,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
-from tidelog.broker.quota_sensors import RateSensor, ResolutionCache, SensorTable, TokenBucket
+from tidelog.broker.quota_sensors import RateSensor, ResolutionCache, Sensor, SensorTable, TokenBucket
 from tidelog.storage.checkpoints import atomic_write
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from tidelog.broker.handlers import RequestContext
+    from tidelog.broker.handlers.bodies import ComponentData, EntityData, OpData
 
 log = logging.getLogger("tidelog.broker.quotas")
 
@@ -100,10 +106,12 @@ class _Default:
         return DEFAULT_NAME
 
 
-DEFAULT: Any = _Default()
+DEFAULT = _Default()
 
-# an entity: (user, client_id), each None (type not part of the entity), DEFAULT, or a name
-Entity = tuple[Any, Any]
+#: one part of an entity: None (that entity type is not part of it), DEFAULT, or a name
+EntityName = str | _Default | None
+# an entity: (user, client_id)
+Entity = tuple[EntityName, EntityName]
 
 
 class QuotaError(Exception):
@@ -119,12 +127,12 @@ class QuotaError(Exception):
 # Entities: the protocol's [(entity_type, entity_name)] <-> (user, client_id)
 
 
-def entity_from_protocol(parts: Iterable[dict]) -> Entity:
+def entity_from_protocol(parts: Iterable[EntityData]) -> Entity:
     """``[{"entity_type", "entity_name"}]`` (name None: the default) as ``(user, client_id)``. Raises QuotaError
     (INVALID_REQUEST) with Kafka's messages (``ClientQuotaControlManager.validateEntity``)."""
-    user: Any = None
-    client: Any = None
-    seen: set[str] = set()
+    user: EntityName = None
+    client: EntityName = None
+    seen: set[str | None] = set()
     parts = list(parts)
     if not parts:
         raise QuotaError(INVALID_REQUEST, "Invalid empty client quota entity")
@@ -149,13 +157,13 @@ def entity_from_protocol(parts: Iterable[dict]) -> Entity:
     return user, client
 
 
-def entity_to_protocol(entity: Entity) -> list[dict]:
+def entity_to_protocol(entity: Entity) -> list[EntityData]:
     user, client = entity
-    out = []
+    out: list[EntityData] = []
     if user is not None:
-        out.append({"entity_type": USER, "entity_name": None if user is DEFAULT else user})
+        out.append({"entity_type": USER, "entity_name": None if isinstance(user, _Default) else user})
     if client is not None:
-        out.append({"entity_type": CLIENT_ID, "entity_name": None if client is DEFAULT else client})
+        out.append({"entity_type": CLIENT_ID, "entity_name": None if isinstance(client, _Default) else client})
     return out
 
 
@@ -164,12 +172,12 @@ def entity_to_json(entity: Entity) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for etype, value in zip((USER, CLIENT_ID), entity, strict=True):
         if value is not None:
-            out[etype] = None if value is DEFAULT else value
+            out[etype] = None if isinstance(value, _Default) else value
     return out
 
 
 def entity_from_json(value: dict) -> Entity:
-    def one(key: str) -> Any:
+    def one(key: str) -> EntityName:
         if key not in value:
             return None
         v = value[key]
@@ -187,8 +195,8 @@ def entity_label(entity: Entity) -> str:
     return ", ".join(parts)
 
 
-def validate_value(key: str, value: float) -> None:
-    """Kafka's ``validateQuotaKeyValue``: a known key; LONG keys take integral values."""
+def validate_value(key: str, value: object) -> float:
+    """Kafka's ``validateQuotaKeyValue``: a known key; LONG keys take integral values. Returns the value."""
     kind = QUOTA_KEYS.get(key)
     if kind is None:
         raise QuotaError(INVALID_REQUEST, f"Invalid configuration key {key}")
@@ -198,9 +206,10 @@ def validate_value(key: str, value: float) -> None:
         eps = 1e-6
         if math.isinf(value) or abs(float(int(value + eps)) - value) > eps:
             raise QuotaError(INVALID_REQUEST, f"Configuration {key} must be a Long value")
+    return float(value)
 
 
-def alteration(entity_ops: list[dict]) -> dict[str, float | None]:
+def alteration(entity_ops: list[OpData]) -> dict[str, float | None]:
     """One AlterClientQuotas entry's ops as ``{key: value or None (remove)}``, validated (raises QuotaError)."""
     out: dict[str, float | None] = {}
     for op in entity_ops:
@@ -212,16 +221,14 @@ def alteration(entity_ops: list[dict]) -> dict[str, float | None]:
                 raise QuotaError(INVALID_REQUEST, f"Invalid configuration key {key}")
             out[key] = None
         else:
-            value = op.get("value")
-            validate_value(key, value)  # type: ignore[arg-type]
-            out[key] = float(value)  # type: ignore[arg-type]
+            out[key] = validate_value(key, op.get("value"))
     return out
 
 
-def describe(entities: dict[Entity, dict[str, float]], components: list[dict], strict: bool) -> list[Entity]:
+def describe(entities: dict[Entity, dict[str, float]], components: list[ComponentData], strict: bool) -> list[Entity]:
     """The entities a DescribeClientQuotas filter selects (Kafka's ``ClientQuotasImage.describe``). Raises
     QuotaError: INVALID_REQUEST for a bad filter, UNSUPPORTED_VERSION for an unknown entity type."""
-    exact: dict[str, Any] = {}
+    exact: dict[str, str | _Default] = {}
     typed: set[str] = set()
     for c in components:
         etype = c.get("entity_type") or ""
@@ -255,7 +262,7 @@ def describe(entities: dict[Entity, dict[str, float]], components: list[dict], s
         return [] if strict else list(entities)
     out = []
     for entity in entities:
-        values = {USER: entity[0], CLIENT_ID: entity[1], IP: None}
+        values: dict[str, EntityName] = {USER: entity[0], CLIENT_ID: entity[1], IP: None}
         if any(values[t] is None or values[t] != want for t, want in exact.items()):
             continue
         if any(values[t] is None for t in typed):
@@ -285,6 +292,17 @@ def apply_alterations(entities: dict[Entity, dict[str, float]],
 
 # ----------------------------------------------------------------------------------------------------------------
 # Storage: one node
+
+
+class QuotaStore(Protocol):
+    """Where quota configs live (:class:`LocalQuotaStore`; ZooKeeper mode's ``ZkQuotaStore``): read, altered
+    (blocking), and a ``listener`` called with every entity's values after each change (any thread)."""
+
+    listener: Callable[[dict[Entity, dict[str, float]]], None] | None
+
+    def entities(self) -> dict[Entity, dict[str, float]]: ...
+
+    def alter(self, changes: list[tuple[Entity, dict[str, float | None]]]) -> None: ...
 
 
 class LocalQuotaStore:
@@ -379,9 +397,9 @@ class ClientQuotaManager:
         self.fetch = self.kinds[CONSUMER_BYTE_RATE]
         self.request = self.kinds[REQUEST_PERCENTAGE]
         self.mutation = self.kinds[CONTROLLER_MUTATION_RATE]
-        self.store: Any = None
+        self.store: QuotaStore | None = None
 
-    def attach_store(self, store: Any, loop: Any = None) -> None:
+    def attach_store(self, store: QuotaStore, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Take the store's entities now and on every change (a change seen on another thread, a request
         handler's or ZooKeeper's, is applied on ``loop``, which owns the sensors)."""
         self.store = store
@@ -407,7 +425,7 @@ class ClientQuotaManager:
 
     # -- recording ---------------------------------------------------------------------------------------------
 
-    def _sensor(self, kind: _Kind, user: str, client: str, now: float | None = None) -> Any:
+    def _sensor(self, kind: _Kind, user: str, client: str, now: float | None = None) -> Sensor | None:
         """The sensor a request of (user, client id) is measured on (None: no quota applies). O(1) amortized,
         bounded memory (``quota_sensors.py``)."""
         key = (user, client)
@@ -434,7 +452,7 @@ class ClientQuotaManager:
             return 0
         now = time.monotonic() * 1000 if now_ms is None else now_ms
         sensor = self._sensor(kind, user_of(principal), client_id or "", now)
-        if sensor is None:
+        if not isinstance(sensor, RateSensor):  # None: no quota applies (a TokenBucket is never recorded here)
             return 0
         return sensor.record(value, now, max_throttle_ms)
 
@@ -491,6 +509,8 @@ class ClientQuotaManager:
             if key == CONTROLLER_MUTATION_RATE:
                 continue
             for (user, client), s in kind.sensors.items():
+                if not isinstance(s, RateSensor):  # a TokenBucket: controller_mutation_rate only, skipped above
+                    continue
                 labels = {"quota_type": qtype, "user": user, "client_id": client}
                 yield "tidelog_quota_rate", "Measured rate per quota sensor (bytes/s, or % of a thread)", labels, \
                     s.rate(now)
@@ -544,7 +564,7 @@ FETCH_KEY = 1  # a consumer's Fetch records its own request time (:func:`fetch_t
 CLIENT_SIDE_THROTTLE = {0: 6, 1: 8}
 
 
-def after_handler(quotas: ClientQuotaManager, ctx: Any, response: Any, elapsed_s: float) -> int:
+def after_handler(quotas: ClientQuotaManager, ctx: RequestContext, response: object, elapsed_s: float) -> int:
     """After a handler (quotas enabled): record ``request_percentage`` (handler time minus purgatory waits), the
     throttle time is the larger of it and the handler's bandwidth throttle, written into the response's
     ``throttle_time_ms``. Returns that throttle time (0: none)."""
@@ -574,14 +594,15 @@ STRICT_MUTATION_VERSION = {19: 6, 37: 3, 20: 5}
 THROTTLING_QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."
 
 
-def _mutation_sensor(ctx: Any) -> Any:
+def _mutation_sensor(ctx: RequestContext) -> TokenBucket | None:
     quotas = ctx.broker.client_quotas
     if not quotas.mutation.limits:
         return None
-    return quotas._sensor(quotas.mutation, user_of(ctx.principal), ctx.client_id or "")
+    sensor = quotas._sensor(quotas.mutation, user_of(ctx.principal), ctx.client_id or "")
+    return sensor if isinstance(sensor, TokenBucket) else None  # controller_mutation_rate: always a TokenBucket
 
 
-def mutation_refused(ctx: Any) -> bool:
+def mutation_refused(ctx: RequestContext) -> bool:
     """A strict request (KIP-599) while the client's ``controller_mutation_rate`` is exceeded: refuse the topic
     (THROTTLING_QUOTA_EXCEEDED) before changing anything."""
     sensor = _mutation_sensor(ctx)
@@ -590,14 +611,14 @@ def mutation_refused(ctx: Any) -> bool:
     return sensor.throttle_ms(time.monotonic() * 1000) > 0
 
 
-def record_mutations(ctx: Any, partitions: int) -> None:
+def record_mutations(ctx: RequestContext, partitions: int) -> None:
     """Partitions created or deleted (Kafka's ``ControllerMutationQuota.record``)."""
     sensor = _mutation_sensor(ctx)
     if sensor is not None and partitions > 0:
         sensor.add(float(partitions), time.monotonic() * 1000)
 
 
-def mutation_throttle(ctx: Any) -> None:
+def mutation_throttle(ctx: RequestContext) -> None:
     """At the end of CreateTopics / CreatePartitions / DeleteTopics: the mutation quota's throttle time, if
     exceeded, becomes the response's (``ctx.throttle_ms``; the server writes it and mutes the connection)."""
     sensor = _mutation_sensor(ctx)
@@ -610,7 +631,7 @@ def mutation_throttle(ctx: Any) -> None:
         ctx.throttle_ms = throttle
 
 
-def fetch_throttle(quotas: ClientQuotaManager, ctx: Any, total: int, elapsed_s: float) -> int:
+def fetch_throttle(quotas: ClientQuotaManager, ctx: RequestContext, total: int, elapsed_s: float) -> int:
     """A consumer's Fetch (quotas enabled), as Kafka's ``handleFetchRequest``: its response bytes on
     ``consumer_byte_rate`` and its handler time on ``request_percentage``; if either throttles, the bytes are taken
     back (the answer will carry no data). Returns the larger throttle time (0: answer normally)."""

@@ -37,20 +37,43 @@ both modes.
 from __future__ import annotations
 
 import asyncio
-import base64
-import dataclasses
 import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.errors import BrokerError
-from tidelog.storage.checkpoints import atomic_write, new_uuid, uuid_from_str
+from tidelog.broker.topic_backend import LocalTopicBackend, TopicBackend
+from tidelog.broker.topic_model import (
+    _BROKER_SYNONYMS,
+    ADMIN_CLIENT_ID,
+    DEFAULT_CONFIG,
+    DYNAMIC_BROKER_CONFIG,
+    DYNAMIC_DEFAULT_BROKER_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    INTERNAL_TOPICS,
+    MAX_NAME_LENGTH,
+    OP_APPEND,
+    OP_DELETE,
+    OP_SET,
+    OP_SUBTRACT,
+    REGISTRY_FILE,
+    REGISTRY_VERSION,
+    STATIC_BROKER_CONFIG,
+    ConfigEntry,
+    ConfigSynonym,
+    TopicError,
+    TopicInfo,
+    _collision_key,
+    _holds_no_records,
+    _uuid_bytes,
+    new_cluster_id,
+    new_topic_id,
+    validate_topic_name,
+)
+from tidelog.storage.checkpoints import atomic_write
 from tidelog.storage.cleaner import CleanerConfig
 from tidelog.storage.config import BROKER_TO_TOPIC_CONFIG, LogConfig
 from tidelog.storage.errors import KafkaStorageError
@@ -65,169 +88,37 @@ from tidelog.storage.open_files import (
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
     from tidelog.storage.config import LogConfig
+    from tidelog.storage.log.partition_log import PartitionLog
 
 log = logging.getLogger("tidelog.broker.topics")
 
-# Kafka's internal topics (``Topic.INTERNAL_TOPICS``): written only by their coordinators; a client's Produce to
-# them is refused with INVALID_TOPIC_EXCEPTION unless its client id is ``ADMIN_CLIENT_ID`` (Kafka's
-# ``AdminUtils.ADMIN_CLIENT_ID``, the same rule as ``ReplicaManager.appendToLocalLog``).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-ADMIN_CLIENT_ID = "__admin_client"
-
-REGISTRY_FILE = "tidelog-topics.json"
-REGISTRY_VERSION = 1
-MAX_NAME_LENGTH = 249
-_LEGAL = re.compile(r"[a-zA-Z0-9._-]+\Z")
-
-# DescribeConfigs sources (Kafka's ConfigSource / DescribeConfigsResponse.ConfigSource)
-DYNAMIC_TOPIC_CONFIG = 1
-DYNAMIC_BROKER_CONFIG = 2
-DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-STATIC_BROKER_CONFIG = 4
-DEFAULT_CONFIG = 5
-
-# IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType)
-OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
-
-# Topic config -> broker-level synonyms, in Kafka's precedence order (LogConfig.TopicConfigSynonyms).
-_BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
-    "segment.ms": ("log.roll.ms", "log.roll.hours"),
-    "segment.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
-    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-}
-
-
-class TopicError(BrokerError):
-    """A topic operation refused with a Kafka error name (e.g. ``TOPIC_ALREADY_EXISTS``)."""
-
-    def __init__(self, kafka_error: str, message: str) -> None:
-        super().__init__(message)
-        self.kafka_error = kafka_error
-        self.message = message
-
-
-@dataclass(slots=True)
-class TopicInfo:
-    name: str
-    topic_id: bytes
-    num_partitions: int
-    overrides: dict[str, str]
-    log_config: LogConfig
-
-    @property
-    def topic_id_str(self) -> str:
-        return _uuid_str(self.topic_id)
-
-
-@dataclass(slots=True)
-class ConfigSynonym:
-    name: str
-    value: str | None
-    source: int
-
-
-@dataclass(slots=True)
-class ConfigEntry:
-    name: str
-    value: str | None
-    source: int
-    read_only: bool = False
-    is_sensitive: bool = False
-    synonyms: list[ConfigSynonym] = field(default_factory=list)
-    config_type: int | None = None  # Kafka's ConfigType code; None: derived from the config's name
-    documentation: str | None = None
-
-    @property
-    def is_default(self) -> bool:
-        return self.source == DEFAULT_CONFIG
-
-
-def _uuid_str(value: bytes) -> str:
-    return base64.urlsafe_b64encode(value).rstrip(b"=").decode("ascii")
-
-
-def _uuid_bytes(text: str) -> bytes:
-    return uuid_from_str(text)
-
-
-def new_topic_id() -> bytes:
-    return new_uuid()
-
-
-def new_cluster_id() -> str:
-    return _uuid_str(new_topic_id())
-
-
-def validate_topic_name(name: Any) -> None:
-    """Kafka's ``Topic.validate``: non-empty, not ``.``/``..``, at most 249 chars of ``[a-zA-Z0-9._-]``."""
-    if not isinstance(name, str) or not name:
-        raise TopicError("INVALID_TOPIC_EXCEPTION", "Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise TopicError("INVALID_TOPIC_EXCEPTION", "Topic name cannot be \".\" or \"..\"")
-    if len(name) > MAX_NAME_LENGTH:
-        raise TopicError(
-            "INVALID_TOPIC_EXCEPTION",
-            f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters, topic name: {name}",
-        )
-    if not _LEGAL.match(name):
-        raise TopicError(
-            "INVALID_TOPIC_EXCEPTION",
-            f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' "
-            "and '-'",
-        )
-
-
-def _holds_no_records(lg: Any) -> bool:
-    """Whether a log has never held a record (what an interrupted creation leaves)."""
-    return lg.log_end_offset == 0 and lg.log_start_offset == 0
-
-
-def _collision_key(name: str) -> str:
-    return name.replace(".", "_")
-
-
-class TopicBackend(Protocol):
-    """Where topic metadata lives: the part of the topic store that differs between single-node and ZooKeeper
-    mode. :class:`TopicManager` holds everything else and calls these; a backend changes the store only through
-    the store's methods (``publish``, ``unpublish``, ``set_log``, ``pop_log``, ``persist``, ``apply_overrides``,
-    the validators)."""
-
-    #: None when this node is the only broker (the handlers check manual assignments against it), else the
-    #: registered brokers' ids (``create_topic`` / ``create_partitions`` then take ``assignments``)
-    registered_brokers: Callable[[], set[int]] | None
-
-    def attach(self, store: TopicManager) -> None:
-        """Called once by the store's constructor, before the registry is read."""
-
-    def loaded(self) -> None:
-        """After the registry file is read (at start, in a worker thread, before any log is opened): replace
-        what the source of truth says otherwise."""
-
-    def log_manager_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The store's ``LogManager(...)`` keyword arguments, adjusted."""
-
-    def hosted_partitions(self, info: TopicInfo) -> Iterable[int]:
-        """The partitions of ``info`` this node hosts (``load`` creates their logs when missing)."""
-
-    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
-                     configs: dict[str, str | None] | None, validate_only: bool,
-                     assignments: dict[int, list[int]] | None) -> TopicInfo:
-        """CreateTopics (blocking: the handlers run it on a request handler thread)."""
-
-    def create_partitions(self, name: str, total_count: int, validate_only: bool,
-                          assignments: list[list[int]] | None) -> TopicInfo:
-        """CreatePartitions (blocking)."""
-
-    def delete_topic(self, name: str) -> Any:
-        """DeleteTopics: a plain method (blocking) or a coroutine function (awaited on the loop); the store
-        binds it as its own ``delete_topic`` and ``handlers.topic_change`` runs either kind."""
-
-    def change_configs(self, name: str, change: Callable[[dict[str, str]], dict[str, str | None]],
-                       validate_only: bool) -> TopicInfo:
-        """AlterConfigs / IncrementalAlterConfigs: the overrides become ``change(current overrides)`` (blocking)."""
-
-    def auto_create(self, name: str) -> TopicInfo:
-        """Metadata's / Produce's auto-creation of ``name`` with the broker defaults (blocking)."""
+# the store's model and backends, importable from here as before the split
+__all__ = [
+    "ADMIN_CLIENT_ID",
+    "DEFAULT_CONFIG",
+    "DYNAMIC_BROKER_CONFIG",
+    "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    "DYNAMIC_TOPIC_CONFIG",
+    "INTERNAL_TOPICS",
+    "MAX_NAME_LENGTH",
+    "OP_APPEND",
+    "OP_DELETE",
+    "OP_SET",
+    "OP_SUBTRACT",
+    "REGISTRY_FILE",
+    "REGISTRY_VERSION",
+    "STATIC_BROKER_CONFIG",
+    "ConfigEntry",
+    "ConfigSynonym",
+    "LocalTopicBackend",
+    "TopicBackend",
+    "TopicError",
+    "TopicInfo",
+    "TopicManager",
+    "new_cluster_id",
+    "new_topic_id",
+    "validate_topic_name",
+]
 
 
 class TopicManager:
@@ -240,7 +131,7 @@ class TopicManager:
         self.config = broker.config
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[bytes, TopicInfo] = {}
-        self._logs: dict[tuple[str, int], Any] = {}
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._generation = 0
         self.change_lock = threading.RLock()  # one change at a time (they run on worker threads)
         reserve = self.config.props.get("tidelog.open.files.reserve")
@@ -353,7 +244,7 @@ class TopicManager:
 
     # -- what backends change (each a step of a change the backend makes) ----------------------------------------
 
-    def publish(self, info: TopicInfo, logs: dict[tuple[str, int], Any] | None = None) -> None:
+    def publish(self, info: TopicInfo, logs: dict[tuple[str, int], PartitionLog] | None = None) -> None:
         """Make ``info`` (and its new ``logs``) visible to readers: the logs first, then the id, then the name."""
         if logs:
             self._logs.update(logs)
@@ -367,10 +258,10 @@ class TopicManager:
             self._by_id.pop(info.topic_id, None)
         return info
 
-    def set_log(self, tp: tuple[str, int], lg: Any) -> None:
+    def set_log(self, tp: tuple[str, int], lg: PartitionLog) -> None:
         self._logs[tp] = lg
 
-    def pop_log(self, tp: tuple[str, int]) -> Any:
+    def pop_log(self, tp: tuple[str, int]) -> PartitionLog | None:
         return self._logs.pop(tp, None)
 
     def logs_of(self, name: str) -> list[tuple[str, int]]:
@@ -406,7 +297,7 @@ class TopicManager:
         """After ``LogManager.startup()``: match logs on disk with the registry, create missing partitions
         (those the backend's ``hosted_partitions`` names), adopt unregistered ones, apply per-topic configs."""
         logs = self.broker.logs
-        on_disk: dict[str, dict[int, Any]] = {}
+        on_disk: dict[str, dict[int, PartitionLog]] = {}
         for (topic, partition), lg in logs.all_logs().items():
             on_disk.setdefault(topic, {})[partition] = lg
         if getattr(self.backend, "drops_interrupted_creations", False):
@@ -445,7 +336,7 @@ class TopicManager:
         if changed or not all(p.exists() for p in self._registry_paths()):
             self.persist()
 
-    def _drop_interrupted_creations(self, on_disk: dict[str, dict[int, Any]]) -> None:
+    def _drop_interrupted_creations(self, on_disk: dict[str, dict[int, PartitionLog]]) -> None:
         """Remove what a creation interrupted before its registry write left: partitions holding no record of a
         topic the registry does not list (CreateTopics), or beyond the count it lists (CreatePartitions). The
         registry is written last, so such a partition was never acknowledged to anyone. Only when a registry
@@ -486,7 +377,7 @@ class TopicManager:
     def by_id(self, topic_id: bytes) -> TopicInfo | None:
         return self._by_id.get(bytes(topic_id))
 
-    def get_log(self, topic: str, partition: int) -> Any:
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
         """The local PartitionLog, or None."""
         return self._logs.get((topic, partition))
 
@@ -645,7 +536,7 @@ class TopicManager:
         if coordinator is not None:
             coordinator.on_topic_deleted(name)
 
-    def on_loop(self, fn: Any, *args: Any) -> None:
+    def on_loop(self, fn: Callable[..., object], *args: object) -> None:
         """Run ``fn`` on the broker's event loop: at once when called there (or without a loop), else scheduled
         from this worker thread."""
         loop = getattr(self.broker, "loop", None)
@@ -674,10 +565,10 @@ class TopicManager:
             log.info("topic configs changed", extra={"kv": {"topic": info.name, "configs": overrides or ""}})
 
     @staticmethod
-    def _incremented(current: dict[str, str], ops: list[tuple[str, int, str | None]]) -> dict[str, str]:
+    def _incremented(current: dict[str, str], ops: list[tuple[str, int, str | None]]) -> dict[str, str | None]:
         """The overrides ``current`` with IncrementalAlterConfigs ``ops`` applied (Kafka's
         ``prepareIncrementalConfigs``); TopicError for a duplicate key, an unknown config or operation."""
-        overrides = dict(current)
+        overrides: dict[str, str | None] = dict(current)
         seen: set[str] = set()
         for key, op, value in ops:
             if key in seen:
@@ -698,10 +589,10 @@ class TopicManager:
                         "INVALID_CONFIG",
                         f"Config value {'append' if op == OP_APPEND else 'subtract'} is not allowed for config key: {key}",
                     )
-                current = overrides.get(key)
+                present = overrides.get(key)
                 items = (
-                    [s.strip() for s in current.split(",") if s.strip()]
-                    if current is not None
+                    [s.strip() for s in present.split(",") if s.strip()]
+                    if present is not None
                     else list(default_value)
                 )
                 given = [s.strip() for s in (value or "").split(",") if s.strip()]
@@ -729,6 +620,7 @@ class TopicManager:
         props = self.config.props
         wanted = list(LogConfig.names()) if keys is None else [k for k in keys if LogConfig.is_known(k)]
         out: list[ConfigEntry] = []
+        value: str | None
         for name in wanted:
             synonyms: list[ConfigSynonym] = []
             if name in overrides:
@@ -754,145 +646,3 @@ class TopicManager:
         """What ``describe_configs`` would answer for a new topic with ``configs`` (CreateTopics validate_only)."""
         overrides = {k: v for k, v in (configs or {}).items() if v is not None}
         return self._entries(overrides, None)
-
-
-class LocalTopicBackend:
-    """Single node: the registry file is the source of truth and every change is made here, under the store's
-    change lock: the registry written, the logs created or deleted, the store updated."""
-
-    registered_brokers = None  # this node alone: the handlers check manual assignments against it
-    #: the registry is the source of truth: empty partitions it does not list are a creation interrupted before
-    #: its registry write, removed at start (``TopicManager._drop_interrupted_creations``)
-    drops_interrupted_creations = True
-
-    def attach(self, store: TopicManager) -> None:
-        self.store = store
-        self.broker = store.broker  # handlers.topic_change finds the request handler threads through it
-
-    def loaded(self) -> None:
-        pass
-
-    def log_manager_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        return kwargs
-
-    def hosted_partitions(self, info: TopicInfo) -> Iterable[int]:
-        return range(info.num_partitions)  # one node hosts every partition
-
-    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
-                     configs: dict[str, str | None] | None, validate_only: bool,
-                     assignments: dict[int, list[int]] | None = None) -> TopicInfo:
-        """``assignments`` are ignored: the handler has checked that they name this node only."""
-        store = self.store
-        with store.change_lock:
-            store.validate_new_name(name)
-            num_partitions, replication_factor = store.counts_or_defaults(num_partitions, replication_factor)
-            if replication_factor <= 0:
-                raise TopicError(
-                    "INVALID_REPLICATION_FACTOR",
-                    "Replication factor must be larger than 0, or -1 to use the default value.",
-                )
-            if replication_factor > 1:
-                raise TopicError(
-                    "INVALID_REPLICATION_FACTOR",
-                    f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
-                    f"of {replication_factor} cannot be reached because only 1 broker(s) are registered.",
-                )
-            overrides, cfg = store.validate_configs(configs)
-            topic_id = new_topic_id()
-            while store.by_id(topic_id) is not None:
-                topic_id = new_topic_id()
-            info = TopicInfo(name, topic_id, num_partitions, overrides, cfg)
-            store.check_open_files(name, num_partitions)
-            if validate_only:
-                return info
-            # Created completely or not at all: the logs first, the registry last, then readers see the topic. A
-            # failure removes the logs made; a crash before the registry is written leaves empty partition
-            # directories of a topic the registry does not list, which the next start removes (``load``).
-            created: dict[tuple[str, int], Any] = {}
-            try:
-                for p in range(num_partitions):
-                    created[(name, p)] = self.broker.logs.create_log(name, p, cfg, topic_id)
-                store.persist(adding=info)
-            except Exception as exc:
-                log.exception("topic creation failed", extra={"kv": {"topic": name}})
-                store.delete_logs(name, list(created))
-                if isinstance(exc, OSError):
-                    raise store.storage_failure(name, exc) from exc
-                raise
-            store.publish(info, created)
-        store.partitions_changed()
-        log.info(
-            "topic created",
-            extra={"kv": {"topic": name, "partitions": num_partitions, "topic_id": info.topic_id_str,
-                          "configs": overrides or ""}},
-        )
-        return info
-
-    def delete_topic(self, name: str) -> TopicInfo:
-        store = self.store
-        with store.change_lock:
-            info = store.get(name)
-            if info is None:
-                raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"This server does not host topic {name}.")
-            # gone for readers first, then from the registry, then from disk (each log dir's checkpoints once)
-            store.unpublish(name)
-            tps = [(name, p) for p in range(info.num_partitions)]
-            for tp in tps:
-                store.pop_log(tp)
-            store.persist()
-            store.delete_logs(name, tps)
-        store.on_loop(store.forget_deleted, name, tps)
-        store.partitions_changed()
-        log.info("topic deleted", extra={"kv": {"topic": name, "topic_id": info.topic_id_str}})
-        return info
-
-    def create_partitions(self, name: str, total_count: int, validate_only: bool,
-                          assignments: list[list[int]] | None = None) -> TopicInfo:
-        """``assignments`` are ignored: the handler has checked that they name this node only."""
-        store = self.store
-        with store.change_lock:
-            info = store.get(name)
-            if info is None:
-                raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"This server does not host topic {name}.")
-            current = info.num_partitions
-            if total_count == current:
-                raise TopicError("INVALID_PARTITIONS", f"Topic already has {current} partitions.")
-            if total_count < current:
-                raise TopicError(
-                    "INVALID_PARTITIONS",
-                    f"Topic currently has {current} partitions, which is higher than the requested {total_count}.",
-                )
-            store.check_open_files(name, total_count - current)
-            if validate_only:
-                return info
-            # all or nothing, as create_topic: the logs, then the registry, then the count readers see (a crash
-            # before the registry is written leaves empty partitions it does not list, removed at start)
-            created: dict[tuple[str, int], Any] = {}
-            try:
-                for p in range(current, total_count):
-                    created[(name, p)] = self.broker.logs.create_log(name, p, info.log_config, info.topic_id)
-                store.persist(adding=dataclasses.replace(info, num_partitions=total_count))  # replaces ``info``
-            except Exception as exc:
-                log.exception("adding partitions failed", extra={"kv": {"topic": name}})
-                store.delete_logs(name, list(created))
-                if isinstance(exc, OSError):
-                    raise TopicError("KAFKA_STORAGE_ERROR",
-                                     f"Partitions of '{name}' could not be created: {describe_os_error(exc)}") from exc
-                raise
-            for tp, lg in created.items():
-                store.set_log(tp, lg)
-            info.num_partitions = total_count
-        store.partitions_changed()
-        log.info("partitions added", extra={"kv": {"topic": name, "from": current, "to": total_count}})
-        return info
-
-    def change_configs(self, name: str, change: Callable[[dict[str, str]], dict[str, str | None]],
-                       validate_only: bool) -> TopicInfo:
-        info = self.store.require(name)
-        overrides, cfg = self.store.validate_configs(change(info.overrides))
-        if not validate_only:
-            self.store.apply_overrides(info, overrides, cfg)
-        return info
-
-    def auto_create(self, name: str) -> TopicInfo:
-        return self.store.create_topic(name)

@@ -17,7 +17,9 @@ import select
 import signal
 import sys
 import time
-from typing import Any, BinaryIO
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import TYPE_CHECKING, BinaryIO, TypedDict, cast
 
 import click
 
@@ -32,6 +34,19 @@ from tidelog.cli._client import (
 from tidelog.cli.line_reader import KNOWN as READER_PROPERTIES
 from tidelog.cli.line_reader import Header, LineError, LineReader, unescape
 
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError, Message, Producer
+
+
+class _RecordOptions(TypedDict, total=False):
+    """The keyword arguments every record is produced with (``Producer.produce``)."""
+
+    partition: int
+    headers: list[tuple[str, str | bytes | None]]  # the list form of confluent-kafka's HeadersType
+
+#: a librdkafka configuration value (``client_config``'s keyword arguments)
+ConfigValue = str | int | float | bool
+
 ACKS = ("all", "-1", "0", "1")
 COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 
@@ -40,7 +55,7 @@ COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 # produce
 
 
-def _lines(stream: BinaryIO) -> Any:
+def _lines(stream: BinaryIO) -> Iterator[bytes]:
     for raw in stream:
         if raw.endswith(b"\n"):
             raw = raw[:-1]
@@ -91,7 +106,7 @@ def produce(
 
     client_props = tuple(p for p in properties if p.partition("=")[0].strip() not in READER_PROPERTIES)
 
-    extra: dict[str, Any] = {
+    extra: dict[str, ConfigValue] = {
         "acks": acks,
         "compression.type": compression,
         "message.timeout.ms": delivery_timeout_ms,
@@ -108,7 +123,7 @@ def produce(
         producer = Producer(client_config(bootstrap, client_props, **extra))
     except KafkaException as exc:
         raise click.ClickException(kafka_error_text(exc)) from None
-    header_list = [(k, v.encode("utf-8")) for k, v in parse_key_values(headers, "--header")] or None
+    header_list: list[tuple[str, str | bytes | None]] | None = [(k, v.encode("utf-8")) for k, v in parse_key_values(headers, "--header")] or None
     # kafka-console-producer's --property names go to the line reader, the others (-X) to librdkafka
     reader_props = {k: v for k, v in parse_key_values(properties, "--property") if k in READER_PROPERTIES}
     if key_separator is not None:  # -K SEP: parse.key with that separator
@@ -118,24 +133,24 @@ def produce(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
-    kwargs: dict[str, Any] = {}
+    kwargs: _RecordOptions = {}
     if partition is not None:
         kwargs["partition"] = partition
     if header_list:
         kwargs["headers"] = header_list
     sender = _Sender(producer, topic, kwargs, verbose)
 
-    def alone() -> Any:
+    def alone() -> Producer:
         return Producer(client_config(bootstrap, client_props, **{**extra, **_ALONE}))
 
-    def on_sigterm(signum: int, frame: Any) -> None:
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_sigterm)
     # also SIGINT, even when the shell that started us ignores it (a background job of a script: Python then
     # installs no KeyboardInterrupt handler of its own, and Ctrl-C sent to the process would do nothing)
     signal.signal(signal.SIGINT, on_sigterm)
-    stdin = click.get_binary_stream("stdin")
+    stdin = sys.stdin.buffer  # what click.get_binary_stream("stdin") returned (deprecated in click 8.2)
     lineno = 0
     try:
         for lineno, line in enumerate(_lines(stdin), start=1):
@@ -169,7 +184,7 @@ class _Sender:
     ``max.message.bytes`` applies to a whole batch) is not a failure of its records: they are sent again one per
     batch, after the others, and only a record too large alone fails, reported by its line number and size."""
 
-    def __init__(self, producer: Any, topic: str, kwargs: dict[str, Any], verbose: bool) -> None:
+    def __init__(self, producer: Producer, topic: str, kwargs: _RecordOptions, verbose: bool) -> None:
         self.producer = producer
         self.topic = topic
         self.kwargs = kwargs
@@ -179,16 +194,17 @@ class _Sender:
         self.unsent = 0
         self.retry: list[tuple[int, bytes | None, bytes | None, list[Header] | None]] = []
 
-    def send(self, lineno: int, key: bytes | None, value: bytes | None, producer: Any = None, alone: bool = False,
+    def send(self, lineno: int, key: bytes | None, value: bytes | None, producer: Producer | None = None,
+             alone: bool = False,
              headers: list[Header] | None = None) -> None:
         from confluent_kafka import KafkaException
 
         producer = producer or self.producer
         kwargs = self.kwargs
         if headers is not None:  # the line's own headers after those of --header
-            kwargs = {**kwargs, "headers": [*(kwargs.get("headers") or []), *headers]}
+            kwargs = {**kwargs, "headers": [*kwargs.get("headers", []), *headers]}
 
-        def on_delivery(err: Any, msg: Any) -> None:
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
             if err is None:
                 self.delivered += 1
                 if self.verbose:
@@ -219,7 +235,7 @@ class _Sender:
         elif self.failed == _LISTED_FAILURES + 1:
             click.echo("tidelog: more records not written (not listed)", err=True)
 
-    def finish(self, timeout_s: float, alone_producer: Any) -> None:
+    def finish(self, timeout_s: float, alone_producer: Callable[[], Producer] | None) -> None:
         """Deliver what is queued; then the records of refused batches, one per batch (``alone_producer()``
         makes that producer; None: they count as not sent)."""
         self.unsent += self.producer.flush(timeout_s)
@@ -249,7 +265,7 @@ def _text(b: bytes | None) -> str:
     return "null" if b is None else b.decode("utf-8", errors="replace")
 
 
-def _json_field(out: dict[str, Any], name: str, b: bytes | None) -> None:
+def _json_field(out: dict[str, object], name: str, b: bytes | None) -> None:
     if b is None:
         out[name] = None
         return
@@ -259,8 +275,14 @@ def _json_field(out: dict[str, Any], name: str, b: bytes | None) -> None:
         out[name + "_base64"] = base64.b64encode(b).decode("ascii")
 
 
+def _headers(msg: Message) -> list[Header]:
+    """A consumed record's headers: librdkafka gives a consumer a list of (name, bytes or None), never the dict or
+    str values a producer may pass (which the stub's ``HeadersType`` also allows)."""
+    return cast("list[Header]", msg.headers() or [])
+
+
 def format_record(
-    msg: Any,
+    msg: Message,
     fmt: str,
     print_key: bool,
     print_offset: bool,
@@ -269,14 +291,14 @@ def format_record(
 ) -> bytes:
     """One output line (without the newline) for a consumed message."""
     if fmt == "json":
-        obj: dict[str, Any] = {"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset()}
+        obj: dict[str, object] = {"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset()}
         ts_type, ts = msg.timestamp()
         obj["timestamp"] = ts if ts_type else None
         _json_field(obj, "key", msg.key())
         _json_field(obj, "value", msg.value())
         hdrs = []
-        for hk, hv in msg.headers() or []:
-            h: dict[str, Any] = {"key": hk}
+        for hk, hv in _headers(msg):
+            h: dict[str, object] = {"key": hk}
             _json_field(h, "value", hv)
             hdrs.append(h)
         obj["headers"] = hdrs
@@ -285,7 +307,7 @@ def format_record(
     if print_offset:
         fields.append(f"Partition:{msg.partition()}\tOffset:{msg.offset()}".encode())
     if print_headers:
-        hdrs_b = [hk.encode("utf-8") + b":" + (b"null" if hv is None else hv) for hk, hv in (msg.headers() or [])]
+        hdrs_b = [hk.encode("utf-8") + b":" + (b"null" if hv is None else hv) for hk, hv in _headers(msg)]
         fields.append(b",".join(hdrs_b) if hdrs_b else b"NO_HEADERS")
     value = msg.value()
     record = b"null" if value is None else value
@@ -312,7 +334,7 @@ def _start_offset(text: str) -> int:
     return n if n >= 0 else _OFFSET_TAIL_BASE + n
 
 
-def _reader_gone(out: Any) -> bool:
+def _reader_gone(out: BinaryIO) -> bool:
     """True when stdout is a pipe whose reading end has closed (POLLERR on the write end), so an idle
     ``tidelog consume ... | head`` exits instead of waiting for a record it could never write."""
     try:
@@ -383,7 +405,7 @@ def consume(
         reset = "error"  # an explicit offset out of range is reported, not silently moved
     elif start is not None:
         reset = "earliest"  # -N with fewer than N records: from the start, as kcat
-    extra: dict[str, Any] = {
+    extra: dict[str, ConfigValue] = {
         "auto.offset.reset": reset,
         "enable.partition.eof": False,
     }
@@ -406,7 +428,7 @@ def consume(
     count = 0
     interrupted = False
 
-    def on_sigterm(signum: int, frame: Any) -> None:
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_sigterm)
@@ -433,7 +455,8 @@ def consume(
             except KafkaException as exc:
                 raise click.ClickException(kafka_error_text(exc)) from None
 
-        idle_deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+        idle_s = None if timeout_ms is None else timeout_ms / 1000
+        idle_deadline = None if idle_s is None else time.monotonic() + idle_s
         while max_messages is None or count < max_messages:
             wait = 0.5
             if idle_deadline is not None:
@@ -456,8 +479,8 @@ def consume(
             out.write(format_record(msg, fmt, print_key, print_offset, print_headers, sep_b) + b"\n")
             out.flush()
             count += 1
-            if idle_deadline is not None:
-                idle_deadline = time.monotonic() + timeout_ms / 1000  # type: ignore[operator]
+            if idle_s is not None:
+                idle_deadline = time.monotonic() + idle_s
     except BrokenPipeError:
         consumer.close()
         exit_quietly_on_broken_pipe()

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "delete-records": "tidelog.cli.records:delete_records",
     "log-dirs": "tidelog.cli.log_dirs:log_dirs",
     "configs": "tidelog.cli.configs:configs",
+    "features": "tidelog.cli.features:features",
     "leader-election": "tidelog.cli.reassign:leader_election",
     "reassign-partitions": "tidelog.cli.reassign:reassign_partitions",
     "producer-perf-test": "tidelog.cli.perf:producer_perf_test",

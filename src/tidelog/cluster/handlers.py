@@ -12,10 +12,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol, cast
 
 from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.handlers import Handler, RequestContext, handles
+from tidelog.broker.handlers.bodies import (
+    EpochEndOffset,
+    OffsetForLeaderTopicResult,
+    OngoingPartitionReassignment,
+    OngoingTopicReassignment,
+    PartitionResult,
+    ReassignablePartitionResponse,
+    ReassignableTopicResponse,
+)
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.cluster import zkdata as zd
 from tidelog.protocol.api_keys import ApiKey
@@ -24,31 +33,70 @@ from tidelog.protocol.errors import error_code
 # the APIs only a broker in ZooKeeper mode serves (its replica manager brings them to the broker's handlers)
 CLUSTER_HANDLERS: dict[int, Handler] = {}
 
+#: per partition: None (done) or (Kafka error name, message)
+PartitionResults = dict[tuple[str, int], tuple[str, str | None] | None]
+
+
+class ClusterController(Protocol):
+    """What these handlers need of the controller (``tidelog.cluster.controller.Controller``): whether it is the
+    active one, and its event queue for reassignments and elections (``reply`` is called on its thread with the
+    per-partition results, or None when it is not, or no longer, the controller)."""
+
+    active: bool
+
+    def submit_alter_reassignments(self, wanted: dict[tuple[str, int], list[int] | None], allow_rf_change: bool,
+                                   reply: Callable[[PartitionResults | None], None]) -> None: ...
+
+    def submit_elect_leaders(self, wanted: set[tuple[str, int]] | None, election_type: int,
+                             reply: Callable[[PartitionResults | None], None]) -> None: ...
+
+
+class ZkReader(Protocol):
+    """The reads ListPartitionReassignments makes of the ZooKeeper session (kazoo's ``KazooClient``)."""
+
+    def get_children(self, path: str) -> list[str]: ...
+
+    def get(self, path: str) -> tuple[bytes, object]: ...
+
+
+class ClusterReplicaManager(Protocol):
+    """What these handlers need of ZooKeeper mode's replica manager (``tidelog.cluster.replica_manager``)."""
+
+    controller: ClusterController | None
+    zk: ZkReader | None
+
+    def check_leader_epoch(self, topic: str, partition: int, requested: int | None) -> None: ...
+
+
+def _replica_manager(ctx: RequestContext) -> ClusterReplicaManager:
+    # CLUSTER_HANDLERS are served only by a broker whose replica manager is ZooKeeper mode's (it adds them)
+    return cast(ClusterReplicaManager, ctx.broker.replica_manager)
+
 
 @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, CLUSTER_HANDLERS)
 async def offset_for_leader_epoch(ctx: RequestContext, request: dict) -> dict:
     broker = ctx.broker
-    topics_out = []
+    topics_out: list[OffsetForLeaderTopicResult] = []
     # KafkaApis: a follower (replica_id >= 0) needs CLUSTER_ACTION on the cluster, a client DESCRIBE on the topic
     follower_ok = None
     if broker.authorizer is not None and request.get("replica_id", -1) >= 0:
         follower_ok = ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
     for t in request.get("topics") or ():
         name = t.get("topic")
-        parts = []
+        parts: list[EpochEndOffset] = []
         topics_out.append({"topic": name, "partitions": parts})
         allowed = follower_ok if follower_ok is not None else ctx.authorize(AclOperation.DESCRIBE,
                                                                             ResourceType.TOPIC, name or "")
         for p in t.get("partitions") or ():
             index = p.get("partition", 0)
-            out = {"error_code": 0, "partition": index, "leader_epoch": -1, "end_offset": -1}
+            out: EpochEndOffset = {"error_code": 0, "partition": index, "leader_epoch": -1, "end_offset": -1}
             parts.append(out)
             if not allowed:
                 out["error_code"] = error_code("TOPIC_AUTHORIZATION_FAILED")
                 continue
             try:
                 plog = broker.leader_log(name, index)
-                broker.replica_manager.check_leader_epoch(name, index, p.get("current_leader_epoch", -1))
+                _replica_manager(ctx).check_leader_epoch(name, index, p.get("current_leader_epoch", -1))
                 cache = plog.epoch_cache
                 if cache is None:
                     continue
@@ -60,19 +108,21 @@ async def offset_for_leader_epoch(ctx: RequestContext, request: dict) -> dict:
 
 
 def _alter_response(ctx: RequestContext, request: dict, error: str | None, message: str | None,
-                    per_partition: dict[tuple[str, int], tuple[str, str] | None]) -> dict:
-    out: dict[str, Any] = {"throttle_time_ms": 0, "error_code": error_code(error) if error else 0,
+                    per_partition: PartitionResults) -> dict:
+    out: dict[str, object] = {"throttle_time_ms": 0, "error_code": error_code(error) if error else 0,
                            "error_message": message, "responses": []}
     if ctx.api_version >= 1:
         out["allow_replication_factor_change"] = bool(request.get("allow_replication_factor_change", True))
+    responses: list[ReassignableTopicResponse] = []
     for t in request.get("topics") or ():
-        parts = []
+        parts: list[ReassignablePartitionResponse] = []
         for p in t.get("partitions") or ():
             tp = (t.get("name"), int(p.get("partition_index", -1)))
             r = per_partition.get(tp)
             parts.append({"partition_index": tp[1], "error_code": error_code(r[0]) if r else 0,
                           "error_message": r[1] if r else None})
-        out["responses"].append({"name": t.get("name"), "partitions": parts})
+        responses.append({"name": t.get("name"), "partitions": parts})
+    out["responses"] = responses
     return out
 
 
@@ -80,7 +130,7 @@ def _alter_response(ctx: RequestContext, request: dict, error: str | None, messa
 async def alter_partition_reassignments(ctx: RequestContext, request: dict) -> dict:
     if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
         return _alter_response(ctx, request, "CLUSTER_AUTHORIZATION_FAILED", None, {})
-    controller = ctx.broker.replica_manager.controller
+    controller = _replica_manager(ctx).controller
     if controller is None or not controller.active:
         return _alter_response(ctx, request, "NOT_CONTROLLER", "This is not the correct controller for this cluster.",
                                {})
@@ -108,23 +158,28 @@ async def alter_partition_reassignments(ctx: RequestContext, request: dict) -> d
     return _alter_response(ctx, request, None, None, results)
 
 
-async def _controller_answer(submit: Callable[[Callable[[Any], None]], None], request: dict) -> Any:
+async def _controller_answer(submit: Callable[[Callable[[PartitionResults | None], None]], None],
+                             request: dict) -> PartitionResults | None:
     """Hand a request to the controller's thread (``submit(reply)``) and wait for its ``reply`` (None: not the
     controller) within the request's ``timeout_ms`` (librdkafka sends 0 when the caller set no operation timeout:
     the spec's default, 60 s, then); TimeoutError when it does not answer in time."""
     loop = asyncio.get_running_loop()
-    done: asyncio.Future = loop.create_future()
+    done: asyncio.Future[PartitionResults | None] = loop.create_future()
 
-    def reply(results: Any) -> None:  # on the controller's thread
-        loop.call_soon_threadsafe(lambda: done.done() or done.set_result(results))
+    def answer(results: PartitionResults | None) -> None:  # on the loop
+        if not done.done():
+            done.set_result(results)
+
+    def reply(results: PartitionResults | None) -> None:  # on the controller's thread
+        loop.call_soon_threadsafe(answer, results)
 
     submit(reply)
     timeout_ms = int(request.get("timeout_ms") or 0)
     return await asyncio.wait_for(done, (timeout_ms if timeout_ms > 0 else 60000) / 1000)  # 0: the spec's default
 
 
-def _elect_response(top_error: str | None, results: dict[tuple[str, int], tuple[str, str | None] | None]) -> dict:
-    by_topic: dict[str, list[dict]] = {}
+def _elect_response(top_error: str | None, results: PartitionResults) -> dict:
+    by_topic: dict[str, list[PartitionResult]] = {}
     for (t, p), r in sorted(results.items()):
         by_topic.setdefault(t, []).append({"partition_id": p, "error_code": error_code(r[0]) if r else 0,
                                            "error_message": r[1] if r else None})
@@ -139,7 +194,7 @@ async def elect_leaders(ctx: RequestContext, request: dict) -> dict:
     topics = request.get("topic_partitions")
     wanted = None if topics is None else {(t.get("topic"), int(p)) for t in topics for p in t.get("partitions") or ()}
 
-    def every(error: str, message: str | None) -> dict[tuple[str, int], tuple[str, str | None] | None]:
+    def every(error: str, message: str | None) -> PartitionResults:
         return dict.fromkeys(wanted or (), (error, message))
 
     # KafkaApis: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED at the top and for every partition
@@ -150,7 +205,7 @@ async def elect_leaders(ctx: RequestContext, request: dict) -> dict:
         return _elect_response(None, every("INVALID_REQUEST", f"Unknown election type {election_type}"))
     # elsewhere than on the controller each partition answers NOT_CONTROLLER, as Kafka's processReplicaLeaderElection
     not_controller = every("NOT_CONTROLLER", "This is not the correct controller for this cluster.")
-    controller = ctx.broker.replica_manager.controller
+    controller = _replica_manager(ctx).controller
     if controller is None or not controller.active:
         return _elect_response(None, not_controller)
     try:
@@ -161,18 +216,18 @@ async def elect_leaders(ctx: RequestContext, request: dict) -> dict:
     return _elect_response(None, not_controller if results is None else results)
 
 
-def list_reassignments(zk: Any, wanted: dict[str, list[int]] | None) -> list[dict]:
+def list_reassignments(zk: ZkReader, wanted: dict[str, list[int]] | None) -> list[OngoingTopicReassignment]:
     """The ongoing reassignments as ListPartitionReassignments topics (from ZooKeeper; blocking)."""
     from kazoo.exceptions import NoNodeError
 
     names = sorted(wanted) if wanted is not None else sorted(zk.get_children(zd.BROKER_TOPICS))
-    out = []
+    out: list[OngoingTopicReassignment] = []
     for name in names:
         try:
             a = zd.decode_topic(zk.get(zd.topic_path(name))[0])
         except NoNodeError:
             continue
-        parts = [{"partition_index": p, "replicas": list(a.partitions[p]), "adding_replicas": a.adding.get(p, []),
+        parts: list[OngoingPartitionReassignment] = [{"partition_index": p, "replicas": list(a.partitions[p]), "adding_replicas": a.adding.get(p, []),
                   "removing_replicas": a.removing.get(p, [])}
                  for p in sorted(a.partitions)
                  if a.reassigning(p) and (wanted is None or p in wanted[name])]
@@ -189,7 +244,7 @@ async def list_partition_reassignments(ctx: RequestContext, request: dict) -> di
     if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         return {"throttle_time_ms": 0, "error_code": error_code("CLUSTER_AUTHORIZATION_FAILED"),
                 "error_message": None, "topics": []}
-    zk = ctx.broker.replica_manager.zk
+    zk = _replica_manager(ctx).zk
     if zk is None:
         return {"throttle_time_ms": 0, "error_code": error_code("BROKER_NOT_AVAILABLE"),
                 "error_message": "Not connected to ZooKeeper.", "topics": []}

@@ -18,12 +18,17 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
+    from tidelog.broker.purgatory import DelayedOperation
+    from tidelog.broker.security.acls import AclOperation, ResourceType
 
-Handler = Callable[["RequestContext", dict], Awaitable[dict | None]]
+#: a handler's answer: the response body, a DeferredResponse (pipelined produce), or None (acks=0 produce)
+Handler = Callable[["RequestContext", dict], Awaitable["dict | DeferredResponse | None"]]
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 REGISTRY: dict[int, Handler] = {}
 
@@ -36,7 +41,7 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     client_host: str = ""
-    extra: Any = None
+    extra: object = None  # unused; kept so the positional constructor (the produce fast lane) stays as it is
     # the authenticated principal ("User:<name>", the mapped TLS subject, or "User:ANONYMOUS") and the listener
     # the request arrived on: what an authorizer checks, and which endpoints Metadata advertises
     principal: str = "User:ANONYMOUS"
@@ -51,7 +56,7 @@ class RequestContext:
     # (an acks=all Produce whose appends are done: broker/server.py, "pipelined produce")
     defer: bool = False
 
-    def authorize(self, op: int, resource_type: int, name: str) -> bool:
+    def authorize(self, op: AclOperation, resource_type: ResourceType, name: str) -> bool:
         """May this request's principal, from its host, do ``op`` on the resource? Always True without an
         authorizer (``authorizer.class.name`` empty). Kafka's AclOperation / ResourceType codes
         (``tidelog.broker.security.acls``)."""
@@ -65,7 +70,7 @@ class DeferredResponse:
 
     __slots__ = ("finish", "op")
 
-    def __init__(self, op: Any, finish: Callable[[Any], dict]) -> None:
+    def __init__(self, op: DelayedOperation, finish: Callable[[object], dict]) -> None:
         self.op = op
         self.finish = finish
 
@@ -81,15 +86,18 @@ def handles(api_key: int, table: dict[int, Handler] = REGISTRY) -> Callable[[Han
     return register
 
 
-async def topic_change(fn: Any, *args: Any, **kwargs: Any) -> Any:
+async def topic_change(fn: Callable[_P, Awaitable[_R]] | Callable[_P, _R], *args: _P.args,
+                       **kwargs: _P.kwargs) -> _R:
     """A TopicManager method that changes topics (create, delete, add partitions, alter configs, Metadata's
     auto-creation). A coroutine function (cluster mode's delete, which waits for ZooKeeper) is awaited; anything
     else runs on the broker's request handler threads (``broker.request_pool``), never on the event loop:
     creating or deleting a topic of 1000 partitions means thousands of files and fsyncs (it stalled every client
     for 1.4 s and 5.5 s when it ran on the loop), and in cluster mode a change is a ZooKeeper round trip."""
     if inspect.iscoroutinefunction(fn):
-        return await fn(*args, **kwargs)
+        return await cast("Callable[_P, Awaitable[_R]]", fn)(*args, **kwargs)
+    blocking = cast("Callable[_P, _R]", fn)
     pool = getattr(getattr(getattr(fn, "__self__", None), "broker", None), "request_pool", None)
     if pool is not None:
-        return await pool.run(fn, *args, **kwargs)
-    return await asyncio.to_thread(fn, *args, **kwargs)
+        result: _R = await pool.run(blocking, *args, **kwargs)
+        return result
+    return await asyncio.to_thread(blocking, *args, **kwargs)

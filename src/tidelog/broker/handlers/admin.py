@@ -33,11 +33,22 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from tidelog.broker import config as bc
 from tidelog.broker.errors import error_of, is_client_error
 from tidelog.broker.handlers import RequestContext, broker_configs, handles, topic_change
+from tidelog.broker.handlers.bodies import (
+    AlterConfigsResourceResponse,
+    CreatableReplicaAssignment,
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreatePartitionsTopicResult,
+    DeletableTopicResult,
+    DeleteRecordsPartitionResult,
+    DeleteRecordsTopicResult,
+    DescribeConfigsResult,
+)
 from tidelog.broker.quotas import (
     THROTTLING_QUOTA_EXCEEDED_MESSAGE,
     mutation_refused,
@@ -45,10 +56,20 @@ from tidelog.broker.quotas import (
     record_mutations,
 )
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
-from tidelog.broker.topics import INTERNAL_TOPICS, ConfigEntry
+from tidelog.broker.topics import INTERNAL_TOPICS, ConfigEntry, TopicInfo
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code, error_for_code
 from tidelog.storage import config as sc
+
+_T = TypeVar("_T")
+_C = TypeVar("_C")
+_C_contra = TypeVar("_C_contra", contravariant=True)
+
+
+class _ConfigAlter(Protocol[_C_contra]):
+    """``TopicManager.alter_configs`` (overrides) or ``incremental_alter_configs`` (operations)."""
+
+    def __call__(self, name: str, changes: _C_contra, /, validate_only: bool = False) -> TopicInfo: ...
 
 log = logging.getLogger("tidelog.broker.admin")
 
@@ -111,7 +132,7 @@ def _auth_message(code: int) -> str:
     return error_for_code(code).message
 
 
-def _uuid(value: Any) -> uuid.UUID:
+def _uuid(value: object) -> uuid.UUID:
     """Topic ids are 16 raw bytes in the TopicManager and ``uuid.UUID`` in protocol bodies."""
     if isinstance(value, uuid.UUID):
         return value
@@ -120,7 +141,7 @@ def _uuid(value: Any) -> uuid.UUID:
     return uuid.UUID(int=0)
 
 
-def _duplicates(names: Iterable[Any]) -> set[Any]:
+def _duplicates(names: Iterable[_T]) -> set[_T]:
     return {n for n, c in Counter(names).items() if c > 1}
 
 
@@ -129,7 +150,7 @@ def _node_id(ctx: RequestContext) -> int:
     return int(nid) if nid is not None else int(ctx.broker.config.node_id)
 
 
-def _str_value(value: Any) -> str | None:
+def _str_value(value: object) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool):
@@ -283,7 +304,7 @@ def _topic_config_type(name: str) -> int:
 # CreateTopics
 
 
-def _validate_assignments(ctx: RequestContext, assignments: list[dict]) -> tuple[int, int] | tuple[str, str]:
+def _validate_assignments(ctx: RequestContext, assignments: list[CreatableReplicaAssignment]) -> tuple[int, int] | tuple[str, str]:
     """(num_partitions, replication_factor) for a valid manual assignment, else (error_name, message)."""
     node = _node_id(ctx)
     indexes = sorted(int(a.get("partition_index", -1)) for a in assignments)
@@ -324,7 +345,7 @@ def _validate_assignments(ctx: RequestContext, assignments: list[dict]) -> tuple
     return len(assignments), rf or 1
 
 
-def _validate_cluster_assignments(assignments: list[dict], registered: set[int]) -> dict[int, list[int]] | tuple[str, str]:
+def _validate_cluster_assignments(assignments: list[CreatableReplicaAssignment], registered: set[int]) -> dict[int, list[int]] | tuple[str, str]:
     """ZooKeeper mode: {partition: brokers}, else (error name, message) as Kafka's ``ReplicationControlManager``."""
     out: dict[int, list[int]] = {}
     rf: int | None = None
@@ -376,7 +397,7 @@ async def create_topics(ctx: RequestContext, request: dict) -> dict:
     return {"throttle_time_ms": 0, "topics": results}
 
 
-def _config_problem(configs: list[dict]) -> tuple[str, str] | None:
+def _config_problem(configs: list[CreatableTopicConfig]) -> tuple[str, str] | None:
     names = [c.get("name") for c in configs]
     for c in configs:
         if c.get("value") is None:
@@ -386,10 +407,10 @@ def _config_problem(configs: list[dict]) -> tuple[str, str] | None:
     return None
 
 
-async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_only: bool,
+async def _create_one(ctx: RequestContext, t: CreatableTopic, duplicated: bool, validate_only: bool,
                       allowed: bool = True) -> dict:
     v = ctx.api_version
-    name = t.get("name")
+    name = t["name"]  # not nullable in any version: the codec always sets it
     result: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
     if v >= 5:
         result.update(num_partitions=-1, replication_factor=-1, configs=None)
@@ -406,7 +427,7 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
     num_partitions = int(t.get("num_partitions", -1))
     replication_factor = int(t.get("replication_factor", -1))
     assignments = t.get("assignments") or []
-    extra: dict[str, Any] = {}
+    manual_assignments: dict[int, list[int]] | None = None
     if assignments:
         if num_partitions != -1 or replication_factor != -1:
             return fail(
@@ -419,7 +440,7 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
             manual = _validate_cluster_assignments(assignments, registered())
             if isinstance(manual, tuple):
                 return fail(*manual)
-            extra["assignments"] = manual
+            manual_assignments = manual
             num_partitions, replication_factor = len(manual), len(manual[0])
         else:
             checked = _validate_assignments(ctx, assignments)
@@ -442,7 +463,7 @@ async def _create_one(ctx: RequestContext, t: dict, duplicated: bool, validate_o
             replication_factor=replication_factor,
             configs=configs,
             validate_only=validate_only,
-            **extra,
+            assignments=manual_assignments,
         )
     except Exception as exc:
         if not is_client_error(exc):
@@ -507,9 +528,9 @@ async def delete_topics(ctx: RequestContext, request: dict) -> dict:
             wanted.append((n, uuid.UUID(int=0)))
     name_dups = _duplicates(n for n, _ in wanted if n is not None)
     id_dups = _duplicates(i for n, i in wanted if n is None and i.int != 0)
-    responses: list[dict] = []
+    responses: list[DeletableTopicResult] = []
     for name, topic_id in wanted:
-        resp: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
+        resp: DeletableTopicResult = {"name": name, "error_code": 0, "error_message": None}
         if v >= 6:
             resp["topic_id"] = topic_id
         code, msg = await _delete_one(ctx, name, topic_id, name_dups, id_dups, resp)
@@ -523,9 +544,9 @@ async def _delete_one(
     ctx: RequestContext,
     name: str | None,
     topic_id: uuid.UUID,
-    name_dups: set[Any],
-    id_dups: set[Any],
-    resp: dict[str, Any],
+    name_dups: set[str],
+    id_dups: set[uuid.UUID],
+    resp: DeletableTopicResult,
 ) -> tuple[int, str | None]:
     topics = ctx.broker.topics
     if name is not None and topic_id.int != 0:
@@ -555,14 +576,14 @@ async def _delete_one(
     if mutation_refused(ctx):
         return error_code("THROTTLING_QUOTA_EXCEEDED"), THROTTLING_QUOTA_EXCEEDED_MESSAGE
     try:
-        info = await topic_change(topics.delete_topic, name)  # off the loop (files, checkpoints)
+        deleted: TopicInfo = await topic_change(topics.delete_topic, name)  # off the loop (files, checkpoints)
     except Exception as exc:
         if not is_client_error(exc):
             raise
         return error_of(exc)
-    record_mutations(ctx, int(info.num_partitions))
+    record_mutations(ctx, int(deleted.num_partitions))
     if "topic_id" in resp:
-        resp["topic_id"] = _uuid(info.topic_id)
+        resp["topic_id"] = _uuid(deleted.topic_id)
     return 0, None
 
 
@@ -577,22 +598,22 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
     req = request.get("topics") or []
     dups = _duplicates(t.get("name") for t in req)
     node = _node_id(ctx)
-    results: list[dict] = []
+    results: list[CreatePartitionsTopicResult] = []
     answered: set[str] = set()
     for t in req:
         name = t.get("name")
         if name in answered:
             continue
         answered.add(name)
-        res: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
+        res: CreatePartitionsTopicResult = {"name": name, "error_code": 0, "error_message": None}
 
-        def fail(err: str, msg: str, res: dict[str, Any] = res) -> None:
+        def fail(err: str, msg: str, res: CreatePartitionsTopicResult = res) -> None:
             res["error_code"] = error_code(err)
             res["error_message"] = msg
 
         count = int(t.get("count", 0))
         assignments = t.get("assignments")
-        before = int(topics.get(name).num_partitions) if name not in dups and topics.exists(name) else 0
+        before = int(topics.require(name).num_partitions) if name not in dups and topics.exists(name) else 0
         if name in dups:
             fail("INVALID_REQUEST", f"Duplicate topic in request: {name}")
         elif not ctx.authorize(AclOperation.ALTER, _TOPIC, name):
@@ -611,7 +632,7 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
                     raise
                 res["error_code"], res["error_message"] = error_of(exc)
         else:
-            current = int(topics.get(name).num_partitions)
+            current = int(topics.require(name).num_partitions)
             problem = None
             if assignments is not None and count > current:
                 if len(assignments) != count - current:
@@ -648,24 +669,24 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
 # DeleteRecords
 
 
-def _allows_delete(info: Any) -> bool:
+def _allows_delete(info: TopicInfo) -> bool:
     return "delete" in info.log_config.cleanup_policy
 
 
 @handles(ApiKey.DELETE_RECORDS)
 async def delete_records(ctx: RequestContext, request: dict) -> dict:
     topics = ctx.broker.topics
-    out_topics: list[dict] = []
+    out_topics: list[DeleteRecordsTopicResult] = []
     for t in request.get("topics") or []:
-        name = t.get("name")
-        parts_out: list[dict] = []
+        name: str = t.get("name")
+        parts_out: list[DeleteRecordsPartitionResult] = []
         exists = topics.exists(name)
         info = topics.get(name) if exists else None
         allowed = ctx.authorize(AclOperation.DELETE, _TOPIC, name)
         for p in t.get("partitions") or []:
             index = int(p.get("partition_index", -1))
             offset = int(p.get("offset", -1))
-            res: dict[str, Any] = {"partition_index": index, "low_watermark": -1, "error_code": 0}
+            res: DeleteRecordsPartitionResult = {"partition_index": index, "low_watermark": -1, "error_code": 0}
             parts_out.append(res)
             if not allowed:
                 res["error_code"] = TOPIC_AUTHORIZATION_FAILED
@@ -717,12 +738,12 @@ async def describe_configs(ctx: RequestContext, request: dict) -> dict:
     include_synonyms = bool(request.get("include_synonyms", False)) and ctx.api_version >= 1
     include_doc = bool(request.get("include_documentation", False)) and ctx.api_version >= 3
     topics = ctx.broker.topics
-    results: list[dict] = []
+    results: list[DescribeConfigsResult] = []
     for r in request.get("resources") or []:
         rtype = int(r.get("resource_type", RESOURCE_UNKNOWN))
         rname = r.get("resource_name") or ""
         keys = r.get("configuration_keys")
-        res: dict[str, Any] = {
+        res: DescribeConfigsResult = {
             "error_code": 0,
             "error_message": None,
             "resource_type": rtype,
@@ -797,18 +818,18 @@ async def _alter_config_resources(
     *,
     bad_operation: Callable[[list[dict]], str | None],
     null_allowed: Callable[[dict], bool],
-    alter: Callable[..., Any],
-    changes: Callable[[list[dict]], Any],
+    alter: _ConfigAlter[_C],
+    changes: Callable[[list[dict]], _C],
 ) -> dict:
     """AlterConfigs / IncrementalAlterConfigs: the same per-resource checks (Kafka's order), then
     ``alter(topic, changes(configs), validate_only=...)`` for a topic resource that passed them."""
     validate_only = bool(request.get("validate_only", False))
     topics = ctx.broker.topics
-    responses: list[dict] = []
+    responses: list[AlterConfigsResourceResponse] = []
     for r in request.get("resources") or []:
         rtype = int(r.get("resource_type", RESOURCE_UNKNOWN))
         rname = r.get("resource_name") or ""
-        res: dict[str, Any] = {
+        res: AlterConfigsResourceResponse = {
             "error_code": 0,
             "error_message": None,
             "resource_type": rtype,

@@ -15,7 +15,9 @@ As Kafka 4.1's controller (``ClientQuotaControlManager``, ``ClientQuotasImage.de
 from __future__ import annotations
 
 from tidelog.broker.handlers import RequestContext, handles
+from tidelog.broker.handlers.bodies import AlterEntryData, AlterEntryResult, DescribeEntryData
 from tidelog.broker.quotas import (
+    Entity,
     QuotaError,
     alteration,
     describe,
@@ -42,7 +44,7 @@ async def describe_client_quotas(ctx: RequestContext, request: dict) -> dict:
         selected = describe(entities, list(request.get("components") or ()), bool(request.get("strict")))
     except QuotaError as exc:
         return {"throttle_time_ms": 0, "error_code": exc.code, "error_message": exc.message, "entries": None}
-    entries = [{"entity": entity_to_protocol(e),
+    entries: list[DescribeEntryData] = [{"entity": entity_to_protocol(e),
                 "values": [{"key": k, "value": v} for k, v in sorted(entities[e].items())]}
                for e in selected]
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "entries": entries}
@@ -50,13 +52,14 @@ async def describe_client_quotas(ctx: RequestContext, request: dict) -> dict:
 
 @handles(ApiKey.ALTER_CLIENT_QUOTAS)
 async def alter_client_quotas(ctx: RequestContext, request: dict) -> dict:
-    results: list[dict] = []
-    changes = []
-    seen: set = set()
+    results: list[AlterEntryResult] = []
+    changes: list[tuple[Entity, dict[str, float | None]]] = []
+    seen: set[Entity] = set()
     allowed = ctx.authorize(AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME)  # KafkaApis
+    entry: AlterEntryData
     for entry in request.get("entries") or ():
         parts = list(entry.get("entity") or ())
-        result = {"error_code": 0, "error_message": None,
+        result: AlterEntryResult = {"error_code": 0, "error_message": None,
                   "entity": [{"entity_type": p.get("entity_type") or "", "entity_name": p.get("entity_name")}
                              for p in parts]}
         results.append(result)
@@ -74,6 +77,7 @@ async def alter_client_quotas(ctx: RequestContext, request: dict) -> dict:
             continue
         changes.append((entity, ops))
     if changes and not request.get("validate_only"):
-        broker = ctx.broker
-        await broker.request_pool.run(broker.client_quotas.store.alter, changes)
+        store = ctx.broker.client_quotas.store
+        assert store is not None  # attached when the broker starts, before any request
+        await ctx.broker.request_pool.run(store.alter, changes)
     return {"throttle_time_ms": 0, "entries": results}

@@ -1,0 +1,205 @@
+"""Where topic metadata lives: the :class:`TopicBackend` interface of the topic store
+(:class:`tidelog.broker.topics.TopicManager`) and :class:`LocalTopicBackend`, single-node mode's (the registry file
+is the source of truth; changes are made here and now). ZooKeeper mode's is ``cluster.topics.ZkTopicBackend``."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tidelog.broker.topic_model import TopicError, TopicInfo, new_topic_id
+from tidelog.storage.open_files import describe_os_error
+
+if TYPE_CHECKING:
+    from tidelog.broker.topics import TopicManager
+    from tidelog.storage.log.partition_log import PartitionLog
+
+log = logging.getLogger("tidelog.broker.topics")
+
+
+class TopicBackend(Protocol):
+    """Where topic metadata lives: the part of the topic store that differs between single-node and ZooKeeper
+    mode. :class:`TopicManager` holds everything else and calls these; a backend changes the store only through
+    the store's methods (``publish``, ``unpublish``, ``set_log``, ``pop_log``, ``persist``, ``apply_overrides``,
+    the validators)."""
+
+    #: None when this node is the only broker (the handlers check manual assignments against it), else the
+    #: registered brokers' ids (``create_topic`` / ``create_partitions`` then take ``assignments``)
+    registered_brokers: Callable[[], set[int]] | None
+
+    def attach(self, store: TopicManager) -> None:
+        """Called once by the store's constructor, before the registry is read."""
+
+    def loaded(self) -> None:
+        """After the registry file is read (at start, in a worker thread, before any log is opened): replace
+        what the source of truth says otherwise."""
+
+    def log_manager_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The store's ``LogManager(...)`` keyword arguments, adjusted."""
+
+    def hosted_partitions(self, info: TopicInfo) -> Iterable[int]:
+        """The partitions of ``info`` this node hosts (``load`` creates their logs when missing)."""
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str | None] | None, validate_only: bool,
+                     assignments: dict[int, list[int]] | None) -> TopicInfo:
+        """CreateTopics (blocking: the handlers run it on a request handler thread)."""
+
+    def create_partitions(self, name: str, total_count: int, validate_only: bool,
+                          assignments: list[list[int]] | None) -> TopicInfo:
+        """CreatePartitions (blocking)."""
+
+    def delete_topic(self, name: str) -> Any:  # TopicInfo, or (ZooKeeper mode, a coroutine function) its awaitable
+        """DeleteTopics: a plain method (blocking) or a coroutine function (awaited on the loop); the store
+        binds it as its own ``delete_topic`` and ``handlers.topic_change`` runs either kind."""
+
+    def change_configs(self, name: str, change: Callable[[dict[str, str]], dict[str, str | None]],
+                       validate_only: bool) -> TopicInfo:
+        """AlterConfigs / IncrementalAlterConfigs: the overrides become ``change(current overrides)`` (blocking)."""
+
+    def auto_create(self, name: str) -> TopicInfo:
+        """Metadata's / Produce's auto-creation of ``name`` with the broker defaults (blocking)."""
+
+
+class LocalTopicBackend:
+    """Single node: the registry file is the source of truth and every change is made here, under the store's
+    change lock: the registry written, the logs created or deleted, the store updated."""
+
+    registered_brokers: Callable[[], set[int]] | None = None  # this node alone: the handlers check manual assignments against it
+    #: the registry is the source of truth: empty partitions it does not list are a creation interrupted before
+    #: its registry write, removed at start (``TopicManager._drop_interrupted_creations``)
+    drops_interrupted_creations = True
+
+    def attach(self, store: TopicManager) -> None:
+        self.store = store
+        self.broker = store.broker  # handlers.topic_change finds the request handler threads through it
+
+    def loaded(self) -> None:
+        pass
+
+    def log_manager_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return kwargs
+
+    def hosted_partitions(self, info: TopicInfo) -> Iterable[int]:
+        return range(info.num_partitions)  # one node hosts every partition
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str | None] | None, validate_only: bool,
+                     assignments: dict[int, list[int]] | None = None) -> TopicInfo:
+        """``assignments`` are ignored: the handler has checked that they name this node only."""
+        store = self.store
+        with store.change_lock:
+            store.validate_new_name(name)
+            num_partitions, replication_factor = store.counts_or_defaults(num_partitions, replication_factor)
+            if replication_factor <= 0:
+                raise TopicError(
+                    "INVALID_REPLICATION_FACTOR",
+                    "Replication factor must be larger than 0, or -1 to use the default value.",
+                )
+            if replication_factor > 1:
+                raise TopicError(
+                    "INVALID_REPLICATION_FACTOR",
+                    f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
+                    f"of {replication_factor} cannot be reached because only 1 broker(s) are registered.",
+                )
+            overrides, cfg = store.validate_configs(configs)
+            topic_id = new_topic_id()
+            while store.by_id(topic_id) is not None:
+                topic_id = new_topic_id()
+            info = TopicInfo(name, topic_id, num_partitions, overrides, cfg)
+            store.check_open_files(name, num_partitions)
+            if validate_only:
+                return info
+            # Created completely or not at all: the logs first, the registry last, then readers see the topic. A
+            # failure removes the logs made; a crash before the registry is written leaves empty partition
+            # directories of a topic the registry does not list, which the next start removes (``load``).
+            created: dict[tuple[str, int], PartitionLog] = {}
+            try:
+                for p in range(num_partitions):
+                    created[(name, p)] = self.broker.logs.create_log(name, p, cfg, topic_id)
+                store.persist(adding=info)
+            except Exception as exc:
+                log.exception("topic creation failed", extra={"kv": {"topic": name}})
+                store.delete_logs(name, list(created))
+                if isinstance(exc, OSError):
+                    raise store.storage_failure(name, exc) from exc
+                raise
+            store.publish(info, created)
+        store.partitions_changed()
+        log.info(
+            "topic created",
+            extra={"kv": {"topic": name, "partitions": num_partitions, "topic_id": info.topic_id_str,
+                          "configs": overrides or ""}},
+        )
+        return info
+
+    def delete_topic(self, name: str) -> TopicInfo:
+        store = self.store
+        with store.change_lock:
+            info = store.get(name)
+            if info is None:
+                raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"This server does not host topic {name}.")
+            # gone for readers first, then from the registry, then from disk (each log dir's checkpoints once)
+            store.unpublish(name)
+            tps = [(name, p) for p in range(info.num_partitions)]
+            for tp in tps:
+                store.pop_log(tp)
+            store.persist()
+            store.delete_logs(name, tps)
+        store.on_loop(store.forget_deleted, name, tps)
+        store.partitions_changed()
+        log.info("topic deleted", extra={"kv": {"topic": name, "topic_id": info.topic_id_str}})
+        return info
+
+    def create_partitions(self, name: str, total_count: int, validate_only: bool,
+                          assignments: list[list[int]] | None = None) -> TopicInfo:
+        """``assignments`` are ignored: the handler has checked that they name this node only."""
+        store = self.store
+        with store.change_lock:
+            info = store.get(name)
+            if info is None:
+                raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"This server does not host topic {name}.")
+            current = info.num_partitions
+            if total_count == current:
+                raise TopicError("INVALID_PARTITIONS", f"Topic already has {current} partitions.")
+            if total_count < current:
+                raise TopicError(
+                    "INVALID_PARTITIONS",
+                    f"Topic currently has {current} partitions, which is higher than the requested {total_count}.",
+                )
+            store.check_open_files(name, total_count - current)
+            if validate_only:
+                return info
+            # all or nothing, as create_topic: the logs, then the registry, then the count readers see (a crash
+            # before the registry is written leaves empty partitions it does not list, removed at start)
+            created: dict[tuple[str, int], PartitionLog] = {}
+            try:
+                for p in range(current, total_count):
+                    created[(name, p)] = self.broker.logs.create_log(name, p, info.log_config, info.topic_id)
+                store.persist(adding=dataclasses.replace(info, num_partitions=total_count))  # replaces ``info``
+            except Exception as exc:
+                log.exception("adding partitions failed", extra={"kv": {"topic": name}})
+                store.delete_logs(name, list(created))
+                if isinstance(exc, OSError):
+                    raise TopicError("KAFKA_STORAGE_ERROR",
+                                     f"Partitions of '{name}' could not be created: {describe_os_error(exc)}") from exc
+                raise
+            for tp, lg in created.items():
+                store.set_log(tp, lg)
+            info.num_partitions = total_count
+        store.partitions_changed()
+        log.info("partitions added", extra={"kv": {"topic": name, "from": current, "to": total_count}})
+        return info
+
+    def change_configs(self, name: str, change: Callable[[dict[str, str]], dict[str, str | None]],
+                       validate_only: bool) -> TopicInfo:
+        info = self.store.require(name)
+        overrides, cfg = self.store.validate_configs(change(info.overrides))
+        if not validate_only:
+            self.store.apply_overrides(info, overrides, cfg)
+        return info
+
+    def auto_create(self, name: str) -> TopicInfo:
+        return self.store.create_topic(name)
