@@ -8,6 +8,7 @@ aiokafka. Prints one JSON object per line on stdout:
 * ``{"event": "committed", "p": partition, "o": next offset}`` after each synchronous commit.
 
 Options: ``session_ms`` (default 3000), ``strategy`` (range | roundrobin | cooperative-sticky), ``instance_id``,
+``protocol``: ``consumer`` for KIP-848 (confluent only; ``assignor``: ``group.remote.assignor``),
 ``mode``: ``at-least-once`` (process, then commit; default) or ``at-most-once`` (commit, then process),
 ``crash_after`` N: after N records, exit abruptly (os._exit) between processing and commit (at-least-once) or
 between commit and processing (at-most-once).
@@ -72,6 +73,13 @@ def run_confluent(bootstrap: str, group: str, topic: str, opts: dict[str, Any]) 
         "partition.assignment.strategy": opts.get("strategy", "range"),
         "topic.metadata.refresh.interval.ms": 1000,
     }
+    if opts.get("protocol") == "consumer":
+        # KIP-848: the broker sets heartbeats, session and assignment; librdkafka refuses the classic settings
+        for key in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"):
+            del conf[key]
+        conf["group.protocol"] = "consumer"
+        if opts.get("assignor"):
+            conf["group.remote.assignor"] = opts["assignor"]
     if opts.get("instance_id"):
         conf["group.instance.id"] = opts["instance_id"]
     c = Consumer(conf)

@@ -40,6 +40,7 @@ from tidelog.broker.handlers import (  # noqa: F401
     REGISTRY,
     acls,
     admin,
+    consumer_group,
     core,
     group,
     producer_id,
