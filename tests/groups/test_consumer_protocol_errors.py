@@ -32,6 +32,7 @@ def b(broker_factory: Any) -> Any:
         "group.consumer.min.heartbeat.interval.ms": "100",
         "group.consumer.heartbeat.interval.ms": "300",
         "group.consumer.max.size": str(MAX_SIZE),
+        "group.initial.rebalance.delay.ms": "100",
         "offsets.topic.num.partitions": "3",
     })
     create_topic(br.bootstrap, TOPIC, 2)
@@ -268,3 +269,20 @@ def test_find_coordinator_versions(b: Any) -> None:
         assert versions[COMMIT][1] == 9 and versions[FETCH][1] == 9
         assert versions[FIND_COORDINATOR][1] == 6 and versions[DESCRIBE_GROUPS][1] == 6
         assert versions[LIST_GROUPS][1] == 5
+
+
+def test_empty_consumer_group_becomes_classic_and_back(b: Any) -> None:
+    """An empty group changes protocol with its next member (Kafka's conversion of empty groups)."""
+    with RawClient(b.port) as c:
+        assert hb(c, "g-swap", "m1", 0, topics=[TOPIC])["error_code"] == NONE
+        assert hb(c, "g-swap", "m1", -1)["error_code"] == NONE
+        body = {"group_id": "g-swap", "session_timeout_ms": 6000, "rebalance_timeout_ms": 6000, "member_id": "",
+                "group_instance_id": "classic-1", "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b""}]}
+        join = c.request(JOIN, 5, body)
+        assert join["error_code"] == NONE, join
+        dg = c.request(DESCRIBE_GROUPS, 6, {"groups": ["g-swap"], "include_authorized_operations": False})
+        assert dg["groups"][0]["error_code"] == NONE and dg["groups"][0]["protocol_type"] == "consumer"
+        # a classic group with members is not a consumer group
+        r = hb(c, "g-swap", "m2", 0, topics=[TOPIC])
+        assert r["error_code"] == GROUP_ID_NOT_FOUND
