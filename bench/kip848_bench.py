@@ -46,7 +46,13 @@ def member_main(bootstrap: str, group: str, topic: str, protocol: str, rate: int
     from confluent_kafka import Consumer
 
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                            "enable.auto.commit": True, "auto.commit.interval.ms": 1000, "fetch.wait.max.ms": 50}
+                            "enable.auto.commit": True, "auto.commit.interval.ms": 1000, "fetch.wait.max.ms": 50,
+                            # a throttled consumer keeps its prefetch queue full; librdkafka pauses every fetcher
+                            # during an incremental revoke and then backs off fetch.queue.backoff.ms (1 s by
+                            # default) on a full queue: a client-side pause that would hide the broker's behaviour
+                            "fetch.queue.backoff.ms": 20, "queued.max.messages.kbytes": 1024}
+    if os.environ.get("KIP848_BENCH_DEBUG"):
+        conf["debug"] = os.environ["KIP848_BENCH_DEBUG"]
     if protocol == "consumer":
         conf["group.protocol"] = "consumer"
     else:
@@ -81,7 +87,9 @@ class Member:
         self.buckets: list[dict[str, Any]] = []
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--member", bootstrap, group, topic, protocol, str(rate)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            stdout=subprocess.PIPE, text=True,
+            stderr=open(os.environ["KIP848_BENCH_DEBUG_DIR"] + f"/m{id(self)}.log", "w")
+            if os.environ.get("KIP848_BENCH_DEBUG_DIR") else subprocess.DEVNULL)
         self._t = threading.Thread(target=self._read, daemon=True)
         self._t.start()
 
@@ -160,6 +168,11 @@ def run(protocol: str, bootstrap: str, topic: str, args: argparse.Namespace) -> 
         got_after += a_n
         if b_n:
             worst_ratio = min(worst_ratio, a_n / b_n)
+    if os.environ.get("KIP848_BENCH_TRACE"):
+        for i, m in enumerate(members):
+            row = [(round(b["t"] - t_join, 1), sum(b["counts"].values()), len(b["parts"])) for b in m.buckets
+                   if t_join - 1 <= b["t"] < t_join + args.window]
+            print(f"{protocol} member {i}: {row}", file=sys.stderr)
     return {"protocol": protocol, "unmoved": len(unmoved), "before": got_before, "after": got_after,
             "ratio": got_after / got_before if got_before else float("nan"), "worst": worst_ratio,
             "gap_ms": longest_gap * 1000}
@@ -174,6 +187,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=100)
     ap.add_argument("--rate", type=int, default=1500, help="records/s per member")
     ap.add_argument("--window", type=float, default=4.0)
+    ap.add_argument("--protocols", default="consumer,classic")
     args = ap.parse_args()
     os.environ.setdefault("TIDELOG_SERVE_ARGS", "-o group.initial.rebalance.delay.ms=0 "
                                                 "-o group.consumer.min.heartbeat.interval.ms=500 "
@@ -200,7 +214,7 @@ def main() -> None:
                 except BufferError:
                     p.poll(0.05)
         p.flush(120)
-        rows = [run(proto, broker.bootstrap, topic, args) for proto in ("consumer", "classic")]
+        rows = [run(proto, broker.bootstrap, topic, args) for proto in args.protocols.split(",")]
     finally:
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)
