@@ -20,6 +20,7 @@ Pure functions over plain data: unit-tested in tests/groups/test_assignors.py.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -70,26 +71,44 @@ def uniform(members: Mapping[str, MemberSubscription], partitions: Mapping[str, 
                 continue
             out[mid].add(tp)
             taken.add(tp)
-    # 2. the rest to the least loaded eligible member (partitions with the fewest candidates first)
+    # 2. the rest to the least loaded eligible member (partitions with the fewest candidates first); one heap of
+    # (load, member) per distinct candidate list, entries refreshed lazily when a member's load moved elsewhere
     rest = [tp for tp in all_tps if tp not in taken]
     rest.sort(key=lambda tp: (len(eligible[tp[0]]), tp))
+    heaps: dict[tuple[str, ...], list[tuple[int, str]]] = {}
     for tp in rest:
-        mid = min(eligible[tp[0]], key=lambda m: (len(out[m]), m))
+        key = tuple(eligible[tp[0]])
+        heap = heaps.get(key)
+        if heap is None:
+            heap = heaps[key] = [(len(out[m]), m) for m in key]
+            heapq.heapify(heap)
+        while True:
+            load, mid = heapq.heappop(heap)
+            if load == len(out[mid]):
+                break
+            heapq.heappush(heap, (len(out[mid]), mid))
         out[mid].add(tp)
+        heapq.heappush(heap, (load + 1, mid))
     # 3. balance: move from a loaded member to an eligible one with at least two fewer
-    _balance(out, eligible)
+    _balance(out, {t: set(mids) for t, mids in eligible.items()})
     return out
 
 
-def _balance(out: dict[str, set[TopicPartition]], eligible: Mapping[str, list[str]]) -> None:
-    moved = True
-    budget = sum(len(v) for v in out.values()) * max(len(out), 1)  # bounded: each move lowers the variance
-    while moved and budget > 0:
+def _balance(out: dict[str, set[TopicPartition]], eligible: Mapping[str, set[str]]) -> None:
+    """Move partitions from the most loaded members to eligible members with at least two fewer, until none can
+    move. Each move lowers the sum of squared loads, so the loop ends; ``budget`` bounds it regardless."""
+    budget = sum(len(v) for v in out.values()) + len(out)
+    while budget > 0:
+        loads = sorted(out, key=lambda m: (len(out[m]), m))
+        if not loads or len(out[loads[-1]]) - len(out[loads[0]]) <= 1:
+            return
         moved = False
-        for src in sorted(out, key=lambda m: (-len(out[m]), m)):
-            for tp in sorted(out[src], reverse=True):
-                dst = min(eligible[tp[0]], key=lambda m: (len(out[m]), m))
-                if len(out[dst]) + 2 <= len(out[src]):
+        for src in reversed(loads):
+            for dst in loads:
+                if len(out[dst]) + 2 > len(out[src]):
+                    break
+                tp = next((tp for tp in sorted(out[src], reverse=True) if dst in eligible[tp[0]]), None)
+                if tp is not None:
                     out[src].discard(tp)
                     out[dst].add(tp)
                     moved = True
@@ -97,6 +116,8 @@ def _balance(out: dict[str, set[TopicPartition]], eligible: Mapping[str, list[st
                     break
             if moved:
                 break
+        if not moved:
+            return
 
 
 def range_assignor(members: Mapping[str, MemberSubscription],
