@@ -68,6 +68,7 @@ INVALID_REGULAR_EXPRESSION = error_code("INVALID_REGULAR_EXPRESSION")
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 METADATA_CHECK_S = 1.0
+TOPICS_CACHE_S = 0.5
 MAX_REGEX_LEN = 1024
 
 # Kafka's GroupCoordinatorConfig defaults
@@ -181,6 +182,9 @@ class ConsumerGroupManager:
             log.warning("unknown group.consumer.assignors ignored", extra={"kv": {"assignors": unknown}})
         self.groups: dict[str, ConsumerGroup] = {}
         self._regex_cache: dict[str, re.Pattern[str]] = {}
+        self._topics: dict[str, int] | None = None
+        self._topics_at = 0.0
+        self._regex_matches: dict[str, frozenset[str]] = {}
 
     # ---------------------------------------------------------------------------------------- queries
 
@@ -537,12 +541,23 @@ class ConsumerGroupManager:
     def _subscribed_topics(self, g: ConsumerGroup, m: ConsumerMember, existing: dict[str, int]) -> frozenset[str]:
         out = {t for t in m.subscribed_names if t in existing}
         if m.subscribed_regex:
-            rx = self._compiled(m.subscribed_regex)
-            out.update(t for t in existing if not t.startswith("__") and rx.fullmatch(t))
+            matched = self._regex_matches.get(m.subscribed_regex)
+            if matched is None:
+                rx = self._compiled(m.subscribed_regex)
+                matched = frozenset(t for t in existing if not t.startswith("__") and rx.fullmatch(t))
+                self._regex_matches[m.subscribed_regex] = matched
+            out.update(matched)
         return frozenset(out)
 
     def _existing_topics(self) -> dict[str, int]:
-        return {info.name: info.num_partitions for info in self.coordinator.broker.topics.all_topics()}
+        """Topic -> partition count, shared by every group for TOPICS_CACHE_S (and the regex matches with it): a
+        metadata check costs a dict lookup per subscribed topic, not a scan of every topic per member."""
+        now = time.monotonic()
+        if self._topics is None or now - self._topics_at >= TOPICS_CACHE_S:
+            self._topics = {info.name: info.num_partitions for info in self.coordinator.broker.topics.all_topics()}
+            self._topics_at = now
+            self._regex_matches = {}
+        return self._topics
 
     def _metadata_changed(self, g: ConsumerGroup, force: bool) -> bool:
         """Whether the subscribed topics' partitions changed since the target was computed (checked at most every
