@@ -51,8 +51,6 @@ def member_main(bootstrap: str, group: str, topic: str, protocol: str, rate: int
                             # during an incremental revoke and then backs off fetch.queue.backoff.ms (1 s by
                             # default) on a full queue: a client-side pause that would hide the broker's behaviour
                             "fetch.queue.backoff.ms": 20, "queued.max.messages.kbytes": 1024}
-    if os.environ.get("KIP848_BENCH_DEBUG"):
-        conf["debug"] = os.environ["KIP848_BENCH_DEBUG"]
     if protocol == "consumer":
         conf["group.protocol"] = "consumer"
     else:
@@ -87,9 +85,7 @@ class Member:
         self.buckets: list[dict[str, Any]] = []
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--member", bootstrap, group, topic, protocol, str(rate)],
-            stdout=subprocess.PIPE, text=True,
-            stderr=open(os.environ["KIP848_BENCH_DEBUG_DIR"] + f"/m{id(self)}.log", "w")
-            if os.environ.get("KIP848_BENCH_DEBUG_DIR") else subprocess.DEVNULL)
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self._t = threading.Thread(target=self._read, daemon=True)
         self._t.start()
 
