@@ -9,6 +9,7 @@ reassignment).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -164,3 +165,37 @@ def test_members_rejoin_after_broker_restart(broker_factory: Any) -> None:
     finally:
         for m in members:
             m.kill()
+
+
+def test_send_offsets_to_transaction(kip848_broker: Any) -> None:
+    """Consume-transform-produce with a consumer-protocol member: TxnOffsetCommit carries the member id and member
+    epoch (``consumer_group_metadata()``), validated as Kafka's ConsumerGroup does; committed with the
+    transaction."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    bootstrap = kip848_broker.bootstrap
+    topic, group = "kip848-txn", "g-kip848-txn"
+    create_topic(bootstrap, topic, 2)
+    produce_values(bootstrap, topic, [f"t{i}" for i in range(10)], 2)
+    tp = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx-kip848"})
+    tp.init_transactions(30)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+        seen = 0
+        deadline = time.monotonic() + 30
+        while seen < 10 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                seen += 1
+        assert seen == 10
+        positions = consumer.position([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+        assert {p.partition: p.offset for p in positions} == {0: 5, 1: 5}
+        tp.begin_transaction()
+        tp.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+        tp.commit_transaction(30)
+        got = consumer.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], 10)
+        assert {p.partition: p.offset for p in got} == {0: 5, 1: 5}
+    finally:
+        consumer.close()

@@ -1151,7 +1151,9 @@ class GroupCoordinator:
             err = INVALID_PRODUCER_ID_MAPPING
         if not err:
             err = await self._verify_txn(transactional_id, group_id, producer_id, producer_epoch, api_version)
-        if not err:
+        if not err and self.consumer.is_consumer_group(group_id):  # KIP-848 member id and epoch
+            err = self.consumer.validate_commit(group_id, member_id, generation_id, api_version, transactional=True)
+        elif not err:
             err = self._validate_txn_commit(group_id, generation_id, member_id, group_instance_id)
         if err:
             results.update((tp, err) for tp, _ in known)
