@@ -259,6 +259,9 @@ def test_offsets_with_member_epochs(b: Any) -> None:
                                    "protocols": [{"name": "range", "metadata": b""}]})
         assert join["error_code"] == INCONSISTENT_GROUP_PROTOCOL
         assert c.request(42, 2, {"groups_names": ["g-off"]})["results"][0]["error_code"] == 68  # NON_EMPTY_GROUP
+        # OffsetDelete: not for a topic the group's members subscribe to
+        od = c.request(47, 0, {"group_id": "g-off", "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0}]}]})
+        assert od["error_code"] == NONE and od["topics"][0]["partitions"][0]["error_code"] == 86  # SUBSCRIBED_TO_TOPIC
         hb(c, "g-off", "m1", -1)
         assert c.request(42, 2, {"groups_names": ["g-off"]})["results"][0]["error_code"] == NONE
         d = c.request(DESCRIBE, 0, {"group_ids": ["g-off"], "include_authorized_operations": False})
