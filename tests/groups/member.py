@@ -5,9 +5,12 @@ aiokafka. Prints one JSON object per line on stdout:
 
 * ``{"event": "assigned", "partitions": [..]}`` whenever the assignment changes (after a rebalance);
 * ``{"event": "msg", "p": partition, "o": offset, "v": value}`` for each record *processed*;
-* ``{"event": "committed", "p": partition, "o": next offset}`` after each synchronous commit.
+* ``{"event": "committed", "p": partition, "o": next offset}`` after each synchronous commit;
+* ``{"event": "commit_failed", ...}`` (consumer protocol only): the commit was refused because the member lost its
+  membership (UNKNOWN_MEMBER_ID / STALE / FENCED_MEMBER_EPOCH); the record stays uncommitted, the member goes on.
 
 Options: ``session_ms`` (default 3000), ``strategy`` (range | roundrobin | cooperative-sticky), ``instance_id``,
+``protocol``: ``consumer`` for KIP-848 (confluent only; ``assignor``: ``group.remote.assignor``),
 ``mode``: ``at-least-once`` (process, then commit; default) or ``at-most-once`` (commit, then process),
 ``crash_after`` N: after N records, exit abruptly (os._exit) between processing and commit (at-least-once) or
 between commit and processing (at-most-once).
@@ -25,6 +28,11 @@ from typing import Any
 def emit(**kw: Any) -> None:
     sys.stdout.write(json.dumps(kw) + "\n")
     sys.stdout.flush()
+
+
+class CommitFailed(Exception):
+    """A commit refused because the member lost its membership (consumer protocol): the record was processed
+    and not committed; the member carries on (it rejoins), as an application handling CommitFailed does."""
 
 
 class Runner:
@@ -53,7 +61,10 @@ class Runner:
             emit(event="msg", p=p, o=o, v=v.decode())
             if crash:
                 os._exit(3)  # processed, never committed: a duplicate later
-            commit(p, o + 1)
+            try:
+                commit(p, o + 1)
+            except CommitFailed:
+                return
             emit(event="committed", p=p, o=o + 1)
         self.count += 1
 
@@ -72,6 +83,13 @@ def run_confluent(bootstrap: str, group: str, topic: str, opts: dict[str, Any]) 
         "partition.assignment.strategy": opts.get("strategy", "range"),
         "topic.metadata.refresh.interval.ms": 1000,
     }
+    if opts.get("protocol") == "consumer":
+        # KIP-848: the broker sets heartbeats, session and assignment; librdkafka refuses the classic settings
+        for key in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"):
+            del conf[key]
+        conf["group.protocol"] = "consumer"
+        if opts.get("assignor"):
+            conf["group.remote.assignor"] = opts["assignor"]
     if opts.get("instance_id"):
         conf["group.instance.id"] = opts["instance_id"]
     c = Consumer(conf)
@@ -79,6 +97,21 @@ def run_confluent(bootstrap: str, group: str, topic: str, opts: dict[str, Any]) 
 
     def commit(p: int, o: int) -> None:
         c.commit(offsets=[TopicPartition(topic, p, o)], asynchronous=False)
+
+    if opts.get("protocol") == "consumer":
+        from confluent_kafka import KafkaError, KafkaException
+
+        lost_codes = {KafkaError.UNKNOWN_MEMBER_ID, KafkaError.STALE_MEMBER_EPOCH, KafkaError.FENCED_MEMBER_EPOCH}
+        plain_commit = commit
+
+        def commit(p: int, o: int) -> None:  # the consumer protocol's CommitFailed is survivable
+            try:
+                plain_commit(p, o)
+            except KafkaException as exc:
+                if exc.args[0].code() not in lost_codes:
+                    raise
+                emit(event="commit_failed", p=p, o=o, code=exc.args[0].code())
+                raise CommitFailed from exc
 
     while True:
         m = c.poll(0.2)

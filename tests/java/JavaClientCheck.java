@@ -119,6 +119,7 @@ public final class JavaClientCheck {
                 case "acls" -> acls(args[1], args[2], args[3]);
                 case "dynconf" -> dynconf(args[1], args[2]);
                 case "describe_topics" -> describeTopicsPaged(args[1], args[2], Integer.parseInt(args[3]));
+                case "group848" -> group848(args[1], args[2], args[3]);
                 default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
             }
             emit(obj("event", "done"));
@@ -823,6 +824,78 @@ public final class JavaClientCheck {
                 if (split || left <= 0) return split;
                 lock.wait(left);  // members notify on every assignment / progress change
             }
+        }
+    }
+
+    /** KIP-848: two consumers with group.protocol=consumer (early access in kafka-clients 3.9) share a topic. */
+    static void group848(String bootstrap, String topic, String group) throws Exception {
+        final int partitions = 4;
+        final long perPartition = 10;
+        try (Admin admin = admin(bootstrap); KafkaProducer<byte[], byte[]> producer = producer(bootstrap, "none")) {
+            createTopic(admin, topic, partitions);
+            produceEach(producer, topic, partitions, 0, perPartition);
+            producer.flush();
+            List<KafkaConsumer<byte[], byte[]>> members = new ArrayList<>();
+            Map<String, Map<Integer, List<Long>>> consumed = new TreeMap<>();
+            try {
+                for (String name : List.of("java848-a", "java848-b")) {
+                    Properties p = common(bootstrap, name);
+                    p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+                    p.put("group.protocol", "consumer");
+                    p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+                    p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+                    KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p, new ByteArrayDeserializer(),
+                            new ByteArrayDeserializer());
+                    c.subscribe(List.of(topic));
+                    members.add(c);
+                    consumed.put(name, new TreeMap<>());
+                }
+                long deadline = System.currentTimeMillis() + 60_000;
+                boolean split = false;
+                while (System.currentTimeMillis() < deadline && !split) {
+                    long total = 0;
+                    Set<Integer> union = new HashSet<>();
+                    boolean bothAssigned = true;
+                    for (int i = 0; i < members.size(); i++) {
+                        KafkaConsumer<byte[], byte[]> c = members.get(i);
+                        String name = i == 0 ? "java848-a" : "java848-b";
+                        for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
+                            consumed.get(name).computeIfAbsent(r.partition(), k -> new ArrayList<>()).add(r.offset());
+                        }
+                        c.commitSync();
+                        Set<Integer> mine = new HashSet<>();
+                        for (TopicPartition tp : c.assignment()) mine.add(tp.partition());
+                        bothAssigned &= !mine.isEmpty();
+                        union.addAll(mine);
+                        for (List<Long> offs : consumed.get(name).values()) total += offs.size();
+                    }
+                    split = bothAssigned && union.size() == partitions && total >= partitions * perPartition;
+                }
+                List<Object> assignments = new ArrayList<>();
+                for (KafkaConsumer<byte[], byte[]> c : members) {
+                    List<Integer> mine = new ArrayList<>();
+                    for (TopicPartition tp : c.assignment()) mine.add(tp.partition());
+                    java.util.Collections.sort(mine);
+                    assignments.add(mine);
+                }
+                Map<String, Object> counts = new TreeMap<>();
+                for (Map.Entry<String, Map<Integer, List<Long>>> e : consumed.entrySet()) {
+                    Map<String, Object> per = new TreeMap<>();
+                    for (Map.Entry<Integer, List<Long>> pe : e.getValue().entrySet()) {
+                        per.put(String.valueOf(pe.getKey()), pe.getValue());
+                    }
+                    counts.put(e.getKey(), per);
+                }
+                emit(obj("event", "group848", "split", split, "assignments", assignments, "consumed", counts));
+            } finally {
+                for (KafkaConsumer<byte[], byte[]> c : members) c.close(Duration.ofSeconds(5));
+            }
+            Map<String, Object> committed = new TreeMap<>();
+            for (Map.Entry<TopicPartition, OffsetAndMetadata> e : admin.listConsumerGroupOffsets(group)
+                    .partitionsToOffsetAndMetadata().get().entrySet()) {
+                committed.put(String.valueOf(e.getKey().partition()), e.getValue() == null ? -1 : e.getValue().offset());
+            }
+            emit(obj("event", "committed848", "offsets", committed));
         }
     }
 

@@ -461,3 +461,30 @@ def test_versions_the_java_client_negotiates(java_client: Any, broker_factory: A
         assert max(proxy.versions(18)) == 4 and proxy.versions(75) == {0}
     finally:
         proxy.close()
+
+
+# ------------------------------------------------------------------------------- 8. KIP-848 consumer protocol
+
+
+@pytest.fixture(scope="module")
+def kip848_jbroker(broker_factory: Any) -> Any:
+    return broker_factory({"group.consumer.min.heartbeat.interval.ms": "100",
+                           "group.consumer.heartbeat.interval.ms": "500"})
+
+
+def test_consumer_protocol_two_members(java_client: Any, kip848_jbroker: Any) -> None:
+    """kafka-clients 3.9's early-access ``group.protocol=consumer``: two members split 4 partitions (broker-side
+    uniform assignor), read every record once between them and commit with OffsetCommit v9."""
+    topic, group = name("java-848"), name("java-g848")
+    events = java_client.run("group848", kip848_jbroker.bootstrap, topic, group, broker=kip848_jbroker)
+    ev = by_event(events)
+    g = ev["group848"]
+    assert g["split"] is True, events
+    a, b = g["assignments"]
+    assert a and b and sorted(a + b) == [0, 1, 2, 3]
+    seen: dict[str, list[int]] = {}
+    for per in g["consumed"].values():
+        for p, offs in per.items():
+            seen.setdefault(p, []).extend(offs)
+    assert {p: sorted(o) for p, o in seen.items()} == {str(p): list(range(10)) for p in range(4)}, g
+    assert ev["committed848"]["offsets"] == {str(p): 10 for p in range(4)}

@@ -41,6 +41,7 @@ from tidelog.broker.handlers import (  # noqa: F401
     REGISTRY,
     acls,
     admin,
+    consumer_group,
     core,
     describe_topics,
     features,

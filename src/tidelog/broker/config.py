@@ -268,6 +268,16 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("group.initial.rebalance.delay.ms", "3000", _nonneg_int),
         _key("group.min.session.timeout.ms", "6000", _nonneg_int),
         _key("group.max.session.timeout.ms", "1800000", _nonneg_int),
+        # KIP-848 consumer groups (broker/group/consumer_group.py): Kafka's GroupCoordinatorConfig names and defaults
+        _key("group.consumer.session.timeout.ms", "45000", _pos_int),
+        _key("group.consumer.min.session.timeout.ms", "45000", _pos_int),
+        _key("group.consumer.max.session.timeout.ms", "60000", _pos_int),
+        _key("group.consumer.heartbeat.interval.ms", "5000", _pos_int),
+        _key("group.consumer.min.heartbeat.interval.ms", "5000", _pos_int),
+        _key("group.consumer.max.heartbeat.interval.ms", "15000", _pos_int),
+        _key("group.consumer.max.size", "2147483647", _pos_int),
+        _key("group.consumer.assignors", "uniform", str, "server-side assignors: uniform, range (the first is the "
+             "default)"),
         _key("offsets.topic.num.partitions", "50", _pos_int),
         _key("offsets.topic.replication.factor", "3", _replication_factor),
         _key("offsets.topic.segment.bytes", "104857600", _pos_int),

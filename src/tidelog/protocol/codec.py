@@ -111,17 +111,19 @@ ACCEPTED_MIN: dict[int, int] = {
 """Per-API minimum actually accepted when it differs from the advertised minimum."""
 
 GROUP_API_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.FIND_COORDINATOR: (0, 4),  # v4+ batched keys; v5 only adds TRANSACTION_ABORTABLE, v6 share groups
+    ApiKey.FIND_COORDINATOR: (0, 6),  # v4+ batched keys; v5 only adds TRANSACTION_ABORTABLE, v6 share keys (refused)
     ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
-    ApiKey.OFFSET_COMMIT: (2, 8),  # v9 is for the KIP-848 protocol, v10 topic ids
-    ApiKey.OFFSET_FETCH: (1, 8),  # v9 is for the KIP-848 protocol, v10 topic ids
-    ApiKey.DESCRIBE_GROUPS: (0, 5),
-    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.OFFSET_COMMIT: (2, 9),  # v9: member id + member epoch of KIP-848 groups; v10 topic ids
+    ApiKey.OFFSET_FETCH: (1, 9),  # v9: member id + member epoch of KIP-848 groups; v10 topic ids
+    ApiKey.DESCRIBE_GROUPS: (0, 6),  # v6: error message; GROUP_ID_NOT_FOUND for unknown and KIP-848 groups
+    ApiKey.LIST_GROUPS: (0, 5),  # v5: types filter / group type (classic, consumer)
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),  # KIP-848 (broker/group/consumer_group.py)
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),  # v3+ member fields (KIP-447), v5 only adds TRANSACTION_ABORTABLE (KIP-890)
 }
 """Classic group-protocol APIs: codecs exist; the broker adds these to SUPPORTED_VERSIONS once served."""

@@ -53,7 +53,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidelog.broker.errors import code_of
+from tidelog.broker.group import describe
 from tidelog.broker.group import records as rec
+from tidelog.broker.group.consumer_group import ConsumerGroupManager
 from tidelog.broker.group.deleted_topics import drop_topics
 from tidelog.broker.group.records import OFFSETS_TOPIC, GroupValue, OffsetValue
 from tidelog.broker.group.state import Group, GroupState, Member
@@ -164,6 +166,8 @@ class GroupCoordinator:
         # topics deleted while a __consumer_offsets partition was loading (-1: all of them, single node): their
         # offsets are removed from that partition's groups once installed
         self._deleted_while_loading: dict[int, set[str]] = {}
+        # KIP-848 consumer groups (members in memory; their offsets live in ``groups`` as a classic group's)
+        self.consumer = ConsumerGroupManager(self)
 
     # ============================================================== lifecycle
 
@@ -298,6 +302,7 @@ class GroupCoordinator:
             t.cancel()
         for g in self.groups.values():
             self._release_group(g)
+        self.consumer.shutdown()
 
     def _release_group(self, g: Group) -> None:
         """Stop the group's timers; its waiting JoinGroup/SyncGroup get NOT_COORDINATOR (Kafka's onGroupUnloaded)."""
@@ -341,6 +346,7 @@ class GroupCoordinator:
         self.loading_partitions.discard(partition)
         self._load_generation[partition] = self._load_generation.get(partition, 0) + 1  # a running load is stale
         n = self.num_partitions
+        self.consumer.unload_partition(partition, n)
         gone = [g for gid, g in self.groups.items() if rec.partition_for(gid, n) == partition]
         for g in gone:
             self._release_group(g)
@@ -1020,13 +1026,15 @@ class GroupCoordinator:
 
     async def commit_offsets(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
-        retention_time_ms: int, offsets: list[tuple[str, int, int, int, str | None]],
+        retention_time_ms: int, offsets: list[tuple[str, int, int, int, str | None]], api_version: int = 8,
     ) -> tuple[int, dict[tuple[str, int], int]]:
         """``offsets`` = [(topic, partition, offset, leader_epoch, metadata)]. Returns (group error, per-tp)."""
         err = self.check(group_id)
         if not err and not group_id:
             err = INVALID_GROUP_ID
-        if not err:
+        if not err and self.consumer.is_consumer_group(group_id):  # KIP-848: member id and member epoch
+            err = self.consumer.validate_commit(group_id, member_id, generation_id, api_version)
+        elif not err:
             err = self._validate_commit(group_id, generation_id, member_id, group_instance_id)
         if err:
             return err, {(t, p): err for t, p, *_ in offsets}
@@ -1143,7 +1151,9 @@ class GroupCoordinator:
             err = INVALID_PRODUCER_ID_MAPPING
         if not err:
             err = await self._verify_txn(transactional_id, group_id, producer_id, producer_epoch, api_version)
-        if not err:
+        if not err and self.consumer.is_consumer_group(group_id):  # KIP-848 member id and epoch
+            err = self.consumer.validate_commit(group_id, member_id, generation_id, api_version, transactional=True)
+        elif not err:
             err = self._validate_txn_commit(group_id, generation_id, member_id, group_instance_id)
         if err:
             results.update((tp, err) for tp, _ in known)
@@ -1312,7 +1322,9 @@ class GroupCoordinator:
             return GROUP_ID_NOT_FOUND, {}
         results: dict[tuple[str, int], int] = {}
         subscribed: set[str] | None = set()
-        if g.state != GroupState.EMPTY:
+        if self.consumer.active(group_id):
+            subscribed = self.consumer.subscribed_topics(group_id)
+        elif g.state != GroupState.EMPTY:
             if g.protocol_type != "consumer":
                 return NON_EMPTY_GROUP, {}
             subscribed = g.subscribed_topics()
@@ -1339,63 +1351,21 @@ class GroupCoordinator:
     # ============================================================== describe / list / delete
 
     def describe_group(self, group_id: str) -> dict[str, Any]:
-        err = self.check(group_id)
-        out: dict[str, Any] = {
-            "error_code": err, "error_message": None, "group_id": group_id, "group_state": "",
-            "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": -2147483648,
-        }
-        if err:
-            return out
-        g = self.groups.get(group_id)
-        if g is None:
-            out["group_state"] = GroupState.DEAD.value
-            return out
-        stable = g.state == GroupState.STABLE
-        out["group_state"] = g.state.value
-        out["protocol_type"] = g.protocol_type or ""
-        out["protocol_data"] = (g.protocol_name or "") if stable else ""
-        out["members"] = [
-            {
-                "member_id": m.member_id,
-                "group_instance_id": m.group_instance_id,
-                "client_id": m.client_id,
-                "client_host": m.client_host,
-                "member_metadata": m.metadata_for(g.protocol_name) if stable else b"",
-                "member_assignment": m.assignment if stable else b"",
-            }
-            for m in g.members.values()
-        ]
-        return out
+        return describe.describe_group(self, group_id)
 
     def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[int, list[dict[str, Any]]]:
-        if self.cluster:  # every broker lists the groups of the partitions it leads (clients ask them all)
-            err = NOT_COORDINATOR if not self.active or self.broker.stopping else (
-                COORDINATOR_LOAD_IN_PROGRESS if self.loading_partitions else NONE)
-        else:
-            err = self.check("")
-            if err == INVALID_GROUP_ID:
-                err = NONE
-        if err:
-            return err, []
-        wanted_states = {s.lower() for s in states}
-        wanted_types = {t.lower() for t in types}
-        out = []
-        for g in self.groups.values():
-            if g.state == GroupState.DEAD:
-                continue
-            if wanted_states and g.state.value.lower() not in wanted_states:
-                continue
-            if wanted_types and "classic" not in wanted_types:
-                continue
-            out.append({"group_id": g.group_id, "protocol_type": g.protocol_type or "",
-                        "group_state": g.state.value, "group_type": "classic"})
-        return NONE, out
+        return describe.list_groups(self, states, types)
 
     async def delete_group(self, group_id: str) -> int:
         err = self.check(group_id)
         if err:
             return err
+        if self.consumer.active(group_id):
+            return NON_EMPTY_GROUP
         g = self.groups.get(group_id)
+        if (g is None or g.state == GroupState.DEAD) and self.consumer.is_consumer_group(group_id):
+            self.consumer.drop(group_id)  # an empty KIP-848 group without offsets
+            return NONE
         if g is None or g.state == GroupState.DEAD:
             return GROUP_ID_NOT_FOUND
         if g.state != GroupState.EMPTY:
@@ -1416,6 +1386,7 @@ class GroupCoordinator:
         g.offsets.clear()
         g.pending_txn_offsets.clear()
         self.groups.pop(group_id, None)
+        self.consumer.drop(group_id)
         log.info("group deleted", extra={"kv": {"group": group_id}})
         return NONE
 
@@ -1433,7 +1404,7 @@ class GroupCoordinator:
         """Remove expired offsets (and Empty groups left with none); returns how many offsets expired."""
         removed = 0
         for g in list(self.groups.values()):
-            if g.state != GroupState.EMPTY:
+            if g.state != GroupState.EMPTY or self.consumer.active(g.group_id):
                 continue
             expired = []
             for tp, ov in g.offsets.items():
@@ -1465,6 +1436,7 @@ class GroupCoordinator:
             if drop_group:
                 g.transition(GroupState.DEAD, now_ms)
                 self.groups.pop(g.group_id, None)
+                self.consumer.drop(g.group_id)
             await self._append(g.group_id, entries)
             if expired:
                 log.info("offsets expired", extra={"kv": {"group": g.group_id, "count": len(expired),

@@ -41,6 +41,8 @@ TXN_OFFSET_COMMIT = 28
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
+INCONSISTENT_GROUP_PROTOCOL = 23
+GROUP_ID_NOT_FOUND = 69
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 INVALID_REQUEST = 42
@@ -179,6 +181,9 @@ async def join_group(ctx: RequestContext, request: dict) -> dict:
         return _join_response(v, _join_error(GROUP_AUTHORIZATION_FAILED, member_id))
     if coord is None:
         return _join_response(v, _join_error(COORDINATOR_NOT_AVAILABLE, member_id))
+    if coord.consumer.active(_str(request.get("group_id"))):  # a KIP-848 group with members (no migration)
+        return _join_response(v, _join_error(INCONSISTENT_GROUP_PROTOCOL, member_id))
+    coord.consumer.drop(_str(request.get("group_id")))  # an empty KIP-848 group becomes a classic one
     session = int(request.get("session_timeout_ms", 0))
     rebalance = int(request.get("rebalance_timeout_ms", -1)) if v >= 1 else session
     if rebalance < 0:
@@ -296,6 +301,7 @@ async def offset_commit(ctx: RequestContext, request: dict) -> dict:
             request.get("group_instance_id") if v >= 7 else None,
             retention,
             wanted,
+            api_version=v,
         )
     return {"throttle_time_ms": 0, "topics": _partition_results(request, {**results, **refused})}
 
@@ -385,6 +391,12 @@ async def offset_fetch(ctx: RequestContext, request: dict) -> dict:
         groups = []
         for grp in request.get("groups") or ():
             gid = _str(grp.get("group_id"))
+            # v9 (KIP-848): a consumer group's member id and epoch are checked (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH)
+            bad = coord.consumer.validate_fetch(gid, grp.get("member_id"), int(grp.get("member_epoch", -1))) \
+                if coord is not None and v >= 9 and not coord.check(gid) else NONE
+            if bad:
+                groups.append({"group_id": gid, "topics": [], "error_code": bad})
+                continue
             err, topics = _fetch_group(coord, gid, grp.get("topics"), stable, ctx)
             groups.append({"group_id": gid, "topics": topics, "error_code": err})
         return {"throttle_time_ms": 0, "groups": groups}
@@ -491,6 +503,10 @@ async def describe_groups(ctx: RequestContext, request: dict) -> dict:
                         "protocol_type": "", "protocol_data": "", "members": []})
             continue
         d = coord.describe_group(_str(gid))
+        if ctx.api_version >= 6 and d["group_state"] == "Dead" and not d["error_code"]:
+            # Kafka 4 (KIP-1043): an unknown group, or one that is not a classic group, is GROUP_ID_NOT_FOUND
+            d["error_code"] = GROUP_ID_NOT_FOUND
+            d["error_message"] = d.get("error_message") or f"Group {gid} not found."
         if request.get("include_authorized_operations"):
             d["authorized_operations"] = (sum(1 << op for op in (3, 6, 8)) if auth is None  # READ, DELETE, DESCRIBE
                                           else auth.authorized_operations(ctx.principal, ctx.client_host, GROUP,

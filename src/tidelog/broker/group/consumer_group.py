@@ -1,0 +1,673 @@
+"""Consumer groups of the KIP-848 protocol (ConsumerGroupHeartbeat, API 68): members, epochs, target assignment
+and incremental reconciliation, as Kafka 4's group coordinator has them.
+
+* The **group epoch** moves whenever the group's membership or subscriptions change, or when the partitions of the
+  topics it subscribes to change (checked on heartbeats, at most every ``METADATA_CHECK_S``). A new group epoch
+  makes the broker compute a **target assignment** with a server-side assignor (``tidelog.broker.group.
+  assignors``); its epoch is the **assignment epoch**.
+* Each member reconciles towards its target on its own heartbeats (Kafka's CurrentAssignmentBuilder):
+  partitions it owns that the target takes away are *revoked* first: the member keeps its epoch and is told its
+  new, smaller assignment; only once a heartbeat's owned partitions no longer hold them (or the rebalance timeout
+  fences it) is the revocation done. Then it gets the target's epoch and the new partitions that no other member
+  still holds (assigned or pending revocation); the others (*unreleased*) come on a later heartbeat. A partition
+  is therefore never owned by two members.
+* Liveness: ``group.consumer.session.timeout.ms`` without a heartbeat removes the member;
+  ``group.consumer.heartbeat.interval.ms`` is told to the member in every response (broker-side values, Kafka's
+  bounds ``group.consumer.min/max.*``).
+* Fencing: an unknown member id gets UNKNOWN_MEMBER_ID, an epoch ahead of the member's or behind it (except the
+  previous epoch with owned partitions within the assignment: a lost response) FENCED_MEMBER_EPOCH; the member
+  rejoins with epoch 0.
+* Static membership: a member with an ``InstanceId`` leaving with epoch -2 keeps its assignment until its session
+  times out; a new member with the same instance id takes its place (and partitions). An instance id held by a
+  live member answers UNRELEASED_INSTANCE_ID; a heartbeat naming another member's instance id FENCED_INSTANCE_ID.
+* ``group.consumer.max.size``: GROUP_MAX_SIZE_REACHED for a member beyond it.
+
+Durability: members, epochs and assignments are kept **in memory** only; committed offsets go to
+``__consumer_offsets`` as for classic groups (they live in the coordinator's ``Group`` of the same id). After a
+restart or a coordinator move the members' heartbeats get UNKNOWN_MEMBER_ID and they rejoin with epoch 0,
+resuming from the committed offsets. Kafka instead writes ConsumerGroupMetadata / ConsumerGroupMemberMetadata /
+TargetAssignment / CurrentMemberAssignment records (docs/ARCHITECTURE.md, "Consumer groups (KIP-848)").
+
+Everything runs on the broker's event loop; timers are ``loop.call_later``. The assignor runs on the loop too: it
+is linear in the group's partitions and members, both bounded (``group.consumer.max.size``, the topics' partitions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tidelog.broker.group import records as rec
+from tidelog.broker.group.assignors import ASSIGNORS, MemberSubscription, TopicPartition
+from tidelog.protocol.errors import error_code
+
+if TYPE_CHECKING:
+    from tidelog.broker.group.coordinator import GroupCoordinator
+
+log = logging.getLogger("tidelog.broker.group.consumer")
+
+NONE = 0
+UNKNOWN_MEMBER_ID = error_code("UNKNOWN_MEMBER_ID")
+INVALID_REQUEST = error_code("INVALID_REQUEST")
+GROUP_ID_NOT_FOUND = error_code("GROUP_ID_NOT_FOUND")
+GROUP_MAX_SIZE_REACHED = error_code("GROUP_MAX_SIZE_REACHED")
+FENCED_INSTANCE_ID = error_code("FENCED_INSTANCE_ID")
+FENCED_MEMBER_EPOCH = error_code("FENCED_MEMBER_EPOCH")
+UNRELEASED_INSTANCE_ID = error_code("UNRELEASED_INSTANCE_ID")
+UNSUPPORTED_ASSIGNOR = error_code("UNSUPPORTED_ASSIGNOR")
+STALE_MEMBER_EPOCH = error_code("STALE_MEMBER_EPOCH")
+UNSUPPORTED_VERSION = error_code("UNSUPPORTED_VERSION")
+INVALID_REGULAR_EXPRESSION = error_code("INVALID_REGULAR_EXPRESSION")
+
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+METADATA_CHECK_S = 1.0
+TOPICS_CACHE_S = 0.5
+MAX_REGEX_LEN = 1024
+
+# Kafka's GroupCoordinatorConfig defaults
+DEFAULTS = {
+    "group.consumer.session.timeout.ms": 45000,
+    "group.consumer.min.session.timeout.ms": 45000,
+    "group.consumer.max.session.timeout.ms": 60000,
+    "group.consumer.heartbeat.interval.ms": 5000,
+    "group.consumer.min.heartbeat.interval.ms": 5000,
+    "group.consumer.max.heartbeat.interval.ms": 15000,
+    "group.consumer.max.size": 2**31 - 1,
+}
+
+STABLE, UNREVOKED, UNRELEASED = "stable", "unrevoked_partitions", "unreleased_partitions"
+
+
+class ConsumerGroupError(Exception):
+    def __init__(self, code: int, message: str | None = None) -> None:
+        super().__init__(message or str(code))
+        self.code = code
+        self.message = message
+
+
+@dataclass(slots=True)
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    rebalance_timeout_ms: int = 300000
+    subscribed_names: list[str] = field(default_factory=list)
+    subscribed_regex: str | None = None
+    server_assignor: str | None = None
+    epoch: int = 0
+    previous_epoch: int = 0
+    state: str = STABLE
+    assigned: set[TopicPartition] = field(default_factory=set)
+    pending_revocation: set[TopicPartition] = field(default_factory=set)
+    session_timer: asyncio.TimerHandle | None = None
+    revocation_timer: asyncio.TimerHandle | None = None
+
+    def cancel_timers(self) -> None:
+        for t in (self.session_timer, self.revocation_timer):
+            if t is not None:
+                t.cancel()
+        self.session_timer = self.revocation_timer = None
+
+
+@dataclass(slots=True)
+class ConsumerGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)
+    target: dict[str, set[TopicPartition]] = field(default_factory=dict)
+    metadata: tuple[tuple[str, int], ...] = ()
+    metadata_checked: float = 0.0
+    assignor: str = "uniform"
+
+    def state(self) -> str:
+        """Kafka's ConsumerGroup states: Empty, Assigning, Reconciling, Stable."""
+        if not self.members:
+            return "Empty"
+        if self.group_epoch != self.assignment_epoch:
+            return "Assigning"
+        for m in self.members.values():
+            if m.epoch != self.assignment_epoch or m.state != STABLE:
+                return "Reconciling"
+        return "Stable"
+
+    def subscribed_topic_names(self) -> set[str]:
+        out: set[str] = set()
+        for m in self.members.values():
+            out.update(m.subscribed_names)
+        return out
+
+
+def _regex(pattern: str) -> re.Pattern[str]:
+    """KIP-848's RE2J syntax, read as Python's ``re`` (the common subset: classes, groups, alternation,
+    quantifiers; a full match of the topic name, as Kafka's ``Pattern.matcher(topic).matches()``)."""
+    return re.compile(pattern)
+
+
+def _conf(props: Any, name: str) -> int:
+    return int(props.get(name, str(DEFAULTS[name])))
+
+
+class ConsumerGroupManager:
+    """The consumer (KIP-848) groups coordinated by this broker; owned by the :class:`GroupCoordinator`."""
+
+    def __init__(self, coordinator: GroupCoordinator) -> None:
+        self.coordinator = coordinator
+        props = coordinator.broker.config.props
+        self.min_session_ms = _conf(props, "group.consumer.min.session.timeout.ms")
+        self.max_session_ms = _conf(props, "group.consumer.max.session.timeout.ms")
+        self.session_ms = min(max(_conf(props, "group.consumer.session.timeout.ms"), self.min_session_ms),
+                              self.max_session_ms)
+        self.min_heartbeat_ms = _conf(props, "group.consumer.min.heartbeat.interval.ms")
+        self.max_heartbeat_ms = _conf(props, "group.consumer.max.heartbeat.interval.ms")
+        self.heartbeat_ms = min(max(_conf(props, "group.consumer.heartbeat.interval.ms"), self.min_heartbeat_ms),
+                                self.max_heartbeat_ms)
+        if self.heartbeat_ms >= self.session_ms:  # Kafka: the interval must be lower than the session timeout
+            self.heartbeat_ms = max(self.session_ms // 3, 1)
+        self.max_size = _conf(props, "group.consumer.max.size")
+        names = [a.strip() for a in str(props.get("group.consumer.assignors", "uniform")).split(",") if a.strip()]
+        self.assignors = [a for a in names if a in ASSIGNORS] or ["uniform"]
+        unknown = [a for a in names if a not in ASSIGNORS]
+        if unknown:
+            log.warning("unknown group.consumer.assignors ignored", extra={"kv": {"assignors": unknown}})
+        self.groups: dict[str, ConsumerGroup] = {}
+        self._regex_cache: dict[str, re.Pattern[str]] = {}
+        self._topics: dict[str, int] | None = None
+        self._topics_at = 0.0
+        self._regex_matches: dict[str, frozenset[str]] = {}
+
+    # ---------------------------------------------------------------------------------------- queries
+
+    def get(self, group_id: str) -> ConsumerGroup | None:
+        return self.groups.get(group_id)
+
+    def is_consumer_group(self, group_id: str) -> bool:
+        return group_id in self.groups
+
+    def active(self, group_id: str) -> bool:
+        g = self.groups.get(group_id)
+        return g is not None and bool(g.members)
+
+    def subscribed_topics(self, group_id: str) -> set[str]:
+        """The topics the group's members subscribe to (names and regex matches)."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return set()
+        existing = self._existing_topics()
+        out: set[str] = set()
+        for m in g.members.values():
+            out |= self._subscribed_topics(g, m, existing)
+        return out
+
+    def list_groups(self, states: set[str], types: set[str]) -> list[dict[str, Any]]:
+        """ListGroups rows (v5: group_type "consumer"; states lower-cased as the filter)."""
+        if types and "consumer" not in types:
+            return []
+        out = []
+        for g in self.groups.values():
+            state = g.state()
+            if states and state.lower() not in states:
+                continue
+            out.append({"group_id": g.group_id, "protocol_type": "consumer", "group_state": state,
+                        "group_type": "consumer"})
+        return out
+
+    def unload_partition(self, partition: int, num_partitions: int) -> None:
+        """ZooKeeper mode, leadership of a ``__consumer_offsets`` partition lost: its groups are forgotten here (the
+        members find the new coordinator and rejoin there)."""
+        for gid in [gid for gid in self.groups if rec.partition_for(gid, num_partitions) == partition]:
+            self.drop(gid)
+
+    def drop(self, group_id: str) -> None:
+        g = self.groups.pop(group_id, None)
+        if g is not None:
+            for m in g.members.values():
+                m.cancel_timers()
+
+    def shutdown(self) -> None:
+        for gid in list(self.groups):
+            self.drop(gid)
+
+    # ---------------------------------------------------------------------------------------- offsets
+
+    def validate_commit(self, group_id: str, member_id: str, member_epoch: int, api_version: int,
+                        transactional: bool = False) -> int:
+        """Kafka's ConsumerGroup.validateOffsetCommit: epoch < 0 commits only into an empty group; otherwise the
+        member must exist (UNKNOWN_MEMBER_ID), commit with OffsetCommit v9+ (UNSUPPORTED_VERSION) and carry its
+        current epoch (STALE_MEMBER_EPOCH)."""
+        g = self.groups[group_id]
+        if member_epoch < 0 and not g.members:
+            return NONE
+        m = g.members.get(member_id)
+        if m is None:
+            return UNKNOWN_MEMBER_ID
+        if not transactional and api_version < 9:
+            return UNSUPPORTED_VERSION
+        return NONE if member_epoch == m.epoch else STALE_MEMBER_EPOCH
+
+    def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
+        """Kafka's ConsumerGroup.validateOffsetFetch (OffsetFetch v9 with a member id and epoch)."""
+        g = self.groups.get(group_id)
+        if g is None or (member_id is None and member_epoch < 0):
+            return NONE
+        m = g.members.get(member_id or "")
+        if m is None:
+            return UNKNOWN_MEMBER_ID
+        return NONE if member_epoch == m.epoch else STALE_MEMBER_EPOCH
+
+    # ---------------------------------------------------------------------------------------- heartbeat
+
+    def heartbeat(self, version: int, req: dict[str, Any], client_id: str, client_host: str) -> dict[str, Any]:
+        """One ConsumerGroupHeartbeat; the response body (without throttle time). Raises nothing for client
+        errors: they are answered with the Kafka error code and message."""
+        try:
+            return self._heartbeat(version, req, client_id, client_host)
+        except ConsumerGroupError as exc:
+            return {"error_code": exc.code, "error_message": exc.message, "member_id": None, "member_epoch": -1,
+                    "heartbeat_interval_ms": 0, "assignment": None}
+
+    def _validate(self, version: int, req: dict[str, Any]) -> None:
+        """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid (v1: the member id is the client's)."""
+        def empty(value: Any, what: str) -> None:
+            if value is not None and not str(value).strip():
+                raise ConsumerGroupError(INVALID_REQUEST, f"{what} can't be empty.")
+
+        empty(req.get("group_id"), "GroupId")
+        if not req.get("group_id"):
+            raise ConsumerGroupError(INVALID_REQUEST, "GroupId can't be empty.")
+        empty(req.get("instance_id"), "InstanceId")
+        empty(req.get("rack_id"), "RackId")
+        epoch = int(req.get("member_epoch", 0))
+        member_id = req.get("member_id") or ""
+        if version >= 1 and not member_id.strip():
+            raise ConsumerGroupError(INVALID_REQUEST, "MemberId can't be empty.")
+        if epoch > 0 or epoch == LEAVE_EPOCH:
+            if not member_id:
+                raise ConsumerGroupError(INVALID_REQUEST, "MemberId can't be empty.")
+        elif epoch == 0:
+            if int(req.get("rebalance_timeout_ms", -1)) == -1:
+                raise ConsumerGroupError(INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
+            owned = req.get("topic_partitions")
+            if owned is None or len(owned) > 0:
+                raise ConsumerGroupError(INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
+            if not req.get("subscribed_topic_names") and req.get("subscribed_topic_regex") is None:
+                raise ConsumerGroupError(INVALID_REQUEST,
+                                         "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+        elif epoch == STATIC_LEAVE_EPOCH:
+            if not member_id:
+                raise ConsumerGroupError(INVALID_REQUEST, "MemberId can't be empty.")
+            if req.get("instance_id") is None:
+                raise ConsumerGroupError(INVALID_REQUEST, "InstanceId can't be null.")
+        else:
+            raise ConsumerGroupError(INVALID_REQUEST, "MemberEpoch is invalid.")
+        assignor = req.get("server_assignor")
+        if assignor is not None and assignor not in self.assignors:
+            raise ConsumerGroupError(
+                UNSUPPORTED_ASSIGNOR,
+                f"ServerAssignor {assignor} is not supported. Supported assignors: {', '.join(self.assignors)}.")
+        regex = req.get("subscribed_topic_regex")
+        if regex is not None:
+            if len(regex) > MAX_REGEX_LEN:
+                raise ConsumerGroupError(INVALID_REGULAR_EXPRESSION, "SubscribedTopicRegex is too long.")
+            try:
+                self._compiled(regex)
+            except re.error as exc:
+                raise ConsumerGroupError(INVALID_REGULAR_EXPRESSION,
+                                         f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}.") from None
+
+    def _compiled(self, pattern: str) -> re.Pattern[str]:
+        rx = self._regex_cache.get(pattern)
+        if rx is None:
+            if len(self._regex_cache) > 10_000:
+                self._regex_cache.clear()
+            rx = self._regex_cache[pattern] = _regex(pattern)
+        return rx
+
+    def _group_for_join(self, group_id: str) -> ConsumerGroup:
+        g = self.groups.get(group_id)
+        if g is not None:
+            return g
+        classic = self.coordinator.groups.get(group_id)
+        if classic is not None and classic.members:
+            raise ConsumerGroupError(GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        g = self.groups[group_id] = ConsumerGroup(group_id, assignor=self.assignors[0])
+        if classic is not None:  # an empty classic group (offsets only) becomes a consumer group
+            classic.protocol_type = "consumer"
+        return g
+
+    def _heartbeat(self, version: int, req: dict[str, Any], client_id: str, client_host: str) -> dict[str, Any]:
+        self._validate(version, req)
+        group_id = str(req["group_id"])
+        epoch = int(req.get("member_epoch", 0))
+        member_id = str(req.get("member_id") or "")
+        instance_id = req.get("instance_id")
+        if epoch == 0:
+            g = self._group_for_join(group_id)
+            if not member_id:
+                member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        else:
+            g0 = self.groups.get(group_id)
+            if g0 is None:
+                # Kafka keeps the group across restarts; here it is in memory: the member rejoins
+                raise ConsumerGroupError(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
+            g = g0
+        if epoch == LEAVE_EPOCH:
+            return self._leave(g, member_id, instance_id)
+        if epoch == STATIC_LEAVE_EPOCH:
+            return self._static_leave(g, member_id, instance_id)
+
+        changed = False  # the group epoch must move
+        if epoch == 0:
+            m, changed = self._join(g, member_id, instance_id)
+        else:
+            m = self._existing(g, member_id, instance_id, epoch, req.get("topic_partitions"))
+        before = (m.epoch, frozenset(m.assigned))
+        # fields a heartbeat may change (null = unchanged)
+        m.client_id, m.client_host = client_id, client_host
+        if req.get("rack_id") is not None:
+            m.rack_id = req["rack_id"]
+        if int(req.get("rebalance_timeout_ms", -1)) >= 0:
+            m.rebalance_timeout_ms = int(req["rebalance_timeout_ms"])
+        names = req.get("subscribed_topic_names")
+        if names is not None and sorted(set(names)) != sorted(set(m.subscribed_names)):
+            m.subscribed_names = sorted(set(names))
+            changed = True
+        if version >= 1 and "subscribed_topic_regex" in req and req["subscribed_topic_regex"] is not None:
+            regex = req["subscribed_topic_regex"] or None
+            if regex != m.subscribed_regex:
+                m.subscribed_regex = regex
+                changed = True
+        if req.get("server_assignor") is not None and req["server_assignor"] != m.server_assignor:
+            m.server_assignor = req["server_assignor"]
+            changed = True
+        self._touch(g, m)
+        if self._metadata_changed(g, force=changed):
+            changed = True
+        if changed:
+            g.group_epoch += 1
+        if g.group_epoch != g.assignment_epoch:
+            self._compute_target(g)
+        owned = self._owned(req.get("topic_partitions"))
+        self._reconcile(g, m, owned)
+        after = (m.epoch, frozenset(m.assigned))
+        send = epoch == 0 or before != after or (owned is not None and owned != m.assigned)
+        return {"error_code": NONE, "error_message": None, "member_id": m.member_id, "member_epoch": m.epoch,
+                "heartbeat_interval_ms": self.heartbeat_ms,
+                "assignment": {"topic_partitions": self._by_topic_id(m.assigned)} if send else None}
+
+    def _join(self, g: ConsumerGroup, member_id: str, instance_id: str | None) -> tuple[ConsumerMember, bool]:
+        if instance_id is not None:
+            old_id = g.static_members.get(instance_id)
+            old = g.members.get(old_id) if old_id is not None else None
+            if old is not None and old.member_id != member_id:
+                if old.epoch != STATIC_LEAVE_EPOCH:
+                    raise ConsumerGroupError(
+                        UNRELEASED_INSTANCE_ID,
+                        f"Static member {member_id} with instance id {instance_id} cannot join the group because "
+                        f"the instance id is owned by {old.member_id} member.")
+                # the new member takes the old one's place and partitions (Kafka's replaceMember)
+                old.cancel_timers()
+                del g.members[old.member_id]
+                m = ConsumerMember(member_id, instance_id, old.rack_id, rebalance_timeout_ms=old.rebalance_timeout_ms,
+                                   subscribed_names=list(old.subscribed_names), subscribed_regex=old.subscribed_regex,
+                                   server_assignor=old.server_assignor, assigned=set(old.assigned),
+                                   pending_revocation=set(old.pending_revocation))
+                if old.member_id in g.target:
+                    g.target[member_id] = g.target.pop(old.member_id)
+                g.members[member_id] = m
+                g.static_members[instance_id] = member_id
+                m.state = UNREVOKED if m.pending_revocation else STABLE
+                return m, False
+        m0 = g.members.get(member_id)
+        if m0 is not None:
+            # rejoining with epoch 0 (after a fence): it owns nothing now; its partitions are free again
+            m0.assigned.clear()
+            m0.pending_revocation.clear()
+            m0.state = STABLE
+            m0.epoch = m0.previous_epoch = 0
+            if m0.revocation_timer is not None:
+                m0.revocation_timer.cancel()
+                m0.revocation_timer = None
+            return m0, False
+        if len(g.members) >= self.max_size:
+            raise ConsumerGroupError(GROUP_MAX_SIZE_REACHED,
+                                     f"The consumer group has reached its maximum capacity of {self.max_size} members.")
+        m = ConsumerMember(member_id, instance_id)
+        g.members[member_id] = m
+        if instance_id is not None:
+            g.static_members[instance_id] = member_id
+        log.info("consumer group member joined", extra={"kv": {"group": g.group_id, "member": member_id,
+                                                                "instance": instance_id}})
+        return m, True
+
+    def _existing(self, g: ConsumerGroup, member_id: str, instance_id: str | None, epoch: int,
+                  owned_raw: list[dict] | None) -> ConsumerMember:
+        if instance_id is not None:
+            holder = g.static_members.get(instance_id)
+            if holder is None:
+                raise ConsumerGroupError(UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+            if holder != member_id:
+                raise ConsumerGroupError(FENCED_INSTANCE_ID, f"Static member {member_id} with instance id "
+                                         f"{instance_id} was fenced by member {holder}.")
+        m = g.members.get(member_id)
+        if m is None:
+            raise ConsumerGroupError(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {g.group_id}.")
+        if epoch > m.epoch:
+            raise ConsumerGroupError(FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member epoch "
+                                     f"({epoch}) than the one known by the group coordinator ({m.epoch}). The "
+                                     "member must abandon all its partitions and rejoin.")
+        if epoch < m.epoch:
+            owned = self._owned(owned_raw)
+            if not (epoch == m.previous_epoch and owned is not None and owned <= m.assigned):
+                raise ConsumerGroupError(FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch "
+                                         f"({epoch}) than the one known by the group coordinator ({m.epoch}). The "
+                                         "member must abandon all its partitions and rejoin.")
+        return m
+
+    def _leave(self, g: ConsumerGroup, member_id: str, instance_id: str | None) -> dict[str, Any]:
+        m = g.members.get(member_id)
+        if m is None and instance_id is not None:
+            holder = g.static_members.get(instance_id)
+            m = g.members.get(holder) if holder is not None else None
+        if m is None:
+            raise ConsumerGroupError(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {g.group_id}.")
+        self.remove_member(g, m, "left")
+        return {"error_code": NONE, "error_message": None, "member_id": member_id, "member_epoch": LEAVE_EPOCH,
+                "heartbeat_interval_ms": 0, "assignment": None}
+
+    def _static_leave(self, g: ConsumerGroup, member_id: str, instance_id: str | None) -> dict[str, Any]:
+        holder = g.static_members.get(instance_id or "")
+        if holder is None:
+            raise ConsumerGroupError(UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+        if holder != member_id:
+            raise ConsumerGroupError(FENCED_INSTANCE_ID, f"Static member {member_id} with instance id "
+                                     f"{instance_id} was fenced by member {holder}.")
+        m = g.members[holder]
+        # keeps its assignment (nobody else gets it) until it comes back or its session times out
+        m.epoch = STATIC_LEAVE_EPOCH
+        if m.revocation_timer is not None:
+            m.revocation_timer.cancel()
+            m.revocation_timer = None
+        self._touch(g, m)
+        return {"error_code": NONE, "error_message": None, "member_id": member_id, "member_epoch": STATIC_LEAVE_EPOCH,
+                "heartbeat_interval_ms": 0, "assignment": None}
+
+    # ---------------------------------------------------------------------------------------- membership
+
+    def remove_member(self, g: ConsumerGroup, m: ConsumerMember, why: str) -> None:
+        m.cancel_timers()
+        if g.members.get(m.member_id) is not m:
+            return
+        del g.members[m.member_id]
+        if m.instance_id is not None and g.static_members.get(m.instance_id) == m.member_id:
+            del g.static_members[m.instance_id]
+        g.target.pop(m.member_id, None)
+        g.group_epoch += 1
+        log.info("consumer group member removed", extra={"kv": {"group": g.group_id, "member": m.member_id,
+                                                                 "reason": why, "group_epoch": g.group_epoch}})
+        if g.members:
+            self._compute_target(g)
+
+    def _touch(self, g: ConsumerGroup, m: ConsumerMember) -> None:
+        if m.session_timer is not None:
+            m.session_timer.cancel()
+        loop = asyncio.get_running_loop()
+        m.session_timer = loop.call_later(self.session_ms / 1000.0, self._session_expired, g.group_id, m.member_id)
+
+    def _session_expired(self, group_id: str, member_id: str) -> None:
+        g = self.groups.get(group_id)
+        m = g.members.get(member_id) if g is not None else None
+        if g is not None and m is not None:
+            self.remove_member(g, m, "session timeout")
+
+    def _revocation_expired(self, group_id: str, member_id: str, epoch: int) -> None:
+        g = self.groups.get(group_id)
+        m = g.members.get(member_id) if g is not None else None
+        if g is not None and m is not None and m.state == UNREVOKED and m.epoch == epoch:
+            self.remove_member(g, m, "rebalance timeout (partitions not revoked)")
+
+    # ---------------------------------------------------------------------------------------- assignment
+
+    def _subscribed_topics(self, g: ConsumerGroup, m: ConsumerMember, existing: dict[str, int]) -> frozenset[str]:
+        out = {t for t in m.subscribed_names if t in existing}
+        if m.subscribed_regex:
+            matched = self._regex_matches.get(m.subscribed_regex)
+            if matched is None:
+                rx = self._compiled(m.subscribed_regex)
+                matched = frozenset(t for t in existing if not t.startswith("__") and rx.fullmatch(t))
+                self._regex_matches[m.subscribed_regex] = matched
+            out.update(matched)
+        return frozenset(out)
+
+    def _existing_topics(self) -> dict[str, int]:
+        """Topic -> partition count, shared by every group for TOPICS_CACHE_S (and the regex matches with it): a
+        metadata check costs a dict lookup per subscribed topic, not a scan of every topic per member."""
+        now = time.monotonic()
+        if self._topics is None or now - self._topics_at >= TOPICS_CACHE_S:
+            self._topics = {info.name: info.num_partitions for info in self.coordinator.broker.topics.all_topics()}
+            self._topics_at = now
+            self._regex_matches = {}
+        return self._topics
+
+    def _metadata_changed(self, g: ConsumerGroup, force: bool) -> bool:
+        """Whether the subscribed topics' partitions changed since the target was computed (checked at most every
+        METADATA_CHECK_S per group, and whenever the subscriptions changed)."""
+        now = time.monotonic()
+        if not force and now - g.metadata_checked < METADATA_CHECK_S:
+            return False
+        g.metadata_checked = now
+        existing = self._existing_topics()
+        topics: set[str] = set()
+        for m in g.members.values():
+            topics |= self._subscribed_topics(g, m, existing)
+        md = tuple(sorted((t, existing[t]) for t in topics))
+        if md != g.metadata:
+            g.metadata = md
+            return True
+        return False
+
+    def _compute_target(self, g: ConsumerGroup) -> None:
+        existing = self._existing_topics()
+        subs = {mid: MemberSubscription(self._subscribed_topics(g, m, existing), set(m.assigned | m.pending_revocation))
+                for mid, m in g.members.items()}
+        picks = [m.server_assignor for m in g.members.values() if m.server_assignor]
+        name = max(set(picks), key=lambda a: (picks.count(a), a)) if picks else self.assignors[0]
+        g.assignor = name
+        g.target = ASSIGNORS[name](subs, existing)
+        g.assignment_epoch = g.group_epoch
+
+    def _reconcile(self, g: ConsumerGroup, m: ConsumerMember, owned: set[TopicPartition] | None) -> None:
+        """Kafka's CurrentAssignmentBuilder for one member, on its heartbeat."""
+        target = g.target.get(m.member_id, set())
+        if m.state == UNREVOKED:
+            if owned is None or owned & m.pending_revocation:
+                return  # still revoking (or the heartbeat did not say): the smaller assignment stands
+            m.pending_revocation = set()
+            if m.revocation_timer is not None:
+                m.revocation_timer.cancel()
+                m.revocation_timer = None
+            m.state = STABLE
+        if m.epoch == g.assignment_epoch and m.state == STABLE and m.assigned == target:
+            return
+        revoke = m.assigned - target
+        if revoke:
+            m.assigned -= revoke
+            m.pending_revocation = revoke
+            m.state = UNREVOKED
+            m.revocation_timer = asyncio.get_running_loop().call_later(
+                max(m.rebalance_timeout_ms, 1) / 1000.0, self._revocation_expired, g.group_id, m.member_id, m.epoch)
+            return
+        held: set[TopicPartition] = set()
+        for other in g.members.values():
+            if other is not m:
+                held |= other.assigned
+                held |= other.pending_revocation
+        new = target - m.assigned
+        free = new - held
+        m.assigned |= free
+        if m.epoch != g.assignment_epoch:
+            m.previous_epoch, m.epoch = m.epoch, g.assignment_epoch
+        m.state = UNRELEASED if new - free else STABLE
+
+    # ---------------------------------------------------------------------------------------- topic ids
+
+    def _owned(self, raw: list[dict] | None) -> set[TopicPartition] | None:
+        if raw is None:
+            return None
+        topics = self.coordinator.broker.topics
+        out: set[TopicPartition] = set()
+        for t in raw:
+            tid = t.get("topic_id")
+            info = topics.by_id(tid.bytes if isinstance(tid, uuid.UUID) else bytes(tid or b""))
+            if info is None:
+                continue
+            out.update((info.name, int(p)) for p in t.get("partitions") or ())
+        return out
+
+    def _by_topic_id(self, tps: set[TopicPartition], names: bool = False) -> list[dict[str, Any]]:
+        topics = self.coordinator.broker.topics
+        by: dict[str, list[int]] = {}
+        for t, p in tps:
+            by.setdefault(t, []).append(p)
+        out = []
+        for t in sorted(by):
+            info = topics.get(t)
+            if info is None:
+                continue
+            entry: dict[str, Any] = {"topic_id": info.topic_id, "partitions": sorted(by[t])}
+            if names:
+                entry["topic_name"] = t
+            out.append(entry)
+        return out
+
+    # ---------------------------------------------------------------------------------------- describe
+
+    def describe(self, group_id: str, version: int) -> dict[str, Any]:
+        g = self.groups.get(group_id)
+        if g is None:
+            return {"error_code": GROUP_ID_NOT_FOUND, "error_message": f"Group {group_id} not found.",
+                    "group_id": group_id, "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1,
+                    "assignor_name": "", "members": []}
+        return {
+            "error_code": NONE, "error_message": None, "group_id": group_id, "group_state": g.state(),
+            "group_epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch, "assignor_name": g.assignor,
+            "members": [{
+                "member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+                "member_epoch": m.epoch, "client_id": m.client_id, "client_host": m.client_host,
+                "subscribed_topic_names": list(m.subscribed_names), "subscribed_topic_regex": m.subscribed_regex,
+                "assignment": {"topic_partitions": self._by_topic_id(m.assigned, names=True)},
+                "target_assignment": {"topic_partitions": self._by_topic_id(g.target.get(m.member_id, set()),
+                                                                            names=True)},
+                "member_type": 1,  # consumer protocol (0 = classic)
+            } for m in g.members.values()],
+        }

@@ -1,0 +1,76 @@
+"""DescribeGroups and ListGroups answers of the group coordinator (classic groups, and KIP-848 groups in the
+listing), moved out of ``coordinator.py``; ``self`` is the :class:`GroupCoordinator`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from tidelog.broker.group.state import GroupState
+from tidelog.protocol.errors import error_code
+
+if TYPE_CHECKING:
+    from tidelog.broker.group.coordinator import GroupCoordinator
+
+NONE = 0
+NOT_COORDINATOR = error_code("NOT_COORDINATOR")
+COORDINATOR_LOAD_IN_PROGRESS = error_code("COORDINATOR_LOAD_IN_PROGRESS")
+INVALID_GROUP_ID = error_code("INVALID_GROUP_ID")
+
+
+def describe_group(self: GroupCoordinator, group_id: str) -> dict[str, Any]:
+    err = self.check(group_id)
+    out: dict[str, Any] = {
+        "error_code": err, "error_message": None, "group_id": group_id, "group_state": "",
+        "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": -2147483648,
+    }
+    if err:
+        return out
+    g = self.groups.get(group_id)
+    if g is None or self.consumer.is_consumer_group(group_id):
+        out["group_state"] = GroupState.DEAD.value
+        if g is not None:  # KIP-848 group: DescribeGroups v6+ answers GROUP_ID_NOT_FOUND (the handler)
+            out["error_message"] = f"Group {group_id} is not a classic group."
+        return out
+    stable = g.state == GroupState.STABLE
+    out["group_state"] = g.state.value
+    out["protocol_type"] = g.protocol_type or ""
+    out["protocol_data"] = (g.protocol_name or "") if stable else ""
+    out["members"] = [
+        {
+            "member_id": m.member_id,
+            "group_instance_id": m.group_instance_id,
+            "client_id": m.client_id,
+            "client_host": m.client_host,
+            "member_metadata": m.metadata_for(g.protocol_name) if stable else b"",
+            "member_assignment": m.assignment if stable else b"",
+        }
+        for m in g.members.values()
+    ]
+    return out
+
+
+def list_groups(self: GroupCoordinator, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[int, list[dict[str, Any]]]:
+    if self.cluster:  # every broker lists the groups of the partitions it leads (clients ask them all)
+        err = NOT_COORDINATOR if not self.active or self.broker.stopping else (
+            COORDINATOR_LOAD_IN_PROGRESS if self.loading_partitions else NONE)
+    else:
+        err = self.check("")
+        if err == INVALID_GROUP_ID:
+            err = NONE
+    if err:
+        return err, []
+    wanted_states = {s.lower() for s in states}
+    wanted_types = {t.lower() for t in types}
+    out = []
+    for g in self.groups.values():
+        if g.state == GroupState.DEAD or self.consumer.is_consumer_group(g.group_id):
+            continue
+        if wanted_states and g.state.value.lower() not in wanted_states:
+            continue
+        if wanted_types and "classic" not in wanted_types:
+            continue
+        out.append({"group_id": g.group_id, "protocol_type": g.protocol_type or "",
+                    "group_state": g.state.value, "group_type": "classic"})
+    out += self.consumer.list_groups(wanted_states, wanted_types)
+    return NONE, out

@@ -1,0 +1,79 @@
+"""KIP-848 APIs: ConsumerGroupHeartbeat (68, v0-1) and ConsumerGroupDescribe (69, v0-1).
+
+Adapters to :class:`tidelog.broker.group.consumer_group.ConsumerGroupManager` (``coordinator.consumer``). As Kafka's
+KafkaApis: READ on the group for a heartbeat (GROUP_AUTHORIZATION_FAILED), DESCRIBE on the group to describe it;
+heartbeat v1 with a topic regex needs no per-topic authorization here (Kafka filters the topics a regex matches by
+DESCRIBE; tidelog does not yet, see docs/ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidelog.broker.handlers import RequestContext, handles
+from tidelog.broker.handlers.group import fit
+from tidelog.broker.security.acls import AclOperation, ResourceType
+
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
+COORDINATOR_NOT_AVAILABLE = 15
+GROUP_AUTHORIZATION_FAILED = 30
+READ, DESCRIBE = AclOperation.READ, AclOperation.DESCRIBE
+GROUP = ResourceType.GROUP
+# Kafka's authorized operations of a group without an authorizer: READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS,
+# ALTER_CONFIGS
+ALL_GROUP_OPS = sum(1 << op for op in (3, 6, 8))
+
+
+def _error(code: int, message: str | None = None) -> dict[str, Any]:
+    return {"throttle_time_ms": 0, "error_code": code, "error_message": message, "member_id": None,
+            "member_epoch": -1, "heartbeat_interval_ms": 0, "assignment": None}
+
+
+@handles(CONSUMER_GROUP_HEARTBEAT)
+async def consumer_group_heartbeat(ctx: RequestContext, request: dict) -> dict:
+    v = ctx.api_version
+    group_id = request.get("group_id") or ""
+    if not ctx.authorize(READ, GROUP, group_id):
+        return fit(CONSUMER_GROUP_HEARTBEAT, v, _error(GROUP_AUTHORIZATION_FAILED, "Group authorization failed."))
+    coord: Any = getattr(ctx.broker, "group_coordinator", None)
+    if coord is None or getattr(coord, "consumer", None) is None:
+        return fit(CONSUMER_GROUP_HEARTBEAT, v, _error(COORDINATOR_NOT_AVAILABLE))
+    err = coord.check(group_id) if group_id else 0
+    if err:
+        return fit(CONSUMER_GROUP_HEARTBEAT, v, _error(err))
+    host = ("/" + ctx.client_host) if ctx.client_host else ""
+    body = coord.consumer.heartbeat(v, request, ctx.client_id or "", host)
+    body["throttle_time_ms"] = 0
+    return fit(CONSUMER_GROUP_HEARTBEAT, v, body)
+
+
+@handles(CONSUMER_GROUP_DESCRIBE)
+async def consumer_group_describe(ctx: RequestContext, request: dict) -> dict:
+    v = ctx.api_version
+    coord: Any = getattr(ctx.broker, "group_coordinator", None)
+    auth = ctx.broker.authorizer
+    groups: list[dict[str, Any]] = []
+    for gid in request.get("group_ids") or ():
+        gid = gid or ""
+        if not ctx.authorize(DESCRIBE, GROUP, gid):
+            groups.append({"error_code": GROUP_AUTHORIZATION_FAILED, "error_message": "Group authorization failed.",
+                           "group_id": gid, "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
+                           "assignor_name": "", "members": []})
+            continue
+        if coord is None or getattr(coord, "consumer", None) is None:
+            groups.append({"error_code": COORDINATOR_NOT_AVAILABLE, "group_id": gid, "group_state": "",
+                           "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": []})
+            continue
+        err = coord.check(gid)
+        if err:
+            groups.append({"error_code": err, "group_id": gid, "group_state": "", "group_epoch": -1,
+                           "assignment_epoch": -1, "assignor_name": "", "members": []})
+            continue
+        d = coord.consumer.describe(gid, v)
+        if d["error_code"] and gid in coord.groups and coord.groups[gid].members:
+            d["error_message"] = f"Group {gid} is not a consumer group."
+        if request.get("include_authorized_operations"):
+            d["authorized_operations"] = (ALL_GROUP_OPS if auth is None else
+                                          auth.authorized_operations(ctx.principal, ctx.client_host, GROUP, gid))
+        groups.append(d)
+    return fit(CONSUMER_GROUP_DESCRIBE, v, {"throttle_time_ms": 0, "groups": groups})
