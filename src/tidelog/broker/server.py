@@ -202,6 +202,15 @@ class SocketServer:
                 if exc.errno in (errno.EMFILE, errno.ENFILE):
                     await asyncio.sleep(0.1)  # out of descriptors: back off instead of spinning
                 continue
+            if not exempt and quotas.total >= quotas.max_connections:
+                # the limit fell while this accept was pending (a dynamic max.connections): hold the connection
+                # unserved until a slot frees, as Kafka's ConnectionQuotas.inc blocks after the accept
+                try:
+                    await quotas.wait_for_slot()
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        sock.close()
+                    raise
             ip = str(addr[0])
             try:
                 quotas.inc(ip)

@@ -33,7 +33,7 @@ _ARRAY_SOURCES: dict[str, tuple[str, ...]] = {
     "results": ("resources", "topics", "groups_names", "groups", "users", "upsertions", "deletions", "creations"),
     "filter_results": ("filters",),  # DeleteAcls
     "coordinators": ("coordinator_keys",),
-    "groups": ("groups", "groups_names"),
+    "groups": ("groups", "groups_names", "group_ids"),  # DescribeGroups, ConsumerGroupDescribe
     # transactions: AddPartitionsToTxn (v0-3 and the batched v4+), DescribeTransactions
     "results_by_topic_v3_and_below": ("v3_and_below_topics",),
     "results_by_partition": ("partitions",),
