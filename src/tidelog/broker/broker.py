@@ -66,6 +66,7 @@ from tidelog.broker.txn.coordinator import TransactionCoordinator
 from tidelog.protocol import codec
 from tidelog.storage.checkpoints import read_meta_properties
 from tidelog.storage.manager import LogManager
+from tidelog.storage.progress import RecoveryProgress
 
 log = logging.getLogger("tidelog.broker.server")
 
@@ -74,8 +75,10 @@ class Broker:
     """A tidelog broker. ``replica_manager`` decides the mode (default: one node alone)."""
 
     def __init__(self, config: BrokerConfig, replica_manager: Any = None,
-                 txn_coordinator: Callable[[Broker], Any] = TransactionCoordinator) -> None:
+                 txn_coordinator: Callable[[Broker], Any] = TransactionCoordinator,
+                 recovery_progress: RecoveryProgress | None = None) -> None:
         self.config = config
+        self.recovery_progress = recovery_progress  # shows a long log recovery (``tidelog serve``: a bar)
         self.node_id = config.node_id
         self.cluster_id: str = config.cluster_id or ""
         # one socket server per listener; each advertises its own endpoint (Metadata answers with the endpoints
@@ -190,7 +193,8 @@ class Broker:
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
         self.topics = self.replica_manager.make_topic_manager(self)
-        self.logs = LogManager(list(cfg.log_dirs), cfg.log_config(), **self.topics.log_manager_kwargs())
+        self.logs = LogManager(list(cfg.log_dirs), cfg.log_config(), recovery_progress=self.recovery_progress,
+                               **self.topics.log_manager_kwargs())
         self.logs.startup(self.topics.topic_config)
         hook = getattr(self.replica_manager, "on_log_dir_failure", None)
         if hook is not None:  # ZooKeeper mode tells the controller (/log_dir_event_notification)

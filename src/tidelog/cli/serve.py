@@ -13,6 +13,7 @@ import click
 
 from tidelog.broker.config import BrokerConfig, ConfigException
 from tidelog.broker.log_setup import setup_logging
+from tidelog.cli.progress import terminal_recovery_progress
 from tidelog.node import run
 
 
@@ -60,7 +61,8 @@ def serve(
         _print_how_to_reach(broker)
 
     try:
-        run(cfg, use_uvloop=(loop == "uvloop"), on_started=on_started)
+        run(cfg, use_uvloop=(loop == "uvloop"), on_started=on_started,
+            recovery_progress=terminal_recovery_progress())
     except KeyboardInterrupt:
         pass
     except OSError as exc:
