@@ -6,6 +6,7 @@ import io
 import sys
 
 import pytest
+import rich.progress
 
 from tidelog.cli import progress
 from tidelog.storage.progress import RecoveryProgress
@@ -25,14 +26,13 @@ def test_a_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_bar_counts_the_scanned_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     tasks: list[object] = []
-    real_progress = progress.Progress
 
-    class Recording(real_progress):  # type: ignore[misc, valid-type]
+    class Recording(rich.progress.Progress):
         def __exit__(self, *exc: object) -> None:
             tasks.extend(self.tasks)
-            super().__exit__(*exc)
+            super().__exit__(*exc)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(progress, "Progress", Recording)
+    monkeypatch.setattr(rich.progress, "Progress", Recording)
     bar: RecoveryProgress = progress.rich_recovery_progress
     with bar(1000) as advance:
         advance(300)

@@ -7,15 +7,16 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
 from tidelog.storage.progress import RecoveryProgress
 
 
 @contextlib.contextmanager
 def rich_recovery_progress(total_bytes: int) -> Iterator[Callable[[int], None]]:
-    """A transient progress bar on stderr over ``total_bytes``; yields ``advance(nbytes)``."""
+    """A transient progress bar on stderr over ``total_bytes``; yields ``advance(nbytes)``. rich is imported
+    here, when a recovery needs the bar (~80 ms that a normal start does not pay)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
     with Progress(
         TextColumn("recovering logs"),
         BarColumn(),
