@@ -252,8 +252,13 @@ def bench_throughput(
                 topic = f"tp-{key}-{size}b-r{rep}"
                 state = cluster.create_topic(topic, rf, cfg)
                 c0, m0 = cluster.cpu_seconds(), machine_busy_seconds()
+                per0 = {bid: b.cpu_seconds() for bid, b in cluster.brokers.items()}
                 res, run = loadgen.produce(cluster.bootstrap, topic, 1, size, acks, counts[size], timeout)
                 res.broker_cpu_s = cluster.cpu_seconds() - c0
+                # CPU of each broker in the run: the leader's and the followers' (the replicas that are not it)
+                per = {bid: b.cpu_seconds() - per0.get(bid, 0.0) for bid, b in cluster.brokers.items()}
+                res.extra["leader_cpu_s"] = per.get(state.leader, 0.0)
+                res.extra["follower_cpu_s"] = [per[r] for r in state.isr if r != state.leader and r in per]
                 res.extra["other_cpu_s"] = max(
                     0.0, machine_busy_seconds() - m0 - res.broker_cpu_s - res.loadgen_cpu_s
                 )
@@ -296,6 +301,55 @@ def _cpu(rs: list[dict]) -> str:
     g = statistics.median(r["loadgen_cpu_s"] for r in rs)
     o = statistics.median(r["extra"].get("other_cpu_s", 0.0) for r in rs)
     return f"{b:.1f}/{g:.1f}/{o:.1f}"
+
+
+def _per_record(rs: list[dict], what: str) -> float | None:
+    """Median CPU seconds per record over the runs: ``leader`` (the partition leader's process), ``follower``
+    (the mean of its followers'), ``brokers`` (all three)."""
+    vals = []
+    for r in rs:
+        if r["msgs"] <= 0:
+            continue
+        ex = r["extra"]
+        if what == "leader":
+            v = ex.get("leader_cpu_s")
+        elif what == "follower":
+            fs = ex.get("follower_cpu_s") or []
+            v = sum(fs) / len(fs) if fs else None
+        else:
+            v = r["broker_cpu_s"]
+        if v is not None:
+            vals.append(v / r["msgs"])
+    return statistics.median(vals) if vals else None
+
+
+def cpu_ratio_table(runs: dict[str, Any]) -> str:
+    """Issue 30 goal 1: a follower's CPU per replicated record against the leader's (<= 0.5x), and the RF=3
+    cluster's CPU per record against the one broker of RF=1 (<= 3x). Medians over the runs of CPU seconds per
+    record of each process, which the machine's other load moves far less than msg/s."""
+    header = [
+        "size",
+        "RF=1 broker us/rec",
+        "RF=3 leader us/rec",
+        "RF=3 follower us/rec",
+        "RF=3 cluster us/rec",
+        "follower/leader (goal <= 0.5)",
+        "cluster/RF=1 (goal <= 3)",
+    ]
+    rows = []
+    for size, by in runs.items():
+        one = _per_record(by["rf1"], "leader")
+        lead, fol, clu = (_per_record(by["rf3"], w) for w in ("leader", "follower", "brokers"))
+
+        def us(v: float | None) -> str:
+            return "-" if v is None else f"{v * 1e6:.2f}"
+
+        rows.append([
+            f"{size} B", us(one), us(lead), us(fol), us(clu),
+            f"{fol / lead:.2f}x" if fol and lead else "-",
+            f"{clu / one:.2f}x" if clu and one else "-",
+        ])
+    return _render(header, rows)
 
 
 def throughput_table(runs: dict[str, Any]) -> str:
@@ -919,6 +973,11 @@ def main(argv: list[str] | None = None) -> int:
             f"seconds per run of the 3 brokers / the load generator / the rest of the machine\n"
         )
         print(throughput_table(out["throughput"]))
+        print(
+            "\nCPU per record (issue 30 goal 1): microseconds of CPU per produced record of each broker process, "
+            "median of the runs; follower = mean of the partition's two followers\n"
+        )
+        print(cpu_ratio_table(out["throughput"]))
         for by in out["throughput"].values():
             for rs in by.values():
                 for r in rs:

@@ -27,6 +27,14 @@ if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then  # t
     echo "warning: ip/tc not found; tests/jepsen will be skipped" >&2
   fi
 fi
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then  # tests/console: headless Chromium e2e
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 \
+      || echo "warning: could not install chromium; tests/console browser tests will be skipped" >&2
+  else
+    echo "warning: chromium/chromedriver not found; tests/console browser tests will be skipped" >&2
+  fi
+fi
 scripts/bootstrap.sh test,spark
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy  # [tool.mypy] in pyproject.toml: src/tidelog, less the modules it still lists

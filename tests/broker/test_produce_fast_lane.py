@@ -122,7 +122,7 @@ def _logs(root: Path) -> dict[str, bytes]:
 
 @st.composite
 def produce_requests(draw: Any) -> tuple[bytes, str, str]:
-    version = draw(st.integers(3, 11))
+    version = draw(st.integers(3, 12))
     shape = draw(st.sampled_from(["one", "one", "one", "two_partitions", "two_topics", "txn_id", "txn_batch",
                                   "tagged", "null_records", "empty_records"]))
     acks = draw(st.sampled_from([1, -1, 1, -1, 0, 2]))

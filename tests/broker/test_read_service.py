@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tidelog.broker import fetch as fetch_mod
 from tidelog.broker.errors import PartitionError
 from tidelog.broker.fetch import (
     READ_COMMITTED,
@@ -99,7 +100,7 @@ def test_max_offset_is_chosen_by_who_fetches(logs: dict) -> None:
     assert max_offset(lg, FetchIsolation.LOG_END) == BATCHES * PER
 
 
-def test_consumer_reads_up_to_the_hw_and_a_follower_up_to_the_leo(logs: dict) -> None:
+def test_consumer_reads_up_to_the_hw_and_a_follower_up_to_the_leo(logs: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     followers = Followers(logs)
     svc = _service(logs, followers)
     for isolation in (0, READ_COMMITTED):
@@ -123,6 +124,12 @@ def test_consumer_reads_up_to_the_hw_and_a_follower_up_to_the_leo(logs: dict) ->
     assert not now and _offsets(fp.entry["records"]) == [5, 8, 11, 14, 17, 20, 23, 26, 29]
     assert isinstance(fp.entry["records"], bytes)  # small follower answers are copied in, not sendfile regions
     assert followers.calls == [(("a", 0), 1, 3)]
+    # larger ones go out as a consumer's do, file regions for sendfile (issue 30)
+    monkeypatch.setattr(fetch_mod, "FOLLOWER_INLINE_RECORDS_MAX", fp.size - 1)
+    big = _part("a", 3)
+    svc.read_from_log(FetchParams(replica_id=1), [big], from_purgatory=True)
+    assert not isinstance(big.entry["records"], bytes) and big.entry["records"].size == fp.size
+    assert _offsets(big.entry["records"]) == _offsets(fp.entry["records"])
     fp = _part("a", 27)
     svc.read_from_log(FetchParams(replica_id=1), [fp])
     assert followers.calls[-1] == (("a", 0), 1, 27) and fp.entry["high_watermark"] == 27

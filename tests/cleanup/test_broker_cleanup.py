@@ -198,4 +198,4 @@ def test_compaction_in_the_broker(srv: Any) -> None:
         r = CliRunner().invoke(topics_cli, ["describe", topic, "--bootstrap-server", srv.bootstrap, *extra],
                                catch_exceptions=False)
         assert r.exit_code == 0, r.output
-        assert "dirty_ratio" in r.output and "first_dirty_offset" in r.output and "cleaner_runs" in r.output
+        assert "\tDirtyRatio: " in r.output and "\tFirstDirtyOffset: " in r.output and "\tCleanerRuns: " in r.output

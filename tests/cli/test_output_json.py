@@ -43,4 +43,4 @@ def test_topics_and_groups_as_json(broker: Any) -> None:
     assert state[0]["STATE"] == "Empty" and state[0]["#MEMBERS"] == 0
     (listed,) = _json_lines(broker, "groups", "list")
     (mine,) = [g for g in listed if g["GROUP"] == group]
-    assert mine["STATE"] == "EMPTY"
+    assert mine["STATE"] == "Empty"

@@ -126,9 +126,10 @@ def test_log_dirs_describe(b: Any) -> None:
     assert parts[f"{t}-1"] | {"size": 0} == {"partition": f"{t}-1", "size": 0, "offsetLag": 0, "isFuture": False}
 
     table = tl(b, "log-dirs", "describe", "--table", "--topic-list", t).stdout.splitlines()
-    assert table[0] == "broker\tlog_dir\tstate\ttotal_bytes\tusable_bytes\tpartitions"
-    assert table[1].startswith(f"0\t{b.data_dir}\tonline\t") and table[1].endswith("\t2")
-    assert f"0\t{b.data_dir}\t{t}-1\t{parts[f'{t}-1']['size']}\t0\tfalse" in table
+    rows = [line.split() for line in table]  # space-padded columns
+    assert rows[0] == ["broker", "log_dir", "state", "total_bytes", "usable_bytes", "partitions"]
+    assert rows[1][:3] == ["0", str(b.data_dir), "online"] and rows[1][-1] == "2"
+    assert ["0", str(b.data_dir), f"{t}-1", str(parts[f"{t}-1"]["size"]), "0", "false"] in rows
     assert "do not exist from --broker-list: 7" in tl(b, "log-dirs", "describe", "--broker-list", "7", code=1).stderr
 
 
@@ -192,8 +193,8 @@ def test_configs_client_and_user_quotas(b: Any) -> None:
            "request_percentage=50.0\n"
     assert tl(b, "configs", "describe", *entity).stdout == line
     # the same quota through tidelog quotas (one implementation, one store)
-    assert f"{user}\t{client}\tproducer_byte_rate\t1048576" in tl(b, "quotas", "describe", "--user", user,
-                                                                  "--client", client).stdout
+    assert [user, client, "producer_byte_rate", "1048576"] in [
+        line.split() for line in tl(b, "quotas", "describe", "--user", user, "--client", client).stdout.splitlines()]
     # a user's description also lists its SCRAM credentials (tidelog users, DescribeUserScramCredentials)
     tl(b, "users", "add", user, "--password", "pw-of-the-user", "--iterations", "8192")
     assert tl(b, "configs", "describe", "--entity-type", "users", "--entity-name", user).stdout == line + \
@@ -218,8 +219,13 @@ def test_topics_describe_filters(b: Any) -> None:
     loose = _topic(b, "atisr")
 
     def rows(*args: str) -> list[tuple[str, str]]:
-        partitions = tl(b, "topics", "describe", *args).stdout.split("\n\n")[0]  # before the config table
-        return [tuple(line.split("\t")[:2]) for line in partitions.splitlines()[1:]]  # type: ignore[misc]
+        """The partition lines (kafka-topics.sh's ``\tTopic: t\tPartition: p\t...``) as (topic, partition); with a
+        filter there is no ``Topic:`` line per topic, as in Kafka."""
+        lines = tl(b, "topics", "describe", *args).stdout.splitlines()
+        assert any(a.startswith("--") for a in args) == all(line.startswith("\t") for line in lines), lines
+        fields = [dict(f.split(": ", 1) for f in line.strip("\t").split("\t")) for line in lines
+                  if line.startswith("\t")]
+        return [(f["Topic"], f["Partition"]) for f in fields]
 
     assert rows(strict, loose, "--under-min-isr-partitions") == [(strict, "0"), (strict, "1")]
     assert rows(strict, loose, "--at-min-isr-partitions") == [(loose, "0")]

@@ -139,6 +139,14 @@ def test_reassignment_list_and_cancel(cluster: Any, tmp_path: Path) -> None:
         verify = _cli("reassign", "-b", cluster.bootstrap, "--reassignment-json-file", str(plan), "--verify",
                       check=False)
         assert verify.returncode == 1 and "is still in progress" in verify.stdout
+        # the same two views for scripts (issue 25 item 7)
+        listed = json.loads(_cli("reassign", "-b", cluster.bootstrap, "--list", "--output", "json").stdout)
+        assert {"topic": topic, "partition": 0, "replicas": [3, 2, 1], "addingReplicas": [3],
+                "removingReplicas": [1]} in listed
+        verify = _cli("reassign", "-b", cluster.bootstrap, "--reassignment-json-file", str(plan), "--verify",
+                      "--output", "json", check=False)
+        assert verify.returncode == 1 and json.loads(verify.stdout) == [
+            {"topic": topic, "partition": 0, "status": "in progress", "replicas": [3, 2, 1], "targetReplicas": [3, 2]}]
         out = _cli("reassign", "-b", cluster.bootstrap, "--reassignment-json-file", str(plan), "--cancel")
         assert f"Successfully cancelled partition reassignment for: {topic}-0" in out.stdout
         a = topic_assignment(zk, topic)

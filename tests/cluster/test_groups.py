@@ -202,7 +202,7 @@ def test_coordinator_kill_keeps_committed_offsets(cluster: Any) -> None:
 
         r = CliRunner().invoke(groups_cli, ["describe", group, "-b", cluster.bootstrap], catch_exceptions=False)
         assert r.exit_code == 0, r.output
-        rows = [line.split("\t") for line in r.output.splitlines() if line.startswith(group)]
+        rows = [line.split() for line in r.output.splitlines() if line.startswith(f"{group} ")]
         assert [(row[1], row[2], row[3], row[5]) for row in rows] == [
             (topic, str(p), str(total // partitions), "0") for p in range(partitions)]
         r = CliRunner().invoke(groups_cli, ["list", "-b", cluster.bootstrap], catch_exceptions=False)

@@ -760,6 +760,14 @@ def test_one_fetcher_per_source_broker(cluster: Any) -> None:
         return all(len({_segment_bytes(br, topic, p) for br in cluster.brokers.values()}) == 1 for p in range(6))
 
     cluster.wait_for("identical replicas of the 6 partitions", lambda _md: same())
+    # the followers fetch in incremental fetch sessions (KIP-227, issue 30): each leader holds sessions with at
+    # least the partitions the others follow from it (librdkafka's consumers open none)
+    for b, broker in cluster.brokers.items():
+        followed_here = sum(_followed_from(cluster, other).get(str(b), 0) for other in cluster.brokers if other != b)
+        if followed_here:
+            text = _metrics(broker)
+            assert (_metric(text, "tidelog_fetch_sessions") or 0) >= 1
+            assert (_metric(text, "tidelog_fetch_session_partitions") or 0) >= followed_here
 
 
 def test_one_partition_truncates_while_another_keeps_fetching(cluster: Any) -> None:

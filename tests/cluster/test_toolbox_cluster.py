@@ -28,9 +28,12 @@ def _leader(cluster: Any, topic: str) -> int:
 
 
 def _filtered(cluster: Any, topic: str, option: str) -> list[list[str]]:
-    """``tidelog topics describe TOPIC OPTION``: its partition rows (topic, partition, leader, replicas, isr)."""
-    lines = _tl("topics", "describe", topic, option, "-b", cluster.bootstrap).stdout.split("\n\n")[0].splitlines()
-    return [line.split("\t")[:5] for line in lines[1:]]
+    """``tidelog topics describe TOPIC OPTION``: its partition lines (topic, partition, leader, replicas, isr), as
+    kafka-topics.sh prints them with a filter (no topic line, ``\tTopic: t\tPartition: p\tLeader: ...``)."""
+    lines = _tl("topics", "describe", topic, option, "-b", cluster.bootstrap).stdout.splitlines()
+    assert all(line.startswith("\tTopic: ") for line in lines), lines
+    fields = [dict(f.split(": ", 1) for f in line.strip("\t").split("\t")) for line in lines]
+    return [[f["Topic"], f["Partition"], f["Leader"], f["Replicas"], f["Isr"]] for f in fields]
 
 
 def test_generate_execute_verify_then_preferred_election(cluster: Any, tmp_path: Path) -> None:
@@ -106,7 +109,7 @@ def test_unclean_election_of_a_leaderless_partition(cluster: Any) -> None:
             b2.kill()  # the last ISR member: no leader
             until("no leader", lambda: state(zk, topic, 0).leader == -1)
             cluster.wait_for("no leader in metadata", lambda md: cluster.partition(md, topic).leader == -1)
-            assert _filtered(cluster, topic, "--unavailable-partitions") == [[topic, "0", "-1", "2,3", "2"]]
+            assert _filtered(cluster, topic, "--unavailable-partitions") == [[topic, "0", "none", "2,3", "2"]]
             b3.start()
             cluster.wait_for("broker 3 registered", lambda md: 3 in md.brokers)
             assert state(zk, topic, 0).leader == -1  # out of sync, unclean election off: still leaderless

@@ -52,7 +52,7 @@ def test_deleted_topic_offsets_leave_every_group_and_stay_gone_after_restart(bro
     assert r.exit_code == 1 and "consumer group 'app' does not exist" in r.output, r.output
     r = _describe(bs, "both")
     assert r.exit_code == 0, r.output
-    assert [line.split("\t")[1:6] for line in r.output.splitlines() if line.startswith("both\t")] == [
+    assert [line.split()[1:6] for line in r.output.splitlines() if line.startswith("both ")] == [
         ["t2", "0", "10", "10", "0"]]
 
     b.restart()  # the tombstones are in __consumer_offsets: the load does not bring the offsets back
@@ -91,5 +91,5 @@ def test_describe_a_group_whose_offsets_name_a_missing_topic(broker_factory: Any
     assert committed_offsets(bs, "g") == {("kept", 0): 3, ("vanished", 0): 1, ("vanished", 1): 1}
     r = _describe(bs, "g")
     assert r.exit_code == 0, r.output
-    rows = [line.split("\t")[1:6] for line in r.output.splitlines() if line.startswith("g\t")]
+    rows = [line.split()[1:6] for line in r.output.splitlines() if line.startswith("g ")]
     assert rows == [["kept", "0", "3", "3", "0"], ["vanished", "0", "1", "-", "-"], ["vanished", "1", "1", "-", "-"]]

@@ -178,7 +178,7 @@ def test_api_versions_unsupported_version_with_garbage_body(bb: Any, good: Any) 
         assert cid == 42 and body["error_code"] == h.UNSUPPORTED_VERSION
         keys = {e["api_key"]: (e["min_version"], e["max_version"]) for e in body["api_keys"]}
         assert {h.PRODUCE, h.FETCH, h.LIST_OFFSETS, h.METADATA, h.API_VERSIONS} <= set(keys)
-        assert keys[h.API_VERSIONS] == (0, 3)
+        assert keys[h.API_VERSIONS] == (0, 4)
         # the connection stays open for the retry at a supported version
         assert c.request(h.API_VERSIONS, 3, {"client_software_name": "x", "client_software_version": "1"})[
             "error_code"] == 0

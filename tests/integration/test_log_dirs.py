@@ -164,7 +164,7 @@ def test_jbod_full_directory_goes_offline_alone_and_recovers(tmp_path: Path) -> 
             # kafka-log-dirs.sh's view (tidelog log-dirs describe): the offline directory named by its error
             table = subprocess.run([sys.executable, "-m", "tidelog.cli.main", "log-dirs", "describe", "--table",
                                     "-b", broker.bootstrap], capture_output=True, text=True, timeout=60, check=True)
-            states = {line.split("\t")[1]: line.split("\t")[2] for line in table.stdout.split("\n\n")[0].splitlines()[1:]}
+            states = {line.split()[1]: line.split()[2] for line in table.stdout.split("\n\n")[0].splitlines()[1:]}
             assert states == {str(a): "online", str(b): "org.apache.kafka.common.errors.KafkaStorageException"}
 
             # new topics go to the online directory (the topic registry copy in the failed one is skipped)

@@ -117,6 +117,7 @@ public final class JavaClientCheck {
                 case "dump_log" -> dumpLog(args[1]);
                 case "quotas" -> quotas(args[1]);
                 case "acls" -> acls(args[1], args[2], args[3]);
+                case "describe_topics" -> describeTopicsPaged(args[1], args[2], Integer.parseInt(args[3]));
                 default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
             }
             emit(obj("event", "done"));
@@ -264,6 +265,29 @@ public final class JavaClientCheck {
     }
 
     // ---------------------------------------------------------------------------------------- scenario 1
+
+    /** describeTopics answered through DescribeTopicPartitions (API 75) in pages of {@code limit} partitions, and
+     * describeFeatures (ApiVersions' features), as kafka-features.sh describe reads them. */
+    static void describeTopicsPaged(String bootstrap, String topic, int limit) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            TopicDescription d = admin.describeTopics(List.of(topic),
+                    new DescribeTopicsOptions().partitionSizeLimitPerResponse(limit)).allTopicNames().get().get(topic);
+            List<Object> parts = new ArrayList<>();
+            for (TopicPartitionInfo p : d.partitions()) {
+                parts.add(obj("partition", p.partition(), "leader", p.leader() == null ? null : p.leader().id(),
+                        "elr", p.elr() == null ? null : p.elr().size()));
+            }
+            emit(obj("event", "described", "name", d.name(), "topic_id", String.valueOf(d.topicId()),
+                    "partitions", parts));
+            org.apache.kafka.clients.admin.FeatureMetadata fm = admin.describeFeatures().featureMetadata().get();
+            Map<String, Object> supported = new TreeMap<>();
+            fm.supportedFeatures().forEach((k, v) -> supported.put(k, List.of(v.minVersion(), v.maxVersion())));
+            Map<String, Object> finalized = new TreeMap<>();
+            fm.finalizedFeatures().forEach((k, v) -> finalized.put(k, v.maxVersionLevel()));
+            emit(obj("event", "features", "supported", supported, "finalized", finalized,
+                    "epoch", fm.finalizedFeaturesEpoch().orElse(-1L)));
+        }
+    }
 
     static void admin(String bootstrap, String topic) throws Exception {
         try (Admin admin = admin(bootstrap); KafkaProducer<byte[], byte[]> producer = producer(bootstrap, "none")) {

@@ -387,3 +387,62 @@ def test_acls_admin_api_and_enforcement(java_client: Any, acl_jbroker: Any) -> N
     assert as_user["alice"]["cluster_ops"] == ["DESCRIBE"]
     assert as_user["bob"]["cluster_ops"] == []
     assert len(ev["deleted"]["acls"]) == 3 and ev["left"]["acls"] == []
+
+
+# ------------------------------------------------------------------- DescribeTopicPartitions, features (issue 27)
+
+
+def _requests_of(broker: Any, api: str) -> float:
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("tidelog_requests_total{") and f'api="{api}"' in line)
+
+
+def test_describe_topics_through_describe_topic_partitions_in_pages(java_client: Any, jbroker: Any) -> None:
+    topic = name("java-dtp")
+    from helpers import RawClient
+
+    with RawClient(jbroker.port) as c:
+        r = c.request(19, 7, {"topics": [{"name": topic, "num_partitions": 7, "replication_factor": 1}],
+                              "timeout_ms": 10000})
+        assert r["topics"][0]["error_code"] == 0
+    before = _requests_of(jbroker, "DESCRIBE_TOPIC_PARTITIONS")
+    ev = by_event(java_client.run("describe_topics", jbroker.bootstrap, topic, "3", broker=jbroker))
+    # 7 partitions in pages of 3: the Admin followed the cursor through three DescribeTopicPartitions requests
+    assert [p["partition"] for p in ev["described"]["partitions"]] == list(range(7))
+    assert all(p["leader"] is not None and p["elr"] == 0 for p in ev["described"]["partitions"])
+    assert _requests_of(jbroker, "DESCRIBE_TOPIC_PARTITIONS") - before >= 3
+    feats = ev["features"]
+    assert feats["finalized"]["metadata.version"] == 29 and feats["epoch"] == 0
+    assert feats["supported"]["metadata.version"] == [29, 29]
+
+
+def test_versions_the_java_client_negotiates(java_client: Any, broker_factory: Any) -> None:
+    """The Java 3.9 client through a recording proxy the broker advertises: it produces, consumes (fetch sessions,
+    topics by id) and describes with the newest versions both sides have, and the data reads back whole."""
+    from recording_proxy import RecordingProxy
+
+    proxy = RecordingProxy()
+    try:
+        b = broker_factory({"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"})
+        proxy.target = ("127.0.0.1", b.port)
+        bootstrap = f"127.0.0.1:{proxy.port}"
+        topic = name("java-versions")
+        events = java_client.run("roundtrip", bootstrap, topic, broker=b)
+        n = PER_CODEC * len(CODECS)
+        assert len([e for e in events if e["event"] == "read"]) == n
+        from helpers import RawClient
+
+        with RawClient(b.port) as c:
+            r = c.request(19, 7, {"topics": [{"name": topic + "-d", "num_partitions": 4, "replication_factor": 1}],
+                                  "timeout_ms": 10000})
+            assert r["topics"][0]["error_code"] == 0
+        ev = by_event(java_client.run("describe_topics", bootstrap, topic + "-d", "3", broker=b))
+        assert [p["partition"] for p in ev["described"]["partitions"]] == [0, 1, 2, 3]
+        # kafka-clients 3.9's maxima: Fetch 17 (topic ids), Produce 11, Metadata 12, ApiVersions 4
+        assert max(proxy.versions(1)) == 17 and max(proxy.versions(0)) == 11
+        assert max(proxy.versions(18)) == 4 and proxy.versions(75) == {0}
+    finally:
+        proxy.close()

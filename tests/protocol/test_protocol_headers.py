@@ -73,12 +73,12 @@ def test_api_versions_response_header_is_always_v0(version: int) -> None:
 
 
 def test_api_versions_unsupported_answer_in_v0() -> None:
-    # A client asking ApiVersions v4 gets UnsupportedVersionError carrying the correlation id; the
-    # broker answers with a v0 body (error 35 + our ranges).
-    frame = raw_request(18, 4, 31, b"java", b"\x00\x00\x00")
+    # A client asking ApiVersions v5 (newer than the broker's 4) gets UnsupportedVersionError carrying the
+    # correlation id; the broker answers with a v0 body (error 35 + our ranges).
+    frame = raw_request(18, 5, 31, b"java", b"\x00\x00\x00")
     with pytest.raises(UnsupportedVersionError) as ei:
         decode_request(frame)
-    assert (ei.value.api_key, ei.value.version, ei.value.correlation_id) == (18, 4, 31)
+    assert (ei.value.api_key, ei.value.version, ei.value.correlation_id) == (18, 5, 31)
     keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in SUPPORTED_VERSIONS.items()]
     out = b"".join(encode_response(18, 0, 31, {"error_code": 35, "api_keys": keys}))
     corr, body = decode_response(18, 0, out[4:])
@@ -131,9 +131,9 @@ def test_unknown_tags_in_body_are_skipped() -> None:
 
 
 def test_produce_v0_to_v2_advertised_but_rejected() -> None:
-    assert SUPPORTED_VERSIONS[ApiKey.PRODUCE] == (0, 11)
-    assert ACCEPTED_VERSIONS[ApiKey.PRODUCE] == (ACCEPTED_MIN[ApiKey.PRODUCE], 11) == (3, 11)
-    for v in (0, 1, 2, 12, 13):
+    assert SUPPORTED_VERSIONS[ApiKey.PRODUCE] == (0, 12)
+    assert ACCEPTED_VERSIONS[ApiKey.PRODUCE] == (ACCEPTED_MIN[ApiKey.PRODUCE], 12) == (3, 12)
+    for v in (0, 1, 2, 13, 14):
         with pytest.raises(UnsupportedVersionError) as ei:
             decode_request(raw_request(0, v, 8, b"c", b""))
         assert ei.value.correlation_id == 8
@@ -172,7 +172,7 @@ def test_aiokafka_and_librdkafka_versions_are_accepted() -> None:
 def test_produce_records_are_zero_copy_views_of_the_frame() -> None:
     records = bytes(range(256)) * 64
     body = {"acks": -1, "timeout_ms": 1000, "topic_data": [{"name": "t", "partition_data": [{"index": 2, "records": records}]}]}
-    for v in (3, 8, 9, 11):
+    for v in (3, 8, 9, 11, 12):
         frame = bytearray(encode_request(0, v, 1, "c", body)[4:])
         _, decoded = decode_request(frame)
         rec = decoded["topic_data"][0]["partition_data"][0]["records"]

@@ -142,8 +142,8 @@ def test_quotas_survive_a_restart_and_the_cli_manages_them(broker_factory: Any) 
     out = subprocess.run([*tidelog, "describe", "-b", b.bootstrap, "--user", "alice"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[1:3] == ["alice\t<default>\tproducer_byte_rate\t1048576",
-                                           "alice\t<default>\trequest_percentage\t50.0"]
+    assert [line.split() for line in out.stdout.splitlines()[1:3]] == [
+        ["alice", "<default>", "producer_byte_rate", "1048576"], ["alice", "<default>", "request_percentage", "50.0"]]
     out = subprocess.run([*tidelog, "alter", "-b", b.bootstrap, "--user", "alice", "--client-defaults",
                           "--delete-config", "producer_byte_rate,request_percentage"],
                          capture_output=True, text=True, timeout=60)

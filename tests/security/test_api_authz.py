@@ -275,6 +275,16 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
     ApiKey.SASL_HANDSHAKE: NO_AUTH,
     ApiKey.API_VERSIONS: NO_AUTH,
     ApiKey.SASL_AUTHENTICATE: NO_AUTH,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: [  # DESCRIBE on each topic; an unauthorized topic is named only if asked for
+        Case(0, lambda _u: {"topics": [{"name": T}], "response_partition_limit": 10, "cursor": None},
+             lambda r: r["topics"][0]["error_code"], [Check(T_TOPIC, DESCRIBE, T, TOPIC_AUTH)]),
+        Case(0, lambda _u: {"topics": [], "response_partition_limit": 2000, "cursor": None},
+             lambda r: 0 if T in {t["name"] for t in r["topics"]} else TOPIC_AUTH,
+             [Check(T_TOPIC, DESCRIBE, T, TOPIC_AUTH)], "all topics (filtered)"),
+    ],
+    ApiKey.UPDATE_FEATURES: [Case(2, lambda _u: {"feature_updates": [
+        {"feature": "metadata.version", "max_version_level": 29, "upgrade_type": 1}], "validate_only": True},
+        lambda r: r["error_code"], [Check(T_CLUSTER, ALTER, "kafka-cluster", CLUSTER_AUTH)])],
     ApiKey.DESCRIBE_CLUSTER: [  # answered to all; the cluster's authorized operations only with DESCRIBE
         Case(1, lambda _u: {"include_cluster_authorized_operations": True, "endpoint_type": 1}, _ops_shown,
              [Check(T_CLUSTER, DESCRIBE, "kafka-cluster", CLUSTER_AUTH)], "cluster_authorized_operations"),

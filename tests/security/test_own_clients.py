@@ -88,7 +88,7 @@ def test_transactions_list_and_describe_over_sasl_ssl(scram_broker: Any, certs: 
         props = str(_props(tmp_path, certs))
         r = _cli("transactions", "list", "-b", _sasl_ssl(b), "--command-config", props)
         assert r.returncode == 0, r.stderr
-        rows = [line.split("\t") for line in r.stdout.splitlines()]
+        rows = [line.split() for line in r.stdout.splitlines()]
         assert any(tid in row and "Ongoing" in row for row in rows), r.stdout
         r = _cli("transactions", "describe", "--transactional-id", tid, "-b", _sasl_ssl(b), "--command-config", props)
         assert r.returncode == 0, r.stderr
@@ -113,7 +113,7 @@ def test_mutual_tls_and_cluster_reassign(scram_broker: Any, certs: Certs, tmp_pa
                      f"ssl.keystore.type=PEM\nssl.keystore.location={certs.path('client-bundle.pem')}\n")
     r = _cli("transactions", "list", "-b", mtls, "--command-config", str(props))
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines()[0].split("\t")[:2] == ["TransactionalId", "Coordinator"], r.stdout
+    assert r.stdout.splitlines()[0].split()[:2] == ["TransactionalId", "Coordinator"], r.stdout
     r = _cli("cluster", "reassign", "--list", "-b", mtls, "--command-config", str(props))
     assert r.returncode == 1
     assert r.stderr.strip() == (f"Error: the controller {mtls} does not support LIST_PARTITION_REASSIGNMENTS "

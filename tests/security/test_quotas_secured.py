@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 import subprocess
 import sys
@@ -63,9 +64,9 @@ def test_user_quota_applies_to_the_authenticated_principal(secure_broker: Any, c
     out = _cli("quotas", "alter", "-b", sasl_ssl, "--command-config", str(props), "--user", USER,
                "--add-config", "producer_byte_rate=20000")
     assert out.returncode == 0, out.stderr
-    out = _cli("quotas", "describe", "-b", sasl_ssl, "--command-config", str(props), "--user", USER)
+    out = _cli("quotas", "describe", "-b", sasl_ssl, "--command-config", str(props), "--user", USER, "-O", "json")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[1:] == [f"{USER}\t\tproducer_byte_rate\t20000"]
+    assert json.loads(out.stdout) == [{"USER": USER, "CLIENT-ID": "", "KEY": "producer_byte_rate", "VALUE": 20000}]
     # without --command-config the SASL_SSL listener cannot be spoken to: one error line, no hang
     bad = _cli("quotas", "describe", "-b", sasl_ssl, "--timeout", "3")
     assert bad.returncode == 1 and bad.stderr.startswith("Error:")

@@ -65,7 +65,7 @@ def test_list_describe_and_abort_a_hanging_transaction(broker_factory: Any) -> N
 
     hanging = _cli(b, "find-hanging", "--topic", "cli-t", "--max-transaction-timeout", "0")
     assert hanging.exit_code == 0, hanging.output
-    rows = [line.split("\t") for line in hanging.output.strip().splitlines()[1:]]
+    rows = [line.split() for line in hanging.output.strip().splitlines()[1:]]  # kafka-transactions' padded cells
     # the orphan only: cli-tx's open transaction (offset 1) is one its coordinator tracks
     assert [(r[0], r[1], r[2], r[5]) for r in rows] == [("cli-t", "0", "9999", "0")]
 

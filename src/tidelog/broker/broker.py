@@ -41,6 +41,8 @@ from tidelog.broker.handlers import (  # noqa: F401
     acls,
     admin,
     core,
+    describe_topics,
+    features,
     group,
     producer_id,
     quotas,

@@ -227,6 +227,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("num.partitions", "1", _pos_int, "partitions of an auto-created topic"),
         _key("default.replication.factor", "1", _replication_factor),
         _key("auto.create.topics.enable", "true", _parse_bool),
+        _key("max.request.partition.size.limit", "2000", _pos_int,
+             "most partitions one DescribeTopicPartitions response describes (KIP-966)"),
         _key("delete.topic.enable", "true", _parse_bool),
         _key("socket.request.max.bytes", "104857600", _pos_int, "largest request frame accepted"),
         _key("socket.send.buffer.bytes", "102400", lambda v: _parse_int(v, -1)),

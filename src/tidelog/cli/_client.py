@@ -23,6 +23,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from tidelog.cli._preflight import LoginProblem, check_listener
+from tidelog.cli._tables import aligned_lines, tabbed_lines
 from tidelog.client.security import (
     ClientConfigError,
     ClientSecurity,
@@ -345,9 +346,12 @@ def echo_json(value: Any) -> None:
     safe_echo(json.dumps(value, separators=(",", ":"), default=str))
 
 
-def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> None:
-    """A rich table on a terminal, tab-separated lines (with a header line) otherwise; with ``--output json``
-    one JSON array of objects keyed by the headers."""
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None,
+                minimums: Sequence[int] = (), layout: str = "aligned", blank_before: bool = False) -> None:
+    """A rich table on a terminal; otherwise the layout of the Kafka tool the command stands for (``aligned``:
+    kafka-consumer-groups' space-padded columns with ``minimums`` widths; ``tabbed``: kafka-transactions' padded
+    cells each followed by a tab; ``blank_before``: a blank line first, as kafka-consumer-groups prints one); with
+    ``--output json`` one JSON array of objects keyed by the headers."""
     if output_is_json():
         echo_json([{h: (v if v is None or isinstance(v, (int, float, bool)) else str(v)) for h, v in zip(headers, r)}
                    for r in rows])
@@ -364,11 +368,11 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: st
             table.add_row(*r)
         Console().print(table)
         return
-    if title:
-        safe_echo(f"# {title}")
-    safe_echo("\t".join(headers))
-    for r in rows:
-        safe_echo("\t".join(r))
+    if blank_before:
+        safe_echo("")
+    lines = tabbed_lines(headers, rows) if layout == "tabbed" else aligned_lines(headers, rows, minimums)
+    for line in lines:
+        safe_echo(line)
 
 
 def safe_echo(text: str) -> None:

@@ -27,7 +27,7 @@ from tidelog.broker.security.acls import (
     ResourceType,
     parse_enum,
 )
-from tidelog.cli._client import bootstrap_option, fail, peer_request
+from tidelog.cli._client import bootstrap_option, echo_json, fail, output_is_json, output_option, peer_request
 from tidelog.protocol.errors import error_for_code
 
 _OPERATIONS = [op.name for op in AclOperation if op not in (AclOperation.UNKNOWN, AclOperation.ANY)]
@@ -98,14 +98,16 @@ def _entry_text(principal: str, host: str, op: int, perm: int) -> str:
 
 
 def _print_grouped(bindings: Iterable[AclBinding], header: str) -> None:
+    """kafka-acls.sh's lines, byte for byte (AclCommand: ``s"$header `$resource`: $nl ${acls.map("\t" +
+    _).mkString(nl)} $nl"``): a space after the colon, a space before the first entry's tab and after the last
+    entry, then a blank line."""
     groups: dict[tuple[int, str, int], list[AclBinding]] = {}
     for b in bindings:
         groups.setdefault((int(b.resource_type), b.name, int(b.pattern_type)), []).append(b)
     for (rt, name, pt), bs in sorted(groups.items()):
-        click.echo(f"{header} `{_pattern_text(rt, name, pt)}`:")
-        for b in sorted(bs, key=lambda b: (b.principal, b.host, int(b.operation), int(b.permission))):
-            click.echo(" \t" + _entry_text(b.principal, b.host, int(b.operation), int(b.permission)))
-        click.echo("")
+        entries = [_entry_text(b.principal, b.host, int(b.operation), int(b.permission))
+                   for b in sorted(bs, key=lambda b: (b.principal, b.host, int(b.operation), int(b.permission)))]
+        click.echo(f"{header} `{_pattern_text(rt, name, pt)}`: \n " + "\n".join("\t" + e for e in entries) + " \n")
 
 
 def _binding(rt: int, name: str, pt: int, principal: str, host: str, op: int, perm: int) -> AclBinding:
@@ -228,6 +230,7 @@ def _bindings_of(resources: list[dict]) -> list[AclBinding]:
 @click.option("--principal", "principals", multiple=True, help="Only ACLs of this principal (repeatable).")
 @click.option("--resource-pattern-type", "pattern", default="ANY", show_default=True,
               help="ANY, MATCH, LITERAL or PREFIXED.")
+@output_option
 @_common
 def list_(principals: tuple[str, ...], pattern: str, topics: tuple[str, ...], groups: tuple[str, ...], cluster: bool,
           txn_ids: tuple[str, ...], bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
@@ -239,7 +242,25 @@ def list_(principals: tuple[str, ...], pattern: str, topics: tuple[str, ...], gr
         if resp["error_code"]:
             fail(_error(resp["error_code"], resp.get("error_message")))
         found.update(dict.fromkeys(_bindings_of(resp.get("resources") or [])))
-    _print_grouped(found, "Current ACLs for resource")
+    if output_is_json():
+        echo_json(bindings_json(found))
+        return
+    if not principals:
+        _print_grouped(found, "Current ACLs for resource")
+    for p in principals:  # kafka-acls.sh --list --principal: a heading, then that principal's ACLs
+        click.echo(f"ACLs for principal `{_principal(p)}`")
+        _print_grouped([b for b in found if b.principal == _principal(p)], "Current ACLs for resource")
+
+
+def bindings_json(bindings: Iterable[AclBinding]) -> list[dict[str, str]]:
+    """ACL bindings for ``--output json``: one object each, with Kafka's names (AclBinding's pattern and entry
+    fields) and enum names, in the order the text lists them."""
+    return [{"resourceType": ResourceType(int(b.resource_type)).name, "name": b.name,
+             "patternType": PatternType(int(b.pattern_type)).name, "principal": b.principal, "host": b.host,
+             "operation": AclOperation(int(b.operation)).name,
+             "permissionType": PermissionType(int(b.permission)).name}
+            for b in sorted(bindings, key=lambda b: (int(b.resource_type), b.name, int(b.pattern_type), b.principal,
+                                                     b.host, int(b.operation), int(b.permission)))]
 
 
 @acls.command("remove")

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from tidelog.cli._client import fail
+from tidelog.cli._client import fail, output_is_json, output_option
 from tidelog.cli.local_cluster import up as local_cluster_up
 from tidelog.cli.reassign import reassignment_options, run_reassignment
 from tidelog.cluster import zkdata as zd
@@ -83,7 +83,8 @@ def read_cluster(zk_connect: str, timeout: float = 10.0) -> dict:
 
 @cluster.command("describe")
 @click.option("--zookeeper", "-z", "zk_connect", required=True, help="zookeeper.connect, e.g. 127.0.0.1:2181")
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output (as --output json)")
+@output_option
 def describe(zk_connect: str, as_json: bool) -> None:
     """Brokers, the controller and every partition's leader, epoch, replicas and ISR; partitions without a live
     leader are flagged OFFLINE, those with an ISR smaller than the replica set UNDER-REPLICATED."""
@@ -97,7 +98,7 @@ def describe(zk_connect: str, as_json: bool) -> None:
         for p in t["partitions"]:  # kafka-topics --under-replicated-partitions / --unavailable-partitions
             p["under_replicated"] = len(p["isr"]) < len(p["replicas"])
             p["offline"] = p["leader"] not in live
-    if as_json:
+    if as_json or output_is_json():
         click.echo(json.dumps(info, indent=1))
         return
     click.echo(f"Controller: {info['controller']} (epoch {info['controller_epoch']})")

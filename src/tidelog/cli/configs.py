@@ -21,8 +21,11 @@ from tidelog.cli._client import (
     bootstrap_option,
     bootstrap_request,
     broker_addresses,
+    echo_json,
     fail,
     kafka_error_text,
+    output_is_json,
+    output_option,
     parse_config_list,
     peer_request,
     safe_echo,
@@ -157,19 +160,28 @@ def configs() -> None:
 @configs.command("describe")
 @_entity_options
 @click.option("--all", "show_all", is_flag=True, help="Every config with its source, not only dynamic ones.")
+@output_option
 @bootstrap_option
 @timeout_option
 def describe(entity_types: tuple[str, ...], entity_names: tuple[str, ...], entity_default: bool, show_all: bool,
              bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
-    """Configs of an entity (every topic or broker when no --entity-name), as kafka-configs.sh --describe."""
+    """Configs of an entity (every topic or broker when no --entity-name), as kafka-configs.sh --describe.
+    With --output json: one array, an object per entity (its configs, or its quotas and SCRAM credentials)."""
     _check_types(entity_types)
+    as_json = output_is_json()
+    found: list[dict[str, Any]] = []
     if entity_types[0] in ("users", "clients"):
         entity, any_of = _quota_entity(entity_types, entity_names, entity_default)
         for names, values in describe_quotas(bootstrap, entity, False, timeout, any_of):
+            if as_json:
+                found.append({"entity": names, "quotas": {k: float(v) for k, v in values}})
+                continue
             safe_echo(f"Quota configs for {_quota_label(names)} are "
                       + ", ".join(f"{k}={java_double(v)}" for k, v in values))
         if "clients" not in entity_types and not entity_default:  # as Kafka: a user's SCRAM credentials too
-            _describe_scram(bootstrap, properties, timeout, list(entity_names) or None)
+            found += _describe_scram(bootstrap, properties, timeout, list(entity_names) or None, as_json)
+        if as_json:
+            echo_json(found)
         return
     rtype, name = _resource(entity_types[0], entity_names, entity_default)
     resources: list[str]
@@ -183,24 +195,47 @@ def describe(entity_types: tuple[str, ...], entity_names: tuple[str, ...], entit
         resources = [name]
     for n in resources:
         kind = entity_types[0][:-1]
+        wanted = _dynamic_source(rtype, n)
+        shown = [c for c in describe_resource(bootstrap, rtype, n, timeout) if show_all or c["config_source"] == wanted]
+        if as_json:
+            found.append({"entityType": entity_types[0], "entityName": n if n or rtype == TOPIC else None,
+                          "configs": [_entry_json(c) for c in shown]})
+            continue
         if rtype == BROKER and not n:
             safe_echo("Default configs for brokers in the cluster are:")
         else:
             safe_echo(f"{'All' if show_all else 'Dynamic'} configs for {kind} {n} are:")
-        wanted = _dynamic_source(rtype, n)
-        for c in describe_resource(bootstrap, rtype, n, timeout):
-            if show_all or c["config_source"] == wanted:
-                safe_echo(_entry_line(c))
+        for c in shown:
+            safe_echo(_entry_line(c))
+    if as_json:
+        echo_json(found)
 
 
-def _describe_scram(bootstrap: str, properties: tuple[str, ...], timeout: float, names: list[str] | None) -> None:
+def _entry_json(c: dict) -> dict[str, Any]:
+    """One config entry for ``--output json``, with Kafka's ConfigEntry field and source names."""
+    return {"name": c["name"], "value": c["value"], "source": SOURCES.get(c["config_source"], c["config_source"]),
+            "sensitive": c["is_sensitive"], "readOnly": c["read_only"],
+            "synonyms": [{"name": s["name"], "value": s["value"], "source": SOURCES.get(s["source"], s["source"])}
+                         for s in c.get("synonyms") or ()]}
+
+
+def _describe_scram(bootstrap: str, properties: tuple[str, ...], timeout: float, names: list[str] | None,
+                    as_json: bool = False) -> list[dict[str, Any]]:
+    """A user's SCRAM credentials as kafka-configs.sh prints them (or, ``as_json``, returned as objects)."""
+    found: list[dict[str, Any]] = []
     for user, creds in sorted(scram_credentials(bootstrap, properties, timeout, names).items()):
         if isinstance(creds, BaseException):
+            if as_json:
+                found.append({"entity": {"user": user}, "error": kafka_error_text(creds)})
+                continue
             safe_echo(f"Error retrieving SCRAM credential configs for user-principal '{user}': "
                       f"{kafka_error_text(creds)}")
+        elif as_json:
+            found.append({"entity": {"user": user}, "scram": [{"mechanism": m, "iterations": i} for m, i in creds]})
         else:
             safe_echo(f"SCRAM credential configs for user-principal '{user}' are "
                       + ", ".join(f"{m}=iterations={i}" for m, i in creds))
+    return found
 
 
 async def _metadata(bootstrap: str, timeout: float) -> dict:

@@ -23,6 +23,16 @@ from tidelog.cli._client import (
     print_table,
     safe_echo,
 )
+from tidelog.cli._tables import (
+    DELETE_OFFSETS_WIDTHS,
+    GROUP_MEMBERS_INSTANCE_WIDTHS,
+    GROUP_MEMBERS_WIDTHS,
+    GROUP_OFFSETS_WIDTHS,
+    RESET_OFFSETS_WIDTHS,
+    group_list_widths,
+    group_state_name,
+    group_state_widths,
+)
 from tidelog.cli.group_admin import delete_offsets
 from tidelog.cli.group_offsets import SpecError, choose_spec, export_csv, parse_offsets_file, target
 
@@ -73,15 +83,16 @@ def groups() -> None:
 @bootstrap_option
 @timeout_option
 def list_cmd(bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
-    """List consumer groups with their state."""
+    """List consumer groups with their state (as kafka-consumer-groups --list --state: Kafka's state names,
+    Stable, Empty...) and whether they are consumer groups or simple (offsets only)."""
     admin = _admin(bootstrap, properties)
     try:
         res = admin.list_consumer_groups(request_timeout=timeout).result(timeout)
     except Exception as exc:
         fail(kafka_error_text(exc))
-    rows = sorted((g.group_id, getattr(g.state, "name", str(g.state)), "consumer" if g.is_simple_consumer_group is False
+    rows = sorted((g.group_id, group_state_name(g.state), "consumer" if g.is_simple_consumer_group is False
                    else "simple") for g in res.valid)
-    print_table(["GROUP", "STATE", "TYPE"], rows)
+    print_table(["GROUP", "STATE", "TYPE"], rows, minimums=group_list_widths([r[0] for r in rows]))
     for err in res.errors:
         click.echo(f"Warning: {err}", err=True)
 
@@ -105,32 +116,42 @@ def describe_cmd(group: str, view: str, verbose: bool, bootstrap: str, propertie
         committed = _committed(admin, group, timeout)
     except Exception as exc:
         fail(kafka_error_text(exc))
-    state = getattr(desc.state, "name", str(desc.state))
-    if state == "DEAD" and not desc.members and not committed:
+    raw_state = getattr(desc.state, "name", str(desc.state))
+    if raw_state == "DEAD" and not desc.members and not committed:
         fail(f"consumer group {group!r} does not exist")  # Kafka's kafka-consumer-groups says the same
+    state = group_state_name(desc.state)
+    if not output_is_json():  # kafka-consumer-groups' notes, on stderr as it prints them
+        if raw_state == "EMPTY":
+            click.echo(f"\nConsumer group '{group}' has no active members.", err=True)
+        elif "REBALANC" in raw_state:
+            click.echo(f"\nWarning: Consumer group '{group}' is rebalancing.", err=True)
     if view == "state":
         c = desc.coordinator
+        coordinator = f"{c.host}:{c.port}  ({c.id})" if c is not None else "-"  # two spaces, as Kafka's
         print_table(["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
-                    [[group, f"{c.host}:{c.port} ({c.id})" if c is not None else "-",
-                      desc.partition_assignor or "", state.capitalize(), len(desc.members)]])
+                    [[group, coordinator, desc.partition_assignor or "", state, len(desc.members)]],
+                    minimums=group_state_widths(coordinator), blank_before=True)
         return
     if view == "members":
-        headers = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"] + (["ASSIGNMENT"] if verbose else [])
+        with_instance = any(getattr(m, "group_instance_id", None) for m in desc.members)
+        headers = (["GROUP", "CONSUMER-ID"] + (["GROUP-INSTANCE-ID"] if with_instance else [])
+                   + ["HOST", "CLIENT-ID", "#PARTITIONS"] + (["ASSIGNMENT"] if verbose else []))
         rows = []
         for m in sorted(desc.members, key=lambda m: m.member_id):
             parts = list(m.assignment.topic_partitions) if m.assignment else []
-            row = [group, m.member_id, m.host, m.client_id, len(parts)]
+            row = ([group, m.member_id] + ([getattr(m, "group_instance_id", None) or ""] if with_instance else [])
+                   + [m.host, m.client_id, len(parts)])
             if verbose:
                 by_topic: dict[str, list[int]] = {}
                 for tp in parts:
                     by_topic.setdefault(tp.topic, []).append(tp.partition)
-                row.append(",".join(f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in sorted(by_topic.items()))
+                row.append(", ".join(f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in sorted(by_topic.items()))
                            or "-")
             rows.append(row)
         if not rows and not output_is_json():
-            safe_echo(f"Consumer group '{group}' has no active members.")
-            return
-        print_table(headers, rows)
+            return  # Kafka prints only the note above
+        print_table(headers, rows, minimums=GROUP_MEMBERS_INSTANCE_WIDTHS if with_instance else GROUP_MEMBERS_WIDTHS,
+                    blank_before=True)
         return
     owners: dict[tuple[str, int], Any] = {}
     for m in desc.members:
@@ -162,7 +183,8 @@ def describe_cmd(group: str, view: str, verbose: bool, bootstrap: str, propertie
                      "-" if lag is None else lag,
                      m.member_id if m else "-", m.host if m else "-", m.client_id if m else "-"])
     print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
-                 "CLIENT-ID"], rows, title=f"{group} ({state}, {len(desc.members)} members)")
+                 "CLIENT-ID"], rows, title=f"{group} ({state}, {len(desc.members)} members)",
+                minimums=GROUP_OFFSETS_WIDTHS, blank_before=True)
 
 
 @groups.command("reset-offsets")
@@ -183,6 +205,7 @@ def describe_cmd(group: str, view: str, verbose: bool, bootstrap: str, propertie
 @click.option("--export", "export", is_flag=True, help="Print the plan as CSV (topic,partition,offset).")
 @click.option("--dry-run", is_flag=True, help="Only print the plan (the default).")
 @click.option("--execute", is_flag=True, help="Apply the plan (default: only print it).")
+@output_option
 @bootstrap_option
 @timeout_option
 def reset_cmd(group: str, topics: tuple[str, ...], all_topics: bool, to_earliest: bool, to_latest: bool,
@@ -270,10 +293,11 @@ def reset_cmd(group: str, topics: tuple[str, ...], all_topics: bool, to_earliest
         safe_echo(export_csv((t.topic, t.partition, t.offset) for t in plan).rstrip("\n"))
     else:
         print_table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
-                    [[group, t.topic, t.partition, t.offset] for t in plan])
+                    [[group, t.topic, t.partition, t.offset] for t in plan], minimums=RESET_OFFSETS_WIDTHS,
+                    blank_before=True)
     if not execute:
         if not export:
-            safe_echo("(dry run: add --execute to apply)")
+            click.echo("(dry run: add --execute to apply)", err=output_is_json())
         return
     hint = "offsets can only be reset while the group has no active members"
     try:
@@ -302,6 +326,7 @@ def _offsets_for_time(bootstrap: str, properties: tuple[str, ...], tps: list[Any
 @groups.command("delete-offsets")
 @click.argument("group")
 @click.option("--topic", "topics", multiple=True, required=True, help="Topic (or topic:p1,p2); repeatable.")
+@output_option
 @bootstrap_option
 @timeout_option
 def delete_offsets_cmd(group: str, topics: tuple[str, ...], bootstrap: str, properties: tuple[str, ...],
@@ -316,7 +341,7 @@ def delete_offsets_cmd(group: str, topics: tuple[str, ...], bootstrap: str, prop
         fail(f"cannot reach the group coordinator: {exc}")
     if top_error:
         fail(f"deleting offsets of group {group!r} failed: {top_error}")
-    print_table(["TOPIC", "PARTITION", "STATUS"], rows)
+    print_table(["TOPIC", "PARTITION", "STATUS"], rows, minimums=DELETE_OFFSETS_WIDTHS, blank_before=True)
     if any(status != "Successful" for _, _, status in rows):
         sys.exit(1)
 

@@ -19,7 +19,10 @@ import click
 from tidelog.cli._client import (
     bootstrap_option,
     broker_addresses,
+    echo_json,
     fail,
+    output_is_json,
+    output_option,
     peer_request,
     print_table,
     safe_echo,
@@ -95,6 +98,7 @@ def log_dirs() -> None:
 @click.option("--broker-list", default=None, metavar="ID[,ID...]", help="Brokers to ask (default: all).")
 @click.option("--topic-list", default=None, metavar="T[,T...]", help="Only these topics' partitions (default: all).")
 @click.option("--table", "as_table", is_flag=True, help="A readable table instead of Kafka's JSON.")
+@output_option
 @bootstrap_option
 @timeout_option
 def describe(broker_list: str | None, topic_list: str | None, as_table: bool, bootstrap: str,
@@ -103,6 +107,9 @@ def describe(broker_list: str | None, topic_list: str | None, as_table: bool, bo
     whether it is a future replica (being moved between log dirs)."""
     wanted = _int_list(broker_list, "--broker-list")
     topics = {t.strip() for t in topic_list.split(",") if t.strip()} if topic_list else None
+    if output_is_json():  # only Kafka's JSON document, without the lines around it
+        echo_json(as_kafka_json(asyncio.run(_describe(bootstrap, wanted, timeout)), topics))
+        return
     if not as_table:
         safe_echo("Querying brokers for log directories information")
     results = asyncio.run(_describe(bootstrap, wanted, timeout))

@@ -15,6 +15,7 @@ COMMANDS: dict[str, str] = {
     "topics": "tidelog.cli.topics:topics",
     "produce": "tidelog.cli.console:produce",
     "consume": "tidelog.cli.console:consume",
+    "console": "tidelog.console.command:console",  # above cli in the layers (it reuses cli helpers)
     "groups": "tidelog.cli.groups:groups",
     "cluster": "tidelog.cli.cluster:cluster",
     "transactions": "tidelog.cli.transactions:transactions",
@@ -25,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "delete-records": "tidelog.cli.records:delete_records",
     "log-dirs": "tidelog.cli.log_dirs:log_dirs",
     "configs": "tidelog.cli.configs:configs",
+    "features": "tidelog.cli.features:features",
     "leader-election": "tidelog.cli.reassign:leader_election",
     "reassign-partitions": "tidelog.cli.reassign:reassign_partitions",
     "producer-perf-test": "tidelog.cli.perf:producer_perf_test",

@@ -14,7 +14,15 @@ from typing import Any
 
 import click
 
-from tidelog.cli._client import bootstrap_option, fail, kafka_error_text, safe_echo
+from tidelog.cli._client import (
+    bootstrap_option,
+    echo_json,
+    fail,
+    kafka_error_text,
+    output_is_json,
+    output_option,
+    safe_echo,
+)
 from tidelog.cli.topics import _admin, _metadata, timeout_option
 
 # Kafka's GetOffsetShell.TOPIC_PARTITION_PATTERN: topic regex, then an optional partition, range or open range
@@ -120,6 +128,7 @@ def list_offsets(admin: Any, partitions: list[tuple[str, int]], ms: int,
               help="topic1:1,topic2:0-3,topic3,topic4:5-,topic5:-3 (not with --topic/--partitions).")
 @click.option("--time", "time_", default="-1", show_default=True, help=_TIME_HELP + ".")
 @click.option("--exclude-internal-topics", is_flag=True, help="Leave out internal topics (__consumer_offsets ...).")
+@output_option
 @bootstrap_option
 @timeout_option
 def get_offsets(topic: str | None, partitions: str | None, topic_partitions: str | None, time_: str,
@@ -144,9 +153,16 @@ def get_offsets(topic: str | None, partitions: str | None, topic_partitions: str
     if not wanted:
         fail("Could not match any topic-partitions with the specified filters")
     results = list_offsets(admin, wanted, ms, timeout)
+    found = []
+    # Kafka's order: by the partition's "topic-partition" name
     for (t, p), result in sorted(results.items(), key=lambda kv: f"{kv[0][0]}-{kv[0][1]}"):
         if isinstance(result, BaseException):
             click.echo(f"Skip getting offsets for topic-partition {t}-{p} due to error: {kafka_error_text(result)}",
                        err=True)
         elif result >= 0:
-            safe_echo(f"{t}:{p}:{result}")
+            found.append({"topic": t, "partition": p, "offset": result})
+    if output_is_json():
+        echo_json(found)
+        return
+    for f in found:
+        safe_echo(f"{f['topic']}:{f['partition']}:{f['offset']}")

@@ -115,8 +115,8 @@ def describe(user: str | None, user_defaults: bool, client: str | None, client_d
                                          timeout):
         shown = {k: DEFAULT if v is None else v for k, v in names.items()}
         for key, value in values:
-            text = str(int(value)) if QUOTA_KEYS.get(key) == "LONG" else repr(value)
-            rows.append((shown.get("user", ""), shown.get("client-id", ""), key, text))
+            number = int(value) if QUOTA_KEYS.get(key) == "LONG" else float(value)  # printed as 1048576, 50.0
+            rows.append((shown.get("user", ""), shown.get("client-id", ""), key, number))
     print_table(["USER", "CLIENT-ID", "KEY", "VALUE"], sorted(rows))
 
 

@@ -24,9 +24,12 @@ from tidelog.cli._client import (
     bootstrap_option,
     broker_addresses,
     command_config_option,
+    echo_json,
     fail,
     kafka_error_name,
     kafka_error_text,
+    output_is_json,
+    output_option,
     peer_request,
     repeated,
     safe_echo,
@@ -193,6 +196,11 @@ def run_reassignment(bootstrap: str, mode: str, json_file: str | None, timeout: 
         resp = asyncio.run(controller_request(bootstrap, LIST_REASSIGNMENTS, 0,
                                               {"timeout_ms": int(timeout * 1000), "topics": None}, timeout))
         parts = [(t["name"], p) for t in resp["topics"] for p in t["partitions"]]
+        if output_is_json():
+            echo_json([{"topic": name, "partition": p["partition_index"], "replicas": p["replicas"],
+                        "addingReplicas": p["adding_replicas"], "removingReplicas": p["removing_replicas"]}
+                       for name, p in sorted(parts, key=lambda x: (x[0], x[1]["partition_index"]))])
+            return
         if not parts:
             safe_echo("No partition reassignments found.")
             return
@@ -234,19 +242,31 @@ def verify(bootstrap: str, wanted: dict[TopicPartition, list[int]], timeout: flo
         timeout))
     ongoing = {(t["name"], p["partition_index"]) for t in resp["topics"] for p in t["partitions"]}
     current = asyncio.run(replicas_of(bootstrap, topics, timeout))
-    safe_echo("Status of partition reassignment:")
+    as_json = output_is_json()
+    if not as_json:
+        safe_echo("Status of partition reassignment:")
     all_done = True
+    statuses = []
     for tp in sorted(wanted):
         name = f"{tp[0]}-{tp[1]}"
         if tp in ongoing:
             all_done = False
-            safe_echo(f"Reassignment of partition {name} is still in progress.")
+            status = "in progress"
+            text = f"Reassignment of partition {name} is still in progress."
         elif current.get(tp) == wanted[tp]:
-            safe_echo(f"Reassignment of partition {name} is completed.")
+            status = "completed"
+            text = f"Reassignment of partition {name} is completed."
         else:
             all_done = False
-            safe_echo(f"There is no active reassignment of partition {name}, but replica set is "
-                      f"{','.join(map(str, current.get(tp, [])))} rather than {','.join(map(str, wanted[tp]))}.")
+            status = "mismatch"
+            text = (f"There is no active reassignment of partition {name}, but replica set is "
+                    f"{','.join(map(str, current.get(tp, [])))} rather than {','.join(map(str, wanted[tp]))}.")
+        statuses.append({"topic": tp[0], "partition": tp[1], "status": status, "replicas": current.get(tp, []),
+                         "targetReplicas": wanted[tp]})
+        if not as_json:
+            safe_echo(text)
+    if as_json:
+        echo_json(statuses)
     if not all_done:
         sys.exit(1)
 
@@ -262,6 +282,7 @@ def reassignment_options(fn: Any) -> Any:
     fn = click.option("--execute", "mode", flag_value="execute", help="Start the reassignment in the JSON file.")(fn)
     fn = click.option("--reassignment-json-file", "json_file", default=None,
                       help='{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2,3]}]}')(fn)
+    fn = output_option(fn)
     fn = command_config_option(fn)
     fn = click.option("--bootstrap-server", "-b", "bootstrap", envvar="TIDELOG_BOOTSTRAP", default="127.0.0.1:9092",
                       show_default=True, help="Broker(s) to ask for the controller, host:port[,host:port...].")(fn)

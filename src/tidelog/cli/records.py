@@ -12,7 +12,16 @@ from typing import Any
 
 import click
 
-from tidelog.cli._client import bootstrap_option, fail, kafka_error_text, repeated, safe_echo
+from tidelog.cli._client import (
+    bootstrap_option,
+    echo_json,
+    fail,
+    kafka_error_text,
+    output_is_json,
+    output_option,
+    repeated,
+    safe_echo,
+)
 from tidelog.cli.topics import _admin, timeout_option
 
 
@@ -40,6 +49,7 @@ def read_offset_json(path: str) -> list[tuple[str, int, int]]:
 @click.option("--topic", default=None, help="One partition's topic (instead of --offset-json-file).")
 @click.option("--partition", type=int, default=None, help="With --topic.")
 @click.option("--offset", type=int, default=None, help="With --topic: delete records before it (-1: all).")
+@output_option
 @bootstrap_option
 @timeout_option
 def delete_records(offset_json_file: str | None, topic: str | None, partition: int | None, offset: int | None,
@@ -57,16 +67,27 @@ def delete_records(offset_json_file: str | None, topic: str | None, partition: i
     else:
         wanted = read_offset_json(offset_json_file)
     admin = _admin(bootstrap, properties)
-    safe_echo("Executing records delete operation")
+    as_json = output_is_json()  # then one array: {topic, partition, lowWatermark} or {topic, partition, error}
+    if not as_json:
+        safe_echo("Executing records delete operation")
     futures: dict[Any, Any] = admin.delete_records([TopicPartition(t, p, o) for t, p, o in wanted],
                                                    request_timeout=timeout, operation_timeout=timeout)
-    safe_echo("Records delete operation completed:")
+    if not as_json:
+        safe_echo("Records delete operation completed:")
     failed = 0
+    results: list[dict[str, Any]] = []
     for tp, fut in futures.items():
         try:
-            safe_echo(f"partition: {tp.topic}-{tp.partition}\tlow_watermark: {fut.result(timeout + 5).low_watermark}")
+            low = fut.result(timeout + 5).low_watermark
+            results.append({"topic": tp.topic, "partition": tp.partition, "lowWatermark": low})
+            if not as_json:
+                safe_echo(f"partition: {tp.topic}-{tp.partition}\tlow_watermark: {low}")
         except Exception as exc:
             failed += 1
-            safe_echo(f"partition: {tp.topic}-{tp.partition}\terror: {kafka_error_text(exc)}")
+            results.append({"topic": tp.topic, "partition": tp.partition, "error": kafka_error_text(exc)})
+            if not as_json:
+                safe_echo(f"partition: {tp.topic}-{tp.partition}\terror: {kafka_error_text(exc)}")
+    if as_json:
+        echo_json(results)
     if failed:
         fail(f"records of {failed} of {len(futures)} partition(s) could not be deleted")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,9 @@ from tidelog.node import run
 @click.option(
     "--loop", type=click.Choice(["uvloop", "asyncio"]), default="uvloop", show_default=True, help="event loop"
 )
+@click.option("--console", "with_console", is_flag=True,
+              help="also serve the web console (tidelog console) on 127.0.0.1:--console-port, in its own process")
+@click.option("--console-port", type=int, default=9021, show_default=True, help="web console port (with --console)")
 def serve(
     properties: str | None,
     config_path: str | None,
@@ -42,6 +46,8 @@ def serve(
     log_level: str,
     log_format: str,
     loop: str,
+    with_console: bool = False,
+    console_port: int = 9021,
 ) -> None:
     """Start a broker on 127.0.0.1:9092 with its data in ./data (Kafka's properties and defaults)."""
     setup_logging(log_level, log_format)
@@ -56,9 +62,13 @@ def serve(
     started: list[Any] = []
     new_dirs = [_topmost_missing(d) for d in cfg.log_dirs if not d.exists()]  # removed again if the start fails
 
+    console_proc: list[Any] = []
+
     def on_started(broker: Any) -> None:
         started.append(broker)
         _print_how_to_reach(broker)
+        if with_console:
+            console_proc.append(_start_console(broker, console_port))
 
     try:
         run(cfg, use_uvloop=(loop == "uvloop"), on_started=on_started,
@@ -72,6 +82,23 @@ def serve(
         if kafka_error is None and not type(exc).__module__.startswith("tidelog."):
             raise
         _failed(f"broker failed: {exc}", [] if started else new_dirs)
+    finally:
+        for proc in console_proc:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _start_console(broker: Any, port: int) -> Any:
+    """``tidelog console`` for this broker in a process of its own (the console's work stays off the broker's
+    interpreter and loop), on loopback, stopped with the broker."""
+    host = "127.0.0.1" if broker.host in ("0.0.0.0", "::", "") else broker.host
+    cmd = [sys.executable, "-m", "tidelog.cli.main", "console", "--bootstrap-server", f"{host}:{broker.port}",
+           "--port", str(port)]
+    return subprocess.Popen(cmd)
 
 
 def _topmost_missing(d: Path) -> Path:

@@ -16,6 +16,7 @@ from tidelog.cli._client import (
     client_config,
     echo_json,
     fail,
+    is_tty,
     kafka_error_name,
     kafka_error_text,
     output_is_json,
@@ -140,6 +141,8 @@ def _offsets(admin: Any, partitions: list[tuple[str, int]], timeout: float) -> d
 
 
 def _overrides(admin: Any, names: list[str], timeout: float) -> dict[str, list[tuple[str, str]]]:
+    """Each topic's configs that are not defaults (set on the topic or in the broker's properties), as
+    kafka-topics.sh --describe lists them in ``Configs:`` (``ConfigEntry.isDefault()`` false)."""
     from confluent_kafka.admin import ConfigResource, ConfigSource
 
     out: dict[str, list[tuple[str, str]]] = {n: [] for n in names}
@@ -154,9 +157,63 @@ def _overrides(admin: Any, names: list[str], timeout: float) -> dict[str, list[t
         out[res.name] = sorted(
             (e.name, "" if e.value is None else e.value)
             for e in entries.values()
-            if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+            if e.source != ConfigSource.DEFAULT_CONFIG.value
         )
     return out
+
+
+def _topic_ids(admin: Any, names: list[str], timeout: float) -> dict[str, str]:
+    """Each topic's id as Kafka prints it (base64), through DescribeTopics' Metadata; none for a topic whose
+    description fails or whose id is zero (an older broker), as kafka-topics.sh then leaves ``TopicId:`` out."""
+    from confluent_kafka import TopicCollection
+
+    if not names:
+        return {}
+    try:
+        futs = admin.describe_topics(TopicCollection(names), request_timeout=timeout)
+    except Exception:
+        return {}
+    out: dict[str, str] = {}
+    for name, fut in futs.items():
+        try:
+            tid = fut.result(timeout=timeout).topic_id
+        except Exception:
+            continue
+        if tid is not None and str(tid) != "AAAAAAAAAAAAAAAAAAAAAA":
+            out[name] = str(tid)
+    return out
+
+
+def _print_kafka_description(md: Any, present: list[str], tps: list[tuple[str, int]], rows: list[list[Any]],
+                             columns: list[str], overrides: dict[str, list[tuple[str, str]]], topic_ids: dict[str, str],
+                             with_topic_lines: bool) -> None:
+    """kafka-topics.sh --describe's lines: ``Topic: t\tTopicId: ...\tPartitionCount: ...\tReplicationFactor:
+    ...\tConfigs: k=v,...`` per topic (not with a partition filter, as Kafka), then ``\tTopic: t\tPartition: p\t
+    Leader: ...\tReplicas: ...\tIsr: ...\tElr: N/A\tLastKnownElr: N/A`` per partition; tidelog appends the
+    partition's offsets (and cleaner state) as more ``Name: value`` fields."""
+    extra = {"log_start_offset": "LogStartOffset", "log_end_offset": "LogEndOffset", "dirty_ratio": "DirtyRatio",
+             "first_dirty_offset": "FirstDirtyOffset", "cleaner_runs": "CleanerRuns"}
+    by_tp = {(r[0], r[1]): dict(zip(columns, r)) for r in rows}
+    for n in present:
+        parts = md.topics[n].partitions
+        if with_topic_lines:
+            first = parts[min(parts)] if parts else None
+            line = f"Topic: {n}"
+            if n in topic_ids:
+                line += f"\tTopicId: {topic_ids[n]}"
+            line += f"\tPartitionCount: {len(parts)}\tReplicationFactor: {len(first.replicas) if first else 0}"
+            line += "\tConfigs: " + ",".join(f"{k}={v}" for k, v in overrides.get(n, []))
+            safe_echo(line)
+        for t, p in tps:
+            if t != n:
+                continue
+            pmd = parts[p]
+            row = by_tp[(t, p)]
+            line = (f"\tTopic: {t}\tPartition: {p}\tLeader: {pmd.leader if pmd.leader >= 0 else 'none'}"
+                    f"\tReplicas: {','.join(map(str, pmd.replicas))}\tIsr: {','.join(map(str, pmd.isrs))}"
+                    "\tElr: N/A\tLastKnownElr: N/A")
+            line += "".join(f"\t{label}: {row[k]}" for k, label in extra.items() if k in row)
+            safe_echo(line)
 
 
 def _leader_metrics_urls(admin: Any, md: Any, leaders: set[int], timeout: float) -> dict[int, str]:
@@ -333,10 +390,13 @@ def describe(
         for row in rows:
             state = cleaner.get((row[0], row[1]), {})
             row.extend(state.get(k, "-") for k in extra)
-    if present:
+    if not output_is_json() and not is_tty():
+        _print_kafka_description(md, present, tps, rows, columns, overrides, _topic_ids(admin, present, timeout),
+                                 only is None)
+    elif present:
         print_table(columns, rows)
     cfg_rows = [[n, k, v] for n in present for k, v in overrides.get(n, [])] if only is None else []
-    if cfg_rows:
+    if cfg_rows and (output_is_json() or is_tty()):
         if not output_is_json():
             safe_echo("")
         print_table(["topic", "config", "value"], cfg_rows)

@@ -138,7 +138,7 @@ def list_cmd(bootstrap: str, properties: tuple[str, ...], states: tuple[str, ...
                                 "producerId": t["producer_id"], "state": t["transaction_state"]} for node, t in rows]))
         return
     print_table(["TransactionalId", "Coordinator", "ProducerId", "TransactionState"],
-                [(t["transactional_id"], node, t["producer_id"], t["transaction_state"]) for node, t in rows])
+                [(t["transactional_id"], node, t["producer_id"], t["transaction_state"]) for node, t in rows], layout="tabbed")
 
 
 @transactions.command("describe")
@@ -163,7 +163,7 @@ def describe_cmd(bootstrap: str, properties: tuple[str, ...], tid: str, as_json:
                  "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs", "TopicPartitions"],
                 [(node, tid, s["producer_id"], s["producer_epoch"], s["transaction_state"],
                   s["transaction_timeout_ms"], start if start >= 0 else "None",
-                  duration if duration is not None else "None", parts or "None")])
+                  duration if duration is not None else "None", parts or "None")], layout="tabbed")
 
 
 @transactions.command("abort")
@@ -259,4 +259,4 @@ def find_hanging_cmd(bootstrap: str, properties: tuple[str, ...], broker_id: int
 
     rows = asyncio.run(run())
     print_table(["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",
-                 "LastTimestamp", "Duration(min)"], rows)
+                 "LastTimestamp", "Duration(min)"], rows, layout="tabbed")

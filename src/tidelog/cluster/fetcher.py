@@ -8,8 +8,14 @@ connection to its leader; a round is
    KIP-279: ask again with the epoch below until both logs agree). Only logs without any leader epoch, or
    every log with ``tidelog.replica.truncate.on.fetch=false``, start a term truncating; a partition whose
    append failed starts its term over this way;
-2. **one Fetch** carrying every partition that is neither truncating nor backing off, each with its own fetch
-   offset, ``last_fetched_epoch`` (KIP-320) and ``replica.fetch.max.bytes``; ``replica.fetch.response.max.bytes``
+2. **one Fetch** for every partition that is neither truncating nor backing off, in an incremental fetch
+   session (KIP-227, as Kafka's replica fetchers use them): the first request of a connection is a full one
+   (session epoch 0) and opens the session; later ones list only the partitions whose fetch state changed
+   (offset, leader epoch, last fetched epoch, log start offset) and forget those not fetched now, and the
+   leader answers only the partitions with news (records, an error, a diverging epoch, a new HW, LSO or log
+   start offset). A session error (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH) starts over with a
+   full request at once; a leader that opens no session (id 0) gets full requests. Each partition has its own
+   fetch offset, ``last_fetched_epoch`` (KIP-320) and ``replica.fetch.max.bytes``; ``replica.fetch.response.max.bytes``
    bounds the response, ``replica.fetch.wait.max.ms`` / ``replica.fetch.min.bytes`` the leader's long poll;
 3. each partition of the answer is handled on its own: records appended (``append_as_follower``), the HW
    moved, a ``diverging_epoch`` truncated; a partition error only backs that partition off
@@ -39,6 +45,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from tidelog.broker.fetch_session import FollowerSessionState
 from tidelog.cluster.peer import Peer
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
@@ -50,6 +57,7 @@ FETCH, OFFSET_FOR_LEADER_EPOCH = int(ApiKey.FETCH), int(ApiKey.OFFSET_FOR_LEADER
 FETCH_VERSION, OFFSET_FOR_LEADER_EPOCH_VERSION = 12, 4
 OFFSET_OUT_OF_RANGE = error_code("OFFSET_OUT_OF_RANGE")
 NOT_LEADER_OR_FOLLOWER = error_code("NOT_LEADER_OR_FOLLOWER")
+_SESSION_ERRORS = frozenset({error_code("FETCH_SESSION_ID_NOT_FOUND"), error_code("INVALID_FETCH_SESSION_EPOCH")})
 UNKNOWN_LEADER_EPOCH = error_code("UNKNOWN_LEADER_EPOCH")  # 75 (this was 76, UNSUPPORTED_COMPRESSION_TYPE)
 # the leader has not seen the new term in ZooKeeper yet (its watch is a few ms behind ours): retry soon, doubling
 # from this up to replica.fetch.backoff.ms, instead of waiting the full backoff after every failover
@@ -93,6 +101,7 @@ class ReplicaFetcher:
         self._stopped = False
         self.task: asyncio.Task | None = None
         self.rounds = 0  # Fetch requests sent (tests and metrics)
+        self.session = FollowerSessionState()  # KIP-227 (reset with the connection)
 
     # -- membership (called on the loop by ReplicaFetcherManager) --------------------------------------------
 
@@ -118,6 +127,7 @@ class ReplicaFetcher:
     # -- the loop --------------------------------------------------------------------------------------------
 
     def _close(self) -> None:
+        self.session.reset()
         if self._peer is not None:
             self._peer.close()
             self._peer = None
@@ -245,29 +255,51 @@ class ReplicaFetcher:
     async def _fetch(self, peer: Any, ready: list[FetchState]) -> None:
         b = self.replica_manager
         sent: dict[tuple[str, int], tuple[FetchState, int]] = {}
-        topics: dict[str, list[dict]] = {}
+        wanted: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
+        max_bytes = b.fetch_max_bytes
+        truncate_on_fetch = b.truncate_on_fetch
         for st in ready:
             plog = st.replica.log
             offset = plog.log_end_offset
-            sent[st.replica.tp] = (st, offset)
-            topics.setdefault(st.replica.tp[0], []).append({
-                "partition": st.replica.tp[1], "current_leader_epoch": st.epoch, "fetch_offset": offset,
-                "last_fetched_epoch": latest_epoch(plog) if b.truncate_on_fetch else -1,
-                "log_start_offset": plog.log_start_offset, "partition_max_bytes": b.fetch_max_bytes})
+            tp = st.replica.tp
+            sent[tp] = (st, offset)
+            wanted[tp] = (offset, st.epoch, latest_epoch(plog) if truncate_on_fetch else -1, plog.log_start_offset,
+                          max_bytes)
+        # KIP-227: a full request opens a session; then only the partitions whose fetch state changed are listed
+        session = self.session
+        session_id, session_epoch, listed, forgotten = session.build(wanted)
+        topics: dict[str, list[dict]] = {}
+        for tp in listed:
+            offset, epoch, last_fetched, log_start, part_max = wanted[tp]
+            topics.setdefault(tp[0], []).append({
+                "partition": tp[1], "current_leader_epoch": epoch, "fetch_offset": offset,
+                "last_fetched_epoch": last_fetched, "log_start_offset": log_start, "partition_max_bytes": part_max})
+        gone: dict[str, list[int]] = {}
+        for tp in forgotten:
+            gone.setdefault(tp[0], []).append(tp[1])
         body = {
             "replica_id": b.node_id, "max_wait_ms": b.fetch_wait_ms, "min_bytes": b.fetch_min_bytes,
-            "max_bytes": b.fetch_response_max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "max_bytes": b.fetch_response_max_bytes, "isolation_level": 0, "session_id": session_id,
+            "session_epoch": session_epoch,
             "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
-            "forgotten_topics_data": [], "rack_id": "",
+            "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in gone.items()], "rack_id": "",
         }
         self.rounds += 1
         self._polling = True
         try:
             resp = await peer.request(FETCH, FETCH_VERSION, body, timeout=30 + b.fetch_wait_ms / 1000)
+        except BaseException:
+            session.reset()  # the answer is lost (or will arrive on a closed connection): start over
+            raise
         finally:
             self._polling = False
-        if resp.get("error_code"):
-            raise _FetchError(f"fetch error {resp['error_code']}")
+        code = resp.get("error_code") or 0
+        session.answered(code, resp.get("session_id") or 0)
+        if code in _SESSION_ERRORS:  # the leader lost or refused the session: a full request at once
+            log.info("fetch session reset by the leader", extra={"kv": {"leader": self.source, "error": code}})
+            return
+        if code:
+            raise _FetchError(f"fetch error {code}")
         for t in resp.get("responses") or ():
             name = t.get("topic")
             for part in t.get("partitions") or ():
@@ -330,7 +362,7 @@ class ReplicaFetcher:
         else:
             records = part.get("records")
             if records:
-                plog.append_as_follower(records)
+                plog.append_as_follower(records, infos=False)
         hw = min(part.get("high_watermark", -1), plog.log_end_offset)
         if hw > plog.high_watermark:
             plog.high_watermark = hw

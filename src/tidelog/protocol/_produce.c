@@ -5,7 +5,7 @@
  *     -> None | (api_version, correlation_id, client_id, acks, timeout_ms, topic, partition, records)
  *   ``frame`` is a request payload (the bytes after the int32 size), ``accepted`` the broker's accepted versions
  *   ({api_key: (min, max)}, read only for a Produce). It is recognised when it is a Produce request (api key 0)
- *   of a version in [max(3, min), min(11, max)] with: header v1 (v3-8) or
+ *   of a version in [max(3, min), min(12, max)] with: header v1 (v3-8) or
  *   v2 (v9+) with no tagged fields, a null transactional id, acks 1 or -1, exactly one topic (a non-empty name,
  *   valid UTF-8) with exactly one partition, records not null and not a transactional batch (attributes bit 4
  *   of the first batch), no tagged fields anywhere, and nothing after the body. ``records`` is a memoryview
@@ -17,7 +17,7 @@
  *     -> None | bytes
  *   The whole response frame (int32 size included) of a Produce response with one topic and one partition,
  *   byte for byte what codec.encode_response writes for {"responses": [{"name": topic, "partition_responses":
- *   [partition_response]}], "throttle_time_ms": throttle_time_ms} at versions 3-11. ``partition_response`` is
+ *   [partition_response]}], "throttle_time_ms": throttle_time_ms} at versions 3-12. ``partition_response`` is
  *   the handler's entry (index, error_code, base_offset, log_append_time_ms, log_start_offset, record_errors,
  *   error_message). None when it is anything this encoder does not write (record_errors not empty, a missing
  *   key, a value of another type or out of range): the caller then uses the generic encoder.
@@ -32,7 +32,7 @@
 
 #define PRODUCE_KEY 0
 #define FIRST_VERSION 3
-#define LAST_VERSION 11
+#define LAST_VERSION 12
 #define FIRST_FLEXIBLE 9
 #define ATTR_OFFSET 22     /* the low byte of a v2 batch header's attributes (int16 at 21) */
 #define TRANSACTIONAL 0x10 /* attributes bit 4 */

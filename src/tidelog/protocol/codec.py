@@ -52,11 +52,21 @@ __all__ = [
 # --------------------------------------------------------------------------------- version policy
 
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (0, 11),  # advertised from 0 (KAFKA-18659, librdkafka < 2.11.1); v0-2 rejected
-    ApiKey.FETCH: (4, 12),  # v13+ address topics by id
-    ApiKey.LIST_OFFSETS: (1, 8),  # v8: timestamp -4 (earliest local) == earliest without tiered storage
-    ApiKey.METADATA: (0, 12),
-    ApiKey.API_VERSIONS: (0, 3),
+    # advertised from 0 (KAFKA-18659, librdkafka < 2.11.1); v0-2 rejected. v12 is v11 on the wire; in Kafka it
+    # lets a transactional producer skip AddPartitionsToTxn when transaction.version >= 2 (KIP-890 part 2). Here
+    # transaction.version is 0, so a client uses v12 only outside transactions (as Kafka's note says); a
+    # transactional v12 produce is verified as v11 (its partitions must have been added). v13 (topic ids) is not.
+    ApiKey.PRODUCE: (0, 12),
+    # v13: topics by id (UNKNOWN_TOPIC_ID); v14: OFFSET_MOVED_TO_TIERED_STORAGE possible (never: no tiered storage);
+    # v15: ReplicaState (KIP-903); v16: KIP-951 CurrentLeader + NodeEndpoints on NOT_LEADER / FENCED_LEADER_EPOCH;
+    # v17: ReplicaDirectoryId (KIP-853, KRaft: ignored). v18 (the follower's HighWatermark, KIP-1166) is not.
+    ApiKey.FETCH: (4, 17),
+    # v8: timestamp -4 (earliest local) == earliest without tiered storage; v9: -5 (latest tiered) answers offset
+    # -1 (no tiered storage); v10 adds TimeoutMs for remote lookups (KIP-1075): nothing is remote, nothing waits;
+    # v11: -6 (earliest pending upload, KIP-1023) answers offset -1 as well (Kafka 4.2 without tiered storage)
+    ApiKey.LIST_OFFSETS: (1, 11),
+    ApiKey.METADATA: (0, 13),  # v13: a top-level ErrorCode (KIP-1102, REBOOTSTRAP_REQUIRED): always 0 here
+    ApiKey.API_VERSIONS: (0, 4),  # v3+: features (broker/features.py); v4: features whose minimum is 0 listed too
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.CREATE_PARTITIONS: (0, 3),
@@ -64,7 +74,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
-    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.DESCRIBE_CLUSTER: (0, 2),  # v1 EndpointType (KIP-919); v2 IncludeFencedBrokers / IsFenced (KIP-1073)
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),  # KIP-966, paginated (broker/handlers/describe_topics.py)
+    ApiKey.UPDATE_FEATURES: (0, 2),  # broker/handlers/features.py: only the current levels are valid
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),  # v4+ batched, from brokers (KIP-890 verify_only)
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),

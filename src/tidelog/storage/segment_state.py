@@ -223,6 +223,16 @@ with baseOffset and partitionLeaderEpoch (outside the CRC) replaced, without cop
 when ``check`` (1: the CRC-32C, 2: also the record walk of an uncompressed batch, both right after the write)
 failed."""
 
+c_check_follower_batches = None if _ext is None else _ext.check_follower_batches
+"""``c_check_follower_batches(buf, expected_min)``: the number of batches of a fetched buffer, each checked as
+``validate_batch`` checks it with base offsets >= ``expected_min`` and increasing, or -1 (see ``_segment.c``)."""
+
+c_append_follower_run = None if _ext is None else _ext.append_follower_run
+"""``c_append_follower_run(state, buf, start, now_ms, segment_bytes, segment_ms, latest_epoch, headers,
+all_headers, epochs)``: the batches of ``buf[start:]`` that fit the active segment without a roll, written as
+they are in one write with the segment's bookkeeping; returns ``(consumed, last_offset, latest_epoch)`` (see
+``_segment.c``)."""
+
 c_preallocate = None if _ext is None else _ext.preallocate
 """``c_preallocate(fd, offset, length)``: reserve disk blocks past the end of a file (``fallocate`` with
 ``FALLOC_FL_KEEP_SIZE``: size and contents unchanged); returns 0 or the errno of the failure (None: no

@@ -21,7 +21,9 @@ Kafka behaviours reproduced (sources: Kafka ``KafkaApis``, ``ReplicaManager``, `
   later epochs list only changed partitions and get only partitions with news; sessionless requests (epoch -1)
   as before.
 * ListOffsets: -1 latest (HW), -2 earliest (log start), -3 max timestamp, -4 earliest local (= log start),
-  -5 latest tiered (-1: no tiered storage); by timestamp only offsets below the HW are returned.
+  -5 latest tiered and -6 earliest pending upload (-1: no tiered storage); by timestamp only offsets below the HW
+  are returned. A sentinel sent in a version older than its own (-3: v7, -4: v8, -5: v9, -6: v11) and an unknown
+  negative timestamp are UNSUPPORTED_VERSION for that partition, as Kafka's ReplicaManager answers.
 
 All storage/record exceptions become error codes in one place, :func:`tidelog.broker.errors.error_of`.
 """
@@ -37,6 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tidelog.broker.errors import PartitionError, code_of, error_of
+from tidelog.broker.features import api_versions_fields
 from tidelog.broker.fetch import MAX_INT32, FetchParams, FetchPartition, last_stable_offset, response_entry
 from tidelog.broker.fetch_session import INITIAL_EPOCH, CachedPartition
 from tidelog.broker.handlers import DeferredResponse, RequestContext, handles, topic_change
@@ -139,18 +142,23 @@ def api_versions_list(handlers: Mapping[int, Any]) -> list[dict]:
 
 @handles(API_VERSIONS)
 async def api_versions(ctx: RequestContext, request: dict) -> dict:
-    return {"error_code": NONE, "api_keys": api_versions_list(ctx.broker.handlers), "throttle_time_ms": 0}
+    handlers = ctx.broker.handlers
+    # v3+: SupportedFeatures / FinalizedFeatures (broker/features.py); v4 lists features whose minimum is 0 too
+    return {"error_code": NONE, "api_keys": api_versions_list(handlers), "throttle_time_ms": 0,
+            **api_versions_fields(handlers, ctx.api_version)}
 
 
 # ------------------------------------------------------------------------------------------------------------
 # Metadata
 
 
-def _partition_metadata(broker: Any, name: str, num_partitions: int, v: int) -> list[dict]:
+def partition_entries(broker: Any, name: str, num_partitions: int, v: int, start: int = 0,
+                      stop: int | None = None) -> list[dict]:
+    """Metadata's partition entries of a topic's partitions ``start`` up to ``stop`` (default: all)."""
     node = broker.node_id
     get_log = broker.topics.get_log
     parts = []
-    for p in range(num_partitions):
+    for p in range(start, num_partitions if stop is None else min(stop, num_partitions)):
         cluster_view = broker.partition_metadata(name, p)
         if cluster_view is not None:
             parts.append(cluster_view)
@@ -178,18 +186,23 @@ def _partition_metadata(broker: Any, name: str, num_partitions: int, v: int) -> 
     return parts
 
 
+def topic_operations(ctx: RequestContext, name: str) -> int:
+    """KIP-430: the operations the request's principal may do on a topic (all without an authorizer)."""
+    auth = ctx.broker.authorizer
+    return TOPIC_OPERATIONS if auth is None else auth.authorized_operations(ctx.principal, ctx.client_host, _TOPIC,
+                                                                            name)
+
+
 def _topic_metadata(broker: Any, info: Any, v: int, include_ops: bool, ctx: RequestContext | None = None) -> dict:
     ops = AUTHORIZED_OPERATIONS_OMITTED
     if include_ops:
-        auth = broker.authorizer
-        ops = TOPIC_OPERATIONS if auth is None else auth.authorized_operations(ctx.principal, ctx.client_host,  # type: ignore[union-attr]
-                                                                              _TOPIC, info.name)
+        ops = topic_operations(ctx, info.name)  # type: ignore[arg-type]
     return {
         "error_code": NONE,
         "name": info.name,
         "topic_id": info.topic_id,
         "is_internal": info.name in INTERNAL_TOPICS,
-        "partitions": _partition_metadata(broker, info.name, info.num_partitions, v),
+        "partitions": partition_entries(broker, info.name, info.num_partitions, v),
         "topic_authorized_operations": ops,
     }
 
@@ -829,20 +842,22 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
                 cp = cached.get(key)
                 if cp is None:
                     cached[key] = CachedPartition(tid, p.get("fetch_offset", 0), p.get("partition_max_bytes", 1 << 20),
-                                                  p.get("current_leader_epoch", -1))
+                                                  p.get("current_leader_epoch", -1),
+                                                  p.get("last_fetched_epoch", -1) if from_follower else -1)
                 else:
                     cp.fetch_offset = p.get("fetch_offset", 0)
                     cp.max_bytes = p.get("partition_max_bytes", 1 << 20)
                     cp.current_leader_epoch = p.get("current_leader_epoch", -1)
+                    cp.last_fetched_epoch = p.get("last_fetched_epoch", -1) if from_follower else -1
         for t in request.get("forgotten_topics_data") or ():
             name, _, _ = _resolve_topic(ctx, {"name": t.get("topic"), "topic_id": t.get("topic_id")})
             for index in t.get("partitions") or ():
                 cached.pop((name or "", index), None)
         for (name, index), cp in cached.items():
             fp = FetchPartition(name, cp.topic_id, index, cp.fetch_offset, cp.max_bytes,
-                                response_entry(index, isolation), cp.current_leader_epoch)
+                                response_entry(index, isolation), cp.current_leader_epoch, cp.last_fetched_epoch)
             if not name:
-                fp.error = UNKNOWN_TOPIC_OR_PARTITION
+                fp.error = UNKNOWN_TOPIC_ID if v >= 13 else UNKNOWN_TOPIC_OR_PARTITION
             parts.append(fp)
     else:
         for t in request.get("topics") or ():
@@ -886,6 +901,8 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
     else:
         await broker.read_service.fetch_messages(params, parts)
 
+    if v >= 16:
+        _leader_hints(ctx, parts, body)
     if session is not None:  # only what the client does not know yet, grouped by topic in session order
         body["session_id"] = session.session_id
         by_topic: dict[str, dict] = {}
@@ -896,17 +913,45 @@ async def fetch(ctx: RequestContext, request: dict) -> dict:
                     t = by_topic[fp.name] = {"topic": fp.name, "topic_id": fp.topic_id, "partitions": []}  # type: ignore[index]
                     responses.append(t)
                 t["partitions"].append(fp.entry)
-    elif session_epoch == INITIAL_EPOCH and sessions is not None and replica_id < 0:
+    elif session_epoch == INITIAL_EPOCH and sessions is not None:  # consumers and followers (issue 30)
         cached = OrderedDict()
         for fp in parts:
             if fp.name:
-                cp = CachedPartition(fp.topic_id, fp.fetch_offset, fp.max_bytes, -1)
+                cp = CachedPartition(fp.topic_id, fp.fetch_offset, fp.max_bytes,
+                                     fp.current_leader_epoch if replica_id >= 0 else -1, fp.last_fetched_epoch)
                 cp.must_respond(fp.entry)  # the full response told the client everything
                 cached[(fp.name, fp.index)] = cp
         new = sessions.create(cached)
         if new is not None:
             body["session_id"] = new.session_id
     return body
+
+
+def _leader_hints(ctx: RequestContext, parts: list[FetchPartition], body: dict) -> None:
+    """KIP-951 (Fetch v16+): a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names its current
+    leader and epoch, and the response lists those leaders' endpoints, so the client moves without a Metadata
+    round trip (Kafka's ``KafkaApis.handleFetchRequest``)."""
+    broker = ctx.broker
+    leaders: set[int] = set()
+    for fp in parts:
+        if fp.entry.get("error_code") not in (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH) or not fp.name:
+            continue
+        md = broker.partition_metadata(fp.name, fp.index)
+        if md is None:  # one node: this broker leads every partition
+            leader, epoch = broker.node_id, broker.leader_epoch(fp.name, fp.index)
+        else:
+            leader, epoch = md["leader_id"], md["leader_epoch"]
+        fp.entry["current_leader"] = {"leader_id": leader, "leader_epoch": epoch}
+        if leader >= 0:
+            leaders.add(leader)
+    if not leaders:
+        return
+    listed = broker.metadata_brokers(ctx.listener)
+    if listed is None:
+        host, port = broker.endpoint(ctx.listener)
+        listed = [{"node_id": broker.node_id, "host": host, "port": port, "rack": broker.config.props.get("broker.rack")}]
+    body["node_endpoints"] = [{"node_id": b["node_id"], "host": b["host"], "port": int(b["port"]), "rack": b["rack"]}
+                              for b in listed if b["node_id"] in leaders]
 
 
 def _session_error(code: int) -> dict:
@@ -916,7 +961,12 @@ def _session_error(code: int) -> dict:
 # ------------------------------------------------------------------------------------------------------------
 # ListOffsets
 
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
+UNSUPPORTED_VERSION = 35
+# the first ListOffsets version of each timestamp sentinel (Kafka's ReplicaManager.isListOffsetsTimestampUnsupported:
+# a sentinel sent in an older version, or an unknown negative timestamp, is UNSUPPORTED_VERSION for its partition)
+_SENTINEL_MIN_VERSION = {LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9,
+                         EARLIEST_PENDING_UPLOAD: 11}
 
 
 def _list_offset(broker: Any, name: str, index: int, timestamp: int, isolation: int, replica_id: int) -> tuple[int, int, int]:
@@ -930,7 +980,7 @@ def _list_offset(broker: Any, name: str, index: int, timestamp: int, isolation: 
         return NONE, last_fetchable, -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return NONE, plog.log_start_offset, -1
-    if timestamp == LATEST_TIERED:
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):  # nothing is tiered: no such offset (-1), as Kafka
         return NONE, -1, -1
     if timestamp == MAX_TIMESTAMP:
         found = plog.offset_of_max_timestamp()
@@ -968,12 +1018,16 @@ async def list_offsets(ctx: RequestContext, request: dict) -> dict:
             if not allowed:
                 entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
                 continue
+            timestamp = p.get("timestamp", LATEST)
+            if timestamp < 0 and _SENTINEL_MIN_VERSION.get(timestamp, 1 << 15) > ctx.api_version:
+                entry["error_code"] = UNSUPPORTED_VERSION
+                continue
             err = _leader_epoch_error(p.get("current_leader_epoch", -1), broker.leader_epoch(name, index))
             if err:
                 entry["error_code"] = err
                 continue
             try:
-                code, offset, ts = _list_offset(broker, name, index, p.get("timestamp", LATEST), isolation, replica_id)
+                code, offset, ts = _list_offset(broker, name, index, timestamp, isolation, replica_id)
             except Exception as exc:
                 entry["error_code"], _ = error_of(exc)
                 continue

@@ -39,6 +39,7 @@ from tidelog.records.batch import ControlRecordType, build_control_batch
 from tidelog.records.errors import CorruptRecordError
 from tidelog.records.header import (
     BATCH_HEADER,
+    H_PRODUCER_ID,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
@@ -67,7 +68,9 @@ from tidelog.storage.log.segments import (
 from tidelog.storage.log.validator import LogValidator, ValidatedBatch, check_late, stamp_batch
 from tidelog.storage.open_files import FD_EXHAUSTED, SHORTAGE, DescriptorsExhaustedError
 from tidelog.storage.segment import CHECK_FAILED, FileRegion, LogSegment
+from tidelog.storage.segment_state import c_append_follower_run as _c_append_follower_run
 from tidelog.storage.segment_state import c_append_leader_fast as _c_append_leader_fast
+from tidelog.storage.segment_state import c_check_follower_batches as _c_check_follower_batches
 from tidelog.storage.txn_index import AbortedTxn
 
 DIR_SUFFIXES = ("-delete", "-future", "-stray")
@@ -640,9 +643,103 @@ class PartitionLog:
         self._fast_limits = validator.fast_limits
 
     @_io("write")
-    def append_as_follower(self, batches: bytes | bytearray | memoryview) -> list[AppendInfo]:
-        """Append replicated batches (offsets assigned by the leader); each must start at or after the LEO."""
+    def append_as_follower(
+        self, batches: bytes | bytearray | memoryview, *, infos: bool = True
+    ) -> list[AppendInfo]:
+        """Append replicated batches (offsets assigned by the leader); each must start at or after the LEO.
+        Every batch is checked (sizes, CRC, offsets) before the first is written: a bad one appends nothing.
+
+        With the C extension (issue 30) the batches take the C path (:meth:`_append_follower_fast`): one check
+        of the whole buffer, then runs of batches written as they are, one write per run, with the segment's
+        bookkeeping in C. Without ``infos`` (the replica fetcher) no :class:`AppendInfo` is built and ``[]`` is
+        returned; no Python object is made per batch then, except the headers of batches with a producer id."""
         view = memoryview(batches)
+        if _c_check_follower_batches is not None and view.c_contiguous and view.itemsize == 1:
+            fast = self._append_follower_fast(view, infos)
+            if fast is not None:
+                return fast
+        return self._append_follower_slow(view, infos)
+
+    def _append_follower_fast(self, view: memoryview, want_infos: bool) -> list[AppendInfo] | None:
+        """:meth:`append_as_follower` on the C path. None (nothing written) when the buffer fails its checks:
+        the Python path then raises the exact error. Rolls, disk reservations and an empty active segment take
+        one batch the Python way (:meth:`_append_one_follower`), the C runs the rest; the result is the same as
+        :meth:`_append_follower_slow`'s, batch for batch (tests/storage/test_follower_append_c.py)."""
+        assert _c_check_follower_batches is not None and _c_append_follower_run is not None
+        infos: list[AppendInfo] = []
+        with self._lock:
+            self._ensure_open()
+            if _c_check_follower_batches(view, self._log_end_offset) < 0:
+                return None
+            total = len(view)
+            pos = 0
+            now = _now_ms()
+            config = self.config
+            cache = self.epoch_cache
+            ps = self.producer_state
+            headers: list[tuple[int, tuple[int, ...]]] = []
+            epochs: list[tuple[int, int]] = []
+            while pos < total:
+                latest = -1
+                if cache is not None:
+                    latest_or_none = cache.latest_epoch()
+                    latest = -1 if latest_or_none is None else latest_or_none
+                active = self._segments.active
+                consumed, last, _ = _c_append_follower_run(
+                    active._st, view, pos, now, config.segment_bytes, config.segment_ms, latest, headers,
+                    want_infos, epochs,
+                )
+                if not consumed:  # a roll, a reservation, an empty segment: one batch the Python way
+                    header = BatchHeader(*BATCH_HEADER.unpack_from(view, pos))
+                    info = self._append_one_follower(view[pos : pos + header.size], header, now)
+                    if want_infos:
+                        infos.append(info)
+                    pos += header.size
+                    continue
+                self._log_end_offset = last + 1
+                if cache is not None:
+                    for epoch, base in epochs:
+                        cache.assign(epoch, base)
+                for p, fields in headers:
+                    header = BatchHeader(*fields)
+                    if ps is not None and fields[H_PRODUCER_ID] >= 0:
+                        self._update_producer_state(view[p : p + header.size], header, active)
+                    if want_infos:
+                        infos.append(self._follower_info(header))
+                if ps is not None and last >= ps.map_end_offset:  # batches without a producer id only move
+                    ps.map_end_offset = last + 1  # the mapped range's end (ProducerStateManager.update's rule)
+                headers.clear()
+                epochs.clear()
+                pos += consumed
+            flush_needed = self.unflushed_messages >= config.flush_messages
+        if flush_needed:
+            self.flush()
+        return infos
+
+    def _follower_info(self, header: BatchHeader) -> AppendInfo:
+        return AppendInfo(
+            first_offset=header.base_offset,
+            last_offset=header.last_offset,
+            max_timestamp=header.max_timestamp,
+            log_append_time=header.max_timestamp if header.timestamp_type == LOG_APPEND_TIME else -1,
+            log_start_offset=self.log_start_offset,
+            record_count=header.records_count,
+            size=header.size,
+        )
+
+    def _append_one_follower(self, data: memoryview, header: BatchHeader, now: int) -> AppendInfo:
+        """One checked follower batch the Python way: the roll, the write, producer state, epoch cache."""
+        self._maybe_roll(header, now)
+        self._append_stamped(data, header)
+        epoch = header.partition_leader_epoch
+        if self.epoch_cache is not None and epoch >= 0:
+            latest = self.epoch_cache.latest_epoch()
+            if latest is None or epoch > latest:
+                self.epoch_cache.assign(epoch, header.base_offset)
+        return self._follower_info(header)
+
+    def _append_follower_slow(self, view: memoryview, want_infos: bool) -> list[AppendInfo]:
+        """:meth:`append_as_follower` in Python: every header checked, then batch by batch."""
         infos: list[AppendInfo] = []
         headers: list[tuple[int, BatchHeader]] = []
         pos = 0
@@ -662,27 +759,9 @@ class PartitionLog:
                 expected = header.next_offset
             now = _now_ms()
             for p, header in headers:
-                data = view[p : p + header.size]
-                self._maybe_roll(header, now)
-                self._append_stamped(data, header)
-                epoch = header.partition_leader_epoch
-                if self.epoch_cache is not None and epoch >= 0:
-                    latest = self.epoch_cache.latest_epoch()
-                    if latest is None or epoch > latest:
-                        self.epoch_cache.assign(epoch, header.base_offset)
-                infos.append(
-                    AppendInfo(
-                        first_offset=header.base_offset,
-                        last_offset=header.last_offset,
-                        max_timestamp=header.max_timestamp,
-                        log_append_time=header.max_timestamp
-                        if header.timestamp_type == LOG_APPEND_TIME
-                        else -1,
-                        log_start_offset=self.log_start_offset,
-                        record_count=header.records_count,
-                        size=header.size,
-                    )
-                )
+                info = self._append_one_follower(view[p : p + header.size], header, now)
+                if want_infos:
+                    infos.append(info)
             flush_needed = self.unflushed_messages >= self.config.flush_messages
         if flush_needed:
             self.flush()
@@ -693,19 +772,27 @@ class PartitionLog:
         seg = self._segments.active
         seg.append(header.last_offset, header.max_timestamp, header.last_offset, data)
         self._log_end_offset = header.next_offset
+        if self.producer_state is not None:
+            self._update_producer_state(data, header, seg)
+
+    def _update_producer_state(
+        self, data: bytes | bytearray | memoryview, header: BatchHeader, seg: LogSegment
+    ) -> None:
+        """A written follower batch in the producer state (lock held): a marker ends its transaction (the
+        ``.txnindex`` entry of an abort goes to ``seg``, the segment it was written to), as on the leader."""
         ps = self.producer_state
-        if ps is not None:
-            if header.producer_id >= 0 and header.is_control:  # a marker: the same producer state as the leader's
-                marker = end_txn_marker_of(data)
-                completed = ps.update(
-                    header, header.base_offset, header.last_offset, header.max_timestamp,
-                    None if marker is None else marker[1], None if marker is None else marker[0],
-                )
-                if completed is not None:
-                    complete_transaction(ps, completed, seg)
-                    self._no_aborted_txns = False
-            else:
-                ps.update(header, header.base_offset, header.last_offset, header.max_timestamp)
+        assert ps is not None
+        if header.producer_id >= 0 and header.is_control:  # a marker: the same producer state as the leader's
+            marker = end_txn_marker_of(data)
+            completed = ps.update(
+                header, header.base_offset, header.last_offset, header.max_timestamp,
+                None if marker is None else marker[1], None if marker is None else marker[0],
+            )
+            if completed is not None:
+                complete_transaction(ps, completed, seg)
+                self._no_aborted_txns = False
+        else:
+            ps.update(header, header.base_offset, header.last_offset, header.max_timestamp)
 
     # ================================================================== roll
     def _maybe_roll(self, header: BatchHeader, now: int) -> None:

@@ -1,0 +1,199 @@
+"""The web console on large topics (issue 28): search of a 1 M (``--records 10000000`` for 10 M) record partition
+by a header value, and page loads against a cluster of 1,000 partitions.
+
+One ``tidelog serve`` (a subprocess on 127.0.0.1, its own data dir) and the console's Starlette app served by
+uvicorn in this process (as ``tidelog console`` serves it). Printed side by side:
+
+* search: the console's server-side job (scan, match by a header substring and by a filter expression, progress
+  count, cancellable) against a bare confluent-kafka
+  consumer reading the same partition without matching (the floor any console pays), records/s and the ratio;
+  the console process's peak RSS growth during the search (the job keeps at most ``max_results`` matches, so
+  memory is flat in the partition's size); the time from the cancel to the job's end;
+* pages: the median and p95 of ``/api/topics``, ``/api/overview`` and ``/api/groups`` over 1,000 partitions
+  (100 topics of 10), against the issue's 300 ms target.
+
+Usage: ``.venv/bin/python bench/console_bench.py [--records 1000000] [--skip-pages]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "console"))
+from consolesupport import start_console
+
+
+def start_broker(work: Path) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "tidelog.cli.main", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir",
+           str(work / "data"), "--override", "tidelog.metrics.listener=off", "--override",
+           "offsets.topic.num.partitions=1"]
+    log = work / "broker.log"
+    sink = open(log, "w")  # noqa: SIM115 - the broker's output, open for its lifetime
+    proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        m = re.search(r"broker started .*listener=PLAINTEXT://[^ ]*:(\d+)", log.read_text())
+        if m:
+            return proc, f"127.0.0.1:{m.group(1)}"
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit(f"broker did not start:\n{log.read_text()[-3000:]}")
+
+
+def fill(bootstrap: str, topic: str, n: int, needle: int) -> float:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 10000,
+                  "queue.buffering.max.messages": 500000, "compression.type": "lz4"})
+    t0 = time.monotonic()
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, key=b"k%d" % i, value=b'{"n": %d, "pad": "%s"}' % (i, b"x" * 40),
+                          headers=[("trace", b"needle" if i == needle else b"t-%d" % i)])
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(600) == 0
+    return time.monotonic() - t0
+
+
+def bare_scan(bootstrap: str, topic: str, n: int) -> float:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, 0, 0)])
+    seen, t0 = 0, time.monotonic()
+    while seen < n:
+        for m in c.consume(2000, 0.2):
+            if m.error() is None:
+                seen += 1
+            elif m.error().code() != KafkaError._PARTITION_EOF:
+                raise SystemExit(str(m.error()))
+    c.close()
+    return time.monotonic() - t0
+
+
+def rss_peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def current_rss_mib() -> float:
+    with open(f"/proc/{os.getpid()}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def search(client: httpx.Client, h: dict[str, str], topic: str, **how: str) -> tuple[float, dict, float]:
+    samples: list[float] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            samples.append(current_rss_mib())
+            stop.wait(0.05)
+
+    base = current_rss_mib()
+    w = threading.Thread(target=watch, daemon=True)
+    w.start()
+    t0 = time.monotonic()
+    job = client.post("/api/search", json={"topic": topic, "partition": 0, **how}, headers=h).json()
+    while True:
+        s = client.get(f"/api/search/{job['id']}", params={"since": 0}).json()
+        if s["state"] != "running":
+            break
+        time.sleep(0.1)
+    took = time.monotonic() - t0
+    stop.set()
+    w.join()
+    return took, s, max(samples, default=base) - base
+
+
+def cancel_latency(client: httpx.Client, h: dict[str, str], topic: str) -> tuple[float, int]:
+    job = client.post("/api/search", json={"topic": topic, "text": "nothing matches this"}, headers=h).json()
+    while client.get(f"/api/search/{job['id']}").json()["scanned"] < 10000:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    client.post(f"/api/search/{job['id']}/cancel", headers=h)
+    while (s := client.get(f"/api/search/{job['id']}").json())["state"] == "running":
+        time.sleep(0.01)
+    return time.monotonic() - t0, s["scanned"]
+
+
+def page_times(client: httpx.Client, path: str, rounds: int) -> tuple[float, float]:
+    times = []
+    for _ in range(rounds):
+        t0 = time.monotonic()
+        r = client.get(path, timeout=60)
+        times.append(time.monotonic() - t0)
+        assert r.status_code == 200, r.text
+    times.sort()
+    return statistics.median(times) * 1000, times[int(0.95 * (len(times) - 1))] * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--skip-pages", action="store_true")
+    ap.add_argument("--rounds", type=int, default=20)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="console-bench-"))
+    broker, bootstrap = start_broker(work)
+    rc = None
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("big", 1)])["big"].result(30)
+        needle = args.records * 2 // 3
+        took = fill(bootstrap, "big", args.records, needle)
+        print(f"filled big-0 with {args.records:,} records in {took:.1f}s")
+        rc = start_console(bootstrap)
+        client = httpx.Client(base_url=rc.url, timeout=60)
+        h = {"X-CSRF-Token": client.get("/api/session").json()["csrf"]}
+        bare = bare_scan(bootstrap, "big", args.records)
+        took, s, rss = search(client, h, "big", field="header", header="trace", text="needle")
+        assert s["state"] == "done" and s["scanned"] == args.records and s["matched"] == 1, s
+        took_x, sx, _ = search(client, h, "big", field="expression",
+                               expression='headers["trace"] == "needle" and json["n"] > 0')
+        assert sx["state"] == "done" and sx["matched"] == 1, sx
+        print(f"\n{'search of ' + format(args.records, ',') + ' records':<44}{'seconds':>10}{'records/s':>14}")
+        print(f"{'bare consumer, no matching (floor)':<44}{bare:>10.2f}{args.records / bare:>14,.0f}")
+        print(f"{'console job by header value':<44}{took:>10.2f}{args.records / took:>14,.0f}")
+        print(f"{'console job by filter expression':<44}{took_x:>10.2f}{args.records / took_x:>14,.0f}")
+        print(f"ratio console / bare: {took / bare:.2f}x the time (expression: {took_x / bare:.2f}x); "
+              f"console RSS growth during the search "
+              f"{rss:.1f} MiB (peak RSS of this process {rss_peak_mib():.0f} MiB)")
+        lat, scanned = cancel_latency(client, h, "big")
+        print(f"cancel: the job ended {lat * 1000:.0f} ms after the cancel, at {scanned:,} records scanned")
+        if not args.skip_pages:
+            for i in range(100):
+                admin.create_topics([NewTopic(f"p{i:03d}", 10)])[f"p{i:03d}"].result(60)
+            print(f"\n{'page (1,000 partitions + big)':<32}{'median ms':>12}{'p95 ms':>10}{'target ms':>12}")
+            for path in ("/api/topics", "/api/overview", "/api/groups"):
+                med, p95 = page_times(client, path, args.rounds)
+                print(f"{path:<32}{med:>12.0f}{p95:>10.0f}{300:>12}")
+    finally:
+        if rc is not None:
+            rc.stop()
+        broker.terminate()
+        try:
+            broker.wait(30)
+        except subprocess.TimeoutExpired:
+            broker.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
