@@ -158,7 +158,7 @@ def test_describe_alter_configs_live_and_persisted(broker_factory: Any) -> None:
         admin.incremental_alter_configs([res])[res].result(TIMEOUT)
     assert _error_name(ei.value) == "INVALID_CONFIG"
 
-    # broker configs: readable, static
+    # broker configs: readable; num.partitions is not dynamic (tests/broker/test_dynamic_broker_configs.py)
     bres = ConfigResource(ConfigResource.Type.BROKER, "0")
     bcfg = admin.describe_configs([bres])[bres].result(TIMEOUT)
     assert bcfg["num.partitions"].value == "1"

@@ -353,7 +353,7 @@ def test_describe_configs_broker(tmp_path: Path) -> None:
         assert cfgs["log.retention.hours"]["value"] == "168"
         assert cfgs["log.segment.bytes"]["value"] == "1073741824"
         assert cfgs["num.partitions"]["documentation"]
-        assert [c["name"] for c in default["configs"]] == ["num.partitions"]
+        assert default["error_code"] == 0 and default["configs"] == []  # the cluster default: dynamic ones only
         assert other["error_code"] == err("INVALID_REQUEST")
 
     run_broker(tmp_path, scenario, {"num.partitions": "3"})
@@ -436,8 +436,9 @@ def test_incremental_alter_configs(tmp_path: Path) -> None:
         assert r["error_code"] == err("INVALID_REQUEST")
         assert (await inc("i", ("retention.ms", 9, "1")))["error_code"] == err("INVALID_REQUEST")
         assert (await inc("nope", ("retention.ms", SET, "1")))["error_code"] == err("UNKNOWN_TOPIC_OR_PARTITION")
-        r = await inc("0", ("log.retention.ms", SET, "1"), rtype=BROKER)
+        r = await inc("0", ("num.partitions", SET, "2"), rtype=BROKER)
         assert r["error_code"] == err("INVALID_REQUEST")
+        assert "Cannot update these configs dynamically: Set(num.partitions)" in r["error_message"]
 
     run_broker(tmp_path, scenario)
 

@@ -157,3 +157,18 @@ def test_heavy_validations_run_at_a_lower_cpu_priority() -> None:
     finally:
         budget.shutdown()
     assert heavy == min(19, nice() + HEAVY_NICE)
+
+
+def test_resize_from_a_worker_thread_and_the_new_size_runs_at_once() -> None:
+    """num.io.threads changed dynamically (issue 27): the resize is called from a pool thread (the AlterConfigs
+    runs there), must not wait for itself, and the new pool runs that many tasks at once."""
+    async def main() -> int:
+        pool = RequestHandlerPool(1)
+        await pool.run(pool.resize, 3)  # from the pool's only thread: no deadlock
+        assert pool.threads == 3
+        started = threading.Barrier(3, timeout=10)
+        results = await asyncio.gather(*(pool.run(started.wait) for _ in range(3)))  # all three at once
+        pool.shutdown()
+        return len(results)
+
+    assert asyncio.run(main()) == 3

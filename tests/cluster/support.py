@@ -207,7 +207,16 @@ class Ledger:
             disorder = [(a, b) for a, b in itertools.pairwise(ours) if a >= b]
             assert disorder == [], f"partition {p}: {len(disorder)} records out of send order, e.g. {disorder[:5]}"
             if exact:
-                assert [v for _o, v in recs] == self.sent[p], f"partition {p}: not exactly the values sent"
+                got = [v for _o, v in recs]
+                if got != self.sent[p]:
+                    have, sent = set(got), set(self.sent[p])
+                    missing = [v for v in self.sent[p] if v not in have]
+                    extra = [v for v in got if v not in sent]
+                    unacked = [v for v in missing if v not in self.acked]
+                    raise AssertionError(f"partition {p}: not exactly the values sent: {len(missing)} missing "
+                                         f"({len(unacked)} of them never acknowledged, e.g. {missing[:5]}), "
+                                         f"{len(extra)} extra (e.g. {extra[:5]}), {len(got)} read, "
+                                         f"{len(self.sent[p])} sent")
         lost = [v for v in self.acked if v not in position]
         # an ack without an offset (None) is librdkafka's implicit ack: a request failed with an uncertain outcome
         # (e.g. REQUEST_TIMED_OUT) and a later one of the same idempotent producer succeeded, so the earlier

@@ -9,6 +9,7 @@ import select
 import socket
 import struct
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +52,11 @@ def corpus(topic: str) -> list[bytes]:
         out.append(encode_request(h.INIT_PRODUCER_ID, v, 6, "fuzz", {"transactional_id": None,
                                                                      "transaction_timeout_ms": 1000,
                                                                      "producer_id": -1, "producer_epoch": -1}))
+    # KIP-714 client telemetry (issue 27)
+    out.append(encode_request(71, 0, 7, "fuzz", {"client_instance_id": uuid.UUID(int=0)}))
+    out.append(encode_request(72, 0, 8, "fuzz", {"client_instance_id": uuid.UUID(int=5), "subscription_id": 1,
+                                                 "terminating": False, "compression_type": 0,
+                                                 "metrics": b"m" * 64}))
     return out
 
 

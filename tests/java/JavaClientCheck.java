@@ -117,6 +117,7 @@ public final class JavaClientCheck {
                 case "dump_log" -> dumpLog(args[1]);
                 case "quotas" -> quotas(args[1]);
                 case "acls" -> acls(args[1], args[2], args[3]);
+                case "dynconf" -> dynconf(args[1], args[2]);
                 case "describe_topics" -> describeTopicsPaged(args[1], args[2], Integer.parseInt(args[3]));
                 default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
             }
@@ -261,6 +262,38 @@ public final class JavaClientCheck {
                     new ClientQuotaAlteration(e2, List.of(new ClientQuotaAlteration.Op("consumer_byte_rate", null)))
             )).all().get();
             emit(obj("event", "after_remove", "quotas", quotaMap(admin.describeClientQuotas(ClientQuotaFilter.all()).entities().get())));
+        }
+    }
+
+    // ------------------------------------------------------ dynamic broker configs, KIP-714 telemetry (issue 27)
+
+    static void dynconf(String bootstrap, String topic) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get();
+            // the cluster default: an empty resource name (only the Java Admin can name it)
+            ConfigResource dflt = new ConfigResource(ConfigResource.Type.BROKER, "");
+            admin.incrementalAlterConfigs(Map.of(dflt, List.of(new org.apache.kafka.clients.admin.AlterConfigOp(
+                    new ConfigEntry("log.retention.ms", "3600000"),
+                    org.apache.kafka.clients.admin.AlterConfigOp.OpType.SET)))).all().get();
+            ConfigResource t = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+            ConfigEntry r = admin.describeConfigs(List.of(t)).all().get().get(t).get("retention.ms");
+            emit(obj("event", "topic", "value", r.value(), "source", r.source().name()));
+            Map<String, Object> defaults = new TreeMap<>();
+            for (ConfigEntry e : admin.describeConfigs(List.of(dflt)).all().get().get(dflt).entries()) {
+                defaults.put(e.name(), e.value() + "/" + e.source().name());
+            }
+            emit(obj("event", "default", "configs", defaults));
+            try {
+                admin.incrementalAlterConfigs(Map.of(new ConfigResource(ConfigResource.Type.BROKER, "0"),
+                        List.of(new org.apache.kafka.clients.admin.AlterConfigOp(new ConfigEntry("num.partitions", "3"),
+                                org.apache.kafka.clients.admin.AlterConfigOp.OpType.SET)))).all().get();
+                emit(obj("event", "read_only", "error", null));
+            } catch (ExecutionException ex) {
+                emit(obj("event", "read_only", "error", ex.getCause().getClass().getSimpleName(),
+                        "message", ex.getCause().getMessage()));
+            }
+            // KIP-714: the Admin's client instance id comes from GetTelemetrySubscriptions
+            emit(obj("event", "telemetry", "client_instance_id", String.valueOf(admin.clientInstanceId(Duration.ofSeconds(20)))));
         }
     }
 

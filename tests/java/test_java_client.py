@@ -389,6 +389,21 @@ def test_acls_admin_api_and_enforcement(java_client: Any, acl_jbroker: Any) -> N
     assert len(ev["deleted"]["acls"]) == 3 and ev["left"]["acls"] == []
 
 
+def test_dynamic_broker_config_default_and_telemetry(java_client: Any, broker_factory: Any) -> None:
+    """Issue 27 item 5: the Java Admin alters the cluster-default broker config (an empty resource name), an
+    existing topic without an override follows it, a read-only config is refused with Kafka's exception; and its
+    ``clientInstanceId`` (KIP-714) is answered through GetTelemetrySubscriptions."""
+    b = broker_factory()
+    events = java_client.run("dynconf", b.bootstrap, f"java-dynconf-{uuid.uuid4().hex[:6]}", broker=b)
+    ev = {e["event"]: e for e in events}
+    assert (ev["topic"]["value"], ev["topic"]["source"]) == ("3600000", "DYNAMIC_DEFAULT_BROKER_CONFIG")
+    assert ev["default"]["configs"] == {"log.retention.ms": "3600000/DYNAMIC_DEFAULT_BROKER_CONFIG"}
+    assert ev["read_only"]["error"] == "InvalidRequestException"
+    assert "Cannot update these configs dynamically: Set(num.partitions)" in ev["read_only"]["message"]
+    instance = ev["telemetry"]["client_instance_id"]
+    assert instance and instance != "null" and instance != "AAAAAAAAAAAAAAAAAAAAAA"
+
+
 # ------------------------------------------------------------------- DescribeTopicPartitions, features (issue 27)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,6 +215,7 @@ def _ops_shown(r: dict) -> int:
 _TXN_HEAD = {"producer_id": 1, "producer_epoch": 0}
 _BROKER = {"resource_type": 4, "resource_name": "0"}
 _BROKER_LOGGER = {"resource_type": 8, "resource_name": "0"}
+_BROKER_DEFAULT = {"resource_type": 4, "resource_name": ""}  # the cluster-wide dynamic default
 DEL = "authz-del"  # deleted by its id by the one principal allowed to
 TOPIC_IDS: dict[str, bytes] = {}  # filled by setup_table_resources
 
@@ -275,6 +277,8 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
     ApiKey.SASL_HANDSHAKE: NO_AUTH,
     ApiKey.API_VERSIONS: NO_AUTH,
     ApiKey.SASL_AUTHENTICATE: NO_AUTH,
+    ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: NO_AUTH,  # KafkaApis checks no ACL for KIP-714's APIs
+    ApiKey.PUSH_TELEMETRY: NO_AUTH,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: [  # DESCRIBE on each topic; an unauthorized topic is named only if asked for
         Case(0, lambda _u: {"topics": [{"name": T}], "response_partition_limit": 10, "cursor": None},
              lambda r: r["topics"][0]["error_code"], [Check(T_TOPIC, DESCRIBE, T, TOPIC_AUTH)]),
@@ -361,6 +365,9 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
         Case(4, lambda _u: {"resources": [{**_BROKER, "configuration_keys": None}]},
              lambda r: r["results"][0]["error_code"],
              [Check(T_CLUSTER, DESCRIBE_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "broker"),
+        Case(4, lambda _u: {"resources": [{**_BROKER_DEFAULT, "configuration_keys": None}]},
+             lambda r: r["results"][0]["error_code"],
+             [Check(T_CLUSTER, DESCRIBE_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "broker default"),
         Case(4, lambda _u: {"resources": [{**_BROKER_LOGGER, "configuration_keys": None}]},
              lambda r: r["results"][0]["error_code"],
              [Check(T_CLUSTER, DESCRIBE_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "broker logger"),
@@ -372,6 +379,10 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
         Case(2, lambda _u: {"resources": [{**_BROKER, "configs": []}], "validate_only": True},
              lambda r: r["responses"][0]["error_code"],
              [Check(T_CLUSTER, ALTER_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "broker"),
+        Case(2, lambda _u: {"resources": [{**_BROKER, "configs": [{"name": "log.cleaner.threads", "value": "2"}]}],
+                            "validate_only": True},
+             lambda r: r["responses"][0]["error_code"],
+             [Check(T_CLUSTER, ALTER_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "dynamic broker config"),
     ],
     ApiKey.INCREMENTAL_ALTER_CONFIGS: [
         Case(1, lambda _u: {"resources": [{"resource_type": 2, "resource_name": T, "configs": [
@@ -380,6 +391,10 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
         Case(1, lambda _u: {"resources": [{**_BROKER, "configs": []}], "validate_only": True},
              lambda r: r["responses"][0]["error_code"],
              [Check(T_CLUSTER, ALTER_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "broker"),
+        Case(1, lambda _u: {"resources": [{**_BROKER_DEFAULT, "configs": [
+            {"name": "log.retention.ms", "config_operation": 0, "value": "86400000"}]}], "validate_only": True},
+             lambda r: r["responses"][0]["error_code"],
+             [Check(T_CLUSTER, ALTER_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "dynamic broker default"),
         Case(1, lambda _u: {"resources": [{**_BROKER_LOGGER, "configs": [
             {"name": "kafka.server", "config_operation": 0, "value": "INFO"}]}], "validate_only": True},
              lambda r: r["responses"][0]["error_code"],
@@ -419,7 +434,8 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
                                         lambda r: r["transaction_states"][0]["error_code"],
                                         [Check(T_TXN, DESCRIBE, X, TXN_AUTH)])],
     ApiKey.LIST_TRANSACTIONS: [Case(1, lambda _u: {}, _txn_listed, [Check(T_TXN, DESCRIBE, X, TXN_AUTH)])],
-    # ZooKeeper mode only (cluster/handlers.py): checked by test_cluster_apis_are_authorized_as_kafka
+    # cluster/handlers.py in ZooKeeper mode (test_cluster_apis_are_authorized_as_kafka), and
+    # handlers/replication_admin.py on one node
     ApiKey.OFFSET_FOR_LEADER_EPOCH: [
         Case(4, lambda _u: {"replica_id": -1, "topics": [{"topic": T, "partitions": [
             {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]}, _first_partition("topics"),
@@ -553,10 +569,11 @@ def test_every_api_is_authorized_as_kafka(jbod_acl_broker: Any) -> None:
     served = {int(k) for k in {**SUPPORTED_VERSIONS, **GROUP_API_VERSIONS}} | ZK_ONLY
     missing = sorted(ApiKey(k).name for k in advertised | served if k not in KAFKA_AUTHZ)
     assert not missing, f"APIs without Kafka's authorization in KAFKA_AUTHZ: {missing}"
-    assert ZK_ONLY.isdisjoint(advertised)  # these are checked in ZooKeeper mode
+    assert ZK_ONLY.issubset(advertised)  # served on one node too (issue 27), and in ZooKeeper mode below
     # the unauthorized APIs answer a principal without any ACL
     assert call(b, "bob", 18, 3, {"client_software_name": "t", "client_software_version": "1"})["error_code"] == 0
     assert call(b, "bob", 60, 1, {"endpoint_type": 1})["error_code"] == 0
+    assert call(b, "bob", 71, 0, {"client_instance_id": uuid.UUID(int=0)})["error_code"] == 0
     wrong = run_table(b, advertised)
     assert not wrong, "\n".join(wrong)
 

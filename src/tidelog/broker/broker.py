@@ -30,6 +30,7 @@ from typing import Any
 
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.connection_limits import ConnectionBudget, limits_from
+from tidelog.broker.dynamic_config import DynamicBrokerConfig
 from tidelog.broker.fetch import ReadService
 from tidelog.broker.fetch_session import FetchSessionCache
 from tidelog.broker.group.coordinator import GroupCoordinator
@@ -46,8 +47,10 @@ from tidelog.broker.handlers import (  # noqa: F401
     group,
     producer_id,
     quotas,
+    replication_admin,
     security,
     storage_admin,
+    telemetry,
     txn,
 )
 from tidelog.broker.metrics import BrokerMetrics
@@ -81,6 +84,10 @@ class Broker:
                  recovery_progress: RecoveryProgress | None = None) -> None:
         self.config = config
         self.recovery_progress = recovery_progress  # shows a long log recovery (``tidelog serve``: a bar)
+        # dynamic broker configs (issue 27): the stored layers are merged into ``config`` before any part reads it
+        self.dynamic_config = DynamicBrokerConfig(config)
+        self.dynamic_config.load()
+        self.dynamic_config.attach(self)
         self.node_id = config.node_id
         self.cluster_id: str = config.cluster_id or ""
         # one socket server per listener; each advertises its own endpoint (Metadata answers with the endpoints
@@ -194,6 +201,9 @@ class Broker:
         cfg = self.config
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
+        make_store = getattr(self.replica_manager, "make_broker_config_store", None)
+        if make_store is not None:  # ZooKeeper mode: /config/brokers, read before the topic defaults are used
+            self.dynamic_config.use_store(make_store(self))
         self.topics = self.replica_manager.make_topic_manager(self)
         self.logs = LogManager(list(cfg.log_dirs), cfg.log_config(), recovery_progress=self.recovery_progress,
                                **self.topics.log_manager_kwargs())

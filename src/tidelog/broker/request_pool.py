@@ -49,6 +49,18 @@ class RequestHandlerPool:
     def shutdown(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=False)
 
+    def resize(self, threads: int) -> None:
+        """A new ``num.io.threads`` (a dynamic broker config): new work goes to a pool of that size; the old
+        pool's threads finish what they run and exit (Kafka's ``KafkaRequestHandlerPool.resizeThreadPool``).
+        Safe from one of the pool's own threads (the old pool is not waited for)."""
+        threads = max(1, int(threads))
+        if threads == self.threads:
+            return
+        old = self._executor
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="tidelog-request-handler")
+        self.threads = threads
+        old.shutdown(wait=False, cancel_futures=False)
+
 
 HEAVY_NICE = 10  # added to a heavy validation thread's nice value (CFS weight ~1/10 of a nice-0 thread)
 

@@ -65,6 +65,7 @@ from tidelog.broker.topics import TopicManager, new_cluster_id
 from tidelog.cluster import zkdata as zd
 from tidelog.cluster.acls import ZkAclStore
 from tidelog.cluster.broker_channel import BrokerChannel
+from tidelog.cluster.broker_configs import ZkBrokerConfigStore
 from tidelog.cluster.controller import Controller
 from tidelog.cluster.fetcher import ReplicaFetcherManager
 from tidelog.cluster.handlers import CLUSTER_HANDLERS
@@ -199,6 +200,10 @@ class ZkReplicaManager:
     def make_quota_store(self, broker: Broker) -> Any:
         # client quotas where Kafka keeps them: /config/users, /config/clients, with /config/changes notifications
         return ZkQuotaStore(self.zk)
+
+    def make_broker_config_store(self, broker: Broker) -> Any:
+        # dynamic broker configs where Kafka keeps them: /config/brokers/<id>, /config/brokers/<default>
+        return ZkBrokerConfigStore(self.zk, self.node_id)
 
     def become_leader(self, tp: tuple[str, int], log_: Any) -> None:
         """At start nothing is led until ZooKeeper says so."""

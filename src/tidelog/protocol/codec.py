@@ -85,9 +85,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 2),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),  # ZooKeeper mode only (served by the controller)
-    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),  # ZooKeeper mode only
-    ApiKey.ELECT_LEADERS: (0, 2),  # ZooKeeper mode only (served by the controller)
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),  # ZooKeeper mode: served by the controller; one node too
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.ELECT_LEADERS: (0, 2),  # ZooKeeper mode: served by the controller; one node: ELECTION_NOT_NEEDED
     ApiKey.ALTER_REPLICA_LOG_DIRS: (1, 2),  # moves a replica between log.dirs (storage/log_move.py)
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),  # v5 only adds is_cordoned (KIP-1066)
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
@@ -100,6 +100,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_ACLS: (1, 3),  # answered SECURITY_DISABLED without an authorizer, as Kafka
     ApiKey.CREATE_ACLS: (1, 3),
     ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: (0, 0),  # KIP-714, no receiver: nothing subscribed (handlers/telemetry.py)
+    ApiKey.PUSH_TELEMETRY: (0, 0),
 }
 """What the broker advertises in ApiVersions (api_key -> (min, max))."""
 

@@ -2,7 +2,10 @@
 
 The field layouts are Kafka's JSON message specs (``clients/src/main/resources/common/message/*.json``).
 We do not vendor them: kafka-python 3 ships them as package data in ``kafka/protocol/schemas/resources``
-and we read that data with importlib.resources. Only the data is used, never kafka-python's code.
+and we read that data with importlib.resources. Only the data is used, never kafka-python's code. APIs whose
+specs kafka-python does not ship (ConsumerGroupHeartbeat 68, ConsumerGroupDescribe 69) have their field layouts
+in the project's own ``tidelog/protocol/specs/`` (same JSON structure, no prose); a file there wins over
+kafka-python's of the same name.
 
 This module turns a spec into a small typed model (``MessageSpec`` / ``FieldSpec``) that the compiler
 (``tidelog.protocol.compiler``) specialises per (api_key, version, request|response).
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 SPEC_PACKAGE = "kafka.protocol.schemas.resources"
+OWN_SPEC_DIR = Path(__file__).resolve().parent / "specs"
 
 VersionRange = tuple[int, int]
 """Inclusive (low, high); an empty range is (0, -1)."""
@@ -186,16 +190,19 @@ def spec_dir() -> Traversable:
 @cache
 def load_spec(name: str) -> MessageSpec:
     """The spec named e.g. ``"ProduceRequest"``; FileNotFoundError if the installed package lacks it."""
-    text = spec_dir().joinpath(name + ".json").read_text(encoding="utf-8")
-    return parse_spec(text)
+    own = OWN_SPEC_DIR / (name + ".json")
+    src: Traversable | Path = own if own.is_file() else spec_dir().joinpath(name + ".json")
+    return parse_spec(src.read_text(encoding="utf-8"))
 
 
 @cache
 def spec_index() -> dict[tuple[int, str], MessageSpec]:
     """Every request/response spec shipped, keyed by (api_key, "request"|"response")."""
     out: dict[tuple[int, str], MessageSpec] = {}
-    for entry in spec_dir().iterdir():
-        fname = entry.name
+    names = {entry.name for entry in spec_dir().iterdir()}
+    if OWN_SPEC_DIR.is_dir():
+        names |= {entry.name for entry in OWN_SPEC_DIR.iterdir()}
+    for fname in sorted(names):
         if not fname.endswith(".json"):
             continue
         spec = load_spec(fname[:-5])

@@ -22,9 +22,8 @@ Kafka behaviours reproduced (sources: Kafka ``ControllerApis``/``KafkaApis``, ``
 * DeleteRecords: offset -1 means the high watermark; an offset below 0 or above the high watermark is
   OFFSET_OUT_OF_RANGE; a topic whose ``cleanup.policy`` lacks ``delete`` is POLICY_VIOLATION. The answer is
   the partition's new low watermark (log start offset).
-* AlterConfigs/IncrementalAlterConfigs on a BROKER resource: tidelog's broker configs are all static (read
-  from ``server.properties`` at start), so any change is refused as Kafka refuses a non-dynamic broker config:
-  INVALID_REQUEST "Cannot update these configs dynamically". An empty change set is accepted.
+* AlterConfigs/IncrementalAlterConfigs/DescribeConfigs on a BROKER resource: dynamic broker configs, see
+  ``handlers/broker_configs.py``.
 * DescribeCluster with ``endpoint_type`` 2 (controllers) sent to a broker listener: UNSUPPORTED_ENDPOINT_TYPE.
 """
 
@@ -38,7 +37,7 @@ from typing import Any, Protocol, TypeVar
 
 from tidelog.broker import config as bc
 from tidelog.broker.errors import error_of, is_client_error
-from tidelog.broker.handlers import RequestContext, handles, topic_change
+from tidelog.broker.handlers import RequestContext, broker_configs, handles, topic_change
 from tidelog.broker.handlers.bodies import (
     AlterConfigsResourceResponse,
     CreatableReplicaAssignment,
@@ -223,7 +222,6 @@ def _broker_config_entries(ctx: RequestContext) -> list[ConfigEntry]:
     out: list[ConfigEntry] = []
     seen: set[str] = set()
     for key in bc.BROKER_KEYS.values():
-        explicit = key.name in cfg.props
         raw = cfg.props.get(key.name, key.default)
         if key.name == "log.dirs" and raw is None:
             raw = ",".join(str(d) for d in cfg.log_dirs)
@@ -247,25 +245,29 @@ def _broker_config_entries(ctx: RequestContext) -> list[ConfigEntry]:
             ctype = TYPE_LONG if (key.name.endswith(".ms") or abs(parsed) >= 2**31) else TYPE_INT
         else:
             ctype = TYPE_STRING
-        source = SOURCE_STATIC_BROKER_CONFIG if explicit else SOURCE_DEFAULT_CONFIG
-        out.append(ConfigEntry(key.name, raw, source, read_only=True, is_sensitive=bc.is_sensitive_config(key.name),
+        syns = broker_configs.synonyms(ctx, key.name, key.default)
+        out.append(ConfigEntry(key.name, raw, broker_configs.entry_source(syns),
+                               read_only=broker_configs.read_only(key.name),
+                               is_sensitive=bc.is_sensitive_config(key.name), synonyms=syns,
                                config_type=ctype, documentation=key.doc or None))
         seen.add(key.name)
     defaults = _broker_log_defaults(ctx)
     for name in sorted(set(bc.LOG_DEFAULT_KEYS) | set(defaults)):
         if name in seen:
             continue
-        explicit = name in cfg.props
         raw = cfg.props.get(name, defaults.get(name))
         if raw is None:
             continue
-        source = SOURCE_STATIC_BROKER_CONFIG if explicit else SOURCE_DEFAULT_CONFIG
-        out.append(ConfigEntry(name, raw, source, read_only=True, is_sensitive=bc.is_sensitive_config(name)))
+        syns = broker_configs.synonyms(ctx, name, defaults.get(name))
+        out.append(ConfigEntry(name, raw, broker_configs.entry_source(syns), read_only=broker_configs.read_only(name),
+                               is_sensitive=bc.is_sensitive_config(name), synonyms=syns))
         seen.add(name)
     for name in sorted(cfg.props):  # unknown keys are kept and shown, as Kafka does
         if name not in seen:
-            out.append(ConfigEntry(name, cfg.props[name], SOURCE_STATIC_BROKER_CONFIG, read_only=True,
-                                   is_sensitive=bc.is_sensitive_config(name)))
+            syns = broker_configs.synonyms(ctx, name, None)
+            out.append(ConfigEntry(name, cfg.props[name], broker_configs.entry_source(syns),
+                                   read_only=broker_configs.read_only(name), is_sensitive=bc.is_sensitive_config(name),
+                                   synonyms=syns))
     return out
 
 
@@ -760,7 +762,7 @@ async def describe_configs(ctx: RequestContext, request: dict) -> dict:
                 res["error_message"] = f"Topic '{rname}' does not exist."
                 continue
             try:
-                entries = list(topics.describe_configs(rname, keys) or [])
+                entries = broker_configs.relabel_topic_entries(ctx, list(topics.describe_configs(rname, keys) or []))
             except Exception as exc:
                 if not is_client_error(exc):
                     raise
@@ -771,7 +773,8 @@ async def describe_configs(ctx: RequestContext, request: dict) -> dict:
                 res["error_code"] = error_code("INVALID_REQUEST")
                 res["error_message"] = f"Unexpected broker id, expected {_node_id(ctx)} but received {rname}"
                 continue
-            entries = _broker_config_entries(ctx)
+            entries = (broker_configs.default_layer_entries(ctx, ConfigEntry) if rname == ""
+                       else _broker_config_entries(ctx))
         elif rtype == RESOURCE_BROKER_LOGGER:
             res["error_code"] = error_code("INVALID_REQUEST")
             res["error_message"] = "Describing broker loggers is not supported."
@@ -806,13 +809,6 @@ def _config_refusal(ctx: RequestContext, rtype: int, rname: str, op: AclOperatio
 def _broker_alter_refusal(ctx: RequestContext, rname: str, names: list[str]) -> tuple[str, str] | None:
     if rname and rname != str(_node_id(ctx)):
         return "INVALID_REQUEST", f"Unexpected broker id, expected {_node_id(ctx)} but received {rname}"
-    if names:
-        return (
-            "INVALID_REQUEST",
-            f"Invalid config value for resource ConfigResource(type=BROKER, name='{rname}'): "
-            f"Cannot update these configs dynamically: {sorted(set(names))} "
-            "(tidelog broker configs are static; edit server.properties and restart)",
-        )
     return None
 
 
@@ -864,9 +860,12 @@ async def _alter_config_resources(
         if refusal is not None:
             res["error_code"], res["error_message"] = error_code(refusal[0]), refusal[1]
             continue
-        if rtype == RESOURCE_BROKER:
-            continue  # empty change set on the broker: nothing to do
         change_set = changes(configs)
+        if rtype == RESOURCE_BROKER:  # dynamic broker configs
+            refused_change = await broker_configs.alter_broker(ctx, rname, change_set, validate_only)
+            if refused_change is not None:
+                res["error_code"], res["error_message"] = refused_change
+            continue
         try:
             await topic_change(alter, rname, change_set, validate_only=validate_only)  # off the loop (fsyncs)
         except Exception as exc:

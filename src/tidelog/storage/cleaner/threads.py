@@ -85,6 +85,20 @@ class LogCleaner:
             t.join(max(0.0, deadline - time.monotonic()))
         self._threads = []
 
+    def reconfigure(self, config: CleanerConfig) -> None:
+        """A new config while running (dynamic ``log.cleaner.*``): the threads stop after their current cleaning
+        and start again with it (Kafka's LogCleaner.reconfigure: shutdown, then startup with the new config)."""
+        self.shutdown()
+        self.config = config
+        self._stop = threading.Event()
+        self.throttler = Throttler(config.io_max_bytes_per_second, self._stop)
+        self.start()
+
+    @property
+    def thread_count(self) -> int:
+        """Cleaner threads alive now."""
+        return sum(1 for t in self._threads if t.is_alive())
+
     def wakeup(self) -> None:
         """Run a check now instead of after the backoff (tests, topic config changes)."""
         with self._lock:
@@ -218,6 +232,8 @@ class LogCleaner:
                 ),
                 ("tidelog_cleaner_max_clean_time_seconds", "Longest cleaning round", {}, t.max_clean_seconds),
                 ("tidelog_cleaner_dead_threads", "Cleaner threads that died", {}, dead),
+                ("tidelog_cleaner_threads", "Cleaner threads running (log.cleaner.threads)", {},
+                 0 if self._stop.is_set() else sum(1 for th in self._threads if th.is_alive())),
                 ("tidelog_cleaner_errors_total", "Cleaning rounds that failed", {}, t.errors),
                 (
                     "tidelog_cleaner_time_since_last_run_ms",
