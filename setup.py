@@ -1,5 +1,5 @@
 """Build of the optional C accelerators (all other metadata is in pyproject.toml): ``tidelog.records._recwalk``
-(record walk, CRC-32C: bytes only), ``tidelog.records._columnar`` (Spark rows), ``tidelog.storage._segment`` (a
+(record walk, CRC-32C: bytes only), ``tidelog.client._columnar`` (Spark rows and the Spark sink's record accumulator), ``tidelog.storage._segment`` (a
 segment's append state, the append fast path, the stamped write, fallocate and the recovery scan; it uses
 _recwalk's CRC-32C and walk through a capsule), ``tidelog.storage._cleanwalk`` (the log cleaner's offset map
 and batch filter) and ``tidelog.protocol._produce`` (the broker's fast lane: a Produce request of the common shape
@@ -53,8 +53,8 @@ setup(
             optional=True,
         ),
         Extension(
-            "tidelog.records._columnar",
-            sources=["src/tidelog/records/_columnar.c"],
+            "tidelog.client._columnar",
+            sources=["src/tidelog/client/_columnar.c"],
             optional=True,
         ),
         Extension(

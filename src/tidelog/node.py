@@ -24,14 +24,17 @@ from tidelog.broker.server import install_event_loop_policy
 from tidelog.broker.txn.coordinator import TransactionCoordinator
 from tidelog.cluster.replica_manager import ZkReplicaManager
 from tidelog.protocol.schema import spec_index
+from tidelog.storage.progress import RecoveryProgress
 
 
-def build_broker(config: BrokerConfig) -> Broker:
+def build_broker(config: BrokerConfig, recovery_progress: RecoveryProgress | None = None) -> Broker:
     """The broker of ``config``'s mode; the transaction coordinator is the same part in both (it follows the
-    replica manager's leadership of ``__transaction_state`` in ZooKeeper mode)."""
+    replica manager's leadership of ``__transaction_state`` in ZooKeeper mode). ``recovery_progress`` shows a
+    long log recovery (``tidelog serve`` on a terminal: a progress bar)."""
     if config.get("zookeeper.connect"):
-        return Broker(config, ZkReplicaManager(config), txn_coordinator=TransactionCoordinator)
-    return Broker(config, txn_coordinator=TransactionCoordinator)
+        return Broker(config, ZkReplicaManager(config), txn_coordinator=TransactionCoordinator,
+                      recovery_progress=recovery_progress)
+    return Broker(config, txn_coordinator=TransactionCoordinator, recovery_progress=recovery_progress)
 
 
 async def serve(
@@ -40,11 +43,12 @@ async def serve(
     ready: asyncio.Event | None = None,
     on_started: Callable[[Broker], None] | None = None,
     before_start: Callable[[], None] | None = None,
+    recovery_progress: RecoveryProgress | None = None,
 ) -> None:
     """Run a broker until SIGTERM/SIGINT (Ctrl-C), then shut down gracefully. ``before_start`` is called once the
     broker is built, before it loads its logs and binds (:func:`run`: :func:`settle_heap`); ``on_started`` once
     the listener is bound (``tidelog serve`` prints how to reach the broker)."""
-    broker = build_broker(config)
+    broker = build_broker(config, recovery_progress)
     if before_start is not None:
         before_start()
     loop = asyncio.get_running_loop()
@@ -77,9 +81,13 @@ def settle_heap() -> None:
 
 
 def run(
-    config: BrokerConfig, *, use_uvloop: bool | None = None, on_started: Callable[[Broker], None] | None = None
+    config: BrokerConfig,
+    *,
+    use_uvloop: bool | None = None,
+    on_started: Callable[[Broker], None] | None = None,
+    recovery_progress: RecoveryProgress | None = None,
 ) -> None:
     if use_uvloop is None:
         use_uvloop = os.environ.get("TIDELOG_LOOP", "uvloop") != "asyncio"
     install_event_loop_policy(use_uvloop)
-    asyncio.run(serve(config, on_started=on_started, before_start=settle_heap))
+    asyncio.run(serve(config, on_started=on_started, before_start=settle_heap, recovery_progress=recovery_progress))

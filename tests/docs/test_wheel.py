@@ -19,7 +19,7 @@ from docrun import REPO, Command, Shell, clean_copy, user_env
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
 
 EXTENSIONS = (
-    "tidelog/records/_recwalk", "tidelog/records/_columnar", "tidelog/storage/_segment", "tidelog/storage/_cleanwalk",
+    "tidelog/records/_recwalk", "tidelog/client/_columnar", "tidelog/storage/_segment", "tidelog/storage/_cleanwalk",
     "tidelog/protocol/_produce",
 )
 
@@ -36,7 +36,7 @@ def test_wheel_installs_into_an_empty_venv_and_runs(tmp_path: Path) -> None:
         in_sdist = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for c_file in ("src/tidelog/records/_recwalk.c", "src/tidelog/records/_recwalk_capi.h", "src/tidelog/records/_bytes.h",
                    "src/tidelog/storage/_segment.c",
-                   "src/tidelog/storage/_cleanwalk.c", "src/tidelog/records/_columnar.c",
+                   "src/tidelog/storage/_cleanwalk.c", "src/tidelog/client/_columnar.c",
                    "src/tidelog/protocol/_produce.c"):
         assert c_file in in_sdist, f"{c_file} missing from {sdist.name}"
     (wheel,) = dist.glob("tidelog-*.whl")

@@ -1,4 +1,4 @@
-"""The columnar decoder (``tidelog.records.columnar``): the C and Python builders give the rows
+"""The columnar decoder (``tidelog.client.columnar``): the C and Python builders give the rows
 ``parse_records`` gives, in Arrow layout, and reject exactly what it rejects."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from tidelog.client.columnar import CColumnBuilder, PyColumnBuilder
 from tidelog.records.batch import RecordSpec, build_batch, parse_records
-from tidelog.records.columnar import CColumnBuilder, PyColumnBuilder
 from tidelog.records.errors import RecordError
 from tidelog.records.header import RECORD_BATCH_OVERHEAD
 

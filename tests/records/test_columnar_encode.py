@@ -1,4 +1,4 @@
-"""The sink's encoder (``tidelog.records.columnar``: murmur2, assign_partitions, RecordAccumulator): the C and
+"""The sink's encoder (``tidelog.client.columnar``: murmur2, assign_partitions, RecordAccumulator): the C and
 Python versions agree byte for byte, the records decode back to the input, and murmur2 equals an independent
 implementation (kafka-python's)."""
 
@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from tidelog.records.batch import parse_records
-from tidelog.records.columnar import (
+from tidelog.client.columnar import (
     RECORD_BATCH_HEADER_SIZE,
     CRecordAccumulator,
     PyRecordAccumulator,
@@ -20,6 +19,7 @@ from tidelog.records.columnar import (
     py_assign_partitions,
     py_murmur2,
 )
+from tidelog.records.batch import parse_records
 
 pa = pytest.importorskip("pyarrow")
 

@@ -7,7 +7,7 @@ import asyncio
 import re
 from typing import Any
 
-from tidelog.broker.security.client import ClientSecurity
+from tidelog.client.security import ClientSecurity
 from tidelog.cluster.peer import Peer
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret"}

@@ -52,7 +52,7 @@ from aclsupport import (
 )
 from helpers import wait_for
 
-from tidelog.broker.security.client import ClientSecurity
+from tidelog.client.security import ClientSecurity
 from tidelog.cluster.handlers import CLUSTER_HANDLERS
 from tidelog.cluster.peer import Peer
 from tidelog.protocol.api_keys import ApiKey

@@ -14,9 +14,10 @@ from secsupport import scram_client_final
 
 from tidelog.broker.config import BrokerConfig, ConfigException
 from tidelog.broker.security.listeners import build_listeners
-from tidelog.broker.security.sasl import PlainServer, SaslAuthenticationFailed, ScramServer, parse_jaas
+from tidelog.broker.security.sasl import PlainServer, SaslAuthenticationFailed, ScramServer
 from tidelog.broker.security.scram import ScramCredential, ScramCredentialStore
 from tidelog.broker.security.tls import NoMatchingRule, SslPrincipalMapper, iana_to_openssl, subject_dn
+from tidelog.client.jaas import parse_jaas
 
 CERT = {"subject": ((("countryName", "US"),), (("organizationName", "Acme, Inc"),),
                     (("organizationalUnitName", "eng"),), (("commonName", "alice"),))}

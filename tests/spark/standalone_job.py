@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.functions import udf
 
 import tidelog
-from tidelog.records.columnar import CColumnBuilder
+from tidelog.client.columnar import CColumnBuilder
 from tidelog.spark import register
 
 

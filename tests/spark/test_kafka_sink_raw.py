@@ -15,8 +15,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import RawClient, produce_raw, read_to_end
 
+from tidelog.client.columnar import py_murmur2
 from tidelog.records import build_batch
-from tidelog.records.columnar import py_murmur2
 from tidelog.spark.kafka_sink import parse_produce_client, producer_config
 from tidelog.spark.options import OptionError
 from tidelog.spark.producer import DeliveryError, RawProducer, raw_produce_unsupported

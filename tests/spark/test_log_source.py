@@ -101,7 +101,7 @@ def test_torn_tail_of_active_segment(spark: Any, spark_broker: Any, written: tup
 
 def test_columnar_path_same_rows_as_the_broker_serves(spark: Any, kt: Any, spark_broker: Any,
                                                       written: tuple[str, int]) -> None:
-    """Without includeHeaders the data directory is decoded column-wise (tidelog.records.columnar): the same
+    """Without includeHeaders the data directory is decoded column-wise (tidelog.client.columnar): the same
     rows as the broker serves, also with null keys and values, empty values and LogAppendTime."""
     topic, n = written
     cols = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")

@@ -288,7 +288,7 @@ def test_tidelog_shipped_with_py_files(standalone: SparkStandalone, kt: Any, tmp
     processes the driver's JVM starts, which do not get the ``--py-files`` (ModuleNotFoundError: No module named
     'tidelog' when the streaming source is initialised); they take the JVM's ``PYTHONPATH``, so the zip is named
     there too. What docs/SPARK.md says about shipping tidelog rests on this."""
-    if not any((Path(tidelog.__file__).parent / "records").glob("_columnar*.so")):
+    if not any((Path(tidelog.__file__).parent / "client").glob("_columnar*.so")):
         pytest.skip("tidelog's C accelerators are not built here")
     # an interpreter with every dependency of this venv but not tidelog: a .pth naming this venv's site-packages
     # (the .pth files inside it, such as tidelog's editable install, are not read from there)

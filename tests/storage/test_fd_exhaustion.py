@@ -55,7 +55,7 @@ def no_descriptor_left() -> Iterator[None]:
 
 def test_emfile_defers_checkpoints_and_fails_a_roll_alone(tmp_path: Path) -> None:
     root = (tmp_path / "d").absolute()
-    m = LogManager([root], LogConfig(segment_bytes=1 << 20), show_progress=False)
+    m = LogManager([root], LogConfig(segment_bytes=1 << 20))
     m.startup()
     try:
         plog = m.create_log("t", 0, None, TOPIC_ID)

@@ -31,7 +31,7 @@ CONFIG = LogConfig(segment_bytes=1 << 20)
 
 
 def _manager(*dirs: Path) -> LogManager:
-    m = LogManager(list(dirs), CONFIG, show_progress=False)
+    m = LogManager(list(dirs), CONFIG)
     m.startup()
     return m
 

@@ -27,7 +27,7 @@ WAIT = 60.0
 
 
 def _manager(*dirs: Path) -> LogManager:
-    m = LogManager(list(dirs), CONFIG, show_progress=False)
+    m = LogManager(list(dirs), CONFIG)
     m.startup()
     return m
 
@@ -220,7 +220,7 @@ def test_a_move_interrupted_by_shutdown_resumes_at_start(tmp_path: Path) -> None
     assert not stopper.is_alive() and isinstance(move.error, MoveCancelled)
     [future] = b.glob("t-0.*-future")  # kept for the next start, which resumes it (as Kafka)
     assert (a / "t-0").is_dir()
-    m = LogManager([a, b], CONFIG, show_progress=False)
+    m = LogManager([a, b], CONFIG)
     resumed = Pause()
     m.on_move_round = resumed
     m.startup()

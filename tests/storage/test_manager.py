@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -7,6 +8,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -63,7 +65,6 @@ def make_batch(values: list[bytes], *, ts: int = 1_700_000_000_000, pid: int = -
 
 
 def new_manager(dirs: list[Path], **kwargs: object) -> LogManager:
-    kwargs.setdefault("show_progress", False)
     return LogManager(dirs, SMALL, **kwargs)  # type: ignore[arg-type]
 
 
@@ -409,7 +410,6 @@ def test_tick_flushes_and_checkpoints(tmp_path: Path) -> None:
     m = LogManager(
         [d],
         LogConfig(segment_bytes=4096, segment_index_bytes=4096, flush_ms=100),
-        show_progress=False,
         recovery_point_checkpoint_interval_ms=1000,
     )
     m.startup()
@@ -486,7 +486,9 @@ def test_unreadable_partition_metadata_is_written_again(tmp_path: Path) -> None:
     m.shutdown()
 
 
-def test_progress_bar_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_recovery_reports_progress_through_the_callback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Storage reports a long recovery's progress to the RecoveryProgress it was given (``tidelog serve``: a rich
+    bar), once with the bytes to scan, then ``advance`` as the logs are scanned; without one it recovers alike."""
     d = tmp_path / "data"
     m = new_manager([d])
     m.startup()
@@ -495,34 +497,41 @@ def test_progress_bar_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         plog.append_as_leader(make_batch([b"z" * 200]))
     m.shutdown()
     (d / ".kafka_cleanshutdown").unlink()
+    totals: list[int] = []
     advanced: list[int] = []
-    real = manager_module._recovery_progress
+    closed: list[bool] = []
 
-    def spy(enabled: bool, total: int):  # type: ignore[no-untyped-def]
-        assert enabled and total > 2000
-
-        class Wrap:
-            def __enter__(self):  # type: ignore[no-untyped-def]
-                self.cm = real(enabled, total)
-                inner = self.cm.__enter__()
-
-                def advance(n: int) -> None:
-                    advanced.append(n)
-                    inner(n)
-
-                return advance
-
-            def __exit__(self, *exc: object) -> None:
-                self.cm.__exit__(*exc)
-
-        return Wrap()
+    @contextlib.contextmanager
+    def progress(total_bytes: int) -> Iterator[Callable[[int], None]]:
+        totals.append(total_bytes)
+        yield advanced.append
+        closed.append(True)
 
     monkeypatch.setattr(manager_module, "PROGRESS_MIN_BYTES", 1)
-    monkeypatch.setattr(manager_module, "_stderr_is_terminal", lambda: True)
-    monkeypatch.setattr(manager_module, "_recovery_progress", spy)
-    m = LogManager([d], SMALL, show_progress=True)
+    m = LogManager([d], SMALL, recovery_progress=progress)
     m.startup()
-    assert sum(advanced) > 0
+    assert len(totals) == 1 and totals[0] > 2000 and closed == [True]
+    assert 0 < sum(advanced) <= totals[0]
+    assert m.get_log("t", 0).log_end_offset == 10  # type: ignore[union-attr]
+    m.shutdown()
+
+
+def test_recovery_below_the_threshold_reports_nothing(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    m = new_manager([d])
+    m.startup()
+    m.create_log("t", 0, None, TOPIC_ID).append_as_leader(make_batch([b"z"]))
+    m.shutdown()
+    (d / ".kafka_cleanshutdown").unlink()
+    calls: list[int] = []
+
+    def progress(total_bytes: int) -> contextlib.nullcontext[Callable[[int], None]]:
+        calls.append(total_bytes)
+        return contextlib.nullcontext(lambda n: None)
+
+    m = LogManager([d], SMALL, recovery_progress=progress)
+    m.startup()  # a few hundred bytes, far below PROGRESS_MIN_BYTES
+    assert calls == [] and m.get_log("t", 0).log_end_offset == 1  # type: ignore[union-attr]
     m.shutdown()
 
 

@@ -72,6 +72,7 @@ from tidelog.broker.txn.coordinator import TransactionCoordinator
 from tidelog.protocol import codec
 from tidelog.storage.checkpoints import read_meta_properties
 from tidelog.storage.manager import LogManager
+from tidelog.storage.progress import RecoveryProgress
 
 log = logging.getLogger("tidelog.broker.server")
 
@@ -80,8 +81,10 @@ class Broker:
     """A tidelog broker. ``replica_manager`` decides the mode (default: one node alone)."""
 
     def __init__(self, config: BrokerConfig, replica_manager: Any = None,
-                 txn_coordinator: Callable[[Broker], Any] = TransactionCoordinator) -> None:
+                 txn_coordinator: Callable[[Broker], Any] = TransactionCoordinator,
+                 recovery_progress: RecoveryProgress | None = None) -> None:
         self.config = config
+        self.recovery_progress = recovery_progress  # shows a long log recovery (``tidelog serve``: a bar)
         # dynamic broker configs (issue 27): the stored layers are merged into ``config`` before any part reads it
         self.dynamic_config = DynamicBrokerConfig(config)
         self.dynamic_config.load()
@@ -203,7 +206,8 @@ class Broker:
         if make_store is not None:  # ZooKeeper mode: /config/brokers, read before the topic defaults are used
             self.dynamic_config.use_store(make_store(self))
         self.topics = self.replica_manager.make_topic_manager(self)
-        self.logs = LogManager(list(cfg.log_dirs), cfg.log_config(), **self.topics.log_manager_kwargs())
+        self.logs = LogManager(list(cfg.log_dirs), cfg.log_config(), recovery_progress=self.recovery_progress,
+                               **self.topics.log_manager_kwargs())
         self.logs.startup(self.topics.topic_config)
         hook = getattr(self.replica_manager, "on_log_dir_failure", None)
         if hook is not None:  # ZooKeeper mode tells the controller (/log_dir_event_notification)

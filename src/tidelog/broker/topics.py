@@ -283,7 +283,6 @@ class TopicManager:
             "broker_id": self.broker.node_id,
             "cluster_id": cfg.cluster_id,
             "recovery_threads": cfg.get("num.recovery.threads.per.data.dir"),
-            "show_progress": False,
             "recovery_point_checkpoint_interval_ms": cfg.get("log.flush.offset.checkpoint.interval.ms"),
             "log_start_offset_checkpoint_interval_ms": cfg.get("log.flush.start.offset.checkpoint.interval.ms"),
             "high_watermark_checkpoint_interval_ms": cfg.get("replica.high.watermark.checkpoint.interval.ms"),

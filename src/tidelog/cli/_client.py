@@ -22,15 +22,15 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from tidelog.broker.security.client import (
+from tidelog.cli._preflight import LoginProblem, check_listener
+from tidelog.cli._tables import aligned_lines, tabbed_lines
+from tidelog.client.security import (
     ClientConfigError,
     ClientSecurity,
     SaslClientError,
     client_security,
     librdkafka_config,
 )
-from tidelog.cli._preflight import LoginProblem, check_listener
-from tidelog.cli._tables import aligned_lines, tabbed_lines
 from tidelog.cluster.peer import Peer
 from tidelog.storage.checkpoints import parse_properties
 

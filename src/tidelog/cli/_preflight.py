@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 
-from tidelog.broker.security.client import ClientSecurity, SaslClientError
+from tidelog.client.security import ClientSecurity, SaslClientError
 from tidelog.cluster.peer import Peer
 
 API_VERSIONS, METADATA = 18, 3

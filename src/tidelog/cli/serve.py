@@ -14,6 +14,7 @@ import click
 
 from tidelog.broker.config import BrokerConfig, ConfigException
 from tidelog.broker.log_setup import setup_logging
+from tidelog.cli.progress import terminal_recovery_progress
 from tidelog.node import run
 
 
@@ -70,7 +71,8 @@ def serve(
             console_proc.append(_start_console(broker, console_port))
 
     try:
-        run(cfg, use_uvloop=(loop == "uvloop"), on_started=on_started)
+        run(cfg, use_uvloop=(loop == "uvloop"), on_started=on_started,
+            recovery_progress=terminal_recovery_progress())
     except KeyboardInterrupt:
         pass
     except OSError as exc:

@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tidelog.broker.security.client import ClientSecurity, open_connection
+from tidelog.client.security import ClientSecurity, open_connection
 from tidelog.protocol.framing import ClientConnection
 
 
 class Peer:
-    """``security``: TLS and SASL for the inter-broker listener (``tidelog.broker.security.client``); None:
+    """``security``: TLS and SASL for the inter-broker listener (``tidelog.client.security``); None:
     PLAINTEXT."""
 
     def __init__(self, host: str, port: int, client_id: str, security: ClientSecurity | None = None) -> None:

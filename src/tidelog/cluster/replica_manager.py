@@ -60,7 +60,7 @@ from typing import Any
 
 from tidelog.broker.broker import Broker
 from tidelog.broker.errors import PartitionError
-from tidelog.broker.security.client import inter_broker_security
+from tidelog.broker.security.inter_broker import inter_broker_security
 from tidelog.broker.topics import TopicManager, new_cluster_id
 from tidelog.cluster import zkdata as zd
 from tidelog.cluster.acls import ZkAclStore

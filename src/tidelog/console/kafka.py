@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from tidelog.broker.security.acls import AclOperation, PatternType, PermissionType, ResourceType, parse_enum
-from tidelog.broker.security.client import ClientSecurity, SaslClientError, client_security, librdkafka_config
 from tidelog.cli._client import kafka_error_name, kafka_error_text
 from tidelog.cli.group_offsets import ResetSpec, target
 from tidelog.cli.topics import _leader_metrics_urls
+from tidelog.client.security import ClientSecurity, SaslClientError, client_security, librdkafka_config
 from tidelog.cluster.peer import Peer
 from tidelog.protocol.errors import error_for_code
 

@@ -110,7 +110,7 @@ def _binary(n: int, validity: bytes | None, nulls: int, offsets: bytes, data: by
 
 def columns_batch(topic: str, partition: int, cols: Sequence[Any]) -> pa.RecordBatch:
     """One Arrow batch (schema without headers) from the buffers of ``ColumnBuilder.finish()``
-    (:mod:`tidelog.records.columnar`), zero-copy."""
+    (:mod:`tidelog.client.columnar`), zero-copy."""
     n, offsets, stamps_us, types, kvalid, knulls, koffs, kdata, vvalid, vnulls, voffs, vdata = cols
     schema = arrow_schema(False)
     columns = [

@@ -6,7 +6,7 @@ Metadata request on the bootstrap servers), negotiates versions with ApiVersions
 :mod:`tidelog.protocol.codec`, each asking for about the bytes the rest of the range holds (:class:`FetchSizer`),
 so that a range ending before the partition's end does not make the broker send what follows it. The partition's records bytes are cut into whole v2 batches (a trailing partial
 batch is dropped and fetched again), control batches are skipped, and each batch's records are decoded by
-the columnar builder (:mod:`tidelog.records.columnar`) straight into Arrow buffers, keeping only the offsets of
+the columnar builder (:mod:`tidelog.client.columnar`) straight into Arrow buffers, keeping only the offsets of
 the range. No Python object per record: this is several times faster than one confluent-kafka ``Message`` per
 record.
 
@@ -19,7 +19,7 @@ Security: the connections speak TLS and SASL (PLAIN, SCRAM-SHA-256/512) from the
 librdkafka path takes (``security.protocol``, ``sasl.mechanism``, ``sasl.username``/``sasl.password`` or
 ``sasl.jaas.config``, ``ssl.ca.location``, ``ssl.certificate.location``/``ssl.key.location``,
 ``ssl.keystore.location`` (PKCS12), ``ssl.endpoint.identification.algorithm``), through
-:mod:`tidelog.broker.security.client`. Records with headers, or a security setting this client cannot honour
+:mod:`tidelog.client.security`. Records with headers, or a security setting this client cannot honour
 (another SASL mechanism, say), go through confluent-kafka instead: :func:`raw_fetch_allowed` decides.
 """
 
@@ -31,7 +31,8 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tidelog.broker.security.client import (
+from tidelog.client.columnar import new_builder
+from tidelog.client.security import (
     ClientConfigError,
     ClientSecurity,
     authenticate_blocking,
@@ -47,7 +48,6 @@ from tidelog.records.batch import (
     decode_batch,
     parse_control_record,
 )
-from tidelog.records.columnar import new_builder
 from tidelog.records.compression import decompress
 from tidelog.records.header import (
     COMPRESSION_MASK,

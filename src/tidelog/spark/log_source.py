@@ -44,8 +44,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
+from tidelog.client.columnar import new_builder
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED, decode_batch
-from tidelog.records.columnar import new_builder
 from tidelog.records.compression import decompress
 from tidelog.records.errors import RecordError
 from tidelog.records.header import (
@@ -575,7 +575,7 @@ def read_slice_columnar(
     verify_crc: bool = True,
 ) -> Iterator[Any]:
     """:func:`read_slice` without headers: each batch's records area is decoded straight into Arrow column
-    buffers (:mod:`tidelog.records.columnar`), :data:`COLUMNAR_BATCH_ROWS` rows per Arrow batch. The same
+    buffers (:mod:`tidelog.client.columnar`), :data:`COLUMNAR_BATCH_ROWS` rows per Arrow batch. The same
     checks in the same order as ``decode_batch`` (header, sizes, CRC, decompression, records); a batch the
     columnar walk rejects is decoded by ``decode_batch``, which raises the exact error."""
     builder = new_builder()

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidelog.broker.security.client import ClientConfigError, librdkafka_config
+from tidelog.client.security import ClientConfigError, librdkafka_config
 
 TopicPartition = tuple[str, int]
 

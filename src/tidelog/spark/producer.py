@@ -50,10 +50,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tidelog.broker.security.client import ClientConfigError, SaslClientError, client_security
+from tidelog.client.columnar import assign_partitions, new_accumulator
+from tidelog.client.security import ClientConfigError, SaslClientError, client_security
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
-from tidelog.records.columnar import assign_partitions, new_accumulator
 from tidelog.records.compression import CompressionType, compress
 from tidelog.records.header import (
     BATCH_HEADER,

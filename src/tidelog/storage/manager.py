@@ -45,11 +45,11 @@ import logging
 import os
 import re
 import shutil
-import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -96,6 +96,7 @@ from tidelog.storage.log import PartitionLog
 from tidelog.storage.log_move import LogMoves, ReplicaMove
 from tidelog.storage.open_files import SHORTAGE, DescriptorsExhaustedError, is_fd_exhaustion
 from tidelog.storage.producer_state import ProducerStateManager
+from tidelog.storage.progress import PROGRESS_MIN_BYTES, RecoveryProgress
 from tidelog.storage.retention import apply_retention
 
 if TYPE_CHECKING:
@@ -110,10 +111,6 @@ TopicConfigs = Mapping[str, LogConfig] | Callable[[str], "LogConfig | None"]
 #: how often ``tick`` unmaps the indexes of inactive segments unused since the previous sweep
 INDEX_IDLE_SWEEP_MS = 60_000
 MAX_TOPIC_NAME_LENGTH = 249
-
-#: Show a recovery progress bar only when at least this many log bytes must be scanned.
-PROGRESS_MIN_BYTES = 64 * 1024 * 1024
-
 
 class LogDirLockedError(StorageError):
     """Another process (or another LogManager in this one) holds the log directory's ``.lock``."""
@@ -164,7 +161,7 @@ class LogManager(LogMoves):
         broker_id: int = 0,
         cluster_id: str | None = None,
         recovery_threads: int = 2,
-        show_progress: bool = True,
+        recovery_progress: RecoveryProgress | None = None,
         broker_epoch: int = -1,
         recovery_point_checkpoint_interval_ms: int = 60000,
         log_start_offset_checkpoint_interval_ms: int = 60000,
@@ -184,7 +181,7 @@ class LogManager(LogMoves):
         self.broker_id = broker_id
         self.cluster_id = cluster_id
         self.recovery_threads = max(1, recovery_threads)
-        self.show_progress = show_progress
+        self.recovery_progress = recovery_progress
         self.broker_epoch = broker_epoch
         self.recovery_point_checkpoint_interval_ms = recovery_point_checkpoint_interval_ms
         self.log_start_offset_checkpoint_interval_ms = log_start_offset_checkpoint_interval_ms
@@ -342,10 +339,12 @@ class LogManager(LogMoves):
             # Kafka: "Attempting recovery for all logs in <dir> since no clean shutdown file was found"
             log.warning("unclean shutdown of %s: recovering %d logs (%d bytes to scan from their recovery points)",
                         d.path, len(in_dir), scan)
-        progress_on = self.show_progress and to_scan >= PROGRESS_MIN_BYTES and _stderr_is_terminal()
+        progress: AbstractContextManager[Callable[[int], None] | None] = contextlib.nullcontext(None)
+        if self.recovery_progress is not None and to_scan >= PROGRESS_MIN_BYTES:
+            progress = self.recovery_progress(to_scan)  # the bar of whoever started the broker, if any
         totals = {d.path: sum(1 for jd, _, _ in jobs if jd is d) for d in self._dirs.values()}
         loaded = dict.fromkeys(totals, 0)
-        with _recovery_progress(progress_on, to_scan) as advance:
+        with progress as advance:
             workers = self.recovery_threads * len(self._dirs)
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-recovery") as pool:
                 futures = {
@@ -965,33 +964,3 @@ def _bytes_to_recover(partition_dir: Path, recovery_point: int) -> int:
         if next_base is None or next_base > recovery_point:
             total += size
     return total
-
-
-def _stderr_is_terminal() -> bool:
-    """The progress bar is for a person at a terminal; a log file or a pipe gets the per-log lines only."""
-    return sys.stderr.isatty()
-
-
-@contextlib.contextmanager
-def _recovery_progress(enabled: bool, total: int) -> Any:
-    """Yield an ``advance(nbytes)`` callback driving a rich progress bar on stderr (or None)."""
-    if not enabled:
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(
-        TextColumn("recovering logs"),
-        BarColumn(),
-        DownloadColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as progress:
-        task = progress.add_task("recovery", total=total)
-
-        def advance(nbytes: int) -> None:
-            progress.advance(task, nbytes)
-
-        yield advance

@@ -10,13 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidelog.broker.config import BROKER_KEYS, BrokerConfig, ConfigException, Listener
-from tidelog.broker.security.sasl import (
-    PLAIN_LOGIN_MODULE,
-    SCRAM_LOGIN_MODULE,
-    SUPPORTED_MECHANISMS,
-    parse_jaas,
-)
-from tidelog.broker.security.tls import SslPrincipalMapper, TlsConfigError, build_server_context
+from tidelog.broker.security.sasl import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE
+from tidelog.broker.security.tls import SslPrincipalMapper, build_server_context
+from tidelog.client.jaas import parse_jaas
+from tidelog.client.security import SUPPORTED_MECHANISMS
+from tidelog.client.tls import TlsConfigError
 
 
 @dataclass(slots=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
 import json
 import os
 import secrets
@@ -23,26 +22,15 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-# Kafka's ScramMechanism: name -> (hash, type byte in Describe/AlterUserScramCredentials)
-MECHANISMS: dict[str, tuple[str, int]] = {"SCRAM-SHA-256": ("sha256", 1), "SCRAM-SHA-512": ("sha512", 2)}
+from tidelog.client.scram import MECHANISMS, MIN_ITERATIONS, hmac_, salted_password
+
 MECHANISM_BY_TYPE = {t: name for name, (_, t) in MECHANISMS.items()}
-MIN_ITERATIONS = 4096  # ScramMechanism.minIterations()
 MAX_ITERATIONS = 16384  # the most AlterUserScramCredentials accepts (Kafka's ScramMechanism.maxIterations)
 USERS_FILE = "tidelog-users.json"
 
 
 def _b64(b: bytes) -> str:
     return base64.b64encode(b).decode()
-
-
-def hmac_(alg: str, key: bytes, msg: bytes) -> bytes:
-    return hmac.new(key, msg, alg).digest()
-
-
-def salted_password(alg: str, password: str, salt: bytes, iterations: int) -> bytes:
-    """Hi(Normalize(password), salt, i) = PBKDF2 with HMAC-<alg> (RFC 5802 section 2.2; SASLprep is not applied,
-    as Kafka's ScramFormatter, which uses the UTF-8 bytes)."""
-    return hashlib.pbkdf2_hmac(alg, password.encode(), salt, iterations)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,19 +1,16 @@
 """The client side of listener security, shared by every tidelog connection that speaks the protocol itself:
 
-* a broker's own connections to other brokers (replica fetchers): TLS with the inter-broker listener's trust
-  store (and key store, for mutual TLS), then SASL with ``sasl.mechanism.inter.broker.protocol`` and the
-  ``username``/``password`` of that mechanism's JAAS config on the inter-broker listener
-  (``listener.name.<l>.<mechanism>.sasl.jaas.config``), as Kafka's inter-broker clients do
-  (:func:`inter_broker_security`);
+* a broker's own connections to other brokers (replica fetchers), whose settings come from the broker's
+  configuration (:func:`tidelog.broker.security.inter_broker.inter_broker_security`);
 * the CLI commands that use :class:`tidelog.cluster.peer.Peer` and the Spark source's raw-fetch path: a Kafka
   client configuration, in the Java client's names (``security.protocol``, ``sasl.mechanism``,
   ``sasl.jaas.config``, ``ssl.truststore.*``, ``ssl.keystore.*``) or librdkafka's (``sasl.username``/
   ``sasl.password``, ``ssl.ca.location``, ``ssl.certificate.location``/``ssl.key.location``)
   (:func:`client_security`).
 
-SASL is SaslHandshake v1 then SaslAuthenticate, PLAIN or SCRAM-SHA-256/512 (the SCRAM primitives are the server
-side's, :mod:`tidelog.broker.security.scram`); :func:`sasl_tokens` is the exchange, driven by an asyncio
-(:func:`open_connection`) or a blocking (:func:`authenticate_blocking`) connection.
+SASL is SaslHandshake v1 then SaslAuthenticate, PLAIN or SCRAM-SHA-256/512 (the SCRAM formulas are shared with
+the broker's server side, :mod:`tidelog.client.scram`); :func:`sasl_tokens` is the exchange, driven by an
+asyncio (:func:`open_connection`) or a blocking (:func:`authenticate_blocking`) connection.
 """
 
 from __future__ import annotations
@@ -29,13 +26,13 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tidelog.broker.config import BrokerConfig, ConfigException
-from tidelog.broker.security.listeners import listener_value
-from tidelog.broker.security.sasl import SUPPORTED_MECHANISMS, parse_jaas
-from tidelog.broker.security.scram import MECHANISMS, MIN_ITERATIONS, hmac_, salted_password
-from tidelog.broker.security.tls import TlsConfigError, _load_keystore, _load_truststore
+from tidelog.client.jaas import parse_jaas
+from tidelog.client.scram import MECHANISMS, MIN_ITERATIONS, hmac_, salted_password
+from tidelog.client.tls import TlsConfigError, load_keystore, load_truststore
 from tidelog.protocol.framing import ClientConnection
 
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+"""The SASL mechanisms tidelog speaks, as client and as broker."""
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 
@@ -62,39 +59,6 @@ class ClientSecurity:
     mechanism: str | None = None
     username: str = ""
     password: str = ""
-
-
-def inter_broker_security(config: BrokerConfig) -> ClientSecurity:
-    li = config.listener
-    protocol = config.security_protocol_map[li.name]
-
-    def get(key: str) -> Any:
-        return listener_value(config, li.name, key)
-
-    ctx = None
-    if protocol in ("SSL", "SASL_SSL"):
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        try:
-            ctx.verify_mode = ssl.CERT_REQUIRED
-            _load_truststore(ctx, get, ssl.Purpose.SERVER_AUTH)
-            if get("ssl.keystore.location") or get("ssl.keystore.key"):
-                _load_keystore(ctx, get)
-        except TlsConfigError as exc:
-            raise ConfigException(exc.name, get(exc.name), exc.reason) from None
-        ctx.check_hostname = str(get("ssl.endpoint.identification.algorithm") or "").lower() == "https"
-    mechanism, username, password = None, "", ""
-    if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-        mechanism = str(config.get("sasl.mechanism.inter.broker.protocol")).upper()
-        if mechanism not in SUPPORTED_MECHANISMS:
-            raise ConfigException("sasl.mechanism.inter.broker.protocol", mechanism,
-                                  f"a SASL inter-broker listener needs one of {', '.join(SUPPORTED_MECHANISMS)}")
-        key = f"listener.name.{li.name.lower()}.{mechanism.lower()}.sasl.jaas.config"
-        jaas = config.props.get(key)
-        opts = parse_jaas(jaas)[1] if jaas else {}
-        username, password = opts.get("username", ""), opts.get("password", "")
-        if not username:
-            raise ConfigException(key, jaas, "the inter-broker client needs username=\"...\" password=\"...\"")
-    return ClientSecurity(li.name, protocol, ctx, mechanism, username, password)
 
 
 # Java client settings librdkafka does not take under the same name (or at all)
@@ -185,7 +149,7 @@ def _client_ssl_context(get: Callable[[str], Any], low: Mapping[str, Any]) -> ss
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     try:
         if get("ssl.truststore.location") or get("ssl.truststore.certificates"):
-            _load_truststore(ctx, get, ssl.Purpose.SERVER_AUTH)
+            load_truststore(ctx, get, ssl.Purpose.SERVER_AUTH)
         elif get("ssl.ca.location") or get("ssl.ca.pem"):  # librdkafka's names (PEM)
             try:
                 ctx.load_verify_locations(cafile=get("ssl.ca.location"), cadata=get("ssl.ca.pem"))
@@ -195,7 +159,7 @@ def _client_ssl_context(get: Callable[[str], Any], low: Mapping[str, Any]) -> ss
             ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
         if get("ssl.keystore.location") or get("ssl.keystore.key"):
             # librdkafka's ssl.keystore.location is always PKCS12; Java's default type (JKS) is unreadable here
-            _load_keystore(ctx, lambda k: get(k) or ("PKCS12" if k == "ssl.keystore.type" and
+            load_keystore(ctx, lambda k: get(k) or ("PKCS12" if k == "ssl.keystore.type" and
                                                       not get("ssl.keystore.key") else None))
         elif get("ssl.certificate.location"):
             try:

@@ -1,4 +1,4 @@
-/* tidelog.records._columnar: decode the records of v2 batches straight into Arrow-layout columns, in C.
+/* tidelog.client._columnar: decode the records of v2 batches straight into Arrow-layout columns, in C.
  *
  * ColumnBuilder() accumulates the rows of many batches:
  *
@@ -410,7 +410,7 @@ static PyGetSetDef builder_getset[] = {
 
 static PyTypeObject ColumnBuilderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tidelog.records._columnar.ColumnBuilder",
+    .tp_name = "tidelog.client._columnar.ColumnBuilder",
     .tp_basicsize = sizeof(ColumnBuilder),
     .tp_dealloc = (destructor)builder_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -1007,7 +1007,7 @@ static PyGetSetDef acc_getset[] = {
 
 static PyTypeObject RecordAccumulatorType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tidelog.records._columnar.RecordAccumulator",
+    .tp_name = "tidelog.client._columnar.RecordAccumulator",
     .tp_basicsize = sizeof(RecordAccumulator),
     .tp_dealloc = (destructor)acc_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -1026,7 +1026,7 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef columnar_module = {
-    PyModuleDef_HEAD_INIT, "tidelog.records._columnar", "Columnar decoding and encoding of v2 record batches.", -1, module_methods,
+    PyModuleDef_HEAD_INIT, "tidelog.client._columnar", "Columnar decoding and encoding of v2 record batches.", -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__columnar(void) {

@@ -1,6 +1,6 @@
 """Columnar decoding of v2 batches: the records of many batches as Arrow-layout column buffers.
 
-:func:`new_builder` returns ``tidelog.records._columnar.ColumnBuilder`` (C, built by setup.py when a compiler
+:func:`new_builder` returns ``tidelog.client._columnar.ColumnBuilder`` (C, built by setup.py when a compiler
 is there) or :class:`PyColumnBuilder` (the same interface and output, in Python, on top of
 :func:`tidelog.records.batch.parse_records`). ``TIDELOG_PURE_PYTHON`` forces the Python builder.
 
@@ -52,7 +52,7 @@ class _BinCol:
 
 
 class PyColumnBuilder:
-    """The pure-Python :class:`tidelog.records._columnar.ColumnBuilder`."""
+    """The pure-Python :class:`tidelog.client._columnar.ColumnBuilder`."""
 
     def __init__(self) -> None:
         self._reset()
@@ -117,7 +117,7 @@ def _load_c_builder() -> Any:
     if os.environ.get("TIDELOG_PURE_PYTHON", "").strip() not in ("", "0"):
         return None
     try:
-        from tidelog.records._columnar import ColumnBuilder
+        from tidelog.client._columnar import ColumnBuilder
     except ImportError:
         return None
     return ColumnBuilder
@@ -235,7 +235,7 @@ _zz = encode_varlong
 
 
 class PyRecordAccumulator:
-    """The pure-Python ``tidelog.records._columnar.RecordAccumulator``."""
+    """The pure-Python ``tidelog.client._columnar.RecordAccumulator``."""
 
     def __init__(self, limit: int) -> None:
         if limit < 1:
@@ -306,7 +306,7 @@ def _load_c_sink() -> tuple[Any, Any, Any]:
     if os.environ.get("TIDELOG_PURE_PYTHON", "").strip() not in ("", "0"):
         return None, None, None
     try:
-        from tidelog.records._columnar import RecordAccumulator, assign_partitions, murmur2
+        from tidelog.client._columnar import RecordAccumulator, assign_partitions, murmur2
     except ImportError:
         return None, None, None
     return RecordAccumulator, assign_partitions, murmur2
