@@ -41,14 +41,23 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.assignors import ASSIGNORS, MemberSubscription, TopicPartition
 from tidelog.protocol.errors import error_code
 
 if TYPE_CHECKING:
-    from tidelog.broker.group.coordinator import GroupCoordinator
+    from tidelog.broker.broker import Broker
+    from tidelog.broker.group.state import Group
+
+
+class GroupOwner(Protocol):
+    """What the manager needs of the group coordinator that owns it (the broker, and its classic groups, to tell
+    a consumer group from a classic one of the same id)."""
+
+    broker: Broker
+    groups: dict[str, Group]
 
 log = logging.getLogger("tidelog.broker.group.consumer")
 
@@ -161,7 +170,7 @@ def _conf(props: Any, name: str) -> int:
 class ConsumerGroupManager:
     """The consumer (KIP-848) groups coordinated by this broker; owned by the :class:`GroupCoordinator`."""
 
-    def __init__(self, coordinator: GroupCoordinator) -> None:
+    def __init__(self, coordinator: GroupOwner) -> None:
         self.coordinator = coordinator
         props = coordinator.broker.config.props
         self.min_session_ms = _conf(props, "group.consumer.min.session.timeout.ms")

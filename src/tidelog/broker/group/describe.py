@@ -1,16 +1,32 @@
 """DescribeGroups and ListGroups answers of the group coordinator (classic groups, and KIP-848 groups in the
-listing), moved out of ``coordinator.py``; ``self`` is the :class:`GroupCoordinator`."""
+listing), moved out of ``coordinator.py``; ``self`` is the group coordinator, seen through
+:class:`DescribedCoordinator`."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group.state import GroupState
 from tidelog.protocol.errors import error_code
 
 if TYPE_CHECKING:
-    from tidelog.broker.group.coordinator import GroupCoordinator
+    from tidelog.broker.broker import Broker
+    from tidelog.broker.group.consumer_group import ConsumerGroupManager
+    from tidelog.broker.group.state import Group
+
+
+class DescribedCoordinator(Protocol):
+    """What describing and listing groups reads of the group coordinator."""
+
+    broker: Broker
+    groups: dict[str, Group]
+    consumer: ConsumerGroupManager
+    cluster: bool
+    active: bool
+    loading_partitions: set[int]
+
+    def check(self, group_id: str | None) -> int: ...
 
 NONE = 0
 NOT_COORDINATOR = error_code("NOT_COORDINATOR")
@@ -18,7 +34,7 @@ COORDINATOR_LOAD_IN_PROGRESS = error_code("COORDINATOR_LOAD_IN_PROGRESS")
 INVALID_GROUP_ID = error_code("INVALID_GROUP_ID")
 
 
-def describe_group(self: GroupCoordinator, group_id: str) -> dict[str, Any]:
+def describe_group(self: DescribedCoordinator, group_id: str) -> dict[str, Any]:
     err = self.check(group_id)
     out: dict[str, Any] = {
         "error_code": err, "error_message": None, "group_id": group_id, "group_state": "",
@@ -50,7 +66,7 @@ def describe_group(self: GroupCoordinator, group_id: str) -> dict[str, Any]:
     return out
 
 
-def list_groups(self: GroupCoordinator, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[int, list[dict[str, Any]]]:
+def list_groups(self: DescribedCoordinator, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[int, list[dict[str, Any]]]:
     if self.cluster:  # every broker lists the groups of the partitions it leads (clients ask them all)
         err = NOT_COORDINATOR if not self.active or self.broker.stopping else (
             COORDINATOR_LOAD_IN_PROGRESS if self.loading_partitions else NONE)
