@@ -146,17 +146,12 @@ def finish_decided(conf: Mapping[str, Any], producer: RawProducer, tid: str, pre
     """If batch ``batch`` was decided (the driver wrote its decision) but ``tid``'s transaction was not ended,
     end it now (COMMIT with the recorded producer id and epoch; a no-op success when it was ended). True when a
     decided transaction of ``tid`` is committed; False when there is none (or it was aborted meanwhile)."""
-    decided = producer.committed_offset(decision_group(prefix), marker_topic, MARKER_PARTITION)
-    if decided is None or decided[0] != batch:
+    txns = decided_txns(producer, prefix, marker_topic, batch)
+    if txns is None:
         return False
-    try:
-        meta = json.loads(decided[1] or "{}")
-    except ValueError:
-        meta = {}
-    txns = meta.get("t") if isinstance(meta, dict) else None
     client = TxnClient(conf)
     try:
-        if isinstance(txns, dict):
+        if txns:
             rec = txns.get(tid.rsplit("-", 1)[1])
             if rec is None:
                 return False  # not part of the decided batch (e.g. a task count that changed)
@@ -254,22 +249,48 @@ def commit_batch(conf: Mapping[str, Any], marker_topic: str, batch: int, message
     return open_txns
 
 
-def abort_batch(conf: Mapping[str, Any], messages: list[Any], timeout_s: float = 10.0) -> list[str]:
+def decided_txns(client: RawProducer, prefix: str, marker_topic: str, batch: int) -> dict[str, list[int]] | None:
+    """The transactions the decision of ``batch`` names (partition -> [producer id, epoch]); None = no decision
+    for this batch; empty = a decision too big to name them (all of the batch's transactions count as decided)."""
+    decided = client.committed_offset(decision_group(prefix), marker_topic, MARKER_PARTITION)
+    if decided is None or decided[0] != batch:
+        return None
+    try:
+        meta = json.loads(decided[1] or "{}")
+    except ValueError:
+        meta = {}
+    txns = meta.get("t") if isinstance(meta, dict) else None
+    return txns if isinstance(txns, dict) else {}
+
+
+def abort_batch(conf: Mapping[str, Any], marker_topic: str, batch: int, messages: list[Any],
+                timeout_s: float = 10.0) -> list[str]:
     """The driver's ``abort`` for the tasks that reported an open transaction: EndTxn ABORT (best effort, bounded;
-    what is not aborted here is aborted by the replay's InitProducerId or by ``transaction.timeout.ms``).
-    Returns the ids it could not abort."""
-    failed = []
+    what is not aborted here is aborted by the replay's InitProducerId or by ``transaction.timeout.ms``), except
+    the transactions a decision of this batch names: some may be committed already (Spark calls ``abort`` when
+    ``commit`` failed, and in another process), so they are left for the replay to finish. Returns the ids left
+    open."""
+    open_txns = [m for m in messages if isinstance(m, AtomicCommit) and not m.skipped and m.producer_id >= 0]
+    if not open_txns:
+        return []
+    left = []
     client = TxnClient(conf)
     try:
-        for m in messages:
-            if isinstance(m, AtomicCommit) and not m.skipped and m.producer_id >= 0:
-                try:
-                    client.end_txn(m.transactional_id, m.producer_id, m.producer_epoch, commit=False,
-                                   timeout_s=timeout_s)
-                except (DeliveryError, OSError) as exc:
-                    log.warning("exactly-once sink: could not abort %s (%s)", m.transactional_id, exc)
-                    failed.append(m.transactional_id)
+        decided = decided_txns(client, prefix_of(open_txns[0].transactional_id), marker_topic, batch)
+        for m in open_txns:
+            named = decided is not None and (
+                not decided or decided.get(m.transactional_id.rsplit("-", 1)[1]) == [m.producer_id, m.producer_epoch])
+            if named:
+                log.warning("exactly-once sink: batch %d failed after its commit decision; %s is left for the "
+                            "replay of the batch to commit", batch, m.transactional_id)
+                left.append(m.transactional_id)
+                continue
+            try:
+                client.end_txn(m.transactional_id, m.producer_id, m.producer_epoch, commit=False,
+                               timeout_s=timeout_s)
+            except (DeliveryError, OSError) as exc:
+                log.warning("exactly-once sink: could not abort %s (%s)", m.transactional_id, exc)
+                left.append(m.transactional_id)
     finally:
         client.close()
-    return failed
-
+    return left

@@ -503,8 +503,6 @@ class _SinkWriterBase:
         self.atomic = parse_atomic(options, self.eos, self.raw)
         if self.atomic:
             self.conf.setdefault("transaction.timeout.ms", DEFAULT_ATOMIC_TXN_TIMEOUT_MS)
-        self.decided: int | None = None
-        """The batch id whose decision this driver wrote (its ``abort`` then aborts nothing)."""
 
     def _write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         if self.eos is None:
@@ -534,7 +532,6 @@ class _SinkWriterBase:
             batch = next((int(m.batch_id) for m in messages if isinstance(m, (EosCommit, AtomicCommit))), 0)
         if self.atomic:
             assert self.eos is not None
-            self.decided = batch
             ended = commit_batch(self.conf, self.eos.marker_topic, batch, messages,
                                  lambda i: self.after_end_txn(i, batch))
             log.info("exactly-once sink: batch %d committed atomically (%d transactions ended, %d records)", batch,
@@ -551,13 +548,7 @@ class _SinkWriterBase:
         if self.atomic:
             if batch is None:
                 batch = next((int(m.batch_id) for m in messages if isinstance(m, AtomicCommit)), 0)
-            if self.decided == batch:
-                # the decision is written and some transactions may be committed: aborting the others would
-                # leave the batch half visible; the replay of this batch id finishes them (docs/SPARK.md)
-                log.warning("exactly-once sink: batch %d failed after its commit decision; its open transactions "
-                            "are finished by the replay of the batch (or aborted by transaction.timeout.ms)", batch)
-                return
-            abort_batch(self.conf, list(messages))
+            abort_batch(self.conf, self.eos.marker_topic, batch, list(messages))
         abort_open_transactions(self.conf, self.eos, messages)
 
 
