@@ -17,7 +17,6 @@ from tidelog.spark import TidelogDataSource, register
 from tidelog.spark.kafka_sink import KafkaSinkStreamWriter
 
 
-
 def _jvm_ancestor() -> int:
     """The pid of the nearest ancestor process running java (the driver JVM that started this worker)."""
     pid = os.getppid()

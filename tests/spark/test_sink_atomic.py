@@ -119,7 +119,7 @@ def _job(bootstrap: str, src: str, dst: str, ck: Path, kill_batch: int) -> subpr
                            str(kill_batch)], capture_output=True, text=True, timeout=300, env=env)
 
 
-def test_driver_killed_between_end_txns_then_restarted(kt: Any, tmp_path: Path) -> None:
+def test_driver_killed_between_end_txns_then_restarted(spark: Any, kt: Any, tmp_path: Path) -> None:
     src, dst = kt.new_topic(2), kt.new_topic(2)
     n = 120  # 60 per partition, 40 per micro-batch: batches 0, 1, 2
     kt.produce(src, [(f"k{i}".encode(), f"{i}".encode(), i % 2) for i in range(n)])
@@ -137,8 +137,15 @@ def test_driver_killed_between_end_txns_then_restarted(kt: Any, tmp_path: Path) 
     # transaction (its partition's LSO stops before them)
     assert len(values(kt.bootstrap, dst, "read_uncommitted")) == 80
     wait_for(lambda: len(values(kt.bootstrap, dst)) == 60, "the first EndTxn's markers")
-    second = _job(kt.bootstrap, src, dst, ck, kill_batch=-1)
-    assert second.returncode == 0, (second.stdout[-2000:], second.stderr[-4000:])
+    # the restart: the same query (same checkpoint, so the same query id and transactional ids) in this session
+    q = (spark.readStream.format("tidelog").option("kafka.bootstrap.servers", kt.bootstrap).option("subscribe", src)
+         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "40").load()
+         .selectExpr("key", "concat('out-', CAST(value AS STRING)) AS value", "partition")
+         .writeStream.format("tidelog").option("kafka.bootstrap.servers", kt.bootstrap).option("topic", dst)
+         .option("exactlyOnce", "true").option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
+    assert q.awaitTermination(300), "query did not finish"
+    assert q.exception() is None, q.exception()
+    assert str(q.id) == meta["id"]
     assert (ck / "commits" / "1").exists() and (ck / "commits" / "2").exists()
     expected = sorted(range(n))
     assert values(kt.bootstrap, dst) == expected  # exactly once: the ledger of the whole output
