@@ -136,7 +136,9 @@ def main() -> None:
         spark = (SparkSession.builder.master(f"local[{args.cores}]").appName("tidelog-atomic-bench")
                  .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(args.cores))
                  .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.streaming.pollingDelay", "10ms").getOrCreate())
+                 .config("spark.sql.streaming.pollingDelay", "10ms")
+                 .config("spark.python.authenticate.socketTimeout", "300s")  # a loaded machine
+                 .getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         best: dict[bool, dict[str, Any]] = {}
