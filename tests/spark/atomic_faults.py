@@ -1,10 +1,12 @@
 """Fault injection for tests/spark/test_sink_atomic.py (shipped to the Python workers by value): a ``tidelog`` sink
 whose task of partition 1 waits until the task of partition 0 has written and flushed (its ``write`` returned),
 then either fails (``faultMode=fail``) or records what a read_committed reader can see at that moment
-(``faultMode=probe``: the topic's last stable offset, written to ``faultDir``/probe)."""
+(``faultMode=probe``: the topic's last stable offset and, atomic, the state of task 0's transaction, written to
+``faultDir``/probe)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
@@ -13,6 +15,7 @@ from pyspark import TaskContext
 
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.spark import TidelogDataSource
+from tidelog.spark.atomic import TxnClient
 from tidelog.spark.fetcher import Connection
 from tidelog.spark.kafka_sink import KafkaSinkWriter
 
@@ -58,9 +61,22 @@ class _FaultWriter(KafkaSinkWriter):
             time.sleep(0.02)
         if self.mode == "fail":
             raise RuntimeError("injected failure after partition 0 flushed")
-        stable = end_offset(self.conf["bootstrap.servers"], str(self.topic), read_committed=True)
+        bootstrap = self.conf["bootstrap.servers"]
+        stable = end_offset(bootstrap, str(self.topic), read_committed=True)
+        state = None
+        if self.atomic:  # what keeps task 0's rows from readers: its transaction, still open
+            assert self.eos is not None and self.eos.prefix is not None
+            client = TxnClient(self.conf)
+            try:
+                state = client.describe(f"{self.eos.prefix}-0")["transaction_state"]
+            finally:
+                client.close()
+        else:  # task 0 committed before its write returned; its markers follow EndTxn's answer: await them
+            while stable == 0 and time.monotonic() < deadline:
+                time.sleep(0.02)
+                stable = end_offset(bootstrap, str(self.topic), read_committed=True)
         with open(os.path.join(self.dir, "probe"), "w") as f:
-            f.write(str(stable))
+            json.dump({"stable": stable, "state": state}, f)
         yield from iterator
 
 

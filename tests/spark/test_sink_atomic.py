@@ -104,11 +104,13 @@ def test_batch_visible_only_when_every_task_succeeded(spark: Any, kt: Any, tmp_p
     spark.dataSource.register(faults.AfterPartition0Source)
     topic = kt.new_topic(1)
     _write(spark, kt, topic, tmp_path, "probe", atomic=atomic)
-    stable_while_task_1_ran = int((tmp_path / "probe").read_text())
+    probe = json.loads((tmp_path / "probe").read_text())
     if atomic:
-        assert stable_while_task_1_ran == 0  # task 0 had flushed all its rows, none of them readable
+        # task 0 had flushed all its rows and returned: none readable, its transaction open for the driver
+        assert probe == {"stable": 0, "state": "Ongoing"}
     else:
-        assert stable_while_task_1_ran == ROWS + 1  # per task: task 0's rows and commit marker already readable
+        # per task: task 0's rows and commit marker readable while task 1 had not written a row
+        assert probe == {"stable": ROWS + 1, "state": None}
     assert values(kt.bootstrap, topic) == list(range(2 * ROWS))
     assert values(kt.bootstrap, topic, "read_uncommitted") == list(range(2 * ROWS))
 
