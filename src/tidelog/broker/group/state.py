@@ -12,12 +12,18 @@ State machine (Kafka's classic ``GroupCoordinator``)::
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from tidelog.broker.group.assignment import subscription_topics
 from tidelog.broker.group.records import MemberValue, OffsetValue
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds, the unit of the group and offset timestamps Kafka stores."""
+    return time.time_ns() // 1_000_000
 
 
 class GroupState(StrEnum):
