@@ -32,6 +32,7 @@ from tidelog.protocol.schema import spec_index
 
 if TYPE_CHECKING:
     from tidelog.broker.group.coordinator import GroupCoordinator
+    from tidelog.broker.group.records import OffsetValue
 
 log = logging.getLogger("tidelog.broker.handlers.group")
 
@@ -336,7 +337,8 @@ def _topic_refusals(ctx: RequestContext, op: AclOperation, tps: list[tuple[str, 
 
 def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: list[dict] | None,
                  require_stable: bool = False, ctx: RequestContext | None = None) -> tuple[int, list[dict]]:
-    partitions = None
+    partitions: list[tuple[str, int]] | None = None
+    rows: list[tuple[str, int, OffsetValue | None, int]]
     if topics is not None:
         partitions = [(_str(t.get("name")), int(p)) for t in topics for p in t.get("partition_indexes") or ()]
     if ctx is not None and ctx.broker.authorizer is not None:
