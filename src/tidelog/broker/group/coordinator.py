@@ -46,7 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.errors import code_of
@@ -57,6 +57,7 @@ from tidelog.broker.group.deleted_topics import drop_topics
 from tidelog.broker.group.membership import _join_error
 from tidelog.broker.group.records import OFFSETS_TOPIC, GroupValue
 from tidelog.broker.group.replay import Migration, Replay, _read_partitions  # noqa: F401 (tests import them here)
+from tidelog.broker.group.results import DescribedGroup, ListedGroup
 from tidelog.broker.group.state import Group, GroupState
 from tidelog.broker.group.state import now_ms as _now_ms
 from tidelog.broker.internal_topics import append_and_wait
@@ -65,6 +66,7 @@ from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
+    from tidelog.broker.topic_model import TopicInfo
 
 log = logging.getLogger("tidelog.broker.group")
 
@@ -193,9 +195,9 @@ class GroupCoordinator:
         for m in g.members.values():
             m.cancel_timer()
             if m.awaiting_join:
-                m.join_future.set_result(_join_error(NOT_COORDINATOR, m.member_id))  # type: ignore[union-attr]
+                m.answer_join(_join_error(NOT_COORDINATOR, m.member_id))
             if m.awaiting_sync:
-                m.sync_future.set_result(membership._sync_result(self, NOT_COORDINATOR, g))  # type: ignore[union-attr]
+                m.answer_sync(membership._sync_result(self, NOT_COORDINATOR, g))
 
     # ============================================================== ZooKeeper mode: partition leadership
 
@@ -250,7 +252,7 @@ class GroupCoordinator:
             self._deleted_while_loading.setdefault(p, set()).add(topic)
         drop_topics(self, {topic}, self.groups.values())
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = self._loop_().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -311,14 +313,14 @@ class GroupCoordinator:
                 return NOT_COORDINATOR
         return NONE
 
-    def ensure_offsets_topic(self) -> Any:
+    def ensure_offsets_topic(self) -> TopicInfo | None:
         """Single node: the topic, created here (RF 1) on first use. ZooKeeper mode: the topic if known here."""
         info = self.broker.topics.get(OFFSETS_TOPIC)
         if info is None and not self.cluster:
             info = self._create_topic(1)
         return info
 
-    def _create_topic(self, replication_factor: int) -> Any:
+    def _create_topic(self, replication_factor: int) -> TopicInfo:
         # Kafka's offsets topic configs: compacted, its own segment size, the producer's compression. Its
         # min.insync.replicas is the broker default (Kafka sets none for it).
         return self.broker.topics.create_topic(
@@ -445,10 +447,10 @@ class GroupCoordinator:
 
     # ============================================================== describe / list / delete
 
-    def describe_group(self, group_id: str) -> dict[str, Any]:
+    def describe_group(self, group_id: str) -> DescribedGroup:
         return describe.describe_group(self, group_id)
 
-    def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[int, list[dict[str, Any]]]:
+    def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[int, list[ListedGroup]]:
         return describe.list_groups(self, states, types)
 
     async def delete_group(self, group_id: str) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group import records as rec
@@ -88,7 +88,9 @@ async def _load_all(self: LoadingHost) -> None:
     for gid, gv in groups_v.items():
         _install_group(self, gid, gv, now)
     for (gid, topic, part), ov in offsets_v.items():
-        self._group(gid, create=True).offsets[(topic, part)] = ov  # type: ignore[union-attr]
+        g = self._group(gid, create=True)
+        assert g is not None
+        g.offsets[(topic, part)] = ov
     self._install_pending(pending_v)
     deleted = self._deleted_while_loading.pop(-1, None)
     if deleted:
@@ -155,11 +157,12 @@ async def _migrate(self: LoadingHost, migration: Migration) -> None:
     )
 
 
-def _chunks(self: LoadingHost, partition: int, entries: list[Any]) -> Iterable[list[Any]]:
+def _chunks(self: LoadingHost, partition: int, entries: Sequence[tuple[bytes, bytes | None]],
+            ) -> Iterable[list[tuple[bytes, bytes | None]]]:
     """``entries`` cut into batches that stay well under the partition's ``max.message.bytes``."""
     lg = self.broker.topics.get_log(OFFSETS_TOPIC, partition)
     budget = max((lg.config.max_message_bytes if lg is not None else 1 << 20) // 2, 1)
-    chunk: list[Any] = []
+    chunk: list[tuple[bytes, bytes | None]] = []
     size = 0
     for k, v in entries:
         n = len(k) + (len(v) if v is not None else 0) + 32
@@ -195,7 +198,9 @@ async def _load_partition(self: LoadingHost, partition: int, gen: int) -> None:
             self._release_group(old)
         _install_group(self, gid, gv, now)
     for (gid, topic, part), ov in offsets_v.items():
-        self._group(gid, create=True).offsets[(topic, part)] = ov  # type: ignore[union-attr]
+        g = self._group(gid, create=True)
+        assert g is not None
+        g.offsets[(topic, part)] = ov
     for key in [k for k in self._open_txns if k[0] == partition]:
         del self._open_txns[key]
     self._install_pending(pending_v)

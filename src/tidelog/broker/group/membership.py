@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+from tidelog.broker.group.results import JoinGroupResponseMember, JoinResult, MemberResponse, SyncResult
 from tidelog.broker.group.state import Group, GroupState, Member
 from tidelog.broker.group.state import now_ms as _now_ms
 from tidelog.protocol.errors import error_code
@@ -51,7 +52,7 @@ class MembershipHost(Protocol):
     async def _store_group(self, g: Group) -> int: ...
 
 
-def _join_error(code: int, member_id: str = "") -> dict[str, Any]:
+def _join_error(code: int, member_id: str = "") -> JoinResult:
     return {
         "error_code": code,
         "generation_id": -1,
@@ -97,9 +98,9 @@ def _remove_member(self: MembershipHost, g: Group, m: Member, code: int = UNKNOW
     if m.group_instance_id is not None and g.static_members.get(m.group_instance_id) == m.member_id:
         g.static_members.pop(m.group_instance_id, None)
     if m.awaiting_join:
-        m.join_future.set_result(_join_error(code, m.member_id))  # type: ignore[union-attr]
+        m.answer_join(_join_error(code, m.member_id))
     if m.awaiting_sync:
-        m.sync_future.set_result(_sync_result(self, code, g))  # type: ignore[union-attr]
+        m.answer_sync(_sync_result(self, code, g))
     if g.leader_id == m.member_id:
         g.leader_id = next(iter(g.members), None)
 
@@ -127,7 +128,7 @@ def _prepare_rebalance(self: MembershipHost, g: Group, reason: str) -> None:
         for m in g.members.values():
             m.assignment = b""
             if m.awaiting_sync:
-                m.sync_future.set_result(_sync_result(self, REBALANCE_IN_PROGRESS, g))  # type: ignore[union-attr]
+                m.answer_sync(_sync_result(self, REBALANCE_IN_PROGRESS, g))
     if g.join_timer is not None:
         g.join_timer.cancel()
     rebalance_timeout = g.rebalance_timeout_ms()
@@ -191,14 +192,14 @@ def _complete_join(self: MembershipHost, g: Group) -> None:
     log.info("group rebalanced", extra={"kv": {"group": g.group_id, "generation": g.generation,
                                                "members": len(g.members), "protocol": g.protocol_name}})
     for m in g.members.values():
-        members = []
+        members: list[JoinGroupResponseMember] = []
         if m.member_id == g.leader_id:
             members = [
                 {"member_id": o.member_id, "group_instance_id": o.group_instance_id,
                  "metadata": o.metadata_for(g.protocol_name)}
                 for o in g.members.values()
             ]
-        result = {
+        result: JoinResult = {
             "error_code": NONE,
             "generation_id": g.generation,
             "protocol_type": g.protocol_type,
@@ -226,7 +227,7 @@ async def join_group(
     protocol_type: str,
     protocols: list[tuple[str, bytes]],
     require_known_member_id: bool,
-) -> dict[str, Any]:
+) -> JoinResult:
     err = self.check(group_id)
     if err:
         return _join_error(err, member_id)
@@ -245,7 +246,7 @@ async def join_group(
     if not g.supports(protocol_type, protocols):
         return _join_error(INCONSISTENT_GROUP_PROTOCOL, member_id)
     loop = self._loop_()
-    fut: asyncio.Future[dict[str, Any]] = loop.create_future()
+    fut: asyncio.Future[JoinResult] = loop.create_future()
 
     if not member_id:
         if group_instance_id is not None and group_instance_id in g.static_members:
@@ -302,8 +303,8 @@ async def join_group(
     return _join_error(UNKNOWN_MEMBER_ID, member_id)
 
 
-def _current_join_result(self: MembershipHost, g: Group, m: Member) -> dict[str, Any]:
-    members = []
+def _current_join_result(self: MembershipHost, g: Group, m: Member) -> JoinResult:
+    members: list[JoinGroupResponseMember] = []
     if m.member_id == g.leader_id:
         members = [{"member_id": o.member_id, "group_instance_id": o.group_instance_id,
                     "metadata": o.metadata_for(g.protocol_name)} for o in g.members.values()]
@@ -320,7 +321,7 @@ def _current_join_result(self: MembershipHost, g: Group, m: Member) -> dict[str,
     }
 
 
-def _add_member(self: MembershipHost, g: Group, m: Member, fut: asyncio.Future[dict[str, Any]]) -> None:
+def _add_member(self: MembershipHost, g: Group, m: Member, fut: asyncio.Future[JoinResult]) -> None:
     if g.is_empty():
         g.protocol_type = m.protocol_type
     m.join_future = fut
@@ -340,29 +341,29 @@ def _add_member(self: MembershipHost, g: Group, m: Member, fut: asyncio.Future[d
 
 def _update_member(
     self: MembershipHost, g: Group, m: Member, protocols: list[tuple[str, bytes]], session_timeout_ms: int,
-    rebalance_timeout_ms: int, fut: asyncio.Future[dict[str, Any]],
+    rebalance_timeout_ms: int, fut: asyncio.Future[JoinResult],
 ) -> None:
     m.protocols = list(protocols)
     m.session_timeout_ms = session_timeout_ms
     m.rebalance_timeout_ms = rebalance_timeout_ms
     if m.awaiting_join:
         # a duplicate join from the same member: the older request gets the rebalance error
-        m.join_future.set_result(_join_error(REBALANCE_IN_PROGRESS, m.member_id))  # type: ignore[union-attr]
+        m.answer_join(_join_error(REBALANCE_IN_PROGRESS, m.member_id))
     m.join_future = fut
 
 
 async def _replace_static_member(
     self: MembershipHost, g: Group, instance_id: str, client_id: str, client_host: str, session_timeout_ms: int,
     rebalance_timeout_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]],
-) -> dict[str, Any]:
+) -> JoinResult:
     old_id = g.static_members[instance_id]
     old = g.members[old_id]
     new_id = _new_member_id(self, instance_id)
     old.cancel_timer()
     if old.awaiting_join:
-        old.join_future.set_result(_join_error(FENCED_INSTANCE_ID, old_id))  # type: ignore[union-attr]
+        old.answer_join(_join_error(FENCED_INSTANCE_ID, old_id))
     if old.awaiting_sync:
-        old.sync_future.set_result(_sync_result(self, FENCED_INSTANCE_ID, g))  # type: ignore[union-attr]
+        old.answer_sync(_sync_result(self, FENCED_INSTANCE_ID, g))
     del g.members[old_id]
     same_protocols = old.matches(protocols)
     m = Member(new_id, instance_id, client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
@@ -380,7 +381,7 @@ async def _replace_static_member(
         result = _current_join_result(self, g, m)
         result["members"] = []  # the static leader keeps the current assignment: nothing to compute
         return result
-    fut: asyncio.Future[dict[str, Any]] = self._loop_().create_future()
+    fut: asyncio.Future[JoinResult] = self._loop_().create_future()
     m.join_future = fut
     if g.state == GroupState.PREPARING_REBALANCE:
         _maybe_complete_join(self, g)
@@ -390,7 +391,7 @@ async def _replace_static_member(
     return await fut
 
 
-def _sync_result(self: MembershipHost, code: int, g: Group | None, assignment: bytes = b"") -> dict[str, Any]:
+def _sync_result(self: MembershipHost, code: int, g: Group | None, assignment: bytes = b"") -> SyncResult:
     return {
         "error_code": code,
         "protocol_type": g.protocol_type if g is not None and code == NONE else None,
@@ -412,7 +413,7 @@ def _validate_member(self: MembershipHost, g: Group, member_id: str, instance_id
 async def sync_group(
     self: MembershipHost, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
     protocol_type: str | None, protocol_name: str | None, assignments: list[tuple[str, bytes]],
-) -> dict[str, Any]:
+) -> SyncResult:
     err = self.check(group_id)
     if err:
         return _sync_result(self, err, None)
@@ -438,9 +439,9 @@ async def sync_group(
         return _sync_result(self, NONE, g, m.assignment)
     if g.state != GroupState.COMPLETING_REBALANCE:
         return _sync_result(self, UNKNOWN_MEMBER_ID, None)
-    fut: asyncio.Future[dict[str, Any]] = self._loop_().create_future()
+    fut: asyncio.Future[SyncResult] = self._loop_().create_future()
     if m.awaiting_sync:
-        m.sync_future.set_result(_sync_result(self, REBALANCE_IN_PROGRESS, None))  # type: ignore[union-attr]
+        m.answer_sync(_sync_result(self, REBALANCE_IN_PROGRESS, None))
     m.sync_future = fut
     _schedule_heartbeat(self, g, m)
     if member_id == g.leader_id:
@@ -456,13 +457,13 @@ async def sync_group(
                 for mem in g.members.values():
                     mem.assignment = b""
                     if mem.awaiting_sync:
-                        mem.sync_future.set_result(_sync_result(self, err, None))  # type: ignore[union-attr]
+                        mem.answer_sync(_sync_result(self, err, None))
                 _prepare_rebalance(self, g, "storing the assignment failed")
             else:
                 g.transition(GroupState.STABLE, _now_ms())
                 for mem in g.members.values():
                     if mem.awaiting_sync:
-                        mem.sync_future.set_result(_sync_result(self, NONE, g, mem.assignment))  # type: ignore[union-attr]
+                        mem.answer_sync(_sync_result(self, NONE, g, mem.assignment))
                 log.info("group stable", extra={"kv": {"group": g.group_id, "generation": g.generation,
                                                        "members": len(g.members)}})
     return await fut
@@ -492,7 +493,7 @@ def heartbeat(self: MembershipHost, group_id: str, generation_id: int, member_id
     return NONE
 
 
-def leave_group(self: MembershipHost, group_id: str, members: list[tuple[str, str | None]]) -> tuple[int, list[dict[str, Any]]]:
+def leave_group(self: MembershipHost, group_id: str, members: list[tuple[str, str | None]]) -> tuple[int, list[MemberResponse]]:
     """``members`` = [(member_id, group_instance_id)]; returns (top-level error, per-member results)."""
     err = self.check(group_id)
     if err:
@@ -502,7 +503,7 @@ def leave_group(self: MembershipHost, group_id: str, members: list[tuple[str, st
         return UNKNOWN_MEMBER_ID, [
             {"member_id": mid, "group_instance_id": iid, "error_code": UNKNOWN_MEMBER_ID} for mid, iid in members
         ]
-    results = []
+    results: list[MemberResponse] = []
     left: list[Member] = []
     for mid, iid in members:
         code = NONE

@@ -6,6 +6,7 @@ coordinator, seen through :class:`TxnOffsetsHost`."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group import records as rec
@@ -68,7 +69,7 @@ class TxnOffsetsHost(Protocol):
 
 async def commit_txn_offsets(
     self: TxnOffsetsHost, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
-    generation_id: int, group_instance_id: str | None, offsets: dict[tuple[str, int], Any], *,
+    generation_id: int, group_instance_id: str | None, offsets: Mapping[tuple[str, int], OffsetValue | tuple[int, int, str | None]], *,
     api_version: int = 5,
 ) -> dict[tuple[str, int], int]:
     """TxnOffsetCommit: write ``offsets`` ({(topic, partition): OffsetValue or (offset, leader epoch,
@@ -84,7 +85,7 @@ async def commit_txn_offsets(
     A failed write fails every partition written, mapped as for OffsetCommit (INVALID_PRODUCER_EPOCH from
     the partition's producer state passes through)."""
     results: dict[tuple[str, int], int] = {}
-    known: list[tuple[tuple[str, int], Any]] = []
+    known: list[tuple[tuple[str, int], OffsetValue | tuple[int, int, str | None]]] = []
     topics = self.broker.topics
     for tp, value in offsets.items():
         info = topics.get(tp[0])
@@ -113,6 +114,7 @@ async def commit_txn_offsets(
     entries: list[tuple[bytes, bytes | None]] = []
     accepted: list[tuple[tuple[str, int], OffsetValue]] = []
     for tp, value in known:
+        metadata: str | None
         if isinstance(value, OffsetValue):
             offset, epoch, metadata = value.offset, value.leader_epoch, value.metadata
         else:
