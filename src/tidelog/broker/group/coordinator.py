@@ -9,8 +9,8 @@ Startup: :meth:`GroupCoordinator.start` reads every ``__consumer_offsets`` parti
 (latest record per key wins, tombstones delete) and installs the result; until then group requests are answered
 COORDINATOR_LOAD_IN_PROGRESS. Records of a group found outside its partition (data written before tidelog placed
 groups by Kafka's ``Utils.abs``) are kept for keys its own partition has no record of, and moved there once
-(appended to the group's partition, tombstoned where found) before the load completes (see ``_read_partitions``
-and ``GroupCoordinator._migrate``).
+(appended to the group's partition, tombstoned where found) before the load completes (see
+:func:`replay._read_partitions` and :func:`loading._migrate`).
 The topic is created lazily (compacted, ``offsets.topic.num.partitions``) on the first FindCoordinator or write,
 as Kafka does.
 
@@ -21,6 +21,14 @@ loads a partition's groups when leadership arrives and unloads them when it goes
 NOT_COORDINATOR, and FindCoordinator names the partition's leader. Writes wait until the ISR has them (acks=-1,
 ``offsets.commit.timeout.ms``) and fail with Kafka's GroupMetadataManager mapping. On one node the same wait
 completes at once (HW = LEO after the append).
+
+Rooms (each sees this class through a Protocol it states, and none imports this module): :mod:`membership`
+(join/sync/heartbeat/leave, rebalance and session timers; ``MembershipHost``), :mod:`offsets` (OffsetCommit,
+OffsetFetch, OffsetDelete, retention; ``OffsetsHost``), :mod:`txn_offsets` (TxnOffsetCommit and markers;
+``TxnOffsetsHost``), :mod:`loading` (installing ``__consumer_offsets`` partitions; ``LoadingHost``), :mod:`replay`
+(the blocking replay of the log), :mod:`describe`, :mod:`deleted_topics`, :mod:`consumer_group` (KIP-848). This
+module keeps the state they share, the lifecycle, partition leadership, FindCoordinator, the request check and
+the ``__consumer_offsets`` writer; the rooms' public functions are bound here as methods.
 
 Kafka behaviours reproduced (facts from Kafka's classic ``GroupCoordinator``/``GroupMetadataManager``):
 
