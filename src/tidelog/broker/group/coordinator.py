@@ -506,3 +506,19 @@ class GroupCoordinator:
                 await self.expire_offsets(_now_ms())
 
     expire_offsets = offsets.expire_offsets
+
+
+if TYPE_CHECKING:
+    from tidelog.broker.group.consumer_group import GroupOwner
+    from tidelog.broker.group.deleted_topics import TopicOffsetsOwner
+    from tidelog.broker.group.describe import DescribedCoordinator
+    from tidelog.broker.group.loading import LoadingHost
+    from tidelog.broker.group.membership import MembershipHost
+    from tidelog.broker.group.offsets import OffsetsHost
+    from tidelog.broker.group.txn_offsets import TxnOffsetsHost
+
+    def _states_every_interface(c: GroupCoordinator) -> tuple[
+        MembershipHost, OffsetsHost, TxnOffsetsHost, LoadingHost, DescribedCoordinator, GroupOwner, TopicOffsetsOwner,
+    ]:
+        """For mypy only: the coordinator is every Protocol its rooms state (checked here, not only where called)."""
+        return c, c, c, c, c, c, c
