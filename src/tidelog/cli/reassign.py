@@ -63,14 +63,13 @@ async def controller_request(bootstrap: str, api_key: int, version: int, body: d
                 last = RuntimeError("no controller in the cluster metadata")
                 continue
             try:
-                # a broker without the API (single-node mode) would close the connection: ask first, as Kafka's
-                # admin client knows from ApiVersions
+                # a broker without the API would close the connection: ask first, as Kafka's admin client knows
+                # from ApiVersions
                 versions = await peer_request(ctl["host"], ctl["port"], ApiKey.API_VERSIONS, 3,
                                               {"client_software_name": "tidelog-cli",
                                                "client_software_version": "1"}, timeout)
                 if versions["error_code"] == 0 and api_key not in {k["api_key"] for k in versions["api_keys"]}:
-                    fail(f"the controller {ctl['host']}:{ctl['port']} does not support {ApiKey(api_key).name} "
-                         "(a single-node broker has no partition reassignment)")
+                    fail(f"the controller {ctl['host']}:{ctl['port']} does not support {ApiKey(api_key).name}")
                 resp = await peer_request(ctl["host"], ctl["port"], api_key, version, body, timeout)
             except (OSError, TimeoutError) as exc:
                 last = exc
