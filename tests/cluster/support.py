@@ -183,6 +183,15 @@ class Ledger:
         self.sent[part].append(value)
         p.produce(topic, value, partition=part, on_delivery=self.callback)
 
+    def acked_ends(self) -> dict[int, int]:
+        """Partition -> one past the highest acknowledged offset: where a reader's high watermark must reach."""
+        with self.lock:
+            ends: dict[int, int] = {}
+            for part, offset in self.acked.values():
+                if offset is not None and offset >= 0:
+                    ends[part] = max(ends.get(part, 0), offset + 1)
+            return ends
+
     def count(self, partition: int | None = None) -> int:
         """Acknowledged records (on one partition)."""
         with self.lock:
@@ -274,17 +283,25 @@ class Load(Ledger):
         return self
 
 
-def read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 120.0) -> dict[int, list[tuple[int, bytes]]]:
+def read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 120.0,
+             at_least: dict[int, int] | None = None) -> dict[int, list[tuple[int, bytes]]]:
     """Every record of every partition up to the high watermark, with its offset, in consumption order (within
-    ``timeout`` per partition; fails when a partition was not read up to its high watermark)."""
+    ``timeout`` per partition; fails when a partition was not read up to its high watermark). ``at_least``:
+    partition -> an end the high watermark must reach first (a new leader's high watermark passes the records
+    acknowledged by the old one only once its followers fetched from it, as in Kafka)."""
     out: dict[int, list[tuple[int, bytes]]] = {}
     cons = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:6]}",
                      "enable.auto.commit": False, "fetch.wait.max.ms": 100})
     try:
         for p in range(partitions):
             # a client's metadata may still name a leader that just lost the partition: retry the query
-            _low, end = until(f"the watermarks of {topic}-{p}",
-                              lambda p=p: cons.get_watermark_offsets(TopicPartition(topic, p), timeout=10), timeout=30)
+            want = (at_least or {}).get(p, 0)
+
+            def marks(p: int = p, want: int = want) -> tuple[int, int] | None:
+                got = cons.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                return got if got is not None and got[1] >= want else None
+
+            _low, end = until(f"the watermarks of {topic}-{p} (high watermark at least {want})", marks, timeout=30)
             cons.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
             got: list[tuple[int, bytes]] = []
             deadline = time.monotonic() + timeout

@@ -100,7 +100,7 @@ def test_bit_flips_in_follower_fetches_are_caught_and_refetched(proxied_cluster:
             s1 = _until("a follower leading", lambda: (q if (q := state(kz, topic)).leader in (2, 3)
                                                       and q.leader_epoch > s0.leader_epoch else None), timeout=60)
             assert f"tidelog-replica-{s1.leader}" in followers or len(followers) == 1
-            load.check(read_all(c.bootstrap, topic, 1), exact=True)
+            load.check(read_all(c.bootstrap, topic, 1, at_least=load.acked_ends()), exact=True)
         finally:
             c.brokers[1].start()
             _until("broker 1 back in the ISR", lambda: 1 in state(kz, topic).isr, timeout=90)
