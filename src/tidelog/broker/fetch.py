@@ -1,7 +1,7 @@
 """The read service: the one Fetch read path, for consumers and followers alike.
 
 After Kafka's ``ReplicaManager.fetchMessages`` / ``readFromLog`` with ``FetchParams``. The Fetch handler
-(:mod:`tidelog.broker.handlers.core`) parses the request (and the consumer's incremental fetch session) into
+(:mod:`tidelog.broker.handlers.fetch_handler`) parses the request (and the consumer's incremental fetch session) into
 :class:`FetchParams` and one :class:`FetchPartition` per partition, each with its response entry built by
 :func:`response_entry`, and awaits :meth:`ReadService.fetch_messages`; nothing else reads a log for a Fetch.
 
@@ -42,9 +42,9 @@ from typing import Any, Protocol
 from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.purgatory import DelayedFetch, FetchPartitionStatus, Purgatory
 from tidelog.protocol.compiler import RecordsChunks
-from tidelog.protocol.errors import KafkaErrorCode
+from tidelog.protocol.errors import error_code
 
-NONE = int(KafkaErrorCode.NONE)
+NONE = error_code("NONE")
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 MAX_INT32 = 0x7FFFFFFF
 MIN_BATCH = 61  # a v2 batch header: for the long poll, any available batch satisfies a min_bytes up to this

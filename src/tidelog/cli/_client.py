@@ -289,7 +289,7 @@ def kafka_error_text(exc: BaseException) -> str:
     """``TOPIC_ALREADY_EXISTS: Topic 't' already exists.`` from a confluent-kafka exception."""
     err = exc.args[0] if exc.args else None
     name = getattr(err, "name", None)
-    if callable(name):
+    if err is not None and callable(name):
         code = err.name()
         text = err.str()
         return f"{code}: {text}" if text and text != code else str(code)
@@ -299,7 +299,7 @@ def kafka_error_text(exc: BaseException) -> str:
 def kafka_error_name(exc: BaseException) -> str | None:
     err = exc.args[0] if exc.args else None
     name = getattr(err, "name", None)
-    return err.name() if callable(name) else None
+    return err.name() if err is not None and callable(name) else None
 
 
 def wait_all(futures: dict[Any, Future], timeout: float) -> dict[Any, BaseException | None]:

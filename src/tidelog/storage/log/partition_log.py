@@ -49,12 +49,11 @@ from tidelog.records.header import (
 )
 from tidelog.storage.checkpoints import fsync_dir
 from tidelog.storage.config import LogConfig
+from tidelog.storage.epoch import LeaderEpochCache
 from tidelog.storage.errors import KafkaStorageError, OffsetOutOfRangeError, StorageError
 from tidelog.storage.format import DELETED_SUFFIX, SWAP_SUFFIX
 from tidelog.storage.log.loader import (
-    EpochCache,
     LogLoader,
-    ProducerState,
     complete_transaction,
     end_txn_marker_of,
     rebuild_producer_state,
@@ -67,6 +66,7 @@ from tidelog.storage.log.segments import (
 )
 from tidelog.storage.log.validator import LogValidator, ValidatedBatch, check_late, stamp_batch
 from tidelog.storage.open_files import FD_EXHAUSTED, SHORTAGE, DescriptorsExhaustedError
+from tidelog.storage.producer_state import ProducerStateManager
 from tidelog.storage.segment import CHECK_FAILED, FileRegion, LogSegment
 from tidelog.storage.segment_state import c_append_follower_run as _c_append_follower_run
 from tidelog.storage.segment_state import c_append_leader_fast as _c_append_leader_fast
@@ -182,8 +182,8 @@ class PartitionLog:
         self.topic, self.partition = parse_topic_partition(self.dir.name)
         self.config = config
         self._apply_append_settings(config)
-        self.epoch_cache: EpochCache | None = None
-        self.producer_state: ProducerState | None = None
+        self.epoch_cache: LeaderEpochCache | None = None
+        self.producer_state: ProducerStateManager | None = None
         self._lock = threading.RLock()
         self._segments = LogSegments()
         self.log_start_offset = 0
@@ -245,8 +245,8 @@ class PartitionLog:
         log_start_offset: int = 0,
         high_watermark: int | None = None,
         clean_shutdown: bool = False,
-        epoch_cache: EpochCache | None = None,
-        producer_state: ProducerState | None = None,
+        epoch_cache: LeaderEpochCache | None = None,
+        producer_state: ProducerStateManager | None = None,
         progress: Callable[[int, int], None] | None = None,
         now_ms: int | None = None,
     ) -> PartitionLog:
@@ -520,7 +520,9 @@ class PartitionLog:
                     batch = copy
                 # written with baseOffset and partitionLeaderEpoch replaced, the caller's buffer not copied; the roll
                 # check, write, late checks and segment bookkeeping in one call
-                written_at = self._segments.active.append_leader_batch(
+                active = self._segments.active
+                assert active is not None  # an open log always has an active segment
+                written_at = active.append_leader_batch(
                     batch, base, leader_epoch, last_offset, max_ts, config.segment_bytes, config.segment_ms, now, late
                 )
                 if written_at < 0:
@@ -573,6 +575,9 @@ class PartitionLog:
         as :meth:`append_validated` makes it); its producer state is updated after the write. A duplicate, a
         sequence or epoch error, or any bail of the C call leaves it to the Python steps, which answer exactly as
         before (issue 18: idempotent produce had no fast path)."""
+        append_fast = _c_append_leader_fast
+        if append_fast is None:  # no C extension: append_as_leader does not come here
+            return None
         with self._lock:
             active = self._segments.active
             if self._closed or active is None:
@@ -594,9 +599,9 @@ class PartitionLog:
                             return None
                     except StorageError:
                         return None
-                done = _c_append_leader_fast(active._st, batch, base, leader_epoch, now, self._fast_limits, True)
+                done = append_fast(active._st, batch, base, leader_epoch, now, self._fast_limits, True)
             else:
-                done = _c_append_leader_fast(active._st, batch, base, leader_epoch, now, self._fast_limits)
+                done = append_fast(active._st, batch, base, leader_epoch, now, self._fast_limits)
             if done is None:
                 return None
             last_offset, max_ts, count, size = done
@@ -685,6 +690,7 @@ class PartitionLog:
                     latest_or_none = cache.latest_epoch()
                     latest = -1 if latest_or_none is None else latest_or_none
                 active = self._segments.active
+                assert active is not None  # an open log always has an active segment
                 consumed, last, _ = _c_append_follower_run(
                     active._st, view, pos, now, config.segment_bytes, config.segment_ms, latest, headers,
                     want_infos, epochs,
@@ -770,6 +776,7 @@ class PartitionLog:
     def _append_stamped(self, data: bytes | bytearray | memoryview, header: BatchHeader) -> None:
         """Write one stamped batch to the active segment and advance the LEO (lock held)."""
         seg = self._segments.active
+        assert seg is not None  # an open log always has an active segment
         seg.append(header.last_offset, header.max_timestamp, header.last_offset, data)
         self._log_end_offset = header.next_offset
         if self.producer_state is not None:
@@ -797,6 +804,7 @@ class PartitionLog:
     # ================================================================== roll
     def _maybe_roll(self, header: BatchHeader, now: int) -> None:
         seg = self._segments.active
+        assert seg is not None  # an open log always has an active segment
         if seg.size == 0:
             return  # an empty active segment is never rolled; the batch goes into it
         config = self.config
@@ -812,6 +820,7 @@ class PartitionLog:
             self._ensure_open()
             base = self._log_end_offset if new_base_offset is None else new_base_offset
             old = self._segments.active
+            assert old is not None  # an open log always has an active segment
             if base < self._log_end_offset:
                 raise ValueError(f"cannot roll to {base}: below the log end offset {self._log_end_offset}")
             if old.base_offset == base:
@@ -939,6 +948,7 @@ class PartitionLog:
                 return True
             self._segments.remove_after(target_offset)
             active = self._segments.active
+            assert active is not None  # remove_after keeps the segment holding target_offset
             active.truncate_to(target_offset)
             self._log_end_offset = active.read_next_offset()
             self.log_start_offset = min(self.log_start_offset, self._log_end_offset)
@@ -1116,6 +1126,7 @@ class PartitionLog:
             self.config = config
             self._apply_append_settings(config)
             active = self._segments.active
+            assert active is not None  # an open log always has an active segment
             active.index_interval_bytes = config.index_interval_bytes
 
     def _ensure_open(self) -> None:
