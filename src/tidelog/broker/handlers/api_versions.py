@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from tidelog.broker.features import api_versions_fields
 from tidelog.broker.handlers import RequestContext, handles
@@ -30,7 +29,7 @@ def _supported_versions() -> dict[int, tuple[int, int]]:
 _API_LISTS: dict[frozenset[int], list[dict]] = {}
 
 
-def api_versions_list(handlers: Mapping[int, Any]) -> list[dict]:
+def api_versions_list(handlers: Mapping[int, object]) -> list[dict]:
     """The ApiVersions ``api_keys`` of a broker whose handler table is ``handlers``: every API with a handler and
     a codec, Produce advertised from 0. Built once per set of APIs."""
     keys = frozenset(handlers)

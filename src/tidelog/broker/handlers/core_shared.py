@@ -4,7 +4,6 @@ the error codes they answer with, the leader-epoch check and how a request names
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from tidelog.broker.handlers import RequestContext
 from tidelog.broker.security.acls import ResourceType
@@ -42,7 +41,7 @@ CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 ZERO_UUID = bytes(16)
 
 
-def _uuid_bytes(value: Any) -> bytes:
+def _uuid_bytes(value: uuid.UUID | bytes | bytearray | memoryview | None) -> bytes:
     if value is None:
         return ZERO_UUID
     if isinstance(value, uuid.UUID):

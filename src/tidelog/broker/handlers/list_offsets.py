@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.fetch import last_stable_offset
@@ -16,6 +16,9 @@ from tidelog.broker.handlers.core_shared import (
 )
 from tidelog.broker.security.acls import AclOperation
 
+if TYPE_CHECKING:
+    from tidelog.broker.broker import Broker
+
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
 UNSUPPORTED_VERSION = 35
 # the first ListOffsets version of each timestamp sentinel (Kafka's ReplicaManager.isListOffsetsTimestampUnsupported:
@@ -24,7 +27,7 @@ _SENTINEL_MIN_VERSION = {LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCA
                          EARLIEST_PENDING_UPLOAD: 11}
 
 
-def _list_offset(broker: Any, name: str, index: int, timestamp: int, isolation: int, replica_id: int) -> tuple[int, int, int]:
+def _list_offset(broker: Broker, name: str, index: int, timestamp: int, isolation: int, replica_id: int) -> tuple[int, int, int]:
     """(error_code, offset, timestamp) for one partition."""
     plog = broker.leader_log(name, index)
     if replica_id == -2:  # debugging consumer: may see up to the LEO

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tidelog.broker.errors import error_of
 from tidelog.broker.handlers import RequestContext, handles, topic_change
@@ -25,10 +25,13 @@ from tidelog.broker.handlers.core_shared import (
     _uuid_bytes,
 )
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation
-from tidelog.broker.topics import INTERNAL_TOPICS, TopicError
+from tidelog.broker.topics import INTERNAL_TOPICS, TopicError, TopicInfo
+
+if TYPE_CHECKING:
+    from tidelog.broker.broker import Broker
 
 
-def partition_entries(broker: Any, name: str, num_partitions: int, v: int, start: int = 0,
+def partition_entries(broker: Broker, name: str, num_partitions: int, v: int, start: int = 0,
                       stop: int | None = None) -> list[dict]:
     """Metadata's partition entries of a topic's partitions ``start`` up to ``stop`` (default: all)."""
     node = broker.node_id
@@ -69,7 +72,7 @@ def topic_operations(ctx: RequestContext, name: str) -> int:
                                                                             name)
 
 
-def _topic_metadata(broker: Any, info: Any, v: int, include_ops: bool, ctx: RequestContext | None = None) -> dict:
+def _topic_metadata(broker: Broker, info: TopicInfo, v: int, include_ops: bool, ctx: RequestContext | None = None) -> dict:
     ops = AUTHORIZED_OPERATIONS_OMITTED
     if include_ops:
         ops = topic_operations(ctx, info.name)  # type: ignore[arg-type]

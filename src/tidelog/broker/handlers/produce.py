@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from tidelog.broker.errors import PartitionError, code_of, error_of
 from tidelog.broker.handlers import DeferredResponse, RequestContext, handles
@@ -29,6 +30,14 @@ from tidelog.broker.topics import ADMIN_CLIENT_ID, INTERNAL_TOPICS
 from tidelog.protocol.errors import error_for_code
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED
 from tidelog.records.errors import DecompressionLimitError, RecordError
+from tidelog.storage.log.partition_log import PartitionLog
+from tidelog.storage.log.validator import ValidatedBatch
+
+if TYPE_CHECKING:
+    from tidelog.broker.broker import Broker
+
+#: a produce partition's record batch as the request decoder hands it over
+Records = bytes | bytearray | memoryview
 
 
 class CloseConnection(Exception):
@@ -53,7 +62,7 @@ _MAX_RATIO = (1, 1032, 22, 256, 32768)
 INLINE_VALIDATION_NS = 80_000
 
 
-def validation_cost_ns(records: Any) -> float:
+def validation_cost_ns(records: Records) -> float:
     """Worst-case cost of validating one produce batch (header only: nothing is decompressed)."""
     n = len(records)
     if n < 61:
@@ -65,20 +74,25 @@ def validation_cost_ns(records: Any) -> float:
 
 
 class _ProducePartition:
-    __slots__ = ("guard", "index", "name", "plog", "pr", "records", "ticket", "validated")
+    __slots__ = ("guard", "index", "name", "plog", "pr", "records", "validated")
 
-    def __init__(self, name: str, index: int, plog: Any, records: Any, pr: dict) -> None:
+    def __init__(self, name: str, index: int, plog: PartitionLog, records: Records, pr: dict) -> None:
         self.name = name
         self.index = index
         self.plog = plog
         self.records = records
         self.pr = pr
-        self.ticket: Any = None
-        self.validated: Any = None  # ValidatedBatch, or the exception its validation raised
+        self.validated: ValidatedBatch | BaseException | _NeedsHeavySlot | None = None  # or the exception its validation raised
         self.guard: object | None = None  # KIP-890: a transactional batch's verification guard (see produce)
 
 
-_NEEDS_HEAVY_SLOT = object()  # a batch's light pass stopped at the unbudgeted bytes: validate it under a slot
+class _NeedsHeavySlot:
+    """The mark of a batch whose light pass stopped at the unbudgeted bytes: validate it under a heavy slot."""
+
+    __slots__ = ()
+
+
+_NEEDS_HEAVY_SLOT = _NeedsHeavySlot()
 
 
 def _validate_all(parts: list[_ProducePartition], now_ms: int, unbudgeted: int | None = None) -> bool:
@@ -188,7 +202,7 @@ async def produce(ctx: RequestContext, request: dict) -> dict | DeferredResponse
 
 
 async def produce_one(ctx: RequestContext, acks: int, timeout_ms: int, name: str, index: int,
-                      records: Any) -> dict | DeferredResponse:
+                      records: Records | None) -> dict | DeferredResponse:
     """The Produce of one partition of one topic, non-transactional, acks 1 or -1 (the server's fast lane, which
     parsed the request in C and encodes the response in C: see ``Connection.process``). The same steps as
     :func:`produce`, through the same functions; returns the partition's response entry, or with ``ctx.defer``
@@ -227,7 +241,7 @@ def _partition_response(index: int) -> dict:
     }
 
 
-def _checked_partition(ctx: RequestContext, name: str | None, topic_err: int, acks: int, records: Any,
+def _checked_partition(ctx: RequestContext, name: str | None, topic_err: int, acks: int, records: Records | None,
                        pr: dict) -> _ProducePartition | None:
     """One partition's checks before its append (topic error, acks, internal topic, leadership, min ISR, records
     present), in Kafka's order. None when one failed (its error is in ``pr``)."""
@@ -281,8 +295,7 @@ async def _append_all(ctx: RequestContext, todo: list[_ProducePartition], now_ms
     if cost > INLINE_VALIDATION_NS or ordered:
         sequencer = ctx.broker.append_sequencer
         # tickets for every partition before the first await: appends keep the order requests arrived in
-        for pp in todo:
-            pp.ticket = sequencer.ticket((pp.name, pp.index))
+        tickets = [sequencer.ticket((pp.name, pp.index)) for pp in todo]
         try:
             if cost > INLINE_VALIDATION_NS:
                 broker = ctx.broker
@@ -291,15 +304,15 @@ async def _append_all(ctx: RequestContext, todo: list[_ProducePartition], now_ms
                     # past the light pass's bytes: again under one of the broker-wide heavy slots
                     heavy = [pp for pp in todo if pp.validated is _NEEDS_HEAVY_SLOT]
                     await budget.run(_validate_all, heavy, now_ms)
-            for pp in todo:
-                await pp.ticket.turn()
+            for pp, ticket in zip(todo, tickets, strict=True):
+                await ticket.turn()
                 try:
                     any_error |= _append_one(ctx, pp, now_ms, appended, results)
                 finally:
-                    pp.ticket.release()
+                    ticket.release()
         finally:
-            for pp in todo:
-                pp.ticket.release()
+            for ticket in tickets:
+                ticket.release()
     else:
         for pp in todo:
             any_error |= _append_one(ctx, pp, now_ms, appended, results)
@@ -333,7 +346,7 @@ async def _wait_for_acks(ctx: RequestContext, acks: int, timeout_ms: int, append
     return body
 
 
-def _acked(body: dict, results: dict[tuple[str, int], dict], status: Any) -> dict:
+def _acked(body: dict, results: dict[tuple[str, int], dict], status: Mapping[tuple[str, int], str | None] | BaseException) -> dict:
     """The acks=-1 answer once its DelayedProduce completed: each partition still short gets its error. A deferred
     answer (ctx.defer) whose operation failed gets UNKNOWN_SERVER_ERROR in each partition it appended to."""
     if isinstance(status, BaseException):
@@ -344,7 +357,7 @@ def _acked(body: dict, results: dict[tuple[str, int], dict], status: Any) -> dic
     return body
 
 
-def _replicated(broker: Any, appended: dict[tuple[str, int], int]) -> bool:
+def _replicated(broker: Broker, appended: dict[tuple[str, int], int]) -> bool:
     """Every partition's high watermark already covers its batch (on one node, always, right after the append):
     acks=-1 is satisfied without a DelayedProduce, as Kafka's ``tryCompleteElseWatch`` completes at once. False
     when one is short or cannot be read (the DelayedProduce then waits, or reports the partition's error)."""
@@ -470,6 +483,7 @@ def _append_one(ctx: RequestContext, pp: _ProducePartition, now_ms: int, appende
         else:
             if isinstance(validated, Exception):
                 raise validated
+            assert isinstance(validated, ValidatedBatch)  # a heavy batch was validated again under a slot
             # leadership may have moved (or the topic gone) while the batch was validated on a worker
             plog = broker.leader_log(name, index)
             if plog is not pp.plog:
