@@ -6,7 +6,8 @@
    topic ``orders`` (3 partitions);
 2. a Structured Streaming query reads ``orders``, adds the tax to each order and writes it to ``orders-taxed``
    with the exactly-once ``tidelog`` sink (``exactlyOnce=true``: each task writes its part of a micro-batch in
-   one Kafka transaction that also commits the batch id), 300 orders per micro-batch;
+   one Kafka transaction that also commits the batch id, and with ``atomicBatches``, the default, the driver
+   commits all of a micro-batch's transactions once every task succeeded), 300 orders per micro-batch;
 3. in the middle of the run (after 3 micro-batches, aimed at a moment when a task's transaction is open) the
    broker is killed (SIGKILL), the query is stopped, and the broker is started again on the same data
    directory;

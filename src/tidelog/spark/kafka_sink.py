@@ -40,6 +40,13 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
+from tidelog.spark.atomic import (
+    DEFAULT_ATOMIC_TXN_TIMEOUT_MS,
+    AtomicCommit,
+    abort_batch,
+    commit_batch,
+    write_atomic,
+)
 from tidelog.spark.options import OptionError, client_config, parse_bool
 from tidelog.spark.producer import DeliveryError, RawProducer, raw_produce_unsupported
 
@@ -450,7 +457,7 @@ def abort_open_transactions(
     prefix = eos.prefix
     if prefix is None:
         for m in messages:
-            if isinstance(m, EosCommit):
+            if isinstance(m, (EosCommit, AtomicCommit)):
                 prefix = m.transactional_id.rsplit("-", 1)[0]
                 break
     if prefix is None:
@@ -469,51 +476,105 @@ def eos_producer_config(options: Mapping[str, str]) -> dict[str, Any]:
     return conf
 
 
-class KafkaSinkWriter(DataSourceArrowWriter):
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+def parse_atomic(options: Mapping[str, str], eos: EosOptions | None, raw: bool) -> bool:
+    """Option ``atomicBatches`` (with ``exactlyOnce``): default true when tasks use the raw producer (the driver
+    ends their transactions with it); librdkafka cannot leave a transaction to another process."""
+    if eos is None:
+        return False
+    given = options.get("atomicBatches")
+    atomic = parse_bool(options, "atomicBatches", raw)
+    if atomic and not raw:
+        if given is not None:
+            raise OptionError("Option 'atomicBatches' needs the raw producer (produceClient=raw and a configuration "
+                              "it supports): librdkafka cannot leave a transaction for the driver to end")
+        return False
+    return atomic
+
+
+class _SinkWriterBase:
+    """What the batch and the streaming writer share: options, and the exactly-once task and driver sides."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType, streaming: bool) -> None:
         self.topic = options.get("topic")
         validate_schema(schema, self.topic)
-        self.eos = EosOptions.parse(options, streaming=False)
+        self.eos = EosOptions.parse(options, streaming=streaming)
         self.conf = producer_config(options) if self.eos is None else eos_producer_config(options)
         self.raw = parse_produce_client(options, self.conf)
+        self.atomic = parse_atomic(options, self.eos, self.raw)
+        if self.atomic:
+            self.conf.setdefault("transaction.timeout.ms", DEFAULT_ATOMIC_TXN_TIMEOUT_MS)
+
+    def _write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        if self.eos is None:
+            return SinkCommit(write_batches(self.conf, self.topic, iterator, self.raw))
+        if self.atomic:
+            tid, partition, batch = task_identity(self.eos)
+
+            def reused(done: int) -> Exception:
+                return ReusedPrefixError(
+                    f"transactional id {tid!r} already committed batch {done} but this query is writing batch "
+                    f"{batch}: the prefix belongs to another query (or the checkpoint was reset). Use a new "
+                    "'transactionalIdPrefix'.")
+
+            return write_atomic(self.conf, self.topic, tid, partition, batch, self.eos.marker_topic, iterator,
+                                reused)
+        if self.raw:
+            return write_transactional_raw(self.conf, self.topic, self.eos, iterator)
+        return write_transactional(self.conf, self.topic, self.eos, iterator)
+
+    def after_end_txn(self, index: int, batch: int) -> None:
+        """Called by the driver's commit after each EndTxn (a hook for fault-injection tests)."""
+
+    def _commit(self, messages: list[WriterCommitMessage | None], batch: int | None) -> None:
+        if self.eos is None:
+            return
+        if batch is None:
+            batch = next((int(m.batch_id) for m in messages if isinstance(m, (EosCommit, AtomicCommit))), 0)
+        if self.atomic:
+            assert self.eos is not None
+            ended = commit_batch(self.conf, self.eos.marker_topic, batch, messages,
+                                 lambda i: self.after_end_txn(i, batch))
+            log.info("exactly-once sink: batch %d committed atomically (%d transactions ended, %d records)", batch,
+                     len(ended), sum(m.records for m in ended))
+            return
+        written = sum(m.records for m in messages if isinstance(m, EosCommit) and not m.skipped)
+        skipped = [m.transactional_id for m in messages if isinstance(m, EosCommit) and m.skipped]
+        log.info("exactly-once sink: batch %d committed (%d records; already committed by an earlier "
+                 "attempt: %s)", batch, written, skipped or "none")
+
+    def _abort(self, messages: list[WriterCommitMessage | None], batch: int | None) -> None:
+        if self.eos is None:
+            return
+        if self.atomic:
+            if batch is None:
+                batch = next((int(m.batch_id) for m in messages if isinstance(m, AtomicCommit)), 0)
+            abort_batch(self.conf, self.eos.marker_topic, batch, list(messages))
+        abort_open_transactions(self.conf, self.eos, messages)
+
+
+class KafkaSinkWriter(_SinkWriterBase, DataSourceArrowWriter):
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        super().__init__(options, schema, streaming=False)
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        if self.eos is not None:
-            if self.raw:
-                return write_transactional_raw(self.conf, self.topic, self.eos, iterator)
-            return write_transactional(self.conf, self.topic, self.eos, iterator)
-        return SinkCommit(write_batches(self.conf, self.topic, iterator, self.raw))
+        return self._write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        pass  # exactly-once: every task committed its own transaction (see the module docstring)
+        self._commit(messages, None)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        if self.eos is not None:
-            abort_open_transactions(self.conf, self.eos, messages)
+        self._abort(messages, None)
 
 
-class KafkaSinkStreamWriter(DataSourceStreamArrowWriter):
+class KafkaSinkStreamWriter(_SinkWriterBase, DataSourceStreamArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        self.topic = options.get("topic")
-        validate_schema(schema, self.topic)
-        self.eos = EosOptions.parse(options, streaming=True)
-        self.conf = producer_config(options) if self.eos is None else eos_producer_config(options)
-        self.raw = parse_produce_client(options, self.conf)
+        super().__init__(options, schema, streaming=True)
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        if self.eos is not None:
-            if self.raw:
-                return write_transactional_raw(self.conf, self.topic, self.eos, iterator)
-            return write_transactional(self.conf, self.topic, self.eos, iterator)
-        return SinkCommit(write_batches(self.conf, self.topic, iterator, self.raw))
+        return self._write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        if self.eos is not None:
-            written = sum(m.records for m in messages if isinstance(m, EosCommit) and not m.skipped)
-            skipped = [m.transactional_id for m in messages if isinstance(m, EosCommit) and m.skipped]
-            log.info("exactly-once sink: batch %d committed (%d records; already committed by an earlier "
-                     "attempt: %s)", batchId, written, skipped or "none")
+        self._commit(messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        if self.eos is not None:
-            abort_open_transactions(self.conf, self.eos, messages)
+        self._abort(messages, batchId)

@@ -1,7 +1,7 @@
 """The ``tidelog`` sink's raw-produce executor path: Arrow columns straight into v2 batches and Produce requests.
 
 The mirror of :mod:`tidelog.spark.fetcher`. A task's Arrow batches are partitioned and encoded by the C
-accumulator (:mod:`tidelog.records.columnar`: ``assign_partitions`` + ``RecordAccumulator``) into the records
+accumulator (:mod:`tidelog.client.columnar`: ``assign_partitions`` + ``RecordAccumulator``) into the records
 area of one open batch per topic partition; a full batch (``batch.size``, at most ``message.max.bytes``), and at
 the end of each Arrow batch of the input (Spark's ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows) every
 open batch, gets its 61-byte header (producer id, epoch, base

@@ -49,6 +49,7 @@ from tidelog.protocol.errors import error_code
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
+    from tidelog.broker.group.results import ListedGroup
     from tidelog.broker.group.state import Group
 
 
@@ -218,11 +219,11 @@ class ConsumerGroupManager:
             out |= self._subscribed_topics(g, m, existing)
         return out
 
-    def list_groups(self, states: set[str], types: set[str]) -> list[dict[str, Any]]:
+    def list_groups(self, states: set[str], types: set[str]) -> list[ListedGroup]:
         """ListGroups rows (v5: group_type "consumer"; states lower-cased as the filter)."""
         if types and "consumer" not in types:
             return []
-        out = []
+        out: list[ListedGroup] = []
         for g in self.groups.values():
             state = g.state()
             if states and state.lower() not in states:

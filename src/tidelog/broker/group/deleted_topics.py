@@ -18,21 +18,30 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Coroutine, Iterable
+from typing import Any, Protocol
 
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.state import Group, GroupState
-
-if TYPE_CHECKING:
-    from tidelog.broker.group.coordinator import GroupCoordinator
 
 log = logging.getLogger("tidelog.broker.group")
 
 TopicPartition = tuple[str, int]
 
 
-def drop_topics(coordinator: GroupCoordinator, topics: Collection[str], groups: Iterable[Group]) -> int:
+class TopicOffsetsOwner(Protocol):
+    """What removing a deleted topic's offsets needs of the group coordinator: its groups, a task runner and the
+    ``__consumer_offsets`` writer."""
+
+    groups: dict[str, Group]
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None: ...
+
+    async def _append(self, group_id: str, entries: list[tuple[bytes, bytes | None]], *, offsets: bool = True,
+                      **kw: Any) -> int: ...
+
+
+def drop_topics(coordinator: TopicOffsetsOwner, topics: Collection[str], groups: Iterable[Group]) -> int:
     """Remove every offset of ``topics`` from ``groups`` (now) and write their tombstones (in a task); returns
     how many partitions' offsets were removed."""
     removed = 0
@@ -58,7 +67,7 @@ def drop_topics(coordinator: GroupCoordinator, topics: Collection[str], groups: 
     return removed
 
 
-async def _write_tombstones(coordinator: GroupCoordinator, group_id: str, tps: list[TopicPartition],
+async def _write_tombstones(coordinator: TopicOffsetsOwner, group_id: str, tps: list[TopicPartition],
                             group_removed: bool) -> None:
     current = coordinator.groups.get(group_id)  # the group as it is now (None: removed, not created again)
     entries: list[tuple[bytes, bytes | None]] = [

@@ -5,8 +5,9 @@ listing), moved out of ``coordinator.py``; ``self`` is the group coordinator, se
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from tidelog.broker.group.results import DescribedGroup, ListedGroup
 from tidelog.broker.group.state import GroupState
 from tidelog.protocol.errors import error_code
 
@@ -34,9 +35,9 @@ COORDINATOR_LOAD_IN_PROGRESS = error_code("COORDINATOR_LOAD_IN_PROGRESS")
 INVALID_GROUP_ID = error_code("INVALID_GROUP_ID")
 
 
-def describe_group(self: DescribedCoordinator, group_id: str) -> dict[str, Any]:
+def describe_group(self: DescribedCoordinator, group_id: str) -> DescribedGroup:
     err = self.check(group_id)
-    out: dict[str, Any] = {
+    out: DescribedGroup = {
         "error_code": err, "error_message": None, "group_id": group_id, "group_state": "",
         "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": -2147483648,
     }
@@ -66,7 +67,7 @@ def describe_group(self: DescribedCoordinator, group_id: str) -> dict[str, Any]:
     return out
 
 
-def list_groups(self: DescribedCoordinator, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[int, list[dict[str, Any]]]:
+def list_groups(self: DescribedCoordinator, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[int, list[ListedGroup]]:
     if self.cluster:  # every broker lists the groups of the partitions it leads (clients ask them all)
         err = NOT_COORDINATOR if not self.active or self.broker.stopping else (
             COORDINATOR_LOAD_IN_PROGRESS if self.loading_partitions else NONE)
@@ -78,7 +79,7 @@ def list_groups(self: DescribedCoordinator, states: Iterable[str] = (), types: I
         return err, []
     wanted_states = {s.lower() for s in states}
     wanted_types = {t.lower() for t in types}
-    out = []
+    out: list[ListedGroup] = []
     for g in self.groups.values():
         if g.state == GroupState.DEAD or self.consumer.is_consumer_group(g.group_id):
             continue

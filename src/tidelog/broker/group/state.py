@@ -12,12 +12,18 @@ State machine (Kafka's classic ``GroupCoordinator``)::
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from tidelog.broker.group.assignment import subscription_topics
 from tidelog.broker.group.records import MemberValue, OffsetValue
+from tidelog.broker.group.results import JoinResult, SyncResult
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds, the unit of the group and offset timestamps Kafka stores."""
+    return time.time_ns() // 1_000_000
 
 
 class GroupState(StrEnum):
@@ -39,8 +45,8 @@ class Member:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
-    join_future: asyncio.Future[dict[str, Any]] | None = None
-    sync_future: asyncio.Future[dict[str, Any]] | None = None
+    join_future: asyncio.Future[JoinResult] | None = None
+    sync_future: asyncio.Future[SyncResult] | None = None
     heartbeat_timer: asyncio.TimerHandle | None = None
     is_new: bool = False
 
@@ -51,6 +57,16 @@ class Member:
     @property
     def awaiting_sync(self) -> bool:
         return self.sync_future is not None and not self.sync_future.done()
+
+    def answer_join(self, result: JoinResult) -> None:
+        """Answer the member's waiting JoinGroup (there is one: :attr:`awaiting_join`)."""
+        assert self.join_future is not None
+        self.join_future.set_result(result)
+
+    def answer_sync(self, result: SyncResult) -> None:
+        """Answer the member's waiting SyncGroup (there is one: :attr:`awaiting_sync`)."""
+        assert self.sync_future is not None
+        self.sync_future.set_result(result)
 
     def metadata_for(self, protocol: str | None) -> bytes:
         for name, meta in self.protocols:

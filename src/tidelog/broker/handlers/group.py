@@ -22,16 +22,35 @@ Thin adapters between request/response versions and :class:`tidelog.broker.group
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from tidelog.broker.errors import code_of
 from tidelog.broker.group.coordinator import _join_error
-from tidelog.broker.handlers import RequestContext, handles
+from tidelog.broker.handlers import Handler, RequestContext, handles
+from tidelog.broker.handlers.group_bodies import (
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    FindCoordinatorRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListGroupsRequest,
+    OffsetCommitRequest,
+    OffsetDeleteRequest,
+    OffsetFetchRequest,
+    OffsetFetchRequestTopic,
+    SyncGroupRequest,
+    TxnOffsetCommitRequest,
+)
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.protocol.schema import spec_index
 
 if TYPE_CHECKING:
     from tidelog.broker.group.coordinator import GroupCoordinator
+    from tidelog.broker.group.records import OffsetValue
+    from tidelog.broker.group.results import DescribedGroup, JoinResult
+    from tidelog.protocol.schema import FieldSpec
 
 log = logging.getLogger("tidelog.broker.handlers.group")
 
@@ -53,9 +72,14 @@ READ, DESCRIBE, DELETE, WRITE = AclOperation.READ, AclOperation.DESCRIBE, AclOpe
 GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 
 
-def _drop_absent(fields: list[Any], version: int, body: dict) -> dict:
+Body = dict[str, Any]  # a response body as the encoder takes it
+_Req = TypeVar("_Req", bound=Mapping[str, Any])
+OffsetRow = tuple[str, int, "OffsetValue | None", int]  # topic, partition, committed value, partition error
+
+
+def _drop_absent(fields: list[FieldSpec], version: int, body: Mapping[str, Any]) -> Body:
     """Remove the keys ``version`` does not carry (the encoder rejects non-default values there)."""
-    out = {}
+    out: Body = {}
     for f in fields:
         lo, hi = f.versions
         if f.key not in body or not lo <= version <= hi:
@@ -69,18 +93,20 @@ def _drop_absent(fields: list[Any], version: int, body: dict) -> dict:
     return out
 
 
-def fit(api_key: int, version: int, body: dict) -> dict:
+def fit(api_key: int, version: int, body: Mapping[str, Any]) -> Body:
     """``body`` reduced to the fields of the ``api_key`` response at ``version``."""
     spec = spec_index()[(api_key, "response")]
     return _drop_absent(spec.fields, version, body)
 
 
-def _fitted(api_key: int) -> Any:
-    """Decorator: the handler's response is passed through :func:`fit` for the request's version."""
+def _fitted(api_key: int) -> Callable[[Callable[[RequestContext, _Req], Awaitable[Body]]], Handler]:
+    """Decorator: the handler gets the decoded request typed as it declares it (a TypedDict of
+    ``group_bodies``: the codec's dict as it is), and its response is passed through :func:`fit` for the request's
+    version."""
 
-    def wrap(fn: Any) -> Any:
-        async def handler(ctx: RequestContext, request: dict) -> dict:
-            return fit(api_key, ctx.api_version, await fn(ctx, request))
+    def wrap(fn: Callable[[RequestContext, _Req], Awaitable[Body]]) -> Handler:
+        async def handler(ctx: RequestContext, request: dict[str, Any]) -> Body:
+            return fit(api_key, ctx.api_version, await fn(ctx, cast(_Req, request)))
 
         handler.__name__ = fn.__name__
         handler.__doc__ = fn.__doc__
@@ -93,7 +119,7 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
     return getattr(ctx.broker, "group_coordinator", None)
 
 
-def _str(value: Any) -> str:
+def _str(value: object) -> str:
     return "" if value is None else str(value)
 
 
@@ -143,7 +169,7 @@ async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, 
 
 @handles(FIND_COORDINATOR)
 @_fitted(FIND_COORDINATOR)
-async def find_coordinator(ctx: RequestContext, request: dict) -> dict:
+async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> Body:
     key_type = request.get("key_type", 0) or 0
     if ctx.api_version >= 4:
         coordinators = []
@@ -162,8 +188,8 @@ async def find_coordinator(ctx: RequestContext, request: dict) -> dict:
 # ------------------------------------------------------------------------------------------ membership
 
 
-def _join_response(v: int, res: dict) -> dict:
-    out = dict(res)
+def _join_response(v: int, res: JoinResult) -> Body:
+    out: Body = dict(res)
     if v < 7:
         out["protocol_name"] = _str(out.get("protocol_name"))
     out["leader"] = _str(out.get("leader"))
@@ -173,7 +199,7 @@ def _join_response(v: int, res: dict) -> dict:
 
 @handles(JOIN_GROUP)
 @_fitted(JOIN_GROUP)
-async def join_group(ctx: RequestContext, request: dict) -> dict:
+async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> Body:
     v = ctx.api_version
     coord = _coordinator(ctx)
     member_id = _str(request.get("member_id"))
@@ -206,7 +232,7 @@ async def join_group(ctx: RequestContext, request: dict) -> dict:
 
 @handles(SYNC_GROUP)
 @_fitted(SYNC_GROUP)
-async def sync_group(ctx: RequestContext, request: dict) -> dict:
+async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> Body:
     v = ctx.api_version
     coord = _coordinator(ctx)
     if not ctx.authorize(READ, GROUP, _str(request.get("group_id"))):
@@ -223,13 +249,12 @@ async def sync_group(ctx: RequestContext, request: dict) -> dict:
         request.get("protocol_name") if v >= 5 else None,
         assignments,
     )
-    res["throttle_time_ms"] = 0
-    return res
+    return {**res, "throttle_time_ms": 0}
 
 
 @handles(HEARTBEAT)
 @_fitted(HEARTBEAT)
-async def heartbeat(ctx: RequestContext, request: dict) -> dict:
+async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> Body:
     coord = _coordinator(ctx)
     if not ctx.authorize(READ, GROUP, _str(request.get("group_id"))):
         return {"throttle_time_ms": 0, "error_code": GROUP_AUTHORIZATION_FAILED}
@@ -246,7 +271,7 @@ async def heartbeat(ctx: RequestContext, request: dict) -> dict:
 
 @handles(LEAVE_GROUP)
 @_fitted(LEAVE_GROUP)
-async def leave_group(ctx: RequestContext, request: dict) -> dict:
+async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> Body:
     v = ctx.api_version
     coord = _coordinator(ctx)
     if v >= 3:
@@ -268,7 +293,7 @@ async def leave_group(ctx: RequestContext, request: dict) -> dict:
 
 @handles(OFFSET_COMMIT)
 @_fitted(OFFSET_COMMIT)
-async def offset_commit(ctx: RequestContext, request: dict) -> dict:
+async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Body:
     v = ctx.api_version
     coord = _coordinator(ctx)
     wanted: list[tuple[str, int, int, int, str | None]] = []
@@ -306,10 +331,11 @@ async def offset_commit(ctx: RequestContext, request: dict) -> dict:
     return {"throttle_time_ms": 0, "topics": _partition_results(request, {**results, **refused})}
 
 
-def _partition_results(request: dict, results: dict[tuple[str, int], int], once: bool = False) -> list[dict]:
+def _partition_results(request: OffsetCommitRequest | TxnOffsetCommitRequest, results: dict[tuple[str, int], int],
+                       once: bool = False) -> list[Body]:
     """Per requested partition, in request order, its error code (``once``: a partition named twice answered
     once)."""
-    topics: dict[str, list[dict]] = {}
+    topics: dict[str, list[Body]] = {}
     seen: set[tuple[str, int]] = set()
     for t in request.get("topics") or ():
         for p in t.get("partitions") or ():
@@ -334,9 +360,10 @@ def _topic_refusals(ctx: RequestContext, op: AclOperation, tps: list[tuple[str, 
     return out
 
 
-def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: list[dict] | None,
-                 require_stable: bool = False, ctx: RequestContext | None = None) -> tuple[int, list[dict]]:
-    partitions = None
+def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: list[OffsetFetchRequestTopic] | None,
+                 require_stable: bool = False, ctx: RequestContext | None = None) -> tuple[int, list[Body]]:
+    partitions: list[tuple[str, int]] | None = None
+    rows: list[OffsetRow]
     if topics is not None:
         partitions = [(_str(t.get("name")), int(p)) for t in topics for p in t.get("partition_indexes") or ()]
     if ctx is not None and ctx.broker.authorizer is not None:
@@ -368,8 +395,8 @@ def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: list[dic
     return err, _offset_rows(rows, err)
 
 
-def _offset_rows(rows: list, err: int) -> list[dict]:
-    by_topic: dict[str, list[dict]] = {}
+def _offset_rows(rows: list[OffsetRow], err: int) -> list[Body]:
+    by_topic: dict[str, list[Body]] = {}
     for t, p, ov, code in rows:
         by_topic.setdefault(t, []).append({
             "partition_index": p,
@@ -383,7 +410,7 @@ def _offset_rows(rows: list, err: int) -> list[dict]:
 
 @handles(OFFSET_FETCH)
 @_fitted(OFFSET_FETCH)
-async def offset_fetch(ctx: RequestContext, request: dict) -> dict:
+async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Body:
     v = ctx.api_version
     coord = _coordinator(ctx)
     stable = bool(request.get("require_stable")) if v >= 7 else False
@@ -414,7 +441,7 @@ async def offset_fetch(ctx: RequestContext, request: dict) -> dict:
 
 @handles(TXN_OFFSET_COMMIT)
 @_fitted(TXN_OFFSET_COMMIT)
-async def txn_offset_commit(ctx: RequestContext, request: dict) -> dict:
+async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest) -> Body:
     v = ctx.api_version
     coord = _coordinator(ctx)
     wanted: dict[tuple[str, int], tuple[int, int, str | None]] = {}
@@ -456,7 +483,7 @@ async def txn_offset_commit(ctx: RequestContext, request: dict) -> dict:
 
 @handles(OFFSET_DELETE)
 @_fitted(OFFSET_DELETE)
-async def offset_delete(ctx: RequestContext, request: dict) -> dict:
+async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> Body:
     coord = _coordinator(ctx)
     wanted = [(_str(t.get("name")), int(p.get("partition_index", 0)))
               for t in request.get("topics") or () for p in t.get("partitions") or ()]
@@ -476,7 +503,7 @@ async def offset_delete(ctx: RequestContext, request: dict) -> dict:
         results = {**results, **refused}
         wanted = [(_str(t.get("name")), int(p.get("partition_index", 0)))
                   for t in request.get("topics") or () for p in t.get("partitions") or ()]
-    topics: dict[str, list[dict]] = {}
+    topics: dict[str, list[Body]] = {}
     if not err:
         for t, p in wanted:
             topics.setdefault(t, []).append({"partition_index": p, "error_code": results.get((t, p), NONE)})
@@ -489,9 +516,9 @@ async def offset_delete(ctx: RequestContext, request: dict) -> dict:
 
 @handles(DESCRIBE_GROUPS)
 @_fitted(DESCRIBE_GROUPS)
-async def describe_groups(ctx: RequestContext, request: dict) -> dict:
+async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> Body:
     coord = _coordinator(ctx)
-    out = []
+    out: list[DescribedGroup] = []
     auth = ctx.broker.authorizer
     for gid in request.get("groups") or ():
         if not ctx.authorize(DESCRIBE, GROUP, _str(gid)):
@@ -517,7 +544,7 @@ async def describe_groups(ctx: RequestContext, request: dict) -> dict:
 
 @handles(LIST_GROUPS)
 @_fitted(LIST_GROUPS)
-async def list_groups(ctx: RequestContext, request: dict) -> dict:
+async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> Body:
     coord = _coordinator(ctx)
     if coord is None:
         return {"throttle_time_ms": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "groups": []}
@@ -529,7 +556,7 @@ async def list_groups(ctx: RequestContext, request: dict) -> dict:
 
 @handles(DELETE_GROUPS)
 @_fitted(DELETE_GROUPS)
-async def delete_groups(ctx: RequestContext, request: dict) -> dict:
+async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> Body:
     coord = _coordinator(ctx)
     results = []
     for gid in request.get("groups_names") or ():
