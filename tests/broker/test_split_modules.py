@@ -96,3 +96,13 @@ def test_the_split_core_handlers_are_the_registered_ones() -> None:
 def test_split_core_handler_rooms_stay_under_800_lines(module: str) -> None:
     path = Path(importlib.import_module(f"tidelog.broker.handlers.{module}").__file__ or "")
     assert len(path.read_text(encoding="utf-8").splitlines()) <= 800
+
+
+def test_partition_log_is_a_unified_log_over_a_local_log() -> None:
+    # storage/log/partition_log.py was split the same way: the directory-and-segments part is its base class
+    from tidelog.storage.log import PartitionLog, ReadInfo, local_log, parse_topic_partition, partition_log
+
+    assert PartitionLog.__mro__[1] is local_log.LocalLog
+    assert ReadInfo is local_log.ReadInfo and parse_topic_partition is local_log.parse_topic_partition
+    for module in (local_log, partition_log):
+        assert len(Path(module.__file__ or "").read_text(encoding="utf-8").splitlines()) <= 800
