@@ -25,7 +25,7 @@ Every revision runs a fresh ``tidelog serve`` with an empty data dir on a free p
 prints them side by side in one table (``worktree`` = the live tree; default ``HEAD``).
 
 ``--calibrate`` instead measures what the broker's choice between the loop and a worker thread rests on
-(``tidelog.broker.handlers.core.INLINE_VALIDATION_NS``): the round trip of a call to a worker thread from a
+(``tidelog.broker.handlers.produce.INLINE_VALIDATION_NS``): the round trip of a call to a worker thread from a
 uvloop loop, and the validation cost per byte of output of each codec and of an uncompressed batch.
 
 Usage::

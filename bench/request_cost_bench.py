@@ -246,7 +246,7 @@ STAGES: list[tuple[str, str]] = [
     ("purgatory / acks wait", r"purgatory\.py"),
     ("send", r"write_chunks|_send_buffers|_flatten"),
     ("read / framing", r"read_frame|_recv_more|framing\.py"),
-    ("produce handler", r"handlers/core\.py"),
+    ("produce handler", r"handlers/(core|core_shared|produce)\.py"),
     ("dispatch (process)", r"server\.py.*process|RequestContext"),
 ]
 

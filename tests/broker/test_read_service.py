@@ -22,7 +22,7 @@ from tidelog.broker.fetch import (
     max_offset,
     response_entry,
 )
-from tidelog.broker.handlers.core import _list_offset
+from tidelog.broker.handlers.list_offsets import _list_offset
 from tidelog.broker.purgatory import Purgatory
 from tidelog.records.batch import build_batch
 from tidelog.records.header import iter_batch_headers

@@ -60,3 +60,49 @@ def test_the_connection_classes_keep_their_behaviour_flags() -> None:
 def test_split_rooms_stay_under_800_lines(module: str) -> None:
     path = Path(importlib.import_module(f"tidelog.broker.{module}").__file__ or "")
     assert len(path.read_text(encoding="utf-8").splitlines()) <= 800
+
+
+# broker/handlers/core.py was split the same way: one module per core API, what they share in core_shared
+_CORE_MOVED = {
+    "api_versions": "api_versions", "api_versions_list": "api_versions",
+    "metadata": "metadata", "partition_entries": "metadata", "topic_operations": "metadata",
+    "produce": "produce", "produce_one": "produce", "produce_one_body": "produce", "CloseConnection": "produce",
+    "INLINE_VALIDATION_NS": "produce", "validation_cost_ns": "produce",
+    "fetch": "fetch_handler", "list_offsets": "list_offsets", "_list_offset": "list_offsets",
+    "NONE": "core_shared", "_leader_epoch_error": "core_shared", "_resolve_topic": "core_shared",
+}
+
+
+@pytest.mark.parametrize(("name", "home"), sorted(_CORE_MOVED.items()))
+def test_core_handler_names_stay_importable_from_core(name: str, home: str) -> None:
+    from tidelog.broker.handlers import core
+
+    assert getattr(core, name) is getattr(importlib.import_module(f"tidelog.broker.handlers.{home}"), name)
+
+
+def test_the_split_core_handlers_are_the_registered_ones() -> None:
+    from tidelog.broker.broker import REGISTRY
+    from tidelog.broker.handlers import core
+    from tidelog.protocol.api_keys import ApiKey
+
+    for key, handler in ((ApiKey.API_VERSIONS, core.api_versions), (ApiKey.METADATA, core.metadata),
+                         (ApiKey.PRODUCE, core.produce), (ApiKey.FETCH, core.fetch),
+                         (ApiKey.LIST_OFFSETS, core.list_offsets)):
+        assert REGISTRY[key] is handler
+
+
+@pytest.mark.parametrize("module", ["core", "core_shared", "api_versions", "metadata", "produce", "fetch_handler",
+                                    "list_offsets"])
+def test_split_core_handler_rooms_stay_under_800_lines(module: str) -> None:
+    path = Path(importlib.import_module(f"tidelog.broker.handlers.{module}").__file__ or "")
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= 800
+
+
+def test_partition_log_is_a_unified_log_over_a_local_log() -> None:
+    # storage/log/partition_log.py was split the same way: the directory-and-segments part is its base class
+    from tidelog.storage.log import PartitionLog, ReadInfo, local_log, parse_topic_partition, partition_log
+
+    assert PartitionLog.__mro__[1] is local_log.LocalLog
+    assert ReadInfo is local_log.ReadInfo and parse_topic_partition is local_log.parse_topic_partition
+    for module in (local_log, partition_log):
+        assert len(Path(module.__file__ or "").read_text(encoding="utf-8").splitlines()) <= 800

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tidelog.broker.handlers.core import api_versions_list
+from tidelog.broker.handlers.api_versions import api_versions_list
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 

@@ -57,7 +57,7 @@ from tidelog.broker.handlers import (  # noqa: F401
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
 from tidelog.broker.quotas import ClientQuotaManager
-from tidelog.broker.replica_manager import LocalReplicaManager
+from tidelog.broker.replica_manager import LocalReplicaManager, ReplicaManager
 from tidelog.broker.request_pool import (
     AppendSequencer,
     DecompressionBudget,
@@ -80,7 +80,7 @@ log = logging.getLogger("tidelog.broker.server")
 class Broker:
     """A tidelog broker. ``replica_manager`` decides the mode (default: one node alone)."""
 
-    def __init__(self, config: BrokerConfig, replica_manager: Any = None,
+    def __init__(self, config: BrokerConfig, replica_manager: ReplicaManager | None = None,
                  txn_coordinator: Callable[[Broker], Any] = TransactionCoordinator,
                  recovery_progress: RecoveryProgress | None = None) -> None:
         self.config = config
@@ -131,7 +131,7 @@ class Broker:
         self.group_coordinator: Any = None
         self.txn_coordinator: Any = None
 
-        rm = replica_manager if replica_manager is not None else LocalReplicaManager()
+        rm: ReplicaManager = replica_manager if replica_manager is not None else LocalReplicaManager()
         self.replica_manager = rm
         rm.attach(self)
         # partition state, bound once: the handlers' one leadership check, epochs, ISR, high watermark, Metadata

@@ -24,7 +24,7 @@ from tidelog.broker.api_names import (
 from tidelog.broker.connection_io import ConnectionClosed
 from tidelog.broker.errors import UNKNOWN_SERVER_ERROR_MESSAGE
 from tidelog.broker.handlers import DeferredResponse, RequestContext
-from tidelog.broker.handlers.core import produce
+from tidelog.broker.handlers.produce import produce
 from tidelog.broker.produce_lane import ProduceLane, _encode_produce, _parse_produce
 from tidelog.broker.quotas import after_handler, client_throttles
 from tidelog.protocol import codec
@@ -112,7 +112,7 @@ class Connection(ProduceLane):
 
         The fast lane: a Produce request of the common shape (``tidelog.protocol._produce.parse_produce``: one
         topic, one partition, no transactional id or batch, acks 1 or -1, no tagged fields) is not decoded into
-        dicts but handed to :func:`~tidelog.broker.handlers.core.produce_one` and its response encoded in C
+        dicts but handed to :func:`~tidelog.broker.handlers.produce.produce_one` and its response encoded in C
         (:meth:`_produce_fast`); every other request, and every frame that parser does not recognise, takes the
         generic codec below. Both lanes run the same checks, handler steps, quotas and metrics."""
         broker = self.broker
@@ -126,8 +126,8 @@ class Connection(ProduceLane):
         except UnsupportedVersionError as exc:
             if exc.api_key == API_VERSIONS_KEY:
                 # KIP-511: answer in v0 with UNSUPPORTED_VERSION and our ranges; the client retries lower.
-                response = api_versions_unsupported_body(broker)
-                chunks = codec.encode_response(API_VERSIONS_KEY, 0, exc.correlation_id, response)
+                unsupported = api_versions_unsupported_body(broker)
+                chunks = codec.encode_response(API_VERSIONS_KEY, 0, exc.correlation_id, unsupported)
                 if self._pending:
                     await self._drain()
                 await self.write_chunks(chunks)
@@ -187,7 +187,7 @@ class Connection(ProduceLane):
             response = await handler(ctx, body)
         except Exception as exc:
             return await self._handler_failed(api_key, header, body, name, exc)
-        if type(response) is DeferredResponse:
+        if isinstance(response, DeferredResponse):
             return await self._defer(response, api_key, header.api_version, header.correlation_id, name, t0)
         if self._pending:
             await self._drain()  # answered now, but after the pipelined answers before it

@@ -1,7 +1,7 @@
 """The read service: the one Fetch read path, for consumers and followers alike.
 
 After Kafka's ``ReplicaManager.fetchMessages`` / ``readFromLog`` with ``FetchParams``. The Fetch handler
-(:mod:`tidelog.broker.handlers.core`) parses the request (and the consumer's incremental fetch session) into
+(:mod:`tidelog.broker.handlers.fetch_handler`) parses the request (and the consumer's incremental fetch session) into
 :class:`FetchParams` and one :class:`FetchPartition` per partition, each with its response entry built by
 :func:`response_entry`, and awaits :meth:`ReadService.fetch_messages`; nothing else reads a log for a Fetch.
 
@@ -37,14 +37,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from enum import Enum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.purgatory import DelayedFetch, FetchPartitionStatus, Purgatory
 from tidelog.protocol.compiler import RecordsChunks
-from tidelog.protocol.errors import KafkaErrorCode
+from tidelog.protocol.errors import error_code
+from tidelog.storage.log.partition_log import PartitionLog
 
-NONE = int(KafkaErrorCode.NONE)
+if TYPE_CHECKING:
+    from tidelog.broker.metrics import BrokerMetrics
+
+NONE = error_code("NONE")
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 MAX_INT32 = 0x7FFFFFFF
 MIN_BATCH = 61  # a v2 batch header: for the long poll, any available batch satisfies a min_bytes up to this
@@ -147,13 +151,13 @@ class FollowerFetchHooks(Protocol):
 # offsets
 
 
-def last_stable_offset(plog: Any) -> int:
+def last_stable_offset(plog: PartitionLog) -> int:
     """The partition's last stable offset, the one place the read path takes it from: min(first unstable offset,
     HW) (``PartitionLog.last_stable_offset``; the HW when the partition has no open transaction)."""
     return plog.last_stable_offset
 
 
-def aborted_transactions(plog: Any, fetch_offset: int, upper_bound_offset: int) -> list[dict]:
+def aborted_transactions(plog: PartitionLog, fetch_offset: int, upper_bound_offset: int) -> list[dict]:
     """The response's ``aborted_transactions`` for a read_committed read of [fetch_offset, upper_bound_offset)."""
     return [
         {"producer_id": txn.producer_id, "first_offset": txn.first_offset}
@@ -161,7 +165,7 @@ def aborted_transactions(plog: Any, fetch_offset: int, upper_bound_offset: int) 
     ]
 
 
-def max_offset(plog: Any, isolation: FetchIsolation) -> int:
+def max_offset(plog: PartitionLog, isolation: FetchIsolation) -> int:
     """How far ``isolation`` may read in ``plog`` (exclusive): LEO, HW or LSO."""
     if isolation is FetchIsolation.HIGH_WATERMARK:
         return plog.high_watermark
@@ -170,7 +174,7 @@ def max_offset(plog: Any, isolation: FetchIsolation) -> int:
     return last_stable_offset(plog)
 
 
-def diverging_epoch(plog: Any, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
+def diverging_epoch(plog: PartitionLog, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
     """KIP-320 on the leader: ``(epoch, end offset)`` of this log when a fetcher whose last batch has epoch
     ``last_fetched_epoch`` diverges from it at ``fetch_offset`` (the leader's end of that epoch is below the
     fetch offset, or the leader only knows an older epoch), else None. An epoch of -1: no epoch of ours at or
@@ -195,8 +199,8 @@ class ReadService:
     partition)`` the current epoch; ``followers`` is set in cluster mode (without it a follower fetch is
     answered NOT_LEADER_OR_FOLLOWER)."""
 
-    def __init__(self, leader_log: Callable[[str, int], Any], leader_epoch: Callable[[str, int], int],
-                 purgatory: Purgatory, metrics: Any = None, followers: FollowerFetchHooks | None = None) -> None:
+    def __init__(self, leader_log: Callable[[str, int], PartitionLog], leader_epoch: Callable[[str, int], int],
+                 purgatory: Purgatory, metrics: BrokerMetrics | None = None, followers: FollowerFetchHooks | None = None) -> None:
         self.leader_log = leader_log
         self.leader_epoch = leader_epoch
         self.purgatory = purgatory
@@ -232,13 +236,14 @@ class ReadService:
                 respond_now = True
                 continue
             name = fp.name
+            assert name is not None  # a partition named by an unknown topic id carries its error (fp.error)
             offset = fp.fetch_offset
             try:
                 if follower and followers is None:
                     raise PartitionError("NOT_LEADER_OR_FOLLOWER", "no replication on this broker")
-                plog = leader_log(name, fp.index)  # type: ignore[arg-type]
+                plog = leader_log(name, fp.index)
                 if fp.current_leader_epoch >= 0:
-                    self._check_epoch(name, fp.index, fp.current_leader_epoch)  # type: ignore[arg-type]
+                    self._check_epoch(name, fp.index, fp.current_leader_epoch)
                 if follower:
                     followers.check_follower(fp.tp, params.replica_id)  # type: ignore[union-attr,arg-type]
                 hw = plog.high_watermark

@@ -2,7 +2,7 @@
 
 The fast lane: a Produce request of the common shape (``tidelog.protocol._produce.parse_produce``: one topic, one
 partition, no transactional id, acks 1 or -1, no tagged fields) is not decoded into dicts but handed to
-:func:`~tidelog.broker.handlers.core.produce_one` and its response encoded in C (:meth:`ProduceLane._produce_fast`).
+:func:`~tidelog.broker.handlers.produce.produce_one` and its response encoded in C (:meth:`ProduceLane._produce_fast`).
 
 Pipelining: an acks=all Produce on a plain connection whose appends are done answers with a
 :class:`~tidelog.broker.handlers.DeferredResponse`; it is queued and the request loop reads the next request while
@@ -21,7 +21,7 @@ from tidelog.broker.api_names import PRODUCE_KEY, error_name
 from tidelog.broker.authenticator import SaslAuthenticator
 from tidelog.broker.connection_io import ConnectionClosed
 from tidelog.broker.handlers import DeferredResponse, RequestContext
-from tidelog.broker.handlers.core import produce_one, produce_one_body
+from tidelog.broker.handlers.produce import produce_one, produce_one_body
 from tidelog.protocol import codec
 
 log = logging.getLogger("tidelog.broker.server")
@@ -138,7 +138,7 @@ class ProduceLane(SaslAuthenticator):
 
     async def _produce_fast(self, frame: memoryview | bytes, parsed: tuple, t0: float) -> bool:
         """The fast lane of :meth:`process`: a Produce request ``parse_produce`` recognised, run through
-        :func:`~tidelog.broker.handlers.core.produce_one` (the Produce handler's own steps for one partition) and
+        :func:`~tidelog.broker.handlers.produce.produce_one` (the Produce handler's own steps for one partition) and
         answered with ``encode_produce_response`` (the generic encoder's bytes). The session check, the handler
         failure answer, quotas and metrics are the generic path's."""
         broker = self.broker

@@ -19,25 +19,84 @@ handlers call them without a second hop on the hot path.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from tidelog.broker.errors import PartitionError
+from tidelog.broker.fetch import FollowerFetchHooks
 from tidelog.broker.handlers import Handler
 from tidelog.broker.producer_ids import ProducerIdManager
-from tidelog.broker.quotas import QUOTAS_FILE, LocalQuotaStore
+from tidelog.broker.quotas import QUOTAS_FILE, LocalQuotaStore, QuotaStore
 from tidelog.broker.security.authorizer import ACLS_FILE, FileAclStore
 from tidelog.broker.security.scram import USERS_FILE, ScramCredentialStore
 from tidelog.broker.topics import LocalTopicBackend, TopicManager
+from tidelog.storage.log.partition_log import PartitionLog
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
+
+
+class ReplicaManager(Protocol):
+    """What the broker, its handlers and its coordinators use of a replica manager: this module's
+    :class:`LocalReplicaManager` and ZooKeeper mode's ``ZkReplicaManager`` both are one. What only ZooKeeper
+    mode has is not here: the broker probes ``make_broker_config_store``, ``on_log_dir_failure`` and
+    ``broker_request`` (issue 26 item 2), and the handlers only that mode serves state what they need
+    (``tidelog.cluster.handlers.ClusterReplicaManager``)."""
+
+    @property
+    def handlers(self) -> Mapping[int, Handler]:
+        """The APIs served beyond every broker's own."""
+        ...
+
+    @property
+    def followers(self) -> FollowerFetchHooks | None:
+        """The leader side of follower fetches for the read service; None: no followers."""
+        ...
+
+    def attach(self, broker: Broker) -> None: ...
+
+    def make_topic_manager(self, broker: Broker) -> TopicManager: ...
+
+    def make_producer_id_manager(self, broker: Broker) -> ProducerIdManager: ...
+
+    def make_scram_store(self, broker: Broker) -> object: ...
+
+    def make_quota_store(self, broker: Broker) -> QuotaStore: ...
+
+    def make_acl_store(self, broker: Broker) -> object: ...
+
+    async def before_storage(self) -> None: ...
+
+    async def after_listen(self) -> None: ...
+
+    async def before_shutdown(self) -> None: ...
+
+    def leader_log(self, topic: str, partition: int) -> PartitionLog: ...
+
+    def isr(self, topic: str, partition: int) -> tuple[int, ...]: ...
+
+    def leader_epoch(self, topic: str, partition: int) -> int: ...
+
+    def maybe_increment_high_watermark(self, tp: tuple[str, int], log_: PartitionLog) -> bool: ...
+
+    def become_leader(self, tp: tuple[str, int], log_: PartitionLog) -> None: ...
+
+    def high_watermark(self, tp: tuple[str, int]) -> int: ...
+
+    def partition_metadata(self, topic: str, partition: int) -> dict | None: ...
+
+    def metadata_brokers(self, listener: str | None = None) -> list[dict] | None: ...
+
+    def metadata_controller_id(self) -> int: ...
+
+    def live_brokers(self) -> set[int]: ...
 
 
 class LocalReplicaManager:
     """One node: it leads every partition it hosts, the ISR is itself, HW = LEO after each append."""
 
     handlers: dict[int, Handler] = {}  # no APIs beyond the broker's own
-    followers: Any = None  # no follower fetches
+    followers: FollowerFetchHooks | None = None  # no follower fetches
 
     def __init__(self) -> None:
         self.broker: Broker = None  # type: ignore[assignment]  # set by attach
@@ -50,17 +109,18 @@ class LocalReplicaManager:
     def make_topic_manager(self, broker: Broker) -> TopicManager:
         return TopicManager(broker, LocalTopicBackend())  # the registry file is the source of truth
 
-    def make_producer_id_manager(self, broker: Broker) -> Any:
+    def make_producer_id_manager(self, broker: Broker) -> ProducerIdManager:
         return ProducerIdManager(broker.config.log_dirs)
 
-    def make_scram_store(self, broker: Broker) -> Any:
+    def make_scram_store(self, broker: Broker) -> ScramCredentialStore:
         """SCRAM credentials: a file in the first log dir (ZooKeeper mode: ``/config/users``)."""
         return ScramCredentialStore(broker.config.log_dirs[0] / USERS_FILE)
 
-    def make_quota_store(self, broker: Broker) -> Any:
+    def make_quota_store(self, broker: Broker) -> LocalQuotaStore:
         """Client quotas: a file in the first log dir (ZooKeeper mode: ``/config/users``, ``/config/clients``)."""
         return LocalQuotaStore(broker.config.log_dirs[0] / QUOTAS_FILE)
-    def make_acl_store(self, broker: Broker) -> Any:
+
+    def make_acl_store(self, broker: Broker) -> FileAclStore:
         """ACLs: a file in the first log dir (ZooKeeper mode: ``/kafka-acl`` and ``/kafka-acl-extended``)."""
         return FileAclStore(broker.config.log_dirs[0] / ACLS_FILE)
 
@@ -77,14 +137,14 @@ class LocalReplicaManager:
 
     # -- partition state ---------------------------------------------------------------------------------------
 
-    def leader_log(self, topic: str, partition: int) -> Any:
+    def leader_log(self, topic: str, partition: int) -> PartitionLog:
         """The PartitionLog of (topic, partition) if this broker leads it; raises :class:`PartitionError`
         (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER) otherwise. The one leadership check."""
         log_ = self.broker.topics.get_log(topic, partition)
         if log_ is None:
             raise PartitionError("UNKNOWN_TOPIC_OR_PARTITION", f"{topic}-{partition} is not hosted here")
         if log_.offline:  # its log directory failed (storage/manager.py): KAFKA_STORAGE_ERROR, as Kafka
-            raise PartitionError("KAFKA_STORAGE_ERROR", log_.failed)
+            raise PartitionError("KAFKA_STORAGE_ERROR", log_.failed or f"{topic}-{partition}: its log directory is offline")
         return log_
 
     def isr(self, topic: str, partition: int) -> tuple[int, ...]:
@@ -94,7 +154,7 @@ class LocalReplicaManager:
         """The partition's current leader epoch (one node, never re-elected: 0)."""
         return 0
 
-    def maybe_increment_high_watermark(self, tp: tuple[str, int], log_: Any) -> bool:
+    def maybe_increment_high_watermark(self, tp: tuple[str, int], log_: PartitionLog) -> bool:
         """HW = min LEO over the ISR. With this node alone in the ISR that is the local LEO. Returns True if it
         moved (then waiting produces/fetches are re-checked)."""
         new_hw = log_.log_end_offset  # min over ISR LEOs: only ourselves
@@ -103,7 +163,7 @@ class LocalReplicaManager:
             return True
         return False
 
-    def become_leader(self, tp: tuple[str, int], log_: Any) -> None:
+    def become_leader(self, tp: tuple[str, int], log_: PartitionLog) -> None:
         """Take leadership of a partition (at start, or when a topic/partition is created). Kafka's
         ``Partition.makeLeader`` ends with ``maybeIncrementLeaderHW``: alone in the ISR, the HW catches up with
         the LEO at once, so after a crash everything recovered to the LEO is readable (the checkpointed HW may
@@ -113,7 +173,7 @@ class LocalReplicaManager:
     def high_watermark(self, tp: tuple[str, int]) -> int:
         return self.leader_log(*tp).high_watermark
 
-    # -- what Metadata says about the cluster: None means "this node alone" (handlers/core.py answers) ----------
+    # -- what Metadata says about the cluster: None means "this node alone" (handlers/metadata.py answers) ----------
 
     def partition_metadata(self, topic: str, partition: int) -> dict | None:
         return None

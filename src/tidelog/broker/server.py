@@ -74,7 +74,7 @@ from tidelog.broker.api_names import api_name, api_versions_unsupported_body, er
 from tidelog.broker.connection import Connection
 from tidelog.broker.connection_io import ConnectionClosed
 from tidelog.broker.connection_limits import ConnectionQuotas, TooManyConnections
-from tidelog.broker.handlers.core import produce_one
+from tidelog.broker.handlers.produce import produce_one
 from tidelog.broker.produce_lane import _encode_produce, _parse_produce
 from tidelog.broker.security.listeners import ListenerSettings
 from tidelog.broker.tls_connection import TlsConnection

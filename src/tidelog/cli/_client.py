@@ -16,7 +16,7 @@ import re
 import socket
 import ssl
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, NoReturn, TypeVar
 
@@ -38,6 +38,7 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "TIDELOG_BOOTSTRAP"
 
 F = TypeVar("F", bound=Callable[..., Any])
+K = TypeVar("K")
 
 
 def bootstrap_option(fn: F) -> F:
@@ -80,7 +81,7 @@ _COMMAND_CONFIG = "tidelog.command_config"
 _PEER_SECURITY = "tidelog.peer_security"
 
 
-def _remember_command_config(ctx: click.Context, param: Any, value: str | None) -> None:
+def _remember_command_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     if value is not None:
         ctx.meta[_COMMAND_CONFIG] = value
 
@@ -289,7 +290,7 @@ def kafka_error_text(exc: BaseException) -> str:
     """``TOPIC_ALREADY_EXISTS: Topic 't' already exists.`` from a confluent-kafka exception."""
     err = exc.args[0] if exc.args else None
     name = getattr(err, "name", None)
-    if callable(name):
+    if err is not None and callable(name):
         code = err.name()
         text = err.str()
         return f"{code}: {text}" if text and text != code else str(code)
@@ -299,12 +300,12 @@ def kafka_error_text(exc: BaseException) -> str:
 def kafka_error_name(exc: BaseException) -> str | None:
     err = exc.args[0] if exc.args else None
     name = getattr(err, "name", None)
-    return err.name() if callable(name) else None
+    return err.name() if err is not None and callable(name) else None
 
 
-def wait_all(futures: dict[Any, Future], timeout: float) -> dict[Any, BaseException | None]:
+def wait_all(futures: Mapping[K, Future], timeout: float) -> dict[K, BaseException | None]:
     """Wait for admin futures; returns key -> exception (None on success). Timeouts become TimeoutError."""
-    out: dict[Any, BaseException | None] = {}
+    out: dict[K, BaseException | None] = {}
     for key, fut in futures.items():
         try:
             fut.result(timeout=timeout)
@@ -342,11 +343,11 @@ def output_is_json() -> bool:
     return ctx is not None and ctx.meta.get(_OUTPUT) == "json"
 
 
-def echo_json(value: Any) -> None:
+def echo_json(value: object) -> None:
     safe_echo(json.dumps(value, separators=(",", ":"), default=str))
 
 
-def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None,
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[object]], title: str | None = None,
                 minimums: Sequence[int] = (), layout: str = "aligned", blank_before: bool = False) -> None:
     """A rich table on a terminal; otherwise the layout of the Kafka tool the command stands for (``aligned``:
     kafka-consumer-groups' space-padded columns with ``minimums`` widths; ``tabbed``: kafka-transactions' padded
@@ -356,7 +357,7 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: st
         echo_json([{h: (v if v is None or isinstance(v, (int, float, bool)) else str(v)) for h, v in zip(headers, r)}
                    for r in rows])
         return
-    rows = [["" if v is None else str(v) for v in r] for r in rows]
+    cells = [["" if v is None else str(v) for v in r] for r in rows]
     if is_tty():
         from rich.console import Console
         from rich.table import Table
@@ -364,13 +365,13 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: st
         table = Table(title=title, show_lines=False)
         for h in headers:
             table.add_column(h)
-        for r in rows:
+        for r in cells:
             table.add_row(*r)
         Console().print(table)
         return
     if blank_before:
         safe_echo("")
-    lines = tabbed_lines(headers, rows) if layout == "tabbed" else aligned_lines(headers, rows, minimums)
+    lines = tabbed_lines(headers, cells) if layout == "tabbed" else aligned_lines(headers, cells, minimums)
     for line in lines:
         safe_echo(line)
 

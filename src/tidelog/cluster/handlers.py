@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import Protocol, runtime_checkable
 
 from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.handlers import Handler, RequestContext, handles
@@ -59,6 +59,7 @@ class ZkReader(Protocol):
     def get(self, path: str) -> tuple[bytes, object]: ...
 
 
+@runtime_checkable
 class ClusterReplicaManager(Protocol):
     """What these handlers need of ZooKeeper mode's replica manager (``tidelog.cluster.replica_manager``)."""
 
@@ -70,7 +71,10 @@ class ClusterReplicaManager(Protocol):
 
 def _replica_manager(ctx: RequestContext) -> ClusterReplicaManager:
     # CLUSTER_HANDLERS are served only by a broker whose replica manager is ZooKeeper mode's (it adds them)
-    return cast(ClusterReplicaManager, ctx.broker.replica_manager)
+    rm = ctx.broker.replica_manager
+    if not isinstance(rm, ClusterReplicaManager):
+        raise TypeError(f"{type(rm).__name__} does not serve the cluster-only APIs")
+    return rm
 
 
 @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, CLUSTER_HANDLERS)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from tidelog.broker.handlers import RequestContext, handles
-from tidelog.broker.handlers.core import partition_entries, topic_operations
+from tidelog.broker.handlers.metadata import partition_entries, topic_operations
 from tidelog.broker.security.acls import AclOperation, ResourceType
 from tidelog.broker.topics import INTERNAL_TOPICS, TopicError, validate_topic_name
 from tidelog.protocol.api_keys import ApiKey

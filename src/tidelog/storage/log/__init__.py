@@ -1,7 +1,8 @@
 """The log of one partition, split along Kafka's lines (see docs/decisions/0009-partition-log-and-late-checks.md):
 
-* :mod:`.partition_log` — :class:`PartitionLog`, the facade (Kafka's UnifiedLog/LocalLog): appends, reads,
-  truncation, retention hooks, high watermark, offsets;
+* :mod:`.partition_log` — :class:`PartitionLog`, the facade (Kafka's UnifiedLog): appends, producer state,
+  transactions, high watermark, over :class:`~.local_log.LocalLog` (:mod:`.local_log`, Kafka's LocalLog): the
+  directory and its segments, reads, rolls, truncation, retention hooks, flush, close;
 * :mod:`.validator` — :class:`LogValidator` (Kafka's LogValidator): client checks, timestamps, recompression;
 * :mod:`.loader` — :class:`LogLoader` (Kafka's LogLoader): load, swap/cleaned/deleted files, recovery,
   producer state rebuild;
