@@ -20,6 +20,7 @@ from typing import Any
 
 from tidelog.broker.security.acls import AclOperation, PatternType, PermissionType, ResourceType, parse_enum
 from tidelog.cli._client import kafka_error_name, kafka_error_text
+from tidelog.cli._tables import group_state_name
 from tidelog.cli.group_offsets import ResetSpec, target
 from tidelog.cli.topics import _leader_metrics_urls
 from tidelog.client.security import ClientSecurity, SaslClientError, client_security, librdkafka_config
@@ -370,14 +371,10 @@ class Cluster:
     # -- groups -----------------------------------------------------------------------------------------------
 
     def groups(self) -> list[dict[str, Any]]:
-        res = self._result(self.admin().list_consumer_groups(request_timeout=self.timeout), "ListGroups")
-        out = []
-        for g in sorted(res.valid, key=lambda g: g.group_id):
-            gtype = getattr(g, "type", None)
-            out.append({"group": g.group_id, "state": g.state.name if g.state is not None else "UNKNOWN",
-                        "type": gtype.name if gtype is not None else "CLASSIC",
-                        "simple": bool(g.is_simple_consumer_group)})
-        return out
+        """Every group with Kafka's type (Classic / Consumer) and state names (ListGroups v5 at every broker)."""
+        from tidelog.console import kip848
+
+        return kip848.list_all(self)
 
     def committed(self, group: str) -> dict[tuple[str, int], int]:
         from confluent_kafka import ConsumerGroupTopicPartitions
@@ -404,12 +401,20 @@ class Cluster:
                     "assignment": sorted(f"{tp.topic}-{tp.partition}" for tp in (m.assignment.topic_partitions
                                                                                  if m.assignment else []))}
                    for m in desc.members]
-        gtype = getattr(desc, "type", None)
-        return {"group": group, "state": desc.state.name if desc.state is not None else "UNKNOWN",
-                "type": gtype.name if gtype is not None else "CLASSIC",
-                "coordinator": desc.coordinator.id if desc.coordinator is not None else None,
-                "assignor": desc.partition_assignor, "members": members, "offsets": rows,
-                "lag_by_topic": per_topic, "lag": sum(per_topic.values()), "at_ms": _ms_now()}
+        gtype = getattr(getattr(desc, "type", None), "name", "CLASSIC")
+        out = {"group": group, "state": group_state_name(desc.state),
+               "type": gtype.title() if gtype in ("CLASSIC", "CONSUMER", "SHARE") else "Unknown",
+               "coordinator": desc.coordinator.id if desc.coordinator is not None else None,
+               "assignor": desc.partition_assignor, "members": members, "offsets": rows,
+               "lag_by_topic": per_topic, "lag": sum(per_topic.values()), "at_ms": _ms_now(), "kip848": None}
+        if gtype == "CONSUMER":  # epochs, target assignments and Kafka's state names: ConsumerGroupDescribe
+            from tidelog.console import kip848
+
+            detail = kip848.describe(self, group)
+            if detail is not None:
+                out.update(state=detail["state"], assignor=detail["assignor"], members=detail["members"],
+                           kip848=detail)
+        return out
 
     def reset_offsets(self, group: str, topic: str, partition: int | None, spec: ResetSpec,
                       execute: bool) -> list[dict[str, Any]]:
