@@ -31,9 +31,20 @@ def list_all(cluster: Broker) -> list[dict[str, Any]]:
     """Every group of the cluster: ``{"group", "type", "state", "simple"}`` with Kafka's names (Classic /
     Consumer; Stable, Empty, Assigning, Reconciling...); ``simple``: a classic group without a protocol type
     (offsets only)."""
+    from tidelog.console.kafka import ConsoleError
+
     answers = []
+    down: ConsoleError | None = None
     for _node, (host, port) in sorted(cluster.brokers().items()):
-        answers.append(cluster.peer_call(host, port, ApiKey.LIST_GROUPS, LIST_GROUPS_VERSION, list_groups_request()))
+        try:
+            answers.append(cluster.peer_call(host, port, ApiKey.LIST_GROUPS, LIST_GROUPS_VERSION,
+                                             list_groups_request()))
+        except ConsoleError as exc:  # a broker down: the others' groups are still listed
+            if exc.status == 403:
+                raise
+            down = exc
+    if not answers and down is not None:
+        raise down
     rows, _errors = listed_groups(answers)
     protocol = {g["group_id"]: g.get("protocol_type") or "" for a in answers for g in a.get("groups") or []}
     return [{**r, "simple": r["type"] == "Classic" and not protocol.get(r["group"])} for r in rows]
