@@ -104,3 +104,29 @@ def test_consumer_group_detail_has_epochs_and_assignments(kconsole: Any, fast_br
         c.close()
         for m in members:
             m.close()
+
+
+def test_consumer_group_page_in_a_browser(driver: Any, kconsole: Any, fast_broker: Any) -> None:
+    """The Consumer groups page shows the type; a consumer group's page its epochs and each member's epoch and
+    current / target assignment (one member: it owns every partition at epoch 1)."""
+    from test_browser import css, found, go, wait
+
+    bs = fast_broker.bootstrap
+    topic, group = f"t-{uuid.uuid4().hex[:8]}", f"gb-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    m = Consumer({"bootstrap.servers": bs, "group.id": group, "group.protocol": "consumer", "client.id": "web-b"})
+    try:
+        m.subscribe([topic])
+        wait_for(lambda: m.poll(0.1) is None and len(m.assignment()) == 2, 60, "the member owns both partitions")
+        go(driver, kconsole, "groups")
+        (row,) = found(driver, f'#groups-table tr[data-group="{group}"]')
+        assert row.text.split()[:3] == [group, "Consumer", "Stable"]
+        go(driver, kconsole, f"groups/{group}")
+        wait(driver, lambda d: found(d, f'#members-table tr[data-member="{m.memberid()}"]'), what="the member row")
+        assert css(driver, "#group-epoch").text == "1" and css(driver, "#assignment-epoch").text == "1"
+        cells = [td.text for td in found(driver, f'#members-table tr[data-member="{m.memberid()}"] td')]
+        both = f"{topic}-0, {topic}-1"
+        assert cells == [m.memberid(), "web-b", "/127.0.0.1", "1", both, "1", both]
+    finally:
+        m.close()
