@@ -19,7 +19,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidelog.cli._client import bootstrap_request, broker_addresses, peer_request
 from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.errors import error_for_code
 
 MISSING = "-"  # Kafka's MISSING_COLUMN_VALUE
 
@@ -128,8 +130,6 @@ def listed_groups(responses: Iterable[dict[str, Any]], types: Iterable[str] = ()
     errors = []
     for resp in responses:
         if resp.get("error_code"):
-            from tidelog.protocol.errors import error_for_code
-
             errors.append(error_for_code(resp["error_code"]).name)
             continue
         for g in resp.get("groups") or []:
@@ -179,7 +179,7 @@ def members_view(g: ConsumerGroup, verbose: bool) -> tuple[list[str], list[list[
     return headers, rows, widths
 
 
-def owners(g: ConsumerGroup) -> dict[tuple[str, int], Member]:
+def owners_of(g: ConsumerGroup) -> dict[tuple[str, int], Member]:
     """Each partition's current owner (the offsets view's CONSUMER-ID / HOST / CLIENT-ID)."""
     return {tp: m for m in g.members for tp in m.assignment}
 
@@ -203,9 +203,6 @@ async def describe_consumer_group(bootstrap: str, group: str, timeout: float) ->
                                                                                      str | None]:
     """ConsumerGroupDescribe of ``group`` at its coordinator: the group, or None and the error's name (e.g.
     GROUP_ID_NOT_FOUND for a classic group or none)."""
-    from tidelog.cli._client import bootstrap_request, peer_request
-    from tidelog.protocol.errors import error_for_code
-
     found = await bootstrap_request(bootstrap, ApiKey.FIND_COORDINATOR, 3, find_coordinator_request(group), timeout)
     if found["error_code"]:
         return None, error_for_code(found["error_code"]).name
@@ -219,8 +216,6 @@ async def describe_consumer_group(bootstrap: str, group: str, timeout: float) ->
 
 async def list_groups(bootstrap: str, types: Sequence[str], timeout: float) -> tuple[list[dict[str, str]], list[str]]:
     """ListGroups v5 at every broker of the cluster (a group is listed by its coordinator)."""
-    from tidelog.cli._client import broker_addresses, peer_request
-
     brokers = await broker_addresses(bootstrap, timeout)
     answers = []
     errors = []

@@ -34,7 +34,16 @@ from tidelog.cli._tables import (
     group_state_widths,
 )
 from tidelog.cli.group_admin import delete_offsets
-from tidelog.cli.group_kip848 import REBALANCING_STATES, ConsumerGroup, members_view, parse_types, state_view
+from tidelog.cli.group_kip848 import (
+    REBALANCING_STATES,
+    ConsumerGroup,
+    describe_consumer_group,
+    list_groups,
+    members_view,
+    owners_of,
+    parse_types,
+    state_view,
+)
 from tidelog.cli.group_offsets import SpecError, choose_spec, export_csv, parse_offsets_file, target
 
 timeout_option = click.option("--timeout", type=float, default=30.0, show_default=True,
@@ -107,8 +116,6 @@ def list_cmd(types: str | None, bootstrap: str, properties: tuple[str, ...], tim
 
 def _list_typed(types: str, bootstrap: str, timeout: float) -> None:
     import asyncio
-
-    from tidelog.cli.group_kip848 import list_groups
 
     try:
         wanted = parse_types(types)
@@ -187,9 +194,7 @@ def describe_cmd(group: str, view: str, verbose: bool, bootstrap: str, propertie
         return
     owners: dict[tuple[str, int], Any] = {}
     if kip is not None:
-        from tidelog.cli.group_kip848 import owners as kip_owners
-
-        owners = {tp: _Owner(m.member_id, m.host, m.client_id) for tp, m in kip_owners(kip).items()}
+        owners = {tp: _Owner(m.member_id, m.host, m.client_id) for tp, m in owners_of(kip).items()}
     for m in desc.members if kip is None else ():
         for tp in (m.assignment.topic_partitions if m.assignment else []):
             owners[(tp.topic, tp.partition)] = m
@@ -236,8 +241,6 @@ def _kip848(desc: Any, bootstrap: str, group: str, timeout: float) -> ConsumerGr
     if getattr(getattr(desc, "type", None), "name", "") != "CONSUMER":
         return None
     import asyncio
-
-    from tidelog.cli.group_kip848 import describe_consumer_group
 
     try:
         kip, _error = asyncio.run(describe_consumer_group(bootstrap, group, timeout))
