@@ -9,7 +9,7 @@ commits without a member otherwise, as Kafka does).
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -34,6 +34,16 @@ from tidelog.cli._tables import (
     group_state_widths,
 )
 from tidelog.cli.group_admin import delete_offsets
+from tidelog.cli.group_kip848 import (
+    REBALANCING_STATES,
+    ConsumerGroup,
+    describe_consumer_group,
+    list_groups,
+    members_view,
+    owners_of,
+    parse_types,
+    state_view,
+)
 from tidelog.cli.group_offsets import SpecError, choose_spec, export_csv, parse_offsets_file, target
 
 timeout_option = click.option("--timeout", type=float, default=30.0, show_default=True,
@@ -79,12 +89,19 @@ def groups() -> None:
 
 
 @groups.command("list")
+@click.option("--type", "types", is_flag=False, flag_value="all", default=None, metavar="[classic,consumer]",
+              help="Kafka's --list --type: show each group's type (Classic, Consumer), only those of the types given "
+                   "(a comma list; none: every type). Through ListGroups v5 at every broker.")
 @output_option
 @bootstrap_option
 @timeout_option
-def list_cmd(bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
+def list_cmd(types: str | None, bootstrap: str, properties: tuple[str, ...], timeout: float) -> None:
     """List consumer groups with their state (as kafka-consumer-groups --list --state: Kafka's state names,
-    Stable, Empty...) and whether they are consumer groups or simple (offsets only)."""
+    Stable, Empty...) and whether they are consumer groups or simple (offsets only); with --type, as
+    kafka-consumer-groups --list --type --state: GROUP TYPE STATE."""
+    if types is not None:
+        _list_typed(types, bootstrap, timeout)
+        return
     admin = _admin(bootstrap, properties)
     try:
         res = admin.list_consumer_groups(request_timeout=timeout).result(timeout)
@@ -97,12 +114,30 @@ def list_cmd(bootstrap: str, properties: tuple[str, ...], timeout: float) -> Non
         click.echo(f"Warning: {err}", err=True)
 
 
+def _list_typed(types: str, bootstrap: str, timeout: float) -> None:
+    import asyncio
+
+    try:
+        wanted = parse_types(types)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    try:
+        rows, errors = asyncio.run(list_groups(bootstrap, sorted(wanted), timeout))
+    except (OSError, TimeoutError) as exc:
+        fail(f"cannot list the groups: {exc}")
+    print_table(["GROUP", "TYPE", "STATE"], [[r["group"], r["type"], r["state"]] for r in rows],
+                minimums=group_list_widths([r["group"] for r in rows]))
+    for err in errors:
+        click.echo(f"Warning: {err}", err=True)
+
+
 @groups.command("describe")
 @click.argument("group")
 @click.option("--members", "view", flag_value="members", help="The members: id, host, client id, partitions.")
 @click.option("--state", "view", flag_value="state", help="The group: coordinator, assignor, state, members.")
 @click.option("--offsets", "view", flag_value="offsets", default=True, help="Offsets and lag (the default).")
-@click.option("--verbose", is_flag=True, help="With --members: each member's assignment.")
+@click.option("--verbose", is_flag=True, help="With --members: each member's assignment (and, for a consumer "
+              "(KIP-848) group, its epoch and target assignment); with --state of a consumer group: its epochs.")
 @output_option
 @bootstrap_option
 @timeout_option
@@ -116,15 +151,19 @@ def describe_cmd(group: str, view: str, verbose: bool, bootstrap: str, propertie
         committed = _committed(admin, group, timeout)
     except Exception as exc:
         fail(kafka_error_text(exc))
+    kip = _kip848(desc, bootstrap, group, timeout)
     raw_state = getattr(desc.state, "name", str(desc.state))
-    if raw_state == "DEAD" and not desc.members and not committed:
+    if kip is None and raw_state == "DEAD" and not desc.members and not committed:
         fail(f"consumer group {group!r} does not exist")  # Kafka's kafka-consumer-groups says the same
-    state = group_state_name(desc.state)
+    state = kip.state if kip is not None else group_state_name(desc.state)
     if not output_is_json():  # kafka-consumer-groups' notes, on stderr as it prints them
-        if raw_state == "EMPTY":
+        if state == "Empty":
             click.echo(f"\nConsumer group '{group}' has no active members.", err=True)
-        elif "REBALANC" in raw_state:
+        elif state in REBALANCING_STATES:
             click.echo(f"\nWarning: Consumer group '{group}' is rebalancing.", err=True)
+    if kip is not None and view in ("state", "members"):
+        _describe_kip848(kip, desc, view, verbose)
+        return
     if view == "state":
         c = desc.coordinator
         coordinator = f"{c.host}:{c.port}  ({c.id})" if c is not None else "-"  # two spaces, as Kafka's
@@ -154,7 +193,9 @@ def describe_cmd(group: str, view: str, verbose: bool, bootstrap: str, propertie
                     blank_before=True)
         return
     owners: dict[tuple[str, int], Any] = {}
-    for m in desc.members:
+    if kip is not None:
+        owners = {tp: _Owner(m.member_id, m.host, m.client_id) for tp, m in owners_of(kip).items()}
+    for m in desc.members if kip is None else ():
         for tp in (m.assignment.topic_partitions if m.assignment else []):
             owners[(tp.topic, tp.partition)] = m
     tps = {(tp.topic, tp.partition): tp for tp in committed}
@@ -183,8 +224,43 @@ def describe_cmd(group: str, view: str, verbose: bool, bootstrap: str, propertie
                      "-" if lag is None else lag,
                      m.member_id if m else "-", m.host if m else "-", m.client_id if m else "-"])
     print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
-                 "CLIENT-ID"], rows, title=f"{group} ({state}, {len(desc.members)} members)",
+                 "CLIENT-ID"], rows,
+                title=f"{group} ({state}, {len(kip.members if kip is not None else desc.members)} members)",
                 minimums=GROUP_OFFSETS_WIDTHS, blank_before=True)
+
+
+class _Owner(NamedTuple):
+    member_id: str
+    host: str
+    client_id: str
+
+
+def _kip848(desc: Any, bootstrap: str, group: str, timeout: float) -> ConsumerGroup | None:
+    """A consumer (KIP-848) group described with ConsumerGroupDescribe (epochs, target assignments, its own state
+    names); None for a classic group, or when the group stopped being a consumer group meanwhile."""
+    if getattr(getattr(desc, "type", None), "name", "") != "CONSUMER":
+        return None
+    import asyncio
+
+    try:
+        kip, _error = asyncio.run(describe_consumer_group(bootstrap, group, timeout))
+    except (OSError, TimeoutError) as exc:
+        fail(f"cannot describe consumer group {group!r}: {exc}")
+    return kip
+
+
+def _describe_kip848(kip: ConsumerGroup, desc: Any, view: str, verbose: bool) -> None:
+    """Kafka 4's --state and --members views of a consumer group."""
+    if view == "state":
+        c = desc.coordinator
+        coordinator = f"{c.host}:{c.port}  ({c.id})" if c is not None else "-"  # two spaces, as Kafka's
+        headers, row, widths = state_view(kip, coordinator, verbose)
+        print_table(headers, [row], minimums=widths, blank_before=True)
+        return
+    headers, rows, widths = members_view(kip, verbose)
+    if not rows and not output_is_json():
+        return  # Kafka prints only the note above
+    print_table(headers, rows, minimums=widths, blank_before=True)
 
 
 @groups.command("reset-offsets")

@@ -20,6 +20,17 @@ from typing import Any
 
 from tidelog.broker.security.acls import AclOperation, PatternType, PermissionType, ResourceType, parse_enum
 from tidelog.cli._client import kafka_error_name, kafka_error_text
+from tidelog.cli._tables import group_state_name
+from tidelog.cli.group_kip848 import (
+    CONSUMER_GROUP_DESCRIBE_VERSION,
+    LIST_GROUPS_VERSION,
+    as_console,
+    describe_request,
+    find_coordinator_request,
+    list_groups_request,
+    listed_groups,
+    parse_described,
+)
 from tidelog.cli.group_offsets import ResetSpec, target
 from tidelog.cli.topics import _leader_metrics_urls
 from tidelog.client.security import ClientSecurity, SaslClientError, client_security, librdkafka_config
@@ -27,6 +38,7 @@ from tidelog.cluster.peer import Peer
 from tidelog.protocol.errors import error_for_code
 
 METADATA, FIND_COORDINATOR, API_VERSIONS, DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 3, 10, 18, 29, 30, 31
+LIST_GROUPS, CONSUMER_GROUP_DESCRIBE = 16, 69
 OFFSET_DELETE, DESCRIBE_CLIENT_QUOTAS = 47, 48
 DESCRIBE_LOG_DIRS, DESCRIBE_USER_SCRAM_CREDENTIALS, LIST_TRANSACTIONS = 35, 50, 66
 
@@ -370,14 +382,35 @@ class Cluster:
     # -- groups -----------------------------------------------------------------------------------------------
 
     def groups(self) -> list[dict[str, Any]]:
-        res = self._result(self.admin().list_consumer_groups(request_timeout=self.timeout), "ListGroups")
-        out = []
-        for g in sorted(res.valid, key=lambda g: g.group_id):
-            gtype = getattr(g, "type", None)
-            out.append({"group": g.group_id, "state": g.state.name if g.state is not None else "UNKNOWN",
-                        "type": gtype.name if gtype is not None else "CLASSIC",
-                        "simple": bool(g.is_simple_consumer_group)})
-        return out
+        """Every group of the cluster: ``{"group", "type", "state", "simple"}`` with Kafka's names (Classic /
+        Consumer; Stable, Empty, Assigning, Reconciling...), from ListGroups v5 at every broker (librdkafka reports a
+        consumer group's Assigning / Reconciling as UNKNOWN); ``simple``: a classic group without a protocol type
+        (offsets only). A broker that does not answer does not hide the others' groups."""
+        answers = []
+        down: ConsoleError | None = None
+        for _node, (host, port) in sorted(self.brokers().items()):
+            try:
+                answers.append(self.peer_call(host, port, LIST_GROUPS, LIST_GROUPS_VERSION, list_groups_request()))
+            except ConsoleError as exc:
+                if exc.status == 403:
+                    raise
+                down = exc
+        if not answers and down is not None:
+            raise down
+        rows, _errors = listed_groups(answers)
+        protocol = {g["group_id"]: g.get("protocol_type") or "" for a in answers for g in a.get("groups") or []}
+        return [{**r, "simple": r["type"] == "Classic" and not protocol.get(r["group"])} for r in rows]
+
+    def consumer_group(self, group: str) -> dict[str, Any] | None:
+        """A KIP-848 group's epochs, members with epochs and current / target assignments (ConsumerGroupDescribe
+        at its coordinator); None when it is not a consumer group (GROUP_ID_NOT_FOUND) or has no coordinator."""
+        found = self.any_broker(FIND_COORDINATOR, 3, find_coordinator_request(group))
+        if found["error_code"]:
+            return None
+        resp = self.peer_call(found["host"], found["port"], CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_DESCRIBE_VERSION,
+                              describe_request(group))
+        (g,) = resp["groups"]
+        return None if g["error_code"] else as_console(parse_described(g))
 
     def committed(self, group: str) -> dict[tuple[str, int], int]:
         from confluent_kafka import ConsumerGroupTopicPartitions
@@ -404,12 +437,18 @@ class Cluster:
                     "assignment": sorted(f"{tp.topic}-{tp.partition}" for tp in (m.assignment.topic_partitions
                                                                                  if m.assignment else []))}
                    for m in desc.members]
-        gtype = getattr(desc, "type", None)
-        return {"group": group, "state": desc.state.name if desc.state is not None else "UNKNOWN",
-                "type": gtype.name if gtype is not None else "CLASSIC",
-                "coordinator": desc.coordinator.id if desc.coordinator is not None else None,
-                "assignor": desc.partition_assignor, "members": members, "offsets": rows,
-                "lag_by_topic": per_topic, "lag": sum(per_topic.values()), "at_ms": _ms_now()}
+        gtype = getattr(getattr(desc, "type", None), "name", "CLASSIC")
+        out = {"group": group, "state": group_state_name(desc.state),
+               "type": gtype.title() if gtype in ("CLASSIC", "CONSUMER", "SHARE") else "Unknown",
+               "coordinator": desc.coordinator.id if desc.coordinator is not None else None,
+               "assignor": desc.partition_assignor, "members": members, "offsets": rows,
+               "lag_by_topic": per_topic, "lag": sum(per_topic.values()), "at_ms": _ms_now(), "kip848": None}
+        if gtype == "CONSUMER":  # epochs, target assignments and Kafka's state names: ConsumerGroupDescribe
+            detail = self.consumer_group(group)
+            if detail is not None:
+                out.update(state=detail["state"], assignor=detail["assignor"], members=detail["members"],
+                           kip848=detail)
+        return out
 
     def reset_offsets(self, group: str, topic: str, partition: int | None, spec: ResetSpec,
                       execute: bool) -> list[dict[str, Any]]:

@@ -360,10 +360,14 @@ async function pageGroup(main, group) {
     holder.replaceChildren(
       h("div", { cls: "cards" }, h("div", { cls: "card" }, h("div", { cls: "v", id: "group-lag" }, fmtNum(g.lag)), h("div", { cls: "k" }, "total lag")),
         h("div", { cls: "card" }, h("div", { cls: "v" }, g.state), h("div", { cls: "k" }, `state (${g.type})`)),
-        h("div", { cls: "card" }, h("div", { cls: "v" }, g.members.length), h("div", { cls: "k" }, "members"))),
+        h("div", { cls: "card" }, h("div", { cls: "v" }, g.members.length), h("div", { cls: "k" }, "members")),
+        ...(g.kip848 ? [h("div", { cls: "card" }, h("div", { cls: "v", id: "group-epoch" }, g.kip848.group_epoch), h("div", { cls: "k" }, "group epoch")),
+          h("div", { cls: "card" }, h("div", { cls: "v", id: "assignment-epoch" }, g.kip848.assignment_epoch), h("div", { cls: "k" }, `target assignment epoch (${g.assignor})`))] : [])),
       h("h2", {}, "Lag per topic"), table("topic-lag-table", ["topic", "lag"], Object.entries(g.lag_by_topic).map(([t, l]) => [t, fmtNum(l)]), [1]),
       h("h2", {}, "Lag per partition"), table("lag-table", ["topic", "partition", "committed", "log end", "lag"], g.offsets.map((r) => ({ attrs: { "data-tp": `${r.topic}-${r.partition}` }, cells: [r.topic, r.partition, r.committed, r.end, r.lag ?? ""] })), [1, 2, 3, 4]),
-      h("h2", {}, "Members"), table("members-table", ["member", "client", "host", "assignment"], g.members.map((m) => [m.member, m.client, m.host, m.assignment.join(", ")])));
+      h("h2", {}, "Members"), g.kip848
+        ? table("members-table", ["member", "client", "host", "epoch", "assignment", "target epoch", "target assignment"], g.members.map((m) => ({ attrs: { "data-member": m.member }, cells: [m.member, m.client, m.host, m.epoch, m.assignment.join(", "), m.target_epoch, m.target_assignment.join(", ")] })), [3, 5])
+        : table("members-table", ["member", "client", "host", "assignment"], g.members.map((m) => [m.member, m.client, m.host, m.assignment.join(", ")])));
     lineChart(canvas, [{ name: "lag", points: g.lag_history.map(([t, l]) => [t, l]) }], "lag (records)");
   }
   await refresh();
