@@ -135,7 +135,9 @@ def _on_delivery(errors: list[str]) -> Any:
     return on_delivery
 
 
-def produce_rows(producer: Producer, topic_option: str | None, batches: Iterator[Any], errors: list[str]) -> int:
+def produce_rows(
+    producer: Producer, topic_option: str | None, batches: Iterator[Any], errors: list[str]
+) -> int:
     """Hand every row of ``batches`` to ``producer`` (no flush); raise on the first delivery error seen."""
     on_delivery = _on_delivery(errors)
     count = 0
@@ -185,8 +187,9 @@ def flush_or_raise(producer: Producer, errors: list[str]) -> None:
 def write_batches(conf: Mapping[str, Any], topic_option: str | None, batches: Iterator[Any], raw: bool = False) -> int:
     """At-least-once: produce every row of ``batches``; flush; raise on the first delivery error."""
     if raw:
-        # RawProducer.flush() waits for every batch and raises DeliveryError itself (no timeout argument, no
-        # purge: close() drops whatever is left); confluent-kafka's Producer below needs flush(timeout) + purge().
+        # RawProducer.flush() waits for every batch and raises DeliveryError itself (no timeout argument,
+        # no purge: close() drops whatever is left); confluent-kafka's Producer below needs flush(timeout)
+        # and purge().
         raw_producer = RawProducer(conf)
         try:
             count = raw_producer.produce_arrow(batches, topic_option)

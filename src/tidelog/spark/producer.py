@@ -391,7 +391,7 @@ class RawProducer:
                     node = self._find_coordinator(*key)
                 elif self.tid is not None:
                     node = self.coordinator = self._find_coordinator(1, self.tid)
-                else:  # only transactional requests have no key; a producer without a transactional id sends none
+                else:  # only transactional requests go without a key: a bug, not a broker error
                     raise RuntimeError(f"{what} needs a transactional producer (no transactional.id)")
             try:
                 r = self._request(node, api, highest, body)
@@ -762,7 +762,7 @@ class RawProducer:
                         pending[b.slot].pop(0)
                         if not pending[b.slot]:
                             del pending[b.slot]
-                    elif failed_code in SEQUENCE_LOST:  # the oldest undelivered batch: the broker lost its predecessors
+                    elif failed_code in SEQUENCE_LOST:  # the oldest undelivered batch: its predecessors lost
                         lost = b
                         last[b.slot] = failed_code
                     else:
