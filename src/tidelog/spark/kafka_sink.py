@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
@@ -49,6 +49,9 @@ from tidelog.spark.atomic import (
 )
 from tidelog.spark.options import OptionError, client_config, parse_bool
 from tidelog.spark.producer import DeliveryError, RawProducer, raw_produce_unsupported
+
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
 
 __all__ = ["DeliveryError", "KafkaSinkStreamWriter", "KafkaSinkWriter"]
 
@@ -132,7 +135,9 @@ def _on_delivery(errors: list[str]) -> Any:
     return on_delivery
 
 
-def produce_rows(producer: Any, topic_option: str | None, batches: Iterator[Any], errors: list[str]) -> int:
+def produce_rows(
+    producer: Producer, topic_option: str | None, batches: Iterator[Any], errors: list[str]
+) -> int:
     """Hand every row of ``batches`` to ``producer`` (no flush); raise on the first delivery error seen."""
     on_delivery = _on_delivery(errors)
     count = 0
@@ -171,7 +176,7 @@ def produce_rows(producer: Any, topic_option: str | None, batches: Iterator[Any]
     return count
 
 
-def flush_or_raise(producer: Any, errors: list[str]) -> None:
+def flush_or_raise(producer: Producer, errors: list[str]) -> None:
     remaining = producer.flush(FLUSH_TIMEOUT_S)
     if errors:
         raise DeliveryError(errors[0])
@@ -182,12 +187,15 @@ def flush_or_raise(producer: Any, errors: list[str]) -> None:
 def write_batches(conf: Mapping[str, Any], topic_option: str | None, batches: Iterator[Any], raw: bool = False) -> int:
     """At-least-once: produce every row of ``batches``; flush; raise on the first delivery error."""
     if raw:
-        producer = RawProducer(conf)
+        # RawProducer.flush() waits for every batch and raises DeliveryError itself (no timeout argument,
+        # no purge: close() drops whatever is left); confluent-kafka's Producer below needs flush(timeout)
+        # and purge().
+        raw_producer = RawProducer(conf)
         try:
-            count = producer.produce_arrow(batches, topic_option)
-            producer.flush()
+            count = raw_producer.produce_arrow(batches, topic_option)
+            raw_producer.flush()
         finally:
-            producer.close()
+            raw_producer.close()
         return count
     from confluent_kafka import Producer
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import is_not
-from typing import Any
+from typing import Any, TypeGuard
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -241,6 +241,12 @@ def _batch(r: OffsetRange, keys: list[Any], values: list[Any], offsets: list[int
     return record_batch(r.topic, r.partition, keys, values, offsets, stamps, types, headers)
 
 
+def _all_offsets(offsets: list[int | None]) -> TypeGuard[list[int]]:
+    """Whether every message has an offset (confluent-kafka's ``Message.offset()`` is None only below 0,
+    which a consumed record never has; the fast path checks rather than assumes it)."""
+    return None not in offsets
+
+
 def read_range(
     conf: Mapping[str, Any],
     r: OffsetRange,
@@ -284,16 +290,17 @@ def read_range(
             deadline = time.monotonic() + poll_timeout_ms / 1000.0
             # fast path: no errors and exactly the next offsets (column extraction in C-level map/zip calls)
             offs = list(map(offset_of, msgs))
-            if offs[0] == expected and offs[-1] - expected == len(offs) - 1 and (
+            if offs[0] == expected and _all_offsets(offs) and offs[-1] - expected == len(offs) - 1 and (
                     not any(map(is_not, map(error_of, msgs), repeat(None)))):
                 cut = min(len(msgs), r.end - expected)
                 if cut < len(msgs):
-                    msgs, offs, done = msgs[:cut], offs[:cut], True
+                    msgs, done = msgs[:cut], True
+                    del offs[cut:]
                 keys.extend(map(key_of, msgs))
                 values.extend(map(value_of, msgs))
                 offsets.extend(offs)
-                kinds, ts = zip(*map(ts_of, msgs))
-                stamps.extend(ts)
+                kinds, times = zip(*map(ts_of, msgs))
+                stamps.extend(times)
                 types.extend(kinds)
                 if headers is not None:
                     headers.extend(list(h) if h else None for h in map(headers_of, msgs))
@@ -304,7 +311,8 @@ def read_range(
                 if err is not None:
                     code = err.code()
                     if code == KafkaError._PARTITION_EOF:
-                        if m.offset() >= r.end:
+                        eof = m.offset()
+                        if eof is not None and eof >= r.end:
                             done = True
                             break
                         continue  # the high watermark may still move up to r.end
@@ -323,6 +331,9 @@ def read_range(
                         break
                     raise KafkaException(err)
                 off = m.offset()
+                if off is None:  # librdkafka gives every record its offset; fail clearly, never misplace one
+                    raise RuntimeError(
+                        f"A record without an offset after {expected} (TopicPartition: {tp_name})")
                 if off >= r.end:
                     done = True
                     break

@@ -195,8 +195,7 @@ class Subscription:
 
 
 def parse_subscription(options: Mapping[str, str], required: bool = True) -> Subscription | None:
-    given = {k: _get(options, k) for k in ("assign", "subscribe", "subscribePattern")}
-    given = {k: v for k, v in given.items() if v is not None}
+    given = {k: v for k in ("assign", "subscribe", "subscribePattern") if (v := _get(options, k)) is not None}
     if len(given) > 1 or (required and not given):
         raise OptionError(
             "One of the following options must be specified for Kafka source: subscribe, subscribePattern, "

@@ -322,6 +322,7 @@ class RawProducer:
             return t
         deadline = time.monotonic() + self.delivery_timeout_s
         attempt = 0
+        err: OSError | None
         while True:
             try:
                 md = self.refresh_metadata([name]).get(name)
@@ -386,9 +387,12 @@ class RawProducer:
         node = self.coordinator if key is None else None
         while True:
             if node is None:
-                node = self._find_coordinator(*(key if key is not None else (1, self.tid)))
-                if key is None:
-                    self.coordinator = node
+                if key is not None:
+                    node = self._find_coordinator(*key)
+                elif self.tid is not None:
+                    node = self.coordinator = self._find_coordinator(1, self.tid)
+                else:  # only transactional requests go without a key: a bug, not a broker error
+                    raise RuntimeError(f"{what} needs a transactional producer (no transactional.id)")
             try:
                 r = self._request(node, api, highest, body)
                 errs = [c for c in codes(r) if c != NONE]
@@ -753,16 +757,16 @@ class RawProducer:
             lost: _Batch | None = None
             for bs in by_node.values():
                 for b in bs:
-                    code = failed.get(id(b))
-                    if code is None:
+                    failed_code = failed.get(id(b))
+                    if failed_code is None:
                         pending[b.slot].pop(0)
                         if not pending[b.slot]:
                             del pending[b.slot]
-                    elif code in SEQUENCE_LOST:  # the oldest undelivered batch: the broker lost its predecessors
+                    elif failed_code in SEQUENCE_LOST:  # the oldest undelivered batch: its predecessors lost
                         lost = b
-                        last[b.slot] = code
+                        last[b.slot] = failed_code
                     else:
-                        last[b.slot] = code
+                        last[b.slot] = failed_code
             if lost is not None:
                 code = last[lost.slot]
                 if not self._may_bump():
