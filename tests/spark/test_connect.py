@@ -73,11 +73,13 @@ def connect_url(tmp_path_factory: Any) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def remote(connect_url: str) -> Iterator[Any]:
-    from pyspark.sql import SparkSession
+    # the Connect client's own builder: pyspark.sql.SparkSession.builder.remote() refuses to start while this
+    # process holds a classic session (SESSION_ALREADY_EXIST), which other test modules of the run create
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
     from tidelog.spark import TidelogDataSource, TidelogLogDataSource
 
-    session = SparkSession.builder.remote(connect_url).getOrCreate()
+    session = RemoteSparkSession.builder.remote(connect_url).getOrCreate()
     assert type(session).__module__.startswith("pyspark.sql.connect"), type(session)  # a Connect client session
     session.dataSource.register(TidelogDataSource)
     session.dataSource.register(TidelogLogDataSource)
