@@ -26,7 +26,7 @@ Durability: members, epochs and assignments are kept **in memory** only; committ
 ``__consumer_offsets`` as for classic groups (they live in the coordinator's ``Group`` of the same id). After a
 restart or a coordinator move the members' heartbeats get UNKNOWN_MEMBER_ID and they rejoin with epoch 0,
 resuming from the committed offsets. Kafka instead writes ConsumerGroupMetadata / ConsumerGroupMemberMetadata /
-TargetAssignment / CurrentMemberAssignment records (docs/ARCHITECTURE.md, "Consumer groups (KIP-848)").
+TargetAssignment / CurrentMemberAssignment records (docs/decisions/0062-kip848-consumer-groups.md).
 
 Everything runs on the broker's event loop; timers are ``loop.call_later``. The assignor runs on the loop too: it
 is linear in the group's partitions and members, both bounded (``group.consumer.max.size``, the topics' partitions).

@@ -3,7 +3,7 @@
 Adapters to :class:`tidelog.broker.group.consumer_group.ConsumerGroupManager` (``coordinator.consumer``). As Kafka's
 KafkaApis: READ on the group for a heartbeat (GROUP_AUTHORIZATION_FAILED), DESCRIBE on the group to describe it;
 heartbeat v1 with a topic regex needs no per-topic authorization here (Kafka filters the topics a regex matches by
-DESCRIBE; tidelog does not yet, see docs/ARCHITECTURE.md).
+DESCRIBE; tidelog does not yet, see docs/decisions/0062-kip848-consumer-groups.md).
 """
 
 from __future__ import annotations
