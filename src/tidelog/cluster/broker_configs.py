@@ -70,21 +70,8 @@ class ZkBrokerConfigStore:
         return self._get(DEFAULT_ENTITY), {str(self.node_id): self._get(str(self.node_id))}
 
     def _changes(self, children: list[str]) -> bool | None:
-        from kazoo.exceptions import NoNodeError
-
-        mine = False
-        for name in sorted(children):
-            seq = zd.config_change_sequence(name)
-            if seq is None or seq <= self._last_change:
-                continue
-            self._last_change = seq
-            try:
-                data, _ = self.zk.get(zd.config_change_path(name))
-                path = str(json.loads(data).get("entity_path") or "")
-            except (NoNodeError, ValueError, AttributeError):
-                continue
-            mine = mine or path in self._watched
-        if mine and self.listener is not None:
+        self._last_change, paths = zd.new_config_changes(self.zk, children, self._last_change)
+        if any(path in self._watched for path in paths) and self.listener is not None:
             try:
                 self.listener()
             except Exception:

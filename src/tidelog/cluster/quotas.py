@@ -141,19 +141,9 @@ class ZkQuotaStore:
             self._entities = found
 
     def _changes(self, children: list[str]) -> bool | None:
-        from kazoo.exceptions import NoNodeError
-
         changed = False
-        for name in sorted(children):
-            seq = zd.config_change_sequence(name)
-            if seq is None or seq <= self._last_change:
-                continue
-            self._last_change = seq
-            try:
-                data, _ = self.zk.get(zd.config_change_path(name))
-                path = str(json.loads(data).get("entity_path") or "")
-            except (NoNodeError, ValueError, AttributeError):
-                continue
+        self._last_change, paths = zd.new_config_changes(self.zk, children, self._last_change)
+        for path in paths:
             entity = entity_of_path(path)
             if entity is None:
                 continue  # a topic's (the replica manager's listener)

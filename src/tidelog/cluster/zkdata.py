@@ -46,7 +46,9 @@ import base64
 import json
 import time
 import urllib.parse
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 BROKER_IDS = "/brokers/ids"
 CLUSTER_ID = "/cluster/id"
@@ -355,6 +357,26 @@ def config_change_sequence(name: str) -> int | None:
     """The sequence number of the notification child ``config_change_<10 digits>``, None for other children."""
     digits = name[len(CONFIG_CHANGE_PREFIX):]
     return int(digits) if name.startswith(CONFIG_CHANGE_PREFIX) and digits.isdigit() else None
+
+
+def new_config_changes(zk: Any, children: Iterable[str], after: int) -> tuple[int, list[str]]:
+    """Blocking (reads each notification): the ``entity_path`` of every notification among ``children`` newer than
+    sequence ``after``, in order, and the newest sequence seen (``after`` when none is newer). A notification
+    purged meanwhile or not JSON is skipped."""
+    from kazoo.exceptions import NoNodeError
+
+    paths: list[str] = []
+    for name in sorted(children):
+        seq = config_change_sequence(name)
+        if seq is None or seq <= after:
+            continue
+        after = seq
+        try:
+            data, _ = zk.get(config_change_path(name))
+            paths.append(str(json.loads(data).get("entity_path") or ""))
+        except (NoNodeError, ValueError, AttributeError):
+            continue
+    return after, paths
 
 
 # -- admin requests ------------------------------------------------------------------------------------------------
