@@ -10,15 +10,16 @@ them its own way, as Kafka's ``GroupMetadataManager`` and ``TransactionStateMana
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.purgatory import DelayedProduce
-from tidelog.records.batch import build_batch
+from tidelog.records.batch import BatchHeader, Record, build_batch, decode_batches
 from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
+    from tidelog.storage.log.partition_log import PartitionLog
 
 
 async def append_and_wait(broker: Broker, topic: str, partition: int, entries: list[tuple[bytes, bytes | None]],
@@ -69,3 +70,25 @@ async def wait_replicated(broker: Broker, required: dict[tuple[str, int], int],
     op = DelayedProduce(required, timeout_ms, broker.high_watermark)
     broker.purgatory.produce.try_complete_else_watch(op, list(required))
     return await op.wait()
+
+
+#: how much of an internal topic's log one read takes while it is replayed into memory
+LOAD_CHUNK = 1 << 20
+
+
+def replay_log(lg: PartitionLog) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    """Blocking: every batch of an internal topic's partition (``__consumer_offsets``, ``__transaction_state``) from
+    its log start to its end, as ``decode_batches`` yields them, read ``LOAD_CHUNK`` at a time; the coordinators'
+    loaders replay these into memory."""
+    offset, end = lg.log_start_offset, lg.log_end_offset
+    while offset < end:
+        info = lg.read(offset, LOAD_CHUNK, max_offset=end, min_one_batch=True)
+        if info.size == 0:
+            return
+        advanced = False
+        for _, header, records in decode_batches(info.read_bytes(), max_decompressed=64 << 20):
+            offset = max(offset, header.last_offset + 1)
+            advanced = True
+            yield header, records
+        if not advanced:
+            return

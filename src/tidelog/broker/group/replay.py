@@ -11,11 +11,11 @@ from typing import Any, NamedTuple
 
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.records import GroupValue, OffsetValue
-from tidelog.records.batch import ControlRecordType, decode_batches, parse_control_record
+from tidelog.broker.internal_topics import replay_log
+from tidelog.records.batch import ControlRecordType, parse_control_record
 
 log = logging.getLogger("tidelog.broker.group")
 
-_LOAD_CHUNK = 1 << 20
 
 
 @dataclass(slots=True)
@@ -102,87 +102,75 @@ def _read_partitions(logs: list[Any], num_partitions: int, *, adopt_misplaced: b
     for lg in logs:
         partition = lg.partition
         open_txns = pending.setdefault(partition, {})
-        offset = lg.log_start_offset
-        end = lg.log_end_offset
-        while offset < end:
-            info = lg.read(offset, _LOAD_CHUNK, max_offset=end, min_one_batch=True)
-            if info.size == 0:
-                break
-            data = info.read_bytes()
-            advanced = False
-            for _, header, records in decode_batches(data, max_decompressed=64 << 20):
-                offset = max(offset, header.last_offset + 1)
-                advanced = True
-                producer_id = header.producer_id
-                if header.is_control:
-                    marker = None
-                    for r in records:
-                        try:
-                            marker = parse_control_record(r)
-                        except Exception as exc:
-                            log.warning("skipping undecodable control record in __consumer_offsets", extra={
-                                "kv": {"partition": partition, "offset": r.offset, "error": str(exc)}})
-                        break
-                    if marker is not None and marker.type in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
-                        txn = open_txns.pop(producer_id, None)
-                        if txn and marker.type == ControlRecordType.COMMIT:
-                            _materialize(offsets, txn)
-                    continue
+        for header, records in replay_log(lg):
+            producer_id = header.producer_id
+            if header.is_control:
+                marker = None
                 for r in records:
-                    if r.key is None:
-                        continue
                     try:
-                        key = rec.decode_key(r.key)
-                        p = home.get(key.group)
-                        if p is None:
-                            p = home[key.group] = rec.partition_for(key.group, num_partitions)
-                        own = p == partition
-                        if not own and not adopt_misplaced:
-                            skipped.add(key.group)
-                            continue
-                        if not own and producer_id >= 0:
-                            continue
-                        # a misplaced record's bytes, to move it as it is
-                        raw_key = b"" if own else bytes(r.key)
-                        raw_value = None if own or r.value is None else bytes(r.value)
-                        if isinstance(key, rec.OffsetKey):
-                            k = (key.group, key.topic, key.partition)
-                            ov = None if r.value is None else rec.decode_offset_value(r.value)
-                            if own:
-                                own_offset_keys.add(k)
-                                if ov is None:
-                                    offsets.pop(k, None)
-                                    for txn in open_txns.values():
-                                        txn.pop(k, None)
-                                elif producer_id >= 0:
-                                    ov.record_offset = r.offset
-                                    open_txns.setdefault(producer_id, {})[k] = ov
-                                else:
-                                    ov.record_offset = r.offset
-                                    offsets[k] = ov
-                            elif ov is None or raw_value is None:
-                                stray_offsets.pop(k, None)
+                        marker = parse_control_record(r)
+                    except Exception as exc:
+                        log.warning("skipping undecodable control record in __consumer_offsets", extra={
+                            "kv": {"partition": partition, "offset": r.offset, "error": str(exc)}})
+                    break
+                if marker is not None and marker.type in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+                    txn = open_txns.pop(producer_id, None)
+                    if txn and marker.type == ControlRecordType.COMMIT:
+                        _materialize(offsets, txn)
+                continue
+            for r in records:
+                if r.key is None:
+                    continue
+                try:
+                    key = rec.decode_key(r.key)
+                    p = home.get(key.group)
+                    if p is None:
+                        p = home[key.group] = rec.partition_for(key.group, num_partitions)
+                    own = p == partition
+                    if not own and not adopt_misplaced:
+                        skipped.add(key.group)
+                        continue
+                    if not own and producer_id >= 0:
+                        continue
+                    # a misplaced record's bytes, to move it as it is
+                    raw_key = b"" if own else bytes(r.key)
+                    raw_value = None if own or r.value is None else bytes(r.value)
+                    if isinstance(key, rec.OffsetKey):
+                        k = (key.group, key.topic, key.partition)
+                        ov = None if r.value is None else rec.decode_offset_value(r.value)
+                        if own:
+                            own_offset_keys.add(k)
+                            if ov is None:
+                                offsets.pop(k, None)
+                                for txn in open_txns.values():
+                                    txn.pop(k, None)
+                            elif producer_id >= 0:
+                                ov.record_offset = r.offset
+                                open_txns.setdefault(producer_id, {})[k] = ov
                             else:
-                                stray_offsets[k] = (ov, raw_key, raw_value)
+                                ov.record_offset = r.offset
+                                offsets[k] = ov
+                        elif ov is None or raw_value is None:
+                            stray_offsets.pop(k, None)
                         else:
-                            gv = None if r.value is None else rec.decode_group_value(r.value)
-                            if own:
-                                own_group_keys.add(key.group)
-                                if gv is None:
-                                    groups.pop(key.group, None)
-                                else:
-                                    groups[key.group] = gv
-                            elif gv is None or raw_value is None:
-                                stray_groups.pop(key.group, None)
+                            stray_offsets[k] = (ov, raw_key, raw_value)
+                    else:
+                        gv = None if r.value is None else rec.decode_group_value(r.value)
+                        if own:
+                            own_group_keys.add(key.group)
+                            if gv is None:
+                                groups.pop(key.group, None)
                             else:
-                                stray_groups[key.group] = (gv, raw_key, raw_value)
-                        if not own:
-                            stray_live[(partition, raw_key)] = (key.group, raw_value is not None)
-                    except rec.SchemaError as exc:
-                        log.warning("skipping undecodable __consumer_offsets record",
-                                    extra={"kv": {"partition": partition, "offset": r.offset, "error": str(exc)}})
-            if not advanced:
-                break
+                                groups[key.group] = gv
+                        elif gv is None or raw_value is None:
+                            stray_groups.pop(key.group, None)
+                        else:
+                            stray_groups[key.group] = (gv, raw_key, raw_value)
+                    if not own:
+                        stray_live[(partition, raw_key)] = (key.group, raw_value is not None)
+                except rec.SchemaError as exc:
+                    log.warning("skipping undecodable __consumer_offsets record",
+                                extra={"kv": {"partition": partition, "offset": r.offset, "error": str(exc)}})
     pending = {p: {pid: offs for pid, offs in txns.items() if offs} for p, txns in pending.items()}
     pending = {p: txns for p, txns in pending.items() if txns}
     if not adopt_misplaced:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from tidelog.broker.errors import code_of
 from tidelog.broker.group.records import OFFSETS_TOPIC
 from tidelog.broker.group.records import partition_for as group_partition_for
-from tidelog.broker.internal_topics import append_and_wait
+from tidelog.broker.internal_topics import append_and_wait, replay_log
 from tidelog.broker.txn import records as rec
 from tidelog.broker.txn.markers import TxnMarkerChannel
 from tidelog.broker.txn.records import TRANSACTION_STATE_TOPIC, partition_for
@@ -50,7 +50,6 @@ from tidelog.broker.txn.state import (
     is_epoch_exhausted,
 )
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.records.batch import decode_batches
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
@@ -58,7 +57,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidelog.broker.txn")
 
 TopicPartition = tuple[str, int]
-_LOAD_CHUNK = 1 << 20
 
 
 def _now_ms() -> int:
@@ -771,30 +769,19 @@ def _read_partitions(logs: list[Any]) -> dict[str, rec.TxnLogValue]:
     """Blocking: replay ``__transaction_state`` partitions (latest record per id wins, tombstones delete)."""
     state: dict[str, rec.TxnLogValue] = {}
     for lg in logs:
-        offset = lg.log_start_offset
-        end = lg.log_end_offset
-        while offset < end:
-            info = lg.read(offset, _LOAD_CHUNK, max_offset=end, min_one_batch=True)
-            if info.size == 0:
-                break
-            advanced = False
-            for _, header, records in decode_batches(info.read_bytes(), max_decompressed=64 << 20):
-                offset = max(offset, header.last_offset + 1)
-                advanced = True
-                if header.is_control:
+        for header, records in replay_log(lg):
+            if header.is_control:
+                continue
+            for r in records:
+                if r.key is None:
                     continue
-                for r in records:
-                    if r.key is None:
-                        continue
-                    try:
-                        tid = rec.decode_key(r.key)
-                        if r.value is None:
-                            state.pop(tid, None)
-                        else:
-                            state[tid] = rec.decode_value(r.value)
-                    except rec.TxnSchemaError as exc:
-                        log.warning("skipping undecodable __transaction_state record",
-                                    extra={"kv": {"partition": lg.partition, "offset": r.offset, "error": str(exc)}})
-            if not advanced:
-                break
+                try:
+                    tid = rec.decode_key(r.key)
+                    if r.value is None:
+                        state.pop(tid, None)
+                    else:
+                        state[tid] = rec.decode_value(r.value)
+                except rec.TxnSchemaError as exc:
+                    log.warning("skipping undecodable __transaction_state record",
+                                extra={"kv": {"partition": lg.partition, "offset": r.offset, "error": str(exc)}})
     return state
