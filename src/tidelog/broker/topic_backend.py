@@ -72,6 +72,14 @@ class LocalTopicBackend:
     #: its registry write, removed at start (``TopicManager._drop_interrupted_creations``)
     drops_interrupted_creations = True
 
+    def __init__(self, on_partitions: Callable[[Iterable[tuple[str, int]], bool], None] | None = None) -> None:
+        #: called on the loop with partitions created (True) or deleted (False): the replica manager leads them
+        self.on_partitions = on_partitions
+
+    def _announce(self, tps: Iterable[tuple[str, int]], created: bool) -> None:
+        if self.on_partitions is not None:
+            self.store.on_loop(self.on_partitions, list(tps), created)
+
     def attach(self, store: TopicManager) -> None:
         self.store = store
         self.broker = store.broker  # handlers.topic_change finds the request handler threads through it
@@ -127,6 +135,7 @@ class LocalTopicBackend:
                     raise store.storage_failure(name, exc) from exc
                 raise
             store.publish(info, created)
+        self._announce(created, True)
         store.partitions_changed()
         log.info(
             "topic created",
@@ -148,6 +157,7 @@ class LocalTopicBackend:
                 store.pop_log(tp)
             store.persist()
             store.delete_logs(name, tps)
+        self._announce(tps, False)
         store.on_loop(store.forget_deleted, name, tps)
         store.partitions_changed()
         log.info("topic deleted", extra={"kv": {"topic": name, "topic_id": info.topic_id_str}})
@@ -189,6 +199,7 @@ class LocalTopicBackend:
             for tp, lg in created.items():
                 store.set_log(tp, lg)
             info.num_partitions = total_count
+        self._announce(created, True)
         store.partitions_changed()
         log.info("partitions added", extra={"kv": {"topic": name, "from": current, "to": total_count}})
         return info

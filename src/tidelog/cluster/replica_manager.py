@@ -60,6 +60,7 @@ from typing import Any
 
 from tidelog.broker.broker import Broker
 from tidelog.broker.errors import PartitionError
+from tidelog.broker.leadership import LeadershipChanges
 from tidelog.broker.security.inter_broker import inter_broker_security
 from tidelog.broker.topics import TopicManager, new_cluster_id
 from tidelog.cluster import zkdata as zd
@@ -111,8 +112,10 @@ class ZkReplicaManager:
 
     handlers = CLUSTER_HANDLERS  # OffsetForLeaderEpoch, Alter/ListPartitionReassignments: served in this mode only
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any, leadership: LeadershipChanges | None = None) -> None:
         self.broker: Broker = None  # type: ignore[assignment]  # set by attach
+        #: where elections seen here are announced (the broker's coordinators listen)
+        self.leadership = leadership if leadership is not None else LeadershipChanges()
         self.config = config
         self.node_id = config.node_id
         # where the broker's topic store keeps its metadata (make_topic_manager); the watches feed it
@@ -207,6 +210,13 @@ class ZkReplicaManager:
 
     def become_leader(self, tp: tuple[str, int], log_: Any) -> None:
         """At start nothing is led until ZooKeeper says so."""
+
+    def start_leadership(self) -> None:
+        """Nothing to announce at start: elections arrive through the state watches after registration."""
+
+    def internal_topic_replication_factor(self, configured: int) -> int:
+        """The configured factor (``offsets.topic.replication.factor``, ...): not created with fewer live brokers."""
+        return configured
 
     def leader_log(self, topic: str, partition: int) -> Any:
         r = self.replicas.get((topic, partition))
@@ -871,15 +881,7 @@ class ZkReplicaManager:
         coordinator loads / unloads the groups of a ``__consumer_offsets`` partition, the transaction coordinator
         the transactional ids of a ``__transaction_state`` partition. One listener failing does not keep the
         change from the other (nor from the replica manager, which has already applied it)."""
-        broker = self.broker
-        for listener in (broker.group_coordinator, broker.txn_coordinator):
-            if listener is None:
-                continue
-            try:
-                listener.on_leadership_change(tp[0], tp[1], is_leader, leader_epoch)
-            except Exception:
-                log.exception("leadership change listener failed", extra={"kv": {
-                    "listener": type(listener).__name__, "topic": tp[0], "partition": tp[1], "leader": is_leader}})
+        self.leadership.changed(tp[0], tp[1], is_leader, leader_epoch)
 
     def _leader_progress(self, r: Replica) -> None:
         if self.maybe_increment_high_watermark(r.tp, r.log):
