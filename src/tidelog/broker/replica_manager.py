@@ -93,6 +93,12 @@ class ReplicaManager(Protocol):
         """The replication factor the coordinators create their internal topics with (one node: 1)."""
         ...
 
+    @property
+    def internal_topics_led_on_creation(self) -> bool:
+        """True when a topic created here is led here as soon as its creation returns (one node): a coordinator
+        may then create its internal topic on a request's path. False: the controller elects leaders later."""
+        ...
+
     def start_leadership(self) -> None:
         """Once the coordinators listen (broker start): announce what this node leads now (one node: every hosted
         partition; ZooKeeper mode: nothing, its elections arrive through the watches after registration)."""
@@ -129,6 +135,7 @@ class LocalReplicaManager:
     """One node: it leads every partition it hosts, the ISR is itself, HW = LEO after each append."""
 
     handlers: dict[int, Handler] = {}  # no APIs beyond the broker's own
+    internal_topics_led_on_creation = True  # created here, led here at once
     followers: FollowerFetchHooks | None = None  # no follower fetches
 
     def __init__(self, leadership: LeadershipChanges | None = None) -> None:

@@ -111,6 +111,7 @@ class ZkReplicaManager:
     (``tidelog.node``) builds it from the config and hands it to the :class:`~tidelog.broker.broker.Broker`."""
 
     handlers = CLUSTER_HANDLERS  # OffsetForLeaderEpoch, Alter/ListPartitionReassignments: served in this mode only
+    internal_topics_led_on_creation = False  # the controller elects the leaders of a created topic later
 
     def __init__(self, config: Any, leadership: LeadershipChanges | None = None) -> None:
         self.broker: Broker = None  # type: ignore[assignment]  # set by attach

@@ -325,10 +325,22 @@ class GroupCoordinator:
         if group_id is None:
             return INVALID_GROUP_ID
         info = self.broker.topics.get(OFFSETS_TOPIC)
-        p = rec.partition_for(group_id, info.num_partitions) if info is not None else -1
+        if info is None:
+            # created on first write (:meth:`_offsets_topic`) where that makes this broker its leader at once
+            return NONE if self.broker.replica_manager.internal_topics_led_on_creation else NOT_COORDINATOR
+        p = rec.partition_for(group_id, info.num_partitions)
         if p not in self.owned:
             return NOT_COORDINATOR
         return COORDINATOR_LOAD_IN_PROGRESS if p in self.loading_partitions else NONE
+
+    def _offsets_topic(self) -> TopicInfo | None:
+        """The topic; created here now (on the loop, as before leadership drove the coordinator) when that makes
+        this broker the leader of every partition at once (one node), else None until it exists."""
+        info = self.broker.topics.get(OFFSETS_TOPIC)
+        rm = self.broker.replica_manager
+        if info is None and rm.internal_topics_led_on_creation:
+            info = self._create_topic(rm.internal_topic_replication_factor(self.replication_factor))
+        return info
 
     def _create_topic(self, replication_factor: int) -> TopicInfo:
         # Kafka's offsets topic configs: compacted, its own segment size, the producer's compression. Its
@@ -359,7 +371,7 @@ class GroupCoordinator:
         if not entries:
             return NONE
         try:
-            info = self.broker.topics.get(OFFSETS_TOPIC)
+            info = self._offsets_topic()
             if info is None:
                 return COORDINATOR_NOT_AVAILABLE
             partition = rec.partition_for(group_id, info.num_partitions)
