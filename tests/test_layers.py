@@ -133,7 +133,6 @@ def test_no_cycle_between_modules() -> None:
 ANNOTATION_HUB = "tidelog.broker.broker"
 KNOWN_ANNOTATION_CYCLES = [
     frozenset({"tidelog.broker.topics", "tidelog.broker.topic_backend"}),
-    frozenset({"tidelog.cluster.controller", "tidelog.cluster.elections"}),
 ]
 
 
