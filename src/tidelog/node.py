@@ -35,8 +35,12 @@ def build_broker(config: BrokerConfig, recovery_progress: RecoveryProgress | Non
     replica manager's leadership of ``__transaction_state`` in ZooKeeper mode). ``recovery_progress`` shows a
     long log recovery (``tidelog serve`` on a terminal: a progress bar)."""
     leadership = LeadershipChanges()  # the replica manager announces, the coordinators listen
-    replica_manager: ReplicaManager = (ZkReplicaManager(config, leadership) if config.get("zookeeper.connect")
-                                       else LocalReplicaManager(leadership))
+
+    def replica_manager(broker: Broker) -> ReplicaManager:  # called by the broker's constructor, given itself
+        if config.get("zookeeper.connect"):
+            return ZkReplicaManager(config, broker, leadership)
+        return LocalReplicaManager(broker, leadership)
+
     return Broker(config, replica_manager, txn_coordinator=TransactionCoordinator, recovery_progress=recovery_progress)
 
 

@@ -57,7 +57,7 @@ from tidelog.broker.handlers import (  # noqa: F401
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
 from tidelog.broker.quotas import ClientQuotaManager
-from tidelog.broker.replica_manager import LocalReplicaManager, ReplicaManager
+from tidelog.broker.replica_manager import LocalReplicaManager, ReplicaManager, ReplicaManagerFactory
 from tidelog.broker.request_pool import (
     AppendSequencer,
     DecompressionBudget,
@@ -80,7 +80,7 @@ log = logging.getLogger("tidelog.broker.server")
 class Broker:
     """A tidelog broker. ``replica_manager`` decides the mode (default: one node alone)."""
 
-    def __init__(self, config: BrokerConfig, replica_manager: ReplicaManager | None = None,
+    def __init__(self, config: BrokerConfig, replica_manager: ReplicaManagerFactory | None = None,
                  txn_coordinator: Callable[[Broker], Any] = TransactionCoordinator,
                  recovery_progress: RecoveryProgress | None = None) -> None:
         self.config = config
@@ -131,9 +131,9 @@ class Broker:
         self.group_coordinator: Any = None
         self.txn_coordinator: Any = None
 
-        rm: ReplicaManager = replica_manager if replica_manager is not None else LocalReplicaManager()
+        # the replica manager is made here, given this broker (the composition root chose which one)
+        rm: ReplicaManager = (replica_manager or LocalReplicaManager)(self)
         self.replica_manager = rm
-        rm.attach(self)
         # partition state, bound once: the handlers' one leadership check, epochs, ISR, high watermark, Metadata
         self.leader_log = rm.leader_log
         self.isr = rm.isr

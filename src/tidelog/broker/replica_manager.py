@@ -16,14 +16,15 @@ Both announce partition leadership to the coordinators through :class:`~tidelog.
 docs/decisions/0065-coordinators-driven-by-partition-leadership.md).
 
 This is the single-node one. ZooKeeper mode's (``tidelog.cluster.replica_manager.ZkReplicaManager``) has the
-same methods; the composition root (``tidelog.node``) chooses one and hands it to the broker. The broker binds
+same methods; the composition root (``tidelog.node``) chooses one and hands the broker a factory of it, which the
+broker calls with itself as it is constructed (:data:`ReplicaManagerFactory`: no ``attach`` afterwards). The broker binds
 the partition-state methods as its own attributes (``broker.leader_log`` is ``replica_manager.leader_log``), so
 handlers call them without a second hop on the hot path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -63,8 +64,6 @@ class ReplicaManager(Protocol):
     def leadership(self) -> LeadershipChanges:
         """Where this replica manager announces the partitions it leads (the coordinators listen)."""
         ...
-
-    def attach(self, broker: Broker) -> None: ...
 
     def make_topic_manager(self, broker: Broker) -> TopicManager: ...
 
@@ -131,6 +130,10 @@ class ReplicaManager(Protocol):
     def live_brokers(self) -> set[int]: ...
 
 
+ReplicaManagerFactory = Callable[["Broker"], ReplicaManager]
+"""Makes the broker's replica manager, given the broker being constructed (``tidelog.node`` chooses it)."""
+
+
 class LocalReplicaManager:
     """One node: it leads every partition it hosts, the ISR is itself, HW = LEO after each append."""
 
@@ -138,13 +141,10 @@ class LocalReplicaManager:
     internal_topics_led_on_creation = True  # created here, led here at once
     followers: FollowerFetchHooks | None = None  # no follower fetches
 
-    def __init__(self, leadership: LeadershipChanges | None = None) -> None:
-        self.broker: Broker = None  # type: ignore[assignment]  # set by attach
+    def __init__(self, broker: Broker, leadership: LeadershipChanges | None = None) -> None:
+        self.broker = broker  # built by the broker's constructor (a part of it): its topics, node id
         #: where leadership is announced (the broker's coordinators listen)
         self.leadership = leadership if leadership is not None else LeadershipChanges()
-
-    def attach(self, broker: Broker) -> None:
-        self.broker = broker
 
     # -- parts the broker is built with ----------------------------------------------------------------------
 

@@ -28,6 +28,9 @@ class TopicBackend(Protocol):
     #: None when this node is the only broker (the handlers check manual assignments against it), else the
     #: registered brokers' ids (``create_topic`` / ``create_partitions`` then take ``assignments``)
     registered_brokers: Callable[[], set[int]] | None
+    #: True when the registry file is the source of truth: empty partitions it does not list are a creation
+    #: interrupted before its registry write, removed at start
+    drops_interrupted_creations: bool
 
     def attach(self, store: TopicManager) -> None:
         """Called once by the store's constructor, before the registry is read."""

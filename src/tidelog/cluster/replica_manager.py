@@ -97,8 +97,8 @@ class ZkReplicaManager(ZkSession, ZkWatches, MetadataCache, IsrTracking, Control
     handlers = CLUSTER_HANDLERS  # OffsetForLeaderEpoch, Alter/ListPartitionReassignments: served in this mode only
     internal_topics_led_on_creation = False  # the controller elects the leaders of a created topic later
 
-    def __init__(self, config: Any, leadership: LeadershipChanges | None = None) -> None:
-        self.broker: Broker = None  # type: ignore[assignment]  # set by attach
+    def __init__(self, config: Any, broker: Broker, leadership: LeadershipChanges | None = None) -> None:
+        self.broker = broker  # the broker being constructed: this is one of its parts
         #: where elections seen here are announced (the broker's coordinators listen)
         self.leadership = leadership if leadership is not None else LeadershipChanges()
         self.config = config
@@ -153,9 +153,6 @@ class ZkReplicaManager(ZkSession, ZkWatches, MetadataCache, IsrTracking, Control
         self._last_config_change = -1  # sequence number of the last config change notification processed
         # inter-broker requests (transaction markers, KIP-890 verification): one pooled connection per broker
         self.channel = BrokerChannel(self.node_id, self._live_endpoint)
-
-    def attach(self, broker: Broker) -> None:
-        self.broker = broker
 
     @property
     def followers(self) -> ZkReplicaManager:

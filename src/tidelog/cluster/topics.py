@@ -51,6 +51,7 @@ class ZkTopicBackend:
         self._config_versions: dict[str, int] = {}
         self._deleted: dict[str, asyncio.Event] = {}
         self.registered_brokers: Callable[[], set[int]] | None = cluster.live_brokers
+        self.drops_interrupted_creations = False  # ZooKeeper is the source of truth, not the registry file
 
     def attach(self, store: TopicManager) -> None:
         self.store = store
