@@ -155,7 +155,7 @@ class GroupCoordinator:
         self._open_txns: dict[tuple[int, int], set[str]] = {}
         # markers reported while their partition was loading: applied once its groups are installed
         self._deferred_markers: dict[int, list[tuple[int, bool]]] = {}
-        # topics deleted while a __consumer_offsets partition was loading (-1: all of them, single node): their
+        # topics deleted while a __consumer_offsets partition was loading: their
         # offsets are removed from that partition's groups once installed
         self._deleted_while_loading: dict[int, set[str]] = {}
         # KIP-848 consumer groups (members in memory; their offsets live in ``groups`` as a classic group's)
