@@ -99,3 +99,22 @@ def test_no_broker_module_reads_the_mode() -> None:
             readers.append(str(path.relative_to(SRC)))
     assert readers == []
     assert "rm.attach(" not in (SRC / "broker" / "broker.py").read_text(encoding="utf-8")
+
+
+def test_a_batch_whose_leadership_moved_meanwhile_still_loads_the_rest(tmp_path: Path) -> None:
+    """Partitions elected together load as one batch; if one of them changed hands while the batch was read, the
+    others are still installed (not left answering COORDINATOR_LOAD_IN_PROGRESS) and the moved one waits for its
+    new election."""
+    from tidelog.broker.group import loading
+
+    async def scenario(broker: Any) -> None:
+        gc = broker.group_coordinator
+        await gc.find_coordinator("g")  # __consumer_offsets, 4 partitions, led here
+        n = gc.num_partitions
+        batch = {p: gc._load_generation[p] for p in range(n)}
+        gc.loading_partitions |= set(batch)  # as if just elected together
+        gc._load_generation[0] += 1  # partition 0 changed hands while the batch was read
+        await loading._load_partitions(gc, batch)
+        assert gc.loading_partitions == {0}
+
+    _run(tmp_path, scenario, **{"offsets.topic.num.partitions": "4"})

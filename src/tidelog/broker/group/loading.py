@@ -78,8 +78,13 @@ async def _load_partitions(self: LoadingHost, batch: dict[int, int]) -> None:
     except Exception:
         log.exception("loading __consumer_offsets failed; groups start empty")
         state = Replay({}, {}, set(), Migration(), {})
-    if any(self._load_generation.get(p) != gen or p not in self.loading_partitions for p, gen in batch.items()):
-        return  # leadership lost (or changed) while loading: a later election loads again
+    current = {p: gen for p, gen in batch.items()
+               if self._load_generation.get(p) == gen and p in self.loading_partitions}
+    if len(current) < len(batch):
+        # leadership of some moved while reading (a later election loads those again): the others load on their
+        # own, without adopting records from partitions no longer led here
+        await asyncio.gather(*(_load_partition(self, p, gen) for p, gen in sorted(current.items())))
+        return
     groups_v, offsets_v, _, migration, pending_v = state
     if migration:
         # written before tidelog placed groups as Kafka does (Utils.abs, not & 0x7fffffff): moved to the
