@@ -25,7 +25,6 @@ CONCURRENT_TRANSACTIONS, as in Kafka.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import re
 import time
@@ -83,8 +82,6 @@ class TransactionCoordinator:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         cfg = broker.config
-        props = cfg.props
-        self.cluster = bool(props.get("zookeeper.connect"))
         self.configured_partitions = int(cfg.get("transaction.state.log.num.partitions"))
         self.replication_factor = int(cfg.get("transaction.state.log.replication.factor"))
         self.min_isr = int(cfg.get("transaction.state.log.min.isr"))
@@ -100,8 +97,9 @@ class TransactionCoordinator:
         self.owned: dict[int, int] = {}  # __transaction_state partition -> coordinator epoch
         self.loading_partitions: set[int] = set()
         self._load_generation: dict[int, int] = {}
+        self._elected: dict[int, int] = {}  # elected, not yet loading: partition -> load generation (one batch)
         self.active = False
-        self.loaded = asyncio.Event()
+        self.loaded = asyncio.Event()  # set while no partition is loading
         self._creating: asyncio.Task[Any] | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._background: set[asyncio.Task[Any]] = set()
@@ -122,14 +120,7 @@ class TransactionCoordinator:
     async def start(self) -> None:
         self.active = True
         loop = asyncio.get_running_loop()
-        if self.cluster:
-            self.loaded.set()  # partitions arrive one by one with leadership (on_leadership_change)
-        else:
-            info = self.broker.topics.get(TRANSACTION_STATE_TOPIC)
-            if info is None:
-                self.loaded.set()  # created on first use; nothing to load
-            else:
-                self._tasks.append(loop.create_task(self._load_all(info.num_partitions)))
+        self.loaded.set()  # partitions arrive with leadership (on_leadership_change)
         self._tasks.append(loop.create_task(self._periodic(self.abort_interval_ms, self.abort_timed_out_transactions)))
         self._tasks.append(loop.create_task(self._periodic(self.expire_interval_ms, self.remove_expired_transactional_ids)))
 
@@ -151,17 +142,6 @@ class TransactionCoordinator:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
-
-    async def _load_all(self, n: int) -> None:
-        parts = list(range(n))
-        for p in parts:
-            self.owned[p] = self.broker.leader_epoch(TRANSACTION_STATE_TOPIC, p)
-            self.loading_partitions.add(p)
-        try:
-            await self._load(parts)
-        finally:
-            self.loading_partitions.clear()
-            self.loaded.set()
 
     async def _load(self, partitions: list[int], generation: dict[int, int] | None = None) -> None:
         t0 = time.monotonic()
@@ -190,11 +170,13 @@ class TransactionCoordinator:
             "partitions": len(partitions), "transactional_ids": installed,
             "seconds": round(time.monotonic() - t0, 3)}})
 
-    # ============================================================== ZooKeeper mode: partition leadership
+    # ============================================================== partition leadership
 
     def on_leadership_change(self, topic: str, partition: int, is_leader: bool, leader_epoch: int) -> None:
-        """Called on the loop when this broker becomes or stops being leader of a partition (ZooKeeper mode)."""
-        if topic != TRANSACTION_STATE_TOPIC or not self.cluster:
+        """Called on the loop when this broker becomes or stops being leader of a partition (both modes:
+        :class:`~tidelog.broker.leadership.LeadershipListener`). The partitions elected in one turn of the loop
+        load as one batch; a partition holding nothing (just created) is coordinated at once."""
+        if topic != TRANSACTION_STATE_TOPIC:
             return
         gen = self._load_generation.get(partition, 0) + 1
         self._load_generation[partition] = gen
@@ -202,21 +184,39 @@ class TransactionCoordinator:
             if self.owned.get(partition) == leader_epoch:
                 return
             self.owned[partition] = leader_epoch
-            self.loading_partitions.add(partition)
             self._unload(partition)
-
-            async def load() -> None:
-                try:
-                    await self._load([partition], {partition: gen})
-                finally:
-                    if self._load_generation.get(partition) == gen:
-                        self.loading_partitions.discard(partition)
-
-            self._spawn(load())
+            plog = self.broker.topics.get_log(TRANSACTION_STATE_TOPIC, partition)
+            if plog is not None and plog.log_end_offset == 0:
+                self.loading_partitions.discard(partition)
+                self._elected.pop(partition, None)
+                self._loaded_if_idle()
+                return  # nothing to replay: coordinated now
+            self.loading_partitions.add(partition)
+            self.loaded.clear()
+            if not self._elected:
+                self._spawn(self._load_elected())
+            self._elected[partition] = gen
             return
         self.owned.pop(partition, None)
         self.loading_partitions.discard(partition)
+        self._elected.pop(partition, None)
         self._unload(partition)
+        self._loaded_if_idle()
+
+    async def _load_elected(self) -> None:
+        """The partitions elected in the turn of the loop that spawned this, loaded as one batch."""
+        batch, self._elected = self._elected, {}
+        try:
+            await self._load(sorted(batch), batch)
+        finally:
+            for p, gen in batch.items():
+                if self._load_generation.get(p) == gen:
+                    self.loading_partitions.discard(p)
+            self._loaded_if_idle()
+
+    def _loaded_if_idle(self) -> None:
+        if not self.loading_partitions:
+            self.loaded.set()
 
     def _unload(self, partition: int) -> None:
         n = self.num_partitions
@@ -227,23 +227,23 @@ class TransactionCoordinator:
                 task.cancel()
 
     async def find_coordinator(self, transactional_id: str) -> tuple[str | None, tuple[int, str, int] | None]:
-        """(error name, (node id, host, port)) of this id's coordinator. Single node: this broker, once
-        ``__transaction_state`` exists (created here) and is loaded. ZooKeeper mode: the partition's leader."""
+        """(error name, (node id, host, port)) of this id's coordinator: the leader of its ``__transaction_state``
+        partition, this broker once it has loaded it. The topic is created on first use (one node: here, led at
+        once; ZooKeeper mode: through ZooKeeper, its leaders elected by the controller)."""
         if not self.active or self.broker.stopping:
             return "COORDINATOR_NOT_AVAILABLE", None
         b = self.broker
-        if not self.cluster:
-            if not await self.ensure_topic():
-                return "COORDINATOR_NOT_AVAILABLE", None
-            if not self.loaded.is_set():
-                return "COORDINATOR_NOT_AVAILABLE", None
-            return None, (b.node_id, b.host, b.port)
+        if not await self.ensure_topic():
+            return "COORDINATOR_NOT_AVAILABLE", None
         info = b.topics.get(TRANSACTION_STATE_TOPIC)
         if info is None:
-            if self._creating is None or self._creating.done():
-                self._creating = self._spawn(self._create_topic_cluster())
             return "COORDINATOR_NOT_AVAILABLE", None
-        md = b.partition_metadata(TRANSACTION_STATE_TOPIC, partition_for(transactional_id, info.num_partitions))
+        p = partition_for(transactional_id, info.num_partitions)
+        if p in self.owned:
+            if not self.loaded.is_set() or p in self.loading_partitions:
+                return "COORDINATOR_NOT_AVAILABLE", None
+            return None, (b.node_id, b.host, b.port)
+        md = b.partition_metadata(TRANSACTION_STATE_TOPIC, p)
         leader = md.get("leader_id", -1) if md else -1
         for node in b.metadata_brokers() or ():
             if node["node_id"] == leader >= 0:
@@ -261,47 +261,30 @@ class TransactionCoordinator:
         }
 
     async def ensure_topic(self) -> bool:
-        """Single node: create ``__transaction_state`` on first use (RF 1); True once it exists."""
+        """Create ``__transaction_state`` on first use (the replica manager's replication factor for internal
+        topics: 1 on one node); True once it exists here."""
         if self.broker.topics.get(TRANSACTION_STATE_TOPIC) is not None:
             return True
-        if self.cluster:
-            return False
         if self._creating is None or self._creating.done():
-            self._creating = self._spawn(self._create_topic_single())
-        try:
-            await asyncio.shield(self._creating)
-        except Exception as exc:
-            log.warning("cannot create __transaction_state", extra={"kv": {"error": repr(exc)}})
+            self._creating = self._spawn(self._create_topic())
+        await asyncio.shield(self._creating)
         return self.broker.topics.get(TRANSACTION_STATE_TOPIC) is not None
 
-    async def _create_topic_single(self) -> None:
-        def create() -> Any:
-            try:
-                return self.broker.topics.create_topic(TRANSACTION_STATE_TOPIC, self.configured_partitions, 1,
-                                                       self._topic_configs(1))
-            except Exception as exc:
-                if getattr(exc, "kafka_error", None) != "TOPIC_ALREADY_EXISTS":
-                    raise
-                return None
-
-        await self.broker.request_pool.run(create)
-        info = self.broker.topics.get(TRANSACTION_STATE_TOPIC)
-        if info is not None:
-            for p in range(info.num_partitions):
-                self.owned.setdefault(p, self.broker.leader_epoch(TRANSACTION_STATE_TOPIC, p))
-            log.info("__transaction_state created", extra={"kv": {"partitions": info.num_partitions}})
-
-    async def _create_topic_cluster(self) -> None:
-        live = len(self.broker.replica_manager.live_brokers())
-        if live < self.replication_factor:
+    async def _create_topic(self) -> None:
+        rm = self.broker.replica_manager
+        rf = rm.internal_topic_replication_factor(self.replication_factor)
+        live = len(rm.live_brokers())
+        if live < rf:
             log.warning("__transaction_state not created: fewer live brokers than "
                         "transaction.state.log.replication.factor",
-                        extra={"kv": {"live": live, "replication_factor": self.replication_factor}})
+                        extra={"kv": {"live": live, "replication_factor": rf}})
             return
         try:
-            await self.broker.request_pool.run(
-                self.broker.topics.create_topic, TRANSACTION_STATE_TOPIC, self.configured_partitions,
-                self.replication_factor, self._topic_configs(self.replication_factor))
+            info = await self.broker.request_pool.run(
+                self.broker.topics.create_topic, TRANSACTION_STATE_TOPIC, self.configured_partitions, rf,
+                self._topic_configs(rf))
+            log.info("__transaction_state created", extra={"kv": {"partitions": info.num_partitions,
+                                                                   "replication_factor": rf}})
         except Exception as exc:
             if getattr(exc, "kafka_error", None) != "TOPIC_ALREADY_EXISTS":
                 log.warning("cannot create __transaction_state", extra={"kv": {"error": repr(exc)}})
@@ -372,8 +355,7 @@ class TransactionCoordinator:
             return InitResult("INVALID_REQUEST")
         if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
             return InitResult("INVALID_TRANSACTION_TIMEOUT")
-        if not self.cluster:
-            await self.ensure_topic()
+        await self.ensure_topic()
         err = self._check(transactional_id)
         if err:
             return InitResult(err)
@@ -466,7 +448,7 @@ class TransactionCoordinator:
                                  partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """KIP-890: are ``partitions`` in the producer's ongoing transaction? Error code per partition, as Kafka's
         ``handleVerifyPartitionsInTransaction`` (TRANSACTION_ABORTABLE for a partition not added)."""
-        if (self.cluster and transactional_id and self.broker.topics.get(TRANSACTION_STATE_TOPIC) is not None
+        if (transactional_id and self.broker.topics.get(TRANSACTION_STATE_TOPIC) is not None
                 and self._partition(transactional_id) not in self.owned):
             return await self._verify_remote(transactional_id, producer_id, producer_epoch, partitions)
         return {tp: _code(e) for tp, e in self.verify_errors(transactional_id, producer_id, producer_epoch,
@@ -477,8 +459,8 @@ class TransactionCoordinator:
         """ZooKeeper mode: the id's coordinator is another broker; ask it with AddPartitionsToTxn v4
         ``verify_only`` (Kafka's AddPartitionsToTxnManager), through the replica manager's ``broker_request``."""
         err, node = await self.find_coordinator(transactional_id)
-        request = getattr(self.broker.replica_manager, "broker_request", None)
-        if err is not None or node is None or node[0] == self.broker.node_id or request is None:
+        request = self.broker.replica_manager.broker_request
+        if err is not None or node is None or node[0] == self.broker.node_id:
             return dict.fromkeys(partitions, _code(err or "NOT_COORDINATOR"))
         topics: dict[str, list[int]] = {}
         for t, p in partitions:
@@ -487,9 +469,7 @@ class TransactionCoordinator:
                                   "producer_epoch": producer_epoch, "verify_only": True,
                                   "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]}
         try:
-            resp = request(node[0], ApiKey.ADD_PARTITIONS_TO_TXN, 4, body, timeout=self.request_timeout_ms / 1000.0)
-            if inspect.isawaitable(resp):
-                resp = await resp
+            resp = await request(node[0], ApiKey.ADD_PARTITIONS_TO_TXN, 4, body, timeout=self.request_timeout_ms / 1000.0)
         except Exception as exc:
             log.info("transaction verification at the coordinator failed",
                      extra={"kv": {"node": node[0], "error": repr(exc)}})
