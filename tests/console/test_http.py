@@ -271,3 +271,38 @@ def test_overview_transactions_metrics(console: Any, broker: Any) -> None:
     second = c.get("/api/metrics").json()[0]
     assert second["requests_per_sec"] is not None and second["request_latency_avg_ms"] >= 0  # two samples
     assert second["event_loop_lag_ms"] is not None
+
+
+def read_all(bootstrap: str, topic: str) -> None:
+    from confluent_kafka import TopicPartition
+
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": name(), "enable.partition.eof": True})
+    reader.assign([TopicPartition(topic, 0, 0)])
+    deadline, eof = time.monotonic() + 30, False
+    while not eof:
+        assert time.monotonic() < deadline
+        eof = any(m.error() is not None for m in reader.consume(500, 1.0))
+    reader.close()
+
+
+def test_topics_page_consume_rate_from_the_brokers_metrics(console: Any, broker: Any) -> None:
+    from confluent_kafka import TopicPartition
+
+    c, h = client(console)
+    t = name()
+    assert c.post("/api/topics", json={"name": t}, headers=h).status_code == 201
+    produce_many(broker.bootstrap, t, 500)
+    read_all(broker.bootstrap, t)  # the topic's bytes-out series appears
+    group = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": name(), "enable.auto.commit": False})
+    group.commit(offsets=[TopicPartition(t, 0, 100)], asynchronous=False)  # the group's series appears
+    console.console.cache.invalidate()
+    first = next(x for x in c.get("/api/topics").json() if x["name"] == t)
+    assert first["consume_rate"] is None  # the first sample of this group: no rate yet
+    group.commit(offsets=[TopicPartition(t, 0, 400)], asynchronous=False)  # 300 records consumed
+    group.close()
+    read_all(broker.bootstrap, t)  # bytes fetched between the two samples
+    assert next(x for x in c.get("/api/topics").json() if x["name"] == t) == first  # cached: the same sample
+    console.console.cache.invalidate()
+    row = next(x for x in c.get("/api/topics").json() if x["name"] == t)
+    assert row["consume_rate"] is not None and row["consume_rate"] > 0, row
+    assert row["bytes_out_rate"] is not None and row["bytes_out_rate"] > 0, row

@@ -32,7 +32,9 @@ from starlette.staticfiles import StaticFiles
 from tidelog.cli.group_offsets import ResetSpec
 from tidelog.console import transactions as txn
 from tidelog.console.audit import AuditLog
+from tidelog.console.cache import TtlCache
 from tidelog.console.kafka import Cluster, ConsoleError
+from tidelog.console.rates import TopicRates
 from tidelog.console.search import Query, SearchRunner
 from tidelog.console.sessions import COOKIE, Session, Sessions, is_loopback
 
@@ -50,6 +52,7 @@ class ConsoleConfig:
     password: str | None = None
     audit_path: Path | None = None
     timeout: float = 15.0
+    cache_ttl: float = 5.0  # seconds the Overview and Topics pages' data is fresh (console/cache.py); 0: no cache
 
 
 class Console:
@@ -64,6 +67,8 @@ class Console:
         self._ends: dict[str, tuple[float, int]] = {}  # topic -> (time, sum of end offsets) for the produce rate
         self._lag: dict[str, deque[tuple[int, int]]] = {}  # group -> (ms, lag) samples, for the chart
         self._metrics: dict[str, tuple[float, dict[str, float]]] = {}  # url -> last sample, for rates
+        self.cache = TtlCache(cfg.cache_ttl)
+        self.topic_rates = TopicRates(min(cfg.timeout, 5.0))
 
     # -- the parts every route shares ------------------------------------------------------------------
 
@@ -82,6 +87,8 @@ class Console:
         except ConsoleError as exc:
             self.audit.record(session.user, action, target, f"refused: {exc.text}", **details)
             raise
+        finally:
+            self.cache.invalidate()  # the pages show the console's own change at once
         self.audit.record(session.user, action, target, "ok", **details)
         return result
 
@@ -91,6 +98,26 @@ class Console:
         samples = self._lag.setdefault(group, deque(maxlen=360))
         samples.append((at_ms, lag))
         return list(samples)
+
+    def overview(self) -> dict[str, Any]:
+        return self.cache.get(("overview",), self.cluster.overview)  # type: ignore[no-any-return]
+
+    def topics(self, internal: bool) -> list[dict[str, Any]]:
+        return self.cache.get(("topics", internal), lambda: self._topics(internal))  # type: ignore[no-any-return]
+
+    def _topics(self, internal: bool) -> list[dict[str, Any]]:
+        """The Topics page's rows with their produce rate (end offsets) and consume rates (brokers' metrics)."""
+        rows: list[dict[str, Any]] = self.cluster.topics(internal)
+        self.produce_rates(rows)
+        try:
+            urls = self.cache.get(("metrics-urls",), self.cluster.metrics_urls)
+        except ConsoleError:  # not allowed to describe the brokers' configs: no consume rates
+            urls = {}
+        rates = self.topic_rates.rates(urls)
+        for t in rows:
+            r = rates.get(t["name"], {})
+            t["consume_rate"], t["bytes_out_rate"] = r.get("consume_rate"), r.get("bytes_out_rate")
+        return rows
 
     def produce_rates(self, topics: list[dict[str, Any]]) -> None:
         now = time.monotonic()
@@ -261,12 +288,10 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
         return resp
 
     async def overview(request: Request) -> Response:
-        return JSONResponse(await c.call(c.cluster.overview))
+        return JSONResponse(await c.call(c.overview))
 
     async def topics(request: Request) -> Response:
-        rows = await c.call(c.cluster.topics, request.query_params.get("internal") == "1")
-        c.produce_rates(rows)
-        return JSONResponse(rows)
+        return JSONResponse(await c.call(c.topics, request.query_params.get("internal") == "1"))
 
     async def create_topic(request: Request) -> Response:
         data = await _body(request)

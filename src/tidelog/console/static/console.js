@@ -157,13 +157,14 @@ async function pageTopics(main) {
   main.append(h("h1", {}, "Topics"), form, holder);
   async function refresh() {
     const rows = await api("GET", "/api/topics");
-    holder.replaceChildren(table("topics-table", ["topic", "partitions", "replication", "messages", "size", "produce rate (msg/s)", "under-replicated", ""],
+    holder.replaceChildren(table("topics-table", ["topic", "partitions", "replication", "messages", "size", "produce rate (msg/s)", "consume rate (msg/s)", "bytes out/s", "under-replicated", ""],
       rows.map((t) => ({ attrs: { "data-topic": t.name }, cells: [
         h("a", { href: "#/topics/" + encodeURIComponent(t.name) }, t.name), t.partitions, t.replication, fmtNum(t.messages),
-        fmtBytes(t.size), t.produce_rate === null ? "" : t.produce_rate, t.under_replicated,
+        fmtBytes(t.size), t.produce_rate === null ? "" : t.produce_rate,
+        t.consume_rate == null ? "" : t.consume_rate, t.bytes_out_rate == null ? "" : fmtBytes(t.bytes_out_rate), t.under_replicated,
         h("span", {}, h("a", { href: "#/messages/" + encodeURIComponent(t.name) }, "messages"), " ",
           h("button", { cls: "danger delete-topic", type: "button", "data-topic": t.name, onclick: () => deleteTopic(t.name) }, "Delete"))] })),
-      [1, 2, 3, 4, 5, 6]));
+      [1, 2, 3, 4, 5, 6, 7, 8]));
   }
   async function deleteTopic(name) {
     const typed = await confirmName(`Delete topic ${name} and all its records?`, name);
