@@ -30,6 +30,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from tidelog.cli.group_offsets import ResetSpec
+from tidelog.console import security_ops as sec
 from tidelog.console import transactions as txn
 from tidelog.console.audit import AuditLog
 from tidelog.console.cache import TtlCache
@@ -479,8 +480,36 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
     async def users(request: Request) -> Response:
         return JSONResponse(await c.call(c.cluster.scram_users))
 
+    async def set_user(request: Request) -> Response:
+        data = await _body(request)
+        user = sec.entity_name(data.get("user"), "user")
+        mech = str(data.get("mechanism") or "").upper()  # the password goes to the request only, never the audit
+        await c.mutate(request, "set-scram-user", user, sec.set_scram_user, c.cluster, user, mech,
+                       data.get("password"), data.get("iterations"), mechanism=mech,
+                       iterations=data.get("iterations"))
+        return JSONResponse({"ok": True, "user": user}, status_code=201)
+
+    async def delete_user(request: Request) -> Response:
+        data = await _body(request)
+        user = sec.entity_name(data.get("user"), "user")
+        _confirm(data, user)
+        mechs = await c.mutate(request, "delete-scram-user", user, sec.delete_scram_user, c.cluster, user,
+                               data.get("mechanism"), mechanism=data.get("mechanism"))
+        return JSONResponse({"ok": True, "deleted": mechs})
+
     async def quotas(request: Request) -> Response:
         return JSONResponse(await c.call(c.cluster.quotas))
+
+    async def alter_quotas(request: Request) -> Response:
+        data = await _body(request)
+        entity = sec.quota_entity(data.get("entity"))
+        ops = sec.quota_ops(data.get("set"), data.get("remove"))
+        label = sec.entity_label(entity)
+        if any(op["remove"] for op in ops):  # removing a quota lifts a limit: the entity is named again
+            _confirm(data, label)
+        await c.mutate(request, "alter-quotas", label, sec.alter_quotas, c.cluster, entity, ops,
+                       set=data.get("set") or {}, remove=data.get("remove") or [])
+        return JSONResponse({"ok": True, "entity": label})
 
     async def metrics(request: Request) -> Response:
         return JSONResponse(await c.call(c.metrics))
@@ -519,7 +548,10 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
         Route("/api/acls", create_acl, methods=["POST"]),
         Route("/api/acls/delete", delete_acl, methods=["POST"]),
         Route("/api/users", users),
+        Route("/api/users", set_user, methods=["POST"]),
+        Route("/api/users/delete", delete_user, methods=["POST"]),
         Route("/api/quotas", quotas),
+        Route("/api/quotas", alter_quotas, methods=["POST"]),
         Route("/api/metrics", metrics),
         Route("/api/audit", audit),
         Mount("/static", app=StaticFiles(packages=[("tidelog.console", "static")]), name="static"),
