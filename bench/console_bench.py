@@ -184,16 +184,23 @@ def cold_times(client: httpx.Client, console: Any, path: str, rounds: int) -> fl
     return statistics.median(times) * 1000
 
 
-def spaced_times(client: httpx.Client, path: str, rounds: int, interval: float) -> tuple[float, float]:
-    times = []
+def spaced_times(clients: list[httpx.Client], path: str, rounds: int,
+                 interval: float) -> list[tuple[float, float]]:
+    """Median and p95 of each client's loads of ``path``, interleaved (one load of each per round) so that a
+    machine whose load changes during the run weighs on both sides alike."""
+    times: list[list[float]] = [[] for _ in clients]
     for _ in range(rounds):
-        t0 = time.monotonic()
-        r = client.get(path, timeout=60)
-        times.append(time.monotonic() - t0)
-        assert r.status_code == 200, r.text
+        for i, client in enumerate(clients):
+            t0 = time.monotonic()
+            r = client.get(path, timeout=60)
+            times[i].append(time.monotonic() - t0)
+            assert r.status_code == 200, r.text
         time.sleep(interval)  # the page's own refresh cadence, not a synchronisation
-    times.sort()
-    return statistics.median(times) * 1000, times[int(0.95 * (len(times) - 1))] * 1000
+    out = []
+    for ts in times:
+        ts.sort()
+        out.append((statistics.median(ts) * 1000, ts[int(0.95 * (len(ts) - 1))] * 1000))
+    return out
 
 
 def pages(bootstrap: str, rounds: int, interval: float, load: int) -> None:
@@ -207,8 +214,11 @@ def pages(bootstrap: str, rounds: int, interval: float, load: int) -> None:
             for cl in clients.values():
                 cl.get("/api/session")
             for path in ("/api/topics", "/api/overview", "/api/groups"):
-                off = spaced_times(clients[0.0], path, rounds, interval)
-                on = spaced_times(clients[5.0], path, rounds, interval)
+                off, on = spaced_times([clients[0.0], clients[5.0]], path, rounds, interval)
+                if path == "/api/groups":  # not cached: both sides ask the cluster (the machine's spread)
+                    print(f"{path:<24}{off[0]:>17.0f}{off[1]:>7.0f}{on[0]:>15.0f}{on[1]:>7.0f}{'':>7}"
+                          f"{'(not cached)':>15}")
+                    continue
                 cold = cold_times(clients[5.0], consoles[5.0].console, path, max(3, rounds // 4))
                 print(f"{path:<24}{off[0]:>17.0f}{off[1]:>7.0f}{on[0]:>15.0f}{on[1]:>7.0f}{cold:>7.0f}"
                       f"{off[0] / max(on[0], 0.001):>7.0f}x")
@@ -219,6 +229,7 @@ def pages(bootstrap: str, rounds: int, interval: float, load: int) -> None:
         for b in burners:
             b.kill()
             b.wait()
+    print(f"(loadavg at the end {os.getloadavg()[0]:.1f}; cold: the median load just after a write of the console)")
 
 
 def main() -> None:
