@@ -42,6 +42,7 @@ METADATA, FIND_COORDINATOR, API_VERSIONS, DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACL
 LIST_GROUPS, CONSUMER_GROUP_DESCRIBE = 16, 69
 DESCRIBE_LOG_DIRS = 35
 T = TypeVar("T")
+MIN_ISR_TTL = 60.0  # seconds a topic's min.insync.replicas is kept for the Overview's count
 
 _AUTH_ERRORS = {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED",
                 "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "SASL_AUTHENTICATION_FAILED",
@@ -101,6 +102,7 @@ class Cluster:
         self._admin: Any = None
         self._producer: Any = None
         self._lock = threading.Lock()
+        self._min_isr_at: dict[str, tuple[float, int]] = {}  # topic -> (when described, min.insync.replicas)
 
     # -- clients --------------------------------------------------------------------------------------------
 
@@ -233,20 +235,33 @@ class Cluster:
         }
 
     def _min_isr(self, names: list[str]) -> dict[str, int]:
+        """Each topic's ``min.insync.replicas`` (DescribeConfigs), kept per topic for ``MIN_ISR_TTL`` s: the
+        Overview's slowest request over 1,000 partitions, and a value that rarely changes. The console's own
+        changes of a topic (create, delete, config) drop its entry; others' changes show within the TTL."""
         from confluent_kafka.admin import ConfigResource
         from confluent_kafka.admin import ResourceType as RT
 
-        if not names:
-            return {}
-        resources = [ConfigResource(RT.TOPIC, n) for n in names]
-        out: dict[str, int] = {}
-        for res, fut in self.admin().describe_configs(resources, request_timeout=self.timeout).items():
-            try:
-                entry = fut.result(self.timeout).get("min.insync.replicas")
-                out[res.name] = int(entry.value) if entry is not None and entry.value else 1
-            except Exception:  # not allowed to describe this topic's configs: no count for it
-                continue
-        return out
+        now = time.monotonic()
+        with self._lock:
+            stale = [n for n in names if now - self._min_isr_at.get(n, (-MIN_ISR_TTL, 1))[0] >= MIN_ISR_TTL]
+        if stale:
+            resources = [ConfigResource(RT.TOPIC, n) for n in stale]
+            for res, fut in self.admin().describe_configs(resources, request_timeout=self.timeout).items():
+                try:
+                    entry = fut.result(self.timeout).get("min.insync.replicas")
+                except Exception:  # not allowed to describe this topic's configs: no count for it
+                    continue
+                with self._lock:
+                    self._min_isr_at[res.name] = (now, int(entry.value) if entry is not None and entry.value else 1)
+        with self._lock:
+            if len(self._min_isr_at) > 2 * max(len(names), 1000):  # deleted topics' entries
+                live = set(names)
+                self._min_isr_at = {n: v for n, v in self._min_isr_at.items() if n in live}
+            return {n: self._min_isr_at[n][1] for n in names if n in self._min_isr_at}
+
+    def forget_topic(self, name: str) -> None:
+        with self._lock:
+            self._min_isr_at.pop(name, None)
 
     # -- topics -----------------------------------------------------------------------------------------------
 
@@ -325,12 +340,14 @@ class Cluster:
                 for e in sorted(entries.values(), key=lambda e: e.name)]
 
     def create_topic(self, name: str, partitions: int, replication: int, configs: Mapping[str, str]) -> None:
+        self.forget_topic(name)
         from confluent_kafka.admin import NewTopic
 
         nt = NewTopic(name, num_partitions=partitions, replication_factor=replication, config=dict(configs))
         self._result(self.admin().create_topics([nt], request_timeout=self.timeout)[name], f"create topic {name}")
 
     def delete_topic(self, name: str) -> None:
+        self.forget_topic(name)
         self._result(self.admin().delete_topics([name], request_timeout=self.timeout)[name], f"delete topic {name}")
 
     def add_partitions(self, name: str, total: int) -> None:
@@ -346,8 +363,11 @@ class Cluster:
         op = AlterConfigOpType.DELETE if value is None else AlterConfigOpType.SET
         res = ConfigResource(RT.TOPIC, name, incremental_configs=[ConfigEntry(key, value or "",
                                                                               incremental_operation=op)])
-        futs = self.admin().incremental_alter_configs([res], request_timeout=self.timeout)
-        self._result(next(iter(futs.values())), f"alter config {key} of {name}")
+        try:
+            futs = self.admin().incremental_alter_configs([res], request_timeout=self.timeout)
+            self._result(next(iter(futs.values())), f"alter config {key} of {name}")
+        finally:  # after the change: an Overview running meanwhile may have kept the old value
+            self.forget_topic(name)
 
     def delete_records(self, name: str, partition: int, offset: int) -> int:
         from confluent_kafka import TopicPartition
