@@ -69,6 +69,8 @@ class Console:
         self._lag: dict[str, deque[tuple[int, int]]] = {}  # group -> (ms, lag) samples, for the chart
         self._metrics: dict[str, tuple[float, dict[str, float]]] = {}  # url -> last sample, for rates
         self.cache = TtlCache(cfg.cache_ttl)
+        if cfg.cache_ttl <= 0:  # no caching at all: min.insync.replicas described on every Overview too
+            self.cluster.min_isr_ttl = 0.0
         self.topic_rates = TopicRates(min(cfg.timeout, 5.0))
 
     # -- the parts every route shares ------------------------------------------------------------------

@@ -103,6 +103,7 @@ class Cluster:
         self._producer: Any = None
         self._lock = threading.Lock()
         self._min_isr_at: dict[str, tuple[float, int]] = {}  # topic -> (when described, min.insync.replicas)
+        self.min_isr_ttl = MIN_ISR_TTL  # 0: described on every Overview
 
     # -- clients --------------------------------------------------------------------------------------------
 
@@ -235,7 +236,7 @@ class Cluster:
         }
 
     def _min_isr(self, names: list[str]) -> dict[str, int]:
-        """Each topic's ``min.insync.replicas`` (DescribeConfigs), kept per topic for ``MIN_ISR_TTL`` s: the
+        """Each topic's ``min.insync.replicas`` (DescribeConfigs), kept per topic for ``min_isr_ttl`` s: the
         Overview's slowest request over 1,000 partitions, and a value that rarely changes. The console's own
         changes of a topic (create, delete, config) drop its entry; others' changes show within the TTL."""
         from confluent_kafka.admin import ConfigResource
@@ -243,7 +244,8 @@ class Cluster:
 
         now = time.monotonic()
         with self._lock:
-            stale = [n for n in names if now - self._min_isr_at.get(n, (-MIN_ISR_TTL, 1))[0] >= MIN_ISR_TTL]
+            stale = [n for n in names
+                     if n not in self._min_isr_at or now - self._min_isr_at[n][0] >= self.min_isr_ttl]
         if stale:
             resources = [ConfigResource(RT.TOPIC, n) for n in stale]
             for res, fut in self.admin().describe_configs(resources, request_timeout=self.timeout).items():
