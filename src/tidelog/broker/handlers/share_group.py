@@ -117,7 +117,7 @@ def _top_error(api: int, v: int, code: int, message: str | None = None) -> dict:
 def _partition_entry(index: int, leader: int) -> dict[str, Any]:
     return {"partition_index": index, "error_code": NONE, "error_message": None, "acknowledge_error_code": NONE,
             "acknowledge_error_message": None, "current_leader": {"leader_id": leader, "leader_epoch": 0},
-            "records": None, "acquired_records": []}
+            "records": b"", "acquired_records": []}
 
 
 class _Topics:
@@ -240,16 +240,15 @@ async def share_fetch(ctx: RequestContext, request: dict) -> dict:
     else:
         session.epoch = epoch + 1 if epoch > 0 else 1
         max_bytes = int(request.get("max_bytes") or 0x7FFFFFFF)
-        max_records = int(request.get("max_records") or DEFAULT_MAX_RECORDS)
-        if max_records <= 0:
-            max_records = 0
+        # v1 MaxRecords: 0 asks for acknowledgements only (no acquisition)
+        max_records = max(int(request.get("max_records", DEFAULT_MAX_RECORDS)), 0)
         deadline = time.monotonic() + max(int(request.get("max_wait_ms") or 0), 0) / 1000.0
         while max_records > 0:
             taken = size = 0
             failed = False
             for tid, index in sorted(session.partitions):
                 name, perr = topics.resolve(tid)
-                entry = out.get((tid, index))
+                acked = out.get((tid, index))
                 if perr or name is None:
                     bad = out.setdefault((tid, index), _partition_entry(index, node))
                     bad["error_code"], bad["error_message"] = perr, _err(perr)
@@ -265,9 +264,9 @@ async def share_fetch(ctx: RequestContext, request: dict) -> dict:
                     got_bytes, got = 0, 0
                 failed = failed or bool(fresh["error_code"])
                 if got or fresh["error_code"]:
-                    if entry is not None:
-                        fresh["acknowledge_error_code"] = entry["acknowledge_error_code"]
-                        fresh["acknowledge_error_message"] = entry["acknowledge_error_message"]
+                    if acked is not None:
+                        fresh["acknowledge_error_code"] = acked["acknowledge_error_code"]
+                        fresh["acknowledge_error_message"] = acked["acknowledge_error_message"]
                     out[(tid, index)] = fresh
                 taken += got
                 size += got_bytes
