@@ -17,10 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("confluent_kafka")
-from confluent_kafka import AcknowledgeType, Producer, ShareConsumer  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 LOCK_MS = 2000
 DELIVERY_LIMIT = 3
