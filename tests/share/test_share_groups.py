@@ -46,7 +46,8 @@ def _topic(bootstrap: str, partitions: int = 1) -> str:
 
 
 def _produce(bootstrap: str, topic: str, values: list[str]) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    # batches of at most 10 records: a share fetch acquires whole batches, so small ones let members share
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10})
     for v in values:
         p.produce(topic, v.encode())
     assert p.flush(30) == 0

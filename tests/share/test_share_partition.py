@@ -9,6 +9,7 @@ from tidelog.broker.group.share_partition import (
     ACCEPT,
     ACKNOWLEDGED,
     ARCHIVED,
+    AVAILABLE,
     GAP,
     REJECT,
     RELEASE,
@@ -25,19 +26,20 @@ def _sp(limit: int = 3, locks: int = 100) -> SharePartition:
 
 def test_acquire_ack_and_window() -> None:
     sp = _sp()
-    assert sp.acquire("a", [(0, 9, False)], 4, 0.0, 10) == [(0, 3, 1)]
-    assert sp.acquire("b", [(0, 9, False)], 100, 0.0, 10) == [(4, 9, 1)]  # the rest, never a record held by a
+    batches = [(0, 3, False), (4, 9, False)]
+    assert sp.acquire("a", batches, 2, 0.0, 10) == [(0, 3, 1)]  # whole batches: MaxRecords is a soft limit
+    assert sp.acquire("b", batches, 100, 0.0, 10) == [(4, 9, 1)]  # the rest, never a record held by a
     assert sp.speo == 10 and sp.spso == 0
     with pytest.raises(AckError) as e:
         sp.acknowledge("b", 0, 0, [ACCEPT])  # a's record
     assert e.value.name == "INVALID_RECORD_STATE"
     sp.acknowledge("a", 0, 3, [ACCEPT, ACCEPT, RELEASE, REJECT])
     assert sp.spso == 2  # 0-1 accepted; 2 is available again
-    assert sp.in_flight[3].state == ARCHIVED
+    assert sp.state_of(3) == (ARCHIVED, 1) and sp.state_of(2) == (AVAILABLE, 1)
     assert sp.acquire("b", [(0, 9, False)], 100, 0.0, 10) == [(2, 2, 2)]
     sp.acknowledge("b", 2, 2, [ACCEPT])
     sp.acknowledge("b", 4, 9, [ACCEPT])  # one type for the whole batch
-    assert sp.spso == sp.speo == 10 and not sp.in_flight
+    assert sp.spso == sp.speo == 10 and not sp.runs
 
 
 def test_lock_expiry_and_delivery_count_limit() -> None:
@@ -59,9 +61,27 @@ def test_member_release_window_bound_and_control_batches() -> None:
     sp2 = _sp()
     assert sp2.acquire("a", [(0, 0, True), (1, 2, False)], 10, 0.0, 3) == [(1, 2, 1)]  # a control batch: archived
     sp2.acknowledge("a", 1, 2, [GAP])
-    assert sp2.spso == 3 and sp2.in_flight == {}
+    assert sp2.spso == 3 and sp2.runs == []
     with pytest.raises(AckError):
         sp2.acknowledge("a", 5, 4, [ACCEPT])  # last < first: INVALID_REQUEST
+    assert sp2.state_of(0) is None  # below the SPSO: done
+
+
+def test_runs_split_and_stay_bounded() -> None:
+    sp = _sp(limit=5, locks=100)
+    assert sp.acquire("a", [(0, 9, False)], 100, 0.0, 10) == [(0, 9, 1)]
+    assert len(sp.runs) == 1  # one run for a whole acquisition
+    sp.acknowledge("a", 0, 9, [ACCEPT, RELEASE, RELEASE, ACCEPT, REJECT, ACCEPT, ACCEPT, RELEASE, ACCEPT, ACCEPT])
+    assert sp.spso == 1
+    assert [(r.first, r.last, r.state) for r in sp.runs] == [
+        (1, 2, AVAILABLE), (3, 3, ACKNOWLEDGED), (4, 4, ARCHIVED), (5, 6, ACKNOWLEDGED), (7, 7, AVAILABLE),
+        (8, 9, ACKNOWLEDGED)]
+    # a re-acquisition takes the available runs inside what was read, in order, each with its count
+    assert sp.acquire("b", [(0, 9, False)], 2, 0.0, 10) == [(1, 2, 2)]
+    assert sp.acquire("b", [(0, 9, False)], 10, 0.0, 10) == [(7, 7, 2)]
+    sp.acknowledge("b", 1, 2, [ACCEPT])
+    sp.acknowledge("b", 7, 7, [ACCEPT])
+    assert sp.spso == sp.speo == 10 and sp.runs == []
     assert ACKNOWLEDGED != ARCHIVED
 
 

@@ -29,9 +29,9 @@ def _setup(c: RawClient, records: int) -> tuple[str, uuid.UUID]:
     r = c.request(CREATE_TOPICS, 7, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1}],
                                      "timeout_ms": 10000})
     assert r["topics"][0]["error_code"] == 0, r
-    batch = build_batch([(None, f"v{i}".encode(), []) for i in range(records)])
-    r = c.request(PRODUCE, 9, produce_body(topic, 0, batch))
-    assert r["responses"][0]["partition_responses"][0]["error_code"] == 0, r
+    for i in range(records):  # one batch per record: acquisition takes whole batches
+        r = c.request(PRODUCE, 9, produce_body(topic, 0, build_batch([(None, f"v{i}".encode(), [])])))
+        assert r["responses"][0]["partition_responses"][0]["error_code"] == 0, r
     md = c.request(METADATA, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False,
                                   "include_topic_authorized_operations": False})
     return topic, md["topics"][0]["topic_id"]
