@@ -54,9 +54,12 @@ def test_lock_expiry_and_delivery_count_limit() -> None:
 
 def test_member_release_window_bound_and_control_batches() -> None:
     sp = _sp(locks=100)
-    assert sp.acquire("a", [(0, 199, False)], 1000, 0.0, 200) == [(0, 99, 1)]  # at most 100 in flight
+    batches = [(0, 59, False), (60, 119, False), (120, 199, False)]
+    # no batch is started once 100 are in flight; a started batch is acquired whole (60..119)
+    assert sp.acquire("a", batches, 1000, 0.0, 200) == [(0, 119, 1)]
     assert sp.fetch_offset() is None  # the window is full
-    assert sp.release_member("a") == 100
+    assert sp.acquire("b", batches, 1000, 0.0, 200) == []
+    assert sp.release_member("a") == 120
     assert sp.fetch_offset() == 0
     sp2 = _sp()
     assert sp2.acquire("a", [(0, 0, True), (1, 2, False)], 10, 0.0, 3) == [(1, 2, 1)]  # a control batch: archived

@@ -19,8 +19,10 @@ states diverge): the window is a sorted list of contiguous runs, each with one s
 deadline, split where an acquisition or an acknowledgement covers part of a run. A consumer that acknowledges what
 it was given as a whole (the common case) keeps the list at a few runs.
 
-Bounded: the window (SPEO - SPSO) never exceeds ``group.share.partition.max.record.locks``, so neither do the runs;
-acquisition stops there until the head of the window is done. Everything is in memory (docs/decisions/0067-share-groups.md).
+Bounded: no batch is acquired once the window (SPEO - SPSO) has reached ``group.share.partition.max.record.locks``
+(it may pass it by the rest of the last batch started: batches are acquired whole, as Kafka does); acquisition then
+waits until the head of the window is done. The runs are at most one per offset of the window, and a few when
+consumers acknowledge what they got as a whole. Everything is in memory (docs/decisions/0067-share-groups.md).
 """
 
 from __future__ import annotations
@@ -176,8 +178,8 @@ class SharePartition:
                 high_watermark: int) -> list[tuple[int, int, int]]:
         """Acquire for ``member`` the acquirable records of ``batches`` ((base, last, control) as read from the
         log, in order): records made available again, at most ``max_records`` of them, then new records by whole
-        batches (as Kafka, ``max_records`` is a soft limit there: no batch is started beyond it, a batch started is
-        acquired whole, up to the window's bound). Returns the acquired ranges (first, last, delivery count)."""
+        batches (as Kafka, ``max_records`` is a soft limit there: no batch is started beyond it or beyond the
+        window's bound, a batch started is acquired whole). Returns the acquired ranges (first, last, delivery count)."""
         batches = list(batches)
         got: list[tuple[int, int, int]] = []
         if not batches or max_records <= 0:
@@ -205,26 +207,19 @@ class SharePartition:
             got.append((a, b, r.delivery_count))
             taken += b - a + 1
             i += 1
-        # new records from the SPEO on
+        # new records from the SPEO on, by whole batches: a batch is started only while the window is under its
+        # bound, and then acquired whole (the window may pass the bound by the rest of that one batch)
         runs = self.runs
-        limit = self.spso + self.max_locks  # the window's bound
         for base, last, control in batches:
-            if taken >= max_records:
+            if taken >= max_records or self.speo - self.spso >= self.max_locks:
                 break
             last = min(last, high_watermark - 1)
             if last < self.speo:
                 continue
             if base > self.speo:  # a hole in the log (compaction): an archived gap
-                end = min(base, limit)
-                if end > self.speo:
-                    runs.append(Run(self.speo, end - 1, ARCHIVED))
-                    self.speo = end
-                if self.speo < base:
-                    break
-            a = self.speo
-            b = min(last, limit - 1)  # whole batches (MaxRecords is a soft limit, as Kafka's acquisition)
-            if b < a:
-                break
+                runs.append(Run(self.speo, base - 1, ARCHIVED))
+                self.speo = base
+            a, b = self.speo, last
             if control:  # transaction markers are never delivered
                 runs.append(Run(a, b, ARCHIVED))
             else:
