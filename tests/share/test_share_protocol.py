@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from helpers import RawClient, new_topic, produce_body
 
+from tidelog.cli.main import cli
 from tidelog.records.batch import build_batch
 
 pytestmark = pytest.mark.integration
@@ -113,3 +114,32 @@ def test_share_sessions_and_acknowledgements(share_broker: Any) -> None:
         r = _fetch(c, group, "m2", 2, tid)
         assert r["responses"][0]["partitions"][0]["acquired_records"] == [
             {"first_offset": 1, "last_offset": 1, "delivery_count": 3}]
+
+
+def test_share_groups_cli_list_and_describe(share_broker: Any) -> None:
+    from click.testing import CliRunner
+
+    with RawClient(share_broker.port) as c:
+        topic, _tid = _setup(c, 1)
+        group = "scli-" + uuid.uuid4().hex[:6]
+        r = c.request(HB, 1, {"group_id": group, "rack_id": None, "member_id": "member-one", "member_epoch": 0,
+                              "subscribed_topic_names": [topic]})
+        assert r["error_code"] == 0
+        runner = CliRunner()
+        bs = ["--bootstrap-server", share_broker.bootstrap]
+        out = runner.invoke(cli, ["share-groups", "list", *bs], catch_exceptions=False)
+        assert out.exit_code == 0, out.output
+        assert group in out.stdout.split()
+        out = runner.invoke(cli, ["share-groups", "list", "--state", *bs], catch_exceptions=False)
+        assert [group, "Stable"] in [line.split() for line in out.stdout.splitlines()]
+        out = runner.invoke(cli, ["share-groups", "describe", group, "--state", "--verbose", *bs],
+                            catch_exceptions=False)
+        lines = [line.split() for line in out.stdout.splitlines() if line.strip()]
+        assert lines[0] == ["GROUP", "COORDINATOR", "(ID)", "STATE", "GROUP-EPOCH", "ASSIGNMENT-EPOCH", "#MEMBERS"]
+        assert lines[1][0] == group and lines[1][-4:] == ["Stable", "1", "1", "1"]
+        out = runner.invoke(cli, ["share-groups", "describe", group, "--members", *bs], catch_exceptions=False)
+        lines = [line.split() for line in out.stdout.splitlines() if line.strip()]
+        assert lines[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
+        assert lines[1][0] == group and lines[1][1] == "member-one" and lines[1][-2:] == ["1", f"{topic}:0"]
+        out = runner.invoke(cli, ["share-groups", "describe", "no-such-share-group", *bs])
+        assert out.exit_code != 0 and "GROUP_ID_NOT_FOUND" in out.output
