@@ -17,6 +17,7 @@ import asyncio
 import time
 from typing import Any
 
+from tidelog.broker.errors import error_of
 from tidelog.broker.group.share_group import LEAVE_EPOCH, ShareGroupManager, share_manager
 from tidelog.broker.group.share_partition import AckError, batch_ranges
 from tidelog.broker.handlers import RequestContext, handles
@@ -39,6 +40,7 @@ ALL_GROUP_OPS = sum(1 << op for op in (3, 6, 8))
 WAIT_STEP_S = 0.1
 MAX_READS_PER_PARTITION = 8  # reads of one partition in one ShareFetch (skipping records others hold)
 DEFAULT_MAX_RECORDS = 500
+MAX_SESSION_PARTITIONS = 10000  # partitions of one share session
 
 
 def _err(code: int) -> str | None:
@@ -149,8 +151,8 @@ def _acknowledge(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: str
     assert name is not None
     try:
         plog = ctx.broker.leader_log(name, index)
-    except Exception:
-        return error_code("NOT_LEADER_OR_FOLLOWER"), None
+    except Exception as exc:  # not the leader, unknown partition, offline: Kafka's partition error
+        return error_of(exc)
     sp = mgr.share_partition(gid, tid, index, plog.log_start_offset, plog.high_watermark)
     try:
         for b in batches:
@@ -235,6 +237,10 @@ async def share_fetch(ctx: RequestContext, request: dict) -> dict:
         tid = _uuid_bytes(t.get("topic_id"))
         for index in t.get("partitions") or ():
             session.partitions.discard((tid, int(index)))
+    if len(session.partitions) > MAX_SESSION_PARTITIONS:  # a resource the client makes the broker hold: bounded
+        mgr.close_session(gid, mid)
+        return _top_error(SHARE_FETCH, v, INVALID_REQUEST,
+                          f"A share session holds at most {MAX_SESSION_PARTITIONS} partitions.")
     if epoch == LEAVE_EPOCH:
         mgr.close_session(gid, mid)
     else:
@@ -258,9 +264,8 @@ async def share_fetch(ctx: RequestContext, request: dict) -> dict:
                 try:
                     got_bytes, got = _acquire(ctx, mgr, gid, mid, name, tid, index, fresh,
                                               max(max_bytes - size, 1), max_records - taken)
-                except Exception as exc:
-                    fresh["error_code"] = getattr(exc, "code", None) or error_code("NOT_LEADER_OR_FOLLOWER")
-                    fresh["error_message"] = str(exc) or None
+                except Exception as exc:  # not the leader, unknown partition, offline: Kafka's partition error
+                    fresh["error_code"], fresh["error_message"] = error_of(exc)
                     got_bytes, got = 0, 0
                 failed = failed or bool(fresh["error_code"])
                 if got or fresh["error_code"]:
