@@ -342,6 +342,7 @@ class ShareGroupManager:
         if sp is None:
             start = log_start if self.reset_earliest else high_watermark
             sp = self.partitions[key] = SharePartition(start, self.lock_ms, self.delivery_limit, self.max_locks)
+            self._ensure_sweeper()  # the leader of a partition may not be the group's coordinator
         else:
             sp.reset_start(log_start)
         return sp
