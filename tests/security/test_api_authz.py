@@ -296,6 +296,11 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
     ApiKey.SHARE_ACKNOWLEDGE: [Case(1, lambda u: {"group_id": G, "member_id": u, "share_session_epoch": 1,
                                                   "topics": []},
                                     lambda r: r["error_code"], [Check(T_GROUP, READ, G, GROUP_AUTH)])],
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: [Case(0, lambda _u: {"groups": [
+        {"group_id": G, "topics": [{"topic_name": T, "partitions": [0]}]}]},
+        lambda r: (r["groups"][0]["topics"][0]["partitions"][0]["error_code"] if r["groups"][0]["topics"]
+                   else r["groups"][0]["error_code"]),
+        [Check(T_GROUP, DESCRIBE, G, GROUP_AUTH), Check(T_TOPIC, DESCRIBE, T, TOPIC_AUTH)])],
     ApiKey.SASL_HANDSHAKE: NO_AUTH,
     ApiKey.API_VERSIONS: NO_AUTH,
     ApiKey.SASL_AUTHENTICATE: NO_AUTH,

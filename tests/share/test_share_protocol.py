@@ -14,7 +14,7 @@ from tidelog.records.batch import build_batch
 
 pytestmark = pytest.mark.integration
 
-HB, DESCRIBE, FETCH, ACK = 76, 77, 78, 79
+HB, DESCRIBE, FETCH, ACK, OFFSETS = 76, 77, 78, 79, 90
 CREATE_TOPICS, PRODUCE, LIST_GROUPS, METADATA = 19, 0, 16, 3
 INVALID_REQUEST, UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND = 42, 25, 110, 69
 INVALID_RECORD_STATE, SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH = 121, 122, 123
@@ -143,3 +143,29 @@ def test_share_groups_cli_list_and_describe(share_broker: Any) -> None:
         assert lines[1][0] == group and lines[1][1] == "member-one" and lines[1][-2:] == ["1", f"{topic}:0"]
         out = runner.invoke(cli, ["share-groups", "describe", "no-such-share-group", *bs])
         assert out.exit_code != 0 and "GROUP_ID_NOT_FOUND" in out.output
+
+
+def test_describe_share_group_offsets(share_broker: Any) -> None:
+    with RawClient(share_broker.port) as c:
+        topic, tid = _setup(c, 4)
+        group = "soff-" + uuid.uuid4().hex[:6]
+        r = c.request(HB, 1, {"group_id": group, "rack_id": None, "member_id": "m1", "member_epoch": 0,
+                              "subscribed_topic_names": [topic]})
+        assert r["error_code"] == 0
+        r = _fetch(c, group, "m1", 0, tid, max_records=2)
+        assert r["responses"][0]["partitions"][0]["acquired_records"] == [
+            {"first_offset": 0, "last_offset": 1, "delivery_count": 1}]
+        _fetch(c, group, "m1", 1, tid, [{"first_offset": 0, "last_offset": 1, "acknowledge_types": [1]}],
+               max_records=0)
+
+        def offsets(topics: list[dict] | None) -> dict:
+            return c.request(OFFSETS, 0, {"groups": [{"group_id": group, "topics": topics},
+                                                      {"group_id": "no-such-share-group", "topics": None}]})
+
+        g, missing = offsets(None)["groups"]
+        assert g["error_code"] == 0 and missing["error_code"] == GROUP_ID_NOT_FOUND
+        assert g["topics"] == [{"topic_name": topic, "topic_id": tid, "partitions": [
+            {"partition_index": 0, "start_offset": 2, "leader_epoch": 0, "error_code": 0, "error_message": None}]}]
+        g, _ = offsets([{"topic_name": topic, "partitions": [0, 5]}])["groups"]
+        parts = g["topics"][0]["partitions"]
+        assert [(p["partition_index"], p["start_offset"], p["error_code"]) for p in parts] == [(0, 2, 0), (5, -1, 3)]

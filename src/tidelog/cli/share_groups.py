@@ -8,8 +8,8 @@ group's coordinator, through tidelog's own client. Kafka's layouts (ShareGroupCo
 * ``--describe --members [--verbose]``: ``GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS [MEMBER-EPOCH] ASSIGNMENT``
   (an assignment ``topic:0,1;other:2``, ``-`` when empty).
 
-Not here: the offsets view (``--describe`` alone: ``START-OFFSET`` and lag per partition) needs
-DescribeShareGroupOffsets (API 90), which tidelog does not serve (docs/decisions/0067-share-groups.md).
+Not here yet: the offsets view (``--describe`` alone: ``START-OFFSET`` and lag per partition, from
+DescribeShareGroupOffsets, API 90) (docs/decisions/0067-share-groups.md).
 """
 
 from __future__ import annotations

@@ -128,6 +128,7 @@ GROUP_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
     ApiKey.SHARE_FETCH: (1, 1),
     ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 0),
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),  # v3+ member fields (KIP-447), v5 only adds TRANSACTION_ABORTABLE (KIP-890)
 }
 """Classic group-protocol APIs: codecs exist; the broker adds these to SUPPORTED_VERSIONS once served."""

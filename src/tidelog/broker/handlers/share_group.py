@@ -1,5 +1,6 @@
 """KIP-932 share group APIs: ShareGroupHeartbeat (76), ShareGroupDescribe (77), ShareFetch (78) and
-ShareAcknowledge (79), version 1 (Kafka 4.1/4.2's, the one librdkafka 2.16's share consumer speaks).
+ShareAcknowledge (79), version 1 (Kafka 4.1/4.2's, the one librdkafka 2.16's share consumer speaks), and
+DescribeShareGroupOffsets (90) v0.
 
 Adapters to :class:`tidelog.broker.group.share_group.ShareGroupManager`. Authorization as Kafka's KafkaApis: READ on
 the group for a heartbeat, a fetch and an acknowledgement (GROUP_AUTHORIZATION_FAILED), DESCRIBE on the group to
@@ -27,6 +28,7 @@ from tidelog.broker.security.acls import AclOperation, ResourceType
 from tidelog.protocol.errors import error_code
 
 SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 77, 78, 79
+DESCRIBE_SHARE_GROUP_OFFSETS = 90
 NONE = 0
 INVALID_REQUEST = error_code("INVALID_REQUEST")
 GROUP_AUTHORIZATION_FAILED = error_code("GROUP_AUTHORIZATION_FAILED")
@@ -330,3 +332,81 @@ async def share_acknowledge(ctx: RequestContext, request: dict) -> dict:
         session.epoch = epoch + 1
     return fit(SHARE_ACKNOWLEDGE, v, {"throttle_time_ms": 0, "error_code": NONE, "error_message": None,
                                       "responses": responses, "node_endpoints": []})
+
+
+# ================================================================================ share group offsets
+
+
+def _offsets_partition(ctx: RequestContext, mgr: ShareGroupManager, gid: str, name: str, tid: bytes,
+                       index: int) -> dict[str, Any]:
+    sp = mgr.partitions.get((gid, tid, index))
+    try:
+        epoch = int(ctx.broker.leader_epoch(name, index))
+    except Exception:  # not led here (cluster mode): the state is on the leader
+        epoch = -1
+    return {"partition_index": index, "start_offset": sp.spso if sp is not None else -1, "leader_epoch": epoch,
+            "error_code": NONE, "error_message": None}
+
+
+@handles(DESCRIBE_SHARE_GROUP_OFFSETS)
+async def describe_share_group_offsets(ctx: RequestContext, request: dict) -> dict:
+    """DescribeShareGroupOffsets v0: each partition's share-partition start offset (SPSO) on this broker, -1 where
+    the group has no state for it here. DESCRIBE on the group, then on each topic (as Kafka's KafkaApis)."""
+    coord: Any = getattr(ctx.broker, "group_coordinator", None)
+    mgr = share_manager(ctx.broker)
+    topics_mgr = ctx.broker.topics
+    groups = []
+    for g in request.get("groups") or ():
+        gid = g.get("group_id") or ""
+        entry: dict[str, Any] = {"group_id": gid, "topics": [], "error_code": NONE, "error_message": None}
+        groups.append(entry)
+        if not ctx.authorize(DESCRIBE, GROUP, gid):
+            entry["error_code"], entry["error_message"] = GROUP_AUTHORIZATION_FAILED, _err(GROUP_AUTHORIZATION_FAILED)
+            continue
+        err = coord.check(gid) if coord is not None else COORDINATOR_NOT_AVAILABLE
+        if err:
+            entry["error_code"] = err
+            continue
+        wanted = g.get("topics")
+        if not mgr.is_share_group(gid):
+            # as Kafka's KafkaApis: the topics are authorized first (their refusals are answered), then the group
+            entry["error_code"] = error_code("GROUP_ID_NOT_FOUND")
+            entry["error_message"] = f"Group {gid} not found."
+            for t in wanted or ():
+                name = t.get("topic_name") or ""
+                if not ctx.authorize(DESCRIBE, TOPIC, name):
+                    info = topics_mgr.get(name)
+                    entry["topics"].append({
+                        "topic_name": name, "topic_id": info.topic_id if info is not None else b"\0" * 16,
+                        "partitions": [{"partition_index": i, "start_offset": -1, "leader_epoch": -1,
+                                        "error_code": TOPIC_AUTHORIZATION_FAILED,
+                                        "error_message": _err(TOPIC_AUTHORIZATION_FAILED)}
+                                       for i in t.get("partitions") or ()]})
+            continue
+        if wanted is None:  # every partition the group has state for (here), on topics it may describe
+            by_tid: dict[bytes, list[int]] = {}
+            for g_id, tid, index in list(mgr.partitions):
+                if g_id == gid:
+                    by_tid.setdefault(tid, []).append(index)
+            wanted = []
+            for tid, indexes in by_tid.items():
+                info = topics_mgr.by_id(tid)
+                if info is not None and ctx.authorize(DESCRIBE, TOPIC, info.name):
+                    wanted.append({"topic_name": info.name, "partitions": sorted(indexes)})
+        for t in wanted:
+            name = t.get("topic_name") or ""
+            info = topics_mgr.get(name)
+            parts = []
+            for index in t.get("partitions") or ():
+                if not ctx.authorize(DESCRIBE, TOPIC, name):
+                    parts.append({"partition_index": index, "start_offset": -1, "leader_epoch": -1,
+                                  "error_code": TOPIC_AUTHORIZATION_FAILED,
+                                  "error_message": _err(TOPIC_AUTHORIZATION_FAILED)})
+                elif info is None or not 0 <= index < info.num_partitions:
+                    parts.append({"partition_index": index, "start_offset": -1, "leader_epoch": -1,
+                                  "error_code": UNKNOWN_TOPIC_OR_PARTITION, "error_message": None})
+                else:
+                    parts.append(_offsets_partition(ctx, mgr, gid, name, info.topic_id, int(index)))
+            entry["topics"].append({"topic_name": name, "topic_id": info.topic_id if info is not None else b"\0" * 16,
+                                    "partitions": parts})
+    return fit(DESCRIBE_SHARE_GROUP_OFFSETS, ctx.api_version, {"throttle_time_ms": 0, "groups": groups})
