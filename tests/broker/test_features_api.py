@@ -41,12 +41,14 @@ def test_api_versions_features_v3_and_v4(broker: Any) -> None:
         v3 = c.request(API_VERSIONS, 3, HELLO)
     keys = {k["api_key"]: (k["min_version"], k["max_version"]) for k in v4["api_keys"]}
     group = 1 if 68 in keys else 0  # group.version follows whether ConsumerGroupHeartbeat is served
+    share = 1 if 76 in keys else 0  # share.version follows whether ShareGroupHeartbeat is served (KIP-932)
     supported, finalized = _levels(v4)
     assert supported == {"eligible.leader.replicas.version": (0, 0), "group.version": (group, group),
-                         "metadata.version": (29, 29), "share.version": (0, 0), "streams.version": (0, 0),
+                         "metadata.version": (29, 29), "share.version": (share, share), "streams.version": (0, 0),
                          "transaction.version": (0, 0)}
     # level 0 is "not finalized": only the features above 0 are listed
-    assert finalized == {"metadata.version": 29, **({"group.version": 1} if group else {})}
+    assert finalized == {"metadata.version": 29, **({"group.version": 1} if group else {}),
+                         **({"share.version": 1} if share else {})}
     assert v4["finalized_features_epoch"] == 0
     # v3 leaves out the features whose minimum is 0 (KAFKA-17492)
     supported3, finalized3 = _levels(v3)
@@ -65,7 +67,7 @@ def test_kafka_python_sees_a_kafka_4_broker_and_its_features(broker: Any) -> Non
         assert feats["transaction.version"]["supported"] == (0, 0) and "finalized" not in feats["transaction.version"]
         # the current level is the one valid update: accepted, nothing changes
         assert admin.update_features({"metadata.version": 29}) == {"metadata.version": "OK"}
-        assert admin.update_features({"share.version": 0}, validate_only=True) == {"share.version": "OK"}
+        assert admin.update_features({"share.version": 1}, validate_only=True) == {"share.version": "OK"}
         with pytest.raises(InvalidUpdateVersionError, match="does not support this feature"):
             admin.update_features({"transaction.version": 2})
         with pytest.raises(InvalidUpdateVersionError, match="only supports versions 29"):
@@ -198,8 +200,8 @@ def test_cli_features_describe(broker: Any) -> None:
                       catch_exceptions=False)
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)
-    assert {"Feature": "share.version", "SupportedMinVersion": 0, "SupportedMaxVersion": 0,
-            "FinalizedVersionLevel": 0, "Epoch": 0} in rows
+    assert {"Feature": "share.version", "SupportedMinVersion": 1, "SupportedMaxVersion": 1,
+            "FinalizedVersionLevel": 1, "Epoch": 0} in rows
 
 
 def test_fetch_by_topic_id_and_leader_hints(broker: Any) -> None:

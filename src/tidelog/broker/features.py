@@ -14,7 +14,8 @@ level, the finalized level is that level, and the table never changes while a br
 * ``group.version`` 1 when the broker's handler table serves ConsumerGroupHeartbeat (API 68, KIP-848), else 0.
 * ``transaction.version`` 0: transactions v2 (KIP-890 part 2: an epoch bump per transaction, partitions added
   implicitly by Produce) is not implemented, so clients keep AddPartitionsToTxn and Produce <= v11 semantics.
-* ``share.version`` 0 (no share groups, KIP-932), ``streams.version`` 0 (no streams groups, KIP-1071),
+* ``share.version`` 1 when the handler table serves ShareGroupHeartbeat (API 76, KIP-932 share groups), else 0.
+* ``streams.version`` 0 (no streams groups, KIP-1071),
   ``eligible.leader.replicas.version`` 0 (no ELR, KIP-966: DescribeTopicPartitions answers empty ELR lists).
 * ``kraft.version`` is not advertised: tidelog has no KRaft quorum (a ZooKeeper-mode Kafka broker did not
   advertise it either).
