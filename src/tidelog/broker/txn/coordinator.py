@@ -438,7 +438,7 @@ class TransactionCoordinator:
     # ============================================================== AddPartitionsToTxn / AddOffsetsToTxn
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: Iterable[TopicPartition]) -> str | None:
+                             partitions: Iterable[TopicPartition], client_transaction_version: int = 0) -> str | None:
         if not transactional_id:
             return "INVALID_REQUEST"
         err = self._check(transactional_id)
@@ -454,7 +454,7 @@ class TransactionCoordinator:
         parts = set(partitions)
         if md.state is TxnState.ONGOING and parts <= md.partitions:
             return None  # already in the transaction: nothing to write
-        return await self._apply(md, md.prepare_add_partitions(parts, _now_ms()))
+        return await self._apply(md, md.prepare_add_partitions(parts, _now_ms(), client_transaction_version))
 
     def offsets_partition(self, group_id: str) -> TopicPartition:
         """``__consumer_offsets``'s partition of ``group_id`` (AddOffsetsToTxn adds it to the transaction)."""
@@ -556,8 +556,9 @@ class TransactionCoordinator:
                     md.producer_epoch = producer_epoch
                     md.last_producer_epoch = NO_PRODUCER_EPOCH
                     fence = False
-                transit = md.prepare_abort_or_commit(
-                    TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, _now_ms())
+                transit = md.prepare_abort_or_commit(  # a client's EndTxn < v5: version 1 (v5: txn/tv2.py)
+                    TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, _now_ms(),
+                    client_transaction_version=0 if from_client else None)
             elif state is TxnState.COMPLETE_COMMIT:
                 return None if commit else "INVALID_TXN_STATE"
             elif state is TxnState.COMPLETE_ABORT:
@@ -606,7 +607,8 @@ class TransactionCoordinator:
 
         try:
             done = await self.markers.send(md.producer_id, md.producer_epoch, coordinator_epoch, commit,
-                                           set(md.partitions), still_valid=still_valid, on_done=md.remove_partition)
+                                           set(md.partitions), still_valid=still_valid, on_done=md.remove_partition,
+                                           transaction_version=md.client_transaction_version)
             if not done:
                 return
             while still_valid():
