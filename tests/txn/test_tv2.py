@@ -270,3 +270,42 @@ def test_torn_transaction_under_version_1(broker: Any) -> None:
 
 def test_delayed_end_txn_is_fenced_under_version_2(broker: Any) -> None:
     _torn(broker, version2=True)
+
+
+# ---------------------------------------------------------------------------------------------- TxnOffsetCommit v5
+
+OFFSET_FETCH = 9
+
+
+def _txn_offset_commit(c: RawClient, tid: str, group: str, pid: int, epoch: int, topic: str, offset: int,
+                       version: int) -> int:
+    r = c.request(TXN_OFFSET_COMMIT, version, {
+        "transactional_id": tid, "group_id": group, "producer_id": pid, "producer_epoch": epoch,
+        "generation_id": -1, "member_id": "", "group_instance_id": None,
+        "topics": [{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": offset,
+                                                   "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
+    return int(r["topics"][0]["partitions"][0]["error_code"])
+
+
+def _committed_offset(c: RawClient, group: str, topic: str) -> int:
+    r = c.request(OFFSET_FETCH, 7, {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}],
+                                    "require_stable": True})
+    p = r["topics"][0]["partitions"][0]
+    return int(p["committed_offset"]) if p["error_code"] == NONE else -2
+
+
+def test_txn_offset_commit_v5_adds_the_offsets_partition(broker: Any) -> None:
+    """Transactions v2: no AddOffsetsToTxn; TxnOffsetCommit v5 adds the group's ``__consumer_offsets`` partition to
+    the transaction and EndTxn v5 commits the offsets with the records. v4 still needs AddOffsetsToTxn."""
+    tid, topic, group = "tv2-offsets", _topic("offs"), _topic("g")
+    with RawClient(broker.port) as c:
+        assert create_topic_raw(c, topic, partitions=1)["error_code"] == NONE
+        pid, e = _init(c, tid)
+        assert _produce(c, tid, topic, 0, pid, e, 0, version=12) == NONE
+        assert _txn_offset_commit(c, tid, group, pid, e, topic, 7, version=4) == INVALID_TXN_STATE
+        assert _txn_offset_commit(c, tid, group, pid, e, topic, 7, version=5) == NONE
+        assert {t["topic"] for t in _state(c, tid)["topics"]} == {topic, "__consumer_offsets"}
+        r = c.request(END_TXN, 5, _end_body(tid, pid, e, True))
+        assert (r["error_code"], r["producer_epoch"]) == (NONE, e + 1)
+        _complete(c, tid)
+        wait_for(lambda: _committed_offset(c, group, topic) == 7, 10, "the transactional offset committed")
