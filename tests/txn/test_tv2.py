@@ -183,9 +183,10 @@ def test_end_txn_v5_bumps_the_epoch_and_returns_it(broker: Any) -> None:
         r = c.request(END_TXN, 5, _end_body(tid, pid, e, True))
         assert (r["error_code"], r["producer_id"], r["producer_epoch"]) == (NONE, pid, e + 1)
         assert c.request(END_TXN, 5, _end_body(tid, pid, e, False))["error_code"] == INVALID_TXN_STATE
-        # the same epoch as the current one in CompleteCommit is the next transaction's, which never began
-        assert c.request(END_TXN, 5, _end_body(tid, pid, e + 1, True))["error_code"] == PRODUCER_FENCED
+        # the current epoch in CompleteCommit is the next transaction's, which added nothing: no commit
+        assert c.request(END_TXN, 5, _end_body(tid, pid, e + 1, True))["error_code"] == INVALID_TXN_STATE
         assert c.request(END_TXN, 5, _end_body(tid, pid, e - 1, True))["error_code"] == PRODUCER_FENCED
+        assert c.request(END_TXN, 5, _end_body(tid, pid, e + 2, True))["error_code"] == PRODUCER_FENCED
         # the next transaction: epoch e+1, sequences from 0; an abort bumps again
         assert _produce_retrying(c, tid, topic, 0, pid, e + 1, 0, version=12, values=(b"x",)) == NONE
         r = c.request(END_TXN, 5, _end_body(tid, pid, e + 1, False))
@@ -194,6 +195,14 @@ def test_end_txn_v5_bumps_the_epoch_and_returns_it(broker: Any) -> None:
         assert _committed_values(c, topic, 0) == [b"a"]
         # a stale batch of the old epoch is refused once the epoch moved on
         assert _produce(c, tid, topic, 0, pid, e, 1, version=12) in (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED)
+        # version 2 lets a client abort a transaction that added nothing: PrepareAbort without partitions, a bump
+        r = c.request(END_TXN, 5, _end_body(tid, pid, e + 2, False))
+        assert (r["error_code"], r["producer_epoch"]) == (NONE, e + 3)
+        s = _complete(c, tid)
+        assert (s["transaction_state"], s["producer_epoch"], s["topics"]) == ("CompleteAbort", e + 3, [])
+        r = c.request(END_TXN, 5, _end_body(tid, pid, e + 2, False))  # its retry
+        assert (r["error_code"], r["producer_epoch"]) == (NONE, e + 3)
+        assert c.request(END_TXN, 5, _end_body(tid, pid, e + 2, True))["error_code"] == INVALID_TXN_STATE
 
 
 def test_end_txn_v4_keeps_version_1(broker: Any) -> None:

@@ -38,6 +38,7 @@ from tidelog.broker.group.records import OFFSETS_TOPIC
 from tidelog.broker.group.records import partition_for as group_partition_for
 from tidelog.broker.internal_topics import append_and_wait, replay_log
 from tidelog.broker.txn import records as rec
+from tidelog.broker.txn import tv2
 from tidelog.broker.txn.markers import TxnMarkerChannel
 from tidelog.broker.txn.records import TRANSACTION_STATE_TOPIC, partition_for
 from tidelog.broker.txn.state import (
@@ -338,7 +339,7 @@ class TransactionCoordinator:
         ``appendTransactionToLog`` answers with, or None."""
         p = self._partition(transactional_id)
         epoch = self.owned.get(p)
-        value = None if transit is None else rec.encode_value(transit.log_value())
+        value = None if transit is None else rec.encode_value(transit.log_value(), tv2.log_value_version(self.broker))
         err = await append_and_wait(self.broker, TRANSACTION_STATE_TOPIC, p,
                                     [(rec.encode_key(transactional_id), value)], self.request_timeout_ms)
         if err is None:
@@ -558,7 +559,7 @@ class TransactionCoordinator:
                     fence = False
                 transit = md.prepare_abort_or_commit(  # a client's EndTxn < v5: version 1 (v5: txn/tv2.py)
                     TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, _now_ms(),
-                    client_transaction_version=0 if from_client else None)
+                    client_transaction_version=0 if from_client else tv2.finalized_level(self.broker))
             elif state is TxnState.COMPLETE_COMMIT:
                 return None if commit else "INVALID_TXN_STATE"
             elif state is TxnState.COMPLETE_ABORT:

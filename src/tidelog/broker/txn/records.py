@@ -12,9 +12,8 @@ Layouts are Kafka's ``TransactionLogKey`` / ``TransactionLogValue`` message spec
   value and in each partitions entry) adds the tagged fields ``PreviousProducerId int64`` (tag 0, default -1),
   ``NextProducerId int64`` (tag 1, default -1) and ``ClientTransactionVersion int16`` (tag 2, default 0); newer
   Kafka versions add more tags, which a reader skips. Kafka writes v0 unless the client uses transactions
-  version 2 (KIP-890 part 2). tidelog writes v1 (with ``ClientTransactionVersion``) for the records of a
-  transactions-v2 transaction and v0 for the others (Kafka 4 writes v1 for every record once ``transaction.version``
-  >= 1 is finalized); it reads both.
+  version 2 (KIP-890 part 2). As Kafka 4, tidelog writes v1 once ``transaction.version`` >= 1 is finalized (the
+  default, :func:`tidelog.broker.txn.tv2.log_value_version`), v0 below; it reads both.
 * ``TransactionPartitions`` is null when the state is Empty (Kafka's ``valueToBytes``) and ignored on read then.
 * a tombstone (null value) removes the transactional id (``transactional.id.expiration.ms``).
 

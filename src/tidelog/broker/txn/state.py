@@ -220,15 +220,18 @@ class TransactionMetadata:
                              client_transaction_version=version)
 
     def prepare_abort_or_commit(self, state: TxnState, now_ms: int, client_transaction_version: int | None = None,
-                                next_producer_id: int = NO_PRODUCER_ID) -> TxnTransit:
+                                next_producer_id: int = NO_PRODUCER_ID, no_partition_added: bool = False
+                                ) -> TxnTransit:
         """Kafka's ``prepareAbortOrCommit``: with transactions v2 (``client_transaction_version`` 2) the epoch is
         bumped (the previous one kept as the last epoch) and ``next_producer_id`` is the id the producer moves
-        to when the bump exhausts the epoch (else -1); before v2 the epochs stay."""
+        to when the bump exhausts the epoch (else -1); before v2 the epochs stay. ``no_partition_added``: a v2 abort
+        from Empty/Complete* (no partition), whose start time is ``now_ms``."""
         version = self.client_transaction_version if client_transaction_version is None \
             else client_transaction_version
         if version >= 2 and self.producer_epoch < MAX_EPOCH:  # (a coordinator's fence may already be at the max)
             return self._prepare(state, self.producer_id, self.producer_epoch + 1, self.producer_epoch,
-                                 self.txn_timeout_ms, self.partitions, self.txn_start_timestamp, now_ms,
+                                 self.txn_timeout_ms, self.partitions,
+                                 now_ms if no_partition_added else self.txn_start_timestamp, now_ms,
                                  next_producer_id=next_producer_id, client_transaction_version=version)
         return self._prepare(state, self.producer_id, self.producer_epoch, self.last_producer_epoch,
                              self.txn_timeout_ms, self.partitions, self.txn_start_timestamp, now_ms,
@@ -240,7 +243,8 @@ class TransactionMetadata:
         state = TxnState.COMPLETE_COMMIT if self.state is TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
         self.has_failed_epoch_fence = False  # the epoch bump was written with the Prepare state
         if self.client_transaction_version >= 2 and self.next_producer_id != NO_PRODUCER_ID:
-            return self._prepare(state, self.next_producer_id, 0, self.producer_epoch, self.txn_timeout_ms, set(),
+            # the last epoch stays 32766, the last the client saw (32767 is internal to Prepare and the markers)
+            return self._prepare(state, self.next_producer_id, 0, self.last_producer_epoch, self.txn_timeout_ms, set(),
                                  self.txn_start_timestamp, now_ms, previous_producer_id=self.producer_id,
                                  next_producer_id=NO_PRODUCER_ID)
         return self._prepare(state, self.producer_id, self.producer_epoch, self.last_producer_epoch,

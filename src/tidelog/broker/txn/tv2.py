@@ -12,13 +12,17 @@ Facts from Kafka 4's ``TransactionCoordinator.endTransaction`` / ``TransactionMe
   producer id and epoch the client continues with. A bump from an exhausted epoch (>= 32766) first takes a new
   producer id (``NextProducerId``, written with the Prepare state): CompleteCommit/CompleteAbort then installs
   that id with epoch 0 and the answer gives it.
-* **Epoch checks (v2).** Ongoing/Empty: the request's epoch must be the current one. PrepareCommit/PrepareAbort
-  and CompleteCommit/CompleteAbort: only a retry of the EndTxn that bumped the epoch is accepted (its epoch is the
-  current one minus one, or, after a producer id rotation, the previous id at epoch 32766); it gets the answer it
-  would have got (CONCURRENT_TRANSACTIONS while the markers are written, then NONE with the current id and
-  epoch). Anything else is PRODUCER_FENCED: so a delayed EndTxn of transaction N that reaches the coordinator once
-  transaction N+1 began is fenced, where version 1 would apply it to N+1 (the torn transaction of Jepsen's
-  Bufstream analysis).
+* **Epoch checks (v2).** Ongoing/Empty: the request's epoch must be the current one. PrepareCommit/PrepareAbort:
+  only a retry of the EndTxn that bumped the epoch (its epoch is the current one minus one), answered
+  CONCURRENT_TRANSACTIONS. CompleteCommit/CompleteAbort: a retry (or, after a producer id rotation, the previous id
+  at epoch 32766) gets the answer it would have got (NONE with the current id and epoch; INVALID_TXN_STATE for the
+  other result); the current epoch is a new transaction's: commit is INVALID_TXN_STATE, abort writes PrepareAbort
+  with no partition and bumps the epoch (so does an abort in Empty). Anything else is PRODUCER_FENCED: so a delayed
+  EndTxn of transaction N that reaches the coordinator once transaction N+1 began is fenced, where version 1 would
+  apply it to N+1 (the torn transaction of Jepsen's Bufstream analysis).
+* **The coordinator's own aborts** (a transaction timed out, a new producer's InitProducerId fencing the old one)
+  run at the finalized level ("not from a client: the server's version"): at level 2 the fence bumps the epoch and
+  the abort bumps it once more. ``__transaction_state`` values are written as v1 from level 1 on.
 * **Implicit add** (:func:`add_partitions`): a partition leader receiving Produce v12 (or a group coordinator
   receiving TxnOffsetCommit v5) of a transactional producer whose transaction is not open on the partition adds
   the partition to the transaction at the coordinator: locally when this broker coordinates the id, otherwise
@@ -76,6 +80,11 @@ def set_finalized_level(broker: Any, level: int) -> None:
         log.info("transaction.version finalized", extra={"kv": {"level": level}})
 
 
+def log_value_version(broker: Any) -> int:
+    """The ``__transaction_state`` value version Kafka writes at the finalized level (v1 from level 1 on)."""
+    return 1 if finalized_level(broker) >= 1 else 0
+
+
 def end_txn_version(api_version: int) -> int:
     """The transaction version an EndTxn of ``api_version`` runs (Kafka: v5+ is TV_2, else TV_0)."""
     return TV2 if api_version >= END_TXN_V2_VERSION else 0
@@ -105,34 +114,51 @@ async def end_transaction(coord: TransactionCoordinator, transactional_id: str, 
     md = coord._get(transactional_id)
     if md is None:
         return ("INVALID_PRODUCER_ID_MAPPING", *fail)
-    fencing = md.pending_state is TxnState.PREPARE_EPOCH_FENCE
-    retry_bump = not fencing and md.client_transaction_version >= TV2 and md.producer_epoch == producer_epoch + 1
-    retry_overflow = (not fencing and md.client_transaction_version >= TV2 and md.previous_producer_id == producer_id
-                      and producer_epoch == MAX_EPOCH - 1 and md.producer_epoch == 0)
+    if md.pending_state is TxnState.PREPARE_EPOCH_FENCE:
+        return ("CONCURRENT_TRANSACTIONS", *fail)  # the coordinator is aborting it (never seen between awaits)
+    # a retry of the EndTxn that bumped the epoch, or of the one that moved the producer to a new id
+    retry_bump = md.producer_epoch == producer_epoch + 1
+    retry_overflow = (md.previous_producer_id == producer_id and producer_epoch == MAX_EPOCH - 1
+                      and md.producer_epoch == 0)
+    retry = retry_bump or retry_overflow
+    current = producer_epoch == md.producer_epoch
     state = md.state
-    if fencing:  # the coordinator's own abort is under way: Kafka falls back to the version 1 check
-        valid = producer_epoch == md.producer_epoch
-    elif state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+    if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
         valid = retry_bump
     elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
-        valid = retry_bump or retry_overflow
-    else:  # Ongoing, Empty: the current epoch (the same epoch in Complete* is the *next* transaction's)
-        valid = producer_epoch == md.producer_epoch
+        valid = retry or current
+    else:  # Ongoing, Empty: the current epoch only
+        valid = current
     if md.producer_id != producer_id and not retry_overflow:
         return ("INVALID_PRODUCER_ID_MAPPING", *fail)
     if not valid:
         return ("PRODUCER_FENCED", *fail)
     if md.pending_transition_in_progress:
         return ("CONCURRENT_TRANSACTIONS", *fail)
+    # Kafka's table for Empty / CompleteAbort / CompleteCommit under version 2 (EB: a new PrepareAbort, the epoch
+    # bumped, no partition: a v2 client may abort a transaction it never added a partition to)
+    empty_abort = False
     if state is TxnState.COMPLETE_COMMIT:
-        return (None, md.producer_id, md.producer_epoch) if commit else ("INVALID_TXN_STATE", *fail)
-    if state is TxnState.COMPLETE_ABORT:
-        return (None, md.producer_id, md.producer_epoch) if not commit else ("INVALID_TXN_STATE", *fail)
-    if state is TxnState.PREPARE_COMMIT:
+        if commit:
+            return (None, md.producer_id, md.producer_epoch) if retry else ("INVALID_TXN_STATE", *fail)
+        if retry:
+            return ("INVALID_TXN_STATE", *fail)
+        empty_abort = True
+    elif state is TxnState.COMPLETE_ABORT:
+        if commit:
+            return ("INVALID_TXN_STATE", *fail)
+        if retry:
+            return (None, md.producer_id, md.producer_epoch)
+        empty_abort = True
+    elif state is TxnState.EMPTY:
+        if commit:
+            return ("INVALID_TXN_STATE", *fail)
+        empty_abort = True
+    elif state is TxnState.PREPARE_COMMIT:
         return ("CONCURRENT_TRANSACTIONS" if commit else "INVALID_TXN_STATE", *fail)
-    if state is TxnState.PREPARE_ABORT:
+    elif state is TxnState.PREPARE_ABORT:
         return ("CONCURRENT_TRANSACTIONS" if not commit else "INVALID_TXN_STATE", *fail)
-    if state is not TxnState.ONGOING:
+    elif state is not TxnState.ONGOING:
         return ("INVALID_TXN_STATE", *fail)
     next_pid = NO_PRODUCER_ID
     if md.is_producer_epoch_exhausted:  # the bump would exhaust the epoch: the producer moves to a new id
@@ -142,11 +168,12 @@ async def end_transaction(coord: TransactionCoordinator, transactional_id: str, 
             log.warning("no producer id available", extra={"kv": {"error": repr(exc)}})
             return ("COORDINATOR_LOAD_IN_PROGRESS", *fail)
         if coord._get(transactional_id) is not md or md.pending_transition_in_progress \
-                or md.state is not TxnState.ONGOING or md.producer_epoch != producer_epoch:
+                or md.state is not state or md.producer_epoch != producer_epoch:
             return ("CONCURRENT_TRANSACTIONS", *fail)
     try:
         transit = md.prepare_abort_or_commit(TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
-                                             _now_ms(), client_transaction_version=TV2, next_producer_id=next_pid)
+                                             _now_ms(), client_transaction_version=TV2, next_producer_id=next_pid,
+                                             no_partition_added=empty_abort)
     except IllegalTransitionError:
         return ("CONCURRENT_TRANSACTIONS", *fail)
     err = await coord._apply(md, transit)
