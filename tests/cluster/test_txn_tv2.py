@@ -7,6 +7,7 @@ transaction is fenced and the next transaction stays whole."""
 from __future__ import annotations
 
 import functools
+import subprocess
 import time
 import uuid
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from support import agreed_coordinator, create_topic, request
 from test_transactions import _leaders, _read, _wait_state
+from test_tv2_java import java_classpath  # noqa: F401  (the fixture: kafka-clients 4.3, the compiled check)
 
 from tidelog.records.batch import build_batch
 
@@ -79,3 +81,21 @@ def test_tv2_across_brokers_and_the_delayed_end_txn(cluster: Any) -> None:
     assert (r["error_code"], r["producer_epoch"]) == (NONE, e + 2)
     _wait_state(cb, txn_id, "CompleteCommit")
     assert sorted(_read(cluster, topic, 3, "read_committed")) == [b"N+1-a", b"N+1-b", b"N-0", b"N-1", b"N-2"]
+
+
+def test_java_4_producer_runs_transactions_v2_across_brokers(cluster: Any, java_classpath: str) -> None:  # noqa: F811
+    """The Kafka 4.3 Java producer of ``tests/txn/test_tv2_java.py`` against the cluster: its partitions are led by
+    brokers other than its coordinator (asserted), so the implicit adds and the markers cross brokers."""
+    topic, txn_id, group = f"tv2j-{uuid.uuid4().hex[:8]}", f"tv2j-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap, topic, 2, 3)
+    coord = agreed_coordinator(cluster, txn_id, 1)
+    leaders = _leaders(cluster, topic, 2)
+    assert any(b != coord for b in leaders.values()), (coord, leaders)
+    proc = subprocess.run(["java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", java_classpath,
+                           "Tv2JavaCheck", cluster.bootstrap, topic, txn_id, group],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0 and '"done"' in proc.stdout, (proc.stdout[-2000:], proc.stderr[-4000:])
+    _wait_state(cluster.brokers[coord], txn_id, "CompleteCommit")
+    s = _request(cluster.brokers[coord], DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [txn_id]})
+    assert s["transaction_states"][0]["producer_epoch"] == 3  # one bump per EndTxn v5
+    assert sorted(_read(cluster, topic, 2, "read_committed")) == [b"t0-p0", b"t0-p1", b"t2-p0", b"t2-p1"]

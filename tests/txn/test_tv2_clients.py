@@ -1,8 +1,9 @@
 """The installed real clients against a broker with ``transaction.version`` 2 finalized (KIP-890 part 2).
 
-None of them runs transactions v2 yet: librdkafka 2.16 (confluent-kafka) sends AddPartitionsToTxn v0, Produce v10 and
-EndTxn v1 even when the level is finalized; kafka-python 3.0 caps EndTxn at v3 and AddPartitionsToTxn at v3; the
-Java 3.9 client's EndTxn v5 is still "unstable" there (tests/java covers it). So they keep version 1 semantics (the
+None of the installed ones runs transactions v2 yet (the Kafka 4.3 Java producer does: test_tv2_java.py):
+librdkafka 2.16 (confluent-kafka) sends AddPartitionsToTxn v0, Produce v10 and EndTxn v1 even when the level is
+finalized; kafka-python 3.0 caps EndTxn and AddPartitionsToTxn at v3; the Java 3.9 client has no version 2 code
+(tests/java covers it). So they keep version 1 semantics (the
 epoch stays across transactions) and must keep working; the test below checks both, and would tell when a client
 starts using EndTxn v5 (then its transactions v2 path deserves its own test)."""
 
