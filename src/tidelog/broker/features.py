@@ -27,7 +27,8 @@ to parse them); v4 lists them all. Both are reproduced.
 UpdateFeatures (API 57) validates as Kafka's ``FeatureControlManager``: ALTER on the cluster, a known feature, a
 level >= 0 inside the supported range, the upgrade type consistent with the direction. Since each supported range
 is one level, the only valid update is to the current level: it succeeds and changes nothing, so no finalized
-level is ever stored (not in ZooKeeper's ``/feature`` either). Every other update is INVALID_UPDATE_VERSION with
+level is ever stored (not in ZooKeeper's ``/feature`` either). ``transaction.version`` (0-2) is the exception: its
+level is kept per broker in memory (:func:`tidelog.broker.txn.tv2.set_finalized_level`). Every other update is INVALID_UPDATE_VERSION with
 Kafka's message ("Local controller N only supports versions 29": each broker is its own controller here).
 """
 

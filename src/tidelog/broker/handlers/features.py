@@ -1,8 +1,9 @@
 """UpdateFeatures (API 57): Kafka's validation of feature level changes (``FeatureControlManager``).
 
-The broker's feature table (:mod:`tidelog.broker.features`) has one supported level per feature, so an update is
-either to the current level (valid: NONE, nothing changes and nothing is stored) or refused with
-INVALID_UPDATE_VERSION and Kafka's message. As Kafka's ``QuorumController.updateFeatures``: the first refused
+The broker's feature table (:mod:`tidelog.broker.features`) has one supported level per feature but
+``transaction.version`` (0-2), so an update is either to the current level (valid: NONE, nothing changes and nothing
+is stored), a change of ``transaction.version`` (this broker's level, in memory: transactions v2 on or off,
+:mod:`tidelog.broker.txn.tv2`), or refused with INVALID_UPDATE_VERSION and Kafka's message. As Kafka's ``QuorumController.updateFeatures``: the first refused
 update fails them all ("The update failed for all features since the following feature had an error: ...",
 top-level error, no per-feature results); on success v0-1 list each feature with NONE, v2 no results.
 Authorization: ALTER on the cluster (CLUSTER_AUTHORIZATION_FAILED otherwise). A feature named twice is
