@@ -154,6 +154,8 @@ def test_transaction_version_is_finalized_at_2_and_can_be_lowered(broker_factory
         pid, ep = _init(c, tid)
         # level 0: Produce v12 of a transactional batch is verified as v11 (the partition must have been added)
         assert _produce(c, tid, topic, 0, pid, ep, 0, version=12) == TRANSACTION_ABORTABLE
+        # and TxnOffsetCommit v5 as v4 (the offsets partition must have been added by AddOffsetsToTxn)
+        assert _txn_offset_commit(c, tid, "g-tv-off", pid, ep, topic, 1, version=5) == TRANSACTION_ABORTABLE
         assert _update_tv(c, 2, 1)["error_code"] == NONE
         assert _tv(c)[1]["transaction.version"] == 2
         assert _produce(c, tid, topic, 0, pid, ep, 0, version=12) == NONE  # added implicitly now
