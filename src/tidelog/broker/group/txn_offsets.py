@@ -14,6 +14,7 @@ from tidelog.broker.group.records import OFFSETS_TOPIC, OffsetValue
 from tidelog.broker.group.replay import _materialize
 from tidelog.broker.group.state import Group, GroupState
 from tidelog.broker.group.state import now_ms as _now_ms
+from tidelog.broker.txn import tv2
 from tidelog.protocol.errors import error_code
 
 if TYPE_CHECKING:
@@ -176,11 +177,16 @@ async def _verify_txn(self: TxnOffsetsHost, transactional_id: str, group_id: str
     COORDINATOR_NOT_AVAILABLE) -> COORDINATOR_NOT_AVAILABLE; not reachable -> COORDINATOR_LOAD_IN_PROGRESS."""
     coord = getattr(self.broker, "txn_coordinator", None)
     verify = getattr(coord, "verify_transaction", None)
-    if verify is None or not getattr(coord, "verification_enabled", True):
+    implicit = tv2.implicit_add(self.broker, api_version, tv2.TXN_OFFSET_COMMIT_V2_VERSION)
+    if verify is None or not (getattr(coord, "verification_enabled", True) or implicit):
         return NONE
     tp = (OFFSETS_TOPIC, rec.partition_for(group_id, self.num_partitions))
     try:
-        codes = await verify(transactional_id, producer_id, producer_epoch, [tp])
+        if implicit:
+            # transactions v2 (KIP-890 part 2): v5 adds the offsets partition itself (no AddOffsetsToTxn)
+            codes = await tv2.add_partitions(coord, transactional_id, producer_id, producer_epoch, [tp])  # type: ignore[arg-type]
+        else:
+            codes = await verify(transactional_id, producer_id, producer_epoch, [tp])
     except Exception as exc:
         # the transaction coordinator could not be asked: retriable, as Kafka's NETWORK_EXCEPTION here
         log.warning("transaction verification failed", extra={"kv": {"group": group_id, "error": repr(exc)}})

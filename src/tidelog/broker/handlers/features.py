@@ -1,8 +1,9 @@
 """UpdateFeatures (API 57): Kafka's validation of feature level changes (``FeatureControlManager``).
 
-The broker's feature table (:mod:`tidelog.broker.features`) has one supported level per feature, so an update is
-either to the current level (valid: NONE, nothing changes and nothing is stored) or refused with
-INVALID_UPDATE_VERSION and Kafka's message. As Kafka's ``QuorumController.updateFeatures``: the first refused
+The broker's feature table (:mod:`tidelog.broker.features`) has one supported level per feature but
+``transaction.version`` (0-2), so an update is either to the current level (valid: NONE, nothing changes and nothing
+is stored), a change of ``transaction.version`` (this broker's level, in memory: transactions v2 on or off,
+:mod:`tidelog.broker.txn.tv2`), or refused with INVALID_UPDATE_VERSION and Kafka's message. As Kafka's ``QuorumController.updateFeatures``: the first refused
 update fails them all ("The update failed for all features since the following feature had an error: ...",
 top-level error, no per-feature results); on success v0-1 list each feature with NONE, v2 no results.
 Authorization: ALTER on the cluster (CLUSTER_AUTHORIZATION_FAILED otherwise). A feature named twice is
@@ -11,9 +12,10 @@ INVALID_REQUEST (Kafka's request is a map keyed by feature name).
 
 from __future__ import annotations
 
-from tidelog.broker.features import UPGRADE, broker_features, validate_update
+from tidelog.broker.features import TRANSACTION_VERSION, UPGRADE, broker_features, validate_update
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from tidelog.broker.txn import tv2
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
 
@@ -37,7 +39,7 @@ async def update_features(ctx: RequestContext, request: dict) -> dict:
         if n in seen:
             return _refused(error_code("INVALID_REQUEST"), f"Feature {n} appears more than once in the request.")
         seen.add(n)
-    features = broker_features(ctx.broker.handlers)
+    features = broker_features(ctx.broker.handlers, tv2.finalized_level(ctx.broker))
     node = int(ctx.broker.node_id)
     for u in updates:
         if ctx.api_version == 0:
@@ -48,6 +50,10 @@ async def update_features(ctx: RequestContext, request: dict) -> dict:
                               upgrade_type)
         if why is not None:
             return _refused(error_code("INVALID_UPDATE_VERSION"), _FAILED_ALL + why)
+    if not request.get("validate_only"):
+        for u in updates:  # transaction.version is the one level that can change (transactions v2 on / off)
+            if u.get("feature") == TRANSACTION_VERSION:
+                tv2.set_finalized_level(ctx.broker, int(u.get("max_version_level", 0)))
     results = ([{"feature": n, "error_code": 0, "error_message": None} for n in names]
                if ctx.api_version <= 1 else [])
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "results": results}

@@ -27,6 +27,7 @@ from tidelog.broker.handlers.core_shared import (
 from tidelog.broker.purgatory import DelayedProduce
 from tidelog.broker.security.acls import AclOperation, ResourceType
 from tidelog.broker.topics import ADMIN_CLIENT_ID, INTERNAL_TOPICS
+from tidelog.broker.txn import tv2
 from tidelog.protocol.errors import error_for_code
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED
 from tidelog.records.errors import DecompressionLimitError, RecordError
@@ -416,13 +417,25 @@ async def _verify_transactional(ctx: RequestContext, transactional_id: str | Non
     producer's transaction at the coordinator (``verify_transaction``; a local call on one node). Returns the
     partitions refused (their response entries carry the error)."""
     coord = ctx.broker.txn_coordinator
-    if coord is None or not coord.verification_enabled:
+    # transactions v2 (Produce v12, KIP-890 part 2): the partition is added to the transaction here, whatever
+    # transaction.partition.verification.enable says (the client sends no AddPartitionsToTxn)
+    implicit = tv2.implicit_add(ctx.broker, ctx.api_version, tv2.PRODUCE_V2_VERSION)
+    if coord is None or not (coord.verification_enabled or implicit):
         return set()
     by_producer: dict[tuple[int, int], list[_ProducePartition]] = {}
     for pp in parts:
         rec = pp.records
         pid = int.from_bytes(rec[43:51], "big", signed=True)
         ps = pp.plog.producer_state
+        if ps is not None and implicit and ps.has_open_transaction(pid):
+            # v2: the open transaction is this batch's only at the same epoch (Kafka's hasOngoingTransaction
+            # with the epoch); a batch of the bumped epoch starts the next transaction and must be added first
+            entry = ps.last_entry(pid)
+            if entry is not None and entry.producer_epoch != int.from_bytes(rec[51:53], "big", signed=True):
+                ps.clear_verification(pid)
+                pp.guard = ps.start_verification(pid)
+                by_producer.setdefault((pid, int.from_bytes(rec[51:53], "big", signed=True)), []).append(pp)
+                continue
         if ps is None or ps.has_open_transaction(pid):
             # verified when its transaction began on this partition; should that transaction end before the
             # append, the batch is refused there (a guard that is never live)
@@ -438,7 +451,11 @@ async def _verify_transactional(ctx: RequestContext, transactional_id: str | Non
         if not transactional_id:
             errors = dict.fromkeys(((pp.name, pp.index) for pp in pps), "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
         else:
-            codes = await coord.verify_transaction(transactional_id, pid, epoch, [(pp.name, pp.index) for pp in pps])
+            tps = [(pp.name, pp.index) for pp in pps]
+            if implicit:
+                codes = await tv2.add_partitions(coord, transactional_id, pid, epoch, tps)  # KIP-890 part 2
+            else:
+                codes = await coord.verify_transaction(transactional_id, pid, epoch, tps)
             errors = {tp: error_for_code(c).name for tp, c in codes.items() if c}
         for pp in pps:
             err = errors.get((pp.name, pp.index))

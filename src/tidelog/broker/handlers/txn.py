@@ -22,6 +22,7 @@ from tidelog.broker.errors import code_of
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.group import fit
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from tidelog.broker.txn import tv2
 from tidelog.broker.txn.markers import append_markers_locally
 from tidelog.protocol.api_keys import ApiKey
 
@@ -96,7 +97,8 @@ def _topic_results(errors: dict[TopicPartition, str | None], version: int) -> li
 
 async def _add_or_verify(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int,
                          partitions: list[TopicPartition], verify_only: bool,
-                         from_client: bool = True) -> dict[TopicPartition, str | None]:
+                         from_client: bool = True, client_transaction_version: int = 0
+                         ) -> dict[TopicPartition, str | None]:
     coord = _coordinator(ctx)
     if ctx.broker.authorizer is not None:
         # KafkaApis: a client's request (v3 and below) needs WRITE on the transactional id; every partition
@@ -116,7 +118,8 @@ async def _add_or_verify(ctx: RequestContext, transactional_id: str, producer_id
         return dict.fromkeys(partitions, "COORDINATOR_NOT_AVAILABLE")
     if verify_only:
         return coord.verify_errors(transactional_id, producer_id, producer_epoch, partitions)
-    err = await coord.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+    err = await coord.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
+                                     client_transaction_version=client_transaction_version)
     return dict.fromkeys(partitions, err)
 
 
@@ -148,8 +151,11 @@ async def add_partitions_to_txn(ctx: RequestContext, request: dict) -> dict:
     for txn in request.get("transactions") or ():
         tid = str(txn.get("transactional_id") or "")
         partitions = _partitions_of(txn.get("topics"))
+        verify_only = bool(txn.get("verify_only"))
+        # v5 without verify_only: a partition leader adds a transactions-v2 producer's partition (KIP-890 part 2)
         errors = await _add_or_verify(ctx, tid, int(txn.get("producer_id", -1)), int(txn.get("producer_epoch", -1)),
-                                      partitions, bool(txn.get("verify_only")), from_client=False)
+                                      partitions, verify_only, from_client=False,
+                                      client_transaction_version=tv2.TV2 if v >= 5 and not verify_only else 0)
         results.append({"transactional_id": tid, "topic_results": _topic_results(errors, v)})
     return fit(ApiKey.ADD_PARTITIONS_TO_TXN, v, {"throttle_time_ms": 0, "error_code": 0,
                                                   "results_by_transaction": results})
@@ -176,17 +182,22 @@ async def add_offsets_to_txn(ctx: RequestContext, request: dict) -> dict:
 @handles(ApiKey.END_TXN)
 async def end_txn(ctx: RequestContext, request: dict) -> dict:
     coord = _coordinator(ctx)
+    pid, epoch = -1, -1
     if not ctx.authorize(WRITE, TXN_ID, str(request.get("transactional_id") or "")):
         err: str | None = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
     elif coord is None:
         err = "COORDINATOR_NOT_AVAILABLE"
+    elif tv2.end_txn_version(ctx.api_version) >= tv2.TV2:  # v5: transactions v2, the epoch bumped and returned
+        err, pid, epoch = await tv2.end_transaction(
+            coord, str(request.get("transactional_id") or ""), int(request.get("producer_id", -1)),
+            int(request.get("producer_epoch", -1)), bool(request.get("committed")))
     else:
         err = await coord.end_transaction(str(request.get("transactional_id") or ""),
                                           int(request.get("producer_id", -1)), int(request.get("producer_epoch", -1)),
                                           bool(request.get("committed")))
     return fit(ApiKey.END_TXN, ctx.api_version, {
         "throttle_time_ms": 0, "error_code": _code(_fenced_for(ctx.api_version, 2, err)),
-        "producer_id": -1, "producer_epoch": -1})
+        "producer_id": pid, "producer_epoch": epoch})
 
 
 # ------------------------------------------------------------------------------------------ WriteTxnMarkers

@@ -37,6 +37,7 @@ from tidelog.broker.group.records import OFFSETS_TOPIC
 from tidelog.broker.group.records import partition_for as group_partition_for
 from tidelog.broker.internal_topics import append_and_wait, replay_log
 from tidelog.broker.txn import records as rec
+from tidelog.broker.txn import tv2
 from tidelog.broker.txn.markers import TxnMarkerChannel
 from tidelog.broker.txn.records import TRANSACTION_STATE_TOPIC, partition_for
 from tidelog.broker.txn.state import (
@@ -321,7 +322,7 @@ class TransactionCoordinator:
         ``appendTransactionToLog`` answers with, or None."""
         p = self._partition(transactional_id)
         epoch = self.owned.get(p)
-        value = None if transit is None else rec.encode_value(transit.log_value())
+        value = None if transit is None else rec.encode_value(transit.log_value(), tv2.log_value_version(self.broker))
         err = await append_and_wait(self.broker, TRANSACTION_STATE_TOPIC, p,
                                     [(rec.encode_key(transactional_id), value)], self.request_timeout_ms)
         if err is None:
@@ -420,7 +421,7 @@ class TransactionCoordinator:
     # ============================================================== AddPartitionsToTxn / AddOffsetsToTxn
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: Iterable[TopicPartition]) -> str | None:
+                             partitions: Iterable[TopicPartition], client_transaction_version: int = 0) -> str | None:
         if not transactional_id:
             return "INVALID_REQUEST"
         err = self._check(transactional_id)
@@ -436,7 +437,7 @@ class TransactionCoordinator:
         parts = set(partitions)
         if md.state is TxnState.ONGOING and parts <= md.partitions:
             return None  # already in the transaction: nothing to write
-        return await self._apply(md, md.prepare_add_partitions(parts, _now_ms()))
+        return await self._apply(md, md.prepare_add_partitions(parts, _now_ms(), client_transaction_version))
 
     def offsets_partition(self, group_id: str) -> TopicPartition:
         """``__consumer_offsets``'s partition of ``group_id`` (AddOffsetsToTxn adds it to the transaction)."""
@@ -536,8 +537,9 @@ class TransactionCoordinator:
                     md.producer_epoch = producer_epoch
                     md.last_producer_epoch = NO_PRODUCER_EPOCH
                     fence = False
-                transit = md.prepare_abort_or_commit(
-                    TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, _now_ms())
+                transit = md.prepare_abort_or_commit(  # a client's EndTxn < v5: version 1 (v5: txn/tv2.py)
+                    TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, _now_ms(),
+                    client_transaction_version=0 if from_client else tv2.finalized_level(self.broker))
             elif state is TxnState.COMPLETE_COMMIT:
                 return None if commit else "INVALID_TXN_STATE"
             elif state is TxnState.COMPLETE_ABORT:
@@ -586,7 +588,8 @@ class TransactionCoordinator:
 
         try:
             done = await self.markers.send(md.producer_id, md.producer_epoch, coordinator_epoch, commit,
-                                           set(md.partitions), still_valid=still_valid, on_done=md.remove_partition)
+                                           set(md.partitions), still_valid=still_valid, on_done=md.remove_partition,
+                                           transaction_version=md.client_transaction_version)
             if not done:
                 return
             while still_valid():

@@ -81,15 +81,16 @@ async def append_markers_locally(broker: Broker, producer_id: int, producer_epoc
 
 
 def write_txn_markers_request(producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
-                              partitions: Iterable[TopicPartition]) -> dict[str, Any]:
-    """The WriteTxnMarkers (v1) request body for one transaction's partitions on one broker."""
+                              partitions: Iterable[TopicPartition], transaction_version: int = 0) -> dict[str, Any]:
+    """The WriteTxnMarkers request body for one transaction's partitions on one broker (``transaction_version``:
+    the v2 field, 2 for a transactions-v2 transaction)."""
     topics: dict[str, list[int]] = {}
     for topic, p in sorted(partitions):
         topics.setdefault(topic, []).append(p)
     return {"markers": [{
         "producer_id": producer_id, "producer_epoch": producer_epoch, "transaction_result": commit,
         "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()],
-        "coordinator_epoch": coordinator_epoch, "transaction_version": 0,
+        "coordinator_epoch": coordinator_epoch, "transaction_version": transaction_version,
     }]}
 
 
@@ -130,7 +131,7 @@ class TxnMarkerChannel:
 
     async def send(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
                    partitions: Iterable[TopicPartition], *, still_valid: Callable[[], bool],
-                   on_done: Callable[[TopicPartition], None]) -> bool:
+                   on_done: Callable[[TopicPartition], None], transaction_version: int = 0) -> bool:
         """Write the markers; ``on_done(tp)`` for each partition acknowledged or dropped. Returns True when every
         partition is done, False when sending stopped (``still_valid()`` turned false, or a fatal marker error)."""
         pending = set(partitions)
@@ -155,8 +156,8 @@ class TxnMarkerChannel:
                 else:
                     remote.setdefault(leader, []).append(tp)
             # this broker's partitions and every other leader's at once: a slow or dead one holds up no other
-            jobs = [self._send_remote(node, producer_id, producer_epoch, coordinator_epoch, commit, tps)
-                    for node, tps in remote.items()]
+            jobs = [self._send_remote(node, producer_id, producer_epoch, coordinator_epoch, commit, tps,
+                                      transaction_version) for node, tps in remote.items()]
             if local:
                 jobs.append(append_markers_locally(self.broker, producer_id, producer_epoch, coordinator_epoch,
                                                    commit, local, self.request_timeout_ms))
@@ -185,13 +186,17 @@ class TxnMarkerChannel:
         return True
 
     async def _send_remote(self, node: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                           commit: bool, tps: list[TopicPartition]) -> dict[TopicPartition, str | None]:
+                           commit: bool, tps: list[TopicPartition],
+                           transaction_version: int = 0) -> dict[TopicPartition, str | None]:
         """WriteTxnMarkers (v1) to the leader ``node`` through the replica manager's inter-broker requests
         (``broker_request``; one node has no other broker: the partition is not led here, retried)."""
         request = self.broker.replica_manager.broker_request
-        body = write_txn_markers_request(producer_id, producer_epoch, coordinator_epoch, commit, tps)
+        body = write_txn_markers_request(producer_id, producer_epoch, coordinator_epoch, commit, tps,
+                                         transaction_version)
+        version = 2 if transaction_version >= 2 else 1  # v2 carries TransactionVersion (Kafka 4)
         try:
-            response = await request(node, ApiKey.WRITE_TXN_MARKERS, 1, body, timeout=self.request_timeout_ms / 1000.0)
+            response = await request(node, ApiKey.WRITE_TXN_MARKERS, version, body,
+                                     timeout=self.request_timeout_ms / 1000.0)
         except Exception as exc:
             log.info("WriteTxnMarkers to a partition leader failed",
                      extra={"kv": {"node": node, "error": repr(exc)}})
