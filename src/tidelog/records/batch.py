@@ -37,6 +37,9 @@ from tidelog.records.header import (
     CRC_OFFSET,
     CREATE_TIME,
     DELETE_HORIZON_MASK,
+    H_ATTRIBUTES,
+    H_BATCH_LENGTH,
+    H_RECORDS_COUNT,
     LENGTH_OFFSET,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
@@ -456,9 +459,9 @@ def check_record_structure(
     built and ``TIDELOG_PURE_PYTHON`` is not set; otherwise in Python (:func:`_walk_records`).
     """
     if type(header) is tuple:
-        size = header[1] + LOG_OVERHEAD
-        attributes = header[5]
-        count = header[12]
+        size = header[H_BATCH_LENGTH] + LOG_OVERHEAD
+        attributes = header[H_ATTRIBUTES]
+        count = header[H_RECORDS_COUNT]
     else:
         assert isinstance(header, BatchHeader)
         size = header.size

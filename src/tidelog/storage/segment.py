@@ -26,6 +26,10 @@ from tidelog.records.batch import check_record_structure
 from tidelog.records.errors import CorruptRecordError, RecordError
 from tidelog.records.header import (
     BATCH_LENGTH_FIELD,
+    H_BASE_OFFSET,
+    H_BATCH_LENGTH,
+    H_LAST_OFFSET_DELTA,
+    H_MAX_TIMESTAMP,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
@@ -192,7 +196,7 @@ def iter_header_tuples(fd: int, start: int, end: int) -> Iterator[tuple[int, Hea
             if len(buf) < RECORD_BATCH_OVERHEAD:
                 return
         fields = parse_header_tuple(buf, rel)
-        size = fields[1] + LOG_OVERHEAD
+        size = fields[H_BATCH_LENGTH] + LOG_OVERHEAD
         if size < RECORD_BATCH_OVERHEAD or pos + size > end:
             return
         yield pos, fields
@@ -692,7 +696,7 @@ class LogSegment:
     def _translate(self, offset: int, start_position: int = 0) -> tuple[int, HeaderTuple] | None:
         _, index_pos = self.offset_index.lookup(offset)
         for pos, fields in iter_header_tuples(self.fd, max(index_pos, start_position), self._size):
-            if fields[0] + fields[6] >= offset:
+            if fields[H_BASE_OFFSET] + fields[H_LAST_OFFSET_DELTA] >= offset:
                 return pos, fields
         return None
 
@@ -734,10 +738,10 @@ class LogSegment:
         next_offset = first[0] + first[6] + 1 if length else -1
         if length and max_size - length >= RECORD_BATCH_OVERHEAD:
             for _, fields in iter_header_tuples(handle.fd, start + length, limit):
-                last = fields[0] + fields[6]
+                last = fields[H_BASE_OFFSET] + fields[H_LAST_OFFSET_DELTA]
                 if max_offset is not None and last >= max_offset:
                     break
-                size = fields[1] + LOG_OVERHEAD
+                size = fields[H_BATCH_LENGTH] + LOG_OVERHEAD
                 if length + size > max_size:
                     break
                 length += size
@@ -751,7 +755,7 @@ class LogSegment:
         if self.offset_index.entries:
             next_offset = last_offset + 1
         for _, fields in iter_header_tuples(self.fd, pos, self._size):
-            next_offset = fields[0] + fields[6] + 1
+            next_offset = fields[H_BASE_OFFSET] + fields[H_LAST_OFFSET_DELTA] + 1
         return next_offset
 
     def find_offset_by_timestamp(
@@ -761,7 +765,7 @@ class LogSegment:
         _, ts_offset = self.time_index.lookup(timestamp)
         _, pos = self.offset_index.lookup(max(ts_offset, start_offset))
         for p, fields in iter_header_tuples(self.fd, pos, self._size):
-            if fields[8] >= timestamp and fields[0] + fields[6] >= start_offset:
+            if fields[H_MAX_TIMESTAMP] >= timestamp and fields[H_BASE_OFFSET] + fields[H_LAST_OFFSET_DELTA] >= start_offset:
                 return p, BatchHeader(*fields)
         return None
 
@@ -906,11 +910,11 @@ class LogSegment:
                     fields = validate(buf, rel_pos, max_message_bytes, size - valid_bytes)
                 except RecordError:
                     break
-                first = fields[0]
-                last = first + fields[6]
+                first = fields[H_BASE_OFFSET]
+                last = first + fields[H_LAST_OFFSET_DELTA]
                 if first < expected_min or last - base > INT32_MAX:
                     break
-                batch_max_ts = fields[8]
+                batch_max_ts = fields[H_MAX_TIMESTAMP]
                 if batch_max_ts > max_ts:
                     max_ts, max_ts_offset = batch_max_ts, last
                 if valid_bytes - last_index_entry > interval:
@@ -925,7 +929,7 @@ class LogSegment:
                     on_header(valid_bytes, fields)
                 if on_batch is not None:
                     on_batch(valid_bytes, BatchHeader(*fields))
-                batch_size = fields[1] + LOG_OVERHEAD
+                batch_size = fields[H_BATCH_LENGTH] + LOG_OVERHEAD
                 valid_bytes += batch_size
                 expected_min = last + 1
                 if progress is not None:
