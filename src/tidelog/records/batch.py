@@ -67,7 +67,14 @@ from tidelog.records.recwalk import (
     parse_headers,
     walk_records,
 )
-from tidelog.records.varint import INT32_MAX, INT64_MAX, INT64_MIN, ONE_BYTE, encode_unsigned
+from tidelog.records.varint import (
+    INT32_MAX,
+    INT64_MAX,
+    INT64_MIN,
+    ONE_BYTE,
+    encode_unsigned,
+    encode_zigzag_varlong,
+)
 
 Buffer = bytes | bytearray | memoryview
 Header = tuple[str, bytes | None]
@@ -158,7 +165,7 @@ def _encode_records(recs: list[tuple], base_timestamp: int, now: int) -> tuple[b
         tsd = ts - base_timestamp
         if tsd > INT64_MAX or tsd < INT64_MIN:
             raise ValueError(f"record {index}: timestamp delta {tsd} does not fit an int64")
-        body = [b"\x00", uv((tsd << 1) ^ (tsd >> 63)), uv1[od << 1] if od < 64 else uv(od << 1)]
+        body = [b"\x00", encode_zigzag_varlong(tsd), uv1[od << 1] if od < 64 else uv(od << 1)]
         if key is None:
             body.append(_NULL)
         else:

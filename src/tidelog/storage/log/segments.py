@@ -23,7 +23,8 @@ from tidelog.records.header import (
 )
 from tidelog.records.recwalk import R_OFFSET_DELTA, R_TIMESTAMP_DELTA, walk_records
 from tidelog.storage.config import LogConfig
-from tidelog.storage.segment import LogSegment, index_file, log_file, time_index_file, txn_index_file
+from tidelog.storage.segment import LogSegment
+from tidelog.storage.segment_names import index_file, log_file, time_index_file, txn_index_file
 
 log = logging.getLogger(__name__)
 
