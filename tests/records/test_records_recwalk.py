@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import pytest
 
-from tidelog.records import RecordError
+from tidelog.records import RecordError, RecordSpec
 from tidelog.records.batch import build_batch, parse_records, read_keys
 from tidelog.records.errors import CorruptRecordError
 from tidelog.records.header import BatchHeader
-from tidelog.records.recwalk import MIN_RECORD_BODY, MIN_RECORD_SIZE, check_records, walk_records
+from tidelog.records.recwalk import (
+    MIN_RECORD_BODY,
+    MIN_RECORD_SIZE,
+    R_OFFSET_DELTA,
+    R_TIMESTAMP_DELTA,
+    check_records,
+    walk_records,
+)
 from tidelog.storage.cleaner import batch_filter, build_map
 from tidelog.storage.log.segments import scan_uncompressed_records
 from tidelog.storage.offset_map import OffsetMap
@@ -94,3 +101,29 @@ def test_truncated_area_is_a_record_error() -> None:
     area = batch[61:-3]
     with pytest.raises(RecordError):
         check_records(area, 0, len(area), 2)
+
+
+def test_c_record_deltas_agrees_with_the_python_walk() -> None:
+    """The log's time scan takes (offsetDelta, timestampDelta) from the C cursor: the Python walk's values, and
+    None (the Python walk then raises) wherever the Python walk fails."""
+    from tidelog.storage.log.segments import c_record_deltas
+
+    if c_record_deltas is None:
+        pytest.skip("the optional C extension is not built")
+    batch = build_batch(
+        [RecordSpec(b"a", b"1", (), 1000, 0), RecordSpec(None, b"2", [("h", b"x")], 900, 3),
+         RecordSpec(b"c" * 200, None, (), 5000, 7)],
+        now_ms=1000,
+    )
+    area = batch[61:]
+    want = [(f[R_OFFSET_DELTA], f[R_TIMESTAMP_DELTA]) for f in walk_records(area, 0, len(area), 3)]
+    assert want == [(0, 0), (3, -100), (7, 4000)]
+    assert c_record_deltas(batch, 3, 61, len(batch)) == want
+    for cut in range(1, len(area)):
+        bad = area[:-cut]
+        c = c_record_deltas(bad, 3, 0, len(bad))
+        assert c is None
+        with pytest.raises(RecordError):
+            check_records(bad, 0, len(bad), 3)
+    short = _short(3) + MINIMAL * 2
+    assert c_record_deltas(short, 1, 0, len(short)) is None

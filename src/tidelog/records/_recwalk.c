@@ -1002,7 +1002,70 @@ static const tidelog_records_capi recwalk_capi = {
     header_tuple,
 };
 
+PyDoc_STRVAR(record_deltas_doc,
+"record_deltas(data, count, start, end, /) -> list[tuple[int, int]] | None\n\n"
+"(offsetDelta, timestampDelta) of each of the ``count`` records of the records area ``data[start:end]``, walked\n"
+"with the record cursor (the checks of check_records); None when the walk fails (the Python walk then raises\n"
+"the exact error). For the log's scan by timestamp.");
+
+static PyObject *
+record_deltas(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "record_deltas expected 4 arguments, got %zd", nargs);
+        return NULL;
+    }
+    long long count = PyLong_AsLongLong(args[1]);
+    if (count == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t start = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t end = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
+    if (end == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *out = NULL;
+    if (start < 0 || end < start || end > view.len) {
+        PyErr_Format(PyExc_ValueError, "record_deltas: bad range [%zd:%zd] of a %zd-byte buffer", start, end,
+                     view.len);
+        goto done;
+    }
+    const uint8_t *d = (const uint8_t *)view.buf + start;
+    const Py_ssize_t n = end - start;
+    tl_walk_error e;
+    tl_record r;
+    Py_ssize_t pos = 0;
+    if (count < 0 || tl_check_count(0, n, count, &e)) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    out = PyList_New((Py_ssize_t)count); /* count <= n / MIN_RECORD_SIZE: bounded by the buffer */
+    if (out == NULL)
+        goto done;
+    for (long long i = 0; i < count; i++) {
+        if (tl_record_next(d, n, &pos, i, 0, &r, &e)) {
+            Py_SETREF(out, Py_NewRef(Py_None));
+            goto done;
+        }
+        PyObject *t = Py_BuildValue("(iL)", (int)r.delta, (long long)r.tsd);
+        if (t == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, t);
+    }
+    if (tl_check_end(pos, n, count, &e))
+        Py_SETREF(out, Py_NewRef(Py_None));
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef recwalk_methods[] = {
+    {"record_deltas", (PyCFunction)(void (*)(void))record_deltas, METH_FASTCALL, record_deltas_doc},
     {"check_records", (PyCFunction)(void (*)(void))check_records, METH_FASTCALL, check_records_doc},
     {"validate_single_batch", (PyCFunction)(void (*)(void))validate_single_batch, METH_FASTCALL,
      validate_single_batch_doc},

@@ -107,28 +107,6 @@ tl_read_uvarint(const uint8_t *d, Py_ssize_t n, Py_ssize_t *ppos, int max_bytes,
     }
 }
 
-/* decode_varint: a zig-zag int32 (bits past 32 dropped). 0 ok, else the TL_E_VARINT_* code. */
-static inline int
-tl_varint32(const uint8_t *d, Py_ssize_t n, Py_ssize_t *ppos, int32_t *out)
-{
-    uint64_t raw;
-    int rc = tl_read_uvarint(d, n, ppos, 5, &raw);
-    if (rc == TL_OK)
-        *out = tl_zigzag32((uint32_t)raw);
-    return rc;
-}
-
-/* decode_varlong: a zig-zag int64. */
-static inline int
-tl_varlong64(const uint8_t *d, Py_ssize_t n, Py_ssize_t *ppos, int64_t *out)
-{
-    uint64_t raw;
-    int rc = tl_read_uvarint(d, n, ppos, 10, &raw);
-    if (rc == TL_OK)
-        *out = tl_zigzag64(raw);
-    return rc;
-}
-
 /* Kafka's writeUnsignedVarint of v into out (room for 10 bytes); returns the bytes written. */
 static inline size_t
 tl_put_uvarint(uint8_t *out, uint64_t v)

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from tidelog.records.batch import decode_records
+from tidelog.records.batch import _load_c, decode_records
 from tidelog.records.header import (
     COMPRESSION_MASK,
     NO_TIMESTAMP,
@@ -203,6 +203,11 @@ def record_at_or_after(
     return None
 
 
+c_record_deltas = _load_c("record_deltas")
+"""``tidelog.records._recwalk.record_deltas`` (the C record cursor: every record's offset and timestamp deltas), or
+None for the pure-Python walk."""
+
+
 def scan_uncompressed_records(
     data: bytes, header: BatchHeader, predicate: Callable[[int, int], bool], min_offset: int
 ) -> tuple[int, int] | None:
@@ -212,6 +217,15 @@ def scan_uncompressed_records(
     base_offset = header.base_offset
     lat = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
     base_ts = header.base_timestamp
+    if c_record_deltas is not None:
+        deltas = c_record_deltas(data, header.records_count, RECORD_BATCH_OVERHEAD, len(data))
+        if deltas is not None:  # else the Python walk below raises the exact error
+            for offset_delta, ts_delta in deltas:
+                offset = base_offset + offset_delta
+                ts = base_ts + ts_delta if lat is None else lat
+                if offset >= min_offset and predicate(ts, offset):
+                    return offset, ts
+            return None
     for fields in walk_records(data, RECORD_BATCH_OVERHEAD, len(data), header.records_count):
         offset = base_offset + fields[R_OFFSET_DELTA]
         ts = base_ts + fields[R_TIMESTAMP_DELTA] if lat is None else lat
