@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from functools import partial
 
 from tidelog.records.errors import CorruptRecordError, InvalidRecordError
 from tidelog.records.varint import decode_varint, decode_varlong
@@ -33,8 +32,6 @@ MIN_RECORD_SIZE = 7
 """Smallest encoded record: length, attributes, timestampDelta, offsetDelta, key -1, value -1, 0 headers."""
 MIN_RECORD_BODY = MIN_RECORD_SIZE - 1
 """Smallest declared record length (the bytes after the length varint)."""
-
-_drain = partial(deque, maxlen=0)
 
 #: what :func:`walk_records` yields per record: ``(end, timestamp_delta, offset_delta, key_pos, key_len,
 #: value_pos, value_len, headers_pos, header_count)``; a length < 0 is null (its ``*_pos`` is where the bytes
@@ -201,7 +198,7 @@ def walk_records(data: bytes, pos: int, n: int, count: int, consecutive: bool = 
 
 def check_records(data: bytes, pos: int, n: int, count: int, consecutive: bool = False) -> None:
     """:func:`walk_records` for its checks alone (consumed in C: no Python loop over the records)."""
-    _drain(walk_records(data, pos, n, count, consecutive))
+    deque(walk_records(data, pos, n, count, consecutive), maxlen=0)
 
 
 def parse_headers(data: bytes, pos: int, count: int) -> tuple[list[tuple[str, bytes | None]], int]:
