@@ -274,10 +274,26 @@ tl_record_next(const uint8_t *d, Py_ssize_t n, Py_ssize_t *ppos, long long index
         tsd = tl_zigzag64(raw);
     }
     const Py_ssize_t ts_end = pos;
-    TL_FAST_VARINT(delta);
-    if (consecutive && delta != index) {
-        e->value = delta;
-        TL_FAIL(TL_E_NOT_CONSEC);
+    if (__builtin_expect(consecutive, 0) || r != NULL) {
+        TL_FAST_VARINT(delta);
+        if (consecutive && delta != index) {
+            e->value = delta;
+            TL_FAIL(TL_E_NOT_CONSEC);
+        }
+    } else { /* the check alone: only the extent of offsetDelta matters (same reads, same errors) */
+        delta = 0;
+        if (pos >= n)
+            TL_FAIL(TL_E_TRUNC);
+        if (d[pos] < 0x80) {
+            pos += 1;
+        } else {
+            if (pos + 1 >= n)
+                TL_FAIL(TL_E_TRUNC);
+            if (d[pos + 1] < 0x80)
+                pos += 2;
+            else
+                TL_VARINT(5, &raw);
+        }
     }
     /* key and value: any negative length is null */
     Py_ssize_t key_pos;
@@ -345,7 +361,7 @@ tl_record_next(const uint8_t *d, Py_ssize_t n, Py_ssize_t *ppos, long long index
         r->headers_pos = headers_pos;
         r->header_count = hcount;
     }
-    *ppos = pos;
+    *ppos = end; /* == pos; from ``end`` the next record depends on the length alone, not on every field's load */
     return TL_OK;
 }
 
