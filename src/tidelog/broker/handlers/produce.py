@@ -31,6 +31,17 @@ from tidelog.broker.txn import tv2
 from tidelog.protocol.errors import error_for_code
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED
 from tidelog.records.errors import DecompressionLimitError, RecordError
+from tidelog.records.header import (
+    ATTRIBUTES_LOW_OFFSET,
+    COMPRESSION_MASK,
+    CONTROL_MASK,
+    PRODUCER_EPOCH_FIELD,
+    PRODUCER_EPOCH_OFFSET,
+    PRODUCER_ID_FIELD,
+    PRODUCER_ID_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_MASK,
+)
 from tidelog.storage.log.partition_log import PartitionLog
 from tidelog.storage.log.validator import ValidatedBatch
 
@@ -66,9 +77,9 @@ INLINE_VALIDATION_NS = 80_000
 def validation_cost_ns(records: Records) -> float:
     """Worst-case cost of validating one produce batch (header only: nothing is decompressed)."""
     n = len(records)
-    if n < 61:
+    if n < RECORD_BATCH_OVERHEAD:
         return 0.0
-    codec = records[22] & 0x07
+    codec = records[ATTRIBUTES_LOW_OFFSET] & COMPRESSION_MASK
     if codec > 4:
         return 0.0  # refused from the header
     return min(n * _MAX_RATIO[codec], DEFAULT_MAX_DECOMPRESSED) * _NS_PER_OUTPUT_BYTE[codec]
@@ -174,7 +185,10 @@ async def produce(ctx: RequestContext, request: dict) -> dict | DeferredResponse
             if pp is None:
                 any_error = True
                 continue
-            if len(pp.records) >= 61 and pp.records[22] & 0x30 == 0x10:  # transactional, not control: KIP-890
+            if (
+                len(pp.records) >= RECORD_BATCH_OVERHEAD
+                and pp.records[ATTRIBUTES_LOW_OFFSET] & (TRANSACTIONAL_MASK | CONTROL_MASK) == TRANSACTIONAL_MASK
+            ):  # transactional, not control: KIP-890
                 if txn_parts is None:
                     txn_parts = []
                 txn_parts.append(pp)
@@ -282,7 +296,9 @@ def _checked_partition(ctx: RequestContext, name: str | None, topic_err: int, ac
 
 def _validation_cost(pp: _ProducePartition) -> float:
     records = pp.records
-    if len(records) >= 61 and pp.plog.recompresses(records[22] & 0x07):
+    if len(records) >= RECORD_BATCH_OVERHEAD and pp.plog.recompresses(
+        records[ATTRIBUTES_LOW_OFFSET] & COMPRESSION_MASK
+    ):
         return float("inf")  # rebuilt with the topic's codec: per-record Python
     return validation_cost_ns(records)
 
@@ -376,7 +392,11 @@ def _has_transactional_batch(request: dict) -> bool:
     for t in request.get("topic_data") or ():
         for pd in t.get("partition_data") or ():
             records = pd.get("records")
-            if records is not None and len(records) >= 61 and records[22] & 0x10:
+            if (
+                records is not None
+                and len(records) >= RECORD_BATCH_OVERHEAD
+                and records[ATTRIBUTES_LOW_OFFSET] & TRANSACTIONAL_MASK
+            ):
                 return True
     return False
 
@@ -425,7 +445,7 @@ async def _verify_transactional(ctx: RequestContext, transactional_id: str | Non
     by_producer: dict[tuple[int, int], list[_ProducePartition]] = {}
     for pp in parts:
         rec = pp.records
-        pid = int.from_bytes(rec[43:51], "big", signed=True)
+        (pid,) = PRODUCER_ID_FIELD.unpack_from(rec, PRODUCER_ID_OFFSET)
         ps = pp.plog.producer_state
         if ps is not None and implicit and ps.has_open_transaction(pid):
             # v2: the open transaction is this batch's only at the same epoch (Kafka's hasOngoingTransaction
@@ -444,7 +464,7 @@ async def _verify_transactional(ctx: RequestContext, transactional_id: str | Non
         # Kafka's VerificationGuard: taken before asking the coordinator, checked at the append, cleared by a
         # marker in between, so a batch verified in a transaction that then ended cannot open a new one
         pp.guard = ps.start_verification(pid)
-        epoch = int.from_bytes(rec[51:53], "big", signed=True)
+        (epoch,) = PRODUCER_EPOCH_FIELD.unpack_from(rec, PRODUCER_EPOCH_OFFSET)
         by_producer.setdefault((pid, epoch), []).append(pp)
     refused: set[_ProducePartition] = set()
     for (pid, epoch), pps in by_producer.items():
