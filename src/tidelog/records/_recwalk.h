@@ -243,7 +243,9 @@ tl_check_end(Py_ssize_t pos, Py_ssize_t n, long long count, tl_walk_error *e)
  * and, when r is not NULL, *r filled. ``consecutive``: the offset delta must be ``index``. TL_OK or a TL_E_* code
  * with *e filled. The fields are kept in locals and stored once at the end, so a caller passing NULL (the
  * produce-time check) pays for no stores and the compiler drops the values nobody reads. */
-static inline int
+/* always_inline: GCC declines to inline a function this large by itself, and the produce-time check then pays
+ * for the calls and for the fields it never reads (measured: 1.13 -> 0.94 us per 16 KiB batch of 100 B records). */
+static inline __attribute__((always_inline)) int
 tl_record_next(const uint8_t *d, Py_ssize_t n, Py_ssize_t *ppos, long long index, int consecutive, tl_record *r,
                tl_walk_error *e)
 {
