@@ -117,10 +117,10 @@ LIVE_CONFIGS = (LOG_CONFIGS | CLEANER_CONFIGS
                 | {"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides", "num.io.threads"})
 
 
-class DynamicConfigError(Exception):
+class DynamicConfigError(ApiError):
     """A refused change: ``kafka_error`` and Kafka's message."""
 
-    def __init__(self, kafka_error: str, message: str) -> None:
+    def __init__(self, kafka_error: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.kafka_error = kafka_error
         self.message = message

@@ -46,9 +46,9 @@ _BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
 
 
 class TopicError(BrokerError):
-    """A topic operation refused with a Kafka error name (e.g. ``TOPIC_ALREADY_EXISTS``)."""
+    """A topic operation refused with a Kafka error (e.g. ``ErrorCode.TOPIC_ALREADY_EXISTS``)."""
 
-    def __init__(self, kafka_error: str, message: str) -> None:
+    def __init__(self, kafka_error: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.kafka_error = kafka_error
         self.message = message

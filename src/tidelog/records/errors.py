@@ -1,13 +1,15 @@
 """Errors raised by the sans-io record layer.
 
 Every error names what is wrong so a broker can log it and map it to a Kafka error code
-(``kafka_error`` is the Kafka error name the broker answers with).
+(``kafka_error`` is the Kafka error the broker answers with; :class:`tidelog.errors.ApiError` is the base).
 """
 
 from __future__ import annotations
 
+from tidelog.errors import ApiError, ErrorCode
 
-class RecordError(ValueError):
+
+class RecordError(ApiError, ValueError):
     """Base class: the bytes are not a valid record batch."""
 
     kafka_error = "CORRUPT_MESSAGE"

@@ -1,9 +1,11 @@
-"""Storage-layer errors. ``kafka_error`` names the Kafka error code a broker answers with."""
+"""Storage-layer errors. ``kafka_error`` is the Kafka error a broker answers with (base: ``tidelog.errors.ApiError``)."""
 
 from __future__ import annotations
 
+from tidelog.errors import ApiError, ErrorCode
 
-class StorageError(Exception):
+
+class StorageError(ApiError):
     kafka_error = "KAFKA_STORAGE_ERROR"
 
 
@@ -53,7 +55,7 @@ class CorruptCheckpointError(StorageError):
     """A checkpoint or metadata file does not parse strictly (wrong version, count mismatch, bad line)."""
 
 
-class InvalidConfigError(ValueError):
+class InvalidConfigError(ApiError, ValueError):
     kafka_error = "INVALID_CONFIG"
 
     def __init__(self, name: str, value: object, reason: str) -> None:

@@ -57,7 +57,7 @@ import logging
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.errors import code_of
+from tidelog.errors import error_code
 from tidelog.broker.group import describe, loading, membership, offsets, txn_offsets
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.consumer_group import ConsumerGroupManager
@@ -394,7 +394,7 @@ class GroupCoordinator:
             return INVALID_COMMIT_OFFSET_SIZE if offsets else UNKNOWN_SERVER_ERROR
         if name == "REQUEST_TIMED_OUT":
             return REQUEST_TIMED_OUT if offsets else REBALANCE_IN_PROGRESS
-        return code_of(name) if offsets else UNKNOWN_SERVER_ERROR
+        return error_code(name) if offsets else UNKNOWN_SERVER_ERROR
 
     async def _store_group(self, g: Group) -> int:
         value = GroupValue(

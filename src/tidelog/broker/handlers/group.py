@@ -25,7 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from tidelog.broker.errors import code_of
+from tidelog.errors import error_code
 from tidelog.broker.group.coordinator import _join_error
 from tidelog.broker.handlers import Handler, RequestContext, handles
 from tidelog.broker.handlers.group_bodies import (
@@ -147,7 +147,7 @@ async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, 
             return COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", nowhere
         err, node = await tc.find_coordinator(key)
         if err is not None or node is None:
-            return code_of(err or "COORDINATOR_NOT_AVAILABLE"), "The coordinator is not available.", nowhere
+            return error_code(err or "COORDINATOR_NOT_AVAILABLE"), "The coordinator is not available.", nowhere
         return NONE, None, b.node_endpoint(node, ctx.listener)
     if key_type != 0:
         return INVALID_REQUEST, f"Unknown coordinator key type {key_type}", nowhere

@@ -8,7 +8,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tidelog.broker.errors import PartitionError, code_of, error_of
+from tidelog.broker.errors import PartitionError, error_of
+from tidelog.errors import error_code
 from tidelog.broker.handlers import DeferredResponse, RequestContext, handles
 from tidelog.broker.handlers.core_shared import (
     _TOPIC,
@@ -353,7 +354,7 @@ def _acked(body: dict, results: dict[tuple[str, int], dict], status: Mapping[tup
         status = dict.fromkeys(results, "UNKNOWN_SERVER_ERROR")
     for tp, err in status.items():
         if err is not None:
-            results[tp]["error_code"] = code_of(err)
+            results[tp]["error_code"] = error_code(err)
     return body
 
 
@@ -445,7 +446,7 @@ async def _verify_transactional(ctx: RequestContext, transactional_id: str | Non
             if err is None:
                 continue
             name = _verification_error(err, ctx.api_version)
-            pp.pr["error_code"] = code_of(name)
+            pp.pr["error_code"] = error_code(name)
             pp.pr["error_message"] = (f"Partition {pp.name}-{pp.index} was not verified in the transaction: {err}"
                                       if ctx.api_version >= 8 else None)
             refused.add(pp)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tidelog.broker.errors import code_of
+from tidelog.errors import error_code
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.group import fit
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
@@ -34,7 +34,7 @@ TXN_ID, TOPIC, GROUP, CLUSTER = (ResourceType.TRANSACTIONAL_ID, ResourceType.TOP
 
 
 def _code(name: str | None) -> int:
-    return 0 if name is None else code_of(name)
+    return 0 if name is None else error_code(name)
 
 
 def _fenced_for(version: int, first_with_fenced: int, err: str | None) -> str | None:

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.errors import code_of
+from tidelog.errors import error_code
 from tidelog.broker.group.records import OFFSETS_TOPIC
 from tidelog.broker.group.records import partition_for as group_partition_for
 from tidelog.broker.internal_topics import append_and_wait, replay_log
@@ -762,7 +762,7 @@ class TransactionCoordinator:
 
 
 def _code(name: str | None) -> int:
-    return 0 if name is None else code_of(name)
+    return 0 if name is None else error_code(name)
 
 
 def _read_partitions(logs: list[Any]) -> dict[str, rec.TxnLogValue]:
