@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import itertools
+import subprocess
 import sys
 from pathlib import Path
 
@@ -181,7 +183,7 @@ class Finder:
                         self.name_str(d)
             elif isinstance(node, ast.Compare):
                 sides = [node.left, *node.comparators]
-                for a, b in zip(sides, sides[1:], strict=False):
+                for a, b in itertools.pairwise(sides):
                     for x, y in ((a, b), (b, a)):
                         if is_kafka_error(x):
                             for e in _elements(y):
@@ -275,7 +277,26 @@ def rewrite(path: Path, rel: str) -> tuple[str, list[str]]:
     for name in ("ErrorCode", "ApiKey"):
         if any(f"{name}." in r.split(" -> ")[1] for r in report):
             text = add_import(text, name)
-    return text, list(reversed(report))
+    return drop_unused(text), list(reversed(report))
+
+
+#: names the rewrite can leave unused (an import of them is dropped when nothing else uses them)
+REPLACED = {"error_code", "code_of", "ERRORS_BY_NAME"}
+
+
+def drop_unused(text: str) -> str:
+    tree = ast.parse(text)
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    lines = text.splitlines(keepends=True)
+    for node in reversed(tree.body):
+        if not isinstance(node, ast.ImportFrom) or node.lineno != node.end_lineno or any(a.asname for a in node.names):
+            continue
+        drop = {a.name for a in node.names if a.name in REPLACED and a.name not in used}
+        if not drop:
+            continue
+        keep = [a.name for a in node.names if a.name not in drop]
+        lines[node.lineno - 1] = f"from {node.module} import {', '.join(keep)}\n" if keep else ""
+    return "".join(lines)
 
 
 def _col(text: str, starts: list[int], lineno: int, col: int) -> int:
@@ -290,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("paths", nargs="*", default=["src", "tests", "bench"])
     args = ap.parse_args(argv)
     changed = 0
+    touched: list[str] = []
     for root in args.paths:
         base = ROOT / root
         files = [base] if base.is_file() else sorted(base.rglob("*.py"))
@@ -304,7 +326,12 @@ def main(argv: list[str] | None = None) -> int:
                 changed += len(report)
                 if not args.check:
                     path.write_text(new, encoding="utf-8")
+                    touched.append(str(path))
     print(f"{'would change' if args.check else 'changed'} {changed} place(s)", file=sys.stderr)
+    if touched and not args.check:  # the added imports in isort's order, as ruff wants them
+        ruff = Path(sys.executable).with_name("ruff")
+        subprocess.run([str(ruff) if ruff.exists() else "ruff", "check", "--fix", "--select", "I", "--quiet",
+                        *touched], check=False)
     return 1 if args.check and changed else 0
 
 
