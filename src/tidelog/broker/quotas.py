@@ -59,6 +59,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from tidelog.broker.quota_sensors import RateSensor, ResolutionCache, Sensor, SensorTable, TokenBucket
+from tidelog.errors import ErrorCode
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.storage.checkpoints import atomic_write
 
 if TYPE_CHECKING:
@@ -88,8 +90,8 @@ QUOTA_KEYS: dict[str, str] = {
     CONTROLLER_MUTATION_RATE: "DOUBLE",
 }
 
-INVALID_REQUEST = 42
-UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = ErrorCode.INVALID_REQUEST
+UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 NANOS_TO_PERCENTAGE = 100.0 / 1e9  # Kafka's ClientRequestQuotaManager.NanosToPercentagePerSecond
@@ -558,7 +560,7 @@ def fetch_response_bytes(body: dict) -> int:
 
 # APIs not counted by request_percentage: cluster actions (Kafka's ``ApiKeys.clusterAction``) and SASL
 REQUEST_QUOTA_EXEMPT = frozenset({4, 5, 6, 7, 17, 27, 36})
-FETCH_KEY = 1  # a consumer's Fetch records its own request time (:func:`fetch_throttle`)
+FETCH_KEY = ApiKey.FETCH  # a consumer's Fetch records its own request time (:func:`fetch_throttle`)
 # KIP-219: from these versions on the client throttles itself and the broker answers at once, then mutes the
 # channel; before them (Produce < 6, Fetch < 8) the response itself is held back for the throttle time
 CLIENT_SIDE_THROTTLE = {0: 6, 1: 8}

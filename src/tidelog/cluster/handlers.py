@@ -27,6 +27,7 @@ from tidelog.broker.handlers.bodies import (
 )
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.cluster import zkdata as zd
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
 
@@ -96,7 +97,7 @@ async def offset_for_leader_epoch(ctx: RequestContext, request: dict) -> dict:
             out: EpochEndOffset = {"error_code": 0, "partition": index, "leader_epoch": -1, "end_offset": -1}
             parts.append(out)
             if not allowed:
-                out["error_code"] = error_code("TOPIC_AUTHORIZATION_FAILED")
+                out["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
             try:
                 plog = broker.leader_log(name, index)
@@ -246,11 +247,11 @@ async def list_partition_reassignments(ctx: RequestContext, request: dict) -> di
     wanted = None if topics is None else {t.get("name"): [int(i) for i in t.get("partition_indexes") or ()]
                                            for t in topics}
     if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        return {"throttle_time_ms": 0, "error_code": error_code("CLUSTER_AUTHORIZATION_FAILED"),
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 "error_message": None, "topics": []}
     zk = _replica_manager(ctx).zk
     if zk is None:
-        return {"throttle_time_ms": 0, "error_code": error_code("BROKER_NOT_AVAILABLE"),
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.BROKER_NOT_AVAILABLE,
                 "error_message": "Not connected to ZooKeeper.", "topics": []}
     found = await asyncio.to_thread(list_reassignments, zk, wanted)
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "topics": found}

@@ -73,6 +73,7 @@ from tidelog.cluster.producer_ids import zk_producer_id_manager
 from tidelog.cluster.quotas import ZkQuotaStore
 from tidelog.cluster.scram import ZkScramCredentialStore
 from tidelog.cluster.topics import ZkTopicBackend
+from tidelog.errors import ErrorCode
 from tidelog.storage.checkpoints import atomic_write
 
 log = logging.getLogger("tidelog.cluster.broker")
@@ -212,12 +213,12 @@ class ZkReplicaManager:
         r = self.replicas.get((topic, partition))
         if r is None:
             if topic in self.assignments and partition in self.assignments[topic].partitions:
-                raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"{topic}-{partition} is not hosted here")
-            raise PartitionError("UNKNOWN_TOPIC_OR_PARTITION", f"{topic}-{partition} is not hosted here")
+                raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{partition} is not hosted here")
+            raise PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not hosted here")
         if not r.is_leader:
-            raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"{topic}-{partition}: the leader is {r.leader}")
+            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{partition}: the leader is {r.leader}")
         if r.log.offline:  # its log directory failed: KAFKA_STORAGE_ERROR until the controller moves the leader
-            raise PartitionError("KAFKA_STORAGE_ERROR", r.log.failed)
+            raise PartitionError(ErrorCode.KAFKA_STORAGE_ERROR, r.log.failed)
         return r.log
 
     def isr(self, topic: str, partition: int) -> tuple[int, ...]:
@@ -233,9 +234,9 @@ class ZkReplicaManager:
             return
         current = self.leader_epoch(topic, partition)
         if requested < current:
-            raise PartitionError("FENCED_LEADER_EPOCH")
+            raise PartitionError(ErrorCode.FENCED_LEADER_EPOCH)
         if requested > current:
-            raise PartitionError("UNKNOWN_LEADER_EPOCH")
+            raise PartitionError(ErrorCode.UNKNOWN_LEADER_EPOCH)
 
     def maybe_increment_high_watermark(self, tp: tuple[str, int], log_: Any) -> bool:
         r = self.replicas.get(tp)
@@ -257,7 +258,7 @@ class ZkReplicaManager:
         ``min.insync.replicas`` after the append (NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
         plog = self.leader_log(*tp)
         if len(self.isr(*tp)) < plog.config.min_insync_replicas:
-            raise PartitionError("NOT_ENOUGH_REPLICAS_AFTER_APPEND")
+            raise PartitionError(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
         return plog.high_watermark
 
     def partition_metadata(self, topic: str, partition: int) -> dict:
@@ -1007,7 +1008,7 @@ class ZkReplicaManager:
         r = self.replicas.get(tp)
         a = self.assignments.get(tp[0])
         if (r is None or replica_id not in r.replicas) and (a is None or replica_id not in a.partitions.get(tp[1], ())):
-            raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"broker {replica_id} is no replica")
+            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {replica_id} is no replica")
 
     def update_follower_fetch_state(self, tp: tuple[str, int], replica_id: int, fetch_offset: int) -> None:
         """After a follower's read (not a diverging or failed one): its LEO is ``fetch_offset``."""

@@ -3,7 +3,15 @@ records and storage name their errors with the same enum); this module re-export
 
 from __future__ import annotations
 
-from tidelog.errors import ERRORS, ERRORS_BY_CODE, ERRORS_BY_NAME, ErrorCode, KafkaError, error_code, error_for_code
+from tidelog.errors import (
+           ERRORS,
+           ERRORS_BY_CODE,
+           ERRORS_BY_NAME,
+           ErrorCode,
+           KafkaError,
+           error_code,
+           error_for_code,
+)
 
 #: the one error enum under its former name
 KafkaErrorCode = ErrorCode

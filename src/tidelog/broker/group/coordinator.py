@@ -57,7 +57,6 @@ import logging
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
-from tidelog.errors import error_code
 from tidelog.broker.group import describe, loading, membership, offsets, txn_offsets
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.consumer_group import ConsumerGroupManager
@@ -69,6 +68,7 @@ from tidelog.broker.group.results import DescribedGroup, ListedGroup
 from tidelog.broker.group.state import Group, GroupState
 from tidelog.broker.group.state import now_ms as _now_ms
 from tidelog.broker.internal_topics import append_and_wait
+from tidelog.errors import ErrorCode, error_code
 from tidelog.protocol.errors import error_code
 from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
@@ -79,35 +79,35 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidelog.broker.group")
 
 
-NONE = error_code("NONE")
-UNKNOWN_SERVER_ERROR = error_code("UNKNOWN_SERVER_ERROR")
-UNKNOWN_TOPIC_OR_PARTITION = error_code("UNKNOWN_TOPIC_OR_PARTITION")
-OFFSET_METADATA_TOO_LARGE = error_code("OFFSET_METADATA_TOO_LARGE")
-COORDINATOR_LOAD_IN_PROGRESS = error_code("COORDINATOR_LOAD_IN_PROGRESS")
-COORDINATOR_NOT_AVAILABLE = error_code("COORDINATOR_NOT_AVAILABLE")
-NOT_COORDINATOR = error_code("NOT_COORDINATOR")
-ILLEGAL_GENERATION = error_code("ILLEGAL_GENERATION")
-INCONSISTENT_GROUP_PROTOCOL = error_code("INCONSISTENT_GROUP_PROTOCOL")
-INVALID_GROUP_ID = error_code("INVALID_GROUP_ID")
-UNKNOWN_MEMBER_ID = error_code("UNKNOWN_MEMBER_ID")
-INVALID_SESSION_TIMEOUT = error_code("INVALID_SESSION_TIMEOUT")
-REBALANCE_IN_PROGRESS = error_code("REBALANCE_IN_PROGRESS")
-INVALID_COMMIT_OFFSET_SIZE = error_code("INVALID_COMMIT_OFFSET_SIZE")
-NON_EMPTY_GROUP = error_code("NON_EMPTY_GROUP")
-GROUP_ID_NOT_FOUND = error_code("GROUP_ID_NOT_FOUND")
-MEMBER_ID_REQUIRED = error_code("MEMBER_ID_REQUIRED")
-GROUP_MAX_SIZE_REACHED = error_code("GROUP_MAX_SIZE_REACHED")
-FENCED_INSTANCE_ID = error_code("FENCED_INSTANCE_ID")
-GROUP_SUBSCRIBED_TO_TOPIC = error_code("GROUP_SUBSCRIBED_TO_TOPIC")
-INVALID_REQUEST = error_code("INVALID_REQUEST")
-REQUEST_TIMED_OUT = error_code("REQUEST_TIMED_OUT")
-UNSTABLE_OFFSET_COMMIT = error_code("UNSTABLE_OFFSET_COMMIT")
-NETWORK_EXCEPTION = error_code("NETWORK_EXCEPTION")
-PRODUCER_FENCED = error_code("PRODUCER_FENCED")
-INVALID_PRODUCER_EPOCH = error_code("INVALID_PRODUCER_EPOCH")
-INVALID_TXN_STATE = error_code("INVALID_TXN_STATE")
-TRANSACTION_ABORTABLE = error_code("TRANSACTION_ABORTABLE")
-INVALID_PRODUCER_ID_MAPPING = error_code("INVALID_PRODUCER_ID_MAPPING")
+NONE = ErrorCode.NONE
+UNKNOWN_SERVER_ERROR = ErrorCode.UNKNOWN_SERVER_ERROR
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+OFFSET_METADATA_TOO_LARGE = ErrorCode.OFFSET_METADATA_TOO_LARGE
+COORDINATOR_LOAD_IN_PROGRESS = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
+NOT_COORDINATOR = ErrorCode.NOT_COORDINATOR
+ILLEGAL_GENERATION = ErrorCode.ILLEGAL_GENERATION
+INCONSISTENT_GROUP_PROTOCOL = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+INVALID_GROUP_ID = ErrorCode.INVALID_GROUP_ID
+UNKNOWN_MEMBER_ID = ErrorCode.UNKNOWN_MEMBER_ID
+INVALID_SESSION_TIMEOUT = ErrorCode.INVALID_SESSION_TIMEOUT
+REBALANCE_IN_PROGRESS = ErrorCode.REBALANCE_IN_PROGRESS
+INVALID_COMMIT_OFFSET_SIZE = ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+NON_EMPTY_GROUP = ErrorCode.NON_EMPTY_GROUP
+GROUP_ID_NOT_FOUND = ErrorCode.GROUP_ID_NOT_FOUND
+MEMBER_ID_REQUIRED = ErrorCode.MEMBER_ID_REQUIRED
+GROUP_MAX_SIZE_REACHED = ErrorCode.GROUP_MAX_SIZE_REACHED
+FENCED_INSTANCE_ID = ErrorCode.FENCED_INSTANCE_ID
+GROUP_SUBSCRIBED_TO_TOPIC = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+INVALID_REQUEST = ErrorCode.INVALID_REQUEST
+REQUEST_TIMED_OUT = ErrorCode.REQUEST_TIMED_OUT
+UNSTABLE_OFFSET_COMMIT = ErrorCode.UNSTABLE_OFFSET_COMMIT
+NETWORK_EXCEPTION = ErrorCode.NETWORK_EXCEPTION
+PRODUCER_FENCED = ErrorCode.PRODUCER_FENCED
+INVALID_PRODUCER_EPOCH = ErrorCode.INVALID_PRODUCER_EPOCH
+INVALID_TXN_STATE = ErrorCode.INVALID_TXN_STATE
+TRANSACTION_ABORTABLE = ErrorCode.TRANSACTION_ABORTABLE
+INVALID_PRODUCER_ID_MAPPING = ErrorCode.INVALID_PRODUCER_ID_MAPPING
 
 OFFSET_METADATA_MAX_BYTES = 4096
 
@@ -292,7 +292,7 @@ class GroupCoordinator:
             log.info("__consumer_offsets created", extra={"kv": {"partitions": self.configured_partitions,
                                                                   "replication_factor": self.replication_factor}})
         except Exception as exc:
-            if getattr(exc, "kafka_error", None) != "TOPIC_ALREADY_EXISTS":
+            if getattr(exc, "kafka_error", None) != ErrorCode.TOPIC_ALREADY_EXISTS:
                 log.warning("cannot create __consumer_offsets", extra={"kv": {"error": repr(exc)}})
 
     # ============================================================== helpers

@@ -57,6 +57,7 @@ from tidelog.broker.quotas import (
 )
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.broker.topics import INTERNAL_TOPICS, ConfigEntry, TopicInfo
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code, error_for_code
 from tidelog.storage import config as sc
@@ -123,8 +124,8 @@ ENDPOINT_CONTROLLERS = 2
 # helpers
 
 
-TOPIC_AUTHORIZATION_FAILED = error_code("TOPIC_AUTHORIZATION_FAILED")
-CLUSTER_AUTHORIZATION_FAILED = error_code("CLUSTER_AUTHORIZATION_FAILED")
+TOPIC_AUTHORIZATION_FAILED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+CLUSTER_AUTHORIZATION_FAILED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 _TOPIC, _CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
 
 
@@ -550,17 +551,17 @@ async def _delete_one(
 ) -> tuple[int, str | None]:
     topics = ctx.broker.topics
     if name is not None and topic_id.int != 0:
-        return error_code("INVALID_REQUEST"), "Deleting topics by both name and id is not supported."
+        return ErrorCode.INVALID_REQUEST, "Deleting topics by both name and id is not supported."
     if name is None and topic_id.int == 0:
-        return error_code("INVALID_REQUEST"), "Neither topic name nor topic id was specified."
+        return ErrorCode.INVALID_REQUEST, "Neither topic name nor topic id was specified."
     if (name is not None and name in name_dups) or (name is None and topic_id in id_dups):
-        return error_code("INVALID_REQUEST"), "Duplicate topic name or id in the request."
+        return ErrorCode.INVALID_REQUEST, "Duplicate topic name or id in the request."
     if _delete_disabled(ctx):
-        return error_code("TOPIC_DELETION_DISABLED"), "Topic deletion is disabled (delete.topic.enable=false)."
+        return ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled (delete.topic.enable=false)."
     if name is None:
         info = topics.by_id(topic_id.bytes)
         if info is None:
-            return error_code("UNKNOWN_TOPIC_ID"), f"Topic id {topic_id} does not exist."
+            return ErrorCode.UNKNOWN_TOPIC_ID, f"Topic id {topic_id} does not exist."
         name = info.name
         resp["name"] = name
         if not ctx.authorize(AclOperation.DESCRIBE, _TOPIC, name):
@@ -571,10 +572,10 @@ async def _delete_one(
     if name in INTERNAL_TOPICS:
         # Kafka's brokers leave this to kafka-topics.sh (same message); tidelog refuses it server-side for every
         # client: the coordinators' state would be lost (issue 16; docs/decisions/0030-internal-topics-protected.md)
-        return error_code("INVALID_TOPIC_EXCEPTION"), (
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, (
             f"Topic {name} is a kafka internal topic and is not allowed to be marked for deletion.")
     if mutation_refused(ctx):
-        return error_code("THROTTLING_QUOTA_EXCEEDED"), THROTTLING_QUOTA_EXCEEDED_MESSAGE
+        return ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLING_QUOTA_EXCEEDED_MESSAGE
     try:
         deleted: TopicInfo = await topic_change(topics.delete_topic, name)  # off the loop (files, checkpoints)
     except Exception as exc:
@@ -692,11 +693,11 @@ async def delete_records(ctx: RequestContext, request: dict) -> dict:
                 res["error_code"] = TOPIC_AUTHORIZATION_FAILED
                 continue
             if info is None or not 0 <= index < int(info.num_partitions):
-                res["error_code"] = error_code("UNKNOWN_TOPIC_OR_PARTITION")
+                res["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             if name in INTERNAL_TOPICS:
                 # Kafka's ReplicaManager.deleteRecordsOnLocalLog: InvalidTopicException for internal topics
-                res["error_code"] = error_code("INVALID_TOPIC_EXCEPTION")
+                res["error_code"] = ErrorCode.INVALID_TOPIC_EXCEPTION
                 continue
             try:
                 plog = topics.get_log(name, index)
@@ -706,16 +707,16 @@ async def delete_records(ctx: RequestContext, request: dict) -> dict:
                 res["error_code"] = error_of(exc)[0]
                 continue
             if plog is None:
-                res["error_code"] = error_code("UNKNOWN_TOPIC_OR_PARTITION")
+                res["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             if not _allows_delete(info):
-                res["error_code"] = error_code("POLICY_VIOLATION")
+                res["error_code"] = ErrorCode.POLICY_VIOLATION
                 res["low_watermark"] = int(plog.log_start_offset)
                 continue
             hw = int(plog.high_watermark)
             target = hw if offset == -1 else offset
             if target < 0 or target > hw:
-                res["error_code"] = error_code("OFFSET_OUT_OF_RANGE")
+                res["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
                 res["low_watermark"] = int(plog.log_start_offset)
                 continue
             try:
@@ -758,7 +759,7 @@ async def describe_configs(ctx: RequestContext, request: dict) -> dict:
             continue
         if rtype == RESOURCE_TOPIC:
             if not topics.exists(rname):
-                res["error_code"] = error_code("UNKNOWN_TOPIC_OR_PARTITION")
+                res["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 res["error_message"] = f"Topic '{rname}' does not exist."
                 continue
             try:
@@ -770,17 +771,17 @@ async def describe_configs(ctx: RequestContext, request: dict) -> dict:
                 continue
         elif rtype == RESOURCE_BROKER:
             if rname and rname != str(_node_id(ctx)):
-                res["error_code"] = error_code("INVALID_REQUEST")
+                res["error_code"] = ErrorCode.INVALID_REQUEST
                 res["error_message"] = f"Unexpected broker id, expected {_node_id(ctx)} but received {rname}"
                 continue
             entries = (broker_configs.default_layer_entries(ctx, ConfigEntry) if rname == ""
                        else _broker_config_entries(ctx))
         elif rtype == RESOURCE_BROKER_LOGGER:
-            res["error_code"] = error_code("INVALID_REQUEST")
+            res["error_code"] = ErrorCode.INVALID_REQUEST
             res["error_message"] = "Describing broker loggers is not supported."
             continue
         else:
-            res["error_code"] = error_code("INVALID_REQUEST")
+            res["error_code"] = ErrorCode.INVALID_REQUEST
             res["error_message"] = f"Unsupported resource type {rtype}."
             continue
         if keys is not None:
@@ -923,7 +924,7 @@ async def describe_cluster(ctx: RequestContext, request: dict) -> dict:
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
     if endpoint_type != ENDPOINT_BROKERS:
-        resp["error_code"] = error_code("UNSUPPORTED_ENDPOINT_TYPE")
+        resp["error_code"] = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
         resp["error_message"] = (
             "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER"
         )

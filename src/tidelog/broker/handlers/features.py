@@ -14,8 +14,8 @@ from __future__ import annotations
 from tidelog.broker.features import UPGRADE, broker_features, validate_update
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.errors import error_code
 
 _FAILED_ALL = "The update failed for all features since the following feature had an error: "
 # v0 AllowDowngrade: true means a safe downgrade (Kafka's UpdateFeaturesRequest.upgradeType for v0)
@@ -29,13 +29,13 @@ def _refused(code: int, message: str) -> dict:
 @handles(ApiKey.UPDATE_FEATURES)
 async def update_features(ctx: RequestContext, request: dict) -> dict:
     if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return _refused(error_code("CLUSTER_AUTHORIZATION_FAILED"), "Cluster authorization failed.")
+        return _refused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     updates = request.get("feature_updates") or []
     names = [u.get("feature") for u in updates]
     seen: set[str | None] = set()
     for n in names:  # linear: a request may name many features
         if n in seen:
-            return _refused(error_code("INVALID_REQUEST"), f"Feature {n} appears more than once in the request.")
+            return _refused(ErrorCode.INVALID_REQUEST, f"Feature {n} appears more than once in the request.")
         seen.add(n)
     features = broker_features(ctx.broker.handlers)
     node = int(ctx.broker.node_id)
@@ -47,7 +47,7 @@ async def update_features(ctx: RequestContext, request: dict) -> dict:
         why = validate_update(node, features, str(u.get("feature") or ""), int(u.get("max_version_level", 0)),
                               upgrade_type)
         if why is not None:
-            return _refused(error_code("INVALID_UPDATE_VERSION"), _FAILED_ALL + why)
+            return _refused(ErrorCode.INVALID_UPDATE_VERSION, _FAILED_ALL + why)
     results = ([{"feature": n, "error_code": 0, "error_message": None} for n in names]
                if ctx.api_version <= 1 else [])
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "results": results}

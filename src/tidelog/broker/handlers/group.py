@@ -25,7 +25,6 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from tidelog.errors import error_code
 from tidelog.broker.group.coordinator import _join_error
 from tidelog.broker.handlers import Handler, RequestContext, handles
 from tidelog.broker.handlers.group_bodies import (
@@ -44,6 +43,8 @@ from tidelog.broker.handlers.group_bodies import (
     TxnOffsetCommitRequest,
 )
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from tidelog.errors import ErrorCode, error_code
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.schema import spec_index
 
 if TYPE_CHECKING:
@@ -56,18 +57,18 @@ log = logging.getLogger("tidelog.broker.handlers.group")
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 10, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
-TXN_OFFSET_COMMIT = 28
+TXN_OFFSET_COMMIT = ApiKey.TXN_OFFSET_COMMIT
 
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INCONSISTENT_GROUP_PROTOCOL = 23
-GROUP_ID_NOT_FOUND = 69
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-INVALID_REQUEST = 42
-TOPIC_AUTHORIZATION_FAILED = 29
-GROUP_AUTHORIZATION_FAILED = 30
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+NONE = ErrorCode.NONE
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+INCONSISTENT_GROUP_PROTOCOL = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+GROUP_ID_NOT_FOUND = ErrorCode.GROUP_ID_NOT_FOUND
+COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
+NOT_COORDINATOR = ErrorCode.NOT_COORDINATOR
+INVALID_REQUEST = ErrorCode.INVALID_REQUEST
+TOPIC_AUTHORIZATION_FAILED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+GROUP_AUTHORIZATION_FAILED = ErrorCode.GROUP_AUTHORIZATION_FAILED
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 READ, DESCRIBE, DELETE, WRITE = AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.WRITE
 GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 

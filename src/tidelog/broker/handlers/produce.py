@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from tidelog.broker.errors import PartitionError, error_of
-from tidelog.errors import error_code
 from tidelog.broker.handlers import DeferredResponse, RequestContext, handles
 from tidelog.broker.handlers.core_shared import (
     _TOPIC,
@@ -28,6 +27,7 @@ from tidelog.broker.handlers.core_shared import (
 from tidelog.broker.purgatory import DelayedProduce
 from tidelog.broker.security.acls import AclOperation, ResourceType
 from tidelog.broker.topics import ADMIN_CLIENT_ID, INTERNAL_TOPICS
+from tidelog.errors import ErrorCode, error_code
 from tidelog.protocol.errors import error_for_code
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED
 from tidelog.records.errors import DecompressionLimitError, RecordError
@@ -488,13 +488,13 @@ def _append_one(ctx: RequestContext, pp: _ProducePartition, now_ms: int, appende
             # leadership may have moved (or the topic gone) while the batch was validated on a worker
             plog = broker.leader_log(name, index)
             if plog is not pp.plog:
-                raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"{name}-{index} changed while the batch was checked")
+                raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{name}-{index} changed while the batch was checked")
             info = plog.append_validated(validated, leader_epoch=broker.leader_epoch(name, index),
                                          verification_guard=pp.guard)
     except Exception as exc:
         err: BaseException = exc
         if broker.topics.get_log(name, index) is not pp.plog:  # deleted meanwhile (on a worker thread)
-            err = PartitionError("UNKNOWN_TOPIC_OR_PARTITION", f"{name}-{index} was deleted")
+            err = PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{name}-{index} was deleted")
         _produce_error(ctx, pr, name, index, err)
         return True
     pr["base_offset"] = info.first_offset

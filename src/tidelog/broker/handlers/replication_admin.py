@@ -24,6 +24,7 @@ from typing import Any
 from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
 
@@ -35,9 +36,9 @@ def _check_epoch(ctx: RequestContext, topic: str, partition: int, requested: int
         return
     current = ctx.broker.leader_epoch(topic, partition)
     if requested < current:
-        raise PartitionError("FENCED_LEADER_EPOCH")
+        raise PartitionError(ErrorCode.FENCED_LEADER_EPOCH)
     if requested > current:
-        raise PartitionError("UNKNOWN_LEADER_EPOCH")
+        raise PartitionError(ErrorCode.UNKNOWN_LEADER_EPOCH)
 
 
 @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH)
@@ -58,7 +59,7 @@ async def offset_for_leader_epoch(ctx: RequestContext, request: dict) -> dict:
             out = {"error_code": 0, "partition": index, "leader_epoch": -1, "end_offset": -1}
             parts.append(out)
             if not allowed:
-                out["error_code"] = error_code("TOPIC_AUTHORIZATION_FAILED")
+                out["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
             try:
                 plog = broker.leader_log(name, index)
@@ -103,11 +104,11 @@ async def elect_leaders(ctx: RequestContext, request: dict) -> dict:
             if not allowed:
                 code, message = error_code(_CLUSTER_AUTH), None
             elif election_type not in (0, 1):
-                code, message = error_code("INVALID_REQUEST"), f"Unknown election type {election_type}"
+                code, message = ErrorCode.INVALID_REQUEST, f"Unknown election type {election_type}"
             elif (problem := _partition_problem(ctx, t.get("topic"), p)) is not None:
-                code, message = error_code("UNKNOWN_TOPIC_OR_PARTITION"), problem
+                code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, problem
             else:  # the only replica leads: the preferred leader, and a leader for an unclean election
-                code, message = error_code("ELECTION_NOT_NEEDED"), "Leader election not needed for topic partition."
+                code, message = ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."
             results.append({"partition_id": p, "error_code": code, "error_message": message})
         out["replica_election_results"].append({"topic": t.get("topic"), "partition_result": results})
     return out
@@ -151,7 +152,7 @@ async def alter_partition_reassignments(ctx: RequestContext, request: dict) -> d
             dup = dup or tp in seen
             seen.add(tp)
     if allowed and dup:
-        out["error_code"], out["error_message"] = error_code("INVALID_REQUEST"), "Duplicate partitions in the request"
+        out["error_code"], out["error_message"] = ErrorCode.INVALID_REQUEST, "Duplicate partitions in the request"
     for t in request.get("topics") or ():
         parts = []
         for p in t.get("partitions") or ():

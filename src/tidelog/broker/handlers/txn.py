@@ -18,11 +18,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tidelog.errors import error_code
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.group import fit
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.broker.txn.markers import append_markers_locally
+from tidelog.errors import error_code
 from tidelog.protocol.api_keys import ApiKey
 
 log = logging.getLogger("tidelog.broker.txn")
