@@ -10,7 +10,7 @@ nothing), and it prints every change. Run it from the repository root after merg
 ``src/tidelog/protocol/`` and ``src/tidelog/errors.py``:
 
 * an error *name* as a string where the code wants an error: the first argument (or ``kafka_error=``) of
-  ``PartitionError``/``TopicError``/``DynamicConfigError``; ``error_code("X")`` / ``code_of("X")`` /
+  ``PartitionError``/``TopicError``/``DynamicConfigError`` (or any non-builtin ``...Error`` class); ``error_code("X")`` / ``code_of("X")`` /
   ``ERRORS_BY_NAME["X"].code`` (the whole expression); a string assigned to ``kafka_error`` or a
   ``kafka_error`` parameter's default; a string compared with ``x.kafka_error`` or ``getattr(x, "kafka_error")``
   and ``getattr(x, "kafka_error", "X")``'s default  ->  ``ErrorCode.X``;
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import builtins
 import itertools
 import subprocess
 import sys
@@ -46,7 +47,8 @@ ERROR_NAMES = {e.name for e in ErrorCode}
 ERROR_BY_VALUE = {int(e): e.name for e in ErrorCode}
 API_NAMES = {k.name for k in ApiKey}
 API_BY_VALUE = {int(k): k.name for k in ApiKey}
-#: classes whose first argument is the Kafka error
+#: classes whose first argument is the Kafka error (and any other non-builtin ``...Error`` called with an error's
+#: name as its first argument)
 ERROR_CLASSES = {"PartitionError", "TopicError", "DynamicConfigError"}
 #: lookups replaced whole by the member
 LOOKUPS = {"error_code", "code_of"}
@@ -150,7 +152,7 @@ class Finder:
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Call):
                 fname = _name(node.func)
-                if fname in ERROR_CLASSES:
+                if fname in ERROR_CLASSES or (fname or "").endswith("Error") and not hasattr(builtins, fname or ""):
                     if node.args and isinstance(node.args[0], ast.Constant):
                         self.name_str(node.args[0])
                     for kw in node.keywords:
