@@ -43,7 +43,7 @@ from typing import Any
 
 from tidelog.broker import config as bc
 from tidelog.broker.connection_limits import parse_overrides
-from tidelog.errors import ErrorCode
+from tidelog.errors import ApiError, ErrorCode
 from tidelog.storage.cleaner import CleanerConfig
 
 log = logging.getLogger("tidelog.broker.dynamic_config")

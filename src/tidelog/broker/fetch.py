@@ -133,7 +133,7 @@ class FetchPartition:
         self.current_leader_epoch = current_leader_epoch
         self.last_fetched_epoch = last_fetched_epoch
         self.entry = entry
-        self.error = NONE
+        self.error: int = NONE
         self.size = 0
 
 

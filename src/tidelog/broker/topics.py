@@ -426,7 +426,7 @@ class TopicManager:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
         return info
 
-    def check_open_files(self, name: str, new_partitions: int, kafka_error: str = ErrorCode.POLICY_VIOLATION) -> None:
+    def check_open_files(self, name: str, new_partitions: int, kafka_error: ErrorCode = ErrorCode.POLICY_VIOLATION) -> None:
         """Refuse (TopicError ``kafka_error``, nothing changed) a change that would open ``new_partitions`` more
         logs than the open-file budget allows (``storage/open_files.py``). Internal topics are held to it too
         (issue 24): exempt, a CreatePartitions of ``__consumer_offsets`` to 1,000 bypassed the budget."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from tidelog.broker.errors import BrokerError
 from tidelog.cluster.peer import Peer
+from tidelog.errors import ErrorCode
 
 log = logging.getLogger("tidelog.cluster.broker_channel")
 
@@ -31,7 +32,7 @@ log = logging.getLogger("tidelog.cluster.broker_channel")
 class BrokerRequestError(BrokerError):
     """An inter-broker request that got no answer: ``kafka_error`` is BROKER_NOT_AVAILABLE or REQUEST_TIMED_OUT."""
 
-    def __init__(self, kafka_error: str, node_id: int, message: str) -> None:
+    def __init__(self, kafka_error: ErrorCode, node_id: int, message: str) -> None:
         super().__init__(message)
         self.kafka_error = kafka_error
         self.node_id = node_id

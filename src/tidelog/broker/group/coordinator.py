@@ -69,7 +69,6 @@ from tidelog.broker.group.state import Group, GroupState
 from tidelog.broker.group.state import now_ms as _now_ms
 from tidelog.broker.internal_topics import append_and_wait
 from tidelog.errors import ErrorCode, error_code
-from tidelog.protocol.errors import error_code
 from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 if TYPE_CHECKING:

@@ -69,7 +69,7 @@ def describe_group(self: DescribedCoordinator, group_id: str) -> DescribedGroup:
 
 def list_groups(self: DescribedCoordinator, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[int, list[ListedGroup]]:
     if self.cluster:  # every broker lists the groups of the partitions it leads (clients ask them all)
-        err = NOT_COORDINATOR if not self.active or self.broker.stopping else (
+        err: int = NOT_COORDINATOR if not self.active or self.broker.stopping else (
             COORDINATOR_LOAD_IN_PROGRESS if self.loading_partitions else NONE)
     else:
         err = self.check("")

@@ -315,7 +315,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Bo
             refused = _topic_refusals(ctx, READ, [(t, p) for t, p, *_ in wanted])
         wanted = [w for w in wanted if (w[0], w[1]) not in refused]
     if not wanted:
-        results = {}
+        results: dict[tuple[str, int], int] = {}
     elif coord is None:
         results = {(t, p): COORDINATOR_NOT_AVAILABLE for t, p, *_ in wanted}
     else:
@@ -377,6 +377,7 @@ def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: list[Off
             refused = [(t, p) for t, p in partitions if not ctx.authorize(DESCRIBE, TOPIC, t)]
             allowed = [tp for tp in partitions if tp not in set(refused)]
             if coord is None:
+                err: int
                 err, rows = COORDINATOR_NOT_AVAILABLE, [(t, p, None, NONE) for t, p in allowed]
             else:
                 err, rows = coord.fetch_offsets(group_id, allowed, require_stable=require_stable)
@@ -390,6 +391,7 @@ def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: list[Off
         rows = [r for r in rows if ctx.authorize(DESCRIBE, TOPIC, r[0])]
         return err, _offset_rows(rows, err)
     if coord is None:
+        err: int
         err, rows = COORDINATOR_NOT_AVAILABLE, [(t, p, None, NONE) for t, p in partitions or ()]
     else:
         err, rows = coord.fetch_offsets(group_id, partitions, require_stable=require_stable)
@@ -464,7 +466,7 @@ async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest
             refused = _topic_refusals(ctx, READ, list(wanted))
         wanted = {tp: w for tp, w in wanted.items() if tp not in refused}
     if not wanted:
-        results = {}
+        results: dict[tuple[str, int], int] = {}
     elif coord is None:
         results = dict.fromkeys(wanted, COORDINATOR_NOT_AVAILABLE)
     else:
@@ -562,7 +564,7 @@ async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> Bo
     results = []
     for gid in request.get("groups_names") or ():
         if not ctx.authorize(DELETE, GROUP, _str(gid)):
-            err = GROUP_AUTHORIZATION_FAILED
+            err: int = GROUP_AUTHORIZATION_FAILED
         else:
             err = COORDINATOR_NOT_AVAILABLE if coord is None else await coord.delete_group(_str(gid))
         results.append({"group_id": gid, "error_code": err})

@@ -86,7 +86,7 @@ async def push_telemetry(ctx: RequestContext, request: dict) -> dict:
     metrics = request.get("metrics") or b""
     compression = int(request.get("compression_type", 0))
     if instance in _RESERVED:
-        code = ErrorCode.INVALID_REQUEST
+        code: int = ErrorCode.INVALID_REQUEST
     elif int(request.get("subscription_id", 0)) != subscription_id(instance):
         code = ErrorCode.UNKNOWN_SUBSCRIPTION_ID
     elif compression != _NONE_COMPRESSION and compression not in ACCEPTED_COMPRESSION_TYPES:
