@@ -69,19 +69,19 @@ class BrokerChannel:
                         target = self._target(node_id)
                     return await target.peer.request(api_key, version, body, max(0.001, deadline - time.monotonic()))
         except TimeoutError:
-            raise BrokerRequestError("REQUEST_TIMED_OUT", node_id,
+            raise BrokerRequestError(ErrorCode.REQUEST_TIMED_OUT, node_id,
                                      f"broker {node_id} did not answer api {api_key} within {timeout:.1f}s") from None
         except (OSError, EOFError, asyncio.IncompleteReadError) as exc:
-            raise BrokerRequestError("BROKER_NOT_AVAILABLE", node_id,
+            raise BrokerRequestError(ErrorCode.BROKER_NOT_AVAILABLE, node_id,
                                      f"broker {node_id} unreachable: {exc!r}") from exc
 
     def _target(self, node_id: int) -> _Target:
         if self.closed:
-            raise BrokerRequestError("BROKER_NOT_AVAILABLE", node_id, "this broker is shutting down")
+            raise BrokerRequestError(ErrorCode.BROKER_NOT_AVAILABLE, node_id, "this broker is shutting down")
         ep = self._endpoint(node_id)
         if ep is None:
             self.forget(node_id)
-            raise BrokerRequestError("BROKER_NOT_AVAILABLE", node_id, f"broker {node_id} is not live")
+            raise BrokerRequestError(ErrorCode.BROKER_NOT_AVAILABLE, node_id, f"broker {node_id} is not live")
         t = self._targets.get(node_id)
         if t is not None and (t.peer.host, t.peer.port) == ep:
             return t
