@@ -14,6 +14,9 @@ nothing), and it prints every change. Run it from the repository root after merg
   ``ERRORS_BY_NAME["X"].code`` (the whole expression); a string assigned to ``kafka_error`` or a
   ``kafka_error`` parameter's default; a string compared with ``x.kafka_error`` or ``getattr(x, "kafka_error")``
   and ``getattr(x, "kafka_error", "X")``'s default  ->  ``ErrorCode.X``;
+* on the server side (broker/, cluster/, storage/, records/) any other string that is an error's name (not a
+  docstring, an f-string or a metric label): there every name is ours, and a name left a string next to members
+  would silently never compare equal;
 * an error *code* as an int (not 0, see below) in ``"error_code": n``, ``error_code=n``, or compared with
   something named ``*error_code``  ->  ``ErrorCode.X`` (src/ only: tests may assert wire numbers);
 * a module constant spelling an error (``NOT_COORDINATOR = 16``) or an API key (``FETCH_KEY = 1``,
@@ -52,6 +55,10 @@ API_BY_VALUE = {int(k): k.name for k in ApiKey}
 ERROR_CLASSES = {"PartitionError", "TopicError", "DynamicConfigError"}
 #: lookups replaced whole by the member
 LOOKUPS = {"error_code", "code_of"}
+#: where every error name in the code is tidelog's own (the client side compares names from client libraries)
+SERVER_SIDE = ("src/tidelog/broker/", "src/tidelog/cluster/", "src/tidelog/storage/", "src/tidelog/records/")
+#: calls whose string arguments are metric labels (they stay names)
+METRIC_LABELS = {"record_error"}
 #: module constants that share a Kafka error's name and value but mean something else
 NOT_ERRORS = {("src/tidelog/records/compression.py", "NONE")}
 IMPORTS = {"ErrorCode": "from tidelog.errors import ErrorCode",
@@ -133,6 +140,25 @@ class Finder:
             if v is not None and v in API_BY_VALUE:
                 self.out.append((n, f"ApiKey.{API_BY_VALUE[v]}"))
 
+    def server_names(self) -> None:
+        """On the server side every error name is ours: any string that is one (not a docstring, not inside an
+        f-string, not a metric label) becomes the member, so names never mix with members (an IntEnum member never
+        equals its name: a mix would make ``err in ("X", ...)`` silently false)."""
+        skip: set[int] = set()
+        for n in ast.walk(self.tree):
+            if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and n.body and \
+                    isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant):
+                skip.add(id(n.body[0].value))
+            elif isinstance(n, ast.JoinedStr):
+                skip |= {id(c) for c in ast.walk(n)}
+            elif isinstance(n, ast.Call) and _name(n.func) in METRIC_LABELS:
+                skip |= {id(c) for a in n.args for c in ast.walk(a)}
+            elif isinstance(n, ast.Subscript) and _name(n.value) in ("ERRORS_BY_NAME", "ErrorCode"):
+                skip |= {id(c) for c in ast.walk(n.slice)}
+        for n in ast.walk(self.tree):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in ERROR_NAMES and id(n) not in skip:
+                self.out.append((n, f"ErrorCode.{n.value}"))
+
     def run(self) -> list[tuple[ast.AST, str]]:
         for node in self.tree.body:  # module constants
             if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
@@ -149,10 +175,12 @@ class Finder:
                         if api in API_NAMES and int(ApiKey[api]) == v:
                             self.out.append((node.value, f"ApiKey.{api}"))
                             break
+        if self.rel.startswith(SERVER_SIDE):
+            self.server_names()
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Call):
                 fname = _name(node.func)
-                if fname in ERROR_CLASSES or (fname or "").endswith("Error") and not hasattr(builtins, fname or ""):
+                if fname in ERROR_CLASSES or ((fname or "").endswith("Error") and not hasattr(builtins, fname or "")):
                     if node.args and isinstance(node.args[0], ast.Constant):
                         self.name_str(node.args[0])
                     for kw in node.keywords:
@@ -161,8 +189,7 @@ class Finder:
                 elif fname in LOOKUPS and isinstance(node.func, ast.Name) and len(node.args) == 1 and isinstance(
                         node.args[0], ast.Constant) and node.args[0].value in ERROR_NAMES:
                     self.out.append((node, f"ErrorCode.{node.args[0].value}"))
-                elif fname == "kafka_error" and isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(
-                        node.args) == 3:
+                elif _name(node) == "kafka_error" and len(node.args) == 3:  # getattr(x, "kafka_error", "X")
                     self.name_str(node.args[2])
                 for kw in node.keywords:
                     if self.src_file and is_error_code_name(kw.arg):

@@ -22,6 +22,14 @@ log = logging.getLogger("tidelog.errors")
 class ErrorCode(IntEnum):
     """Every Kafka error code by Kafka's name, e.g. ``ErrorCode.NOT_LEADER_OR_FOLLOWER == 6``."""
 
+    # printed as its name (a log line, a message, a metric label), as the names it replaced were; the int stays
+    # what the wire and JSON carry
+    def __str__(self) -> str:
+        return self.name
+
+    def __format__(self, spec: str) -> str:
+        return int.__format__(int(self), spec) if spec else self.name
+
     UNKNOWN_SERVER_ERROR = -1
     NONE = 0
     OFFSET_OUT_OF_RANGE = 1

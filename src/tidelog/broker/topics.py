@@ -487,7 +487,7 @@ class TopicManager:
         # Bounded: a topic whose partitions the open-file budget cannot hold is not created and is answered
         # UNKNOWN_TOPIC_OR_PARTITION, as with auto-creation disabled (one Metadata naming 500 unknown topics
         # creates those that fit, never more; Kafka would create all of them).
-        self.check_open_files(name, self.config.num_partitions, "UNKNOWN_TOPIC_OR_PARTITION")
+        self.check_open_files(name, self.config.num_partitions, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         try:
             return self.backend.auto_create(name)
         except TopicError as exc:

@@ -391,7 +391,6 @@ def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: list[Off
         rows = [r for r in rows if ctx.authorize(DESCRIBE, TOPIC, r[0])]
         return err, _offset_rows(rows, err)
     if coord is None:
-        err: int
         err, rows = COORDINATOR_NOT_AVAILABLE, [(t, p, None, NONE) for t, p in partitions or ()]
     else:
         err, rows = coord.fetch_offsets(group_id, partitions, require_stable=require_stable)
