@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.purgatory import DelayedProduce
+from tidelog.errors import ErrorCode
 from tidelog.records.batch import BatchHeader, Record, build_batch, decode_batches
 from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
@@ -47,7 +48,7 @@ async def append_and_wait(broker: Broker, topic: str, partition: int, entries: l
     try:
         plog = broker.leader_log(*tp)
         if len(broker.isr(*tp)) < plog.config.min_insync_replicas:
-            return "NOT_ENOUGH_REPLICAS"
+            return ErrorCode.NOT_ENOUGH_REPLICAS
         epoch = broker.leader_epoch(*tp)
         if off_loop:
             appended: Any = await asyncio.to_thread(

@@ -17,6 +17,8 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from tidelog.errors import ErrorCode
+
 log = logging.getLogger("tidelog.broker.purgatory")
 
 TopicPartition = tuple[str, int]
@@ -220,7 +222,7 @@ class DelayedProduce(DelayedOperation):
             try:
                 hw = self.high_watermark(tp)
             except Exception as exc:
-                self.status[tp] = getattr(exc, "kafka_error", "UNKNOWN_SERVER_ERROR")
+                self.status[tp] = getattr(exc, "kafka_error", ErrorCode.UNKNOWN_SERVER_ERROR)
                 continue
             if hw >= required:
                 self.status[tp] = None
@@ -232,7 +234,7 @@ class DelayedProduce(DelayedOperation):
 
     def on_complete(self) -> dict[TopicPartition, str | None]:
         for tp in self.required_offsets:
-            self.status.setdefault(tp, "REQUEST_TIMED_OUT")
+            self.status.setdefault(tp, ErrorCode.REQUEST_TIMED_OUT)
         return dict(self.status)
 
 

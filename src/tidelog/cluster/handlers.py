@@ -134,10 +134,10 @@ def _alter_response(ctx: RequestContext, request: dict, error: str | None, messa
 @handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS, CLUSTER_HANDLERS)
 async def alter_partition_reassignments(ctx: RequestContext, request: dict) -> dict:
     if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return _alter_response(ctx, request, "CLUSTER_AUTHORIZATION_FAILED", None, {})
+        return _alter_response(ctx, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None, {})
     controller = _replica_manager(ctx).controller
     if controller is None or not controller.active:
-        return _alter_response(ctx, request, "NOT_CONTROLLER", "This is not the correct controller for this cluster.",
+        return _alter_response(ctx, request, ErrorCode.NOT_CONTROLLER, "This is not the correct controller for this cluster.",
                                {})
     wanted: dict[tuple[str, int], list[int] | None] = {}
     dup: set[tuple[str, int]] = set()
@@ -149,16 +149,16 @@ async def alter_partition_reassignments(ctx: RequestContext, request: dict) -> d
             replicas = p.get("replicas")
             wanted[tp] = None if replicas is None else [int(b) for b in replicas]
     if dup:
-        return _alter_response(ctx, request, "INVALID_REQUEST",
+        return _alter_response(ctx, request, ErrorCode.INVALID_REQUEST,
                                f"Duplicate partitions in the request: {sorted(dup)}", {})
     allow_rf = bool(request.get("allow_replication_factor_change", True)) if ctx.api_version >= 1 else True
     try:
         results = await _controller_answer(
             lambda reply: controller.submit_alter_reassignments(wanted, allow_rf, reply), request)
     except TimeoutError:
-        return _alter_response(ctx, request, "REQUEST_TIMED_OUT", "The controller did not answer in time.", {})
+        return _alter_response(ctx, request, ErrorCode.REQUEST_TIMED_OUT, "The controller did not answer in time.", {})
     if results is None:
-        return _alter_response(ctx, request, "NOT_CONTROLLER", "This is not the correct controller for this cluster.",
+        return _alter_response(ctx, request, ErrorCode.NOT_CONTROLLER, "This is not the correct controller for this cluster.",
                                {})
     return _alter_response(ctx, request, None, None, results)
 
@@ -204,12 +204,12 @@ async def elect_leaders(ctx: RequestContext, request: dict) -> dict:
 
     # KafkaApis: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED at the top and for every partition
     if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return _elect_response("CLUSTER_AUTHORIZATION_FAILED", every("CLUSTER_AUTHORIZATION_FAILED", None))
+        return _elect_response(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, every(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None))
     election_type = int(request.get("election_type", 0)) if ctx.api_version >= 1 else 0
     if election_type not in (0, 1):
-        return _elect_response(None, every("INVALID_REQUEST", f"Unknown election type {election_type}"))
+        return _elect_response(None, every(ErrorCode.INVALID_REQUEST, f"Unknown election type {election_type}"))
     # elsewhere than on the controller each partition answers NOT_CONTROLLER, as Kafka's processReplicaLeaderElection
-    not_controller = every("NOT_CONTROLLER", "This is not the correct controller for this cluster.")
+    not_controller = every(ErrorCode.NOT_CONTROLLER, "This is not the correct controller for this cluster.")
     controller = _replica_manager(ctx).controller
     if controller is None or not controller.active:
         return _elect_response(None, not_controller)
@@ -217,7 +217,7 @@ async def elect_leaders(ctx: RequestContext, request: dict) -> dict:
         results = await _controller_answer(
             lambda reply: controller.submit_elect_leaders(wanted, election_type, reply), request)
     except TimeoutError:
-        return _elect_response(None, every("REQUEST_TIMED_OUT", "The controller did not answer in time."))
+        return _elect_response(None, every(ErrorCode.REQUEST_TIMED_OUT, "The controller did not answer in time."))
     return _elect_response(None, not_controller if results is None else results)
 
 

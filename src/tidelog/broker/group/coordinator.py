@@ -385,13 +385,13 @@ class GroupCoordinator:
     def _append_error(name: str, offsets: bool, group_id: str) -> int:
         """Kafka's mapping of a failed ``__consumer_offsets`` append to the error the client gets."""
         log.warning("__consumer_offsets append failed", extra={"kv": {"group": group_id, "error": name}})
-        if name in ("UNKNOWN_TOPIC_OR_PARTITION", "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND"):
+        if name in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
             return COORDINATOR_NOT_AVAILABLE
-        if name in ("NOT_LEADER_OR_FOLLOWER", "KAFKA_STORAGE_ERROR", "FENCED_LEADER_EPOCH"):
+        if name in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH):
             return NOT_COORDINATOR
-        if name in ("MESSAGE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_FETCH_SIZE"):
+        if name in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
             return INVALID_COMMIT_OFFSET_SIZE if offsets else UNKNOWN_SERVER_ERROR
-        if name == "REQUEST_TIMED_OUT":
+        if name == ErrorCode.REQUEST_TIMED_OUT:
             return REQUEST_TIMED_OUT if offsets else REBALANCE_IN_PROGRESS
         return error_code(name) if offsets else UNKNOWN_SERVER_ERROR
 

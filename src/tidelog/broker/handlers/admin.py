@@ -311,7 +311,7 @@ def _validate_assignments(ctx: RequestContext, assignments: list[CreatableReplic
     indexes = sorted(int(a.get("partition_index", -1)) for a in assignments)
     if indexes != list(range(len(assignments))):
         return (
-            "INVALID_REPLICA_ASSIGNMENT",
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             "Partitions should be a consecutive 0-based integer sequence.",
         )
     rf = None
@@ -319,20 +319,20 @@ def _validate_assignments(ctx: RequestContext, assignments: list[CreatableReplic
         brokers = [int(b) for b in a.get("broker_ids") or []]
         if not brokers:
             return (
-                "INVALID_REPLICA_ASSIGNMENT",
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 f"The manual partition assignment includes an empty replica "
                 f"list for partition {a.get('partition_index')}.",
             )
         if len(set(brokers)) != len(brokers):
             return (
-                "INVALID_REPLICA_ASSIGNMENT",
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 f"The manual partition assignment includes the broker "
                 f"{brokers} more than once for partition {a.get('partition_index')}.",
             )
         unknown = [b for b in brokers if b != node]
         if unknown:
             return (
-                "INVALID_REPLICA_ASSIGNMENT",
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 f"The manual partition assignment includes broker(s) {unknown}, "
                 f"but only broker {node} is registered.",
             )
@@ -340,7 +340,7 @@ def _validate_assignments(ctx: RequestContext, assignments: list[CreatableReplic
             rf = len(brokers)
         elif rf != len(brokers):
             return (
-                "INVALID_REPLICA_ASSIGNMENT",
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 "The manual partition assignment includes partitions with different replication factors.",
             )
     return len(assignments), rf or 1
@@ -353,28 +353,28 @@ def _validate_cluster_assignments(assignments: list[CreatableReplicaAssignment],
     for a in assignments:
         index = int(a.get("partition_index", -1))
         if index in out:
-            return ("INVALID_REPLICA_ASSIGNMENT",
+            return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                     f"Found multiple manual partition assignments for partition {index}")
         brokers = [int(b) for b in a.get("broker_ids") or []]
         if not brokers:
-            return "INVALID_REPLICA_ASSIGNMENT", "The manual partition assignment includes an empty replica list."
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list."
         prev = None
         for b in sorted(brokers):
             if b not in registered:
-                return ("INVALID_REPLICA_ASSIGNMENT",
+                return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                         f"The manual partition assignment includes broker {b}, but no such broker is registered.")
             if b == prev:
-                return ("INVALID_REPLICA_ASSIGNMENT",
+                return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                         f"The manual partition assignment includes the broker {b} more than once.")
             prev = b
         if rf is not None and len(brokers) != rf:
-            return ("INVALID_REPLICA_ASSIGNMENT",
+            return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                     f"The manual partition assignment includes a partition with {len(brokers)} replica(s), but "
                     f"this is not consistent with previous partitions, which have {rf} replica(s).")
         rf = len(brokers)
         out[index] = brokers
     if sorted(out) != list(range(len(out))):
-        return "INVALID_REPLICA_ASSIGNMENT", "partitions should be a consecutive 0-based integer sequence"
+        return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partitions should be a consecutive 0-based integer sequence"
     return out
 
 
@@ -402,9 +402,9 @@ def _config_problem(configs: list[CreatableTopicConfig]) -> tuple[str, str] | No
     names = [c.get("name") for c in configs]
     for c in configs:
         if c.get("value") is None:
-            return "INVALID_CONFIG", f"Null value not supported for topic configs: {c.get('name')}"
+            return ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {c.get('name')}"
     if _duplicates(names):
-        return "INVALID_REQUEST", f"Duplicate configs in request: {sorted(_duplicates(names))}"
+        return ErrorCode.INVALID_REQUEST, f"Duplicate configs in request: {sorted(_duplicates(names))}"
     return None
 
 
@@ -422,9 +422,9 @@ async def _create_one(ctx: RequestContext, t: CreatableTopic, duplicated: bool, 
         return result
 
     if duplicated:
-        return fail("INVALID_REQUEST", f"Create topics request contains multiple entries for the topic {name}.")
+        return fail(ErrorCode.INVALID_REQUEST, f"Create topics request contains multiple entries for the topic {name}.")
     if not allowed:
-        return fail("TOPIC_AUTHORIZATION_FAILED", "Authorization failed.")
+        return fail(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
     num_partitions = int(t.get("num_partitions", -1))
     replication_factor = int(t.get("replication_factor", -1))
     assignments = t.get("assignments") or []
@@ -432,7 +432,7 @@ async def _create_one(ctx: RequestContext, t: CreatableTopic, duplicated: bool, 
     if assignments:
         if num_partitions != -1 or replication_factor != -1:
             return fail(
-                "INVALID_REQUEST",
+                ErrorCode.INVALID_REQUEST,
                 "Both numPartitions or replicationFactor and replicasAssignments were set. "
                 "Both cannot be used at the same time.",
             )
@@ -455,7 +455,7 @@ async def _create_one(ctx: RequestContext, t: CreatableTopic, duplicated: bool, 
     configs = {c["name"]: c["value"] for c in config_list}
     topics = ctx.broker.topics
     if not validate_only and mutation_refused(ctx):
-        return fail("THROTTLING_QUOTA_EXCEEDED", THROTTLING_QUOTA_EXCEEDED_MESSAGE)
+        return fail(ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLING_QUOTA_EXCEEDED_MESSAGE)
     try:
         info = await topic_change(
             topics.create_topic,
@@ -616,13 +616,13 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
         assignments = t.get("assignments")
         before = int(topics.require(name).num_partitions) if name not in dups and topics.exists(name) else 0
         if name in dups:
-            fail("INVALID_REQUEST", f"Duplicate topic in request: {name}")
+            fail(ErrorCode.INVALID_REQUEST, f"Duplicate topic in request: {name}")
         elif not ctx.authorize(AclOperation.ALTER, _TOPIC, name):
-            fail("TOPIC_AUTHORIZATION_FAILED", "The topic authorization is failed.")
+            fail(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "The topic authorization is failed.")
         elif not topics.exists(name):
-            fail("UNKNOWN_TOPIC_OR_PARTITION", f"The topic '{name}' does not exist.")
+            fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
         elif not validate_only and mutation_refused(ctx):
-            fail("THROTTLING_QUOTA_EXCEEDED", THROTTLING_QUOTA_EXCEEDED_MESSAGE)
+            fail(ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLING_QUOTA_EXCEEDED_MESSAGE)
         elif topics.registered_brokers is not None:  # a cluster: the topic store's backend checks assignments
             manual = None if assignments is None else [[int(b) for b in a.get("broker_ids") or []]
                                                        for a in assignments]
@@ -651,7 +651,7 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
                             )
                             break
             if problem is not None:
-                fail("INVALID_REPLICA_ASSIGNMENT", problem)
+                fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
             else:
                 try:
                     await topic_change(topics.create_partitions, name, count, validate_only=validate_only)
@@ -809,7 +809,7 @@ def _config_refusal(ctx: RequestContext, rtype: int, rname: str, op: AclOperatio
 
 def _broker_alter_refusal(ctx: RequestContext, rname: str, names: list[str]) -> tuple[str, str] | None:
     if rname and rname != str(_node_id(ctx)):
-        return "INVALID_REQUEST", f"Unexpected broker id, expected {_node_id(ctx)} but received {rname}"
+        return ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {_node_id(ctx)} but received {rname}"
     return None
 
 
@@ -845,19 +845,19 @@ async def _alter_config_resources(
         if refused:
             refusal = (error_for_code(refused).name, _auth_message(refused))
         elif _duplicates(names):
-            refusal = ("INVALID_REQUEST", f"Error due to duplicate config keys: {sorted(_duplicates(names))}")
+            refusal = (ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {sorted(_duplicates(names))}")
         elif bad_op is not None:
-            refusal = ("INVALID_REQUEST", bad_op)
+            refusal = (ErrorCode.INVALID_REQUEST, bad_op)
         elif rtype == RESOURCE_BROKER:
             refusal = _broker_alter_refusal(ctx, rname, names)
         elif rtype != RESOURCE_TOPIC:
-            refusal = ("INVALID_REQUEST", f"Unsupported resource type {rtype}.")
+            refusal = (ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}.")
         elif not topics.exists(rname):
-            refusal = ("UNKNOWN_TOPIC_OR_PARTITION", f"Topic '{rname}' does not exist.")
+            refusal = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{rname}' does not exist.")
         else:
             nulls = [c.get("name") for c in configs if c.get("value") is None and not null_allowed(c)]
             if nulls:
-                refusal = ("INVALID_REQUEST", f"Null value not supported for : {', '.join(nulls)}")
+                refusal = (ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}")
         if refusal is not None:
             res["error_code"], res["error_message"] = error_code(refusal[0]), refusal[1]
             continue

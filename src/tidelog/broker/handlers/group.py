@@ -148,7 +148,7 @@ async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, 
             return COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", nowhere
         err, node = await tc.find_coordinator(key)
         if err is not None or node is None:
-            return error_code(err or "COORDINATOR_NOT_AVAILABLE"), "The coordinator is not available.", nowhere
+            return error_code(err or ErrorCode.COORDINATOR_NOT_AVAILABLE), "The coordinator is not available.", nowhere
         return NONE, None, b.node_endpoint(node, ctx.listener)
     if key_type != 0:
         return INVALID_REQUEST, f"Unknown coordinator key type {key_type}", nowhere

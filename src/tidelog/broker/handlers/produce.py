@@ -351,7 +351,7 @@ def _acked(body: dict, results: dict[tuple[str, int], dict], status: Mapping[tup
     """The acks=-1 answer once its DelayedProduce completed: each partition still short gets its error. A deferred
     answer (ctx.defer) whose operation failed gets UNKNOWN_SERVER_ERROR in each partition it appended to."""
     if isinstance(status, BaseException):
-        status = dict.fromkeys(results, "UNKNOWN_SERVER_ERROR")
+        status = dict.fromkeys(results, ErrorCode.UNKNOWN_SERVER_ERROR)
     for tp, err in status.items():
         if err is not None:
             results[tp]["error_code"] = error_code(err)
@@ -394,8 +394,8 @@ def _produce_refused(request: dict, code: int) -> dict:
 # KIP-890 part 1: a failed verification as Kafka's ReplicaManager / AddPartitionsToTxnManager answer it. Retriable
 # coordinator errors become NOT_ENOUGH_REPLICAS (older clients retry it without a metadata refresh);
 # TRANSACTION_ABORTABLE only from Produce v11 on (INVALID_TXN_STATE before); PRODUCER_FENCED as INVALID_PRODUCER_EPOCH.
-_VERIFY_RETRIABLE = frozenset({"CONCURRENT_TRANSACTIONS", "NETWORK_EXCEPTION", "COORDINATOR_LOAD_IN_PROGRESS",
-                               "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"})
+_VERIFY_RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                               ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
 
 
 _NOT_VERIFIED = object()  # the guard of a batch that joined a transaction open at the time of the produce
@@ -403,11 +403,11 @@ _NOT_VERIFIED = object()  # the guard of a batch that joined a transaction open 
 
 def _verification_error(err: str, version: int) -> str:
     if err in _VERIFY_RETRIABLE:
-        return "NOT_ENOUGH_REPLICAS"
-    if err == "PRODUCER_FENCED":
-        return "INVALID_PRODUCER_EPOCH"
-    if err == "TRANSACTION_ABORTABLE" and version < 11:
-        return "INVALID_TXN_STATE"
+        return ErrorCode.NOT_ENOUGH_REPLICAS
+    if err == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if err == ErrorCode.TRANSACTION_ABORTABLE and version < 11:
+        return ErrorCode.INVALID_TXN_STATE
     return err
 
 
@@ -437,7 +437,7 @@ async def _verify_transactional(ctx: RequestContext, transactional_id: str | Non
     refused: set[_ProducePartition] = set()
     for (pid, epoch), pps in by_producer.items():
         if not transactional_id:
-            errors = dict.fromkeys(((pp.name, pp.index) for pp in pps), "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+            errors = dict.fromkeys(((pp.name, pp.index) for pp in pps), ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         else:
             codes = await coord.verify_transaction(transactional_id, pid, epoch, [(pp.name, pp.index) for pp in pps])
             errors = {tp: error_for_code(c).name for tp, c in codes.items() if c}

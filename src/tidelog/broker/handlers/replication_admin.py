@@ -28,7 +28,7 @@ from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
 
-_CLUSTER_AUTH = "CLUSTER_AUTHORIZATION_FAILED"
+_CLUSTER_AUTH = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 
 
 def _check_epoch(ctx: RequestContext, topic: str, partition: int, requested: int) -> None:
@@ -118,21 +118,21 @@ def _reassignment_problem(ctx: RequestContext, topic: Any, partition: int,
                           replicas: list[int] | None) -> tuple[str, str] | None:
     info = ctx.broker.topics.get(topic) if isinstance(topic, str) else None
     if info is None:
-        return "UNKNOWN_TOPIC_OR_PARTITION", f"Unable to find a topic named {topic}."
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {topic}."
     if not 0 <= partition < int(info.num_partitions):
-        return "UNKNOWN_TOPIC_OR_PARTITION", f"Unable to find partition {topic}:{partition}."
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {topic}:{partition}."
     if replicas is None:
-        return "NO_REASSIGNMENT_IN_PROGRESS", "No partition reassignment is in progress for this topic-partition."
+        return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress for this topic-partition."
     if not replicas:
-        return "INVALID_REPLICA_ASSIGNMENT", "The manual partition assignment includes an empty replica list."
+        return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list."
     node = int(ctx.broker.node_id)
     seen: set[int] = set()
     for b in replicas:
         if b != node:
-            return ("INVALID_REPLICA_ASSIGNMENT",
+            return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                     f"The manual partition assignment includes broker {b}, but no such broker is registered.")
         if b in seen:
-            return "INVALID_REPLICA_ASSIGNMENT", f"The manual partition assignment includes the broker {b} more than once."
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes the broker {b} more than once."
         seen.add(b)
     return None  # [node]: the current assignment, nothing to move
 

@@ -15,6 +15,7 @@ import enum
 from dataclasses import dataclass, field
 
 from tidelog.broker.txn.records import TxnLogValue
+from tidelog.errors import ErrorCode
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -177,7 +178,7 @@ class TransactionMetadata:
         elif expected_epoch == self.last_producer_epoch:
             epoch, last = self.producer_epoch, self.last_producer_epoch
         else:
-            return "PRODUCER_FENCED"
+            return ErrorCode.PRODUCER_FENCED
         return self._prepare(TxnState.EMPTY, self.producer_id, epoch, last, timeout_ms, set(), -1, now_ms)
 
     def prepare_producer_id_rotation(self, new_producer_id: int, timeout_ms: int, now_ms: int,
