@@ -212,7 +212,7 @@ class DelayedProduce(DelayedOperation):
         super().__init__(timeout_ms)
         self.required_offsets = required_offsets
         self.high_watermark = high_watermark
-        self.status: dict[TopicPartition, str | None] = {}
+        self.status: dict[TopicPartition, ErrorCode | None] = {}
 
     def try_complete(self) -> bool:
         pending = False
@@ -232,7 +232,7 @@ class DelayedProduce(DelayedOperation):
             return False
         return self.force_complete()
 
-    def on_complete(self) -> dict[TopicPartition, str | None]:
+    def on_complete(self) -> dict[TopicPartition, ErrorCode | None]:
         for tp in self.required_offsets:
             self.status.setdefault(tp, ErrorCode.REQUEST_TIMED_OUT)
         return dict(self.status)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from tidelog.cluster.controller import Controller
 
 PREFERRED, UNCLEAN = 0, 1
-Result = tuple[str, str] | None
+Result = tuple[ErrorCode, str] | None
 """(error name, message), or None when the partition got its new leader."""
 
 

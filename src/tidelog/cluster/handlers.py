@@ -35,7 +35,7 @@ from tidelog.protocol.errors import error_code
 CLUSTER_HANDLERS: dict[int, Handler] = {}
 
 #: per partition: None (done) or (Kafka error name, message)
-PartitionResults = dict[tuple[str, int], tuple[str, str | None] | None]
+PartitionResults = dict[tuple[str, int], tuple[ErrorCode, str | None] | None]
 
 
 class ClusterController(Protocol):
@@ -112,7 +112,7 @@ async def offset_for_leader_epoch(ctx: RequestContext, request: dict) -> dict:
     return {"throttle_time_ms": 0, "topics": topics_out}
 
 
-def _alter_response(ctx: RequestContext, request: dict, error: str | None, message: str | None,
+def _alter_response(ctx: RequestContext, request: dict, error: ErrorCode | None, message: str | None,
                     per_partition: PartitionResults) -> dict:
     out: dict[str, object] = {"throttle_time_ms": 0, "error_code": error_code(error) if error else 0,
                            "error_message": message, "responses": []}
@@ -183,7 +183,7 @@ async def _controller_answer(submit: Callable[[Callable[[PartitionResults | None
     return await asyncio.wait_for(done, (timeout_ms if timeout_ms > 0 else 60000) / 1000)  # 0: the spec's default
 
 
-def _elect_response(top_error: str | None, results: PartitionResults) -> dict:
+def _elect_response(top_error: ErrorCode | None, results: PartitionResults) -> dict:
     by_topic: dict[str, list[PartitionResult]] = {}
     for (t, p), r in sorted(results.items()):
         by_topic.setdefault(t, []).append({"partition_id": p, "error_code": error_code(r[0]) if r else 0,
@@ -199,7 +199,7 @@ async def elect_leaders(ctx: RequestContext, request: dict) -> dict:
     topics = request.get("topic_partitions")
     wanted = None if topics is None else {(t.get("topic"), int(p)) for t in topics for p in t.get("partitions") or ()}
 
-    def every(error: str, message: str | None) -> PartitionResults:
+    def every(error: ErrorCode, message: str | None) -> PartitionResults:
         return dict.fromkeys(wanted or (), (error, message))
 
     # KafkaApis: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED at the top and for every partition

@@ -68,7 +68,7 @@ from tidelog.broker.group.results import DescribedGroup, ListedGroup
 from tidelog.broker.group.state import Group, GroupState
 from tidelog.broker.group.state import now_ms as _now_ms
 from tidelog.broker.internal_topics import append_and_wait
-from tidelog.errors import ErrorCode, error_code
+from tidelog.errors import ApiError, ErrorCode, error_code
 from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 if TYPE_CHECKING:
@@ -360,7 +360,10 @@ class GroupCoordinator:
                 return COORDINATOR_NOT_AVAILABLE
             partition = rec.partition_for(group_id, info.num_partitions)
         except Exception as exc:
-            return self._append_error(getattr(exc, "kafka_error", None) or repr(exc), offsets, group_id)
+            if not isinstance(exc, ApiError):
+                log.warning("__consumer_offsets unavailable", extra={"kv": {"group": group_id, "error": repr(exc)}})
+            err = exc.kafka_error if isinstance(exc, ApiError) else ErrorCode.UNKNOWN_SERVER_ERROR
+            return self._append_error(err, offsets, group_id)
         return await self._append_to(partition, entries, offsets=offsets, group_id=group_id, **kw)
 
     async def _append_to(
@@ -382,10 +385,11 @@ class GroupCoordinator:
         return NONE if err is None else self._append_error(err, offsets, group_id)
 
     @staticmethod
-    def _append_error(name: str, offsets: bool, group_id: str) -> int:
+    def _append_error(name: ErrorCode, offsets: bool, group_id: str) -> int:
         """Kafka's mapping of a failed ``__consumer_offsets`` append to the error the client gets."""
         log.warning("__consumer_offsets append failed", extra={"kv": {"group": group_id, "error": name}})
-        if name in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
+        if name in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+                    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
             return COORDINATOR_NOT_AVAILABLE
         if name in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH):
             return NOT_COORDINATOR

@@ -305,7 +305,7 @@ def _topic_config_type(name: str) -> int:
 # CreateTopics
 
 
-def _validate_assignments(ctx: RequestContext, assignments: list[CreatableReplicaAssignment]) -> tuple[int, int] | tuple[str, str]:
+def _validate_assignments(ctx: RequestContext, assignments: list[CreatableReplicaAssignment]) -> tuple[int, int] | tuple[ErrorCode, str]:
     """(num_partitions, replication_factor) for a valid manual assignment, else (error_name, message)."""
     node = _node_id(ctx)
     indexes = sorted(int(a.get("partition_index", -1)) for a in assignments)
@@ -346,7 +346,7 @@ def _validate_assignments(ctx: RequestContext, assignments: list[CreatableReplic
     return len(assignments), rf or 1
 
 
-def _validate_cluster_assignments(assignments: list[CreatableReplicaAssignment], registered: set[int]) -> dict[int, list[int]] | tuple[str, str]:
+def _validate_cluster_assignments(assignments: list[CreatableReplicaAssignment], registered: set[int]) -> dict[int, list[int]] | tuple[ErrorCode, str]:
     """ZooKeeper mode: {partition: brokers}, else (error name, message) as Kafka's ``ReplicationControlManager``."""
     out: dict[int, list[int]] = {}
     rf: int | None = None
@@ -398,7 +398,7 @@ async def create_topics(ctx: RequestContext, request: dict) -> dict:
     return {"throttle_time_ms": 0, "topics": results}
 
 
-def _config_problem(configs: list[CreatableTopicConfig]) -> tuple[str, str] | None:
+def _config_problem(configs: list[CreatableTopicConfig]) -> tuple[ErrorCode, str] | None:
     names = [c.get("name") for c in configs]
     for c in configs:
         if c.get("value") is None:
@@ -416,7 +416,7 @@ async def _create_one(ctx: RequestContext, t: CreatableTopic, duplicated: bool, 
     if v >= 5:
         result.update(num_partitions=-1, replication_factor=-1, configs=None)
 
-    def fail(err: str, msg: str) -> dict:
+    def fail(err: ErrorCode, msg: str) -> dict:
         result["error_code"] = error_code(err)
         result["error_message"] = msg
         return result
@@ -608,7 +608,7 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
         answered.add(name)
         res: CreatePartitionsTopicResult = {"name": name, "error_code": 0, "error_message": None}
 
-        def fail(err: str, msg: str, res: CreatePartitionsTopicResult = res) -> None:
+        def fail(err: ErrorCode, msg: str, res: CreatePartitionsTopicResult = res) -> None:
             res["error_code"] = error_code(err)
             res["error_message"] = msg
 
@@ -807,7 +807,7 @@ def _config_refusal(ctx: RequestContext, rtype: int, rname: str, op: AclOperatio
 # AlterConfigs / IncrementalAlterConfigs
 
 
-def _broker_alter_refusal(ctx: RequestContext, rname: str, names: list[str]) -> tuple[str, str] | None:
+def _broker_alter_refusal(ctx: RequestContext, rname: str, names: list[str]) -> tuple[ErrorCode, str] | None:
     if rname and rname != str(_node_id(ctx)):
         return ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {_node_id(ctx)} but received {rname}"
     return None
@@ -839,11 +839,11 @@ async def _alter_config_resources(
         responses.append(res)
         configs = r.get("configs") or []
         names = [c.get("name") for c in configs]
-        refusal: tuple[str, str] | None = None
+        refusal: tuple[ErrorCode, str] | None = None
         bad_op = bad_operation(configs)
         refused = _config_refusal(ctx, rtype, rname, AclOperation.ALTER_CONFIGS)
         if refused:
-            refusal = (error_for_code(refused).name, _auth_message(refused))
+            refusal = (ErrorCode(refused), _auth_message(refused))
         elif _duplicates(names):
             refusal = (ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {sorted(_duplicates(names))}")
         elif bad_op is not None:

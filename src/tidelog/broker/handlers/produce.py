@@ -347,7 +347,7 @@ async def _wait_for_acks(ctx: RequestContext, acks: int, timeout_ms: int, append
     return body
 
 
-def _acked(body: dict, results: dict[tuple[str, int], dict], status: Mapping[tuple[str, int], str | None] | BaseException) -> dict:
+def _acked(body: dict, results: dict[tuple[str, int], dict], status: Mapping[tuple[str, int], ErrorCode | None] | BaseException) -> dict:
     """The acks=-1 answer once its DelayedProduce completed: each partition still short gets its error. A deferred
     answer (ctx.defer) whose operation failed gets UNKNOWN_SERVER_ERROR in each partition it appended to."""
     if isinstance(status, BaseException):
@@ -401,7 +401,7 @@ _VERIFY_RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETW
 _NOT_VERIFIED = object()  # the guard of a batch that joined a transaction open at the time of the produce
 
 
-def _verification_error(err: str, version: int) -> str:
+def _verification_error(err: ErrorCode, version: int) -> ErrorCode:
     if err in _VERIFY_RETRIABLE:
         return ErrorCode.NOT_ENOUGH_REPLICAS
     if err == ErrorCode.PRODUCER_FENCED:
@@ -440,7 +440,7 @@ async def _verify_transactional(ctx: RequestContext, transactional_id: str | Non
             errors = dict.fromkeys(((pp.name, pp.index) for pp in pps), ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         else:
             codes = await coord.verify_transaction(transactional_id, pid, epoch, [(pp.name, pp.index) for pp in pps])
-            errors = {tp: error_for_code(c).name for tp, c in codes.items() if c}
+            errors = {tp: error_code(error_for_code(c).name) for tp, c in codes.items() if c}
         for pp in pps:
             err = errors.get((pp.name, pp.index))
             if err is None:

@@ -115,7 +115,7 @@ async def elect_leaders(ctx: RequestContext, request: dict) -> dict:
 
 
 def _reassignment_problem(ctx: RequestContext, topic: Any, partition: int,
-                          replicas: list[int] | None) -> tuple[str, str] | None:
+                          replicas: list[int] | None) -> tuple[ErrorCode, str] | None:
     info = ctx.broker.topics.get(topic) if isinstance(topic, str) else None
     if info is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {topic}."

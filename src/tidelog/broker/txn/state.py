@@ -165,7 +165,7 @@ class TransactionMetadata:
                           update)
 
     def prepare_increment_producer_epoch(self, timeout_ms: int, expected_epoch: int | None,
-                                         now_ms: int) -> TxnTransit | str:
+                                         now_ms: int) -> TxnTransit | ErrorCode:
         """InitProducerId for an id in Empty/CompleteCommit/CompleteAbort: the epoch bumped (or, for a retry of a
         bump whose answer was lost, kept). Returns the transit or the error name PRODUCER_FENCED."""
         if self.is_producer_epoch_exhausted:
