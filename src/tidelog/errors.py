@@ -12,11 +12,8 @@ and ``broker.errors.error_of`` maps any of them to (code, message) by ``isinstan
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from enum import IntEnum
-
-log = logging.getLogger("tidelog.errors")
 
 
 class ErrorCode(IntEnum):
@@ -321,20 +318,17 @@ ERRORS_BY_CODE: dict[int, KafkaError] = {e.code: e for e in ERRORS}
 
 
 def error_code(name: ErrorCode | str) -> ErrorCode:
-    """The one name -> code lookup: the member for a Kafka error name (a member passes through).
+    """The one name -> code lookup: the member for a Kafka error name (a member passes through); KeyError for a
+    name Kafka does not have.
 
-    A name Kafka does not have is a bug of ours, not of the client: it is logged and answered
-    UNKNOWN_SERVER_ERROR (the request still gets an answer), as :func:`broker.errors.error_of` does for an
-    exception that names no Kafka error. Code that names errors should write ``ErrorCode.X``, which the type
-    checker verifies; this lookup is for names read from outside (configs, ZooKeeper, a CLI flag).
+    Code that names an error writes ``ErrorCode.X``, which the type checker verifies; this lookup is for names
+    read from outside (a file, ZooKeeper, a CLI flag). The broker's former second lookup (``code_of``) answered an
+    unknown name UNKNOWN_SERVER_ERROR silently; an unknown name is a bug, so it raises here, and a handler's
+    exception is answered UNKNOWN_SERVER_ERROR and logged by ``broker.errors.error_of``.
     """
     if isinstance(name, ErrorCode):
         return name
-    try:
-        return ErrorCode[name]
-    except KeyError:
-        log.error("unknown Kafka error name %r answered UNKNOWN_SERVER_ERROR", name)
-        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return ErrorCode[name]
 
 
 def error_for_code(code: int) -> KafkaError:
