@@ -62,13 +62,13 @@ def test_create_errors(broker: Any) -> None:
     t = broker.topics
     t.create_topic("orders", 3)
     cases = [
-        (("orders",), {}, "TOPIC_ALREADY_EXISTS"),
-        (("orders.x",), {"num_partitions": 0}, "INVALID_PARTITIONS"),
-        (("rf",), {"replication_factor": 3}, "INVALID_REPLICATION_FACTOR"),
-        (("rf0",), {"replication_factor": 0}, "INVALID_REPLICATION_FACTOR"),
-        (("cfg",), {"configs": {"retention.ms": "soon"}}, "INVALID_CONFIG"),
-        (("cfg2",), {"configs": {"no.such.config": "1"}}, "INVALID_CONFIG"),
-        (("cfg3",), {"configs": {"retention.ms": None}}, "INVALID_CONFIG"),
+        (("orders",), {}, ErrorCode.TOPIC_ALREADY_EXISTS),
+        (("orders.x",), {"num_partitions": 0}, ErrorCode.INVALID_PARTITIONS),
+        (("rf",), {"replication_factor": 3}, ErrorCode.INVALID_REPLICATION_FACTOR),
+        (("rf0",), {"replication_factor": 0}, ErrorCode.INVALID_REPLICATION_FACTOR),
+        (("cfg",), {"configs": {"retention.ms": "soon"}}, ErrorCode.INVALID_CONFIG),
+        (("cfg2",), {"configs": {"no.such.config": "1"}}, ErrorCode.INVALID_CONFIG),
+        (("cfg3",), {"configs": {"retention.ms": None}}, ErrorCode.INVALID_CONFIG),
     ]
     for args, kw, err in cases:
         with pytest.raises(TopicError) as info:

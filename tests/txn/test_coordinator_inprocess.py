@@ -125,7 +125,7 @@ def test_loading_gates_requests_and_batched_add_partitions(tmp_path: Path) -> No
         coord = h.broker.txn_coordinator
         coord.loaded.clear()  # as while __transaction_state is replayed at start
         try:
-            assert await coord.find_coordinator("tx-load") == ("COORDINATOR_NOT_AVAILABLE", None)
+            assert await coord.find_coordinator("tx-load") == (ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
             assert (await _init(h, "tx-load"))["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
             assert (await _describe(h, "tx-load"))["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
             r = await h.call(66, 0, {"state_filters": [], "producer_id_filters": []})

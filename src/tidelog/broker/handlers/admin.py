@@ -445,8 +445,8 @@ async def _create_one(ctx: RequestContext, t: CreatableTopic, duplicated: bool, 
             num_partitions, replication_factor = len(manual), len(manual[0])
         else:
             checked = _validate_assignments(ctx, assignments)
-            if isinstance(checked[0], str):
-                return fail(str(checked[0]), str(checked[1]))
+            if isinstance(checked[0], ErrorCode):
+                return fail(checked[0], str(checked[1]))
             num_partitions, replication_factor = int(checked[0]), int(checked[1])
     config_list = t.get("configs") or []
     problem = _config_problem(config_list)
