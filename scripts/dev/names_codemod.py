@@ -226,7 +226,8 @@ class Finder:
                 for k, v in zip(node.keys, node.values, strict=True):
                     if isinstance(k, ast.Constant) and isinstance(k.value, str) and is_error_code_name(k.value):
                         self.code_int(v)
-        return self.out
+        seen: set[int] = set()  # a node two rules find is one change
+        return [(n, new) for n, new in self.out if not (id(n) in seen or seen.add(id(n)))]  # type: ignore[func-returns-value]
 
 
 def _offsets(text: str) -> list[int]:
@@ -278,7 +279,11 @@ def add_import(text: str, name: str) -> str:
 
 
 def rewrite(path: Path, rel: str) -> tuple[str, list[str]]:
-    text = path.read_text(encoding="utf-8")
+    return rewrite_text(path.read_text(encoding="utf-8"), rel)
+
+
+def rewrite_text(text: str, rel: str) -> tuple[str, list[str]]:
+    """(the new text, one line per change) for the source of the file at ``rel`` (a path from the root)."""
     tree = ast.parse(text)
     edits = Finder(rel, tree).run()
     if not edits:
