@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tidelog.errors import ErrorCode
+from tidelog.errors import ApiError, ErrorCode
 
 log = logging.getLogger("tidelog.broker.purgatory")
 
@@ -222,7 +222,7 @@ class DelayedProduce(DelayedOperation):
             try:
                 hw = self.high_watermark(tp)
             except Exception as exc:
-                self.status[tp] = getattr(exc, "kafka_error", ErrorCode.UNKNOWN_SERVER_ERROR)
+                self.status[tp] = exc.kafka_error if isinstance(exc, ApiError) else ErrorCode.UNKNOWN_SERVER_ERROR
                 continue
             if hw >= required:
                 self.status[tp] = None

@@ -291,7 +291,7 @@ class GroupCoordinator:
             log.info("__consumer_offsets created", extra={"kv": {"partitions": self.configured_partitions,
                                                                   "replication_factor": self.replication_factor}})
         except Exception as exc:
-            if getattr(exc, "kafka_error", None) != ErrorCode.TOPIC_ALREADY_EXISTS:
+            if not (isinstance(exc, ApiError) and exc.kafka_error == ErrorCode.TOPIC_ALREADY_EXISTS):
                 log.warning("cannot create __consumer_offsets", extra={"kv": {"error": repr(exc)}})
 
     # ============================================================== helpers

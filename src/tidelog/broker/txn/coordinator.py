@@ -48,7 +48,7 @@ from tidelog.broker.txn.state import (
     TxnTransit,
     is_epoch_exhausted,
 )
-from tidelog.errors import ErrorCode, error_code
+from tidelog.errors import ApiError, ErrorCode, error_code
 from tidelog.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
@@ -280,7 +280,7 @@ class TransactionCoordinator:
                 return self.broker.topics.create_topic(TRANSACTION_STATE_TOPIC, self.configured_partitions, 1,
                                                        self._topic_configs(1))
             except Exception as exc:
-                if getattr(exc, "kafka_error", None) != ErrorCode.TOPIC_ALREADY_EXISTS:
+                if not (isinstance(exc, ApiError) and exc.kafka_error == ErrorCode.TOPIC_ALREADY_EXISTS):
                     raise
                 return None
 
@@ -303,7 +303,7 @@ class TransactionCoordinator:
                 self.broker.topics.create_topic, TRANSACTION_STATE_TOPIC, self.configured_partitions,
                 self.replication_factor, self._topic_configs(self.replication_factor))
         except Exception as exc:
-            if getattr(exc, "kafka_error", None) != ErrorCode.TOPIC_ALREADY_EXISTS:
+            if not (isinstance(exc, ApiError) and exc.kafka_error == ErrorCode.TOPIC_ALREADY_EXISTS):
                 log.warning("cannot create __transaction_state", extra={"kv": {"error": repr(exc)}})
 
     # ============================================================== state access

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.group.records import OFFSETS_TOPIC
 from tidelog.broker.internal_topics import wait_replicated
-from tidelog.errors import ErrorCode
+from tidelog.errors import ApiError, ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ERRORS_BY_CODE
 
@@ -52,7 +52,7 @@ async def append_markers_locally(broker: Broker, producer_id: int, producer_epoc
         try:
             plog = broker.leader_log(*tp)
         except Exception as exc:
-            result[tp] = getattr(exc, "kafka_error", None) or ErrorCode.UNKNOWN_SERVER_ERROR
+            result[tp] = exc.kafka_error if isinstance(exc, ApiError) else ErrorCode.UNKNOWN_SERVER_ERROR
             continue
         ticket = broker.append_sequencer.ticket(tp)
         try:
@@ -62,7 +62,7 @@ async def append_markers_locally(broker: Broker, producer_id: int, producer_epoc
                 leader_epoch=broker.leader_epoch(*tp))
             broker.on_append(tp, plog)
         except Exception as exc:
-            name = getattr(exc, "kafka_error", None)
+            name = exc.kafka_error if isinstance(exc, ApiError) else None
             if name is None:
                 log.exception("appending a transaction marker failed", extra={"kv": {"partition": f"{tp[0]}-{tp[1]}"}})
             result[tp] = name or ErrorCode.UNKNOWN_SERVER_ERROR
