@@ -25,7 +25,7 @@ from tidelog.records import Record, decode_batches
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 19, 22
 
 # Kafka error codes used by these suites
-NONE = ErrorCode.NONE
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 CORRUPT_MESSAGE = ErrorCode.CORRUPT_MESSAGE
 UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 MESSAGE_TOO_LARGE = ErrorCode.MESSAGE_TOO_LARGE

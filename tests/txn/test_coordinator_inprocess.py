@@ -18,7 +18,7 @@ _spec.loader.exec_module(_harness)
 Harness, run_broker = _harness.Harness, _harness.run_broker
 
 CREATE_TOPICS, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN, DESCRIBE_TXNS = 19, 22, 24, 26, 65
-NONE = ErrorCode.NONE
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 
 
 async def _init(h: Harness, tid: str, pid: int = -1, epoch: int = -1) -> dict:

@@ -48,7 +48,7 @@ from tidelog.storage.log.partition_log import PartitionLog
 if TYPE_CHECKING:
     from tidelog.broker.metrics import BrokerMetrics
 
-NONE = ErrorCode.NONE
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 MAX_INT32 = 0x7FFFFFFF
 MIN_BATCH = 61  # a v2 batch header: for the long poll, any available batch satisfies a min_bytes up to this

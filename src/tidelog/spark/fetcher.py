@@ -79,7 +79,7 @@ PROBE_BYTES = 1024 * 1024
 PROBE_BYTES_PER_OFFSET = 32
 """...and at most this many per offset of the range: a small v2 record (few-byte key and value) takes about that."""
 
-NONE = ErrorCode.NONE
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 OFFSET_OUT_OF_RANGE = ErrorCode.OFFSET_OUT_OF_RANGE
 LEADER_NOT_AVAILABLE = ErrorCode.LEADER_NOT_AVAILABLE
 NOT_LEADER_OR_FOLLOWER = ErrorCode.NOT_LEADER_OR_FOLLOWER

@@ -84,7 +84,7 @@ DEFAULT_BATCH_BYTES = 1_000_000  # librdkafka's batch.size and message.max.bytes
 REQUEST_MAX_BYTES = 16 * 1024 * 1024
 DEFAULT_TXN_TIMEOUT_MS = 60_000  # librdkafka's transaction.timeout.ms
 
-NONE = ErrorCode.NONE
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 LEADER_NOT_AVAILABLE = ErrorCode.LEADER_NOT_AVAILABLE
 COORDINATOR_LOAD_IN_PROGRESS = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS

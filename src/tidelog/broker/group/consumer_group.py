@@ -62,7 +62,7 @@ class GroupOwner(Protocol):
 
 log = logging.getLogger("tidelog.broker.group.consumer")
 
-NONE = ErrorCode.NONE
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 UNKNOWN_MEMBER_ID = ErrorCode.UNKNOWN_MEMBER_ID
 INVALID_REQUEST = ErrorCode.INVALID_REQUEST
 GROUP_ID_NOT_FOUND = ErrorCode.GROUP_ID_NOT_FOUND

@@ -78,7 +78,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidelog.broker.group")
 
 
-NONE = ErrorCode.NONE
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 UNKNOWN_SERVER_ERROR = ErrorCode.UNKNOWN_SERVER_ERROR
 UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 OFFSET_METADATA_TOO_LARGE = ErrorCode.OFFSET_METADATA_TOO_LARGE

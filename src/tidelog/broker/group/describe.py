@@ -29,7 +29,7 @@ class DescribedCoordinator(Protocol):
 
     def check(self, group_id: str | None) -> int: ...
 
-NONE = ErrorCode.NONE
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 NOT_COORDINATOR = ErrorCode.NOT_COORDINATOR
 COORDINATOR_LOAD_IN_PROGRESS = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 INVALID_GROUP_ID = ErrorCode.INVALID_GROUP_ID

@@ -17,14 +17,13 @@ from tidelog.broker.group.records import OFFSETS_TOPIC, GroupValue, OffsetValue
 from tidelog.broker.group.replay import Migration, Replay, _read_partitions
 from tidelog.broker.group.state import Group, GroupState, Member
 from tidelog.broker.group.state import now_ms as _now_ms
-from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
 
 log = logging.getLogger("tidelog.broker.group")
 
-NONE = ErrorCode.NONE
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 
 
 class LoadingHost(Protocol):

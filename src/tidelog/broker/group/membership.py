@@ -18,7 +18,7 @@ from tidelog.errors import ErrorCode
 
 log = logging.getLogger("tidelog.broker.group")
 
-NONE = ErrorCode.NONE
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
 FENCED_INSTANCE_ID = ErrorCode.FENCED_INSTANCE_ID
 GROUP_MAX_SIZE_REACHED = ErrorCode.GROUP_MAX_SIZE_REACHED

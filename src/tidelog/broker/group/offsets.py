@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidelog.broker.group")
 
-NONE = ErrorCode.NONE
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
 GROUP_ID_NOT_FOUND = ErrorCode.GROUP_ID_NOT_FOUND
 GROUP_SUBSCRIBED_TO_TOPIC = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidelog.broker.group")
 
-NONE = ErrorCode.NONE
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 COORDINATOR_LOAD_IN_PROGRESS = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
 FENCED_INSTANCE_ID = ErrorCode.FENCED_INSTANCE_ID

@@ -11,7 +11,7 @@ from tidelog.errors import ErrorCode
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS = 0, 1, 2, 3, 18
 
-NONE = ErrorCode.NONE
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 UNKNOWN_SERVER_ERROR = ErrorCode.UNKNOWN_SERVER_ERROR
 OFFSET_OUT_OF_RANGE = ErrorCode.OFFSET_OUT_OF_RANGE
 UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
