@@ -13,7 +13,7 @@ from tidelog.broker.purgatory import (
     FetchPartitionStatus,
     Purgatory,
 )
-from tidelog.errors import ErrorCode
+from tidelog.errors import ApiError, ErrorCode
 
 TP = ("t", 0)
 TP1 = ("t", 1)
@@ -133,7 +133,7 @@ def test_produce_times_out_with_request_timed_out_for_laggards() -> None:
 
 
 def test_produce_error_from_partition_completes_with_that_error() -> None:
-    class NotLeader(Exception):
+    class NotLeader(ApiError):  # an error meant for a client derives from ApiError (decision 0066)
         kafka_error = ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     async def main() -> None:
