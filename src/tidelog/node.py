@@ -4,8 +4,9 @@
 ``zookeeper.connect``; the broker's own :class:`~tidelog.broker.replica_manager.LocalReplicaManager`) or in a
 ZooKeeper cluster (:class:`~tidelog.cluster.replica_manager.ZkReplicaManager`, which brings the ZooKeeper
 topic store, producer-id blocks, replica fetchers, the controller and the cluster-only APIs). ``broker`` never
-imports ``cluster`` (``tests/test_layers.py``), but it is not mode-blind: the group and transaction coordinators
-still read ``zookeeper.connect`` themselves. This module imports ``cluster`` (and with it ``kazoo``) at module
+imports ``cluster`` (``tests/test_layers.py``) and is mode-blind: the group and transaction coordinators follow the
+partition leadership the replica manager announces (:class:`~tidelog.broker.leadership.LeadershipChanges`, made
+here and given to it). This module imports ``cluster`` (and with it ``kazoo``) at module
 level, so a single-node ``tidelog serve`` loads them too, without ever connecting to ZooKeeper.
 """
 
@@ -20,6 +21,8 @@ from collections.abc import Callable
 
 from tidelog.broker.broker import Broker
 from tidelog.broker.config import BrokerConfig
+from tidelog.broker.leadership import LeadershipChanges
+from tidelog.broker.replica_manager import LocalReplicaManager, ReplicaManager
 from tidelog.broker.server import install_event_loop_policy
 from tidelog.broker.txn.coordinator import TransactionCoordinator
 from tidelog.cluster.replica_manager import ZkReplicaManager
@@ -31,10 +34,14 @@ def build_broker(config: BrokerConfig, recovery_progress: RecoveryProgress | Non
     """The broker of ``config``'s mode; the transaction coordinator is the same part in both (it follows the
     replica manager's leadership of ``__transaction_state`` in ZooKeeper mode). ``recovery_progress`` shows a
     long log recovery (``tidelog serve`` on a terminal: a progress bar)."""
-    if config.get("zookeeper.connect"):
-        return Broker(config, ZkReplicaManager(config), txn_coordinator=TransactionCoordinator,
-                      recovery_progress=recovery_progress)
-    return Broker(config, txn_coordinator=TransactionCoordinator, recovery_progress=recovery_progress)
+    leadership = LeadershipChanges()  # the replica manager announces, the coordinators listen
+
+    def replica_manager(broker: Broker) -> ReplicaManager:  # called by the broker's constructor, given itself
+        if config.get("zookeeper.connect"):
+            return ZkReplicaManager(config, broker, leadership)
+        return LocalReplicaManager(broker, leadership)
+
+    return Broker(config, replica_manager, txn_coordinator=TransactionCoordinator, recovery_progress=recovery_progress)
 
 
 async def serve(

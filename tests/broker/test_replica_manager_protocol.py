@@ -21,18 +21,26 @@ def _config(tmp_path: Path, **extra: str) -> BrokerConfig:
     return BrokerConfig.from_properties({"log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:0", **extra})
 
 
+def _zk(tmp_path: Path) -> ZkReplicaManager:
+    """ZooKeeper mode's replica manager, made by the broker's constructor (not connected)."""
+    cfg = _config(tmp_path, **{"zookeeper.connect": "127.0.0.1:1"})
+    rm = Broker(cfg, lambda b: ZkReplicaManager(cfg, b)).replica_manager
+    assert isinstance(rm, ZkReplicaManager)
+    return rm
+
+
 @pytest.mark.parametrize("member", _MEMBERS)
 def test_both_replica_managers_have_every_member_of_the_protocol(tmp_path: Path, member: str) -> None:
-    zk = ZkReplicaManager(_config(tmp_path, **{"zookeeper.connect": "127.0.0.1:1"}))  # not connected
-    for rm in (LocalReplicaManager(), zk):
+    for rm in (Broker(_config(tmp_path)).replica_manager, _zk(tmp_path)):
         assert hasattr(rm, member), f"{type(rm).__name__} lacks {member}"
 
 
 def test_only_zookeeper_mode_serves_the_cluster_only_apis(tmp_path: Path) -> None:
-    zk = ZkReplicaManager(_config(tmp_path, **{"zookeeper.connect": "127.0.0.1:1"}))
+    zk = _zk(tmp_path)
     assert isinstance(zk, ClusterReplicaManager)
-    assert not isinstance(LocalReplicaManager(), ClusterReplicaManager)
     broker = Broker(_config(tmp_path))
+    assert isinstance(broker.replica_manager, LocalReplicaManager)
+    assert not isinstance(broker.replica_manager, ClusterReplicaManager)
     ctx = RequestContext(broker, 23, 4, 1, "c")
     with pytest.raises(TypeError, match="LocalReplicaManager"):
         _replica_manager(ctx)

@@ -67,3 +67,35 @@ def test_broker_configs_in_zookeeper_reach_every_broker(cluster: Any) -> None:
     b3.start()
     cluster.wait_for("3 registered brokers", lambda md: len(md.brokers) == 3)
     assert _described(b3, "3", "log.retention.ms") == ("7200000", DYNAMIC_BROKER_CONFIG)
+
+
+def test_password_configs_in_zookeeper_only_encoded(cluster: Any) -> None:
+    """Kafka's ZooKeeper mode keeps no password in ZooKeeper in clear: without ``password.encoder.secret`` the
+    change is refused (INVALID_CONFIG, "Password encoder secret not configured"); with it ``/config/brokers/<id>``
+    holds the EncryptingPasswordEncoder map, which the broker decodes when it starts again."""
+    from tidelog.broker import password_encoder as pw
+
+    name, secret = "listener.name.plaintext.ssl.key.password", "zk-secret"
+    all_up(cluster)
+    b2, b3 = cluster.brokers[2], cluster.brokers[3]
+    refused = _alter(b2, "2", {name: "changeit"})
+    assert refused["error_code"] == 40
+    assert refused["error_message"].endswith("Password encoder secret not configured"), refused
+    with kazoo(cluster.zk.connect) as zk:
+        stored = zk.exists("/config/brokers/2") and json.loads(zk.get("/config/brokers/2")[0])["config"]
+        assert not stored or name not in stored
+
+    b3.kill()
+    b3.overrides[pw.SECRET] = secret
+    b3.start()
+    cluster.wait_for("3 registered brokers", lambda md: len(md.brokers) == 3)
+    assert _alter(b3, "3", {name: "changeit"})["error_code"] == 0
+    with kazoo(cluster.zk.connect) as zk:
+        encoded = json.loads(zk.get("/config/brokers/3")[0])["config"][name]
+    assert pw.looks_encoded(encoded) and pw.PasswordEncoder(secret).decode(encoded) == "changeit"
+    assert _described(b3, "3", name) == (None, DYNAMIC_BROKER_CONFIG)
+    b3.kill()
+    b3.start()
+    cluster.wait_for("3 registered brokers", lambda md: len(md.brokers) == 3)
+    assert _described(b3, "3", name) == (None, DYNAMIC_BROKER_CONFIG)
+    assert "could not be decoded" not in b3.log_text()

@@ -30,13 +30,14 @@ class RunningConsole:
 
 
 def start_console(bootstrap: str, props: dict[str, str] | None = None, *, host: str = "127.0.0.1",
-                  password: str | None = None, audit: Path | None = None, user: str = "tester") -> RunningConsole:
+                  password: str | None = None, audit: Path | None = None, user: str = "tester",
+                  cache_ttl: float = 5.0) -> RunningConsole:
     """A console for ``bootstrap``; ``host`` decides whether a login is required (beyond loopback), though the
     server itself always listens on 127.0.0.1 (tests reach nothing else)."""
     import uvicorn
 
     console = Console(ConsoleConfig(bootstrap, dict(props or {}), host=host, user=user, password=password,
-                                    audit_path=audit, timeout=20.0))
+                                    audit_path=audit, timeout=20.0, cache_ttl=cache_ttl))
     app = build_app(console, allowed_hosts=["127.0.0.1", "localhost"])
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -267,3 +267,21 @@ def test_transactions_metrics_and_audit_pages(driver: Any, console: RunningConso
     go(driver, console, "audit")
     assert "abort-transaction" in css(driver, "#audit-table").text
     save_screenshot(driver, tmp_path, "audit")
+
+
+def test_set_and_delete_a_scram_user(driver: Any, consoles: dict[str, RunningConsole]) -> None:
+    go(driver, consoles["admin"], "security")
+    fill(driver, "#user-name", "erin")
+    choose(driver, "#user-mechanism", "SCRAM-SHA-512")
+    fill(driver, "#user-password", "erin-pw-77a1")
+    css(driver, "#user-set-btn").click()
+    row = 'tr[data-user="erin"]'
+    wait(driver, lambda d: found(d, row), what="the new user's row")
+    assert css(driver, row).text.split()[:2] == ["erin", "SCRAM-SHA-512(4096)"]
+    assert banner(driver, "notice") == "credentials of erin set"
+    assert css(driver, "#user-password").get_attribute("value") == ""  # not left in the form
+    css(driver, f"{row} .delete-user").click()
+    confirm(driver, "erin")
+    wait(driver, lambda d: not found(d, row), what="the user's row gone")
+    assert banner(driver, "notice") == "credentials of erin deleted"
+    assert "erin-pw-77a1" not in driver.page_source

@@ -271,3 +271,52 @@ def test_overview_transactions_metrics(console: Any, broker: Any) -> None:
     second = c.get("/api/metrics").json()[0]
     assert second["requests_per_sec"] is not None and second["request_latency_avg_ms"] >= 0  # two samples
     assert second["event_loop_lag_ms"] is not None
+
+
+def read_all(bootstrap: str, topic: str) -> None:
+    from confluent_kafka import TopicPartition
+
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": name(), "enable.partition.eof": True})
+    reader.assign([TopicPartition(topic, 0, 0)])
+    deadline, eof = time.monotonic() + 30, False
+    while not eof:
+        assert time.monotonic() < deadline
+        eof = any(m.error() is not None for m in reader.consume(500, 1.0))
+    reader.close()
+
+
+def test_topics_page_consume_rate_from_the_brokers_metrics(console: Any, broker: Any) -> None:
+    from confluent_kafka import TopicPartition
+
+    c, h = client(console)
+    t = name()
+    assert c.post("/api/topics", json={"name": t}, headers=h).status_code == 201
+    produce_many(broker.bootstrap, t, 500)
+    read_all(broker.bootstrap, t)  # the topic's bytes-out series appears
+    group = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": name(), "enable.auto.commit": False})
+    group.commit(offsets=[TopicPartition(t, 0, 100)], asynchronous=False)  # the group's series appears
+    console.console.cache.invalidate()
+    first = next(x for x in c.get("/api/topics").json() if x["name"] == t)
+    assert first["consume_rate"] is None  # the first sample of this group: no rate yet
+    group.commit(offsets=[TopicPartition(t, 0, 400)], asynchronous=False)  # 300 records consumed
+    group.close()
+    read_all(broker.bootstrap, t)  # bytes fetched between the two samples
+    assert next(x for x in c.get("/api/topics").json() if x["name"] == t) == first  # cached: the same sample
+    console.console.cache.invalidate()
+    row = next(x for x in c.get("/api/topics").json() if x["name"] == t)
+    assert row["consume_rate"] is not None and row["consume_rate"] > 0, row
+    assert row["bytes_out_rate"] is not None and row["bytes_out_rate"] > 0, row
+
+
+def test_overview_counts_follow_the_consoles_own_config_change(console: Any) -> None:
+    c, h = client(console)
+    before = c.get("/api/overview").json()["under_min_isr"]
+    t = name()
+    r = c.post("/api/topics", json={"name": t, "partitions": 2, "configs": {"min.insync.replicas": "2"}}, headers=h)
+    assert r.status_code == 201, r.text
+    # one broker: an ISR of 1 < 2 for both partitions; the create dropped the page cache, so this load sees it
+    assert c.get("/api/overview").json()["under_min_isr"] == before + 2
+    assert c.post(f"/api/topics/{t}/configs", json={"key": "min.insync.replicas", "value": "1"},
+                  headers=h).is_success
+    assert c.get("/api/overview").json()["under_min_isr"] == before  # the kept min.insync.replicas was dropped
+    assert c.request("DELETE", f"/api/topics/{t}", json={"confirm": t}, headers=h).status_code == 200

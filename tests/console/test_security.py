@@ -53,6 +53,66 @@ def test_quotas_listed(consoles: dict[str, RunningConsole], acl_broker: Any) -> 
     assert refused.status_code == 403 and "CLUSTER_AUTHORIZATION_FAILED" in refused.json()["error"]
 
 
+def test_scram_users_set_and_deleted_with_confirmation(consoles: dict[str, RunningConsole], acl_broker: Any) -> None:
+    from tidelog.broker.security.scram import USERS_FILE, ScramCredential, ScramCredentialStore
+
+    c, h = session(consoles["admin"])
+    secret = "carol-pw-4d1b9"
+    new = {"user": "carol", "mechanism": "SCRAM-SHA-256", "password": secret, "iterations": 4096}
+    assert c.post("/api/users", json=new, headers={}).status_code == 403  # no CSRF token
+    assert c.post("/api/users", json={**new, "iterations": 99}, headers=h).status_code == 400
+    assert c.post("/api/users", json={**new, "mechanism": "MD5"}, headers=h).status_code == 400
+    assert c.post("/api/users", json={**new, "password": ""}, headers=h).status_code == 400
+    r = c.post("/api/users", json=new, headers=h)
+    assert r.status_code == 201, r.text
+    assert {"user": "carol", "mechanisms": ["SCRAM-SHA-256(4096)"]} in c.get("/api/users").json()
+    # the broker stores the credential of that password (the console sent a salted password, not the password)
+    stored = ScramCredentialStore(acl_broker.data_dir / USERS_FILE).describe()["carol"]["SCRAM-SHA-256"]
+    assert stored == ScramCredential.from_password("SCRAM-SHA-256", secret, 4096, salt=stored.salt)
+    refused = session(consoles["alice"])
+    denied = refused[0].post("/api/users", json={**new, "user": "mallory"}, headers=refused[1])
+    assert denied.status_code == 403 and "CLUSTER_AUTHORIZATION_FAILED" in denied.json()["error"], denied.text
+    no = c.post("/api/users/delete", json={"user": "carol"}, headers=h)
+    assert no.status_code == 409
+    gone = c.post("/api/users/delete", json={"user": "carol", "confirm": "carol"}, headers=h)
+    assert gone.status_code == 200 and gone.json()["deleted"] == ["SCRAM-SHA-256"], gone.text
+    assert "carol" not in [u["user"] for u in c.get("/api/users").json()]
+    again = c.post("/api/users/delete", json={"user": "carol", "confirm": "carol"}, headers=h)
+    assert again.status_code == 404
+    audit = [(a["action"], a["target"], a["outcome"]) for a in c.get("/api/audit").json()]
+    assert ("set-scram-user", "carol", "ok") in audit and ("delete-scram-user", "carol", "ok") in audit
+    for text in (c.get("/api/audit").text, Path(consoles["admin"].console.audit.path).read_text(),
+                 refused[0].get("/api/audit").text, Path(consoles["alice"].console.audit.path).read_text()):
+        assert secret not in text
+
+
+def test_client_quotas_set_and_removed_with_confirmation(consoles: dict[str, RunningConsole]) -> None:
+    c, h = session(consoles["admin"])
+    body = {"entity": {"user": "dave"}, "set": {"consumer_byte_rate": 2048}}
+    assert c.post("/api/quotas", json=body, headers=h).status_code == 200
+    assert c.post("/api/quotas", json={"entity": {"client-id": None}, "set": {"request_percentage": 50}},
+                  headers=h).status_code == 200
+    listed = c.get("/api/quotas").json()
+    assert {"entity": {"user": "dave"}, "quotas": {"consumer_byte_rate": 2048.0}} in listed
+    assert {"entity": {"client-id": None}, "quotas": {"request_percentage": 50.0}} in listed
+    for bad in ({"entity": {"user": "dave"}, "set": {"producer_byte_rate": 1.5}},
+                {"entity": {"user": "dave"}, "set": {"no_such_quota": 1}},
+                {"entity": {"group": "x"}, "set": {"consumer_byte_rate": 1}},
+                {"entity": {"user": "dave"}}):
+        assert c.post("/api/quotas", json=bad, headers=h).status_code == 400, bad
+    remove = {"entity": {"user": "dave"}, "remove": ["consumer_byte_rate"]}
+    assert c.post("/api/quotas", json=remove, headers=h).status_code == 409  # the entity named again
+    assert c.post("/api/quotas", json={**remove, "confirm": "user=dave"}, headers=h).status_code == 200
+    assert c.post("/api/quotas", json={"entity": {"client-id": None}, "remove": ["request_percentage"],
+                                       "confirm": "client-id=<default>"}, headers=h).status_code == 200
+    entities = [q["entity"] for q in c.get("/api/quotas").json()]
+    assert {"user": "dave"} not in entities and {"client-id": None} not in entities
+    a, ah = session(consoles["alice"])
+    denied = a.post("/api/quotas", json=body, headers=ah)
+    assert denied.status_code == 403 and "CLUSTER_AUTHORIZATION_FAILED" in denied.json()["error"]
+    assert a.get("/api/audit").json()[0]["outcome"].startswith("refused: ")
+
+
 def test_refusals_are_the_brokers_and_are_audited(consoles: dict[str, RunningConsole]) -> None:
     c, h = session(consoles["alice"])
     r = c.post("/api/topics", json={"name": "alice-topic"}, headers=h)

@@ -218,7 +218,7 @@ def test_load_moves_misplaced_records_to_the_group_partition_once(
     old, new = legacy_partition_for(group, N), partition_for(group, N)
 
     async def create(coord: Any) -> None:
-        assert coord.ensure_offsets_topic() is not None  # __consumer_offsets, 50 partitions, compacted
+        assert coord._create_topic(1) is not None  # __consumer_offsets, 50 partitions, compacted
 
     _in_process(data, create)
     before = {  # written before the upgrade at the old placement; after it, in the group's partition

@@ -58,7 +58,7 @@ from tidelog.broker.handlers import (  # noqa: F401
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
 from tidelog.broker.quotas import ClientQuotaManager
-from tidelog.broker.replica_manager import LocalReplicaManager, ReplicaManager
+from tidelog.broker.replica_manager import LocalReplicaManager, ReplicaManager, ReplicaManagerFactory
 from tidelog.broker.request_pool import (
     AppendSequencer,
     DecompressionBudget,
@@ -81,7 +81,7 @@ log = logging.getLogger("tidelog.broker.server")
 class Broker:
     """A tidelog broker. ``replica_manager`` decides the mode (default: one node alone)."""
 
-    def __init__(self, config: BrokerConfig, replica_manager: ReplicaManager | None = None,
+    def __init__(self, config: BrokerConfig, replica_manager: ReplicaManagerFactory | None = None,
                  txn_coordinator: Callable[[Broker], Any] = TransactionCoordinator,
                  recovery_progress: RecoveryProgress | None = None) -> None:
         self.config = config
@@ -132,9 +132,9 @@ class Broker:
         self.group_coordinator: Any = None
         self.txn_coordinator: Any = None
 
-        rm: ReplicaManager = replica_manager if replica_manager is not None else LocalReplicaManager()
+        # the replica manager is made here, given this broker (the composition root chose which one)
+        rm: ReplicaManager = (replica_manager or LocalReplicaManager)(self)
         self.replica_manager = rm
-        rm.attach(self)
         # partition state, bound once: the handlers' one leadership check, epochs, ISR, high watermark, Metadata
         self.leader_log = rm.leader_log
         self.isr = rm.isr
@@ -203,16 +203,15 @@ class Broker:
         cfg = self.config
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        make_store = getattr(self.replica_manager, "make_broker_config_store", None)
-        if make_store is not None:  # ZooKeeper mode: /config/brokers, read before the topic defaults are used
-            self.dynamic_config.use_store(make_store(self))
+        store = self.replica_manager.make_broker_config_store(self)
+        if store is not None:  # ZooKeeper mode: /config/brokers, read before the topic defaults are used
+            self.dynamic_config.use_store(store)
         self.topics = self.replica_manager.make_topic_manager(self)
         self.logs = LogManager(list(cfg.log_dirs), cfg.log_config(), recovery_progress=self.recovery_progress,
                                **self.topics.log_manager_kwargs())
         self.logs.startup(self.topics.topic_config)
-        hook = getattr(self.replica_manager, "on_log_dir_failure", None)
-        if hook is not None:  # ZooKeeper mode tells the controller (/log_dir_event_notification)
-            self.logs.add_dir_failure_listener(hook)
+        # ZooKeeper mode tells the controller (/log_dir_event_notification); one node has no one to tell
+        self.logs.add_dir_failure_listener(self.replica_manager.on_log_dir_failure)
         self.topics.load()
         for info in self.topics.all_topics():
             for p in range(info.num_partitions):
@@ -261,12 +260,16 @@ class Broker:
                           "topics": len(self.topics.names()), "seconds": round(time.monotonic() - t0, 3)}},
         )
         self.metrics.set_partition_source(self._partition_metrics)
-        if getattr(self.logs, "cleaner", None) is not None:
+        if self.logs.cleaner is not None:
             self.metrics.add_rows_source(self.logs.cleaner.metrics)
         self.metrics.add_rows_source(self.logs.metrics_rows)
         self.group_coordinator = GroupCoordinator(self)
-        await self.group_coordinator.start()  # loads __consumer_offsets in the background
-        await self.txn_coordinator.start()  # loads __transaction_state in the background
+        # the coordinators follow partition leadership (broker/leadership.py): each loads the partitions of its
+        # internal topic this broker leads, in the background, and unloads those it no longer leads
+        self.replica_manager.leadership.listen((self.group_coordinator, self.txn_coordinator))
+        await self.group_coordinator.start()
+        await self.txn_coordinator.start()
+        self.replica_manager.start_leadership()  # one node: leader of everything it hosts, announced now
         for server in self.socket_servers:
             bound = server.bind()
             if server.listener.advertised is None and server.listener.port == 0:

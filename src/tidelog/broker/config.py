@@ -215,6 +215,14 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("sasl.jaas.config", None, str),
         _key("sasl.server.max.receive.size", "524288", _pos_int, "largest frame before authentication"),
         _key("connections.max.reauth.ms", "0", _nonneg_long, "KIP-368: SASL session lifetime (0: none)"),
+        # dynamic password configs at rest (Kafka's PasswordEncoderConfigs; broker/password_encoder.py)
+        _key("password.encoder.secret", None, str, "encodes dynamic password configs in the config store"),
+        _key("password.encoder.old.secret", None, str, "the previous secret, while rotating it"),
+        _key("password.encoder.keyfactory.algorithm", None, str,
+             "PBKDF2WithHmacSHA512 (default), PBKDF2WithHmacSHA256 or PBKDF2WithHmacSHA1"),
+        _key("password.encoder.cipher.algorithm", "AES/CBC/PKCS5Padding", str, "or AES/GCM/NoPadding"),
+        _key("password.encoder.key.length", "128", _pos_int, "bits: 128, 192 or 256"),
+        _key("password.encoder.iterations", "4096", _pos_int, "PBKDF2 iterations, at least 1024"),
         # authorization (Kafka's AclAuthorizer / StandardAuthorizer settings)
         _key("authorizer.class.name", "", _authorizer_class,
              "empty: no authorizer; kafka.security.authorizer.AclAuthorizer, "

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from tidelog.broker import config as bc
+from tidelog.broker import password_encoder as pw
 from tidelog.broker.connection_limits import parse_overrides
 from tidelog.errors import ApiError, ErrorCode
 from tidelog.storage.cleaner import CleanerConfig
@@ -192,6 +193,15 @@ class DynamicBrokerConfig:
         self.broker_: Any = None  # the running Broker once attached
         #: where the layers are kept (one node: the file; ZooKeeper mode replaces it)
         self.store: Any = FileStore(Path(config.log_dirs[0]) / STORE_FILE) if config.log_dirs else None
+        #: password configs at rest (module password_encoder): encoded with password.encoder.secret; without a
+        #: secret ZooKeeper mode refuses them as Kafka's ZooKeeper mode does, one node keeps them in its own
+        #: file in clear (mode 0600) as a KRaft controller keeps them in its metadata log
+        try:
+            self.encoder = pw.encoder_from(config.props)
+            self.old_encoder = pw.old_encoder_from(config.props)
+        except pw.PasswordEncoderError as exc:  # a bad password.encoder.* value: the start fails, as Kafka's
+            raise bc.ConfigException(exc.config, exc.value, exc.reason) from None
+        self.secret_required = False
         self._lock = threading.RLock()  # a change through this broker vs. a notification from another
 
     # -- layers ------------------------------------------------------------------------------------------------
@@ -280,10 +290,65 @@ class DynamicBrokerConfig:
         """At start (before the broker's parts read the config): the stored layers."""
         if self.store is None:
             return
-        default, brokers = self.store.read()
-        changed = self.set_layers(default, brokers.get(str(self.node_id), {}))
+        default, broker = self._read_store(rewrite=True)
+        changed = self.set_layers(default, broker)
         if changed:
             log.info("dynamic broker configs loaded", extra={"kv": {"configs": ",".join(sorted(changed))}})
+
+    # -- password configs at rest --------------------------------------------------------------------------------
+
+    def _read_store(self, rewrite: bool = False) -> tuple[dict[str, str], dict[str, str]]:
+        """The default layer and this broker's layer from the store, password configs decoded (Kafka's
+        fromPersistentProps: one that cannot be decoded is logged and ignored). With ``rewrite`` (at start), a
+        password encoded with ``password.encoder.old.secret``, or one kept in clear while a secret is now set,
+        is written back encoded with the current secret (Kafka's maybeReEncodePasswords)."""
+        default, brokers = self.store.read()
+        broker = dict(brokers.get(str(self.node_id), {}))
+        stale = False
+        for name, value in list(broker.items()):
+            if not pw.is_password_config(name):
+                continue
+            if not pw.looks_encoded(value):
+                if self.encoder is not None:
+                    stale = True
+                else:
+                    log.warning("dynamic password config stored in clear; set password.encoder.secret to encode it",
+                                extra={"kv": {"config": name}})
+                continue
+            decoded = None
+            for encoder, old in ((self.encoder, False), (self.old_encoder, True)):
+                if encoder is None:
+                    continue
+                try:
+                    decoded = encoder.decode(value)
+                except pw.PasswordEncoderError:
+                    continue
+                stale = stale or old
+                break
+            if decoded is None:
+                log.error("dynamic password config could not be decoded, ignoring it",
+                          extra={"kv": {"config": name, "secret_set": self.encoder is not None}})
+                del broker[name]
+            else:
+                broker[name] = decoded
+        if rewrite and stale and self.encoder is not None:
+            self.store.write(str(self.node_id), self.node_id, self._persistent(str(self.node_id), broker))
+            log.info("dynamic password configs encoded again with the current password.encoder.secret")
+        return dict(default), broker
+
+    def _persistent(self, resource_name: str, layer: dict[str, str]) -> dict[str, str]:
+        """``layer`` as stored: password configs encoded (Kafka's toPersistentProps)."""
+        out = dict(layer)
+        for name, value in layer.items():
+            if not pw.is_password_config(name):
+                continue
+            if resource_name == "":
+                raise DynamicConfigError("INVALID_CONFIG", "Password config can be defined only at broker level")
+            if self.encoder is not None:
+                out[name] = self.encoder.encode(value)
+            elif self.secret_required:
+                raise DynamicConfigError("INVALID_CONFIG", "Password encoder secret not configured")
+        return out
 
     def attach(self, broker: Any) -> None:
         self.broker_ = broker
@@ -292,9 +357,9 @@ class DynamicBrokerConfig:
         """ZooKeeper mode (before storage opens): the layers come from ``store`` instead of the file, and a
         notification that this broker's or the default layer changed makes it read and apply them again."""
         self.store = store
+        self.secret_required = True  # Kafka's ZooKeeper mode: no password in ZooKeeper without the encoder
         with self._lock:
-            default, brokers = store.read()
-            changed = self.set_layers(default, brokers.get(str(self.node_id), {}))
+            changed = self.set_layers(*self._read_store(rewrite=True))
         if changed:
             log.info("dynamic broker configs loaded", extra={"kv": {"configs": ",".join(sorted(changed))}})
         # kazoo's event thread calls the listener: the reload (which may restart the cleaner's threads) runs on a
@@ -306,8 +371,7 @@ class DynamicBrokerConfig:
     def reload(self) -> None:
         """Read the layers from the store again and apply what changed (another broker altered them)."""
         with self._lock:
-            default, brokers = self.store.read()
-            changed = self.set_layers(default, brokers.get(str(self.node_id), {}))
+            changed = self.set_layers(*self._read_store())
             self.apply_live(changed)
 
     def alter(self, resource_name: str, new_layer: dict[str, str], changed: set[str],
@@ -315,10 +379,11 @@ class DynamicBrokerConfig:
         """Check, store and apply ``new_layer`` as the ``resource_name`` layer (blocking: runs off the loop)."""
         with self._lock:
             self.check(resource_name, new_layer, changed)
+            stored = self._persistent(resource_name, new_layer) if self.store is not None else new_layer
             if validate_only:
                 return
             if self.store is not None:
-                self.store.write(resource_name, self.node_id, new_layer)
+                self.store.write(resource_name, self.node_id, stored)
             default = new_layer if resource_name == "" else self.default
             broker = new_layer if resource_name != "" else self.broker
             self.apply_live(self.set_layers(default, broker))
@@ -411,7 +476,10 @@ class FileStore:
         body = json.dumps({"version": STORE_VERSION, "default": default, "brokers": brokers},
                           indent=1, sort_keys=True).encode()
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
+        # may hold password configs (in clear when no password.encoder.secret is set): the owner's only
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # a tmp file left by an older version kept its own mode
+        with open(fd, "wb") as f:
             f.write(body)
             f.flush()
             os.fsync(f.fileno())

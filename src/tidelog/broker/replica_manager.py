@@ -11,20 +11,27 @@ cluster around it (Kafka's ``ReplicaManager`` with ``Partition`` and the ``Metad
 * which topic manager, producer-id manager, SCRAM credential store and client-quota store the broker uses, the extra APIs it serves (``handlers``), and what
   it does around the broker's start and shutdown.
 
+Both announce partition leadership to the coordinators through :class:`~tidelog.broker.leadership.LeadershipChanges`
+(this one: every hosted partition at start, and every partition created later; see
+docs/decisions/0065-coordinators-driven-by-partition-leadership.md).
+
 This is the single-node one. ZooKeeper mode's (``tidelog.cluster.replica_manager.ZkReplicaManager``) has the
-same methods; the composition root (``tidelog.node``) chooses one and hands it to the broker. The broker binds
+same methods; the composition root (``tidelog.node``) chooses one and hands the broker a factory of it, which the
+broker calls with itself as it is constructed (:data:`ReplicaManagerFactory`: no ``attach`` afterwards). The broker binds
 the partition-state methods as its own attributes (``broker.leader_log`` is ``replica_manager.leader_log``), so
 handlers call them without a second hop on the hot path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from tidelog.broker.errors import PartitionError
 from tidelog.broker.fetch import FollowerFetchHooks
 from tidelog.broker.handlers import Handler
+from tidelog.broker.leadership import LeadershipChanges
 from tidelog.broker.producer_ids import ProducerIdManager
 from tidelog.broker.quotas import QUOTAS_FILE, LocalQuotaStore, QuotaStore
 from tidelog.broker.security.authorizer import ACLS_FILE, FileAclStore
@@ -40,9 +47,9 @@ if TYPE_CHECKING:
 class ReplicaManager(Protocol):
     """What the broker, its handlers and its coordinators use of a replica manager: this module's
     :class:`LocalReplicaManager` and ZooKeeper mode's ``ZkReplicaManager`` both are one. What only ZooKeeper
-    mode has is not here: the broker probes ``make_broker_config_store``, ``on_log_dir_failure`` and
-    ``broker_request`` (issue 26 item 2), and the handlers only that mode serves state what they need
-    (``tidelog.cluster.handlers.ClusterReplicaManager``)."""
+    mode and every part needs is stated here with the single-node answer (``make_broker_config_store``: None,
+    ``on_log_dir_failure``: nothing to tell, ``broker_request``: no other broker); the handlers only that mode
+    serves state what they need (``tidelog.cluster.handlers.ClusterReplicaManager``)."""
 
     @property
     def handlers(self) -> Mapping[int, Handler]:
@@ -54,7 +61,10 @@ class ReplicaManager(Protocol):
         """The leader side of follower fetches for the read service; None: no followers."""
         ...
 
-    def attach(self, broker: Broker) -> None: ...
+    @property
+    def leadership(self) -> LeadershipChanges:
+        """Where this replica manager announces the partitions it leads (the coordinators listen)."""
+        ...
 
     def make_topic_manager(self, broker: Broker) -> TopicManager: ...
 
@@ -65,6 +75,34 @@ class ReplicaManager(Protocol):
     def make_quota_store(self, broker: Broker) -> QuotaStore: ...
 
     def make_acl_store(self, broker: Broker) -> object: ...
+
+    def make_broker_config_store(self, broker: Broker) -> object | None:
+        """Where dynamic broker configs live beyond the broker's own file (ZooKeeper mode: ``/config/brokers``)."""
+        ...
+
+    def on_log_dir_failure(self, root: Path, tps: list[tuple[str, int]], offline: bool, reason: str) -> None:
+        """A log directory failed (a ``LogManager`` listener, on the thread that hit the error)."""
+        ...
+
+    async def broker_request(self, node_id: int, api_key: int, version: int, body: dict,
+                             timeout: float = 30.0) -> dict:
+        """An inter-broker request to ``node_id``; raises ConnectionError when there is no such broker."""
+        ...
+
+    def internal_topic_replication_factor(self, configured: int) -> int:
+        """The replication factor the coordinators create their internal topics with (one node: 1)."""
+        ...
+
+    @property
+    def internal_topics_led_on_creation(self) -> bool:
+        """True when a topic created here is led here as soon as its creation returns (one node): a coordinator
+        may then create its internal topic on a request's path. False: the controller elects leaders later."""
+        ...
+
+    def start_leadership(self) -> None:
+        """Once the coordinators listen (broker start): announce what this node leads now (one node: every hosted
+        partition; ZooKeeper mode: nothing, its elections arrive through the watches after registration)."""
+        ...
 
     async def before_storage(self) -> None: ...
 
@@ -93,22 +131,31 @@ class ReplicaManager(Protocol):
     def live_brokers(self) -> set[int]: ...
 
 
+ReplicaManagerFactory = Callable[["Broker"], ReplicaManager]
+"""Makes the broker's replica manager, given the broker being constructed (``tidelog.node`` chooses it)."""
+
+
 class LocalReplicaManager:
     """One node: it leads every partition it hosts, the ISR is itself, HW = LEO after each append."""
 
     handlers: dict[int, Handler] = {}  # no APIs beyond the broker's own
+    internal_topics_led_on_creation = True  # created here, led here at once
     followers: FollowerFetchHooks | None = None  # no follower fetches
 
-    def __init__(self) -> None:
-        self.broker: Broker = None  # type: ignore[assignment]  # set by attach
-
-    def attach(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, broker: Broker, leadership: LeadershipChanges | None = None) -> None:
+        self.broker = broker  # built by the broker's constructor (a part of it): its topics, node id
+        #: where leadership is announced (the broker's coordinators listen)
+        self.leadership = leadership if leadership is not None else LeadershipChanges()
 
     # -- parts the broker is built with ----------------------------------------------------------------------
 
     def make_topic_manager(self, broker: Broker) -> TopicManager:
-        return TopicManager(broker, LocalTopicBackend())  # the registry file is the source of truth
+        # the registry file is the source of truth; partitions it creates or deletes are led here at once
+        return TopicManager(broker, LocalTopicBackend(on_partitions=self._partitions_changed))
+
+    def make_broker_config_store(self, broker: Broker) -> None:
+        """No store beyond the broker's own file (``dynamic_config.FileStore``)."""
+        return None
 
     def make_producer_id_manager(self, broker: Broker) -> ProducerIdManager:
         return ProducerIdManager(broker.config.log_dirs)
@@ -126,6 +173,34 @@ class LocalReplicaManager:
         return FileAclStore(broker.config.log_dirs[0] / ACLS_FILE)
 
     # -- lifecycle hooks -------------------------------------------------------------------------------------
+
+    def on_log_dir_failure(self, root: Path, tps: list[tuple[str, int]], offline: bool, reason: str) -> None:
+        """No controller to tell: the partitions answer KAFKA_STORAGE_ERROR (``leader_log``)."""
+
+    async def broker_request(self, node_id: int, api_key: int, version: int, body: dict,
+                             timeout: float = 30.0) -> dict:
+        raise ConnectionError(f"broker {node_id} is not known here (one node)")
+
+    def internal_topic_replication_factor(self, configured: int) -> int:
+        """One node: 1, whatever ``offsets.topic.replication.factor`` / ``transaction.state.log.replication.factor``
+        say (tidelog differs from Kafka, which refuses to create them with fewer brokers)."""
+        return 1
+
+    # -- leadership --------------------------------------------------------------------------------------------
+
+    def start_leadership(self) -> None:
+        """Leader of every hosted partition, epoch 0: announced once the coordinators listen (Kafka's
+        ``onLeadershipChange`` after a LeaderAndIsr naming this broker leader of everything)."""
+        topics = self.broker.topics
+        for info in topics.all_topics():
+            for p in range(info.num_partitions):
+                if topics.get_log(info.name, p) is not None:
+                    self.leadership.changed(info.name, p, True, 0)
+
+    def _partitions_changed(self, tps: Iterable[tuple[str, int]], created: bool) -> None:
+        """On the loop: partitions created (led here at once) or deleted (no longer led)."""
+        for topic, partition in tps:
+            self.leadership.changed(topic, partition, created, 0 if created else -1)
 
     async def before_storage(self) -> None:
         """Before storage opens (cluster mode: join ZooKeeper, learn the cluster id)."""

@@ -14,10 +14,75 @@ from tidelog.errors import ErrorCode
 from tidelog.storage.open_files import describe_os_error
 
 if TYPE_CHECKING:
-    from tidelog.broker.topics import TopicManager
+    import threading
+
+    from tidelog.broker.broker import Broker
+    from tidelog.storage.config import LogConfig
     from tidelog.storage.log.partition_log import PartitionLog
 
 log = logging.getLogger("tidelog.broker.topics")
+
+
+class TopicStore(Protocol):
+    """What a backend uses of the topic store (:class:`tidelog.broker.topics.TopicManager`): its state changes,
+    the validators, the registry write. Stated here so that no backend names the store's class (issue 26 item 2)."""
+
+    broker: Broker
+    change_lock: threading.RLock
+
+    def all_topics(self) -> Iterable[TopicInfo]: ...
+
+    def names(self) -> list[str]: ...
+
+    def get(self, name: str) -> TopicInfo | None: ...
+
+    def require(self, name: str) -> TopicInfo: ...
+
+    def by_id(self, topic_id: bytes) -> TopicInfo | None: ...
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None: ...
+
+    def logs_of(self, name: str) -> list[tuple[str, int]]: ...
+
+    def set_log(self, tp: tuple[str, int], lg: PartitionLog) -> None: ...
+
+    def pop_log(self, tp: tuple[str, int]) -> PartitionLog | None: ...
+
+    def publish(self, info: TopicInfo, logs: dict[tuple[str, int], PartitionLog] | None = None) -> None: ...
+
+    def unpublish(self, name: str) -> TopicInfo | None: ...
+
+    def persist(self, adding: TopicInfo | None = None) -> None: ...
+
+    def default_log_config(self) -> LogConfig: ...
+
+    def stored_log_config(self, name: str, overrides: dict[str, str]) -> LogConfig: ...
+
+    def validate_new_name(self, name: str) -> None: ...
+
+    def validate_configs(self, configs: dict[str, str | None] | None) -> tuple[dict[str, str], LogConfig]: ...
+
+    def counts_or_defaults(self, num_partitions: int, replication_factor: int) -> tuple[int, int]: ...
+
+    def check_open_files(self, name: str, new_partitions: int, kafka_error: str = "POLICY_VIOLATION") -> None: ...
+
+    def storage_failure(self, name: str, exc: OSError) -> TopicError: ...
+
+    def apply_overrides(self, info: TopicInfo, overrides: dict[str, str], cfg: LogConfig) -> None: ...
+
+    def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                     configs: dict[str, str | None] | None = None, validate_only: bool = False,
+                     assignments: dict[int, list[int]] | None = None) -> TopicInfo: ...
+
+    def delete_logs(self, name: str, tps: list[tuple[str, int]]) -> None: ...
+
+    def forget_deleted(self, name: str, tps: list[tuple[str, int]]) -> None: ...
+
+    def topic_deleted(self, name: str) -> None: ...
+
+    def partitions_changed(self) -> None: ...
+
+    def on_loop(self, fn: Callable[..., object], *args: object) -> None: ...
 
 
 class TopicBackend(Protocol):
@@ -29,8 +94,11 @@ class TopicBackend(Protocol):
     #: None when this node is the only broker (the handlers check manual assignments against it), else the
     #: registered brokers' ids (``create_topic`` / ``create_partitions`` then take ``assignments``)
     registered_brokers: Callable[[], set[int]] | None
+    #: True when the registry file is the source of truth: empty partitions it does not list are a creation
+    #: interrupted before its registry write, removed at start
+    drops_interrupted_creations: bool
 
-    def attach(self, store: TopicManager) -> None:
+    def attach(self, store: TopicStore) -> None:
         """Called once by the store's constructor, before the registry is read."""
 
     def loaded(self) -> None:
@@ -73,7 +141,15 @@ class LocalTopicBackend:
     #: its registry write, removed at start (``TopicManager._drop_interrupted_creations``)
     drops_interrupted_creations = True
 
-    def attach(self, store: TopicManager) -> None:
+    def __init__(self, on_partitions: Callable[[Iterable[tuple[str, int]], bool], None] | None = None) -> None:
+        #: called on the loop with partitions created (True) or deleted (False): the replica manager leads them
+        self.on_partitions = on_partitions
+
+    def _announce(self, tps: Iterable[tuple[str, int]], created: bool) -> None:
+        if self.on_partitions is not None:
+            self.store.on_loop(self.on_partitions, list(tps), created)
+
+    def attach(self, store: TopicStore) -> None:
         self.store = store
         self.broker = store.broker  # handlers.topic_change finds the request handler threads through it
 
@@ -128,6 +204,7 @@ class LocalTopicBackend:
                     raise store.storage_failure(name, exc) from exc
                 raise
             store.publish(info, created)
+        self._announce(created, True)
         store.partitions_changed()
         log.info(
             "topic created",
@@ -149,6 +226,7 @@ class LocalTopicBackend:
                 store.pop_log(tp)
             store.persist()
             store.delete_logs(name, tps)
+        self._announce(tps, False)
         store.on_loop(store.forget_deleted, name, tps)
         store.partitions_changed()
         log.info("topic deleted", extra={"kv": {"topic": name, "topic_id": info.topic_id_str}})
@@ -190,6 +268,7 @@ class LocalTopicBackend:
             for tp, lg in created.items():
                 store.set_log(tp, lg)
             info.num_partitions = total_count
+        self._announce(created, True)
         store.partitions_changed()
         log.info("partitions added", extra={"kv": {"topic": name, "from": current, "to": total_count}})
         return info

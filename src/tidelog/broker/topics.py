@@ -300,7 +300,7 @@ class TopicManager:
         on_disk: dict[str, dict[int, PartitionLog]] = {}
         for (topic, partition), lg in logs.all_logs().items():
             on_disk.setdefault(topic, {})[partition] = lg
-        if getattr(self.backend, "drops_interrupted_creations", False):
+        if self.backend.drops_interrupted_creations:
             self._drop_interrupted_creations(on_disk)
         changed = False
         for topic, parts in on_disk.items():

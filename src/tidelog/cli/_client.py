@@ -16,7 +16,7 @@ import re
 import socket
 import ssl
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, NoReturn, TypeVar
 
@@ -24,6 +24,7 @@ import click
 
 from tidelog.cli._preflight import LoginProblem, check_listener
 from tidelog.cli._tables import aligned_lines, tabbed_lines
+from tidelog.client.admin_ops import AdminError
 from tidelog.client.security import (
     ClientConfigError,
     ClientSecurity,
@@ -39,6 +40,7 @@ BOOTSTRAP_ENV = "TIDELOG_BOOTSTRAP"
 
 F = TypeVar("F", bound=Callable[..., Any])
 K = TypeVar("K")
+T = TypeVar("T")
 
 
 def bootstrap_option(fn: F) -> F:
@@ -389,3 +391,26 @@ def exit_quietly_on_broken_pipe() -> None:
     except (OSError, ValueError):
         pass
     sys.exit(0)
+
+
+class CliTransport:
+    """:class:`tidelog.client.admin_ops.Transport` for a command: ``--bootstrap-server``'s brokers, TLS/SASL from
+    ``--command-config`` (a refused login ends the command, as :func:`peer_request` does)."""
+
+    def __init__(self, bootstrap: str, timeout: float) -> None:
+        self.bootstrap, self.timeout = bootstrap, timeout
+
+    async def call(self, host: str, port: int, api_key: int, version: int, body: dict) -> dict:
+        return await peer_request(host, port, api_key, version, body, self.timeout)
+
+    async def any_broker(self, api_key: int, version: int, body: dict) -> dict:
+        return await bootstrap_request(self.bootstrap, api_key, version, body, self.timeout)
+
+
+def run_admin(coro: Coroutine[Any, Any, T], name_request: bool = True) -> T:
+    """Run an admin_ops coroutine; a broker's refusal (:class:`AdminError`) ends the command with its text (without
+    the request's name unless ``name_request``: ``kafka-configs.sh`` prints only ``NAME: message``)."""
+    try:
+        return asyncio.run(coro)
+    except AdminError as exc:
+        fail(str(exc) if name_request else exc.detail)

@@ -6,7 +6,6 @@ broker; ``--command-config`` for a secured one.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,16 +13,16 @@ import click
 
 from tidelog.broker.quotas import QUOTA_KEYS
 from tidelog.cli._client import (
+    CliTransport,
     bootstrap_option,
-    bootstrap_request,
     fail,
     output_option,
     parse_config_list,
     print_table,
+    run_admin,
 )
-from tidelog.protocol.errors import error_for_code
+from tidelog.client import admin_ops
 
-DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 DEFAULT = "<default>"
 
 
@@ -39,11 +38,6 @@ def quota_entity(user: str | None, user_defaults: bool, client: str | None, clie
     if client is not None or client_defaults:
         out.append({"entity_type": "client-id", "entity_name": client})
     return out
-
-
-def _error(code: int, message: str | None) -> str:
-    name = error_for_code(code).name
-    return f"{name}: {message}" if message else name
 
 
 def _entity_options(fn: Any) -> Any:
@@ -68,15 +62,7 @@ def describe_quotas(bootstrap: str, entity: list[dict], strict: bool, timeout: f
     components = [{"entity_type": e["entity_type"], "match_type": 1 if e["entity_name"] is None else 0,
                    "match": e["entity_name"]} for e in entity]
     components += [{"entity_type": t, "match_type": 2, "match": None} for t in any_of]
-    response = asyncio.run(bootstrap_request(bootstrap, DESCRIBE_CLIENT_QUOTAS, 1,
-                                             {"components": components, "strict": strict}, timeout))
-    if response["error_code"]:
-        fail(_error(response["error_code"], response.get("error_message")))
-    out = []
-    for entry in response.get("entries") or ():
-        names = {e["entity_type"]: e["entity_name"] for e in entry["entity"]}
-        out.append((names, sorted((v["key"], v["value"]) for v in entry["values"])))
-    return sorted(out, key=lambda e: sorted((k, v or "") for k, v in e[0].items()))
+    return run_admin(admin_ops.describe_quotas(CliTransport(bootstrap, timeout), components, strict), name_request=False)
 
 
 def quota_ops(add: list[tuple[str, str]], delete: list[str]) -> list[dict]:
@@ -94,11 +80,7 @@ def quota_ops(add: list[tuple[str, str]], delete: list[str]) -> list[dict]:
 
 def alter_quotas(bootstrap: str, entity: list[dict], ops: list[dict], validate_only: bool, timeout: float) -> None:
     """AlterClientQuotas of one entity; a refusal ends the command with the broker's error."""
-    body = {"entries": [{"entity": entity, "ops": ops}], "validate_only": validate_only}
-    response = asyncio.run(bootstrap_request(bootstrap, ALTER_CLIENT_QUOTAS, 1, body, timeout))
-    for entry in response.get("entries") or ():
-        if entry["error_code"]:
-            fail(_error(entry["error_code"], entry.get("error_message")))
+    run_admin(admin_ops.alter_quotas(CliTransport(bootstrap, timeout), entity, ops, validate_only), name_request=False)
 
 
 @quotas.command("describe")

@@ -10,8 +10,8 @@
 Every broker reads its own znode and the default one before its storage opens (so the topic defaults they set
 hold from the start) and then follows ``/config/changes``: a notification naming ``brokers/<its id>`` or
 ``brokers/<default>`` makes it read both again and apply what changed (Kafka's ``BrokerConfigHandler``). A change
-made through any broker reaches all; a password config is stored as given (Kafka encodes them with
-``password.encoder.secret``, which tidelog does not have: the docs say so).
+made through any broker reaches all; a password config is stored encoded with ``password.encoder.secret`` (and
+refused without one), as Kafka does: broker/password_encoder.py, used by broker/dynamic_config.py.
 """
 
 from __future__ import annotations

@@ -13,13 +13,30 @@ Every state write is the controller's conditional one (decided again when it los
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from tidelog.cluster import zkdata as zd
 from tidelog.errors import ErrorCode
 
-if TYPE_CHECKING:
-    from tidelog.cluster.controller import Controller
+
+class Controller(Protocol):
+    """What an election uses of the controller (``tidelog.cluster.controller.Controller``), on its thread."""
+
+    zk: Any
+    epoch: int
+
+    def live_brokers(self) -> set[int]: ...
+
+    def _read_shutting_down(self, live: set[int]) -> set[int]: ...
+
+    def _assignment(self, topic: str) -> zd.TopicAssignment | None: ...
+
+    def _decide_and_write(self, topic: str, p: int,
+                          decide: Callable[[zd.LeaderIsr], zd.LeaderIsr | None]) -> zd.LeaderIsr | None: ...
+
+    def decide_preferred(self, s: zd.LeaderIsr, replicas: list[int], live: set[int],
+                         shutting: set[int]) -> zd.LeaderIsr | None: ...
 
 PREFERRED, UNCLEAN = 0, 1
 Result = tuple[ErrorCode, str] | None

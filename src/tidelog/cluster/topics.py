@@ -30,7 +30,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tidelog.broker.topics import TopicError, TopicInfo, TopicManager, new_topic_id
+from tidelog.broker.topic_backend import TopicStore
+from tidelog.broker.topics import TopicError, TopicInfo, new_topic_id
 from tidelog.cluster import zkdata as zd
 from tidelog.errors import ErrorCode
 
@@ -52,8 +53,9 @@ class ZkTopicBackend:
         self._config_versions: dict[str, int] = {}
         self._deleted: dict[str, asyncio.Event] = {}
         self.registered_brokers: Callable[[], set[int]] | None = cluster.live_brokers
+        self.drops_interrupted_creations = False  # ZooKeeper is the source of truth, not the registry file
 
-    def attach(self, store: TopicManager) -> None:
+    def attach(self, store: TopicStore) -> None:
         self.store = store
         self.broker = store.broker  # handlers.topic_change finds the request handler threads through it
 

@@ -30,9 +30,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from tidelog.cli.group_offsets import ResetSpec
+from tidelog.console import security_ops as sec
 from tidelog.console import transactions as txn
 from tidelog.console.audit import AuditLog
+from tidelog.console.cache import TtlCache
 from tidelog.console.kafka import Cluster, ConsoleError
+from tidelog.console.rates import TopicRates
 from tidelog.console.search import Query, SearchRunner
 from tidelog.console.sessions import COOKIE, Session, Sessions, is_loopback
 
@@ -50,6 +53,7 @@ class ConsoleConfig:
     password: str | None = None
     audit_path: Path | None = None
     timeout: float = 15.0
+    cache_ttl: float = 5.0  # seconds the Overview and Topics pages' data is fresh (console/cache.py); 0: no cache
 
 
 class Console:
@@ -64,6 +68,10 @@ class Console:
         self._ends: dict[str, tuple[float, int]] = {}  # topic -> (time, sum of end offsets) for the produce rate
         self._lag: dict[str, deque[tuple[int, int]]] = {}  # group -> (ms, lag) samples, for the chart
         self._metrics: dict[str, tuple[float, dict[str, float]]] = {}  # url -> last sample, for rates
+        self.cache = TtlCache(cfg.cache_ttl)
+        if cfg.cache_ttl <= 0:  # no caching at all: min.insync.replicas described on every Overview too
+            self.cluster.min_isr_ttl = 0.0
+        self.topic_rates = TopicRates(min(cfg.timeout, 5.0))
 
     # -- the parts every route shares ------------------------------------------------------------------
 
@@ -82,6 +90,8 @@ class Console:
         except ConsoleError as exc:
             self.audit.record(session.user, action, target, f"refused: {exc.text}", **details)
             raise
+        finally:
+            self.cache.invalidate()  # the pages show the console's own change at once
         self.audit.record(session.user, action, target, "ok", **details)
         return result
 
@@ -91,6 +101,26 @@ class Console:
         samples = self._lag.setdefault(group, deque(maxlen=360))
         samples.append((at_ms, lag))
         return list(samples)
+
+    def overview(self) -> dict[str, Any]:
+        return self.cache.get(("overview",), self.cluster.overview)  # type: ignore[no-any-return]
+
+    def topics(self, internal: bool) -> list[dict[str, Any]]:
+        return self.cache.get(("topics", internal), lambda: self._topics(internal))  # type: ignore[no-any-return]
+
+    def _topics(self, internal: bool) -> list[dict[str, Any]]:
+        """The Topics page's rows with their produce rate (end offsets) and consume rates (brokers' metrics)."""
+        rows: list[dict[str, Any]] = self.cluster.topics(internal)
+        self.produce_rates(rows)
+        try:
+            urls = self.cache.get(("metrics-urls",), self.cluster.metrics_urls)
+        except ConsoleError:  # not allowed to describe the brokers' configs: no consume rates
+            urls = {}
+        rates = self.topic_rates.rates(urls)
+        for t in rows:
+            r = rates.get(t["name"], {})
+            t["consume_rate"], t["bytes_out_rate"] = r.get("consume_rate"), r.get("bytes_out_rate")
+        return rows
 
     def produce_rates(self, topics: list[dict[str, Any]]) -> None:
         now = time.monotonic()
@@ -261,12 +291,10 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
         return resp
 
     async def overview(request: Request) -> Response:
-        return JSONResponse(await c.call(c.cluster.overview))
+        return JSONResponse(await c.call(c.overview))
 
     async def topics(request: Request) -> Response:
-        rows = await c.call(c.cluster.topics, request.query_params.get("internal") == "1")
-        c.produce_rates(rows)
-        return JSONResponse(rows)
+        return JSONResponse(await c.call(c.topics, request.query_params.get("internal") == "1"))
 
     async def create_topic(request: Request) -> Response:
         data = await _body(request)
@@ -454,8 +482,36 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
     async def users(request: Request) -> Response:
         return JSONResponse(await c.call(c.cluster.scram_users))
 
+    async def set_user(request: Request) -> Response:
+        data = await _body(request)
+        user = sec.entity_name(data.get("user"), "user")
+        mech = str(data.get("mechanism") or "").upper()  # the password goes to the request only, never the audit
+        await c.mutate(request, "set-scram-user", user, sec.set_scram_user, c.cluster, user, mech,
+                       data.get("password"), data.get("iterations"), mechanism=mech,
+                       iterations=data.get("iterations"))
+        return JSONResponse({"ok": True, "user": user}, status_code=201)
+
+    async def delete_user(request: Request) -> Response:
+        data = await _body(request)
+        user = sec.entity_name(data.get("user"), "user")
+        _confirm(data, user)
+        mechs = await c.mutate(request, "delete-scram-user", user, sec.delete_scram_user, c.cluster, user,
+                               data.get("mechanism"), mechanism=data.get("mechanism"))
+        return JSONResponse({"ok": True, "deleted": mechs})
+
     async def quotas(request: Request) -> Response:
         return JSONResponse(await c.call(c.cluster.quotas))
+
+    async def alter_quotas(request: Request) -> Response:
+        data = await _body(request)
+        entity = sec.quota_entity(data.get("entity"))
+        ops = sec.quota_ops(data.get("set"), data.get("remove"))
+        label = sec.entity_label(entity)
+        if any(op["remove"] for op in ops):  # removing a quota lifts a limit: the entity is named again
+            _confirm(data, label)
+        await c.mutate(request, "alter-quotas", label, sec.alter_quotas, c.cluster, entity, ops,
+                       set=data.get("set") or {}, remove=data.get("remove") or [])
+        return JSONResponse({"ok": True, "entity": label})
 
     async def metrics(request: Request) -> Response:
         return JSONResponse(await c.call(c.metrics))
@@ -494,7 +550,10 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
         Route("/api/acls", create_acl, methods=["POST"]),
         Route("/api/acls/delete", delete_acl, methods=["POST"]),
         Route("/api/users", users),
+        Route("/api/users", set_user, methods=["POST"]),
+        Route("/api/users/delete", delete_user, methods=["POST"]),
         Route("/api/quotas", quotas),
+        Route("/api/quotas", alter_quotas, methods=["POST"]),
         Route("/api/metrics", metrics),
         Route("/api/audit", audit),
         Mount("/static", app=StaticFiles(packages=[("tidelog.console", "static")]), name="static"),

@@ -15,8 +15,8 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Coroutine, Mapping
+from typing import Any, TypeVar
 
 from tidelog.broker.security.acls import AclOperation, PatternType, PermissionType, ResourceType, parse_enum
 from tidelog.cli._client import kafka_error_name, kafka_error_text
@@ -33,14 +33,16 @@ from tidelog.cli.group_kip848 import (
 )
 from tidelog.cli.group_offsets import ResetSpec, target
 from tidelog.cli.topics import _leader_metrics_urls
+from tidelog.client import admin_ops
 from tidelog.client.security import ClientSecurity, SaslClientError, client_security, librdkafka_config
 from tidelog.cluster.peer import Peer
 from tidelog.protocol.errors import error_for_code
 
 METADATA, FIND_COORDINATOR, API_VERSIONS, DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 3, 10, 18, 29, 30, 31
 LIST_GROUPS, CONSUMER_GROUP_DESCRIBE = 16, 69
-OFFSET_DELETE, DESCRIBE_CLIENT_QUOTAS = 47, 48
-DESCRIBE_LOG_DIRS, DESCRIBE_USER_SCRAM_CREDENTIALS, LIST_TRANSACTIONS = 35, 50, 66
+DESCRIBE_LOG_DIRS = 35
+T = TypeVar("T")
+MIN_ISR_TTL = 60.0  # seconds a topic's min.insync.replicas is kept for the Overview's count
 
 _AUTH_ERRORS = {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED",
                 "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "SASL_AUTHENTICATION_FAILED",
@@ -100,6 +102,8 @@ class Cluster:
         self._admin: Any = None
         self._producer: Any = None
         self._lock = threading.Lock()
+        self._min_isr_at: dict[str, tuple[float, int]] = {}  # topic -> (when described, min.insync.replicas)
+        self.min_isr_ttl = MIN_ISR_TTL  # 0: described on every Overview
 
     # -- clients --------------------------------------------------------------------------------------------
 
@@ -126,34 +130,49 @@ class Cluster:
                 "enable.partition.eof": True, "auto.offset.reset": "earliest", **extra}
         return Consumer(conf)
 
-    def peer_call(self, host: str, port: int, api_key: int, version: int, body: dict) -> dict:
-        async def run() -> dict:
-            peer = Peer(host, port, "tidelog-console", self.security)
-            try:
-                return await peer.request(api_key, version, body, self.timeout)
-            finally:
-                peer.close()
-
+    async def call(self, host: str, port: int, api_key: int, version: int, body: dict) -> dict:
+        """:class:`tidelog.client.admin_ops.Transport`: one request with the console's credentials."""
+        peer = Peer(host, port, "tidelog-console", self.security)
         try:
-            return asyncio.run(run())
+            return await peer.request(api_key, version, body, self.timeout)
         except SaslClientError as exc:
             raise ConsoleError(f"{host}:{port}: {exc}", 403) from None
         except (OSError, TimeoutError, EOFError) as exc:
             raise ConsoleError(f"{host}:{port}: {type(exc).__name__}: {exc}", 502) from None
+        finally:
+            peer.close()
 
-    def any_broker(self, api_key: int, version: int, body: dict) -> dict:
+    async def any_broker_async(self, api_key: int, version: int, body: dict) -> dict:
         last: ConsoleError | None = None
         for hp in self.bootstrap.split(","):
             if not hp.strip():
                 continue
             host, _, port = hp.strip().split("://")[-1].rpartition(":")
             try:
-                return self.peer_call(host.strip("[]"), int(port), api_key, version, body)
+                return await self.call(host.strip("[]"), int(port), api_key, version, body)
             except ConsoleError as exc:
                 if exc.status == 403:
                     raise
                 last = exc
         raise last or ConsoleError(f"no broker in {self.bootstrap!r}", 502)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run admin requests (a coroutine over this cluster as the transport) from a worker thread; a broker's
+        refusal becomes a :class:`ConsoleError` with Kafka's error name."""
+        try:
+            return asyncio.run(coro)
+        except admin_ops.AdminError as exc:
+            raise ConsoleError(str(exc), 403 if "AUTHORIZATION" in exc.name else 400) from None
+
+    def peer_call(self, host: str, port: int, api_key: int, version: int, body: dict) -> dict:
+        return self.run(self.call(host, port, api_key, version, body))
+
+    def any_broker(self, api_key: int, version: int, body: dict) -> dict:
+        return self.run(self.any_broker_async(api_key, version, body))
+
+    @property
+    def transport(self) -> admin_ops.Transport:
+        return _Transport(self)
 
     def brokers(self) -> dict[int, tuple[str, int]]:
         md = self.any_broker(METADATA, 12, {"topics": [], "allow_auto_topic_creation": False,
@@ -217,20 +236,34 @@ class Cluster:
         }
 
     def _min_isr(self, names: list[str]) -> dict[str, int]:
+        """Each topic's ``min.insync.replicas`` (DescribeConfigs), kept per topic for ``min_isr_ttl`` s: the
+        Overview's slowest request over 1,000 partitions, and a value that rarely changes. The console's own
+        changes of a topic (create, delete, config) drop its entry; others' changes show within the TTL."""
         from confluent_kafka.admin import ConfigResource
         from confluent_kafka.admin import ResourceType as RT
 
-        if not names:
-            return {}
-        resources = [ConfigResource(RT.TOPIC, n) for n in names]
-        out: dict[str, int] = {}
-        for res, fut in self.admin().describe_configs(resources, request_timeout=self.timeout).items():
-            try:
-                entry = fut.result(self.timeout).get("min.insync.replicas")
-                out[res.name] = int(entry.value) if entry is not None and entry.value else 1
-            except Exception:  # not allowed to describe this topic's configs: no count for it
-                continue
-        return out
+        now = time.monotonic()
+        with self._lock:
+            stale = [n for n in names
+                     if n not in self._min_isr_at or now - self._min_isr_at[n][0] >= self.min_isr_ttl]
+        if stale:
+            resources = [ConfigResource(RT.TOPIC, n) for n in stale]
+            for res, fut in self.admin().describe_configs(resources, request_timeout=self.timeout).items():
+                try:
+                    entry = fut.result(self.timeout).get("min.insync.replicas")
+                except Exception:  # not allowed to describe this topic's configs: no count for it
+                    continue
+                with self._lock:
+                    self._min_isr_at[res.name] = (now, int(entry.value) if entry is not None and entry.value else 1)
+        with self._lock:
+            if len(self._min_isr_at) > 2 * max(len(names), 1000):  # deleted topics' entries
+                live = set(names)
+                self._min_isr_at = {n: v for n, v in self._min_isr_at.items() if n in live}
+            return {n: self._min_isr_at[n][1] for n in names if n in self._min_isr_at}
+
+    def forget_topic(self, name: str) -> None:
+        with self._lock:
+            self._min_isr_at.pop(name, None)
 
     # -- topics -----------------------------------------------------------------------------------------------
 
@@ -309,12 +342,14 @@ class Cluster:
                 for e in sorted(entries.values(), key=lambda e: e.name)]
 
     def create_topic(self, name: str, partitions: int, replication: int, configs: Mapping[str, str]) -> None:
+        self.forget_topic(name)
         from confluent_kafka.admin import NewTopic
 
         nt = NewTopic(name, num_partitions=partitions, replication_factor=replication, config=dict(configs))
         self._result(self.admin().create_topics([nt], request_timeout=self.timeout)[name], f"create topic {name}")
 
     def delete_topic(self, name: str) -> None:
+        self.forget_topic(name)
         self._result(self.admin().delete_topics([name], request_timeout=self.timeout)[name], f"delete topic {name}")
 
     def add_partitions(self, name: str, total: int) -> None:
@@ -330,8 +365,11 @@ class Cluster:
         op = AlterConfigOpType.DELETE if value is None else AlterConfigOpType.SET
         res = ConfigResource(RT.TOPIC, name, incremental_configs=[ConfigEntry(key, value or "",
                                                                               incremental_operation=op)])
-        futs = self.admin().incremental_alter_configs([res], request_timeout=self.timeout)
-        self._result(next(iter(futs.values())), f"alter config {key} of {name}")
+        try:
+            futs = self.admin().incremental_alter_configs([res], request_timeout=self.timeout)
+            self._result(next(iter(futs.values())), f"alter config {key} of {name}")
+        finally:  # after the change: an Overview running meanwhile may have kept the old value
+            self.forget_topic(name)
 
     def delete_records(self, name: str, partition: int, offset: int) -> int:
         from confluent_kafka import TopicPartition
@@ -492,22 +530,11 @@ class Cluster:
         t = md.topics.get(topic)
         if t is None or t.error is not None:
             raise ConsoleError(f"topic {topic}: {t.error if t is not None else 'does not exist'}", 404)
-        found = self.any_broker(FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
-        if found["error_code"]:
-            raise from_code(found["error_code"], found.get("error_message"), f"FindCoordinator {group}")
-        body = {"group_id": group,
-                "topics": [{"name": topic, "partitions": [{"partition_index": p} for p in sorted(t.partitions)]}]}
-        resp = self.peer_call(found["host"], found["port"], OFFSET_DELETE, 0, body)
-        if resp["error_code"]:
-            raise from_code(resp["error_code"], None, f"OffsetDelete {group}")
-        rows = [{"topic": x["name"], "partition": p["partition_index"],
-                 "result": error_for_code(p["error_code"]).name if p["error_code"] else "Successful"}
-                for x in resp["topics"] for p in x["partitions"]]
-        failed = [r for r in rows if r["result"] != "Successful"]
+        codes = self.run(admin_ops.delete_offsets(self.transport, group, {topic: sorted(t.partitions)}))
+        failed = [code for _t, _p, code in codes if code]
         if failed:
-            raise from_code(next(p["error_code"] for x in resp["topics"] for p in x["partitions"] if p["error_code"]),
-                            None, f"OffsetDelete {group} {topic}")
-        return rows
+            raise from_code(failed[0], None, f"OffsetDelete {group} {topic}")
+        return [{"topic": x, "partition": p, "result": "Successful"} for x, p, _code in codes]
 
     def delete_group(self, group: str) -> None:
         self._result(self.admin().delete_consumer_groups([group], request_timeout=self.timeout)[group],
@@ -516,16 +543,10 @@ class Cluster:
     # -- transactions -------------------------------------------------------------------------------------
 
     def transactions(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        body = {"state_filters": [], "producer_id_filters": [], "duration_filter": -1}
-        for node, (host, port) in sorted(self.brokers().items()):
-            resp = self.peer_call(host, port, LIST_TRANSACTIONS, 1, body)
-            if resp["error_code"]:
-                raise from_code(resp["error_code"], None, f"ListTransactions on broker {node}")
-            out.extend({"transactional_id": t["transactional_id"], "producer_id": t["producer_id"],
-                        "state": t["transaction_state"], "coordinator": node}
-                       for t in resp["transaction_states"])
-        return sorted(out, key=lambda t: t["transactional_id"])
+        rows = self.run(admin_ops.list_transactions(self.transport, self.brokers()))
+        return sorted(({"transactional_id": t["transactional_id"], "producer_id": t["producer_id"],
+                        "state": t["transaction_state"], "coordinator": node} for node, t in rows),
+                      key=lambda t: t["transactional_id"])
 
     # -- security ---------------------------------------------------------------------------------------------
 
@@ -587,28 +608,31 @@ class Cluster:
         return n
 
     def scram_users(self) -> list[dict[str, Any]]:
-        """DescribeUserScramCredentials through tidelog's own client: confluent-kafka 2.16's AdminClient frees an
-        invalid pointer (the process aborts) when the broker refuses this request."""
-        resp = self.any_broker(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
-        if resp["error_code"]:
-            raise from_code(resp["error_code"], resp.get("error_message"), "DescribeUserScramCredentials")
-        names = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
-        return [{"user": r["user"], "mechanisms": [f"{names.get(i['mechanism'], i['mechanism'])}({i['iterations']})"
-                                                   for i in r["credential_infos"]]}
-                for r in sorted(resp["results"], key=lambda r: r["user"]) if not r["error_code"]]
+        """DescribeUserScramCredentials (admin_ops, as confluent-kafka 2.16 aborts on the broker's refusal)."""
+        return [{"user": user, "mechanisms": [f"{m}({i})" for m, i in infos]}
+                for user, infos in self.run(admin_ops.describe_scram(self.transport))]
 
     def quotas(self) -> list[dict[str, Any]]:
         """Every client quota (DescribeClientQuotas with no filter, as ``tidelog quotas describe``): per entity its
         {entity type: name, None for the default} and its quotas."""
-        resp = self.any_broker(DESCRIBE_CLIENT_QUOTAS, 1, {"components": [], "strict": False})
-        if resp["error_code"]:
-            raise from_code(resp["error_code"], resp.get("error_message"), "DescribeClientQuotas")
-        out = [{"entity": {e["entity_type"]: e["entity_name"] for e in entry["entity"]},
-                "quotas": {v["key"]: v["value"] for v in entry["values"]}} for entry in resp.get("entries") or ()]
-        return sorted(out, key=lambda q: sorted((k, v or "") for k, v in q["entity"].items()))
+        return [{"entity": names, "quotas": dict(values)}
+                for names, values in self.run(admin_ops.describe_quotas(self.transport, []))]
 
     def metrics_urls(self) -> dict[int, str]:
         """Each broker's own Prometheus endpoint, as ``tidelog topics describe`` finds it (broker config
         ``tidelog.metrics.listener``); none for a broker that is not tidelog."""
         md = self.metadata()
         return _leader_metrics_urls(self.admin(), md, set(md.brokers), self.timeout)
+
+
+class _Transport:
+    """A cluster as :class:`tidelog.client.admin_ops.Transport`."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    async def call(self, host: str, port: int, api_key: int, version: int, body: dict) -> dict:
+        return await self.cluster.call(host, port, api_key, version, body)
+
+    async def any_broker(self, api_key: int, version: int, body: dict) -> dict:
+        return await self.cluster.any_broker_async(api_key, version, body)

@@ -41,7 +41,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -408,6 +408,7 @@ class LogMoves:
     _moves: dict[TopicPartition, ReplicaMove]
     _mover: ThreadPoolExecutor | None
     _deleter: ThreadPoolExecutor | None
+    _pending_deletes: list[Future[None]]
     _resumable: list[tuple[TopicPartition, Path]]
 
     def _check_started(self) -> None:
@@ -496,7 +497,9 @@ class LogMoves:
         if self.cleaner is not None:
             self.cleaner.abort(tp)
         assert self._deleter is not None
-        self._deleter.submit(shutil.rmtree, trash, True)
+        fut = self._deleter.submit(shutil.rmtree, trash, True)
+        with self._lock:  # wait_for_deletions waits for it too
+            self._pending_deletes = [f for f in self._pending_deletes if not f.done()] + [fut]
 
     def _cancel_moves(self, pred: Callable[[ReplicaMove], bool]) -> list[ReplicaMove]:
         with self._lock:

@@ -5,20 +5,20 @@ and timers (``loop.call_later``), never on sleeps. Every durable change is one b
 ``__consumer_offsets`` partition through ``PartitionLog.append_as_leader``, acknowledged by the ISR before the
 client is answered.
 
-Startup: :meth:`GroupCoordinator.start` reads every ``__consumer_offsets`` partition in a worker thread
-(latest record per key wins, tombstones delete) and installs the result; until then group requests are answered
-COORDINATOR_LOAD_IN_PROGRESS. Records of a group found outside its partition (data written before tidelog placed
+Partition leadership drives it, in both modes (Kafka's ``onElection`` / ``onResignation``;
+docs/decisions/0065-coordinators-driven-by-partition-leadership.md): this broker coordinates exactly the groups of
+the ``__consumer_offsets`` partitions it leads. The replica manager calls :meth:`GroupCoordinator.on_leadership_change`
+(one node: for every partition at start and on creation; ZooKeeper mode: on each election); the partitions elected
+together are read in a worker thread (latest record per key wins, tombstones delete) and installed, requests for
+their groups are answered COORDINATOR_LOAD_IN_PROGRESS meanwhile; a partition no longer led unloads its groups;
+other groups get NOT_COORDINATOR and FindCoordinator names the partition's leader. When one load covers every
+partition (one node at start), records of a group found outside its partition (data written before tidelog placed
 groups by Kafka's ``Utils.abs``) are kept for keys its own partition has no record of, and moved there once
 (appended to the group's partition, tombstoned where found) before the load completes (see
 :func:`replay._read_partitions` and :func:`loading._migrate`).
-The topic is created lazily (compacted, ``offsets.topic.num.partitions``) on the first FindCoordinator or write,
-as Kafka does.
-
-ZooKeeper mode (``zookeeper.connect``): ``__consumer_offsets`` is a replicated topic created through ZooKeeper
-(RF ``offsets.topic.replication.factor``; not while fewer brokers are alive). This broker coordinates exactly the
-groups of the partitions it leads: the cluster broker calls :meth:`GroupCoordinator.on_leadership_change`, which
-loads a partition's groups when leadership arrives and unloads them when it goes; other groups get
-NOT_COORDINATOR, and FindCoordinator names the partition's leader. Writes wait until the ISR has them (acks=-1,
+The topic is created on the first FindCoordinator (compacted, ``offsets.topic.num.partitions``, the replica
+manager's replication factor for internal topics: 1 on one node, ``offsets.topic.replication.factor`` in ZooKeeper
+mode, not while fewer brokers are alive), as Kafka does. Writes wait until the ISR has them (acks=-1,
 ``offsets.commit.timeout.ms``) and fail with Kafka's GroupMetadataManager mapping. On one node the same wait
 completes at once (HW = LEO after the append).
 
@@ -126,7 +126,6 @@ class GroupCoordinator:
         self.broker = broker
         cfg = broker.config
         self.groups: dict[str, Group] = {}
-        self.loading = True
         self.active = False
         self.initial_rebalance_delay_ms = int(cfg.get("group.initial.rebalance.delay.ms"))
         self.min_session_timeout_ms = int(cfg.get("group.min.session.timeout.ms"))
@@ -140,22 +139,22 @@ class GroupCoordinator:
         # offsets.commit.timeout.ms: how long a write waits for the ISR (Kafka's acks=-1 append of the coordinator)
         self.commit_timeout_ms = int(props.get("offsets.commit.timeout.ms", "5000"))
         self.replication_factor = int(cfg.get("offsets.topic.replication.factor"))
-        # ZooKeeper mode: this broker coordinates only the groups of the __consumer_offsets partitions it leads
-        self.cluster = bool(props.get("zookeeper.connect"))
-        self.owned: dict[int, int] = {}  # partition -> leader epoch (cluster mode)
+        # this broker coordinates only the groups of the __consumer_offsets partitions it leads
+        self.owned: dict[int, int] = {}  # partition -> leader epoch
         self.loading_partitions: set[int] = set()
         self._load_generation: dict[int, int] = {}
+        self._elected: dict[int, int] = {}  # elected, not yet loading: partition -> load generation (one batch)
         self._creating: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[Any]] = set()
-        self.loaded = asyncio.Event()
+        self.loaded = asyncio.Event()  # set while no partition is loading
         # (__consumer_offsets partition, producer id) -> groups holding pending transactional offsets of it
         # (Kafka's openTransactionsByGroup, inverted: a marker names the partition and the producer)
         self._open_txns: dict[tuple[int, int], set[str]] = {}
         # markers reported while their partition was loading: applied once its groups are installed
         self._deferred_markers: dict[int, list[tuple[int, bool]]] = {}
-        # topics deleted while a __consumer_offsets partition was loading (-1: all of them, single node): their
+        # topics deleted while a __consumer_offsets partition was loading: their
         # offsets are removed from that partition's groups once installed
         self._deleted_while_loading: dict[int, set[str]] = {}
         # KIP-848 consumer groups (members in memory; their offsets live in ``groups`` as a classic group's)
@@ -169,16 +168,11 @@ class GroupCoordinator:
         return info.num_partitions if info is not None else self.configured_partitions
 
     async def start(self) -> None:
-        """Begin loading ``__consumer_offsets`` in the background; requests get LOAD_IN_PROGRESS meanwhile."""
+        """Start the timers. Nothing is coordinated until the replica manager names this broker leader of
+        ``__consumer_offsets`` partitions (:meth:`on_leadership_change`)."""
         self._loop = asyncio.get_running_loop()
         self.active = True
-        if self.cluster:
-            # nothing is coordinated until ZooKeeper makes this broker leader of __consumer_offsets partitions
-            # (:meth:`on_leadership_change`); each is loaded on its own then
-            self.loading = False
-            self.loaded.set()
-        else:
-            self._tasks.append(self._loop.create_task(loading._load_all(self)))
+        self.loaded.set()
         self._tasks.append(self._loop.create_task(self._expiry_loop()))
 
     def shutdown(self) -> None:
@@ -205,31 +199,42 @@ class GroupCoordinator:
             if m.awaiting_sync:
                 m.answer_sync(membership._sync_result(self, NOT_COORDINATOR, g))
 
-    # ============================================================== ZooKeeper mode: partition leadership
+    # ============================================================== partition leadership
 
     def on_leadership_change(self, topic: str, partition: int, is_leader: bool, leader_epoch: int) -> None:
-        """Called (on the loop) by the cluster broker whenever it becomes or stops being leader of a partition.
+        """Called (on the loop) by the replica manager whenever this broker becomes or stops being leader of a
+        partition (:class:`~tidelog.broker.leadership.LeadershipListener`).
 
         Leader of a ``__consumer_offsets`` partition: load its groups from the local log in a worker thread
-        (COORDINATOR_LOAD_IN_PROGRESS meanwhile), as Kafka's ``onElection``/``loadGroupsForPartition``. No longer
-        leader: unload its groups (Kafka's ``onResignation``): waiting joins/syncs get NOT_COORDINATOR and the
-        clients find the new coordinator."""
-        if topic != OFFSETS_TOPIC or not self.cluster:
+        (COORDINATOR_LOAD_IN_PROGRESS meanwhile), as Kafka's ``onElection``/``loadGroupsForPartition``; the
+        partitions elected in one turn of the loop load together, and a partition holding nothing (just created)
+        is coordinated at once. No longer leader: unload its groups (Kafka's ``onResignation``): waiting
+        joins/syncs get NOT_COORDINATOR and the clients find the new coordinator."""
+        if topic != OFFSETS_TOPIC:
             return
         if is_leader:
             if partition in self.owned:
                 self.owned[partition] = leader_epoch  # same leadership, newer epoch: nothing to reload
                 return
             self.owned[partition] = leader_epoch
-            self.loading_partitions.add(partition)
             gen = self._load_generation.get(partition, 0) + 1
             self._load_generation[partition] = gen
-            self._spawn(loading._load_partition(self, partition, gen))
+            plog = self.broker.topics.get_log(OFFSETS_TOPIC, partition)
+            if plog is not None and plog.log_end_offset == 0:
+                return  # nothing to replay: coordinated now
+            self.loading_partitions.add(partition)
+            self.loaded.clear()
+            if not self._elected:
+                self._spawn(self._load_elected())
+            self._elected[partition] = gen
             return
         if partition not in self.owned:
             return
         del self.owned[partition]
         self.loading_partitions.discard(partition)
+        self._elected.pop(partition, None)
+        if not self.loading_partitions:
+            self.loaded.set()
         self._load_generation[partition] = self._load_generation.get(partition, 0) + 1  # a running load is stale
         n = self.num_partitions
         self.consumer.unload_partition(partition, n)
@@ -244,6 +249,15 @@ class GroupCoordinator:
         log.info("unloaded groups of __consumer_offsets partition",
                  extra={"kv": {"partition": partition, "groups": len(gone)}})
 
+    async def _load_elected(self) -> None:
+        """The partitions elected in the turn of the loop that spawned this, loaded as one batch."""
+        batch, self._elected = self._elected, {}
+        try:
+            await loading._load_partitions(self, batch)
+        finally:
+            if not self.loading_partitions:
+                self.loaded.set()
+
     # ============================================================== deleted topics
 
     def on_topic_deleted(self, topic: str) -> None:
@@ -252,8 +266,6 @@ class GroupCoordinator:
         Kafka's ``onPartitionsDeleted``. Partitions still loading get the same once their groups are installed."""
         if not self.active or topic == OFFSETS_TOPIC:
             return
-        if self.loading and not self.cluster:
-            self._deleted_while_loading.setdefault(-1, set()).add(topic)
         for p in self.loading_partitions:
             self._deleted_while_loading.setdefault(p, set()).add(topic)
         drop_topics(self, {topic}, self.groups.values())
@@ -264,16 +276,23 @@ class GroupCoordinator:
         task.add_done_callback(self._background.discard)
 
     async def find_coordinator(self, group_id: str) -> tuple[int, str | None, tuple[int, str, int] | None]:
-        """ZooKeeper mode: (error, message, (node id, host, port)) of the leader of the group's partition.
-        Creates ``__consumer_offsets`` (through ZooKeeper; the controller elects its leaders) if it does not
-        exist, answering COORDINATOR_NOT_AVAILABLE until it has a leader, as Kafka does."""
+        """(error, message, (node id, host, port)) of the leader of the group's partition: this broker if it
+        leads it. Creates ``__consumer_offsets`` if it does not exist (one node: here, led at once; ZooKeeper
+        mode: through ZooKeeper, the controller elects its leaders), answering COORDINATOR_NOT_AVAILABLE until
+        it has a leader, as Kafka does."""
         unavailable = (COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", None)
         info = self.broker.topics.get(OFFSETS_TOPIC)
         if info is None:
             if self._creating is None or self._creating.done():
                 self._creating = self._loop_().create_task(self._create_offsets_topic())
-            return unavailable
-        md = self.broker.partition_metadata(OFFSETS_TOPIC, rec.partition_for(group_id, info.num_partitions))
+            await asyncio.shield(self._creating)  # one node: led once created (ZooKeeper mode: after an election)
+            info = self.broker.topics.get(OFFSETS_TOPIC)
+            if info is None:
+                return unavailable
+        p = rec.partition_for(group_id, info.num_partitions)
+        if p in self.owned:
+            return NONE, None, (self.broker.node_id, self.broker.host, self.broker.port)
+        md = self.broker.partition_metadata(OFFSETS_TOPIC, p)
         leader = md.get("leader_id", -1) if md else -1
         for b in self.broker.metadata_brokers() or ():
             if b["node_id"] == leader >= 0:
@@ -281,15 +300,17 @@ class GroupCoordinator:
         return unavailable
 
     async def _create_offsets_topic(self) -> None:
-        live = len(self.broker.replica_manager.live_brokers())
-        if live < self.replication_factor:
+        rm = self.broker.replica_manager
+        rf = rm.internal_topic_replication_factor(self.replication_factor)
+        live = len(rm.live_brokers())
+        if live < rf:
             log.warning("__consumer_offsets not created: fewer live brokers than offsets.topic.replication.factor",
-                        extra={"kv": {"live": live, "replication_factor": self.replication_factor}})
+                        extra={"kv": {"live": live, "replication_factor": rf}})
             return
         try:
-            await asyncio.to_thread(self._create_topic, self.replication_factor)
+            await self.broker.request_pool.run(self._create_topic, rf)
             log.info("__consumer_offsets created", extra={"kv": {"partitions": self.configured_partitions,
-                                                                  "replication_factor": self.replication_factor}})
+                                                                  "replication_factor": rf}})
         except Exception as exc:
             if not (isinstance(exc, ApiError) and exc.kafka_error == ErrorCode.TOPIC_ALREADY_EXISTS):
                 log.warning("cannot create __consumer_offsets", extra={"kv": {"error": repr(exc)}})
@@ -300,30 +321,24 @@ class GroupCoordinator:
         """The coordinator-level error for a request about ``group_id`` (0 = go ahead)."""
         if not self.active or self.broker.stopping:
             return NOT_COORDINATOR
-        if self.cluster:
-            if group_id is None:
-                return INVALID_GROUP_ID
-            info = self.broker.topics.get(OFFSETS_TOPIC)
-            p = rec.partition_for(group_id, info.num_partitions) if info is not None else -1
-            if p not in self.owned:
-                return NOT_COORDINATOR
-            return COORDINATOR_LOAD_IN_PROGRESS if p in self.loading_partitions else NONE
-        if self.loading:
-            return COORDINATOR_LOAD_IN_PROGRESS
         if group_id is None:
             return INVALID_GROUP_ID
         info = self.broker.topics.get(OFFSETS_TOPIC)
-        if info is not None:
-            p = rec.partition_for(group_id, info.num_partitions)
-            if self.broker.topics.get_log(OFFSETS_TOPIC, p) is None:
-                return NOT_COORDINATOR
-        return NONE
+        if info is None:
+            # created on first write (:meth:`_offsets_topic`) where that makes this broker its leader at once
+            return NONE if self.broker.replica_manager.internal_topics_led_on_creation else NOT_COORDINATOR
+        p = rec.partition_for(group_id, info.num_partitions)
+        if p not in self.owned:
+            return NOT_COORDINATOR
+        return COORDINATOR_LOAD_IN_PROGRESS if p in self.loading_partitions else NONE
 
-    def ensure_offsets_topic(self) -> TopicInfo | None:
-        """Single node: the topic, created here (RF 1) on first use. ZooKeeper mode: the topic if known here."""
+    def _offsets_topic(self) -> TopicInfo | None:
+        """The topic; created here now (on the loop, as before leadership drove the coordinator) when that makes
+        this broker the leader of every partition at once (one node), else None until it exists."""
         info = self.broker.topics.get(OFFSETS_TOPIC)
-        if info is None and not self.cluster:
-            info = self._create_topic(1)
+        rm = self.broker.replica_manager
+        if info is None and rm.internal_topics_led_on_creation:
+            info = self._create_topic(rm.internal_topic_replication_factor(self.replication_factor))
         return info
 
     def _create_topic(self, replication_factor: int) -> TopicInfo:
@@ -355,7 +370,7 @@ class GroupCoordinator:
         if not entries:
             return NONE
         try:
-            info = self.ensure_offsets_topic()
+            info = self._offsets_topic()
             if info is None:
                 return COORDINATOR_NOT_AVAILABLE
             partition = rec.partition_for(group_id, info.num_partitions)

@@ -23,7 +23,6 @@ class DescribedCoordinator(Protocol):
     broker: Broker
     groups: dict[str, Group]
     consumer: ConsumerGroupManager
-    cluster: bool
     active: bool
     loading_partitions: set[int]
 
@@ -68,13 +67,9 @@ def describe_group(self: DescribedCoordinator, group_id: str) -> DescribedGroup:
 
 
 def list_groups(self: DescribedCoordinator, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[int, list[ListedGroup]]:
-    if self.cluster:  # every broker lists the groups of the partitions it leads (clients ask them all)
-        err: int = NOT_COORDINATOR if not self.active or self.broker.stopping else (
-            COORDINATOR_LOAD_IN_PROGRESS if self.loading_partitions else NONE)
-    else:
-        err = self.check("")
-        if err == INVALID_GROUP_ID:
-            err = NONE
+    # every broker lists the groups of the partitions it leads (clients ask them all)
+    err: int = NOT_COORDINATOR if not self.active or self.broker.stopping else (
+        COORDINATOR_LOAD_IN_PROGRESS if self.loading_partitions else NONE)
     if err:
         return err, []
     wanted_states = {s.lower() for s in states}

@@ -1,6 +1,6 @@
 """Loading the groups of ``__consumer_offsets`` into the coordinator (Kafka's ``GroupMetadataManager`` load path):
-every partition at start on one node (with the one-time move of misplaced records), one partition when this
-broker becomes its leader in ZooKeeper mode. The replay itself runs in a worker thread (:mod:`replay`); installing
+the partitions this broker was elected leader of in one turn of the loop, as one batch (one node at start: every
+partition, with the one-time move of misplaced records). The replay itself runs in a worker thread (:mod:`replay`); installing
 the result runs on the loop. ``self`` is the group coordinator, seen through :class:`LoadingHost`."""
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ class LoadingHost(Protocol):
     broker: Broker
     groups: dict[str, Group]
     loaded: asyncio.Event
-    loading: bool
     loading_partitions: set[int]
     owned: dict[int, int]
     _open_txns: dict[tuple[int, int], set[str]]
@@ -62,20 +61,30 @@ class LoadingHost(Protocol):
     def _apply_deferred_markers(self, partition: int) -> None: ...
 
 
-async def _load_all(self: LoadingHost) -> None:
+async def _load_partitions(self: LoadingHost, batch: dict[int, int]) -> None:
+    """Load the partitions of ``batch`` (partition -> load generation), elected together. A batch holding every
+    partition that holds anything, of a topic whose every partition this broker leads (one node at start), also adopts the records of groups found outside their own partition and moves
+    them there (:func:`_migrate`); otherwise those are skipped, another leader may coordinate them."""
+    if not batch:
+        return
+    n = self.num_partitions
+    if not _leads_all(self, batch, n):
+        await asyncio.gather(*(_load_partition(self, p, gen) for p, gen in sorted(batch.items())))
+        return
     t0 = time.monotonic()
-    logs = []
-    info = self.broker.topics.get(OFFSETS_TOPIC)
-    if info is not None:
-        for p in range(info.num_partitions):
-            lg = self.broker.topics.get_log(OFFSETS_TOPIC, p)
-            if lg is not None:
-                logs.append(lg)
+    logs = [lg for p in sorted(batch) if (lg := self.broker.topics.get_log(OFFSETS_TOPIC, p)) is not None]
     try:
-        state = await asyncio.to_thread(_read_partitions, logs, self.num_partitions, adopt_misplaced=True)
+        state = await asyncio.to_thread(_read_partitions, logs, n, adopt_misplaced=True)
     except Exception:
         log.exception("loading __consumer_offsets failed; groups start empty")
         state = Replay({}, {}, set(), Migration(), {})
+    current = {p: gen for p, gen in batch.items()
+               if self._load_generation.get(p) == gen and p in self.loading_partitions}
+    if len(current) < len(batch):
+        # leadership of some moved while reading (a later election loads those again): the others load on their
+        # own, without adopting records from partitions no longer led here
+        await asyncio.gather(*(_load_partition(self, p, gen) for p, gen in sorted(current.items())))
+        return
     groups_v, offsets_v, _, migration, pending_v = state
     if migration:
         # written before tidelog placed groups as Kafka does (Utils.abs, not & 0x7fffffff): moved to the
@@ -86,24 +95,42 @@ async def _load_all(self: LoadingHost) -> None:
             log.exception("moving misplaced __consumer_offsets records failed; retried at the next start")
     now = _now_ms()
     for gid, gv in groups_v.items():
+        old = self.groups.pop(gid, None)
+        if old is not None:
+            self._release_group(old)
         _install_group(self, gid, gv, now)
     for (gid, topic, part), ov in offsets_v.items():
         g = self._group(gid, create=True)
         assert g is not None
         g.offsets[(topic, part)] = ov
     self._install_pending(pending_v)
-    deleted = self._deleted_while_loading.pop(-1, None)
+    deleted: set[str] = set()
+    for p in batch:
+        deleted |= self._deleted_while_loading.pop(p, set())
     if deleted:
         drop_topics(self, deleted, self.groups.values())
-    self.loading = False
-    for partition in list(self._deferred_markers):
+    self.loading_partitions.difference_update(batch)
+    for partition in sorted(batch):
         self._apply_deferred_markers(partition)
-    self.loaded.set()
     log.info(
         "group coordinator loaded",
         extra={"kv": {"partitions": len(logs), "groups": len(self.groups),
                       "offsets": len(offsets_v), "seconds": round(time.monotonic() - t0, 3)}},
     )
+
+
+def _leads_all(self: LoadingHost, batch: dict[int, int], n: int) -> bool:
+    """Does this broker lead every partition, and ``batch`` hold every one that is not empty? Then a group's
+    records found outside its own partition can be adopted: no other leader coordinates them."""
+    if len(self.owned) < n:
+        return False
+    for p in range(n):
+        if p in batch:
+            continue
+        lg = self.broker.topics.get_log(OFFSETS_TOPIC, p)
+        if p not in self.owned or lg is None or lg.log_end_offset != 0:
+            return False
+    return True
 
 
 def _install_group(self: LoadingHost, gid: str, gv: GroupValue, now: int) -> None:

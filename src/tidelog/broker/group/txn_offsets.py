@@ -47,8 +47,6 @@ class TxnOffsetsHost(Protocol):
     broker: Broker
     groups: dict[str, Group]
     consumer: ConsumerGroupManager
-    cluster: bool
-    loading: bool
     loading_partitions: set[int]
     metadata_max_bytes: int
     # (__consumer_offsets partition, producer id) -> groups with pending offsets of that producer
@@ -239,7 +237,7 @@ def on_txn_marker(self: TxnOffsetsHost, offsets_partition: int, producer_id: int
     later in the log than the committed offset it would replace (Kafka's replayEndTransactionMarker: the
     higher record offset wins, so a plain commit written after the transactional one stays). ABORT: they are
     dropped. A marker for a partition still loading is applied once its groups are installed."""
-    if (self.loading and not self.cluster) or offsets_partition in self.loading_partitions:
+    if offsets_partition in self.loading_partitions:
         self._deferred_markers.setdefault(offsets_partition, []).append((producer_id, commit))
         return
     gids = self._open_txns.pop((offsets_partition, producer_id), None)

@@ -14,7 +14,6 @@ reassignments) registers them in a table of its own (``handles(key, table)``), w
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
     from tidelog.broker.purgatory import DelayedOperation
+    from tidelog.broker.request_pool import RequestHandlerPool
     from tidelog.broker.security.acls import AclOperation, ResourceType
 
 #: a handler's answer: the response body, a DeferredResponse (pipelined produce), or None (acks=0 produce)
@@ -86,7 +86,8 @@ def handles(api_key: int, table: dict[int, Handler] = REGISTRY) -> Callable[[Han
     return register
 
 
-async def topic_change(fn: Callable[_P, Awaitable[_R]] | Callable[_P, _R], *args: _P.args,
+async def topic_change(pool: RequestHandlerPool, fn: Callable[_P, Awaitable[_R]] | Callable[_P, _R],
+                       *args: _P.args,
                        **kwargs: _P.kwargs) -> _R:
     """A TopicManager method that changes topics (create, delete, add partitions, alter configs, Metadata's
     auto-creation). A coroutine function (cluster mode's delete, which waits for ZooKeeper) is awaited; anything
@@ -95,9 +96,5 @@ async def topic_change(fn: Callable[_P, Awaitable[_R]] | Callable[_P, _R], *args
     for 1.4 s and 5.5 s when it ran on the loop), and in cluster mode a change is a ZooKeeper round trip."""
     if inspect.iscoroutinefunction(fn):
         return await cast("Callable[_P, Awaitable[_R]]", fn)(*args, **kwargs)
-    blocking = cast("Callable[_P, _R]", fn)
-    pool = getattr(getattr(getattr(fn, "__self__", None), "broker", None), "request_pool", None)
-    if pool is not None:
-        result: _R = await pool.run(blocking, *args, **kwargs)
-        return result
-    return await asyncio.to_thread(blocking, *args, **kwargs)
+    result: _R = await pool.run(cast("Callable[_P, _R]", fn), *args, **kwargs)
+    return result

@@ -237,6 +237,7 @@ async def _create_one(ctx: RequestContext, t: CreatableTopic, duplicated: bool, 
         return fail(ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLING_QUOTA_EXCEEDED_MESSAGE)
     try:
         info = await topic_change(
+            ctx.broker.request_pool,
             topics.create_topic,
             name,
             num_partitions=num_partitions,
@@ -356,7 +357,8 @@ async def _delete_one(
     if mutation_refused(ctx):
         return ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLING_QUOTA_EXCEEDED_MESSAGE
     try:
-        deleted: TopicInfo = await topic_change(topics.delete_topic, name)  # off the loop (files, checkpoints)
+        # off the loop (files, checkpoints)
+        deleted: TopicInfo = await topic_change(ctx.broker.request_pool, topics.delete_topic, name)
     except Exception as exc:
         if not is_client_error(exc):
             raise
@@ -406,7 +408,8 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
             manual = None if assignments is None else [[int(b) for b in a.get("broker_ids") or []]
                                                        for a in assignments]
             try:
-                await topic_change(topics.create_partitions, name, count, validate_only=validate_only, assignments=manual)
+                await topic_change(ctx.broker.request_pool, topics.create_partitions, name, count,
+                                   validate_only=validate_only, assignments=manual)
             except Exception as exc:
                 if not is_client_error(exc):
                     raise
@@ -433,7 +436,8 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
                 fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
             else:
                 try:
-                    await topic_change(topics.create_partitions, name, count, validate_only=validate_only)
+                    await topic_change(ctx.broker.request_pool, topics.create_partitions, name, count,
+                                       validate_only=validate_only)
                 except Exception as exc:
                     if not is_client_error(exc):
                         raise

@@ -357,7 +357,8 @@ async def _alter_config_resources(
                 res["error_code"], res["error_message"] = refused_change
             continue
         try:
-            await topic_change(alter, rname, change_set, validate_only=validate_only)  # off the loop (fsyncs)
+            # off the loop (fsyncs)
+            await topic_change(ctx.broker.request_pool, alter, rname, change_set, validate_only=validate_only)
         except Exception as exc:
             if not is_client_error(exc):
                 raise

@@ -130,7 +130,6 @@ def _str(value: object) -> str:
 async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, str | None, tuple[int, str, int]]:
     """(error, message, (node id, host, port)) for one coordinator key."""
     b = ctx.broker
-    here = (b.node_id, *b.endpoint(ctx.listener))
     nowhere = (-1, "", -1)
     coord = _coordinator(ctx)
     # KafkaApis: DESCRIBE on the group / transactional id before anything else
@@ -156,16 +155,10 @@ async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, 
         return COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", nowhere
     if not key:
         return INVALID_REQUEST, "The group id must not be empty.", nowhere  # Kafka: invalid group id
-    if coord.cluster:
-        # ZooKeeper mode: the leader of the group's __consumer_offsets partition, wherever the request landed
-        err, msg, node = await coord.find_coordinator(key)
-        return err, msg, b.node_endpoint(node, ctx.listener) if node is not None else nowhere
-    try:
-        coord.ensure_offsets_topic()
-    except Exception as exc:
-        log.warning("cannot create __consumer_offsets", extra={"kv": {"error": repr(exc)}})
-        return COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", nowhere
-    return NONE, None, here
+    # the leader of the group's __consumer_offsets partition (this broker if it leads it), wherever the request
+    # landed; the topic is created on first use
+    err, msg, node = await coord.find_coordinator(key)
+    return err, msg, b.node_endpoint(node, ctx.listener) if node is not None else nowhere
 
 
 @handles(FIND_COORDINATOR)

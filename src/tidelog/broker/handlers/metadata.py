@@ -148,7 +148,8 @@ async def metadata(ctx: RequestContext, request: dict) -> dict:
                         continue
                 if allow_auto:
                     try:
-                        info = await topic_change(topics_mgr.maybe_auto_create, name)  # ZooKeeper: off the loop
+                        # ZooKeeper: off the loop
+                        info = await topic_change(ctx.broker.request_pool, topics_mgr.maybe_auto_create, name)
                     except TopicError as exc:
                         code, _ = error_of(exc)
                         out.append(_topic_error(name, code))

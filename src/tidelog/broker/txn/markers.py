@@ -20,7 +20,6 @@ Two sides, as in Kafka:
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -189,15 +188,11 @@ class TxnMarkerChannel:
     async def _send_remote(self, node: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                            commit: bool, tps: list[TopicPartition]) -> dict[TopicPartition, ErrorCode | None]:
         """WriteTxnMarkers (v1) to the leader ``node`` through the replica manager's inter-broker requests
-        (``broker_request``, ZooKeeper mode); without it (one node) the partition is not led here: retried."""
-        request = getattr(self.broker.replica_manager, "broker_request", None)
-        if request is None:
-            return dict.fromkeys(tps, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        (``broker_request``; one node has no other broker: the partition is not led here, retried)."""
+        request = self.broker.replica_manager.broker_request
         body = write_txn_markers_request(producer_id, producer_epoch, coordinator_epoch, commit, tps)
         try:
-            response = request(node, ApiKey.WRITE_TXN_MARKERS, 1, body, timeout=self.request_timeout_ms / 1000.0)
-            if inspect.isawaitable(response):
-                response = await response
+            response = await request(node, ApiKey.WRITE_TXN_MARKERS, 1, body, timeout=self.request_timeout_ms / 1000.0)
         except Exception as exc:
             log.info("WriteTxnMarkers to a partition leader failed",
                      extra={"kv": {"node": node, "error": repr(exc)}})

@@ -157,13 +157,14 @@ async function pageTopics(main) {
   main.append(h("h1", {}, "Topics"), form, holder);
   async function refresh() {
     const rows = await api("GET", "/api/topics");
-    holder.replaceChildren(table("topics-table", ["topic", "partitions", "replication", "messages", "size", "produce rate (msg/s)", "under-replicated", ""],
+    holder.replaceChildren(table("topics-table", ["topic", "partitions", "replication", "messages", "size", "produce rate (msg/s)", "consume rate (msg/s)", "bytes out/s", "under-replicated", ""],
       rows.map((t) => ({ attrs: { "data-topic": t.name }, cells: [
         h("a", { href: "#/topics/" + encodeURIComponent(t.name) }, t.name), t.partitions, t.replication, fmtNum(t.messages),
-        fmtBytes(t.size), t.produce_rate === null ? "" : t.produce_rate, t.under_replicated,
+        fmtBytes(t.size), t.produce_rate === null ? "" : t.produce_rate,
+        t.consume_rate == null ? "" : t.consume_rate, t.bytes_out_rate == null ? "" : fmtBytes(t.bytes_out_rate), t.under_replicated,
         h("span", {}, h("a", { href: "#/messages/" + encodeURIComponent(t.name) }, "messages"), " ",
           h("button", { cls: "danger delete-topic", type: "button", "data-topic": t.name, onclick: () => deleteTopic(t.name) }, "Delete"))] })),
-      [1, 2, 3, 4, 5, 6]));
+      [1, 2, 3, 4, 5, 6, 7, 8]));
   }
   async function deleteTopic(name) {
     const typed = await confirmName(`Delete topic ${name} and all its records?`, name);
@@ -443,16 +444,65 @@ async function pageSecurity(main) {
       } }, "Delete")] }))));
   }
   await refresh();
-  try {
-    const users = await api("GET", "/api/users");
-    usersHolder.replaceChildren(table("users-table", ["user", "mechanisms"], users.map((u) => [u.user, u.mechanisms.join(", ")])));
-  } catch (e) { usersHolder.replaceChildren(h("p", { cls: "muted" }, e.message)); }
-  try {
-    const quotas = await api("GET", "/api/quotas");
-    quotasHolder.replaceChildren(table("quotas-table", ["entity", "quotas"], quotas.map((q) => [
-      Object.entries(q.entity).map(([k, v]) => `${k}=${v ?? "<default>"}`).join(", "),
-      Object.entries(q.quotas).map(([k, v]) => `${k}=${v}`).join(", ")])));
-  } catch (e) { quotasHolder.replaceChildren(h("p", { cls: "muted" }, e.message)); }
+  // SCRAM users: set (create or update) and delete, the user's name typed again to delete
+  const userForm = h("form", { cls: "row", id: "user-form" },
+    h("label", {}, "user", h("input", { id: "user-name", autocomplete: "off" })),
+    h("label", {}, "mechanism", opt("user-mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])),
+    h("label", {}, "password", h("input", { id: "user-password", type: "password", autocomplete: "new-password" })),
+    h("label", {}, "iterations", h("input", { id: "user-iterations", type: "number", min: 4096, max: 16384, value: 4096 })),
+    h("button", { id: "user-set-btn", type: "submit" }, "Set credentials"));
+  usersHolder.before(userForm);
+  userForm.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const body = { user: v("user-name"), mechanism: v("user-mechanism"), password: v("user-password"), iterations: +v("user-iterations") };
+    document.getElementById("user-password").value = "";
+    if (await act(() => api("POST", "/api/users", body), `credentials of ${body.user} set`)) refreshUsers();
+  });
+  async function refreshUsers() {
+    try {
+      const users = await api("GET", "/api/users");
+      usersHolder.replaceChildren(table("users-table", ["user", "mechanisms", ""], users.map((u) => ({ attrs: { "data-user": u.user }, cells: [u.user, u.mechanisms.join(", "),
+        h("button", { cls: "danger delete-user", type: "button", onclick: async () => {
+          const typed = await confirmName(`Delete every SCRAM credential of ${u.user}?`, u.user);
+          if (typed === null) return;
+          if (await act(() => api("POST", "/api/users/delete", { user: u.user, confirm: typed }), `credentials of ${u.user} deleted`)) refreshUsers();
+        } }, "Delete")] }))));
+    } catch (e) { usersHolder.replaceChildren(h("p", { cls: "muted", id: "users-error" }, e.message)); }
+  }
+  // client quotas: set one quota of a user and/or client id (empty name: the default), remove with the entity typed again
+  const quotaForm = h("form", { cls: "row", id: "quota-form" },
+    h("label", {}, "user", h("input", { id: "quota-user", placeholder: "(none)" })),
+    h("label", {}, h("input", { id: "quota-user-default", type: "checkbox" }), "default user"),
+    h("label", {}, "client id", h("input", { id: "quota-client", placeholder: "(none)" })),
+    h("label", {}, h("input", { id: "quota-client-default", type: "checkbox" }), "default client"),
+    h("label", {}, "quota", opt("quota-key", ["producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate"])),
+    h("label", {}, "value", h("input", { id: "quota-value", type: "number", min: 0, step: "any" })),
+    h("button", { id: "quota-set-btn", type: "submit" }, "Set quota"));
+  quotasHolder.before(quotaForm);
+  const checked = (id) => document.getElementById(id).checked;
+  quotaForm.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const entity = {};
+    if (checked("quota-user-default")) entity.user = null; else if (v("quota-user")) entity.user = v("quota-user");
+    if (checked("quota-client-default")) entity["client-id"] = null; else if (v("quota-client")) entity["client-id"] = v("quota-client");
+    const body = { entity, set: { [v("quota-key")]: v("quota-value") } };
+    if (await act(() => api("POST", "/api/quotas", body), "quota set")) refreshQuotas();
+  });
+  const label = (entity) => Object.entries(entity).map(([k, x]) => `${k}=${x ?? "<default>"}`).join(",");
+  async function refreshQuotas() {
+    try {
+      const quotas = await api("GET", "/api/quotas");
+      quotasHolder.replaceChildren(table("quotas-table", ["entity", "quota", "value", ""], quotas.flatMap((q) => Object.entries(q.quotas).map(([k, x]) => ({ attrs: { "data-entity": label(q.entity), "data-quota": k }, cells: [
+        label(q.entity), k, x,
+        h("button", { cls: "danger remove-quota", type: "button", onclick: async () => {
+          const typed = await confirmName(`Remove ${k} of ${label(q.entity)}?`, label(q.entity));
+          if (typed === null) return;
+          if (await act(() => api("POST", "/api/quotas", { entity: q.entity, remove: [k], confirm: typed }), `${k} of ${label(q.entity)} removed`)) refreshQuotas();
+        } }, "Remove")] })))));
+    } catch (e) { quotasHolder.replaceChildren(h("p", { cls: "muted", id: "quotas-error" }, e.message)); }
+  }
+  await refreshUsers();
+  await refreshQuotas();
 }
 
 async function pageMetrics(main) {
