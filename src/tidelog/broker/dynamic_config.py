@@ -343,11 +343,11 @@ class DynamicBrokerConfig:
             if not pw.is_password_config(name):
                 continue
             if resource_name == "":
-                raise DynamicConfigError("INVALID_CONFIG", "Password config can be defined only at broker level")
+                raise DynamicConfigError(ErrorCode.INVALID_CONFIG, "Password config can be defined only at broker level")
             if self.encoder is not None:
                 out[name] = self.encoder.encode(value)
             elif self.secret_required:
-                raise DynamicConfigError("INVALID_CONFIG", "Password encoder secret not configured")
+                raise DynamicConfigError(ErrorCode.INVALID_CONFIG, "Password encoder secret not configured")
         return out
 
     def attach(self, broker: Any) -> None:
