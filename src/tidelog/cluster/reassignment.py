@@ -48,7 +48,7 @@ class Reassignments:
         def _decide_and_write(self, topic: str, p: int, decide: Any) -> zd.LeaderIsr | None: ...
 
     @staticmethod
-    def validate_replicas(a: zd.TopicAssignment, p: int, target: list[int], live: set[int]) -> tuple[str, str] | None:
+    def validate_replicas(a: zd.TopicAssignment, p: int, target: list[int], live: set[int]) -> tuple[ErrorCode, str] | None:
         """Kafka's ``KafkaController.validateReplicas``: (error name, message) or None."""
         if not target:
             return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Empty replica list specified in partition reassignment."
@@ -66,7 +66,7 @@ class Reassignments:
         return None
 
     def _apply_reassignments(self, wanted: dict[tuple[str, int], list[int] | None],
-                             allow_rf_change: bool = True) -> dict[tuple[str, int], tuple[str, str] | None]:
+                             allow_rf_change: bool = True) -> dict[tuple[str, int], tuple[ErrorCode, str] | None]:
         """Start (or cancel, target None) reassignments: per topic one conditional write of its znode.
         Returns (error name, message) or None per partition."""
         live = self.live_brokers()
@@ -74,13 +74,13 @@ class Reassignments:
             deleting = set(self.zk.get_children(zd.DELETE_TOPICS))
         except NoNodeError:
             deleting = set()
-        results: dict[tuple[str, int], tuple[str, str] | None] = {}
+        results: dict[tuple[str, int], tuple[ErrorCode, str] | None] = {}
         by_topic: dict[str, list[tuple[int, list[int] | None]]] = {}
         for (t, p), target in wanted.items():
             by_topic.setdefault(t, []).append((p, target))
         for topic, items in sorted(by_topic.items()):
             for _attempt in range(10):
-                res: dict[tuple[str, int], tuple[str, str] | None] = {}
+                res: dict[tuple[str, int], tuple[ErrorCode, str] | None] = {}
                 try:
                     data, stat = self.zk.get(zd.topic_path(topic))
                 except NoNodeError:
