@@ -49,12 +49,17 @@ setup(
         Extension(
             "tidelog.records._recwalk",
             sources=["src/tidelog/records/_recwalk.c"],
-            depends=["src/tidelog/records/_bytes.h", "src/tidelog/records/_recwalk_capi.h"],
+            depends=[
+                "src/tidelog/records/_bytes.h",
+                "src/tidelog/records/_recwalk.h",
+                "src/tidelog/records/_recwalk_capi.h",
+            ],
             optional=True,
         ),
         Extension(
             "tidelog.client._columnar",
             sources=["src/tidelog/client/_columnar.c"],
+            depends=["src/tidelog/records/_bytes.h", "src/tidelog/records/_recwalk.h"],
             optional=True,
         ),
         Extension(
@@ -66,6 +71,7 @@ setup(
         Extension(
             "tidelog.storage._cleanwalk",
             sources=["src/tidelog/storage/_cleanwalk.c"],
+            depends=["src/tidelog/records/_bytes.h", "src/tidelog/records/_recwalk.h"],
             optional=True,
         ),
         Extension(

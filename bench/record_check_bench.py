@@ -33,16 +33,7 @@ def lengths_only(data: bytes, pos: int, n: int, count: int) -> None:
         raise InvalidRecordError("count too large for the records area")
     try:
         for _ in range(count):
-            b = data[pos]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                b = (b & 0x7F) | (data[pos + 1] << 7)
-                length = (b >> 1) ^ -(b & 1)
-                pos += 2
-            else:
-                length, pos = decode_varint(data, pos)
+            length, pos = decode_varint(data, pos)  # through the varint module (the walks inline 1-2 byte ones)
             if length < MIN_RECORD_SIZE - 1:
                 raise CorruptRecordError("record too short")
             pos += length

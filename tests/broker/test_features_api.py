@@ -41,12 +41,14 @@ def test_api_versions_features_v3_and_v4(broker: Any) -> None:
         v3 = c.request(API_VERSIONS, 3, HELLO)
     keys = {k["api_key"]: (k["min_version"], k["max_version"]) for k in v4["api_keys"]}
     group = 1 if 68 in keys else 0  # group.version follows whether ConsumerGroupHeartbeat is served
+    share = 1 if 76 in keys else 0  # share.version follows whether ShareGroupHeartbeat is served (KIP-932)
     supported, finalized = _levels(v4)
     assert supported == {"eligible.leader.replicas.version": (0, 0), "group.version": (group, group),
-                         "metadata.version": (29, 29), "share.version": (0, 0), "streams.version": (0, 0),
-                         "transaction.version": (0, 0)}
-    # level 0 is "not finalized": only the features above 0 are listed
-    assert finalized == {"metadata.version": 29, **({"group.version": 1} if group else {})}
+                         "metadata.version": (29, 29), "share.version": (share, share), "streams.version": (0, 0),
+                         "transaction.version": (0, 2)}
+    # level 0 is "not finalized": only the features above 0 are listed (transactions v2 is finalized, D0063)
+    assert finalized == {"metadata.version": 29, "transaction.version": 2, **({"group.version": 1} if group else {}),
+                         **({"share.version": 1} if share else {})}
     assert v4["finalized_features_epoch"] == 0
     # v3 leaves out the features whose minimum is 0 (KAFKA-17492)
     supported3, finalized3 = _levels(v3)
@@ -62,12 +64,15 @@ def test_kafka_python_sees_a_kafka_4_broker_and_its_features(broker: Any) -> Non
         assert admin._client.check_version() >= (4, 2)  # kafka-python: 4.2 from ListOffsets v11
         feats = admin.describe_features()
         assert feats["metadata.version"]["finalized"] == (29, 29)
-        assert feats["transaction.version"]["supported"] == (0, 0) and "finalized" not in feats["transaction.version"]
+        assert feats["transaction.version"]["supported"] == (0, 2) and feats["transaction.version"]["finalized"] == (2, 2)
         # the current level is the one valid update: accepted, nothing changes
         assert admin.update_features({"metadata.version": 29}) == {"metadata.version": "OK"}
-        assert admin.update_features({"share.version": 0}, validate_only=True) == {"share.version": "OK"}
+        assert admin.update_features({"share.version": 1}, validate_only=True) == {"share.version": "OK"}
+        assert admin.update_features({"transaction.version": 2}) == {"transaction.version": "OK"}
+        with pytest.raises(InvalidUpdateVersionError, match="only supports versions 0-2"):
+            admin.update_features({"transaction.version": 3})
         with pytest.raises(InvalidUpdateVersionError, match="does not support this feature"):
-            admin.update_features({"transaction.version": 2})
+            admin.update_features({"eligible.leader.replicas.version": 1})
         with pytest.raises(InvalidUpdateVersionError, match="only supports versions 29"):
             admin.update_features({"metadata.version": ("SAFE_DOWNGRADE", 28)})
         assert admin.describe_features()["metadata.version"]["finalized"] == (29, 29)
@@ -191,15 +196,15 @@ def test_cli_features_describe(broker: Any) -> None:
     lines = r.stdout.splitlines()
     assert "Feature: metadata.version\tSupportedMinVersion: 4.2-IV1\tSupportedMaxVersion: 4.2-IV1\t" \
            "FinalizedVersionLevel: 4.2-IV1\tEpoch: 0" in lines
-    assert "Feature: transaction.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 0\t" \
-           "FinalizedVersionLevel: 0\tEpoch: 0" in lines
+    assert "Feature: transaction.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 2\t" \
+           "FinalizedVersionLevel: 2\tEpoch: 0" in lines
     assert [line.split("\t")[0] for line in lines] == sorted(line.split("\t")[0] for line in lines)
     r = runner.invoke(cli, ["features", "describe", "--output", "json", "--bootstrap-server", broker.bootstrap],
                       catch_exceptions=False)
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)
-    assert {"Feature": "share.version", "SupportedMinVersion": 0, "SupportedMaxVersion": 0,
-            "FinalizedVersionLevel": 0, "Epoch": 0} in rows
+    assert {"Feature": "share.version", "SupportedMinVersion": 1, "SupportedMaxVersion": 1,
+            "FinalizedVersionLevel": 1, "Epoch": 0} in rows
 
 
 def test_fetch_by_topic_id_and_leader_hints(broker: Any) -> None:

@@ -22,7 +22,7 @@ from tidelog.records.header import (
     NO_SEQUENCE,
     parse_header_tuple,
 )
-from tidelog.records.varint import encode_varint, encode_varlong
+from tidelog.records.varint import encode_unsigned, encode_varint, encode_varlong
 from tidelog.storage.cleaner import CleanerConfig, CleanResult, LogCleaner, batch_filter, build_map
 from tidelog.storage.cleaner.batch_filter import _Filter
 from tidelog.storage.log import PartitionLog
@@ -273,7 +273,7 @@ def test_filter_batches_c_and_python(monkeypatch: pytest.MonkeyPatch, codec: int
 # ============================================================================================ malformed records
 
 
-uvarint = batch_filter._uvarint  # the unsigned varint the cleaner writes (test data only)
+uvarint = encode_unsigned  # the unsigned varint the cleaner writes (test data only)
 
 
 def record(body: bytes, length: int | None = None) -> bytes:

@@ -48,8 +48,8 @@ def test_describe_topic_partitions_and_leader_hints(cluster: Any) -> None:
 def test_update_features_on_a_cluster(cluster: Any) -> None:
     b = next(iter(cluster.brokers.values()))
     r = request(b, UPDATE_FEATURES, 1, {"feature_updates": [
-        {"feature": "transaction.version", "max_version_level": 2, "upgrade_type": 1}], "validate_only": False})
-    assert r["error_code"] == INVALID_UPDATE_VERSION
+        {"feature": "transaction.version", "max_version_level": 3, "upgrade_type": 1}], "validate_only": False})
+    assert r["error_code"] == INVALID_UPDATE_VERSION  # supported 0-2 (D0063)
     ok = request(b, UPDATE_FEATURES, 1, {"feature_updates": [
         {"feature": "metadata.version", "max_version_level": 29, "upgrade_type": 1}], "validate_only": False})
     assert ok["error_code"] == 0

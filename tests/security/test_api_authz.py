@@ -280,6 +280,27 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
         [Check(T_GROUP, READ, G, GROUP_AUTH)])],
     ApiKey.CONSUMER_GROUP_DESCRIBE: [Case(1, lambda _u: {"group_ids": [G]}, lambda r: r["groups"][0]["error_code"],
                                           [Check(T_GROUP, DESCRIBE, G, GROUP_AUTH)])],
+    # KIP-932 share groups: READ on the group, then (heartbeat) DESCRIBE on the subscribed topics, (fetch) READ on
+    # each topic after the share session; an acknowledgement without a session fails on the session first
+    ApiKey.SHARE_GROUP_HEARTBEAT: [Case(1, lambda _u: {
+        "group_id": G, "member_id": "m", "member_epoch": 0, "rack_id": None, "subscribed_topic_names": [T]},
+        lambda r: r["error_code"], [Check(T_GROUP, READ, G, GROUP_AUTH), Check(T_TOPIC, DESCRIBE, T, TOPIC_AUTH)])],
+    ApiKey.SHARE_GROUP_DESCRIBE: [Case(1, lambda _u: {"group_ids": [G], "include_authorized_operations": False},
+                                       lambda r: r["groups"][0]["error_code"], [Check(T_GROUP, DESCRIBE, G, GROUP_AUTH)])],
+    ApiKey.SHARE_FETCH: [Case(1, lambda u: {
+        "group_id": G, "member_id": u, "share_session_epoch": 0, "max_wait_ms": 0, "min_bytes": 1,
+        "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10, "forgotten_topics_data": [],
+        "topics": [{"topic_id": TOPIC_IDS[T], "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}]},
+        lambda r: r["error_code"] or next((p["error_code"] for t in r["responses"] for p in t["partitions"]), 0),
+        [Check(T_GROUP, READ, G, GROUP_AUTH), Check(T_TOPIC, READ, T, TOPIC_AUTH)])],
+    ApiKey.SHARE_ACKNOWLEDGE: [Case(1, lambda u: {"group_id": G, "member_id": u, "share_session_epoch": 1,
+                                                  "topics": []},
+                                    lambda r: r["error_code"], [Check(T_GROUP, READ, G, GROUP_AUTH)])],
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: [Case(0, lambda _u: {"groups": [
+        {"group_id": G, "topics": [{"topic_name": T, "partitions": [0]}]}]},
+        lambda r: (r["groups"][0]["topics"][0]["partitions"][0]["error_code"] if r["groups"][0]["topics"]
+                   else r["groups"][0]["error_code"]),
+        [Check(T_GROUP, DESCRIBE, G, GROUP_AUTH), Check(T_TOPIC, DESCRIBE, T, TOPIC_AUTH)])],
     ApiKey.SASL_HANDSHAKE: NO_AUTH,
     ApiKey.API_VERSIONS: NO_AUTH,
     ApiKey.SASL_AUTHENTICATE: NO_AUTH,

@@ -305,7 +305,7 @@ def test_the_c_recovery_scan_matches_the_python_loop(
     same indexes and callbacks, whatever the damage, with read chunks smaller and larger than the batches."""
     import struct
 
-    import tidelog.storage.segment as segment_module
+    import tidelog.storage.segment_recovery as segment_module  # the recovery scan
 
     if segment_module._c_scan_batches is None:
         pytest.skip("the optional C extension is not in use")

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from tidelog.records.batch import build_batch
 from tidelog.records.header import BatchHeader
 from tidelog.storage.config import LogConfig
-from tidelog.storage.segment import FileRegion, LogSegment, filename_prefix, offset_from_filename
+from tidelog.storage.file_handles import FileRegion
+from tidelog.storage.segment import LogSegment
+from tidelog.storage.segment_names import filename_prefix, offset_from_filename
 
 
 def batch(base: int, n: int = 1, ts: int = 1000, value_size: int = 10) -> bytes:
@@ -306,8 +308,9 @@ def test_largest_timestamp_reloaded_after_reopen(tmp_path: Path) -> None:
 def test_chunked_header_scans_and_recovery_match_per_batch_reads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
 ) -> None:
-    import tidelog.storage.segment as segment_mod
-    from tidelog.storage.segment import read_header_at
+    import tidelog.storage.header_scan as header_scan_mod
+    import tidelog.storage.segment_recovery as recovery_mod
+    from tidelog.storage.header_scan import read_header_at
 
     config = LogConfig(index_interval_bytes=150)
     seg = LogSegment(tmp_path, 0, config)
@@ -323,8 +326,8 @@ def test_chunked_header_scans_and_recovery_match_per_batch_reads(
         pos += h.size
     offset_entries = seg.offset_index.entries_list()
     time_entries = seg.time_index.entries_list()
-    monkeypatch.setattr(segment_mod, "HEADER_SCAN_CHUNK", chunk)
-    monkeypatch.setattr(segment_mod, "RECOVERY_READ_CHUNK", chunk)
+    monkeypatch.setattr(header_scan_mod, "HEADER_SCAN_CHUNK", chunk)
+    monkeypatch.setattr(recovery_mod, "RECOVERY_READ_CHUNK", chunk)
     assert list(seg.iter_headers()) == expected
     assert list(seg.iter_headers(expected[3][0], expected[7][0])) == expected[3:7]
     for target in range(off):

@@ -277,7 +277,9 @@ def test_a_second_producer_fences_the_first(txn_broker: Any) -> None:
     p2 = _producer(txn_broker, "cf-fence")  # aborts p1's transaction with epoch 1 (PrepareEpochFence), retries
     with RawClient(txn_broker.port) as c:
         d = _describe(c, "cf-fence")
-        assert (d["transaction_state"], d["producer_epoch"]) == ("Empty", 2)  # aborted at epoch 1, then bumped
+        # fenced at epoch 1, aborted at 2 (the coordinator's own abort runs at the finalized transaction.version,
+        # 2: one more bump, as Kafka 4's), then bumped by p2's InitProducerId
+        assert (d["transaction_state"], d["producer_epoch"]) == ("Empty", 3)
     with pytest.raises(KafkaException) as info:
         p1.produce(topic, value=b"zombie-2", partition=0)
         p1.commit_transaction(20)
@@ -358,8 +360,10 @@ def test_timed_out_transaction_is_aborted_and_its_producer_fenced(broker_factory
     with RawClient(b.port) as c:
         epoch = _describe(c, tid)["producer_epoch"]
         d = wait_for(lambda: (r := _describe(c, tid))["transaction_state"] == "CompleteAbort" and r, 15, "timeout abort")
-        assert d["producer_epoch"] == epoch + 1  # bumped: the producer is fenced
-        assert [h.producer_epoch for h in _control_batches(c, topic, 0)] == [epoch + 1]
+        # fenced (epoch + 1), then the abort bumps once more: the coordinator's own abort runs at the finalized
+        # transaction.version, 2 (Kafka 4: "not from client, use server TV")
+        assert d["producer_epoch"] == epoch + 2
+        assert [h.producer_epoch for h in _control_batches(c, topic, 0)] == [epoch + 2]
         assert _offsets(c, topic, 0, 1) == _offsets(c, topic, 0, 0) == 2  # the LSO moved past the aborted txn
     with pytest.raises(KafkaException) as info:
         p.commit_transaction(20)

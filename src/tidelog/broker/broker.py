@@ -51,6 +51,7 @@ from tidelog.broker.handlers import (  # noqa: F401
     quotas,
     replication_admin,
     security,
+    share_group,
     storage_admin,
     telemetry,
     txn,

@@ -286,6 +286,18 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("group.consumer.max.size", "2147483647", _pos_int),
         _key("group.consumer.assignors", "uniform", str, "server-side assignors: uniform, range (the first is the "
              "default)"),
+        # KIP-932 share groups (broker/group/share_group.py): Kafka's ShareGroupConfig names and defaults
+        _key("group.share.session.timeout.ms", "45000", _pos_int),
+        _key("group.share.heartbeat.interval.ms", "5000", _pos_int),
+        _key("group.share.max.size", "200", _pos_int),
+        _key("group.share.record.lock.duration.ms", "30000", _pos_int),
+        _key("group.share.min.record.lock.duration.ms", "15000", _pos_int),
+        _key("group.share.max.record.lock.duration.ms", "60000", _pos_int),
+        _key("group.share.delivery.count.limit", "5", _pos_int),
+        _key("group.share.partition.max.record.locks", "2000", _pos_int),
+        _key("group.share.max.share.sessions", "2000", _pos_int),
+        _key("share.auto.offset.reset", "latest", str, "where a share group starts on a partition it never read: "
+             "latest or earliest (Kafka: a group config; tidelog: a broker-wide default)"),
         _key("offsets.topic.num.partitions", "50", _pos_int),
         _key("offsets.topic.replication.factor", "3", _replication_factor),
         _key("offsets.topic.segment.bytes", "104857600", _pos_int),

@@ -12,9 +12,11 @@ level, the finalized level is that level, and the table never changes while a br
 * ``metadata.version`` 29 (``4.2-IV1``): the protocol of Kafka 4.2 (tidelog keeps no KRaft metadata log, so the
   level only names the release whose APIs it speaks; the levels' names are Kafka's ``MetadataVersion``).
 * ``group.version`` 1 when the broker's handler table serves ConsumerGroupHeartbeat (API 68, KIP-848), else 0.
-* ``transaction.version`` 0: transactions v2 (KIP-890 part 2: an epoch bump per transaction, partitions added
-  implicitly by Produce) is not implemented, so clients keep AddPartitionsToTxn and Produce <= v11 semantics.
-* ``share.version`` 0 (no share groups, KIP-932), ``streams.version`` 0 (no streams groups, KIP-1071),
+* ``transaction.version`` supported 0-2, finalized at 2 (Kafka 4's level for a new cluster): transactions v2
+  (KIP-890 part 2, :mod:`tidelog.broker.txn.tv2`); UpdateFeatures may lower it (per broker, in memory: the one
+  feature whose level can change here; each change bumps ``FinalizedFeaturesEpoch``).
+* ``share.version`` 1 when the handler table serves ShareGroupHeartbeat (API 76, KIP-932 share groups), else 0.
+* ``streams.version`` 0 (no streams groups, KIP-1071),
   ``eligible.leader.replicas.version`` 0 (no ELR, KIP-966: DescribeTopicPartitions answers empty ELR lists).
 * ``kraft.version`` is not advertised: tidelog has no KRaft quorum (a ZooKeeper-mode Kafka broker did not
   advertise it either).
@@ -26,7 +28,8 @@ to parse them); v4 lists them all. Both are reproduced.
 UpdateFeatures (API 57) validates as Kafka's ``FeatureControlManager``: ALTER on the cluster, a known feature, a
 level >= 0 inside the supported range, the upgrade type consistent with the direction. Since each supported range
 is one level, the only valid update is to the current level: it succeeds and changes nothing, so no finalized
-level is ever stored (not in ZooKeeper's ``/feature`` either). Every other update is INVALID_UPDATE_VERSION with
+level is ever stored (not in ZooKeeper's ``/feature`` either). ``transaction.version`` (0-2) is the exception: its
+level is kept per broker in memory (:func:`tidelog.broker.txn.tv2.set_finalized_level`). Every other update is INVALID_UPDATE_VERSION with
 Kafka's message ("Local controller N only supports versions 29": each broker is its own controller here).
 """
 
@@ -73,8 +76,13 @@ def metadata_version_name(level: int) -> str:
     return _METADATA_VERSIONS.get(level, str(level))
 
 
-def broker_features(handlers: Mapping[int, Any]) -> list[Feature]:
-    """The features of a broker whose handler table is ``handlers``, sorted by name."""
+TRANSACTION_VERSION = "transaction.version"
+TRANSACTION_VERSION_MAX = 2  # TV_2 (KIP-890 part 2); Kafka 4 finalizes it on a new cluster
+
+
+def broker_features(handlers: Mapping[int, Any], txn_version: int = TRANSACTION_VERSION_MAX) -> list[Feature]:
+    """The features of a broker whose handler table is ``handlers``, sorted by name (``txn_version``: the
+    finalized ``transaction.version``)."""
     group = 1 if CONSUMER_GROUP_HEARTBEAT in handlers else 0
     share = 1 if SHARE_GROUP_HEARTBEAT in handlers else 0
     streams = 1 if STREAMS_GROUP_HEARTBEAT in handlers else 0
@@ -84,27 +92,28 @@ def broker_features(handlers: Mapping[int, Any]) -> list[Feature]:
         Feature(METADATA_VERSION, METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL),
         Feature("share.version", share, share, share),
         Feature("streams.version", streams, streams, streams),
-        Feature("transaction.version", 0, 0, 0),
+        Feature(TRANSACTION_VERSION, 0, TRANSACTION_VERSION_MAX, txn_version),
     ]
     return sorted(table, key=lambda f: f.name)
 
 
-_FIELDS: dict[tuple[frozenset[int], bool], dict[str, Any]] = {}
+_FIELDS: dict[tuple[frozenset[int], bool, int, int], dict[str, Any]] = {}
 
 
-def api_versions_fields(handlers: Mapping[int, Any], version: int) -> dict[str, Any]:
+def api_versions_fields(handlers: Mapping[int, Any], version: int, txn_version: int = TRANSACTION_VERSION_MAX,
+                        epoch: int = FINALIZED_FEATURES_EPOCH) -> dict[str, Any]:
     """The feature fields of an ApiVersions response of ``version`` (none below v3). Built once per table."""
     if version < 3:
         return {}
-    key = (frozenset(handlers), version >= 4)
+    key = (frozenset(handlers), version >= 4, txn_version, epoch)
     fields = _FIELDS.get(key)
     if fields is None:
-        feats = broker_features(handlers)
+        feats = broker_features(handlers, txn_version)
         fields = _FIELDS[key] = {
             # KAFKA-17492: v0-3 omit the features whose minimum is 0
             "supported_features": [{"name": f.name, "min_version": f.min_version, "max_version": f.max_version}
                                    for f in feats if version >= 4 or f.min_version > 0],
-            "finalized_features_epoch": FINALIZED_FEATURES_EPOCH,
+            "finalized_features_epoch": epoch,
             "finalized_features": [{"name": f.name, "max_version_level": f.finalized,
                                     "min_version_level": f.finalized} for f in feats if f.finalized > 0],
         }

@@ -35,6 +35,7 @@ from tidelog.cli._tables import (
 )
 from tidelog.cli.group_admin import delete_offsets
 from tidelog.cli.group_kip848 import (
+    LISTABLE_TYPES,
     REBALANCING_STATES,
     ConsumerGroup,
     describe_consumer_group,
@@ -118,7 +119,8 @@ def _list_typed(types: str, bootstrap: str, timeout: float) -> None:
     import asyncio
 
     try:
-        wanted = parse_types(types)
+        # every type means classic and consumer, as kafka-consumer-groups.sh (share groups: tidelog share-groups)
+        wanted = parse_types(types) or set(LISTABLE_TYPES)
     except ValueError as exc:
         fail(str(exc), 2)
     try:

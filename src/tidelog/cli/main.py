@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "consume": "tidelog.cli.console:consume",
     "console": "tidelog.console.command:console",  # above cli in the layers (it reuses cli helpers)
     "groups": "tidelog.cli.groups:groups",
+    "share-groups": "tidelog.cli.share_groups:share_groups",
     "cluster": "tidelog.cli.cluster:cluster",
     "transactions": "tidelog.cli.transactions:transactions",
     "users": "tidelog.cli.users:users",

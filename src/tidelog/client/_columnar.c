@@ -26,7 +26,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MIN_RECORD_SIZE 7
+#include "../records/_recwalk.h"
+
 
 typedef struct {
     char *p;
@@ -114,50 +115,6 @@ static int builder_init(ColumnBuilder *self, PyObject *args, PyObject *kwds) {
     return builder_reset(self);
 }
 
-/* ------------------------------------------------------------------------------------------------ varints */
-
-static inline int rd_varint(const uint8_t *d, Py_ssize_t n, Py_ssize_t *pos, int64_t *out) {
-    uint64_t raw = 0;
-    int shift = 0;
-    Py_ssize_t p = *pos, start = p;
-    for (;;) {
-        if (p >= n)
-            return -1;
-        uint8_t b = d[p++];
-        raw |= (uint64_t)(b & 0x7F) << shift;
-        if (b < 0x80)
-            break;
-        shift += 7;
-        if (p - start >= 5)
-            return -1;
-    }
-    raw &= 0xFFFFFFFFu;
-    *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
-    *pos = p;
-    return 0;
-}
-
-static inline int rd_varlong(const uint8_t *d, Py_ssize_t n, Py_ssize_t *pos, int64_t *out) {
-    uint64_t raw = 0;
-    int shift = 0;
-    Py_ssize_t p = *pos, start = p;
-    for (;;) {
-        if (p >= n)
-            return -1;
-        uint8_t b = d[p++];
-        if (shift < 64)
-            raw |= (uint64_t)(b & 0x7F) << shift;
-        if (b < 0x80)
-            break;
-        shift += 7;
-        if (p - start >= 10)
-            return -1;
-    }
-    *out = (int64_t)((raw >> 1) ^ (uint64_t)(-(int64_t)(raw & 1)));
-    *pos = p;
-    return 0;
-}
-
 /* ----------------------------------------------------------------------------------------------- columns */
 
 static inline void set_bit(Buf *bm, Py_ssize_t i, int v) {
@@ -236,60 +193,18 @@ static void rollback(ColumnBuilder *s, const Mark *m) {
 static int walk(ColumnBuilder *s, const uint8_t *d, Py_ssize_t n, Py_ssize_t count, int64_t base_offset,
                 int64_t base_ts, int has_lat, int64_t lat, int32_t ts_type, int filtering, int64_t lo, int64_t hi,
                 int has_start, int64_t start_ts, int has_end, int64_t end_ts) {
-    if (count * MIN_RECORD_SIZE > n)
+    tl_walk_error e;
+    if (tl_check_count(0, n, count, &e))
         return 1;
     Py_ssize_t pos = 0;
+    tl_record r;
     for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t length, tsd, od, klen, vlen, hcount;
-        if (rd_varint(d, n, &pos, &length))
+        /* the one record cursor (records/_recwalk.h): every field checked as the Python walk does */
+        if (tl_record_next(d, n, &pos, i, 0, &r, &e))
             return 1;
-        Py_ssize_t end = pos + (Py_ssize_t)length;
-        if (length < MIN_RECORD_SIZE - 1 || end > n)
-            return 1;
-        pos += 1; /* attributes */
-        if (rd_varlong(d, n, &pos, &tsd) || rd_varint(d, n, &pos, &od) || rd_varint(d, n, &pos, &klen))
-            return 1;
-        const uint8_t *kp = NULL;
-        if (klen >= 0) {
-            if (pos + klen > end)
-                return 1;
-            kp = d + pos;
-            pos += (Py_ssize_t)klen;
-        }
-        if (rd_varint(d, n, &pos, &vlen))
-            return 1;
-        const uint8_t *vp = NULL;
-        if (vlen >= 0) {
-            if (pos + vlen > end)
-                return 1;
-            vp = d + pos;
-            pos += (Py_ssize_t)vlen;
-        }
-        if (pos >= n)
-            return 1;
-        if (d[pos] == 0) {
-            pos += 1;
-        } else {
-            if (rd_varint(d, n, &pos, &hcount))
-                return 1;
-            if (hcount < 0 || 2 * hcount > end - pos)
-                return 1;
-            for (int64_t h = 0; h < hcount; h++) {
-                int64_t hk, hv;
-                if (rd_varint(d, n, &pos, &hk) || hk < 0 || pos + hk > end)
-                    return 1;
-                pos += (Py_ssize_t)hk;
-                if (rd_varint(d, n, &pos, &hv))
-                    return 1;
-                if (hv >= 0) {
-                    if (pos + hv > end)
-                        return 1;
-                    pos += (Py_ssize_t)hv;
-                }
-            }
-        }
-        if (pos != end)
-            return 1;
+        const int64_t tsd = r.tsd, od = r.delta, klen = r.key_len, vlen = r.value_len;
+        const uint8_t *kp = klen >= 0 ? d + r.key_pos : NULL;
+        const uint8_t *vp = vlen >= 0 ? d + r.value_pos : NULL;
         int64_t off, ts;
         if (__builtin_add_overflow(base_offset, od, &off))
             return 1;
@@ -450,7 +365,7 @@ static PyTypeObject ColumnBuilderType = {
  * them). Every offset is checked against its buffer.
  */
 
-#define BATCH_HEADER_SIZE 61
+#define BATCH_HEADER_SIZE BATCH_HEADER /* records/_bytes.h */
 
 typedef struct {
     Py_buffer vb, ob, db;
@@ -690,25 +605,10 @@ done:
     return out;
 }
 
-static inline int varint_size(int64_t v) {
-    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
-    int s = 1;
-    while (z >= 0x80) {
-        z >>= 7;
-        s++;
-    }
-    return s;
-}
+/* zig-zag varint size / write (records/_recwalk.h) */
+static inline int varint_size(int64_t v) { return tl_uvarint_size(tl_zigzag_encode(v)); }
 
-static inline uint8_t *put_varint(uint8_t *p, int64_t v) {
-    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
-    while (z >= 0x80) {
-        *p++ = (uint8_t)(z | 0x80);
-        z >>= 7;
-    }
-    *p++ = (uint8_t)z;
-    return p;
-}
+static inline uint8_t *put_varint(uint8_t *p, int64_t v) { return p + tl_put_uvarint(p, tl_zigzag_encode(v)); }
 
 typedef struct {
     Buf buf;        /* BATCH_HEADER_SIZE reserved bytes, then the records */

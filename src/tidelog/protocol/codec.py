@@ -52,10 +52,10 @@ __all__ = [
 # --------------------------------------------------------------------------------- version policy
 
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    # advertised from 0 (KAFKA-18659, librdkafka < 2.11.1); v0-2 rejected. v12 is v11 on the wire; in Kafka it
-    # lets a transactional producer skip AddPartitionsToTxn when transaction.version >= 2 (KIP-890 part 2). Here
-    # transaction.version is 0, so a client uses v12 only outside transactions (as Kafka's note says); a
-    # transactional v12 produce is verified as v11 (its partitions must have been added). v13 (topic ids) is not.
+    # advertised from 0 (KAFKA-18659, librdkafka < 2.11.1); v0-2 rejected. v12 is v11 on the wire; it lets a
+    # transactional producer skip AddPartitionsToTxn when transaction.version >= 2 is finalized (KIP-890 part 2,
+    # broker/txn/tv2.py: the leader adds the partition); with a lower level a transactional v12 produce is verified
+    # as v11 (its partitions must have been added). v13 (topic ids) is not.
     ApiKey.PRODUCE: (0, 12),
     # v13: topics by id (UNKNOWN_TOPIC_ID); v14: OFFSET_MOVED_TO_TIERED_STORAGE possible (never: no tiered storage);
     # v15: ReplicaState (KIP-903); v16: KIP-951 CurrentLeader + NodeEndpoints on NOT_LEADER / FENCED_LEADER_EPOCH;
@@ -81,7 +81,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),  # v4+ batched, from brokers (KIP-890 verify_only)
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 5),
-    ApiKey.WRITE_TXN_MARKERS: (1, 1),
+    ApiKey.WRITE_TXN_MARKERS: (1, 2),  # v2: TransactionVersion of the marker (KIP-890 part 2, broker/txn/tv2.py)
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 2),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
@@ -124,6 +124,11 @@ GROUP_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),  # KIP-848 (broker/group/consumer_group.py)
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),  # KIP-932 share groups, v1 (broker/group/share_group.py)
+    ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
+    ApiKey.SHARE_FETCH: (1, 1),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 0),
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),  # v3+ member fields (KIP-447), v5 only adds TRANSACTION_ABORTABLE (KIP-890)
 }
 """Classic group-protocol APIs: codecs exist; the broker adds these to SUPPORTED_VERSIONS once served."""

@@ -5,8 +5,29 @@
 
 #include <stdint.h>
 
-#define BATCH_HEADER 61       /* baseOffset .. recordsCount */
-#define BATCH_LOG_OVERHEAD 12 /* baseOffset + batchLength */
+/* The v2 batch header layout, the C twin of tidelog.records.header (the Python names: *_OFFSET there). */
+#define BATCH_HEADER 61       /* baseOffset .. recordsCount: RECORD_BATCH_OVERHEAD */
+#define BATCH_LOG_OVERHEAD 12 /* baseOffset + batchLength: LOG_OVERHEAD */
+#define HDR_BASE_OFFSET 0              /* int64 */
+#define HDR_BATCH_LENGTH 8             /* int32 */
+#define HDR_PARTITION_LEADER_EPOCH 12  /* int32, outside the CRC */
+#define HDR_MAGIC 16                   /* int8 (= 2) */
+#define HDR_CRC 17                     /* uint32: CRC-32C of HDR_ATTRIBUTES..end */
+#define HDR_ATTRIBUTES 21              /* int16 */
+#define HDR_LAST_OFFSET_DELTA 23       /* int32 */
+#define HDR_BASE_TIMESTAMP 27          /* int64 */
+#define HDR_MAX_TIMESTAMP 35           /* int64 */
+#define HDR_PRODUCER_ID 43             /* int64 */
+#define HDR_PRODUCER_EPOCH 51          /* int16 */
+#define HDR_BASE_SEQUENCE 53           /* int32 */
+#define HDR_RECORDS_COUNT 57           /* int32 */
+#define HDR_STAMPED_HEAD 16            /* baseOffset, batchLength, partitionLeaderEpoch: what a leader stamps */
+#define BATCH_MAGIC 2
+#define ATTR_COMPRESSION_MASK 0x07
+#define ATTR_TIMESTAMP_TYPE_MASK 0x08
+#define ATTR_TRANSACTIONAL_MASK 0x10
+#define ATTR_CONTROL_MASK 0x20
+#define ATTR_DELETE_HORIZON_MASK 0x40
 
 static inline int64_t
 be64(const uint8_t *p)

@@ -34,228 +34,30 @@
 #include <string.h>
 
 #include "_bytes.h"
+#include "_recwalk.h"
 
-#define MIN_RECORD_SIZE 7
 #define RELEASE_GIL_BYTES (64 * 1024)
 
-enum {
-    OK = 0,
-    E_COUNT,         /* InvalidRecordError: count too large for the bytes */
-    E_LENGTH,        /* record length out of range */
-    E_TRUNC,         /* an inline read ran past the end (Python: IndexError) */
-    E_VARINT_TRUNC,  /* decode_varint/decode_varlong: input ends */
-    E_VARINT_LONG,   /* decode_varint/decode_varlong: too many bytes */
-    E_NOT_CONSEC,    /* InvalidRecordError: compressed batch, offset delta != index */
-    E_KEY,
-    E_VALUE,
-    E_HCOUNT,
-    E_HKEY_NEG,
-    E_HKEY,
-    E_HVALUE,
-    E_MISMATCH,
-    E_TRAILING,      /* InvalidRecordError: bytes after the last record */
-};
-
-typedef struct {
-    int code;
-    int varlong;        /* varint errors: 0 = varint, 1 = varlong */
-    long long index;    /* record index */
-    Py_ssize_t pos;     /* position (relative to the records area) */
-    long long value;    /* length, offset delta, header count, key length */
-    long long extra;    /* bytes remaining / mismatch */
-} walk_error;
+typedef tl_walk_error walk_error;
 
 static PyObject *CorruptRecordError = NULL;
 static PyObject *InvalidRecordError = NULL;
 
-static inline int32_t
-zigzag32(uint32_t raw)
-{
-    return (int32_t)((raw >> 1) ^ (~(raw & 1u) + 1u));
-}
-
-/* decode_varint / decode_varlong: reads at *ppos, at most max_bytes; on success sets *raw and advances. */
-static inline int
-read_varint(const uint8_t *d, Py_ssize_t n, Py_ssize_t *ppos, int max_bytes, uint64_t *raw)
-{
-    Py_ssize_t p = *ppos;
-    const Py_ssize_t start = p;
-    uint64_t result = 0;
-    int shift = 0;
-    for (;;) {
-        if (p >= n)
-            return E_VARINT_TRUNC;
-        uint8_t b = d[p++];
-        result |= (uint64_t)(b & 0x7F) << shift;
-        if (b < 0x80) {
-            *raw = result;
-            *ppos = p;
-            return OK;
-        }
-        shift += 7;
-        if (p - start >= max_bytes)
-            return E_VARINT_LONG;
-    }
-}
-
-#define FAIL(c) do { e->code = (c); e->index = index; e->pos = pos; return (c); } while (0)
-#define VARINT(maxb, out)                                                     \
-    do {                                                                      \
-        Py_ssize_t vp_ = pos;                                                 \
-        int rc_ = read_varint(d, n, &vp_, (maxb), (out));                     \
-        if (rc_) {                                                            \
-            e->varlong = (maxb) == 10;                                        \
-            FAIL(rc_);                                                        \
-        }                                                                     \
-        pos = vp_;                                                            \
-    } while (0)
-
-/* Key or value: a zig-zag varint, even = a length, odd = negative = null (any negative is null). */
-#define SKIP_BYTES_FIELD()                                                    \
-    do {                                                                      \
-        if (pos >= n) FAIL(E_TRUNC);                                          \
-        uint32_t b_ = d[pos];                                                 \
-        if (b_ < 0x80) {                                                      \
-            pos += 1;                                                         \
-            if (!(b_ & 1)) pos += b_ >> 1;                                    \
-        } else {                                                              \
-            if (pos + 1 >= n) FAIL(E_TRUNC);                                  \
-            if (d[pos + 1] < 0x80) {                                          \
-                b_ = (b_ & 0x7F) | ((uint32_t)d[pos + 1] << 7);               \
-                pos += 2;                                                     \
-                if (!(b_ & 1)) pos += b_ >> 1;                                \
-            } else {                                                          \
-                uint64_t raw_;                                                \
-                VARINT(5, &raw_);                                             \
-                int32_t len_ = zigzag32((uint32_t)raw_);                      \
-                if (len_ > 0) pos += len_;                                    \
-            }                                                                 \
-        }                                                                     \
-    } while (0)
-
+/* The walk of check_records over the records area d[0:n]: the cursor of _recwalk.h over every record. */
 static int
 walk(const uint8_t *d, Py_ssize_t n, long long count, int consecutive, walk_error *e)
 {
     Py_ssize_t pos = 0;
-    long long index = 0;
-    uint64_t raw;
-
-    if (count > 0 && count > n / MIN_RECORD_SIZE) {
-        e->code = E_COUNT;
-        e->value = count;
-        e->extra = n;
-        return E_COUNT;
+    int rc = tl_check_count(0, n, count, e);
+    if (rc)
+        return rc;
+    for (long long index = 0; index < count; index++) {
+        rc = tl_record_next(d, n, &pos, index, consecutive, NULL, e); /* the checks only: nothing stored */
+        if (rc)
+            return rc;
     }
-    for (index = 0; index < count; index++) {
-        /* length */
-        int32_t length;
-        if (pos >= n) FAIL(E_TRUNC);
-        uint32_t b = d[pos];
-        if (b < 0x80) {
-            length = zigzag32(b);
-            pos += 1;
-        } else {
-            if (pos + 1 >= n) FAIL(E_TRUNC);
-            if (d[pos + 1] < 0x80) {
-                length = zigzag32((b & 0x7F) | ((uint32_t)d[pos + 1] << 7));
-                pos += 2;
-            } else {
-                VARINT(5, &raw);
-                length = zigzag32((uint32_t)raw);
-            }
-        }
-        const Py_ssize_t end = pos + length;
-        if (length < MIN_RECORD_SIZE - 1 || end > n) {
-            e->value = length;
-            e->extra = n - pos;
-            FAIL(E_LENGTH);
-        }
-        /* attributes (unused), then timestampDelta: only its extent matters. length >= 6 and end <= n, so
-           pos + 2 < n */
-        if (d[pos + 1] < 0x80) {
-            pos += 2;
-        } else if (d[pos + 2] < 0x80) {
-            pos += 3;
-        } else {
-            pos += 1;
-            VARINT(10, &raw);
-        }
-        /* offsetDelta: only compressed batches need its value */
-        if (consecutive) {
-            VARINT(5, &raw);
-            int32_t od = zigzag32((uint32_t)raw);
-            if (od != index) {
-                e->value = od;
-                FAIL(E_NOT_CONSEC);
-            }
-        } else {
-            if (pos >= n) FAIL(E_TRUNC);
-            if (d[pos] < 0x80) {
-                pos += 1;
-            } else {
-                if (pos + 1 >= n) FAIL(E_TRUNC);
-                if (d[pos + 1] < 0x80)
-                    pos += 2;
-                else
-                    VARINT(5, &raw);
-            }
-        }
-        SKIP_BYTES_FIELD();
-        if (pos > end) FAIL(E_KEY);
-        SKIP_BYTES_FIELD();
-        if (pos > end) FAIL(E_VALUE);
-        /* headers */
-        if (pos >= n) FAIL(E_TRUNC);
-        b = d[pos];
-        if (b == 0) {
-            pos += 1;
-        } else {
-            int32_t hcount;
-            if (b < 0x80) {
-                hcount = zigzag32(b);
-                pos += 1;
-            } else {
-                VARINT(5, &raw);
-                hcount = zigzag32((uint32_t)raw);
-            }
-            if (hcount < 0 || 2 * (long long)hcount > (long long)(end - pos)) {
-                e->value = hcount;
-                FAIL(E_HCOUNT);
-            }
-            for (int32_t h = 0; h < hcount; h++) {
-                VARINT(5, &raw);
-                int32_t klen = zigzag32((uint32_t)raw);
-                if (klen < 0) {
-                    e->value = klen;
-                    FAIL(E_HKEY_NEG);
-                }
-                pos += klen;
-                if (pos > end) FAIL(E_HKEY);
-                VARINT(5, &raw);
-                int32_t vlen = zigzag32((uint32_t)raw);
-                if (vlen > 0) {
-                    pos += vlen;
-                    if (pos > end) FAIL(E_HVALUE);
-                }
-            }
-        }
-        if (pos != end) {
-            e->value = length;
-            e->extra = (long long)length + (long long)(pos - end);
-            FAIL(E_MISMATCH);
-        }
-    }
-    if (pos != n) {
-        e->value = count;
-        e->extra = n - pos;
-        FAIL(E_TRAILING);
-    }
-    return OK;
+    return tl_check_end(pos, n, count, e);
 }
-
-#undef FAIL
-#undef VARINT
-#undef SKIP_BYTES_FIELD
 
 /* ------------------------------------------------------------------------------------------ CRC-32C
  * Castagnoli CRC (reflected polynomial 0x82F63B78), as the crc32c package computes it. With SSE4.2 (checked
@@ -836,59 +638,59 @@ raise_error(const walk_error *e, Py_ssize_t n)
 {
     const char *what = e->varlong ? "varlong" : "varint";
     switch (e->code) {
-    case E_COUNT:
+    case TL_E_COUNT:
         PyErr_Format(InvalidRecordError,
                      "batch declares %lld records but its %zd bytes of records can hold at most %zd",
                      e->value, n, n / MIN_RECORD_SIZE);
         break;
-    case E_LENGTH:
+    case TL_E_LENGTH:
         PyErr_Format(CorruptRecordError, "record %lld at byte %zd declares length %lld, but %lld bytes remain",
                      e->index, e->pos, e->value, e->extra);
         break;
-    case E_TRUNC:
+    case TL_E_TRUNC:
         PyErr_Format(CorruptRecordError,
                      "record %lld is truncated: it runs past the end of the records (%zd bytes) near byte %zd",
                      e->index, n, e->pos);
         break;
-    case E_VARINT_TRUNC:
+    case TL_E_VARINT_TRUNC:
         PyErr_Format(CorruptRecordError, "record %lld: truncated %s at position %zd: input ends at %zd",
                      e->index, what, e->pos, n);
         break;
-    case E_VARINT_LONG:
+    case TL_E_VARINT_LONG:
         PyErr_Format(CorruptRecordError, "record %lld: %s at position %zd is longer than %d bytes", e->index,
                      what, e->pos, e->varlong ? 10 : 5);
         break;
-    case E_NOT_CONSEC:
+    case TL_E_NOT_CONSEC:
         PyErr_Format(InvalidRecordError,
                      "record %lld of a compressed batch has offset delta %lld: the inner records of a "
                      "compressed batch must have consecutive offsets from 0",
                      e->index, e->value);
         break;
-    case E_KEY:
+    case TL_E_KEY:
         PyErr_Format(CorruptRecordError, "record %lld: its key runs past the record's end", e->index);
         break;
-    case E_VALUE:
+    case TL_E_VALUE:
         PyErr_Format(CorruptRecordError, "record %lld: its value runs past the record's end", e->index);
         break;
-    case E_HCOUNT:
+    case TL_E_HCOUNT:
         PyErr_Format(CorruptRecordError, "record %lld: invalid header count %lld", e->index, e->value);
         break;
-    case E_HKEY_NEG:
+    case TL_E_HKEY_NEG:
         PyErr_Format(CorruptRecordError, "record %lld: header key length %lld is negative", e->index,
                      e->value);
         break;
-    case E_HKEY:
+    case TL_E_HKEY:
         PyErr_Format(CorruptRecordError, "record %lld: a header key runs past the record's end", e->index);
         break;
-    case E_HVALUE:
+    case TL_E_HVALUE:
         PyErr_Format(CorruptRecordError, "record %lld: a header value runs past the record's end", e->index);
         break;
-    case E_MISMATCH:
+    case TL_E_MISMATCH:
         PyErr_Format(CorruptRecordError,
                      "record %lld: declared length %lld does not match its fields (%lld bytes)", e->index,
                      e->value, e->extra);
         break;
-    case E_TRAILING:
+    case TL_E_TRAILING:
         PyErr_Format(InvalidRecordError, "batch declares %lld records but %lld bytes remain after the last one",
                      e->value, e->extra);
         break;
@@ -948,7 +750,7 @@ check_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
         rc = walk(d, n, count, consecutive, &e);
     }
     PyBuffer_Release(&view);
-    if (rc != OK) {
+    if (rc != TL_OK) {
         raise_error(&e, n);
         return NULL;
     }
@@ -969,18 +771,18 @@ header_tuple(const uint8_t *d)
         return NULL;
     PyObject *v[13] = {
         PyLong_FromLongLong(be64(d)),
-        PyLong_FromLong((int32_t)be32u(d + 8)),
-        PyLong_FromLong((int32_t)be32u(d + 12)),
-        PyLong_FromLong((int8_t)d[16]),
-        PyLong_FromUnsignedLong(be32u(d + 17)),
-        PyLong_FromLong(be16(d + 21)),
-        PyLong_FromLong((int32_t)be32u(d + 23)),
-        PyLong_FromLongLong(be64(d + 27)),
-        PyLong_FromLongLong(be64(d + 35)),
-        PyLong_FromLongLong(be64(d + 43)),
-        PyLong_FromLong(be16(d + 51)),
-        PyLong_FromLong((int32_t)be32u(d + 53)),
-        PyLong_FromLong((int32_t)be32u(d + 57)),
+        PyLong_FromLong((int32_t)be32u(d + HDR_BATCH_LENGTH)),
+        PyLong_FromLong((int32_t)be32u(d + HDR_PARTITION_LEADER_EPOCH)),
+        PyLong_FromLong((int8_t)d[HDR_MAGIC]),
+        PyLong_FromUnsignedLong(be32u(d + HDR_CRC)),
+        PyLong_FromLong(be16(d + HDR_ATTRIBUTES)),
+        PyLong_FromLong((int32_t)be32u(d + HDR_LAST_OFFSET_DELTA)),
+        PyLong_FromLongLong(be64(d + HDR_BASE_TIMESTAMP)),
+        PyLong_FromLongLong(be64(d + HDR_MAX_TIMESTAMP)),
+        PyLong_FromLongLong(be64(d + HDR_PRODUCER_ID)),
+        PyLong_FromLong(be16(d + HDR_PRODUCER_EPOCH)),
+        PyLong_FromLong((int32_t)be32u(d + HDR_BASE_SEQUENCE)),
+        PyLong_FromLong((int32_t)be32u(d + HDR_RECORDS_COUNT)),
     };
     int ok = 1;
     for (int i = 0; i < 13; i++) {
@@ -1033,31 +835,31 @@ validate_single_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssi
         return NULL;
     const uint8_t *d = (const uint8_t *)view.buf;
     const Py_ssize_t n = view.len;
-    if (n < BATCH_HEADER || d[16] != 2)
+    if (n < BATCH_HEADER || d[HDR_MAGIC] != BATCH_MAGIC)
         goto fallback;
-    const int32_t batch_length = (int32_t)be32u(d + 8);
+    const int32_t batch_length = (int32_t)be32u(d + HDR_BATCH_LENGTH);
     const long long size = (long long)batch_length + BATCH_LOG_OVERHEAD;
-    const int16_t attributes = be16(d + 21);
-    const int32_t last_delta = (int32_t)be32u(d + 23);
-    const int32_t count = (int32_t)be32u(d + 57);
+    const int16_t attributes = be16(d + HDR_ATTRIBUTES);
+    const int32_t last_delta = (int32_t)be32u(d + HDR_LAST_OFFSET_DELTA);
+    const int32_t count = (int32_t)be32u(d + HDR_RECORDS_COUNT);
     if (batch_length < BATCH_HEADER - BATCH_LOG_OVERHEAD || (max_size >= 0 && size > max_size) || size != n
         || last_delta < 0 || count < 0)
         goto fallback;
-    const uint32_t stored_crc = be32u(d + 17);
+    const uint32_t stored_crc = be32u(d + HDR_CRC);
     int ok = 1;
     walk_error e = {0};
     const int walk_records = walk_wanted && (attributes & 0x07) == 0;
     if (n > RELEASE_GIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
-        if (check_crc && crc32c_any(0, d + 21, (size_t)(n - 21)) != stored_crc)
+        if (check_crc && crc32c_any(0, d + HDR_ATTRIBUTES, (size_t)(n - HDR_ATTRIBUTES)) != stored_crc)
             ok = 0;
-        else if (walk_records && walk(d + BATCH_HEADER, n - BATCH_HEADER, count, 0, &e) != OK)
+        else if (walk_records && walk(d + BATCH_HEADER, n - BATCH_HEADER, count, 0, &e) != TL_OK)
             ok = 0;
         Py_END_ALLOW_THREADS
     } else {
-        if (check_crc && crc32c_any(0, d + 21, (size_t)(n - 21)) != stored_crc)
+        if (check_crc && crc32c_any(0, d + HDR_ATTRIBUTES, (size_t)(n - HDR_ATTRIBUTES)) != stored_crc)
             ok = 0;
-        else if (walk_records && walk(d + BATCH_HEADER, n - BATCH_HEADER, count, 0, &e) != OK)
+        else if (walk_records && walk(d + BATCH_HEADER, n - BATCH_HEADER, count, 0, &e) != TL_OK)
             ok = 0;
     }
     if (!ok)
@@ -1189,7 +991,7 @@ static int
 capi_records_ok(const uint8_t *records, Py_ssize_t n, long long count)
 {
     walk_error e = {0};
-    return walk(records, n, count, 0, &e) == OK;
+    return walk(records, n, count, 0, &e) == TL_OK;
 }
 
 static const tidelog_records_capi recwalk_capi = {
@@ -1199,7 +1001,70 @@ static const tidelog_records_capi recwalk_capi = {
     header_tuple,
 };
 
+PyDoc_STRVAR(record_deltas_doc,
+"record_deltas(data, count, start, end, /) -> list[tuple[int, int]] | None\n\n"
+"(offsetDelta, timestampDelta) of each of the ``count`` records of the records area ``data[start:end]``, walked\n"
+"with the record cursor (the checks of check_records); None when the walk fails (the Python walk then raises\n"
+"the exact error). For the log's scan by timestamp.");
+
+static PyObject *
+record_deltas(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "record_deltas expected 4 arguments, got %zd", nargs);
+        return NULL;
+    }
+    long long count = PyLong_AsLongLong(args[1]);
+    if (count == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t start = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t end = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
+    if (end == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *out = NULL;
+    if (start < 0 || end < start || end > view.len) {
+        PyErr_Format(PyExc_ValueError, "record_deltas: bad range [%zd:%zd] of a %zd-byte buffer", start, end,
+                     view.len);
+        goto done;
+    }
+    const uint8_t *d = (const uint8_t *)view.buf + start;
+    const Py_ssize_t n = end - start;
+    tl_walk_error e;
+    tl_record r;
+    Py_ssize_t pos = 0;
+    if (count < 0 || tl_check_count(0, n, count, &e)) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    out = PyList_New((Py_ssize_t)count); /* count <= n / MIN_RECORD_SIZE: bounded by the buffer */
+    if (out == NULL)
+        goto done;
+    for (long long i = 0; i < count; i++) {
+        if (tl_record_next(d, n, &pos, i, 0, &r, &e)) {
+            Py_SETREF(out, Py_NewRef(Py_None));
+            goto done;
+        }
+        PyObject *t = Py_BuildValue("(iL)", (int)r.delta, (long long)r.tsd);
+        if (t == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, t);
+    }
+    if (tl_check_end(pos, n, count, &e))
+        Py_SETREF(out, Py_NewRef(Py_None));
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef recwalk_methods[] = {
+    {"record_deltas", (PyCFunction)(void (*)(void))record_deltas, METH_FASTCALL, record_deltas_doc},
     {"check_records", (PyCFunction)(void (*)(void))check_records, METH_FASTCALL, check_records_doc},
     {"validate_single_batch", (PyCFunction)(void (*)(void))validate_single_batch, METH_FASTCALL,
      validate_single_batch_doc},

@@ -26,16 +26,20 @@ from typing import Any, NamedTuple, cast
 
 from tidelog.records.compression import CompressionType, compress, decompress
 from tidelog.records.crc import crc32c
-from tidelog.records.errors import CorruptRecordError, InvalidRecordError
+from tidelog.records.errors import InvalidRecordError
 from tidelog.records.header import (
     ATTRIBUTES_FIELD,
     ATTRIBUTES_OFFSET,
     BATCH_LENGTH_FIELD,
+    COMPRESSION_MASK,
     CONTROL_MASK,
     CRC_FIELD,
     CRC_OFFSET,
     CREATE_TIME,
     DELETE_HORIZON_MASK,
+    H_ATTRIBUTES,
+    H_BATCH_LENGTH,
+    H_RECORDS_COUNT,
     LENGTH_OFFSET,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
@@ -55,7 +59,22 @@ from tidelog.records.header import (
     stamp_partition_leader_epoch,
     validate_batch,
 )
-from tidelog.records.varint import INT32_MAX, INT64_MAX, INT64_MIN, decode_varint, decode_varlong
+from tidelog.records.recwalk import MIN_RECORD_SIZE as MIN_RECORD_SIZE
+from tidelog.records.recwalk import (
+    R_KEY_LEN,
+    R_KEY_POS,
+    check_records,
+    parse_headers,
+    walk_records,
+)
+from tidelog.records.varint import (
+    INT32_MAX,
+    INT64_MAX,
+    INT64_MIN,
+    ONE_BYTE,
+    encode_unsigned,
+    encode_zigzag_varlong,
+)
 
 Buffer = bytes | bytearray | memoryview
 Header = tuple[str, bytes | None]
@@ -63,14 +82,10 @@ Header = tuple[str, bytes | None]
 DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
 """Default bound on the decompressed records of one batch (a compression bomb stops here)."""
 
-MIN_RECORD_SIZE = 7
-"""Smallest encoded record: length, attributes, timestampDelta, offsetDelta, key -1, value -1, 0 headers."""
 
 _CONTROL_KEY = struct.Struct(">hh")
 _END_TXN_VALUE = struct.Struct(">hi")
 
-# Unsigned varint bytes for 0..127 (one byte): the common case of every field.
-_UV1: list[bytes] = [bytes((i,)) for i in range(128)]
 _NULL = b"\x01"  # zig-zag varint of -1
 
 
@@ -98,18 +113,6 @@ class RecordSpec(NamedTuple):
 
 
 RecordLike = RecordSpec | Record | tuple
-
-
-def _uvarint(value: int) -> bytes:
-    """Unsigned varint of a non-negative value (callers guarantee the range)."""
-    if value < 0x80:
-        return _UV1[value]
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _normalize(records: Iterable[RecordLike]) -> list[tuple]:
@@ -143,8 +146,8 @@ def _encode_records(recs: list[tuple], base_timestamp: int, now: int) -> tuple[b
     """Encode records; returns (bytes, max timestamp, last offset delta)."""
     parts: list[bytes] = []
     extend = parts.extend
-    uv = _uvarint
-    uv1 = _UV1
+    uv = encode_unsigned
+    uv1 = ONE_BYTE
     max_ts = NO_TIMESTAMP
     prev_delta = -1
     for index, (key, value, headers, ts, od) in enumerate(recs):
@@ -162,7 +165,7 @@ def _encode_records(recs: list[tuple], base_timestamp: int, now: int) -> tuple[b
         tsd = ts - base_timestamp
         if tsd > INT64_MAX or tsd < INT64_MIN:
             raise ValueError(f"record {index}: timestamp delta {tsd} does not fit an int64")
-        body = [b"\x00", uv((tsd << 1) ^ (tsd >> 63)), uv1[od << 1] if od < 64 else uv(od << 1)]
+        body = [b"\x00", encode_zigzag_varlong(tsd), uv1[od << 1] if od < 64 else uv(od << 1)]
         if key is None:
             body.append(_NULL)
         else:
@@ -295,170 +298,25 @@ def build_batch(
 # ---------------------------------------------------------------------------------------------- decoding
 
 
-def _truncated(index: int, pos: int, n: int) -> CorruptRecordError:
-    return CorruptRecordError(
-        f"record {index} is truncated: it runs past the end of the records ({n} bytes) near byte {pos}"
-    )
-
-
-def _check_count(count: int, n: int) -> None:
-    if count * MIN_RECORD_SIZE > n:
-        raise InvalidRecordError(
-            f"batch declares {count} records but its {n} bytes of records can hold at most {n // MIN_RECORD_SIZE}"
-        )
-
-
-def _parse_headers(data: bytes, pos: int, end: int, count: int, index: int) -> tuple[list[Header], int]:
-    headers: list[Header] = []
-    append = headers.append
-    for _ in range(count):
-        b = data[pos]
-        if b < 0x80:
-            klen = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            klen, pos = decode_varint(data, pos)
-        if klen < 0:
-            raise CorruptRecordError(f"record {index}: header key length {klen} is negative")
-        kend = pos + klen
-        if kend > end:
-            raise CorruptRecordError(f"record {index}: header key of {klen} bytes runs past the record's end")
-        hkey = data[pos:kend].decode("utf-8", "surrogateescape")
-        pos = kend
-        b = data[pos]
-        if b < 0x80:
-            vlen = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            vlen, pos = decode_varint(data, pos)
-        if vlen < 0:
-            append((hkey, None))
-        else:
-            vend = pos + vlen
-            if vend > end:
-                raise CorruptRecordError(
-                    f"record {index}: header value of {vlen} bytes runs past the record's end"
-                )
-            append((hkey, data[pos:vend]))
-            pos = vend
-    return headers, pos
-
-
 def parse_records(
     data: bytes, count: int, base_offset: int = 0, base_timestamp: int = 0, log_append_time: int | None = None
 ) -> list[Record]:
-    """Decode ``count`` records from uncompressed record bytes; ``data`` must hold exactly those records."""
-    n = len(data)
-    _check_count(count, n)
+    """Decode ``count`` records from uncompressed record bytes; ``data`` must hold exactly those records
+    (checked by the one record walk, :func:`tidelog.records.recwalk.walk_records`)."""
     records: list[Record] = []
     append = records.append
     new_record = Record
-    dvarint = decode_varint
-    dvarlong = decode_varlong
-    pos = 0
-    index = 0
-    try:
-        for index in range(count):
-            b = data[pos]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                b = (b & 0x7F) | (data[pos + 1] << 7)
-                length = (b >> 1) ^ -(b & 1)
-                pos += 2
-            else:
-                length, pos = dvarint(data, pos)
-            end = pos + length
-            if length < MIN_RECORD_SIZE - 1 or end > n:
-                raise CorruptRecordError(
-                    f"record {index} at byte {pos} declares length {length}, but {n - pos} bytes remain"
-                )
-            # attributes (pos) are unused in v2
-            b = data[pos + 1]
-            if b < 0x80:
-                tsd = (b >> 1) ^ -(b & 1)
-                pos += 2
-            elif data[pos + 2] < 0x80:
-                b = (b & 0x7F) | (data[pos + 2] << 7)
-                tsd = (b >> 1) ^ -(b & 1)
-                pos += 3
-            else:
-                tsd, pos = dvarlong(data, pos + 1)
-            b = data[pos]
-            if b < 0x80:
-                od = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                b = (b & 0x7F) | (data[pos + 1] << 7)
-                od = (b >> 1) ^ -(b & 1)
-                pos += 2
-            else:
-                od, pos = dvarint(data, pos)
-            b = data[pos]
-            if b < 0x80:
-                klen = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                b = (b & 0x7F) | (data[pos + 1] << 7)
-                klen = (b >> 1) ^ -(b & 1)
-                pos += 2
-            else:
-                klen, pos = dvarint(data, pos)
-            if klen < 0:
-                key = None
-            else:
-                kend = pos + klen
-                if kend > end:
-                    raise CorruptRecordError(
-                        f"record {index}: key of {klen} bytes runs past the record's end"
-                    )
-                key = data[pos:kend]
-                pos = kend
-            b = data[pos]
-            if b < 0x80:
-                vlen = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                b = (b & 0x7F) | (data[pos + 1] << 7)
-                vlen = (b >> 1) ^ -(b & 1)
-                pos += 2
-            else:
-                vlen, pos = dvarint(data, pos)
-            if vlen < 0:
-                value = None
-            else:
-                vend = pos + vlen
-                if vend > end:
-                    raise CorruptRecordError(
-                        f"record {index}: value of {vlen} bytes runs past the record's end"
-                    )
-                value = data[pos:vend]
-                pos = vend
-            b = data[pos]
-            if b == 0:
-                headers: list[tuple[str, bytes | None]] = []
-                pos += 1
-            else:
-                if b < 0x80:
-                    hcount = (b >> 1) ^ -(b & 1)
-                    pos += 1
-                else:
-                    hcount, pos = dvarint(data, pos)
-                if hcount < 0 or 2 * hcount > end - pos:
-                    raise CorruptRecordError(f"record {index}: invalid header count {hcount}")
-                headers, pos = _parse_headers(data, pos, end, hcount, index)
-            if pos != end:
-                raise CorruptRecordError(
-                    f"record {index}: declared length {length} does not match its fields "
-                    f"({length + pos - end} bytes)"
-                )
-            append(new_record(base_offset + od, base_timestamp + tsd, key, value, headers, od, tsd))
-    except IndexError:
-        raise _truncated(index, pos, n) from None
-    if pos != n:
-        raise InvalidRecordError(
-            f"batch declares {count} records but {n - pos} bytes remain after the last one"
+    for _end, tsd, od, kpos, klen, vpos, vlen, hpos, hcount in walk_records(data, 0, len(data), count):
+        append(
+            new_record(
+                base_offset + od,
+                base_timestamp + tsd,
+                None if klen < 0 else data[kpos : kpos + klen],
+                None if vlen < 0 else data[vpos : vpos + vlen],
+                parse_headers(data, hpos, hcount)[0] if hcount else [],
+                od,
+                tsd,
+            )
         )
     if log_append_time is not None:
         for rec in records:
@@ -476,7 +334,7 @@ def _header_for_decode(buf: Buffer, pos: int, verify_crc: bool) -> BatchHeader:
 
 def _records_bytes(buf: Buffer, pos: int, header: BatchHeader, max_decompressed: int) -> bytes:
     payload = memoryview(buf)[pos + RECORD_BATCH_OVERHEAD : pos + header.size]
-    codec = header.attributes & 0x07
+    codec = header.attributes & COMPRESSION_MASK
     if codec:
         return decompress(codec, payload, max_decompressed)
     return payload.tobytes()
@@ -522,51 +380,14 @@ def decode_batches(
 def read_keys(
     buf: Buffer, pos: int = 0, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED, verify_crc: bool = True
 ) -> list[bytes | None]:
-    """Only the keys of the batch's records (the compacted-topic "records must have keys" check).
-
-    Checks the record framing (count, lengths, no trailing bytes) but does not decode values or headers.
-    """
+    """Only the keys of the batch's records (the compacted-topic "records must have keys" check); the records
+    are walked and checked as :func:`parse_records` does, but values and headers are not built."""
     header = _header_for_decode(buf, pos, verify_crc)
     data = _records_bytes(buf, pos, header, max_decompressed)
-    count = header.records_count
-    n = len(data)
-    _check_count(count, n)
-    keys: list[bytes | None] = []
-    append = keys.append
-    p = 0
-    index = 0
-    try:
-        for index in range(count):
-            b = data[p]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                p += 1
-            else:
-                length, p = decode_varint(data, p)
-            end = p + length
-            if length < MIN_RECORD_SIZE - 1 or end > n:
-                raise CorruptRecordError(
-                    f"record {index} at byte {p} declares length {length}, but {n - p} bytes remain"
-                )
-            _, p = decode_varlong(data, p + 1)
-            _, p = decode_varint(data, p)
-            klen, p = decode_varint(data, p)
-            if klen < 0:
-                append(None)
-            else:
-                if p + klen > end:
-                    raise CorruptRecordError(
-                        f"record {index}: key of {klen} bytes runs past the record's end"
-                    )
-                append(data[p : p + klen])
-            p = end
-    except IndexError:
-        raise _truncated(index, p, n) from None
-    if p != n:
-        raise InvalidRecordError(
-            f"batch declares {count} records but {n - p} bytes remain after the last one"
-        )
-    return keys
+    return [
+        None if f[R_KEY_LEN] < 0 else data[f[R_KEY_POS] : f[R_KEY_POS] + f[R_KEY_LEN]]
+        for f in walk_records(data, 0, len(data), header.records_count)
+    ]
 
 
 # ------------------------------------------------------------------------------------ produce-time check
@@ -645,15 +466,15 @@ def check_record_structure(
     built and ``TIDELOG_PURE_PYTHON`` is not set; otherwise in Python (:func:`_walk_records`).
     """
     if type(header) is tuple:
-        size = header[1] + LOG_OVERHEAD
-        attributes = header[5]
-        count = header[12]
+        size = header[H_BATCH_LENGTH] + LOG_OVERHEAD
+        attributes = header[H_ATTRIBUTES]
+        count = header[H_RECORDS_COUNT]
     else:
         assert isinstance(header, BatchHeader)
         size = header.size
         attributes = header.attributes
         count = header.records_count
-    codec = attributes & 0x07
+    codec = attributes & COMPRESSION_MASK
     c_walk = _c_check_records
     if codec:
         data = decompress(codec, memoryview(buf)[pos + RECORD_BATCH_OVERHEAD : pos + size], max_decompressed)
@@ -675,132 +496,8 @@ def check_record_structure(
     return 0
 
 
-def _walk_records(data: bytes, pos: int, n: int, count: int, consecutive: bool) -> None:
-    """The walk of :func:`check_record_structure` over ``data[pos:n]`` (mirrors :func:`parse_records`)."""
-    start = pos
-    if count * MIN_RECORD_SIZE > n - pos:
-        raise InvalidRecordError(
-            f"batch declares {count} records but its {n - pos} bytes of records can hold at most "
-            f"{(n - pos) // MIN_RECORD_SIZE}"
-        )
-    dvarint = decode_varint
-    dvarlong = decode_varlong
-    index = 0
-    try:
-        for index in range(count):
-            b = data[pos]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                b = (b & 0x7F) | (data[pos + 1] << 7)
-                length = (b >> 1) ^ -(b & 1)
-                pos += 2
-            else:
-                length, pos = dvarint(data, pos)
-            end = pos + length
-            if length < MIN_RECORD_SIZE - 1 or end > n:
-                raise CorruptRecordError(
-                    f"record {index} at byte {pos - start} declares length {length}, but {n - pos} bytes remain"
-                )
-            # attributes (unused), then timestampDelta: only its extent matters
-            if data[pos + 1] < 0x80:
-                pos += 2
-            elif data[pos + 2] < 0x80:
-                pos += 3
-            else:
-                pos = dvarlong(data, pos + 1)[1]
-            # offsetDelta: only compressed batches need its value
-            if consecutive:
-                od, pos = dvarint(data, pos)
-                if od != index:
-                    _not_consecutive(index, od)
-            elif data[pos] < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                pos += 2
-            else:
-                pos = dvarint(data, pos)[1]
-            # key and value: a zig-zag varint, even = a length, odd = negative = null
-            b = data[pos]
-            if b < 0x80:
-                pos += 1
-                if not b & 1:
-                    pos += b >> 1
-            elif data[pos + 1] < 0x80:
-                b = (b & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
-                if not b & 1:
-                    pos += b >> 1
-            else:
-                klen, pos = dvarint(data, pos)
-                if klen > 0:
-                    pos += klen
-            if pos > end:
-                raise CorruptRecordError(f"record {index}: its key runs past the record's end")
-            b = data[pos]
-            if b < 0x80:
-                pos += 1
-                if not b & 1:
-                    pos += b >> 1
-            elif data[pos + 1] < 0x80:
-                b = (b & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
-                if not b & 1:
-                    pos += b >> 1
-            else:
-                vlen, pos = dvarint(data, pos)
-                if vlen > 0:
-                    pos += vlen
-            if pos > end:
-                raise CorruptRecordError(f"record {index}: its value runs past the record's end")
-            b = data[pos]
-            if b == 0:
-                pos += 1
-            else:
-                if b < 0x80:
-                    hcount = (b >> 1) ^ -(b & 1)
-                    pos += 1
-                else:
-                    hcount, pos = dvarint(data, pos)
-                if hcount < 0 or 2 * hcount > end - pos:
-                    raise CorruptRecordError(f"record {index}: invalid header count {hcount}")
-                for _ in range(hcount):
-                    klen, pos = dvarint(data, pos)
-                    if klen < 0:
-                        raise CorruptRecordError(f"record {index}: header key length {klen} is negative")
-                    pos += klen
-                    if pos > end:
-                        raise CorruptRecordError(f"record {index}: a header key runs past the record's end")
-                    vlen, pos = dvarint(data, pos)
-                    if vlen > 0:
-                        pos += vlen
-                        if pos > end:
-                            raise CorruptRecordError(
-                                f"record {index}: a header value runs past the record's end"
-                            )
-            if pos != end:
-                raise CorruptRecordError(
-                    f"record {index}: declared length {length} does not match its fields "
-                    f"({length + pos - end} bytes)"
-                )
-    except IndexError:
-        raise _truncated(index, pos - start, n - start) from None
-    except CorruptRecordError as exc:
-        if str(exc).startswith("record "):
-            raise
-        raise CorruptRecordError(f"record {index}: {exc}") from None  # a varint error: name the record
-    if pos != n:
-        raise InvalidRecordError(
-            f"batch declares {count} records but {n - pos} bytes remain after the last one"
-        )
-
-
-def _not_consecutive(index: int, offset_delta: int) -> None:
-    raise InvalidRecordError(
-        f"record {index} of a compressed batch has offset delta {offset_delta}: the inner records of a "
-        f"compressed batch must have consecutive offsets from 0"
-    )
+_walk_records = check_records
+"""The pure-Python walk of :func:`check_record_structure` (:func:`tidelog.records.recwalk.check_records`)."""
 
 
 # ---------------------------------------------------------------------------------------- control records

@@ -43,7 +43,14 @@ LAST_OFFSET_DELTA_OFFSET = 23
 BASE_TIMESTAMP_OFFSET = 27
 MAX_TIMESTAMP_OFFSET = 35
 PRODUCER_ID_OFFSET = 43  # producerId, producerEpoch, baseSequence follow each other (PRODUCER_FIELDS)
+PRODUCER_EPOCH_OFFSET = 51
+BASE_SEQUENCE_OFFSET = 53
 RECORDS_COUNT_OFFSET = 57
+#: the low byte of the big-endian attributes: every attribute bit below (the masks) sits in it, so a reader that
+#: only needs the codec or the transactional/control bits reads ``buf[pos + ATTRIBUTES_LOW_OFFSET]``
+ATTRIBUTES_LOW_OFFSET = ATTRIBUTES_OFFSET + 1
+#: the high byte of producerId: below 0x80 when the batch has a producer id (producerId >= 0)
+PRODUCER_ID_HIGH_OFFSET = PRODUCER_ID_OFFSET
 
 NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1
@@ -74,6 +81,9 @@ PARTITION_LEADER_EPOCH_FIELD = struct.Struct(">i")
 CRC_FIELD = struct.Struct(">I")
 ATTRIBUTES_FIELD = struct.Struct(">h")
 MAX_TIMESTAMP_FIELD = struct.Struct(">q")
+LAST_OFFSET_DELTA_FIELD = struct.Struct(">i")
+PRODUCER_ID_FIELD = struct.Struct(">q")
+PRODUCER_EPOCH_FIELD = struct.Struct(">h")
 #: producerId, producerEpoch, baseSequence, at ``PRODUCER_ID_OFFSET`` (inside the CRC)
 PRODUCER_FIELDS = struct.Struct(">qhi")
 
@@ -215,8 +225,8 @@ def parse_header_tuple(buf: bytes | bytearray | memoryview, pos: int = 0) -> Hea
             f"truncated batch header: {len(buf) - pos} bytes at position {pos}, need {RECORD_BATCH_OVERHEAD}"
         )
     fields: HeaderTuple = BATCH_HEADER.unpack_from(buf, pos)
-    if fields[3] != MAGIC:
-        raise InvalidMagicError(f"unsupported magic {fields[3]} at position {pos} (only v2 batches)", fields[3])
+    if fields[H_MAGIC] != MAGIC:
+        raise InvalidMagicError(f"unsupported magic {fields[H_MAGIC]} at position {pos} (only v2 batches)", fields[H_MAGIC])
     return fields
 
 
@@ -258,17 +268,17 @@ def validate_batch_tuple(
     actual = _crc32c_raw(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
     if actual != crc:
         raise CorruptRecordError(
-            f"batch at offset {fields[0]} is corrupt: stored CRC {crc:#010x}, computed {actual:#010x}"
+            f"batch at offset {fields[H_BASE_OFFSET]} is corrupt: stored CRC {crc:#010x}, computed {actual:#010x}"
         )
     return fields
 
 
 def check_batch_crc(buf: bytes | bytearray | memoryview, fields: HeaderTuple, pos: int = 0) -> None:
     """The CRC-32C check of :func:`validate_batch_tuple` alone, for a header it returned unchecked."""
-    actual = _crc32c_raw(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + fields[1] + LOG_OVERHEAD])
-    if actual != fields[4]:
+    actual = _crc32c_raw(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + fields[H_BATCH_LENGTH] + LOG_OVERHEAD])
+    if actual != fields[H_CRC]:
         raise CorruptRecordError(
-            f"batch at offset {fields[0]} is corrupt: stored CRC {fields[4]:#010x}, computed {actual:#010x}"
+            f"batch at offset {fields[H_BASE_OFFSET]} is corrupt: stored CRC {fields[H_CRC]:#010x}, computed {actual:#010x}"
         )
 
 

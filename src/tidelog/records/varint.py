@@ -29,13 +29,14 @@ MAX_VARINT_BYTES = 5
 MAX_VARLONG_BYTES = 10
 
 # One-byte encodings of 0..127, so the common case of encoding is a list lookup.
-_ONE_BYTE: list[bytes] = [bytes((i,)) for i in range(128)]
+ONE_BYTE: list[bytes] = [bytes((i,)) for i in range(128)]
 
 
-def _encode_unsigned(value: int) -> bytes:
-    """Unsigned varint of a non-negative ``value`` (no range check)."""
+def encode_unsigned(value: int) -> bytes:
+    """Unsigned varint of a non-negative ``value`` (no range check: for callers that know the range; the one
+    encoder every Python writer of record bytes uses)."""
     if value < 0x80:
-        return _ONE_BYTE[value]
+        return ONE_BYTE[value]
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -49,24 +50,29 @@ def encode_unsigned_varint(value: int) -> bytes:
     if value < 0x80:
         if value < 0:
             raise ValueError(f"unsigned varint must be >= 0, got {value}")
-        return _ONE_BYTE[value]
+        return ONE_BYTE[value]
     if value > UINT32_MAX:
         raise ValueError(f"unsigned varint out of range: {value}")
-    return _encode_unsigned(value)
+    return encode_unsigned(value)
 
 
 def encode_varint(value: int) -> bytes:
     """Zig-zag varint of an int32 (Kafka's ``writeVarint``)."""
     if value > INT32_MAX or value < INT32_MIN:
         raise ValueError(f"varint out of int32 range: {value}")
-    return _encode_unsigned((value << 1) ^ (value >> 31))
+    return encode_unsigned((value << 1) ^ (value >> 31))
 
 
 def encode_varlong(value: int) -> bytes:
     """Zig-zag varlong of an int64 (Kafka's ``writeVarlong``)."""
     if value > INT64_MAX or value < INT64_MIN:
         raise ValueError(f"varlong out of int64 range: {value}")
-    return _encode_unsigned((value << 1) ^ (value >> 63))
+    return encode_unsigned((value << 1) ^ (value >> 63))
+
+
+def encode_zigzag_varlong(value: int) -> bytes:
+    """Zig-zag varlong of a value the caller knows fits an int64 (no range check)."""
+    return encode_unsigned((value << 1) ^ (value >> 63))
 
 
 def zigzag(value: int) -> int:

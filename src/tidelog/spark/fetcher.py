@@ -26,7 +26,6 @@ librdkafka path takes (``security.protocol``, ``sasl.mechanism``, ``sasl.usernam
 from __future__ import annotations
 
 import socket
-import struct
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -51,8 +50,14 @@ from tidelog.records.batch import (
 )
 from tidelog.records.compression import decompress
 from tidelog.records.header import (
+    BASE_OFFSET_FIELD,
+    BASE_OFFSET_OFFSET,
+    BATCH_LENGTH_FIELD,
     COMPRESSION_MASK,
     CONTROL_MASK,
+    LAST_OFFSET_DELTA_FIELD,
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_OFFSET,
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
@@ -86,7 +91,6 @@ NOT_LEADER_OR_FOLLOWER = ErrorCode.NOT_LEADER_OR_FOLLOWER
 RETRY_LEADER = (LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, 3, 9, 74)  # + UNKNOWN_TOPIC_OR_PARTITION,
 # REPLICA_NOT_AVAILABLE, FENCED_LEADER_EPOCH: metadata moved
 
-_LENGTH = struct.Struct(">i")
 
 
 class KafkaFetchError(RuntimeError):
@@ -413,16 +417,17 @@ def whole_batches(records: Any) -> list[tuple[memoryview, int, int]]:
     n = len(view)
     pos = 0
     out = []
-    unpack_len = _LENGTH.unpack_from
+    unpack_len = BATCH_LENGTH_FIELD.unpack_from
+    unpack_base = BASE_OFFSET_FIELD.unpack_from
+    unpack_delta = LAST_OFFSET_DELTA_FIELD.unpack_from
     while n - pos >= RECORD_BATCH_OVERHEAD:
-        (length,) = unpack_len(view, pos + 8)
+        (length,) = unpack_len(view, pos + LENGTH_OFFSET)
         end = pos + LOG_OVERHEAD + length
         if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or end > n:
             break
-        b = view[pos:end]
-        base = int.from_bytes(b[0:8], "big", signed=True)
-        last = base + int.from_bytes(b[23:27], "big", signed=True)  # last offset delta
-        out.append((b, base, last))
+        (base,) = unpack_base(view, pos + BASE_OFFSET_OFFSET)
+        (last_delta,) = unpack_delta(view, pos + LAST_OFFSET_DELTA_OFFSET)
+        out.append((view[pos:end], base, base + last_delta))
         pos = end
     return out
 

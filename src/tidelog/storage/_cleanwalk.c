@@ -39,7 +39,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MIN_RECORD_SIZE 7
+#include "../records/_recwalk.h"
+
 #define DIGEST_SIZE 16
 #define RELEASE_GIL_BYTES (64 * 1024)
 #define NO_TIMESTAMP (-1LL)
@@ -231,111 +232,21 @@ map_find(const map_t *m, const uint8_t *digest, long long *probes)
 
 /* ============================================================================================= the record walk */
 
-typedef struct {
-    Py_ssize_t start;    /* the length varint */
-    Py_ssize_t end;      /* one past the record */
-    Py_ssize_t ts_pos;   /* the timestampDelta varlong */
-    Py_ssize_t ts_end;   /* one past it */
-    int64_t tsd;         /* timestampDelta (decoded only when asked) */
-    Py_ssize_t key_pos;
-    int32_t key_len;     /* < 0: null key */
-    int32_t delta;       /* offsetDelta */
-    int null_value;      /* valueLength is -1 */
-} rec_t;
+typedef tl_record rec_t;
 
-/* decode_varint: at most 5 bytes, bits beyond 32 dropped, zig-zag; reads stay below lim. 0 ok, -1 not. */
-static inline int
-varint32(const uint8_t *d, Py_ssize_t lim, Py_ssize_t *pp, int32_t *out)
-{
-    Py_ssize_t p = *pp;
-    if (p < lim && d[p] < 0x80) {
-        uint32_t raw = d[p];
-        *out = (int32_t)((raw >> 1) ^ (~(raw & 1u) + 1u));
-        *pp = p + 1;
-        return 0;
-    }
-    uint64_t result = 0;
-    for (int i = 0; i < 5; i++) {
-        if (p >= lim)
-            return -1;
-        uint8_t b = d[p++];
-        result |= (uint64_t)(b & 0x7F) << (7 * i);
-        if (b < 0x80) {
-            uint32_t raw = (uint32_t)result;
-            *out = (int32_t)((raw >> 1) ^ (~(raw & 1u) + 1u));
-            *pp = p;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* decode_varlong: at most 10 bytes, bits beyond 64 dropped, zig-zag. */
-static inline int
-varlong64(const uint8_t *d, Py_ssize_t lim, Py_ssize_t *pp, int64_t *out)
-{
-    Py_ssize_t p = *pp;
-    uint64_t result = 0;
-    for (int i = 0; i < 10; i++) {
-        if (p >= lim)
-            return -1;
-        uint8_t b = d[p++];
-        result |= (uint64_t)(b & 0x7F) << (7 * i);
-        if (b < 0x80) {
-            *out = (int64_t)((result >> 1) ^ (~(result & 1u) + 1u));
-            *pp = p;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* The ``count`` records of d[p:n] into recs (exactly count of them, ending at n), or -1. Every read of a record
- * stays inside the record (what any record the Python walkers accept satisfies); with ``decode_ts`` the
- * timestampDelta must also be a valid varlong (as _retained_records decodes it). */
+/* The ``count`` records of d[p:n] into recs (exactly count of them, ending at n), or -1: the one record cursor
+ * (records/_recwalk.h), so a records area this accepts is one the Python walk accepts. */
 static int
-walk_records(const uint8_t *d, Py_ssize_t p, Py_ssize_t n, long long count, int decode_ts, rec_t *recs)
+walk_records(const uint8_t *d, Py_ssize_t p, Py_ssize_t n, long long count, rec_t *recs)
 {
+    tl_walk_error e;
+    if (tl_check_count(p, n, count, &e))
+        return -1;
     for (long long index = 0; index < count; index++) {
-        rec_t *r = &recs[index];
-        r->start = p;
-        int32_t length;
-        if (varint32(d, n, &p, &length) < 0 || length < MIN_RECORD_SIZE - 1 || length > n - p)
+        if (tl_record_next(d, n, &p, index, 0, &recs[index], &e))
             return -1;
-        Py_ssize_t end = p + length;
-        Py_ssize_t q = p + 1; /* attributes */
-        r->ts_pos = q;
-        if (decode_ts) {
-            if (varlong64(d, end, &q, &r->tsd) < 0)
-                return -1;
-        } else {
-            while (q < end && (d[q] & 0x80))
-                q++;
-            if (q >= end)
-                return -1;
-            q++;
-        }
-        r->ts_end = q;
-        int32_t klen;
-        if (varint32(d, end, &q, &r->delta) < 0 || varint32(d, end, &q, &klen) < 0)
-            return -1;
-        if (klen >= 0) {
-            if (klen > end - q)
-                return -1;
-            r->key_pos = q;
-            q += klen;
-        } else {
-            r->key_pos = q;
-            klen = -1;
-        }
-        r->key_len = klen;
-        if (q >= end)
-            return -1;
-        r->null_value = d[q] == 1;
-        r->end = end;
-        p = end;
     }
-    return p == n ? 0 : -1;
+    return tl_check_end(p, n, count, &e) ? -1 : 0;
 }
 
 /* ============================================================================================= argument helpers */
@@ -483,7 +394,7 @@ put_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyThreadState *ts = NULL;
     if (n - p >= RELEASE_GIL_BYTES)
         ts = PyEval_SaveThread();
-    if (walk_records(d, p, n, count, 0, recs) == 0) {
+    if (walk_records(d, p, n, count, recs) == 0) {
         ok = 1;
         /* phase 1, nothing changed yet: the digests and offsets of the keys to put */
         for (long long i = 0; i < count && ok; i++) {
@@ -545,18 +456,6 @@ PyDoc_STRVAR(filter_records_doc,
              "lat_time, base_timestamp) -> None | (kept, tombstones, probes, payload, new_base, max_ts): the "
              "cleaner's filter of one batch's records (see the module docstring).");
 
-static inline size_t
-put_uvarint(uint8_t *out, uint64_t v)
-{
-    size_t k = 0;
-    while (v >= 0x80) {
-        out[k++] = (uint8_t)((v & 0x7F) | 0x80);
-        v >>= 7;
-    }
-    out[k++] = (uint8_t)v;
-    return k;
-}
-
 static PyObject *
 filter_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -616,7 +515,7 @@ filter_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyThreadState *ts = NULL;
     if (n - p >= RELEASE_GIL_BYTES)
         ts = PyEval_SaveThread();
-    if (walk_records(d, p, n, count, 1, recs) == 0) {
+    if (walk_records(d, p, n, count, recs) == 0) {
         ok = 1;
         /* the digests first (and their slots prefetched), then the lookups */
         for (long long i = 0; i < count; i++) {
@@ -642,7 +541,7 @@ filter_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 if (offset < found)
                     continue;
             }
-            if (r->null_value) {
+            if (r->value_len < 0) {
                 if (expired)
                     continue;
                 tombstones = 1;
@@ -679,9 +578,9 @@ filter_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 out_len += (size_t)(r->end - r->start);
             } else {
                 uint8_t tsd_bytes[10];
-                size_t tsd_len = put_uvarint(tsd_bytes, ((uint64_t)new_tsd << 1) ^ (uint64_t)(new_tsd >> 63));
+                size_t tsd_len = tl_put_uvarint(tsd_bytes, tl_zigzag_encode(new_tsd));
                 size_t rest = (size_t)(r->end - r->ts_end);
-                out_len += put_uvarint(out + out_len, (uint64_t)(1 + tsd_len + rest) << 1);
+                out_len += tl_put_uvarint(out + out_len, (uint64_t)(1 + tsd_len + rest) << 1);
                 out[out_len++] = d[r->ts_pos - 1]; /* attributes */
                 memcpy(out + out_len, tsd_bytes, tsd_len);
                 out_len += tsd_len;

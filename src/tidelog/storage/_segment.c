@@ -91,30 +91,30 @@ stamped_write(int fd, const uint8_t *d, Py_ssize_t total, long long base, int32_
 {
     if (check && total < BATCH_HEADER)
         return CHECK_FAILED_AFTER_WRITE;
-    uint8_t head[16];
+    uint8_t head[HDR_STAMPED_HEAD];
     uint64_t b = (uint64_t)base;
     for (int i = 0; i < 8; i++)
         head[i] = (uint8_t)(b >> (56 - 8 * i));
-    memcpy(head + 8, d + 8, 4);
+    memcpy(head + HDR_BATCH_LENGTH, d + HDR_BATCH_LENGTH, 4);
     uint32_t ep = (uint32_t)epoch;
-    head[12] = (uint8_t)(ep >> 24);
-    head[13] = (uint8_t)(ep >> 16);
-    head[14] = (uint8_t)(ep >> 8);
-    head[15] = (uint8_t)ep;
+    head[HDR_PARTITION_LEADER_EPOCH] = (uint8_t)(ep >> 24);
+    head[HDR_PARTITION_LEADER_EPOCH + 1] = (uint8_t)(ep >> 16);
+    head[HDR_PARTITION_LEADER_EPOCH + 2] = (uint8_t)(ep >> 8);
+    head[HDR_PARTITION_LEADER_EPOCH + 3] = (uint8_t)ep;
     Py_ssize_t done = 0;
-    Py_ssize_t crc_pos = 21;  /* the CRC covers attributes..end */
+    Py_ssize_t crc_pos = HDR_ATTRIBUTES;  /* the CRC covers attributes..end */
     uint32_t crc = 0;
     while (done < total) {
         ssize_t n;
         int err;
         Py_BEGIN_ALLOW_THREADS
-        if (done < 16) {
+        if (done < HDR_STAMPED_HEAD) {
             struct iovec iov[2];
             iov[0].iov_base = head + done;
-            iov[0].iov_len = (size_t)(16 - done);
-            iov[1].iov_base = (uint8_t *)d + 16;
-            iov[1].iov_len = (size_t)(total - 16);
-            n = writev(fd, iov, total > 16 ? 2 : 1);
+            iov[0].iov_len = (size_t)(HDR_STAMPED_HEAD - done);
+            iov[1].iov_base = (uint8_t *)d + HDR_STAMPED_HEAD;
+            iov[1].iov_len = (size_t)(total - HDR_STAMPED_HEAD);
+            n = writev(fd, iov, total > HDR_STAMPED_HEAD ? 2 : 1);
         } else {
             n = write(fd, d + done, (size_t)(total - done));
         }
@@ -138,17 +138,17 @@ stamped_write(int fd, const uint8_t *d, Py_ssize_t total, long long base, int32_
         done += n;
     }
     if (check) {
-        if (crc != be32u(d + 17))
+        if (crc != be32u(d + HDR_CRC))
             return CHECK_FAILED_AFTER_WRITE;
-        if (check == 2 && (be16(d + 21) & 0x07) == 0) {
+        if (check == 2 && (be16(d + HDR_ATTRIBUTES) & 0x07) == 0) {
             int ok;
             /* only the caller's buffer is read: other threads (the network loop) run meanwhile */
             if (total > RELEASE_GIL_BYTES) {
                 Py_BEGIN_ALLOW_THREADS
-                ok = capi->records_ok(d + BATCH_HEADER, total - BATCH_HEADER, (int32_t)be32u(d + 57));
+                ok = capi->records_ok(d + BATCH_HEADER, total - BATCH_HEADER, (int32_t)be32u(d + HDR_RECORDS_COUNT));
                 Py_END_ALLOW_THREADS
             } else {
-                ok = capi->records_ok(d + BATCH_HEADER, total - BATCH_HEADER, (int32_t)be32u(d + 57));
+                ok = capi->records_ok(d + BATCH_HEADER, total - BATCH_HEADER, (int32_t)be32u(d + HDR_RECORDS_COUNT));
             }
             if (!ok)
                 return CHECK_FAILED_AFTER_WRITE;
@@ -338,7 +338,7 @@ scan_batches(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
             status = SCAN_NEED_MORE;
             break;
         }
-        const long long batch_length = (int32_t)be32u(d + 8);
+        const long long batch_length = (int32_t)be32u(d + HDR_BATCH_LENGTH);
         const long long size = batch_length + BATCH_LOG_OVERHEAD;
         if (have < BATCH_HEADER || have < size) {
             /* a header cut short by the end of the file, or a batch declared past it, fails validate_batch_tuple;
@@ -349,9 +349,9 @@ scan_batches(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
                 status = SCAN_NEED_MORE;
             break;
         }
-        const long long last_delta = (int32_t)be32u(d + 23);
-        const long long count = (int32_t)be32u(d + 57);
-        if (d[16] != 2 || batch_length < BATCH_HEADER - BATCH_LOG_OVERHEAD || (max_size >= 0 && size > max_size)
+        const long long last_delta = (int32_t)be32u(d + HDR_LAST_OFFSET_DELTA);
+        const long long count = (int32_t)be32u(d + HDR_RECORDS_COUNT);
+        if (d[HDR_MAGIC] != BATCH_MAGIC || batch_length < BATCH_HEADER - BATCH_LOG_OVERHEAD || (max_size >= 0 && size > max_size)
             || size > remaining || last_delta < 0 || count < 0) {
             status = SCAN_INVALID;
             break;
@@ -359,18 +359,18 @@ scan_batches(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         uint32_t crc;
         if (size > RELEASE_GIL_BYTES) {
             Py_BEGIN_ALLOW_THREADS
-            crc = capi->crc32c(0, d + 21, (size_t)(size - 21));
+            crc = capi->crc32c(0, d + HDR_ATTRIBUTES, (size_t)(size - HDR_ATTRIBUTES));
             Py_END_ALLOW_THREADS
         } else {
-            crc = capi->crc32c(0, d + 21, (size_t)(size - 21));
+            crc = capi->crc32c(0, d + HDR_ATTRIBUTES, (size_t)(size - HDR_ATTRIBUTES));
         }
         const long long first = be64(d);
         const long long last = first + last_delta;
-        if (crc != be32u(d + 17) || first < expected_min || last - base > INT32_MAX) {
+        if (crc != be32u(d + HDR_CRC) || first < expected_min || last - base > INT32_MAX) {
             status = SCAN_INVALID;
             break;
         }
-        const long long batch_max_ts = be64(d + 35);
+        const long long batch_max_ts = be64(d + HDR_MAX_TIMESTAMP);
         if (batch_max_ts > max_ts) {
             max_ts = batch_max_ts;
             max_ts_offset = last;
@@ -871,16 +871,16 @@ append_leader_fast(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
 #define BAIL() do { result = Py_None; Py_INCREF(result); goto done; } while (0)
 
     /* the header: the checks of validate_single_batch without CRC and walk, and the client checks */
-    if (n < BATCH_HEADER || d[16] != 2)
+    if (n < BATCH_HEADER || d[HDR_MAGIC] != BATCH_MAGIC)
         BAIL();
-    const long long batch_length = (int32_t)be32u(d + 8);
+    const long long batch_length = (int32_t)be32u(d + HDR_BATCH_LENGTH);
     const long long size = batch_length + BATCH_LOG_OVERHEAD;
-    const int attributes = be16(d + 21);
-    const long long last_delta = (int32_t)be32u(d + 23);
-    const long long base_ts = be64(d + 27);
-    const long long max_ts = be64(d + 35);
-    const long long pid = be64(d + 43);
-    const long long count = (int32_t)be32u(d + 57);
+    const int attributes = be16(d + HDR_ATTRIBUTES);
+    const long long last_delta = (int32_t)be32u(d + HDR_LAST_OFFSET_DELTA);
+    const long long base_ts = be64(d + HDR_BASE_TIMESTAMP);
+    const long long max_ts = be64(d + HDR_MAX_TIMESTAMP);
+    const long long pid = be64(d + HDR_PRODUCER_ID);
+    const long long count = (int32_t)be32u(d + HDR_RECORDS_COUNT);
     if (batch_length < BATCH_HEADER - BATCH_LOG_OVERHEAD || size != n || last_delta < 0 || count <= 0
         || count != last_delta + 1 || (pid >= 0 && !with_producer)
         || (attributes & 0x3f))  /* compression, ts type, txn, control */
@@ -999,19 +999,19 @@ check_follower_batches(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ss
     while (pos < total) {
         const Py_ssize_t have = total - pos;
         const uint8_t *d = buf + pos;
-        if (have < BATCH_HEADER || d[16] != 2) {
+        if (have < BATCH_HEADER || d[HDR_MAGIC] != BATCH_MAGIC) {
             bad = 1;
             break;
         }
-        const long long batch_length = (int32_t)be32u(d + 8);
+        const long long batch_length = (int32_t)be32u(d + HDR_BATCH_LENGTH);
         const long long size = batch_length + BATCH_LOG_OVERHEAD;
-        const long long last_delta = (int32_t)be32u(d + 23);
-        const long long count = (int32_t)be32u(d + 57);
+        const long long last_delta = (int32_t)be32u(d + HDR_LAST_OFFSET_DELTA);
+        const long long count = (int32_t)be32u(d + HDR_RECORDS_COUNT);
         if (batch_length < BATCH_HEADER - BATCH_LOG_OVERHEAD || size > have || last_delta < 0 || count < 0) {
             bad = 1;
             break;
         }
-        if (capi->crc32c(0, d + 21, (size_t)(size - 21)) != be32u(d + 17)) {
+        if (capi->crc32c(0, d + HDR_ATTRIBUTES, (size_t)(size - HDR_ATTRIBUTES)) != be32u(d + HDR_CRC)) {
             bad = 1;
             break;
         }
@@ -1091,9 +1091,9 @@ append_follower_run(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize
         const long long oi_cap = oi->length / 8, ti_cap = ti->length / 12 - 1;
         while (start + run < total) {
             const uint8_t *d = buf + start + run;
-            const long long size = (long long)(int32_t)be32u(d + 8) + BATCH_LOG_OVERHEAD;
-            const long long b_last = be64(d) + (int32_t)be32u(d + 23);
-            const long long b_max_ts = be64(d + 35);
+            const long long size = (long long)(int32_t)be32u(d + HDR_BATCH_LENGTH) + BATCH_LOG_OVERHEAD;
+            const long long b_last = be64(d) + (int32_t)be32u(d + HDR_LAST_OFFSET_DELTA);
+            const long long b_max_ts = be64(d + HDR_MAX_TIMESTAMP);
             const long long rel = b_last - st->base_offset;
             if (seg_size > segment_bytes - size || seg_size + size > st->prealloc_end)
                 break;
@@ -1161,12 +1161,12 @@ append_follower_run(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize
     long long at = 0;
     while (at < run) {
         const uint8_t *d = buf + start + at;
-        const long long size = (long long)(int32_t)be32u(d + 8) + BATCH_LOG_OVERHEAD;
+        const long long size = (long long)(int32_t)be32u(d + HDR_BATCH_LENGTH) + BATCH_LOG_OVERHEAD;
         const long long base = be64(d);
-        const long long b_last = base + (int32_t)be32u(d + 23);
-        const long long b_max_ts = be64(d + 35);
-        const long long pid = be64(d + 43);
-        const long long epoch = (int32_t)be32u(d + 12);
+        const long long b_last = base + (int32_t)be32u(d + HDR_LAST_OFFSET_DELTA);
+        const long long b_max_ts = be64(d + HDR_MAX_TIMESTAMP);
+        const long long pid = be64(d + HDR_PRODUCER_ID);
+        const long long epoch = (int32_t)be32u(d + HDR_PARTITION_LEADER_EPOCH);
         const long long file_pos = position + at;
         if (b_max_ts > st->max_ts) {
             st->max_ts = b_max_ts;

@@ -18,14 +18,17 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tidelog.records.batch import check_record_structure
-from tidelog.records.errors import CorruptRecordError, RecordError
+from tidelog.records.errors import RecordError
 from tidelog.records.header import (
     BATCH_LENGTH_FIELD,
+    H_BASE_OFFSET,
+    H_BATCH_LENGTH,
+    H_LAST_OFFSET_DELTA,
+    H_MAX_TIMESTAMP,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
@@ -35,19 +38,26 @@ from tidelog.records.header import (
     HeaderTuple,
     check_batch_crc,
     parse_header_tuple,
-    validate_batch_tuple,
 )
 from tidelog.storage.config import LogConfig
+from tidelog.storage.file_handles import FileHandle, FileRegion
 from tidelog.storage.format import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
 )
+from tidelog.storage.header_scan import iter_header_tuples, read_header_at
 from tidelog.storage.index import INT32_MAX, NO_TIMESTAMP, CorruptIndexError, OffsetIndex, TimeIndex
+from tidelog.storage.segment_names import (
+    index_file,
+    log_file,
+    time_index_file,
+    txn_index_file,
+)
+from tidelog.storage.segment_recovery import scan_for_recovery
 from tidelog.storage.segment_state import SegmentState
 from tidelog.storage.segment_state import c_preallocate as _c_preallocate
-from tidelog.storage.segment_state import c_scan_batches as _c_scan_batches
 from tidelog.storage.segment_state import c_write_stamped as _c_write_stamped
 from tidelog.storage.txn_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
 
@@ -61,161 +71,12 @@ PREALLOC_MIN_BYTES = 256 << 10
 PREALLOC_MAX_BYTES = 16 << 20
 _NO_MORE_RESERVATIONS = 1 << 62
 
-_SCAN_NEED_MORE = 0  # _c_scan_batches: the next batch is not whole in the buffer
 
 # what LogSegment.append_leader_batch returns instead of a position when it wrote nothing
 ROLL_FIRST = -1  # the segment must roll before this batch
 CHECK_FAILED = -2  # the batch's CRC or records failed their late check (the write was undone)
 
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
-
-
-def filename_prefix(offset: int) -> str:
-    """The base offset padded to 20 digits, as Kafka's ``LogFileUtils.filenamePrefixFromOffset``."""
-    if offset < 0:
-        raise ValueError(f"negative base offset {offset}")
-    return f"{offset:020d}"
-
-
-def log_file(directory: Path, offset: int, suffix: str = "") -> Path:
-    return directory / f"{filename_prefix(offset)}{LOG_SUFFIX}{suffix}"
-
-
-def index_file(directory: Path, offset: int, suffix: str = "") -> Path:
-    return directory / f"{filename_prefix(offset)}{INDEX_SUFFIX}{suffix}"
-
-
-def time_index_file(directory: Path, offset: int, suffix: str = "") -> Path:
-    return directory / f"{filename_prefix(offset)}{TIME_INDEX_SUFFIX}{suffix}"
-
-
-def txn_index_file(directory: Path, offset: int, suffix: str = "") -> Path:
-    return directory / f"{filename_prefix(offset)}{TXN_INDEX_SUFFIX}{suffix}"
-
-
-def offset_from_filename(name: str) -> int:
-    """Base offset from a segment file name such as ``00000000000000000042.log`` (suffixes allowed)."""
-    prefix = name.split(".", 1)[0]
-    if len(prefix) != 20 or not prefix.isdigit():
-        raise ValueError(f"{name!r} is not a segment file name (20-digit base offset expected)")
-    return int(prefix)
-
-
-class FileHandle:
-    """An open file descriptor that closes itself when no segment or region references it any more.
-
-    Regions returned by reads hold the handle, so a segment deleted or closed by retention while a fetch
-    response is still being sent keeps a valid descriptor until the response is done with it.
-    """
-
-    __slots__ = ("__weakref__", "fd")
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def close(self) -> None:
-        fd, self.fd = self.fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except OSError:
-            pass
-
-
-@dataclass(slots=True)
-class FileRegion:
-    """``length`` bytes of a segment file from ``position``: what reads return, ready for ``os.sendfile``.
-
-    ``first_offset`` is the base offset of the first batch in the region (-1 if empty), ``next_offset`` the
-    offset after its last batch (-1 if empty or unknown).  The ``handle`` keeps the descriptor open for as long
-    as the region lives.
-    """
-
-    fd: int
-    position: int
-    length: int
-    first_offset: int = -1
-    handle: FileHandle | None = field(default=None, repr=False)
-    next_offset: int = -1
-
-    def read_bytes(self) -> bytes:
-        """Copy the region into memory (tools and tests; the broker uses sendfile)."""
-        chunks: list[bytes] = []
-        done = 0
-        while done < self.length:
-            chunk = os.pread(self.fd, self.length - done, self.position + done)
-            if not chunk:
-                raise CorruptRecordError(
-                    f"file region ended after {done} of {self.length} bytes (position {self.position})"
-                )
-            chunks.append(chunk)
-            done += len(chunk)
-        return b"".join(chunks)
-
-
-def read_header_at(fd: int, position: int, end: int) -> BatchHeader | None:
-    """Parse the batch header at ``position`` if a whole header fits before ``end``; no CRC check."""
-    if end - position < RECORD_BATCH_OVERHEAD:
-        return None
-    raw = os.pread(fd, RECORD_BATCH_OVERHEAD, position)
-    if len(raw) < RECORD_BATCH_OVERHEAD:
-        return None
-    return BatchHeader.parse(raw)
-
-
-HEADER_SCAN_CHUNK = 4096
-"""Bytes read per ``pread`` when scanning headers: a 4 KiB read costs about what a 61-byte one does, and
-holds every header of a run of small batches (the index interval is 4 KiB by default)."""
-
-RECOVERY_READ_CHUNK = 1024 * 1024
-"""Bytes read per ``pread`` by recovery (batches are validated in the buffer, whole batches at a time)."""
-
-
-def iter_header_tuples(fd: int, start: int, end: int) -> Iterator[tuple[int, HeaderTuple]]:
-    """``(position, header tuple)`` of every whole batch in ``[start, end)`` of ``fd``; no CRC check.
-
-    Headers are read in :data:`HEADER_SCAN_CHUNK` preads: every header inside the chunk is parsed from it,
-    and only a header beyond the chunk costs another read.  Stops at a partial or undersized batch; raises
-    like :meth:`BatchHeader.parse` on a bad magic.
-    """
-    pos = start
-    buf = b""
-    buf_start = 0
-    while end - pos >= RECORD_BATCH_OVERHEAD:
-        rel = pos - buf_start
-        if rel < 0 or len(buf) - rel < RECORD_BATCH_OVERHEAD:
-            buf = os.pread(fd, min(HEADER_SCAN_CHUNK, end - pos), pos)
-            buf_start, rel = pos, 0
-            if len(buf) < RECORD_BATCH_OVERHEAD:
-                return
-        fields = parse_header_tuple(buf, rel)
-        size = fields[1] + LOG_OVERHEAD
-        if size < RECORD_BATCH_OVERHEAD or pos + size > end:
-            return
-        yield pos, fields
-        pos += size
-
-
-def _peek_size(buf: bytes | memoryview, pos: int) -> int:
-    """Whole size of the batch at ``buf[pos:]`` from its length field (0 if fewer than 12 bytes)."""
-    if len(buf) - pos < LOG_OVERHEAD:
-        return 0
-    return BATCH_LENGTH_FIELD.unpack_from(buf, pos + LENGTH_OFFSET)[0] + LOG_OVERHEAD
-
-
-def _preadv_full(fd: int, into: memoryview, position: int) -> int:
-    """Fill ``into`` from ``position``; returns the bytes read (fewer only at the end of the file)."""
-    n = len(into)
-    got = os.preadv(fd, [into], position)
-    while 0 < got < n:
-        more = os.preadv(fd, [into[got:]], position + got)
-        if more <= 0:
-            break
-        got += more
-    return got
 
 
 class LogSegment:
@@ -692,7 +553,7 @@ class LogSegment:
     def _translate(self, offset: int, start_position: int = 0) -> tuple[int, HeaderTuple] | None:
         _, index_pos = self.offset_index.lookup(offset)
         for pos, fields in iter_header_tuples(self.fd, max(index_pos, start_position), self._size):
-            if fields[0] + fields[6] >= offset:
+            if fields[H_BASE_OFFSET] + fields[H_LAST_OFFSET_DELTA] >= offset:
                 return pos, fields
         return None
 
@@ -734,10 +595,10 @@ class LogSegment:
         next_offset = first[0] + first[6] + 1 if length else -1
         if length and max_size - length >= RECORD_BATCH_OVERHEAD:
             for _, fields in iter_header_tuples(handle.fd, start + length, limit):
-                last = fields[0] + fields[6]
+                last = fields[H_BASE_OFFSET] + fields[H_LAST_OFFSET_DELTA]
                 if max_offset is not None and last >= max_offset:
                     break
-                size = fields[1] + LOG_OVERHEAD
+                size = fields[H_BATCH_LENGTH] + LOG_OVERHEAD
                 if length + size > max_size:
                     break
                 length += size
@@ -751,7 +612,7 @@ class LogSegment:
         if self.offset_index.entries:
             next_offset = last_offset + 1
         for _, fields in iter_header_tuples(self.fd, pos, self._size):
-            next_offset = fields[0] + fields[6] + 1
+            next_offset = fields[H_BASE_OFFSET] + fields[H_LAST_OFFSET_DELTA] + 1
         return next_offset
 
     def find_offset_by_timestamp(
@@ -761,7 +622,7 @@ class LogSegment:
         _, ts_offset = self.time_index.lookup(timestamp)
         _, pos = self.offset_index.lookup(max(ts_offset, start_offset))
         for p, fields in iter_header_tuples(self.fd, pos, self._size):
-            if fields[8] >= timestamp and fields[0] + fields[6] >= start_offset:
+            if fields[H_MAX_TIMESTAMP] >= timestamp and fields[H_BASE_OFFSET] + fields[H_LAST_OFFSET_DELTA] >= start_offset:
                 return p, BatchHeader(*fields)
         return None
 
@@ -829,109 +690,16 @@ class LogSegment:
             self.offset_index.reset()
             self.time_index.reset()
             self.txn_index.reset()  # the caller's producer-state replay appends the entries again
-            valid_bytes = 0
-            last_index_entry = 0
-            max_ts, max_ts_offset = NO_TIMESTAMP, -1
-            base = self.base_offset
-            expected_min = base
-            size = self._size
-            interval = self.index_interval_bytes
-            off_rel: list[int] = []
-            off_pos: list[int] = []
-            time_ts: list[int] = []
-            time_rel: list[int] = []
-            last_time_ts = NO_TIMESTAMP
-            fd = self.fd
-            # one reused read buffer (no allocation and no page faults per chunk; it stays in cache for the CRC)
-            arena = memoryview(bytearray(min(RECOVERY_READ_CHUNK, size)))
-            buf = arena[:0]
-            buf_start = 0
-            validate = validate_batch_tuple
-            unpack_length = BATCH_LENGTH_FIELD.unpack_from
-            scan = _c_scan_batches
-            headers: list[tuple[int, HeaderTuple]] | None = (
-                None if on_header is None and on_batch is None else []
+            r = scan_for_recovery(
+                self.fd, self._size, self.base_offset, self.index_interval_bytes, max_message_bytes,
+                on_batch, progress, on_header,
             )
-            refilled = False
-            while scan is not None and size - valid_bytes >= LOG_OVERHEAD:
-                # the C loop over every whole batch in the buffer (the same checks and index rule as below)
-                rel_pos = valid_bytes - buf_start
-                consumed, status, last_index_entry, max_ts, max_ts_offset, last_time_ts, expected_min = scan(
-                    buf, rel_pos, size - valid_bytes, -1 if max_message_bytes is None else max_message_bytes,
-                    valid_bytes, last_index_entry, max_ts, max_ts_offset, last_time_ts, expected_min, base,
-                    interval, off_rel, off_pos, time_ts, time_rel, headers,
-                )
-                if headers:
-                    for position, fields in headers:
-                        if on_header is not None:
-                            on_header(position, fields)
-                        if on_batch is not None:
-                            on_batch(position, BatchHeader(*fields))
-                    headers.clear()
-                valid_bytes += consumed
-                if consumed and progress is not None:
-                    progress(consumed)
-                if status != _SCAN_NEED_MORE or (refilled and not consumed):
-                    break  # invalid (or cut short), or the end of the file
-                # refill from the next batch on: a chunk, or the whole batch if it is larger
-                remaining = size - valid_bytes
-                need = _peek_size(os.pread(fd, LOG_OVERHEAD, valid_bytes), 0) if remaining >= LOG_OVERHEAD else 0
-                want = min(max(RECOVERY_READ_CHUNK, need if need <= remaining else 0), remaining)
-                if len(arena) < want:
-                    arena = memoryview(bytearray(want))
-                buf = arena[: _preadv_full(fd, arena[:want], valid_bytes)]
-                buf_start = valid_bytes
-                refilled = True
-                if not buf:
-                    break
-            while scan is None and size - valid_bytes >= LOG_OVERHEAD:
-                rel_pos = valid_bytes - buf_start
-                have = len(buf) - rel_pos
-                # the batch's whole size from its length field (0 while that is not in the buffer)
-                need = unpack_length(buf, rel_pos + LENGTH_OFFSET)[0] + LOG_OVERHEAD if have >= LOG_OVERHEAD else 0
-                if have < RECORD_BATCH_OVERHEAD or have < need:
-                    # refill from this batch on: a chunk, or the whole batch if it is larger (a declared size
-                    # beyond the end of the file is not read: the header alone fails it)
-                    remaining = size - valid_bytes
-                    if need == 0 and remaining >= LOG_OVERHEAD:
-                        need = _peek_size(os.pread(fd, LOG_OVERHEAD, valid_bytes), 0)
-                    want = min(max(RECOVERY_READ_CHUNK, need if need <= remaining else 0), remaining)
-                    if len(arena) < want:
-                        arena = memoryview(bytearray(want))
-                    buf = arena[: _preadv_full(fd, arena[:want], valid_bytes)]
-                    buf_start, rel_pos = valid_bytes, 0
-                    if not buf:
-                        break
-                try:
-                    fields = validate(buf, rel_pos, max_message_bytes, size - valid_bytes)
-                except RecordError:
-                    break
-                first = fields[0]
-                last = first + fields[6]
-                if first < expected_min or last - base > INT32_MAX:
-                    break
-                batch_max_ts = fields[8]
-                if batch_max_ts > max_ts:
-                    max_ts, max_ts_offset = batch_max_ts, last
-                if valid_bytes - last_index_entry > interval:
-                    off_rel.append(last - base)
-                    off_pos.append(valid_bytes)
-                    if max_ts > last_time_ts:
-                        time_ts.append(max_ts)
-                        time_rel.append(max_ts_offset - base)
-                        last_time_ts = max_ts
-                    last_index_entry = valid_bytes
-                if on_header is not None:
-                    on_header(valid_bytes, fields)
-                if on_batch is not None:
-                    on_batch(valid_bytes, BatchHeader(*fields))
-                batch_size = fields[1] + LOG_OVERHEAD
-                valid_bytes += batch_size
-                expected_min = last + 1
-                if progress is not None:
-                    progress(batch_size)
-            self.offset_index.append_bulk(off_rel, off_pos)
-            self.time_index.append_bulk(time_ts, time_rel)
+            valid_bytes, last_index_entry, max_ts, max_ts_offset = (
+                r.valid_bytes, r.last_index_entry, r.max_ts, r.max_ts_offset
+            )
+            size = self._size
+            self.offset_index.append_bulk(r.off_rel, r.off_pos)
+            self.time_index.append_bulk(r.time_ts, r.time_rel)
             truncated = size - valid_bytes
             if truncated > 0:
                 os.ftruncate(self.fd, valid_bytes)

@@ -39,35 +39,18 @@ from __future__ import annotations
 
 import base64
 import bisect
-import json
-import os
 import struct
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tidelog.broker.group.records import (
-    GroupValue,
-    OffsetKey,
-    OffsetValue,
-    decode_group_value,
-    decode_key,
-    decode_offset_value,
-)
-from tidelog.protocol import codec
-from tidelog.protocol.exceptions import ProtocolError
-from tidelog.protocol.schema import in_range, load_spec
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED, Record, decode_records, parse_control_record
 from tidelog.records.crc import crc32c
 from tidelog.records.errors import RecordError
 from tidelog.records.header import (
     ATTRIBUTES_OFFSET,
     CONTROL_MASK,
-    LOG_HEADER,
-    LOG_OVERHEAD,
-    MAGIC,
-    MAGIC_OFFSET,
     NO_SEQUENCE,
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
@@ -86,15 +69,14 @@ from tidelog.storage.format import (
     TXN_INDEX_ENTRY,
     TXN_INDEX_SUFFIX,
 )
+from tidelog.storage.header_scan import HeaderScan, classify_header
 from tidelog.storage.producer_state import decrement_sequence
+from tidelog.tools.dump_files import LogFile, read_entries, valid_prefix
+from tidelog.tools.offsets_decoder import parse_offsets_record
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # Kafka's --max-message-size default
 DEFAULT_MAX_BYTES = 2**31 - 1  # Kafka's --max-bytes default (Integer.MAX_VALUE)
 
-# Smallest batch size Kafka's FileLogInputStream accepts before calling a size field corrupt
-# (LegacyRecord.RECORD_OVERHEAD_V0 = 14); a v2 batch additionally needs its 61-byte header.
-MIN_RECORD_OVERHEAD = 14
-HEADER_SIZE_UP_TO_MAGIC = MAGIC_OFFSET + 1  # 17
 
 
 COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
@@ -108,8 +90,6 @@ CONTROL_TYPE_NAMES = {
     6: "KRAFT_VOTERS",
 }
 
-_WINDOW = 1 << 20  # read-ahead for .log files
-_INDEX_CHUNK = 1 << 20
 
 
 @dataclass(slots=True, frozen=True)
@@ -180,115 +160,12 @@ def _timestamp_type_name(header: BatchHeader) -> str:
 # ------------------------------------------------------------------------------------------- .log reading
 
 
-class _LogFile:
-    """Positional, bounded-memory access to a ``.log`` file (``os.pread`` through a read-ahead window)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd = os.open(path, os.O_RDONLY)
-        self.size = os.fstat(self.fd).st_size
-        self._buf = b""
-        self._buf_start = 0
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-    def __enter__(self) -> _LogFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def read(self, pos: int, n: int) -> memoryview:
-        """``n`` bytes at ``pos`` (fewer at end of file), served from the window when possible."""
-        start = pos - self._buf_start
-        if start < 0 or start + n > len(self._buf):
-            self._buf = os.pread(self.fd, max(n, _WINDOW), pos)
-            self._buf_start = pos
-            start = 0
-        return memoryview(self._buf)[start : start + n]
-
-    def pread(self, pos: int, n: int) -> bytes:
-        """``n`` bytes at ``pos`` without touching the window (random access for index checks)."""
-        return os.pread(self.fd, n, pos)
-
-
-@dataclass(slots=True)
-class _Scan:
-    """Result of looking at the bytes at one position of a ``.log``."""
-
-    header: BatchHeader | None = None
-    error: str | None = None
-    partial: bool = False  # not enough bytes for a whole batch: the invalid tail
-
-
-def _scan_header(head: bytes | memoryview, pos: int, available: int) -> _Scan:
-    """Classify the batch that starts at ``pos`` from its first bytes (up to 61)."""
-    if available < HEADER_SIZE_UP_TO_MAGIC:
-        return _Scan(partial=True)
-    _, length = LOG_HEADER.unpack_from(head, 0)
-    size = length + LOG_OVERHEAD
-    if length < MIN_RECORD_OVERHEAD:
-        return _Scan(
-            error=f"Found record size {length} smaller than minimum record overhead ({MIN_RECORD_OVERHEAD})"
-        )
-    if size > available:
-        return _Scan(partial=True)
-    magic = head[MAGIC_OFFSET]
-    if magic != MAGIC:
-        return _Scan(error=f"unsupported magic {magic} (only v2 batches)")
-    if size < RECORD_BATCH_OVERHEAD:
-        return _Scan(error=f"batch size {size} is smaller than the v2 batch header ({RECORD_BATCH_OVERHEAD})")
-    header = BatchHeader.parse(head, 0)
-    if header.last_offset_delta < 0 or header.records_count < 0:
-        return _Scan(
-            header=header,
-            error=f"negative lastOffsetDelta {header.last_offset_delta} or recordsCount {header.records_count}",
-        )
-    return _Scan(header=header)
-
-
-def _read_header_at(log: _LogFile, pos: int, limit: int) -> _Scan:
+def _read_header_at(log: LogFile, pos: int, limit: int) -> HeaderScan:
     """Header of the batch at ``pos`` by random access, the batch having to end before ``limit``."""
     if pos < 0 or pos >= log.size:
-        return _Scan(error=f"position {pos} is outside the log (size {log.size})")
+        return HeaderScan(error=f"position {pos} is outside the log (size {log.size})")
     head = log.pread(pos, RECORD_BATCH_OVERHEAD)
-    return _scan_header(head, pos, min(log.size, limit) - pos)
-
-
-# ------------------------------------------------------------------------------------------ index reading
-
-
-def _read_entries(path: Path, entry: struct.Struct) -> tuple[list[tuple[int, int]], int]:
-    """All fixed-size entries of an index file, and the file size (chunked reads)."""
-    entries: list[tuple[int, int]] = []
-    size = entry.size
-    with open(path, "rb", buffering=0) as f:
-        file_size = os.fstat(f.fileno()).st_size
-        carry = b""
-        while True:
-            chunk = f.read(_INDEX_CHUNK)
-            if not chunk:
-                break
-            data = carry + chunk
-            whole = len(data) - len(data) % size
-            entries.extend(entry.iter_unpack(data[:whole]))
-            carry = data[whole:]
-    return entries, file_size
-
-
-def _valid_prefix(entries: list[tuple[int, int]], offset_field: int) -> list[tuple[int, int]]:
-    """Entries up to the preallocated zero tail.
-
-    Kafka stops at the first entry after the first whose relative offset is 0. An index whose first two
-    entries are both all zeros is an empty preallocated index.
-    """
-    if len(entries) >= 2 and entries[0] == (0, 0) and entries[1] == (0, 0):
-        return []
-    for i in range(1, len(entries)):
-        if entries[i][offset_field] == 0:
-            return entries[:i]
-    return entries
+    return classify_header(head, pos, min(log.size, limit) - pos)
 
 
 # ------------------------------------------------------------------------------------------------ dumper
@@ -357,14 +234,14 @@ class Dumper:
                 {"path": name, "start_offset": start_offset},
                 f"Log starting offset: {start_offset}",
             )
-        with _LogFile(path) as log:
+        with LogFile(path) as log:
             limit = min(log.size, opts.max_bytes)
             pos = 0
             last_offset = -1
             stopped_on_error = False
             while pos < limit:
                 head = log.read(pos, RECORD_BATCH_OVERHEAD)
-                scan = _scan_header(head, pos, limit - pos)
+                scan = classify_header(head, pos, limit - pos)
                 if scan.partial:
                     break
                 if scan.error is not None or scan.header is None:
@@ -532,8 +409,8 @@ class Dumper:
         if base is None:
             yield self._error(name, None, "file name does not start with a base offset")
             return None
-        raw, file_size = _read_entries(path, entry)
-        entries = _valid_prefix(raw, offset_field)
+        raw, file_size = read_entries(path, entry)
+        entries = valid_prefix(raw, offset_field)
         if not entries:
             yield Event("empty", {"path": name}, f"{name} is empty.")
             return None
@@ -561,9 +438,9 @@ class Dumper:
             return
         base, entries = opened
         log_path = _sibling(path, LOG_SUFFIX)
-        log: _LogFile | None = None
+        log: LogFile | None = None
         if log_path.exists():
-            log = _LogFile(log_path)
+            log = LogFile(log_path)
         else:
             yield self._missing_log(name, log_path)
         mismatches = 0
@@ -672,12 +549,12 @@ class Dumper:
         index_path = _sibling(path, INDEX_SUFFIX)
         offset_entries: list[tuple[int, int]] = []
         if index_path.exists():
-            offset_entries = _valid_prefix(_read_entries(index_path, OFFSET_INDEX_ENTRY)[0], 0)
+            offset_entries = valid_prefix(read_entries(index_path, OFFSET_INDEX_ENTRY)[0], 0)
         index_offsets = [base + rel for rel, _ in offset_entries]
         key = str(path.absolute())
         prev_ts = -1
         problems_before = self.problems
-        with _LogFile(log_path) as log:
+        with LogFile(log_path) as log:
             for ts, rel in entries:
                 offset = base + rel
                 i = bisect.bisect_right(index_offsets, offset) - 1
@@ -725,7 +602,7 @@ class Dumper:
         )
 
     @staticmethod
-    def _find_batch(log: _LogFile, position: int, offset: int) -> BatchHeader | None:
+    def _find_batch(log: LogFile, position: int, offset: int) -> BatchHeader | None:
         """First batch at or after ``position`` whose last offset is ≥ ``offset`` (headers only)."""
         pos = position
         while pos < log.size:
@@ -875,170 +752,3 @@ def _describe_control(record: Record) -> tuple[str, dict[str, Any]]:
     return f"controlType: {type_name}({type_id})", {"type": type_name, "type_id": type_id}
 
 
-# ---------------------------------------------------------------------------------- --offsets-decoder
-
-OFFSETS_KEY_TYPES = (0, 1, 2)  # OffsetCommitKey (0, 1) and GroupMetadataKey (2): the types tidelog writes
-CONSUMER_PROTOCOL_TYPE = "consumer"
-DELETE_PAYLOAD = "<DELETE>"
-
-
-@dataclass(slots=True, frozen=True)
-class OffsetsRecord:
-    """One ``__consumer_offsets`` record as Kafka's ``OffsetsMessageParser`` shows it.
-
-    ``key_text`` follows ``key:`` on the record's line; ``payload_text`` follows ``payload:`` (``None``: no
-    payload is printed, the record could not be decoded). ``key_json`` / ``payload_json`` are the decoded
-    objects whose compact JSON those texts are (``None`` for an undecodable record and for a tombstone's
-    payload, which prints ``<DELETE>``).
-    """
-
-    key_text: str
-    payload_text: str | None
-    key_json: dict[str, Any] | None
-    payload_json: dict[str, Any] | None
-
-
-def _compact_json(obj: Any) -> str:
-    """Jackson's ``JsonNode.toString``: no spaces, non-ASCII characters written as they are."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-
-
-def _b64(data: bytes | bytearray | memoryview | None) -> str | None:
-    return None if data is None else base64.b64encode(bytes(data)).decode("ascii")
-
-
-def parse_offsets_record(offset: int, key: bytes | None, value: bytes | None) -> OffsetsRecord:
-    """Decode a ``__consumer_offsets`` record with the group coordinator's own decoders.
-
-    Kafka's behaviour (``DumpLogSegments.OffsetsMessageParser``): the key becomes
-    ``{"type":"<key version>","data":{...}}``, the value ``{"version":"<value version>","data":{...}}`` with
-    the message specs' camelCase field names and only the fields of that version; a null value prints
-    ``<DELETE>``. For a group of protocol type ``consumer`` each member's subscription and assignment bytes
-    are replaced by their decoded ``ConsumerProtocolSubscription`` / ``ConsumerProtocolAssignment`` (kept as
-    base64 when they do not decode). An unknown key type or an undecodable record gives a one-line
-    explanation instead of key and payload. Kafka aborts the dump on a record without a key; here that
-    message is printed as the record's key text and the dump goes on.
-    """
-    if key is None:
-        return OffsetsRecord(
-            f"Failed to decode message at offset {offset} using offset topic decoder (message had a missing key)",
-            None,
-            None,
-            None,
-        )
-    key = bytes(key)
-    key_version = _version(key) if len(key) >= 2 else None  # a shorter key fails in decode_key below
-    if key_version is not None and key_version not in OFFSETS_KEY_TYPES:
-        return OffsetsRecord(f"Unknown record type {key_version} at offset {offset}, skipping.", None, None, None)
-    try:
-        decoded_key = decode_key(key)
-        if isinstance(decoded_key, OffsetKey):
-            key_data: dict[str, Any] = {
-                "group": decoded_key.group,
-                "topic": decoded_key.topic,
-                "partition": decoded_key.partition,
-            }
-        else:
-            key_data = {"group": decoded_key.group}
-        key_json = {"type": str(key_version), "data": key_data}
-        if value is None:
-            return OffsetsRecord(_compact_json(key_json), DELETE_PAYLOAD, key_json, None)
-        value = bytes(value)
-        if isinstance(decoded_key, OffsetKey):
-            offset_value = decode_offset_value(value)
-            value_data = _offset_value_json(offset_value, _version(value))
-        else:
-            group_value = decode_group_value(value)
-            value_data = _group_value_json(group_value, _version(value))
-        payload_json = {"version": str(_version(value)), "data": value_data}
-    except (ValueError, struct.error) as exc:  # SchemaError is a ValueError
-        return OffsetsRecord(f"Error at offset {offset}, skipping. {exc}", None, None, None)
-    return OffsetsRecord(_compact_json(key_json), _compact_json(payload_json), key_json, payload_json)
-
-
-def _version(data: bytes) -> int:
-    """The int16 version that starts a key or value (at least 2 bytes: checked or already decoded)."""
-    return int(struct.unpack_from(">h", data, 0)[0])
-
-
-def _offset_value_json(v: OffsetValue, version: int) -> dict[str, Any]:
-    """``OffsetCommitValue`` fields of ``version``: leaderEpoch from v3, expireTimestamp only in v1."""
-    data: dict[str, Any] = {"offset": v.offset}
-    if version >= 3:
-        data["leaderEpoch"] = v.leader_epoch
-    data["metadata"] = v.metadata
-    data["commitTimestamp"] = v.commit_timestamp
-    if version == 1:
-        data["expireTimestamp"] = v.expire_timestamp
-    return data
-
-
-def _group_value_json(v: GroupValue, version: int) -> dict[str, Any]:
-    """``GroupMetadataValue`` fields of ``version``; consumer-protocol member payloads decoded."""
-    consumer = v.protocol_type == CONSUMER_PROTOCOL_TYPE
-    data: dict[str, Any] = {
-        "protocolType": v.protocol_type,
-        "generation": v.generation,
-        "protocol": v.protocol,
-        "leader": v.leader,
-    }
-    if version >= 2:
-        data["currentStateTimestamp"] = v.current_state_timestamp
-    members: list[dict[str, Any]] = []
-    for m in v.members:
-        member: dict[str, Any] = {"memberId": m.member_id}
-        if version >= 3:
-            member["groupInstanceId"] = m.group_instance_id
-        member["clientId"] = m.client_id
-        member["clientHost"] = m.client_host
-        if version >= 1:
-            member["rebalanceTimeout"] = m.rebalance_timeout
-        member["sessionTimeout"] = m.session_timeout
-        subscription: Any = _b64(m.subscription)
-        assignment: Any = _b64(m.assignment)
-        if consumer:
-            subscription = _consumer_protocol_json("ConsumerProtocolSubscription", m.subscription) or subscription
-            assignment = _consumer_protocol_json("ConsumerProtocolAssignment", m.assignment) or assignment
-        member["subscription"] = subscription
-        member["assignment"] = assignment
-        members.append(member)
-    data["members"] = members
-    return data
-
-
-def _consumer_protocol_json(name: str, payload: bytes) -> dict[str, Any] | None:
-    """A consumer-protocol payload (int16 version + body) as Kafka's JSON; ``None`` when it does not decode.
-
-    Decoded with the protocol codec at the payload's own version; a version outside the spec's valid range
-    does not decode (Kafka's generated reader refuses it), so the caller keeps the base64.
-    """
-    if len(payload) < 2:
-        return None
-    (version,) = struct.unpack_from(">h", payload, 0)
-    try:
-        spec = load_spec(name)
-        if not in_range(version, spec.valid_versions):
-            return None
-        body = codec.decode_data(name, version, memoryview(payload)[2:])
-    except (ProtocolError, KeyError, ValueError, OSError):
-        return None
-    return _spec_json(spec.fields, body, version)
-
-
-def _spec_json(fields: list[Any], body: dict[str, Any], version: int) -> dict[str, Any]:
-    """A decoded message body as Kafka's generated JSON converters write it: the fields present in
-    ``version``, named in camelCase as in the spec, bytes as base64, structs and arrays recursively."""
-    out: dict[str, Any] = {}
-    for f in fields:
-        if not f.present(version):
-            continue
-        value = body.get(f.key)
-        if f.is_struct:
-            if f.is_array:
-                value = None if value is None else [_spec_json(f.fields, item, version) for item in value]
-            elif value is not None:
-                value = _spec_json(f.fields, value, version)
-        elif f.type == "bytes":
-            value = _b64(value)
-        out[f.name[:1].lower() + f.name[1:]] = value
-    return out

@@ -85,4 +85,7 @@ def list_groups(self: DescribedCoordinator, states: Iterable[str] = (), types: I
         out.append({"group_id": g.group_id, "protocol_type": g.protocol_type or "",
                     "group_state": g.state.value, "group_type": "classic"})
     out += self.consumer.list_groups(wanted_states, wanted_types)
+    share = getattr(self.broker, "share_groups", None)  # KIP-932 share groups (broker/group/share_group.py)
+    if share is not None:
+        out += share.list_groups(wanted_states, wanted_types)
     return NONE, out

@@ -14,7 +14,8 @@ from tidelog.broker.group.records import OFFSETS_TOPIC, OffsetValue
 from tidelog.broker.group.replay import _materialize
 from tidelog.broker.group.state import Group, GroupState
 from tidelog.broker.group.state import now_ms as _now_ms
-from tidelog.errors import ErrorCode
+from tidelog.broker.txn import tv2
+from tidelog.protocol.errors import error_code
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
@@ -22,23 +23,23 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidelog.broker.group")
 
-NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
-COORDINATOR_LOAD_IN_PROGRESS = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
-FENCED_INSTANCE_ID = ErrorCode.FENCED_INSTANCE_ID
-ILLEGAL_GENERATION = ErrorCode.ILLEGAL_GENERATION
-INVALID_GROUP_ID = ErrorCode.INVALID_GROUP_ID
-INVALID_PRODUCER_EPOCH = ErrorCode.INVALID_PRODUCER_EPOCH
-INVALID_PRODUCER_ID_MAPPING = ErrorCode.INVALID_PRODUCER_ID_MAPPING
-INVALID_TXN_STATE = ErrorCode.INVALID_TXN_STATE
-NETWORK_EXCEPTION = ErrorCode.NETWORK_EXCEPTION
-NOT_COORDINATOR = ErrorCode.NOT_COORDINATOR
-OFFSET_METADATA_TOO_LARGE = ErrorCode.OFFSET_METADATA_TOO_LARGE
-PRODUCER_FENCED = ErrorCode.PRODUCER_FENCED
-REBALANCE_IN_PROGRESS = ErrorCode.REBALANCE_IN_PROGRESS
-TRANSACTION_ABORTABLE = ErrorCode.TRANSACTION_ABORTABLE
-UNKNOWN_MEMBER_ID = ErrorCode.UNKNOWN_MEMBER_ID
-UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+NONE = 0
+COORDINATOR_LOAD_IN_PROGRESS = error_code("COORDINATOR_LOAD_IN_PROGRESS")
+COORDINATOR_NOT_AVAILABLE = error_code("COORDINATOR_NOT_AVAILABLE")
+FENCED_INSTANCE_ID = error_code("FENCED_INSTANCE_ID")
+ILLEGAL_GENERATION = error_code("ILLEGAL_GENERATION")
+INVALID_GROUP_ID = error_code("INVALID_GROUP_ID")
+INVALID_PRODUCER_EPOCH = error_code("INVALID_PRODUCER_EPOCH")
+INVALID_PRODUCER_ID_MAPPING = error_code("INVALID_PRODUCER_ID_MAPPING")
+INVALID_TXN_STATE = error_code("INVALID_TXN_STATE")
+NETWORK_EXCEPTION = error_code("NETWORK_EXCEPTION")
+NOT_COORDINATOR = error_code("NOT_COORDINATOR")
+OFFSET_METADATA_TOO_LARGE = error_code("OFFSET_METADATA_TOO_LARGE")
+PRODUCER_FENCED = error_code("PRODUCER_FENCED")
+REBALANCE_IN_PROGRESS = error_code("REBALANCE_IN_PROGRESS")
+TRANSACTION_ABORTABLE = error_code("TRANSACTION_ABORTABLE")
+UNKNOWN_MEMBER_ID = error_code("UNKNOWN_MEMBER_ID")
+UNKNOWN_TOPIC_OR_PARTITION = error_code("UNKNOWN_TOPIC_OR_PARTITION")
 
 
 class TxnOffsetsHost(Protocol):
@@ -176,11 +177,16 @@ async def _verify_txn(self: TxnOffsetsHost, transactional_id: str, group_id: str
     COORDINATOR_NOT_AVAILABLE) -> COORDINATOR_NOT_AVAILABLE; not reachable -> COORDINATOR_LOAD_IN_PROGRESS."""
     coord = getattr(self.broker, "txn_coordinator", None)
     verify = getattr(coord, "verify_transaction", None)
-    if verify is None or not getattr(coord, "verification_enabled", True):
+    implicit = tv2.implicit_add(self.broker, api_version, tv2.TXN_OFFSET_COMMIT_V2_VERSION)
+    if verify is None or not (getattr(coord, "verification_enabled", True) or implicit):
         return NONE
     tp = (OFFSETS_TOPIC, rec.partition_for(group_id, self.num_partitions))
     try:
-        codes = await verify(transactional_id, producer_id, producer_epoch, [tp])
+        if implicit:
+            # transactions v2 (KIP-890 part 2): v5 adds the offsets partition itself (no AddOffsetsToTxn)
+            codes = await tv2.add_partitions(coord, transactional_id, producer_id, producer_epoch, [tp])  # type: ignore[arg-type]
+        else:
+            codes = await verify(transactional_id, producer_id, producer_epoch, [tp])
     except Exception as exc:
         # the transaction coordinator could not be asked: retriable, as Kafka's NETWORK_EXCEPTION here
         log.warning("transaction verification failed", extra={"kv": {"group": group_id, "error": repr(exc)}})

@@ -11,6 +11,7 @@ from tidelog.broker.handlers.core_shared import (
     NONE,
     PRODUCE,
 )
+from tidelog.broker.txn import tv2
 from tidelog.protocol import codec
 
 
@@ -53,6 +54,7 @@ async def api_versions(ctx: RequestContext, request: dict) -> dict:
     handlers = ctx.broker.handlers
     # v3+: SupportedFeatures / FinalizedFeatures (broker/features.py); v4 lists features whose minimum is 0 too
     return {"error_code": NONE, "api_keys": api_versions_list(handlers), "throttle_time_ms": 0,
-            **api_versions_fields(handlers, ctx.api_version)}
+            **api_versions_fields(handlers, ctx.api_version, tv2.finalized_level(ctx.broker),
+                                  tv2.features_epoch(ctx.broker))}
 
 

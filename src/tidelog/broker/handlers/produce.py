@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tidelog.broker.errors import PartitionError, error_of
+from tidelog.broker.errors import PartitionError, code_of, error_of
 from tidelog.broker.handlers import DeferredResponse, RequestContext, handles
 from tidelog.broker.handlers.core_shared import (
     _TOPIC,
@@ -27,10 +27,21 @@ from tidelog.broker.handlers.core_shared import (
 from tidelog.broker.purgatory import DelayedProduce
 from tidelog.broker.security.acls import AclOperation, ResourceType
 from tidelog.broker.topics import ADMIN_CLIENT_ID, INTERNAL_TOPICS
-from tidelog.errors import ErrorCode, error_code
+from tidelog.broker.txn import tv2
 from tidelog.protocol.errors import error_for_code
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED
 from tidelog.records.errors import DecompressionLimitError, RecordError
+from tidelog.records.header import (
+    ATTRIBUTES_LOW_OFFSET,
+    COMPRESSION_MASK,
+    CONTROL_MASK,
+    PRODUCER_EPOCH_FIELD,
+    PRODUCER_EPOCH_OFFSET,
+    PRODUCER_ID_FIELD,
+    PRODUCER_ID_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_MASK,
+)
 from tidelog.storage.log.partition_log import PartitionLog
 from tidelog.storage.log.validator import ValidatedBatch
 
@@ -66,9 +77,9 @@ INLINE_VALIDATION_NS = 80_000
 def validation_cost_ns(records: Records) -> float:
     """Worst-case cost of validating one produce batch (header only: nothing is decompressed)."""
     n = len(records)
-    if n < 61:
+    if n < RECORD_BATCH_OVERHEAD:
         return 0.0
-    codec = records[22] & 0x07
+    codec = records[ATTRIBUTES_LOW_OFFSET] & COMPRESSION_MASK
     if codec > 4:
         return 0.0  # refused from the header
     return min(n * _MAX_RATIO[codec], DEFAULT_MAX_DECOMPRESSED) * _NS_PER_OUTPUT_BYTE[codec]
@@ -174,7 +185,10 @@ async def produce(ctx: RequestContext, request: dict) -> dict | DeferredResponse
             if pp is None:
                 any_error = True
                 continue
-            if len(pp.records) >= 61 and pp.records[22] & 0x30 == 0x10:  # transactional, not control: KIP-890
+            if (
+                len(pp.records) >= RECORD_BATCH_OVERHEAD
+                and pp.records[ATTRIBUTES_LOW_OFFSET] & (TRANSACTIONAL_MASK | CONTROL_MASK) == TRANSACTIONAL_MASK
+            ):  # transactional, not control: KIP-890
                 if txn_parts is None:
                     txn_parts = []
                 txn_parts.append(pp)
@@ -282,7 +296,9 @@ def _checked_partition(ctx: RequestContext, name: str | None, topic_err: int, ac
 
 def _validation_cost(pp: _ProducePartition) -> float:
     records = pp.records
-    if len(records) >= 61 and pp.plog.recompresses(records[22] & 0x07):
+    if len(records) >= RECORD_BATCH_OVERHEAD and pp.plog.recompresses(
+        records[ATTRIBUTES_LOW_OFFSET] & COMPRESSION_MASK
+    ):
         return float("inf")  # rebuilt with the topic's codec: per-record Python
     return validation_cost_ns(records)
 
@@ -347,14 +363,14 @@ async def _wait_for_acks(ctx: RequestContext, acks: int, timeout_ms: int, append
     return body
 
 
-def _acked(body: dict, results: dict[tuple[str, int], dict], status: Mapping[tuple[str, int], ErrorCode | None] | BaseException) -> dict:
+def _acked(body: dict, results: dict[tuple[str, int], dict], status: Mapping[tuple[str, int], str | None] | BaseException) -> dict:
     """The acks=-1 answer once its DelayedProduce completed: each partition still short gets its error. A deferred
     answer (ctx.defer) whose operation failed gets UNKNOWN_SERVER_ERROR in each partition it appended to."""
     if isinstance(status, BaseException):
-        status = dict.fromkeys(results, ErrorCode.UNKNOWN_SERVER_ERROR)
+        status = dict.fromkeys(results, "UNKNOWN_SERVER_ERROR")
     for tp, err in status.items():
         if err is not None:
-            results[tp]["error_code"] = error_code(err)
+            results[tp]["error_code"] = code_of(err)
     return body
 
 
@@ -376,7 +392,11 @@ def _has_transactional_batch(request: dict) -> bool:
     for t in request.get("topic_data") or ():
         for pd in t.get("partition_data") or ():
             records = pd.get("records")
-            if records is not None and len(records) >= 61 and records[22] & 0x10:
+            if (
+                records is not None
+                and len(records) >= RECORD_BATCH_OVERHEAD
+                and records[ATTRIBUTES_LOW_OFFSET] & TRANSACTIONAL_MASK
+            ):
                 return True
     return False
 
@@ -394,20 +414,20 @@ def _produce_refused(request: dict, code: int) -> dict:
 # KIP-890 part 1: a failed verification as Kafka's ReplicaManager / AddPartitionsToTxnManager answer it. Retriable
 # coordinator errors become NOT_ENOUGH_REPLICAS (older clients retry it without a metadata refresh);
 # TRANSACTION_ABORTABLE only from Produce v11 on (INVALID_TXN_STATE before); PRODUCER_FENCED as INVALID_PRODUCER_EPOCH.
-_VERIFY_RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                               ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+_VERIFY_RETRIABLE = frozenset({"CONCURRENT_TRANSACTIONS", "NETWORK_EXCEPTION", "COORDINATOR_LOAD_IN_PROGRESS",
+                               "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"})
 
 
 _NOT_VERIFIED = object()  # the guard of a batch that joined a transaction open at the time of the produce
 
 
-def _verification_error(err: ErrorCode, version: int) -> ErrorCode:
+def _verification_error(err: str, version: int) -> str:
     if err in _VERIFY_RETRIABLE:
-        return ErrorCode.NOT_ENOUGH_REPLICAS
-    if err == ErrorCode.PRODUCER_FENCED:
-        return ErrorCode.INVALID_PRODUCER_EPOCH
-    if err == ErrorCode.TRANSACTION_ABORTABLE and version < 11:
-        return ErrorCode.INVALID_TXN_STATE
+        return "NOT_ENOUGH_REPLICAS"
+    if err == "PRODUCER_FENCED":
+        return "INVALID_PRODUCER_EPOCH"
+    if err == "TRANSACTION_ABORTABLE" and version < 11:
+        return "INVALID_TXN_STATE"
     return err
 
 
@@ -417,13 +437,25 @@ async def _verify_transactional(ctx: RequestContext, transactional_id: str | Non
     producer's transaction at the coordinator (``verify_transaction``; a local call on one node). Returns the
     partitions refused (their response entries carry the error)."""
     coord = ctx.broker.txn_coordinator
-    if coord is None or not coord.verification_enabled:
+    # transactions v2 (Produce v12, KIP-890 part 2): the partition is added to the transaction here, whatever
+    # transaction.partition.verification.enable says (the client sends no AddPartitionsToTxn)
+    implicit = tv2.implicit_add(ctx.broker, ctx.api_version, tv2.PRODUCE_V2_VERSION)
+    if coord is None or not (coord.verification_enabled or implicit):
         return set()
     by_producer: dict[tuple[int, int], list[_ProducePartition]] = {}
     for pp in parts:
         rec = pp.records
-        pid = int.from_bytes(rec[43:51], "big", signed=True)
+        (pid,) = PRODUCER_ID_FIELD.unpack_from(rec, PRODUCER_ID_OFFSET)
         ps = pp.plog.producer_state
+        if ps is not None and implicit and ps.has_open_transaction(pid):
+            # v2: the open transaction is this batch's only at the same epoch (Kafka's hasOngoingTransaction
+            # with the epoch); a batch of the bumped epoch starts the next transaction and must be added first
+            entry = ps.last_entry(pid)
+            if entry is not None and entry.producer_epoch != int.from_bytes(rec[51:53], "big", signed=True):
+                ps.clear_verification(pid)
+                pp.guard = ps.start_verification(pid)
+                by_producer.setdefault((pid, int.from_bytes(rec[51:53], "big", signed=True)), []).append(pp)
+                continue
         if ps is None or ps.has_open_transaction(pid):
             # verified when its transaction began on this partition; should that transaction end before the
             # append, the batch is refused there (a guard that is never live)
@@ -432,21 +464,25 @@ async def _verify_transactional(ctx: RequestContext, transactional_id: str | Non
         # Kafka's VerificationGuard: taken before asking the coordinator, checked at the append, cleared by a
         # marker in between, so a batch verified in a transaction that then ended cannot open a new one
         pp.guard = ps.start_verification(pid)
-        epoch = int.from_bytes(rec[51:53], "big", signed=True)
+        (epoch,) = PRODUCER_EPOCH_FIELD.unpack_from(rec, PRODUCER_EPOCH_OFFSET)
         by_producer.setdefault((pid, epoch), []).append(pp)
     refused: set[_ProducePartition] = set()
     for (pid, epoch), pps in by_producer.items():
         if not transactional_id:
-            errors = dict.fromkeys(((pp.name, pp.index) for pp in pps), ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            errors = dict.fromkeys(((pp.name, pp.index) for pp in pps), "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
         else:
-            codes = await coord.verify_transaction(transactional_id, pid, epoch, [(pp.name, pp.index) for pp in pps])
-            errors = {tp: error_code(error_for_code(c).name) for tp, c in codes.items() if c}
+            tps = [(pp.name, pp.index) for pp in pps]
+            if implicit:
+                codes = await tv2.add_partitions(coord, transactional_id, pid, epoch, tps)  # KIP-890 part 2
+            else:
+                codes = await coord.verify_transaction(transactional_id, pid, epoch, tps)
+            errors = {tp: error_for_code(c).name for tp, c in codes.items() if c}
         for pp in pps:
             err = errors.get((pp.name, pp.index))
             if err is None:
                 continue
             name = _verification_error(err, ctx.api_version)
-            pp.pr["error_code"] = error_code(name)
+            pp.pr["error_code"] = code_of(name)
             pp.pr["error_message"] = (f"Partition {pp.name}-{pp.index} was not verified in the transaction: {err}"
                                       if ctx.api_version >= 8 else None)
             refused.add(pp)
@@ -488,13 +524,13 @@ def _append_one(ctx: RequestContext, pp: _ProducePartition, now_ms: int, appende
             # leadership may have moved (or the topic gone) while the batch was validated on a worker
             plog = broker.leader_log(name, index)
             if plog is not pp.plog:
-                raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{name}-{index} changed while the batch was checked")
+                raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"{name}-{index} changed while the batch was checked")
             info = plog.append_validated(validated, leader_epoch=broker.leader_epoch(name, index),
                                          verification_guard=pp.guard)
     except Exception as exc:
         err: BaseException = exc
         if broker.topics.get_log(name, index) is not pp.plog:  # deleted meanwhile (on a worker thread)
-            err = PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{name}-{index} was deleted")
+            err = PartitionError("UNKNOWN_TOPIC_OR_PARTITION", f"{name}-{index} was deleted")
         _produce_error(ctx, pr, name, index, err)
         return True
     pr["base_offset"] = info.first_offset

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.group.records import OFFSETS_TOPIC
 from tidelog.broker.internal_topics import wait_replicated
-from tidelog.errors import ApiError, ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ERRORS_BY_CODE
 
@@ -37,21 +36,21 @@ log = logging.getLogger("tidelog.broker.txn.markers")
 
 TopicPartition = tuple[str, int]
 # errors after which sending stops: the marker is refused for good (Kafka's abortSending)
-FATAL_MARKER_ERRORS = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED})
+FATAL_MARKER_ERRORS = frozenset({"INVALID_PRODUCER_EPOCH", "TRANSACTION_COORDINATOR_FENCED"})
 
 
 async def append_markers_locally(broker: Broker, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                                  commit: bool, partitions: Iterable[TopicPartition],
-                                 timeout_ms: int) -> dict[TopicPartition, ErrorCode | None]:
+                                 timeout_ms: int) -> dict[TopicPartition, str | None]:
     """Append one marker to each partition (this broker must lead it) and wait for the ISR.
     Returns ``{tp: None | Kafka error name}``."""
-    result: dict[TopicPartition, ErrorCode | None] = {}
+    result: dict[TopicPartition, str | None] = {}
     required: dict[TopicPartition, int] = {}
     for tp in partitions:
         try:
             plog = broker.leader_log(*tp)
         except Exception as exc:
-            result[tp] = exc.kafka_error if isinstance(exc, ApiError) else ErrorCode.UNKNOWN_SERVER_ERROR
+            result[tp] = getattr(exc, "kafka_error", None) or "UNKNOWN_SERVER_ERROR"
             continue
         ticket = broker.append_sequencer.ticket(tp)
         try:
@@ -61,10 +60,10 @@ async def append_markers_locally(broker: Broker, producer_id: int, producer_epoc
                 leader_epoch=broker.leader_epoch(*tp))
             broker.on_append(tp, plog)
         except Exception as exc:
-            name = exc.kafka_error if isinstance(exc, ApiError) else None
+            name = getattr(exc, "kafka_error", None)
             if name is None:
                 log.exception("appending a transaction marker failed", extra={"kv": {"partition": f"{tp[0]}-{tp[1]}"}})
-            result[tp] = name or ErrorCode.UNKNOWN_SERVER_ERROR
+            result[tp] = name or "UNKNOWN_SERVER_ERROR"
             continue
         finally:
             ticket.release()
@@ -82,20 +81,21 @@ async def append_markers_locally(broker: Broker, producer_id: int, producer_epoc
 
 
 def write_txn_markers_request(producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
-                              partitions: Iterable[TopicPartition]) -> dict[str, Any]:
-    """The WriteTxnMarkers (v1) request body for one transaction's partitions on one broker."""
+                              partitions: Iterable[TopicPartition], transaction_version: int = 0) -> dict[str, Any]:
+    """The WriteTxnMarkers request body for one transaction's partitions on one broker (``transaction_version``:
+    the v2 field, 2 for a transactions-v2 transaction)."""
     topics: dict[str, list[int]] = {}
     for topic, p in sorted(partitions):
         topics.setdefault(topic, []).append(p)
     return {"markers": [{
         "producer_id": producer_id, "producer_epoch": producer_epoch, "transaction_result": commit,
         "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()],
-        "coordinator_epoch": coordinator_epoch, "transaction_version": 0,
+        "coordinator_epoch": coordinator_epoch, "transaction_version": transaction_version,
     }]}
 
 
-def _errors_of_response(body: dict[str, Any], producer_id: int) -> dict[TopicPartition, ErrorCode | None]:
-    out: dict[TopicPartition, ErrorCode | None] = {}
+def _errors_of_response(body: dict[str, Any], producer_id: int) -> dict[TopicPartition, str | None]:
+    out: dict[TopicPartition, str | None] = {}
     for m in body.get("markers") or ():
         if m.get("producer_id") != producer_id:
             continue
@@ -104,7 +104,7 @@ def _errors_of_response(body: dict[str, Any], producer_id: int) -> dict[TopicPar
                 code = int(p.get("error_code", 0))
                 err = ERRORS_BY_CODE.get(code)
                 out[(t["name"], int(p["partition_index"]))] = (
-                    None if code == 0 else (ErrorCode(code) if err is not None else ErrorCode.UNKNOWN_SERVER_ERROR))
+                    None if code == 0 else (err.name if err is not None else "UNKNOWN_SERVER_ERROR"))
     return out
 
 
@@ -131,7 +131,7 @@ class TxnMarkerChannel:
 
     async def send(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
                    partitions: Iterable[TopicPartition], *, still_valid: Callable[[], bool],
-                   on_done: Callable[[TopicPartition], None]) -> bool:
+                   on_done: Callable[[TopicPartition], None], transaction_version: int = 0) -> bool:
         """Write the markers; ``on_done(tp)`` for each partition acknowledged or dropped. Returns True when every
         partition is done, False when sending stopped (``still_valid()`` turned false, or a fatal marker error)."""
         pending = set(partitions)
@@ -156,12 +156,12 @@ class TxnMarkerChannel:
                 else:
                     remote.setdefault(leader, []).append(tp)
             # this broker's partitions and every other leader's at once: a slow or dead one holds up no other
-            jobs = [self._send_remote(node, producer_id, producer_epoch, coordinator_epoch, commit, tps)
-                    for node, tps in remote.items()]
+            jobs = [self._send_remote(node, producer_id, producer_epoch, coordinator_epoch, commit, tps,
+                                      transaction_version) for node, tps in remote.items()]
             if local:
                 jobs.append(append_markers_locally(self.broker, producer_id, producer_epoch, coordinator_epoch,
                                                    commit, local, self.request_timeout_ms))
-            results: dict[TopicPartition, ErrorCode | None] = {}
+            results: dict[TopicPartition, str | None] = {}
             for answer in await asyncio.gather(*jobs):
                 results.update(answer)
             for tp, err in results.items():
@@ -173,7 +173,7 @@ class TxnMarkerChannel:
                                 extra={"kv": {"partition": f"{tp[0]}-{tp[1]}", "producer_id": producer_id,
                                               "error": err}})
                     return False
-                elif err == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and not self._partition_exists(tp):
+                elif err == "UNKNOWN_TOPIC_OR_PARTITION" and not self._partition_exists(tp):
                     pending.discard(tp)
                     on_done(tp)
             if pending:
@@ -186,16 +186,20 @@ class TxnMarkerChannel:
         return True
 
     async def _send_remote(self, node: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                           commit: bool, tps: list[TopicPartition]) -> dict[TopicPartition, ErrorCode | None]:
+                           commit: bool, tps: list[TopicPartition],
+                           transaction_version: int = 0) -> dict[TopicPartition, str | None]:
         """WriteTxnMarkers (v1) to the leader ``node`` through the replica manager's inter-broker requests
         (``broker_request``; one node has no other broker: the partition is not led here, retried)."""
         request = self.broker.replica_manager.broker_request
-        body = write_txn_markers_request(producer_id, producer_epoch, coordinator_epoch, commit, tps)
+        body = write_txn_markers_request(producer_id, producer_epoch, coordinator_epoch, commit, tps,
+                                         transaction_version)
+        version = 2 if transaction_version >= 2 else 1  # v2 carries TransactionVersion (Kafka 4)
         try:
-            response = await request(node, ApiKey.WRITE_TXN_MARKERS, 1, body, timeout=self.request_timeout_ms / 1000.0)
+            response = await request(node, ApiKey.WRITE_TXN_MARKERS, version, body,
+                                     timeout=self.request_timeout_ms / 1000.0)
         except Exception as exc:
             log.info("WriteTxnMarkers to a partition leader failed",
                      extra={"kv": {"node": node, "error": repr(exc)}})
-            return dict.fromkeys(tps, ErrorCode.NETWORK_EXCEPTION)
+            return dict.fromkeys(tps, "NETWORK_EXCEPTION")
         errors = _errors_of_response(response, producer_id)
-        return {tp: errors.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR) for tp in tps}
+        return {tp: errors.get(tp, "UNKNOWN_SERVER_ERROR") for tp in tps}

@@ -12,7 +12,8 @@ Layouts are Kafka's ``TransactionLogKey`` / ``TransactionLogValue`` message spec
   value and in each partitions entry) adds the tagged fields ``PreviousProducerId int64`` (tag 0, default -1),
   ``NextProducerId int64`` (tag 1, default -1) and ``ClientTransactionVersion int16`` (tag 2, default 0); newer
   Kafka versions add more tags, which a reader skips. Kafka writes v0 unless the client uses transactions
-  version 2 (KIP-890 part 2), which tidelog does not offer: tidelog writes v0 and reads both.
+  version 2 (KIP-890 part 2). As Kafka 4, tidelog writes v1 once ``transaction.version`` >= 1 is finalized (the
+  default, :func:`tidelog.broker.txn.tv2.log_value_version`), v0 below; it reads both.
 * ``TransactionPartitions`` is null when the state is Empty (Kafka's ``valueToBytes``) and ignored on read then.
 * a tombstone (null value) removes the transactional id (``transactional.id.expiration.ms``).
 
@@ -38,7 +39,7 @@ __all__ = [
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 KEY_VERSION = 0
-VALUE_VERSION = 0  # what tidelog writes (Kafka's for transactions versions 0 and 1)
+VALUE_VERSION = 0  # what tidelog writes for a transaction of a client before transactions v2
 HIGHEST_VALUE_VERSION = 1
 
 _I8 = struct.Struct(">b")
@@ -111,9 +112,11 @@ def _compact_str(s: str) -> bytes:
     return encode_unsigned_varint(len(raw) + 1) + raw
 
 
-def encode_value(v: TxnLogValue, version: int = VALUE_VERSION) -> bytes:
-    """``TransactionLogValue`` at ``version`` (0 or 1), prefixed by the version. Partitions are written null when the
-    status is Empty (0), as Kafka does."""
+def encode_value(v: TxnLogValue, version: int | None = None) -> bytes:
+    """``TransactionLogValue`` at ``version`` (0 or 1; None: 1 for a transactions-v2 record, else 0), prefixed by
+    the version. Partitions are written null when the status is Empty (0), as Kafka does."""
+    if version is None:
+        version = 1 if v.client_transaction_version >= 1 else VALUE_VERSION
     if version not in (0, 1):
         raise TxnSchemaError(f"unsupported transaction log value version {version}")
     out = [_I16.pack(version), _V0_HEAD.pack(v.producer_id, v.producer_epoch, v.transaction_timeout_ms, v.status)]

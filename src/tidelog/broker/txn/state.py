@@ -100,13 +100,15 @@ class TxnTransit:
     partitions: frozenset[tuple[str, int]]
     txn_start_timestamp: int
     txn_last_update_timestamp: int
+    client_transaction_version: int = 0  # 2: the client's transaction uses transactions v2 (KIP-890 part 2)
 
     def log_value(self) -> TxnLogValue:
         parts: dict[str, list[int]] = {}
         for topic, p in sorted(self.partitions):
             parts.setdefault(topic, []).append(p)
         return TxnLogValue(self.producer_id, self.producer_epoch, self.txn_timeout_ms, self.state.id, parts,
-                           self.txn_last_update_timestamp, self.txn_start_timestamp)
+                           self.txn_last_update_timestamp, self.txn_start_timestamp, self.previous_producer_id,
+                           self.next_producer_id, self.client_transaction_version)
 
 
 @dataclass(slots=True)
@@ -124,6 +126,7 @@ class TransactionMetadata:
     txn_last_update_timestamp: int = -1
     pending_state: TxnState | None = None
     has_failed_epoch_fence: bool = False
+    client_transaction_version: int = 0  # of the last transition written (Kafka's clientTransactionVersion)
 
     @classmethod
     def from_log(cls, transactional_id: str, v: TxnLogValue) -> TransactionMetadata:
@@ -131,7 +134,7 @@ class TransactionMetadata:
         parts = set() if state is TxnState.EMPTY else {(t, p) for t, ids in v.partitions.items() for p in ids}
         return cls(transactional_id, v.producer_id, v.transaction_timeout_ms, state, v.producer_epoch,
                    NO_PRODUCER_EPOCH, v.previous_producer_id, v.next_producer_id, parts, v.start_timestamp_ms,
-                   v.last_update_timestamp_ms)
+                   v.last_update_timestamp_ms, client_transaction_version=v.client_transaction_version)
 
     # -- queries ---------------------------------------------------------------------------------------------
 
@@ -151,7 +154,8 @@ class TransactionMetadata:
 
     def _prepare(self, state: TxnState, producer_id: int, epoch: int, last_epoch: int, timeout_ms: int,
                  partitions: set[tuple[str, int]] | frozenset[tuple[str, int]], start: int, update: int,
-                 previous_producer_id: int | None = None) -> TxnTransit:
+                 previous_producer_id: int | None = None, next_producer_id: int | None = None,
+                 client_transaction_version: int | None = None) -> TxnTransit:
         if self.pending_state is not None:
             raise IllegalTransitionError(
                 f"{self.transactional_id}: cannot prepare {state.state_name} while {self.pending_state.state_name} "
@@ -161,8 +165,10 @@ class TransactionMetadata:
                 f"{self.transactional_id}: invalid transition {self.state.state_name} -> {state.state_name}")
         self.pending_state = state
         return TxnTransit(producer_id, self.previous_producer_id if previous_producer_id is None else previous_producer_id,
-                          self.next_producer_id, epoch, last_epoch, timeout_ms, state, frozenset(partitions), start,
-                          update)
+                          self.next_producer_id if next_producer_id is None else next_producer_id, epoch, last_epoch,
+                          timeout_ms, state, frozenset(partitions), start, update,
+                          self.client_transaction_version if client_transaction_version is None
+                          else client_transaction_version)
 
     def prepare_increment_producer_epoch(self, timeout_ms: int, expected_epoch: int | None,
                                          now_ms: int) -> TxnTransit | ErrorCode:
@@ -201,21 +207,50 @@ class TransactionMetadata:
                              self.txn_timeout_ms, self.partitions, self.txn_start_timestamp,
                              self.txn_last_update_timestamp)
 
-    def prepare_add_partitions(self, added: set[tuple[str, int]], now_ms: int) -> TxnTransit:
-        start = now_ms if self.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) \
-            else self.txn_start_timestamp
+    def prepare_add_partitions(self, added: set[tuple[str, int]], now_ms: int,
+                               client_transaction_version: int | None = None) -> TxnTransit:
+        """``client_transaction_version``: 2 when the partitions come from a transactions-v2 client (added implicitly
+        by Produce v12 / TxnOffsetCommit v5), 0 from AddPartitionsToTxn / AddOffsetsToTxn; None keeps the current."""
+        new_txn = self.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        start = now_ms if new_txn else self.txn_start_timestamp
+        version = client_transaction_version
+        if version is None or (not new_txn and self.client_transaction_version >= 2):
+            version = self.client_transaction_version  # a v2 transaction stays v2 until it ends
         return self._prepare(TxnState.ONGOING, self.producer_id, self.producer_epoch, self.last_producer_epoch,
-                             self.txn_timeout_ms, self.partitions | added, start, now_ms)
+                             self.txn_timeout_ms, self.partitions | added, start, now_ms,
+                             client_transaction_version=version)
 
-    def prepare_abort_or_commit(self, state: TxnState, now_ms: int) -> TxnTransit:
+    def prepare_abort_or_commit(self, state: TxnState, now_ms: int, client_transaction_version: int | None = None,
+                                next_producer_id: int = NO_PRODUCER_ID, no_partition_added: bool = False
+                                ) -> TxnTransit:
+        """Kafka's ``prepareAbortOrCommit``: with transactions v2 (``client_transaction_version`` 2) the epoch is
+        bumped (the previous one kept as the last epoch) and ``next_producer_id`` is the id the producer moves
+        to when the bump exhausts the epoch (else -1); before v2 the epochs stay. ``no_partition_added``: a v2 abort
+        from Empty/Complete* (no partition), whose start time is ``now_ms``."""
+        version = self.client_transaction_version if client_transaction_version is None \
+            else client_transaction_version
+        if version >= 2 and self.producer_epoch < MAX_EPOCH:  # (a coordinator's fence may already be at the max)
+            return self._prepare(state, self.producer_id, self.producer_epoch + 1, self.producer_epoch,
+                                 self.txn_timeout_ms, self.partitions,
+                                 now_ms if no_partition_added else self.txn_start_timestamp, now_ms,
+                                 next_producer_id=next_producer_id, client_transaction_version=version)
         return self._prepare(state, self.producer_id, self.producer_epoch, self.last_producer_epoch,
-                             self.txn_timeout_ms, self.partitions, self.txn_start_timestamp, now_ms)
+                             self.txn_timeout_ms, self.partitions, self.txn_start_timestamp, now_ms,
+                             client_transaction_version=version)
 
     def prepare_complete(self, now_ms: int) -> TxnTransit:
+        """Kafka's ``prepareComplete``: with transactions v2 and an exhausted epoch, the producer moves to
+        ``next_producer_id`` with epoch 0 (the old id becomes the previous one)."""
         state = TxnState.COMPLETE_COMMIT if self.state is TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
         self.has_failed_epoch_fence = False  # the epoch bump was written with the Prepare state
+        if self.client_transaction_version >= 2 and self.next_producer_id != NO_PRODUCER_ID:
+            # the last epoch stays 32766, the last the client saw (32767 is internal to Prepare and the markers)
+            return self._prepare(state, self.next_producer_id, 0, self.last_producer_epoch, self.txn_timeout_ms, set(),
+                                 self.txn_start_timestamp, now_ms, previous_producer_id=self.producer_id,
+                                 next_producer_id=NO_PRODUCER_ID)
         return self._prepare(state, self.producer_id, self.producer_epoch, self.last_producer_epoch,
-                             self.txn_timeout_ms, set(), self.txn_start_timestamp, now_ms)
+                             self.txn_timeout_ms, set(), self.txn_start_timestamp, now_ms,
+                             next_producer_id=NO_PRODUCER_ID)
 
     def prepare_dead(self) -> TxnTransit:
         return self._prepare(TxnState.DEAD, self.producer_id, self.producer_epoch, self.last_producer_epoch,
@@ -239,6 +274,7 @@ class TransactionMetadata:
         self.partitions = set(t.partitions)
         self.txn_start_timestamp = t.txn_start_timestamp
         self.txn_last_update_timestamp = t.txn_last_update_timestamp
+        self.client_transaction_version = t.client_transaction_version
         self.state = t.state
         self.pending_state = None
 

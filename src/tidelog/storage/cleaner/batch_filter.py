@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidelog.records.batch import MIN_RECORD_SIZE, build_batch
+from tidelog.records.batch import build_batch
 from tidelog.records.compression import compress
-from tidelog.records.errors import InvalidRecordError
 from tidelog.records.header import (
     COMPRESSION_MASK,
     CONTROL_MASK,
@@ -36,8 +35,9 @@ from tidelog.records.header import (
     HeaderTuple,
     seal_batch,
 )
-from tidelog.records.varint import decode_varint, decode_varlong
-from tidelog.storage.cleaner.batches import _check_crc, _framing_error, _load_c, _records_of
+from tidelog.records.recwalk import walk_records
+from tidelog.records.varint import decode_varint, decode_varlong, encode_unsigned, encode_zigzag_varlong
+from tidelog.storage.cleaner.batches import _check_crc, _load_c, _records_of
 from tidelog.storage.cleaner.txn_metadata import CleanedTransactionMetadata
 from tidelog.storage.offset_map import OffsetMap
 
@@ -51,80 +51,20 @@ def _scan_records(
     data: bytes, p: int, n: int, count: int
 ) -> tuple[list[int], list[bytes | None], list[int], list[bool]]:
     """Per record of ``data[p:n]``: start position (the length varint), key (None when null), offset delta and
-    whether the value is null; the end of record ``i`` is the start of record ``i + 1`` (or ``n``)."""
+    whether the value is null; the end of record ``i`` is the start of record ``i + 1`` (or ``n``). The records
+    are walked and checked by the one record walk (:func:`tidelog.records.recwalk.walk_records`)."""
     starts: list[int] = []
     keys: list[bytes | None] = []
     deltas: list[int] = []
     nulls: list[bool] = []
-    index = 0
-    try:
-        for index in range(count):
-            starts.append(p)
-            b = data[p]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                p += 1
-            elif data[p + 1] < 0x80:
-                b = (b & 0x7F) | (data[p + 1] << 7)
-                length = (b >> 1) ^ -(b & 1)
-                p += 2
-            else:
-                length, p = decode_varint(data, p)
-            end = p + length
-            if length < MIN_RECORD_SIZE - 1 or end > n:
-                raise _framing_error(index, p, n, f"declared length {length} does not fit")
-            q = p + 1
-            while data[q] & 0x80:
-                q += 1
-            q += 1
-            b = data[q]
-            if b < 0x80:
-                deltas.append((b >> 1) ^ -(b & 1))
-                q += 1
-            else:
-                od, q = decode_varint(data, q)
-                deltas.append(od)
-            b = data[q]
-            if b < 0x80:
-                klen = (b >> 1) ^ -(b & 1)
-                q += 1
-            else:
-                klen, q = decode_varint(data, q)
-            if klen >= 0:
-                if q + klen > end:
-                    raise _framing_error(index, q, n, f"key of {klen} bytes runs past the record's end")
-                keys.append(data[q : q + klen])
-                q += klen
-            else:
-                keys.append(None)
-            # value length: -1 (zig-zag 0x01) is a tombstone; anything else is not (multi-byte lengths included)
-            nulls.append(data[q] == 1)
-            if q >= end:
-                raise _framing_error(index, q, n, "fields run past the record's end")
-            p = end
-    except IndexError:
-        raise _framing_error(index, p, n, "truncated record") from None
-    if p != n:
-        raise InvalidRecordError(f"batch declares {count} records but {n - p} bytes remain after the last one")
+    start = p
+    for end, _tsd, od, kpos, klen, _vpos, vlen, _hpos, _hc in walk_records(data, p, n, count):
+        starts.append(start)
+        keys.append(None if klen < 0 else data[kpos : kpos + klen])
+        deltas.append(od)
+        nulls.append(vlen < 0)
+        start = end
     return starts, keys, deltas, nulls
-
-
-def _zigzag_varlong(value: int) -> bytes:
-    return _uvarint((value << 1) ^ (value >> 63))
-
-
-def _uvarint(v: int) -> bytes:
-    if v < 0x80:
-        return _ONE_BYTE[v]
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-_ONE_BYTE = [bytes((i,)) for i in range(128)]
 
 
 def _retained_records(
@@ -142,10 +82,7 @@ def _retained_records(
     for i in kept:
         start = starts[i]
         end = starts[i + 1] if i < last else n
-        p = start
-        while data[p] & 0x80:  # length varint
-            p += 1
-        p += 2  # last length byte, attributes
+        p = decode_varint(data, start)[1] + 1  # the length varint, attributes
         tsd, after = decode_varlong(data, p)
         ts = lat_time if lat_time is not None else old_base + tsd
         if ts > max_ts:
@@ -154,8 +91,8 @@ def _retained_records(
         if new_tsd == tsd:
             add(data[start:end])
         else:
-            body = b"".join((data[p - 1 : p], _zigzag_varlong(new_tsd), data[after:end]))
-            add(_uvarint(len(body) << 1))
+            body = b"".join((data[p - 1 : p], encode_zigzag_varlong(new_tsd), data[after:end]))
+            add(encode_unsigned(len(body) << 1))
             add(body)
     return parts, max_ts
 
@@ -319,11 +256,7 @@ def _rebuild(
     elif lat_time is not None:
         new_base = lat_time
     else:
-        first = starts[kept[0]]
-        p = first
-        while data[p] & 0x80:
-            p += 1
-        new_base = old_base + decode_varlong(data, p + 2)[0]
+        new_base = old_base + decode_varlong(data, decode_varint(data, starts[kept[0]])[1] + 1)[0]
     parts, max_ts = _retained_records(data, starts, n, kept, old_base, new_base, lat_time)
     if lat_time is not None:
         max_ts = lat_time

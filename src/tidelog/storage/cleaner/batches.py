@@ -114,7 +114,3 @@ def _records_of(buf: bytes, pos: int, fields: HeaderTuple) -> tuple[bytes, int, 
     with memoryview(buf) as view:
         data = decompress(codec, view[pos + RECORD_BATCH_OVERHEAD : end], DEFAULT_MAX_DECOMPRESSED)
     return data, 0, len(data)
-
-
-def _framing_error(index: int, p: int, n: int, what: str) -> CorruptRecordError:
-    return CorruptRecordError(f"record {index} at byte {p}: {what} ({n - p} bytes remain)")

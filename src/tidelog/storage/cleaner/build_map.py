@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-from tidelog.records.batch import MIN_RECORD_SIZE
-from tidelog.records.errors import InvalidRecordError
 from tidelog.records.header import (
     CONTROL_MASK,
     H_ATTRIBUTES,
@@ -16,8 +14,8 @@ from tidelog.records.header import (
     LOG_OVERHEAD,
     TRANSACTIONAL_MASK,
 )
-from tidelog.records.varint import decode_varint
-from tidelog.storage.cleaner.batches import _check_crc, _framing_error, _iter_batches, _load_c, _records_of
+from tidelog.records.recwalk import walk_records
+from tidelog.storage.cleaner.batches import _check_crc, _iter_batches, _load_c, _records_of
 from tidelog.storage.cleaner.context import (
     IO_CHECK_BYTES,
     CleanerAbortedError,
@@ -36,58 +34,16 @@ c_put_records = _load_c("put_records")
 
 
 def _keys_and_deltas(data: bytes, p: int, n: int, count: int) -> tuple[list[bytes], list[int]]:
-    """The keys (null keys skipped) and their offset deltas of ``count`` records in ``data[p:n]``.
-
-    Reads only each record's length, offset delta and key; checks the framing (lengths stay inside the record
-    bytes, exactly ``count`` records)."""
+    """The keys (null keys skipped) and their offset deltas of ``count`` records in ``data[p:n]``, from the
+    one record walk (:func:`tidelog.records.recwalk.walk_records`, which checks the framing)."""
     keys: list[bytes] = []
     deltas: list[int] = []
     add_key = keys.append
     add_delta = deltas.append
-    index = 0
-    try:
-        for index in range(count):
-            b = data[p]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                p += 1
-            elif data[p + 1] < 0x80:
-                b = (b & 0x7F) | (data[p + 1] << 7)
-                length = (b >> 1) ^ -(b & 1)
-                p += 2
-            else:
-                length, p = decode_varint(data, p)
-            end = p + length
-            if length < MIN_RECORD_SIZE - 1 or end > n:
-                raise _framing_error(index, p, n, f"declared length {length} does not fit")
-            q = p + 1  # attributes (unused in v2)
-            while data[q] & 0x80:  # timestampDelta varlong, not needed here
-                q += 1
-            q += 1
-            b = data[q]
-            if b < 0x80:
-                od = (b >> 1) ^ -(b & 1)
-                q += 1
-            else:
-                od, q = decode_varint(data, q)
-            b = data[q]
-            if b < 0x80:
-                klen = (b >> 1) ^ -(b & 1)
-                q += 1
-            else:
-                klen, q = decode_varint(data, q)
-            if klen >= 0:
-                if q + klen > end:
-                    raise _framing_error(index, q, n, f"key of {klen} bytes runs past the record's end")
-                add_key(data[q : q + klen])
-                add_delta(od)
-            elif q > end:
-                raise _framing_error(index, q, n, "fields run past the record's end")
-            p = end
-    except IndexError:
-        raise _framing_error(index, p, n, "truncated record") from None
-    if p != n:
-        raise InvalidRecordError(f"batch declares {count} records but {n - p} bytes remain after the last one")
+    for _end, _tsd, od, kpos, klen, _vpos, _vlen, _hpos, _hc in walk_records(data, p, n, count):
+        if klen >= 0:
+            add_key(data[kpos : kpos + klen])
+            add_delta(od)
     return keys, deltas
 
 

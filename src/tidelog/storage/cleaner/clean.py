@@ -23,13 +23,8 @@ from tidelog.storage.cleaner.txn_metadata import CleanedTransactionMetadata
 from tidelog.storage.format import CLEANED_SUFFIX, SWAP_SUFFIX
 from tidelog.storage.log import PartitionLog
 from tidelog.storage.offset_map import OffsetMap
-from tidelog.storage.segment import (
-    LogSegment,
-    index_file,
-    log_file,
-    time_index_file,
-    txn_index_file,
-)
+from tidelog.storage.segment import LogSegment
+from tidelog.storage.segment_names import index_file, log_file, time_index_file, txn_index_file
 
 
 def _remove_leftovers(plog: PartitionLog, base: int) -> None:

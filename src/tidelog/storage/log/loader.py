@@ -35,7 +35,8 @@ from tidelog.storage.format import (
 from tidelog.storage.index import CorruptIndexError
 from tidelog.storage.log.segments import LogSegments
 from tidelog.storage.producer_state import CompletedTxn
-from tidelog.storage.segment import LogSegment, index_file, log_file, offset_from_filename, time_index_file
+from tidelog.storage.segment import LogSegment
+from tidelog.storage.segment_names import index_file, log_file, offset_from_filename, time_index_file
 from tidelog.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)

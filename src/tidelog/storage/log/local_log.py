@@ -24,6 +24,7 @@ from tidelog.storage.checkpoints import fsync_dir
 from tidelog.storage.config import LogConfig
 from tidelog.storage.epoch import LeaderEpochCache
 from tidelog.storage.errors import KafkaStorageError, OffsetOutOfRangeError, StorageError
+from tidelog.storage.file_handles import FileRegion
 from tidelog.storage.format import DELETED_SUFFIX, SWAP_SUFFIX
 from tidelog.storage.log.loader import (
     rebuild_producer_state,
@@ -36,7 +37,7 @@ from tidelog.storage.log.segments import (
 )
 from tidelog.storage.open_files import FD_EXHAUSTED, SHORTAGE, DescriptorsExhaustedError
 from tidelog.storage.producer_state import ProducerStateManager
-from tidelog.storage.segment import FileRegion, LogSegment
+from tidelog.storage.segment import LogSegment
 
 DIR_SUFFIXES = ("-delete", "-future", "-stray")
 

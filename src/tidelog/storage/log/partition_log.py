@@ -34,12 +34,17 @@ from tidelog.errors import ErrorCode
 from tidelog.records.batch import ControlRecordType, build_control_batch
 from tidelog.records.errors import CorruptRecordError
 from tidelog.records.header import (
+    ATTRIBUTES_LOW_OFFSET,
     BATCH_HEADER,
+    CONTROL_MASK,
+    H_BASE_OFFSET,
     H_PRODUCER_ID,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
+    PRODUCER_ID_HIGH_OFFSET,
     RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     validate_batch,
 )
@@ -338,7 +343,7 @@ class PartitionLog(LocalLog):
                 if assign_offsets:
                     base = self._log_end_offset
                 else:
-                    base = fields[0]
+                    base = fields[H_BASE_OFFSET]
                     if base < self._log_end_offset:
                         if late:
                             check_late(batch, fields)
@@ -417,7 +422,11 @@ class PartitionLog(LocalLog):
             base = self._log_end_offset
             ps = self.producer_state
             header = None
-            if len(batch) >= RECORD_BATCH_OVERHEAD and batch[43] < 0x80 and not batch[22] & 0x30:
+            if (
+                len(batch) >= RECORD_BATCH_OVERHEAD
+                and batch[PRODUCER_ID_HIGH_OFFSET] < 0x80
+                and not batch[ATTRIBUTES_LOW_OFFSET] & (TRANSACTIONAL_MASK | CONTROL_MASK)
+            ):
                 # an idempotent batch (a producer id, neither transactional nor control): its producer-state check
                 # first, as append_validated makes it before the write; anything but "the next batch in sequence"
                 # (an error, a duplicate) goes the Python way, which gives the exact answer in Kafka's order; so

@@ -13,8 +13,7 @@ import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from tidelog.records.batch import decode_records
-from tidelog.records.errors import CorruptRecordError
+from tidelog.records.batch import _load_c, decode_records
 from tidelog.records.header import (
     COMPRESSION_MASK,
     NO_TIMESTAMP,
@@ -22,9 +21,10 @@ from tidelog.records.header import (
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
 )
-from tidelog.records.varint import decode_varint, decode_varlong
+from tidelog.records.recwalk import R_OFFSET_DELTA, R_TIMESTAMP_DELTA, walk_records
 from tidelog.storage.config import LogConfig
-from tidelog.storage.segment import LogSegment, index_file, log_file, time_index_file, txn_index_file
+from tidelog.storage.segment import LogSegment
+from tidelog.storage.segment_names import index_file, log_file, time_index_file, txn_index_file
 
 log = logging.getLogger(__name__)
 
@@ -203,46 +203,34 @@ def record_at_or_after(
     return None
 
 
+c_record_deltas = _load_c("record_deltas")
+"""``tidelog.records._recwalk.record_deltas`` (the C record cursor: every record's offset and timestamp deltas), or
+None for the pure-Python walk."""
+
+
 def scan_uncompressed_records(
     data: bytes, header: BatchHeader, predicate: Callable[[int, int], bool], min_offset: int
 ) -> tuple[int, int] | None:
     """(offset, timestamp) of the first record of an uncompressed batch at or after ``min_offset`` that
-    satisfies ``predicate``, reading only each record's prefix (length, attributes, timestampDelta,
-    offsetDelta) and skipping the rest.  The batch was validated when it was appended or recovered."""
+    satisfies ``predicate``, from the one record walk
+    (:func:`tidelog.records.recwalk.walk_records`).  The batch was validated when it was appended or recovered."""
     base_offset = header.base_offset
-    log_append = header.attributes & TIMESTAMP_TYPE_MASK
-    pos = RECORD_BATCH_OVERHEAD
-    end = len(data)
-    for _ in range(header.records_count):
-        if pos + 1 >= end:
-            raise CorruptRecordError(f"batch at offset {base_offset} ends before its {header.records_count} records")
-        # zig-zag varints of one or two bytes inline (lengths of records up to 8 KiB), others decoded fully
-        b = data[pos]
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            b = (b & 0x7F) | (data[pos + 1] << 7)
-            length = (b >> 1) ^ -(b & 1)
-            pos += 2
-        else:
-            length, pos = decode_varint(data, pos)
-        next_pos = pos + length
-        if length < 3 or next_pos > end:
-            raise CorruptRecordError(f"record of length {length} does not fit the batch at offset {base_offset}")
-        b = data[pos + 1]  # after the attributes byte
-        if b < 0x80:
-            ts_delta = (b >> 1) ^ -(b & 1)
-            p = pos + 2
-        else:
-            ts_delta, p = decode_varlong(data, pos + 1)
-        b = data[p]
-        offset_delta = (b >> 1) ^ -(b & 1) if b < 0x80 else decode_varint(data, p)[0]
-        offset = base_offset + offset_delta
-        ts = header.max_timestamp if log_append else header.base_timestamp + ts_delta
+    lat = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+    base_ts = header.base_timestamp
+    if c_record_deltas is not None:
+        deltas = c_record_deltas(data, header.records_count, RECORD_BATCH_OVERHEAD, len(data))
+        if deltas is not None:  # else the Python walk below raises the exact error
+            for offset_delta, ts_delta in deltas:
+                offset = base_offset + offset_delta
+                ts = base_ts + ts_delta if lat is None else lat
+                if offset >= min_offset and predicate(ts, offset):
+                    return offset, ts
+            return None
+    for fields in walk_records(data, RECORD_BATCH_OVERHEAD, len(data), header.records_count):
+        offset = base_offset + fields[R_OFFSET_DELTA]
+        ts = base_ts + fields[R_TIMESTAMP_DELTA] if lat is None else lat
         if offset >= min_offset and predicate(ts, offset):
             return offset, ts
-        pos = next_pos
     return None
 
 

@@ -32,6 +32,13 @@ from tidelog.records.header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CONTROL_MASK,
+    H_ATTRIBUTES,
+    H_BASE_SEQUENCE,
+    H_BATCH_LENGTH,
+    H_LAST_OFFSET_DELTA,
+    H_MAX_TIMESTAMP,
+    H_PRODUCER_EPOCH,
+    H_PRODUCER_ID,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
@@ -152,7 +159,7 @@ class LogValidator:
         late = c_check is not None and not check_all
         fields = None if c_check is None else c_check(batch, config.max_message_bytes, check_all, check_all)
         # with check_all, an uncompressed batch the C check passed has had its CRC and its record walk
-        walked = fields is not None and check_all and not fields[5] & COMPRESSION_MASK
+        walked = fields is not None and check_all and not fields[H_ATTRIBUTES] & COMPRESSION_MASK
         if fields is None:  # the Python checks raise the exact error (or the extension is not in use)
             fields = validate_batch_tuple(batch, 0, config.max_message_bytes, check_crc=not late)
         (_, batch_length, _, _, _, attributes, last_delta, base_ts, max_ts, pid, _, base_seq, count) = fields
@@ -203,7 +210,7 @@ class LogValidator:
         if codec is not None and attributes & COMPRESSION_MASK != codec and not attributes & CONTROL_MASK:
             copy = recompressed(batch, fields, codec)
             fields = parse_header_tuple(copy)
-            batch_length, attributes, max_ts = fields[1], fields[5], fields[8]
+            batch_length, attributes, max_ts = fields[H_BATCH_LENGTH], fields[H_ATTRIBUTES], fields[H_MAX_TIMESTAMP]
             size = batch_length + LOG_OVERHEAD
             if size > config.max_message_bytes:
                 raise RecordTooLargeError(
@@ -253,11 +260,11 @@ def recompressed(batch: bytes | bytearray | memoryview, fields: HeaderTuple, cod
         build_batch(
             records,
             compression=codec,
-            producer_id=fields[9],
-            producer_epoch=fields[10],
-            base_sequence=fields[11],
-            is_transactional=bool(fields[5] & TRANSACTIONAL_MASK),
-            last_offset_delta=fields[6],
+            producer_id=fields[H_PRODUCER_ID],
+            producer_epoch=fields[H_PRODUCER_EPOCH],
+            base_sequence=fields[H_BASE_SEQUENCE],
+            is_transactional=bool(fields[H_ATTRIBUTES] & TRANSACTIONAL_MASK),
+            last_offset_delta=fields[H_LAST_OFFSET_DELTA],
         )
     )
 

@@ -1,0 +1,412 @@
+"""KIP-932 share group APIs: ShareGroupHeartbeat (76), ShareGroupDescribe (77), ShareFetch (78) and
+ShareAcknowledge (79), version 1 (Kafka 4.1/4.2's, the one librdkafka 2.16's share consumer speaks), and
+DescribeShareGroupOffsets (90) v0.
+
+Adapters to :class:`tidelog.broker.group.share_group.ShareGroupManager`. Authorization as Kafka's KafkaApis: READ on
+the group for a heartbeat, a fetch and an acknowledgement (GROUP_AUTHORIZATION_FAILED), DESCRIBE on the group to
+describe it, READ on each topic fetched or acknowledged (TOPIC_AUTHORIZATION_FAILED for that partition).
+
+ShareFetch: acknowledgements first (per partition ``AcknowledgeErrorCode``), then records are acquired from every
+partition of the share session; when nothing was acquired and ``MaxWaitMs`` > 0 the fetch waits (checking again
+every ``WAIT_STEP_S`` or as soon as records are released) until the deadline. Records are read on the event loop
+(as the Fetch path does), at most ``MaxBytes`` per partition and ``MaxRecords`` acquired per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from tidelog.broker.errors import error_of
+from tidelog.broker.group.share_group import LEAVE_EPOCH, ShareGroupManager, share_manager
+from tidelog.broker.group.share_partition import AckError, batch_ranges
+from tidelog.broker.handlers import RequestContext, handles
+from tidelog.broker.handlers.core_shared import _uuid_bytes
+from tidelog.broker.handlers.group import fit
+from tidelog.broker.security.acls import AclOperation, ResourceType
+from tidelog.protocol.errors import error_code
+
+SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 77, 78, 79
+DESCRIBE_SHARE_GROUP_OFFSETS = 90
+NONE = 0
+INVALID_REQUEST = error_code("INVALID_REQUEST")
+GROUP_AUTHORIZATION_FAILED = error_code("GROUP_AUTHORIZATION_FAILED")
+TOPIC_AUTHORIZATION_FAILED = error_code("TOPIC_AUTHORIZATION_FAILED")
+UNKNOWN_TOPIC_ID = error_code("UNKNOWN_TOPIC_ID")
+UNKNOWN_TOPIC_OR_PARTITION = error_code("UNKNOWN_TOPIC_OR_PARTITION")
+COORDINATOR_NOT_AVAILABLE = error_code("COORDINATOR_NOT_AVAILABLE")
+READ, DESCRIBE = AclOperation.READ, AclOperation.DESCRIBE
+GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
+ALL_GROUP_OPS = sum(1 << op for op in (3, 6, 8))
+WAIT_STEP_S = 0.1
+MAX_READS_PER_PARTITION = 8  # reads of one partition in one ShareFetch (skipping records others hold)
+DEFAULT_MAX_RECORDS = 500
+MAX_SESSION_PARTITIONS = 10000  # partitions of one share session
+
+
+def _err(code: int) -> str | None:
+    return None if code == NONE else {
+        GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
+        TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
+    }.get(code)
+
+
+# ============================================================================= heartbeat / describe
+
+
+@handles(SHARE_GROUP_HEARTBEAT)
+async def share_group_heartbeat(ctx: RequestContext, request: dict) -> dict:
+    v = ctx.api_version
+    gid = request.get("group_id") or ""
+    base = {"throttle_time_ms": 0, "member_id": None, "member_epoch": -1, "heartbeat_interval_ms": 0,
+            "assignment": None}
+    if not ctx.authorize(READ, GROUP, gid):
+        return fit(SHARE_GROUP_HEARTBEAT, v, {**base, "error_code": GROUP_AUTHORIZATION_FAILED,
+                                              "error_message": _err(GROUP_AUTHORIZATION_FAILED)})
+    for t in request.get("subscribed_topic_names") or ():
+        if not ctx.authorize(DESCRIBE, TOPIC, t or ""):
+            return fit(SHARE_GROUP_HEARTBEAT, v, {**base, "error_code": TOPIC_AUTHORIZATION_FAILED,
+                                                  "error_message": _err(TOPIC_AUTHORIZATION_FAILED)})
+    coord: Any = getattr(ctx.broker, "group_coordinator", None)
+    if coord is None:
+        return fit(SHARE_GROUP_HEARTBEAT, v, {**base, "error_code": COORDINATOR_NOT_AVAILABLE})
+    err = coord.check(gid) if gid else 0
+    if err:
+        return fit(SHARE_GROUP_HEARTBEAT, v, {**base, "error_code": err})
+    host = ("/" + ctx.client_host) if ctx.client_host else ""
+    body = share_manager(ctx.broker).heartbeat(request, ctx.client_id or "", host)
+    body["throttle_time_ms"] = 0
+    return fit(SHARE_GROUP_HEARTBEAT, v, body)
+
+
+@handles(SHARE_GROUP_DESCRIBE)
+async def share_group_describe(ctx: RequestContext, request: dict) -> dict:
+    v = ctx.api_version
+    coord: Any = getattr(ctx.broker, "group_coordinator", None)
+    auth = ctx.broker.authorizer
+    mgr = share_manager(ctx.broker)
+    groups: list[dict[str, Any]] = []
+    for gid in request.get("group_ids") or ():
+        gid = gid or ""
+        empty: dict[str, Any] = {"group_id": gid, "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
+                 "assignor_name": "", "members": []}
+        if not ctx.authorize(DESCRIBE, GROUP, gid):
+            groups.append({**empty, "error_code": GROUP_AUTHORIZATION_FAILED,
+                           "error_message": _err(GROUP_AUTHORIZATION_FAILED)})
+            continue
+        err = coord.check(gid) if coord is not None else COORDINATOR_NOT_AVAILABLE
+        if err:
+            groups.append({**empty, "error_code": err})
+            continue
+        d = mgr.describe(gid)
+        if d["error_code"] and coord is not None and (gid in coord.groups or coord.consumer.is_consumer_group(gid)):
+            d["error_message"] = f"Group {gid} is not a share group."
+        if request.get("include_authorized_operations"):
+            d["authorized_operations"] = (ALL_GROUP_OPS if auth is None else
+                                          auth.authorized_operations(ctx.principal, ctx.client_host, GROUP, gid))
+        groups.append(d)
+    return fit(SHARE_GROUP_DESCRIBE, v, {"throttle_time_ms": 0, "groups": groups})
+
+
+# ======================================================================================== fetch / ack
+
+
+def _top_error(api: int, v: int, code: int, message: str | None = None) -> dict:
+    body: dict[str, Any] = {"throttle_time_ms": 0, "error_code": code, "error_message": message or _err(code),
+                            "acquisition_lock_timeout_ms": 0, "responses": [], "node_endpoints": []}
+    return fit(api, v, body)
+
+
+def _partition_entry(index: int, leader: int) -> dict[str, Any]:
+    return {"partition_index": index, "error_code": NONE, "error_message": None, "acknowledge_error_code": NONE,
+            "acknowledge_error_message": None, "current_leader": {"leader_id": leader, "leader_epoch": 0},
+            "records": b"", "acquired_records": []}
+
+
+class _Topics:
+    """Resolves topic ids of a request and checks READ on each topic once."""
+
+    def __init__(self, ctx: RequestContext) -> None:
+        self.ctx = ctx
+        self.cache: dict[bytes, tuple[str | None, int]] = {}
+
+    def resolve(self, tid: bytes) -> tuple[str | None, int]:
+        got = self.cache.get(tid)
+        if got is None:
+            info = self.ctx.broker.topics.by_id(tid)
+            if info is None:
+                got = (None, UNKNOWN_TOPIC_ID)
+            elif not self.ctx.authorize(READ, TOPIC, info.name):
+                got = (info.name, TOPIC_AUTHORIZATION_FAILED)
+            else:
+                got = (info.name, NONE)
+            self.cache[tid] = got
+        return got
+
+
+def _acknowledge(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: str, topics: _Topics,
+                 tid: bytes, index: int, batches: list[dict]) -> tuple[int, str | None]:
+    name, err = topics.resolve(tid)
+    if err:
+        return err, _err(err)
+    assert name is not None
+    try:
+        plog = ctx.broker.leader_log(name, index)
+    except Exception as exc:  # not the leader, unknown partition, offline: Kafka's partition error
+        return error_of(exc)
+    sp = mgr.share_partition(gid, tid, index, plog.log_start_offset, plog.high_watermark)
+    try:
+        for b in batches:
+            sp.acknowledge(mid, int(b["first_offset"]), int(b["last_offset"]),
+                           [int(t) for t in b.get("acknowledge_types") or ()])
+    except AckError as e:
+        return error_code(e.name), e.message
+    return NONE, None
+
+
+def _acquire(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: str, name: str, tid: bytes, index: int,
+             entry: dict[str, Any], budget: int, max_records: int) -> tuple[int, int]:
+    """Acquire records of one partition into ``entry``. Returns (bytes, records) acquired."""
+    plog = ctx.broker.leader_log(name, index)
+    hw = plog.high_watermark
+    sp = mgr.share_partition(gid, tid, index, plog.log_start_offset, hw)
+    now = time.monotonic()
+    if sp.expire(now):
+        mgr._wake()
+    chunks: list[bytes] = []
+    ranges: list[tuple[int, int, int]] = []
+    size = taken = 0
+    for _ in range(MAX_READS_PER_PARTITION):
+        start = sp.fetch_offset()
+        if start is None or start >= hw or taken >= max_records or size >= budget:
+            break
+        data = plog.read(start, max(budget - size, 1), max_offset=hw, min_one_batch=True).read_bytes()
+        batches = batch_ranges(data)
+        if not batches:
+            break
+        got = sp.acquire(mid, [(b, last, c) for _, _, b, last, c in batches], max_records - taken, now, hw)
+        if got:
+            lo, hi = got[0][0], got[-1][1]
+            keep = [(s, e) for s, e, b, last, _ in batches if last >= lo and b <= hi]
+            chunks.append(data[keep[0][0]:keep[-1][1]])
+            size += keep[-1][1] - keep[0][0]
+            ranges += got
+            taken += sum(r[1] - r[0] + 1 for r in got)
+        elif sp.first_available() is None and sp.speo >= hw:
+            break
+    if ranges:
+        entry["records"] = b"".join(chunks)
+        entry["acquired_records"] = [{"first_offset": f, "last_offset": la, "delivery_count": d}
+                                     for f, la, d in ranges]
+    return size, taken
+
+
+@handles(SHARE_FETCH)
+async def share_fetch(ctx: RequestContext, request: dict) -> dict:
+    v = ctx.api_version
+    gid = request.get("group_id") or ""
+    mid = request.get("member_id") or ""
+    epoch = int(request.get("share_session_epoch", 0))
+    if not ctx.authorize(READ, GROUP, gid):
+        return _top_error(SHARE_FETCH, v, GROUP_AUTHORIZATION_FAILED)
+    if not gid or not mid:
+        return _top_error(SHARE_FETCH, v, INVALID_REQUEST, "GroupId and MemberId must be set.")
+    topics_in = request.get("topics") or []
+    has_acks = any(p.get("acknowledgement_batches") for t in topics_in for p in t.get("partitions") or ())
+    if epoch == 0 and has_acks:
+        return _top_error(SHARE_FETCH, v, INVALID_REQUEST,
+                          "Acknowledge data present on initial fetch request.")
+    mgr = share_manager(ctx.broker)
+    err, session = mgr.session(gid, mid, epoch)
+    if err or session is None:
+        return _top_error(SHARE_FETCH, v, err)
+    topics = _Topics(ctx)
+    node = int(ctx.broker.node_id)
+    out: dict[tuple[bytes, int], dict[str, Any]] = {}
+    for t in topics_in:
+        tid = _uuid_bytes(t.get("topic_id"))
+        for p in t.get("partitions") or ():
+            index = int(p.get("partition_index", 0))
+            if epoch != LEAVE_EPOCH:
+                session.partitions.add((tid, index))
+            batches = p.get("acknowledgement_batches") or []
+            if batches:
+                entry = out.setdefault((tid, index), _partition_entry(index, node))
+                code, msg = _acknowledge(ctx, mgr, gid, mid, topics, tid, index, batches)
+                entry["acknowledge_error_code"], entry["acknowledge_error_message"] = code, msg
+    for t in request.get("forgotten_topics_data") or ():
+        tid = _uuid_bytes(t.get("topic_id"))
+        for index in t.get("partitions") or ():
+            session.partitions.discard((tid, int(index)))
+    if len(session.partitions) > MAX_SESSION_PARTITIONS:  # a resource the client makes the broker hold: bounded
+        mgr.close_session(gid, mid)
+        return _top_error(SHARE_FETCH, v, INVALID_REQUEST,
+                          f"A share session holds at most {MAX_SESSION_PARTITIONS} partitions.")
+    if epoch == LEAVE_EPOCH:
+        mgr.close_session(gid, mid)
+    else:
+        session.epoch = epoch + 1 if epoch > 0 else 1
+        max_bytes = int(request.get("max_bytes") or 0x7FFFFFFF)
+        # v1 MaxRecords: 0 asks for acknowledgements only (no acquisition)
+        max_records = max(int(request.get("max_records", DEFAULT_MAX_RECORDS)), 0)
+        deadline = time.monotonic() + max(int(request.get("max_wait_ms") or 0), 0) / 1000.0
+        while max_records > 0:
+            taken = size = 0
+            failed = False
+            for tid, index in sorted(session.partitions):
+                name, perr = topics.resolve(tid)
+                acked = out.get((tid, index))
+                if perr or name is None:
+                    bad = out.setdefault((tid, index), _partition_entry(index, node))
+                    bad["error_code"], bad["error_message"] = perr, _err(perr)
+                    failed = True
+                    continue
+                fresh = _partition_entry(index, node)
+                try:
+                    got_bytes, got = _acquire(ctx, mgr, gid, mid, name, tid, index, fresh,
+                                              max(max_bytes - size, 1), max_records - taken)
+                except Exception as exc:  # not the leader, unknown partition, offline: Kafka's partition error
+                    fresh["error_code"], fresh["error_message"] = error_of(exc)
+                    got_bytes, got = 0, 0
+                failed = failed or bool(fresh["error_code"])
+                if got or fresh["error_code"]:
+                    if acked is not None:
+                        fresh["acknowledge_error_code"] = acked["acknowledge_error_code"]
+                        fresh["acknowledge_error_message"] = acked["acknowledge_error_message"]
+                    out[(tid, index)] = fresh
+                taken += got
+                size += got_bytes
+                if taken >= max_records or size >= max_bytes:
+                    break
+            left = deadline - time.monotonic()
+            if taken or failed or left <= 0 or not session.partitions:
+                break
+            try:
+                await asyncio.wait_for(mgr.changed.wait(), min(left, WAIT_STEP_S))
+            except TimeoutError:
+                pass
+            if mgr.sessions.get((gid, mid)) is not session:  # closed or replaced meanwhile
+                break
+    by_topic: dict[bytes, list[dict[str, Any]]] = {}
+    for (tid, _index), entry in sorted(out.items(), key=lambda kv: kv[0]):
+        by_topic.setdefault(tid, []).append(entry)
+    body = {"throttle_time_ms": 0, "error_code": NONE, "error_message": None,
+            "acquisition_lock_timeout_ms": mgr.lock_ms,
+            "responses": [{"topic_id": tid, "partitions": parts} for tid, parts in by_topic.items()],
+            "node_endpoints": []}
+    return fit(SHARE_FETCH, v, body)
+
+
+@handles(SHARE_ACKNOWLEDGE)
+async def share_acknowledge(ctx: RequestContext, request: dict) -> dict:
+    v = ctx.api_version
+    gid = request.get("group_id") or ""
+    mid = request.get("member_id") or ""
+    epoch = int(request.get("share_session_epoch", 0))
+    if not ctx.authorize(READ, GROUP, gid):
+        return _top_error(SHARE_ACKNOWLEDGE, v, GROUP_AUTHORIZATION_FAILED)
+    if not gid or not mid:
+        return _top_error(SHARE_ACKNOWLEDGE, v, INVALID_REQUEST, "GroupId and MemberId must be set.")
+    if epoch == 0:  # Kafka: a ShareAcknowledge cannot open a share session
+        return _top_error(SHARE_ACKNOWLEDGE, v, error_code("INVALID_SHARE_SESSION_EPOCH"))
+    mgr = share_manager(ctx.broker)
+    err, session = mgr.session(gid, mid, epoch)
+    if err or session is None:
+        return _top_error(SHARE_ACKNOWLEDGE, v, err)
+    topics = _Topics(ctx)
+    node = int(ctx.broker.node_id)
+    responses = []
+    for t in request.get("topics") or []:
+        tid = _uuid_bytes(t.get("topic_id"))
+        parts = []
+        for p in t.get("partitions") or ():
+            index = int(p.get("partition_index", 0))
+            code, msg = _acknowledge(ctx, mgr, gid, mid, topics, tid, index, p.get("acknowledgement_batches") or [])
+            parts.append({"partition_index": index, "error_code": code, "error_message": msg,
+                          "current_leader": {"leader_id": node, "leader_epoch": 0}})
+        responses.append({"topic_id": tid, "partitions": parts})
+    if epoch == LEAVE_EPOCH:
+        mgr.close_session(gid, mid)
+    else:
+        session.epoch = epoch + 1
+    return fit(SHARE_ACKNOWLEDGE, v, {"throttle_time_ms": 0, "error_code": NONE, "error_message": None,
+                                      "responses": responses, "node_endpoints": []})
+
+
+# ================================================================================ share group offsets
+
+
+def _offsets_partition(ctx: RequestContext, mgr: ShareGroupManager, gid: str, name: str, tid: bytes,
+                       index: int) -> dict[str, Any]:
+    sp = mgr.partitions.get((gid, tid, index))
+    try:
+        epoch = int(ctx.broker.leader_epoch(name, index))
+    except Exception:  # not led here (cluster mode): the state is on the leader
+        epoch = -1
+    return {"partition_index": index, "start_offset": sp.spso if sp is not None else -1, "leader_epoch": epoch,
+            "error_code": NONE, "error_message": None}
+
+
+@handles(DESCRIBE_SHARE_GROUP_OFFSETS)
+async def describe_share_group_offsets(ctx: RequestContext, request: dict) -> dict:
+    """DescribeShareGroupOffsets v0: each partition's share-partition start offset (SPSO) on this broker, -1 where
+    the group has no state for it here. DESCRIBE on the group, then on each topic (as Kafka's KafkaApis)."""
+    coord: Any = getattr(ctx.broker, "group_coordinator", None)
+    mgr = share_manager(ctx.broker)
+    topics_mgr = ctx.broker.topics
+    groups = []
+    for g in request.get("groups") or ():
+        gid = g.get("group_id") or ""
+        entry: dict[str, Any] = {"group_id": gid, "topics": [], "error_code": NONE, "error_message": None}
+        groups.append(entry)
+        if not ctx.authorize(DESCRIBE, GROUP, gid):
+            entry["error_code"], entry["error_message"] = GROUP_AUTHORIZATION_FAILED, _err(GROUP_AUTHORIZATION_FAILED)
+            continue
+        err = coord.check(gid) if coord is not None else COORDINATOR_NOT_AVAILABLE
+        if err:
+            entry["error_code"] = err
+            continue
+        wanted = g.get("topics")
+        if not mgr.is_share_group(gid):
+            # as Kafka's KafkaApis: the topics are authorized first (their refusals are answered), then the group
+            entry["error_code"] = error_code("GROUP_ID_NOT_FOUND")
+            entry["error_message"] = f"Group {gid} not found."
+            for t in wanted or ():
+                name = t.get("topic_name") or ""
+                if not ctx.authorize(DESCRIBE, TOPIC, name):
+                    info = topics_mgr.get(name)
+                    entry["topics"].append({
+                        "topic_name": name, "topic_id": info.topic_id if info is not None else b"\0" * 16,
+                        "partitions": [{"partition_index": i, "start_offset": -1, "leader_epoch": -1,
+                                        "error_code": TOPIC_AUTHORIZATION_FAILED,
+                                        "error_message": _err(TOPIC_AUTHORIZATION_FAILED)}
+                                       for i in t.get("partitions") or ()]})
+            continue
+        if wanted is None:  # every partition the group has state for (here), on topics it may describe
+            by_tid: dict[bytes, list[int]] = {}
+            for g_id, tid, index in list(mgr.partitions):
+                if g_id == gid:
+                    by_tid.setdefault(tid, []).append(index)
+            wanted = []
+            for tid, indexes in by_tid.items():
+                info = topics_mgr.by_id(tid)
+                if info is not None and ctx.authorize(DESCRIBE, TOPIC, info.name):
+                    wanted.append({"topic_name": info.name, "partitions": sorted(indexes)})
+        for t in wanted:
+            name = t.get("topic_name") or ""
+            info = topics_mgr.get(name)
+            parts = []
+            for index in t.get("partitions") or ():
+                if not ctx.authorize(DESCRIBE, TOPIC, name):
+                    parts.append({"partition_index": index, "start_offset": -1, "leader_epoch": -1,
+                                  "error_code": TOPIC_AUTHORIZATION_FAILED,
+                                  "error_message": _err(TOPIC_AUTHORIZATION_FAILED)})
+                elif info is None or not 0 <= index < info.num_partitions:
+                    parts.append({"partition_index": index, "start_offset": -1, "leader_epoch": -1,
+                                  "error_code": UNKNOWN_TOPIC_OR_PARTITION, "error_message": None})
+                else:
+                    parts.append(_offsets_partition(ctx, mgr, gid, name, info.topic_id, int(index)))
+            entry["topics"].append({"topic_name": name, "topic_id": info.topic_id if info is not None else b"\0" * 16,
+                                    "partitions": parts})
+    return fit(DESCRIBE_SHARE_GROUP_OFFSETS, ctx.api_version, {"throttle_time_ms": 0, "groups": groups})

@@ -1,0 +1,238 @@
+"""Transactions version 2 (KIP-890 part 2): an epoch bump per transaction, partitions added implicitly.
+
+Facts from Kafka 4's ``TransactionCoordinator.endTransaction`` / ``TransactionMetadata`` (no code copied):
+
+* **Which version a transaction uses** is decided per request, not per cluster: EndTxn v5 is transactions v2
+  (EndTxn <= v4 keeps version 1 semantics, so older clients keep working), and so is AddPartitionsToTxn v5 from a
+  broker with ``verify_only`` false (the implicit add). A client uses them only when ``transaction.version`` >= 2 is
+  finalized (ApiVersions; :mod:`tidelog.broker.features`); the level is kept per broker here
+  (:func:`finalized_level`), 2 unless UpdateFeatures lowered it.
+* **EndTxn v5** in state Ongoing writes PrepareCommit/PrepareAbort with the epoch bumped by one (the old one kept as
+  the last epoch) and ``ClientTransactionVersion`` 2; the markers carry the bumped epoch; the answer carries the
+  producer id and epoch the client continues with. A bump from an exhausted epoch (>= 32766) first takes a new
+  producer id (``NextProducerId``, written with the Prepare state): CompleteCommit/CompleteAbort then installs
+  that id with epoch 0 and the answer gives it.
+* **Epoch checks (v2).** Ongoing/Empty: the request's epoch must be the current one. PrepareCommit/PrepareAbort:
+  only a retry of the EndTxn that bumped the epoch (its epoch is the current one minus one), answered
+  CONCURRENT_TRANSACTIONS. CompleteCommit/CompleteAbort: a retry (or, after a producer id rotation, the previous id
+  at epoch 32766) gets the answer it would have got (NONE with the current id and epoch; INVALID_TXN_STATE for the
+  other result); the current epoch is a new transaction's: commit is INVALID_TXN_STATE, abort writes PrepareAbort
+  with no partition and bumps the epoch (so does an abort in Empty). Anything else is PRODUCER_FENCED: so a delayed
+  EndTxn of transaction N that reaches the coordinator once transaction N+1 began is fenced, where version 1 would
+  apply it to N+1 (the torn transaction of Jepsen's Bufstream analysis).
+* **The coordinator's own aborts** (a transaction timed out, a new producer's InitProducerId fencing the old one)
+  run at the finalized level ("not from a client: the server's version"): at level 2 the fence bumps the epoch and
+  the abort bumps it once more. ``__transaction_state`` values are written as v1 from level 1 on.
+* **Implicit add** (:func:`add_partitions`): a partition leader receiving Produce v12 (or a group coordinator
+  receiving TxnOffsetCommit v5) of a transactional producer whose transaction is not open on the partition adds
+  the partition to the transaction at the coordinator: locally when this broker coordinates the id, otherwise
+  with AddPartitionsToTxn v5 (``verify_only`` false), as Kafka's ``AddPartitionsToTxnManager``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from tidelog.broker.errors import code_of
+from tidelog.broker.features import TRANSACTION_VERSION_MAX
+from tidelog.broker.txn.state import (
+    MAX_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    IllegalTransitionError,
+    TxnState,
+)
+from tidelog.protocol.api_keys import ApiKey
+
+if TYPE_CHECKING:
+    from tidelog.broker.txn.coordinator import TransactionCoordinator
+
+log = logging.getLogger("tidelog.broker.txn")
+
+TV2 = 2
+END_TXN_V2_VERSION = 5  # EndTxn v5: the client runs transactions v2
+PRODUCE_V2_VERSION = 12  # Produce v12: partitions added implicitly (with transaction.version >= 2)
+TXN_OFFSET_COMMIT_V2_VERSION = 5
+TopicPartition = tuple[str, int]
+
+_LEVEL_ATTR = "_tidelog_transaction_version"
+
+
+# ------------------------------------------------------------------------------------------ the feature level
+
+
+def finalized_level(broker: Any) -> int:
+    """The finalized ``transaction.version`` of ``broker`` (2 unless UpdateFeatures lowered it)."""
+    return int(getattr(broker, _LEVEL_ATTR, (TRANSACTION_VERSION_MAX, 0))[0])
+
+
+def features_epoch(broker: Any) -> int:
+    """``FinalizedFeaturesEpoch``: how many times this broker's finalized levels changed."""
+    return int(getattr(broker, _LEVEL_ATTR, (TRANSACTION_VERSION_MAX, 0))[1])
+
+
+def set_finalized_level(broker: Any, level: int) -> None:
+    if level != finalized_level(broker):
+        setattr(broker, _LEVEL_ATTR, (level, features_epoch(broker) + 1))
+        log.info("transaction.version finalized", extra={"kv": {"level": level}})
+
+
+def log_value_version(broker: Any) -> int:
+    """The ``__transaction_state`` value version Kafka writes at the finalized level (v1 from level 1 on)."""
+    return 1 if finalized_level(broker) >= 1 else 0
+
+
+def end_txn_version(api_version: int) -> int:
+    """The transaction version an EndTxn of ``api_version`` runs (Kafka: v5+ is TV_2, else TV_0)."""
+    return TV2 if api_version >= END_TXN_V2_VERSION else 0
+
+
+def implicit_add(broker: Any, api_version: int, first_implicit_version: int) -> bool:
+    """Does a Produce / TxnOffsetCommit of ``api_version`` add its partition to the transaction (v2)?"""
+    return api_version >= first_implicit_version and finalized_level(broker) >= TV2
+
+
+# ------------------------------------------------------------------------------------------ EndTxn v5
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def end_transaction(coord: TransactionCoordinator, transactional_id: str, producer_id: int,
+                          producer_epoch: int, commit: bool) -> tuple[str | None, int, int]:
+    """EndTxn v5 (transactions v2). Returns (error name or None, producer id, producer epoch) of the answer."""
+    fail = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+    if not transactional_id:
+        return ("INVALID_REQUEST", *fail)
+    err = coord._check(transactional_id)
+    if err:
+        return (err, *fail)
+    md = coord._get(transactional_id)
+    if md is None:
+        return ("INVALID_PRODUCER_ID_MAPPING", *fail)
+    if md.pending_state is TxnState.PREPARE_EPOCH_FENCE:
+        return ("CONCURRENT_TRANSACTIONS", *fail)  # the coordinator is aborting it (never seen between awaits)
+    # a retry of the EndTxn that bumped the epoch, or of the one that moved the producer to a new id
+    retry_bump = md.producer_epoch == producer_epoch + 1
+    retry_overflow = (md.previous_producer_id == producer_id and producer_epoch == MAX_EPOCH - 1
+                      and md.producer_epoch == 0)
+    retry = retry_bump or retry_overflow
+    current = producer_epoch == md.producer_epoch
+    state = md.state
+    if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+        valid = retry_bump
+    elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+        valid = retry or current
+    else:  # Ongoing, Empty: the current epoch only
+        valid = current
+    if md.producer_id != producer_id and not retry_overflow:
+        return ("INVALID_PRODUCER_ID_MAPPING", *fail)
+    if not valid:
+        return ("PRODUCER_FENCED", *fail)
+    if md.pending_transition_in_progress:
+        return ("CONCURRENT_TRANSACTIONS", *fail)
+    # Kafka's table for Empty / CompleteAbort / CompleteCommit under version 2 (EB: a new PrepareAbort, the epoch
+    # bumped, no partition: a v2 client may abort a transaction it never added a partition to)
+    empty_abort = False
+    if state is TxnState.COMPLETE_COMMIT:
+        if commit:
+            return (None, md.producer_id, md.producer_epoch) if retry else ("INVALID_TXN_STATE", *fail)
+        if retry:
+            return ("INVALID_TXN_STATE", *fail)
+        empty_abort = True
+    elif state is TxnState.COMPLETE_ABORT:
+        if commit:
+            return ("INVALID_TXN_STATE", *fail)
+        if retry:
+            return (None, md.producer_id, md.producer_epoch)
+        empty_abort = True
+    elif state is TxnState.EMPTY:
+        if commit:
+            return ("INVALID_TXN_STATE", *fail)
+        empty_abort = True
+    elif state is TxnState.PREPARE_COMMIT:
+        return ("CONCURRENT_TRANSACTIONS" if commit else "INVALID_TXN_STATE", *fail)
+    elif state is TxnState.PREPARE_ABORT:
+        return ("CONCURRENT_TRANSACTIONS" if not commit else "INVALID_TXN_STATE", *fail)
+    elif state is not TxnState.ONGOING:
+        return ("INVALID_TXN_STATE", *fail)
+    next_pid = NO_PRODUCER_ID
+    if md.is_producer_epoch_exhausted:  # the bump would exhaust the epoch: the producer moves to a new id
+        try:
+            next_pid = await coord._new_producer_id()
+        except Exception as exc:
+            log.warning("no producer id available", extra={"kv": {"error": repr(exc)}})
+            return ("COORDINATOR_LOAD_IN_PROGRESS", *fail)
+        if coord._get(transactional_id) is not md or md.pending_transition_in_progress \
+                or md.state is not state or md.producer_epoch != producer_epoch:
+            return ("CONCURRENT_TRANSACTIONS", *fail)
+    try:
+        transit = md.prepare_abort_or_commit(TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+                                             _now_ms(), client_transaction_version=TV2, next_producer_id=next_pid,
+                                             no_partition_added=empty_abort)
+    except IllegalTransitionError:
+        return ("CONCURRENT_TRANSACTIONS", *fail)
+    err = await coord._apply(md, transit)
+    if err:
+        return (err, *fail)
+    coord._start_completion(md, coord._coordinator_epoch(transactional_id))
+    log.info("transaction prepared", extra={"kv": {
+        "id": transactional_id, "producer_id": md.producer_id, "epoch": md.producer_epoch,
+        "next_producer_id": md.next_producer_id, "result": "commit" if commit else "abort",
+        "partitions": len(md.partitions), "by": "client", "transaction_version": TV2}})
+    if md.next_producer_id != NO_PRODUCER_ID:
+        return None, md.next_producer_id, 0  # the id and epoch CompleteCommit/CompleteAbort installs
+    return None, md.producer_id, md.producer_epoch
+
+
+# ------------------------------------------------------------------------------------------ implicit add
+
+
+async def add_partitions(coord: TransactionCoordinator, transactional_id: str, producer_id: int,
+                         producer_epoch: int, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """Add ``partitions`` to the producer's transaction (transactions v2), at this broker's coordinator or at the
+    id's coordinator elsewhere (AddPartitionsToTxn v5, ``verify_only`` false). An error code per partition."""
+    if not transactional_id:
+        return dict.fromkeys(partitions, code_of("INVALID_REQUEST"))
+    err = coord._check(transactional_id)
+    request = getattr(coord.broker.replica_manager, "broker_request", None)
+    if err == "NOT_COORDINATOR" and request is not None:
+        return await _add_remote(coord, request, transactional_id, producer_id, producer_epoch, partitions)
+    if err:
+        return dict.fromkeys(partitions, code_of(err))
+    added = await coord.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
+                                       client_transaction_version=TV2)
+    return dict.fromkeys(partitions, 0 if added is None else code_of(added))
+
+
+async def _add_remote(coord: TransactionCoordinator, request: Any, transactional_id: str, producer_id: int,
+                      producer_epoch: int, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+    err, node = await coord.find_coordinator(transactional_id)
+    if err is not None or node is None or node[0] == coord.broker.node_id:
+        return dict.fromkeys(partitions, code_of(err or "NOT_COORDINATOR"))
+    topics: dict[str, list[int]] = {}
+    for t, p in partitions:
+        topics.setdefault(t, []).append(p)
+    body = {"transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
+                              "producer_epoch": producer_epoch, "verify_only": False,
+                              "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]}
+    try:
+        resp = request(node[0], ApiKey.ADD_PARTITIONS_TO_TXN, 5, body, timeout=coord.request_timeout_ms / 1000.0)
+        if inspect.isawaitable(resp):
+            resp = await resp
+    except Exception as exc:
+        log.info("implicit AddPartitionsToTxn at the coordinator failed",
+                 extra={"kv": {"node": node[0], "error": repr(exc)}})
+        return dict.fromkeys(partitions, code_of("NETWORK_EXCEPTION"))
+    if resp.get("error_code"):
+        return dict.fromkeys(partitions, int(resp["error_code"]))
+    got: dict[TopicPartition, int] = {}
+    for txn in resp.get("results_by_transaction") or ():
+        for t in txn.get("topic_results") or ():
+            for p in t.get("results_by_partition") or ():
+                got[(t["name"], int(p["partition_index"]))] = int(p["partition_error_code"])
+    return {tp: got.get(tp, code_of("UNKNOWN_SERVER_ERROR")) for tp in partitions}
