@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.group.records import OFFSETS_TOPIC
 from tidelog.broker.internal_topics import wait_replicated
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ERRORS_BY_CODE
 
@@ -36,7 +37,7 @@ log = logging.getLogger("tidelog.broker.txn.markers")
 
 TopicPartition = tuple[str, int]
 # errors after which sending stops: the marker is refused for good (Kafka's abortSending)
-FATAL_MARKER_ERRORS = frozenset({"INVALID_PRODUCER_EPOCH", "TRANSACTION_COORDINATOR_FENCED"})
+FATAL_MARKER_ERRORS = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED})
 
 
 async def append_markers_locally(broker: Broker, producer_id: int, producer_epoch: int, coordinator_epoch: int,
@@ -50,7 +51,7 @@ async def append_markers_locally(broker: Broker, producer_id: int, producer_epoc
         try:
             plog = broker.leader_log(*tp)
         except Exception as exc:
-            result[tp] = getattr(exc, "kafka_error", None) or "UNKNOWN_SERVER_ERROR"
+            result[tp] = getattr(exc, "kafka_error", None) or ErrorCode.UNKNOWN_SERVER_ERROR
             continue
         ticket = broker.append_sequencer.ticket(tp)
         try:
@@ -63,7 +64,7 @@ async def append_markers_locally(broker: Broker, producer_id: int, producer_epoc
             name = getattr(exc, "kafka_error", None)
             if name is None:
                 log.exception("appending a transaction marker failed", extra={"kv": {"partition": f"{tp[0]}-{tp[1]}"}})
-            result[tp] = name or "UNKNOWN_SERVER_ERROR"
+            result[tp] = name or ErrorCode.UNKNOWN_SERVER_ERROR
             continue
         finally:
             ticket.release()
@@ -104,7 +105,7 @@ def _errors_of_response(body: dict[str, Any], producer_id: int) -> dict[TopicPar
                 code = int(p.get("error_code", 0))
                 err = ERRORS_BY_CODE.get(code)
                 out[(t["name"], int(p["partition_index"]))] = (
-                    None if code == 0 else (err.name if err is not None else "UNKNOWN_SERVER_ERROR"))
+                    None if code == 0 else (err.name if err is not None else ErrorCode.UNKNOWN_SERVER_ERROR))
     return out
 
 
@@ -173,7 +174,7 @@ class TxnMarkerChannel:
                                 extra={"kv": {"partition": f"{tp[0]}-{tp[1]}", "producer_id": producer_id,
                                               "error": err}})
                     return False
-                elif err == "UNKNOWN_TOPIC_OR_PARTITION" and not self._partition_exists(tp):
+                elif err == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and not self._partition_exists(tp):
                     pending.discard(tp)
                     on_done(tp)
             if pending:
@@ -200,6 +201,6 @@ class TxnMarkerChannel:
         except Exception as exc:
             log.info("WriteTxnMarkers to a partition leader failed",
                      extra={"kv": {"node": node, "error": repr(exc)}})
-            return dict.fromkeys(tps, "NETWORK_EXCEPTION")
+            return dict.fromkeys(tps, ErrorCode.NETWORK_EXCEPTION)
         errors = _errors_of_response(response, producer_id)
-        return {tp: errors.get(tp, "UNKNOWN_SERVER_ERROR") for tp in tps}
+        return {tp: errors.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR) for tp in tps}
