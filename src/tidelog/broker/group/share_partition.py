@@ -45,7 +45,7 @@ _CONTROL = 0x20
 class AckError(Exception):
     """An acknowledgement Kafka refuses (INVALID_RECORD_STATE, INVALID_REQUEST)."""
 
-    def __init__(self, name: str, message: str) -> None:
+    def __init__(self, name: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.name = name
         self.message = message

@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tidelog.broker.errors import PartitionError, code_of, error_of
+from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.handlers import DeferredResponse, RequestContext, handles
 from tidelog.broker.handlers.core_shared import (
     _TOPIC,
@@ -28,7 +28,7 @@ from tidelog.broker.purgatory import DelayedProduce
 from tidelog.broker.security.acls import AclOperation, ResourceType
 from tidelog.broker.topics import ADMIN_CLIENT_ID, INTERNAL_TOPICS
 from tidelog.broker.txn import tv2
-from tidelog.errors import ErrorCode
+from tidelog.errors import ErrorCode, error_code
 from tidelog.protocol.errors import error_for_code
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED
 from tidelog.records.errors import DecompressionLimitError, RecordError
@@ -364,14 +364,14 @@ async def _wait_for_acks(ctx: RequestContext, acks: int, timeout_ms: int, append
     return body
 
 
-def _acked(body: dict, results: dict[tuple[str, int], dict], status: Mapping[tuple[str, int], str | None] | BaseException) -> dict:
+def _acked(body: dict, results: dict[tuple[str, int], dict], status: Mapping[tuple[str, int], ErrorCode | None] | BaseException) -> dict:
     """The acks=-1 answer once its DelayedProduce completed: each partition still short gets its error. A deferred
     answer (ctx.defer) whose operation failed gets UNKNOWN_SERVER_ERROR in each partition it appended to."""
     if isinstance(status, BaseException):
         status = dict.fromkeys(results, ErrorCode.UNKNOWN_SERVER_ERROR)
     for tp, err in status.items():
         if err is not None:
-            results[tp]["error_code"] = code_of(err)
+            results[tp]["error_code"] = error_code(err)
     return body
 
 
@@ -422,7 +422,7 @@ _VERIFY_RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETW
 _NOT_VERIFIED = object()  # the guard of a batch that joined a transaction open at the time of the produce
 
 
-def _verification_error(err: str, version: int) -> str:
+def _verification_error(err: ErrorCode, version: int) -> ErrorCode:
     if err in _VERIFY_RETRIABLE:
         return ErrorCode.NOT_ENOUGH_REPLICAS
     if err == ErrorCode.PRODUCER_FENCED:
@@ -477,13 +477,13 @@ async def _verify_transactional(ctx: RequestContext, transactional_id: str | Non
                 codes = await tv2.add_partitions(coord, transactional_id, pid, epoch, tps)  # KIP-890 part 2
             else:
                 codes = await coord.verify_transaction(transactional_id, pid, epoch, tps)
-            errors = {tp: error_for_code(c).name for tp, c in codes.items() if c}
+            errors = {tp: error_code(error_for_code(c).name) for tp, c in codes.items() if c}
         for pp in pps:
             err = errors.get((pp.name, pp.index))
             if err is None:
                 continue
             name = _verification_error(err, ctx.api_version)
-            pp.pr["error_code"] = code_of(name)
+            pp.pr["error_code"] = error_code(name)
             pp.pr["error_message"] = (f"Partition {pp.name}-{pp.index} was not verified in the transaction: {err}"
                                       if ctx.api_version >= 8 else None)
             refused.add(pp)

@@ -48,10 +48,11 @@ MAX_SESSION_PARTITIONS = 10000  # partitions of one share session
 
 
 def _err(code: int) -> str | None:
-    return None if code == NONE else {
+    messages: dict[int, str] = {
         GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
         TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
-    }.get(code)
+    }
+    return None if code == NONE else messages.get(code)
 
 
 # ============================================================================= heartbeat / describe

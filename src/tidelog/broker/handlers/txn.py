@@ -18,13 +18,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tidelog.broker.errors import code_of
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.group import fit
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.broker.txn import tv2
 from tidelog.broker.txn.markers import append_markers_locally
-from tidelog.errors import ErrorCode
+from tidelog.errors import ErrorCode, error_code
 from tidelog.protocol.api_keys import ApiKey
 
 log = logging.getLogger("tidelog.broker.txn")
@@ -35,11 +34,11 @@ TXN_ID, TOPIC, GROUP, CLUSTER = (ResourceType.TRANSACTIONAL_ID, ResourceType.TOP
                                  ResourceType.CLUSTER)
 
 
-def _code(name: str | None) -> int:
-    return 0 if name is None else code_of(name)
+def _code(name: ErrorCode | None) -> int:
+    return 0 if name is None else error_code(name)
 
 
-def _fenced_for(version: int, first_with_fenced: int, err: str | None) -> str | None:
+def _fenced_for(version: int, first_with_fenced: int, err: ErrorCode | None) -> ErrorCode | None:
     """PRODUCER_FENCED (KIP-588) to INVALID_PRODUCER_EPOCH for request versions before ``first_with_fenced``."""
     if err == ErrorCode.PRODUCER_FENCED and version < first_with_fenced:
         return ErrorCode.INVALID_PRODUCER_EPOCH
@@ -57,7 +56,7 @@ async def init_transactional_producer_id(ctx: RequestContext, request: dict) -> 
     """InitProducerId with a transactional id (routed here by ``producer_id.init_producer_id``)."""
     v = ctx.api_version
 
-    def answer(err: str | None, pid: int = -1, epoch: int = -1) -> dict:
+    def answer(err: ErrorCode | None, pid: int = -1, epoch: int = -1) -> dict:
         return {"throttle_time_ms": 0, "error_code": _code(_fenced_for(v, 4, err)), "producer_id": pid,
                 "producer_epoch": epoch}
 
@@ -88,7 +87,7 @@ def _unknown_partitions(ctx: RequestContext, partitions: list[TopicPartition]) -
     return out
 
 
-def _topic_results(errors: dict[TopicPartition, str | None], version: int) -> list[dict]:
+def _topic_results(errors: dict[TopicPartition, ErrorCode | None], version: int) -> list[dict]:
     by_topic: dict[str, list[dict]] = {}
     for (topic, p), err in errors.items():
         by_topic.setdefault(topic, []).append(
@@ -99,7 +98,7 @@ def _topic_results(errors: dict[TopicPartition, str | None], version: int) -> li
 async def _add_or_verify(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int,
                          partitions: list[TopicPartition], verify_only: bool,
                          from_client: bool = True, client_transaction_version: int = 0
-                         ) -> dict[TopicPartition, str | None]:
+                         ) -> dict[TopicPartition, ErrorCode | None]:
     coord = _coordinator(ctx)
     if ctx.broker.authorizer is not None:
         # KafkaApis: a client's request (v3 and below) needs WRITE on the transactional id; every partition
@@ -185,7 +184,7 @@ async def end_txn(ctx: RequestContext, request: dict) -> dict:
     coord = _coordinator(ctx)
     pid, epoch = -1, -1
     if not ctx.authorize(WRITE, TXN_ID, str(request.get("transactional_id") or "")):
-        err: str | None = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        err: ErrorCode | None = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     elif coord is None:
         err = ErrorCode.COORDINATOR_NOT_AVAILABLE
     elif tv2.end_txn_version(ctx.api_version) >= tv2.TV2:  # v5: transactions v2, the epoch bumped and returned

@@ -32,7 +32,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.errors import code_of
 from tidelog.broker.group.records import OFFSETS_TOPIC
 from tidelog.broker.group.records import partition_for as group_partition_for
 from tidelog.broker.internal_topics import append_and_wait, replay_log
@@ -49,7 +48,7 @@ from tidelog.broker.txn.state import (
     TxnTransit,
     is_epoch_exhausted,
 )
-from tidelog.errors import ErrorCode
+from tidelog.errors import ApiError, ErrorCode, error_code
 from tidelog.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
@@ -66,7 +65,7 @@ def _now_ms() -> int:
 
 @dataclass(slots=True)
 class InitResult:
-    error: str | None
+    error: ErrorCode | None
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
 
@@ -228,7 +227,7 @@ class TransactionCoordinator:
             if task is not None:
                 task.cancel()
 
-    async def find_coordinator(self, transactional_id: str) -> tuple[str | None, tuple[int, str, int] | None]:
+    async def find_coordinator(self, transactional_id: str) -> tuple[ErrorCode | None, tuple[int, str, int] | None]:
         """(error name, (node id, host, port)) of this id's coordinator: the leader of its ``__transaction_state``
         partition, this broker once it has loaded it. The topic is created on first use (one node: here, led at
         once; ZooKeeper mode: through ZooKeeper, its leaders elected by the controller)."""
@@ -288,7 +287,7 @@ class TransactionCoordinator:
             log.info("__transaction_state created", extra={"kv": {"partitions": info.num_partitions,
                                                                    "replication_factor": rf}})
         except Exception as exc:
-            if getattr(exc, "kafka_error", None) != ErrorCode.TOPIC_ALREADY_EXISTS:
+            if not (isinstance(exc, ApiError) and exc.kafka_error == ErrorCode.TOPIC_ALREADY_EXISTS):
                 log.warning("cannot create __transaction_state", extra={"kv": {"error": repr(exc)}})
 
     # ============================================================== state access
@@ -296,7 +295,7 @@ class TransactionCoordinator:
     def _partition(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.num_partitions)
 
-    def _check(self, transactional_id: str) -> str | None:
+    def _check(self, transactional_id: str) -> ErrorCode | None:
         """Kafka's ``getTransactionState`` preconditions: is this id coordinated here, and loaded?"""
         if not self.active or self.broker.stopping:
             return ErrorCode.NOT_COORDINATOR
@@ -318,7 +317,7 @@ class TransactionCoordinator:
     def _coordinator_epoch(self, transactional_id: str) -> int:
         return self.owned.get(self._partition(transactional_id), -1)
 
-    async def _write(self, transactional_id: str, transit: TxnTransit | None) -> str | None:
+    async def _write(self, transactional_id: str, transit: TxnTransit | None) -> ErrorCode | None:
         """Write the id's new state (a tombstone for None) to its partition; the error name Kafka's
         ``appendTransactionToLog`` answers with, or None."""
         p = self._partition(transactional_id)
@@ -338,7 +337,7 @@ class TransactionCoordinator:
             return ErrorCode.NOT_COORDINATOR
         return ErrorCode.UNKNOWN_SERVER_ERROR
 
-    async def _apply(self, md: TransactionMetadata, transit: TxnTransit) -> str | None:
+    async def _apply(self, md: TransactionMetadata, transit: TxnTransit) -> ErrorCode | None:
         err = await self._write(md.transactional_id, transit)
         if self.txns.get(md.transactional_id) is not md:
             return err or ErrorCode.NOT_COORDINATOR  # unloaded meanwhile
@@ -397,12 +396,12 @@ class TransactionCoordinator:
                 return InitResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
             if md.pending_transition_in_progress or self.txns.get(transactional_id) is not md:
                 return InitResult(ErrorCode.CONCURRENT_TRANSACTIONS)
-            transit_or_err: TxnTransit | str = md.prepare_producer_id_rotation(new_pid, timeout_ms, now,
+            transit_or_err: TxnTransit | ErrorCode = md.prepare_producer_id_rotation(new_pid, timeout_ms, now,
                                                                                 expected is not None)
         else:
             transit_or_err = md.prepare_increment_producer_epoch(
                 timeout_ms, expected[1] if expected is not None else None, now)
-        if isinstance(transit_or_err, str):
+        if isinstance(transit_or_err, ErrorCode):
             return InitResult(transit_or_err)
         err = await self._apply(md, transit_or_err)
         if err:
@@ -422,7 +421,7 @@ class TransactionCoordinator:
     # ============================================================== AddPartitionsToTxn / AddOffsetsToTxn
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: Iterable[TopicPartition], client_transaction_version: int = 0) -> str | None:
+                             partitions: Iterable[TopicPartition], client_transaction_version: int = 0) -> ErrorCode | None:
         if not transactional_id:
             return ErrorCode.INVALID_REQUEST
         err = self._check(transactional_id)
@@ -486,8 +485,8 @@ class TransactionCoordinator:
         return {tp: got.get(tp, _code(ErrorCode.UNKNOWN_SERVER_ERROR)) for tp in partitions}
 
     def verify_errors(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                      partitions: list[TopicPartition]) -> dict[TopicPartition, str | None]:
-        def all_(err: str) -> dict[TopicPartition, str | None]:
+                      partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode | None]:
+        def all_(err: ErrorCode) -> dict[TopicPartition, ErrorCode | None]:
             return dict.fromkeys(partitions, err)
 
         if not transactional_id:
@@ -507,12 +506,12 @@ class TransactionCoordinator:
     # ============================================================== EndTxn
 
     async def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                              commit: bool) -> str | None:
+                              commit: bool) -> ErrorCode | None:
         """EndTxn from a client. Answers once PrepareCommit/PrepareAbort is written; the markers follow."""
         return await self._end_transaction(transactional_id, producer_id, producer_epoch, commit, from_client=True)
 
     async def _end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
-                               from_client: bool) -> str | None:
+                               from_client: bool) -> ErrorCode | None:
         md = self._get(transactional_id) if transactional_id else None
         # the coordinator's own abort (fencing, timeout) comes with PrepareEpochFence pending
         fence = not from_client and md is not None and md.pending_state is TxnState.PREPARE_EPOCH_FENCE
@@ -689,7 +688,7 @@ class TransactionCoordinator:
 
     def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
                           duration_ms: int = -1, pattern: str | None = None,
-                          now_ms: int | None = None) -> tuple[str | None, list[str], list[TxnListing]]:
+                          now_ms: int | None = None) -> tuple[ErrorCode | None, list[str], list[TxnListing]]:
         """(error, unknown state filters, transactions) as Kafka's ``listTransactionStates``."""
         if not self.active:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, [], []
@@ -745,8 +744,8 @@ class TransactionCoordinator:
                    {"state": state.state_name}, float(counts.get(state.state_name, 0)))
 
 
-def _code(name: str | None) -> int:
-    return 0 if name is None else code_of(name)
+def _code(name: ErrorCode | None) -> int:
+    return 0 if name is None else error_code(name)
 
 
 def _read_partitions(logs: list[Any]) -> dict[str, rec.TxnLogValue]:

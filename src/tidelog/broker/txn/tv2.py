@@ -36,7 +36,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.errors import code_of
 from tidelog.broker.features import TRANSACTION_VERSION_MAX
 from tidelog.broker.txn.state import (
     MAX_EPOCH,
@@ -45,7 +44,7 @@ from tidelog.broker.txn.state import (
     IllegalTransitionError,
     TxnState,
 )
-from tidelog.errors import ErrorCode
+from tidelog.errors import ErrorCode, error_code
 from tidelog.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
@@ -104,7 +103,7 @@ def _now_ms() -> int:
 
 
 async def end_transaction(coord: TransactionCoordinator, transactional_id: str, producer_id: int,
-                          producer_epoch: int, commit: bool) -> tuple[str | None, int, int]:
+                          producer_epoch: int, commit: bool) -> tuple[ErrorCode | None, int, int]:
     """EndTxn v5 (transactions v2). Returns (error name or None, producer id, producer epoch) of the answer."""
     fail = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
     if not transactional_id:
@@ -204,17 +203,17 @@ async def add_partitions(coord: TransactionCoordinator, transactional_id: str, p
     if err == ErrorCode.NOT_COORDINATOR and request is not None:
         return await _add_remote(coord, request, transactional_id, producer_id, producer_epoch, partitions)
     if err:
-        return dict.fromkeys(partitions, code_of(err))
+        return dict.fromkeys(partitions, error_code(err))
     added = await coord.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
                                        client_transaction_version=TV2)
-    return dict.fromkeys(partitions, 0 if added is None else code_of(added))
+    return dict.fromkeys(partitions, 0 if added is None else error_code(added))
 
 
 async def _add_remote(coord: TransactionCoordinator, request: Any, transactional_id: str, producer_id: int,
                       producer_epoch: int, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
     err, node = await coord.find_coordinator(transactional_id)
     if err is not None or node is None or node[0] == coord.broker.node_id:
-        return dict.fromkeys(partitions, code_of(err or ErrorCode.NOT_COORDINATOR))
+        return dict.fromkeys(partitions, error_code(err or ErrorCode.NOT_COORDINATOR))
     topics: dict[str, list[int]] = {}
     for t, p in partitions:
         topics.setdefault(t, []).append(p)
