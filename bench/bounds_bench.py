@@ -45,11 +45,12 @@ from loop_stall_bench import (
     small_requests_during,
 )
 from peers import ROOT, free_port
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import encode_request
 from tidelog_revs import add_argument as add_rev_argument
 from tidelog_revs import parse_revs, prepare
 
-ALTER_CLIENT_QUOTAS = 49
+ALTER_CLIENT_QUOTAS = ApiKey.ALTER_CLIENT_QUOTAS
 
 
 class Broker:

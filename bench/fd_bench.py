@@ -22,9 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.framing import ClientConnection
 
-CREATE_TOPICS = 19
+CREATE_TOPICS = ApiKey.CREATE_TOPICS
 _STARTED = re.compile(r"broker started .*listener=PLAINTEXT://[^ ]*:(\d+)")
 
 

@@ -2,9 +2,12 @@
 sideways between packages, the package graph has no cycle, and no import of tidelog's own code hides inside a
 function (the way to dodge a cycle instead of removing it).
 
-    records  <-  protocol, storage  <-  client  <-  broker  <-  cluster, spark, tools  <-  node (the composition
-    root)  <-  cli  <-  console (the web console reuses the CLI's Kafka helpers; ``tidelog console`` reaches it
-    through cli/main.py's lazy command table, not an import)
+    errors  <-  records  <-  protocol, storage  <-  client  <-  broker  <-  cluster, spark, tools  <-  node
+    (the composition root)  <-  cli  <-  console (the web console reuses the CLI's Kafka helpers; ``tidelog
+    console`` reaches it through cli/main.py's lazy command table, not an import)
+
+``errors`` (one module, tidelog/errors.py) holds Kafka's error names and codes and the base class of every error
+meant for a client, so that every layer, records included, names errors with the one enum.
 
 ``client`` is the Kafka client side both the broker and Spark use (TLS/SASL connections, the SCRAM formulas, the
 columnar decoder and the sink's record accumulator), as Kafka's ``clients`` module is under its broker.
@@ -22,8 +25,8 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tidelog"
 
-LAYER = {"records": 0, "protocol": 1, "storage": 1, "client": 2, "broker": 3, "cluster": 4, "spark": 4, "tools": 4,
-         "node": 5, "cli": 6, "console": 7}
+LAYER = {"errors": -1, "records": 0, "protocol": 1, "storage": 1, "client": 2, "broker": 3, "cluster": 4, "spark": 4,
+         "tools": 4, "node": 5, "cli": 6, "console": 7}
 C_EXTENSIONS = {"tidelog.records._recwalk", "tidelog.client._columnar", "tidelog.storage._cleanwalk",
                 "tidelog.storage._segment", "tidelog.protocol._produce"}
 

@@ -25,6 +25,7 @@ from tidelog.broker.topics import (
     TopicManager,
     validate_topic_name,
 )
+from tidelog.errors import ErrorCode
 from tidelog.storage.manager import LogManager
 
 
@@ -49,7 +50,7 @@ def broker(tmp_path: Path) -> Any:
 def test_invalid_names(name: str) -> None:
     with pytest.raises(TopicError) as info:
         validate_topic_name(name)
-    assert info.value.kafka_error == "INVALID_TOPIC_EXCEPTION"
+    assert info.value.kafka_error == ErrorCode.INVALID_TOPIC_EXCEPTION
 
 
 def test_valid_names() -> None:
@@ -61,13 +62,13 @@ def test_create_errors(broker: Any) -> None:
     t = broker.topics
     t.create_topic("orders", 3)
     cases = [
-        (("orders",), {}, "TOPIC_ALREADY_EXISTS"),
-        (("orders.x",), {"num_partitions": 0}, "INVALID_PARTITIONS"),
-        (("rf",), {"replication_factor": 3}, "INVALID_REPLICATION_FACTOR"),
-        (("rf0",), {"replication_factor": 0}, "INVALID_REPLICATION_FACTOR"),
-        (("cfg",), {"configs": {"retention.ms": "soon"}}, "INVALID_CONFIG"),
-        (("cfg2",), {"configs": {"no.such.config": "1"}}, "INVALID_CONFIG"),
-        (("cfg3",), {"configs": {"retention.ms": None}}, "INVALID_CONFIG"),
+        (("orders",), {}, ErrorCode.TOPIC_ALREADY_EXISTS),
+        (("orders.x",), {"num_partitions": 0}, ErrorCode.INVALID_PARTITIONS),
+        (("rf",), {"replication_factor": 3}, ErrorCode.INVALID_REPLICATION_FACTOR),
+        (("rf0",), {"replication_factor": 0}, ErrorCode.INVALID_REPLICATION_FACTOR),
+        (("cfg",), {"configs": {"retention.ms": "soon"}}, ErrorCode.INVALID_CONFIG),
+        (("cfg2",), {"configs": {"no.such.config": "1"}}, ErrorCode.INVALID_CONFIG),
+        (("cfg3",), {"configs": {"retention.ms": None}}, ErrorCode.INVALID_CONFIG),
     ]
     for args, kw, err in cases:
         with pytest.raises(TopicError) as info:
@@ -92,7 +93,7 @@ def test_create_persist_reload_delete(tmp_path: Path) -> None:
     b.topics.create_partitions("t", 4)
     with pytest.raises(TopicError) as e:
         b.topics.create_partitions("t", 3)
-    assert e.value.kafka_error == "INVALID_PARTITIONS"
+    assert e.value.kafka_error == ErrorCode.INVALID_PARTITIONS
     b.logs.shutdown()
     data = json.loads((tmp_path / REGISTRY_FILE).read_text())
     assert data["topics"]["t"] == {"topic_id": info.topic_id_str, "partitions": 4, "configs": {"retention.ms": "1000"}}
@@ -167,7 +168,7 @@ def test_alter_and_incremental_alter(broker: Any) -> None:
     assert t.get("c").overrides == {"cleanup.policy": "compact", "retention.ms": "7"}
     with pytest.raises(TopicError) as e:
         t.incremental_alter_configs("c", [("retention.ms", OP_APPEND, "1")])
-    assert e.value.kafka_error == "INVALID_CONFIG"
+    assert e.value.kafka_error == ErrorCode.INVALID_CONFIG
     with pytest.raises(TopicError):
         t.alter_configs("c", {"retention.ms": "-5"})
     assert t.get("c").overrides == {"cleanup.policy": "compact", "retention.ms": "7"}  # unchanged on error

@@ -28,6 +28,7 @@ from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType
 
 from tidelog.broker.dynamic_config import STORE_FILE, DynamicConfigError, validate_names
+from tidelog.errors import ErrorCode
 
 pytestmark = pytest.mark.integration
 
@@ -231,7 +232,7 @@ def test_names_checked_as_kafka_does() -> None:
     ]:
         with pytest.raises(DynamicConfigError) as ei:
             validate_names(props, per_broker)
-        assert words in ei.value.message and ei.value.kafka_error == "INVALID_REQUEST"
+        assert words in ei.value.message and ei.value.kafka_error == ErrorCode.INVALID_REQUEST
 
 
 def test_max_connections_enforced_live(broker_factory: Any) -> None:

@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 from helpers import RawClient, confluent_produce, create_topic_raw, metric_value
 
+from tidelog.protocol.api_keys import ApiKey
+
 pytestmark = pytest.mark.integration
 
-FETCH = 1
+FETCH = ApiKey.FETCH
 NONE, FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH = 0, 70, 71
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tidelog.broker.producer_ids import PRODUCER_ID_BLOCK_FILE
 from tidelog.protocol import codec
+from tidelog.protocol.api_keys import ApiKey
 
 # the in-process harness lives in test_admin_handlers.py (pytest runs in importlib mode: load it by path)
 _spec = importlib.util.spec_from_file_location(
@@ -17,7 +18,7 @@ _harness = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_harness)
 Harness, err, run_broker = _harness.Harness, _harness.err, _harness.run_broker
 
-INIT_PRODUCER_ID = 22
+INIT_PRODUCER_ID = ApiKey.INIT_PRODUCER_ID
 
 
 def _body(version: int, txn: str | None = None, pid: int = -1, epoch: int = -1) -> dict:

@@ -13,6 +13,7 @@ from tidelog.broker.purgatory import (
     FetchPartitionStatus,
     Purgatory,
 )
+from tidelog.errors import ApiError, ErrorCode
 
 TP = ("t", 0)
 TP1 = ("t", 1)
@@ -125,15 +126,15 @@ def test_produce_times_out_with_request_timed_out_for_laggards() -> None:
         op = DelayedProduce({TP: 10, TP1: 10}, 20, high_watermark=lambda tp: hw[tp])
         assert not p.produce.try_complete_else_watch(op, [TP, TP1])
         result = await asyncio.wait_for(op.wait(), 2)
-        assert result == {TP: None, TP1: "REQUEST_TIMED_OUT"}
+        assert result == {TP: None, TP1: ErrorCode.REQUEST_TIMED_OUT}
         assert op.timed_out
 
     run(main())
 
 
 def test_produce_error_from_partition_completes_with_that_error() -> None:
-    class NotLeader(Exception):
-        kafka_error = "NOT_LEADER_OR_FOLLOWER"
+    class NotLeader(ApiError):  # an error meant for a client derives from ApiError (decision 0066)
+        kafka_error = ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     async def main() -> None:
         def hw(tp):
@@ -142,7 +143,7 @@ def test_produce_error_from_partition_completes_with_that_error() -> None:
         p = Purgatory()
         op = DelayedProduce({TP: 1}, 10_000, high_watermark=hw)
         assert p.produce.try_complete_else_watch(op, [TP])
-        assert await op.wait() == {TP: "NOT_LEADER_OR_FOLLOWER"}
+        assert await op.wait() == {TP: ErrorCode.NOT_LEADER_OR_FOLLOWER}
 
     run(main())
 

@@ -24,6 +24,7 @@ from tidelog.broker.fetch import (
 )
 from tidelog.broker.handlers.list_offsets import _list_offset
 from tidelog.broker.purgatory import Purgatory
+from tidelog.errors import ErrorCode
 from tidelog.records.batch import build_batch
 from tidelog.records.header import iter_batch_headers
 from tidelog.storage.config import LogConfig
@@ -53,7 +54,7 @@ class Followers:
 
     def check_follower(self, tp: tuple[str, int], replica_id: int) -> None:
         if replica_id != 1:
-            raise PartitionError("NOT_LEADER_OR_FOLLOWER")
+            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
     def update_follower_fetch_state(self, tp: tuple[str, int], replica_id: int, fetch_offset: int) -> None:
         self.calls.append((tp, replica_id, fetch_offset))
@@ -72,7 +73,7 @@ def _service(logs: dict, followers: Any = None) -> ReadService:
     def leader_log(name: str, index: int) -> PartitionLog:
         lg = logs.get((name, index))
         if lg is None:
-            raise PartitionError("UNKNOWN_TOPIC_OR_PARTITION")
+            raise PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return lg
 
     return ReadService(leader_log, lambda name, index: 0, Purgatory(), None, followers)

@@ -56,7 +56,8 @@ def test_the_connection_classes_keep_their_behaviour_flags() -> None:
 
 
 @pytest.mark.parametrize("module", ["server", "connection", "connection_io", "authenticator", "produce_lane",
-                                    "tls_connection", "api_names", "topics", "topic_model", "topic_backend"])
+                                    "tls_connection", "api_names", "topics", "topic_model", "topic_backend",
+                                    "handlers.admin", "handlers.configs", "handlers.admin_common"])
 def test_split_rooms_stay_under_800_lines(module: str) -> None:
     path = Path(importlib.import_module(f"tidelog.broker.{module}").__file__ or "")
     assert len(path.read_text(encoding="utf-8").splitlines()) <= 800
@@ -106,3 +107,16 @@ def test_partition_log_is_a_unified_log_over_a_local_log() -> None:
     assert ReadInfo is local_log.ReadInfo and parse_topic_partition is local_log.parse_topic_partition
     for module in (local_log, partition_log):
         assert len(Path(module.__file__ or "").read_text(encoding="utf-8").splitlines()) <= 800
+
+
+def test_the_config_handlers_split_from_admin_are_the_registered_ones() -> None:
+    """handlers/admin.py (950 lines) was split: the config APIs moved to handlers/configs.py (issue 26)."""
+    from tidelog.broker.broker import REGISTRY
+    from tidelog.broker.handlers import admin, configs
+    from tidelog.protocol.api_keys import ApiKey
+
+    for key, handler in ((ApiKey.DESCRIBE_CONFIGS, configs.describe_configs),
+                         (ApiKey.ALTER_CONFIGS, configs.alter_configs),
+                         (ApiKey.INCREMENTAL_ALTER_CONFIGS, configs.incremental_alter_configs),
+                         (ApiKey.CREATE_TOPICS, admin.create_topics), (ApiKey.DESCRIBE_CLUSTER, admin.describe_cluster)):
+        assert REGISTRY[key] is handler

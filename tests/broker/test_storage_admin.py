@@ -16,10 +16,12 @@ from helpers import RawClient, confluent_produce, consume_all, new_topic, wait_f
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
+from tidelog.errors import ErrorCode
+
 pytestmark = pytest.mark.integration
 
 DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS = 35, 61
-UNKNOWN_TOPIC_OR_PARTITION = 3
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 _path = Path(__file__).resolve().parents[1] / "integration" / "conftest.py"

@@ -47,13 +47,14 @@ from collections.abc import Coroutine, Iterable
 from typing import Any
 
 from tidelog.protocol import codec
+from tidelog.protocol.api_keys import ApiKey
 
 PASS, BLACKHOLE, CLOSE = "pass", "blackhole", "close"
 _MODES = (PASS, BLACKHOLE, CLOSE)
 _I32 = struct.Struct(">i")
 _HEAD = struct.Struct(">hhih")  # request header v1+: api_key, api_version, correlation_id, client_id length
 _MAX_FRAME = 256 << 20
-FETCH = 1
+FETCH = ApiKey.FETCH
 _CRC_FROM = 21  # a v2 batch's CRC-32C covers its bytes from the attributes (offset 21) to its end
 _HEADER = 61  # v2 batch header size: the records follow
 

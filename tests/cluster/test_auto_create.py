@@ -15,9 +15,12 @@ pytest.importorskip("kazoo", reason="kazoo is not installed")
 from helpers import racing_metadata
 from support import kazoo, read_all, request, state, topic_assignment, until
 
+from tidelog.errors import ErrorCode
+from tidelog.protocol.api_keys import ApiKey
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-METADATA = 3
+METADATA = ApiKey.METADATA
 NONE, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION = 0, 5, 3
 
 
@@ -77,7 +80,7 @@ def test_concurrent_auto_creation_never_answers_topic_already_exists(auto_cluste
 
 
 CREATE_TOPICS, CREATE_PARTITIONS = 19, 37
-POLICY_VIOLATION = 44
+POLICY_VIOLATION = ErrorCode.POLICY_VIOLATION
 
 
 def test_open_file_budget_in_zookeeper_mode(cluster_with: Any) -> None:

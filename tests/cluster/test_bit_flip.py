@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from support import Load, converged, create_topic, kazoo, read_all, state, until
 
+from tidelog.errors import ErrorCode
 from tidelog.records import build_batch
 from tidelog.records.header import validate_batch
 
@@ -32,7 +33,7 @@ MIN_FLIPS = 20
 PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 120000,
             "request.timeout.ms": 5000, "retry.backoff.ms": 50, "topic.metadata.refresh.interval.ms": 2000}
 INVALID_METRIC = "tidelog_replica_fetcher_invalid_records_total"
-CORRUPT_MESSAGE = 2
+CORRUPT_MESSAGE = ErrorCode.CORRUPT_MESSAGE
 
 _until = functools.partial(until, interval=0.05)
 

@@ -10,6 +10,7 @@ import pytest
 
 from tidelog.broker.errors import BrokerError, error_of
 from tidelog.cluster.broker_channel import BrokerChannel, BrokerRequestError
+from tidelog.errors import ErrorCode
 from tidelog.protocol import codec
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.framing import FrameDecoder
@@ -92,7 +93,7 @@ def test_a_broker_not_live_is_a_clear_error() -> None:
         ch = BrokerChannel(0, {}.get)
         with pytest.raises(BrokerRequestError) as e:
             await _ask(ch, 7)
-        assert e.value.kafka_error == "BROKER_NOT_AVAILABLE" and e.value.node_id == 7
+        assert e.value.kafka_error == ErrorCode.BROKER_NOT_AVAILABLE and e.value.node_id == 7
         assert "broker 7 is not live" in str(e.value)
         assert isinstance(e.value, BrokerError)  # what the broker layer catches
         assert error_of(e.value)[0] == 8  # BROKER_NOT_AVAILABLE
@@ -109,7 +110,7 @@ def test_a_lost_connection_fails_the_request_and_the_next_one_reconnects() -> No
             a.cut = True
             with pytest.raises(BrokerRequestError) as e:
                 await _ask(ch, 1)
-            assert e.value.kafka_error == "BROKER_NOT_AVAILABLE"
+            assert e.value.kafka_error == ErrorCode.BROKER_NOT_AVAILABLE
             a.cut = False
             assert await _ask(ch, 1) == 1
             assert a.connections == 2
@@ -129,7 +130,7 @@ def test_refused_connection_and_timeout() -> None:
         ch = BrokerChannel(0, {1: (host, port)}.get)
         with pytest.raises(BrokerRequestError) as e:
             await _ask(ch, 1)
-        assert e.value.kafka_error == "BROKER_NOT_AVAILABLE"
+        assert e.value.kafka_error == ErrorCode.BROKER_NOT_AVAILABLE
 
         m = await Server(2).start()
         m.mute = True
@@ -137,7 +138,7 @@ def test_refused_connection_and_timeout() -> None:
         try:
             with pytest.raises(BrokerRequestError) as e:
                 await _ask(ch2, 2, timeout=0.3)
-            assert e.value.kafka_error == "REQUEST_TIMED_OUT"
+            assert e.value.kafka_error == ErrorCode.REQUEST_TIMED_OUT
             m.mute = False
             assert await _ask(ch2, 2) == 2  # the timed-out connection was dropped: its late answer cannot confuse
             assert m.connections == 2

@@ -27,14 +27,17 @@ import pytest
 from confluent_kafka import Producer
 from support import Ledger, Load, converged, create_topic, kazoo, read_all, state, until
 
+from tidelog.errors import ErrorCode
+from tidelog.protocol.api_keys import ApiKey
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PARTITIONS = 2
 DROP_FRACTION = 0.10
 MESSAGES = 3000
 ISOLATION_S = 30.0
-PRODUCE = 0
-NOT_ENOUGH_REPLICAS = 19
+PRODUCE = ApiKey.PRODUCE
+NOT_ENOUGH_REPLICAS = ErrorCode.NOT_ENOUGH_REPLICAS
 PRODUCER = {"acks": "all", "enable.idempotence": True, "max.in.flight.requests.per.connection": 5, "linger.ms": 2,
             "batch.num.messages": 20, "message.timeout.ms": 120000, "request.timeout.ms": 10000,
             "retry.backoff.ms": 50, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500, "log_level": 3}

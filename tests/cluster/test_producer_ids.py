@@ -27,8 +27,9 @@ from tidelog.cluster.producer_ids import (
     decode_block,
     zk_producer_id_manager,
 )
+from tidelog.protocol.api_keys import ApiKey
 
-INIT_PRODUCER_ID = 22
+INIT_PRODUCER_ID = ApiKey.INIT_PRODUCER_ID
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,11 @@ pytest.importorskip("kazoo", reason="kazoo is not installed")
 from support import create_topic, kazoo, request, until
 
 from tidelog.cluster import zkdata as zd
+from tidelog.protocol.api_keys import ApiKey
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-METADATA = 3
+METADATA = ApiKey.METADATA
 
 
 def _metadata(broker: Any) -> dict:

@@ -21,13 +21,14 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource
 from support import agreed_coordinator, create_topic, kazoo, request, state, until
 
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.records.batch import build_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TXN_TOPIC = "__transaction_state"
 PRODUCE, FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = 0, 10, 22, 24, 26
-DESCRIBE_TRANSACTIONS = 65
+DESCRIBE_TRANSACTIONS = ApiKey.DESCRIBE_TRANSACTIONS
 NOT_COORDINATOR, INVALID_TXN_STATE = 16, 48
 
 _request = functools.partial(request, timeout=15)

@@ -26,6 +26,8 @@ from txnhelp import (
     wait_stable,
 )
 
+from tidelog.errors import ErrorCode
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
@@ -151,7 +153,7 @@ def test_copier_exactly_once_while_brokers_and_copier_are_killed(cluster_with: A
     # (test_transactions.py pins it), and librdkafka makes that fatal: the copier starts a new producer, as an
     # application must. Exactly-once is asserted below either way.
     fatal = [ev["error"] for w in workers for ev in w.events if ev["event"] == "fatal"]
-    assert set(fatal) <= {"INVALID_TXN_STATE"}, fatal
+    assert set(fatal) <= {ErrorCode.INVALID_TXN_STATE}, fatal
     assert committed_offsets(bs, group, src_tps) == dict.fromkeys(src_tps, per_partition)
 
     wait_stable(bs, [(dst, 0), (dst, 1)], 60)

@@ -13,6 +13,7 @@ pytest.importorskip("kazoo", reason="kazoo is not installed")
 
 from tidelog.cluster import zkdata as zd
 from tidelog.cluster.controller import Controller
+from tidelog.errors import ErrorCode
 
 
 def test_broker_registration_json() -> None:
@@ -174,7 +175,7 @@ def test_reassignment_decisions() -> None:
     assert c.decide_unneeded(zd.LeaderIsr(3, 2, (1, 2), 4), [3, 2, 1], [3, 2], live, set()) is None
     # Kafka's validateReplicas
     a = zd.TopicAssignment({0: [1, 2]})
-    assert c.validate_replicas(a, 0, [], live)[0] == "INVALID_REPLICA_ASSIGNMENT"
+    assert c.validate_replicas(a, 0, [], live)[0] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
     assert "Duplicate replica ids" in c.validate_replicas(a, 0, [2, 2], live)[1]
     assert "Invalid broker id" in c.validate_replicas(a, 0, [2, -1], live)[1]
     assert "not alive" in c.validate_replicas(a, 0, [2, 4], live)[1]

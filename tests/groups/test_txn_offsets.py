@@ -21,6 +21,7 @@ from tidelog.broker.config import BrokerConfig
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.coordinator import _read_partitions
 from tidelog.broker.group.records import OFFSETS_TOPIC, OffsetValue
+from tidelog.errors import ErrorCode
 from tidelog.protocol import codec
 from tidelog.records.batch import ControlRecordType, build_batch, build_control_batch, decode_batches
 from tidelog.storage.config import LogConfig
@@ -32,7 +33,7 @@ COMMIT, FETCH, FIND_COORDINATOR, JOIN, SYNC, DELETE, OFFSET_DELETE = 8, 9, 10, 1
 INIT_PRODUCER_ID, ADD_OFFSETS, END_TXN, TXN_COMMIT = 22, 25, 26, 28
 NONE, UNKNOWN_TOPIC_OR_PARTITION, OFFSET_METADATA_TOO_LARGE, ILLEGAL_GENERATION = 0, 3, 12, 22
 UNKNOWN_MEMBER_ID, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING = 25, 47, 48, 49
-TRANSACTION_ABORTABLE = 120
+TRANSACTION_ABORTABLE = ErrorCode.TRANSACTION_ABORTABLE
 MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID, UNSTABLE_OFFSET_COMMIT = 79, 82, 88
 
 TOPIC = "txn-t"

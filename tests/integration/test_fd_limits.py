@@ -26,6 +26,8 @@ from helpers import (
     list_offset_raw,
 )
 
+from tidelog.errors import ErrorCode
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.storage.checkpoints import (
     new_uuid,
     read_partition_metadata,
@@ -41,11 +43,11 @@ _spec.loader.exec_module(_fixtures)
 pytestmark = pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")
 
 NOFILE = 1024
-KAFKA_STORAGE_ERROR = 56
-POLICY_VIOLATION = 44
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-CREATE_PARTITIONS = 37
+KAFKA_STORAGE_ERROR = ErrorCode.KAFKA_STORAGE_ERROR
+POLICY_VIOLATION = ErrorCode.POLICY_VIOLATION
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+LEADER_NOT_AVAILABLE = ErrorCode.LEADER_NOT_AVAILABLE
+CREATE_PARTITIONS = ApiKey.CREATE_PARTITIONS
 # small files: an index of 64 KiB instead of 10 MiB keeps thousands of partitions cheap on disk
 SMALL = {"log.index.size.max.bytes": "65536", "log.segment.bytes": "1048576"}
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from tidelog.errors import ErrorCode
 from tidelog.protocol import codec
-from tidelog.protocol.errors import error_code
 from tidelog.records.batch import build_batch
 
 pytestmark = pytest.mark.integration
@@ -120,7 +120,7 @@ def test_duplicate_batch_gets_original_offset_and_is_not_written_twice(raw: RawC
 
     # a gap in the sequence is refused and leaves nothing on disk
     gap = raw.produce("idem-dup", 0, _batch(pid, epoch, 10, [b"x"]))
-    assert gap["error_code"] == error_code("OUT_OF_ORDER_SEQUENCE_NUMBER")
+    assert gap["error_code"] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert raw.end_offset("idem-dup", 0) == 4
     # the next in-order batch still goes through
     nxt = raw.produce("idem-dup", 0, _batch(pid, epoch, 4, [b"e"]))
@@ -138,7 +138,7 @@ def test_epoch_bump_fences_the_old_epoch(raw: RawClient) -> None:
     assert raw.produce("idem-bump", 0, _batch(pid, 1, 0, [b"b"]))["error_code"] == 0
     # a zombie still on epoch 0 is fenced
     stale = raw.produce("idem-bump", 0, _batch(pid, 0, 1, [b"c"]))
-    assert stale["error_code"] == error_code("INVALID_PRODUCER_EPOCH")
+    assert stale["error_code"] == ErrorCode.INVALID_PRODUCER_EPOCH
     assert raw.end_offset("idem-bump", 0) == 2
 
 

@@ -36,6 +36,7 @@ from helpers import (
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.records import build_batch
 
@@ -50,7 +51,7 @@ _fixtures = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_fixtures)
 BrokerProcess = _fixtures.BrokerProcess
 
-KAFKA_STORAGE_ERROR = 56
+KAFKA_STORAGE_ERROR = ErrorCode.KAFKA_STORAGE_ERROR
 SEGMENT_BYTES = 1048576  # the smallest segment.bytes Kafka allows
 JbodBroker = _fixtures.JbodBroker
 

@@ -21,13 +21,14 @@ import helpers as h
 import pytest
 import zstandard
 
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.records import build_batch, crc32c
 from tidelog.records.varint import encode_varint
 
 pytestmark = pytest.mark.integration
 
 CAP = 64 * 1024 * 1024  # the broker's decompression cap
-DELETE_TOPICS = 20
+DELETE_TOPICS = ApiKey.DELETE_TOPICS
 
 
 def bomb_batch(codec: int = 4, decompressed: int = CAP + 1) -> bytes:

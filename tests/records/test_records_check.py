@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from records_helpers import recrc, set_count
 
+from tidelog.errors import ErrorCode
 from tidelog.records import (
     CompressionType,
     CorruptRecordError,
@@ -238,8 +239,8 @@ def test_mutated_batches_pass_check_only_if_they_decode(codec, n, mutations, cou
         assert checked == decoded
 
 
-@pytest.mark.parametrize("magic,kafka_error", [(0, "INVALID_RECORD"), (1, "INVALID_RECORD"), (3, "CORRUPT_MESSAGE"),
-                                               (0x7F, "CORRUPT_MESSAGE"), (-1, "CORRUPT_MESSAGE")])
+@pytest.mark.parametrize("magic,kafka_error", [(0, ErrorCode.INVALID_RECORD), (1, ErrorCode.INVALID_RECORD), (3, ErrorCode.CORRUPT_MESSAGE),
+                                               (0x7F, ErrorCode.CORRUPT_MESSAGE), (-1, ErrorCode.CORRUPT_MESSAGE)])
 def test_wrong_magic_maps_to_kafkas_error(magic: int, kafka_error: str) -> None:
     batch = bytearray(build_batch([(b"k", b"v")]))
     struct.pack_into(">b", batch, 16, magic)

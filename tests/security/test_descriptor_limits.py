@@ -27,6 +27,7 @@ import pytest
 from helpers import NONE, RawClient, create_topic_raw, metric_value, produce_raw, wait_for
 
 from tidelog.broker.group.records import partition_for
+from tidelog.errors import ErrorCode
 from tidelog.records.batch import build_batch
 
 _spec = importlib.util.spec_from_file_location("tidelog_fd24_fixtures",
@@ -40,7 +41,7 @@ pytestmark = pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs p
 NOFILE = 256
 API_VERSIONS, CREATE_PARTITIONS, DESCRIBE_LOG_DIRS, METADATA = 18, 37, 35, 3
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH = 10, 8, 9
-POLICY_VIOLATION = 44
+POLICY_VIOLATION = ErrorCode.POLICY_VIOLATION
 HW_CHECKPOINT = "replication-offset-checkpoint"
 _DERIVED = re.compile(r"max\.connections=(\d+) derived from the open-file limit: ulimit -n (\d+) - (\d+) descriptors "
                       r"open \((\d+) segment files of (\d+) partitions, \d+ others\) - (\d+) reserved")

@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 from helpers import RawClient, produce_raw, wait_for
 
+from tidelog.errors import ErrorCode
 from tidelog.records.batch import build_batch
 
 METADATA, DELETE_TOPICS, DELETE_RECORDS, FIND_COORDINATOR, FETCH, API_VERSIONS = 3, 20, 21, 10, 1, 18
-INVALID_TOPIC_EXCEPTION = 17
+INVALID_TOPIC_EXCEPTION = ErrorCode.INVALID_TOPIC_EXCEPTION
 
 
 def _api_versions(c: RawClient) -> int:

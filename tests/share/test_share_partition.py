@@ -17,6 +17,7 @@ from tidelog.broker.group.share_partition import (
     SharePartition,
     batch_ranges,
 )
+from tidelog.errors import ErrorCode
 from tidelog.records.batch import build_batch
 
 
@@ -32,7 +33,7 @@ def test_acquire_ack_and_window() -> None:
     assert sp.speo == 10 and sp.spso == 0
     with pytest.raises(AckError) as e:
         sp.acknowledge("b", 0, 0, [ACCEPT])  # a's record
-    assert e.value.name == "INVALID_RECORD_STATE"
+    assert e.value.name == ErrorCode.INVALID_RECORD_STATE
     sp.acknowledge("a", 0, 3, [ACCEPT, ACCEPT, RELEASE, REJECT])
     assert sp.spso == 2  # 0-1 accepted; 2 is available again
     assert sp.state_of(3) == (ARCHIVED, 1) and sp.state_of(2) == (AVAILABLE, 1)

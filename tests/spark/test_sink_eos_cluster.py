@@ -26,11 +26,13 @@ from confluent_kafka.admin import AdminClient
 from helpers import read_to_end
 from support import Cluster, agreed_coordinator, create_topic, request, start_zookeeper, until
 
+from tidelog.protocol.api_keys import ApiKey
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]  # ~90 s idle; CI machines are shared
 
 N = 1500
 PER_TRIGGER = 50  # 30 micro-batches: the raw sink commits a batch quickly, and both kills must land mid-stream
-DESCRIBE_TRANSACTIONS = 65
+DESCRIBE_TRANSACTIONS = ApiKey.DESCRIBE_TRANSACTIONS
 
 
 @pytest.fixture(scope="module")

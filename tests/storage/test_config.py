@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from tidelog.errors import ErrorCode
 from tidelog.storage import config as config_module
 from tidelog.storage.config import (
     LONG_MAX,
@@ -90,7 +91,7 @@ def test_invalid_values_raise(name: str, value: str) -> None:
         LogConfig.from_properties({name: value})
     assert err.value.name == name
     assert err.value.value == value
-    assert err.value.kafka_error == "INVALID_CONFIG"
+    assert err.value.kafka_error == ErrorCode.INVALID_CONFIG
 
 
 def test_tiny_segments_for_tests(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from kafka.record.default_records import ControlRecord, DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords
 
+from tidelog.errors import ErrorCode
 from tidelog.records.batch import (
     ControlRecordType,
     RecordSpec,
@@ -104,10 +105,10 @@ def test_marker_fencing_changes_nothing(log: PartitionLog) -> None:
     leo = log.log_end_offset
     with pytest.raises(InvalidProducerEpochError) as e1:
         log.append_txn_marker(1, 2, 10, commit=False, now_ms=NOW)
-    assert e1.value.kafka_error == "INVALID_PRODUCER_EPOCH"
+    assert e1.value.kafka_error == ErrorCode.INVALID_PRODUCER_EPOCH
     with pytest.raises(TransactionCoordinatorFencedError) as e2:
         log.append_txn_marker(1, 3, 9, commit=False, now_ms=NOW)
-    assert e2.value.kafka_error == "TRANSACTION_COORDINATOR_FENCED"
+    assert e2.value.kafka_error == ErrorCode.TRANSACTION_COORDINATOR_FENCED
     assert log.log_end_offset == leo and log.ongoing_transactions() == {1: 3}
     # a newer coordinator epoch and a bumped producer epoch are fine
     log.append_txn_marker(1, 4, 11, commit=False, now_ms=NOW)
@@ -133,7 +134,7 @@ def test_plain_batch_of_a_producer_with_an_open_transaction_is_refused(log: Part
     leo = log.log_end_offset
     with pytest.raises(InvalidTxnStateError) as e:
         log.append_as_leader(p.batch(txn=False), now_ms=NOW)
-    assert e.value.kafka_error == "INVALID_TXN_STATE" and log.log_end_offset == leo
+    assert e.value.kafka_error == ErrorCode.INVALID_TXN_STATE and log.log_end_offset == leo
     p.seq -= 2
     log.append_txn_marker(1, 0, 0, commit=True, now_ms=NOW)
     log.append_as_leader(p.batch(txn=False), now_ms=NOW)  # after the marker: fine

@@ -8,7 +8,7 @@ import importlib.util
 from pathlib import Path
 
 from tidelog.broker.txn.state import TxnState
-from tidelog.protocol.errors import error_code
+from tidelog.errors import ErrorCode
 
 _spec = importlib.util.spec_from_file_location(
     "tidelog_test_admin_harness_txn", Path(__file__).parents[1] / "broker" / "test_admin_handlers.py")
@@ -18,7 +18,7 @@ _spec.loader.exec_module(_harness)
 Harness, run_broker = _harness.Harness, _harness.run_broker
 
 CREATE_TOPICS, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN, DESCRIBE_TXNS = 19, 22, 24, 26, 65
-NONE = 0
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 
 
 async def _init(h: Harness, tid: str, pid: int = -1, epoch: int = -1) -> dict:
@@ -60,10 +60,10 @@ def test_requests_while_a_commit_completes(tmp_path: Path) -> None:
         # PrepareCommit is written and answered; the markers have not run yet (the loop has not been yielded)
         coord = h.broker.txn_coordinator
         assert coord.txns["tx"].state is TxnState.PREPARE_COMMIT
-        assert (await _init(h, "tx"))["error_code"] == error_code("CONCURRENT_TRANSACTIONS")
-        assert await _add(h, "tx", pid, epoch, "t") == error_code("CONCURRENT_TRANSACTIONS")
-        assert await _end(h, "tx", pid, epoch, True) == error_code("CONCURRENT_TRANSACTIONS")
-        assert await _end(h, "tx", pid, epoch, False) == error_code("INVALID_TXN_STATE")
+        assert (await _init(h, "tx"))["error_code"] == ErrorCode.CONCURRENT_TRANSACTIONS
+        assert await _add(h, "tx", pid, epoch, "t") == ErrorCode.CONCURRENT_TRANSACTIONS
+        assert await _end(h, "tx", pid, epoch, True) == ErrorCode.CONCURRENT_TRANSACTIONS
+        assert await _end(h, "tx", pid, epoch, False) == ErrorCode.INVALID_TXN_STATE
         assert (await _describe(h, "tx"))["transaction_state"] == "PrepareCommit"
         await coord.completions["tx"]
         d = await _describe(h, "tx")
@@ -85,7 +85,7 @@ def test_exhausted_epoch_rotates_the_producer_id(tmp_path: Path) -> None:
         retry = await _init(h, "tx-ex", pid=old, epoch=32766)  # the same request again (answer lost)
         assert (retry["error_code"], retry["producer_id"], retry["producer_epoch"]) == (NONE, r["producer_id"], 0)
         stale = await _init(h, "tx-ex", pid=old, epoch=5)
-        assert stale["error_code"] == error_code("PRODUCER_FENCED")
+        assert stale["error_code"] == ErrorCode.PRODUCER_FENCED
 
     run_broker(tmp_path, scenario)
 
@@ -102,13 +102,13 @@ def test_idle_transactional_ids_expire_with_a_tombstone(tmp_path: Path) -> None:
         later = coord.txns["tx-idle"].txn_last_update_timestamp + 1000
         assert await coord.remove_expired_transactional_ids(now_ms=later - 1) == 0
         assert await coord.remove_expired_transactional_ids(now_ms=later + 3_600_000) == 1  # Ongoing never expires
-        assert (await _describe(h, "tx-idle"))["error_code"] == error_code("TRANSACTIONAL_ID_NOT_FOUND")
+        assert (await _describe(h, "tx-idle"))["error_code"] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
         assert (await _describe(h, "tx-busy"))["transaction_state"] == "Ongoing"
         assert idle["producer_id"] >= 0
 
     async def after_restart(h: Harness) -> None:
         await h.broker.txn_coordinator.loaded.wait()
-        assert (await _describe(h, "tx-idle"))["error_code"] == error_code("TRANSACTIONAL_ID_NOT_FOUND")
+        assert (await _describe(h, "tx-idle"))["error_code"] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
         assert (await _describe(h, "tx-busy"))["transaction_state"] == "Ongoing"
         fresh = await _init(h, "tx-idle")  # starts over: a new producer id at epoch 0
         assert fresh["error_code"] == NONE and fresh["producer_epoch"] == 0
@@ -125,11 +125,11 @@ def test_loading_gates_requests_and_batched_add_partitions(tmp_path: Path) -> No
         coord = h.broker.txn_coordinator
         coord.loaded.clear()  # as while __transaction_state is replayed at start
         try:
-            assert await coord.find_coordinator("tx-load") == ("COORDINATOR_NOT_AVAILABLE", None)
-            assert (await _init(h, "tx-load"))["error_code"] == error_code("COORDINATOR_LOAD_IN_PROGRESS")
-            assert (await _describe(h, "tx-load"))["error_code"] == error_code("COORDINATOR_LOAD_IN_PROGRESS")
+            assert await coord.find_coordinator("tx-load") == (ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
+            assert (await _init(h, "tx-load"))["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            assert (await _describe(h, "tx-load"))["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
             r = await h.call(66, 0, {"state_filters": [], "producer_id_filters": []})
-            assert r["error_code"] == error_code("COORDINATOR_LOAD_IN_PROGRESS")
+            assert r["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         finally:
             coord.loaded.set()
         assert (await coord.find_coordinator("tx-load"))[1] == (h.broker.node_id, h.broker.host, h.broker.port)
@@ -141,7 +141,7 @@ def test_loading_gates_requests_and_batched_add_partitions(tmp_path: Path) -> No
              "topics": [{"name": "t", "partitions": [0]}]}]})
         got = {t["transactional_id"]: t["topic_results"][0]["results_by_partition"][0]["partition_error_code"]
                for t in r["results_by_transaction"]}
-        assert got == {"tx-load": NONE, "tx-none": error_code("INVALID_PRODUCER_ID_MAPPING")}
+        assert got == {"tx-load": NONE, "tx-none": ErrorCode.INVALID_PRODUCER_ID_MAPPING}
         d = await _describe(h, "tx-load")
         assert (d["transaction_state"], d["topics"]) == ("Ongoing", [{"topic": "t", "partitions": [0]}])
 

@@ -16,6 +16,7 @@ from tidelog.broker.txn.state import (
     TxnState,
     is_epoch_exhausted,
 )
+from tidelog.errors import ErrorCode
 
 
 def _s16(s: str) -> bytes:
@@ -152,7 +153,7 @@ def test_epoch_bump_rules() -> None:
     t = md.prepare_increment_producer_epoch(1000, 4, 1)  # retry of that bump (answer lost): same epoch again
     assert (t.producer_epoch, t.last_producer_epoch) == (5, 4)
     md.abort_transition()
-    assert md.prepare_increment_producer_epoch(1000, 2, 1) == "PRODUCER_FENCED"
+    assert md.prepare_increment_producer_epoch(1000, 2, 1) == ErrorCode.PRODUCER_FENCED
 
 
 def test_fence_bumps_once_and_rotation_takes_a_new_id() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from helpers import RawClient, create_topic_raw, wait_for
 
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.records.batch import build_batch, decode_batches
 
 PRODUCE, FETCH, LIST_OFFSETS, INIT_PRODUCER_ID, API_VERSIONS = 0, 1, 2, 22, 18
@@ -285,7 +286,7 @@ def test_delayed_end_txn_is_fenced_under_version_2(broker: Any) -> None:
 
 # ---------------------------------------------------------------------------------------------- TxnOffsetCommit v5
 
-OFFSET_FETCH = 9
+OFFSET_FETCH = ApiKey.OFFSET_FETCH
 
 
 def _txn_offset_commit(c: RawClient, tid: str, group: str, pid: int, epoch: int, topic: str, offset: int,

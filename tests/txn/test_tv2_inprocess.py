@@ -12,7 +12,7 @@ from pathlib import Path
 from tidelog.broker.internal_topics import replay_log
 from tidelog.broker.txn import records as txnrec
 from tidelog.broker.txn.state import TransactionMetadata, TxnState
-from tidelog.protocol.errors import error_code
+from tidelog.errors import ErrorCode
 
 _spec = importlib.util.spec_from_file_location(
     "tidelog_test_admin_harness_tv2", Path(__file__).parents[1] / "broker" / "test_admin_handlers.py")
@@ -61,8 +61,8 @@ def test_end_txn_v5_at_an_exhausted_epoch_rotates_the_producer_id(tmp_path: Path
         r = await h.call(END_TXN, 5, end)
         assert (r["error_code"], r["producer_id"], r["producer_epoch"]) == (NONE, new, 0)
         stale = dict(end, producer_epoch=32765)
-        assert (await h.call(END_TXN, 5, stale))["error_code"] in (error_code("PRODUCER_FENCED"),
-                                                                   error_code("INVALID_PRODUCER_ID_MAPPING"))
+        assert (await h.call(END_TXN, 5, stale))["error_code"] in (ErrorCode.PRODUCER_FENCED,
+                                                                   ErrorCode.INVALID_PRODUCER_ID_MAPPING)
         # what the coordinator wrote to __transaction_state (what a new coordinator loads)
         tlog = h.broker.topics.get_log(txnrec.TRANSACTION_STATE_TOPIC, coord._partition("ov"))
         raws = [bytes(rec.value) for hdr, recs in replay_log(tlog) if not hdr.is_control for rec in recs

@@ -6,16 +6,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tidelog.broker.handlers.api_versions import api_versions_list
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
 
-API_VERSIONS_KEY = 18
-PRODUCE_KEY = 0
-SASL_HANDSHAKE_KEY = 17
-SASL_AUTHENTICATE_KEY = 36
+API_VERSIONS_KEY = ApiKey.API_VERSIONS
+PRODUCE_KEY = ApiKey.PRODUCE
+SASL_HANDSHAKE_KEY = ApiKey.SASL_HANDSHAKE
+SASL_AUTHENTICATE_KEY = ApiKey.SASL_AUTHENTICATE
 
 
 def _api_name(api_key: int) -> str:
@@ -43,4 +44,4 @@ def error_name(code: int) -> str:
 
 
 def api_versions_unsupported_body(broker: Broker) -> dict:
-    return {"error_code": 35, "api_keys": api_versions_list(broker.handlers), "throttle_time_ms": 0}
+    return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": api_versions_list(broker.handlers), "throttle_time_ms": 0}

@@ -19,13 +19,14 @@ from tidelog.broker.api_names import (
 )
 from tidelog.broker.connection_io import ConnectionIO
 from tidelog.broker.security.sasl import PlainServer, SaslAuthenticationFailed, ScramServer
+from tidelog.errors import ErrorCode
 from tidelog.protocol import codec
 from tidelog.protocol.exceptions import InvalidRequestError, UnknownApiKeyError, UnsupportedVersionError
 
 log = logging.getLogger("tidelog.broker.server")
 
-UNSUPPORTED_SASL_MECHANISM = 33
-SASL_AUTHENTICATION_FAILED = 58
+UNSUPPORTED_SASL_MECHANISM = ErrorCode.UNSUPPORTED_SASL_MECHANISM
+SASL_AUTHENTICATION_FAILED = ErrorCode.SASL_AUTHENTICATION_FAILED
 
 
 class SaslAuthenticator(ConnectionIO):

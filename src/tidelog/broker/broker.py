@@ -41,6 +41,7 @@ from tidelog.broker.handlers import (  # noqa: F401
     REGISTRY,
     acls,
     admin,
+    configs,
     consumer_group,
     core,
     describe_topics,

@@ -44,6 +44,7 @@ from typing import Any
 from tidelog.broker import config as bc
 from tidelog.broker import password_encoder as pw
 from tidelog.broker.connection_limits import parse_overrides
+from tidelog.errors import ApiError, ErrorCode
 from tidelog.storage.cleaner import CleanerConfig
 
 log = logging.getLogger("tidelog.broker.dynamic_config")
@@ -118,10 +119,10 @@ LIVE_CONFIGS = (LOG_CONFIGS | CLEANER_CONFIGS
                 | {"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides", "num.io.threads"})
 
 
-class DynamicConfigError(Exception):
+class DynamicConfigError(ApiError):
     """A refused change: ``kafka_error`` and Kafka's message."""
 
-    def __init__(self, kafka_error: str, message: str) -> None:
+    def __init__(self, kafka_error: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.kafka_error = kafka_error
         self.message = message
@@ -146,11 +147,11 @@ def validate_names(props: Mapping[str, str | None], per_broker: bool) -> None:
     names = set(props)
     bad = {n for n in names if _known_non_dynamic(n)}
     if bad:
-        raise DynamicConfigError("INVALID_REQUEST", f"Cannot update these configs dynamically: {kafka_set(bad)}")
+        raise DynamicConfigError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {kafka_set(bad)}")
     bad = names & SECURITY_CONFIGS
     if bad:
         raise DynamicConfigError(
-            "INVALID_REQUEST",
+            ErrorCode.INVALID_REQUEST,
             "These security configs can be dynamically updated only per-listener using the listener prefix: "
             f"{kafka_set(bad)}")
     if not per_broker:
@@ -161,7 +162,7 @@ def validate_names(props: Mapping[str, str | None], per_broker: bool) -> None:
                 bad.add(n)
         if bad:
             raise DynamicConfigError(
-                "INVALID_REQUEST",
+                ErrorCode.INVALID_REQUEST,
                 f"Cannot update these configs at default cluster level, broker id must be specified: {kafka_set(bad)}")
 
 
@@ -217,7 +218,7 @@ class DynamicBrokerConfig:
         size = len(json.dumps(new_layer))
         if size > MAX_LAYER_BYTES:  # custom names are allowed: bound what a client can make the broker keep
             raise DynamicConfigError(
-                "INVALID_REQUEST", f"The dynamic configs would take {size} bytes, more than the {MAX_LAYER_BYTES} allowed")
+                ErrorCode.INVALID_REQUEST, f"The dynamic configs would take {size} bytes, more than the {MAX_LAYER_BYTES} allowed")
         default = new_layer if resource_name == "" else self.default
         broker = new_layer if resource_name != "" else self.broker
         try:
@@ -238,18 +239,18 @@ class DynamicBrokerConfig:
             if "max.connections.per.ip.overrides" in changed:
                 parse_overrides(candidate.props.get("max.connections.per.ip.overrides", ""))
         except (ValueError, bc.ConfigException) as exc:
-            raise DynamicConfigError("INVALID_REQUEST", str(exc)) from None
+            raise DynamicConfigError(ErrorCode.INVALID_REQUEST, str(exc)) from None
         for n in sorted(set(changed) & THREAD_CONFIGS):  # DynamicThreadPool.validateReconfiguration
             new, old = _thread_count(candidate, n), _thread_count(self.config, n)
             if new is None or old is None or new == old:
                 continue
             why = f"Dynamic thread count update validation failed for {n}={new}"
             if new <= 0:
-                raise DynamicConfigError("INVALID_REQUEST", f"{why}, value should be at least 1")
+                raise DynamicConfigError(ErrorCode.INVALID_REQUEST, f"{why}, value should be at least 1")
             if new < old // 2:
-                raise DynamicConfigError("INVALID_REQUEST", f"{why}, value should be at least half the current value {old}")
+                raise DynamicConfigError(ErrorCode.INVALID_REQUEST, f"{why}, value should be at least half the current value {old}")
             if new > old * 2:
-                raise DynamicConfigError("INVALID_REQUEST",
+                raise DynamicConfigError(ErrorCode.INVALID_REQUEST,
                                          f"{why}, value should not be greater than double the current value {old}")
         return candidate
 
@@ -342,11 +343,11 @@ class DynamicBrokerConfig:
             if not pw.is_password_config(name):
                 continue
             if resource_name == "":
-                raise DynamicConfigError("INVALID_CONFIG", "Password config can be defined only at broker level")
+                raise DynamicConfigError(ErrorCode.INVALID_CONFIG, "Password config can be defined only at broker level")
             if self.encoder is not None:
                 out[name] = self.encoder.encode(value)
             elif self.secret_required:
-                raise DynamicConfigError("INVALID_CONFIG", "Password encoder secret not configured")
+                raise DynamicConfigError(ErrorCode.INVALID_CONFIG, "Password encoder secret not configured")
         return out
 
     def attach(self, broker: Any) -> None:
@@ -504,7 +505,7 @@ def incremented(layer: Mapping[str, str], ops: list[tuple[str, int, str | None]]
             current = list_default(name)
             if current is None:
                 raise DynamicConfigError(
-                    "INVALID_REQUEST",
+                    ErrorCode.INVALID_REQUEST,
                     f"Config value {'append' if op == 2 else 'subtract'} is not allowed for config key: {name}")
             if name in out:
                 current = [s.strip() for s in out[name].split(",") if s.strip()]

@@ -39,9 +39,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-CONSUMER_GROUP_HEARTBEAT = 68
-SHARE_GROUP_HEARTBEAT = 76
-STREAMS_GROUP_HEARTBEAT = 88
+from tidelog.protocol.api_keys import ApiKey
+
+CONSUMER_GROUP_HEARTBEAT = ApiKey.CONSUMER_GROUP_HEARTBEAT
+SHARE_GROUP_HEARTBEAT = ApiKey.SHARE_GROUP_HEARTBEAT
+STREAMS_GROUP_HEARTBEAT = ApiKey.STREAMS_GROUP_HEARTBEAT
 
 METADATA_VERSION = "metadata.version"
 METADATA_VERSION_LEVEL = 29

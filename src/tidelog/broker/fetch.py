@@ -41,14 +41,14 @@ from typing import TYPE_CHECKING, Protocol
 
 from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.purgatory import DelayedFetch, FetchPartitionStatus, Purgatory
+from tidelog.errors import ErrorCode
 from tidelog.protocol.compiler import RecordsChunks
-from tidelog.protocol.errors import error_code
 from tidelog.storage.log.partition_log import PartitionLog
 
 if TYPE_CHECKING:
     from tidelog.broker.metrics import BrokerMetrics
 
-NONE = error_code("NONE")
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 MAX_INT32 = 0x7FFFFFFF
 MIN_BATCH = 61  # a v2 batch header: for the long poll, any available batch satisfies a min_bytes up to this
@@ -133,7 +133,7 @@ class FetchPartition:
         self.current_leader_epoch = current_leader_epoch
         self.last_fetched_epoch = last_fetched_epoch
         self.entry = entry
-        self.error = NONE
+        self.error: int = NONE
         self.size = 0
 
 
@@ -212,9 +212,9 @@ class ReadService:
         if requested >= 0:
             current = self.leader_epoch(name, index)
             if requested < current:
-                raise PartitionError("FENCED_LEADER_EPOCH")
+                raise PartitionError(ErrorCode.FENCED_LEADER_EPOCH)
             if requested > current:
-                raise PartitionError("UNKNOWN_LEADER_EPOCH")
+                raise PartitionError(ErrorCode.UNKNOWN_LEADER_EPOCH)
 
     def read_from_log(self, params: FetchParams, partitions: Iterable[FetchPartition], *,
                       from_purgatory: bool = False) -> tuple[int, bool]:
@@ -240,7 +240,7 @@ class ReadService:
             offset = fp.fetch_offset
             try:
                 if follower and followers is None:
-                    raise PartitionError("NOT_LEADER_OR_FOLLOWER", "no replication on this broker")
+                    raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "no replication on this broker")
                 plog = leader_log(name, fp.index)
                 if fp.current_leader_epoch >= 0:
                     self._check_epoch(name, fp.index, fp.current_leader_epoch)
@@ -255,7 +255,7 @@ class ReadService:
                     diverging = diverging_epoch(plog, fp.last_fetched_epoch, offset)
                     if diverging is not None:
                         if diverging[0] < 0:  # nothing to agree on: truncate through OffsetForLeaderEpoch
-                            raise PartitionError("OFFSET_OUT_OF_RANGE", "no leader epoch at or below the fetcher's")
+                            raise PartitionError(ErrorCode.OFFSET_OUT_OF_RANGE, "no leader epoch at or below the fetcher's")
                         entry["error_code"] = NONE
                         entry["diverging_epoch"] = {"epoch": diverging[0], "end_offset": diverging[1]}
                         entry["records"] = b""
@@ -264,7 +264,7 @@ class ReadService:
                 leo = plog.log_end_offset
                 if offset < log_start or offset > leo:
                     raise PartitionError(
-                        "OFFSET_OUT_OF_RANGE",
+                        ErrorCode.OFFSET_OUT_OF_RANGE,
                         f"offset {offset} is out of range for {name}-{fp.index}: log start offset "
                         f"{log_start}, log end offset {leo}")
                 # max_offset(plog, isolation), its two common cases inline
@@ -321,7 +321,7 @@ class ReadService:
                 self._check_epoch(name, index, status.current_leader_epoch)
             offset = status.fetch_offset
             if offset < plog.log_start_offset or offset > plog.log_end_offset:
-                raise PartitionError("OFFSET_OUT_OF_RANGE")
+                raise PartitionError(ErrorCode.OFFSET_OUT_OF_RANGE)
             end = max_offset(plog, isolation)
             if end <= offset:
                 return 0

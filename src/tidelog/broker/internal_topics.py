@@ -10,10 +10,12 @@ them its own way, as Kafka's ``GroupMetadataManager`` and ``TransactionStateMana
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.purgatory import DelayedProduce
+from tidelog.errors import ApiError, ErrorCode
 from tidelog.records.batch import BatchHeader, Record, build_batch, decode_batches
 from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
@@ -21,11 +23,13 @@ if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
     from tidelog.storage.log.partition_log import PartitionLog
 
+log = logging.getLogger("tidelog.broker.internal_topics")
+
 
 async def append_and_wait(broker: Broker, topic: str, partition: int, entries: list[tuple[bytes, bytes | None]],
                           timeout_ms: int, *, off_loop: bool = False, producer_id: int = NO_PRODUCER_ID,
                           producer_epoch: int = NO_PRODUCER_EPOCH,
-                          on_appended: Callable[[int], None] | None = None) -> str | None:
+                          on_appended: Callable[[int], None] | None = None) -> ErrorCode | None:
     """Append ``(key, value)`` records as one batch to ``topic-partition`` as its leader and wait until the ISR has
     it (``timeout_ms``). ``None`` on success, else the Kafka error name (``NOT_ENOUGH_REPLICAS`` when the ISR is
     below the partition's ``min.insync.replicas``; an exception without a Kafka error gives its ``repr``).
@@ -47,7 +51,7 @@ async def append_and_wait(broker: Broker, topic: str, partition: int, entries: l
     try:
         plog = broker.leader_log(*tp)
         if len(broker.isr(*tp)) < plog.config.min_insync_replicas:
-            return "NOT_ENOUGH_REPLICAS"
+            return ErrorCode.NOT_ENOUGH_REPLICAS
         epoch = broker.leader_epoch(*tp)
         if off_loop:
             appended: Any = await asyncio.to_thread(
@@ -56,7 +60,10 @@ async def append_and_wait(broker: Broker, topic: str, partition: int, entries: l
             appended = plog.append_as_leader(build(), leader_epoch=epoch, coordinator_origin=txn)
         broker.on_append(tp, plog)
     except Exception as exc:
-        return getattr(exc, "kafka_error", None) or repr(exc)
+        if isinstance(exc, ApiError):
+            return exc.kafka_error
+        log.warning("internal topic append failed", extra={"kv": {"topic": topic, "error": repr(exc)}})
+        return ErrorCode.UNKNOWN_SERVER_ERROR
     if on_appended is not None:
         on_appended(appended.first_offset)
     status = await wait_replicated(broker, {tp: appended.last_offset + 1}, timeout_ms)
@@ -64,7 +71,7 @@ async def append_and_wait(broker: Broker, topic: str, partition: int, entries: l
 
 
 async def wait_replicated(broker: Broker, required: dict[tuple[str, int], int],
-                          timeout_ms: int) -> dict[tuple[str, int], str | None]:
+                          timeout_ms: int) -> dict[tuple[str, int], ErrorCode | None]:
     """Wait until each partition's high watermark reaches its required offset (acks=-1): ``{tp: None | error
     name}``, REQUEST_TIMED_OUT for a partition still short after ``timeout_ms``."""
     op = DelayedProduce(required, timeout_ms, broker.high_watermark)

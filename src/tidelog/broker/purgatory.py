@@ -17,6 +17,8 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from tidelog.errors import ApiError, ErrorCode
+
 log = logging.getLogger("tidelog.broker.purgatory")
 
 TopicPartition = tuple[str, int]
@@ -210,7 +212,7 @@ class DelayedProduce(DelayedOperation):
         super().__init__(timeout_ms)
         self.required_offsets = required_offsets
         self.high_watermark = high_watermark
-        self.status: dict[TopicPartition, str | None] = {}
+        self.status: dict[TopicPartition, ErrorCode | None] = {}
 
     def try_complete(self) -> bool:
         pending = False
@@ -220,7 +222,7 @@ class DelayedProduce(DelayedOperation):
             try:
                 hw = self.high_watermark(tp)
             except Exception as exc:
-                self.status[tp] = getattr(exc, "kafka_error", "UNKNOWN_SERVER_ERROR")
+                self.status[tp] = exc.kafka_error if isinstance(exc, ApiError) else ErrorCode.UNKNOWN_SERVER_ERROR
                 continue
             if hw >= required:
                 self.status[tp] = None
@@ -230,9 +232,9 @@ class DelayedProduce(DelayedOperation):
             return False
         return self.force_complete()
 
-    def on_complete(self) -> dict[TopicPartition, str | None]:
+    def on_complete(self) -> dict[TopicPartition, ErrorCode | None]:
         for tp in self.required_offsets:
-            self.status.setdefault(tp, "REQUEST_TIMED_OUT")
+            self.status.setdefault(tp, ErrorCode.REQUEST_TIMED_OUT)
         return dict(self.status)
 
 

@@ -59,6 +59,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from tidelog.broker.quota_sensors import RateSensor, ResolutionCache, Sensor, SensorTable, TokenBucket
+from tidelog.errors import ErrorCode
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.storage.checkpoints import atomic_write
 
 if TYPE_CHECKING:
@@ -88,8 +90,8 @@ QUOTA_KEYS: dict[str, str] = {
     CONTROLLER_MUTATION_RATE: "DOUBLE",
 }
 
-INVALID_REQUEST = 42
-UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = ErrorCode.INVALID_REQUEST
+UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 NANOS_TO_PERCENTAGE = 100.0 / 1e9  # Kafka's ClientRequestQuotaManager.NanosToPercentagePerSecond
@@ -557,11 +559,13 @@ def fetch_response_bytes(body: dict) -> int:
 
 
 # APIs not counted by request_percentage: cluster actions (Kafka's ``ApiKeys.clusterAction``) and SASL
-REQUEST_QUOTA_EXEMPT = frozenset({4, 5, 6, 7, 17, 27, 36})
-FETCH_KEY = 1  # a consumer's Fetch records its own request time (:func:`fetch_throttle`)
+REQUEST_QUOTA_EXEMPT: frozenset[int] = frozenset({
+    ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA, ApiKey.CONTROLLED_SHUTDOWN,
+    ApiKey.SASL_HANDSHAKE, ApiKey.WRITE_TXN_MARKERS, ApiKey.SASL_AUTHENTICATE})
+FETCH_KEY = ApiKey.FETCH  # a consumer's Fetch records its own request time (:func:`fetch_throttle`)
 # KIP-219: from these versions on the client throttles itself and the broker answers at once, then mutes the
 # channel; before them (Produce < 6, Fetch < 8) the response itself is held back for the throttle time
-CLIENT_SIDE_THROTTLE = {0: 6, 1: 8}
+CLIENT_SIDE_THROTTLE: dict[int, int] = {ApiKey.PRODUCE: 6, ApiKey.FETCH: 8}
 
 
 def after_handler(quotas: ClientQuotaManager, ctx: RequestContext, response: object, elapsed_s: float) -> int:
@@ -590,7 +594,8 @@ def client_throttles(api_key: int, version: int) -> bool:
 # KIP-599: from these versions (CreateTopics v6, CreatePartitions v3, DeleteTopics v5) the controller mutation
 # quota is strict: a request arriving while the quota is exceeded has its topics refused with
 # THROTTLING_QUOTA_EXCEEDED; older versions are accepted and only throttled
-STRICT_MUTATION_VERSION = {19: 6, 37: 3, 20: 5}
+STRICT_MUTATION_VERSION: dict[int, int] = {ApiKey.CREATE_TOPICS: 6, ApiKey.CREATE_PARTITIONS: 3,
+                                          ApiKey.DELETE_TOPICS: 5}
 THROTTLING_QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."
 
 

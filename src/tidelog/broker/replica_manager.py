@@ -37,6 +37,7 @@ from tidelog.broker.quotas import QUOTAS_FILE, LocalQuotaStore, QuotaStore
 from tidelog.broker.security.authorizer import ACLS_FILE, FileAclStore
 from tidelog.broker.security.scram import USERS_FILE, ScramCredentialStore
 from tidelog.broker.topics import LocalTopicBackend, TopicManager
+from tidelog.errors import ErrorCode
 from tidelog.storage.log.partition_log import PartitionLog
 
 if TYPE_CHECKING:
@@ -217,9 +218,9 @@ class LocalReplicaManager:
         (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER) otherwise. The one leadership check."""
         log_ = self.broker.topics.get_log(topic, partition)
         if log_ is None:
-            raise PartitionError("UNKNOWN_TOPIC_OR_PARTITION", f"{topic}-{partition} is not hosted here")
+            raise PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not hosted here")
         if log_.offline:  # its log directory failed (storage/manager.py): KAFKA_STORAGE_ERROR, as Kafka
-            raise PartitionError("KAFKA_STORAGE_ERROR", log_.failed or f"{topic}-{partition}: its log directory is offline")
+            raise PartitionError(ErrorCode.KAFKA_STORAGE_ERROR, log_.failed or f"{topic}-{partition}: its log directory is offline")
         return log_
 
     def isr(self, topic: str, partition: int) -> tuple[int, ...]:

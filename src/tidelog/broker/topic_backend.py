@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.topic_model import TopicError, TopicInfo, new_topic_id
+from tidelog.errors import ErrorCode
 from tidelog.storage.open_files import describe_os_error
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class TopicStore(Protocol):
 
     def counts_or_defaults(self, num_partitions: int, replication_factor: int) -> tuple[int, int]: ...
 
-    def check_open_files(self, name: str, new_partitions: int, kafka_error: str = "POLICY_VIOLATION") -> None: ...
+    def check_open_files(self, name: str, new_partitions: int, kafka_error: ErrorCode = ErrorCode.POLICY_VIOLATION) -> None: ...
 
     def storage_failure(self, name: str, exc: OSError) -> TopicError: ...
 
@@ -171,12 +172,12 @@ class LocalTopicBackend:
             num_partitions, replication_factor = store.counts_or_defaults(num_partitions, replication_factor)
             if replication_factor <= 0:
                 raise TopicError(
-                    "INVALID_REPLICATION_FACTOR",
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
                     "Replication factor must be larger than 0, or -1 to use the default value.",
                 )
             if replication_factor > 1:
                 raise TopicError(
-                    "INVALID_REPLICATION_FACTOR",
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
                     f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
                     f"of {replication_factor} cannot be reached because only 1 broker(s) are registered.",
                 )
@@ -217,7 +218,7 @@ class LocalTopicBackend:
         with store.change_lock:
             info = store.get(name)
             if info is None:
-                raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"This server does not host topic {name}.")
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"This server does not host topic {name}.")
             # gone for readers first, then from the registry, then from disk (each log dir's checkpoints once)
             store.unpublish(name)
             tps = [(name, p) for p in range(info.num_partitions)]
@@ -238,13 +239,13 @@ class LocalTopicBackend:
         with store.change_lock:
             info = store.get(name)
             if info is None:
-                raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"This server does not host topic {name}.")
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"This server does not host topic {name}.")
             current = info.num_partitions
             if total_count == current:
-                raise TopicError("INVALID_PARTITIONS", f"Topic already has {current} partitions.")
+                raise TopicError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
             if total_count < current:
                 raise TopicError(
-                    "INVALID_PARTITIONS",
+                    ErrorCode.INVALID_PARTITIONS,
                     f"Topic currently has {current} partitions, which is higher than the requested {total_count}.",
                 )
             store.check_open_files(name, total_count - current)
@@ -261,7 +262,7 @@ class LocalTopicBackend:
                 log.exception("adding partitions failed", extra={"kv": {"topic": name}})
                 store.delete_logs(name, list(created))
                 if isinstance(exc, OSError):
-                    raise TopicError("KAFKA_STORAGE_ERROR",
+                    raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR,
                                      f"Partitions of '{name}' could not be created: {describe_os_error(exc)}") from exc
                 raise
             for tp, lg in created.items():

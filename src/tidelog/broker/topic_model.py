@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tidelog.broker.errors import BrokerError
+from tidelog.errors import ErrorCode
 from tidelog.storage.checkpoints import new_uuid, uuid_from_str
 
 if TYPE_CHECKING:
@@ -46,9 +47,9 @@ _BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
 
 
 class TopicError(BrokerError):
-    """A topic operation refused with a Kafka error name (e.g. ``TOPIC_ALREADY_EXISTS``)."""
+    """A topic operation refused with a Kafka error (e.g. ``ErrorCode.TOPIC_ALREADY_EXISTS``)."""
 
-    def __init__(self, kafka_error: str, message: str) -> None:
+    def __init__(self, kafka_error: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.kafka_error = kafka_error
         self.message = message
@@ -109,17 +110,17 @@ def new_cluster_id() -> str:
 def validate_topic_name(name: object) -> None:
     """Kafka's ``Topic.validate``: non-empty, not ``.``/``..``, at most 249 chars of ``[a-zA-Z0-9._-]``."""
     if not isinstance(name, str) or not name:
-        raise TopicError("INVALID_TOPIC_EXCEPTION", "Topic name is illegal, it can't be empty")
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
     if name in (".", ".."):
-        raise TopicError("INVALID_TOPIC_EXCEPTION", "Topic name cannot be \".\" or \"..\"")
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
     if len(name) > MAX_NAME_LENGTH:
         raise TopicError(
-            "INVALID_TOPIC_EXCEPTION",
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
             f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters, topic name: {name}",
         )
     if not _LEGAL.match(name):
         raise TopicError(
-            "INVALID_TOPIC_EXCEPTION",
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
             f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' "
             "and '-'",
         )

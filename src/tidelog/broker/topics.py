@@ -73,6 +73,7 @@ from tidelog.broker.topic_model import (
     new_topic_id,
     validate_topic_name,
 )
+from tidelog.errors import ErrorCode
 from tidelog.storage.checkpoints import atomic_write
 from tidelog.storage.cleaner import CleanerConfig
 from tidelog.storage.config import BROKER_TO_TOPIC_CONFIG, LogConfig
@@ -388,24 +389,24 @@ class TopicManager:
     def validate_new_name(self, name: str) -> None:
         validate_topic_name(name)
         if name in self._topics:
-            raise TopicError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         key = _collision_key(name)
         for other in self._topics:
             if _collision_key(other) == key:
                 raise TopicError(
-                    "INVALID_TOPIC_EXCEPTION", f"Topic '{name}' collides with existing topic: {other}"
+                    ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}"
                 )
 
     def validate_configs(self, configs: dict[str, str | None] | None) -> tuple[dict[str, str], LogConfig]:
         overrides: dict[str, str] = {}
         for k, v in (configs or {}).items():
             if v is None:
-                raise TopicError("INVALID_CONFIG", f"Null value not supported for topic configs: {k}")
+                raise TopicError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {k}")
             overrides[k] = str(v)
         try:
             cfg = self._log_config(overrides)
         except ValueError as exc:
-            raise TopicError("INVALID_CONFIG", str(exc)) from None
+            raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         return overrides, cfg
 
     def counts_or_defaults(self, num_partitions: int, replication_factor: int) -> tuple[int, int]:
@@ -414,7 +415,7 @@ class TopicManager:
         if num_partitions == -1:
             num_partitions = self.config.num_partitions
         if num_partitions <= 0:
-            raise TopicError("INVALID_PARTITIONS", "Number of partitions was set to an invalid non-positive value.")
+            raise TopicError(ErrorCode.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
         if replication_factor == -1:
             replication_factor = self.config.default_replication_factor
         return num_partitions, replication_factor
@@ -422,10 +423,10 @@ class TopicManager:
     def require(self, name: str) -> TopicInfo:
         info = self._topics.get(name)
         if info is None:
-            raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"Topic {name} does not exist.")
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
         return info
 
-    def check_open_files(self, name: str, new_partitions: int, kafka_error: str = "POLICY_VIOLATION") -> None:
+    def check_open_files(self, name: str, new_partitions: int, kafka_error: ErrorCode = ErrorCode.POLICY_VIOLATION) -> None:
         """Refuse (TopicError ``kafka_error``, nothing changed) a change that would open ``new_partitions`` more
         logs than the open-file budget allows (``storage/open_files.py``). Internal topics are held to it too
         (issue 24): exempt, a CreatePartitions of ``__consumer_offsets`` to 1,000 bypassed the budget."""
@@ -451,7 +452,7 @@ class TopicManager:
     @staticmethod
     def storage_failure(name: str, exc: OSError) -> TopicError:
         """The TopicError (KAFKA_STORAGE_ERROR) a change answers with when the disk refused it (EMFILE, ENOSPC...)."""
-        return TopicError("KAFKA_STORAGE_ERROR", f"Topic '{name}' could not be created: {describe_os_error(exc)}")
+        return TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"Topic '{name}' could not be created: {describe_os_error(exc)}")
 
     # -- changes (the backend's) -------------------------------------------------------------------------------
 
@@ -486,11 +487,11 @@ class TopicManager:
         # Bounded: a topic whose partitions the open-file budget cannot hold is not created and is answered
         # UNKNOWN_TOPIC_OR_PARTITION, as with auto-creation disabled (one Metadata naming 500 unknown topics
         # creates those that fit, never more; Kafka would create all of them).
-        self.check_open_files(name, self.config.num_partitions, "UNKNOWN_TOPIC_OR_PARTITION")
+        self.check_open_files(name, self.config.num_partitions, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         try:
             return self.backend.auto_create(name)
         except TopicError as exc:
-            if exc.kafka_error != "TOPIC_ALREADY_EXISTS":
+            if exc.kafka_error != ErrorCode.TOPIC_ALREADY_EXISTS:
                 raise
         # Lost a race with a concurrent creation of the same name (another Metadata request here, or another
         # broker): Kafka's KafkaApis takes TopicExistsException as success. The topic as this broker knows it by
@@ -499,7 +500,7 @@ class TopicManager:
         info = self._topics.get(name)
         if info is not None:
             return info
-        raise TopicError("LEADER_NOT_AVAILABLE", f"Topic '{name}' is being created.")
+        raise TopicError(ErrorCode.LEADER_NOT_AVAILABLE, f"Topic '{name}' is being created.")
 
     def alter_configs(self, name: str, overrides: dict[str, str | None], validate_only: bool = False) -> TopicInfo:
         """Replace all overrides of ``name`` (Kafka's AlterConfigs semantics)."""
@@ -571,13 +572,13 @@ class TopicManager:
         seen: set[str] = set()
         for key, op, value in ops:
             if key in seen:
-                raise TopicError("INVALID_REQUEST", f"Error due to duplicate config keys: {key}")
+                raise TopicError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {key}")
             seen.add(key)
             if not LogConfig.is_known(key):
-                raise TopicError("INVALID_CONFIG", f"Unknown topic config name: {key}")
+                raise TopicError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}")
             if op == OP_SET:
                 if value is None:
-                    raise TopicError("INVALID_CONFIG", f"Null value not supported for: {key}")
+                    raise TopicError(ErrorCode.INVALID_CONFIG, f"Null value not supported for: {key}")
                 overrides[key] = value
             elif op == OP_DELETE:
                 overrides.pop(key, None)
@@ -585,7 +586,7 @@ class TopicManager:
                 default_value = LogConfig().get(key)
                 if not isinstance(default_value, tuple):
                     raise TopicError(
-                        "INVALID_CONFIG",
+                        ErrorCode.INVALID_CONFIG,
                         f"Config value {'append' if op == OP_APPEND else 'subtract'} is not allowed for config key: {key}",
                     )
                 present = overrides.get(key)
@@ -601,7 +602,7 @@ class TopicManager:
                     items = [i for i in items if i not in given]
                 overrides[key] = ",".join(items)
             else:
-                raise TopicError("INVALID_REQUEST", f"Unknown alter config operation {op}")
+                raise TopicError(ErrorCode.INVALID_REQUEST, f"Unknown alter config operation {op}")
         return overrides
 
     def _entries(self, overrides: dict[str, str], keys: Iterable[str] | None) -> list[ConfigEntry]:

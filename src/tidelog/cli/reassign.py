@@ -36,6 +36,7 @@ from tidelog.cli._client import (
 )
 from tidelog.cli.topics import _admin, timeout_option
 from tidelog.cluster.zkdata import assign_replicas
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 
@@ -89,7 +90,7 @@ async def replicas_of(bootstrap: str, topics: list[str], timeout: float) -> dict
                              "allow_auto_topic_creation": False, "include_topic_authorized_operations": False},
                             timeout)
     for t in md["topics"]:
-        if t["error_code"] == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+        if t["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:  # UNKNOWN_TOPIC_OR_PARTITION
             fail(f"Topic {t['name']} not found.")
     return {(t["name"], p["partition_index"]): list(p["replica_nodes"]) for t in md["topics"]
             for p in t["partitions"]}

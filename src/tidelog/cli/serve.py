@@ -15,6 +15,7 @@ import click
 from tidelog.broker.config import BrokerConfig, ConfigException
 from tidelog.broker.log_setup import setup_logging
 from tidelog.cli.progress import terminal_recovery_progress
+from tidelog.errors import ApiError
 from tidelog.node import run
 
 
@@ -78,8 +79,7 @@ def serve(
     except OSError as exc:
         _failed(f"broker failed to start: {exc}", [] if started else new_dirs)
     except Exception as exc:  # storage refusing a dir (locked, inconsistent ids) and the like
-        kafka_error = getattr(exc, "kafka_error", None)
-        if kafka_error is None and not type(exc).__module__.startswith("tidelog."):
+        if not isinstance(exc, ApiError) and not type(exc).__module__.startswith("tidelog."):
             raise
         _failed(f"broker failed: {exc}", [] if started else new_dirs)
     finally:

@@ -24,9 +24,10 @@ import click
 
 from tidelog.cli._client import CliTransport, bootstrap_option, fail, output_option, print_table, run_admin
 from tidelog.client import admin_ops
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 
-METADATA = 3
+METADATA = ApiKey.METADATA
 
 
 def _err(code: int) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 
 from tidelog.broker.errors import BrokerError
 from tidelog.cluster.peer import Peer
+from tidelog.errors import ErrorCode
 
 log = logging.getLogger("tidelog.cluster.broker_channel")
 
@@ -31,7 +32,7 @@ log = logging.getLogger("tidelog.cluster.broker_channel")
 class BrokerRequestError(BrokerError):
     """An inter-broker request that got no answer: ``kafka_error`` is BROKER_NOT_AVAILABLE or REQUEST_TIMED_OUT."""
 
-    def __init__(self, kafka_error: str, node_id: int, message: str) -> None:
+    def __init__(self, kafka_error: ErrorCode, node_id: int, message: str) -> None:
         super().__init__(message)
         self.kafka_error = kafka_error
         self.node_id = node_id
@@ -68,19 +69,19 @@ class BrokerChannel:
                         target = self._target(node_id)
                     return await target.peer.request(api_key, version, body, max(0.001, deadline - time.monotonic()))
         except TimeoutError:
-            raise BrokerRequestError("REQUEST_TIMED_OUT", node_id,
+            raise BrokerRequestError(ErrorCode.REQUEST_TIMED_OUT, node_id,
                                      f"broker {node_id} did not answer api {api_key} within {timeout:.1f}s") from None
         except (OSError, EOFError, asyncio.IncompleteReadError) as exc:
-            raise BrokerRequestError("BROKER_NOT_AVAILABLE", node_id,
+            raise BrokerRequestError(ErrorCode.BROKER_NOT_AVAILABLE, node_id,
                                      f"broker {node_id} unreachable: {exc!r}") from exc
 
     def _target(self, node_id: int) -> _Target:
         if self.closed:
-            raise BrokerRequestError("BROKER_NOT_AVAILABLE", node_id, "this broker is shutting down")
+            raise BrokerRequestError(ErrorCode.BROKER_NOT_AVAILABLE, node_id, "this broker is shutting down")
         ep = self._endpoint(node_id)
         if ep is None:
             self.forget(node_id)
-            raise BrokerRequestError("BROKER_NOT_AVAILABLE", node_id, f"broker {node_id} is not live")
+            raise BrokerRequestError(ErrorCode.BROKER_NOT_AVAILABLE, node_id, f"broker {node_id} is not live")
         t = self._targets.get(node_id)
         if t is not None and (t.peer.host, t.peer.port) == ep:
             return t

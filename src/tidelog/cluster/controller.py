@@ -73,6 +73,7 @@ from kazoo.protocol.states import EventType
 from tidelog.cluster import zkdata as zd
 from tidelog.cluster.elections import elect
 from tidelog.cluster.reassignment import ControllerMovedError, Reassignments
+from tidelog.errors import ErrorCode
 
 __all__ = ["Controller", "ControllerMovedError"]
 
@@ -593,7 +594,7 @@ class Controller(Reassignments):
             raise
         except Exception as exc:
             log.exception("ElectLeaders failed")
-            reply({tp: ("UNKNOWN_SERVER_ERROR", repr(exc)) for tp in wanted or ()})
+            reply({tp: (ErrorCode.UNKNOWN_SERVER_ERROR, repr(exc)) for tp in wanted or ()})
             return
         reply(results)
 

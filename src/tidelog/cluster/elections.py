@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from tidelog.cluster import zkdata as zd
+from tidelog.errors import ErrorCode
 
 
 class Controller(Protocol):
@@ -38,7 +39,7 @@ class Controller(Protocol):
                          shutting: set[int]) -> zd.LeaderIsr | None: ...
 
 PREFERRED, UNCLEAN = 0, 1
-Result = tuple[str, str] | None
+Result = tuple[ErrorCode, str] | None
 """(error name, message), or None when the partition got its new leader."""
 
 
@@ -60,7 +61,7 @@ def elect(controller: Controller, wanted: set[tuple[str, int]] | None,
     for topic, p in sorted(all_partitions(controller) if wanted is None else wanted):
         a = controller._assignment(topic)
         if a is None or p not in a.partitions:
-            results[(topic, p)] = ("UNKNOWN_TOPIC_OR_PARTITION", "The partition does not exist.")
+            results[(topic, p)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
             continue
         replicas = a.partitions[p]
         outcome: list[Result] = [None]
@@ -70,16 +71,16 @@ def elect(controller: Controller, wanted: set[tuple[str, int]] | None,
             if election_type == PREFERRED:
                 new = controller.decide_preferred(s, replicas, live, shutting)
                 if new is None:
-                    outcome[0] = (("ELECTION_NOT_NEEDED", "Leader election not needed for topic partition.")
+                    outcome[0] = ((ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
                                   if replicas and s.leader == replicas[0] else
-                                  ("PREFERRED_LEADER_NOT_AVAILABLE",
+                                  (ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
                                    f"Failed to elect leader for partition {name} under strategy "
                                    "PreferredReplicaPartitionLeaderElectionStrategy"))
                 return new
             return _decide_unclean(controller, s, replicas, live, shutting, name, outcome)
 
         if controller._decide_and_write(topic, p, decide) is None:
-            outcome[0] = ("UNKNOWN_TOPIC_OR_PARTITION", "The partition has no state yet.")
+            outcome[0] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition has no state yet.")
         results[(topic, p)] = outcome[0]
     return results
 
@@ -87,7 +88,7 @@ def elect(controller: Controller, wanted: set[tuple[str, int]] | None,
 def _decide_unclean(controller: Controller, s: zd.LeaderIsr, replicas: list[int], live: set[int],
                     shutting: set[int], name: str, outcome: list[Result]) -> zd.LeaderIsr | None:
     if s.leader != zd.NO_LEADER and s.leader in live:
-        outcome[0] = ("ELECTION_NOT_NEEDED", "Leader election not needed for topic partition.")
+        outcome[0] = (ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
         return None
     eligible = [r for r in replicas if r in live and r not in shutting]
     in_sync = [r for r in eligible if r in s.isr]
@@ -97,6 +98,6 @@ def _decide_unclean(controller: Controller, s: zd.LeaderIsr, replicas: list[int]
     if eligible:
         outcome[0] = None
         return zd.LeaderIsr(eligible[0], s.leader_epoch + 1, (eligible[0],), controller.epoch)
-    outcome[0] = ("ELIGIBLE_LEADERS_NOT_AVAILABLE",
+    outcome[0] = (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
                   f"Failed to elect leader for partition {name} under strategy OfflinePartitionLeaderElectionStrategy")
     return None

@@ -47,18 +47,18 @@ from typing import Any
 
 from tidelog.broker.fetch_session import FollowerSessionState
 from tidelog.cluster.peer import Peer
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.errors import error_code
 from tidelog.records.errors import RecordError
 
 log = logging.getLogger("tidelog.cluster.fetcher")
 
 FETCH, OFFSET_FOR_LEADER_EPOCH = int(ApiKey.FETCH), int(ApiKey.OFFSET_FOR_LEADER_EPOCH)
 FETCH_VERSION, OFFSET_FOR_LEADER_EPOCH_VERSION = 12, 4
-OFFSET_OUT_OF_RANGE = error_code("OFFSET_OUT_OF_RANGE")
-NOT_LEADER_OR_FOLLOWER = error_code("NOT_LEADER_OR_FOLLOWER")
-_SESSION_ERRORS = frozenset({error_code("FETCH_SESSION_ID_NOT_FOUND"), error_code("INVALID_FETCH_SESSION_EPOCH")})
-UNKNOWN_LEADER_EPOCH = error_code("UNKNOWN_LEADER_EPOCH")  # 75 (this was 76, UNSUPPORTED_COMPRESSION_TYPE)
+OFFSET_OUT_OF_RANGE = ErrorCode.OFFSET_OUT_OF_RANGE
+NOT_LEADER_OR_FOLLOWER = ErrorCode.NOT_LEADER_OR_FOLLOWER
+_SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH})
+UNKNOWN_LEADER_EPOCH = ErrorCode.UNKNOWN_LEADER_EPOCH  # 75 (this was 76, UNSUPPORTED_COMPRESSION_TYPE)
 # the leader has not seen the new term in ZooKeeper yet (its watch is a few ms behind ours): retry soon, doubling
 # from this up to replica.fetch.backoff.ms, instead of waiting the full backoff after every failover
 _LEADER_BEHIND = frozenset({NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH})

@@ -27,6 +27,7 @@ from tidelog.broker.handlers.bodies import (
 )
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.cluster import zkdata as zd
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
 
@@ -34,7 +35,7 @@ from tidelog.protocol.errors import error_code
 CLUSTER_HANDLERS: dict[int, Handler] = {}
 
 #: per partition: None (done) or (Kafka error name, message)
-PartitionResults = dict[tuple[str, int], tuple[str, str | None] | None]
+PartitionResults = dict[tuple[str, int], tuple[ErrorCode, str | None] | None]
 
 
 class ClusterController(Protocol):
@@ -96,7 +97,7 @@ async def offset_for_leader_epoch(ctx: RequestContext, request: dict) -> dict:
             out: EpochEndOffset = {"error_code": 0, "partition": index, "leader_epoch": -1, "end_offset": -1}
             parts.append(out)
             if not allowed:
-                out["error_code"] = error_code("TOPIC_AUTHORIZATION_FAILED")
+                out["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
             try:
                 plog = broker.leader_log(name, index)
@@ -111,7 +112,7 @@ async def offset_for_leader_epoch(ctx: RequestContext, request: dict) -> dict:
     return {"throttle_time_ms": 0, "topics": topics_out}
 
 
-def _alter_response(ctx: RequestContext, request: dict, error: str | None, message: str | None,
+def _alter_response(ctx: RequestContext, request: dict, error: ErrorCode | None, message: str | None,
                     per_partition: PartitionResults) -> dict:
     out: dict[str, object] = {"throttle_time_ms": 0, "error_code": error_code(error) if error else 0,
                            "error_message": message, "responses": []}
@@ -133,10 +134,10 @@ def _alter_response(ctx: RequestContext, request: dict, error: str | None, messa
 @handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS, CLUSTER_HANDLERS)
 async def alter_partition_reassignments(ctx: RequestContext, request: dict) -> dict:
     if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return _alter_response(ctx, request, "CLUSTER_AUTHORIZATION_FAILED", None, {})
+        return _alter_response(ctx, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None, {})
     controller = _replica_manager(ctx).controller
     if controller is None or not controller.active:
-        return _alter_response(ctx, request, "NOT_CONTROLLER", "This is not the correct controller for this cluster.",
+        return _alter_response(ctx, request, ErrorCode.NOT_CONTROLLER, "This is not the correct controller for this cluster.",
                                {})
     wanted: dict[tuple[str, int], list[int] | None] = {}
     dup: set[tuple[str, int]] = set()
@@ -148,16 +149,16 @@ async def alter_partition_reassignments(ctx: RequestContext, request: dict) -> d
             replicas = p.get("replicas")
             wanted[tp] = None if replicas is None else [int(b) for b in replicas]
     if dup:
-        return _alter_response(ctx, request, "INVALID_REQUEST",
+        return _alter_response(ctx, request, ErrorCode.INVALID_REQUEST,
                                f"Duplicate partitions in the request: {sorted(dup)}", {})
     allow_rf = bool(request.get("allow_replication_factor_change", True)) if ctx.api_version >= 1 else True
     try:
         results = await _controller_answer(
             lambda reply: controller.submit_alter_reassignments(wanted, allow_rf, reply), request)
     except TimeoutError:
-        return _alter_response(ctx, request, "REQUEST_TIMED_OUT", "The controller did not answer in time.", {})
+        return _alter_response(ctx, request, ErrorCode.REQUEST_TIMED_OUT, "The controller did not answer in time.", {})
     if results is None:
-        return _alter_response(ctx, request, "NOT_CONTROLLER", "This is not the correct controller for this cluster.",
+        return _alter_response(ctx, request, ErrorCode.NOT_CONTROLLER, "This is not the correct controller for this cluster.",
                                {})
     return _alter_response(ctx, request, None, None, results)
 
@@ -182,7 +183,7 @@ async def _controller_answer(submit: Callable[[Callable[[PartitionResults | None
     return await asyncio.wait_for(done, (timeout_ms if timeout_ms > 0 else 60000) / 1000)  # 0: the spec's default
 
 
-def _elect_response(top_error: str | None, results: PartitionResults) -> dict:
+def _elect_response(top_error: ErrorCode | None, results: PartitionResults) -> dict:
     by_topic: dict[str, list[PartitionResult]] = {}
     for (t, p), r in sorted(results.items()):
         by_topic.setdefault(t, []).append({"partition_id": p, "error_code": error_code(r[0]) if r else 0,
@@ -198,17 +199,17 @@ async def elect_leaders(ctx: RequestContext, request: dict) -> dict:
     topics = request.get("topic_partitions")
     wanted = None if topics is None else {(t.get("topic"), int(p)) for t in topics for p in t.get("partitions") or ()}
 
-    def every(error: str, message: str | None) -> PartitionResults:
+    def every(error: ErrorCode, message: str | None) -> PartitionResults:
         return dict.fromkeys(wanted or (), (error, message))
 
     # KafkaApis: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED at the top and for every partition
     if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return _elect_response("CLUSTER_AUTHORIZATION_FAILED", every("CLUSTER_AUTHORIZATION_FAILED", None))
+        return _elect_response(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, every(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None))
     election_type = int(request.get("election_type", 0)) if ctx.api_version >= 1 else 0
     if election_type not in (0, 1):
-        return _elect_response(None, every("INVALID_REQUEST", f"Unknown election type {election_type}"))
+        return _elect_response(None, every(ErrorCode.INVALID_REQUEST, f"Unknown election type {election_type}"))
     # elsewhere than on the controller each partition answers NOT_CONTROLLER, as Kafka's processReplicaLeaderElection
-    not_controller = every("NOT_CONTROLLER", "This is not the correct controller for this cluster.")
+    not_controller = every(ErrorCode.NOT_CONTROLLER, "This is not the correct controller for this cluster.")
     controller = _replica_manager(ctx).controller
     if controller is None or not controller.active:
         return _elect_response(None, not_controller)
@@ -216,7 +217,7 @@ async def elect_leaders(ctx: RequestContext, request: dict) -> dict:
         results = await _controller_answer(
             lambda reply: controller.submit_elect_leaders(wanted, election_type, reply), request)
     except TimeoutError:
-        return _elect_response(None, every("REQUEST_TIMED_OUT", "The controller did not answer in time."))
+        return _elect_response(None, every(ErrorCode.REQUEST_TIMED_OUT, "The controller did not answer in time."))
     return _elect_response(None, not_controller if results is None else results)
 
 
@@ -246,11 +247,11 @@ async def list_partition_reassignments(ctx: RequestContext, request: dict) -> di
     wanted = None if topics is None else {t.get("name"): [int(i) for i in t.get("partition_indexes") or ()]
                                            for t in topics}
     if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        return {"throttle_time_ms": 0, "error_code": error_code("CLUSTER_AUTHORIZATION_FAILED"),
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 "error_message": None, "topics": []}
     zk = _replica_manager(ctx).zk
     if zk is None:
-        return {"throttle_time_ms": 0, "error_code": error_code("BROKER_NOT_AVAILABLE"),
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.BROKER_NOT_AVAILABLE,
                 "error_message": "Not connected to ZooKeeper.", "topics": []}
     found = await asyncio.to_thread(list_reassignments, zk, wanted)
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "topics": found}

@@ -13,6 +13,7 @@ from typing import Any
 from tidelog.broker.errors import PartitionError
 from tidelog.cluster import zkdata as zd
 from tidelog.cluster.replica_state import Replica, ZkReplicaState
+from tidelog.errors import ErrorCode
 
 log = logging.getLogger("tidelog.cluster.broker")
 
@@ -40,7 +41,7 @@ class IsrTracking(ZkReplicaState):
         ``min.insync.replicas`` after the append (NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
         plog = self.leader_log(*tp)
         if len(self.isr(*tp)) < plog.config.min_insync_replicas:
-            raise PartitionError("NOT_ENOUGH_REPLICAS_AFTER_APPEND")
+            raise PartitionError(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
         return plog.high_watermark
 
     def _leader_progress(self, r: Replica) -> None:
@@ -128,7 +129,7 @@ class IsrTracking(ZkReplicaState):
         r = self.replicas.get(tp)
         a = self.assignments.get(tp[0])
         if (r is None or replica_id not in r.replicas) and (a is None or replica_id not in a.partitions.get(tp[1], ())):
-            raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"broker {replica_id} is no replica")
+            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {replica_id} is no replica")
 
     def update_follower_fetch_state(self, tp: tuple[str, int], replica_id: int, fetch_offset: int) -> None:
         """After a follower's read (not a diverging or failed one): its LEO is ``fetch_offset``."""

@@ -16,6 +16,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from tidelog.cluster import zkdata as zd
+from tidelog.errors import ErrorCode
 
 log = logging.getLogger("tidelog.cluster.controller")
 
@@ -47,25 +48,25 @@ class Reassignments:
         def _decide_and_write(self, topic: str, p: int, decide: Any) -> zd.LeaderIsr | None: ...
 
     @staticmethod
-    def validate_replicas(a: zd.TopicAssignment, p: int, target: list[int], live: set[int]) -> tuple[str, str] | None:
+    def validate_replicas(a: zd.TopicAssignment, p: int, target: list[int], live: set[int]) -> tuple[ErrorCode, str] | None:
         """Kafka's ``KafkaController.validateReplicas``: (error name, message) or None."""
         if not target:
-            return "INVALID_REPLICA_ASSIGNMENT", "Empty replica list specified in partition reassignment."
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Empty replica list specified in partition reassignment."
         if len(set(target)) != len(target):
-            return ("INVALID_REPLICA_ASSIGNMENT",
+            return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                     f"Duplicate replica ids in partition reassignment replica list: {target}")
         if any(b < 0 for b in target):
-            return "INVALID_REPLICA_ASSIGNMENT", f"Invalid broker id in replica list: {target}"
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Invalid broker id in replica list: {target}"
         origin = a.origin(p)
         adding = [b for b in target if b not in origin]
         if not set(adding) <= live:
-            return ("INVALID_REPLICA_ASSIGNMENT",
+            return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                     f"Replica assignment has brokers that are not alive. Replica list: {adding}, "
                     f"live broker list: {sorted(live)}")
         return None
 
     def _apply_reassignments(self, wanted: dict[tuple[str, int], list[int] | None],
-                             allow_rf_change: bool = True) -> dict[tuple[str, int], tuple[str, str] | None]:
+                             allow_rf_change: bool = True) -> dict[tuple[str, int], tuple[ErrorCode, str] | None]:
         """Start (or cancel, target None) reassignments: per topic one conditional write of its znode.
         Returns (error name, message) or None per partition."""
         live = self.live_brokers()
@@ -73,28 +74,28 @@ class Reassignments:
             deleting = set(self.zk.get_children(zd.DELETE_TOPICS))
         except NoNodeError:
             deleting = set()
-        results: dict[tuple[str, int], tuple[str, str] | None] = {}
+        results: dict[tuple[str, int], tuple[ErrorCode, str] | None] = {}
         by_topic: dict[str, list[tuple[int, list[int] | None]]] = {}
         for (t, p), target in wanted.items():
             by_topic.setdefault(t, []).append((p, target))
         for topic, items in sorted(by_topic.items()):
             for _attempt in range(10):
-                res: dict[tuple[str, int], tuple[str, str] | None] = {}
+                res: dict[tuple[str, int], tuple[ErrorCode, str] | None] = {}
                 try:
                     data, stat = self.zk.get(zd.topic_path(topic))
                 except NoNodeError:
                     data, stat = None, None
                 if data is None or topic in deleting:
-                    res = {(topic, p): ("UNKNOWN_TOPIC_OR_PARTITION", "The partition does not exist.")
+                    res = {(topic, p): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
                            for p, _ in items}
                     break
                 a, new = zd.decode_topic(data), zd.decode_topic(data)
                 for p, target in items:
                     if p not in a.partitions:
-                        res[(topic, p)] = ("UNKNOWN_TOPIC_OR_PARTITION", "The partition does not exist.")
+                        res[(topic, p)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
                     elif target is None:
                         if not a.reassigning(p):
-                            res[(topic, p)] = ("NO_REASSIGNMENT_IN_PROGRESS",
+                            res[(topic, p)] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
                                                f"No reassignment in progress for {topic}-{p}.")
                         else:
                             new.reassign_to(p, a.origin(p))
@@ -102,7 +103,7 @@ class Reassignments:
                     else:
                         err = self.validate_replicas(a, p, target, live)
                         if err is None and not allow_rf_change and len(target) != len(a.origin(p)):
-                            err = ("INVALID_REPLICATION_FACTOR", f"The replication factor is changed from "
+                            err = (ErrorCode.INVALID_REPLICATION_FACTOR, f"The replication factor is changed from "
                                    f"{len(a.origin(p))} to {len(target)}")
                         if err is None:
                             new.reassign_to(p, list(target))
@@ -119,7 +120,7 @@ class Reassignments:
                                                                "removing": str(new.removing)}})
                 break
             else:
-                res = {(topic, p): ("REQUEST_TIMED_OUT", f"the assignment of '{topic}' kept changing")
+                res = {(topic, p): (ErrorCode.REQUEST_TIMED_OUT, f"the assignment of '{topic}' kept changing")
                        for p, _ in items}
             results.update(res)
         return results
@@ -140,7 +141,7 @@ class Reassignments:
             raise
         except Exception as exc:
             log.exception("AlterPartitionReassignments failed")
-            reply({tp: ("UNKNOWN_SERVER_ERROR", repr(exc)) for tp in wanted})
+            reply({tp: (ErrorCode.UNKNOWN_SERVER_ERROR, repr(exc)) for tp in wanted})
             return
         self._remove_from_zk_reassignment({tp for tp, r in results.items() if r is None})
         reply(results)

@@ -85,6 +85,7 @@ from tidelog.cluster.scram import ZkScramCredentialStore
 from tidelog.cluster.topics import ZkTopicBackend
 from tidelog.cluster.zk_session import SESSION_FILE, ZkSession
 from tidelog.cluster.zk_watches import CONFIG_CHANGE_EXPIRATION_S, ZkWatches
+from tidelog.errors import ErrorCode
 
 log = logging.getLogger("tidelog.cluster.broker")
 
@@ -204,12 +205,12 @@ class ZkReplicaManager(ZkSession, ZkWatches, MetadataCache, IsrTracking, Control
         r = self.replicas.get((topic, partition))
         if r is None:
             if topic in self.assignments and partition in self.assignments[topic].partitions:
-                raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"{topic}-{partition} is not hosted here")
-            raise PartitionError("UNKNOWN_TOPIC_OR_PARTITION", f"{topic}-{partition} is not hosted here")
+                raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{partition} is not hosted here")
+            raise PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not hosted here")
         if not r.is_leader:
-            raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"{topic}-{partition}: the leader is {r.leader}")
+            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{partition}: the leader is {r.leader}")
         if r.log.offline:  # its log directory failed: KAFKA_STORAGE_ERROR until the controller moves the leader
-            raise PartitionError("KAFKA_STORAGE_ERROR", r.log.failed)
+            raise PartitionError(ErrorCode.KAFKA_STORAGE_ERROR, r.log.failed)
         return r.log
 
     def isr(self, topic: str, partition: int) -> tuple[int, ...]:
@@ -225,9 +226,9 @@ class ZkReplicaManager(ZkSession, ZkWatches, MetadataCache, IsrTracking, Control
             return
         current = self.leader_epoch(topic, partition)
         if requested < current:
-            raise PartitionError("FENCED_LEADER_EPOCH")
+            raise PartitionError(ErrorCode.FENCED_LEADER_EPOCH)
         if requested > current:
-            raise PartitionError("UNKNOWN_LEADER_EPOCH")
+            raise PartitionError(ErrorCode.UNKNOWN_LEADER_EPOCH)
 
     # -- requests to other brokers -------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from typing import Any
 from tidelog.broker.topic_backend import TopicStore
 from tidelog.broker.topics import TopicError, TopicInfo, new_topic_id
 from tidelog.cluster import zkdata as zd
+from tidelog.errors import ErrorCode
 
 log = logging.getLogger("tidelog.cluster.topics")
 
@@ -205,7 +206,7 @@ class ZkTopicBackend:
         store = self.store
         store.validate_new_name(name)
         if self.cluster.zk.exists(zd.delete_topic_path(name)) is not None:
-            raise TopicError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' is marked for deletion.")
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' is marked for deletion.")
         if assignments:
             num_partitions = len(assignments)
             replication_factor = len(next(iter(assignments.values())))
@@ -213,7 +214,7 @@ class ZkTopicBackend:
         live = sorted(self.cluster.live)
         if not assignments and (replication_factor <= 0 or replication_factor > len(live)):
             raise TopicError(
-                "INVALID_REPLICATION_FACTOR",
+                ErrorCode.INVALID_REPLICATION_FACTOR,
                 f"Replication factor: {replication_factor} larger than available brokers: {len(live)}.",
             )
         overrides, cfg = store.validate_configs(configs)
@@ -229,7 +230,7 @@ class ZkTopicBackend:
         results = t.commit()
         for res in results:
             if isinstance(res, NodeExistsError):
-                raise TopicError("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
+                raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
             if isinstance(res, Exception) and type(res).__name__ != "RolledBackError":
                 raise res
         log.info("topic created in ZooKeeper", extra={"kv": {"topic": name, "partitions": num_partitions,
@@ -250,7 +251,7 @@ class ZkTopicBackend:
         info = self.store.get(name)
         zk = self.cluster.zk
         if info is None or await asyncio.to_thread(zk.exists, zd.topic_path(name)) is None:
-            raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", "This server does not host this topic-partition.")
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
         event = self._deleted.setdefault(name, asyncio.Event())
         try:
             await asyncio.to_thread(zk.create, zd.delete_topic_path(name), b"", makepath=True)
@@ -260,7 +261,7 @@ class ZkTopicBackend:
         try:
             await asyncio.wait_for(event.wait(), timeout_s)
         except TimeoutError:
-            raise TopicError("REQUEST_TIMED_OUT", f"Deletion of topic '{name}' did not complete in time; it goes "
+            raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"Deletion of topic '{name}' did not complete in time; it goes "
                                                   "on in the background.") from None
         return info
 
@@ -280,23 +281,23 @@ class ZkTopicBackend:
         ``AdminZkClient.validateReplicaAssignment``), with its messages."""
         unknown = sorted({b for reps in assignments for b in reps} - registered)
         if unknown:
-            raise TopicError("INVALID_REPLICA_ASSIGNMENT",
+            raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                              f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
         if len(assignments) != increment:
-            raise TopicError("INVALID_REPLICA_ASSIGNMENT", f"Increasing the number of partitions by {increment} "
+            raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Increasing the number of partitions by {increment} "
                                                            f"but {len(assignments)} assignments provided.")
         added = {current + i: list(reps) for i, reps in enumerate(assignments)}
         for p, reps in added.items():
             if not reps:
-                raise TopicError("INVALID_REPLICA_ASSIGNMENT", f"Cannot have replication factor of 0 for partition "
+                raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Cannot have replication factor of 0 for partition "
                                                                f"id {p}.")
             if len(set(reps)) != len(reps):
-                raise TopicError("INVALID_REPLICA_ASSIGNMENT", f"Duplicate brokers not allowed in replica "
+                raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Duplicate brokers not allowed in replica "
                                                                f"assignment: {', '.join(map(str, reps))} for "
                                                                f"partition id {p}.")
         bad = [(p, len(reps)) for p, reps in added.items() if len(reps) != first_rf]
         if bad:
-            raise TopicError("INVALID_REPLICA_ASSIGNMENT", "Inconsistent replication factor between partitions, "
+            raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Inconsistent replication factor between partitions, "
                              f"partition 0 has {first_rf} while partitions [{', '.join(str(p) for p, _ in bad)}] "
                              f"have replication factors [{', '.join(str(n) for _, n in bad)}], respectively.")
         return added
@@ -314,13 +315,13 @@ class ZkTopicBackend:
             try:
                 data, stat = zk.get(zd.topic_path(name))
             except NoNodeError:
-                raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"The topic '{name}' does not exist.") from None
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.") from None
             a = zd.decode_topic(data)
             current = len(a.partitions)
             if total_count == current:
-                raise TopicError("INVALID_PARTITIONS", f"Topic already has {current} partitions.")
+                raise TopicError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
             if total_count < current:
-                raise TopicError("INVALID_PARTITIONS", f"Topic currently has {current} partitions, which is higher "
+                raise TopicError(ErrorCode.INVALID_PARTITIONS, f"Topic currently has {current} partitions, which is higher "
                                                        f"than the requested {total_count}.")
             first = a.partitions.get(0) or next(iter(a.partitions.values()))
             live = sorted(self.cluster.live)
@@ -328,7 +329,7 @@ class ZkTopicBackend:
                 added = self._check_added_assignments(assignments, total_count - current, len(first), set(live),
                                                       current)
             elif len(first) > len(live):
-                raise TopicError("INVALID_REPLICATION_FACTOR",
+                raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
                                  f"Replication factor: {len(first)} larger than available brokers: {len(live)}.")
             else:
                 start = max(0, next((i for i, b in enumerate(live) if b >= first[0]), 0))
@@ -347,7 +348,7 @@ class ZkTopicBackend:
             log.info("partitions added in ZooKeeper", extra={"kv": {"topic": name, "from": current,
                                                                     "to": total_count, "assignment": str(added)}})
             return info
-        raise TopicError("REQUEST_TIMED_OUT",
+        raise TopicError(ErrorCode.REQUEST_TIMED_OUT,
                          f"the assignment of '{name}' kept changing")
 
     # -- topic configs ------------------------------------------------------------------------------------------
@@ -371,7 +372,7 @@ class ZkTopicBackend:
                 current, version = zd.decode_topic_config(data), stat.version
             except NoNodeError:
                 if zk.exists(zd.topic_path(name)) is None:
-                    raise TopicError("UNKNOWN_TOPIC_OR_PARTITION", f"Topic {name} does not exist.") from None
+                    raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.") from None
                 current, version = {}, -1  # a topic without a config znode: created by this write
             overrides, _cfg = self.store.validate_configs(change(current))
             if validate_only:
@@ -391,7 +392,7 @@ class ZkTopicBackend:
             log.info("topic configs changed in ZooKeeper", extra={"kv": {"topic": name, "configs": overrides or ""}})
             self.cluster.post(self.config_changed, name, overrides, version + 1)
             return info
-        raise TopicError("REQUEST_TIMED_OUT", f"the configs of '{name}' kept changing")
+        raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"the configs of '{name}' kept changing")
 
     def config_changed(self, name: str, overrides: dict[str, str], version: int) -> None:
         """On the loop: ``/config/topics/<name>`` holds ``overrides`` at znode ``version`` (read after a change

@@ -36,11 +36,12 @@ from tidelog.cli.topics import _leader_metrics_urls
 from tidelog.client import admin_ops
 from tidelog.client.security import ClientSecurity, SaslClientError, client_security, librdkafka_config
 from tidelog.cluster.peer import Peer
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 
 METADATA, FIND_COORDINATOR, API_VERSIONS, DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 3, 10, 18, 29, 30, 31
 LIST_GROUPS, CONSUMER_GROUP_DESCRIBE = 16, 69
-DESCRIBE_LOG_DIRS = 35
+DESCRIBE_LOG_DIRS = ApiKey.DESCRIBE_LOG_DIRS
 T = TypeVar("T")
 MIN_ISR_TTL = 60.0  # seconds a topic's min.insync.replicas is kept for the Overview's count
 

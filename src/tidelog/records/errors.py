@@ -1,22 +1,24 @@
 """Errors raised by the sans-io record layer.
 
 Every error names what is wrong so a broker can log it and map it to a Kafka error code
-(``kafka_error`` is the Kafka error name the broker answers with).
+(``kafka_error`` is the Kafka error the broker answers with; :class:`tidelog.errors.ApiError` is the base).
 """
 
 from __future__ import annotations
 
+from tidelog.errors import ApiError, ErrorCode
 
-class RecordError(ValueError):
+
+class RecordError(ApiError, ValueError):
     """Base class: the bytes are not a valid record batch."""
 
-    kafka_error = "CORRUPT_MESSAGE"
+    kafka_error = ErrorCode.CORRUPT_MESSAGE
 
 
 class CorruptRecordError(RecordError):
     """CRC mismatch, truncated batch, lengths that contradict each other, undecodable records."""
 
-    kafka_error = "CORRUPT_MESSAGE"
+    kafka_error = ErrorCode.CORRUPT_MESSAGE
 
 
 class InvalidMagicError(RecordError):
@@ -32,19 +34,19 @@ class InvalidMagicError(RecordError):
     def __init__(self, message: str, magic: int | None = None) -> None:
         super().__init__(message)
         self.magic = magic
-        self.kafka_error = "INVALID_RECORD" if magic in (0, 1) else "CORRUPT_MESSAGE"
+        self.kafka_error = ErrorCode.INVALID_RECORD if magic in (0, 1) else ErrorCode.CORRUPT_MESSAGE
 
 
 class InvalidRecordError(RecordError):
     """Structurally valid batch that the broker must refuse (e.g. record count mismatch)."""
 
-    kafka_error = "INVALID_RECORD"
+    kafka_error = ErrorCode.INVALID_RECORD
 
 
 class RecordTooLargeError(RecordError):
     """The batch exceeds max.message.bytes."""
 
-    kafka_error = "MESSAGE_TOO_LARGE"
+    kafka_error = ErrorCode.MESSAGE_TOO_LARGE
 
 
 class DecompressionLimitError(CorruptRecordError):
@@ -54,4 +56,4 @@ class DecompressionLimitError(CorruptRecordError):
 class UnsupportedCompressionError(RecordError):
     """Compression codec bits 5..7 are not a known codec."""
 
-    kafka_error = "UNSUPPORTED_COMPRESSION_TYPE"
+    kafka_error = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE

@@ -37,6 +37,7 @@ from tidelog.client.security import (
     authenticate_blocking,
     client_security,
 )
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 from tidelog.protocol.exceptions import CorrelationIdMismatchError
@@ -83,10 +84,10 @@ PROBE_BYTES = 1024 * 1024
 PROBE_BYTES_PER_OFFSET = 32
 """...and at most this many per offset of the range: a small v2 record (few-byte key and value) takes about that."""
 
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-LEADER_NOT_AVAILABLE = 5
-NOT_LEADER_OR_FOLLOWER = 6
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
+OFFSET_OUT_OF_RANGE = ErrorCode.OFFSET_OUT_OF_RANGE
+LEADER_NOT_AVAILABLE = ErrorCode.LEADER_NOT_AVAILABLE
+NOT_LEADER_OR_FOLLOWER = ErrorCode.NOT_LEADER_OR_FOLLOWER
 RETRY_LEADER = (LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, 3, 9, 74)  # + UNKNOWN_TOPIC_OR_PARTITION,
 # REPLICA_NOT_AVAILABLE, FENCED_LEADER_EPOCH: metadata moved
 
@@ -253,7 +254,7 @@ class PartitionFetcher:
                     raise _Retry(KafkaFetchError(t["error_code"], f"Metadata for topic {self.topic}"))
                 for p in t["partitions"]:
                     if p["partition_index"] == self.partition:
-                        if p["error_code"] not in (NONE, 9) or p["leader_id"] not in brokers:
+                        if p["error_code"] not in (NONE, ErrorCode.REPLICA_NOT_AVAILABLE) or p["leader_id"] not in brokers:
                             raise _Retry(KafkaFetchError(p["error_code"] or LEADER_NOT_AVAILABLE,
                                                          f"Metadata for {self.topic}-{self.partition}"))
                         return brokers[p["leader_id"]]

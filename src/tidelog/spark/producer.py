@@ -52,6 +52,7 @@ import pyarrow.compute as pc
 
 from tidelog.client.columnar import assign_partitions, new_accumulator
 from tidelog.client.security import ClientConfigError, SaslClientError, client_security
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 from tidelog.records.compression import CompressionType, compress
@@ -83,24 +84,24 @@ DEFAULT_BATCH_BYTES = 1_000_000  # librdkafka's batch.size and message.max.bytes
 REQUEST_MAX_BYTES = 16 * 1024 * 1024
 DEFAULT_TXN_TIMEOUT_MS = 60_000  # librdkafka's transaction.timeout.ms
 
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-DUPLICATE_SEQUENCE_NUMBER = 46
-CONCURRENT_TRANSACTIONS = 51
-UNKNOWN_PRODUCER_ID = 59
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+LEADER_NOT_AVAILABLE = ErrorCode.LEADER_NOT_AVAILABLE
+COORDINATOR_LOAD_IN_PROGRESS = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
+NOT_COORDINATOR = ErrorCode.NOT_COORDINATOR
+OUT_OF_ORDER_SEQUENCE_NUMBER = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+DUPLICATE_SEQUENCE_NUMBER = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+CONCURRENT_TRANSACTIONS = ErrorCode.CONCURRENT_TRANSACTIONS
+UNKNOWN_PRODUCER_ID = ErrorCode.UNKNOWN_PRODUCER_ID
 SEQUENCE_LOST = (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID)
 """The broker's producer state no longer matches this producer's sequence numbers (records it had were lost, e.g.
 by an unclean leader election or a truncation): idempotent, the producer takes a new id and resends; transactional,
 the transaction fails (aborted, the task retried)."""
-GROUP_ID_NOT_FOUND = 69
-UNSTABLE_OFFSET_COMMIT = 88
+GROUP_ID_NOT_FOUND = ErrorCode.GROUP_ID_NOT_FOUND
+UNSTABLE_OFFSET_COMMIT = ErrorCode.UNSTABLE_OFFSET_COMMIT
 COORDINATOR_RETRY = (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS)
-NETWORK_EXCEPTION = 13
+NETWORK_EXCEPTION = ErrorCode.NETWORK_EXCEPTION
 FATAL_CONNECTION_ERRORS = (SaslClientError, ssl.SSLCertVerificationError)
 """Connection errors no retry can cure (wrong credentials, an untrusted certificate): raised at once."""
 
@@ -312,7 +313,7 @@ class RawProducer:
             if known is not None and t["error_code"] == NONE:
                 for p in t["partitions"]:
                     if p["partition_index"] < known.count:
-                        leader = p["leader_id"] if p["error_code"] in (NONE, 9) else -1
+                        leader = p["leader_id"] if p["error_code"] in (NONE, ErrorCode.REPLICA_NOT_AVAILABLE) else -1
                         known.leaders[p["partition_index"]] = leader if leader in self.brokers else -1
         return out
 
@@ -334,7 +335,7 @@ class RawProducer:
                 err = None
             if md is not None and md["error_code"] == NONE and md["partitions"]:
                 parts = sorted(md["partitions"], key=lambda p: p["partition_index"])
-                leaders = [p["leader_id"] if p["error_code"] in (NONE, 9) and p["leader_id"] in self.brokers else -1
+                leaders = [p["leader_id"] if p["error_code"] in (NONE, ErrorCode.REPLICA_NOT_AVAILABLE) and p["leader_id"] in self.brokers else -1
                            for p in parts]
                 t = _Topic(name, len(self.topics), len(self.slot_tp), leaders)
                 self.topics[name] = t

@@ -1,10 +1,12 @@
-"""Storage-layer errors. ``kafka_error`` names the Kafka error code a broker answers with."""
+"""Storage-layer errors. ``kafka_error`` is the Kafka error a broker answers with (base: ``tidelog.errors.ApiError``)."""
 
 from __future__ import annotations
 
+from tidelog.errors import ApiError, ErrorCode
 
-class StorageError(Exception):
-    kafka_error = "KAFKA_STORAGE_ERROR"
+
+class StorageError(ApiError):
+    kafka_error = ErrorCode.KAFKA_STORAGE_ERROR
 
 
 class KafkaStorageError(StorageError):
@@ -13,48 +15,48 @@ class KafkaStorageError(StorageError):
 
 
 class OffsetOutOfRangeError(StorageError):
-    kafka_error = "OFFSET_OUT_OF_RANGE"
+    kafka_error = ErrorCode.OFFSET_OUT_OF_RANGE
 
 
 class InvalidTimestampError(StorageError):
-    kafka_error = "INVALID_TIMESTAMP"
+    kafka_error = ErrorCode.INVALID_TIMESTAMP
 
 
 class OutOfOrderSequenceError(StorageError):
-    kafka_error = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    kafka_error = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 class DuplicateSequenceError(StorageError):
-    kafka_error = "DUPLICATE_SEQUENCE_NUMBER"
+    kafka_error = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
 
 
 class InvalidProducerEpochError(StorageError):
-    kafka_error = "INVALID_PRODUCER_EPOCH"
+    kafka_error = ErrorCode.INVALID_PRODUCER_EPOCH
 
 
 class InvalidTxnStateError(StorageError):
     """A non-transactional batch from a producer with an open transaction (Kafka's InvalidTxnStateException)."""
 
-    kafka_error = "INVALID_TXN_STATE"
+    kafka_error = ErrorCode.INVALID_TXN_STATE
 
 
 class TransactionCoordinatorFencedError(StorageError):
     """A transaction marker from a coordinator epoch older than the producer's (Kafka's
     TransactionCoordinatorFencedException)."""
 
-    kafka_error = "TRANSACTION_COORDINATOR_FENCED"
+    kafka_error = ErrorCode.TRANSACTION_COORDINATOR_FENCED
 
 
 class UnknownProducerIdError(StorageError):
-    kafka_error = "UNKNOWN_PRODUCER_ID"
+    kafka_error = ErrorCode.UNKNOWN_PRODUCER_ID
 
 
 class CorruptCheckpointError(StorageError):
     """A checkpoint or metadata file does not parse strictly (wrong version, count mismatch, bad line)."""
 
 
-class InvalidConfigError(ValueError):
-    kafka_error = "INVALID_CONFIG"
+class InvalidConfigError(ApiError, ValueError):
+    kafka_error = ErrorCode.INVALID_CONFIG
 
     def __init__(self, name: str, value: object, reason: str) -> None:
         super().__init__(f"Invalid value {value!r} for configuration {name}: {reason}")
@@ -66,14 +68,14 @@ class InvalidConfigError(ValueError):
 class LogDirNotFoundError(StorageError):
     """AlterReplicaLogDirs named a directory that is not one of the broker's ``log.dirs``."""
 
-    kafka_error = "LOG_DIR_NOT_FOUND"
+    kafka_error = ErrorCode.LOG_DIR_NOT_FOUND
 
 
 class ReplicaNotAvailableError(StorageError):
-    kafka_error = "REPLICA_NOT_AVAILABLE"
+    kafka_error = ErrorCode.REPLICA_NOT_AVAILABLE
 
 
 class InvalidTopicError(StorageError):
     """AlterReplicaLogDirs of a topic whose future directory name would exceed 255 characters (KAFKA-4893)."""
 
-    kafka_error = "INVALID_TOPIC_EXCEPTION"
+    kafka_error = ErrorCode.INVALID_TOPIC_EXCEPTION

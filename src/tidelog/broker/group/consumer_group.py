@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.assignors import ASSIGNORS, MemberSubscription, TopicPartition
-from tidelog.protocol.errors import error_code
+from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
@@ -62,18 +62,18 @@ class GroupOwner(Protocol):
 
 log = logging.getLogger("tidelog.broker.group.consumer")
 
-NONE = 0
-UNKNOWN_MEMBER_ID = error_code("UNKNOWN_MEMBER_ID")
-INVALID_REQUEST = error_code("INVALID_REQUEST")
-GROUP_ID_NOT_FOUND = error_code("GROUP_ID_NOT_FOUND")
-GROUP_MAX_SIZE_REACHED = error_code("GROUP_MAX_SIZE_REACHED")
-FENCED_INSTANCE_ID = error_code("FENCED_INSTANCE_ID")
-FENCED_MEMBER_EPOCH = error_code("FENCED_MEMBER_EPOCH")
-UNRELEASED_INSTANCE_ID = error_code("UNRELEASED_INSTANCE_ID")
-UNSUPPORTED_ASSIGNOR = error_code("UNSUPPORTED_ASSIGNOR")
-STALE_MEMBER_EPOCH = error_code("STALE_MEMBER_EPOCH")
-UNSUPPORTED_VERSION = error_code("UNSUPPORTED_VERSION")
-INVALID_REGULAR_EXPRESSION = error_code("INVALID_REGULAR_EXPRESSION")
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
+UNKNOWN_MEMBER_ID = ErrorCode.UNKNOWN_MEMBER_ID
+INVALID_REQUEST = ErrorCode.INVALID_REQUEST
+GROUP_ID_NOT_FOUND = ErrorCode.GROUP_ID_NOT_FOUND
+GROUP_MAX_SIZE_REACHED = ErrorCode.GROUP_MAX_SIZE_REACHED
+FENCED_INSTANCE_ID = ErrorCode.FENCED_INSTANCE_ID
+FENCED_MEMBER_EPOCH = ErrorCode.FENCED_MEMBER_EPOCH
+UNRELEASED_INSTANCE_ID = ErrorCode.UNRELEASED_INSTANCE_ID
+UNSUPPORTED_ASSIGNOR = ErrorCode.UNSUPPORTED_ASSIGNOR
+STALE_MEMBER_EPOCH = ErrorCode.STALE_MEMBER_EPOCH
+UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
+INVALID_REGULAR_EXPRESSION = ErrorCode.INVALID_REGULAR_EXPRESSION
 
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2

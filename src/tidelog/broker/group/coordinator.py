@@ -57,7 +57,6 @@ import logging
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.errors import code_of
 from tidelog.broker.group import describe, loading, membership, offsets, txn_offsets
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.consumer_group import ConsumerGroupManager
@@ -69,7 +68,7 @@ from tidelog.broker.group.results import DescribedGroup, ListedGroup
 from tidelog.broker.group.state import Group, GroupState
 from tidelog.broker.group.state import now_ms as _now_ms
 from tidelog.broker.internal_topics import append_and_wait
-from tidelog.protocol.errors import error_code
+from tidelog.errors import ApiError, ErrorCode, error_code
 from tidelog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 if TYPE_CHECKING:
@@ -79,35 +78,35 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidelog.broker.group")
 
 
-NONE = error_code("NONE")
-UNKNOWN_SERVER_ERROR = error_code("UNKNOWN_SERVER_ERROR")
-UNKNOWN_TOPIC_OR_PARTITION = error_code("UNKNOWN_TOPIC_OR_PARTITION")
-OFFSET_METADATA_TOO_LARGE = error_code("OFFSET_METADATA_TOO_LARGE")
-COORDINATOR_LOAD_IN_PROGRESS = error_code("COORDINATOR_LOAD_IN_PROGRESS")
-COORDINATOR_NOT_AVAILABLE = error_code("COORDINATOR_NOT_AVAILABLE")
-NOT_COORDINATOR = error_code("NOT_COORDINATOR")
-ILLEGAL_GENERATION = error_code("ILLEGAL_GENERATION")
-INCONSISTENT_GROUP_PROTOCOL = error_code("INCONSISTENT_GROUP_PROTOCOL")
-INVALID_GROUP_ID = error_code("INVALID_GROUP_ID")
-UNKNOWN_MEMBER_ID = error_code("UNKNOWN_MEMBER_ID")
-INVALID_SESSION_TIMEOUT = error_code("INVALID_SESSION_TIMEOUT")
-REBALANCE_IN_PROGRESS = error_code("REBALANCE_IN_PROGRESS")
-INVALID_COMMIT_OFFSET_SIZE = error_code("INVALID_COMMIT_OFFSET_SIZE")
-NON_EMPTY_GROUP = error_code("NON_EMPTY_GROUP")
-GROUP_ID_NOT_FOUND = error_code("GROUP_ID_NOT_FOUND")
-MEMBER_ID_REQUIRED = error_code("MEMBER_ID_REQUIRED")
-GROUP_MAX_SIZE_REACHED = error_code("GROUP_MAX_SIZE_REACHED")
-FENCED_INSTANCE_ID = error_code("FENCED_INSTANCE_ID")
-GROUP_SUBSCRIBED_TO_TOPIC = error_code("GROUP_SUBSCRIBED_TO_TOPIC")
-INVALID_REQUEST = error_code("INVALID_REQUEST")
-REQUEST_TIMED_OUT = error_code("REQUEST_TIMED_OUT")
-UNSTABLE_OFFSET_COMMIT = error_code("UNSTABLE_OFFSET_COMMIT")
-NETWORK_EXCEPTION = error_code("NETWORK_EXCEPTION")
-PRODUCER_FENCED = error_code("PRODUCER_FENCED")
-INVALID_PRODUCER_EPOCH = error_code("INVALID_PRODUCER_EPOCH")
-INVALID_TXN_STATE = error_code("INVALID_TXN_STATE")
-TRANSACTION_ABORTABLE = error_code("TRANSACTION_ABORTABLE")
-INVALID_PRODUCER_ID_MAPPING = error_code("INVALID_PRODUCER_ID_MAPPING")
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
+UNKNOWN_SERVER_ERROR = ErrorCode.UNKNOWN_SERVER_ERROR
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+OFFSET_METADATA_TOO_LARGE = ErrorCode.OFFSET_METADATA_TOO_LARGE
+COORDINATOR_LOAD_IN_PROGRESS = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
+NOT_COORDINATOR = ErrorCode.NOT_COORDINATOR
+ILLEGAL_GENERATION = ErrorCode.ILLEGAL_GENERATION
+INCONSISTENT_GROUP_PROTOCOL = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+INVALID_GROUP_ID = ErrorCode.INVALID_GROUP_ID
+UNKNOWN_MEMBER_ID = ErrorCode.UNKNOWN_MEMBER_ID
+INVALID_SESSION_TIMEOUT = ErrorCode.INVALID_SESSION_TIMEOUT
+REBALANCE_IN_PROGRESS = ErrorCode.REBALANCE_IN_PROGRESS
+INVALID_COMMIT_OFFSET_SIZE = ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+NON_EMPTY_GROUP = ErrorCode.NON_EMPTY_GROUP
+GROUP_ID_NOT_FOUND = ErrorCode.GROUP_ID_NOT_FOUND
+MEMBER_ID_REQUIRED = ErrorCode.MEMBER_ID_REQUIRED
+GROUP_MAX_SIZE_REACHED = ErrorCode.GROUP_MAX_SIZE_REACHED
+FENCED_INSTANCE_ID = ErrorCode.FENCED_INSTANCE_ID
+GROUP_SUBSCRIBED_TO_TOPIC = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+INVALID_REQUEST = ErrorCode.INVALID_REQUEST
+REQUEST_TIMED_OUT = ErrorCode.REQUEST_TIMED_OUT
+UNSTABLE_OFFSET_COMMIT = ErrorCode.UNSTABLE_OFFSET_COMMIT
+NETWORK_EXCEPTION = ErrorCode.NETWORK_EXCEPTION
+PRODUCER_FENCED = ErrorCode.PRODUCER_FENCED
+INVALID_PRODUCER_EPOCH = ErrorCode.INVALID_PRODUCER_EPOCH
+INVALID_TXN_STATE = ErrorCode.INVALID_TXN_STATE
+TRANSACTION_ABORTABLE = ErrorCode.TRANSACTION_ABORTABLE
+INVALID_PRODUCER_ID_MAPPING = ErrorCode.INVALID_PRODUCER_ID_MAPPING
 
 OFFSET_METADATA_MAX_BYTES = 4096
 
@@ -313,7 +312,7 @@ class GroupCoordinator:
             log.info("__consumer_offsets created", extra={"kv": {"partitions": self.configured_partitions,
                                                                   "replication_factor": rf}})
         except Exception as exc:
-            if getattr(exc, "kafka_error", None) != "TOPIC_ALREADY_EXISTS":
+            if not (isinstance(exc, ApiError) and exc.kafka_error == ErrorCode.TOPIC_ALREADY_EXISTS):
                 log.warning("cannot create __consumer_offsets", extra={"kv": {"error": repr(exc)}})
 
     # ============================================================== helpers
@@ -376,7 +375,10 @@ class GroupCoordinator:
                 return COORDINATOR_NOT_AVAILABLE
             partition = rec.partition_for(group_id, info.num_partitions)
         except Exception as exc:
-            return self._append_error(getattr(exc, "kafka_error", None) or repr(exc), offsets, group_id)
+            if not isinstance(exc, ApiError):
+                log.warning("__consumer_offsets unavailable", extra={"kv": {"group": group_id, "error": repr(exc)}})
+            err = exc.kafka_error if isinstance(exc, ApiError) else ErrorCode.UNKNOWN_SERVER_ERROR
+            return self._append_error(err, offsets, group_id)
         return await self._append_to(partition, entries, offsets=offsets, group_id=group_id, **kw)
 
     async def _append_to(
@@ -398,18 +400,19 @@ class GroupCoordinator:
         return NONE if err is None else self._append_error(err, offsets, group_id)
 
     @staticmethod
-    def _append_error(name: str, offsets: bool, group_id: str) -> int:
+    def _append_error(name: ErrorCode, offsets: bool, group_id: str) -> int:
         """Kafka's mapping of a failed ``__consumer_offsets`` append to the error the client gets."""
         log.warning("__consumer_offsets append failed", extra={"kv": {"group": group_id, "error": name}})
-        if name in ("UNKNOWN_TOPIC_OR_PARTITION", "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND"):
+        if name in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+                    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
             return COORDINATOR_NOT_AVAILABLE
-        if name in ("NOT_LEADER_OR_FOLLOWER", "KAFKA_STORAGE_ERROR", "FENCED_LEADER_EPOCH"):
+        if name in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH):
             return NOT_COORDINATOR
-        if name in ("MESSAGE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_FETCH_SIZE"):
+        if name in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
             return INVALID_COMMIT_OFFSET_SIZE if offsets else UNKNOWN_SERVER_ERROR
-        if name == "REQUEST_TIMED_OUT":
+        if name == ErrorCode.REQUEST_TIMED_OUT:
             return REQUEST_TIMED_OUT if offsets else REBALANCE_IN_PROGRESS
-        return code_of(name) if offsets else UNKNOWN_SERVER_ERROR
+        return error_code(name) if offsets else UNKNOWN_SERVER_ERROR
 
     async def _store_group(self, g: Group) -> int:
         value = GroupValue(

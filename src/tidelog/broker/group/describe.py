@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from tidelog.broker.group.results import DescribedGroup, ListedGroup
 from tidelog.broker.group.state import GroupState
-from tidelog.protocol.errors import error_code
+from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
@@ -28,10 +28,10 @@ class DescribedCoordinator(Protocol):
 
     def check(self, group_id: str | None) -> int: ...
 
-NONE = 0
-NOT_COORDINATOR = error_code("NOT_COORDINATOR")
-COORDINATOR_LOAD_IN_PROGRESS = error_code("COORDINATOR_LOAD_IN_PROGRESS")
-INVALID_GROUP_ID = error_code("INVALID_GROUP_ID")
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
+NOT_COORDINATOR = ErrorCode.NOT_COORDINATOR
+COORDINATOR_LOAD_IN_PROGRESS = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+INVALID_GROUP_ID = ErrorCode.INVALID_GROUP_ID
 
 
 def describe_group(self: DescribedCoordinator, group_id: str) -> DescribedGroup:
@@ -68,7 +68,7 @@ def describe_group(self: DescribedCoordinator, group_id: str) -> DescribedGroup:
 
 def list_groups(self: DescribedCoordinator, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[int, list[ListedGroup]]:
     # every broker lists the groups of the partitions it leads (clients ask them all)
-    err = NOT_COORDINATOR if not self.active or self.broker.stopping else (
+    err: int = NOT_COORDINATOR if not self.active or self.broker.stopping else (
         COORDINATOR_LOAD_IN_PROGRESS if self.loading_partitions else NONE)
     if err:
         return err, []

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidelog.broker.group")
 
-NONE = 0
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 
 
 class LoadingHost(Protocol):

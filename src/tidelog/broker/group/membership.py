@@ -14,22 +14,22 @@ from typing import Any, Protocol
 from tidelog.broker.group.results import JoinGroupResponseMember, JoinResult, MemberResponse, SyncResult
 from tidelog.broker.group.state import Group, GroupState, Member
 from tidelog.broker.group.state import now_ms as _now_ms
-from tidelog.protocol.errors import error_code
+from tidelog.errors import ErrorCode
 
 log = logging.getLogger("tidelog.broker.group")
 
-NONE = 0
-COORDINATOR_NOT_AVAILABLE = error_code("COORDINATOR_NOT_AVAILABLE")
-FENCED_INSTANCE_ID = error_code("FENCED_INSTANCE_ID")
-GROUP_MAX_SIZE_REACHED = error_code("GROUP_MAX_SIZE_REACHED")
-ILLEGAL_GENERATION = error_code("ILLEGAL_GENERATION")
-INCONSISTENT_GROUP_PROTOCOL = error_code("INCONSISTENT_GROUP_PROTOCOL")
-INVALID_GROUP_ID = error_code("INVALID_GROUP_ID")
-INVALID_SESSION_TIMEOUT = error_code("INVALID_SESSION_TIMEOUT")
-MEMBER_ID_REQUIRED = error_code("MEMBER_ID_REQUIRED")
-NOT_COORDINATOR = error_code("NOT_COORDINATOR")
-REBALANCE_IN_PROGRESS = error_code("REBALANCE_IN_PROGRESS")
-UNKNOWN_MEMBER_ID = error_code("UNKNOWN_MEMBER_ID")
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
+COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
+FENCED_INSTANCE_ID = ErrorCode.FENCED_INSTANCE_ID
+GROUP_MAX_SIZE_REACHED = ErrorCode.GROUP_MAX_SIZE_REACHED
+ILLEGAL_GENERATION = ErrorCode.ILLEGAL_GENERATION
+INCONSISTENT_GROUP_PROTOCOL = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+INVALID_GROUP_ID = ErrorCode.INVALID_GROUP_ID
+INVALID_SESSION_TIMEOUT = ErrorCode.INVALID_SESSION_TIMEOUT
+MEMBER_ID_REQUIRED = ErrorCode.MEMBER_ID_REQUIRED
+NOT_COORDINATOR = ErrorCode.NOT_COORDINATOR
+REBALANCE_IN_PROGRESS = ErrorCode.REBALANCE_IN_PROGRESS
+UNKNOWN_MEMBER_ID = ErrorCode.UNKNOWN_MEMBER_ID
 
 
 class MembershipHost(Protocol):

@@ -12,7 +12,7 @@ from tidelog.broker.group.records import OffsetValue
 from tidelog.broker.group.replay import _materialize
 from tidelog.broker.group.state import Group, GroupState, Member
 from tidelog.broker.group.state import now_ms as _now_ms
-from tidelog.protocol.errors import error_code
+from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
@@ -20,19 +20,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidelog.broker.group")
 
-NONE = 0
-COORDINATOR_NOT_AVAILABLE = error_code("COORDINATOR_NOT_AVAILABLE")
-GROUP_ID_NOT_FOUND = error_code("GROUP_ID_NOT_FOUND")
-GROUP_SUBSCRIBED_TO_TOPIC = error_code("GROUP_SUBSCRIBED_TO_TOPIC")
-ILLEGAL_GENERATION = error_code("ILLEGAL_GENERATION")
-INVALID_GROUP_ID = error_code("INVALID_GROUP_ID")
-MEMBER_ID_REQUIRED = error_code("MEMBER_ID_REQUIRED")
-NON_EMPTY_GROUP = error_code("NON_EMPTY_GROUP")
-OFFSET_METADATA_TOO_LARGE = error_code("OFFSET_METADATA_TOO_LARGE")
-REBALANCE_IN_PROGRESS = error_code("REBALANCE_IN_PROGRESS")
-UNKNOWN_MEMBER_ID = error_code("UNKNOWN_MEMBER_ID")
-UNKNOWN_TOPIC_OR_PARTITION = error_code("UNKNOWN_TOPIC_OR_PARTITION")
-UNSTABLE_OFFSET_COMMIT = error_code("UNSTABLE_OFFSET_COMMIT")
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
+COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
+GROUP_ID_NOT_FOUND = ErrorCode.GROUP_ID_NOT_FOUND
+GROUP_SUBSCRIBED_TO_TOPIC = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+ILLEGAL_GENERATION = ErrorCode.ILLEGAL_GENERATION
+INVALID_GROUP_ID = ErrorCode.INVALID_GROUP_ID
+MEMBER_ID_REQUIRED = ErrorCode.MEMBER_ID_REQUIRED
+NON_EMPTY_GROUP = ErrorCode.NON_EMPTY_GROUP
+OFFSET_METADATA_TOO_LARGE = ErrorCode.OFFSET_METADATA_TOO_LARGE
+REBALANCE_IN_PROGRESS = ErrorCode.REBALANCE_IN_PROGRESS
+UNKNOWN_MEMBER_ID = ErrorCode.UNKNOWN_MEMBER_ID
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+UNSTABLE_OFFSET_COMMIT = ErrorCode.UNSTABLE_OFFSET_COMMIT
 
 
 class OffsetsHost(Protocol):

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.group.share_partition import SharePartition
-from tidelog.protocol.errors import error_code
+from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
@@ -42,14 +42,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidelog.broker.group.share")
 
 NONE = 0
-INVALID_REQUEST = error_code("INVALID_REQUEST")
-UNKNOWN_MEMBER_ID = error_code("UNKNOWN_MEMBER_ID")
-FENCED_MEMBER_EPOCH = error_code("FENCED_MEMBER_EPOCH")
-GROUP_ID_NOT_FOUND = error_code("GROUP_ID_NOT_FOUND")
-GROUP_MAX_SIZE_REACHED = error_code("GROUP_MAX_SIZE_REACHED")
-SHARE_SESSION_NOT_FOUND = error_code("SHARE_SESSION_NOT_FOUND")
-INVALID_SHARE_SESSION_EPOCH = error_code("INVALID_SHARE_SESSION_EPOCH")
-SHARE_SESSION_LIMIT_REACHED = error_code("SHARE_SESSION_LIMIT_REACHED")
+INVALID_REQUEST = ErrorCode.INVALID_REQUEST
+UNKNOWN_MEMBER_ID = ErrorCode.UNKNOWN_MEMBER_ID
+FENCED_MEMBER_EPOCH = ErrorCode.FENCED_MEMBER_EPOCH
+GROUP_ID_NOT_FOUND = ErrorCode.GROUP_ID_NOT_FOUND
+GROUP_MAX_SIZE_REACHED = ErrorCode.GROUP_MAX_SIZE_REACHED
+SHARE_SESSION_NOT_FOUND = ErrorCode.SHARE_SESSION_NOT_FOUND
+INVALID_SHARE_SESSION_EPOCH = ErrorCode.INVALID_SHARE_SESSION_EPOCH
+SHARE_SESSION_LIMIT_REACHED = ErrorCode.SHARE_SESSION_LIMIT_REACHED
 
 LEAVE_EPOCH = -1
 SWEEP_S = 0.5

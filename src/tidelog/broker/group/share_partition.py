@@ -32,6 +32,8 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tidelog.errors import ErrorCode
+
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
 GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
 STATE_NAMES = {AVAILABLE: "AVAILABLE", ACQUIRED: "ACQUIRED", ACKNOWLEDGED: "ACKNOWLEDGED", ARCHIVED: "ARCHIVED"}
@@ -43,7 +45,7 @@ _CONTROL = 0x20
 class AckError(Exception):
     """An acknowledgement Kafka refuses (INVALID_RECORD_STATE, INVALID_REQUEST)."""
 
-    def __init__(self, name: str, message: str) -> None:
+    def __init__(self, name: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.name = name
         self.message = message
@@ -238,18 +240,18 @@ class SharePartition:
     def acknowledge(self, member: str, first: int, last: int, types: list[int]) -> None:
         """Apply one AcknowledgementBatch: ``types`` has one type for the whole range or one per offset."""
         if last < first or not types or (len(types) != 1 and len(types) != last - first + 1):
-            raise AckError("INVALID_REQUEST", f"Invalid acknowledgement batch {first}-{last}")
+            raise AckError(ErrorCode.INVALID_REQUEST, f"Invalid acknowledgement batch {first}-{last}")
         if any(t not in (GAP, ACCEPT, RELEASE, REJECT) for t in types):
-            raise AckError("INVALID_REQUEST", "Invalid acknowledge type")
+            raise AckError(ErrorCode.INVALID_REQUEST, "Invalid acknowledge type")
         if first < self.spso or last >= self.speo:
             bad = first if first < self.spso else max(first, self.speo)
-            raise AckError("INVALID_RECORD_STATE",
+            raise AckError(ErrorCode.INVALID_RECORD_STATE,
                            f"The record state is invalid. The acknowledgement of offset {bad} failed.")
         i = self._index(first)
         while i < len(self.runs) and self.runs[i].first <= last:  # check all before changing any
             r = self.runs[i]
             if r.state != ACQUIRED or r.member != member:
-                raise AckError("INVALID_RECORD_STATE", "The record state is invalid. The acknowledgement of "
+                raise AckError(ErrorCode.INVALID_RECORD_STATE, "The record state is invalid. The acknowledgement of "
                                                        f"offset {max(first, r.first)} failed.")
             i += 1
         if len(types) == 1:

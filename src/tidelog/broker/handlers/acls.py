@@ -23,12 +23,12 @@ from tidelog.broker.security.acls import (
     PermissionType,
     ResourceType,
 )
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.errors import error_code
 
-SECURITY_DISABLED = error_code("SECURITY_DISABLED")
-CLUSTER_AUTHORIZATION_FAILED = error_code("CLUSTER_AUTHORIZATION_FAILED")
-INVALID_REQUEST = error_code("INVALID_REQUEST")
+SECURITY_DISABLED = ErrorCode.SECURITY_DISABLED
+CLUSTER_AUTHORIZATION_FAILED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+INVALID_REQUEST = ErrorCode.INVALID_REQUEST
 NO_AUTHORIZER = "No Authorizer is configured."
 DENIED = "Cluster authorization failed."
 _CLUSTER = ResourceType.CLUSTER

@@ -31,6 +31,7 @@ from tidelog.broker.dynamic_config import (
 )
 from tidelog.broker.handlers import RequestContext
 from tidelog.broker.topics import ConfigSynonym
+from tidelog.errors import ErrorCode
 from tidelog.protocol.errors import error_code
 
 SOURCE_DYNAMIC_BROKER_CONFIG = 2
@@ -113,13 +114,13 @@ async def alter_broker(ctx: RequestContext, rname: str, change_set: Any, validat
         if isinstance(change_set, dict):
             nulls = [k for k, v in change_set.items() if v is None]
             if nulls:
-                raise DynamicConfigError("INVALID_REQUEST", f"Null value not supported for : {', '.join(nulls)}")
+                raise DynamicConfigError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}")
             new_layer = {str(k): str(v) for k, v in change_set.items()}
             changed = set(new_layer) | set(current)
         else:
             nulls = [name for name, op, value in change_set if value is None and op != 1]  # only DELETE takes null
             if nulls:
-                raise DynamicConfigError("INVALID_REQUEST", f"Null value not supported for : {', '.join(nulls)}")
+                raise DynamicConfigError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}")
             new_layer = incremented(current, list(change_set), lambda n: _list_default(ctx, n))
             changed = {name for name, _, _ in change_set}
         if not changed:

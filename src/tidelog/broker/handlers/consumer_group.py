@@ -13,10 +13,11 @@ from typing import Any
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.group import fit
 from tidelog.broker.security.acls import AclOperation, ResourceType
+from tidelog.errors import ErrorCode
 
 CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
-COORDINATOR_NOT_AVAILABLE = 15
-GROUP_AUTHORIZATION_FAILED = 30
+COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
+GROUP_AUTHORIZATION_FAILED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 READ, DESCRIBE = AclOperation.READ, AclOperation.DESCRIBE
 GROUP = ResourceType.GROUP
 # Kafka's authorized operations of a group without an authorizer: READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS,

@@ -24,9 +24,9 @@ from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.metadata import partition_entries, topic_operations
 from tidelog.broker.security.acls import AclOperation, ResourceType
 from tidelog.broker.topics import INTERNAL_TOPICS, TopicError, validate_topic_name
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.error_response import error_response
-from tidelog.protocol.errors import error_code
 
 ZERO_UUID = bytes(16)
 LIMIT_CONFIG = "max.request.partition.size.limit"
@@ -42,8 +42,8 @@ def _unknown_code(name: str) -> int:
     try:
         validate_topic_name(name)
     except TopicError:
-        return error_code("INVALID_TOPIC_EXCEPTION")
-    return error_code("UNKNOWN_TOPIC_OR_PARTITION")
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
+    return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def _elr_free(entry: dict) -> dict:
@@ -64,10 +64,10 @@ async def describe_topic_partitions(ctx: RequestContext, request: dict) -> dict:
         names = {t["name"] for t in requested if t.get("name") is not None and t["name"] >= cursor_topic}
         if cursor is not None and cursor_topic not in names:
             return error_response(ApiKey.DESCRIBE_TOPIC_PARTITIONS, ctx.api_version, request,
-                                  error_code("INVALID_REQUEST"))
+                                  ErrorCode.INVALID_REQUEST)
     if cursor is not None and int(cursor["partition_index"]) < 0:
         return error_response(ApiKey.DESCRIBE_TOPIC_PARTITIONS, ctx.api_version, request,
-                              error_code("INVALID_REQUEST"))
+                              ErrorCode.INVALID_REQUEST)
     limit = max(min(int(broker.config.get(LIMIT_CONFIG)), int(request.get("response_partition_limit", 2000))), 1)
     unauthorized: list[dict] = []
     authorized: list[str] = []
@@ -75,7 +75,7 @@ async def describe_topic_partitions(ctx: RequestContext, request: dict) -> dict:
         if broker.authorizer is None or ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
             authorized.append(name)
         elif not fetch_all:
-            unauthorized.append(_error_topic(name, error_code("TOPIC_AUTHORIZATION_FAILED")))
+            unauthorized.append(_error_topic(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
     out: list[dict] = []
     next_cursor: dict[str, Any] | None = None
     remaining = limit

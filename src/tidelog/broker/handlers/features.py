@@ -16,8 +16,8 @@ from tidelog.broker.features import TRANSACTION_VERSION, UPGRADE, broker_feature
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.broker.txn import tv2
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.errors import error_code
 
 _FAILED_ALL = "The update failed for all features since the following feature had an error: "
 # v0 AllowDowngrade: true means a safe downgrade (Kafka's UpdateFeaturesRequest.upgradeType for v0)
@@ -31,13 +31,13 @@ def _refused(code: int, message: str) -> dict:
 @handles(ApiKey.UPDATE_FEATURES)
 async def update_features(ctx: RequestContext, request: dict) -> dict:
     if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return _refused(error_code("CLUSTER_AUTHORIZATION_FAILED"), "Cluster authorization failed.")
+        return _refused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     updates = request.get("feature_updates") or []
     names = [u.get("feature") for u in updates]
     seen: set[str | None] = set()
     for n in names:  # linear: a request may name many features
         if n in seen:
-            return _refused(error_code("INVALID_REQUEST"), f"Feature {n} appears more than once in the request.")
+            return _refused(ErrorCode.INVALID_REQUEST, f"Feature {n} appears more than once in the request.")
         seen.add(n)
     features = broker_features(ctx.broker.handlers, tv2.finalized_level(ctx.broker))
     node = int(ctx.broker.node_id)
@@ -49,7 +49,7 @@ async def update_features(ctx: RequestContext, request: dict) -> dict:
         why = validate_update(node, features, str(u.get("feature") or ""), int(u.get("max_version_level", 0)),
                               upgrade_type)
         if why is not None:
-            return _refused(error_code("INVALID_UPDATE_VERSION"), _FAILED_ALL + why)
+            return _refused(ErrorCode.INVALID_UPDATE_VERSION, _FAILED_ALL + why)
     if not request.get("validate_only"):
         for u in updates:  # transaction.version is the one level that can change (transactions v2 on / off)
             if u.get("feature") == TRANSACTION_VERSION:

@@ -25,7 +25,6 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from tidelog.broker.errors import code_of
 from tidelog.broker.group.coordinator import _join_error
 from tidelog.broker.handlers import Handler, RequestContext, handles
 from tidelog.broker.handlers.group_bodies import (
@@ -44,6 +43,8 @@ from tidelog.broker.handlers.group_bodies import (
     TxnOffsetCommitRequest,
 )
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from tidelog.errors import ErrorCode, error_code
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.schema import spec_index
 
 if TYPE_CHECKING:
@@ -56,18 +57,18 @@ log = logging.getLogger("tidelog.broker.handlers.group")
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 10, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
-TXN_OFFSET_COMMIT = 28
+TXN_OFFSET_COMMIT = ApiKey.TXN_OFFSET_COMMIT
 
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INCONSISTENT_GROUP_PROTOCOL = 23
-GROUP_ID_NOT_FOUND = 69
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-INVALID_REQUEST = 42
-TOPIC_AUTHORIZATION_FAILED = 29
-GROUP_AUTHORIZATION_FAILED = 30
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+INCONSISTENT_GROUP_PROTOCOL = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+GROUP_ID_NOT_FOUND = ErrorCode.GROUP_ID_NOT_FOUND
+COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
+NOT_COORDINATOR = ErrorCode.NOT_COORDINATOR
+INVALID_REQUEST = ErrorCode.INVALID_REQUEST
+TOPIC_AUTHORIZATION_FAILED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+GROUP_AUTHORIZATION_FAILED = ErrorCode.GROUP_AUTHORIZATION_FAILED
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 READ, DESCRIBE, DELETE, WRITE = AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.WRITE
 GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 
@@ -146,7 +147,7 @@ async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, 
             return COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", nowhere
         err, node = await tc.find_coordinator(key)
         if err is not None or node is None:
-            return code_of(err or "COORDINATOR_NOT_AVAILABLE"), "The coordinator is not available.", nowhere
+            return error_code(err or ErrorCode.COORDINATOR_NOT_AVAILABLE), "The coordinator is not available.", nowhere
         return NONE, None, b.node_endpoint(node, ctx.listener)
     if key_type != 0:
         return INVALID_REQUEST, f"Unknown coordinator key type {key_type}", nowhere
@@ -307,7 +308,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Bo
             refused = _topic_refusals(ctx, READ, [(t, p) for t, p, *_ in wanted])
         wanted = [w for w in wanted if (w[0], w[1]) not in refused]
     if not wanted:
-        results = {}
+        results: dict[tuple[str, int], int] = {}
     elif coord is None:
         results = {(t, p): COORDINATOR_NOT_AVAILABLE for t, p, *_ in wanted}
     else:
@@ -369,6 +370,7 @@ def _fetch_group(coord: GroupCoordinator | None, group_id: str, topics: list[Off
             refused = [(t, p) for t, p in partitions if not ctx.authorize(DESCRIBE, TOPIC, t)]
             allowed = [tp for tp in partitions if tp not in set(refused)]
             if coord is None:
+                err: int
                 err, rows = COORDINATOR_NOT_AVAILABLE, [(t, p, None, NONE) for t, p in allowed]
             else:
                 err, rows = coord.fetch_offsets(group_id, allowed, require_stable=require_stable)
@@ -456,7 +458,7 @@ async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest
             refused = _topic_refusals(ctx, READ, list(wanted))
         wanted = {tp: w for tp, w in wanted.items() if tp not in refused}
     if not wanted:
-        results = {}
+        results: dict[tuple[str, int], int] = {}
     elif coord is None:
         results = dict.fromkeys(wanted, COORDINATOR_NOT_AVAILABLE)
     else:
@@ -554,7 +556,7 @@ async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> Bo
     results = []
     for gid in request.get("groups_names") or ():
         if not ctx.authorize(DELETE, GROUP, _str(gid)):
-            err = GROUP_AUTHORIZATION_FAILED
+            err: int = GROUP_AUTHORIZATION_FAILED
         else:
             err = COORDINATOR_NOT_AVAILABLE if coord is None else await coord.delete_group(_str(gid))
         results.append({"group_id": gid, "error_code": err})

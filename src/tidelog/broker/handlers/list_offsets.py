@@ -15,12 +15,13 @@ from tidelog.broker.handlers.core_shared import (
     _leader_epoch_error,
 )
 from tidelog.broker.security.acls import AclOperation
+from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
-UNSUPPORTED_VERSION = 35
+UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 # the first ListOffsets version of each timestamp sentinel (Kafka's ReplicaManager.isListOffsetsTimestampUnsupported:
 # a sentinel sent in an older version, or an unknown negative timestamp, is UNSUPPORTED_VERSION for its partition)
 _SENTINEL_MIN_VERSION = {LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9,
@@ -43,7 +44,7 @@ def _list_offset(broker: Broker, name: str, index: int, timestamp: int, isolatio
     if timestamp == MAX_TIMESTAMP:
         found = plog.offset_of_max_timestamp()
     elif timestamp < 0:
-        return error_of(PartitionError("INVALID_REQUEST"))[0], -1, -1
+        return error_of(PartitionError(ErrorCode.INVALID_REQUEST))[0], -1, -1
     else:
         found = plog.find_offset_by_timestamp(timestamp)
     if found is None or found[0] >= last_fetchable:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tidelog.broker.errors import PartitionError, code_of, error_of
+from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.handlers import DeferredResponse, RequestContext, handles
 from tidelog.broker.handlers.core_shared import (
     _TOPIC,
@@ -28,6 +28,7 @@ from tidelog.broker.purgatory import DelayedProduce
 from tidelog.broker.security.acls import AclOperation, ResourceType
 from tidelog.broker.topics import ADMIN_CLIENT_ID, INTERNAL_TOPICS
 from tidelog.broker.txn import tv2
+from tidelog.errors import ErrorCode, error_code
 from tidelog.protocol.errors import error_for_code
 from tidelog.records.batch import DEFAULT_MAX_DECOMPRESSED
 from tidelog.records.errors import DecompressionLimitError, RecordError
@@ -363,14 +364,14 @@ async def _wait_for_acks(ctx: RequestContext, acks: int, timeout_ms: int, append
     return body
 
 
-def _acked(body: dict, results: dict[tuple[str, int], dict], status: Mapping[tuple[str, int], str | None] | BaseException) -> dict:
+def _acked(body: dict, results: dict[tuple[str, int], dict], status: Mapping[tuple[str, int], ErrorCode | None] | BaseException) -> dict:
     """The acks=-1 answer once its DelayedProduce completed: each partition still short gets its error. A deferred
     answer (ctx.defer) whose operation failed gets UNKNOWN_SERVER_ERROR in each partition it appended to."""
     if isinstance(status, BaseException):
-        status = dict.fromkeys(results, "UNKNOWN_SERVER_ERROR")
+        status = dict.fromkeys(results, ErrorCode.UNKNOWN_SERVER_ERROR)
     for tp, err in status.items():
         if err is not None:
-            results[tp]["error_code"] = code_of(err)
+            results[tp]["error_code"] = error_code(err)
     return body
 
 
@@ -414,20 +415,20 @@ def _produce_refused(request: dict, code: int) -> dict:
 # KIP-890 part 1: a failed verification as Kafka's ReplicaManager / AddPartitionsToTxnManager answer it. Retriable
 # coordinator errors become NOT_ENOUGH_REPLICAS (older clients retry it without a metadata refresh);
 # TRANSACTION_ABORTABLE only from Produce v11 on (INVALID_TXN_STATE before); PRODUCER_FENCED as INVALID_PRODUCER_EPOCH.
-_VERIFY_RETRIABLE = frozenset({"CONCURRENT_TRANSACTIONS", "NETWORK_EXCEPTION", "COORDINATOR_LOAD_IN_PROGRESS",
-                               "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"})
+_VERIFY_RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                               ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
 
 
 _NOT_VERIFIED = object()  # the guard of a batch that joined a transaction open at the time of the produce
 
 
-def _verification_error(err: str, version: int) -> str:
+def _verification_error(err: ErrorCode, version: int) -> ErrorCode:
     if err in _VERIFY_RETRIABLE:
-        return "NOT_ENOUGH_REPLICAS"
-    if err == "PRODUCER_FENCED":
-        return "INVALID_PRODUCER_EPOCH"
-    if err == "TRANSACTION_ABORTABLE" and version < 11:
-        return "INVALID_TXN_STATE"
+        return ErrorCode.NOT_ENOUGH_REPLICAS
+    if err == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if err == ErrorCode.TRANSACTION_ABORTABLE and version < 11:
+        return ErrorCode.INVALID_TXN_STATE
     return err
 
 
@@ -469,20 +470,20 @@ async def _verify_transactional(ctx: RequestContext, transactional_id: str | Non
     refused: set[_ProducePartition] = set()
     for (pid, epoch), pps in by_producer.items():
         if not transactional_id:
-            errors = dict.fromkeys(((pp.name, pp.index) for pp in pps), "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+            errors = dict.fromkeys(((pp.name, pp.index) for pp in pps), ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         else:
             tps = [(pp.name, pp.index) for pp in pps]
             if implicit:
                 codes = await tv2.add_partitions(coord, transactional_id, pid, epoch, tps)  # KIP-890 part 2
             else:
                 codes = await coord.verify_transaction(transactional_id, pid, epoch, tps)
-            errors = {tp: error_for_code(c).name for tp, c in codes.items() if c}
+            errors = {tp: error_code(error_for_code(c).name) for tp, c in codes.items() if c}
         for pp in pps:
             err = errors.get((pp.name, pp.index))
             if err is None:
                 continue
             name = _verification_error(err, ctx.api_version)
-            pp.pr["error_code"] = code_of(name)
+            pp.pr["error_code"] = error_code(name)
             pp.pr["error_message"] = (f"Partition {pp.name}-{pp.index} was not verified in the transaction: {err}"
                                       if ctx.api_version >= 8 else None)
             refused.add(pp)
@@ -524,13 +525,13 @@ def _append_one(ctx: RequestContext, pp: _ProducePartition, now_ms: int, appende
             # leadership may have moved (or the topic gone) while the batch was validated on a worker
             plog = broker.leader_log(name, index)
             if plog is not pp.plog:
-                raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"{name}-{index} changed while the batch was checked")
+                raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{name}-{index} changed while the batch was checked")
             info = plog.append_validated(validated, leader_epoch=broker.leader_epoch(name, index),
                                          verification_guard=pp.guard)
     except Exception as exc:
         err: BaseException = exc
         if broker.topics.get_log(name, index) is not pp.plog:  # deleted meanwhile (on a worker thread)
-            err = PartitionError("UNKNOWN_TOPIC_OR_PARTITION", f"{name}-{index} was deleted")
+            err = PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{name}-{index} was deleted")
         _produce_error(ctx, pr, name, index, err)
         return True
     pr["base_offset"] = info.first_offset

@@ -24,11 +24,12 @@ from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.txn import init_transactional_producer_id
 from tidelog.broker.producer_ids import ProducerIdManager
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
-from tidelog.protocol.errors import error_code
+from tidelog.errors import ErrorCode
+from tidelog.protocol.api_keys import ApiKey
 
 log = logging.getLogger("tidelog.broker.producer_id")
 
-INIT_PRODUCER_ID = 22
+INIT_PRODUCER_ID = ApiKey.INIT_PRODUCER_ID
 
 
 def _manager(ctx: RequestContext) -> ProducerIdManager:
@@ -50,7 +51,7 @@ async def init_producer_id(ctx: RequestContext, request: dict) -> dict:
                                  or auth.authorize_any(ctx.principal, ctx.client_host, AclOperation.WRITE,
                                                        ResourceType.TOPIC)):
         # KafkaApis (KIP-679): an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
-        return {"throttle_time_ms": 0, "error_code": error_code("CLUSTER_AUTHORIZATION_FAILED"), "producer_id": -1,
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "producer_id": -1,
                 "producer_epoch": -1}
     mgr = _manager(ctx)
     producer_id = int(request.get("producer_id", -1) if ctx.api_version >= 3 else -1)
@@ -59,7 +60,7 @@ async def init_producer_id(ctx: RequestContext, request: dict) -> dict:
         # Kafka: "Either both or neither of producerId and producerEpoch must be set"
         return {
             "throttle_time_ms": 0,
-            "error_code": error_code("INVALID_REQUEST"),
+            "error_code": ErrorCode.INVALID_REQUEST,
             "producer_id": -1,
             "producer_epoch": -1,
         }
@@ -79,7 +80,7 @@ async def init_producer_id(ctx: RequestContext, request: dict) -> dict:
         log.warning("no producer id block available: %s", exc)
         return {
             "throttle_time_ms": 0,
-            "error_code": error_code("COORDINATOR_LOAD_IN_PROGRESS"),
+            "error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
             "producer_id": -1,
             "producer_epoch": -1,
         }

@@ -26,10 +26,11 @@ from tidelog.broker.quotas import (
     entity_to_protocol,
 )
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 
-INVALID_REQUEST = 42
-CLUSTER_AUTHORIZATION_FAILED = 31
+INVALID_REQUEST = ErrorCode.INVALID_REQUEST
+CLUSTER_AUTHORIZATION_FAILED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 _CLUSTER_AUTH_MESSAGE = "Cluster authorization failed."
 
 

@@ -24,10 +24,11 @@ from typing import Any
 from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
 
-_CLUSTER_AUTH = "CLUSTER_AUTHORIZATION_FAILED"
+_CLUSTER_AUTH = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 
 
 def _check_epoch(ctx: RequestContext, topic: str, partition: int, requested: int) -> None:
@@ -35,9 +36,9 @@ def _check_epoch(ctx: RequestContext, topic: str, partition: int, requested: int
         return
     current = ctx.broker.leader_epoch(topic, partition)
     if requested < current:
-        raise PartitionError("FENCED_LEADER_EPOCH")
+        raise PartitionError(ErrorCode.FENCED_LEADER_EPOCH)
     if requested > current:
-        raise PartitionError("UNKNOWN_LEADER_EPOCH")
+        raise PartitionError(ErrorCode.UNKNOWN_LEADER_EPOCH)
 
 
 @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH)
@@ -58,7 +59,7 @@ async def offset_for_leader_epoch(ctx: RequestContext, request: dict) -> dict:
             out = {"error_code": 0, "partition": index, "leader_epoch": -1, "end_offset": -1}
             parts.append(out)
             if not allowed:
-                out["error_code"] = error_code("TOPIC_AUTHORIZATION_FAILED")
+                out["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
             try:
                 plog = broker.leader_log(name, index)
@@ -103,35 +104,35 @@ async def elect_leaders(ctx: RequestContext, request: dict) -> dict:
             if not allowed:
                 code, message = error_code(_CLUSTER_AUTH), None
             elif election_type not in (0, 1):
-                code, message = error_code("INVALID_REQUEST"), f"Unknown election type {election_type}"
+                code, message = ErrorCode.INVALID_REQUEST, f"Unknown election type {election_type}"
             elif (problem := _partition_problem(ctx, t.get("topic"), p)) is not None:
-                code, message = error_code("UNKNOWN_TOPIC_OR_PARTITION"), problem
+                code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, problem
             else:  # the only replica leads: the preferred leader, and a leader for an unclean election
-                code, message = error_code("ELECTION_NOT_NEEDED"), "Leader election not needed for topic partition."
+                code, message = ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."
             results.append({"partition_id": p, "error_code": code, "error_message": message})
         out["replica_election_results"].append({"topic": t.get("topic"), "partition_result": results})
     return out
 
 
 def _reassignment_problem(ctx: RequestContext, topic: Any, partition: int,
-                          replicas: list[int] | None) -> tuple[str, str] | None:
+                          replicas: list[int] | None) -> tuple[ErrorCode, str] | None:
     info = ctx.broker.topics.get(topic) if isinstance(topic, str) else None
     if info is None:
-        return "UNKNOWN_TOPIC_OR_PARTITION", f"Unable to find a topic named {topic}."
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {topic}."
     if not 0 <= partition < int(info.num_partitions):
-        return "UNKNOWN_TOPIC_OR_PARTITION", f"Unable to find partition {topic}:{partition}."
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {topic}:{partition}."
     if replicas is None:
-        return "NO_REASSIGNMENT_IN_PROGRESS", "No partition reassignment is in progress for this topic-partition."
+        return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress for this topic-partition."
     if not replicas:
-        return "INVALID_REPLICA_ASSIGNMENT", "The manual partition assignment includes an empty replica list."
+        return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list."
     node = int(ctx.broker.node_id)
     seen: set[int] = set()
     for b in replicas:
         if b != node:
-            return ("INVALID_REPLICA_ASSIGNMENT",
+            return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                     f"The manual partition assignment includes broker {b}, but no such broker is registered.")
         if b in seen:
-            return "INVALID_REPLICA_ASSIGNMENT", f"The manual partition assignment includes the broker {b} more than once."
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes the broker {b} more than once."
         seen.add(b)
     return None  # [node]: the current assignment, nothing to move
 
@@ -151,7 +152,7 @@ async def alter_partition_reassignments(ctx: RequestContext, request: dict) -> d
             dup = dup or tp in seen
             seen.add(tp)
     if allowed and dup:
-        out["error_code"], out["error_message"] = error_code("INVALID_REQUEST"), "Duplicate partitions in the request"
+        out["error_code"], out["error_message"] = ErrorCode.INVALID_REQUEST, "Duplicate partitions in the request"
     for t in request.get("topics") or ():
         parts = []
         for p in t.get("partitions") or ():

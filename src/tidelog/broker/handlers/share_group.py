@@ -25,17 +25,19 @@ from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.core_shared import _uuid_bytes
 from tidelog.broker.handlers.group import fit
 from tidelog.broker.security.acls import AclOperation, ResourceType
+from tidelog.errors import ErrorCode
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
 
 SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 77, 78, 79
-DESCRIBE_SHARE_GROUP_OFFSETS = 90
+DESCRIBE_SHARE_GROUP_OFFSETS = ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS
 NONE = 0
-INVALID_REQUEST = error_code("INVALID_REQUEST")
-GROUP_AUTHORIZATION_FAILED = error_code("GROUP_AUTHORIZATION_FAILED")
-TOPIC_AUTHORIZATION_FAILED = error_code("TOPIC_AUTHORIZATION_FAILED")
-UNKNOWN_TOPIC_ID = error_code("UNKNOWN_TOPIC_ID")
-UNKNOWN_TOPIC_OR_PARTITION = error_code("UNKNOWN_TOPIC_OR_PARTITION")
-COORDINATOR_NOT_AVAILABLE = error_code("COORDINATOR_NOT_AVAILABLE")
+INVALID_REQUEST = ErrorCode.INVALID_REQUEST
+GROUP_AUTHORIZATION_FAILED = ErrorCode.GROUP_AUTHORIZATION_FAILED
+TOPIC_AUTHORIZATION_FAILED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+UNKNOWN_TOPIC_ID = ErrorCode.UNKNOWN_TOPIC_ID
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
 READ, DESCRIBE = AclOperation.READ, AclOperation.DESCRIBE
 GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 ALL_GROUP_OPS = sum(1 << op for op in (3, 6, 8))
@@ -46,10 +48,11 @@ MAX_SESSION_PARTITIONS = 10000  # partitions of one share session
 
 
 def _err(code: int) -> str | None:
-    return None if code == NONE else {
+    messages: dict[int, str] = {
         GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
         TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
-    }.get(code)
+    }
+    return None if code == NONE else messages.get(code)
 
 
 # ============================================================================= heartbeat / describe
@@ -309,7 +312,7 @@ async def share_acknowledge(ctx: RequestContext, request: dict) -> dict:
     if not gid or not mid:
         return _top_error(SHARE_ACKNOWLEDGE, v, INVALID_REQUEST, "GroupId and MemberId must be set.")
     if epoch == 0:  # Kafka: a ShareAcknowledge cannot open a share session
-        return _top_error(SHARE_ACKNOWLEDGE, v, error_code("INVALID_SHARE_SESSION_EPOCH"))
+        return _top_error(SHARE_ACKNOWLEDGE, v, ErrorCode.INVALID_SHARE_SESSION_EPOCH)
     mgr = share_manager(ctx.broker)
     err, session = mgr.session(gid, mid, epoch)
     if err or session is None:
@@ -370,7 +373,7 @@ async def describe_share_group_offsets(ctx: RequestContext, request: dict) -> di
         wanted = g.get("topics")
         if not mgr.is_share_group(gid):
             # as Kafka's KafkaApis: the topics are authorized first (their refusals are answered), then the group
-            entry["error_code"] = error_code("GROUP_ID_NOT_FOUND")
+            entry["error_code"] = ErrorCode.GROUP_ID_NOT_FOUND
             entry["error_message"] = f"Group {gid} not found."
             for t in wanted or ():
                 name = t.get("topic_name") or ""

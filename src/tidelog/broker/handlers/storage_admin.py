@@ -37,6 +37,7 @@ from typing import Any
 from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
 
@@ -51,7 +52,7 @@ def _wanted(request_topics: list[dict] | None) -> set[tuple[str, int]] | None:
 async def describe_log_dirs(ctx: RequestContext, request: dict) -> dict:
     broker = ctx.broker
     if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        return {"throttle_time_ms": 0, "error_code": error_code("CLUSTER_AUTHORIZATION_FAILED"), "results": []}
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "results": []}
     wanted = _wanted(request.get("topics"))
     logs = broker.logs
     by_dir: dict[Path, dict[str, list[dict]]] = {Path(d).absolute(): {} for d in broker.config.log_dirs}
@@ -84,7 +85,7 @@ async def describe_log_dirs(ctx: RequestContext, request: dict) -> dict:
                 raise OSError(f"log directory {root} failed: {failed[root]}")
             st = os.statvfs(root)
         except OSError:
-            result.update(error_code=error_code("KAFKA_STORAGE_ERROR"), topics=[])
+            result.update(error_code=ErrorCode.KAFKA_STORAGE_ERROR, topics=[])
         else:
             result["total_bytes"] = st.f_blocks * st.f_frsize
             result["usable_bytes"] = st.f_bavail * st.f_frsize
@@ -115,7 +116,7 @@ async def describe_producers(ctx: RequestContext, request: dict) -> dict:
             res: dict[str, Any] = {"partition_index": index, "error_code": 0, "error_message": None,
                                    "active_producers": []}
             if not allowed:
-                res["error_code"] = error_code("TOPIC_AUTHORIZATION_FAILED")
+                res["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 parts.append(res)
                 continue
             try:
@@ -135,7 +136,7 @@ async def describe_producers(ctx: RequestContext, request: dict) -> dict:
 def _alter_dirs_denied(request: dict) -> dict:
     """Kafka's ``AlterReplicaLogDirsRequest.getErrorResponse``: every partition named, one topic result per
     (directory, topic) entry, CLUSTER_AUTHORIZATION_FAILED."""
-    denied = error_code("CLUSTER_AUTHORIZATION_FAILED")
+    denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     return {"throttle_time_ms": 0, "results": [
         {"topic_name": t.get("name"), "partitions": [{"partition_index": p, "error_code": denied}
                                                      for p in t.get("partitions") or []]}
@@ -156,7 +157,7 @@ async def alter_replica_log_dirs(ctx: RequestContext, request: dict) -> dict:
             for index in t.get("partitions") or []:
                 try:
                     if not dest.is_absolute():
-                        raise PartitionError("LOG_DIR_NOT_FOUND", f"{dest} is not an absolute path")
+                        raise PartitionError(ErrorCode.LOG_DIR_NOT_FOUND, f"{dest} is not an absolute path")
                     await asyncio.to_thread(logs.alter_log_dir, name, int(index), dest)
                     code = 0
                 except Exception as exc:

@@ -27,8 +27,8 @@ import uuid
 import zlib
 
 from tidelog.broker.handlers import RequestContext, handles
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.errors import error_code
 
 DEFAULT_INTERVAL_MS = 5 * 60 * 1000  # ClientMetricsConfigs.DEFAULT_INTERVAL_MS
 TELEMETRY_MAX_BYTES_DEFAULT = 1024 * 1024  # telemetry.max.bytes
@@ -86,13 +86,13 @@ async def push_telemetry(ctx: RequestContext, request: dict) -> dict:
     metrics = request.get("metrics") or b""
     compression = int(request.get("compression_type", 0))
     if instance in _RESERVED:
-        code = error_code("INVALID_REQUEST")
+        code: int = ErrorCode.INVALID_REQUEST
     elif int(request.get("subscription_id", 0)) != subscription_id(instance):
-        code = error_code("UNKNOWN_SUBSCRIPTION_ID")
+        code = ErrorCode.UNKNOWN_SUBSCRIPTION_ID
     elif compression != _NONE_COMPRESSION and compression not in ACCEPTED_COMPRESSION_TYPES:
-        code = error_code("UNSUPPORTED_COMPRESSION_TYPE")
+        code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
     elif len(metrics) > _max_bytes(ctx):
-        code = error_code("TELEMETRY_TOO_LARGE")
+        code = ErrorCode.TELEMETRY_TOO_LARGE
     else:
         code = 0  # no receiver plugin: nothing to export the metrics to
     return {"throttle_time_ms": 0, "error_code": code}

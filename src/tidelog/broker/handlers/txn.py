@@ -18,12 +18,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tidelog.broker.errors import code_of
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.group import fit
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.broker.txn import tv2
 from tidelog.broker.txn.markers import append_markers_locally
+from tidelog.errors import ErrorCode, error_code
 from tidelog.protocol.api_keys import ApiKey
 
 log = logging.getLogger("tidelog.broker.txn")
@@ -34,14 +34,14 @@ TXN_ID, TOPIC, GROUP, CLUSTER = (ResourceType.TRANSACTIONAL_ID, ResourceType.TOP
                                  ResourceType.CLUSTER)
 
 
-def _code(name: str | None) -> int:
-    return 0 if name is None else code_of(name)
+def _code(name: ErrorCode | None) -> int:
+    return 0 if name is None else error_code(name)
 
 
-def _fenced_for(version: int, first_with_fenced: int, err: str | None) -> str | None:
+def _fenced_for(version: int, first_with_fenced: int, err: ErrorCode | None) -> ErrorCode | None:
     """PRODUCER_FENCED (KIP-588) to INVALID_PRODUCER_EPOCH for request versions before ``first_with_fenced``."""
-    if err == "PRODUCER_FENCED" and version < first_with_fenced:
-        return "INVALID_PRODUCER_EPOCH"
+    if err == ErrorCode.PRODUCER_FENCED and version < first_with_fenced:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
     return err
 
 
@@ -56,19 +56,19 @@ async def init_transactional_producer_id(ctx: RequestContext, request: dict) -> 
     """InitProducerId with a transactional id (routed here by ``producer_id.init_producer_id``)."""
     v = ctx.api_version
 
-    def answer(err: str | None, pid: int = -1, epoch: int = -1) -> dict:
+    def answer(err: ErrorCode | None, pid: int = -1, epoch: int = -1) -> dict:
         return {"throttle_time_ms": 0, "error_code": _code(_fenced_for(v, 4, err)), "producer_id": pid,
                 "producer_epoch": epoch}
 
     if not ctx.authorize(WRITE, TXN_ID, str(request.get("transactional_id"))):
-        return answer("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+        return answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     coord = _coordinator(ctx)
     if coord is None:
-        return answer("COORDINATOR_NOT_AVAILABLE")
+        return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     pid = int(request.get("producer_id", -1)) if v >= 3 else -1
     epoch = int(request.get("producer_epoch", -1)) if v >= 3 else -1
     if (pid >= 0) != (epoch >= 0):
-        return answer("INVALID_REQUEST")  # Kafka: both or neither of producerId and producerEpoch
+        return answer(ErrorCode.INVALID_REQUEST)  # Kafka: both or neither of producerId and producerEpoch
     res = await coord.init_producer_id(str(request.get("transactional_id")), int(request.get("transaction_timeout_ms", 0)),
                                        (pid, epoch) if pid >= 0 else None)
     return answer(res.error, res.producer_id, res.producer_epoch)
@@ -87,7 +87,7 @@ def _unknown_partitions(ctx: RequestContext, partitions: list[TopicPartition]) -
     return out
 
 
-def _topic_results(errors: dict[TopicPartition, str | None], version: int) -> list[dict]:
+def _topic_results(errors: dict[TopicPartition, ErrorCode | None], version: int) -> list[dict]:
     by_topic: dict[str, list[dict]] = {}
     for (topic, p), err in errors.items():
         by_topic.setdefault(topic, []).append(
@@ -98,24 +98,24 @@ def _topic_results(errors: dict[TopicPartition, str | None], version: int) -> li
 async def _add_or_verify(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int,
                          partitions: list[TopicPartition], verify_only: bool,
                          from_client: bool = True, client_transaction_version: int = 0
-                         ) -> dict[TopicPartition, str | None]:
+                         ) -> dict[TopicPartition, ErrorCode | None]:
     coord = _coordinator(ctx)
     if ctx.broker.authorizer is not None:
         # KafkaApis: a client's request (v3 and below) needs WRITE on the transactional id; every partition
         # WRITE on its topic (refused: TOPIC_AUTHORIZATION_FAILED, unknown ones UNKNOWN_TOPIC_OR_PARTITION, the
         # rest OPERATION_NOT_ATTEMPTED)
         if from_client and not ctx.authorize(WRITE, TXN_ID, transactional_id):
-            return dict.fromkeys(partitions, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+            return dict.fromkeys(partitions, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         refused = {tp for tp in partitions if not ctx.authorize(WRITE, TOPIC, tp[0])}
         if refused:
             unknown = _unknown_partitions(ctx, partitions)
-            return {tp: "TOPIC_AUTHORIZATION_FAILED" if tp in refused else
-                    "UNKNOWN_TOPIC_OR_PARTITION" if tp in unknown else "OPERATION_NOT_ATTEMPTED" for tp in partitions}
+            return {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp in refused else
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in partitions}
     unknown = _unknown_partitions(ctx, partitions)
     if unknown:
-        return {tp: "UNKNOWN_TOPIC_OR_PARTITION" if tp in unknown else "OPERATION_NOT_ATTEMPTED" for tp in partitions}
+        return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in partitions}
     if coord is None:
-        return dict.fromkeys(partitions, "COORDINATOR_NOT_AVAILABLE")
+        return dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     if verify_only:
         return coord.verify_errors(transactional_id, producer_id, producer_epoch, partitions)
     err = await coord.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
@@ -145,7 +145,7 @@ async def add_partitions_to_txn(ctx: RequestContext, request: dict) -> dict:
             "throttle_time_ms": 0, "results_by_topic_v3_and_below": _topic_results(errors, v)})
     if not ctx.authorize(AclOperation.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME):  # v4+: from brokers only
         return fit(ApiKey.ADD_PARTITIONS_TO_TXN, v, {"throttle_time_ms": 0,
-                                                      "error_code": _code("CLUSTER_AUTHORIZATION_FAILED"),
+                                                      "error_code": _code(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
                                                       "results_by_transaction": []})
     results = []
     for txn in request.get("transactions") or ():
@@ -167,12 +167,12 @@ async def add_partitions_to_txn(ctx: RequestContext, request: dict) -> dict:
 @handles(ApiKey.ADD_OFFSETS_TO_TXN)
 async def add_offsets_to_txn(ctx: RequestContext, request: dict) -> dict:
     if not ctx.authorize(WRITE, TXN_ID, str(request.get("transactional_id") or "")):
-        return {"throttle_time_ms": 0, "error_code": _code("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")}
+        return {"throttle_time_ms": 0, "error_code": _code(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)}
     if not ctx.authorize(READ, GROUP, str(request.get("group_id") or "")):
-        return {"throttle_time_ms": 0, "error_code": _code("GROUP_AUTHORIZATION_FAILED")}
+        return {"throttle_time_ms": 0, "error_code": _code(ErrorCode.GROUP_AUTHORIZATION_FAILED)}
     coord = _coordinator(ctx)
     if coord is None:
-        return {"throttle_time_ms": 0, "error_code": _code("COORDINATOR_NOT_AVAILABLE")}
+        return {"throttle_time_ms": 0, "error_code": _code(ErrorCode.COORDINATOR_NOT_AVAILABLE)}
     tp = coord.offsets_partition(str(request.get("group_id") or ""))
     err = await coord.add_partitions(str(request.get("transactional_id") or ""), int(request.get("producer_id", -1)),
                                      int(request.get("producer_epoch", -1)), [tp])
@@ -184,9 +184,9 @@ async def end_txn(ctx: RequestContext, request: dict) -> dict:
     coord = _coordinator(ctx)
     pid, epoch = -1, -1
     if not ctx.authorize(WRITE, TXN_ID, str(request.get("transactional_id") or "")):
-        err: str | None = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+        err: ErrorCode | None = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     elif coord is None:
-        err = "COORDINATOR_NOT_AVAILABLE"
+        err = ErrorCode.COORDINATOR_NOT_AVAILABLE
     elif tv2.end_txn_version(ctx.api_version) >= tv2.TV2:  # v5: transactions v2, the epoch bumped and returned
         err, pid, epoch = await tv2.end_transaction(
             coord, str(request.get("transactional_id") or ""), int(request.get("producer_id", -1)),
@@ -210,7 +210,7 @@ async def write_txn_markers(ctx: RequestContext, request: dict) -> dict:
     timeout_ms = int(broker.config.get("request.timeout.ms"))
     out = []
     if not ctx.authorize(AclOperation.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME):  # inter-broker: nothing is written
-        denied = _code("CLUSTER_AUTHORIZATION_FAILED")
+        denied = _code(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         return {"markers": [{"producer_id": m.get("producer_id", -1), "topics": [
             {"name": t.get("name"), "partitions": [{"partition_index": p, "error_code": denied}
                                                    for p in t.get("partition_indexes") or ()]}
@@ -238,11 +238,11 @@ async def describe_transactions(ctx: RequestContext, request: dict) -> dict:
     states = []
     for tid in request.get("transactional_ids") or ():
         if not ctx.authorize(DESCRIBE, TXN_ID, str(tid)):
-            states.append({"error_code": _code("TRANSACTIONAL_ID_AUTHORIZATION_FAILED"), "transactional_id": tid,
+            states.append({"error_code": _code(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), "transactional_id": tid,
                            "transaction_state": "", "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,
                            "producer_id": -1, "producer_epoch": -1, "topics": []})
         elif coord is None:
-            states.append({"error_code": _code("COORDINATOR_NOT_AVAILABLE"), "transactional_id": tid,
+            states.append({"error_code": _code(ErrorCode.COORDINATOR_NOT_AVAILABLE), "transactional_id": tid,
                            "transaction_state": "", "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,
                            "producer_id": -1, "producer_epoch": -1, "topics": []})
         else:
@@ -258,7 +258,7 @@ async def list_transactions(ctx: RequestContext, request: dict) -> dict:
     coord = _coordinator(ctx)
     v = ctx.api_version
     if coord is None:
-        return {"throttle_time_ms": 0, "error_code": _code("COORDINATOR_NOT_AVAILABLE"), "unknown_state_filters": [],
+        return {"throttle_time_ms": 0, "error_code": _code(ErrorCode.COORDINATOR_NOT_AVAILABLE), "unknown_state_filters": [],
                 "transaction_states": []}
     err, unknown, listed = coord.list_transactions(
         [str(s) for s in request.get("state_filters") or ()],

@@ -32,7 +32,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.errors import code_of
 from tidelog.broker.group.records import OFFSETS_TOPIC
 from tidelog.broker.group.records import partition_for as group_partition_for
 from tidelog.broker.internal_topics import append_and_wait, replay_log
@@ -49,6 +48,7 @@ from tidelog.broker.txn.state import (
     TxnTransit,
     is_epoch_exhausted,
 )
+from tidelog.errors import ApiError, ErrorCode, error_code
 from tidelog.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def _now_ms() -> int:
 
 @dataclass(slots=True)
 class InitResult:
-    error: str | None
+    error: ErrorCode | None
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
 
@@ -227,29 +227,29 @@ class TransactionCoordinator:
             if task is not None:
                 task.cancel()
 
-    async def find_coordinator(self, transactional_id: str) -> tuple[str | None, tuple[int, str, int] | None]:
+    async def find_coordinator(self, transactional_id: str) -> tuple[ErrorCode | None, tuple[int, str, int] | None]:
         """(error name, (node id, host, port)) of this id's coordinator: the leader of its ``__transaction_state``
         partition, this broker once it has loaded it. The topic is created on first use (one node: here, led at
         once; ZooKeeper mode: through ZooKeeper, its leaders elected by the controller)."""
         if not self.active or self.broker.stopping:
-            return "COORDINATOR_NOT_AVAILABLE", None
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
         b = self.broker
         if not await self.ensure_topic():
-            return "COORDINATOR_NOT_AVAILABLE", None
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
         info = b.topics.get(TRANSACTION_STATE_TOPIC)
         if info is None:
-            return "COORDINATOR_NOT_AVAILABLE", None
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
         p = partition_for(transactional_id, info.num_partitions)
         if p in self.owned:
             if not self.loaded.is_set() or p in self.loading_partitions:
-                return "COORDINATOR_NOT_AVAILABLE", None
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
             return None, (b.node_id, b.host, b.port)
         md = b.partition_metadata(TRANSACTION_STATE_TOPIC, p)
         leader = md.get("leader_id", -1) if md else -1
         for node in b.metadata_brokers() or ():
             if node["node_id"] == leader >= 0:
                 return None, (node["node_id"], node["host"], node["port"])
-        return "COORDINATOR_NOT_AVAILABLE", None
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
 
     def _topic_configs(self, replication_factor: int) -> dict[str, str | None]:
         # Kafka's TransactionStateManager.transactionTopicConfigs
@@ -287,7 +287,7 @@ class TransactionCoordinator:
             log.info("__transaction_state created", extra={"kv": {"partitions": info.num_partitions,
                                                                    "replication_factor": rf}})
         except Exception as exc:
-            if getattr(exc, "kafka_error", None) != "TOPIC_ALREADY_EXISTS":
+            if not (isinstance(exc, ApiError) and exc.kafka_error == ErrorCode.TOPIC_ALREADY_EXISTS):
                 log.warning("cannot create __transaction_state", extra={"kv": {"error": repr(exc)}})
 
     # ============================================================== state access
@@ -295,19 +295,19 @@ class TransactionCoordinator:
     def _partition(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.num_partitions)
 
-    def _check(self, transactional_id: str) -> str | None:
+    def _check(self, transactional_id: str) -> ErrorCode | None:
         """Kafka's ``getTransactionState`` preconditions: is this id coordinated here, and loaded?"""
         if not self.active or self.broker.stopping:
-            return "NOT_COORDINATOR"
+            return ErrorCode.NOT_COORDINATOR
         if not self.loaded.is_set():
-            return "COORDINATOR_LOAD_IN_PROGRESS"
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         if self.broker.topics.get(TRANSACTION_STATE_TOPIC) is None:
-            return "NOT_COORDINATOR"
+            return ErrorCode.NOT_COORDINATOR
         p = self._partition(transactional_id)
         if p in self.loading_partitions:
-            return "COORDINATOR_LOAD_IN_PROGRESS"
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         if p not in self.owned:
-            return "NOT_COORDINATOR"
+            return ErrorCode.NOT_COORDINATOR
         return None
 
     def _get(self, transactional_id: str) -> TransactionMetadata | None:
@@ -317,7 +317,7 @@ class TransactionCoordinator:
     def _coordinator_epoch(self, transactional_id: str) -> int:
         return self.owned.get(self._partition(transactional_id), -1)
 
-    async def _write(self, transactional_id: str, transit: TxnTransit | None) -> str | None:
+    async def _write(self, transactional_id: str, transit: TxnTransit | None) -> ErrorCode | None:
         """Write the id's new state (a tombstone for None) to its partition; the error name Kafka's
         ``appendTransactionToLog`` answers with, or None."""
         p = self._partition(transactional_id)
@@ -327,20 +327,20 @@ class TransactionCoordinator:
                                     [(rec.encode_key(transactional_id), value)], self.request_timeout_ms)
         if err is None:
             if self.owned.get(p) != epoch:  # leadership moved while writing
-                return "NOT_COORDINATOR"
+                return ErrorCode.NOT_COORDINATOR
             return None
         log.warning("__transaction_state append failed", extra={"kv": {"id": transactional_id, "error": err}})
-        if err in ("UNKNOWN_TOPIC_OR_PARTITION", "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
-                   "REQUEST_TIMED_OUT"):
-            return "COORDINATOR_NOT_AVAILABLE"
-        if err in ("NOT_LEADER_OR_FOLLOWER", "KAFKA_STORAGE_ERROR", "FENCED_LEADER_EPOCH"):
-            return "NOT_COORDINATOR"
-        return "UNKNOWN_SERVER_ERROR"
+        if err in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                   ErrorCode.REQUEST_TIMED_OUT):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if err in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH):
+            return ErrorCode.NOT_COORDINATOR
+        return ErrorCode.UNKNOWN_SERVER_ERROR
 
-    async def _apply(self, md: TransactionMetadata, transit: TxnTransit) -> str | None:
+    async def _apply(self, md: TransactionMetadata, transit: TxnTransit) -> ErrorCode | None:
         err = await self._write(md.transactional_id, transit)
         if self.txns.get(md.transactional_id) is not md:
-            return err or "NOT_COORDINATOR"  # unloaded meanwhile
+            return err or ErrorCode.NOT_COORDINATOR  # unloaded meanwhile
         if err is None:
             md.complete_transition(transit)
         else:
@@ -353,9 +353,9 @@ class TransactionCoordinator:
                                expected: tuple[int, int] | None = None) -> InitResult:
         """InitProducerId with a transactional id. ``expected``: (producer id, epoch) of a KIP-360 bump."""
         if not transactional_id:
-            return InitResult("INVALID_REQUEST")
+            return InitResult(ErrorCode.INVALID_REQUEST)
         if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
-            return InitResult("INVALID_TRANSACTION_TIMEOUT")
+            return InitResult(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
         await self.ensure_topic()
         err = self._check(transactional_id)
         if err:
@@ -366,42 +366,42 @@ class TransactionCoordinator:
                 pid = await self._new_producer_id()
             except Exception as exc:
                 log.warning("no producer id available", extra={"kv": {"error": repr(exc)}})
-                return InitResult("COORDINATOR_LOAD_IN_PROGRESS")
+                return InitResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
             md = self._get(transactional_id)  # created meanwhile by a concurrent request?
             if md is None:
                 md = TransactionMetadata(transactional_id, pid, timeout_ms, txn_last_update_timestamp=_now_ms())
                 self.txns[transactional_id] = md
         if md.pending_transition_in_progress:
-            return InitResult("CONCURRENT_TRANSACTIONS")
+            return InitResult(ErrorCode.CONCURRENT_TRANSACTIONS)
         if expected is not None and not (
                 md.producer_epoch == NO_PRODUCER_EPOCH or expected[0] == md.producer_id
                 or (expected[0] == md.previous_producer_id and is_epoch_exhausted(expected[1]))):
-            return InitResult("PRODUCER_FENCED")
+            return InitResult(ErrorCode.PRODUCER_FENCED)
         state = md.state
         if state in (TxnState.PREPARE_ABORT, TxnState.PREPARE_COMMIT):
-            return InitResult("CONCURRENT_TRANSACTIONS")
+            return InitResult(ErrorCode.CONCURRENT_TRANSACTIONS)
         if state is TxnState.ONGOING:
             # fence the current producer: abort its transaction with a bumped epoch, let the new one retry
             transit = md.prepare_fence_producer_epoch()
             err = await self._end_transaction(transactional_id, transit.producer_id, transit.producer_epoch,
                                               commit=False, from_client=False)
-            return InitResult(err or "CONCURRENT_TRANSACTIONS")
+            return InitResult(err or ErrorCode.CONCURRENT_TRANSACTIONS)
         if state not in (TxnState.EMPTY, TxnState.COMPLETE_ABORT, TxnState.COMPLETE_COMMIT):
-            return InitResult("CONCURRENT_TRANSACTIONS")
+            return InitResult(ErrorCode.CONCURRENT_TRANSACTIONS)
         now = _now_ms()
         if md.is_producer_epoch_exhausted and (expected is None or expected[1] == md.producer_epoch):
             try:
                 new_pid = await self._new_producer_id()
             except Exception:
-                return InitResult("COORDINATOR_LOAD_IN_PROGRESS")
+                return InitResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
             if md.pending_transition_in_progress or self.txns.get(transactional_id) is not md:
-                return InitResult("CONCURRENT_TRANSACTIONS")
-            transit_or_err: TxnTransit | str = md.prepare_producer_id_rotation(new_pid, timeout_ms, now,
+                return InitResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+            transit_or_err: TxnTransit | ErrorCode = md.prepare_producer_id_rotation(new_pid, timeout_ms, now,
                                                                                 expected is not None)
         else:
             transit_or_err = md.prepare_increment_producer_epoch(
                 timeout_ms, expected[1] if expected is not None else None, now)
-        if isinstance(transit_or_err, str):
+        if isinstance(transit_or_err, ErrorCode):
             return InitResult(transit_or_err)
         err = await self._apply(md, transit_or_err)
         if err:
@@ -421,19 +421,19 @@ class TransactionCoordinator:
     # ============================================================== AddPartitionsToTxn / AddOffsetsToTxn
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: Iterable[TopicPartition], client_transaction_version: int = 0) -> str | None:
+                             partitions: Iterable[TopicPartition], client_transaction_version: int = 0) -> ErrorCode | None:
         if not transactional_id:
-            return "INVALID_REQUEST"
+            return ErrorCode.INVALID_REQUEST
         err = self._check(transactional_id)
         if err:
             return err
         md = self._get(transactional_id)
         if md is None or md.producer_id != producer_id:
-            return "INVALID_PRODUCER_ID_MAPPING"
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if md.producer_epoch != producer_epoch:
-            return "PRODUCER_FENCED"
+            return ErrorCode.PRODUCER_FENCED
         if md.pending_transition_in_progress or md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-            return "CONCURRENT_TRANSACTIONS"
+            return ErrorCode.CONCURRENT_TRANSACTIONS
         parts = set(partitions)
         if md.state is TxnState.ONGOING and parts <= md.partitions:
             return None  # already in the transaction: nothing to write
@@ -462,7 +462,7 @@ class TransactionCoordinator:
         err, node = await self.find_coordinator(transactional_id)
         request = self.broker.replica_manager.broker_request
         if err is not None or node is None or node[0] == self.broker.node_id:
-            return dict.fromkeys(partitions, _code(err or "NOT_COORDINATOR"))
+            return dict.fromkeys(partitions, _code(err or ErrorCode.NOT_COORDINATOR))
         topics: dict[str, list[int]] = {}
         for t, p in partitions:
             topics.setdefault(t, []).append(p)
@@ -474,7 +474,7 @@ class TransactionCoordinator:
         except Exception as exc:
             log.info("transaction verification at the coordinator failed",
                      extra={"kv": {"node": node[0], "error": repr(exc)}})
-            return dict.fromkeys(partitions, _code("NETWORK_EXCEPTION"))
+            return dict.fromkeys(partitions, _code(ErrorCode.NETWORK_EXCEPTION))
         got: dict[TopicPartition, int] = {}
         if resp.get("error_code"):
             return dict.fromkeys(partitions, int(resp["error_code"]))
@@ -482,56 +482,56 @@ class TransactionCoordinator:
             for t in txn.get("topic_results") or ():
                 for p in t.get("results_by_partition") or ():
                     got[(t["name"], int(p["partition_index"]))] = int(p["partition_error_code"])
-        return {tp: got.get(tp, _code("UNKNOWN_SERVER_ERROR")) for tp in partitions}
+        return {tp: got.get(tp, _code(ErrorCode.UNKNOWN_SERVER_ERROR)) for tp in partitions}
 
     def verify_errors(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                      partitions: list[TopicPartition]) -> dict[TopicPartition, str | None]:
-        def all_(err: str) -> dict[TopicPartition, str | None]:
+                      partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode | None]:
+        def all_(err: ErrorCode) -> dict[TopicPartition, ErrorCode | None]:
             return dict.fromkeys(partitions, err)
 
         if not transactional_id:
-            return all_("INVALID_REQUEST")
+            return all_(ErrorCode.INVALID_REQUEST)
         err = self._check(transactional_id)
         if err:
             return all_(err)
         md = self._get(transactional_id)
         if md is None or md.producer_id != producer_id:
-            return all_("INVALID_PRODUCER_ID_MAPPING")
+            return all_(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
         if md.producer_epoch != producer_epoch:
-            return all_("PRODUCER_FENCED")
+            return all_(ErrorCode.PRODUCER_FENCED)
         if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-            return all_("CONCURRENT_TRANSACTIONS")
-        return {tp: None if tp in md.partitions else "TRANSACTION_ABORTABLE" for tp in partitions}
+            return all_(ErrorCode.CONCURRENT_TRANSACTIONS)
+        return {tp: None if tp in md.partitions else ErrorCode.TRANSACTION_ABORTABLE for tp in partitions}
 
     # ============================================================== EndTxn
 
     async def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                              commit: bool) -> str | None:
+                              commit: bool) -> ErrorCode | None:
         """EndTxn from a client. Answers once PrepareCommit/PrepareAbort is written; the markers follow."""
         return await self._end_transaction(transactional_id, producer_id, producer_epoch, commit, from_client=True)
 
     async def _end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
-                               from_client: bool) -> str | None:
+                               from_client: bool) -> ErrorCode | None:
         md = self._get(transactional_id) if transactional_id else None
         # the coordinator's own abort (fencing, timeout) comes with PrepareEpochFence pending
         fence = not from_client and md is not None and md.pending_state is TxnState.PREPARE_EPOCH_FENCE
         try:
             if not transactional_id:
-                return "INVALID_REQUEST"
+                return ErrorCode.INVALID_REQUEST
             err = self._check(transactional_id)
             if err:
                 return err
             if md is None or md.producer_id != producer_id:
-                return "INVALID_PRODUCER_ID_MAPPING"
+                return ErrorCode.INVALID_PRODUCER_ID_MAPPING
             if (from_client and producer_epoch != md.producer_epoch) or producer_epoch < md.producer_epoch:
-                return "PRODUCER_FENCED"
+                return ErrorCode.PRODUCER_FENCED
             if md.pending_transition_in_progress and not fence:
-                return "CONCURRENT_TRANSACTIONS"  # (a client's EndTxn never clears the coordinator's fence)
+                return ErrorCode.CONCURRENT_TRANSACTIONS  # (a client's EndTxn never clears the coordinator's fence)
             state = md.state
             if state is TxnState.ONGOING:
                 if fence:
                     if commit:
-                        return "INVALID_TXN_STATE"
+                        return ErrorCode.INVALID_TXN_STATE
                     # clear the fence to make way for PrepareAbort, which carries the bumped epoch
                     md.pending_state = None
                     md.producer_epoch = producer_epoch
@@ -541,15 +541,15 @@ class TransactionCoordinator:
                     TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, _now_ms(),
                     client_transaction_version=0 if from_client else tv2.finalized_level(self.broker))
             elif state is TxnState.COMPLETE_COMMIT:
-                return None if commit else "INVALID_TXN_STATE"
+                return None if commit else ErrorCode.INVALID_TXN_STATE
             elif state is TxnState.COMPLETE_ABORT:
-                return None if not commit else "INVALID_TXN_STATE"
+                return None if not commit else ErrorCode.INVALID_TXN_STATE
             elif state is TxnState.PREPARE_COMMIT:
-                return "CONCURRENT_TRANSACTIONS" if commit else "INVALID_TXN_STATE"
+                return ErrorCode.CONCURRENT_TRANSACTIONS if commit else ErrorCode.INVALID_TXN_STATE
             elif state is TxnState.PREPARE_ABORT:
-                return "CONCURRENT_TRANSACTIONS" if not commit else "INVALID_TXN_STATE"
+                return ErrorCode.CONCURRENT_TRANSACTIONS if not commit else ErrorCode.INVALID_TXN_STATE
             elif state is TxnState.EMPTY:
-                return "INVALID_TXN_STATE"
+                return ErrorCode.INVALID_TXN_STATE
             else:
                 raise IllegalTransitionError(f"{transactional_id}: EndTxn in state {state.state_name}")
         finally:
@@ -606,7 +606,7 @@ class TransactionCoordinator:
                         "id": tid, "producer_id": md.producer_id, "epoch": md.producer_epoch,
                         "result": "commit" if commit else "abort"}})
                     return
-                if err == "NOT_COORDINATOR":
+                if err == ErrorCode.NOT_COORDINATOR:
                     return
                 await asyncio.sleep(0.1)
         finally:
@@ -664,10 +664,10 @@ class TransactionCoordinator:
                                "transaction_timeout_ms": 0, "transaction_start_time_ms": -1, "producer_id": -1,
                                "producer_epoch": -1, "topics": []}
         if not self.active:
-            out["error_code"] = _code("COORDINATOR_NOT_AVAILABLE")
+            out["error_code"] = _code(ErrorCode.COORDINATOR_NOT_AVAILABLE)
             return out
         if not transactional_id:
-            out["error_code"] = _code("INVALID_REQUEST")
+            out["error_code"] = _code(ErrorCode.INVALID_REQUEST)
             return out
         err = self._check(transactional_id)
         if err:
@@ -675,7 +675,7 @@ class TransactionCoordinator:
             return out
         md = self._get(transactional_id)
         if md is None:
-            out["error_code"] = _code("TRANSACTIONAL_ID_NOT_FOUND")
+            out["error_code"] = _code(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND)
             return out
         topics: dict[str, list[int]] = {}
         for t, p in sorted(md.partitions):
@@ -688,12 +688,12 @@ class TransactionCoordinator:
 
     def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
                           duration_ms: int = -1, pattern: str | None = None,
-                          now_ms: int | None = None) -> tuple[str | None, list[str], list[TxnListing]]:
+                          now_ms: int | None = None) -> tuple[ErrorCode | None, list[str], list[TxnListing]]:
         """(error, unknown state filters, transactions) as Kafka's ``listTransactionStates``."""
         if not self.active:
-            return "COORDINATOR_NOT_AVAILABLE", [], []
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, [], []
         if self.loading_partitions or not self.loaded.is_set():
-            return "COORDINATOR_LOAD_IN_PROGRESS", [], []
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, [], []
         wanted: set[TxnState] = set()
         unknown: list[str] = []
         for name in states:
@@ -710,7 +710,7 @@ class TransactionCoordinator:
             try:
                 regex = re.compile(pattern)
             except re.error:
-                return "INVALID_REGULAR_EXPRESSION", unknown, []
+                return ErrorCode.INVALID_REGULAR_EXPRESSION, unknown, []
         now = _now_ms() if now_ms is None else now_ms
         n = self.num_partitions
         out = []
@@ -744,8 +744,8 @@ class TransactionCoordinator:
                    {"state": state.state_name}, float(counts.get(state.state_name, 0)))
 
 
-def _code(name: str | None) -> int:
-    return 0 if name is None else code_of(name)
+def _code(name: ErrorCode | None) -> int:
+    return 0 if name is None else error_code(name)
 
 
 def _read_partitions(logs: list[Any]) -> dict[str, rec.TxnLogValue]:

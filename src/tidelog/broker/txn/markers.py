@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.group.records import OFFSETS_TOPIC
 from tidelog.broker.internal_topics import wait_replicated
+from tidelog.errors import ApiError, ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ERRORS_BY_CODE
 
@@ -36,21 +37,21 @@ log = logging.getLogger("tidelog.broker.txn.markers")
 
 TopicPartition = tuple[str, int]
 # errors after which sending stops: the marker is refused for good (Kafka's abortSending)
-FATAL_MARKER_ERRORS = frozenset({"INVALID_PRODUCER_EPOCH", "TRANSACTION_COORDINATOR_FENCED"})
+FATAL_MARKER_ERRORS = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED})
 
 
 async def append_markers_locally(broker: Broker, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                                  commit: bool, partitions: Iterable[TopicPartition],
-                                 timeout_ms: int) -> dict[TopicPartition, str | None]:
+                                 timeout_ms: int) -> dict[TopicPartition, ErrorCode | None]:
     """Append one marker to each partition (this broker must lead it) and wait for the ISR.
     Returns ``{tp: None | Kafka error name}``."""
-    result: dict[TopicPartition, str | None] = {}
+    result: dict[TopicPartition, ErrorCode | None] = {}
     required: dict[TopicPartition, int] = {}
     for tp in partitions:
         try:
             plog = broker.leader_log(*tp)
         except Exception as exc:
-            result[tp] = getattr(exc, "kafka_error", None) or "UNKNOWN_SERVER_ERROR"
+            result[tp] = exc.kafka_error if isinstance(exc, ApiError) else ErrorCode.UNKNOWN_SERVER_ERROR
             continue
         ticket = broker.append_sequencer.ticket(tp)
         try:
@@ -60,10 +61,10 @@ async def append_markers_locally(broker: Broker, producer_id: int, producer_epoc
                 leader_epoch=broker.leader_epoch(*tp))
             broker.on_append(tp, plog)
         except Exception as exc:
-            name = getattr(exc, "kafka_error", None)
+            name = exc.kafka_error if isinstance(exc, ApiError) else None
             if name is None:
                 log.exception("appending a transaction marker failed", extra={"kv": {"partition": f"{tp[0]}-{tp[1]}"}})
-            result[tp] = name or "UNKNOWN_SERVER_ERROR"
+            result[tp] = name or ErrorCode.UNKNOWN_SERVER_ERROR
             continue
         finally:
             ticket.release()
@@ -94,8 +95,8 @@ def write_txn_markers_request(producer_id: int, producer_epoch: int, coordinator
     }]}
 
 
-def _errors_of_response(body: dict[str, Any], producer_id: int) -> dict[TopicPartition, str | None]:
-    out: dict[TopicPartition, str | None] = {}
+def _errors_of_response(body: dict[str, Any], producer_id: int) -> dict[TopicPartition, ErrorCode | None]:
+    out: dict[TopicPartition, ErrorCode | None] = {}
     for m in body.get("markers") or ():
         if m.get("producer_id") != producer_id:
             continue
@@ -104,7 +105,7 @@ def _errors_of_response(body: dict[str, Any], producer_id: int) -> dict[TopicPar
                 code = int(p.get("error_code", 0))
                 err = ERRORS_BY_CODE.get(code)
                 out[(t["name"], int(p["partition_index"]))] = (
-                    None if code == 0 else (err.name if err is not None else "UNKNOWN_SERVER_ERROR"))
+                    None if code == 0 else (ErrorCode(code) if err is not None else ErrorCode.UNKNOWN_SERVER_ERROR))
     return out
 
 
@@ -161,7 +162,7 @@ class TxnMarkerChannel:
             if local:
                 jobs.append(append_markers_locally(self.broker, producer_id, producer_epoch, coordinator_epoch,
                                                    commit, local, self.request_timeout_ms))
-            results: dict[TopicPartition, str | None] = {}
+            results: dict[TopicPartition, ErrorCode | None] = {}
             for answer in await asyncio.gather(*jobs):
                 results.update(answer)
             for tp, err in results.items():
@@ -173,7 +174,7 @@ class TxnMarkerChannel:
                                 extra={"kv": {"partition": f"{tp[0]}-{tp[1]}", "producer_id": producer_id,
                                               "error": err}})
                     return False
-                elif err == "UNKNOWN_TOPIC_OR_PARTITION" and not self._partition_exists(tp):
+                elif err == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and not self._partition_exists(tp):
                     pending.discard(tp)
                     on_done(tp)
             if pending:
@@ -187,7 +188,7 @@ class TxnMarkerChannel:
 
     async def _send_remote(self, node: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                            commit: bool, tps: list[TopicPartition],
-                           transaction_version: int = 0) -> dict[TopicPartition, str | None]:
+                           transaction_version: int = 0) -> dict[TopicPartition, ErrorCode | None]:
         """WriteTxnMarkers (v1) to the leader ``node`` through the replica manager's inter-broker requests
         (``broker_request``; one node has no other broker: the partition is not led here, retried)."""
         request = self.broker.replica_manager.broker_request
@@ -200,6 +201,6 @@ class TxnMarkerChannel:
         except Exception as exc:
             log.info("WriteTxnMarkers to a partition leader failed",
                      extra={"kv": {"node": node, "error": repr(exc)}})
-            return dict.fromkeys(tps, "NETWORK_EXCEPTION")
+            return dict.fromkeys(tps, ErrorCode.NETWORK_EXCEPTION)
         errors = _errors_of_response(response, producer_id)
-        return {tp: errors.get(tp, "UNKNOWN_SERVER_ERROR") for tp in tps}
+        return {tp: errors.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR) for tp in tps}

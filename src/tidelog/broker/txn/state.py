@@ -15,6 +15,7 @@ import enum
 from dataclasses import dataclass, field
 
 from tidelog.broker.txn.records import TxnLogValue
+from tidelog.errors import ErrorCode
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -170,7 +171,7 @@ class TransactionMetadata:
                           else client_transaction_version)
 
     def prepare_increment_producer_epoch(self, timeout_ms: int, expected_epoch: int | None,
-                                         now_ms: int) -> TxnTransit | str:
+                                         now_ms: int) -> TxnTransit | ErrorCode:
         """InitProducerId for an id in Empty/CompleteCommit/CompleteAbort: the epoch bumped (or, for a retry of a
         bump whose answer was lost, kept). Returns the transit or the error name PRODUCER_FENCED."""
         if self.is_producer_epoch_exhausted:
@@ -183,7 +184,7 @@ class TransactionMetadata:
         elif expected_epoch == self.last_producer_epoch:
             epoch, last = self.producer_epoch, self.last_producer_epoch
         else:
-            return "PRODUCER_FENCED"
+            return ErrorCode.PRODUCER_FENCED
         return self._prepare(TxnState.EMPTY, self.producer_id, epoch, last, timeout_ms, set(), -1, now_ms)
 
     def prepare_producer_id_rotation(self, new_producer_id: int, timeout_ms: int, now_ms: int,

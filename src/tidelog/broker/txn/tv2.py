@@ -36,7 +36,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.errors import code_of
 from tidelog.broker.features import TRANSACTION_VERSION_MAX
 from tidelog.broker.txn.state import (
     MAX_EPOCH,
@@ -45,6 +44,7 @@ from tidelog.broker.txn.state import (
     IllegalTransitionError,
     TxnState,
 )
+from tidelog.errors import ErrorCode, error_code
 from tidelog.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
@@ -103,19 +103,19 @@ def _now_ms() -> int:
 
 
 async def end_transaction(coord: TransactionCoordinator, transactional_id: str, producer_id: int,
-                          producer_epoch: int, commit: bool) -> tuple[str | None, int, int]:
+                          producer_epoch: int, commit: bool) -> tuple[ErrorCode | None, int, int]:
     """EndTxn v5 (transactions v2). Returns (error name or None, producer id, producer epoch) of the answer."""
     fail = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
     if not transactional_id:
-        return ("INVALID_REQUEST", *fail)
+        return (ErrorCode.INVALID_REQUEST, *fail)
     err = coord._check(transactional_id)
     if err:
         return (err, *fail)
     md = coord._get(transactional_id)
     if md is None:
-        return ("INVALID_PRODUCER_ID_MAPPING", *fail)
+        return (ErrorCode.INVALID_PRODUCER_ID_MAPPING, *fail)
     if md.pending_state is TxnState.PREPARE_EPOCH_FENCE:
-        return ("CONCURRENT_TRANSACTIONS", *fail)  # the coordinator is aborting it (never seen between awaits)
+        return (ErrorCode.CONCURRENT_TRANSACTIONS, *fail)  # the coordinator is aborting it (never seen between awaits)
     # a retry of the EndTxn that bumped the epoch, or of the one that moved the producer to a new id
     retry_bump = md.producer_epoch == producer_epoch + 1
     retry_overflow = (md.previous_producer_id == producer_id and producer_epoch == MAX_EPOCH - 1
@@ -130,52 +130,52 @@ async def end_transaction(coord: TransactionCoordinator, transactional_id: str, 
     else:  # Ongoing, Empty: the current epoch only
         valid = current
     if md.producer_id != producer_id and not retry_overflow:
-        return ("INVALID_PRODUCER_ID_MAPPING", *fail)
+        return (ErrorCode.INVALID_PRODUCER_ID_MAPPING, *fail)
     if not valid:
-        return ("PRODUCER_FENCED", *fail)
+        return (ErrorCode.PRODUCER_FENCED, *fail)
     if md.pending_transition_in_progress:
-        return ("CONCURRENT_TRANSACTIONS", *fail)
+        return (ErrorCode.CONCURRENT_TRANSACTIONS, *fail)
     # Kafka's table for Empty / CompleteAbort / CompleteCommit under version 2 (EB: a new PrepareAbort, the epoch
     # bumped, no partition: a v2 client may abort a transaction it never added a partition to)
     empty_abort = False
     if state is TxnState.COMPLETE_COMMIT:
         if commit:
-            return (None, md.producer_id, md.producer_epoch) if retry else ("INVALID_TXN_STATE", *fail)
+            return (None, md.producer_id, md.producer_epoch) if retry else (ErrorCode.INVALID_TXN_STATE, *fail)
         if retry:
-            return ("INVALID_TXN_STATE", *fail)
+            return (ErrorCode.INVALID_TXN_STATE, *fail)
         empty_abort = True
     elif state is TxnState.COMPLETE_ABORT:
         if commit:
-            return ("INVALID_TXN_STATE", *fail)
+            return (ErrorCode.INVALID_TXN_STATE, *fail)
         if retry:
             return (None, md.producer_id, md.producer_epoch)
         empty_abort = True
     elif state is TxnState.EMPTY:
         if commit:
-            return ("INVALID_TXN_STATE", *fail)
+            return (ErrorCode.INVALID_TXN_STATE, *fail)
         empty_abort = True
     elif state is TxnState.PREPARE_COMMIT:
-        return ("CONCURRENT_TRANSACTIONS" if commit else "INVALID_TXN_STATE", *fail)
+        return (ErrorCode.CONCURRENT_TRANSACTIONS if commit else ErrorCode.INVALID_TXN_STATE, *fail)
     elif state is TxnState.PREPARE_ABORT:
-        return ("CONCURRENT_TRANSACTIONS" if not commit else "INVALID_TXN_STATE", *fail)
+        return (ErrorCode.CONCURRENT_TRANSACTIONS if not commit else ErrorCode.INVALID_TXN_STATE, *fail)
     elif state is not TxnState.ONGOING:
-        return ("INVALID_TXN_STATE", *fail)
+        return (ErrorCode.INVALID_TXN_STATE, *fail)
     next_pid = NO_PRODUCER_ID
     if md.is_producer_epoch_exhausted:  # the bump would exhaust the epoch: the producer moves to a new id
         try:
             next_pid = await coord._new_producer_id()
         except Exception as exc:
             log.warning("no producer id available", extra={"kv": {"error": repr(exc)}})
-            return ("COORDINATOR_LOAD_IN_PROGRESS", *fail)
+            return (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, *fail)
         if coord._get(transactional_id) is not md or md.pending_transition_in_progress \
                 or md.state is not state or md.producer_epoch != producer_epoch:
-            return ("CONCURRENT_TRANSACTIONS", *fail)
+            return (ErrorCode.CONCURRENT_TRANSACTIONS, *fail)
     try:
         transit = md.prepare_abort_or_commit(TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
                                              _now_ms(), client_transaction_version=TV2, next_producer_id=next_pid,
                                              no_partition_added=empty_abort)
     except IllegalTransitionError:
-        return ("CONCURRENT_TRANSACTIONS", *fail)
+        return (ErrorCode.CONCURRENT_TRANSACTIONS, *fail)
     err = await coord._apply(md, transit)
     if err:
         return (err, *fail)
@@ -197,23 +197,23 @@ async def add_partitions(coord: TransactionCoordinator, transactional_id: str, p
     """Add ``partitions`` to the producer's transaction (transactions v2), at this broker's coordinator or at the
     id's coordinator elsewhere (AddPartitionsToTxn v5, ``verify_only`` false). An error code per partition."""
     if not transactional_id:
-        return dict.fromkeys(partitions, code_of("INVALID_REQUEST"))
+        return dict.fromkeys(partitions, ErrorCode.INVALID_REQUEST)
     err = coord._check(transactional_id)
     request = getattr(coord.broker.replica_manager, "broker_request", None)
-    if err == "NOT_COORDINATOR" and request is not None:
+    if err == ErrorCode.NOT_COORDINATOR and request is not None:
         return await _add_remote(coord, request, transactional_id, producer_id, producer_epoch, partitions)
     if err:
-        return dict.fromkeys(partitions, code_of(err))
+        return dict.fromkeys(partitions, error_code(err))
     added = await coord.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
                                        client_transaction_version=TV2)
-    return dict.fromkeys(partitions, 0 if added is None else code_of(added))
+    return dict.fromkeys(partitions, 0 if added is None else error_code(added))
 
 
 async def _add_remote(coord: TransactionCoordinator, request: Any, transactional_id: str, producer_id: int,
                       producer_epoch: int, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
     err, node = await coord.find_coordinator(transactional_id)
     if err is not None or node is None or node[0] == coord.broker.node_id:
-        return dict.fromkeys(partitions, code_of(err or "NOT_COORDINATOR"))
+        return dict.fromkeys(partitions, error_code(err or ErrorCode.NOT_COORDINATOR))
     topics: dict[str, list[int]] = {}
     for t, p in partitions:
         topics.setdefault(t, []).append(p)
@@ -227,7 +227,7 @@ async def _add_remote(coord: TransactionCoordinator, request: Any, transactional
     except Exception as exc:
         log.info("implicit AddPartitionsToTxn at the coordinator failed",
                  extra={"kv": {"node": node[0], "error": repr(exc)}})
-        return dict.fromkeys(partitions, code_of("NETWORK_EXCEPTION"))
+        return dict.fromkeys(partitions, ErrorCode.NETWORK_EXCEPTION)
     if resp.get("error_code"):
         return dict.fromkeys(partitions, int(resp["error_code"]))
     got: dict[TopicPartition, int] = {}
@@ -235,4 +235,4 @@ async def _add_remote(coord: TransactionCoordinator, request: Any, transactional
         for t in txn.get("topic_results") or ():
             for p in t.get("results_by_partition") or ():
                 got[(t["name"], int(p["partition_index"]))] = int(p["partition_error_code"])
-    return {tp: got.get(tp, code_of("UNKNOWN_SERVER_ERROR")) for tp in partitions}
+    return {tp: got.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR) for tp in partitions}

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidelog.errors import ErrorCode
 from tidelog.records.batch import ControlRecordType, build_control_batch
 from tidelog.records.errors import CorruptRecordError
 from tidelog.records.header import (
@@ -74,7 +75,7 @@ from tidelog.storage.txn_index import AbortedTxn
 class UnexpectedAppendOffsetError(StorageError):
     """A follower batch starts below the log end offset (Kafka's UnexpectedAppendOffsetException)."""
 
-    kafka_error = "UNKNOWN_SERVER_ERROR"
+    kafka_error = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 @dataclass(slots=True)
