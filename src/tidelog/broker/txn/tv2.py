@@ -34,7 +34,8 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from tidelog.broker.features import TRANSACTION_VERSION_MAX
 from tidelog.broker.txn.state import (
@@ -42,13 +43,32 @@ from tidelog.broker.txn.state import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     IllegalTransitionError,
+    TransactionMetadata,
     TxnState,
+    TxnTransit,
 )
 from tidelog.errors import ErrorCode, error_code
 from tidelog.protocol.api_keys import ApiKey
 
-if TYPE_CHECKING:
-    from tidelog.broker.txn.coordinator import TransactionCoordinator
+
+class TransactionCoordinator(Protocol):
+    """What the version-2 paths use of :class:`tidelog.broker.txn.coordinator.TransactionCoordinator` (a Protocol,
+    so this module, which the coordinator imports, does not import it back)."""
+
+    broker: Any
+    request_timeout_ms: int
+
+    def _check(self, transactional_id: str) -> ErrorCode | None: ...
+    def _get(self, transactional_id: str) -> TransactionMetadata | None: ...
+    def _coordinator_epoch(self, transactional_id: str) -> int: ...
+    async def _new_producer_id(self) -> int: ...
+    async def _apply(self, md: TransactionMetadata, transit: TxnTransit) -> ErrorCode | None: ...
+    def _start_completion(self, md: TransactionMetadata, coordinator_epoch: int) -> None: ...
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: Iterable[TopicPartition],
+                             client_transaction_version: int = 0) -> ErrorCode | None: ...
+    async def find_coordinator(
+        self, transactional_id: str) -> tuple[ErrorCode | None, tuple[int, str, int] | None]: ...
 
 log = logging.getLogger("tidelog.broker.txn")
 
