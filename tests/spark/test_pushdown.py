@@ -212,6 +212,36 @@ def test_pushdown_narrows_what_is_fetched(spark: Any, spark_broker: Any, topics:
     assert "EqualTo(partition,1)" in pushed and "LessThan(offset,5)" in pushed and "value" not in pushed, plan
 
 
+def test_pack_groups_small_partitions() -> None:
+    from tidelog.spark.packing import PackedPartition, members, pack
+
+    assert pack([5, 5, 5, 20, 1, 1], lambda x: x, 10) == [PackedPartition((5, 5)), 5, 20, PackedPartition((1, 1))]
+    assert pack([5, 5], lambda x: x, 0) == [5, 5]  # no budget: unchanged
+    assert [m for p in pack(list(range(7)), lambda x: 1, 3) for m in members(p)] == list(range(7))  # order kept
+
+
+@pytest.mark.parametrize("fmt", ["tidelog", "tidelog-log"])
+def test_small_ranges_packed_into_fewer_tasks(spark: Any, spark_broker: Any, topics: dict[str, Any],
+                                              fmt: str) -> None:
+    """The last records of each of the plain topic's 3 partitions, by a pushed lower bound on time: one task
+    (packed) instead of one per partition (``packPartitions=false``, as Spark's Kafka source plans), same rows."""
+    where = f"timestamp >= {_ts(T0 + 2_900_000)}"
+    spark.conf.set(CONF, "true")
+    try:
+        got = {}
+        for packed in ("true", "false"):
+            r = spark.read.format(fmt).option("subscribe", topics["plain"]).option("packPartitions", packed)
+            r = (r.option("kafka.bootstrap.servers", spark_broker.bootstrap) if fmt == "tidelog"
+                 else r.option("path", str(spark_broker.data_dir)))
+            df = r.load().where(where)
+            got[packed] = (df.rdd.getNumPartitions(), sorted(tuple(x) for x in df.select("partition", "offset",
+                                                                                          "value").collect()))
+    finally:
+        spark.conf.unset(CONF)
+    assert got["true"][0] == 1 and got["false"][0] >= 3, {k: v[0] for k, v in got.items()}
+    assert got["true"][1] == got["false"][1] and {p for p, _, _ in got["true"][1]} == {0, 1, 2}
+
+
 def test_time_index_floor(tmp_path: Any) -> None:
     """The offset below which a segment's records are older than a time, from its ``.timeindex``: the last entry
     below the time; none from an empty (preallocated, all zeros) index, whose first entry would read as (0, 0)."""

@@ -75,6 +75,7 @@ from tidelog.spark.options import (
     parse_subscription,
     report_data_loss,
 )
+from tidelog.spark.packing import members, pack
 from tidelog.spark.pushdown import PushedFilters, push_filters
 from tidelog.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint
 from tidelog.storage.format import (
@@ -328,6 +329,7 @@ class LogDirReader(DataSourceReader):
         self.max_bytes = parse_int(options, "maxBytesPerPartition", DEFAULT_MAX_BYTES) or DEFAULT_MAX_BYTES
         self.fail_on_data_loss = parse_bool(options, "failOnDataLoss", True)
         self.verify_crc = parse_bool(options, "verifyCrc", True)
+        self.pack_partitions = parse_bool(options, "packPartitions", True)
         iso = options.get("isolationLevel")
         alias = options.get("kafka.isolation.level")
         if iso is not None and alias is not None and iso.strip().lower() != alias.strip().lower():
@@ -389,6 +391,9 @@ class LogDirReader(DataSourceReader):
                 if hi <= lo:
                     continue
                 out.extend(self._plan_partition(pdir, bases, topic, partition, lo, hi, aborted))
+        if not self.pushed.empty and self.pack_partitions:
+            # the filters left small slices: fewer tasks, up to maxBytesPerPartition each (tidelog.spark.packing)
+            return pack(out, lambda s: s.end_pos - s.start_pos, self.max_bytes)
         return out
 
     def _plan_partition(self, pdir: Path, bases: Sequence[int], topic: str, partition: int, lo: int, hi: int,
@@ -441,10 +446,10 @@ class LogDirReader(DataSourceReader):
         return out
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if not isinstance(partition, SegmentSlice):
-            return  # no ranges planned: PySpark hands a placeholder partition
-        yield from read_slice(partition, self.include_headers, self.start_ts, self.end_ts,
-                              self.fail_on_data_loss, self.verify_crc)
+        for part in members(partition):
+            if isinstance(part, SegmentSlice):  # else no ranges planned: PySpark hands a placeholder partition
+                yield from read_slice(part, self.include_headers, self.start_ts, self.end_ts,
+                                      self.fail_on_data_loss, self.verify_crc)
 
 
 class LogDirPushdownReader(LogDirReader):
