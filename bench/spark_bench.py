@@ -59,7 +59,9 @@ def produce(bootstrap: str, topic: str, n: int, value_size: int, partitions: int
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    # records stamped in the past (first_timestamp) would be deleted by time retention (7 days) while the bench runs
+    config = {"retention.ms": "-1"} if first_timestamp is not None else {}
+    admin.create_topics([NewTopic(topic, partitions, 1, config=config)])[topic].result(30)
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
                   "queue.buffering.max.messages": 1_000_000, "enable.idempotence": True})
     pad = "x" * value_size
