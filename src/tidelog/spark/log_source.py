@@ -178,6 +178,32 @@ def time_index_floor(path: Path, base_offset: int, log_size: int, timestamp: int
     return found
 
 
+def skip_older_batches(path: Path, pos: int, end: int, timestamp: int) -> int:
+    """The position of the first batch in ``[pos, end)`` of segment ``path`` whose max timestamp is at or after
+    ``timestamp`` (ms): every record of the batches before it is older. One ``pread`` of 61 bytes per batch
+    header, from ``pos``, the position the index files gave. They stop short in a live broker's active segment:
+    tidelog's broker writes index entries into the files 1024 at a time (``storage/index.py``, ``PENDING_LIMIT``),
+    so an active segment of 1 MB batches may have no entry on disk at all (a pushed ``timestamp >=`` then read the
+    whole segment: 10 M records, 4 partitions, 375 MB each). Stops at a torn or zero-filled tail."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return pos
+    try:
+        while pos + RECORD_BATCH_OVERHEAD <= end:
+            try:
+                h = BatchHeader.parse(os.pread(fd, RECORD_BATCH_OVERHEAD, pos))
+            except RecordError:
+                break
+            if (h.batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or pos + h.size > end
+                    or h.max_timestamp >= timestamp):
+                break
+            pos += h.size
+    finally:
+        os.close(fd)
+    return pos
+
+
 @dataclass(frozen=True)
 class PartitionTxnState:
     """What the files of one partition directory say about its transactions (read_committed planning)."""
@@ -433,6 +459,9 @@ class LogDirReader(DataSourceReader):
                     if j + 1 < len(entries):
                         end_pos = entries[j + 1][1]
                     break
+            if self.start_ts is not None:
+                # the indexes stop short in a live broker's active segment: walk the headers from there
+                start_pos = skip_older_batches(path, start_pos, end_pos, self.start_ts)
             cuts = [start_pos]
             for _off, pos in entries:
                 if pos > cuts[-1] and pos - cuts[-1] >= self.max_bytes and pos < end_pos:
