@@ -466,7 +466,7 @@ def other_rows(spark: Any, bootstrap: str, data_dir: Path, root: Path, kafka: An
             results.append((label, n, best[label]))
     parquet = best["Spark Parquet (upper reference)"]
     print(f"\nagainst Spark's Parquet reader on the same rows (best of {args.repeat}, interleaved; every run: "
-          + ", ".join(f"{label.split(' (')[0]} {'/'.join(f'{x:.1f}' for x in runs[label])}s" for label, _ in reads)
+          + "; ".join(f"{label} {'/'.join(f'{x:.1f}' for x in runs[label])}s" for label, _ in reads)
           + "):", flush=True)
     for label, _ in reads[:3]:
         print(f"  {label}: {parquet / best[label]:.2f}x", flush=True)
