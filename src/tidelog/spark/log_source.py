@@ -17,7 +17,9 @@ Options: ``path`` (``load(path)``; several directories separated by commas), ``s
 when named), ``startingOffsets`` / ``endingOffsets`` (``earliest`` / ``latest`` or JSON per partition, end
 exclusive), ``startingTimestamp`` / ``endingTimestamp`` (ms; start inclusive, end exclusive),
 ``includeHeaders``, ``maxBytesPerPartition`` (default 128 MiB), ``failOnDataLoss`` (a segment deleted between
-planning and reading fails the task unless false), ``verifyCrc`` (default true), ``isolationLevel``.
+planning and reading fails the task unless false), ``verifyCrc`` (default true), ``isolationLevel``,
+``packPartitions`` (default true: slices left small by pushed filters are read by fewer tasks,
+:mod:`tidelog.spark.packing`).
 
 Transactions: by default (``isolationLevel=read_committed``) only committed data is read, as a read_committed
 consumer sees it. Planning reads each partition's aborted transactions from its ``.txnindex`` files and finds
