@@ -6,7 +6,8 @@ One SparkSession (local[N]), one ``tidelog serve`` on 127.0.0.1. Every read is f
 
     .venv/bin/python bench/spark_bench.py --records 10000000 --value-size 100
 
-Prints a Markdown table. The isolation rows read a topic written in transactions (``--txn-size`` records each,
+Prints a Markdown table. The read rows are repeated (``--repeat`` rounds, each running every row once in an order
+rotated by one per round) and the best of each is reported, with its ratio to Spark's Parquet reader. The isolation rows read a topic written in transactions (``--txn-size`` records each,
 every ``--abort-every``-th aborted) with ``read_uncommitted`` and ``read_committed`` side by side. The producer line is confluent-kafka producing the same records straight to the
 broker (the reference for the sink).
 
@@ -58,7 +59,9 @@ def produce(bootstrap: str, topic: str, n: int, value_size: int, partitions: int
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    # records stamped in the past (first_timestamp) would be deleted by time retention (7 days) while the bench runs
+    config = {"retention.ms": "-1"} if first_timestamp is not None else {}
+    admin.create_topics([NewTopic(topic, partitions, 1, config=config)])[topic].result(30)
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
                   "queue.buffering.max.messages": 1_000_000, "enable.idempotence": True})
     pad = "x" * value_size
@@ -185,7 +188,7 @@ def sink_rows(spark: Any, bootstrap: str, parquet: str, n: int, partitions: int,
             # longer than librdkafka's default 60 s (the coordinator would abort them); 10 min, below the
             # broker's transaction.max.timeout.ms (15 min)
             opts["kafka.transaction.timeout.ms"] = "600000"
-    best: dict[str, tuple[float, float]] = {}
+    best: dict[str, tuple[float, float, float]] = {}
     for r in range(repeat):
         for i in range(len(cases)):
             label, opts = cases[(i + r) % len(cases)]
@@ -227,9 +230,12 @@ def main() -> None:
     ap.add_argument("--txn-size", type=int, default=100_000, help="records per transaction")
     ap.add_argument("--abort-every", type=int, default=10, help="abort every n-th transaction (0: none)")
     ap.add_argument("--sink", action="store_true", help="only the sink comparison and its source rows (issue 15)")
-    ap.add_argument("--repeat", type=int, default=2, help="--sink: runs of each sink row (best is reported)")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="rounds of the read rows, the sink rows (--sink) and the pushdown rows (--pushdown): each "
+                         "round runs every row once, in an order rotated by one per round; the best is reported")
     ap.add_argument("--pushdown", action="store_true",
                     help="only the filter pushdown comparison (issue 29): the last 1 %% of the topic by timestamp")
+    ap.add_argument("--pushdown-trace", action="store_true", help="--pushdown: also where a pushed query's time goes")
     args = ap.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -239,6 +245,7 @@ def main() -> None:
     data_dir = root / "data"
     proc, bootstrap = start_broker(data_dir)
     BROKER_PID.append(proc.pid)
+    BOOTSTRAP.append(bootstrap)
     results: list[tuple[str, int, float]] = []
     cpu: dict[str, float] = {}
     try:
@@ -296,9 +303,17 @@ def main() -> None:
 PUSHDOWN_T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
+PUSHDOWN_MODES = (("without pushdown", False, True), ("pushdown, one task per range (before)", True, False),
+                  ("pushdown, small ranges packed (packPartitions)", True, True))
+"""(label, spark.sql.python.filterPushdown.enabled, the sources' packPartitions option)."""
+
+
 def pushdown_rows(bootstrap: str, data_dir: Path, n: int, args: Any) -> None:
-    """``WHERE timestamp >= <the last 1 %>`` on both sources, with and without filter pushdown
-    (``spark.sql.python.filterPushdown.enabled``), side by side in alternating order, best of ``--repeat``."""
+    """``WHERE timestamp >= <the last 1 %>`` on both sources: without filter pushdown
+    (``spark.sql.python.filterPushdown.enabled``), with it and one task per range (``packPartitions=false``, the
+    plan before small ranges were packed) and with it as planned by default; every round runs all six rows, in an
+    order rotated by one each round, best of ``--repeat``. The per-row times are printed too, so the spread shows.
+    ``--pushdown-trace`` adds where one pushed query's time goes (planning, ListOffsets, tasks)."""
     import datetime
 
     from pyspark.sql import SparkSession
@@ -316,46 +331,118 @@ def pushdown_rows(bootstrap: str, data_dir: Path, n: int, args: Any) -> None:
     cut = n - n // 100
     since = datetime.datetime.fromtimestamp((PUSHDOWN_T0 + cut) / 1000, datetime.UTC)
     where = f"timestamp >= timestamp '{since.strftime('%Y-%m-%d %H:%M:%S.%f')}'"
-    best: dict[tuple[str, bool], float] = {}
+    rows_plan = [(fmt, mode) for fmt in ("tidelog", "tidelog-log") for mode in PUSHDOWN_MODES]
+    best: dict[tuple[str, str], float] = {}
+    tasks: dict[tuple[str, str], int] = {}
+
+    def query(fmt: str, mode: tuple[str, bool, bool]) -> Any:
+        _label, pushdown, packed = mode
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", str(pushdown).lower())
+        reader = spark.read.format(fmt).option("subscribe", "bench").option("packPartitions", str(packed).lower())
+        reader = (reader.option("kafka.bootstrap.servers", bootstrap) if fmt == "tidelog"
+                  else reader.option("path", str(data_dir)))
+        return reader.load().where(where)
+
+    query("tidelog", PUSHDOWN_MODES[2]).count()  # warm up: the session's first Python workers and JIT
     for r in range(args.repeat):
-        for fmt in ("tidelog", "tidelog-log"):
-            for pushdown in ((False, True) if r % 2 == 0 else (True, False)):
-                spark.conf.set("spark.sql.python.filterPushdown.enabled", str(pushdown).lower())
-                reader = spark.read.format(fmt).option("subscribe", "bench")
-                reader = (reader.option("kafka.bootstrap.servers", bootstrap) if fmt == "tidelog"
-                          else reader.option("path", str(data_dir)))
-                df = reader.load().where(where)
-                t0 = time.perf_counter()
-                rows = df.count()
-                secs = time.perf_counter() - t0
-                assert rows == n - cut, (rows, n - cut)
-                print(f"{fmt}, pushdown={pushdown}: {rows:,} rows in {secs:.2f}s", flush=True)
-                best[(fmt, pushdown)] = min(best.get((fmt, pushdown), float("inf")), secs)
+        for i in range(len(rows_plan)):
+            fmt, mode = rows_plan[(i + r) % len(rows_plan)]
+            df = query(fmt, mode)
+            t0 = time.perf_counter()
+            rows = df.count()
+            secs = time.perf_counter() - t0
+            assert rows == n - cut, (rows, n - cut)
+            if (fmt, mode[0]) not in tasks:
+                tasks[(fmt, mode[0])] = df.rdd.getNumPartitions()
+            print(f"{fmt}, {mode[0]}: {rows:,} rows in {secs:.2f}s", flush=True)
+            best[(fmt, mode[0])] = min(best.get((fmt, mode[0]), float("inf")), secs)
+    if args.pushdown_trace:
+        pushdown_trace(spark, query, n)
     spark.stop()
     print(f"\n{n:,} records, {args.value_size} B values, {args.partitions} partitions, local[{args.cores}]: "
-          f"WHERE {where} (the last 1 %), best of {args.repeat}\n")
-    print("| source | without pushdown (s) | with pushdown (s) | speed-up |")
-    print("|---|---:|---:|---:|")
+          f"WHERE {where} (the last 1 %), best of {args.repeat}, interleaved\n")
+    print("| source | " + " | ".join(f"{m[0]} (s)" for m in PUSHDOWN_MODES) + " | tasks | speed-up before | speed-up |")
+    print("|---|" + "---:|" * (len(PUSHDOWN_MODES) + 3))
     for fmt in ("tidelog", "tidelog-log"):
-        off, on = best[(fmt, False)], best[(fmt, True)]
-        print(f"| {fmt} | {off:.2f} | {on:.2f} | {off / on:.1f}x |")
+        times = [best[(fmt, m[0])] for m in PUSHDOWN_MODES]
+        ntasks = "/".join(str(tasks[(fmt, m[0])]) for m in PUSHDOWN_MODES)
+        print(f"| {fmt} | " + " | ".join(f"{x:.2f}" for x in times)
+              + f" | {ntasks} | {times[0] / times[1]:.1f}x | {times[0] / times[2]:.1f}x |")
+
+
+def pushdown_trace(spark: Any, query: Any, n: int) -> None:
+    """Where one pushed query's time goes: the driver-side planning (Spark's analysis and the Python planning worker
+    that runs ``pushFilters`` and ``partitions()``, timed as ``df.rdd`` which plans without running), the source's
+    own ListOffsets round trips (timed here directly), and the rest (the tasks and count's final stage)."""
+    from tidelog.spark.kafka_source import KafkaMetadata
+    from tidelog.spark.options import SourceOptions
+
+    for fmt in ("tidelog", "tidelog-log"):
+        for mode in PUSHDOWN_MODES[1:]:
+            plans, runs = [], []
+            for _ in range(3):
+                df = query(fmt, mode)
+                t0 = time.perf_counter()
+                df.rdd.getNumPartitions()
+                plans.append(time.perf_counter() - t0)
+                df = query(fmt, mode)
+                t0 = time.perf_counter()
+                df.count()
+                runs.append(time.perf_counter() - t0)
+            print(f"trace {fmt}, {mode[0]}: planning {min(plans):.2f}s, planning + run {min(runs):.2f}s",
+                  flush=True)
+    opts = SourceOptions.parse({"kafka.bootstrap.servers": BOOTSTRAP[0], "subscribe": "bench"}, streaming=False)
+    t0 = time.perf_counter()
+    meta = KafkaMetadata(opts)
+    tps = meta.topic_partitions(opts)
+    marks = meta.watermarks(tps)
+    meta.offsets_for_times({tp: PUSHDOWN_T0 + n - n // 100 for tp in tps})
+    meta.close()
+    print(f"trace: the driver's metadata (Metadata, {2 * len(marks)} ListOffsets for watermarks, one by "
+          f"timestamp) {time.perf_counter() - t0:.3f}s", flush=True)
+
+
+BOOTSTRAP: list[str] = []
 
 
 def other_rows(spark: Any, bootstrap: str, data_dir: Path, root: Path, kafka: Any, log: Any, json_schema: str,
                n: int, args: Any, results: list[tuple[str, int, float]]) -> None:
-    """Every read path, the isolation levels on all three, JSON and Parquet, and the sink (the default run)."""
-    timed("tidelog (Kafka protocol, broker; raw fetch)", kafka, n, results)
-    timed("tidelog (Kafka protocol, broker; fetchClient=librdkafka)",
-          spark.read.format("tidelog").option("kafka.bootstrap.servers", bootstrap)
-          .option("subscribe", "bench").option("fetchClient", "librdkafka").load(), n, results)
-    timed("tidelog-log (data directory)", log, n, results)
+    """Every read path, the isolation levels on all three, JSON and Parquet, and the sink (the default run).
+
+    The plain reads (both ``tidelog`` paths, ``tidelog-log``, JSON lines, Parquet) run ``--repeat`` rounds; each
+    round runs every row once, in an order rotated by one per round (no row always goes first, or always follows
+    the same neighbour), and the best of each row is reported: on a shared machine single runs differ by 2x."""
+    reads = [
+        ("tidelog (Kafka protocol, broker; raw fetch)", kafka),
+        ("tidelog (Kafka protocol, broker; fetchClient=librdkafka)",
+         spark.read.format("tidelog").option("kafka.bootstrap.servers", bootstrap)
+         .option("subscribe", "bench").option("fetchClient", "librdkafka").load()),
+        ("tidelog-log (data directory)", log),
+        ("Spark JSON lines", spark.read.schema(json_schema).json(str(root / "json"))),
+        ("Spark Parquet (upper reference)", spark.read.parquet(str(root / "parquet"))),
+    ]
+    best: dict[str, float] = {}
+    runs: dict[str, list[float]] = {}
+    for r in range(args.repeat):
+        for i in range(len(reads)):
+            label, df = reads[(i + r) % len(reads)]
+            t0 = time.perf_counter()
+            df.write.format("noop").mode("overwrite").save()
+            dt = time.perf_counter() - t0
+            runs.setdefault(label, []).append(dt)
+            best[label] = min(best.get(label, float("inf")), dt)
+            print(f"{label} (round {r + 1}): {n / dt:,.0f} rows/s ({dt:.1f}s)", flush=True)
+    for label, _ in reads:
+        if label.startswith("Spark "):
+            continue  # reported after the transactional rows, as before
+        results.append((label, n, best[label]))
 
     # transactions: the same reads of a transactional topic at both isolation levels, side by side
     tn = args.txn_records if args.txn_records is not None else n
     committed = produce_transactional(bootstrap, "bench-txn", tn, args.value_size, args.partitions,
                                       args.txn_size, args.abort_every)
     for path, fmt in (("raw fetch", "tidelog"), ("librdkafka", "tidelog"), ("data directory", "tidelog-log")):
-        best: dict[str, float] = {}
+        best_iso: dict[str, float] = {}
         # twice, in alternating order, best of two: neither level profits from going second (warm caches)
         for iso in ("read_uncommitted", "read_committed", "read_committed", "read_uncommitted"):
             r = spark.read.format(fmt).option("subscribe", "bench-txn")
@@ -368,14 +455,21 @@ def other_rows(spark: Any, bootstrap: str, data_dir: Path, root: Path, kafka: An
                 df = r.option("isolationLevel", iso).load(str(data_dir))
             t0 = time.perf_counter()
             df.write.format("noop").mode("overwrite").save()
-            best[iso] = min(best.get(iso, float("inf")), time.perf_counter() - t0)
+            best_iso[iso] = min(best_iso.get(iso, float("inf")), time.perf_counter() - t0)
         for iso in ("read_uncommitted", "read_committed"):
             rows = committed if iso == "read_committed" else tn
             label = f"{fmt} ({path}), {iso}, transactional topic"
-            results.append((label, rows, best[iso]))
-            print(f"{label}: {rows / best[iso]:,.0f} rows/s ({best[iso]:.1f}s, best of 2)", flush=True)
-    timed("Spark JSON lines", spark.read.schema(json_schema).json(str(root / "json")), n, results)
-    timed("Spark Parquet (upper reference)", spark.read.parquet(str(root / "parquet")), n, results)
+            results.append((label, rows, best_iso[iso]))
+            print(f"{label}: {rows / best_iso[iso]:,.0f} rows/s ({best_iso[iso]:.1f}s, best of 2)", flush=True)
+    for label, _ in reads:
+        if label.startswith("Spark "):
+            results.append((label, n, best[label]))
+    parquet = best["Spark Parquet (upper reference)"]
+    print(f"\nagainst Spark's Parquet reader on the same rows (best of {args.repeat}, interleaved; every run: "
+          + "; ".join(f"{label} {'/'.join(f'{x:.1f}' for x in runs[label])}s" for label, _ in reads)
+          + "):", flush=True)
+    for label, _ in reads[:3]:
+        print(f"  {label}: {parquet / best[label]:.2f}x", flush=True)
 
     t0 = time.perf_counter()
     (spark.read.parquet(str(root / "parquet")).select("key", "value").write.mode("append").format("tidelog")

@@ -132,3 +132,27 @@ def test_streaming_option_errors(spark: Any, kt: Any) -> None:
     with pytest.raises(Exception, match="not supported for streaming"):
         _stream(spark, kt.bootstrap, subscribe="x", endingOffsets="latest").writeStream.format("memory") \
             .queryName("never").start().processAllAvailable()
+
+
+def test_real_time_trigger_is_refused_by_pyspark(spark: Any, kt: Any, tmp_path: Path) -> None:
+    """Issue 29 item 4: PySpark 4.3 cannot run a Python data source under ``trigger(realTime=...)``: the JVM's
+    MicroBatchExecution (``logicalPlan``) requires the source's stream to implement ``SupportsRealTimeMode``, which
+    PySpark's ``PythonMicroBatchStream`` does not (docs/SPARK.md, "Real-time mode"). If a PySpark upgrade makes this
+    test fail, the source can support real-time mode: do it, and change the docs."""
+    topic = kt.new_topic(1)
+    q = (
+        _stream(spark, kt.bootstrap, subscribe=topic, startingOffsets="earliest")
+        .selectExpr("CAST(value AS STRING) AS value")
+        .writeStream.format("console").outputMode("update")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(realTime="10 seconds")
+        .start()
+    )
+    try:
+        # the stream's class names the variant PySpark picked (PythonMicroBatchStreamWithTriggerAvailableNow for
+        # this source, which supports Trigger.AvailableNow and admission control)
+        with pytest.raises(Exception, match=r"INPUT_STREAM_NOT_SUPPORTED.*PythonMicroBatchStream"):
+            q.awaitTermination(120)
+        assert not q.isActive
+    finally:
+        q.stop()

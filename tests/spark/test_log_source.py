@@ -24,7 +24,9 @@ def _cols(r: Any) -> tuple[Any, ...]:
 @pytest.fixture(scope="module")
 def written(kt: Any) -> tuple[str, int]:
     """A 2-partition topic, ~2.5 MiB per partition (several 1 MiB segments), one producer per codec."""
-    topic = kt.new_topic(2)
+    # records stamped in 2023: without retention.ms=-1 the broker's retention check (every 5 min) deletes them
+    # while a slow run of this module still reads them
+    topic = kt.new_topic(2, {"retention.ms": "-1"})
     n = 0
     for codec in CODECS:
         # half random (so that compressed segments still roll), half text

@@ -30,6 +30,7 @@ from tidelog.spark.fetcher import raw_fetch_allowed, read_range_raw
 from tidelog.spark.options import (
     EARLIEST,
     LATEST,
+    PACK_RECORDS,
     OffsetSpec,
     OptionError,
     SourceOptions,
@@ -38,6 +39,7 @@ from tidelog.spark.options import (
     report_data_loss,
     stream_offset_to_map,
 )
+from tidelog.spark.packing import members, pack
 from tidelog.spark.pushdown import PushedFilters, push_filters
 
 log = logging.getLogger("tidelog.spark")
@@ -425,14 +427,20 @@ class KafkaBatchReader(DataSourceReader):
             if e <= s:
                 continue
             ranges.append(OffsetRange(tp[0], tp[1], s, e))
+        planned = split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
+        if (not pushed.empty and o.pack_partitions and o.min_partitions is None
+                and o.max_records_per_partition is None):
+            # the filters left small ranges: fewer tasks (tidelog.spark.packing)
+            planned = pack(planned, lambda r: r.size, PACK_RECORDS)
         if not pushed.empty:
-            log.info("tidelog source: pushed filters [%s], %d ranges", pushed.describe(), len(ranges))
-        return split_ranges(ranges, o.min_partitions, o.max_records_per_partition)
+            log.info("tidelog source: pushed filters [%s], %d ranges in %d partitions", pushed.describe(),
+                     len(ranges), len(planned))
+        return planned
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if not isinstance(partition, OffsetRange):
-            return  # no ranges planned: PySpark hands a placeholder partition
-        yield from read_partition(self.opts, partition)
+        for r in members(partition):
+            if isinstance(r, OffsetRange):  # else no ranges planned: PySpark hands a placeholder partition
+                yield from read_partition(self.opts, r)
 
 
 class KafkaPushdownReader(KafkaBatchReader):

@@ -17,7 +17,9 @@ Options: ``path`` (``load(path)``; several directories separated by commas), ``s
 when named), ``startingOffsets`` / ``endingOffsets`` (``earliest`` / ``latest`` or JSON per partition, end
 exclusive), ``startingTimestamp`` / ``endingTimestamp`` (ms; start inclusive, end exclusive),
 ``includeHeaders``, ``maxBytesPerPartition`` (default 128 MiB), ``failOnDataLoss`` (a segment deleted between
-planning and reading fails the task unless false), ``verifyCrc`` (default true), ``isolationLevel``.
+planning and reading fails the task unless false), ``verifyCrc`` (default true), ``isolationLevel``,
+``packPartitions`` (default true: slices left small by pushed filters are read by fewer tasks,
+:mod:`tidelog.spark.packing`).
 
 Transactions: by default (``isolationLevel=read_committed``) only committed data is read, as a read_committed
 consumer sees it. Planning reads each partition's aborted transactions from its ``.txnindex`` files and finds
@@ -75,6 +77,7 @@ from tidelog.spark.options import (
     parse_subscription,
     report_data_loss,
 )
+from tidelog.spark.packing import members, pack
 from tidelog.spark.pushdown import PushedFilters, push_filters
 from tidelog.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint
 from tidelog.storage.format import (
@@ -175,6 +178,32 @@ def time_index_floor(path: Path, base_offset: int, log_size: int, timestamp: int
         found = base_offset + rel
         last_ts, last_rel = ts, rel
     return found
+
+
+def skip_older_batches(path: Path, pos: int, end: int, timestamp: int) -> int:
+    """The position of the first batch in ``[pos, end)`` of segment ``path`` whose max timestamp is at or after
+    ``timestamp`` (ms): every record of the batches before it is older. One ``pread`` of 61 bytes per batch
+    header, from ``pos``, the position the index files gave. They stop short in a live broker's active segment:
+    tidelog's broker writes index entries into the files 1024 at a time (``storage/index.py``, ``PENDING_LIMIT``),
+    so an active segment of 1 MB batches may have no entry on disk at all (a pushed ``timestamp >=`` then read the
+    whole segment: 10 M records, 4 partitions, 375 MB each). Stops at a torn or zero-filled tail."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return pos
+    try:
+        while pos + RECORD_BATCH_OVERHEAD <= end:
+            try:
+                h = BatchHeader.parse(os.pread(fd, RECORD_BATCH_OVERHEAD, pos))
+            except RecordError:
+                break
+            if (h.batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or pos + h.size > end
+                    or h.max_timestamp >= timestamp):
+                break
+            pos += h.size
+    finally:
+        os.close(fd)
+    return pos
 
 
 @dataclass(frozen=True)
@@ -328,6 +357,7 @@ class LogDirReader(DataSourceReader):
         self.max_bytes = parse_int(options, "maxBytesPerPartition", DEFAULT_MAX_BYTES) or DEFAULT_MAX_BYTES
         self.fail_on_data_loss = parse_bool(options, "failOnDataLoss", True)
         self.verify_crc = parse_bool(options, "verifyCrc", True)
+        self.pack_partitions = parse_bool(options, "packPartitions", True)
         iso = options.get("isolationLevel")
         alias = options.get("kafka.isolation.level")
         if iso is not None and alias is not None and iso.strip().lower() != alias.strip().lower():
@@ -389,6 +419,9 @@ class LogDirReader(DataSourceReader):
                 if hi <= lo:
                     continue
                 out.extend(self._plan_partition(pdir, bases, topic, partition, lo, hi, aborted))
+        if not self.pushed.empty and self.pack_partitions:
+            # the filters left small slices: fewer tasks, up to maxBytesPerPartition each (tidelog.spark.packing)
+            return pack(out, lambda s: s.end_pos - s.start_pos, self.max_bytes)
         return out
 
     def _plan_partition(self, pdir: Path, bases: Sequence[int], topic: str, partition: int, lo: int, hi: int,
@@ -428,6 +461,9 @@ class LogDirReader(DataSourceReader):
                     if j + 1 < len(entries):
                         end_pos = entries[j + 1][1]
                     break
+            if self.start_ts is not None:
+                # the indexes stop short in a live broker's active segment: walk the headers from there
+                start_pos = skip_older_batches(path, start_pos, end_pos, self.start_ts)
             cuts = [start_pos]
             for _off, pos in entries:
                 if pos > cuts[-1] and pos - cuts[-1] >= self.max_bytes and pos < end_pos:
@@ -441,10 +477,10 @@ class LogDirReader(DataSourceReader):
         return out
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if not isinstance(partition, SegmentSlice):
-            return  # no ranges planned: PySpark hands a placeholder partition
-        yield from read_slice(partition, self.include_headers, self.start_ts, self.end_ts,
-                              self.fail_on_data_loss, self.verify_crc)
+        for part in members(partition):
+            if isinstance(part, SegmentSlice):  # else no ranges planned: PySpark hands a placeholder partition
+                yield from read_slice(part, self.include_headers, self.start_ts, self.end_ts,
+                                      self.fail_on_data_loss, self.verify_crc)
 
 
 class LogDirPushdownReader(LogDirReader):

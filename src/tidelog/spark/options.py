@@ -82,6 +82,11 @@ def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raise OptionError(f"Option '{name}' must be true or false, got {raw!r}")
 
 
+PACK_RECORDS = 1_000_000
+"""The offsets one task of the ``tidelog`` source reads at most when it packs small ranges (``packPartitions``,
+:mod:`tidelog.spark.packing`): about 100 MB of 100 B records, near Spark's 128 MiB file partition."""
+
+
 def parse_int(options: Mapping[str, str], name: str, default: int | None, minimum: int = 1) -> int | None:
     raw = _get(options, name)
     if raw is None:
@@ -266,6 +271,9 @@ class SourceOptions:
     isolation_level: str = READ_UNCOMMITTED
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60 * 1000
+    pack_partitions: bool = True
+    """``packPartitions`` (tidelog extra): with pushed filters, small ranges are read together by one task up to
+    :data:`PACK_RECORDS` offsets (:mod:`tidelog.spark.packing`); false: one task per range, as Spark."""
     unique_group_id: str = ""
     """``<groupIdPrefix>-<uuid>``, the base of the consumers' group ids when ``kafka.group.id`` is not set (driver:
     ``-driver``, executors: ``-executor``, as Spark names them)."""
@@ -333,6 +341,7 @@ class SourceOptions:
             fail_on_data_loss=parse_bool(options, "failOnDataLoss", True),
             min_partitions=parse_int(options, "minPartitions", None),
             max_records_per_partition=parse_int(options, "maxRecordsPerPartition", None),
+            pack_partitions=parse_bool(options, "packPartitions", True),
             max_offsets_per_trigger=parse_int(options, "maxOffsetsPerTrigger", None),
             include_headers=parse_bool(options, "includeHeaders", False),
             poll_timeout_ms=parse_int(options, "kafkaConsumer.pollTimeoutMs", 120_000) or 120_000,
