@@ -1,0 +1,246 @@
+"""Persistence of KIP-848 consumer groups in ``__consumer_offsets`` (Kafka's ConsumerGroup* records, types 3-8,
+:mod:`consumer_records`): writing a group's changes, replaying them when a partition loads.
+
+**Writing.** The group's state is kept in memory by :class:`ConsumerGroupManager`; after each heartbeat (and after a
+member is removed by a timer) :meth:`ConsumerGroupStore.persist` compares the records the group's state makes now
+with the ones last written for it and appends the difference as one batch through the coordinator's append path
+(the one classic GroupMetadata records take: acks=-1, ``offsets.commit.timeout.ms``) — values in Kafka's order
+(member subscriptions, group epoch, target assignment members, target assignment epoch, current assignments) and
+tombstones for the members gone (current assignment, target assignment, member subscription). Writes of one group
+are serialized (a lock per group), so the log's last record of every key is the latest state. The heartbeat is
+answered after its records are written; a failed write answers the append's error (NOT_COORDINATOR, ...) and the
+records stay due: the next persist of the group writes them. Kafka instead applies state only once written (its
+timeline snapshots roll a failed write back); tidelog keeps the in-memory state and rewrites it.
+
+**Deleting.** DeleteGroups of a consumer group writes the tombstones of every record last written for it
+(:meth:`tombstones`: target assignment epoch and group epoch).
+
+**Replaying.** :class:`ConsumerReplay` collects the latest value of each type 3-8 key while a partition replays (in
+the loader's worker thread, :mod:`replay`); :func:`install` builds the groups on the loop: a group exists if its
+ConsumerGroupMetadata record does; members come from their member metadata, target and current assignment records
+(topic ids resolved to names; a partition of a topic that no longer exists is dropped), session timers start anew
+(a member that does not heartbeat within the session timeout after the load is removed, as in Kafka) and so do the
+revocation timers of members revoking. ConsumerGroupPartitionMetadata (type 4) is ignored, as Kafka 4.x does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tidelog.broker.group import consumer_records as crec
+from tidelog.broker.group.consumer_records import ConsumerKey, CurrentAssignment, MemberMetadata
+
+if TYPE_CHECKING:
+    from tidelog.broker.group.assignors import TopicPartition
+    from tidelog.broker.group.consumer_group import ConsumerGroup, ConsumerGroupManager
+
+log = logging.getLogger("tidelog.broker.group.consumer")
+
+NONE = 0
+Entries = list[tuple[bytes, bytes | None]]
+
+
+class AppendHost(Protocol):
+    async def _append(self, group_id: str, entries: list[tuple[bytes, bytes | None]], *, offsets: bool = True,
+                      **kw: Any) -> int: ...
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None: ...
+
+
+# ----------------------------------------------------------------------------------------------- snapshot
+
+
+def _ids(mgr: ConsumerGroupManager, tps: set[TopicPartition]) -> crec.TopicAssignment:
+    topics = mgr.coordinator.broker.topics
+    out: crec.TopicAssignment = {}
+    for t, p in tps:
+        info = topics.get(t)
+        if info is None:
+            continue
+        out.setdefault(crec.topic_uuid(info.topic_id), []).append(p)
+    for ps in out.values():
+        ps.sort()
+    return out
+
+
+def snapshot(mgr: ConsumerGroupManager, g: ConsumerGroup) -> dict[bytes, bytes]:
+    """Every record (key bytes -> value bytes) the group's current state makes, in Kafka's write order."""
+    gid = g.group_id
+    members = sorted(g.members.values(), key=lambda m: m.member_id)
+    out: dict[bytes, bytes] = {}
+    for m in members:
+        out[crec.encode_key(ConsumerKey(crec.MEMBER_METADATA, gid, m.member_id))] = crec.encode_member_metadata(
+            MemberMetadata(m.instance_id, m.rack_id, m.client_id, m.client_host, sorted(m.subscribed_names),
+                           m.subscribed_regex, m.rebalance_timeout_ms, m.server_assignor))
+    out[crec.encode_key(ConsumerKey(crec.GROUP_METADATA, gid))] = crec.encode_group_metadata(g.group_epoch)
+    for mid in sorted(g.target):
+        if mid in g.members:
+            out[crec.encode_key(ConsumerKey(crec.TARGET_MEMBER, gid, mid))] = crec.encode_target_member(
+                _ids(mgr, g.target[mid]))
+    out[crec.encode_key(ConsumerKey(crec.TARGET_METADATA, gid))] = crec.encode_target_metadata(g.assignment_epoch)
+    for m in members:
+        out[crec.encode_key(ConsumerKey(crec.CURRENT_ASSIGNMENT, gid, m.member_id))] = crec.encode_current_assignment(
+            CurrentAssignment(m.epoch, m.previous_epoch, crec.STATE_IDS.get(m.state, 127), _ids(mgr, m.assigned),
+                              _ids(mgr, m.pending_revocation)))
+    return out
+
+
+_TOMBSTONE_ORDER = {crec.CURRENT_ASSIGNMENT: 0, crec.TARGET_MEMBER: 1, crec.MEMBER_METADATA: 2,
+                    crec.TARGET_METADATA: 3, crec.PARTITION_METADATA: 4, crec.GROUP_METADATA: 5}
+
+
+def diff(before: dict[bytes, bytes], after: dict[bytes, bytes]) -> Entries:
+    """The records that take the log from ``before`` to ``after``: changed values (``after``'s order), then
+    tombstones for keys gone (Kafka's order: current assignment, target, subscription; group-level last)."""
+    out: Entries = [(k, v) for k, v in after.items() if before.get(k) != v]
+    gone = [k for k in before if k not in after]
+    gone.sort(key=lambda k: _TOMBSTONE_ORDER.get(crec.key_type(k) or 0, 9))
+    out += [(k, None) for k in gone]
+    return out
+
+
+class ConsumerGroupStore:
+    """What was last written for each consumer group, and the writes that bring the log up to date."""
+
+    def __init__(self, manager: ConsumerGroupManager) -> None:
+        self.manager = manager
+        self.written: dict[str, dict[bytes, bytes]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @property
+    def _host(self) -> AppendHost:
+        return self.manager.coordinator  # type: ignore[return-value]
+
+    async def persist(self, group_id: str) -> int:
+        """Write the group's changes since the last write; an error code (NONE when nothing was due)."""
+        lock = self._locks.get(group_id)
+        if lock is None:
+            lock = self._locks[group_id] = asyncio.Lock()
+        async with lock:
+            g = self.manager.groups.get(group_id)
+            if g is None:
+                return NONE
+            after = snapshot(self.manager, g)
+            entries = diff(self.written.get(group_id, {}), after)
+            if not entries:
+                return NONE
+            err = await self._host._append(group_id, entries, offsets=False)
+            if err:
+                return err
+            if self.manager.groups.get(group_id) is g:
+                self.written[group_id] = after
+            return NONE
+
+    def schedule(self, group_id: str) -> None:
+        """Persist later (a timer removed a member: no request waits for the write)."""
+        try:
+            self._host._spawn(self.persist(group_id))
+        except RuntimeError:  # no running loop (shutdown)
+            pass
+
+    def tombstones(self, group_id: str) -> Entries:
+        """Tombstones for every record last written for the group (DeleteGroups), and forget them."""
+        before = self.written.pop(group_id, {})
+        return diff(before, {})
+
+    def forget(self, group_id: str) -> None:
+        self.written.pop(group_id, None)
+        self._locks.pop(group_id, None)
+
+
+# ----------------------------------------------------------------------------------------------- replay
+
+
+@dataclass(slots=True)
+class ConsumerReplay:
+    """Latest type 3-8 records per group, collected while ``__consumer_offsets`` partitions replay (blocking)."""
+
+    groups: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
+    skipped: int = 0
+
+    def add(self, key: bytes, value: bytes | None) -> str:
+        """Apply one record (tombstone: ``value`` None); returns its group id. Raises ``SchemaError``."""
+        k = crec.decode_key(key)
+        recs = self.groups.setdefault(k.group, {})
+        if value is None:
+            recs.pop(bytes(key), None)
+            if k.type == crec.GROUP_METADATA:
+                # Kafka deletes the group with this tombstone (its members are gone by then)
+                self.groups.pop(k.group, None)
+        else:
+            recs[bytes(key)] = bytes(value)
+        return k.group
+
+
+def install(mgr: ConsumerGroupManager, replayed: ConsumerReplay) -> int:
+    """Build the replayed groups in ``mgr`` (on the loop); the number installed."""
+    from tidelog.broker.group.consumer_group import ConsumerGroup, ConsumerMember
+
+    topics = mgr.coordinator.broker.topics
+    names: dict[bytes, str | None] = {}
+
+    def tps(assignment: crec.TopicAssignment) -> set[TopicPartition]:
+        out: set[TopicPartition] = set()
+        for tid, ps in assignment.items():
+            if tid not in names:
+                info = topics.by_id(tid)
+                names[tid] = info.name if info is not None else None
+            name = names[tid]
+            if name is not None:
+                out.update((name, p) for p in ps)
+        return out
+
+    installed = 0
+    for gid, recs in replayed.groups.items():
+        decoded: dict[int, dict[str | None, bytes]] = {}
+        for kb, vb in recs.items():
+            k = crec.decode_key(kb)
+            decoded.setdefault(k.type, {})[k.member_id] = vb
+        try:
+            meta = decoded.get(crec.GROUP_METADATA, {}).get(None)
+            if meta is None:
+                continue  # member records without their group's: not a group (Kafka would fail the load)
+            g = ConsumerGroup(gid, assignor=mgr.assignors[0])
+            g.group_epoch = crec.decode_epoch(meta)
+            tmeta = decoded.get(crec.TARGET_METADATA, {}).get(None)
+            g.assignment_epoch = crec.decode_epoch(tmeta) if tmeta is not None else 0
+            for mid, vb in decoded.get(crec.MEMBER_METADATA, {}).items():
+                mm = crec.decode_member_metadata(vb)
+                m = ConsumerMember(mid or "", mm.instance_id, mm.rack_id, mm.client_id, mm.client_host,
+                                   mm.rebalance_timeout_ms if mm.rebalance_timeout_ms >= 0 else 300000,
+                                   list(mm.subscribed_topic_names), mm.subscribed_topic_regex, mm.server_assignor)
+                g.members[m.member_id] = m
+                if m.instance_id is not None:
+                    g.static_members[m.instance_id] = m.member_id
+            for mid, vb in decoded.get(crec.TARGET_MEMBER, {}).items():
+                if mid in g.members:
+                    g.target[mid] = tps(crec.decode_target_member(vb))
+            for mid, vb in decoded.get(crec.CURRENT_ASSIGNMENT, {}).items():
+                m0 = g.members.get(mid or "")
+                if m0 is None:
+                    continue
+                ca = crec.decode_current_assignment(vb)
+                m0.epoch, m0.previous_epoch = ca.member_epoch, ca.previous_member_epoch
+                m0.state = crec.STATE_NAMES.get(ca.state, "stable")
+                m0.assigned = tps(ca.assigned)
+                m0.pending_revocation = tps(ca.pending_revocation)
+        except crec.SchemaError as exc:
+            log.warning("skipping undecodable consumer group records", extra={"kv": {"group": gid, "error": str(exc)}})
+            continue
+        picks = [m.server_assignor for m in g.members.values() if m.server_assignor]
+        if picks:
+            g.assignor = max(set(picks), key=lambda a: (picks.count(a), a))
+        old = mgr.groups.pop(gid, None)
+        if old is not None:
+            for om in old.members.values():
+                om.cancel_timers()
+        mgr.groups[gid] = g
+        mgr.store.written[gid] = {kb: vb for kb, vb in recs.items()
+                                  if crec.key_type(kb) != crec.PARTITION_METADATA}
+        mgr.loaded_group(g)
+        installed += 1
+    return installed
