@@ -36,7 +36,7 @@ from tidelog.broker.group.consumer_records import ConsumerKey, CurrentAssignment
 
 if TYPE_CHECKING:
     from tidelog.broker.group.assignors import TopicPartition
-    from tidelog.broker.group.consumer_group import ConsumerGroup, ConsumerGroupManager
+    from tidelog.broker.group.consumer_group import ConsumerGroup, ConsumerGroupManager, ConsumerMember
 
 log = logging.getLogger("tidelog.broker.group.consumer")
 
@@ -67,25 +67,51 @@ def _ids(mgr: ConsumerGroupManager, tps: set[TopicPartition]) -> crec.TopicAssig
     return out
 
 
-def snapshot(mgr: ConsumerGroupManager, g: ConsumerGroup) -> dict[bytes, bytes]:
-    """Every record (key bytes -> value bytes) the group's current state makes, in Kafka's write order."""
+# a member's three records, cached by what they are made of: (signature, subscription, target, current)
+_MemberRecords = tuple[tuple[Any, ...], tuple[bytes, bytes], tuple[bytes, bytes] | None, tuple[bytes, bytes]]
+
+
+def _member_records(mgr: ConsumerGroupManager, g: ConsumerGroup, m: ConsumerMember,
+                    cache: dict[str, _MemberRecords]) -> _MemberRecords:
+    target = g.target.get(m.member_id)
+    sig = (m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(m.subscribed_names), m.subscribed_regex,
+           m.rebalance_timeout_ms, m.server_assignor, m.epoch, m.previous_epoch, m.state, frozenset(m.assigned),
+           frozenset(m.pending_revocation), None if target is None else frozenset(target))
+    hit = cache.get(m.member_id)
+    if hit is not None and hit[0] == sig:
+        return hit
+    gid, mid = g.group_id, m.member_id
+    sub = (crec.encode_key(ConsumerKey(crec.MEMBER_METADATA, gid, mid)), crec.encode_member_metadata(
+        MemberMetadata(m.instance_id, m.rack_id, m.client_id, m.client_host, sorted(m.subscribed_names),
+                       m.subscribed_regex, m.rebalance_timeout_ms, m.server_assignor)))
+    tgt = None if target is None else (crec.encode_key(ConsumerKey(crec.TARGET_MEMBER, gid, mid)),
+                                       crec.encode_target_member(_ids(mgr, target)))
+    cur = (crec.encode_key(ConsumerKey(crec.CURRENT_ASSIGNMENT, gid, mid)), crec.encode_current_assignment(
+        CurrentAssignment(m.epoch, m.previous_epoch, crec.STATE_IDS.get(m.state, 127), _ids(mgr, m.assigned),
+                          _ids(mgr, m.pending_revocation))))
+    out = cache[mid] = (sig, sub, tgt, cur)
+    return out
+
+
+def snapshot(mgr: ConsumerGroupManager, g: ConsumerGroup,
+             cache: dict[str, _MemberRecords] | None = None) -> dict[bytes, bytes]:
+    """Every record (key bytes -> value bytes) the group's current state makes, in Kafka's write order. ``cache``:
+    the members' records of the previous call (a member whose state did not change is not encoded again)."""
     gid = g.group_id
-    members = sorted(g.members.values(), key=lambda m: m.member_id)
+    cache = {} if cache is None else cache
+    for mid in [mid for mid in cache if mid not in g.members]:
+        del cache[mid]
+    members = [_member_records(mgr, g, g.members[mid], cache) for mid in sorted(g.members)]
     out: dict[bytes, bytes] = {}
-    for m in members:
-        out[crec.encode_key(ConsumerKey(crec.MEMBER_METADATA, gid, m.member_id))] = crec.encode_member_metadata(
-            MemberMetadata(m.instance_id, m.rack_id, m.client_id, m.client_host, sorted(m.subscribed_names),
-                           m.subscribed_regex, m.rebalance_timeout_ms, m.server_assignor))
+    for _, (k, v), _, _ in members:
+        out[k] = v
     out[crec.encode_key(ConsumerKey(crec.GROUP_METADATA, gid))] = crec.encode_group_metadata(g.group_epoch)
-    for mid in sorted(g.target):
-        if mid in g.members:
-            out[crec.encode_key(ConsumerKey(crec.TARGET_MEMBER, gid, mid))] = crec.encode_target_member(
-                _ids(mgr, g.target[mid]))
+    for _, _, tgt, _ in members:
+        if tgt is not None:
+            out[tgt[0]] = tgt[1]
     out[crec.encode_key(ConsumerKey(crec.TARGET_METADATA, gid))] = crec.encode_target_metadata(g.assignment_epoch)
-    for m in members:
-        out[crec.encode_key(ConsumerKey(crec.CURRENT_ASSIGNMENT, gid, m.member_id))] = crec.encode_current_assignment(
-            CurrentAssignment(m.epoch, m.previous_epoch, crec.STATE_IDS.get(m.state, 127), _ids(mgr, m.assigned),
-                              _ids(mgr, m.pending_revocation)))
+    for _, _, _, (k, v) in members:
+        out[k] = v
     return out
 
 
@@ -110,13 +136,21 @@ class ConsumerGroupStore:
         self.manager = manager
         self.written: dict[str, dict[bytes, bytes]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._cache: dict[str, dict[str, _MemberRecords]] = {}
+        # (group epoch, assignment epoch, member ids) of the state last written in full
+        self._shape: dict[str, tuple[int, int, frozenset[str]]] = {}
 
     @property
     def _host(self) -> AppendHost:
         return self.manager.coordinator  # type: ignore[return-value]
 
-    async def persist(self, group_id: str) -> int:
-        """Write the group's changes since the last write; an error code (NONE when nothing was due)."""
+    async def persist(self, group_id: str, member_id: str | None = None) -> int:
+        """Write the group's changes since the last write; an error code (NONE when nothing was due).
+
+        ``member_id``: the member whose heartbeat this follows. While the group's shape (group epoch, assignment
+        epoch, member ids) is the one last written, a heartbeat can only have changed that member's own records
+        (the target moves only with the epochs, members come and go only with the group epoch): only those are
+        compared, not the whole group's (bench/kip848_persist.py)."""
         lock = self._locks.get(group_id)
         if lock is None:
             lock = self._locks[group_id] = asyncio.Lock()
@@ -124,15 +158,34 @@ class ConsumerGroupStore:
             g = self.manager.groups.get(group_id)
             if g is None:
                 return NONE
-            after = snapshot(self.manager, g)
-            entries = diff(self.written.get(group_id, {}), after)
+            cache = self._cache.setdefault(group_id, {})
+            shape = (g.group_epoch, g.assignment_epoch, frozenset(g.members))
+            written = self.written.get(group_id)
+            if (member_id is not None and written is not None and self._shape.get(group_id) == shape
+                    and member_id in g.members):
+                _, sub, tgt, cur = _member_records(self.manager, g, g.members[member_id], cache)
+                entries: Entries = [kv for kv in (sub, tgt, cur) if kv is not None and written.get(kv[0]) != kv[1]]
+                if not entries:
+                    return NONE
+                err = await self._host._append(group_id, entries, offsets=False)
+                if err:
+                    self._shape.pop(group_id, None)
+                    return err
+                if self.manager.groups.get(group_id) is g and self.written.get(group_id) is written:
+                    written.update((k, v) for k, v in entries if v is not None)
+                return NONE
+            after = snapshot(self.manager, g, cache)
+            entries = diff(written or {}, after)
             if not entries:
+                self._shape[group_id] = shape
                 return NONE
             err = await self._host._append(group_id, entries, offsets=False)
             if err:
+                self._shape.pop(group_id, None)
                 return err
             if self.manager.groups.get(group_id) is g:
                 self.written[group_id] = after
+                self._shape[group_id] = shape
             return NONE
 
     def schedule(self, group_id: str) -> None:
@@ -145,11 +198,15 @@ class ConsumerGroupStore:
     def tombstones(self, group_id: str) -> Entries:
         """Tombstones for every record last written for the group (DeleteGroups), and forget them."""
         before = self.written.pop(group_id, {})
+        self._cache.pop(group_id, None)
+        self._shape.pop(group_id, None)
         return diff(before, {})
 
     def forget(self, group_id: str) -> None:
         self.written.pop(group_id, None)
         self._locks.pop(group_id, None)
+        self._cache.pop(group_id, None)
+        self._shape.pop(group_id, None)
 
 
 # ----------------------------------------------------------------------------------------------- replay
