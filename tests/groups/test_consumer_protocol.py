@@ -175,9 +175,41 @@ def test_members_keep_epochs_across_broker_restart(broker_factory: Any) -> None:
         values = [v for m in members for v in m.values()]
         assert len(values) == len(set(values)) == 120
         assert all(not m.exited() for m in members)
+        _check_dump_log(b.data_dir, group, {m.member_id: m.epoch for m in after.members})
     finally:
         for m in members:
             m.kill()
+
+
+def _check_dump_log(data_dir: Any, group: str, epochs: dict[str, int]) -> None:
+    """``tidelog dump-log --offsets-decoder`` shows the group's ConsumerGroup* records (types 3-8) as Kafka's
+    DumpLogSegments does; the last current-assignment record of each member carries its epoch."""
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from tidelog.broker.group.records import partition_for
+    from tidelog.cli.dump_log import dump_log
+
+    part = Path(data_dir) / f"__consumer_offsets-{partition_for(group, 3)}"
+    files = sorted(str(f) for f in part.glob("*.log"))
+    res = CliRunner().invoke(dump_log, ["--files", *files, "--offsets-decoder"])
+    assert res.exit_code == 0, res.output
+    types: set[str] = set()
+    last: dict[str, int] = {}
+    for line in res.output.splitlines():
+        if " key: {" not in line or " payload: " not in line:
+            continue
+        key_text, payload_text = line.split(" key: ", 1)[1].split(" payload: ", 1)
+        key = json.loads(key_text)
+        if key["data"].get("groupId") != group:
+            continue
+        types.add(key["type"])
+        if key["type"] == "8" and payload_text != "<DELETE>":
+            last[key["data"]["memberId"]] = json.loads(payload_text)["data"]["memberEpoch"]
+    assert {"3", "5", "6", "7", "8"} <= types
+    assert last == epochs
 
 
 def test_send_offsets_to_transaction(kip848_broker: Any) -> None:
