@@ -202,6 +202,18 @@ class ConsumerGroupStore:
         self._shape.pop(group_id, None)
         return diff(before, {})
 
+    async def delete(self, group_id: str) -> int:
+        """Write the tombstones of an empty group's records (it becomes a classic group); an error code, the
+        records kept as written when the write failed."""
+        before = self.written.get(group_id)
+        entries = self.tombstones(group_id)
+        if not entries:
+            return NONE
+        err = await self._host._append(group_id, entries, offsets=False)
+        if err and before is not None:
+            self.written[group_id] = before
+        return err
+
     def forget(self, group_id: str) -> None:
         self.written.pop(group_id, None)
         self._locks.pop(group_id, None)
