@@ -158,7 +158,7 @@ class GroupCoordinator:
         # topics deleted while a __consumer_offsets partition was loading: their
         # offsets are removed from that partition's groups once installed
         self._deleted_while_loading: dict[int, set[str]] = {}
-        # KIP-848 consumer groups (members in memory; their offsets live in ``groups`` as a classic group's)
+        # KIP-848 consumer groups (ConsumerGroup* records; their offsets live in ``groups`` as a classic group's)
         self.consumer = ConsumerGroupManager(self)
 
     # ============================================================== lifecycle
