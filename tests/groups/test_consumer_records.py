@@ -145,3 +145,51 @@ def test_diff_and_replay() -> None:
     assert replay.groups == {"g": {k3: b"e2"}}
     replay.add(k3, None)  # the group's tombstone deletes it
     assert replay.groups == {}
+
+
+def test_install_records_as_kafka_writes_them() -> None:
+    """A replay of records as a Kafka 4 broker writes them (ConsumerGroupMetadataValue with its MetadataHash tag,
+    a ConsumerGroupPartitionMetadata record, a member that asked for an assignor tidelog does not have) builds the
+    group: members with their epochs, states, assignments and targets; a topic that no longer exists is dropped."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from tidelog.broker.group.consumer_group import ConsumerGroupManager
+    from tidelog.broker.group.consumer_store import install
+
+    topics = {TID_A: SimpleNamespace(name="orders", num_partitions=4, topic_id=TID_A)}  # TID_B: deleted
+    broker = SimpleNamespace(config=SimpleNamespace(props={}), topics=SimpleNamespace(
+        by_id=topics.get, all_topics=lambda: list(topics.values()),
+        get=lambda name: next((t for t in topics.values() if t.name == name), None)))
+    mgr = ConsumerGroupManager(SimpleNamespace(broker=broker, groups={}))  # type: ignore[arg-type]
+    key = crec.encode_key
+    meta_with_hash = i16(0) + i32(9) + b"\x01\x00\x08" + struct.pack(">q", 1234)
+    member = crec.encode_member_metadata(MemberMetadata(None, "rack-1", "c", "/10.0.0.1", ["orders"], None, 45000,
+                                                        "kafka-only-assignor"))
+    records = [
+        (key(ConsumerKey(5, "g", "m1")), member),
+        (key(ConsumerKey(3, "g")), meta_with_hash),
+        (key(ConsumerKey(4, "g")), i16(0) + carr(0) + b"\x00"),
+        (key(ConsumerKey(7, "g", "m1")), crec.encode_target_member({TID_A: [0, 1], TID_B: [0]})),
+        (key(ConsumerKey(6, "g")), crec.encode_target_metadata(9)),
+        (key(ConsumerKey(8, "g", "m1")), crec.encode_current_assignment(
+            CurrentAssignment(8, 7, 1, {TID_A: [0]}, {TID_A: [2], TID_B: [0]}))),
+    ]
+    replay = ConsumerReplay()
+    for k, v in records:
+        replay.add(k, v)
+
+    async def run() -> None:
+        assert install(mgr, replay) == 1
+        g = mgr.groups["g"]
+        assert (g.group_epoch, g.assignment_epoch, g.assignor) == (9, 9, "uniform")
+        m = g.members["m1"]
+        assert (m.epoch, m.previous_epoch, m.state, m.rack_id, m.server_assignor) == (
+            8, 7, "unrevoked_partitions", "rack-1", None)
+        assert m.assigned == {("orders", 0)} and m.pending_revocation == {("orders", 2)}
+        assert g.target["m1"] == {("orders", 0), ("orders", 1)}
+        assert m.session_timer is not None and m.revocation_timer is not None
+        assert g.metadata == (("orders", 4),)
+        mgr.shutdown()
+
+    asyncio.run(run())

@@ -281,7 +281,8 @@ def install(mgr: ConsumerGroupManager, replayed: ConsumerReplay) -> int:
                 mm = crec.decode_member_metadata(vb)
                 m = ConsumerMember(mid or "", mm.instance_id, mm.rack_id, mm.client_id, mm.client_host,
                                    mm.rebalance_timeout_ms if mm.rebalance_timeout_ms >= 0 else 300000,
-                                   list(mm.subscribed_topic_names), mm.subscribed_topic_regex, mm.server_assignor)
+                                   list(mm.subscribed_topic_names), mm.subscribed_topic_regex,
+                                   mm.server_assignor if mm.server_assignor in mgr.assignors else None)
                 g.members[m.member_id] = m
                 if m.instance_id is not None:
                     g.static_members[m.instance_id] = m.member_id
