@@ -13,7 +13,8 @@ same information is available as one JSON object per event (see :class:`Event`).
 
 ``offsets_decoder`` (Kafka's ``--offsets-decoder``, which implies ``--print-data-log``) shows the records of
 ``__consumer_offsets`` segments decoded, as Kafka's ``OffsetsMessageParser`` does: see
-:func:`parse_offsets_record`. A record it cannot decode is shown as such and is not counted as a problem
+:func:`parse_offsets_record` (key types 0-2 by ``broker/group/records.py``, the KIP-848 ConsumerGroup* types 3-8 by
+``broker/group/consumer_records.py``). A record it cannot decode is shown as such and is not counted as a problem
 (the segment itself is intact; Kafka's exit status does not change either).
 
 Checks follow Kafka's rules:
