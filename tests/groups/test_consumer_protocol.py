@@ -132,11 +132,20 @@ def test_group_describe_and_list(kip848_broker: Any) -> None:
         m.kill()
 
 
-def test_members_rejoin_after_broker_restart(broker_factory: Any) -> None:
-    """Members are kept in memory (docs/ARCHITECTURE.md): after a restart the coordinator answers the members'
-    heartbeats UNKNOWN_MEMBER_ID, they rejoin with epoch 0 and resume from the committed offsets (kept in
-    ``__consumer_offsets``): nothing is lost; a record is read twice only if its commit was refused (the
-    member still fetched with its old assignment until its heartbeat learnt it was unknown)."""
+def _describe(bootstrap: str, group: str) -> Any:
+    import asyncio
+
+    from tidelog.cli.group_kip848 import describe_consumer_group
+
+    g, err = asyncio.run(describe_consumer_group(bootstrap, group, 10))
+    assert g is not None, err
+    return g
+
+
+def test_members_keep_epochs_across_broker_restart(broker_factory: Any) -> None:
+    """Members, epochs and assignments are written to ``__consumer_offsets`` as Kafka's ConsumerGroup* records and
+    replayed at load (docs/decisions/0062): after a one-node restart the members' heartbeats are accepted with
+    their member ids and epochs, no partition moves, no commit is refused and no record is read twice."""
     b = broker_factory(FAST_CONSUMER_GROUPS)
     topic, group = "kip848-restart", "g-kip848-restart"
     create_topic(b.bootstrap, topic, PARTITIONS)
@@ -145,26 +154,62 @@ def test_members_rejoin_after_broker_restart(broker_factory: Any) -> None:
     members = [_member(b.bootstrap, group, topic) for _ in range(2)]
     try:
         wait_until(lambda: set(first) <= {v for m in members for v in m.values()}, 60, "first batch consumed")
+        wait_until(lambda: exclusive_cover(members, PARTITIONS) and all(len(m.assigned) == 3 for m in members), 60,
+                   "the members share the partitions")
+        before = wait_until(lambda: (lambda g: g if g.state == "Stable" else None)(_describe(b.bootstrap, group)),
+                            30, "a stable group")
+        assignments_before = [sum(ev["event"] == "assigned" for ev in m.snapshot()) for m in members]
         b.restart()
         second = [f"s{i}" for i in range(60)]
         produce_values(b.bootstrap, topic, second, PARTITIONS)
         wait_until(lambda: set(second) <= {v for m in members for v in m.values()}, 90,
                    "second batch consumed after the restart")
-        wait_until(lambda: exclusive_cover(members, PARTITIONS), 60, "the members share the partitions again")
-        # the ledger: a record read twice was processed by a member whose commit of it was refused after the
-        # restart (it still fetched with its old assignment until its heartbeat learnt it was unknown)
-        uncommitted = {(ev["p"], ev["o"] - 1) for m in members for ev in m.snapshot() if ev["event"] == "commit_failed"}
-        by_value: dict[str, list[tuple[int, int]]] = {}
-        for m in members:
-            for ev in m.snapshot():
-                if ev["event"] == "msg":
-                    by_value.setdefault(ev["v"], []).append((ev["p"], ev["o"]))
-        dupes = {v: at for v, at in by_value.items() if len(at) > 1}
-        assert all(set(at) & uncommitted for at in dupes.values()), dupes
+        after = _describe(b.bootstrap, group)
+        assert after.group_epoch == before.group_epoch
+        assert after.assignment_epoch == before.assignment_epoch
+        assert {m.member_id: (m.epoch, sorted(m.assignment)) for m in after.members} == \
+            {m.member_id: (m.epoch, sorted(m.assignment)) for m in before.members}
+        # no rebalance on the clients' side: no new assignment, no refused commit, nothing read twice
+        assert [sum(ev["event"] == "assigned" for ev in m.snapshot()) for m in members] == assignments_before
+        assert not [ev for m in members for ev in m.snapshot() if ev["event"] == "commit_failed"]
+        values = [v for m in members for v in m.values()]
+        assert len(values) == len(set(values)) == 120
         assert all(not m.exited() for m in members)
+        _check_dump_log(b.data_dir, group, {m.member_id: m.epoch for m in after.members})
     finally:
         for m in members:
             m.kill()
+
+
+def _check_dump_log(data_dir: Any, group: str, epochs: dict[str, int]) -> None:
+    """``tidelog dump-log --offsets-decoder`` shows the group's ConsumerGroup* records (types 3-8) as Kafka's
+    DumpLogSegments does; the last current-assignment record of each member carries its epoch."""
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from tidelog.broker.group.records import partition_for
+    from tidelog.cli.dump_log import dump_log
+
+    part = Path(data_dir) / f"__consumer_offsets-{partition_for(group, 3)}"
+    files = sorted(str(f) for f in part.glob("*.log"))
+    res = CliRunner().invoke(dump_log, ["--files", *files, "--offsets-decoder"])
+    assert res.exit_code == 0, res.output
+    types: set[str] = set()
+    last: dict[str, int] = {}
+    for line in res.output.splitlines():
+        if " key: {" not in line or " payload: " not in line:
+            continue
+        key_text, payload_text = line.split(" key: ", 1)[1].split(" payload: ", 1)
+        key = json.loads(key_text)
+        if key["data"].get("groupId") != group:
+            continue
+        types.add(key["type"])
+        if key["type"] == "8" and payload_text != "<DELETE>":
+            last[key["data"]["memberId"]] = json.loads(payload_text)["data"]["memberEpoch"]
+    assert {"3", "5", "6", "7", "8"} <= types
+    assert last == epochs
 
 
 def test_send_offsets_to_transaction(kip848_broker: Any) -> None:

@@ -216,7 +216,7 @@ def test_tombstones_print_delete(tmp_path: Path) -> None:
 def test_undecodable_records_are_reported_and_the_dump_goes_on(tmp_path: Path) -> None:
     good = (encode_offset_key("g", "t", 0), encode_offset_value(OffsetValue(5, 0, "", NOW)))
     records: list[tuple[bytes | None, bytes | None]] = [
-        (struct.pack(">h", 7) + b"\x00\x01x", b"\x00\x00"),  # 0: unknown key type
+        (struct.pack(">h", 99) + b"\x00\x01x", b"\x00\x00"),  # 0: unknown key type (3-8 are KIP-848 records)
         (None, encode_offset_value(OffsetValue(1, 0, "", NOW))),  # 1: no key
         (encode_offset_key("g", "t", 0), b"\x00\x03\x00\x00"),  # 2: value truncated
         (encode_offset_key("g", "t", 0), struct.pack(">hq", 9, 1)),  # 3: unknown value version
@@ -232,7 +232,7 @@ def test_undecodable_records_are_reported_and_the_dump_goes_on(tmp_path: Path) -
     lines = record_lines(out)
     assert len(lines) == len(records)
     rest = [line.split(" headerKeys: [] ", 1)[1] for line in lines]
-    assert rest[0] == "key: Unknown record type 7 at offset 0, skipping."
+    assert rest[0] == "key: Unknown record type 99 at offset 0, skipping."
     assert rest[1] == (
         "key: Failed to decode message at offset 1 using offset topic decoder (message had a missing key)"
     )

@@ -9,6 +9,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from tidelog.broker.group import consumer_records
 from tidelog.broker.group.records import (
     GroupValue,
     OffsetKey,
@@ -74,6 +75,13 @@ def parse_offsets_record(offset: int, key: bytes | None, value: bytes | None) ->
         )
     key = bytes(key)
     key_version = _version(key) if len(key) >= 2 else None  # a shorter key fails in decode_key below
+    if key_version in consumer_records.KEY_TYPES:  # KIP-848 ConsumerGroup* records (types 3-8)
+        try:
+            ckey, cpayload = consumer_records.to_json(key, None if value is None else bytes(value))
+        except (ValueError, struct.error) as exc:
+            return OffsetsRecord(f"Error at offset {offset}, skipping. {exc}", None, None, None)
+        ptext = DELETE_PAYLOAD if cpayload is None else _compact_json(cpayload)
+        return OffsetsRecord(_compact_json(ckey), ptext, ckey, cpayload)
     if key_version is not None and key_version not in OFFSETS_KEY_TYPES:
         return OffsetsRecord(f"Unknown record type {key_version} at offset {offset}, skipping.", None, None, None)
     try:

@@ -22,11 +22,10 @@ and incremental reconciliation, as Kafka 4's group coordinator has them.
   live member answers UNRELEASED_INSTANCE_ID; a heartbeat naming another member's instance id FENCED_INSTANCE_ID.
 * ``group.consumer.max.size``: GROUP_MAX_SIZE_REACHED for a member beyond it.
 
-Durability: members, epochs and assignments are kept **in memory** only; committed offsets go to
-``__consumer_offsets`` as for classic groups (they live in the coordinator's ``Group`` of the same id). After a
-restart or a coordinator move the members' heartbeats get UNKNOWN_MEMBER_ID and they rejoin with epoch 0,
-resuming from the committed offsets. Kafka instead writes ConsumerGroupMetadata / ConsumerGroupMemberMetadata /
-TargetAssignment / CurrentMemberAssignment records (docs/decisions/0062-kip848-consumer-groups.md).
+Durability: members, epochs and assignments are written to ``__consumer_offsets`` as Kafka's ConsumerGroup* records
+(``tidelog.broker.group.consumer_store``) and replayed when a partition loads, so members keep their id, epoch and
+assignment across a restart or a coordinator move; committed offsets go there as for classic groups (they live in
+the coordinator's ``Group`` of the same id).
 
 Everything runs on the broker's event loop; timers are ``loop.call_later``. The assignor runs on the loop too: it
 is linear in the group's partitions and members, both bounded (``group.consumer.max.size``, the topics' partitions).
@@ -45,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.assignors import ASSIGNORS, MemberSubscription, TopicPartition
+from tidelog.broker.group.consumer_store import ConsumerGroupStore
 from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -195,6 +195,7 @@ class ConsumerGroupManager:
         self._topics: dict[str, int] | None = None
         self._topics_at = 0.0
         self._regex_matches: dict[str, frozenset[str]] = {}
+        self.store = ConsumerGroupStore(self)  # ConsumerGroup* records in __consumer_offsets
 
     # ---------------------------------------------------------------------------------------- queries
 
@@ -240,9 +241,27 @@ class ConsumerGroupManager:
 
     def drop(self, group_id: str) -> None:
         g = self.groups.pop(group_id, None)
+        self.store.forget(group_id)
         if g is not None:
             for m in g.members.values():
                 m.cancel_timers()
+
+    def loaded_group(self, g: ConsumerGroup) -> None:
+        """A group replayed from ``__consumer_offsets`` (:func:`consumer_store.install`): its subscribed topics'
+        partitions as they are now, a session timer per member (one that does not heartbeat in time is removed,
+        as in Kafka after a load) and a revocation timer per member still revoking."""
+        existing = self._existing_topics()
+        topics: set[str] = set()
+        for m in g.members.values():
+            topics |= self._subscribed_topics(g, m, existing)
+        g.metadata = tuple(sorted((t, existing[t]) for t in topics))
+        g.metadata_checked = time.monotonic()
+        loop = asyncio.get_running_loop()
+        for m in g.members.values():
+            self._touch(g, m)
+            if m.state == UNREVOKED:
+                m.revocation_timer = loop.call_later(max(m.rebalance_timeout_ms, 1) / 1000.0, self._revocation_expired,
+                                                     g.group_id, m.member_id, m.epoch)
 
     def shutdown(self) -> None:
         for gid in list(self.groups):
@@ -368,7 +387,6 @@ class ConsumerGroupManager:
         else:
             g0 = self.groups.get(group_id)
             if g0 is None:
-                # Kafka keeps the group across restarts; here it is in memory: the member rejoins
                 raise ConsumerGroupError(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
             g = g0
         if epoch == LEAVE_EPOCH:
@@ -527,6 +545,7 @@ class ConsumerGroupManager:
                                                                  "reason": why, "group_epoch": g.group_epoch}})
         if g.members:
             self._compute_target(g)
+        self.store.schedule(g.group_id)
 
     def _touch(self, g: ConsumerGroup, m: ConsumerMember) -> None:
         if m.session_timer is not None:

@@ -157,7 +157,7 @@ class GroupCoordinator:
         # topics deleted while a __consumer_offsets partition was loading: their
         # offsets are removed from that partition's groups once installed
         self._deleted_while_loading: dict[int, set[str]] = {}
-        # KIP-848 consumer groups (members in memory; their offsets live in ``groups`` as a classic group's)
+        # KIP-848 consumer groups (ConsumerGroup* records; their offsets live in ``groups`` as a classic group's)
         self.consumer = ConsumerGroupManager(self)
 
     # ============================================================== lifecycle
@@ -486,7 +486,11 @@ class GroupCoordinator:
             return NON_EMPTY_GROUP
         g = self.groups.get(group_id)
         if (g is None or g.state == GroupState.DEAD) and self.consumer.is_consumer_group(group_id):
-            self.consumer.drop(group_id)  # an empty KIP-848 group without offsets
+            # an empty KIP-848 group without offsets: tombstones for its ConsumerGroup* records
+            code = await self._append(group_id, self.consumer.store.tombstones(group_id), offsets=False)
+            if code:
+                return code
+            self.consumer.drop(group_id)
             return NONE
         if g is None or g.state == GroupState.DEAD:
             return GROUP_ID_NOT_FOUND
@@ -499,6 +503,7 @@ class GroupCoordinator:
         pending_only = {tp for offs in g.pending_txn_offsets.values() for tp in offs if tp not in g.offsets}
         entries += [(rec.encode_offset_key(group_id, t, p), None) for (t, p) in sorted(pending_only)]
         entries.append((rec.encode_group_key(group_id), None))
+        entries += self.consumer.store.tombstones(group_id)  # KIP-848 group records, if any
         code = await self._append(group_id, entries)
         if code:
             return code

@@ -12,6 +12,8 @@ from collections.abc import Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group import records as rec
+from tidelog.broker.group.consumer_store import ConsumerReplay
+from tidelog.broker.group.consumer_store import install as install_consumer_groups
 from tidelog.broker.group.deleted_topics import drop_topics
 from tidelog.broker.group.records import OFFSETS_TOPIC, GroupValue, OffsetValue
 from tidelog.broker.group.replay import Migration, Replay, _read_partitions
@@ -20,6 +22,7 @@ from tidelog.broker.group.state import now_ms as _now_ms
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
+    from tidelog.broker.group.consumer_group import ConsumerGroupManager
 
 log = logging.getLogger("tidelog.broker.group")
 
@@ -31,6 +34,7 @@ class LoadingHost(Protocol):
 
     broker: Broker
     groups: dict[str, Group]
+    consumer: ConsumerGroupManager
     loaded: asyncio.Event
     loading_partitions: set[int]
     owned: dict[int, int]
@@ -72,12 +76,14 @@ async def _load_partitions(self: LoadingHost, batch: dict[int, int]) -> None:
         await asyncio.gather(*(_load_partition(self, p, gen) for p, gen in sorted(batch.items())))
         return
     t0 = time.monotonic()
+    consumer = ConsumerReplay()
     logs = [lg for p in sorted(batch) if (lg := self.broker.topics.get_log(OFFSETS_TOPIC, p)) is not None]
     try:
-        state = await asyncio.to_thread(_read_partitions, logs, n, adopt_misplaced=True)
+        state = await asyncio.to_thread(_read_partitions, logs, n, adopt_misplaced=True, consumer=consumer)
     except Exception:
         log.exception("loading __consumer_offsets failed; groups start empty")
         state = Replay({}, {}, set(), Migration(), {})
+        consumer = ConsumerReplay()
     current = {p: gen for p, gen in batch.items()
                if self._load_generation.get(p) == gen and p in self.loading_partitions}
     if len(current) < len(batch):
@@ -104,6 +110,7 @@ async def _load_partitions(self: LoadingHost, batch: dict[int, int]) -> None:
         assert g is not None
         g.offsets[(topic, part)] = ov
     self._install_pending(pending_v)
+    install_consumer_groups(self.consumer, consumer)
     deleted: set[str] = set()
     for p in batch:
         deleted |= self._deleted_while_loading.pop(p, set())
@@ -205,13 +212,16 @@ def _chunks(self: LoadingHost, partition: int, entries: Sequence[tuple[bytes, by
 async def _load_partition(self: LoadingHost, partition: int, gen: int) -> None:
     t0 = time.monotonic()
     plog = self.broker.topics.get_log(OFFSETS_TOPIC, partition)
+    consumer = ConsumerReplay()
     try:
         groups_v, offsets_v, misplaced, _, pending_v = await asyncio.to_thread(
-            _read_partitions, [plog] if plog is not None else [], self.num_partitions, adopt_misplaced=False)
+            _read_partitions, [plog] if plog is not None else [], self.num_partitions, adopt_misplaced=False,
+            consumer=consumer)
     except Exception:
         log.exception("loading __consumer_offsets partition failed; its groups start empty",
                       extra={"kv": {"partition": partition}})
         groups_v, offsets_v, misplaced, pending_v = {}, {}, set(), {}
+        consumer = ConsumerReplay()
     if misplaced:
         # records of groups another partition coordinates (tidelog's pre-Kafka placement): not installed here
         log.warning("skipped misplaced __consumer_offsets records of groups this partition does not coordinate",
@@ -231,6 +241,7 @@ async def _load_partition(self: LoadingHost, partition: int, gen: int) -> None:
     for key in [k for k in self._open_txns if k[0] == partition]:
         del self._open_txns[key]
     self._install_pending(pending_v)
+    install_consumer_groups(self.consumer, consumer)
     deleted = self._deleted_while_loading.pop(partition, None)
     if deleted:
         n = self.num_partitions

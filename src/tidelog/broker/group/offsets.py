@@ -210,6 +210,7 @@ async def expire_offsets(self: OffsetsHost, now_ms: int) -> int:
                       and not g.pending_txn_offsets)
         if drop_group:
             entries.append((rec.encode_group_key(g.group_id), None))
+            entries += self.consumer.store.tombstones(g.group_id)  # an empty KIP-848 group's records
         if not entries:
             continue
         # as Kafka's cleanupGroupMetadata: out of the cache first, then the tombstones (a failed write only

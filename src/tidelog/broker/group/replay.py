@@ -9,7 +9,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from tidelog.broker.group import consumer_records as crec
 from tidelog.broker.group import records as rec
+from tidelog.broker.group.consumer_store import ConsumerReplay
 from tidelog.broker.group.records import GroupValue, OffsetValue
 from tidelog.broker.internal_topics import replay_log
 from tidelog.records.batch import ControlRecordType, parse_control_record
@@ -60,7 +62,8 @@ def _materialize(offsets: dict[Any, OffsetValue], pending: dict[Any, OffsetValue
             offsets[key] = ov
 
 
-def _read_partitions(logs: list[Any], num_partitions: int, *, adopt_misplaced: bool) -> Replay:
+def _read_partitions(logs: list[Any], num_partitions: int, *, adopt_misplaced: bool,
+                     consumer: ConsumerReplay | None = None) -> Replay:
     """Blocking: replay ``__consumer_offsets`` partitions (latest record per key wins, tombstones delete).
 
     A record in a partition that is not its group's (:func:`records.partition_for`) is *misplaced*: tidelog placed
@@ -122,6 +125,11 @@ def _read_partitions(logs: list[Any], num_partitions: int, *, adopt_misplaced: b
                 if r.key is None:
                     continue
                 try:
+                    if consumer is not None and crec.is_consumer_key(r.key):
+                        # KIP-848 group records (types 3-8), their group's own partition only
+                        if rec.partition_for(crec.decode_key(r.key).group, num_partitions) == partition:
+                            consumer.add(r.key, None if r.value is None else bytes(r.value))
+                        continue
                     key = rec.decode_key(r.key)
                     p = home.get(key.group)
                     if p is None:

@@ -44,6 +44,10 @@ async def consumer_group_heartbeat(ctx: RequestContext, request: dict) -> dict:
         return fit(CONSUMER_GROUP_HEARTBEAT, v, _error(err))
     host = ("/" + ctx.client_host) if ctx.client_host else ""
     body = coord.consumer.heartbeat(v, request, ctx.client_id or "", host)
+    if not body["error_code"]:  # the group's ConsumerGroup* records, written before the answer
+        err = await coord.consumer.store.persist(group_id, body["member_id"])
+        if err:
+            body = _error(err)
     body["throttle_time_ms"] = 0
     return fit(CONSUMER_GROUP_HEARTBEAT, v, body)
 

@@ -203,7 +203,11 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> Body:
         return _join_response(v, _join_error(COORDINATOR_NOT_AVAILABLE, member_id))
     if coord.consumer.active(_str(request.get("group_id"))):  # a KIP-848 group with members (no migration)
         return _join_response(v, _join_error(INCONSISTENT_GROUP_PROTOCOL, member_id))
-    coord.consumer.drop(_str(request.get("group_id")))  # an empty KIP-848 group becomes a classic one
+    if coord.consumer.is_consumer_group(_str(request.get("group_id"))):  # an empty one becomes a classic one
+        err = await coord.consumer.store.delete(_str(request.get("group_id")))  # its ConsumerGroup* tombstones
+        if err:
+            return _join_response(v, _join_error(err, member_id))
+    coord.consumer.drop(_str(request.get("group_id")))
     session = int(request.get("session_timeout_ms", 0))
     rebalance = int(request.get("rebalance_timeout_ms", -1)) if v >= 1 else session
     if rebalance < 0:

@@ -1,0 +1,316 @@
+"""Persistence of KIP-848 consumer groups in ``__consumer_offsets`` (Kafka's ConsumerGroup* records, types 3-8,
+:mod:`consumer_records`): writing a group's changes, replaying them when a partition loads.
+
+**Writing.** The group's state is kept in memory by :class:`ConsumerGroupManager`; after each heartbeat (and after a
+member is removed by a timer) :meth:`ConsumerGroupStore.persist` compares the records the group's state makes now
+with the ones last written for it and appends the difference as one batch through the coordinator's append path
+(the one classic GroupMetadata records take: acks=-1, ``offsets.commit.timeout.ms``) — values in Kafka's order
+(member subscriptions, group epoch, target assignment members, target assignment epoch, current assignments) and
+tombstones for the members gone (current assignment, target assignment, member subscription). Writes of one group
+are serialized (a lock per group), so the log's last record of every key is the latest state. The heartbeat is
+answered after its records are written; a failed write answers the append's error (NOT_COORDINATOR, ...) and the
+records stay due: the next persist of the group writes them. Kafka instead applies state only once written (its
+timeline snapshots roll a failed write back); tidelog keeps the in-memory state and rewrites it.
+
+**Deleting.** DeleteGroups of a consumer group writes the tombstones of every record last written for it
+(:meth:`tombstones`: target assignment epoch and group epoch).
+
+**Replaying.** :class:`ConsumerReplay` collects the latest value of each type 3-8 key while a partition replays (in
+the loader's worker thread, :mod:`replay`); :func:`install` builds the groups on the loop: a group exists if its
+ConsumerGroupMetadata record does; members come from their member metadata, target and current assignment records
+(topic ids resolved to names; a partition of a topic that no longer exists is dropped), session timers start anew
+(a member that does not heartbeat within the session timeout after the load is removed, as in Kafka) and so do the
+revocation timers of members revoking. ConsumerGroupPartitionMetadata (type 4) is ignored, as Kafka 4.x does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tidelog.broker.group import consumer_records as crec
+from tidelog.broker.group.consumer_records import ConsumerKey, CurrentAssignment, MemberMetadata
+
+if TYPE_CHECKING:
+    from tidelog.broker.group.assignors import TopicPartition
+    from tidelog.broker.group.consumer_group import ConsumerGroup, ConsumerGroupManager, ConsumerMember
+
+log = logging.getLogger("tidelog.broker.group.consumer")
+
+NONE = 0
+Entries = list[tuple[bytes, bytes | None]]
+
+
+class AppendHost(Protocol):
+    async def _append(self, group_id: str, entries: list[tuple[bytes, bytes | None]], *, offsets: bool = True,
+                      **kw: Any) -> int: ...
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None: ...
+
+
+# ----------------------------------------------------------------------------------------------- snapshot
+
+
+def _ids(mgr: ConsumerGroupManager, tps: set[TopicPartition]) -> crec.TopicAssignment:
+    topics = mgr.coordinator.broker.topics
+    out: crec.TopicAssignment = {}
+    for t, p in tps:
+        info = topics.get(t)
+        if info is None:
+            continue
+        out.setdefault(crec.topic_uuid(info.topic_id), []).append(p)
+    for ps in out.values():
+        ps.sort()
+    return out
+
+
+# a member's three records, cached by what they are made of: (signature, subscription, target, current)
+_MemberRecords = tuple[tuple[Any, ...], tuple[bytes, bytes], tuple[bytes, bytes] | None, tuple[bytes, bytes]]
+
+
+def _member_records(mgr: ConsumerGroupManager, g: ConsumerGroup, m: ConsumerMember,
+                    cache: dict[str, _MemberRecords]) -> _MemberRecords:
+    target = g.target.get(m.member_id)
+    sig = (m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(m.subscribed_names), m.subscribed_regex,
+           m.rebalance_timeout_ms, m.server_assignor, m.epoch, m.previous_epoch, m.state, frozenset(m.assigned),
+           frozenset(m.pending_revocation), None if target is None else frozenset(target))
+    hit = cache.get(m.member_id)
+    if hit is not None and hit[0] == sig:
+        return hit
+    gid, mid = g.group_id, m.member_id
+    sub = (crec.encode_key(ConsumerKey(crec.MEMBER_METADATA, gid, mid)), crec.encode_member_metadata(
+        MemberMetadata(m.instance_id, m.rack_id, m.client_id, m.client_host, sorted(m.subscribed_names),
+                       m.subscribed_regex, m.rebalance_timeout_ms, m.server_assignor)))
+    tgt = None if target is None else (crec.encode_key(ConsumerKey(crec.TARGET_MEMBER, gid, mid)),
+                                       crec.encode_target_member(_ids(mgr, target)))
+    cur = (crec.encode_key(ConsumerKey(crec.CURRENT_ASSIGNMENT, gid, mid)), crec.encode_current_assignment(
+        CurrentAssignment(m.epoch, m.previous_epoch, crec.STATE_IDS.get(m.state, 127), _ids(mgr, m.assigned),
+                          _ids(mgr, m.pending_revocation))))
+    out = cache[mid] = (sig, sub, tgt, cur)
+    return out
+
+
+def snapshot(mgr: ConsumerGroupManager, g: ConsumerGroup,
+             cache: dict[str, _MemberRecords] | None = None) -> dict[bytes, bytes]:
+    """Every record (key bytes -> value bytes) the group's current state makes, in Kafka's write order. ``cache``:
+    the members' records of the previous call (a member whose state did not change is not encoded again)."""
+    gid = g.group_id
+    cache = {} if cache is None else cache
+    for mid in [mid for mid in cache if mid not in g.members]:
+        del cache[mid]
+    members = [_member_records(mgr, g, g.members[mid], cache) for mid in sorted(g.members)]
+    out: dict[bytes, bytes] = {}
+    for _, (k, v), _, _ in members:
+        out[k] = v
+    out[crec.encode_key(ConsumerKey(crec.GROUP_METADATA, gid))] = crec.encode_group_metadata(g.group_epoch)
+    for _, _, tgt, _ in members:
+        if tgt is not None:
+            out[tgt[0]] = tgt[1]
+    out[crec.encode_key(ConsumerKey(crec.TARGET_METADATA, gid))] = crec.encode_target_metadata(g.assignment_epoch)
+    for _, _, _, (k, v) in members:
+        out[k] = v
+    return out
+
+
+_TOMBSTONE_ORDER = {crec.CURRENT_ASSIGNMENT: 0, crec.TARGET_MEMBER: 1, crec.MEMBER_METADATA: 2,
+                    crec.TARGET_METADATA: 3, crec.PARTITION_METADATA: 4, crec.GROUP_METADATA: 5}
+
+
+def diff(before: dict[bytes, bytes], after: dict[bytes, bytes]) -> Entries:
+    """The records that take the log from ``before`` to ``after``: changed values (``after``'s order), then
+    tombstones for keys gone (Kafka's order: current assignment, target, subscription; group-level last)."""
+    out: Entries = [(k, v) for k, v in after.items() if before.get(k) != v]
+    gone = [k for k in before if k not in after]
+    gone.sort(key=lambda k: _TOMBSTONE_ORDER.get(crec.key_type(k) or 0, 9))
+    out += [(k, None) for k in gone]
+    return out
+
+
+class ConsumerGroupStore:
+    """What was last written for each consumer group, and the writes that bring the log up to date."""
+
+    def __init__(self, manager: ConsumerGroupManager) -> None:
+        self.manager = manager
+        self.written: dict[str, dict[bytes, bytes]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._cache: dict[str, dict[str, _MemberRecords]] = {}
+        # (group epoch, assignment epoch, member ids) of the state last written in full
+        self._shape: dict[str, tuple[int, int, frozenset[str]]] = {}
+
+    @property
+    def _host(self) -> AppendHost:
+        return self.manager.coordinator  # type: ignore[return-value]
+
+    async def persist(self, group_id: str, member_id: str | None = None) -> int:
+        """Write the group's changes since the last write; an error code (NONE when nothing was due).
+
+        ``member_id``: the member whose heartbeat this follows. While the group's shape (group epoch, assignment
+        epoch, member ids) is the one last written, a heartbeat can only have changed that member's own records
+        (the target moves only with the epochs, members come and go only with the group epoch): only those are
+        compared, not the whole group's (bench/kip848_persist.py)."""
+        lock = self._locks.get(group_id)
+        if lock is None:
+            lock = self._locks[group_id] = asyncio.Lock()
+        async with lock:
+            g = self.manager.groups.get(group_id)
+            if g is None:
+                return NONE
+            cache = self._cache.setdefault(group_id, {})
+            shape = (g.group_epoch, g.assignment_epoch, frozenset(g.members))
+            written = self.written.get(group_id)
+            if (member_id is not None and written is not None and self._shape.get(group_id) == shape
+                    and member_id in g.members):
+                _, sub, tgt, cur = _member_records(self.manager, g, g.members[member_id], cache)
+                entries: Entries = [kv for kv in (sub, tgt, cur) if kv is not None and written.get(kv[0]) != kv[1]]
+                if not entries:
+                    return NONE
+                err = await self._host._append(group_id, entries, offsets=False)
+                if err:
+                    self._shape.pop(group_id, None)
+                    return err
+                if self.manager.groups.get(group_id) is g and self.written.get(group_id) is written:
+                    written.update((k, v) for k, v in entries if v is not None)
+                return NONE
+            after = snapshot(self.manager, g, cache)
+            entries = diff(written or {}, after)
+            if not entries:
+                self._shape[group_id] = shape
+                return NONE
+            err = await self._host._append(group_id, entries, offsets=False)
+            if err:
+                self._shape.pop(group_id, None)
+                return err
+            if self.manager.groups.get(group_id) is g:
+                self.written[group_id] = after
+                self._shape[group_id] = shape
+            return NONE
+
+    def schedule(self, group_id: str) -> None:
+        """Persist later (a timer removed a member: no request waits for the write)."""
+        try:
+            self._host._spawn(self.persist(group_id))
+        except RuntimeError:  # no running loop (shutdown)
+            pass
+
+    def tombstones(self, group_id: str) -> Entries:
+        """Tombstones for every record last written for the group (DeleteGroups), and forget them."""
+        before = self.written.pop(group_id, {})
+        self._cache.pop(group_id, None)
+        self._shape.pop(group_id, None)
+        return diff(before, {})
+
+    async def delete(self, group_id: str) -> int:
+        """Write the tombstones of an empty group's records (it becomes a classic group); an error code, the
+        records kept as written when the write failed."""
+        before = self.written.get(group_id)
+        entries = self.tombstones(group_id)
+        if not entries:
+            return NONE
+        err = await self._host._append(group_id, entries, offsets=False)
+        if err and before is not None:
+            self.written[group_id] = before
+        return err
+
+    def forget(self, group_id: str) -> None:
+        self.written.pop(group_id, None)
+        self._locks.pop(group_id, None)
+        self._cache.pop(group_id, None)
+        self._shape.pop(group_id, None)
+
+
+# ----------------------------------------------------------------------------------------------- replay
+
+
+@dataclass(slots=True)
+class ConsumerReplay:
+    """Latest type 3-8 records per group, collected while ``__consumer_offsets`` partitions replay (blocking)."""
+
+    groups: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
+    skipped: int = 0
+
+    def add(self, key: bytes, value: bytes | None) -> str:
+        """Apply one record (tombstone: ``value`` None); returns its group id. Raises ``SchemaError``."""
+        k = crec.decode_key(key)
+        recs = self.groups.setdefault(k.group, {})
+        if value is None:
+            recs.pop(bytes(key), None)
+            if k.type == crec.GROUP_METADATA:
+                # Kafka deletes the group with this tombstone (its members are gone by then)
+                self.groups.pop(k.group, None)
+        else:
+            recs[bytes(key)] = bytes(value)
+        return k.group
+
+
+def install(mgr: ConsumerGroupManager, replayed: ConsumerReplay) -> int:
+    """Build the replayed groups in ``mgr`` (on the loop); the number installed."""
+    from tidelog.broker.group.consumer_group import ConsumerGroup, ConsumerMember
+
+    topics = mgr.coordinator.broker.topics
+    names: dict[bytes, str | None] = {}
+
+    def tps(assignment: crec.TopicAssignment) -> set[TopicPartition]:
+        out: set[TopicPartition] = set()
+        for tid, ps in assignment.items():
+            if tid not in names:
+                info = topics.by_id(tid)
+                names[tid] = info.name if info is not None else None
+            name = names[tid]
+            if name is not None:
+                out.update((name, p) for p in ps)
+        return out
+
+    installed = 0
+    for gid, recs in replayed.groups.items():
+        decoded: dict[int, dict[str | None, bytes]] = {}
+        for kb, vb in recs.items():
+            k = crec.decode_key(kb)
+            decoded.setdefault(k.type, {})[k.member_id] = vb
+        try:
+            meta = decoded.get(crec.GROUP_METADATA, {}).get(None)
+            if meta is None:
+                continue  # member records without their group's: not a group (Kafka would fail the load)
+            g = ConsumerGroup(gid, assignor=mgr.assignors[0])
+            g.group_epoch = crec.decode_epoch(meta)
+            tmeta = decoded.get(crec.TARGET_METADATA, {}).get(None)
+            g.assignment_epoch = crec.decode_epoch(tmeta) if tmeta is not None else 0
+            for mid, vb in decoded.get(crec.MEMBER_METADATA, {}).items():
+                mm = crec.decode_member_metadata(vb)
+                m = ConsumerMember(mid or "", mm.instance_id, mm.rack_id, mm.client_id, mm.client_host,
+                                   mm.rebalance_timeout_ms if mm.rebalance_timeout_ms >= 0 else 300000,
+                                   list(mm.subscribed_topic_names), mm.subscribed_topic_regex,
+                                   mm.server_assignor if mm.server_assignor in mgr.assignors else None)
+                g.members[m.member_id] = m
+                if m.instance_id is not None:
+                    g.static_members[m.instance_id] = m.member_id
+            for mid, vb in decoded.get(crec.TARGET_MEMBER, {}).items():
+                if mid in g.members:
+                    g.target[mid] = tps(crec.decode_target_member(vb))
+            for mid, vb in decoded.get(crec.CURRENT_ASSIGNMENT, {}).items():
+                m0 = g.members.get(mid or "")
+                if m0 is None:
+                    continue
+                ca = crec.decode_current_assignment(vb)
+                m0.epoch, m0.previous_epoch = ca.member_epoch, ca.previous_member_epoch
+                m0.state = crec.STATE_NAMES.get(ca.state, "stable")
+                m0.assigned = tps(ca.assigned)
+                m0.pending_revocation = tps(ca.pending_revocation)
+        except crec.SchemaError as exc:
+            log.warning("skipping undecodable consumer group records", extra={"kv": {"group": gid, "error": str(exc)}})
+            continue
+        picks = [m.server_assignor for m in g.members.values() if m.server_assignor]
+        if picks:
+            g.assignor = max(set(picks), key=lambda a: (picks.count(a), a))
+        old = mgr.groups.pop(gid, None)
+        if old is not None:
+            for om in old.members.values():
+                om.cancel_timers()
+        mgr.groups[gid] = g
+        mgr.store.written[gid] = {kb: vb for kb, vb in recs.items()
+                                  if crec.key_type(kb) != crec.PARTITION_METADATA}
+        mgr.loaded_group(g)
+        installed += 1
+    return installed
