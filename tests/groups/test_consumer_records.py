@@ -155,7 +155,7 @@ def test_install_records_as_kafka_writes_them() -> None:
     from types import SimpleNamespace
 
     from tidelog.broker.group.consumer_group import ConsumerGroupManager
-    from tidelog.broker.group.consumer_store import install
+    from tidelog.broker.group.consumer_install import install
 
     topics = {TID_A: SimpleNamespace(name="orders", num_partitions=4, topic_id=TID_A)}  # TID_B: deleted
     broker = SimpleNamespace(config=SimpleNamespace(props={}), topics=SimpleNamespace(

@@ -247,7 +247,7 @@ class ConsumerGroupManager:
                 m.cancel_timers()
 
     def loaded_group(self, g: ConsumerGroup) -> None:
-        """A group replayed from ``__consumer_offsets`` (:func:`consumer_store.install`): its subscribed topics'
+        """A group replayed from ``__consumer_offsets`` (:func:`consumer_install.install`): its subscribed topics'
         partitions as they are now, a session timer per member (one that does not heartbeat in time is removed,
         as in Kafka after a load) and a revocation timer per member still revoking."""
         existing = self._existing_topics()

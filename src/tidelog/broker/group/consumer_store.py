@@ -1,7 +1,7 @@
-"""Persistence of KIP-848 consumer groups in ``__consumer_offsets`` (Kafka's ConsumerGroup* records, types 3-8,
+"""Persistence of KIP-848 consumer groups in ``__consumer_offsets`` (Kafka's StoredGroup* records, types 3-8,
 :mod:`consumer_records`): writing a group's changes, replaying them when a partition loads.
 
-**Writing.** The group's state is kept in memory by :class:`ConsumerGroupManager`; after each heartbeat (and after a
+**Writing.** The group's state is kept in memory by :class:`GroupManager`; after each heartbeat (and after a
 member is removed by a timer) :meth:`ConsumerGroupStore.persist` compares the records the group's state makes now
 with the ones last written for it and appends the difference as one batch through the coordinator's append path
 (the one classic GroupMetadata records take: acks=-1, ``offsets.commit.timeout.ms``) — values in Kafka's order
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -36,9 +36,66 @@ from tidelog.broker.group.consumer_records import ConsumerKey, CurrentAssignment
 
 if TYPE_CHECKING:
     from tidelog.broker.group.assignors import TopicPartition
-    from tidelog.broker.group.consumer_group import ConsumerGroup, ConsumerGroupManager, ConsumerMember
 
 log = logging.getLogger("tidelog.broker.group.consumer")
+
+
+class StoredMember(Protocol):
+    """What the records hold of a :class:`~tidelog.broker.group.consumer_group.StoredMember` (a Protocol: that
+    module builds this store, so this one does not import it back)."""
+
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def instance_id(self) -> str | None: ...
+    @property
+    def rack_id(self) -> str | None: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def client_host(self) -> str: ...
+    @property
+    def rebalance_timeout_ms(self) -> int: ...
+    @property
+    def subscribed_names(self) -> list[str]: ...
+    @property
+    def subscribed_regex(self) -> str | None: ...
+    @property
+    def server_assignor(self) -> str | None: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def previous_epoch(self) -> int: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def assigned(self) -> set[TopicPartition]: ...
+    @property
+    def pending_revocation(self) -> set[TopicPartition]: ...
+
+
+class StoredGroup(Protocol):
+    """What the records hold of a :class:`~tidelog.broker.group.consumer_group.StoredGroup`."""
+
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def group_epoch(self) -> int: ...
+    @property
+    def assignment_epoch(self) -> int: ...
+    @property
+    def members(self) -> Mapping[str, StoredMember]: ...
+    @property
+    def target(self) -> Mapping[str, set[TopicPartition]]: ...
+
+
+class GroupManager(Protocol):
+    """What the store uses of :class:`~tidelog.broker.group.consumer_group.GroupManager`."""
+
+    coordinator: Any
+
+    @property
+    def groups(self) -> Mapping[str, StoredGroup]: ...
 
 NONE = 0
 Entries = list[tuple[bytes, bytes | None]]
@@ -54,7 +111,7 @@ class AppendHost(Protocol):
 # ----------------------------------------------------------------------------------------------- snapshot
 
 
-def _ids(mgr: ConsumerGroupManager, tps: set[TopicPartition]) -> crec.TopicAssignment:
+def _ids(mgr: GroupManager, tps: set[TopicPartition]) -> crec.TopicAssignment:
     topics = mgr.coordinator.broker.topics
     out: crec.TopicAssignment = {}
     for t, p in tps:
@@ -71,7 +128,7 @@ def _ids(mgr: ConsumerGroupManager, tps: set[TopicPartition]) -> crec.TopicAssig
 _MemberRecords = tuple[tuple[Any, ...], tuple[bytes, bytes], tuple[bytes, bytes] | None, tuple[bytes, bytes]]
 
 
-def _member_records(mgr: ConsumerGroupManager, g: ConsumerGroup, m: ConsumerMember,
+def _member_records(mgr: GroupManager, g: StoredGroup, m: StoredMember,
                     cache: dict[str, _MemberRecords]) -> _MemberRecords:
     target = g.target.get(m.member_id)
     sig = (m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(m.subscribed_names), m.subscribed_regex,
@@ -93,7 +150,7 @@ def _member_records(mgr: ConsumerGroupManager, g: ConsumerGroup, m: ConsumerMemb
     return out
 
 
-def snapshot(mgr: ConsumerGroupManager, g: ConsumerGroup,
+def snapshot(mgr: GroupManager, g: StoredGroup,
              cache: dict[str, _MemberRecords] | None = None) -> dict[bytes, bytes]:
     """Every record (key bytes -> value bytes) the group's current state makes, in Kafka's write order. ``cache``:
     the members' records of the previous call (a member whose state did not change is not encoded again)."""
@@ -132,7 +189,7 @@ def diff(before: dict[bytes, bytes], after: dict[bytes, bytes]) -> Entries:
 class ConsumerGroupStore:
     """What was last written for each consumer group, and the writes that bring the log up to date."""
 
-    def __init__(self, manager: ConsumerGroupManager) -> None:
+    def __init__(self, manager: GroupManager) -> None:
         self.manager = manager
         self.written: dict[str, dict[bytes, bytes]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -243,74 +300,3 @@ class ConsumerReplay:
         else:
             recs[bytes(key)] = bytes(value)
         return k.group
-
-
-def install(mgr: ConsumerGroupManager, replayed: ConsumerReplay) -> int:
-    """Build the replayed groups in ``mgr`` (on the loop); the number installed."""
-    from tidelog.broker.group.consumer_group import ConsumerGroup, ConsumerMember
-
-    topics = mgr.coordinator.broker.topics
-    names: dict[bytes, str | None] = {}
-
-    def tps(assignment: crec.TopicAssignment) -> set[TopicPartition]:
-        out: set[TopicPartition] = set()
-        for tid, ps in assignment.items():
-            if tid not in names:
-                info = topics.by_id(tid)
-                names[tid] = info.name if info is not None else None
-            name = names[tid]
-            if name is not None:
-                out.update((name, p) for p in ps)
-        return out
-
-    installed = 0
-    for gid, recs in replayed.groups.items():
-        decoded: dict[int, dict[str | None, bytes]] = {}
-        for kb, vb in recs.items():
-            k = crec.decode_key(kb)
-            decoded.setdefault(k.type, {})[k.member_id] = vb
-        try:
-            meta = decoded.get(crec.GROUP_METADATA, {}).get(None)
-            if meta is None:
-                continue  # member records without their group's: not a group (Kafka would fail the load)
-            g = ConsumerGroup(gid, assignor=mgr.assignors[0])
-            g.group_epoch = crec.decode_epoch(meta)
-            tmeta = decoded.get(crec.TARGET_METADATA, {}).get(None)
-            g.assignment_epoch = crec.decode_epoch(tmeta) if tmeta is not None else 0
-            for mid, vb in decoded.get(crec.MEMBER_METADATA, {}).items():
-                mm = crec.decode_member_metadata(vb)
-                m = ConsumerMember(mid or "", mm.instance_id, mm.rack_id, mm.client_id, mm.client_host,
-                                   mm.rebalance_timeout_ms if mm.rebalance_timeout_ms >= 0 else 300000,
-                                   list(mm.subscribed_topic_names), mm.subscribed_topic_regex,
-                                   mm.server_assignor if mm.server_assignor in mgr.assignors else None)
-                g.members[m.member_id] = m
-                if m.instance_id is not None:
-                    g.static_members[m.instance_id] = m.member_id
-            for mid, vb in decoded.get(crec.TARGET_MEMBER, {}).items():
-                if mid in g.members:
-                    g.target[mid] = tps(crec.decode_target_member(vb))
-            for mid, vb in decoded.get(crec.CURRENT_ASSIGNMENT, {}).items():
-                m0 = g.members.get(mid or "")
-                if m0 is None:
-                    continue
-                ca = crec.decode_current_assignment(vb)
-                m0.epoch, m0.previous_epoch = ca.member_epoch, ca.previous_member_epoch
-                m0.state = crec.STATE_NAMES.get(ca.state, "stable")
-                m0.assigned = tps(ca.assigned)
-                m0.pending_revocation = tps(ca.pending_revocation)
-        except crec.SchemaError as exc:
-            log.warning("skipping undecodable consumer group records", extra={"kv": {"group": gid, "error": str(exc)}})
-            continue
-        picks = [m.server_assignor for m in g.members.values() if m.server_assignor]
-        if picks:
-            g.assignor = max(set(picks), key=lambda a: (picks.count(a), a))
-        old = mgr.groups.pop(gid, None)
-        if old is not None:
-            for om in old.members.values():
-                om.cancel_timers()
-        mgr.groups[gid] = g
-        mgr.store.written[gid] = {kb: vb for kb, vb in recs.items()
-                                  if crec.key_type(kb) != crec.PARTITION_METADATA}
-        mgr.loaded_group(g)
-        installed += 1
-    return installed

@@ -12,8 +12,8 @@ from collections.abc import Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group import records as rec
+from tidelog.broker.group.consumer_install import install as install_consumer_groups
 from tidelog.broker.group.consumer_store import ConsumerReplay
-from tidelog.broker.group.consumer_store import install as install_consumer_groups
 from tidelog.broker.group.deleted_topics import drop_topics
 from tidelog.broker.group.records import OFFSETS_TOPIC, GroupValue, OffsetValue
 from tidelog.broker.group.replay import Migration, Replay, _read_partitions

@@ -1,0 +1,78 @@
+"""Installing the KIP-848 groups replayed from ``__consumer_offsets`` (:class:`consumer_store.ConsumerReplay`) into
+the group manager, when a partition of the topic loads."""
+
+from __future__ import annotations
+
+from tidelog.broker.group import consumer_records as crec
+from tidelog.broker.group.assignors import TopicPartition
+from tidelog.broker.group.consumer_group import ConsumerGroup, ConsumerGroupManager, ConsumerMember
+from tidelog.broker.group.consumer_store import ConsumerReplay, log
+
+
+def install(mgr: ConsumerGroupManager, replayed: ConsumerReplay) -> int:
+    """Build the replayed groups in ``mgr`` (on the loop); the number installed."""
+    topics = mgr.coordinator.broker.topics
+    names: dict[bytes, str | None] = {}
+
+    def tps(assignment: crec.TopicAssignment) -> set[TopicPartition]:
+        out: set[TopicPartition] = set()
+        for tid, ps in assignment.items():
+            if tid not in names:
+                info = topics.by_id(tid)
+                names[tid] = info.name if info is not None else None
+            name = names[tid]
+            if name is not None:
+                out.update((name, p) for p in ps)
+        return out
+
+    installed = 0
+    for gid, recs in replayed.groups.items():
+        decoded: dict[int, dict[str | None, bytes]] = {}
+        for kb, vb in recs.items():
+            k = crec.decode_key(kb)
+            decoded.setdefault(k.type, {})[k.member_id] = vb
+        try:
+            meta = decoded.get(crec.GROUP_METADATA, {}).get(None)
+            if meta is None:
+                continue  # member records without their group's: not a group (Kafka would fail the load)
+            g = ConsumerGroup(gid, assignor=mgr.assignors[0])
+            g.group_epoch = crec.decode_epoch(meta)
+            tmeta = decoded.get(crec.TARGET_METADATA, {}).get(None)
+            g.assignment_epoch = crec.decode_epoch(tmeta) if tmeta is not None else 0
+            for mid, vb in decoded.get(crec.MEMBER_METADATA, {}).items():
+                mm = crec.decode_member_metadata(vb)
+                m = ConsumerMember(mid or "", mm.instance_id, mm.rack_id, mm.client_id, mm.client_host,
+                                   mm.rebalance_timeout_ms if mm.rebalance_timeout_ms >= 0 else 300000,
+                                   list(mm.subscribed_topic_names), mm.subscribed_topic_regex,
+                                   mm.server_assignor if mm.server_assignor in mgr.assignors else None)
+                g.members[m.member_id] = m
+                if m.instance_id is not None:
+                    g.static_members[m.instance_id] = m.member_id
+            for mid, vb in decoded.get(crec.TARGET_MEMBER, {}).items():
+                if mid in g.members:
+                    g.target[mid] = tps(crec.decode_target_member(vb))
+            for mid, vb in decoded.get(crec.CURRENT_ASSIGNMENT, {}).items():
+                m0 = g.members.get(mid or "")
+                if m0 is None:
+                    continue
+                ca = crec.decode_current_assignment(vb)
+                m0.epoch, m0.previous_epoch = ca.member_epoch, ca.previous_member_epoch
+                m0.state = crec.STATE_NAMES.get(ca.state, "stable")
+                m0.assigned = tps(ca.assigned)
+                m0.pending_revocation = tps(ca.pending_revocation)
+        except crec.SchemaError as exc:
+            log.warning("skipping undecodable consumer group records", extra={"kv": {"group": gid, "error": str(exc)}})
+            continue
+        picks = [m.server_assignor for m in g.members.values() if m.server_assignor]
+        if picks:
+            g.assignor = max(set(picks), key=lambda a: (picks.count(a), a))
+        old = mgr.groups.pop(gid, None)
+        if old is not None:
+            for om in old.members.values():
+                om.cancel_timers()
+        mgr.groups[gid] = g
+        mgr.store.written[gid] = {kb: vb for kb, vb in recs.items()
+                                  if crec.key_type(kb) != crec.PARTITION_METADATA}
+        mgr.loaded_group(g)
+        installed += 1
+    return installed
