@@ -158,11 +158,14 @@ async def produce(ctx: RequestContext, request: dict) -> dict | DeferredResponse
                 if acks == 0:
                     raise CloseConnection("produce: transactional id authorization failed")
                 return _produce_refused(request, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        denied = {t.get("name", "") for t in request.get("topic_data") or ()
-                  if not ctx.authorize(AclOperation.WRITE, _TOPIC, t.get("name", ""))}
+        denied = set()
     for t in request.get("topic_data") or ():
+        # v13 (KIP-516) names topics by id: resolved to the name here (UNKNOWN_TOPIC_ID when no topic has it, before
+        # any ACL check, as KafkaApis), then WRITE is checked on the name as for v3-12
         name, tid, topic_err = _resolve_topic(ctx, t)
-        if denied and name in denied:
+        if denied is not None and not topic_err and (name in denied or not ctx.authorize(AclOperation.WRITE, _TOPIC,
+                                                                                          name or "")):
+            denied.add(name or "")
             topic_err = TOPIC_AUTHORIZATION_FAILED
         parts_out: list[dict] = []
         responses.append({"name": name or "", "topic_id": tid, "partition_responses": parts_out})
