@@ -21,7 +21,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from peers import Tidelog, free_port
-
 from tidelog.protocol import codec
 from tidelog.records.batch import build_batch
 
