@@ -57,7 +57,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     # transaction.version is 0, so a client uses v12 only outside transactions (as Kafka's note says); a
     # transactional v12 produce is verified as v11 (its partitions must have been added). v13 (KIP-516): topics by
     # TopicId, resolved to the name at the handler's entry (UNKNOWN_TOPIC_ID before any ACL check); responses carry
-    # the id. The C fast lane parses v3-12 only: a v13 produce takes the generic path.
+    # the id. The C fast lane parses v13 as well (the id resolved at its entry, broker/produce_lane.py).
     ApiKey.PRODUCE: (0, 13),
     # v13: topics by id (UNKNOWN_TOPIC_ID); v14: OFFSET_MOVED_TO_TIERED_STORAGE possible (never: no tiered storage);
     # v15: ReplicaState (KIP-903); v16: KIP-951 CurrentLeader + NodeEndpoints on NOT_LEADER / FENCED_LEADER_EPOCH;
