@@ -1,6 +1,6 @@
 """The Produce fast lane (``Connection.process``: a request of the common shape parsed and answered in C,
 ``tidelog.protocol._produce``) against the generic path (the codec's decode, the ``produce`` handler, the codec's
-encoder): for random Produce requests of every accepted version, the two give byte-identical responses, the same
+encoder): for random Produce requests of every accepted version (v13 naming its topics by id), the two give byte-identical responses, the same
 connection decision, the same request and error metrics, and byte-identical logs.
 
 Two brokers run in one process (a thread with its own event loop), each with a connection on a socketpair: one
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,10 @@ PRODUCE, CREATE_ACLS, ALTER_CLIENT_QUOTAS = 0, 30, 49
 TOPICS = {"t1": 1, "t3": 3, "small": 1, "denied": 1}
 SLOW_CLIENT = "slow"  # producer_byte_rate 100: every produce of it is throttled
 NOW_MS = 1_700_000_000_000
+#: Produce v13 names topics by id: frames carry these placeholders, swapped for each lane's own topic ids (the two
+#: brokers create their topics with different ids); "nope" has no topic, so no lane knows its id
+PLACEHOLDER_IDS = {t: uuid.uuid5(uuid.NAMESPACE_URL, f"tidelog-fast-lane/{t}") for t in
+                   [*TOPICS, "nope", "__consumer_offsets"]}
 
 
 class Lane:
@@ -49,7 +54,22 @@ class Lane:
         self.conn.fast_produce = fast
         self.fast_calls = 0
 
+    def swap_ids(self, data: bytes, to_lane: bool) -> bytes:
+        """Placeholder topic ids to this lane's own (``to_lane``), or back."""
+        for name, placeholder in PLACEHOLDER_IDS.items():
+            info = self.broker.topics.get(name)
+            if info is not None:
+                a, b = (placeholder.bytes, info.topic_id) if to_lane else (info.topic_id, placeholder.bytes)
+                data = data.replace(a, b)
+        return data
+
     async def send(self, frame: bytes, principal: str) -> tuple[bool, bytes]:
+        if int.from_bytes(frame[2:4], "big") >= 13:
+            keep, out = await self._send(self.swap_ids(frame, True), principal)
+            return keep, self.swap_ids(out, False)
+        return await self._send(frame, principal)
+
+    async def _send(self, frame: bytes, principal: str) -> tuple[bool, bytes]:
         self.conn.principal = principal
         keep = await self.conn.process(memoryview(frame))
         self.conn.mute_ms = 0  # process() is driven directly: no request loop to mute
@@ -122,7 +142,7 @@ def _logs(root: Path) -> dict[str, bytes]:
 
 @st.composite
 def produce_requests(draw: Any) -> tuple[bytes, str, str]:
-    version = draw(st.integers(3, 12))
+    version = draw(st.integers(3, 13))
     shape = draw(st.sampled_from(["one", "one", "one", "two_partitions", "two_topics", "txn_id", "txn_batch",
                                   "tagged", "null_records", "empty_records"]))
     acks = draw(st.sampled_from([1, -1, 1, -1, 0, 2]))
@@ -149,9 +169,13 @@ def produce_requests(draw: Any) -> tuple[bytes, str, str]:
     parts = [{"index": partition, "records": records}]
     if shape == "two_partitions":
         parts.append({"index": (partition + 1) % 4, "records": batch})
-    topic_data = [{"name": topic, "partition_data": parts}]
+
+    def named(name: str) -> dict:
+        return {"topic_id": PLACEHOLDER_IDS[name]} if version >= 13 else {"name": name}
+
+    topic_data = [{**named(topic), "partition_data": parts}]
     if shape == "two_topics":
-        topic_data.append({"name": "t1", "partition_data": [{"index": 0, "records": batch}]})
+        topic_data.append({**named("t1"), "partition_data": [{"index": 0, "records": batch}]})
     body = {"transactional_id": "tx" if shape == "txn_id" else None, "acks": acks, "timeout_ms": 5000,
             "topic_data": topic_data}
     frame = codec.encode_request(PRODUCE, version, draw(st.integers(0, 2**31 - 1)), client_id, body)[4:]
@@ -219,5 +243,9 @@ def test_the_parser_reads_what_the_generic_decoder_reads(request_: tuple[bytes, 
     assert (body["acks"], body["timeout_ms"]) == (acks, timeout_ms)
     [t] = body["topic_data"]
     [p] = t["partition_data"]
-    assert (t["name"], p["index"], bytes(p["records"])) == (topic, index, bytes(records))
-    assert topic and not (len(records) > 22 and records[22] & 0x10)
+    if version >= 13:
+        assert isinstance(topic, bytes) and uuid.UUID(bytes=topic) == t["topic_id"]
+    else:
+        assert t["name"] == topic and topic
+    assert (p["index"], bytes(p["records"])) == (index, bytes(records))
+    assert not (len(records) > 22 and records[22] & 0x10)

@@ -280,7 +280,7 @@ def test_find_coordinator_versions(b: Any) -> None:
         versions = {k["api_key"]: (k["min_version"], k["max_version"])
                     for k in c.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})["api_keys"]}
         assert versions[HEARTBEAT] == (0, 1) and versions[DESCRIBE] == (0, 1)
-        assert versions[COMMIT][1] == 9 and versions[FETCH][1] == 9
+        assert versions[COMMIT][1] == 10 and versions[FETCH][1] == 10  # v10: topic ids (Kafka 4.3)
         assert versions[FIND_COORDINATOR][1] == 6 and versions[DESCRIBE_GROUPS][1] == 6
         assert versions[LIST_GROUPS][1] == 5
 

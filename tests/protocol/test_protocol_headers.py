@@ -131,9 +131,9 @@ def test_unknown_tags_in_body_are_skipped() -> None:
 
 
 def test_produce_v0_to_v2_advertised_but_rejected() -> None:
-    assert SUPPORTED_VERSIONS[ApiKey.PRODUCE] == (0, 12)
-    assert ACCEPTED_VERSIONS[ApiKey.PRODUCE] == (ACCEPTED_MIN[ApiKey.PRODUCE], 12) == (3, 12)
-    for v in (0, 1, 2, 13, 14):
+    assert SUPPORTED_VERSIONS[ApiKey.PRODUCE] == (0, 13)  # v13: topics by id (Kafka 4.1)
+    assert ACCEPTED_VERSIONS[ApiKey.PRODUCE] == (ACCEPTED_MIN[ApiKey.PRODUCE], 13) == (3, 13)
+    for v in (0, 1, 2, 14):
         with pytest.raises(UnsupportedVersionError) as ei:
             decode_request(raw_request(0, v, 8, b"c", b""))
         assert ei.value.correlation_id == 8

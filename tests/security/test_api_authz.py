@@ -191,6 +191,24 @@ def _fetch(replica_id: int) -> Callable[[str], dict]:
                                                                "partition_max_bytes": 1 << 20}]}]}
 
 
+def _produce_by_id(topic: str) -> Callable[[str], dict]:
+    """Produce v13 (KIP-516): the topic named by its id only; its WRITE is checked on the resolved name."""
+    return lambda _u: {"transactional_id": None, "acks": -1, "timeout_ms": 5000, "topic_data": [
+        {"topic_id": TOPIC_IDS[topic], "partition_data": [{"index": 0, "records": build_batch([(None, b"v")])}]}]}
+
+
+def _fetch_by_id(_user: str) -> dict:
+    """Fetch v18: the topic by id, with the fetching replica's high watermark (KIP-1166, ignored)."""
+    return {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "topics": [{"topic_id": TOPIC_IDS[T], "partitions": [
+                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "high_watermark": 0}]}]}
+
+
+def _group_or_partition(r: dict) -> int:
+    g = r["groups"][0]
+    return g["error_code"] or g["topics"][0]["partitions"][0]["error_code"]
+
+
 def _first_partition(key: str, results: str = "partitions") -> Callable[[dict], int]:
     return lambda r: r[key][0][results][0]["error_code"]
 
@@ -228,11 +246,14 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
              [Check(T_TOPIC, WRITE, T, TOPIC_AUTH)]),
         Case(9, _produce(T, X), _first_partition("responses", "partition_responses"),
              [Check(T_TXN, WRITE, X, TXN_AUTH), Check(T_TOPIC, WRITE, T, TOPIC_AUTH)], "transactional"),
+        Case(13, _produce_by_id(T), _first_partition("responses", "partition_responses"),
+             [Check(T_TOPIC, WRITE, T, TOPIC_AUTH)], "topic id"),
     ],
     ApiKey.FETCH: [
         Case(12, _fetch(-1), _first_partition("responses"), [Check(T_TOPIC, READ, T, TOPIC_AUTH)]),
         Case(12, _fetch(1), _first_partition("responses"),
              [Check(T_CLUSTER, CLUSTER_ACTION, "kafka-cluster", TOPIC_AUTH)], "follower"),
+        Case(18, _fetch_by_id, _first_partition("responses"), [Check(T_TOPIC, READ, T, TOPIC_AUTH)], "topic id"),
     ],
     ApiKey.LIST_OFFSETS: [Case(7, lambda _u: {"replica_id": -1, "isolation_level": 0, "topics": [
         {"name": T, "partitions": [{"partition_index": 0, "timestamp": -1}]}]}, _first_partition("topics"),
@@ -247,10 +268,19 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
     ApiKey.OFFSET_COMMIT: [Case(8, lambda _u: {
         "group_id": G, "generation_id_or_member_epoch": -1, "member_id": "",
         "topics": [{"name": T, "partitions": [{"partition_index": 0, "committed_offset": 1}]}]},
-        _first_partition("topics"), [Check(T_GROUP, READ, G, GROUP_AUTH), Check(T_TOPIC, READ, T, TOPIC_AUTH)])],
+        _first_partition("topics"), [Check(T_GROUP, READ, G, GROUP_AUTH), Check(T_TOPIC, READ, T, TOPIC_AUTH)]),
+        Case(10, lambda _u: {  # topics by id: READ checked on the resolved name
+            "group_id": G, "generation_id_or_member_epoch": -1, "member_id": "",
+            "topics": [{"topic_id": TOPIC_IDS[T], "partitions": [{"partition_index": 0, "committed_offset": 1}]}]},
+            _first_partition("topics"), [Check(T_GROUP, READ, G, GROUP_AUTH), Check(T_TOPIC, READ, T, TOPIC_AUTH)],
+            "topic id")],
     ApiKey.OFFSET_FETCH: [Case(7, lambda _u: {"group_id": G, "topics": [{"name": T, "partition_indexes": [0]}]},
                                _top_or_partition,
-                               [Check(T_GROUP, DESCRIBE, G, GROUP_AUTH), Check(T_TOPIC, DESCRIBE, T, TOPIC_AUTH)])],
+                               [Check(T_GROUP, DESCRIBE, G, GROUP_AUTH), Check(T_TOPIC, DESCRIBE, T, TOPIC_AUTH)]),
+                          Case(10, lambda _u: {"groups": [{"group_id": G, "topics": [
+                              {"topic_id": TOPIC_IDS[T], "partition_indexes": [0]}]}]}, _group_or_partition,
+                               [Check(T_GROUP, DESCRIBE, G, GROUP_AUTH), Check(T_TOPIC, DESCRIBE, T, TOPIC_AUTH)],
+                               "topic id")],
     ApiKey.FIND_COORDINATOR: [
         Case(3, lambda _u: {"key": G, "key_type": 0}, lambda r: r["error_code"],
              [Check(T_GROUP, DESCRIBE, G, GROUP_AUTH)]),
@@ -430,7 +460,7 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
     ApiKey.ALTER_REPLICA_LOG_DIRS: [Case(2, lambda _u: {"dirs": [{"path": "/nowhere", "topics": [
         {"name": GONE, "partitions": [0]}]}]}, _first_partition("results"),
         [Check(T_CLUSTER, ALTER, "kafka-cluster", CLUSTER_AUTH)])],
-    ApiKey.DESCRIBE_LOG_DIRS: [Case(4, lambda _u: {"topics": None}, lambda r: r["error_code"],
+    ApiKey.DESCRIBE_LOG_DIRS: [Case(5, lambda _u: {"topics": None}, lambda r: r["error_code"],
                                     [Check(T_CLUSTER, DESCRIBE, "kafka-cluster", CLUSTER_AUTH)])],
     ApiKey.CREATE_PARTITIONS: [Case(3, lambda _u: {"topics": [{"name": GONE, "count": 2, "assignments": None}],
                                                    "timeout_ms": 10000, "validate_only": True},

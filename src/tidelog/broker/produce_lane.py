@@ -1,7 +1,8 @@
 """The Produce fast lane and pipelined produce on a connection (docs/decisions/0022-pipelined-produce.md).
 
 The fast lane: a Produce request of the common shape (``tidelog.protocol._produce.parse_produce``: one topic, one
-partition, no transactional id, acks 1 or -1, no tagged fields) is not decoded into dicts but handed to
+partition, no transactional id, acks 1 or -1, no tagged fields; v13 names the topic by id, resolved to the name at
+the entry of :meth:`ProduceLane._produce_fast`) is not decoded into dicts but handed to
 :func:`~tidelog.broker.handlers.produce.produce_one` and its response encoded in C (:meth:`ProduceLane._produce_fast`).
 
 Pipelining: an acks=all Produce on a plain connection whose appends are done answers with a
@@ -145,17 +146,23 @@ class ProduceLane(SaslAuthenticator):
         if self.session_expires is not None and self._session_expired():
             return False
         version, correlation_id, client_id, acks, timeout_ms, topic, index, records = parsed
+        topic_id: bytes | None = None
+        if version >= 13:  # KIP-516: the topic by id, resolved to its name here (None: no topic has the id)
+            topic_id = topic
+            info = broker.topics.by_id(topic)
+            topic = info.name if info is not None else None
         pipelined = self._pipelining()
         if self._pending and not pipelined:
             await self._drain()
         ctx = RequestContext(broker, PRODUCE_KEY, version, correlation_id, client_id, self.client_host, None,
                              self.principal, self.listener_name, len(frame), defer=pipelined)
         try:
-            pr = await produce_one(ctx, acks, timeout_ms, topic, index, records)
+            pr = await produce_one(ctx, acks, timeout_ms, topic, index, records, topic_id)
         except Exception as exc:
             header = codec.RequestHeader(PRODUCE_KEY, version, correlation_id, client_id, 2 if version >= 9 else 1)
             body = {"transactional_id": None, "acks": acks, "timeout_ms": timeout_ms,
-                    "topic_data": [{"name": topic, "partition_data": [{"index": index, "records": records}]}]}
+                    "topic_data": [{**({"name": topic} if topic_id is None else {"topic_id": topic_id}),
+                                    "partition_data": [{"index": index, "records": records}]}]}
             return await self._handler_failed(PRODUCE_KEY, header, body, _PRODUCE_NAME, exc)
         if isinstance(pr, DeferredResponse):  # acks=-1 waiting for its replicas: pipelined, as in process
             return await self._defer(pr, PRODUCE_KEY, version, correlation_id, _PRODUCE_NAME, t0)
@@ -166,11 +173,11 @@ class ProduceLane(SaslAuthenticator):
             holder = {"throttle_time_ms": 0}
             await self._throttle(ctx, holder, t0)
             throttle = holder["throttle_time_ms"]
-        data = _encode_produce(version, correlation_id, topic, pr, throttle)
+        data = _encode_produce(version, correlation_id, topic if topic_id is None else topic_id, pr, throttle)
         if data is not None:
             await self.write_chunks([data])
         else:  # something the C encoder does not write (e.g. record errors): the generic encoder
-            response = produce_one_body(topic, pr, throttle)
+            response = produce_one_body(topic or "", pr, throttle, topic_id)
             await self.write_chunks(codec.encode_response(PRODUCE_KEY, version, correlation_id, response))
         code = pr["error_code"]
         if code:

@@ -5,9 +5,10 @@
  *     -> None | (api_version, correlation_id, client_id, acks, timeout_ms, topic, partition, records)
  *   ``frame`` is a request payload (the bytes after the int32 size), ``accepted`` the broker's accepted versions
  *   ({api_key: (min, max)}, read only for a Produce). It is recognised when it is a Produce request (api key 0)
- *   of a version in [max(3, min), min(12, max)] with: header v1 (v3-8) or
+ *   of a version in [max(3, min), min(13, max)] with: header v1 (v3-8) or
  *   v2 (v9+) with no tagged fields, a null transactional id, acks 1 or -1, exactly one topic (a non-empty name,
- *   valid UTF-8) with exactly one partition, records not null and not a transactional batch (attributes bit 4
+ *   valid UTF-8; from v13 (KIP-516) its 16-byte topic id instead, returned as ``bytes`` in ``topic``: the caller
+ *   resolves it to the name) with exactly one partition, records not null and not a transactional batch (attributes bit 4
  *   of the first batch), no tagged fields anywhere, and nothing after the body. ``records`` is a memoryview
  *   slice of ``frame`` (no copy), as tidelog.protocol.codec.decode_request gives it. Anything else returns None
  *   and the caller decodes the frame with the generic codec, which answers, refuses or raises exactly as it
@@ -17,7 +18,8 @@
  *     -> None | bytes
  *   The whole response frame (int32 size included) of a Produce response with one topic and one partition,
  *   byte for byte what codec.encode_response writes for {"responses": [{"name": topic, "partition_responses":
- *   [partition_response]}], "throttle_time_ms": throttle_time_ms} at versions 3-12. ``partition_response`` is
+ *   [partition_response]}], "throttle_time_ms": throttle_time_ms} at versions 3-12 (at v13 ``topic`` is the
+ *   16-byte topic id, written as {"topic_id": topic, ...}). ``partition_response`` is
  *   the handler's entry (index, error_code, base_offset, log_append_time_ms, log_start_offset, record_errors,
  *   error_message). None when it is anything this encoder does not write (record_errors not empty, a missing
  *   key, a value of another type or out of range): the caller then uses the generic encoder.
@@ -32,7 +34,8 @@
 
 #define PRODUCE_KEY 0
 #define FIRST_VERSION 3
-#define LAST_VERSION 12
+#define LAST_VERSION 13
+#define FIRST_TOPIC_ID 13 /* topics by id (KIP-516) */
 #define FIRST_FLEXIBLE 9
 #define ATTR_OFFSET 22     /* the low byte of a v2 batch header's attributes (int16 at 21) */
 #define TRANSACTIONAL 0x10 /* attributes bit 4 */
@@ -136,8 +139,16 @@ parse_produce(PyObject *self, PyObject *args)
     if (acks != 1 && acks != -1)
         goto fallback;
     /* one topic */
-    Py_ssize_t name_len;
-    if (flexible) {
+    Py_ssize_t name_len = 0;
+    if (version >= FIRST_TOPIC_ID) { /* always flexible: the topic id, no name */
+        if (uvarint(rd) != 2 || !need(rd, 16))
+            goto fallback;
+        topic = PyBytes_FromStringAndSize((const char *)r.p + r.pos, 16);
+        if (topic == NULL)
+            goto fallback_error;
+        r.pos += 16;
+    }
+    else if (flexible) {
         if (uvarint(rd) != 2)
             goto fallback;
         int64_t n = uvarint(rd);
@@ -153,12 +164,14 @@ parse_produce(PyObject *self, PyObject *args)
         if (name_len <= 0)
             goto fallback;
     }
-    if (!need(rd, name_len))
-        goto fallback;
-    topic = PyUnicode_DecodeUTF8((const char *)r.p + r.pos, name_len, NULL);
-    if (topic == NULL)
-        goto fallback_error;
-    r.pos += name_len;
+    if (topic == NULL) { /* by name (v3-12) */
+        if (!need(rd, name_len))
+            goto fallback;
+        topic = PyUnicode_DecodeUTF8((const char *)r.p + r.pos, name_len, NULL);
+        if (topic == NULL)
+            goto fallback_error;
+        r.pos += name_len;
+    }
     /* one partition */
     if (flexible) {
         if (uvarint(rd) != 2)
@@ -291,8 +304,11 @@ encode_produce_response(PyObject *self, PyObject *args)
     int version, correlation_id;
     PyObject *topic, *pr;
     long long throttle;
-    if (!PyArg_ParseTuple(args, "iiUO!L", &version, &correlation_id, &topic, &PyDict_Type, &pr, &throttle))
+    if (!PyArg_ParseTuple(args, "iiOO!L", &version, &correlation_id, &topic, &PyDict_Type, &pr, &throttle))
         return NULL;
+    int by_id = version >= FIRST_TOPIC_ID;
+    if (by_id ? !(PyBytes_CheckExact(topic) && PyBytes_GET_SIZE(topic) == 16) : !PyUnicode_Check(topic))
+        Py_RETURN_NONE;
     if (version < FIRST_VERSION || version > LAST_VERSION || throttle < INT32_MIN || throttle > INT32_MAX)
         Py_RETURN_NONE;
     int ok = 1;
@@ -309,7 +325,13 @@ encode_produce_response(PyObject *self, PyObject *args)
         Py_RETURN_NONE;
     }
     Py_ssize_t name_len, msg_len = -1;
-    const char *name = PyUnicode_AsUTF8AndSize(topic, &name_len);
+    const char *name;
+    if (by_id) {
+        name = PyBytes_AS_STRING(topic);
+        name_len = 16;
+    }
+    else
+        name = PyUnicode_AsUTF8AndSize(topic, &name_len);
     const char *msg = NULL;
     if (name == NULL || name_len > INT16_MAX) {
         PyErr_Clear();
@@ -335,7 +357,8 @@ encode_produce_response(PyObject *self, PyObject *args)
     if (flexible) {
         *o++ = 0; /* response header tags */
         o = putuv(o, 2);
-        o = putuv(o, (uint64_t)name_len + 1);
+        if (!by_id) /* v13: the 16 id bytes only */
+            o = putuv(o, (uint64_t)name_len + 1);
     }
     else {
         o = put32(o, 1);

@@ -55,12 +55,16 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     # advertised from 0 (KAFKA-18659, librdkafka < 2.11.1); v0-2 rejected. v12 is v11 on the wire; it lets a
     # transactional producer skip AddPartitionsToTxn when transaction.version >= 2 is finalized (KIP-890 part 2,
     # broker/txn/tv2.py: the leader adds the partition); with a lower level a transactional v12 produce is verified
-    # as v11 (its partitions must have been added). v13 (topic ids) is not.
-    ApiKey.PRODUCE: (0, 12),
+    # as v11 (its partitions must have been added). v13 (KIP-516): topics by TopicId, resolved to the name at the
+    # handler's entry (UNKNOWN_TOPIC_ID before any ACL check); responses carry the id. The C fast lane parses v13 as
+    # well (the id resolved at its entry, broker/produce_lane.py).
+    ApiKey.PRODUCE: (0, 13),
     # v13: topics by id (UNKNOWN_TOPIC_ID); v14: OFFSET_MOVED_TO_TIERED_STORAGE possible (never: no tiered storage);
     # v15: ReplicaState (KIP-903); v16: KIP-951 CurrentLeader + NodeEndpoints on NOT_LEADER / FENCED_LEADER_EPOCH;
-    # v17: ReplicaDirectoryId (KIP-853, KRaft: ignored). v18 (the follower's HighWatermark, KIP-1166) is not.
-    ApiKey.FETCH: (4, 17),
+    # v17: ReplicaDirectoryId (KIP-853, KRaft: ignored). v18: the fetching replica's HighWatermark (KIP-1166,
+    # tagged, default int64 max): accepted and ignored. Kafka reads it only in the KRaft client (faster HWM
+    # propagation of the metadata log, KAFKA-14145); its ReplicaManager (partition replication) does not.
+    ApiKey.FETCH: (4, 18),
     # v8: timestamp -4 (earliest local) == earliest without tiered storage; v9: -5 (latest tiered) answers offset
     # -1 (no tiered storage); v10 adds TimeoutMs for remote lookups (KIP-1075): nothing is remote, nothing waits;
     # v11: -6 (earliest pending upload, KIP-1023) answers offset -1 as well (Kafka 4.2 without tiered storage)
@@ -89,7 +93,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.ELECT_LEADERS: (0, 2),  # ZooKeeper mode: served by the controller; one node: ELECTION_NOT_NEEDED
     ApiKey.ALTER_REPLICA_LOG_DIRS: (1, 2),  # moves a replica between log.dirs (storage/log_move.py)
-    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),  # v5 only adds is_cordoned (KIP-1066)
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 5),  # v5: IsCordoned (KIP-1066): always false, no log dir is ever cordoned here
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.SASL_HANDSHAKE: (0, 1),  # on SASL listeners before authentication; elsewhere ILLEGAL_SASL_STATE
     ApiKey.SASL_AUTHENTICATE: (0, 2),
@@ -116,8 +120,12 @@ GROUP_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
-    ApiKey.OFFSET_COMMIT: (2, 9),  # v9: member id + member epoch of KIP-848 groups; v10 topic ids
-    ApiKey.OFFSET_FETCH: (1, 9),  # v9: member id + member epoch of KIP-848 groups; v10 topic ids
+    # v9: member id + member epoch of KIP-848 groups; v10: topics by TopicId (UNKNOWN_TOPIC_ID per partition for
+    # an id no topic has, before topic ACLs); responses carry the id (handlers/group_topic_ids.py)
+    ApiKey.OFFSET_COMMIT: (2, 10),
+    # v10 as OffsetCommit; an unknown id answers UNKNOWN_TOPIC_ID (offset -1) per partition, and a fetch of "all
+    # topics" leaves out offsets of topics that no longer exist (they have no id)
+    ApiKey.OFFSET_FETCH: (1, 10),
     ApiKey.DESCRIBE_GROUPS: (0, 6),  # v6: error message; GROUP_ID_NOT_FOUND for unknown and KIP-848 groups
     ApiKey.LIST_GROUPS: (0, 5),  # v5: types filter / group type (classic, consumer)
     ApiKey.DELETE_GROUPS: (0, 2),

@@ -14,6 +14,7 @@ Thin adapters between request/response versions and :class:`tidelog.broker.group
 * OffsetFetch v0-1 report errors per partition, v2-7 at the top, v8 per group; v7+ ``require_stable``
   (KIP-447): a partition with a pending transactional offset answers UNSTABLE_OFFSET_COMMIT in its own
   error code (every version that has the flag), as Kafka.
+* OffsetCommit / OffsetFetch v10 name topics by id: resolved at the entry (``group_topic_ids.py``).
 * TxnOffsetCommit v0-2 name the producer only; v2+ carry the committed leader epoch; v3+ (KIP-447) the member's
   generation, member id and group instance id, checked as Kafka does (an empty member id with generation -1
   skips the check).
@@ -41,6 +42,11 @@ from tidelog.broker.handlers.group_bodies import (
     OffsetFetchRequestTopic,
     SyncGroupRequest,
     TxnOffsetCommitRequest,
+)
+from tidelog.broker.handlers.group_topic_ids import (
+    ResolvedTopics,
+    commit_response_topics,
+    fetch_response_topics,
 )
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.errors import ErrorCode, error_code
@@ -294,6 +300,11 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> Body:
 async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Body:
     v = ctx.api_version
     coord = _coordinator(ctx)
+    resolved = None
+    if v >= 10:  # topics by id: resolved to names here, unknown ids answered UNKNOWN_TOPIC_ID (group_topic_ids.py)
+        resolved = ResolvedTopics(ctx, request.get("topics") or ())
+        request = cast(OffsetCommitRequest, {**request, "topics": resolved.named})
+    group_refused = NONE
     wanted: list[tuple[str, int, int, int, str | None]] = []
     for t in request.get("topics") or ():
         for p in t.get("partitions") or ():
@@ -308,6 +319,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Bo
     if ctx.broker.authorizer is not None:
         if not ctx.authorize(READ, GROUP, _str(request.get("group_id"))):
             refused = {(t, p): GROUP_AUTHORIZATION_FAILED for t, p, *_ in wanted}
+            group_refused = GROUP_AUTHORIZATION_FAILED
         else:
             refused = _topic_refusals(ctx, READ, [(t, p) for t, p, *_ in wanted])
         wanted = [w for w in wanted if (w[0], w[1]) not in refused]
@@ -326,7 +338,10 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Bo
             wanted,
             api_version=v,
         )
-    return {"throttle_time_ms": 0, "topics": _partition_results(request, {**results, **refused})}
+    topics = _partition_results(request, {**results, **refused})
+    if resolved is not None:
+        topics = commit_response_topics(resolved, topics, group_refused)
+    return {"throttle_time_ms": 0, "topics": topics}
 
 
 def _partition_results(request: OffsetCommitRequest | TxnOffsetCommitRequest, results: dict[tuple[str, int], int],
@@ -423,7 +438,13 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Body
             if bad:
                 groups.append({"group_id": gid, "topics": [], "error_code": bad})
                 continue
-            err, topics = _fetch_group(coord, gid, grp.get("topics"), stable, ctx)
+            wanted = grp.get("topics")
+            resolved = ResolvedTopics(ctx, wanted) if v >= 10 and wanted is not None else None
+            if resolved is not None:  # v10: topics by id (group_topic_ids.py)
+                wanted = cast("list[OffsetFetchRequestTopic]", resolved.named)
+            err, topics = _fetch_group(coord, gid, wanted, stable, ctx)
+            if v >= 10:
+                topics = fetch_response_topics(ctx, resolved, topics, err)
             groups.append({"group_id": gid, "topics": topics, "error_code": err})
         return {"throttle_time_ms": 0, "groups": groups}
     topics_req = request.get("topics")

@@ -20,6 +20,7 @@ from tidelog.broker.handlers.core_shared import (
     PRODUCE,
     TOPIC_AUTHORIZATION_FAILED,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     ZERO_UUID,
     _resolve_topic,
@@ -171,11 +172,14 @@ async def produce(ctx: RequestContext, request: dict) -> dict | DeferredResponse
                 if acks == 0:
                     raise CloseConnection("produce: transactional id authorization failed")
                 return _produce_refused(request, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        denied = {t.get("name", "") for t in request.get("topic_data") or ()
-                  if not ctx.authorize(AclOperation.WRITE, _TOPIC, t.get("name", ""))}
+        denied = set()
     for t in request.get("topic_data") or ():
+        # v13 (KIP-516) names topics by id: resolved to the name here (UNKNOWN_TOPIC_ID when no topic has it, before
+        # any ACL check, as KafkaApis), then WRITE is checked on the name as for v3-12
         name, tid, topic_err = _resolve_topic(ctx, t)
-        if denied and name in denied:
+        if denied is not None and not topic_err and (name in denied or not ctx.authorize(AclOperation.WRITE, _TOPIC,
+                                                                                          name or "")):
+            denied.add(name or "")
             topic_err = TOPIC_AUTHORIZATION_FAILED
         parts_out: list[dict] = []
         responses.append({"name": name or "", "topic_id": tid, "partition_responses": parts_out})
@@ -217,32 +221,40 @@ async def produce(ctx: RequestContext, request: dict) -> dict | DeferredResponse
     return await _wait_for_acks(ctx, acks, timeout_ms, appended, results, body)
 
 
-async def produce_one(ctx: RequestContext, acks: int, timeout_ms: int, name: str, index: int,
-                      records: Records | None) -> dict | DeferredResponse:
+async def produce_one(ctx: RequestContext, acks: int, timeout_ms: int, name: str | None, index: int,
+                      records: Records | None, topic_id: bytes | None = None) -> dict | DeferredResponse:
     """The Produce of one partition of one topic, non-transactional, acks 1 or -1 (the server's fast lane, which
     parsed the request in C and encodes the response in C: see ``Connection.process``). The same steps as
     :func:`produce`, through the same functions; returns the partition's response entry, or with ``ctx.defer``
-    a :class:`DeferredResponse` whose ``finish`` gives the whole response body (:func:`produce_one_body`)."""
+    a :class:`DeferredResponse` whose ``finish`` gives the whole response body (:func:`produce_one_body`).
+    ``topic_id`` (Produce v13): the id the request named the topic by, ``name`` its topic's name, None when no topic
+    has that id (UNKNOWN_TOPIC_ID, before any ACL check, as :func:`produce`)."""
     broker = ctx.broker
     now_ms = time.time_ns() // 1_000_000
     topic_err = NONE
-    if broker.authorizer is not None and not ctx.authorize(AclOperation.WRITE, _TOPIC, name):
+    if name is None:
+        topic_err = UNKNOWN_TOPIC_ID
+    elif broker.authorizer is not None and not ctx.authorize(AclOperation.WRITE, _TOPIC, name):
         topic_err = TOPIC_AUTHORIZATION_FAILED
     pr = _partition_response(index)
     pp = _checked_partition(ctx, name, topic_err, acks, records, pr)
     appended: dict[tuple[str, int], int] = {}
     results: dict[tuple[str, int], dict] = {}
     if pp is not None:
-        await _append_all(ctx, [pp], now_ms, _validation_cost(pp), broker.append_sequencer.busy((name, index)),
+        await _append_all(ctx, [pp], now_ms, _validation_cost(pp), broker.append_sequencer.busy((pp.name, index)),
                           appended, results)
     _record_produce_bytes(ctx)
-    done = await _wait_for_acks(ctx, acks, timeout_ms, appended, results, produce_one_body(name, pr, 0))
+    done = await _wait_for_acks(ctx, acks, timeout_ms, appended, results,
+                                produce_one_body(name or "", pr, 0, topic_id))
     return done if type(done) is DeferredResponse else pr
 
 
-def produce_one_body(name: str, pr: dict, throttle_ms: int) -> dict:
-    """The Produce response body of :func:`produce_one`'s one partition (for the generic encoder)."""
-    return {"responses": [{"name": name, "partition_responses": [pr]}], "throttle_time_ms": throttle_ms}
+def produce_one_body(name: str, pr: dict, throttle_ms: int, topic_id: bytes | None = None) -> dict:
+    """The Produce response body of :func:`produce_one`'s one partition (for the generic encoder); v13 answers
+    with ``topic_id``."""
+    topic: dict = {"name": name, "partition_responses": [pr]} if topic_id is None else {
+        "topic_id": topic_id, "partition_responses": [pr]}
+    return {"responses": [topic], "throttle_time_ms": throttle_ms}
 
 
 def _partition_response(index: int) -> dict:

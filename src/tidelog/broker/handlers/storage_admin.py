@@ -11,7 +11,8 @@ Kafka behaviours reproduced (sources: Kafka ``KafkaApis.handleDescribeLogDirsReq
   ``getLogEndOffsetLag``). DESCRIBE on the cluster, else CLUSTER_AUTHORIZATION_FAILED and no results.
   ``topics`` null means every partition; partitions named
   but not hosted here are left out (not errors). v3+ carry a top-level error code, v4+ the directory's total
-  and usable bytes (``statvfs``); a directory that failed (``LogManager.fail_dir``: offline, or read-only as the
+  and usable bytes (``statvfs``), v5 ``is_cordoned`` (KIP-1066), always false: tidelog has no cordoning (every
+  log dir may take new replicas); a directory that failed (``LogManager.fail_dir``: offline, or read-only as the
   broker's last) or that cannot be read is answered KAFKA_STORAGE_ERROR with no topics (Kafka's offline dir).
 * AlterReplicaLogDirs (``kafka-reassign-partitions.sh`` with ``log_dirs``): ALTER on the cluster, else every
   partition named CLUSTER_AUTHORIZATION_FAILED (``KafkaApis``). Each named partition hosted here starts moving
@@ -79,7 +80,8 @@ async def describe_log_dirs(ctx: RequestContext, request: dict) -> dict:
     for root, topics in by_dir.items():
         result: dict[str, Any] = {"error_code": 0, "log_dir": str(root.resolve()),
                                   "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
-                                  "total_bytes": -1, "usable_bytes": -1}
+                                  "total_bytes": -1, "usable_bytes": -1,
+                                  "is_cordoned": False}  # v5 (KIP-1066): tidelog never cordons a log dir
         try:
             if root in failed:
                 raise OSError(f"log directory {root} failed: {failed[root]}")
