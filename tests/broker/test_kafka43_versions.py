@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from helpers import RawClient, new_topic
 
+from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.errors import error_code
 from tidelog.records.batch import build_batch
 
 pytestmark = pytest.mark.integration
 
-UNKNOWN_TOPIC_ID = error_code("UNKNOWN_TOPIC_ID")
-NONE = error_code("NONE")
+UNKNOWN_TOPIC_ID = ErrorCode.UNKNOWN_TOPIC_ID
+NONE = ErrorCode.NONE
 GROUP = "kafka43-group"
 
 
