@@ -2,7 +2,8 @@
 namespace (root needed), real confluent-kafka clients, a seeded nemesis, and the history checker.
 
     .venv/bin/python bench/jepsen.py --workload queue --nemesis partition,pause,kill,clock \\
-        --time-limit 60 --runs 10 --seed 1 [--acks all|1] [--unclean] [--out DIR]
+        --time-limit 60 --runs 10 --seed 1 [--acks all|1] [--unclean] [--out DIR] [--clients java,confluent-kafka]
+    .venv/bin/python bench/jepsen.py --db noida --workload queue --nemesis pause,kill ...   # the peer, one node
 
 Run ``i`` uses seed ``K + i``; its directory ``DIR/<workload>-s<seed>`` keeps ``history.jsonl``, ``report.json``
 (tests/jepsen/checker.py), ``summary.json`` and ``db/`` (broker and ZooKeeper logs). The runs go one after the
@@ -119,7 +120,8 @@ def main() -> int:
         name = f"{a.workload}-s{seed}" if a.db == "tidelog" else f"{a.db}-{a.workload}-s{seed}"
         o = Options(workload=a.workload, nemesis=[k for k in a.nemesis.split(",") if k],
                     variants=[v for v in a.variants.split(",") if v], time_limit=a.time_limit,
-                    seed=seed, acks=a.acks, unclean=a.unclean, min_insync=a.min_insync, partitions=a.partitions,
+                    seed=seed, acks=a.acks, unclean=a.unclean, partitions=a.partitions,
+                    min_insync=a.min_insync if a.db == "tidelog" else 1, rf=3 if a.db == "tidelog" else 1,
                     quiet=a.quiet, out=a.out / name, keep_data=a.keep_data, db=a.db,
                     clients=[c for c in a.clients.split(",") if c])
         t = time.monotonic()

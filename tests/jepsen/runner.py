@@ -311,6 +311,7 @@ def run(o: Options) -> dict[str, Any]:
     summary["ops"] = dict(sorted(h.counts.items()))
     summary["harness_errors"] = (ctx.errors if ctx else []) + (nem.errors if nem else [])
     summary["hung_client_calls"] = ctx.hung if ctx else []
+    summary["fatal_client_errors"] = [f for c in clients for f in getattr(c, "fatal", [])]
     events = [json.loads(line) for line in (o.out / "history.jsonl").read_text().splitlines()]
     waits = client_waits(events)
     summary["client_waits"] = {"count": len(waits), "max_s": max((w["wait_s"] for w in waits), default=0.0),
