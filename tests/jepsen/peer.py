@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from nodes import LIVE, Node, _kill, wait_until
+from nodes import Node, wait_until
 from recorder import History
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,10 +85,7 @@ class PeerDb:
         self.node.start()
 
     def close(self) -> None:
-        self.node.kill()
-        for p in list(LIVE.values()):
-            if p is self.node.proc:
-                _kill(p)
+        self.node.kill()  # SIGCONT then SIGKILL of its process group, dropped from nodes.LIVE
 
 
 class PeerNemesis:
