@@ -2,7 +2,8 @@
 namespace (root needed), real confluent-kafka clients, a seeded nemesis, and the history checker.
 
     .venv/bin/python bench/jepsen.py --workload queue --nemesis partition,pause,kill,clock \\
-        --time-limit 60 --runs 10 --seed 1 [--acks all|1] [--unclean] [--out DIR]
+        --time-limit 60 --runs 10 --seed 1 [--acks all|1] [--unclean] [--out DIR] [--clients java,confluent-kafka]
+    .venv/bin/python bench/jepsen.py --db noida --workload queue --nemesis pause,kill ...   # the peer, one node
 
 Run ``i`` uses seed ``K + i``; its directory ``DIR/<workload>-s<seed>`` keeps ``history.jsonl``, ``report.json``
 (tests/jepsen/checker.py), ``summary.json`` and ``db/`` (broker and ZooKeeper logs). The runs go one after the
@@ -26,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "jepsen"))
 
 import netspace
+import peer
 from nemesis import KINDS
 from runner import Options, run
 
@@ -94,6 +96,10 @@ def main() -> int:
     ap.add_argument("--quiet", type=float, default=10.0, help="seconds without faults before the final reads")
     ap.add_argument("--out", type=Path, default=Path("/tmp/tidelog-jepsen"))
     ap.add_argument("--keep-data", action="store_true")
+    ap.add_argument("--db", choices=["tidelog", "noida"], default="tidelog",
+                    help="noida: the peer noida-db, one node on 127.0.0.1, --nemesis pause,kill (tests/jepsen/peer.py)")
+    ap.add_argument("--clients", default="confluent-kafka",
+                    help="client libraries the roles take in turn: confluent-kafka, java (e.g. java,confluent-kafka)")
     ap.add_argument("--aggregate", type=Path, nargs="+", metavar="DIR",
                     help="print the table of the runs already in these directories, run nothing")
     a = ap.parse_args()
@@ -104,18 +110,20 @@ def main() -> int:
         signal.signal(sig, _interrupt)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)
-    why = netspace.available()
+    why = netspace.available() if a.db == "tidelog" else peer.available()
     if why:
         print(f"network namespaces unavailable: {why}", file=sys.stderr)
         return 2
     rows: list[dict] = []
     for i in range(a.runs):
         seed = a.seed + i
-        name = f"{a.workload}-s{seed}"
+        name = f"{a.workload}-s{seed}" if a.db == "tidelog" else f"{a.db}-{a.workload}-s{seed}"
         o = Options(workload=a.workload, nemesis=[k for k in a.nemesis.split(",") if k],
                     variants=[v for v in a.variants.split(",") if v], time_limit=a.time_limit,
-                    seed=seed, acks=a.acks, unclean=a.unclean, min_insync=a.min_insync, partitions=a.partitions,
-                    quiet=a.quiet, out=a.out / name, keep_data=a.keep_data)
+                    seed=seed, acks=a.acks, unclean=a.unclean, partitions=a.partitions,
+                    min_insync=a.min_insync if a.db == "tidelog" else 1, rf=3 if a.db == "tidelog" else 1,
+                    quiet=a.quiet, out=a.out / name, keep_data=a.keep_data, db=a.db,
+                    clients=[c for c in a.clients.split(",") if c])
         t = time.monotonic()
         try:
             s = run(o)

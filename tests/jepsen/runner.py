@@ -40,18 +40,51 @@ class Options:
     quiet: float = 10.0
     out: Path = Path("/tmp/tidelog-jepsen")
     keep_data: bool = False
+    db: str = "tidelog"  # or "noida": the peer (tests/jepsen/peer.py), one node, faults pause and kill
+    clients: list[str] = field(default_factory=lambda: ["confluent-kafka"])  # roles take these in turn
+
+
+CLIENTS = ("confluent-kafka", "java")
+
+
+def groups_of(o: Options) -> list[str]:
+    """The consumer groups of a run (a Java subscriber has its own group: ``-j``; see ``start_clients``)."""
+    base = ["jq-a", "jq-s"] if o.workload == "queue" else ["jt-rc", "jt-s", "jt-g0", "jt-g1"]
+    return base + ([f"{base[1]}-j"] if "java" in o.clients else [])
 
 
 def start_clients(ctx: Ctx, o: Options) -> list[Any]:
+    """The run's clients. Roles (queue: the producers, the assign consumer, two subscribers; txn: the
+    transactional clients, then the two read_committed consumers) take ``o.clients`` in turn; a transactional
+    client is always confluent-kafka (there is no Java one). A Java subscriber joins group ``<group>-j``: the
+    two clients' default assignors differ (range,roundrobin / range,cooperative-sticky), so they do not share one."""
+    from javaclient import JavaClient
+
+    unknown = set(o.clients) - set(CLIENTS)
+    if unknown or not o.clients:
+        raise ValueError(f"clients {sorted(unknown) or '[]'}; known: {CLIENTS}")
+    turn = iter(range(1 << 30))
+
+    def java() -> bool:
+        return o.clients[next(turn) % len(o.clients)] == "java"
+
+    def consumer(topic: str, group: str, mode: str, isolation: str = "read_uncommitted") -> Any:
+        if java():
+            return JavaClient.consumer(ctx, topic, group + ("-j" if mode == "subscribe" else ""), mode, isolation)
+        return ConsumerClient(ctx, topic, group, mode, isolation=isolation)
+
     clients: list[Any] = []
     if o.workload == "queue":
-        clients += [ProducerClient(ctx, QUEUE_TOPIC, workers=3) for _ in range(o.producers)]
-        clients.append(ConsumerClient(ctx, QUEUE_TOPIC, "jq-a", "assign"))
-        clients += [ConsumerClient(ctx, QUEUE_TOPIC, "jq-s", "subscribe") for _ in range(2)]
+        clients += [JavaClient.producer(ctx, QUEUE_TOPIC, workers=3) if java() else
+                    ProducerClient(ctx, QUEUE_TOPIC, workers=3) for _ in range(o.producers)]
+        clients.append(consumer(QUEUE_TOPIC, "jq-a", "assign"))
+        clients += [consumer(QUEUE_TOPIC, "jq-s", "subscribe") for _ in range(2)]
     else:
-        clients += [TxnClient(ctx, TXN_TOPIC, n) for n in range(o.producers)]
-        clients.append(ConsumerClient(ctx, TXN_TOPIC, "jt-rc", "assign", isolation="read_committed"))
-        clients.append(ConsumerClient(ctx, TXN_TOPIC, "jt-s", "subscribe", isolation="read_committed"))
+        for n in range(o.producers):
+            next(turn)
+            clients.append(TxnClient(ctx, TXN_TOPIC, n))
+        clients.append(consumer(TXN_TOPIC, "jt-rc", "assign", isolation="read_committed"))
+        clients.append(consumer(TXN_TOPIC, "jt-s", "subscribe", isolation="read_committed"))
     for c in clients:
         c.start()
     return clients
@@ -81,9 +114,12 @@ def client_waits(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     faults += [(t0, end, what) for t0, what in started.values()]
     open_ops: dict[Any, dict[str, Any]] = {}
     waits: list[dict[str, Any]] = []
+    client: dict[Any, str] = {}
     for e in events:
         if e["process"] in ("nemesis", "runner"):
             continue
+        if e["f"] == "open":
+            client[e["process"]] = e["value"].get("client", "?")
         if e["type"] == "invoke":
             open_ops[e["process"]] = e
             continue
@@ -94,7 +130,8 @@ def client_waits(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if dur > WAIT_S:
             during = [w for a, b, w in faults if a <= e["time"] and b >= inv["time"]]
             waits.append({"f": e["f"], "process": e["process"], "type": e["type"], "start_s": round(inv["time"] / 1e9, 2),
-                          "wait_s": round(dur, 2), "faults": during, "error": e.get("error")})
+                          "wait_s": round(dur, 2), "faults": during, "error": e.get("error"),
+                          "client": client.get(e["process"], "?")})
     return waits
 
 
@@ -199,12 +236,20 @@ def run(o: Options) -> dict[str, Any]:
     h = History(o.out / "history.jsonl")
     h.add("runner", "info", "meta", {"workload": o.workload, "acks": o.acks, "min_insync": o.min_insync, "rf": o.rf,
                                      "unclean": o.unclean, "seed": o.seed, "nemesis": o.nemesis,
-                                     "variants": o.variants, "clients": o.producers, "time_limit": o.time_limit})
-    db = Db(o.out / "db", props=broker_props(min_insync=o.min_insync, rf=o.rf, unclean=o.unclean),
-            clock="clock" in o.nemesis)
+                                     "variants": o.variants, "clients": o.producers, "time_limit": o.time_limit,
+                                     "db": o.db, "client_libs": o.clients})
+    db: Any
+    if o.db == "noida":
+        import peer
+
+        db = peer.PeerDb(o.out / "db")
+    else:
+        db = Db(o.out / "db", props=broker_props(min_insync=o.min_insync, rf=o.rf, unclean=o.unclean),
+                clock="clock" in o.nemesis)
     summary: dict[str, Any] = {"options": {k: str(v) for k, v in asdict(o).items()}, "phases": {}}
-    nem: Nemesis | None = None
+    nem: Any = None
     ctx: Ctx | None = None
+    clients: list[Any] = []
     try:
         db.start()
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -215,16 +260,19 @@ def run(o: Options) -> dict[str, Any]:
         # INVALID_REPLICATION_FACTOR): wait until Metadata lists them all
         wait_until(f"{n} brokers in Metadata", lambda: len(admin.list_topics(timeout=10).brokers) == n, timeout=120)
         wait_until(f"{topic} created", lambda: _create(admin, NewTopic(topic, o.partitions, o.rf)), timeout=120)
-        wait_until(f"{topic} with full ISRs", lambda: full_isr(db, topic, o.partitions), timeout=120)
+        if o.db == "tidelog":
+            wait_until(f"{topic} with full ISRs", lambda: full_isr(db, topic, o.partitions), timeout=120)
         summary["phases"]["setup_s"] = round(time.monotonic() - t0, 1)
         ctx = Ctx(h, db.bootstrap, o.partitions, acks=o.acks, seed=o.seed)
         clients = start_clients(ctx, o)
         wait_until("a first acknowledged write", lambda: any(k in h.counts for k in ("send:ok", "txn:ok")),
                    timeout=120)
-        groups = ["jq-a", "jq-s"] if o.workload == "queue" else ["jt-rc", "jt-s", "jt-g0", "jt-g1"]
-        nem = Nemesis(db, h, o.nemesis, o.seed, topic, o.partitions, groups=groups,
-                      txn_ids=[f"{topic}-tx-{n}" for n in range(o.producers)] if o.workload == "txn" else [],
-                      variants=o.variants)
+        if o.db == "noida":
+            nem = peer.PeerNemesis(db, h, o.nemesis, o.seed)
+        else:
+            nem = Nemesis(db, h, o.nemesis, o.seed, topic, o.partitions, groups=groups_of(o),
+                          txn_ids=[f"{topic}-tx-{n}" for n in range(o.producers)] if o.workload == "txn" else [],
+                          variants=o.variants)
         t = threading.Thread(target=nem.run, daemon=True)
         t.start()
         nem.stop.wait(o.time_limit)
@@ -233,8 +281,9 @@ def run(o: Options) -> dict[str, Any]:
         nem.heal()
         t1 = time.monotonic()
         try:
-            db.wait_registered(timeout=180)
-            wait_until("full ISRs after the heal", lambda: full_isr(db, topic, o.partitions), timeout=180)
+            if o.db == "tidelog":
+                db.wait_registered(timeout=180)
+                wait_until("full ISRs after the heal", lambda: full_isr(db, topic, o.partitions), timeout=180)
         except TimeoutError as exc:  # an availability bug in itself: reported, and the run still checked
             summary["recovery_failed"] = str(exc)
         summary["phases"]["recovery_s"] = round(time.monotonic() - t1, 1)
@@ -253,12 +302,16 @@ def run(o: Options) -> dict[str, Any]:
             ctx.bury()
         if nem is not None:
             nem.stop.set()
+        for c in clients:
+            if hasattr(c, "kill"):
+                c.kill()  # a Java client's JVM (already stopped after a normal run)
         h.close()
         db.close()
     summary["duration_s"] = round(time.monotonic() - t0, 1)
     summary["ops"] = dict(sorted(h.counts.items()))
     summary["harness_errors"] = (ctx.errors if ctx else []) + (nem.errors if nem else [])
     summary["hung_client_calls"] = ctx.hung if ctx else []
+    summary["fatal_client_errors"] = [f for c in clients for f in getattr(c, "fatal", [])]
     events = [json.loads(line) for line in (o.out / "history.jsonl").read_text().splitlines()]
     waits = client_waits(events)
     summary["client_waits"] = {"count": len(waits), "max_s": max((w["wait_s"] for w in waits), default=0.0),

@@ -112,7 +112,9 @@ class ProducerClient:
                 "linger.ms": 5, "retry.backoff.ms": 200}
         if ctx.acks == "all":
             conf["enable.idempotence"] = True
+        self.conf = conf
         self.p = Producer(conf)
+        self.fatal: list[str] = []  # fatal producer errors (e.g. a broker that lost the idempotence state)
         self.threads = [threading.Thread(target=ctx.guard("poller", self._poll), daemon=True)]
         self.threads += [threading.Thread(target=ctx.guard("producer", self._work), daemon=True)
                          for _ in range(workers)]
@@ -130,8 +132,26 @@ class ProducerClient:
     _done = False
 
     def _poll(self) -> None:
+        """Serves the delivery reports. A fatal error (an idempotent producer's sequence desynchronised: the
+        broker lost its producer state) ends the ``Producer``: its queued and in-flight records are purged (their
+        reports: errors, so ``info``) and a new one replaces it."""
         while not self._done:
-            self.p.poll(0.1)
+            try:
+                self.p.poll(0.1)
+            except KafkaException as exc:
+                e = exc.args[0]
+                if not (isinstance(e, KafkaError) and e.fatal()):
+                    raise
+                self.fatal.append(_err(e))
+                old, self.p = self.p, Producer(self.conf)
+                old.purge()
+                for _ in range(50):
+                    try:
+                        if old.poll(0.1) == 0 and len(old) == 0:
+                            break
+                    except KafkaException:
+                        continue
+                self.ctx.graveyard.append(old)
 
     def _open(self) -> int:
         pid = self.ctx.h.new_process()
