@@ -20,8 +20,8 @@ from typing import Any
 import click
 
 from tidelog.cli._client import (
+    CliTransport,
     bootstrap_option,
-    bootstrap_request,
     broker_addresses,
     fail,
     output_option,
@@ -30,10 +30,10 @@ from tidelog.cli._client import (
     safe_echo,
 )
 from tidelog.cli.group_kip848 import assignment_text
+from tidelog.client import admin_ops
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 
-SHARE_GROUP_DESCRIBE_VERSION = 1
 LIST_GROUPS_VERSION = 5
 
 
@@ -58,23 +58,13 @@ async def _list(bootstrap: str, timeout: float) -> tuple[dict[str, str], list[st
 
 
 async def _describe(bootstrap: str, group: str, timeout: float) -> tuple[dict[str, Any] | None, str, str | None]:
-    """(the described group, "host:port (id)" of its coordinator, the error's name)."""
-    found = await bootstrap_request(bootstrap, ApiKey.FIND_COORDINATOR, 3, {"key": group, "key_type": 0}, timeout)
-    if found["error_code"]:
-        return None, "", error_for_code(found["error_code"]).name
-    coordinator = f"{found['host']}:{found['port']} ({found['node_id']})"
-    resp = await peer_request(found["host"], found["port"], ApiKey.SHARE_GROUP_DESCRIBE,
-                              SHARE_GROUP_DESCRIBE_VERSION,
-                              {"group_ids": [group], "include_authorized_operations": False}, timeout)
-    (g,) = resp["groups"]
-    if g["error_code"]:
-        return None, coordinator, error_for_code(g["error_code"]).name
-    return g, coordinator, None
-
-
-def _assignment(member: dict[str, Any]) -> list[tuple[str, int]]:
-    return [(t.get("topic_name") or "", p) for t in (member.get("assignment") or {}).get("topic_partitions") or ()
-            for p in t.get("partitions") or ()]
+    """(the described group, "host:port (id)" of its coordinator, the error's name), by
+    :func:`tidelog.client.admin_ops.describe_share_group` (which the web console uses too)."""
+    try:
+        found, g = await admin_ops.describe_share_group(CliTransport(bootstrap, timeout), group)
+    except admin_ops.AdminError as exc:
+        return None, "", exc.name
+    return g, f"{found['host']}:{found['port']} ({found['node_id']})", None
 
 
 def state_rows(g: dict[str, Any], coordinator: str, verbose: bool) -> tuple[list[str], list[list[Any]]]:
@@ -89,7 +79,7 @@ def member_rows(g: dict[str, Any], verbose: bool) -> tuple[list[str], list[list[
     headers = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"] + (["MEMBER-EPOCH"] if verbose else [])
     rows = []
     for m in sorted(g["members"], key=lambda m: m["member_id"]):
-        tps = _assignment(m)
+        tps = admin_ops.share_assignment(m)
         row: list[Any] = [g["group_id"], m["member_id"], m["client_host"], m["client_id"], len(tps)]
         if verbose:
             row.append(m["member_epoch"])

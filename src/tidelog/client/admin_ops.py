@@ -175,3 +175,42 @@ async def alter_scram(t: Transport, upsertions: list[dict], deletions: list[tupl
     resp = await t.any_broker(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, body)
     for r in resp["results"]:
         check(r["error_code"], f"AlterUserScramCredentials {r['user']}", r.get("error_message"))
+
+
+# -- share groups (KIP-932, kafka-share-groups.sh) -------------------------------------------------------------
+
+SHARE_GROUP_DESCRIBE_VERSION = 1
+DESCRIBE_SHARE_GROUP_OFFSETS_VERSION = 0
+
+
+async def describe_share_group(t: Transport, group: str) -> tuple[dict, dict]:
+    """FindCoordinator(GROUP) then ShareGroupDescribe (API 77) at the coordinator: (the coordinator's
+    ``FindCoordinator`` answer: node_id, host, port; the described group). A refusal (GROUP_AUTHORIZATION_FAILED,
+    GROUP_ID_NOT_FOUND for a group that is not a share group...) raises."""
+    found = await t.any_broker(ApiKey.FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
+    check(found["error_code"], f"FindCoordinator {group}", found.get("error_message"))
+    resp = await t.call(found["host"], found["port"], ApiKey.SHARE_GROUP_DESCRIBE, SHARE_GROUP_DESCRIBE_VERSION,
+                        {"group_ids": [group], "include_authorized_operations": False})
+    (g,) = resp["groups"]
+    check(g["error_code"], f"ShareGroupDescribe {group}", g.get("error_message"))
+    return found, g
+
+
+def share_assignment(member: dict) -> list[tuple[str, int]]:
+    """A ShareGroupDescribe member's assigned partitions: (topic, partition), in the broker's order."""
+    return [(x.get("topic_name") or "", p) for x in (member.get("assignment") or {}).get("topic_partitions") or ()
+            for p in x.get("partitions") or ()]
+
+
+async def share_group_offsets(t: Transport, host: str, port: int, group: str,
+                              parts: dict[str, list[int]] | None = None) -> list[tuple[str, int, int, int]]:
+    """DescribeShareGroupOffsets (API 90) at ``host:port`` (the group's coordinator): (topic, partition,
+    share-partition start offset or -1, error code) per partition, sorted; ``parts`` None: every partition the
+    group has state for there. A refusal of the group raises; a partition's own error is in its row."""
+    topics = None if parts is None else [{"topic_name": x, "partitions": ps} for x, ps in sorted(parts.items())]
+    resp = await t.call(host, port, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, DESCRIBE_SHARE_GROUP_OFFSETS_VERSION,
+                        {"groups": [{"group_id": group, "topics": topics}]})
+    (g,) = resp["groups"]
+    check(g["error_code"], f"DescribeShareGroupOffsets {group}", g.get("error_message"))
+    return sorted((x["topic_name"], p["partition_index"], p["start_offset"], p["error_code"])
+                  for x in g.get("topics") or () for p in x.get("partitions") or ())

@@ -31,6 +31,7 @@ from starlette.staticfiles import StaticFiles
 
 from tidelog.cli.group_offsets import ResetSpec
 from tidelog.console import security_ops as sec
+from tidelog.console import share_groups
 from tidelog.console import transactions as txn
 from tidelog.console.audit import AuditLog
 from tidelog.console.cache import TtlCache
@@ -404,6 +405,12 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
         desc["lag_history"] = c.lag_sample(g, desc["at_ms"], desc["lag"])
         return JSONResponse(desc)
 
+    async def share_group(request: Request) -> Response:
+        g = _group_id(request)
+        desc = await c.call(share_groups.share_group, c.cluster, g)
+        desc["lag_history"] = c.lag_sample(g, desc["at_ms"], desc["lag"])
+        return JSONResponse(desc)
+
     async def reset_offsets(request: Request) -> Response:
         g = _group_id(request)
         data = await _body(request)
@@ -540,6 +547,7 @@ def build_app(console: Console, allowed_hosts: list[str] | None = None) -> Starl
         Route("/api/groups", groups),
         Route("/api/groups/{group}", group),
         Route("/api/groups/{group}", delete_group, methods=["DELETE"]),
+        Route("/api/share-groups/{group}", share_group),
         Route("/api/groups/{group}/reset-offsets", reset_offsets, methods=["POST"]),
         Route("/api/groups/{group}/delete-offsets", delete_group_offsets, methods=["POST"]),
         Route("/api/transactions", transactions),

@@ -308,11 +308,32 @@ async function pageMessages(main, topic) {
 async function pageGroups(main) {
   const rows = await api("GET", "/api/groups");
   main.append(h("h1", {}, "Consumer groups"), table("groups-table", ["group", "type", "state", ""], rows.map((g) => ({ attrs: { "data-group": g.group }, cells: [
-    h("a", { href: "#/groups/" + encodeURIComponent(g.group) }, g.group), g.type, g.state,
-    h("button", { cls: "danger delete-group", type: "button", onclick: async () => {
+    h("a", { href: (g.type === "Share" ? "#/share-groups/" : "#/groups/") + encodeURIComponent(g.group) }, g.group), g.type, g.state,
+    g.type === "Share" ? h("span", { cls: "muted" }, "read-only") : h("button", { cls: "danger delete-group", type: "button", onclick: async () => {
       const typed = await confirmName(`Delete group ${g.group} and its committed offsets?`, g.group);
       if (typed !== null && await act(() => api("DELETE", "/api/groups/" + encodeURIComponent(g.group), { confirm: typed }), `group ${g.group} deleted`)) route();
     } }, "Delete")] }))));
+}
+
+async function pageShareGroup(main, group) {
+  const holder = h("div"), canvas = h("canvas", { id: "lag-chart", width: 640, height: 180 });
+  main.append(h("h1", {}, `Share group ${group}`), holder, h("h2", {}, "Lag over time"), canvas);
+  async function refresh() {
+    const g = await api("GET", "/api/share-groups/" + encodeURIComponent(group));
+    holder.replaceChildren(
+      h("p", { id: "share-read-only", cls: "muted" }, g.read_only),
+      h("div", { cls: "cards" }, h("div", { cls: "card" }, h("div", { cls: "v", id: "group-lag" }, fmtNum(g.lag)), h("div", { cls: "k" }, "total lag")),
+        h("div", { cls: "card" }, h("div", { cls: "v", id: "group-state" }, g.state), h("div", { cls: "k" }, `state (${g.type})`)),
+        h("div", { cls: "card" }, h("div", { cls: "v" }, g.members.length), h("div", { cls: "k" }, "members")),
+        h("div", { cls: "card" }, h("div", { cls: "v", id: "group-epoch" }, g.group_epoch), h("div", { cls: "k" }, "group epoch")),
+        h("div", { cls: "card" }, h("div", { cls: "v", id: "assignment-epoch" }, g.assignment_epoch), h("div", { cls: "k" }, `assignment epoch (${g.assignor})`))),
+      h("h2", {}, "Lag per topic"), table("topic-lag-table", ["topic", "lag"], Object.entries(g.lag_by_topic).map(([t, l]) => [t, fmtNum(l)]), [1]),
+      h("h2", {}, "Share partitions"), table("lag-table", ["topic", "partition", "start offset (SPSO)", "log end", "lag", "error"], g.offsets.map((r) => ({ attrs: { "data-tp": `${r.topic}-${r.partition}` }, cells: [r.topic, r.partition, r.start_offset, r.end, r.lag ?? "", r.error ?? ""] })), [1, 2, 3, 4]),
+      h("h2", {}, "Members"), table("members-table", ["member", "client", "host", "epoch", "assigned partitions"], g.members.map((m) => ({ attrs: { "data-member": m.member }, cells: [m.member, m.client, m.host, m.epoch, m.assignment.join(", ")] })), [3]));
+    lineChart(canvas, [{ name: "lag", points: g.lag_history.map(([t, l]) => [t, l]) }], "lag (records)");
+  }
+  await refresh();
+  every(5000, () => refresh().catch(() => {}));
 }
 
 async function pageGroup(main, group) {
@@ -555,13 +576,14 @@ const PAGES = { overview: pageOverview, topics: pageTopics, messages: pageMessag
 async function route() {
   clearTimers(); state.job = null; showNotice("");
   const [page, arg] = (location.hash.replace(/^#\//, "") || "overview").split("/").map(decodeURIComponent);
-  document.querySelectorAll("#nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === page));
+  document.querySelectorAll("#nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === (page === "share-groups" ? "groups" : page)));
   const main = document.getElementById("main");
   const fresh = h("main", { id: "main", "data-page": page + (arg ? "/" + arg : "") });
   main.replaceWith(fresh);
   let fn = PAGES[page] || pageOverview;
   if (page === "topics" && arg) fn = (m) => pageTopic(m, arg);
   if (page === "groups" && arg) fn = (m) => pageGroup(m, arg);
+  if (page === "share-groups" && arg) fn = (m) => pageShareGroup(m, arg);
   try { showError(""); await fn(fresh, arg); fresh.setAttribute("data-ready", "1"); }
   catch (e) { if (e.message !== "login required") { showError(e.message); fresh.setAttribute("data-ready", "1"); } }
 }
