@@ -30,6 +30,7 @@ from pyspark import cloudpickle as spark_cloudpickle
 from tidelog.spark.atomic import AtomicCommit, decision_group, decision_metadata
 from tidelog.spark.kafka_sink import parse_atomic
 from tidelog.spark.options import OptionError
+from tidelog.spark.producer import RawProducer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -45,12 +46,24 @@ ROWS = 500  # per Spark partition
 
 
 def committed(bootstrap: str, group: str, topic: str) -> tuple[int, str]:
-    """(offset, metadata) the group committed on ``topic``-0 (stable offsets only); offset -1 = none."""
+    """(offset, metadata) the group committed on ``topic``-0 (stable offsets only); offset -1 = none.
+
+    The offset through confluent-kafka's AdminClient; the metadata through the project's own OffsetFetch
+    (``RawProducer.committed_offset``): confluent-kafka 2.16's ``TopicPartition`` copies librdkafka's metadata
+    with ``strdup``, but that buffer is ``metadata_size`` bytes without a terminating NUL, so ``tp.metadata``
+    sometimes carries heap bytes past the end (seen twice: a UnicodeDecodeError at position 43 of a 43-byte
+    marker)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     res = admin.list_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])], require_stable=True)[group].result(30)
     (tp,) = res.topic_partitions
-    return int(tp.offset), tp.metadata or ""
+    raw = RawProducer({"bootstrap.servers": bootstrap})
+    try:
+        found = raw.committed_offset(group, topic, 0)
+    finally:
+        raw.close()
+    assert (found[0] if found is not None else -1) == int(tp.offset), (found, tp.offset)
+    return int(tp.offset), (found[1] or "") if found is not None else ""
 
 
 def values(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[int]:

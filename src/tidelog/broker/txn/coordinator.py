@@ -451,14 +451,17 @@ class TransactionCoordinator:
         ``handleVerifyPartitionsInTransaction`` (TRANSACTION_ABORTABLE for a partition not added)."""
         if (transactional_id and self.broker.topics.get(TRANSACTION_STATE_TOPIC) is not None
                 and self._partition(transactional_id) not in self.owned):
-            return await self._verify_remote(transactional_id, producer_id, producer_epoch, partitions)
+            return await self.add_partitions_remote(transactional_id, producer_id, producer_epoch, partitions,
+                                                    verify_only=True)
         return {tp: _code(e) for tp, e in self.verify_errors(transactional_id, producer_id, producer_epoch,
                                                               partitions).items()}
 
-    async def _verify_remote(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
-        """ZooKeeper mode: the id's coordinator is another broker; ask it with AddPartitionsToTxn v4
-        ``verify_only`` (Kafka's AddPartitionsToTxnManager), through the replica manager's ``broker_request``."""
+    async def add_partitions_remote(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                    partitions: list[TopicPartition], verify_only: bool) -> dict[TopicPartition, int]:
+        """ZooKeeper mode: the id's coordinator is another broker; AddPartitionsToTxn to it through the replica
+        manager's ``broker_request`` (Kafka's AddPartitionsToTxnManager): v4 ``verify_only`` (KIP-890 part 1, are
+        the partitions in the transaction?) or v5 adding them (transactions v2's implicit add). An error code per
+        partition."""
         err, node = await self.find_coordinator(transactional_id)
         request = self.broker.replica_manager.broker_request
         if err is not None or node is None or node[0] == self.broker.node_id:
@@ -467,13 +470,14 @@ class TransactionCoordinator:
         for t, p in partitions:
             topics.setdefault(t, []).append(p)
         body = {"transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
-                                  "producer_epoch": producer_epoch, "verify_only": True,
+                                  "producer_epoch": producer_epoch, "verify_only": verify_only,
                                   "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]}
         try:
-            resp = await request(node[0], ApiKey.ADD_PARTITIONS_TO_TXN, 4, body, timeout=self.request_timeout_ms / 1000.0)
+            resp = await request(node[0], ApiKey.ADD_PARTITIONS_TO_TXN, 4 if verify_only else 5, body,
+                                 timeout=self.request_timeout_ms / 1000.0)
         except Exception as exc:
-            log.info("transaction verification at the coordinator failed",
-                     extra={"kv": {"node": node[0], "error": repr(exc)}})
+            log.info("AddPartitionsToTxn at the coordinator failed",
+                     extra={"kv": {"node": node[0], "verify_only": verify_only, "error": repr(exc)}})
             return dict.fromkeys(partitions, _code(ErrorCode.NETWORK_EXCEPTION))
         got: dict[TopicPartition, int] = {}
         if resp.get("error_code"):

@@ -31,7 +31,6 @@ Facts from Kafka 4's ``TransactionCoordinator.endTransaction`` / ``TransactionMe
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections.abc import Iterable
@@ -48,7 +47,6 @@ from tidelog.broker.txn.state import (
     TxnTransit,
 )
 from tidelog.errors import ErrorCode, error_code
-from tidelog.protocol.api_keys import ApiKey
 
 
 class TransactionCoordinator(Protocol):
@@ -67,8 +65,8 @@ class TransactionCoordinator(Protocol):
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions: Iterable[TopicPartition],
                              client_transaction_version: int = 0) -> ErrorCode | None: ...
-    async def find_coordinator(
-        self, transactional_id: str) -> tuple[ErrorCode | None, tuple[int, str, int] | None]: ...
+    async def add_partitions_remote(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                    partitions: list[TopicPartition], verify_only: bool) -> dict[TopicPartition, int]: ...
 
 log = logging.getLogger("tidelog.broker.txn")
 
@@ -219,9 +217,9 @@ async def add_partitions(coord: TransactionCoordinator, transactional_id: str, p
     if not transactional_id:
         return dict.fromkeys(partitions, ErrorCode.INVALID_REQUEST)
     err = coord._check(transactional_id)
-    request = getattr(coord.broker.replica_manager, "broker_request", None)
-    if err == ErrorCode.NOT_COORDINATOR and request is not None:
-        return await _add_remote(coord, request, transactional_id, producer_id, producer_epoch, partitions)
+    if err == ErrorCode.NOT_COORDINATOR:
+        return await coord.add_partitions_remote(transactional_id, producer_id, producer_epoch, partitions,
+                                                 verify_only=False)
     if err:
         return dict.fromkeys(partitions, error_code(err))
     added = await coord.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
@@ -229,30 +227,3 @@ async def add_partitions(coord: TransactionCoordinator, transactional_id: str, p
     return dict.fromkeys(partitions, 0 if added is None else error_code(added))
 
 
-async def _add_remote(coord: TransactionCoordinator, request: Any, transactional_id: str, producer_id: int,
-                      producer_epoch: int, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
-    err, node = await coord.find_coordinator(transactional_id)
-    if err is not None or node is None or node[0] == coord.broker.node_id:
-        return dict.fromkeys(partitions, error_code(err or ErrorCode.NOT_COORDINATOR))
-    topics: dict[str, list[int]] = {}
-    for t, p in partitions:
-        topics.setdefault(t, []).append(p)
-    body = {"transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
-                              "producer_epoch": producer_epoch, "verify_only": False,
-                              "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]}
-    try:
-        resp = request(node[0], ApiKey.ADD_PARTITIONS_TO_TXN, 5, body, timeout=coord.request_timeout_ms / 1000.0)
-        if inspect.isawaitable(resp):
-            resp = await resp
-    except Exception as exc:
-        log.info("implicit AddPartitionsToTxn at the coordinator failed",
-                 extra={"kv": {"node": node[0], "error": repr(exc)}})
-        return dict.fromkeys(partitions, ErrorCode.NETWORK_EXCEPTION)
-    if resp.get("error_code"):
-        return dict.fromkeys(partitions, int(resp["error_code"]))
-    got: dict[TopicPartition, int] = {}
-    for txn in resp.get("results_by_transaction") or ():
-        for t in txn.get("topic_results") or ():
-            for p in t.get("results_by_partition") or ():
-                got[(t["name"], int(p["partition_index"]))] = int(p["partition_error_code"])
-    return {tp: got.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR) for tp in partitions}
