@@ -139,6 +139,9 @@ def test_topics_commands(broker: Any) -> None:
     lines = out.splitlines()  # kafka-topics.sh --describe's lines, tidelog's offsets appended to each partition's
     assert re.fullmatch(r"Topic: cli-t1\tTopicId: [A-Za-z0-9_-]{22}\tPartitionCount: 2\tReplicationFactor: 1\t"
                         r"Configs: (\S+,)?retention.ms=3600000(,\S+)?", lines[0]), lines[0]
+    # the id as Kafka prints it (URL-safe base64, as in the partition's own partition.metadata), whatever its bytes
+    stored = (broker.data_dir / "cli-t1-0" / "partition.metadata").read_text().split("topic_id: ")[1].strip()
+    assert lines[0].split("\t")[1] == f"TopicId: {stored}"
     assert lines[1] == ("\tTopic: cli-t1\tPartition: 0\tLeader: 0\tReplicas: 0\tIsr: 0\tElr: N/A\tLastKnownElr: N/A"
                         "\tLogStartOffset: 0\tLogEndOffset: 0")
     assert lines[2] == ("\tTopic: cli-t1\tPartition: 1\tLeader: 0\tReplicas: 0\tIsr: 0\tElr: N/A\tLastKnownElr: N/A"

@@ -6,6 +6,8 @@ terminal and tab-separated lines otherwise, so it pipes into ``cut``/``awk``.
 
 from __future__ import annotations
 
+import base64
+import struct
 import sys
 from typing import Any
 
@@ -163,7 +165,7 @@ def _overrides(admin: Any, names: list[str], timeout: float) -> dict[str, list[t
 
 
 def _topic_ids(admin: Any, names: list[str], timeout: float) -> dict[str, str]:
-    """Each topic's id as Kafka prints it (base64), through DescribeTopics' Metadata; none for a topic whose
+    """Each topic's id as Kafka prints it (URL-safe base64), through DescribeTopics' Metadata; none for a topic whose
     description fails or whose id is zero (an older broker), as kafka-topics.sh then leaves ``TopicId:`` out."""
     from confluent_kafka import TopicCollection
 
@@ -179,9 +181,15 @@ def _topic_ids(admin: Any, names: list[str], timeout: float) -> dict[str, str]:
             tid = fut.result(timeout=timeout).topic_id
         except Exception:
             continue
-        if tid is not None and str(tid) != "AAAAAAAAAAAAAAAAAAAAAA":
-            out[name] = str(tid)
+        if tid is not None and (tid.get_most_significant_bits() or tid.get_least_significant_bits()):
+            out[name] = kafka_uuid(tid.get_most_significant_bits(), tid.get_least_significant_bits())
     return out
+
+
+def kafka_uuid(most: int, least: int) -> str:
+    """Kafka's ``Uuid.toString``: URL-safe base64 of the 16 bytes, no padding. (librdkafka's own string of a
+    ``Uuid`` is standard base64, with ``+`` and ``/``: an id printed from it would differ from kafka-topics.sh's.)"""
+    return base64.urlsafe_b64encode(struct.pack(">qq", most, least)).rstrip(b"=").decode("ascii")
 
 
 def _print_kafka_description(md: Any, present: list[str], tps: list[tuple[str, int]], rows: list[list[Any]],
