@@ -17,7 +17,7 @@ names, as for v9:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tidelog.broker.handlers import RequestContext
@@ -55,10 +55,11 @@ def topic_id_of(ctx: RequestContext, name: str) -> bytes | None:
     return info.topic_id if info is not None else None
 
 
-def commit_response_topics(resolved: ResolvedTopics, topics: list[Body], group_error: int = 0) -> list[Body]:
-    """OffsetCommit v10 response topics: ``topics`` (answered by name for the known ids) with their ids, the
-    unknown ids answered UNKNOWN_TOPIC_ID (or ``group_error`` when the whole group was refused), in request
-    order."""
+def _in_request_order(resolved: ResolvedTopics, topics: list[Body],
+                      unknown_partitions: Callable[[Mapping[str, Any], int], list[Body]], group_error: int) -> list[Body]:
+    """``topics`` (answered by name for the known ids) with their ids, and each unknown id answered by
+    ``unknown_partitions(its request entry, error code)`` — UNKNOWN_TOPIC_ID, or ``group_error`` when the whole
+    group was refused — in request order."""
     by_name: dict[str, Body] = {t["name"]: t for t in topics}
     out: list[Body] = []
     unknown = iter(resolved.unknown)
@@ -69,11 +70,16 @@ def commit_response_topics(resolved: ResolvedTopics, topics: list[Body], group_e
                 out.append({**hit, "topic_id": resolved.ids[str(key)]})
             continue
         u = next(unknown)
-        code = group_error or UNKNOWN_TOPIC_ID
-        out.append({"name": "", "topic_id": u.get("topic_id") or uuid.UUID(int=0), "partitions": [
-            {"partition_index": int(p.get("partition_index", 0)), "error_code": code}
-            for p in u.get("partitions") or ()]})
+        out.append({"name": "", "topic_id": u.get("topic_id") or uuid.UUID(int=0),
+                    "partitions": unknown_partitions(u, group_error or UNKNOWN_TOPIC_ID)})
     return out
+
+
+def commit_response_topics(resolved: ResolvedTopics, topics: list[Body], group_error: int = 0) -> list[Body]:
+    """OffsetCommit v10 response topics (see :func:`_in_request_order`)."""
+    return _in_request_order(resolved, topics, lambda u, code: [
+        {"partition_index": int(p.get("partition_index", 0)), "error_code": code}
+        for p in u.get("partitions") or ()], group_error)
 
 
 def fetch_response_topics(ctx: RequestContext, resolved: ResolvedTopics | None, topics: list[Body],
@@ -87,19 +93,8 @@ def fetch_response_topics(ctx: RequestContext, resolved: ResolvedTopics | None, 
             if tid is not None:
                 out.append({**t, "topic_id": tid})
         return out
-    by_name: dict[str, Body] = {t["name"]: t for t in topics}
-    out = []
-    unknown = iter(resolved.unknown)
-    for known, key in resolved.order:
-        if known:
-            hit = by_name.pop(str(key), None)
-            if hit is not None:
-                out.append({**hit, "topic_id": resolved.ids[str(key)]})
-            continue
-        u = next(unknown)
-        code = group_error or UNKNOWN_TOPIC_ID  # a group error covers them, as the named partitions (_offset_rows)
-        out.append({"name": "", "topic_id": u.get("topic_id") or uuid.UUID(int=0), "partitions": [
-            {"partition_index": int(p), "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
-             "error_code": code}
-            for p in u.get("partition_indexes") or ()]})
-    return out
+    # a group error covers the unknown ids too, as the named partitions (_offset_rows)
+    return _in_request_order(resolved, topics, lambda u, code: [
+        {"partition_index": int(p), "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+         "error_code": code}
+        for p in u.get("partition_indexes") or ()], group_error)
