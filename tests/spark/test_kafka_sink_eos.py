@@ -85,14 +85,17 @@ def test_killed_writer_is_fenced_by_its_retry(spark: Any, kt: Any) -> None:
     assert len(everything) > 100 and set(everything) == set(expected)
 
 
-def test_batch_write_with_a_fixed_prefix_is_written_once(spark: Any, kt: Any) -> None:
-    """The same batch job run again with the same transactionalIdPrefix writes nothing (its markers say done)."""
+@pytest.mark.parametrize("client", ["raw", "librdkafka"])
+def test_batch_write_with_a_fixed_prefix_is_written_once(spark: Any, kt: Any, client: str) -> None:
+    """The same batch job run again with the same transactionalIdPrefix writes nothing (its markers say done), with
+    the raw producer and with librdkafka's (whose path reads the markers through ``kafka_sink.read_marker``)."""
     topic = kt.new_topic(1)
     prefix = f"job-{uuid.uuid4().hex[:8]}"
     df = spark.range(0, 40, 1, 2).selectExpr("CAST(id AS STRING) AS value")
     for _ in range(2):
         (df.write.mode("append").format("tidelog").option("kafka.bootstrap.servers", kt.bootstrap)
-         .option("topic", topic).option("exactlyOnce", "true").option("transactionalIdPrefix", prefix).save())
+         .option("topic", topic).option("exactlyOnce", "true").option("transactionalIdPrefix", prefix)
+         .option("produceClient", client).save())
     assert sorted(int(v) for _, v in read_topic(kt.bootstrap, topic, "read_uncommitted")) == list(range(40))
     assert [marker(kt.bootstrap, f"{prefix}-{p}", topic) for p in (0, 1)] == [0, 0]
 

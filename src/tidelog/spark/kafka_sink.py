@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from tidelog.spark.atomic import (
 )
 from tidelog.spark.options import OptionError, client_config, parse_bool
 from tidelog.spark.producer import DeliveryError, RawProducer, raw_produce_unsupported
+from tidelog.spark.producer_control import ProducerControl
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
@@ -291,38 +291,22 @@ def _group_offsets_client(conf: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def read_marker(conf: Mapping[str, Any], group: str, topic: str) -> tuple[int, dict[str, Any]] | None:
-    """The batch id the group ``group`` committed for ``topic``-0 (stable offsets only), or None."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(_group_offsets_client(conf))
-    deadline = time.monotonic() + TXN_TIMEOUT_S
-    while True:
-        req = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, MARKER_PARTITION)])]
-        try:
-            res = admin.list_consumer_group_offsets(req, require_stable=True)[group].result(TXN_TIMEOUT_S)
-            (tp,) = res.topic_partitions
-            if tp.error is not None:
-                raise KafkaException(tp.error)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            code = err.code() if isinstance(err, KafkaError) else None
-            if code == KafkaError.GROUP_ID_NOT_FOUND:
-                return None
-            # a transaction that wrote the marker is still completing, or the coordinator moves: try again
-            if (code in (KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                         KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE)
-                    or (isinstance(err, KafkaError) and err.retriable())) and time.monotonic() < deadline:
-                time.sleep(0.1)
-                continue
-            raise
-        if tp.offset < 0:
-            return None
-        try:
-            meta = json.loads(tp.metadata or "{}")
-        except ValueError:
-            meta = {}
-        return tp.offset, meta if isinstance(meta, dict) else {}
+    """The batch id the group ``group`` committed for ``topic``-0 (stable offsets only, waiting out a transaction
+    that is completing), or None. Read with the project's own OffsetFetch, not confluent-kafka's AdminClient:
+    confluent-kafka 2.16's ``TopicPartition`` ``strdup()``s librdkafka's metadata buffer, which has no terminating
+    NUL, so its ``metadata`` sometimes carries heap bytes past the marker's end."""
+    client = ProducerControl(_group_offsets_client(conf))
+    try:
+        found = client.committed_offset(group, topic, 0)
+    finally:
+        client.close()
+    if found is None:
+        return None
+    try:
+        meta = json.loads(found[1] or "{}")
+    except ValueError:
+        meta = {}
+    return found[0], meta if isinstance(meta, dict) else {}
 
 
 def write_transactional(
