@@ -27,6 +27,7 @@ from tidelog.broker.handlers.group import fit
 from tidelog.broker.security.acls import AclOperation, ResourceType
 from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.compiler import RecordsChunks
 from tidelog.protocol.errors import error_code
 
 SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 77, 78, 79
@@ -177,7 +178,7 @@ def _acquire(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: str, na
     now = time.monotonic()
     if sp.expire(now):
         mgr._wake()
-    chunks: list[bytes] = []
+    chunks: list[memoryview] = []  # the acquired batches, as read: sent untouched (no join, no copy)
     ranges: list[tuple[int, int, int]] = []
     size = taken = 0
     for _ in range(MAX_READS_PER_PARTITION):
@@ -192,14 +193,14 @@ def _acquire(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: str, na
         if got:
             lo, hi = got[0][0], got[-1][1]
             keep = [(s, e) for s, e, b, last, _ in batches if last >= lo and b <= hi]
-            chunks.append(data[keep[0][0]:keep[-1][1]])
+            chunks.append(memoryview(data)[keep[0][0]:keep[-1][1]])
             size += keep[-1][1] - keep[0][0]
             ranges += got
             taken += sum(r[1] - r[0] + 1 for r in got)
         elif sp.first_available() is None and sp.speo >= hw:
             break
     if ranges:
-        entry["records"] = b"".join(chunks)
+        entry["records"] = RecordsChunks(chunks, size)
         entry["acquired_records"] = [{"first_offset": f, "last_offset": la, "delivery_count": d}
                                      for f, la, d in ranges]
     return size, taken
