@@ -13,7 +13,6 @@ made through any broker reaches the coordinator of the group, wherever it is.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -23,17 +22,6 @@ from tidelog.cluster import zkdata as zd
 log = logging.getLogger("tidelog.cluster.group_configs")
 
 CONFIG_GROUPS = "/config/groups"
-
-
-def _config(data: bytes | None) -> dict[str, str]:
-    if not data:
-        return {}
-    try:
-        value = json.loads(data)
-    except ValueError:
-        return {}
-    config = value.get("config") if isinstance(value, dict) else None
-    return {str(k): str(v) for k, v in config.items()} if isinstance(config, dict) else {}
 
 
 class ZkGroupConfigStore:
@@ -59,7 +47,7 @@ class ZkGroupConfigStore:
             data, _ = self.zk.get(f"{CONFIG_GROUPS}/{entity}")
         except NoNodeError:
             return {}
-        return _config(data)
+        return zd.decode_entity_config(data)
 
     def read(self) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}
@@ -86,29 +74,5 @@ class ZkGroupConfigStore:
     def write(self, group: str, configs: dict[str, str]) -> None:
         """Blocking: the group's znode replaced by ``configs`` (deleted when empty) with a change notification,
         in one transaction."""
-        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-
         entity = zd.sanitize(group)
-        path = f"{CONFIG_GROUPS}/{entity}"
-        encoded = json.dumps({"version": 1, "config": configs}, separators=(",", ":")).encode()
-        while True:
-            try:
-                _, stat = self.zk.get(path)
-                version = stat.version
-            except NoNodeError:
-                version = -1
-            if version < 0 and not configs:
-                return
-            t = self.zk.transaction()
-            if version < 0:
-                t.create(path, encoded)
-            elif configs:
-                t.set_data(path, encoded, version=version)
-            else:
-                t.delete(path, version=version)
-            t.create(zd.config_change_path(), zd.encode_config_change(f"groups/{entity}"), sequence=True)
-            results = t.commit()
-            if not any(isinstance(r, Exception) for r in results):
-                return
-            if not any(isinstance(r, (BadVersionError, NoNodeError, NodeExistsError)) for r in results):
-                raise next(r for r in results if isinstance(r, Exception))
+        zd.write_entity_config(self.zk, f"{CONFIG_GROUPS}/{entity}", configs, f"groups/{entity}", delete_when_empty=True)
