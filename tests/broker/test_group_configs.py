@@ -218,3 +218,20 @@ def test_zookeeper_mode_a_change_through_one_broker_reaches_the_other(broker_fac
         assert [r["resource_name"] for r in listed] == ["zk-g2"]  # "zk/g 1" has no configs left
     finally:
         pair.close()
+
+
+def test_groups_with_configs_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidelog.broker import group_configs as gcs
+
+    monkeypatch.setattr(gcs, "MAX_CONFIGURED_GROUPS", 2)
+    configs = gcs.GroupConfigs({}, gcs.FileGroupConfigStore(tmp_path / gcs.STORE_FILE))
+    configs.alter("a", {"share.auto.offset.reset": "earliest"})
+    configs.alter("b", {"share.auto.offset.reset": "earliest"})
+    with pytest.raises(gcs.GroupConfigError) as exc:
+        configs.alter("c", {"share.auto.offset.reset": "earliest"})
+    assert exc.value.kafka_error == ErrorCode.POLICY_VIOLATION
+    configs.alter("a", {"share.isolation.level": "read_committed"})  # a group that has configs may change them
+    configs.alter("b", {})  # and removing one frees a place
+    configs.alter("c", {"share.auto.offset.reset": "latest"})
+    assert configs.groups() == ["a", "c"]
+    assert gcs.GroupConfigs({}, gcs.FileGroupConfigStore(tmp_path / gcs.STORE_FILE)).groups() == ["a", "c"]

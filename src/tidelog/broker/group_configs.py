@@ -57,6 +57,8 @@ STORE_FILE = "group-configs.json"
 STORE_VERSION = 1
 #: the most configs one store may hold, as JSON (as a ZooKeeper znode is bounded by jute.maxbuffer)
 MAX_STORE_BYTES = 16_000_000
+#: the most groups that may have configs (a bound on what a client with ALTER_CONFIGS makes every broker hold)
+MAX_CONFIGURED_GROUPS = 100_000
 
 
 class GroupConfigError(ApiError):
@@ -328,6 +330,8 @@ class GroupConfigs:
     def alter(self, group: str, configs: dict[str, str], validate_only: bool = False) -> None:
         """Blocking (the store writes): replaces the group's configs after validating them."""
         self.validate(group, configs)
+        if configs and group not in self._groups and len(self._groups) >= MAX_CONFIGURED_GROUPS:
+            raise GroupConfigError(f"{MAX_CONFIGURED_GROUPS} groups have configs already", ErrorCode.POLICY_VIOLATION)
         if validate_only:
             return
         with self._lock:
