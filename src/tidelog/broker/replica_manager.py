@@ -157,7 +157,7 @@ class LocalReplicaManager:
 
     def make_topic_manager(self, broker: Broker) -> TopicManager:
         # the registry file is the source of truth; partitions it creates or deletes are led here at once
-        return TopicManager(broker, LocalTopicBackend(on_partitions=self._partitions_changed))
+        return TopicManager(broker, lambda store: LocalTopicBackend(store, on_partitions=self._partitions_changed))
 
     def make_broker_config_store(self, broker: Broker) -> None:
         """No store beyond the broker's own file (``dynamic_config.FileStore``)."""

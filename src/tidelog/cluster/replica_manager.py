@@ -68,6 +68,7 @@ from tidelog.broker.broker import Broker
 from tidelog.broker.errors import PartitionError
 from tidelog.broker.leadership import LeadershipChanges
 from tidelog.broker.security.inter_broker import inter_broker_security
+from tidelog.broker.topic_backend import TopicStore
 from tidelog.broker.topics import TopicManager
 from tidelog.cluster import zkdata as zd
 from tidelog.cluster.acls import ZkAclStore
@@ -105,8 +106,8 @@ class ZkReplicaManager(ZkSession, ZkWatches, MetadataCache, IsrTracking, Control
         self.leadership = leadership if leadership is not None else LeadershipChanges()
         self.config = config
         self.node_id = config.node_id
-        # where the broker's topic store keeps its metadata (make_topic_manager); the watches feed it
-        self.topic_backend = ZkTopicBackend(self)
+        # ``topic_backend`` (where the broker's topic store keeps its metadata; the watches feed it) is made with the
+        # store, by make_topic_manager when storage opens, before any watch that uses it is set
         props = config.props
         self.zk_connect: str = config.get("zookeeper.connect")
         self.session_timeout_s = config.get("zookeeper.session.timeout.ms") / 1000.0
@@ -170,7 +171,11 @@ class ZkReplicaManager(ZkSession, ZkWatches, MetadataCache, IsrTracking, Control
     def make_topic_manager(self, broker: Broker) -> TopicManager:
         # the topic store with ZooKeeper as the source of truth: topic changes go through ZooKeeper, and this
         # replica manager's watches hand what they see to the backend (adopt, config_changed, forget_topic, ...)
-        return TopicManager(broker, self.topic_backend)
+        def backend(store: TopicStore) -> ZkTopicBackend:
+            self.topic_backend = ZkTopicBackend(self, store)
+            return self.topic_backend
+
+        return TopicManager(broker, backend)
 
     def make_producer_id_manager(self, broker: Broker) -> Any:
         # producer id blocks from ZooKeeper's /latest_producer_id_block: unique across the cluster
