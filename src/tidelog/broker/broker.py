@@ -67,7 +67,7 @@ from tidelog.broker.request_pool import (
     RequestHandlerPool,
     default_heavy_slots,
 )
-from tidelog.broker.security.authorizer import Authorizer, authorizer_enabled, parse_super_users
+from tidelog.broker.security.authorizer import AclChanges, Authorizer, authorizer_enabled, parse_super_users
 from tidelog.broker.security.listeners import build_listeners
 from tidelog.broker.server import SocketServer
 from tidelog.broker.topics import TopicManager, new_cluster_id
@@ -228,7 +228,9 @@ class Broker:
                                                 self.loop)
         self.client_quotas.attach_store(self.replica_manager.make_quota_store(self), self.loop)
         if authorizer_enabled(cfg.get("authorizer.class.name")):
-            self.authorizer = Authorizer(self.replica_manager.make_acl_store(self),
+            # made first: the store announces its ACLs into it, the authorizer (which writes through the store) listens
+            acl_changes = AclChanges()
+            self.authorizer = Authorizer(self.replica_manager.make_acl_store(self, acl_changes), acl_changes,
                                          parse_super_users(cfg.get("super.users")),
                                          cfg.get("allow.everyone.if.no.acl.found"))
             log.info("authorizer on", extra={"kv": {"class": cfg.get("authorizer.class.name"),

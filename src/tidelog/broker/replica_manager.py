@@ -36,7 +36,7 @@ from tidelog.broker.handlers import Handler
 from tidelog.broker.leadership import LeadershipChanges
 from tidelog.broker.producer_ids import ProducerIdManager
 from tidelog.broker.quotas import QUOTAS_FILE, LocalQuotaStore, QuotaStore
-from tidelog.broker.security.authorizer import ACLS_FILE, FileAclStore
+from tidelog.broker.security.authorizer import ACLS_FILE, AclListener, AclStore, FileAclStore
 from tidelog.broker.security.scram import USERS_FILE, ScramCredentialStore
 from tidelog.broker.topics import LocalTopicBackend, TopicManager
 from tidelog.errors import ErrorCode
@@ -76,7 +76,9 @@ class ReplicaManager(Protocol):
 
     def make_quota_store(self, broker: Broker) -> QuotaStore: ...
 
-    def make_acl_store(self, broker: Broker) -> object: ...
+    def make_acl_store(self, broker: Broker, changes: AclListener) -> AclStore:
+        """The ACL store, announcing its content to ``changes`` (the authorizer listens)."""
+        ...
 
     def make_broker_config_store(self, broker: Broker) -> object | None:
         """Where dynamic broker configs live beyond the broker's own file (ZooKeeper mode: ``/config/brokers``)."""
@@ -178,9 +180,9 @@ class LocalReplicaManager:
         """Client quotas: a file in the first log dir (ZooKeeper mode: ``/config/users``, ``/config/clients``)."""
         return LocalQuotaStore(broker.config.log_dirs[0] / QUOTAS_FILE)
 
-    def make_acl_store(self, broker: Broker) -> FileAclStore:
+    def make_acl_store(self, broker: Broker, changes: AclListener) -> FileAclStore:
         """ACLs: a file in the first log dir (ZooKeeper mode: ``/kafka-acl`` and ``/kafka-acl-extended``)."""
-        return FileAclStore(broker.config.log_dirs[0] / ACLS_FILE)
+        return FileAclStore(broker.config.log_dirs[0] / ACLS_FILE, changes)
 
     # -- lifecycle hooks -------------------------------------------------------------------------------------
 

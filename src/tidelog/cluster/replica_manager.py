@@ -67,6 +67,7 @@ from typing import Any
 from tidelog.broker.broker import Broker
 from tidelog.broker.errors import PartitionError
 from tidelog.broker.leadership import LeadershipChanges
+from tidelog.broker.security.authorizer import AclListener
 from tidelog.broker.security.inter_broker import inter_broker_security
 from tidelog.broker.topic_backend import TopicStore
 from tidelog.broker.topics import TopicManager
@@ -181,9 +182,9 @@ class ZkReplicaManager(ZkSession, ZkWatches, MetadataCache, IsrTracking, Control
         # producer id blocks from ZooKeeper's /latest_producer_id_block: unique across the cluster
         return zk_producer_id_manager(self.zk, self.node_id, self.config.log_dirs)
 
-    def make_acl_store(self, broker: Broker) -> Any:
+    def make_acl_store(self, broker: Broker, changes: AclListener) -> ZkAclStore:
         # ACLs where Kafka's AclAuthorizer keeps them: /kafka-acl, /kafka-acl-extended, with change notifications
-        return ZkAclStore(self.zk)
+        return ZkAclStore(self.zk, changes)
 
     def make_scram_store(self, broker: Broker) -> Any:
         # SCRAM credentials where Kafka keeps them: /config/users/<name>, cached from watches
