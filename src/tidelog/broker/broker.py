@@ -59,7 +59,7 @@ from tidelog.broker.handlers import (  # noqa: F401
 )
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
-from tidelog.broker.quotas import ClientQuotaManager
+from tidelog.broker.quotas import ClientQuotaManager, QuotaStore
 from tidelog.broker.replica_manager import LocalReplicaManager, ReplicaManager, ReplicaManagerFactory
 from tidelog.broker.request_pool import (
     AppendSequencer,
@@ -166,6 +166,7 @@ class Broker:
                                                 config.get("tidelog.quota.sensors.max"),
                                                 config.get("tidelog.quota.sensor.expiration.ms"))
         self.metrics.add_rows_source(self.client_quotas.rows)
+        self.quota_store: QuotaStore | None = None  # the replica manager's, made when storage opens
         self.socket_servers = [SocketServer(self, li, self.connections) for li in self.listeners]
         self.socket_server = next(s for s in self.socket_servers if s.listener.name == config.listener.name)
         # the transaction coordinator (KIP-98): state in __transaction_state, markers to partition leaders
@@ -226,7 +227,9 @@ class Broker:
         self.scram_credentials = self.replica_manager.make_scram_store(self)
         self.group_configs = open_group_configs(self.config.props, self.replica_manager.make_group_config_store(self),
                                                 self.loop)
-        self.client_quotas.attach_store(self.replica_manager.make_quota_store(self), self.loop)
+        # the store is made with the manager's listener (changes are applied on the loop); AlterClientQuotas writes it
+        self.quota_store = self.replica_manager.make_quota_store(self, self.client_quotas.listener_on(self.loop))
+        self.client_quotas.set_entities(self.quota_store.entities())
         if authorizer_enabled(cfg.get("authorizer.class.name")):
             # made first: the store announces its ACLs into it, the authorizer (which writes through the store) listens
             acl_changes = AclChanges()

@@ -35,7 +35,7 @@ from tidelog.broker.group_configs import FileGroupConfigStore, GroupConfigStore
 from tidelog.broker.handlers import Handler
 from tidelog.broker.leadership import LeadershipChanges
 from tidelog.broker.producer_ids import ProducerIdManager
-from tidelog.broker.quotas import QUOTAS_FILE, LocalQuotaStore, QuotaStore
+from tidelog.broker.quotas import QUOTAS_FILE, LocalQuotaStore, QuotaListener, QuotaStore
 from tidelog.broker.security.authorizer import ACLS_FILE, AclListener, AclStore, FileAclStore
 from tidelog.broker.security.scram import USERS_FILE, ScramCredentialStore
 from tidelog.broker.topics import LocalTopicBackend, TopicManager
@@ -74,7 +74,9 @@ class ReplicaManager(Protocol):
 
     def make_scram_store(self, broker: Broker) -> object: ...
 
-    def make_quota_store(self, broker: Broker) -> QuotaStore: ...
+    def make_quota_store(self, broker: Broker, listener: QuotaListener) -> QuotaStore:
+        """The client-quota store, calling ``listener`` after each change (the broker's ClientQuotaManager)."""
+        ...
 
     def make_acl_store(self, broker: Broker, changes: AclListener) -> AclStore:
         """The ACL store, announcing its content to ``changes`` (the authorizer listens)."""
@@ -176,9 +178,9 @@ class LocalReplicaManager:
         """SCRAM credentials: a file in the first log dir (ZooKeeper mode: ``/config/users``)."""
         return ScramCredentialStore(broker.config.log_dirs[0] / USERS_FILE)
 
-    def make_quota_store(self, broker: Broker) -> LocalQuotaStore:
+    def make_quota_store(self, broker: Broker, listener: QuotaListener) -> LocalQuotaStore:
         """Client quotas: a file in the first log dir (ZooKeeper mode: ``/config/users``, ``/config/clients``)."""
-        return LocalQuotaStore(broker.config.log_dirs[0] / QUOTAS_FILE)
+        return LocalQuotaStore(broker.config.log_dirs[0] / QUOTAS_FILE, listener)
 
     def make_acl_store(self, broker: Broker, changes: AclListener) -> FileAclStore:
         """ACLs: a file in the first log dir (ZooKeeper mode: ``/kafka-acl`` and ``/kafka-acl-extended``)."""

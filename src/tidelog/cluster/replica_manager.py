@@ -67,6 +67,7 @@ from typing import Any
 from tidelog.broker.broker import Broker
 from tidelog.broker.errors import PartitionError
 from tidelog.broker.leadership import LeadershipChanges
+from tidelog.broker.quotas import QuotaListener
 from tidelog.broker.security.authorizer import AclListener
 from tidelog.broker.security.inter_broker import inter_broker_security
 from tidelog.broker.topic_backend import TopicStore
@@ -190,9 +191,9 @@ class ZkReplicaManager(ZkSession, ZkWatches, MetadataCache, IsrTracking, Control
         # SCRAM credentials where Kafka keeps them: /config/users/<name>, cached from watches
         return ZkScramCredentialStore(self.zk)
 
-    def make_quota_store(self, broker: Broker) -> Any:
+    def make_quota_store(self, broker: Broker, listener: QuotaListener) -> ZkQuotaStore:
         # client quotas where Kafka keeps them: /config/users, /config/clients, with /config/changes notifications
-        return ZkQuotaStore(self.zk)
+        return ZkQuotaStore(self.zk, listener)
 
     def make_group_config_store(self, broker: Broker) -> ZkGroupConfigStore:
         # group configs: /config/groups/<group>, with /config/changes notifications (Kafka keeps them in KRaft)
