@@ -89,9 +89,9 @@ class Broker:
         self.config = config
         self.recovery_progress = recovery_progress  # shows a long log recovery (``tidelog serve``: a bar)
         # dynamic broker configs (issue 27): the stored layers are merged into ``config`` before any part reads it
-        self.dynamic_config = DynamicBrokerConfig(config)
+        # given this broker (as dynamic_config.LiveBroker) to reconfigure it once it runs: see DynamicBrokerConfig
+        self.dynamic_config = DynamicBrokerConfig(config, self)
         self.dynamic_config.load()
-        self.dynamic_config.attach(self)
         self.node_id = config.node_id
         self.cluster_id: str = config.cluster_id or ""
         # one socket server per listener; each advertises its own endpoint (Metadata answers with the endpoints
@@ -113,7 +113,7 @@ class Broker:
         self.logs: Any = None
         self.topics: TopicManager = None  # type: ignore[assignment]
         self.purgatory = Purgatory()
-        self.metrics = BrokerMetrics()
+        self.metrics: BrokerMetrics = BrokerMetrics()
         self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"),
                                                 config.get("min.incremental.fetch.session.eviction.ms"))
         self.metrics.add_rows_source(self.fetch_sessions.rows)
@@ -207,7 +207,7 @@ class Broker:
         cfg = self.config
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        store = self.replica_manager.make_broker_config_store(self)
+        store = self.replica_manager.make_broker_config_store(self, self.dynamic_config.store_changed)
         if store is not None:  # ZooKeeper mode: /config/brokers, read before the topic defaults are used
             self.dynamic_config.use_store(store)
         self.topics = self.replica_manager.make_topic_manager(self)

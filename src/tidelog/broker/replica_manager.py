@@ -82,8 +82,9 @@ class ReplicaManager(Protocol):
         """The ACL store, announcing its content to ``changes`` (the authorizer listens)."""
         ...
 
-    def make_broker_config_store(self, broker: Broker) -> object | None:
-        """Where dynamic broker configs live beyond the broker's own file (ZooKeeper mode: ``/config/brokers``)."""
+    def make_broker_config_store(self, broker: Broker, listener: Callable[[], None]) -> object | None:
+        """Where dynamic broker configs live beyond the broker's own file (ZooKeeper mode: ``/config/brokers``),
+        calling ``listener`` when this broker's or the default layer changed elsewhere."""
         ...
 
     def make_group_config_store(self, broker: Broker) -> GroupConfigStore:
@@ -163,7 +164,7 @@ class LocalReplicaManager:
         # the registry file is the source of truth; partitions it creates or deletes are led here at once
         return TopicManager(broker, lambda store: LocalTopicBackend(store, on_partitions=self._partitions_changed))
 
-    def make_broker_config_store(self, broker: Broker) -> None:
+    def make_broker_config_store(self, broker: Broker, listener: Callable[[], None]) -> None:
         """No store beyond the broker's own file (``dynamic_config.FileStore``)."""
         return None
 

@@ -62,6 +62,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tidelog.broker.broker import Broker
@@ -199,9 +200,9 @@ class ZkReplicaManager(ZkSession, ZkWatches, MetadataCache, IsrTracking, Control
         # group configs: /config/groups/<group>, with /config/changes notifications (Kafka keeps them in KRaft)
         return ZkGroupConfigStore(self.zk)
 
-    def make_broker_config_store(self, broker: Broker) -> Any:
+    def make_broker_config_store(self, broker: Broker, listener: Callable[[], None]) -> ZkBrokerConfigStore:
         # dynamic broker configs where Kafka keeps them: /config/brokers/<id>, /config/brokers/<default>
-        return ZkBrokerConfigStore(self.zk, self.node_id)
+        return ZkBrokerConfigStore(self.zk, self.node_id, listener)
 
     def become_leader(self, tp: tuple[str, int], log_: Any) -> None:
         """At start nothing is led until ZooKeeper says so."""
