@@ -31,6 +31,7 @@ from typing import Any
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.connection_limits import ConnectionBudget, limits_from
 from tidelog.broker.dynamic_config import DynamicBrokerConfig
+from tidelog.broker.features import FinalizedFeatures
 from tidelog.broker.fetch import ReadService
 from tidelog.broker.fetch_session import FetchSessionCache
 from tidelog.broker.group.coordinator import GroupCoordinator
@@ -132,6 +133,8 @@ class Broker:
         self._stopped = asyncio.Event()
         self._shutdown_started = False
         self.started = False
+        #: transaction.version as finalized here (UpdateFeatures may lower it; broker/txn/tv2.py reads it)
+        self.finalized_features = FinalizedFeatures()
         self.group_coordinator: Any = None
         self.txn_coordinator: Any = None
 
@@ -243,12 +246,12 @@ class Broker:
                                                         cfg.get("allow.everyone.if.no.acl.found")}})
 
     def _cluster_id_from_storage(self) -> str:
-        cid = getattr(self.logs, "cluster_id", None)
+        cid = self.logs.cluster_id
         if cid:
             return str(cid)
         for d in self.config.log_dirs:
             meta = read_meta_properties(Path(d) / "meta.properties")
-            if meta is not None and getattr(meta, "cluster_id", None):
+            if meta is not None and meta.cluster_id:
                 return str(meta.cluster_id)
         return new_cluster_id()
 
