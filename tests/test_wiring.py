@@ -1,4 +1,5 @@
-"""Parts get what they need at construction (issue 26 item 2, docs/decisions/0066-parts-wired-at-construction.md).
+"""Parts get what they need at construction (issue 26 item 2; the last section of
+docs/decisions/0065-coordinators-driven-by-partition-leadership.md).
 
 Checked on the source of ``broker/`` and ``cluster/``:
 
