@@ -157,8 +157,8 @@ class Broker:
         self.accepted_versions: dict[int, tuple[int, int]] = {**codec.ACCEPTED_VERSIONS,
                                                               **codec.accepted_versions(groups)}
         # the one Fetch read path (consumers and followers); the replica manager is the leader side of followers
-        self.read_service = ReadService(self.leader_log, self.leader_epoch, self.purgatory, self.metrics)
-        self.read_service.followers = rm.followers
+        self.read_service = ReadService(self.leader_log, self.leader_epoch, self.purgatory, self.metrics,
+                                        followers=rm.followers)
         self.connections: set = set()
         # max.connections, max.connections.per.ip(.overrides), queued.max.request.bytes (issue 16)
         self.connection_quotas, self.request_memory = limits_from(config)
