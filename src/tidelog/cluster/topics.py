@@ -28,7 +28,7 @@ import asyncio
 import collections
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from tidelog.broker.topic_backend import TopicStore
 from tidelog.broker.topics import TopicError, TopicInfo, new_topic_id
@@ -41,13 +41,26 @@ log = logging.getLogger("tidelog.cluster.topics")
 DELETE_TIMEOUT_S = 30.0  # how long DeleteTopics waits for the deletion (Kafka's DelayedDeleteTopics)
 
 
+class TopicCluster(Protocol):
+    """What the backend uses of the broker's ZooKeeper replica manager (which makes it, with the store)."""
+
+    zk: Any  # the kazoo client (None before the session is up)
+    live: dict[int, zd.BrokerInfo]  # the registered brokers
+
+    def live_brokers(self) -> set[int]: ...
+
+    def post(self, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` on the broker's event loop."""
+        ...
+
+
 class ZkTopicBackend:
     # create_topic / create_partitions / change_configs only read local state and ZooKeeper and write ZooKeeper
     # (brokers adopt the result through their watches): the handlers run them in a request handler thread
     # (handlers.topic_change), so a ZooKeeper round trip (or a stall up to kazoo's timeout) never blocks the event
     # loop that serves produce, fetch and replication.
 
-    def __init__(self, cluster: Any, store: TopicStore) -> None:
+    def __init__(self, cluster: TopicCluster, store: TopicStore) -> None:
         self.cluster = cluster  # the broker's ZkReplicaManager: the ZooKeeper client, live brokers, post()
         self.store = store  # made by the store's constructor (TopicBackendFactory), which passes itself
         self.broker = store.broker  # its LogManager, node id, cluster id, purgatory, metrics
