@@ -189,6 +189,13 @@ class Broker:
                 return node[0], b["host"], b["port"]
         return node
 
+    def partitions_changed(self) -> None:
+        """The topic store added or removed partitions (on the changing thread): the derived max.connections
+        follows the descriptors they hold (issue 24); nothing to do before the listeners are bound."""
+        budget = self.connection_budget
+        if budget is not None:
+            budget.refresh_soon()
+
     def spawn(self, coro: Any) -> None:
         """Run ``coro`` as one of the broker's background tasks (cancelled at shutdown)."""
         assert self.loop is not None
@@ -293,7 +300,6 @@ class Broker:
         self.connection_budget = ConnectionBudget(self.connection_quotas, self.topics.open_files.reserve,
                                                   "max.connections" in self.config.props, self._hosted_files)
         self.connection_budget.start()
-        self.topics.on_partitions_changed = self.connection_budget.refresh_soon
         for server in self.socket_servers:
             server.start()
         self._tasks.append(loop.create_task(self._tick_loop()))

@@ -64,6 +64,11 @@ class TopicHost(Protocol):
     @property
     def group_coordinator(self) -> TopicDeletionListener | None: ...
 
+    def partitions_changed(self) -> None:
+        """Called on the changing thread after partitions were added or removed here (the broker's derived
+        max.connections follows the descriptors they hold, issue 24)."""
+        ...
+
 
 class TopicStore(Protocol):
     """What a backend uses of the topic store (:class:`tidelog.broker.topics.TopicManager`): its state changes,

@@ -140,9 +140,6 @@ class TopicManager:
         reserve = self.config.props.get("tidelog.open.files.reserve")
         self.open_files = OpenFileBudget(int(reserve) if reserve is not None else None)
         self._open_files_logged = float("-inf")
-        #: called (on the changing thread) after partitions were added or removed: the broker's derived
-        #: max.connections follows the descriptors they hold (issue 24)
-        self.on_partitions_changed: Callable[[], None] | None = None
         # the backend is made with this store (it changes the store, the store delegates changes to it)
         self.backend: TopicBackend = (backend or LocalTopicBackend)(self)
         self.registered_brokers = self.backend.registered_brokers
@@ -444,12 +441,12 @@ class TopicManager:
             raise TopicError(kafka_error, exc.message) from None
 
     def partitions_changed(self) -> None:
-        hook = self.on_partitions_changed
-        if hook is not None:
-            try:
-                hook()
-            except Exception:
-                log.exception("partitions_changed hook failed")
+        """After partitions were added or removed (on the changing thread): tell the broker
+        (``TopicHost.partitions_changed``)."""
+        try:
+            self.broker.partitions_changed()
+        except Exception:
+            log.exception("partitions_changed hook failed")
 
     @staticmethod
     def storage_failure(name: str, exc: OSError) -> TopicError:
