@@ -30,12 +30,13 @@ DEFAULT_ENTITY = "<default>"
 
 class ZkBrokerConfigStore:
     """The dynamic-config store of ZooKeeper mode, with the interface of ``dynamic_config.FileStore`` (``read``,
-    ``write``) and a ``listener`` called (on kazoo's thread) when this broker's or the default znode changed."""
+    ``write``), made with the ``listener`` it calls (on kazoo's thread) when this broker's or the default znode
+    changed."""
 
-    def __init__(self, zk: Any, node_id: int) -> None:
+    def __init__(self, zk: Any, node_id: int, listener: Callable[[], None] | None = None) -> None:
         self.zk = zk
         self.node_id = node_id
-        self.listener: Callable[[], None] | None = None
+        self.listener = listener
         zk.ensure_path(CONFIG_BROKERS)
         zk.ensure_path(zd.CONFIG_CHANGES)
         first = zk.get_children(zd.CONFIG_CHANGES)

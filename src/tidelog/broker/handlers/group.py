@@ -123,7 +123,7 @@ def _fitted(api_key: int) -> Callable[[Callable[[RequestContext, _Req], Awaitabl
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
-    return getattr(ctx.broker, "group_coordinator", None)
+    return ctx.broker.group_coordinator  # None until the broker starts
 
 
 def _str(value: object) -> str:
@@ -148,7 +148,7 @@ async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, 
         # leader of the id's partition (ZooKeeper mode)
         if not key:
             return INVALID_REQUEST, "The transactional id must not be empty.", nowhere
-        tc = getattr(b, "txn_coordinator", None)
+        tc = b.txn_coordinator
         if tc is None:
             return COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", nowhere
         err, node = await tc.find_coordinator(key)
