@@ -18,12 +18,13 @@ from helpers import RawClient
 
 from tidelog.broker.group_configs import STORE_FILE, parse_auto_offset_reset, parse_duration_ms
 from tidelog.errors import ErrorCode
+from tidelog.protocol.api_keys import ApiKey
 
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 30
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS, LIST_CONFIG_RESOURCES = 32, 33, 44, 74
-CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_HEARTBEAT = ApiKey.CONSUMER_GROUP_HEARTBEAT
 GROUP, TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS = 32, 2, 4, 8, 16
 GROUP_CONFIG, DEFAULT_CONFIG = 8, 5
 
