@@ -339,3 +339,99 @@ def test_kip848_kill_leave_join(target: Target, classpath: str) -> None:
     assert sorted(p for m in group_desc["members"] for p in m["partitions"]) == list(range(PARTITIONS))
     committed = broker_committed(target.bootstrap, group, topic, PARTITIONS)
     assert committed == producer.ends, (committed, producer.ends)
+
+
+# ------------------------------------------------------------------------------------------------- 3. KIP-932
+
+def test_share_consumers_kill_lock_expiry_and_poison(target: Target, classpath: str) -> None:
+    """Three share consumers on one partition: ``h`` acquires records and is killed -9 without acknowledging; ``a``
+    and ``b`` accept everything but the poison record, which they release until the delivery count limit archives
+    it. The held records come back (delivery count 2) one lock duration after they were acquired; every other
+    record is accepted exactly once; the poison record is delivered ``DELIVERY_LIMIT`` times and never again."""
+    topic, group = _name("j4-share"), _name("g-j4-share")
+    create_topic(target.bootstrap, topic, 1, target.rf)
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": target.bootstrap, "acks": "all", "linger.ms": 5, "batch.num.messages": 10})
+
+    def produce(values: list[str]) -> None:
+        for v in values:
+            p.produce(topic, v.encode(), partition=0)
+        assert p.flush(30) == 0
+
+    first = [f"s{i}" for i in range(60)]
+    rest = [f"s{i}" for i in range(60, 300)]
+    produce(first)
+    holder = Jvm(classpath, "share", target.bootstrap, topic, group)  # its own JVM: killed -9
+    main = Jvm(classpath, "share", target.bootstrap, topic, group)
+    jvms = [holder, main]
+    try:
+        holder.send("join h hold")
+        held_ev = wait_for(lambda: holder.of("holding", "h"), 45, "h acquired records", target, *jvms)[0]
+        held = {r[2]: r[3] for r in holder.of("delivered", "h")[0]["records"]}
+        assert held and set(held.values()) == {1}, held
+        main.send("join a accept")
+        main.send("join b accept")
+        holder.kill()
+        produce(rest[:120] + ["poison"] + rest[120:])
+        accepted = lambda: {ack[1] for e in main.of("acked") for ack in e["acks"] if ack[2] == "accept"}  # noqa: E731
+        wait_for(lambda: set(first + rest) <= accepted(), 50, "every record accepted", target, *jvms)
+        poison = lambda: [(r[3], e["seen"]) for e in main.of("delivered") for r in e["records"]  # noqa: E731
+                          if r[2] == "poison"]
+        wait_for(lambda: len(poison()) >= DELIVERY_LIMIT, 30, "the poison record's last delivery", target, *jvms)
+        produce(["end"])
+        wait_for(lambda: "end" in accepted(), 30, "the end record", target, *jvms)
+        main.finish()
+    finally:
+        p.flush(5)
+        for j in jvms:
+            j.kill()
+    deliveries = [(r[2], r[3], e["member"], e["seen"]) for e in main.of("delivered") for r in e["records"]]
+    acks = [(ack[1], ack[2]) for e in main.of("acked") for ack in e["acks"]]
+    errors = [e for e in main.of("acked") if e["errors"]] + main.of("member_error")
+    assert not errors, json.dumps(errors)
+    # every record but the poison accepted exactly once, by a or b
+    accepted_values = [v for v, t in acks if t == "accept"]
+    assert sorted(accepted_values) == sorted([*first, *rest, "end"]), "a record accepted twice or never"
+    assert {m for _, _, m, _ in deliveries} == {"a", "b"}, "both survivors got records"
+    # h's records: delivered again (count 2) to a survivor, one lock duration after h acquired them
+    again = {v: (n, seen) for v, n, _, seen in deliveries if v in held}
+    assert set(again) == set(held) and {n for n, _ in again.values()} == {2}, again
+    waited = min(seen for _, seen in again.values()) - held_ev["seen"]
+    assert waited >= LOCK_MS / 1000 - 1.0, f"redelivered {waited:.2f}s after h acquired them (lock {LOCK_MS} ms)"
+    # the poison record: released DELIVERY_LIMIT times with delivery counts 1..limit, then archived
+    assert [n for n, _ in poison()] == list(range(1, DELIVERY_LIMIT + 1)), poison()
+    assert [t for v, t in acks if v == "poison"] == ["release"] * DELIVERY_LIMIT
+    # no other record was delivered twice
+    counts: dict[str, int] = {}
+    for v, _, _, _ in deliveries:
+        counts[v] = counts.get(v, 0) + 1
+    assert {v for v, n in counts.items() if n > 1} == {"poison"}, "a survivor got an accepted record again"
+
+
+# ------------------------------------------------------------------------------------------------- 4. API 75
+
+def _requests_of(target: Target, api: str) -> float:
+    total = 0.0
+    for b in target.brokers:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{b.metrics_port}/metrics", timeout=10).read().decode()
+        total += sum(float(line.split()[-1]) for line in text.splitlines()
+                     if line.startswith("tidelog_requests_total{") and f'api="{api}"' in line)
+    return total
+
+
+def test_describe_topics_pages_through_describe_topic_partitions(target: Target, classpath: str) -> None:
+    topic = _name("j4-dtp")
+    create_topic(target.bootstrap, topic, 7, target.rf)
+    before = _requests_of(target, "DESCRIBE_TOPIC_PARTITIONS")
+    d = run_java(classpath, "describe_topics", target.bootstrap, topic, "3")["described"]
+    after = _requests_of(target, "DESCRIBE_TOPIC_PARTITIONS")
+    assert [p["partition"] for p in d["partitions"]] == list(range(7))
+    leaders = {b: 1 for b in range(1, 4)} if target.kind == "cluster" else None
+    assert all(p["leader"] is not None and p["replicas"] == target.rf and p["isr"] == target.rf
+               for p in d["partitions"]), d
+    if leaders is not None:
+        assert {p["leader"] for p in d["partitions"]} <= set(leaders)
+    # 7 partitions in pages of 3: the Admin followed the cursor through three DescribeTopicPartitions requests
+    # (none was answered by the Metadata fallback: that would be one request and no API 75 at all)
+    assert after - before >= 3, (before, after)
