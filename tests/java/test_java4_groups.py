@@ -298,7 +298,7 @@ def _name(prefix: str) -> str:
 PARTITIONS = 6
 
 
-def test_kip848_kill_leave_join(target: Target, classpath: str) -> None:
+def test_kip848_kill_leave_join(classpath: str, target: Target) -> None:
     topic, group = _name("j4-848"), _name("g-j4-848")
     create_topic(target.bootstrap, topic, PARTITIONS, target.rf)
     producer = ProducerThread(target.bootstrap, topic, PARTITIONS)
@@ -352,7 +352,7 @@ def test_kip848_kill_leave_join(target: Target, classpath: str) -> None:
 
 # ------------------------------------------------------------------------------------------------- 3. KIP-932
 
-def test_share_consumers_kill_lock_expiry_and_poison(target: Target, classpath: str) -> None:
+def test_share_consumers_kill_lock_expiry_and_poison(classpath: str, target: Target) -> None:
     """Three share consumers on one partition: ``h`` acquires records and is killed -9 without acknowledging; ``a``
     and ``b`` accept everything but the poison record, which they release until the delivery count limit archives
     it. The held records come back (delivery count 2) one lock duration after they were acquired; every other
@@ -406,8 +406,10 @@ def test_share_consumers_kill_lock_expiry_and_poison(target: Target, classpath: 
     # h's records: delivered again (count 2) to a survivor, one lock duration after h acquired them
     again = {v: (n, seen) for v, n, _, seen in deliveries if v in held}
     assert set(again) == set(held) and {n for n, _ in again.values()} == {2}, again
+    # not before the lock expired (h's connection closing releases nothing), and well before h's share session
+    # (45 s) would have timed out: the lock is what brought them back (slack for a loaded machine's JVM pauses)
     waited = min(seen for _, seen in again.values()) - held_ev["seen"]
-    assert waited >= LOCK_MS / 1000 - 1.0, f"redelivered {waited:.2f}s after h acquired them (lock {LOCK_MS} ms)"
+    assert LOCK_MS / 1000 - 1.5 <= waited < 20, f"redelivered {waited:.2f}s after h got them (lock {LOCK_MS} ms)"
     # the poison record: released DELIVERY_LIMIT times with delivery counts 1..limit, then archived
     assert [n for n, _ in poison()] == list(range(1, DELIVERY_LIMIT + 1)), poison()
     assert [t for v, t in acks if v == "poison"] == ["release"] * DELIVERY_LIMIT
@@ -429,7 +431,7 @@ def _requests_of(target: Target, api: str) -> float:
     return total
 
 
-def test_describe_topics_pages_through_describe_topic_partitions(target: Target, classpath: str) -> None:
+def test_describe_topics_pages_through_describe_topic_partitions(classpath: str, target: Target) -> None:
     topic = _name("j4-dtp")
     create_topic(target.bootstrap, topic, 7, target.rf)
     before = _requests_of(target, "DESCRIBE_TOPIC_PARTITIONS")
@@ -494,7 +496,7 @@ def _upgrade(target: Target, classpath: str, online: bool) -> None:
     assert committed == producer.ends, (committed, producer.ends)
 
 
-def test_classic_group_upgraded_through_empty_group(target: Target, classpath: str) -> None:
+def test_classic_group_upgraded_through_empty_group(classpath: str, target: Target) -> None:
     """The upgrade tidelog supports: the classic members stop, the consumer-protocol members start from the group's
     committed offsets (an empty classic group becomes a consumer group with its first heartbeat)."""
     _upgrade(target, classpath, online=False)
@@ -503,5 +505,5 @@ def test_classic_group_upgraded_through_empty_group(target: Target, classpath: s
 @pytest.mark.xfail(strict=True, reason="no online migration (decision 0062): the first group.protocol=consumer "
                    "member of a classic group with members gets GROUP_ID_NOT_FOUND ('not a consumer group'), "
                    "as Kafka with group.consumer.migration.policy=disabled; Kafka's default is bidirectional")
-def test_classic_group_upgraded_online_member_by_member(target: Target, classpath: str) -> None:
+def test_classic_group_upgraded_online_member_by_member(classpath: str, target: Target) -> None:
     _upgrade(target, classpath, online=True)
