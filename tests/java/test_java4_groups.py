@@ -211,11 +211,19 @@ class ProducerThread:
             self.p.poll(0)
             self._stop.wait(0.05)  # the producer's pace: per_tick records every 50 ms
 
+    def close(self) -> None:
+        """After a failure: stop writing and drop the client (no reconnect noise once the brokers are gone)."""
+        self._stop.set()
+        self._thread.join(10)
+        self.p.flush(2)
+        self.p = None  # type: ignore[assignment]
+
     def stop(self) -> list[str]:
         self._stop.set()
         self._thread.join(10)
         assert self.p.flush(30) == 0
         assert not self.failed, self.failed[:3]
+        self.p = None  # type: ignore[assignment]
         return [f"v{i}" for i in range(self.sent)]
 
 
@@ -330,7 +338,8 @@ def test_kip848_kill_leave_join(classpath: str, target: Target) -> None:
                  "every record committed", target, *jvms)
         main.finish()
     finally:
-        producer._stop.set()
+        if producer.p is not None:
+            producer.close()
         for j in jvms:
             j.kill()
     counts = check_ledger(produced, jvms, victim)
@@ -487,7 +496,8 @@ def _upgrade(target: Target, classpath: str, online: bool) -> None:
         wait_for(lambda: set(produced) <= set(committed_values([jvm])[0]), 30, "every record committed", target, jvm)
         jvm.finish()
     finally:
-        producer._stop.set()
+        if producer.p is not None:
+            producer.close()
         jvm.kill()
     check_ledger(produced, [jvm], None)
     assert group_desc["type"] == "Consumer", group_desc
