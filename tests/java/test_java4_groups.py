@@ -3,8 +3,10 @@
 
 1. KIP-848: three consumers with ``group.protocol=consumer`` on 6 partitions while a producer writes; one (its own
    JVM) is killed -9, one leaves, one joins; the group is described as a consumer-protocol group.
-2. The online upgrade of a classic group: classic members replaced one by one by consumer-protocol members while
-   the producer writes (``group.consumer.migration.policy`` left at its default).
+2. Upgrading a classic group to the consumer protocol while the producer writes: through an empty group (the
+   classic members stop, the consumer-protocol members start) and online, member by member
+   (``group.consumer.migration.policy`` left at Kafka's default); the online one is a strict xfail: tidelog has no
+   online migration yet (decision 0062).
 3. KIP-932: three ``KafkaShareConsumer``s share one partition; one holds its records without acknowledging and is
    killed -9 (its records come back after the lock), a poison record released until the delivery count limit
    archives it; every other record accepted exactly once.
