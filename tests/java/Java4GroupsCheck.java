@@ -17,6 +17,7 @@
 //                                        polls no more once it got records (it is meant to be killed -9)
 //         close NAME / exit              as above
 //   java ... Java4GroupsCheck describe_group BOOTSTRAP GROUP     Admin.describeConsumerGroups
+//   java ... Java4GroupsCheck describe_share_group BOOTSTRAP GROUP     Admin.describeShareGroups
 //   java ... Java4GroupsCheck describe_topics BOOTSTRAP TOPIC LIMIT
 //       Admin.describeTopics with partitionSizeLimitPerResponse(LIMIT) (DescribeTopicPartitions pages)
 //
@@ -43,6 +44,8 @@ import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.DescribeTopicsOptions;
 import org.apache.kafka.clients.admin.MemberDescription;
+import org.apache.kafka.clients.admin.ShareGroupDescription;
+import org.apache.kafka.clients.admin.ShareMemberDescription;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.CloseOptions;
@@ -72,6 +75,7 @@ public class Java4GroupsCheck {
                     commands(args[0].equals("share"));
                 }
                 case "describe_group" -> describeGroup(args[1], args[2]);
+                case "describe_share_group" -> describeShareGroup(args[1], args[2]);
                 case "describe_topics" -> describeTopics(args[1], args[2], Integer.parseInt(args[3]));
                 default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
             }
@@ -276,6 +280,22 @@ public class Java4GroupsCheck {
             emit(obj("event", "group", "type", String.valueOf(d.type()), "state", String.valueOf(d.groupState()),
                     "assignor", d.partitionAssignor(), "group_epoch", d.groupEpoch().orElse(-1),
                     "target_epoch", d.targetAssignmentEpoch().orElse(-1), "members", members));
+        }
+    }
+
+    /** Admin.describeShareGroups (ShareGroupDescribe, API 77). */
+    static void describeShareGroup(String bootstrap, String group) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            ShareGroupDescription d = admin.describeShareGroups(List.of(group)).all().get().get(group);
+            List<Object> members = new ArrayList<>();
+            for (ShareMemberDescription m : d.members()) {
+                List<Integer> parts = new ArrayList<>();
+                for (TopicPartition tp : m.assignment().topicPartitions()) parts.add(tp.partition());
+                java.util.Collections.sort(parts);
+                members.add(obj("client_id", m.clientId(), "member_epoch", m.memberEpoch(), "partitions", parts));
+            }
+            emit(obj("event", "share_group", "state", String.valueOf(d.groupState()), "group_epoch", d.groupEpoch(),
+                    "members", members));
         }
     }
 

@@ -396,6 +396,8 @@ def test_share_consumers_kill_lock_expiry_and_poison(classpath: str, target: Tar
         produce(rest[:120] + ["poison"] + rest[120:])
         accepted = lambda: {ack[1] for e in main.of("acked") for ack in e["acks"] if ack[2] == "accept"}  # noqa: E731
         wait_for(lambda: set(first + rest) <= accepted(), 50, "every record accepted", target, *jvms)
+        # h's member lives on until its session times out (45 s): three members, all on partition 0
+        share_desc = run_java(classpath, "describe_share_group", target.bootstrap, group)["share_group"]
         poison = lambda: [(r[3], e["seen"]) for e in main.of("delivered") for r in e["records"]  # noqa: E731
                           if r[2] == "poison"]
         wait_for(lambda: len(poison()) >= DELIVERY_LIMIT, 30, "the poison record's last delivery", target, *jvms)
@@ -410,6 +412,9 @@ def test_share_consumers_kill_lock_expiry_and_poison(classpath: str, target: Tar
     acks = [(ack[1], ack[2]) for e in main.of("acked") for ack in e["acks"]]
     errors = [e for e in main.of("acked") if e["errors"]] + main.of("member_error")
     assert not errors, json.dumps(errors)
+    assert share_desc["state"] == "Stable" and share_desc["group_epoch"] > 0, share_desc
+    assert sorted(m["client_id"] for m in share_desc["members"]) == ["java4-a", "java4-b", "java4-h"], share_desc
+    assert all(m["partitions"] == [0] for m in share_desc["members"]), share_desc
     # every record but the poison accepted exactly once, by a or b
     accepted_values = [v for v, t in acks if t == "accept"]
     assert sorted(accepted_values) == sorted([*first, *rest, "end"]), "a record accepted twice or never"
