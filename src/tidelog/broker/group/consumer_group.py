@@ -118,6 +118,9 @@ class ConsumerMember:
     state: str = STABLE
     assigned: set[TopicPartition] = field(default_factory=set)
     pending_revocation: set[TopicPartition] = field(default_factory=set)
+    # KIP-1251: the member epoch at which each owned partition was assigned to it (absent: the member's epoch, as
+    # Kafka reads a record without them; not persisted, so a loaded member starts strict)
+    assignment_epochs: dict[TopicPartition, int] = field(default_factory=dict)
     session_timer: asyncio.TimerHandle | None = None
     revocation_timer: asyncio.TimerHandle | None = None
 
@@ -292,7 +295,27 @@ class ConsumerGroupManager:
             return UNKNOWN_MEMBER_ID
         if not transactional and api_version < 9:
             return UNSUPPORTED_VERSION
-        return NONE if member_epoch == m.epoch else STALE_MEMBER_EPOCH
+        if member_epoch == m.epoch or 0 <= member_epoch < m.epoch:  # an older epoch: per partition, below
+            return NONE
+        return STALE_MEMBER_EPOCH
+
+    def stale_commit_partitions(self, group_id: str, member_id: str, member_epoch: int,
+                                partitions: list[tuple[str, int]]) -> set[tuple[str, int]]:
+        """KIP-1251 (Kafka's per-partition commit validator): a commit carrying a member epoch older than the
+        member's current one (it raced the heartbeat that moved the epoch) is accepted for each partition the member
+        still owns (assigned or pending revocation) since an epoch no newer than the commit's; the others are
+        STALE_MEMBER_EPOCH. Call after ``validate_commit`` answered NONE."""
+        g = self.groups.get(group_id)
+        m = g.members.get(member_id) if g is not None else None
+        if m is None or member_epoch >= m.epoch:
+            return set()
+        stale: set[tuple[str, int]] = set()
+        for t, p in partitions:
+            tp = (t, p)
+            owned = tp in m.assigned or tp in m.pending_revocation
+            if not owned or m.assignment_epochs.get(tp, m.epoch) > member_epoch:
+                stale.add((t, p))
+        return stale
 
     def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """Kafka's ConsumerGroup.validateOffsetFetch (OffsetFetch v9 with a member id and epoch)."""
@@ -657,6 +680,9 @@ class ConsumerGroupManager:
         m.assigned |= free
         if m.epoch != g.assignment_epoch:
             m.previous_epoch, m.epoch = m.epoch, g.assignment_epoch
+        kept = m.assigned | m.pending_revocation
+        m.assignment_epochs = {tp: e for tp, e in m.assignment_epochs.items() if tp in kept and tp not in free}
+        m.assignment_epochs.update((tp, m.epoch) for tp in free)
         m.state = UNRELEASED if new - free else STABLE
 
     # ---------------------------------------------------------------------------------------- topic ids

@@ -60,6 +60,8 @@ def install(mgr: ConsumerGroupManager, replayed: ConsumerReplay) -> int:
                 m0.state = crec.STATE_NAMES.get(ca.state, "stable")
                 m0.assigned = tps(ca.assigned)
                 m0.pending_revocation = tps(ca.pending_revocation)
+                # KIP-1251's default for a record without assignment epochs: the member epoch (not below 0)
+                m0.assignment_epochs = dict.fromkeys(m0.assigned | m0.pending_revocation, max(m0.epoch, 0))
         except crec.SchemaError as exc:
             log.warning("skipping undecodable consumer group records", extra={"kv": {"group": gid, "error": str(exc)}})
             continue
