@@ -42,10 +42,10 @@ def migration_broker(broker_factory: Any) -> Any:
     return broker_factory(CONFIG)
 
 
-def _member(bootstrap: str, group: str, topic: str, protocol: str) -> MemberProcess:
+def _member(bootstrap: str, group: str, topic: str, protocol: str, strategy: str = "range") -> MemberProcess:
     if protocol == "consumer":
         return MemberProcess("confluent", bootstrap, group, topic, protocol="consumer", graceful=True)
-    return MemberProcess("confluent", bootstrap, group, topic, strategy="range", graceful=True,
+    return MemberProcess("confluent", bootstrap, group, topic, strategy=strategy, graceful=True,
                          survive_commit_errors=True)
 
 
@@ -71,9 +71,12 @@ def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in res.topic_partitions}
 
 
-def test_classic_group_upgraded_online_and_back(migration_broker: Any) -> None:
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_classic_group_upgraded_online_and_back(migration_broker: Any, strategy: str) -> None:
+    """``range``: eager classic members (revoke everything, rejoin); ``cooperative-sticky``: incremental ones (they
+    list their owned partitions in their JoinGroup and give up only the revoked ones)."""
     bootstrap = migration_broker.bootstrap
-    topic, group = "migr-life", "g-migr-life"
+    topic, group = f"migr-life-{strategy}", f"g-migr-life-{strategy}"
     create_topic(bootstrap, topic, PARTITIONS)
     produced: list[str] = []
     everyone: list[MemberProcess] = []
@@ -95,7 +98,7 @@ def test_classic_group_upgraded_online_and_back(migration_broker: Any) -> None:
 
     types: list[tuple[str, tuple[str, str]]] = []
     try:
-        live = [_member(bootstrap, group, topic, "classic") for _ in range(3)]
+        live = [_member(bootstrap, group, topic, "classic", strategy) for _ in range(3)]
         everyone += live
         step("classic", live)
         types.append(("3 classic", _group_type(bootstrap, group)))
@@ -110,7 +113,7 @@ def test_classic_group_upgraded_online_and_back(migration_broker: Any) -> None:
         for i in range(3):  # and back: restart each with group.protocol=classic
             old = live.pop(0)
             old.stop()
-            new = _member(bootstrap, group, topic, "classic")
+            new = _member(bootstrap, group, topic, "classic", strategy)
             live.append(new)
             everyone.append(new)
             step(f"down{i}", live)

@@ -8,6 +8,7 @@ policy ``disabled``."""
 from __future__ import annotations
 
 import struct
+import time
 import uuid
 from typing import Any
 
@@ -249,3 +250,58 @@ def test_policy_disabled_keeps_groups_apart(disabled: Any) -> None:
         assert c.request(LEAVE, 4, {"group_id": g2, "members": [{"member_id": r["member_id"],
                                                                  "group_instance_id": None}]})["error_code"] == NONE
         assert group_type(c, g2) == ("consumer", "Empty")
+
+
+def _poll(predicate: Any, timeout: float, what: str, beat: Any) -> Any:
+    """Bounded wait that keeps the named members alive (``beat()`` heartbeats them) while a broker timer runs."""
+    return wait_until(predicate, timeout, what, step=beat)
+
+
+def test_classic_member_not_rejoining_is_removed(b: Any) -> None:
+    """A classic member told to rejoin (REBALANCE_IN_PROGRESS) that does not within its rebalance timeout is removed
+    (Kafka's consumer-group join timeout), though it heartbeats; its partitions go to the others."""
+    g = "g-migr-norejoin"
+    with RawClient(b.port) as c:
+        tid = _topic_id(c)
+        a, gen = _classic_stable(c, g)
+        r = hb68(c, g, "m2", 0)
+        assert r["error_code"] == NONE
+        epoch = r["member_epoch"]
+        state: dict[str, Any] = {"a": REBALANCE_IN_PROGRESS, "parts": []}
+
+        def beat() -> None:
+            state["a"] = heartbeat(c, g, a, gen)
+            r2 = hb68(c, g, "m2", epoch, owned=state["parts"], tid=tid)
+            if parts68(r2) is not None:
+                state["parts"] = parts68(r2)
+            time.sleep(0.2)  # the heartbeat interval of these hand-driven members (a broker timer is awaited)
+
+        _poll(lambda: state["a"] == UNKNOWN_MEMBER_ID, 15, "the classic member removed after its rebalance timeout",
+              beat)
+        _poll(lambda: state["parts"] == [0, 1], 10, "its partitions given to the consumer-protocol member", beat)
+
+
+def test_downgrade_when_consumer_member_is_fenced(b: Any) -> None:
+    """The consumer-protocol member stops heartbeating: its session expires and, the others all using the classic
+    protocol, the group becomes classic (Kafka's consumerGroupFenceMember with downgrade)."""
+    g = "g-migr-fenced"
+    with RawClient(b.port) as c:
+        a, gen = _classic_stable(c, g)
+        assert hb68(c, g, "m2", 0)["error_code"] == NONE
+        assert heartbeat(c, g, a, gen) == REBALANCE_IN_PROGRESS
+        r = join(c, g, a)
+        gen = r["generation_id"]
+        assert sync(c, g, a, gen)["error_code"] == NONE
+        # m2 is silent from now on; the classic member goes on heartbeating
+        state: dict[str, tuple[str, str]] = {"type": group_type(c, g)}
+        assert state["type"][0] == "consumer"
+
+        def beat() -> None:
+            heartbeat(c, g, a, gen)
+            state["type"] = group_type(c, g)
+            time.sleep(0.2)  # the classic member's heartbeat interval
+
+        _poll(lambda: state["type"] == ("classic", "PreparingRebalance"), 15, "downgraded after m2's session", beat)
+        assert heartbeat(c, g, a, gen) == REBALANCE_IN_PROGRESS
+        r = join(c, g, a)
+        assert r["error_code"] == NONE and r["leader"] == a
