@@ -46,6 +46,7 @@ log = logging.getLogger("tidelog.broker.group.consumer")
 POLICY_KEY = "group.consumer.migration.policy"
 POLICIES = ("disabled", "downgrade", "upgrade", "bidirectional")
 GROUP_ID_NOT_FOUND = ErrorCode.GROUP_ID_NOT_FOUND
+GROUP_MAX_SIZE_REACHED = ErrorCode.GROUP_MAX_SIZE_REACHED
 REBALANCE_IN_PROGRESS = ErrorCode.REBALANCE_IN_PROGRESS
 
 
@@ -80,6 +81,10 @@ def upgrade(mgr: ConsumerGroupManager, classic: Group) -> ConsumerGroup:
     if len(classic.members) > mgr.max_size:
         log.info("classic group not upgraded: larger than group.consumer.max.size", extra={"kv": {"group": gid}})
         raise not_consumer
+    if len(classic.members) == mgr.max_size:
+        # the joining member would not fit: Kafka converts, refuses the member and rolls the conversion back
+        raise ConsumerGroupError(GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity of "
+                                 f"{mgr.max_size} members.")
     parsed = {}
     for m in classic.members.values():
         name = classic.protocol_name or (m.protocols[0][0] if m.protocols else None)
