@@ -305,3 +305,33 @@ def test_downgrade_when_consumer_member_is_fenced(b: Any) -> None:
         assert heartbeat(c, g, a, gen) == REBALANCE_IN_PROGRESS
         r = join(c, g, a)
         assert r["error_code"] == NONE and r["leader"] == a
+
+
+def test_upgrade_answers_waiting_join_with_rebalance_in_progress(b: Any) -> None:
+    """A classic group in the middle of a rebalance (a JoinGroup waiting for the others) is upgraded: the waiting
+    JoinGroup is answered REBALANCE_IN_PROGRESS, and that member's rejoin makes it a classic member of the consumer
+    group (Kafka's completeAllJoinFutures)."""
+    import threading
+
+    g = "g-migr-pending"
+    with RawClient(b.port) as c, RawClient(b.port) as c2:
+        a, gen = _classic_stable(c, g)
+        r = join(c2, g, "")
+        assert r["error_code"] == MEMBER_ID_REQUIRED
+        b_id = r["member_id"]
+        answer: dict[str, dict] = {}
+        waiting = threading.Thread(target=lambda: answer.setdefault("join", join(c2, g, b_id)), daemon=True)
+        waiting.start()  # waits: the group prepares a rebalance that a (not rejoining) holds open
+        wait_until(lambda: group_type(c, g) == ("classic", "PreparingRebalance"), 10, "the rebalance started")
+        assert not answer
+        r = hb68(c, g, "m3", 0)
+        assert r["error_code"] == NONE, r
+        waiting.join(10)
+        assert answer["join"]["error_code"] == REBALANCE_IN_PROGRESS
+        assert group_type(c, g)[0] == "consumer"
+        r = join(c2, g, b_id)  # the waiting member rejoins: a member of the consumer group now
+        assert r["error_code"] == NONE and r["leader"] == "", r
+        s = sync(c2, g, b_id, r["generation_id"])
+        assert s["error_code"] == NONE
+        d = c.request(DESCRIBE69, 1, {"group_ids": [g], "include_authorized_operations": False})["groups"][0]
+        assert {m["member_id"]: m["member_type"] for m in d["members"]} == {a: 0, b_id: 0, "m3": 1}
