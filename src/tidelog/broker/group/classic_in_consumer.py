@@ -161,8 +161,8 @@ def join(mgr: ConsumerGroupManager, group_id: str, member_id: str, instance_id: 
             del g.members[old.member_id]
             m = ConsumerMember(member_id, instance_id, old.rack_id, rebalance_timeout_ms=old.rebalance_timeout_ms,
                                subscribed_names=list(old.subscribed_names), assigned=set(old.assigned),
-                               pending_revocation=set(old.pending_revocation), epoch=old.epoch,
-                               previous_epoch=old.previous_epoch, state=old.state)
+                               pending_revocation=set(old.pending_revocation), epoch=0, previous_epoch=0,
+                               state=old.state)
             if old.member_id in g.target:
                 g.target[member_id] = g.target.pop(old.member_id)
             g.members[member_id] = m
@@ -214,6 +214,8 @@ def _reconcile(mgr: ConsumerGroupManager, g: ConsumerGroup, m: ConsumerMember, o
         if revoke and not owned & revoke:
             m.assigned -= revoke
     mgr._reconcile(g, m, owned)
+    # a member using the classic protocol has join and sync deadlines, not the consumer protocol's revocation one
+    _cancel(m, "revocation_timer")
 
 
 def sync(mgr: ConsumerGroupManager, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
