@@ -215,6 +215,23 @@ def test_classic_member_metadata_survives_restart(b: Any) -> None:
         assert heartbeat(c, g, a, gen) == REBALANCE_IN_PROGRESS
         r = join(c, g, a)  # it gave everything up (eager): the new epoch at once
         assert r["error_code"] == NONE and r["generation_id"] == gen + 1, r
+        assert sync(c, g, a, gen + 1)["error_code"] == NONE
+        assert hb68(c, g, "m2", -1)["error_code"] == NONE  # downgraded: ConsumerGroup* tombstones + GroupMetadata
+        assert group_type(c, g)[0] == "classic"
+    b.restart()
+    with RawClient(b.port) as c:
+        def listed() -> tuple[str, str] | None:
+            r = c.request(LIST_GROUPS, 5, {"states_filter": [], "types_filter": []})
+            if r["error_code"] == 14:
+                return None
+            rows = [x for x in r["groups"] if x["group_id"] == g]
+            return (rows[0]["group_type"], rows[0]["group_state"]) if rows else ("missing", "")
+
+        assert wait_until(listed, 30, "loaded")[0] == "classic"  # the downgrade survived the restart
+        d = c.request(DESCRIBE69, 1, {"group_ids": [g], "include_authorized_operations": False})["groups"][0]
+        assert d["error_code"] == GROUP_ID_NOT_FOUND
+        dg = c.request(DESCRIBE_GROUPS, 6, {"groups": [g], "include_authorized_operations": False})["groups"][0]
+        assert dg["error_code"] == NONE and [m["member_id"] for m in dg["members"]] == [a]
 
 
 def test_classic_member_metadata_record_layout() -> None:
@@ -315,7 +332,7 @@ def test_upgrade_answers_waiting_join_with_rebalance_in_progress(b: Any) -> None
 
     g = "g-migr-pending"
     with RawClient(b.port) as c, RawClient(b.port) as c2:
-        a, gen = _classic_stable(c, g)
+        a, _ = _classic_stable(c, g)
         r = join(c2, g, "")
         assert r["error_code"] == MEMBER_ID_REQUIRED
         b_id = r["member_id"]

@@ -72,8 +72,6 @@ class GroupOwner(Protocol):
     async def _append(self, group_id: str, entries: list[tuple[bytes, bytes | None]], *, offsets: bool = True,
                       **kw: Any) -> int: ...
 
-    async def _store_group(self, g: Group) -> int: ...
-
 log = logging.getLogger("tidelog.broker.group.consumer")
 
 NONE = 0  # "no error" stays a plain int (docs/decisions/0066)

@@ -178,10 +178,14 @@ def maybe_downgrade(mgr: ConsumerGroupManager, g: ConsumerGroup, leaving: Consum
     for cm in classic.members.values():
         membership._schedule_heartbeat(coord, classic, cm)  # type: ignore[arg-type]
 
+    # one batch: the ConsumerGroup* tombstones, then the classic group's GroupMetadata (Kafka's record order)
+    value = rec.GroupValue(classic.protocol_type or "", classic.generation, classic.protocol_name, classic.leader_id,
+                           classic.current_state_timestamp, classic.member_values())
+    entries = [*tombstones, (rec.encode_group_key(gid), rec.encode_group_value(value))]
+
     async def write() -> None:
-        err = await coord._append(gid, tombstones, offsets=False)
-        if not err and coord.groups.get(gid) is classic:
-            await coord._store_group(classic)
+        if not await coord._append(gid, entries, offsets=False):
+            classic.persisted = True
 
     coord._spawn(write())
     log.info("consumer group downgraded to classic group", extra={"kv": {
