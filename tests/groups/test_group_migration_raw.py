@@ -352,3 +352,24 @@ def test_upgrade_answers_waiting_join_with_rebalance_in_progress(b: Any) -> None
         assert s["error_code"] == NONE
         d = c.request(DESCRIBE69, 1, {"group_ids": [g], "include_authorized_operations": False})["groups"][0]
         assert {m["member_id"]: m["member_type"] for m in d["members"]} == {a: 0, b_id: 0, "m3": 1}
+
+
+def test_static_classic_member_replaced_inside_consumer_group(b: Any) -> None:
+    """A static classic member (group.instance.id) rejoining with a new member id replaces the old one inside the
+    consumer group and keeps its partitions; the old member id is fenced."""
+    g = "g-migr-static"
+    body = {"group_id": g, "session_timeout_ms": 3000, "rebalance_timeout_ms": 3000, "group_instance_id": "inst-1",
+            "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": subscription()}]}
+    with RawClient(b.port) as c:
+        assert hb68(c, g, "m1", 0)["error_code"] == NONE  # a consumer group with a member
+        r = c.request(JOIN, 5, {**body, "member_id": ""})
+        assert r["error_code"] == NONE, r  # static: no MEMBER_ID_REQUIRED round
+        old, gen = r["member_id"], r["generation_id"]
+        r = c.request(JOIN, 5, {**body, "member_id": ""})  # the same instance restarted
+        assert r["error_code"] == NONE and r["member_id"] != old, r
+        d = c.request(DESCRIBE69, 1, {"group_ids": [g], "include_authorized_operations": False})["groups"][0]
+        assert {m["member_id"]: (m["member_type"], m["instance_id"]) for m in d["members"]} == \
+            {"m1": (1, None), r["member_id"]: (0, "inst-1")}
+        hb = c.request(HEARTBEAT, 4, {"group_id": g, "generation_id": gen, "member_id": old,
+                                      "group_instance_id": "inst-1"})
+        assert hb["error_code"] == 82  # FENCED_INSTANCE_ID

@@ -149,7 +149,7 @@ def join(mgr: ConsumerGroupManager, group_id: str, member_id: str, instance_id: 
     sub = parse_subscription(protocols[0][1])
     if sub is None:
         return _join_error(INCONSISTENT_GROUP_PROTOCOL, member_id, "Malformed embedded consumer protocol.")
-    changed = False
+    changed = replaced = False
     if instance_id is not None:
         holder = g.static_members.get(instance_id)
         old = g.members.get(holder) if holder is not None else None
@@ -167,6 +167,9 @@ def join(mgr: ConsumerGroupManager, group_id: str, member_id: str, instance_id: 
                 g.target[member_id] = g.target.pop(old.member_id)
             g.members[member_id] = m
             g.static_members[instance_id] = member_id
+            replaced = True
+            log.info("static classic member replaced in consumer group", extra={"kv": {
+                "group": group_id, "instance": instance_id, "old": old.member_id, "new": member_id}})
     m0 = g.members.get(member_id)
     if m0 is None:
         m0 = ConsumerMember(member_id, instance_id, epoch=0, previous_epoch=0)
@@ -175,7 +178,7 @@ def join(mgr: ConsumerGroupManager, group_id: str, member_id: str, instance_id: 
             g.static_members[instance_id] = member_id
         changed = True
         log.info("classic member joined consumer group", extra={"kv": {"group": group_id, "member": member_id}})
-    elif m0.classic is None:
+    elif m0.classic is None and not replaced:
         return _join_error(UNKNOWN_MEMBER_ID, member_id, f"Member {member_id} does not use the classic protocol.")
     m = m0
     m.client_id, m.client_host = client_id, client_host
