@@ -88,9 +88,9 @@ def heartbeat(c: RawClient, group: str, member: str, gen: int) -> int:
 
 
 def hb68(c: RawClient, group: str, member: str, epoch: int, owned: list[int] | None = None,
-         tid: uuid.UUID | None = None) -> dict:
+         tid: uuid.UUID | None = None, instance: str | None = None) -> dict:
     return c.request(HEARTBEAT68, 1, {
-        "group_id": group, "member_id": member, "member_epoch": epoch, "instance_id": None, "rack_id": None,
+        "group_id": group, "member_id": member, "member_epoch": epoch, "instance_id": instance, "rack_id": None,
         "rebalance_timeout_ms": 5000 if epoch == 0 else -1, "subscribed_topic_names": [TOPIC] if epoch == 0 else None,
         "subscribed_topic_regex": None, "server_assignor": None,
         "topic_partitions": [] if owned is None else [{"topic_id": tid, "partitions": owned}]})
@@ -372,4 +372,30 @@ def test_static_classic_member_replaced_inside_consumer_group(b: Any) -> None:
             {"m1": (1, None), r["member_id"]: (0, "inst-1")}
         hb = c.request(HEARTBEAT, 4, {"group_id": g, "generation_id": gen, "member_id": old,
                                       "group_instance_id": "inst-1"})
+        assert hb["error_code"] == 82  # FENCED_INSTANCE_ID
+
+
+def test_static_classic_member_restarted_with_consumer_protocol(b: Any) -> None:
+    """A static classic member restarted with the consumer protocol and the same group.instance.id: the heartbeat
+    upgrades the group and replaces the classic member at once (Kafka replaces a classic static member without
+    waiting for its leave), taking its partitions; the old member id is fenced."""
+    g = "g-migr-static-up"
+    body = {"group_id": g, "session_timeout_ms": 3000, "rebalance_timeout_ms": 3000, "member_id": "",
+            "group_instance_id": "inst-up", "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": subscription()}]}
+    with RawClient(b.port) as c:
+        tid = _topic_id(c)
+        r = c.request(JOIN, 5, body)
+        assert r["error_code"] == NONE and r["leader"] == r["member_id"], r
+        old, gen = r["member_id"], r["generation_id"]
+        assert sync(c, g, old, gen, {old: [0, 1]})["error_code"] == NONE
+        r = hb68(c, g, "new-1", 0, instance="inst-up")
+        assert r["error_code"] == NONE, r
+        assert parts68(r) == [0, 1] and r["member_epoch"] == gen + 1, r  # the classic member's partitions
+        r = hb68(c, g, "new-1", gen + 1, owned=[0, 1], tid=tid, instance="inst-up")
+        assert r["error_code"] == NONE and r["member_epoch"] == gen + 1
+        d = c.request(DESCRIBE69, 1, {"group_ids": [g], "include_authorized_operations": False})["groups"][0]
+        assert [(m["member_id"], m["member_type"]) for m in d["members"]] == [("new-1", 1)]
+        hb = c.request(HEARTBEAT, 4, {"group_id": g, "generation_id": gen, "member_id": old,
+                                      "group_instance_id": "inst-up"})
         assert hb["error_code"] == 82  # FENCED_INSTANCE_ID

@@ -471,7 +471,7 @@ class ConsumerGroupManager:
             old_id = g.static_members.get(instance_id)
             old = g.members.get(old_id) if old_id is not None else None
             if old is not None and old.member_id != member_id:
-                if old.epoch != STATIC_LEAVE_EPOCH:
+                if old.epoch != STATIC_LEAVE_EPOCH and old.classic is None:  # a classic one is replaced at once
                     raise ConsumerGroupError(
                         UNRELEASED_INSTANCE_ID,
                         f"Static member {member_id} with instance id {instance_id} cannot join the group because "
