@@ -294,10 +294,17 @@ def test_offsets_with_member_epochs(b: Any) -> None:
         assert row and row[0]["group_type"] == "consumer" and row[0]["group_state"] in ("Stable", "Reconciling")
         lg = c.request(LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["classic"]})
         assert "g-off" not in {g["group_id"] for g in lg["groups"]}
-        join = c.request(JOIN, 5, {"group_id": "g-off", "session_timeout_ms": 6000, "rebalance_timeout_ms": 6000,
-                                   "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
-                                   "protocols": [{"name": "range", "metadata": b""}]})
-        assert join["error_code"] == INCONSISTENT_GROUP_PROTOCOL
+        # a classic JoinGroup into it (Kafka 4: a member using the classic protocol): a member id first, then its
+        # metadata must be a ConsumerProtocolSubscription (else INCONSISTENT_GROUP_PROTOCOL); another protocol type
+        # is refused (tests/groups/test_group_migration_raw.py has the members that join)
+        body = {"group_id": "g-off", "session_timeout_ms": 6000, "rebalance_timeout_ms": 6000, "member_id": "",
+                "group_instance_id": None, "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b""}]}
+        join = c.request(JOIN, 5, body)
+        assert join["error_code"] == 79  # MEMBER_ID_REQUIRED
+        assert c.request(JOIN, 5, {**body, "member_id": join["member_id"]})["error_code"] == INCONSISTENT_GROUP_PROTOCOL
+        assert c.request(JOIN, 5, {**body, "member_id": join["member_id"], "protocol_type": "connect"}
+                         )["error_code"] == INCONSISTENT_GROUP_PROTOCOL
         assert c.request(42, 2, {"groups_names": ["g-off"]})["results"][0]["error_code"] == 68  # NON_EMPTY_GROUP
         # OffsetDelete: not for a topic the group's members subscribe to
         od = c.request(47, 0, {"group_id": "g-off", "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0}]}]})
@@ -335,6 +342,6 @@ def test_empty_consumer_group_becomes_classic_and_back(b: Any) -> None:
         assert join["error_code"] == NONE, join
         dg = c.request(DESCRIBE_GROUPS, 6, {"groups": ["g-swap"], "include_authorized_operations": False})
         assert dg["groups"][0]["error_code"] == NONE and dg["groups"][0]["protocol_type"] == "consumer"
-        # a classic group with members is not a consumer group
+        # a classic group with members whose metadata is not the consumer protocol cannot be upgraded
         r = hb(c, "g-swap", "m2", 0, topics=[TOPIC])
         assert r["error_code"] == GROUP_ID_NOT_FOUND

@@ -45,6 +45,7 @@ def install(mgr: ConsumerGroupManager, replayed: ConsumerReplay) -> int:
                                    mm.rebalance_timeout_ms if mm.rebalance_timeout_ms >= 0 else 300000,
                                    list(mm.subscribed_topic_names), mm.subscribed_topic_regex,
                                    mm.server_assignor if mm.server_assignor in mgr.assignors else None)
+                m.classic = mm.classic  # a member using the classic protocol (its ClassicMemberMetadata)
                 g.members[m.member_id] = m
                 if m.instance_id is not None:
                     g.static_members[m.instance_id] = m.member_id
