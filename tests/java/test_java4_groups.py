@@ -5,8 +5,8 @@
    JVM) is killed -9, one leaves, one joins; the group is described as a consumer-protocol group.
 2. Upgrading a classic group to the consumer protocol while the producer writes: through an empty group (the
    classic members stop, the consumer-protocol members start) and online, member by member
-   (``group.consumer.migration.policy`` left at Kafka's default); the online one is a strict xfail: tidelog has no
-   online migration yet (decision 0062).
+   (``group.consumer.migration.policy`` left at Kafka's default, bidirectional: the online upgrade of decision
+   0062).
 3. KIP-932: three ``KafkaShareConsumer``s share one partition; one holds its records without acknowledging and is
    killed -9 (its records come back after the lock), a poison record released until the delivery count limit
    archives it; every other record accepted exactly once.
@@ -514,13 +514,10 @@ def _upgrade(target: Target, classpath: str, online: bool) -> None:
 
 
 def test_classic_group_upgraded_through_empty_group(classpath: str, target: Target) -> None:
-    """The upgrade tidelog supports: the classic members stop, the consumer-protocol members start from the group's
+    """The offline upgrade: the classic members stop, the consumer-protocol members start from the group's
     committed offsets (an empty classic group becomes a consumer group with its first heartbeat)."""
     _upgrade(target, classpath, online=False)
 
 
-@pytest.mark.xfail(strict=True, reason="no online migration (decision 0062): the first group.protocol=consumer "
-                   "member of a classic group with members gets GROUP_ID_NOT_FOUND ('not a consumer group'), "
-                   "as Kafka with group.consumer.migration.policy=disabled; Kafka's default is bidirectional")
 def test_classic_group_upgraded_online_member_by_member(classpath: str, target: Target) -> None:
     _upgrade(target, classpath, online=True)
