@@ -28,13 +28,13 @@ import logging
 import uuid
 
 from tidelog.broker.group.assignors import TopicPartition
-from tidelog.broker.group.consumer_group import (
+from tidelog.broker.group.consumer_group import ConsumerGroupManager
+from tidelog.broker.group.consumer_model import (
     STABLE,
     UNRELEASED,
     UNREVOKED,
     ConsumerGroup,
     ConsumerGroupError,
-    ConsumerGroupManager,
     ConsumerMember,
 )
 from tidelog.broker.group.consumer_protocol import encode_assignment, parse_subscription, protocol_version

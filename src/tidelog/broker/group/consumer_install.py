@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from tidelog.broker.group import consumer_records as crec
 from tidelog.broker.group.assignors import TopicPartition
-from tidelog.broker.group.consumer_group import ConsumerGroup, ConsumerGroupManager, ConsumerMember
+from tidelog.broker.group.consumer_group import ConsumerGroupManager
+from tidelog.broker.group.consumer_model import ConsumerGroup, ConsumerMember
 from tidelog.broker.group.consumer_store import ConsumerReplay, log
 
 

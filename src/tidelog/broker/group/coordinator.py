@@ -531,7 +531,7 @@ class GroupCoordinator:
 
 
 if TYPE_CHECKING:
-    from tidelog.broker.group.consumer_group import GroupOwner
+    from tidelog.broker.group.consumer_model import GroupOwner
     from tidelog.broker.group.deleted_topics import TopicOffsetsOwner
     from tidelog.broker.group.describe import DescribedCoordinator
     from tidelog.broker.group.loading import LoadingHost

@@ -23,10 +23,18 @@ group coordinator does it (``validateOnlineUpgrade`` / ``convertToConsumerGroup`
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group import membership
 from tidelog.broker.group import records as rec
+from tidelog.broker.group.consumer_model import (
+    STABLE,
+    ConsumerGroup,
+    ConsumerGroupError,
+    ConsumerMember,
+    GroupOwner,
+)
 from tidelog.broker.group.consumer_protocol import (
     encode_assignment,
     parse_assignment,
@@ -38,7 +46,7 @@ from tidelog.broker.group.state import GroupState, Member, now_ms
 from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from tidelog.broker.group.consumer_group import ConsumerGroup, ConsumerGroupManager, ConsumerMember
+    from tidelog.broker.group.consumer_store import ConsumerGroupStore
     from tidelog.broker.group.state import Group
 
 log = logging.getLogger("tidelog.broker.group.consumer")
@@ -50,10 +58,28 @@ GROUP_MAX_SIZE_REACHED = ErrorCode.GROUP_MAX_SIZE_REACHED
 REBALANCE_IN_PROGRESS = ErrorCode.REBALANCE_IN_PROGRESS
 
 
-def policy(props: object) -> str:
+class MigrationCoordinator(GroupOwner, membership.MembershipHost, Protocol):
+    """The group coordinator as a migration uses it: the consumer groups' owner and the classic groups' host."""
+
+
+class MigrationHost(Protocol):
+    """What a migration needs of the consumer-group manager (``ConsumerGroupManager``, which imports this module)."""
+
+    @property
+    def coordinator(self) -> MigrationCoordinator: ...
+
+    groups: dict[str, ConsumerGroup]
+    assignors: list[str]
+    max_size: int
+    migration_policy: str
+    store: ConsumerGroupStore
+
+    def _touch(self, g: ConsumerGroup, m: ConsumerMember) -> None: ...
+
+
+def policy(props: Mapping[str, Any]) -> str:
     """The broker's ``group.consumer.migration.policy`` (validated by ``broker/config.py``)."""
-    get = getattr(props, "get", None)
-    value = str(get(POLICY_KEY, "bidirectional") if get is not None else "bidirectional").strip().lower()
+    value = str(props.get(POLICY_KEY, "bidirectional")).strip().lower()
     return value if value in POLICIES else "bidirectional"
 
 
@@ -65,11 +91,9 @@ def downgrade_enabled(p: str) -> bool:
     return p in ("downgrade", "bidirectional")
 
 
-def upgrade(mgr: ConsumerGroupManager, classic: Group) -> ConsumerGroup:
+def upgrade(mgr: MigrationHost, classic: Group) -> ConsumerGroup:
     """Convert the classic group ``classic`` (with members) to a consumer group, or raise ConsumerGroupError
     GROUP_ID_NOT_FOUND when it may not be (Kafka's answer for a heartbeat into a classic group)."""
-    from tidelog.broker.group.consumer_group import STABLE, ConsumerGroup, ConsumerGroupError, ConsumerMember
-
     gid = classic.group_id
     not_consumer = ConsumerGroupError(GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.")
     if not upgrade_enabled(mgr.migration_policy):
@@ -106,7 +130,7 @@ def upgrade(mgr: ConsumerGroupManager, classic: Group) -> ConsumerGroup:
         if m.awaiting_join:
             m.answer_join(membership._join_error(REBALANCE_IN_PROGRESS, m.member_id))
         if m.awaiting_sync:
-            m.answer_sync(membership._sync_result(mgr.coordinator, REBALANCE_IN_PROGRESS, None))  # type: ignore[arg-type]
+            m.answer_sync(membership._sync_result(mgr.coordinator, REBALANCE_IN_PROGRESS, None))
     gen = classic.generation
     g = ConsumerGroup(gid, group_epoch=gen, assignment_epoch=gen, assignor=mgr.assignors[0])
     for m in classic.members.values():
@@ -137,7 +161,7 @@ def upgrade(mgr: ConsumerGroupManager, classic: Group) -> ConsumerGroup:
     return g
 
 
-def maybe_downgrade(mgr: ConsumerGroupManager, g: ConsumerGroup, leaving: ConsumerMember) -> bool:
+def maybe_downgrade(mgr: MigrationHost, g: ConsumerGroup, leaving: ConsumerMember) -> bool:
     """Kafka's validateOnlineDowngradeWithFencedMember + convertToClassicGroup; True when the group became classic
     (``leaving`` is not in it)."""
     others = [m for m in g.members.values() if m is not leaving]
@@ -176,7 +200,7 @@ def maybe_downgrade(mgr: ConsumerGroupManager, g: ConsumerGroup, leaving: Consum
     classic.leader_id = next(iter(classic.members))
     classic.transition(GroupState.STABLE, now_ms())
     for cm in classic.members.values():
-        membership._schedule_heartbeat(coord, classic, cm)  # type: ignore[arg-type]
+        membership._schedule_heartbeat(coord, classic, cm)
 
     # one batch: the ConsumerGroup* tombstones, then the classic group's GroupMetadata (Kafka's record order)
     value = rec.GroupValue(classic.protocol_type or "", classic.generation, classic.protocol_name, classic.leader_id,
@@ -190,5 +214,5 @@ def maybe_downgrade(mgr: ConsumerGroupManager, g: ConsumerGroup, leaving: Consum
     coord._spawn(write())
     log.info("consumer group downgraded to classic group", extra={"kv": {
         "group": gid, "members": len(classic.members), "generation": classic.generation, "left": leaving.member_id}})
-    membership._prepare_rebalance(coord, classic, f"Downgrade group {gid} from consumer to classic.")  # type: ignore[arg-type]
+    membership._prepare_rebalance(coord, classic, f"Downgrade group {gid} from consumer to classic.")
     return True
