@@ -47,6 +47,9 @@ import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
 public class JepsenTxnClient {
+    /** "a" on stdin: the transaction in progress (or the next) is aborted on purpose when it reaches its end. */
+    static final java.util.concurrent.atomic.AtomicBoolean ABORT_NEXT = new java.util.concurrent.atomic.AtomicBoolean();
+
     /** The outcome of the transaction is unknown: record info, end the session. */
     static final class Unknown extends Exception {
         private static final long serialVersionUID = 1L;
@@ -63,6 +66,7 @@ public class JepsenTxnClient {
                 String line;
                 while ((line = in.readLine()) != null) {
                     if (line.startsWith("g ")) JepsenClient.go(Integer.parseInt(line.substring(2).trim())).release();
+                    else if (line.equals("a")) ABORT_NEXT.set(true);
                 }
             } catch (Exception e) {
                 // treated as EOF
@@ -236,7 +240,7 @@ public class JepsenTxnClient {
                 futures.add(prod.send(new ProducerRecord<>(topic, sendPart[i], val, val)));
             }
             if (!next.isEmpty()) prod.sendOffsetsToTransaction(next, cons.groupMetadata());
-            if (abort) throw new KafkaException("aborted-on-purpose");
+            if (ABORT_NEXT.getAndSet(false) || abort) throw new KafkaException("aborted-on-purpose");
             prod.commitTransaction();
         } catch (ProducerFencedException | OutOfOrderSequenceException | AuthorizationException
                  | UnsupportedVersionException | InvalidProducerEpochException e) {

@@ -160,6 +160,13 @@ class JavaClient:
         except (BrokenPipeError, ValueError, OSError):
             pass  # stopping (stdin closed): the JVM gives the send up
 
+    def abort_next(self) -> None:
+        """``JepsenTxnClient``: abort the transaction in progress (or the next) on purpose at its end."""
+        assert self.proc is not None and self.proc.stdin is not None
+        with self._stdin_lock:
+            self.proc.stdin.write("a\n")
+            self.proc.stdin.flush()
+
     def join(self, timeout: float | None = None) -> None:
         if self.proc is None:
             return

@@ -127,6 +127,7 @@ class Delivery:
     injected_error: int | None = None
     next_txn_produce_version: int = -1
     events: list[tuple[float, str]] = field(default_factory=list)
+    injecting: bool = False
     _frame: bytes = b""
     _target: tuple[str, int] = ("", 0)
 
@@ -158,11 +159,13 @@ class _Loop:
 class Torn:
     """The shared state of a run's proxies: at most one fault in progress."""
 
-    def __init__(self, expire_s: float = 90.0) -> None:
-        self.expire_s = expire_s
+    def __init__(self, expire_s: float = 90.0, gate_s: float = 20.0) -> None:
+        self.expire_s, self.gate_s = expire_s, gate_s
         self.current: Delivery | None = None
         self.done: list[Delivery] = []
         self.on_done: Callable[[Delivery], None] | None = None  # called on the proxies' loop thread
+        # called (on that thread) when N's retried commit succeeded, before its answer reaches the client
+        self.on_retried: Callable[[Delivery], None] | None = None
         self.end_txn_versions: dict[int, int] = {}  # EndTxn requests seen per version (all clients)
         self._flow: asyncio.Event | None = None
         self._lock = threading.Lock()
@@ -187,7 +190,9 @@ class Torn:
             cur = self.current
             if cur is not None:
                 self._finish(cur, "expired")
-            return cur
+        if self._flow is not None:
+            _Loop.get().call_soon_threadsafe(self._flow.set)
+        return cur
 
     def wait_done(self, n: int, timeout: float) -> list[Delivery]:
         deadline = time.monotonic() + timeout
@@ -250,14 +255,26 @@ class Torn:
             d.note(f"retry answered error {d.retry_error}")
             if d.retry_error == NONE:
                 d.state = "retried"
+                if self.on_retried is not None:
+                    with contextlib.suppress(Exception):
+                        self.on_retried(d)
             else:  # the commit failed: the client aborts or gives up; the held copy would meet no open N+1
                 self._finish(d, "expired")
+
+    def give_up(self, d: Delivery | None) -> None:
+        """N+1's first write got no answer in ``gate_s`` (a fault elsewhere): let everything flow, drop the fault."""
+        if d is not None and d is self.current and d.state == "injecting" and not d.injecting:
+            d.note("next transaction's first Produce not answered: given up")
+            with self._lock:
+                self._finish(d, "expired")
+            self.flow().set()
 
     async def inject(self) -> None:
         """Deliver the held EndTxn to its broker on a new connection, with every proxy's requests stopped."""
         d = self.current
         if d is None or d.state != "injecting":
             return
+        d.injecting = True
         flow = self.flow()
         flow.clear()
         try:
@@ -272,7 +289,7 @@ class Torn:
             d.note(f"late EndTxn answered error {d.injected_error}")
             with self._lock:
                 self._finish(d, "injected")
-        except (OSError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+        except (TimeoutError, OSError, ConnectionError, asyncio.IncompleteReadError) as exc:
             d.note(f"late EndTxn not delivered: {exc!r}")
             with self._lock:
                 self._finish(d, "expired")
@@ -315,7 +332,7 @@ class TornProxy:
     async def _handle(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
         try:
             sreader, swriter = await asyncio.wait_for(asyncio.open_connection(*self.target), 15)
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             cwriter.transport.abort()
             return
         for w in (cwriter, swriter):
@@ -343,6 +360,7 @@ class TornProxy:
                 if frame is None:
                     return
                 p = parse_request(frame)
+                what = "pass"
                 if p is not None:
                     what = self.torn.on_request(p, self.target)
                     if what == "hold":  # the stream stalls here (nothing more reaches the broker) until the
@@ -351,7 +369,14 @@ class TornProxy:
                         return
                     if what in ("retry", "next"):
                         watch[p[2]] = (what, p[0], p[1])
-                await flow.wait()
+                if what == "next":
+                    # nothing else moves until the late EndTxn is in: N+1 goes no further than this first write
+                    # (an AddOffsetsToTxn sent meanwhile reaches the coordinator after the late copy)
+                    flow.clear()
+                    d = self.torn.current
+                    asyncio.get_running_loop().call_later(self.torn.gate_s, self.torn.give_up, d)
+                else:
+                    await flow.wait()
                 writer.write(frame)
                 await writer.drain()
 

@@ -1,0 +1,133 @@
+"""The torn-transaction schedule on one ``tidelog serve`` behind a ``tornproxy.TornProxy``: the harness's
+transactional client (``txnload.TxnClient``: confluent-kafka / librdkafka 2.16, transactions version 1; or the
+``java4`` client, kafka-clients 4.3, version 2) runs consume-transform-produce transactions while the proxy holds
+one EndTxn(COMMIT) of transaction N until N+1 has written (tornproxy's docstring). N+1 is then aborted on purpose
+(``abort_next`` from the moment N's retried commit succeeded): under version 1 the late EndTxn has committed what
+N+1 wrote before the abort, so a read_committed reader returns values of a transaction the client saw aborted --
+the checker's ``aborted-read`` (Elle's G1a). Under version 2 the late copy is fenced and N+1 aborts whole.
+
+Used by tests/jepsen/test_torn.py (one fault, deterministic) and ``bench/jepsen.py --torn`` (``randomized``:
+faults armed at random moments of random transactions, N+1 aborted only at the workload's own rate).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from recorder import History
+from tornproxy import Delivery, Torn, TornProxy
+from workloads import CLIENT, Ctx, common_conf, key
+
+
+# a listener for the clients whose advertised address is the proxy; the inter-broker listener stays direct
+def listener_props(client_port: int, proxy_port: int, host: str = "127.0.0.1") -> dict[str, str]:
+    return {"listeners": f"PLAINTEXT://{host}:0,CLIENT://{host}:{client_port}",
+            "advertised.listeners": f"CLIENT://{host}:{proxy_port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT"}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def proxied() -> tuple[Torn, TornProxy, dict[str, str]]:
+    """A ``Torn`` and its proxy listening, plus the broker properties that route clients through it."""
+    torn = Torn()
+    port = free_port()
+    proxy = TornProxy(torn, target=("127.0.0.1", port)).start()
+    return torn, proxy, listener_props(port, proxy.port)
+
+
+def seed_records(ctx: Ctx, topic: str, n: int) -> None:
+    """``n`` plain acked sends (recorded), so that every transaction's polls return something to offset."""
+    pid = ctx.h.new_process()
+    v = {"role": "producer", "client": CLIENT, "transactional": False, "isolation": "read_uncommitted",
+         "mode": None, "group": None}
+    ctx.h.add(pid, "invoke", "open", v)
+    ctx.h.add(pid, "ok", "open", v)
+    p = Producer({**common_conf(ctx.bootstrap), "enable.idempotence": True, "acks": "all", "linger.ms": 0})
+    for i in range(n):
+        k, value = key(topic, i % ctx.partitions), ctx.value()
+        ctx.h.add(pid, "invoke", "send", [["send", k, value]])
+        out: list[Any] = []
+        p.produce(topic, str(value).encode(), key=str(value).encode(), partition=i % ctx.partitions,
+                  on_delivery=lambda err, msg, out=out: out.append((err, msg.offset())))
+        p.flush(30)
+        assert out and out[0][0] is None, out
+        ctx.h.add(pid, "ok", "send", [["send", k, [out[0][1], value]]])
+
+
+def wait_for(what: str, cond: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.1)  # polling the history's counters (filled by client threads / JVMs)
+
+
+def make_client(ctx: Ctx, kind: str, topic: str, n: int = 0) -> Any:
+    if kind == "java4":
+        from javaclient import JavaClient
+
+        return JavaClient.txn(ctx, topic, n)
+    from txnload import TxnClient
+
+    return TxnClient(ctx, topic, n)
+
+
+def one_fault(torn: Torn, h: History, client: Any, txn_id: str, timeout: float = 90.0) -> Delivery:
+    """Arm one torn fault on ``txn_id``; N+1 is aborted on purpose; returns the delivery (injected or expired)."""
+    before = len(torn.done)
+    torn.on_retried = lambda d: client.abort_next()
+    torn.on_done = lambda d: h.nemesis(False, "torn", [d.held_txn_id or txn_id], summary(d))
+    h.nemesis(True, "torn", [txn_id], {"sub": "end-txn-delay"})
+    assert torn.arm(txn_id)
+    done = torn.wait_done(before + 1, timeout)
+    if len(done) <= before:
+        torn.disarm()
+        done = torn.wait_done(before + 1, 5)
+    return done[before]
+
+
+def summary(d: Delivery) -> dict[str, Any]:
+    return {"sub": "end-txn-delay", "state": d.state, "end_txn_version": d.end_txn_version,
+            "producer_id": d.producer_id, "epoch": d.epoch, "retry_error": d.retry_error,
+            "retry_epoch": d.retry_epoch_answer, "late_error": d.injected_error,
+            "next_produce_version": d.next_txn_produce_version, "events": d.events}
+
+
+class Randomized:
+    """``bench/jepsen.py --torn``: arms a torn fault on a random transactional id every 5-15 s (one at a time;
+    an armed fault that never catches a commit expires after ``Torn.expire_s``)."""
+
+    def __init__(self, torn: Torn, h: History, txn_ids: list[str], seed: int) -> None:
+        self.torn, self.h, self.txn_ids = torn, h, txn_ids
+        self.rng = random.Random(seed ^ 0x70B)
+        torn.on_done = lambda d: h.nemesis(False, "torn", [d.held_txn_id or d.txn_id], summary(d))
+
+    def tick(self) -> None:
+        tid = self.rng.choice(self.txn_ids)
+        if self.torn.arm(tid):
+            self.h.nemesis(True, "torn", [tid], {"sub": "end-txn-delay"})
+
+    def delay(self) -> float:
+        return self.rng.uniform(5, 15)
+
+
+def deliveries(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The torn faults' outcomes recorded in a history (``stop-fault`` of ``torn``)."""
+    return [e["value"]["detail"] for e in events
+            if e["process"] == "nemesis" and e["f"] == "stop-fault" and e["value"].get("fault") == "torn"]
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
