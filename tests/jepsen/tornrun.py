@@ -59,8 +59,12 @@ def seed_records(ctx: Ctx, topic: str, n: int) -> None:
         k, value = key(topic, i % ctx.partitions), ctx.value()
         ctx.h.add(pid, "invoke", "send", [["send", k, value]])
         out: list[Any] = []
+
+        def delivered(err: Any, msg: Any, out: list[Any] = out) -> None:
+            out.append((err, msg.offset()))
+
         p.produce(topic, str(value).encode(), key=str(value).encode(), partition=i % ctx.partitions,
-                  on_delivery=lambda err, msg, out=out: out.append((err, msg.offset())))
+                  on_delivery=delivered)
         p.flush(30)
         assert out and out[0][0] is None, out
         ctx.h.add(pid, "ok", "send", [["send", k, [out[0][1], value]]])
