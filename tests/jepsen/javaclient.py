@@ -101,6 +101,7 @@ class JavaClient:
         self.ctx, self.args, self.main, self.kind = ctx, args, main, kind
         self.proc: subprocess.Popen[str] | None = None
         self.pids: dict[int, int] = {}
+        self.txn_id: str | None = None
         self.done = False
         self._stdin_lock = threading.Lock()
         self.thread = threading.Thread(target=ctx.guard(f"{kind}-{args[0] if kind == 'java' else 'txn'}", self._read),
@@ -122,9 +123,11 @@ class JavaClient:
         """The ``java4`` consume-transform-produce client ``n`` (``transactional.id`` ``<topic>-tx-<n>``, group
         ``<topic>-g<n>``), kafka-clients 4.3: transactions version 2."""
         cls._count += 1
-        return cls(ctx, [ctx.bootstrap, topic, str(ctx.partitions), f"{topic}-tx-{n}", f"{topic}-g{n}",
-                         str(cls._count * VALUE_BASE), str(ctx.abort_rate), str(ctx.randint(0, 1 << 30))],
-                   main="JepsenTxnClient", kind="java4")
+        c = cls(ctx, [ctx.bootstrap, topic, str(ctx.partitions), f"{topic}-tx-{n}", f"{topic}-g{n}",
+                      str(cls._count * VALUE_BASE), str(ctx.abort_rate), str(ctx.randint(0, 1 << 30))],
+                main="JepsenTxnClient", kind="java4")
+        c.txn_id = f"{topic}-tx-{n}"
+        return c
 
     def start(self) -> None:
         self.proc = subprocess.Popen(["java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx256m",

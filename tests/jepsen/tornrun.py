@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -109,22 +110,58 @@ def summary(d: Delivery) -> dict[str, Any]:
             "next_produce_version": d.next_txn_produce_version, "events": d.events}
 
 
-class Randomized:
-    """``bench/jepsen.py --torn``: arms a torn fault on a random transactional id every 5-15 s (one at a time;
-    an armed fault that never catches a commit expires after ``Torn.expire_s``)."""
+class TornNemesis:
+    """``bench/jepsen.py --torn``: the run's clients reach the brokers through one ``TornProxy`` per broker (in the
+    root namespace, on the bridge address; each broker gets a ``CLIENT`` listener on port 9093 advertised as its
+    proxy, replication stays on the direct listener). Every 5-15 s (seeded) a torn fault is armed on a random
+    transactional id; half the time (seeded) the transaction after the held commit is aborted on purpose (else the
+    workload's own 15 %). One fault at a time; one that catches no commit expires after ``Torn.expire_s``. It runs
+    beside the other nemesis kinds (partitions, pauses, ... cut or freeze the proxies' links like the clients')."""
 
-    def __init__(self, torn: Torn, h: History, txn_ids: list[str], seed: int) -> None:
-        self.torn, self.h, self.txn_ids = torn, h, txn_ids
+    CLIENT_PORT = 9093
+
+    def __init__(self, db: Any, h: History, seed: int) -> None:
+        from netspace import ROOT
+
+        self.h, self.torn = h, Torn()
         self.rng = random.Random(seed ^ 0x70B)
-        torn.on_done = lambda d: h.nemesis(False, "torn", [d.held_txn_id or d.txn_id], summary(d))
+        self.stop = threading.Event()
+        self.clients: dict[str, Any] = {}
+        self.proxies: list[TornProxy] = []
+        root = db.net.addr(ROOT)
+        for b in db.brokers.values():
+            px = TornProxy(self.torn, listen=(root, 0), target=(b.addr, self.CLIENT_PORT)).start()
+            self.proxies.append(px)
+            b.props = {**b.props, "listeners": f"PLAINTEXT://{b.addr}:{b.bootstrap.rsplit(':', 1)[1]},"
+                                               f"CLIENT://{b.addr}:{self.CLIENT_PORT}",
+                       "advertised.listeners": f"CLIENT://{root}:{px.port}",
+                       "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:PLAINTEXT",
+                       "inter.broker.listener.name": "PLAINTEXT"}
+        self.torn.on_done = lambda d: h.nemesis(False, "torn", [d.held_txn_id or d.txn_id], summary(d))
+        self.torn.on_retried = self._retried
 
-    def tick(self) -> None:
-        tid = self.rng.choice(self.txn_ids)
-        if self.torn.arm(tid):
-            self.h.nemesis(True, "torn", [tid], {"sub": "end-txn-delay"})
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(p.address for p in self.proxies)
 
-    def delay(self) -> float:
-        return self.rng.uniform(5, 15)
+    def _retried(self, d: Delivery) -> None:
+        c = self.clients.get(d.held_txn_id or "")
+        if c is not None and self.rng.random() < 0.5:
+            c.abort_next()
+
+    def run(self) -> None:
+        while not self.stop.wait(self.rng.uniform(5, 15)):
+            tid = self.rng.choice(sorted(self.clients))
+            if self.torn.arm(tid):
+                self.h.nemesis(True, "torn", [tid], {"sub": "end-txn-delay"})
+
+    def heal(self) -> None:
+        self.stop.set()
+        self.torn.disarm()
+
+    def close(self) -> None:
+        for p in self.proxies:
+            p.stop()
 
 
 def deliveries(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

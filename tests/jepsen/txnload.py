@@ -57,6 +57,7 @@ class TxnClient:
     def __init__(self, ctx: Ctx, topic: str, n: int) -> None:
         self.ctx, self.topic, self.n = ctx, topic, n
         self.group = f"{topic}-g{n}"
+        self.txn_id = f"{topic}-tx-{n}"
         self._abort_next = threading.Event()
         self.thread = threading.Thread(target=ctx.guard(f"txn-{n}", self._run), daemon=True)
 
@@ -84,7 +85,7 @@ class TxnClient:
         v = {"role": "producer", "client": CLIENT, "transactional": True, "isolation": "read_committed",
              "mode": "assign", "group": self.group}
         ctx.h.add(pid, "invoke", "open", v)
-        p = Producer({**common_conf(ctx.bootstrap), "transactional.id": f"{self.topic}-tx-{self.n}",
+        p = Producer({**common_conf(ctx.bootstrap), "transactional.id": self.txn_id,
                       "transaction.timeout.ms": 30000, "message.timeout.ms": 30000, "linger.ms": 5})
         c = Consumer({**common_conf(ctx.bootstrap), "group.id": self.group, "enable.auto.commit": False,
                       "auto.offset.reset": "earliest", "isolation.level": "read_committed",
