@@ -4,6 +4,7 @@ namespace (root needed), real confluent-kafka clients, a seeded nemesis, and the
     .venv/bin/python bench/jepsen.py --workload queue --nemesis partition,pause,kill,clock \\
         --time-limit 60 --runs 10 --seed 1 [--acks all|1] [--unclean] [--out DIR] [--clients java,confluent-kafka]
     .venv/bin/python bench/jepsen.py --db noida --workload queue --nemesis pause,kill ...   # the peer, one node
+    .venv/bin/python bench/jepsen.py --workload txn --torn --nemesis "" [--clients java4]   # torn transactions
 
 Run ``i`` uses seed ``K + i``; its directory ``DIR/<workload>-s<seed>`` keeps ``history.jsonl``, ``report.json``
 (tests/jepsen/checker.py), ``summary.json`` and ``db/`` (broker and ZooKeeper logs). The runs go one after the
