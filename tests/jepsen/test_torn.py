@@ -16,6 +16,7 @@ Each test takes 20-40 s (one client request timeout of 10 s for the held EndTxn)
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -56,9 +57,12 @@ def _run(setup: Any, tmp_path: Path, kind: str, topic: str) -> tuple[Any, list[d
     ctx = Ctx(h, bootstrap, PARTITIONS, abort_rate=0.0, seed=31)
     client = tornrun.make_client(ctx, kind, topic)
     try:
-        tornrun.seed_records(ctx, topic, 300)
+        tornrun.seed_records(ctx, topic, 1000)
         client.start()
-        tornrun.wait_for("a committed transaction", lambda: h.counts.get("txn:ok", 0) >= 1, 60)
+        # armed once the client's consumer is fetching (a committed transaction that polled records): N+1 then
+        # polls records too, and sends their offsets (see docs/RELIABILITY.md, "The torn transaction")
+        tornrun.wait_for("a committed transaction that polled records",
+                         lambda: tornrun.polled(h, tmp_path / "history.jsonl"), 60)
         d = tornrun.one_fault(torn, h, client, f"{topic}-tx-0")
         assert d.state == "injected", d
         ok = h.counts.get("txn:ok", 0)
@@ -89,7 +93,8 @@ def _aborted_after_fault(events: list[dict[str, Any]]) -> dict[str, Any]:
         elif (e["f"] == "txn" and e["type"] == "fail" and e["index"] > stop["index"]
               and opened[e["process"]]["index"] < stop["index"]):
             return e
-    raise AssertionError("no transaction aborted across the late EndTxn")
+    raise AssertionError("no transaction aborted across the late EndTxn: "
+                         + "\n".join(json.dumps(e)[:300] for e in events if e["f"] in ("txn", "stop-fault")))
 
 
 def test_torn_transaction_under_version_1_is_an_aborted_read(setup: Any, tmp_path: Path) -> None:

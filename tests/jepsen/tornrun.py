@@ -79,6 +79,15 @@ def wait_for(what: str, cond: Any, timeout: float) -> None:
         time.sleep(0.1)  # polling the history's counters (filled by client threads / JVMs)
 
 
+def polled(h: History, path: Path) -> bool:
+    """Has a transaction been committed whose polls returned records? (reads the history written so far)"""
+    if h.counts.get("txn:ok", 0) == 0:
+        return False
+    h.flush()
+    return any(e["f"] == "txn" and e["type"] == "ok" and any(m[0] == "poll" and m[1] for m in e["value"])
+               for e in load(path))
+
+
 def make_client(ctx: Ctx, kind: str, topic: str, n: int = 0) -> Any:
     if kind == "java4":
         from javaclient import JavaClient
