@@ -11,12 +11,12 @@ history, N+1 aborted on purpose, final reads, the checker (tests/jepsen/tornrun.
   broker's log confirms that each of its transactions ended with
   an EndTxn of transactions version 2 (v5), as the proxy saw on the wire.
 
-Each test takes 20-40 s (one client request timeout of 10 s for the held EndTxn).
+Each test takes 20-60 s: 10 s (the client's request timeout) per held EndTxn; a fault is repeated, at most 4 times,
+until N+1 is recorded `fail`.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ def setup(broker_factory: Any) -> Any:
         proxy.stop()
 
 
-def _run(setup: Any, tmp_path: Path, kind: str, topic: str) -> tuple[Any, list[dict[str, Any]], Any]:
+def _run(setup: Any, tmp_path: Path, kind: str, topic: str) -> tuple[list[Any], dict[str, Any], list[dict[str, Any]], Any]:
     import checker
     import tornrun
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -63,8 +63,17 @@ def _run(setup: Any, tmp_path: Path, kind: str, topic: str) -> tuple[Any, list[d
         # polls records too, and sends their offsets (see docs/RELIABILITY.md, "The torn transaction")
         tornrun.wait_for("a committed transaction that polled records",
                          lambda: tornrun.polled(h, tmp_path / "history.jsonl"), 60)
-        d = tornrun.one_fault(torn, h, client, f"{topic}-tx-0")
-        assert d.state == "injected", d
+        # a fault's N+1 is aborted on purpose, but whether the history can show the torn commit depends on how far
+        # N+1 got (docs: "What a version-1 history shows"); faults are repeated (at most 4) until N+1 is
+        # recorded `fail` -- always the first one so far under version 2, most of the time under version 1
+        faults = []
+        for _ in range(4):
+            d = tornrun.one_fault(torn, h, client, f"{topic}-tx-0")
+            assert d.state == "injected", d
+            faults.append(d)
+            outcome = _wait_outcome(h, tmp_path / "history.jsonl")
+            if outcome["type"] == "fail":
+                break
         ok = h.counts.get("txn:ok", 0)
         tornrun.wait_for("two more transactions", lambda: h.counts.get("txn:ok", 0) >= ok + 2, 60)
         ctx.stop.set()
@@ -80,32 +89,40 @@ def _run(setup: Any, tmp_path: Path, kind: str, topic: str) -> tuple[Any, list[d
         h.close()
     events = tornrun.load(tmp_path / "history.jsonl")
     assert ctx.errors == [] and ctx.hung == [], (ctx.errors, ctx.hung)
-    return d, events, checker.check_file(tmp_path / "history.jsonl")
+    return faults, outcome, events, checker.check_file(tmp_path / "history.jsonl")
 
 
-def _aborted_after_fault(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """The ``fail`` txn (aborted on purpose) that was open when the late EndTxn came: N+1."""
-    stop = next(e for e in events if e["process"] == "nemesis" and e["f"] == "stop-fault")
-    opened = {}
-    for e in events:
-        if e["f"] == "txn" and e["type"] == "invoke":
-            opened[e["process"]] = e
-        elif (e["f"] == "txn" and e["type"] == "fail" and e["index"] > stop["index"]
-              and opened[e["process"]]["index"] < stop["index"]):
-            return e
-    raise AssertionError("no transaction aborted across the late EndTxn: "
-                         + "\n".join(json.dumps(e)[:300] for e in events if e["f"] in ("txn", "stop-fault")))
+def _wait_outcome(h: Any, path: Path, timeout: float = 90.0) -> dict[str, Any]:
+    """The completion of the transaction that was open, or began next, when the last late EndTxn came."""
+    import tornrun
+
+    def find() -> dict[str, Any] | None:
+        h.flush()
+        events = tornrun.load(path)
+        stop = max(e["index"] for e in events if e["process"] == "nemesis" and e["f"] == "stop-fault")
+        inv = [e for e in events if e["f"] == "txn" and e["type"] == "invoke" and e["index"] < stop]
+        if not inv:
+            return None
+        last = inv[-1]
+        return next((e for e in events if e["index"] > last["index"] and e["process"] == last["process"]
+                     and e["f"] == "txn" and e["type"] != "invoke"), None)
+
+    box: list[dict[str, Any]] = []
+    tornrun.wait_for("N+1 completed", lambda: bool(box.append(x) or True) if (x := find()) else False, timeout)
+    return box[-1]
 
 
 def test_torn_transaction_under_version_1_is_an_aborted_read(setup: Any, tmp_path: Path) -> None:
-    d, events, report = _run(setup, tmp_path, "confluent-kafka", "jtv1")
-    assert d.end_txn_version <= 4 and d.retry_error == 0, d
-    assert d.injected_error == 0, d  # version 1: the late copy of N's commit is applied to N+1
-    n1 = _aborted_after_fault(events)
-    n1_values = {m[2] for m in n1["value"] if m[0] == "send"}
+    faults, outcome, _events, report = _run(setup, tmp_path, "confluent-kafka", "jtv1")
+    for d in faults:
+        assert d.end_txn_version <= 4 and d.retry_error == 0, d
+        assert d.injected_error == 0, d  # version 1: the late copy of N's commit is applied to the open N+1
+    assert outcome["type"] == "fail", [d.as_dict() for d in faults]  # N+1 aborted (its abort succeeded)
+    n1_values = {m[2] for m in outcome["value"] if m[0] == "send"}
     counts = report.stats.get("anomaly_counts", {})
     assert not report.valid and "aborted-read" in counts, report.to_json()[:3000]
-    assert set(counts) <= {"aborted-read", "G0", "G1c"}, counts
+    # an earlier fault whose N+1 ended `info` shows as lost-write (the part of it the late EndTxn did not commit)
+    assert set(counts) <= {"aborted-read", "lost-write", "G0", "G1c"}, counts
     seen = {v for a in report.anomalies.get("aborted-read", []) for v in a.details.get("values", [])}
     assert seen and seen <= n1_values, (seen, n1_values)
 
@@ -116,14 +133,15 @@ def test_delayed_end_txn_is_fenced_under_version_2(setup: Any, tmp_path: Path) -
 
     classpath("java4")  # kafka-clients 4.3 (test_tv2_java's jars) and the client, compiled before the clock starts
     b, torn, _proxy = setup
-    d, events, report = _run(setup, tmp_path, "java4", "jtv2")
-    assert d.end_txn_version == 5 and d.retry_error == 0, d
-    assert d.retry_epoch_answer == d.epoch + 1, d  # the retry of N's commit: answered with the bumped epoch
-    assert d.injected_error == 90, d  # PRODUCER_FENCED: the late copy of N's commit is refused
-    _aborted_after_fault(events)
+    torn.end_txn_versions.clear()  # the proxy's counts of this test only (the module's first test ran v1)
+    faults, _outcome, _events, report = _run(setup, tmp_path, "java4", "jtv2")
+    for d in faults:
+        assert d.end_txn_version == 5 and d.retry_error == 0, d
+        assert d.retry_epoch_answer == d.epoch + 1, d  # the retry of N's commit: answered with the bumped epoch
+        assert d.injected_error == 90, d  # PRODUCER_FENCED: the late copy of N's commit is refused
     counts = report.stats.get("anomaly_counts", {})
     assert report.valid and set(counts) <= {"G0", "G1c"}, report.to_json()[:3000]
-    assert torn.end_txn_versions.get(5, 0) >= 3, torn.end_txn_versions
+    assert torn.end_txn_versions.get(5, 0) >= 3 and set(torn.end_txn_versions) == {5}, torn.end_txn_versions
     # the broker's log: every commit/abort of this client was prepared by an EndTxn of transactions version 2
     prepared = [line for line in b.log_text().splitlines()
                 if "transaction prepared" in line and "jtv2-tx-0" in line and "by=client" in line]
