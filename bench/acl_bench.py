@@ -42,7 +42,7 @@ from security_bench import consume, cpu_seconds, produce
 from tidelog.broker.security.acls import AclBinding as Binding
 from tidelog.broker.security.acls import AclOperation as Op
 from tidelog.broker.security.acls import PatternType, PermissionType, ResourceType
-from tidelog.broker.security.authorizer import Authorizer
+from tidelog.broker.security.authorizer import AclChanges, Authorizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 1024
@@ -153,7 +153,10 @@ def run_broker(work: Path, authorizer: bool, records: int, n_acls: int, rounds: 
 
 
 class _Store:
-    def attach(self, authorizer: Authorizer) -> None:
+    def start(self) -> None:
+        pass
+
+    def change(self, add: list[Binding], remove: list[Binding]) -> None:
         pass
 
 
@@ -162,8 +165,8 @@ def decision_costs(n_acls: int) -> tuple[float, float, float]:
     rt_of = {2: ResourceType.TOPIC, 3: ResourceType.GROUP, 4: ResourceType.CLUSTER, 5: ResourceType.TRANSACTIONAL_ID}
     bindings = [Binding(rt_of[rt.value], name, PatternType(pt.value), principal, "*", Op(op.value),
                         PermissionType(perm.value)) for rt, name, pt, principal, op, perm in acl_set(n_acls)]
-    empty = Authorizer(_Store())
-    full = Authorizer(_Store())
+    empty = Authorizer(_Store(), AclChanges())
+    full = Authorizer(_Store(), AclChanges())
     full.reload(bindings)
     n = 200_000
     args = ("User:bench", "127.0.0.1", Op.WRITE, ResourceType.TOPIC, "bench-batched-0")

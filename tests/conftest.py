@@ -16,7 +16,7 @@ from pathlib import Path
 
 _INTEGRATION = Path(__file__).resolve().parent / "integration"
 for _dir in (_INTEGRATION, _INTEGRATION.parent / "cluster", _INTEGRATION.parent / "docs", _INTEGRATION.parent / "txn",
-             _INTEGRATION.parent / "jepsen"):
+             _INTEGRATION.parent / "jepsen", _INTEGRATION.parent / "java"):
     if str(_dir) not in sys.path:
         sys.path.insert(0, str(_dir))
 

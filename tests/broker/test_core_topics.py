@@ -31,7 +31,8 @@ from tidelog.storage.manager import LogManager
 
 def _open(tmp_path: Path, **props: str) -> Any:
     cfg = BrokerConfig.from_properties({"log.dirs": str(tmp_path), **props})
-    broker = SimpleNamespace(config=cfg, node_id=0, purgatory=Purgatory(), metrics=None, logs=None)
+    broker = SimpleNamespace(config=cfg, node_id=0, cluster_id="", purgatory=Purgatory(), metrics=None, logs=None,
+                             loop=None, group_coordinator=None, partitions_changed=lambda: None)  # a TopicHost
     broker.topics = TopicManager(broker)  # type: ignore[arg-type]
     broker.logs = LogManager(cfg.log_dirs, cfg.log_config(), **broker.topics.log_manager_kwargs())
     broker.logs.startup(broker.topics.topic_config)
@@ -144,8 +145,9 @@ def test_load_creates_missing_hosted_partitions_only(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path / "h-1")
     shutil.rmtree(tmp_path / "h-2")
     cfg = BrokerConfig.from_properties({"log.dirs": str(tmp_path)})
-    b3 = SimpleNamespace(config=cfg, node_id=0, purgatory=Purgatory(), metrics=None, logs=None)
-    b3.topics = TopicManager(b3, OnlyPartitionOne())  # type: ignore[arg-type]
+    b3 = SimpleNamespace(config=cfg, node_id=0, cluster_id="", purgatory=Purgatory(), metrics=None, logs=None,
+                         loop=None, group_coordinator=None, partitions_changed=lambda: None)
+    b3.topics = TopicManager(b3, OnlyPartitionOne)  # type: ignore[arg-type]
     b3.logs = LogManager(cfg.log_dirs, cfg.log_config(), **b3.topics.log_manager_kwargs())
     b3.logs.startup(b3.topics.topic_config)
     b3.topics.load()

@@ -14,6 +14,10 @@ Options: ``session_ms`` (default 3000), ``strategy`` (range | roundrobin | coope
 ``mode``: ``at-least-once`` (process, then commit; default) or ``at-most-once`` (commit, then process),
 ``crash_after`` N: after N records, exit abruptly (os._exit) between processing and commit (at-least-once) or
 between commit and processing (at-most-once).
+``graceful`` (confluent only): SIGTERM closes the consumer (LeaveGroup / leave heartbeat) instead of dying;
+``survive_commit_errors`` (confluent, classic protocol): a commit refused because of a rebalance
+(ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID) is reported as ``commit_failed``, as the consumer
+protocol's are.
 """
 
 from __future__ import annotations
@@ -98,10 +102,12 @@ def run_confluent(bootstrap: str, group: str, topic: str, opts: dict[str, Any]) 
     def commit(p: int, o: int) -> None:
         c.commit(offsets=[TopicPartition(topic, p, o)], asynchronous=False)
 
-    if opts.get("protocol") == "consumer":
+    if opts.get("protocol") == "consumer" or opts.get("survive_commit_errors"):
         from confluent_kafka import KafkaError, KafkaException
 
         lost_codes = {KafkaError.UNKNOWN_MEMBER_ID, KafkaError.STALE_MEMBER_EPOCH, KafkaError.FENCED_MEMBER_EPOCH}
+        if opts.get("survive_commit_errors"):
+            lost_codes |= {KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS}
         plain_commit = commit
 
         def commit(p: int, o: int) -> None:  # the consumer protocol's CommitFailed is survivable
@@ -113,12 +119,19 @@ def run_confluent(bootstrap: str, group: str, topic: str, opts: dict[str, Any]) 
                 emit(event="commit_failed", p=p, o=o, code=exc.args[0].code())
                 raise CommitFailed from exc
 
-    while True:
+    stopping: list[int] = []
+    if opts.get("graceful"):
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    while not stopping:
         m = c.poll(0.2)
         runner.note_assignment([tp.partition for tp in c.assignment()])
         if m is None or m.error():
             continue
         runner.handle(m.partition(), m.offset(), m.value(), commit)
+    c.close()  # graceful: leaves the group
+    emit(event="closed")
 
 
 def run_kafka_python(bootstrap: str, group: str, topic: str, opts: dict[str, Any]) -> None:

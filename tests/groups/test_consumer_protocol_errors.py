@@ -118,6 +118,44 @@ def test_revocation_before_reassignment(b: Any) -> None:
         assert members["m1"]["member_type"] == 1
 
 
+def test_commit_with_an_older_epoch_per_partition(b: Any) -> None:
+    """KIP-1251: a commit whose member epoch is older than the member's (it raced the heartbeat that moved the epoch;
+    the Java 4.3 client's commitSync does this) is accepted for each partition the member owns since that epoch or
+    before, and is STALE_MEMBER_EPOCH for a partition it no longer owns, one assigned after that epoch, or a newer
+    epoch."""
+    with RawClient(b.port) as c:
+        tid = _tid(c, TOPIC)
+        assert hb(c, "g-older", "m1", 0, topics=[TOPIC])["member_epoch"] == 1  # m1 owns 0 and 1 since epoch 1
+        hb(c, "g-older", "m2", 0, topics=[TOPIC])
+        kept = parts(hb(c, "g-older", "m1", 1, owned=[(tid, [0, 1])]))
+        given = ({0, 1} - set(kept)).pop()
+        assert hb(c, "g-older", "m1", 1, owned=[(tid, kept)])["member_epoch"] == 2  # revoked: m1 moves to epoch 2
+        r2 = hb(c, "g-older", "m2", 2, owned=[])
+        assert parts(r2) == [given] and r2["member_epoch"] == 2  # m2 owns `given` since epoch 2
+
+        def commit(member: str, ep: int, partitions: list[int]) -> dict[int, int]:
+            res = c.request(COMMIT, 9, {
+                "group_id": "g-older", "generation_id_or_member_epoch": ep, "member_id": member,
+                "group_instance_id": None,
+                "topics": [{"name": TOPIC, "partitions": [{"partition_index": p, "committed_offset": 7,
+                                                          "committed_leader_epoch": -1, "committed_metadata": ""}
+                                                         for p in partitions]}]})
+            return {int(p["partition_index"]): int(p["error_code"]) for p in res["topics"][0]["partitions"]}
+
+        # m1 at its previous epoch 1: its kept partition (owned since epoch 1) is accepted, the revoked one is not
+        assert commit("m1", 1, [0, 1]) == {kept[0]: NONE, given: STALE_MEMBER_EPOCH}
+        assert commit("m1", 2, kept) == {kept[0]: NONE}
+        assert commit("m1", 3, kept) == {kept[0]: STALE_MEMBER_EPOCH}  # newer than the member's: refused whole
+        assert commit("m1", -1, kept) == {kept[0]: STALE_MEMBER_EPOCH}
+        # m2 got `given` at epoch 2: a commit at epoch 1 (before that assignment) is stale for it
+        assert commit("m2", 1, [given]) == {given: STALE_MEMBER_EPOCH}
+        assert commit("m2", 2, [given]) == {given: NONE}
+        offs = c.request(FETCH, 9, {"groups": [{"group_id": "g-older", "member_id": None, "member_epoch": -1,
+                                                "topics": [{"name": TOPIC, "partition_indexes": [0, 1]}]}],
+                                    "require_stable": False})["groups"][0]["topics"][0]["partitions"]
+        assert {p["partition_index"]: p["committed_offset"] for p in offs} == {0: 7, 1: 7}
+
+
 def test_fencing_errors(b: Any) -> None:
     with RawClient(b.port) as c:
         tid = _tid(c, TOPIC)
@@ -256,10 +294,17 @@ def test_offsets_with_member_epochs(b: Any) -> None:
         assert row and row[0]["group_type"] == "consumer" and row[0]["group_state"] in ("Stable", "Reconciling")
         lg = c.request(LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["classic"]})
         assert "g-off" not in {g["group_id"] for g in lg["groups"]}
-        join = c.request(JOIN, 5, {"group_id": "g-off", "session_timeout_ms": 6000, "rebalance_timeout_ms": 6000,
-                                   "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
-                                   "protocols": [{"name": "range", "metadata": b""}]})
-        assert join["error_code"] == INCONSISTENT_GROUP_PROTOCOL
+        # a classic JoinGroup into it (Kafka 4: a member using the classic protocol): a member id first, then its
+        # metadata must be a ConsumerProtocolSubscription (else INCONSISTENT_GROUP_PROTOCOL); another protocol type
+        # is refused (tests/groups/test_group_migration_raw.py has the members that join)
+        body = {"group_id": "g-off", "session_timeout_ms": 6000, "rebalance_timeout_ms": 6000, "member_id": "",
+                "group_instance_id": None, "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b""}]}
+        join = c.request(JOIN, 5, body)
+        assert join["error_code"] == 79  # MEMBER_ID_REQUIRED
+        assert c.request(JOIN, 5, {**body, "member_id": join["member_id"]})["error_code"] == INCONSISTENT_GROUP_PROTOCOL
+        assert c.request(JOIN, 5, {**body, "member_id": join["member_id"], "protocol_type": "connect"}
+                         )["error_code"] == INCONSISTENT_GROUP_PROTOCOL
         assert c.request(42, 2, {"groups_names": ["g-off"]})["results"][0]["error_code"] == 68  # NON_EMPTY_GROUP
         # OffsetDelete: not for a topic the group's members subscribe to
         od = c.request(47, 0, {"group_id": "g-off", "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0}]}]})
@@ -297,6 +342,6 @@ def test_empty_consumer_group_becomes_classic_and_back(b: Any) -> None:
         assert join["error_code"] == NONE, join
         dg = c.request(DESCRIBE_GROUPS, 6, {"groups": ["g-swap"], "include_authorized_operations": False})
         assert dg["groups"][0]["error_code"] == NONE and dg["groups"][0]["protocol_type"] == "consumer"
-        # a classic group with members is not a consumer group
+        # a classic group with members whose metadata is not the consumer protocol cannot be upgraded
         r = hb(c, "g-swap", "m2", 0, topics=[TOPIC])
         assert r["error_code"] == GROUP_ID_NOT_FOUND

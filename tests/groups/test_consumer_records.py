@@ -77,10 +77,14 @@ def test_member_metadata_value() -> None:
            + cs("t.*") + i32(30000) + cs("uniform") + b"\x00")
     assert crec.encode_member_metadata(m) == raw
     assert crec.decode_member_metadata(raw) == m
-    # ClassicMemberMetadata (tag 0) of a member upgraded from the classic protocol: skipped
+    # ClassicMemberMetadata (tag 0) of a member using the classic protocol: read, and written the same way
     classic = i32(45000) + carr(1) + cs("range") + bytes([3]) + b"xy" + b"\x00" + b"\x00"
     tagged = raw[:-1] + b"\x01\x00" + bytes([len(classic)]) + classic
-    assert crec.decode_member_metadata(tagged) == m
+    mc = crec.decode_member_metadata(tagged)
+    assert mc.classic == crec.ClassicMemberMetadata(45000, (("range", b"xy"),))
+    mc.classic = None
+    assert mc == m
+    assert crec.encode_member_metadata(crec.decode_member_metadata(tagged)) == tagged
 
 
 def test_target_member_value() -> None:
@@ -158,7 +162,7 @@ def test_install_records_as_kafka_writes_them() -> None:
     from tidelog.broker.group.consumer_install import install
 
     topics = {TID_A: SimpleNamespace(name="orders", num_partitions=4, topic_id=TID_A)}  # TID_B: deleted
-    broker = SimpleNamespace(config=SimpleNamespace(props={}), topics=SimpleNamespace(
+    broker = SimpleNamespace(config=SimpleNamespace(props={}), group_configs=None, topics=SimpleNamespace(
         by_id=topics.get, all_topics=lambda: list(topics.values()),
         get=lambda name: next((t for t in topics.values() if t.name == name), None)))
     mgr = ConsumerGroupManager(SimpleNamespace(broker=broker, groups={}))  # type: ignore[arg-type]

@@ -120,6 +120,7 @@ public final class JavaClientCheck {
                 case "dynconf" -> dynconf(args[1], args[2]);
                 case "describe_topics" -> describeTopicsPaged(args[1], args[2], Integer.parseInt(args[3]));
                 case "group848" -> group848(args[1], args[2], args[3]);
+                case "migrate" -> migrate(args[1], args[2], args[3]);
                 default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
             }
             emit(obj("event", "done"));
@@ -897,6 +898,106 @@ public final class JavaClientCheck {
             }
             emit(obj("event", "committed848", "offsets", committed));
         }
+    }
+
+    /**
+     * Online migration (group.consumer.migration.policy): two classic members (group.protocol=classic) consume; each
+     * in turn is closed and replaced by a group.protocol=consumer member while the other runs (the first replacement
+     * upgrades the group). A batch of 10 records per partition is produced at each step and read before the next.
+     * Emits, per step, the group's type (Admin.describeConsumerGroups) and every member's assignment; then every
+     * offset read (a batch whose commit a rebalance refused is read again: at-least-once) and the committed offsets.
+     */
+    static void migrate(String bootstrap, String topic, String group) throws Exception {
+        final int partitions = 4;
+        final long perStep = 10;
+        try (Admin admin = admin(bootstrap); KafkaProducer<byte[], byte[]> producer = producer(bootstrap, "none")) {
+            createTopic(admin, topic, partitions);
+            Map<String, KafkaConsumer<byte[], byte[]>> live = new LinkedHashMap<>();
+            Map<Integer, List<Long>> consumed = new TreeMap<>();
+            List<Object> steps = new ArrayList<>();
+            String[][] plan = {{"a", "classic"}, {"b", "classic"}, {"a2", "consumer"}, {"b2", "consumer"}};
+            int commitsRefused = 0;
+            try {
+                for (int step = 0; step < 3; step++) {
+                    if (step == 0) {
+                        live.put("a", migrateMember(bootstrap, group, topic, "a", "classic"));
+                        live.put("b", migrateMember(bootstrap, group, topic, "b", "classic"));
+                    } else {
+                        String old = step == 1 ? "a" : "b";
+                        live.remove(old).close(Duration.ofSeconds(5));
+                        String name = plan[step + 1][0];
+                        live.put(name, migrateMember(bootstrap, group, topic, name, "consumer"));
+                    }
+                    produceEach(producer, topic, partitions, step * perStep, perStep);
+                    producer.flush();
+                    long want = (step + 1) * perStep;
+                    long deadline = System.currentTimeMillis() + 45_000;
+                    boolean done = false;
+                    while (System.currentTimeMillis() < deadline && !done) {
+                        Set<Integer> union = new HashSet<>();
+                        int owned = 0;
+                        boolean everyone = true;
+                        for (KafkaConsumer<byte[], byte[]> c : live.values()) {
+                            for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
+                                consumed.computeIfAbsent(r.partition(), k -> new ArrayList<>()).add(r.offset());
+                            }
+                            try {
+                                c.commitSync();
+                            } catch (org.apache.kafka.common.KafkaException e) {
+                                commitsRefused++;  // a rebalance refused it: the records are read again
+                            }
+                            everyone &= !c.assignment().isEmpty();
+                            owned += c.assignment().size();
+                            for (TopicPartition tp : c.assignment()) union.add(tp.partition());
+                        }
+                        boolean all = true;
+                        for (int p = 0; p < partitions; p++) {
+                            List<Long> offs = consumed.getOrDefault(p, List.of());
+                            all &= new HashSet<>(offs).size() == want;
+                        }
+                        done = everyone && union.size() == partitions && owned == partitions && all;
+                    }
+                    Map<String, Object> assignments = new TreeMap<>();
+                    for (Map.Entry<String, KafkaConsumer<byte[], byte[]>> e : live.entrySet()) {
+                        List<Integer> mine = new ArrayList<>();
+                        for (TopicPartition tp : e.getValue().assignment()) mine.add(tp.partition());
+                        java.util.Collections.sort(mine);
+                        assignments.put(e.getKey(), mine);
+                    }
+                    ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(group)).describedGroups()
+                            .get(group).get();
+                    steps.add(obj("step", step, "done", done, "type", String.valueOf(d.type()),
+                            "assignments", assignments));
+                }
+            } finally {
+                for (KafkaConsumer<byte[], byte[]> c : live.values()) c.close(Duration.ofSeconds(5));
+            }
+            Map<String, Object> offsets = new TreeMap<>();
+            for (Map.Entry<Integer, List<Long>> e : consumed.entrySet()) offsets.put(String.valueOf(e.getKey()), e.getValue());
+            Map<String, Object> committed = new TreeMap<>();
+            for (Map.Entry<TopicPartition, OffsetAndMetadata> e : admin.listConsumerGroupOffsets(group)
+                    .partitionsToOffsetAndMetadata().get().entrySet()) {
+                committed.put(String.valueOf(e.getKey().partition()), e.getValue() == null ? -1 : e.getValue().offset());
+            }
+            emit(obj("event", "migrate", "steps", steps, "consumed", offsets, "committed", committed,
+                    "commits_refused", commitsRefused));
+        }
+    }
+
+    static KafkaConsumer<byte[], byte[]> migrateMember(String bootstrap, String group, String topic, String name,
+                                                       String protocol) {
+        Properties p = common(bootstrap, "migrate-" + name);
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        p.put("group.protocol", protocol);
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        if (protocol.equals("classic")) {
+            p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "6000");
+            p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "500");
+        }
+        KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+        c.subscribe(List.of(topic));
+        return c;
     }
 
     static void produceEach(KafkaProducer<byte[], byte[]> producer, String topic, int partitions, long from, long count)

@@ -488,3 +488,22 @@ def test_consumer_protocol_two_members(java_client: Any, kip848_jbroker: Any) ->
             seen.setdefault(p, []).extend(offs)
     assert {p: sorted(o) for p, o in seen.items()} == {str(p): list(range(10)) for p in range(4)}, g
     assert ev["committed848"]["offsets"] == {str(p): 10 for p in range(4)}
+
+
+def test_classic_group_migrated_online_to_consumer_protocol(java_client: Any, kip848_jbroker: Any) -> None:
+    """kafka-clients 3.9: two ``group.protocol=classic`` members replaced one at a time by ``group.protocol=consumer``
+    ones while the other runs (``group.consumer.migration.policy`` at Kafka 4's default, bidirectional): the first
+    replacement's heartbeat upgrades the group, the remaining classic member is a member using the classic protocol
+    until it is replaced. Every offset read (twice only after a commit a rebalance refused), the committed offsets at
+    the log end, and the group's type as the Admin describes it at each step."""
+    topic, group = name("java-migr"), name("java-gmigr")
+    events = java_client.run("migrate", kip848_jbroker.bootstrap, topic, group, broker=kip848_jbroker)
+    m = by_event(events)["migrate"]
+    assert [s["done"] for s in m["steps"]] == [True, True, True], m["steps"]
+    assert [s["type"] for s in m["steps"]] == ["Classic", "Consumer", "Consumer"], m["steps"]
+    assert sorted(m["steps"][1]["assignments"]) == ["a2", "b"] and all(m["steps"][1]["assignments"].values())
+    for p in range(4):
+        offs = m["consumed"][str(p)]
+        assert set(offs) == set(range(30)), (p, offs)
+        assert len(offs) == 30 or m["commits_refused"] > 0, m  # a duplicate only after a refused commit
+    assert m["committed"] == {str(p): 30 for p in range(4)}, m

@@ -222,9 +222,8 @@ def test_alteration_validation() -> None:
 
 def test_local_store_is_atomic_and_reloads(tmp_path) -> None:
     path = tmp_path / "tidelog-quotas.json"
-    store = LocalQuotaStore(path)
-    seen = []
-    store.listener = seen.append
+    seen: list = []
+    store = LocalQuotaStore(path, seen.append)
     store.alter([(("alice", D), {PRODUCER_BYTE_RATE: 1024.0}), ((None, "app"), {REQUEST_PERCENTAGE: 50.0})])
     assert not (tmp_path / "tidelog-quotas.json.tmp").exists()
     raw = json.loads(path.read_text())

@@ -21,7 +21,13 @@ from tidelog.broker.security.acls import (
     entry_from_zk,
     zk_entry,
 )
-from tidelog.broker.security.authorizer import Authorizer, FileAclStore, authorizer_enabled, parse_super_users
+from tidelog.broker.security.authorizer import (
+    AclChanges,
+    Authorizer,
+    FileAclStore,
+    authorizer_enabled,
+    parse_super_users,
+)
 
 Op, RT, PT, Perm = AclOperation, ResourceType, PatternType, PermissionType
 
@@ -32,7 +38,9 @@ def b(rt: RT, name: str, principal: str, op: Op, perm: Perm = Perm.ALLOW, pt: PT
 
 
 def make(tmp_path: Path, *bindings: AclBinding, super_users: str = "", allow_empty: bool = False) -> Authorizer:
-    auth = Authorizer(FileAclStore(tmp_path / "acls.json"), parse_super_users(super_users), allow_empty)
+    changes = AclChanges()  # made first: the store announces into it, the authorizer listens
+    auth = Authorizer(FileAclStore(tmp_path / "acls.json", changes), changes, parse_super_users(super_users),
+                      allow_empty)
     if bindings:
         assert auth.create(list(bindings)) == [None] * len(bindings)
     return auth
@@ -143,7 +151,8 @@ def test_file_store_round_trip(tmp_path: Path) -> None:
     assert raw == {"version": 1, "acls": [{"resourceType": "TRANSACTIONAL_ID", "name": "tx-", "patternType": "PREFIXED",
                                           "principal": "User:a", "host": "*", "operation": "WRITE",
                                           "permissionType": "ALLOW"}]}
-    again = Authorizer(FileAclStore(tmp_path / "acls.json"))
+    changes = AclChanges()
+    again = Authorizer(FileAclStore(tmp_path / "acls.json", changes), changes)
     assert again.authorize("User:a", "h", Op.WRITE, RT.TRANSACTIONAL_ID, "tx-1")
     assert auth.bindings() == again.bindings()
 

@@ -31,10 +31,12 @@ from typing import Any
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.connection_limits import ConnectionBudget, limits_from
 from tidelog.broker.dynamic_config import DynamicBrokerConfig
+from tidelog.broker.features import FinalizedFeatures
 from tidelog.broker.fetch import ReadService
 from tidelog.broker.fetch_session import FetchSessionCache
 from tidelog.broker.group.coordinator import GroupCoordinator
 from tidelog.broker.group.lag import group_lag_rows
+from tidelog.broker.group_configs import GroupConfigs, open_group_configs
 
 # the APIs every broker serves: importing the handler modules registers them in REGISTRY
 from tidelog.broker.handlers import (  # noqa: F401
@@ -58,7 +60,7 @@ from tidelog.broker.handlers import (  # noqa: F401
 )
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.purgatory import Purgatory
-from tidelog.broker.quotas import ClientQuotaManager
+from tidelog.broker.quotas import ClientQuotaManager, QuotaStore
 from tidelog.broker.replica_manager import LocalReplicaManager, ReplicaManager, ReplicaManagerFactory
 from tidelog.broker.request_pool import (
     AppendSequencer,
@@ -66,7 +68,7 @@ from tidelog.broker.request_pool import (
     RequestHandlerPool,
     default_heavy_slots,
 )
-from tidelog.broker.security.authorizer import Authorizer, authorizer_enabled, parse_super_users
+from tidelog.broker.security.authorizer import AclChanges, Authorizer, authorizer_enabled, parse_super_users
 from tidelog.broker.security.listeners import build_listeners
 from tidelog.broker.server import SocketServer
 from tidelog.broker.topics import TopicManager, new_cluster_id
@@ -88,9 +90,9 @@ class Broker:
         self.config = config
         self.recovery_progress = recovery_progress  # shows a long log recovery (``tidelog serve``: a bar)
         # dynamic broker configs (issue 27): the stored layers are merged into ``config`` before any part reads it
-        self.dynamic_config = DynamicBrokerConfig(config)
+        # given this broker (as dynamic_config.LiveBroker) to reconfigure it once it runs: see DynamicBrokerConfig
+        self.dynamic_config = DynamicBrokerConfig(config, self)
         self.dynamic_config.load()
-        self.dynamic_config.attach(self)
         self.node_id = config.node_id
         self.cluster_id: str = config.cluster_id or ""
         # one socket server per listener; each advertises its own endpoint (Metadata answers with the endpoints
@@ -106,12 +108,13 @@ class Broker:
         # SCRAM credentials: the replica manager's store (one node: a file in the first log dir; ZooKeeper mode:
         # /config/users), made with the storage
         self.scram_credentials: Any = None
+        self.group_configs: GroupConfigs | None = None  # dynamic GROUP configs, opened with the storage
         # the ACL authorizer (authorizer.class.name); None: no authorization, one attribute test per request
         self.authorizer: Authorizer | None = None
         self.logs: Any = None
         self.topics: TopicManager = None  # type: ignore[assignment]
         self.purgatory = Purgatory()
-        self.metrics = BrokerMetrics()
+        self.metrics: BrokerMetrics = BrokerMetrics()
         self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"),
                                                 config.get("min.incremental.fetch.session.eviction.ms"))
         self.metrics.add_rows_source(self.fetch_sessions.rows)
@@ -130,6 +133,8 @@ class Broker:
         self._stopped = asyncio.Event()
         self._shutdown_started = False
         self.started = False
+        #: transaction.version as finalized here (UpdateFeatures may lower it; broker/txn/tv2.py reads it)
+        self.finalized_features = FinalizedFeatures()
         self.group_coordinator: Any = None
         self.txn_coordinator: Any = None
 
@@ -152,8 +157,8 @@ class Broker:
         self.accepted_versions: dict[int, tuple[int, int]] = {**codec.ACCEPTED_VERSIONS,
                                                               **codec.accepted_versions(groups)}
         # the one Fetch read path (consumers and followers); the replica manager is the leader side of followers
-        self.read_service = ReadService(self.leader_log, self.leader_epoch, self.purgatory, self.metrics)
-        self.read_service.followers = rm.followers
+        self.read_service = ReadService(self.leader_log, self.leader_epoch, self.purgatory, self.metrics,
+                                        followers=rm.followers)
         self.connections: set = set()
         # max.connections, max.connections.per.ip(.overrides), queued.max.request.bytes (issue 16)
         self.connection_quotas, self.request_memory = limits_from(config)
@@ -164,6 +169,7 @@ class Broker:
                                                 config.get("tidelog.quota.sensors.max"),
                                                 config.get("tidelog.quota.sensor.expiration.ms"))
         self.metrics.add_rows_source(self.client_quotas.rows)
+        self.quota_store: QuotaStore | None = None  # the replica manager's, made when storage opens
         self.socket_servers = [SocketServer(self, li, self.connections) for li in self.listeners]
         self.socket_server = next(s for s in self.socket_servers if s.listener.name == config.listener.name)
         # the transaction coordinator (KIP-98): state in __transaction_state, markers to partition leaders
@@ -182,6 +188,13 @@ class Broker:
             if b["node_id"] == node[0]:
                 return node[0], b["host"], b["port"]
         return node
+
+    def partitions_changed(self) -> None:
+        """The topic store added or removed partitions (on the changing thread): the derived max.connections
+        follows the descriptors they hold (issue 24); nothing to do before the listeners are bound."""
+        budget = self.connection_budget
+        if budget is not None:
+            budget.refresh_soon()
 
     def spawn(self, coro: Any) -> None:
         """Run ``coro`` as one of the broker's background tasks (cancelled at shutdown)."""
@@ -204,7 +217,7 @@ class Broker:
         cfg = self.config
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        store = self.replica_manager.make_broker_config_store(self)
+        store = self.replica_manager.make_broker_config_store(self, self.dynamic_config.store_changed)
         if store is not None:  # ZooKeeper mode: /config/brokers, read before the topic defaults are used
             self.dynamic_config.use_store(store)
         self.topics = self.replica_manager.make_topic_manager(self)
@@ -222,9 +235,15 @@ class Broker:
         self.cluster_id = self.cluster_id or self._cluster_id_from_storage()
         self.producer_ids = self.replica_manager.make_producer_id_manager(self)
         self.scram_credentials = self.replica_manager.make_scram_store(self)
-        self.client_quotas.attach_store(self.replica_manager.make_quota_store(self), self.loop)
+        self.group_configs = open_group_configs(self.config.props, self.replica_manager.make_group_config_store(self),
+                                                self.loop)
+        # the store is made with the manager's listener (changes are applied on the loop); AlterClientQuotas writes it
+        self.quota_store = self.replica_manager.make_quota_store(self, self.client_quotas.listener_on(self.loop))
+        self.client_quotas.set_entities(self.quota_store.entities())
         if authorizer_enabled(cfg.get("authorizer.class.name")):
-            self.authorizer = Authorizer(self.replica_manager.make_acl_store(self),
+            # made first: the store announces its ACLs into it, the authorizer (which writes through the store) listens
+            acl_changes = AclChanges()
+            self.authorizer = Authorizer(self.replica_manager.make_acl_store(self, acl_changes), acl_changes,
                                          parse_super_users(cfg.get("super.users")),
                                          cfg.get("allow.everyone.if.no.acl.found"))
             log.info("authorizer on", extra={"kv": {"class": cfg.get("authorizer.class.name"),
@@ -234,12 +253,12 @@ class Broker:
                                                         cfg.get("allow.everyone.if.no.acl.found")}})
 
     def _cluster_id_from_storage(self) -> str:
-        cid = getattr(self.logs, "cluster_id", None)
+        cid = self.logs.cluster_id
         if cid:
             return str(cid)
         for d in self.config.log_dirs:
             meta = read_meta_properties(Path(d) / "meta.properties")
-            if meta is not None and getattr(meta, "cluster_id", None):
+            if meta is not None and meta.cluster_id:
                 return str(meta.cluster_id)
         return new_cluster_id()
 
@@ -281,7 +300,6 @@ class Broker:
         self.connection_budget = ConnectionBudget(self.connection_quotas, self.topics.open_files.reserve,
                                                   "max.connections" in self.config.props, self._hosted_files)
         self.connection_budget.start()
-        self.topics.on_partitions_changed = self.connection_budget.refresh_soon
         for server in self.socket_servers:
             server.start()
         self._tasks.append(loop.create_task(self._tick_loop()))

@@ -111,6 +111,17 @@ def _nonneg_long(value: str) -> int:
     return v
 
 
+MIGRATION_POLICIES = ("disabled", "downgrade", "upgrade", "bidirectional")
+
+
+def _migration_policy(value: str) -> str:
+    """``group.consumer.migration.policy``: Kafka's ConsumerGroupMigrationPolicy names (case-insensitive)."""
+    v = value.strip().lower()
+    if v not in MIGRATION_POLICIES:
+        raise ValueError(f"must be one of {', '.join(MIGRATION_POLICIES)}")
+    return v
+
+
 def _replication_factor(value: str) -> int:
     return _parse_int(value, 1, 32767)
 
@@ -286,6 +297,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("group.consumer.max.size", "2147483647", _pos_int),
         _key("group.consumer.assignors", "uniform", str, "server-side assignors: uniform, range (the first is the "
              "default)"),
+        _key("group.consumer.migration.policy", "bidirectional", _migration_policy,
+             "online conversion between classic and consumer groups: disabled, downgrade, upgrade, bidirectional"),
         # KIP-932 share groups (broker/group/share_group.py): Kafka's ShareGroupConfig names and defaults
         _key("group.share.session.timeout.ms", "45000", _pos_int),
         _key("group.share.heartbeat.interval.ms", "5000", _pos_int),

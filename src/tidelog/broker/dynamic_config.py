@@ -31,6 +31,7 @@ listeners, SSL contexts or thread pools while running).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -39,13 +40,18 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker import config as bc
 from tidelog.broker import password_encoder as pw
-from tidelog.broker.connection_limits import parse_overrides
+from tidelog.broker.connection_limits import ConnectionBudget, ConnectionQuotas, parse_overrides
 from tidelog.errors import ApiError, ErrorCode
 from tidelog.storage.cleaner import CleanerConfig
+
+if TYPE_CHECKING:
+    from tidelog.broker.request_pool import RequestHandlerPool
+    from tidelog.broker.topics import TopicManager
+    from tidelog.storage.manager import LogManager
 
 log = logging.getLogger("tidelog.broker.dynamic_config")
 
@@ -179,18 +185,49 @@ def synonyms_of(name: str) -> list[str]:
     return [name]
 
 
+class LiveBroker(Protocol):
+    """What :meth:`DynamicBrokerConfig.apply_live` reconfigures of the running broker: the topics' defaults, the
+    cleaner, the connection limits, the request handler pool."""
+
+    @property
+    def topics(self) -> TopicManager: ...
+
+    @property
+    def logs(self) -> LogManager: ...
+
+    @property
+    def connection_quotas(self) -> ConnectionQuotas: ...
+
+    @property
+    def connection_budget(self) -> ConnectionBudget | None:
+        """None until the broker's listeners are bound (``max.connections`` not derived yet)."""
+        ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None: ...
+
+    @property
+    def request_pool(self) -> RequestHandlerPool: ...
+
+
 class DynamicBrokerConfig:
     """The dynamic layers over a broker's static config. ``config``'s ``props``/``values`` are kept equal to the
     effective config (static, then the default layer, then the per-broker layer), so every part reading them
-    sees the dynamic values; :meth:`apply_live` reconfigures the running parts that follow them."""
+    sees the dynamic values; :meth:`apply_live` reconfigures the running parts that follow them.
 
-    def __init__(self, config: bc.BrokerConfig) -> None:
+    ``live`` is the broker that owns it, given at construction. The cycle is real: the stored layers must be
+    merged into ``config`` before any part of the broker reads it, so this part is made first, and it reconfigures
+    parts made after it. It holds the broker as the narrow :class:`LiveBroker` and touches it only once a change is
+    applied (AlterConfigs, or another broker's change notified through ZooKeeper); None (unit tests): changes are
+    stored and merged, nothing running is reconfigured."""
+
+    def __init__(self, config: bc.BrokerConfig, live: LiveBroker | None = None) -> None:
         self.config = config
         self.node_id = config.node_id
         self.static: dict[str, str] = dict(config.props)
         self.default: dict[str, str] = {}
         self.broker: dict[str, str] = {}
-        self.broker_: Any = None  # the running Broker once attached
+        self.live = live
         #: where the layers are kept (one node: the file; ZooKeeper mode replaces it)
         self.store: Any = FileStore(Path(config.log_dirs[0]) / STORE_FILE) if config.log_dirs else None
         #: password configs at rest (module password_encoder): encoded with password.encoder.secret; without a
@@ -350,23 +387,23 @@ class DynamicBrokerConfig:
                 raise DynamicConfigError(ErrorCode.INVALID_CONFIG, "Password encoder secret not configured")
         return out
 
-    def attach(self, broker: Any) -> None:
-        self.broker_ = broker
-
     def use_store(self, store: Any) -> None:
         """ZooKeeper mode (before storage opens): the layers come from ``store`` instead of the file, and a
-        notification that this broker's or the default layer changed makes it read and apply them again."""
+        notification that this broker's or the default layer changed (the store was made with
+        :meth:`store_changed` as its listener) makes it read and apply them again."""
         self.store = store
         self.secret_required = True  # Kafka's ZooKeeper mode: no password in ZooKeeper without the encoder
         with self._lock:
             changed = self.set_layers(*self._read_store(rewrite=True))
         if changed:
             log.info("dynamic broker configs loaded", extra={"kv": {"configs": ",".join(sorted(changed))}})
-        # kazoo's event thread calls the listener: the reload (which may restart the cleaner's threads) runs on a
-        # thread of its own, one at a time (the lock)
-        store.listener = lambda: threading.Thread(target=self.reload, name="tidelog-dynamic-config",
-                                                  daemon=True).start()
         store.start_watching()
+
+    def store_changed(self) -> None:
+        """The listener a store of another mode is made with (``make_broker_config_store``): kazoo's event thread
+        calls it; the reload (which may restart the cleaner's threads) runs on a thread of its own, one at a time
+        (the lock)."""
+        threading.Thread(target=self.reload, name="tidelog-dynamic-config", daemon=True).start()
 
     def reload(self) -> None:
         """Read the layers from the store again and apply what changed (another broker altered them)."""
@@ -390,7 +427,7 @@ class DynamicBrokerConfig:
 
     def apply_live(self, changed: set[str]) -> None:
         """Reconfigure the running broker for the configs in ``changed`` (their new values are in the config)."""
-        b = self.broker_
+        b = self.live
         if b is None or not changed:
             return
         log.info("dynamic broker configs applied",
@@ -398,7 +435,7 @@ class DynamicBrokerConfig:
                                                    for k in sorted(changed))}})
         if changed & (LOG_CONFIGS | {"log.flush.scheduler.interval.ms"}) or any(k.startswith("log.") for k in changed):
             _refresh_topic_defaults(b)
-        if changed & CLEANER_CONFIGS and getattr(b.logs, "cleaner", None) is not None:
+        if changed & CLEANER_CONFIGS and b.logs.cleaner is not None:
             b.logs.cleaner.reconfigure(CleanerConfig.from_properties(self.config.props))
         if changed & {"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"}:
             _refresh_connection_limits(b, self.config)
@@ -414,7 +451,7 @@ def _thread_count(cfg: bc.BrokerConfig, name: str) -> int | None:
         return None
 
 
-def _refresh_topic_defaults(b: Any) -> None:
+def _refresh_topic_defaults(b: LiveBroker) -> None:
     """Every topic takes the new broker defaults under its own overrides (Kafka's DynamicLogConfig.reconfigure)."""
     topics = b.topics
     with topics.change_lock:  # not while a topic is created, altered or deleted
@@ -429,18 +466,20 @@ def _refresh_topic_defaults(b: Any) -> None:
                     lg.update_config(cfg)
 
 
-def _refresh_connection_limits(b: Any, cfg: bc.BrokerConfig) -> None:
+def _refresh_connection_limits(b: LiveBroker, cfg: bc.BrokerConfig) -> None:
     quotas = b.connection_quotas
     quotas.per_ip = cfg.get("max.connections.per.ip")
     quotas.overrides = parse_overrides(cfg.get("max.connections.per.ip.overrides") or "")
-    budget = getattr(b, "connection_budget", None)
+    budget = b.connection_budget
+    loop = b.loop
+    assert loop is not None  # a change is applied to a running broker
     explicit = "max.connections" in cfg.props
     if budget is not None:
         budget.explicit = explicit
     if explicit or budget is None or budget.current is None:
-        b.loop.call_soon_threadsafe(quotas.set_max_connections, int(cfg.get("max.connections")))
+        loop.call_soon_threadsafe(quotas.set_max_connections, int(cfg.get("max.connections")))
     else:  # back to the derived default (the last one derived at once, then derived afresh)
-        b.loop.call_soon_threadsafe(quotas.set_max_connections, budget.current.max_connections)
+        loop.call_soon_threadsafe(quotas.set_max_connections, budget.current.max_connections)
         budget.refresh_soon()
 
 

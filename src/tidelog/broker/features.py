@@ -80,6 +80,16 @@ TRANSACTION_VERSION = "transaction.version"
 TRANSACTION_VERSION_MAX = 2  # TV_2 (KIP-890 part 2); Kafka 4 finalizes it on a new cluster
 
 
+@dataclass
+class FinalizedFeatures:
+    """A broker's finalized feature levels, kept in memory (``Broker.finalized_features``): ``transaction.version``
+    (lowered by UpdateFeatures, see :mod:`tidelog.broker.txn.tv2`) and ``FinalizedFeaturesEpoch``, how many times
+    they changed."""
+
+    transaction_version: int = TRANSACTION_VERSION_MAX
+    epoch: int = 0
+
+
 def broker_features(handlers: Mapping[int, Any], txn_version: int = TRANSACTION_VERSION_MAX) -> list[Feature]:
     """The features of a broker whose handler table is ``handlers``, sorted by name (``txn_version``: the
     finalized ``transaction.version``)."""

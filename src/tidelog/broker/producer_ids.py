@@ -174,10 +174,6 @@ class ProducerIdManager:
         # pid -> latest epoch handed out by bump_epoch, for pids that bumped (LRU-bounded).
         self._epochs: OrderedDict[int, int] = OrderedDict()
 
-    @property
-    def log_dirs(self) -> list[Path]:
-        return list(getattr(self.source, "log_dirs", []))
-
     # -- allocation (callers hold self._lock) ------------------------------------------------------------------
 
     def _take(self) -> int:

@@ -43,7 +43,9 @@ Bounds (issue 24)
 Storage
     The store is the replica manager's (``make_quota_store``): one node, :class:`LocalQuotaStore`, the file
     ``tidelog-quotas.json`` in the first log dir written atomically; ZooKeeper mode,
-    ``tidelog.cluster.quotas.ZkQuotaStore`` (``/config/users``, ``/config/clients``, as Kafka).
+    ``tidelog.cluster.quotas.ZkQuotaStore`` (``/config/users``, ``/config/clients``, as Kafka). The broker holds
+    it (``broker.quota_store``, AlterClientQuotas writes it); it is made with the listener
+    (:meth:`ClientQuotaManager.listener_on`) that hands every change to this manager.
 """
 
 from __future__ import annotations
@@ -296,11 +298,13 @@ def apply_alterations(entities: dict[Entity, dict[str, float]],
 # Storage: one node
 
 
-class QuotaStore(Protocol):
-    """Where quota configs live (:class:`LocalQuotaStore`; ZooKeeper mode's ``ZkQuotaStore``): read, altered
-    (blocking), and a ``listener`` called with every entity's values after each change (any thread)."""
+QuotaListener = Callable[[dict[Entity, dict[str, float]]], None]
+"""Called by a quota store with every entity's values after each change (any thread)."""
 
-    listener: Callable[[dict[Entity, dict[str, float]]], None] | None
+
+class QuotaStore(Protocol):
+    """Where quota configs live (:class:`LocalQuotaStore`; ZooKeeper mode's ``ZkQuotaStore``): read and altered
+    (blocking); made with the :data:`QuotaListener` it calls after each change."""
 
     def entities(self) -> dict[Entity, dict[str, float]]: ...
 
@@ -312,11 +316,11 @@ class LocalQuotaStore:
     "entities": [{"entity": {"user": "alice", "client-id": null}, "config": {"producer_byte_rate": 1048576}}]}``
     (null: ``<default>``), written atomically (temporary file, fsync, rename, directory fsync)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, listener: QuotaListener | None = None) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._entities: dict[Entity, dict[str, float]] = {}
-        self.listener: Callable[[dict[Entity, dict[str, float]]], None] | None = None
+        self.listener = listener
         try:
             raw = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -377,7 +381,8 @@ def resolve(limits: dict[Entity, float], user: str, client: str) -> tuple[float 
 
 class ClientQuotaManager:
     """The broker's client quotas: configured values (from the store), rates and throttle times. Runs on the
-    event loop; store changes arrive through :meth:`set_entities` (any thread: the swap is one assignment)."""
+    event loop; store changes arrive through :meth:`set_entities` (at start, from the storage thread) and the
+    store's listener (:meth:`listener_on`)."""
 
     def __init__(self, window_num: int = 11, window_size_s: int = 1, max_sensors: int = MAX_SENSORS,
                  sensor_expiration_ms: float = INACTIVE_SENSOR_EXPIRATION_MS) -> None:
@@ -399,12 +404,10 @@ class ClientQuotaManager:
         self.fetch = self.kinds[CONSUMER_BYTE_RATE]
         self.request = self.kinds[REQUEST_PERCENTAGE]
         self.mutation = self.kinds[CONTROLLER_MUTATION_RATE]
-        self.store: QuotaStore | None = None
 
-    def attach_store(self, store: QuotaStore, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        """Take the store's entities now and on every change (a change seen on another thread, a request
-        handler's or ZooKeeper's, is applied on ``loop``, which owns the sensors)."""
-        self.store = store
+    def listener_on(self, loop: asyncio.AbstractEventLoop | None) -> QuotaListener:
+        """The listener a quota store is made with: every change it sees (on another thread, a request handler's
+        or ZooKeeper's) is applied on ``loop``, which owns the sensors (None: at once, on the caller's thread)."""
 
         def changed(entities: dict[Entity, dict[str, float]]) -> None:
             if loop is None:
@@ -412,8 +415,7 @@ class ClientQuotaManager:
             else:
                 loop.call_soon_threadsafe(self.set_entities, entities)
 
-        store.listener = changed
-        self.set_entities(store.entities())
+        return changed
 
     def set_entities(self, entities: dict[Entity, dict[str, float]]) -> None:
         for kind in self.kinds.values():

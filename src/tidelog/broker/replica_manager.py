@@ -30,11 +30,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from tidelog.broker.errors import PartitionError
 from tidelog.broker.fetch import FollowerFetchHooks
+from tidelog.broker.group_configs import STORE_FILE as GROUP_CONFIGS_FILE
+from tidelog.broker.group_configs import FileGroupConfigStore, GroupConfigStore
 from tidelog.broker.handlers import Handler
 from tidelog.broker.leadership import LeadershipChanges
 from tidelog.broker.producer_ids import ProducerIdManager
-from tidelog.broker.quotas import QUOTAS_FILE, LocalQuotaStore, QuotaStore
-from tidelog.broker.security.authorizer import ACLS_FILE, FileAclStore
+from tidelog.broker.quotas import QUOTAS_FILE, LocalQuotaStore, QuotaListener, QuotaStore
+from tidelog.broker.security.authorizer import ACLS_FILE, AclListener, AclStore, FileAclStore
 from tidelog.broker.security.scram import USERS_FILE, ScramCredentialStore
 from tidelog.broker.topics import LocalTopicBackend, TopicManager
 from tidelog.errors import ErrorCode
@@ -72,12 +74,21 @@ class ReplicaManager(Protocol):
 
     def make_scram_store(self, broker: Broker) -> object: ...
 
-    def make_quota_store(self, broker: Broker) -> QuotaStore: ...
+    def make_quota_store(self, broker: Broker, listener: QuotaListener) -> QuotaStore:
+        """The client-quota store, calling ``listener`` after each change (the broker's ClientQuotaManager)."""
+        ...
 
-    def make_acl_store(self, broker: Broker) -> object: ...
+    def make_acl_store(self, broker: Broker, changes: AclListener) -> AclStore:
+        """The ACL store, announcing its content to ``changes`` (the authorizer listens)."""
+        ...
 
-    def make_broker_config_store(self, broker: Broker) -> object | None:
-        """Where dynamic broker configs live beyond the broker's own file (ZooKeeper mode: ``/config/brokers``)."""
+    def make_broker_config_store(self, broker: Broker, listener: Callable[[], None]) -> object | None:
+        """Where dynamic broker configs live beyond the broker's own file (ZooKeeper mode: ``/config/brokers``),
+        calling ``listener`` when this broker's or the default layer changed elsewhere."""
+        ...
+
+    def make_group_config_store(self, broker: Broker) -> GroupConfigStore:
+        """Where dynamic group configs live (one node: a file; ZooKeeper mode: ``/config/groups``)."""
         ...
 
     def on_log_dir_failure(self, root: Path, tps: list[tuple[str, int]], offline: bool, reason: str) -> None:
@@ -151,11 +162,15 @@ class LocalReplicaManager:
 
     def make_topic_manager(self, broker: Broker) -> TopicManager:
         # the registry file is the source of truth; partitions it creates or deletes are led here at once
-        return TopicManager(broker, LocalTopicBackend(on_partitions=self._partitions_changed))
+        return TopicManager(broker, lambda store: LocalTopicBackend(store, on_partitions=self._partitions_changed))
 
-    def make_broker_config_store(self, broker: Broker) -> None:
+    def make_broker_config_store(self, broker: Broker, listener: Callable[[], None]) -> None:
         """No store beyond the broker's own file (``dynamic_config.FileStore``)."""
         return None
+
+    def make_group_config_store(self, broker: Broker) -> FileGroupConfigStore:
+        """Group configs: a file in the first log dir (ZooKeeper mode: ``/config/groups``)."""
+        return FileGroupConfigStore(broker.config.log_dirs[0] / GROUP_CONFIGS_FILE)
 
     def make_producer_id_manager(self, broker: Broker) -> ProducerIdManager:
         return ProducerIdManager(broker.config.log_dirs)
@@ -164,13 +179,13 @@ class LocalReplicaManager:
         """SCRAM credentials: a file in the first log dir (ZooKeeper mode: ``/config/users``)."""
         return ScramCredentialStore(broker.config.log_dirs[0] / USERS_FILE)
 
-    def make_quota_store(self, broker: Broker) -> LocalQuotaStore:
+    def make_quota_store(self, broker: Broker, listener: QuotaListener) -> LocalQuotaStore:
         """Client quotas: a file in the first log dir (ZooKeeper mode: ``/config/users``, ``/config/clients``)."""
-        return LocalQuotaStore(broker.config.log_dirs[0] / QUOTAS_FILE)
+        return LocalQuotaStore(broker.config.log_dirs[0] / QUOTAS_FILE, listener)
 
-    def make_acl_store(self, broker: Broker) -> FileAclStore:
+    def make_acl_store(self, broker: Broker, changes: AclListener) -> FileAclStore:
         """ACLs: a file in the first log dir (ZooKeeper mode: ``/kafka-acl`` and ``/kafka-acl-extended``)."""
-        return FileAclStore(broker.config.log_dirs[0] / ACLS_FILE)
+        return FileAclStore(broker.config.log_dirs[0] / ACLS_FILE, changes)
 
     # -- lifecycle hooks -------------------------------------------------------------------------------------
 

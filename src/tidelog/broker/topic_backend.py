@@ -14,20 +14,69 @@ from tidelog.errors import ErrorCode
 from tidelog.storage.open_files import describe_os_error
 
 if TYPE_CHECKING:
+    import asyncio
     import threading
 
-    from tidelog.broker.broker import Broker
+    from tidelog.broker.config import BrokerConfig
+    from tidelog.broker.metrics import BrokerMetrics
+    from tidelog.broker.purgatory import Purgatory
     from tidelog.storage.config import LogConfig
     from tidelog.storage.log.partition_log import PartitionLog
+    from tidelog.storage.manager import LogManager
 
 log = logging.getLogger("tidelog.broker.topics")
+
+
+class TopicDeletionListener(Protocol):
+    """A part that forgets what it holds of a deleted topic (the group coordinator: the topic's offsets)."""
+
+    def on_topic_deleted(self, name: str) -> None: ...
+
+
+class TopicHost(Protocol):
+    """What the topic store and its backends use of the broker that owns them (the broker, passed to the store at
+    construction; unit tests pass a namespace with these attributes). ``logs`` is made after the store (it is
+    built with the store's per-topic configs) and read only once storage is open; ``loop`` and
+    ``group_coordinator`` are None until the broker starts (the store then runs ``on_loop`` work at once, and
+    tells no coordinator of a deletion). The store reads them when it needs them, never through ``getattr``."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def logs(self) -> LogManager: ...
+
+    @property
+    def purgatory(self) -> Purgatory | None: ...
+
+    @property
+    def metrics(self) -> BrokerMetrics | None: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None: ...
+
+    @property
+    def group_coordinator(self) -> TopicDeletionListener | None: ...
+
+    def partitions_changed(self) -> None:
+        """Called on the changing thread after partitions were added or removed here (the broker's derived
+        max.connections follows the descriptors they hold, issue 24)."""
+        ...
 
 
 class TopicStore(Protocol):
     """What a backend uses of the topic store (:class:`tidelog.broker.topics.TopicManager`): its state changes,
     the validators, the registry write. Stated here so that no backend names the store's class (issue 26 item 2)."""
 
-    broker: Broker
+    @property
+    def broker(self) -> TopicHost: ...
+
     change_lock: threading.RLock
 
     def all_topics(self) -> Iterable[TopicInfo]: ...
@@ -98,9 +147,6 @@ class TopicBackend(Protocol):
     #: interrupted before its registry write, removed at start
     drops_interrupted_creations: bool
 
-    def attach(self, store: TopicStore) -> None:
-        """Called once by the store's constructor, before the registry is read."""
-
     def loaded(self) -> None:
         """After the registry file is read (at start, in a worker thread, before any log is opened): replace
         what the source of truth says otherwise."""
@@ -132,6 +178,12 @@ class TopicBackend(Protocol):
         """Metadata's / Produce's auto-creation of ``name`` with the broker defaults (blocking)."""
 
 
+TopicBackendFactory = Callable[[TopicStore], TopicBackend]
+"""Makes the store's backend, given the store being constructed (the replica manager chooses it). The cycle is
+real (the store delegates its changes to the backend, the backend changes the store), so the store calls the factory
+with itself: the backend holds the store from birth, no ``attach`` afterwards."""
+
+
 class LocalTopicBackend:
     """Single node: the registry file is the source of truth and every change is made here, under the store's
     change lock: the registry written, the logs created or deleted, the store updated."""
@@ -141,17 +193,16 @@ class LocalTopicBackend:
     #: its registry write, removed at start (``TopicManager._drop_interrupted_creations``)
     drops_interrupted_creations = True
 
-    def __init__(self, on_partitions: Callable[[Iterable[tuple[str, int]], bool], None] | None = None) -> None:
+    def __init__(self, store: TopicStore,
+                 on_partitions: Callable[[Iterable[tuple[str, int]], bool], None] | None = None) -> None:
+        self.store = store
+        self.broker = store.broker  # its LogManager (once storage is open)
         #: called on the loop with partitions created (True) or deleted (False): the replica manager leads them
         self.on_partitions = on_partitions
 
     def _announce(self, tps: Iterable[tuple[str, int]], created: bool) -> None:
         if self.on_partitions is not None:
             self.store.on_loop(self.on_partitions, list(tps), created)
-
-    def attach(self, store: TopicStore) -> None:
-        self.store = store
-        self.broker = store.broker  # handlers.topic_change finds the request handler threads through it
 
     def loaded(self) -> None:
         pass

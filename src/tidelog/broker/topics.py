@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.topic_backend import LocalTopicBackend, TopicBackend
+from tidelog.broker.topic_backend import LocalTopicBackend, TopicBackend, TopicBackendFactory, TopicHost
 from tidelog.broker.topic_model import (
     _BROKER_SYNONYMS,
     ADMIN_CLIENT_ID,
@@ -87,9 +87,9 @@ from tidelog.storage.open_files import (
 )
 
 if TYPE_CHECKING:
-    from tidelog.broker.broker import Broker
     from tidelog.storage.config import LogConfig
     from tidelog.storage.log.partition_log import PartitionLog
+    from tidelog.storage.manager import LogManager
 
 log = logging.getLogger("tidelog.broker.topics")
 
@@ -113,6 +113,7 @@ __all__ = [
     "ConfigSynonym",
     "LocalTopicBackend",
     "TopicBackend",
+    "TopicBackendFactory",
     "TopicError",
     "TopicInfo",
     "TopicManager",
@@ -123,11 +124,12 @@ __all__ = [
 
 
 class TopicManager:
-    """The broker's topic store. ``broker`` supplies ``config`` (BrokerConfig), ``logs`` (LogManager),
-    ``node_id``, and optionally ``purgatory``/``metrics`` (woken / cleaned on delete); ``backend`` says where
-    topic metadata lives (default :class:`LocalTopicBackend`)."""
+    """The broker's topic store. ``broker`` is what it uses of its owner (:class:`TopicHost`: ``config``, ``logs``,
+    ``node_id``, ``purgatory`` / ``metrics`` / ``group_coordinator`` when present, woken / cleaned on delete);
+    ``backend`` makes the part that says where topic metadata lives (called with this store; default
+    :class:`LocalTopicBackend`)."""
 
-    def __init__(self, broker: Broker, backend: TopicBackend | None = None) -> None:
+    def __init__(self, broker: TopicHost, backend: TopicBackendFactory | None = None) -> None:
         self.broker = broker
         self.config = broker.config
         self._topics: dict[str, TopicInfo] = {}
@@ -138,11 +140,8 @@ class TopicManager:
         reserve = self.config.props.get("tidelog.open.files.reserve")
         self.open_files = OpenFileBudget(int(reserve) if reserve is not None else None)
         self._open_files_logged = float("-inf")
-        #: called (on the changing thread) after partitions were added or removed: the broker's derived
-        #: max.connections follows the descriptors they hold (issue 24)
-        self.on_partitions_changed: Callable[[], None] | None = None
-        self.backend: TopicBackend = backend if backend is not None else LocalTopicBackend()
-        self.backend.attach(self)
+        # the backend is made with this store (it changes the store, the store delegates changes to it)
+        self.backend: TopicBackend = (backend or LocalTopicBackend)(self)
         self.registered_brokers = self.backend.registered_brokers
         # synchronous (local: files) or a coroutine function (ZooKeeper: waits for the controller)
         self.delete_topic = self.backend.delete_topic
@@ -222,7 +221,7 @@ class TopicManager:
         blob = (json.dumps(data, indent=1, sort_keys=False) + "\n").encode()
         # a copy per log directory; the highest generation wins at load, so a failed directory is skipped (its
         # stale copy loses) and one whose write fails goes offline; at least one copy must be written
-        logs = getattr(self.broker, "logs", None)
+        logs: LogManager | None = self.broker.logs  # None: storage not open yet (the first registry write)
         written, failure = 0, None
         for path in self._registry_paths():
             root = path.parent.absolute()
@@ -298,8 +297,8 @@ class TopicManager:
         (those the backend's ``hosted_partitions`` names), adopt unregistered ones, apply per-topic configs."""
         logs = self.broker.logs
         on_disk: dict[str, dict[int, PartitionLog]] = {}
-        for (topic, partition), lg in logs.all_logs().items():
-            on_disk.setdefault(topic, {})[partition] = lg
+        for (topic, partition), found in logs.all_logs().items():
+            on_disk.setdefault(topic, {})[partition] = found
         if self.backend.drops_interrupted_creations:
             self._drop_interrupted_creations(on_disk)
         changed = False
@@ -321,14 +320,14 @@ class TopicManager:
         for info in self._topics.values():
             parts = on_disk.get(info.name, {})
             for p in sorted(set(parts).union(self.backend.hosted_partitions(info))):
-                lg = parts.get(p)
+                lg: PartitionLog | None = parts.get(p)
                 if lg is None:
                     lg = logs.create_log(info.name, p, info.log_config, info.topic_id)
                 else:
                     if logs.ensure_partition_metadata(info.name, p, info.topic_id):
                         log.info("wrote a missing or unreadable partition.metadata",
                                  extra={"kv": {"topic": info.name, "partition": p}})
-                    if getattr(lg, "config", None) != info.log_config:
+                    if lg.config != info.log_config:
                         lg.update_config(info.log_config)
                 self._logs[(info.name, p)] = lg
         # a registry is written at the first start too (empty): from then on an empty partition it does not list
@@ -442,12 +441,12 @@ class TopicManager:
             raise TopicError(kafka_error, exc.message) from None
 
     def partitions_changed(self) -> None:
-        hook = self.on_partitions_changed
-        if hook is not None:
-            try:
-                hook()
-            except Exception:
-                log.exception("partitions_changed hook failed")
+        """After partitions were added or removed (on the changing thread): tell the broker
+        (``TopicHost.partitions_changed``)."""
+        try:
+            self.broker.partitions_changed()
+        except Exception:
+            log.exception("partitions_changed hook failed")
 
     @staticmethod
     def storage_failure(name: str, exc: OSError) -> TopicError:
@@ -521,25 +520,25 @@ class TopicManager:
     def forget_deleted(self, name: str, tps: list[tuple[str, int]]) -> None:
         """On the loop: wake what waits on the deleted partitions, drop the topic's metrics and the groups'
         offsets of the topic."""
-        purgatory = getattr(self.broker, "purgatory", None)
+        purgatory = self.broker.purgatory
         if purgatory is not None:
             for tp in tps:
                 purgatory.check_and_complete(tp)
         self.topic_deleted(name)
-        metrics = getattr(self.broker, "metrics", None)
+        metrics = self.broker.metrics
         if metrics is not None:
             metrics.forget_topic(name)
 
     def topic_deleted(self, name: str) -> None:
         """On the loop, in both modes: tell the group coordinator that ``name`` is gone (its offsets go)."""
-        coordinator = getattr(self.broker, "group_coordinator", None)
+        coordinator = self.broker.group_coordinator  # None before the broker starts
         if coordinator is not None:
             coordinator.on_topic_deleted(name)
 
     def on_loop(self, fn: Callable[..., object], *args: object) -> None:
         """Run ``fn`` on the broker's event loop: at once when called there (or without a loop), else scheduled
         from this worker thread."""
-        loop = getattr(self.broker, "loop", None)
+        loop = self.broker.loop
         if loop is not None and not loop.is_closed():
             try:
                 here = asyncio.get_running_loop() is loop

@@ -39,6 +39,7 @@ from tidelog.broker.security.acls import (
     zk_entry,
     zk_resource_type_name,
 )
+from tidelog.broker.security.authorizer import AclListener
 
 log = logging.getLogger("tidelog.cluster.acls")
 
@@ -94,19 +95,19 @@ def decode_change(path: str, data: bytes) -> Pattern:
 
 
 class ZkAclStore:
-    def __init__(self, zk: Any) -> None:
+    def __init__(self, zk: Any, changes: AclListener) -> None:
         self.zk = zk
-        self._authorizer: Any = None
+        self.changes = changes  # where the content is announced (the authorizer listens)
         self._lock = threading.Lock()
         self._seen: dict[str, set[str] | None] = {LITERAL_CHANGES: None, EXTENDED_CHANGES: None}
         for path in (LITERAL_ROOT, PREFIXED_ROOT, LITERAL_CHANGES, EXTENDED_CHANGES):
             zk.ensure_path(path)
 
-    def attach(self, authorizer: Any) -> None:
-        self._authorizer = authorizer
+    def start(self) -> None:
+        """Watch both change paths, then announce every ACL (a change after the watch is set is not missed)."""
         for path in (LITERAL_CHANGES, EXTENDED_CHANGES):
             self.zk.ChildrenWatch(path, self._changes(path))
-        authorizer.reload(self.load_all())
+        self.changes.reload(self.load_all())
 
     def load_all(self) -> list[AclBinding]:
         out = []
@@ -146,8 +147,7 @@ class ZkAclStore:
                 except Exception:
                     continue  # purged meanwhile, or not readable
                 entries, _ = self._read(pattern)
-                if self._authorizer is not None:
-                    self._authorizer.update(pattern, entries)
+                self.changes.update(pattern, entries)
         return children
 
     # -- the store's interface (blocking: ZooKeeper round trips) -----------------------------------------------
@@ -181,8 +181,7 @@ class ZkAclStore:
                 if not any(isinstance(r, (BadVersionError, NoNodeError, NodeExistsError, NotEmptyError))
                            for r in results):
                     raise next(r for r in results if isinstance(r, Exception))
-            if self._authorizer is not None:
-                self._authorizer.update(pattern, new)  # seen at once here; the other brokers by notification
+            self.changes.update(pattern, new)  # seen at once here; the other brokers by notification
         self._purge()
 
     def _purge(self) -> None:

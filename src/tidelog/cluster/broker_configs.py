@@ -16,7 +16,6 @@ refused without one), as Kafka does: broker/password_encoder.py, used by broker/
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -29,25 +28,15 @@ CONFIG_BROKERS = "/config/brokers"
 DEFAULT_ENTITY = "<default>"
 
 
-def _config(data: bytes | None) -> dict[str, str]:
-    if not data:
-        return {}
-    try:
-        value = json.loads(data)
-    except ValueError:
-        return {}
-    config = value.get("config") if isinstance(value, dict) else None
-    return {str(k): str(v) for k, v in config.items()} if isinstance(config, dict) else {}
-
-
 class ZkBrokerConfigStore:
     """The dynamic-config store of ZooKeeper mode, with the interface of ``dynamic_config.FileStore`` (``read``,
-    ``write``) and a ``listener`` called (on kazoo's thread) when this broker's or the default znode changed."""
+    ``write``), made with the ``listener`` it calls (on kazoo's thread) when this broker's or the default znode
+    changed."""
 
-    def __init__(self, zk: Any, node_id: int) -> None:
+    def __init__(self, zk: Any, node_id: int, listener: Callable[[], None] | None = None) -> None:
         self.zk = zk
         self.node_id = node_id
-        self.listener: Callable[[], None] | None = None
+        self.listener = listener
         zk.ensure_path(CONFIG_BROKERS)
         zk.ensure_path(zd.CONFIG_CHANGES)
         first = zk.get_children(zd.CONFIG_CHANGES)
@@ -64,7 +53,7 @@ class ZkBrokerConfigStore:
             data, _ = self.zk.get(f"{CONFIG_BROKERS}/{entity}")
         except NoNodeError:
             return {}
-        return _config(data)
+        return zd.decode_entity_config(data)
 
     def read(self) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
         return self._get(DEFAULT_ENTITY), {str(self.node_id): self._get(str(self.node_id))}
@@ -81,25 +70,5 @@ class ZkBrokerConfigStore:
     def write(self, resource_name: str, node_id: int, layer: dict[str, str]) -> None:
         """Blocking: the entity's znode replaced by ``layer`` with a change notification, in one transaction
         (``AdminZkClient.changeBrokerConfig``)."""
-        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-
         entity = DEFAULT_ENTITY if resource_name == "" else str(node_id)
-        path = f"{CONFIG_BROKERS}/{entity}"
-        encoded = json.dumps({"version": 1, "config": layer}, separators=(",", ":")).encode()
-        while True:
-            try:
-                _, stat = self.zk.get(path)
-                version = stat.version
-            except NoNodeError:
-                version = -1
-            t = self.zk.transaction()
-            if version < 0:
-                t.create(path, encoded)
-            else:
-                t.set_data(path, encoded, version=version)
-            t.create(zd.config_change_path(), zd.encode_config_change(f"brokers/{entity}"), sequence=True)
-            results = t.commit()
-            if not any(isinstance(r, Exception) for r in results):
-                return
-            if not any(isinstance(r, (BadVersionError, NoNodeError, NodeExistsError)) for r in results):
-                raise next(r for r in results if isinstance(r, Exception))
+        zd.write_entity_config(self.zk, f"{CONFIG_BROKERS}/{entity}", layer, f"brokers/{entity}")

@@ -23,10 +23,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
 from typing import Any
 
-from tidelog.broker.quotas import DEFAULT, DEFAULT_NAME, QUOTA_KEYS, Entity, apply_alterations
+from tidelog.broker.quotas import DEFAULT, DEFAULT_NAME, QUOTA_KEYS, Entity, QuotaListener, apply_alterations
 from tidelog.cluster import zkdata as zd
 
 log = logging.getLogger("tidelog.cluster.quotas")
@@ -93,15 +92,15 @@ def _value_text(key: str, value: float) -> str:
 
 
 class ZkQuotaStore:
-    """The quota store of ZooKeeper mode, with the interface of ``LocalQuotaStore`` (``entities``, ``alter``,
-    ``listener``)."""
+    """The quota store of ZooKeeper mode, with the interface of ``LocalQuotaStore`` (``entities``, ``alter``; made
+    with the ``listener`` it calls after each change)."""
 
-    def __init__(self, zk: Any) -> None:
+    def __init__(self, zk: Any, listener: QuotaListener | None = None) -> None:
         self.zk = zk
         self._lock = threading.Lock()
         self._entities: dict[Entity, dict[str, float]] = {}
         self._last_change = -1
-        self.listener: Callable[[dict[Entity, dict[str, float]]], None] | None = None
+        self.listener = listener
         for path in (CONFIG_USERS, CONFIG_CLIENTS, zd.CONFIG_CHANGES):
             zk.ensure_path(path)
         first = zk.get_children(zd.CONFIG_CHANGES)

@@ -62,12 +62,16 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tidelog.broker.broker import Broker
 from tidelog.broker.errors import PartitionError
 from tidelog.broker.leadership import LeadershipChanges
+from tidelog.broker.quotas import QuotaListener
+from tidelog.broker.security.authorizer import AclListener
 from tidelog.broker.security.inter_broker import inter_broker_security
+from tidelog.broker.topic_backend import TopicStore
 from tidelog.broker.topics import TopicManager
 from tidelog.cluster import zkdata as zd
 from tidelog.cluster.acls import ZkAclStore
@@ -75,6 +79,7 @@ from tidelog.cluster.broker_channel import BrokerChannel
 from tidelog.cluster.broker_configs import ZkBrokerConfigStore
 from tidelog.cluster.controlled_shutdown import ControlledShutdown
 from tidelog.cluster.fetcher import ReplicaFetcherManager
+from tidelog.cluster.group_configs import ZkGroupConfigStore
 from tidelog.cluster.handlers import CLUSTER_HANDLERS
 from tidelog.cluster.isr import IsrTracking
 from tidelog.cluster.metadata_cache import MetadataCache
@@ -104,8 +109,8 @@ class ZkReplicaManager(ZkSession, ZkWatches, MetadataCache, IsrTracking, Control
         self.leadership = leadership if leadership is not None else LeadershipChanges()
         self.config = config
         self.node_id = config.node_id
-        # where the broker's topic store keeps its metadata (make_topic_manager); the watches feed it
-        self.topic_backend = ZkTopicBackend(self)
+        # ``topic_backend`` (where the broker's topic store keeps its metadata; the watches feed it) is made with the
+        # store, by make_topic_manager when storage opens, before any watch that uses it is set
         props = config.props
         self.zk_connect: str = config.get("zookeeper.connect")
         self.session_timeout_s = config.get("zookeeper.session.timeout.ms") / 1000.0
@@ -169,27 +174,35 @@ class ZkReplicaManager(ZkSession, ZkWatches, MetadataCache, IsrTracking, Control
     def make_topic_manager(self, broker: Broker) -> TopicManager:
         # the topic store with ZooKeeper as the source of truth: topic changes go through ZooKeeper, and this
         # replica manager's watches hand what they see to the backend (adopt, config_changed, forget_topic, ...)
-        return TopicManager(broker, self.topic_backend)
+        def backend(store: TopicStore) -> ZkTopicBackend:
+            self.topic_backend = ZkTopicBackend(self, store)
+            return self.topic_backend
+
+        return TopicManager(broker, backend)
 
     def make_producer_id_manager(self, broker: Broker) -> Any:
         # producer id blocks from ZooKeeper's /latest_producer_id_block: unique across the cluster
         return zk_producer_id_manager(self.zk, self.node_id, self.config.log_dirs)
 
-    def make_acl_store(self, broker: Broker) -> Any:
+    def make_acl_store(self, broker: Broker, changes: AclListener) -> ZkAclStore:
         # ACLs where Kafka's AclAuthorizer keeps them: /kafka-acl, /kafka-acl-extended, with change notifications
-        return ZkAclStore(self.zk)
+        return ZkAclStore(self.zk, changes)
 
     def make_scram_store(self, broker: Broker) -> Any:
         # SCRAM credentials where Kafka keeps them: /config/users/<name>, cached from watches
         return ZkScramCredentialStore(self.zk)
 
-    def make_quota_store(self, broker: Broker) -> Any:
+    def make_quota_store(self, broker: Broker, listener: QuotaListener) -> ZkQuotaStore:
         # client quotas where Kafka keeps them: /config/users, /config/clients, with /config/changes notifications
-        return ZkQuotaStore(self.zk)
+        return ZkQuotaStore(self.zk, listener)
 
-    def make_broker_config_store(self, broker: Broker) -> Any:
+    def make_group_config_store(self, broker: Broker) -> ZkGroupConfigStore:
+        # group configs: /config/groups/<group>, with /config/changes notifications (Kafka keeps them in KRaft)
+        return ZkGroupConfigStore(self.zk)
+
+    def make_broker_config_store(self, broker: Broker, listener: Callable[[], None]) -> ZkBrokerConfigStore:
         # dynamic broker configs where Kafka keeps them: /config/brokers/<id>, /config/brokers/<default>
-        return ZkBrokerConfigStore(self.zk, self.node_id)
+        return ZkBrokerConfigStore(self.zk, self.node_id, listener)
 
     def become_leader(self, tp: tuple[str, int], log_: Any) -> None:
         """At start nothing is led until ZooKeeper says so."""

@@ -28,7 +28,7 @@ import asyncio
 import collections
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from tidelog.broker.topic_backend import TopicStore
 from tidelog.broker.topics import TopicError, TopicInfo, new_topic_id
@@ -41,23 +41,34 @@ log = logging.getLogger("tidelog.cluster.topics")
 DELETE_TIMEOUT_S = 30.0  # how long DeleteTopics waits for the deletion (Kafka's DelayedDeleteTopics)
 
 
+class TopicCluster(Protocol):
+    """What the backend uses of the broker's ZooKeeper replica manager (which makes it, with the store)."""
+
+    zk: Any  # the kazoo client (None before the session is up)
+    live: dict[int, zd.BrokerInfo]  # the registered brokers
+
+    def live_brokers(self) -> set[int]: ...
+
+    def post(self, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` on the broker's event loop."""
+        ...
+
+
 class ZkTopicBackend:
     # create_topic / create_partitions / change_configs only read local state and ZooKeeper and write ZooKeeper
     # (brokers adopt the result through their watches): the handlers run them in a request handler thread
     # (handlers.topic_change), so a ZooKeeper round trip (or a stall up to kazoo's timeout) never blocks the event
     # loop that serves produce, fetch and replication.
 
-    def __init__(self, cluster: Any) -> None:
+    def __init__(self, cluster: TopicCluster, store: TopicStore) -> None:
         self.cluster = cluster  # the broker's ZkReplicaManager: the ZooKeeper client, live brokers, post()
+        self.store = store  # made by the store's constructor (TopicBackendFactory), which passes itself
+        self.broker = store.broker  # its LogManager, node id, cluster id, purgatory, metrics
         # the /config/topics/<t> znode version each topic's overrides were read at (set by loaded / adopt)
         self._config_versions: dict[str, int] = {}
         self._deleted: dict[str, asyncio.Event] = {}
         self.registered_brokers: Callable[[], set[int]] | None = cluster.live_brokers
         self.drops_interrupted_creations = False  # ZooKeeper is the source of truth, not the registry file
-
-    def attach(self, store: TopicStore) -> None:
-        self.store = store
-        self.broker = store.broker  # handlers.topic_change finds the request handler threads through it
 
     def loaded(self) -> None:
         """ZooKeeper's ``/config/topics/<t>`` over the registry's overrides (at start, in the storage thread,
@@ -115,7 +126,7 @@ class ZkTopicBackend:
             store.persist()
         for p in local_partitions:
             if store.get_log(name, p) is None:
-                lg = self.broker.logs.get_log(name, p) if hasattr(self.broker.logs, "get_log") else None
+                lg = self.broker.logs.get_log(name, p)
                 store.set_log((name, p), lg or self.broker.logs.create_log(name, p, info.log_config, info.topic_id))
         return info
 
@@ -149,7 +160,7 @@ class ZkTopicBackend:
                 log.info("replica deleted", extra={"kv": {"topic": name, "partition": partition}})
         except Exception:
             log.exception("deleting replica failed", extra={"kv": {"topic": name, "partition": partition}})
-        purgatory = getattr(self.broker, "purgatory", None)
+        purgatory = self.broker.purgatory
         if purgatory is not None:
             purgatory.check_and_complete((name, partition))
 
@@ -167,13 +178,13 @@ class ZkTopicBackend:
             self.broker.logs.delete_logs(tps)
         except Exception:
             log.exception("deleting replicas failed", extra={"kv": {"topic": name}})
-        purgatory = getattr(self.broker, "purgatory", None)
+        purgatory = self.broker.purgatory
         for tp in tps:
             if purgatory is not None:
                 purgatory.check_and_complete(tp)
         if info is not None:
             store.persist()
-            metrics = getattr(self.broker, "metrics", None)
+            metrics = self.broker.metrics
             if metrics is not None:
                 metrics.forget_topic(name)
             store.topic_deleted(name)  # this broker's coordinator drops the topic's offsets from its groups

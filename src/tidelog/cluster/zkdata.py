@@ -493,3 +493,46 @@ def assign_replicas(
 def _replica_index(first: int, second_shift: int, replica_index: int, n: int) -> int:
     shift = 1 + (second_shift + replica_index) % (n - 1)
     return (first + shift) % n
+
+
+def decode_entity_config(data: bytes | None) -> dict[str, str]:
+    """The ``config`` of a config entity's znode (``{"version":1,"config":{..}}``); {} for none or unreadable."""
+    if not data:
+        return {}
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return {}
+    config = value.get("config") if isinstance(value, dict) else None
+    return {str(k): str(v) for k, v in config.items()} if isinstance(config, dict) else {}
+
+
+def write_entity_config(zk: Any, path: str, config: dict[str, str], entity_path: str,
+                        delete_when_empty: bool = False) -> None:
+    """Blocking: a config entity's znode replaced by ``config`` (removed when empty and ``delete_when_empty``) and
+    a ``/config/changes`` notification naming ``entity_path``, in one transaction, retried while another writer
+    raced it (``AdminZkClient.changeEntityConfig``)."""
+    from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+    encoded = json.dumps({"version": 1, "config": config}, separators=(",", ":")).encode()
+    while True:
+        try:
+            _, stat = zk.get(path)
+            version = stat.version
+        except NoNodeError:
+            version = -1
+        if version < 0 and not config and delete_when_empty:
+            return
+        t = zk.transaction()
+        if version < 0:
+            t.create(path, encoded)
+        elif config or not delete_when_empty:
+            t.set_data(path, encoded, version=version)
+        else:
+            t.delete(path, version=version)
+        t.create(config_change_path(), encode_config_change(entity_path), sequence=True)
+        results = t.commit()
+        if not any(isinstance(r, Exception) for r in results):
+            return
+        if not any(isinstance(r, (BadVersionError, NoNodeError, NodeExistsError)) for r in results):
+            raise next(r for r in results if isinstance(r, Exception))

@@ -42,12 +42,16 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tidelog.broker.group import migration
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.assignors import ASSIGNORS, MemberSubscription, TopicPartition
+from tidelog.broker.group.consumer_records import ClassicMemberMetadata
 from tidelog.broker.group.consumer_store import ConsumerGroupStore
 from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
     from tidelog.broker.broker import Broker
     from tidelog.broker.group.results import ListedGroup
     from tidelog.broker.group.state import Group
@@ -59,6 +63,14 @@ class GroupOwner(Protocol):
 
     broker: Broker
     groups: dict[str, Group]
+    group_max_size: int
+
+    def _group(self, group_id: str, create: bool = False) -> Group | None: ...
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None: ...
+
+    async def _append(self, group_id: str, entries: list[tuple[bytes, bytes | None]], *, offsets: bool = True,
+                      **kw: Any) -> int: ...
 
 log = logging.getLogger("tidelog.broker.group.consumer")
 
@@ -118,14 +130,22 @@ class ConsumerMember:
     state: str = STABLE
     assigned: set[TopicPartition] = field(default_factory=set)
     pending_revocation: set[TopicPartition] = field(default_factory=set)
+    # KIP-1251: the member epoch at which each owned partition was assigned to it (absent: the member's epoch, as
+    # Kafka reads a record without them; not persisted, so a loaded member starts strict)
+    assignment_epochs: dict[TopicPartition, int] = field(default_factory=dict)
     session_timer: asyncio.TimerHandle | None = None
     revocation_timer: asyncio.TimerHandle | None = None
+    # a member using the classic protocol (JoinGroup/SyncGroup/Heartbeat, classic_in_consumer.py): its session
+    # timeout and protocols, and its join / sync deadlines
+    classic: ClassicMemberMetadata | None = None
+    join_timer: asyncio.TimerHandle | None = None
+    sync_timer: asyncio.TimerHandle | None = None
 
     def cancel_timers(self) -> None:
-        for t in (self.session_timer, self.revocation_timer):
+        for t in (self.session_timer, self.revocation_timer, self.join_timer, self.sync_timer):
             if t is not None:
                 t.cancel()
-        self.session_timer = self.revocation_timer = None
+        self.session_timer = self.revocation_timer = self.join_timer = self.sync_timer = None
 
 
 @dataclass(slots=True)
@@ -185,6 +205,7 @@ class ConsumerGroupManager:
         if self.heartbeat_ms >= self.session_ms:  # Kafka: the interval must be lower than the session timeout
             self.heartbeat_ms = max(self.session_ms // 3, 1)
         self.max_size = _conf(props, "group.consumer.max.size")
+        self.migration_policy = migration.policy(props)  # group.consumer.migration.policy (migration.py)
         names = [a.strip() for a in str(props.get("group.consumer.assignors", "uniform")).split(",") if a.strip()]
         self.assignors = [a for a in names if a in ASSIGNORS] or ["uniform"]
         unknown = [a for a in names if a not in ASSIGNORS]
@@ -196,6 +217,16 @@ class ConsumerGroupManager:
         self._topics_at = 0.0
         self._regex_matches: dict[str, frozenset[str]] = {}
         self.store = ConsumerGroupStore(self)  # ConsumerGroup* records in __consumer_offsets
+
+    def timeouts(self, group_id: str) -> tuple[int, int]:
+        """(session timeout, heartbeat interval) of a group: its ``consumer.session.timeout.ms`` /
+        ``consumer.heartbeat.interval.ms`` group configs (Kafka 4's GROUP config resource) when it has them,
+        else the broker's."""
+        configs = self.coordinator.broker.group_configs
+        if configs is None:
+            return self.session_ms, self.heartbeat_ms
+        eff = configs.effective(group_id)
+        return eff.consumer_session_timeout_ms, eff.consumer_heartbeat_interval_ms
 
     # ---------------------------------------------------------------------------------------- queries
 
@@ -280,9 +311,31 @@ class ConsumerGroupManager:
         m = g.members.get(member_id)
         if m is None:
             return UNKNOWN_MEMBER_ID
+        if m.classic is not None:  # a classic member commits with generation = its epoch (ILLEGAL_GENERATION)
+            return NONE if member_epoch == m.epoch else ErrorCode.ILLEGAL_GENERATION
         if not transactional and api_version < 9:
             return UNSUPPORTED_VERSION
-        return NONE if member_epoch == m.epoch else STALE_MEMBER_EPOCH
+        if member_epoch == m.epoch or 0 <= member_epoch < m.epoch:  # an older epoch: per partition, below
+            return NONE
+        return STALE_MEMBER_EPOCH
+
+    def stale_commit_partitions(self, group_id: str, member_id: str, member_epoch: int,
+                                partitions: list[tuple[str, int]]) -> set[tuple[str, int]]:
+        """KIP-1251 (Kafka's per-partition commit validator): a commit carrying a member epoch older than the
+        member's current one (it raced the heartbeat that moved the epoch) is accepted for each partition the member
+        still owns (assigned or pending revocation) since an epoch no newer than the commit's; the others are
+        STALE_MEMBER_EPOCH. Call after ``validate_commit`` answered NONE."""
+        g = self.groups.get(group_id)
+        m = g.members.get(member_id) if g is not None else None
+        if m is None or member_epoch >= m.epoch:
+            return set()
+        stale: set[tuple[str, int]] = set()
+        for t, p in partitions:
+            tp = (t, p)
+            owned = tp in m.assigned or tp in m.pending_revocation
+            if not owned or m.assignment_epochs.get(tp, m.epoch) > member_epoch:
+                stale.add((t, p))
+        return stale
 
     def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """Kafka's ConsumerGroup.validateOffsetFetch (OffsetFetch v9 with a member id and epoch)."""
@@ -292,7 +345,9 @@ class ConsumerGroupManager:
         m = g.members.get(member_id or "")
         if m is None:
             return UNKNOWN_MEMBER_ID
-        return NONE if member_epoch == m.epoch else STALE_MEMBER_EPOCH
+        if member_epoch != m.epoch:
+            return ErrorCode.ILLEGAL_GENERATION if m.classic is not None else STALE_MEMBER_EPOCH
+        return NONE
 
     # ---------------------------------------------------------------------------------------- heartbeat
 
@@ -368,7 +423,8 @@ class ConsumerGroupManager:
             return g
         classic = self.coordinator.groups.get(group_id)
         if classic is not None and classic.members:
-            raise ConsumerGroupError(GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            # group.consumer.migration.policy: converted (migration.py), or GROUP_ID_NOT_FOUND
+            return migration.upgrade(self, classic)
         g = self.groups[group_id] = ConsumerGroup(group_id, assignor=self.assignors[0])
         if classic is not None:  # an empty classic group (offsets only) becomes a consumer group
             classic.protocol_type = "consumer"
@@ -430,7 +486,7 @@ class ConsumerGroupManager:
         after = (m.epoch, frozenset(m.assigned))
         send = epoch == 0 or before != after or (owned is not None and owned != m.assigned)
         return {"error_code": NONE, "error_message": None, "member_id": m.member_id, "member_epoch": m.epoch,
-                "heartbeat_interval_ms": self.heartbeat_ms,
+                "heartbeat_interval_ms": self.timeouts(g.group_id)[1],
                 "assignment": {"topic_partitions": self._by_topic_id(m.assigned)} if send else None}
 
     def _join(self, g: ConsumerGroup, member_id: str, instance_id: str | None) -> tuple[ConsumerMember, bool]:
@@ -438,7 +494,7 @@ class ConsumerGroupManager:
             old_id = g.static_members.get(instance_id)
             old = g.members.get(old_id) if old_id is not None else None
             if old is not None and old.member_id != member_id:
-                if old.epoch != STATIC_LEAVE_EPOCH:
+                if old.epoch != STATIC_LEAVE_EPOCH and old.classic is None:  # a classic one is replaced at once
                     raise ConsumerGroupError(
                         UNRELEASED_INSTANCE_ID,
                         f"Static member {member_id} with instance id {instance_id} cannot join the group because "
@@ -532,9 +588,13 @@ class ConsumerGroupManager:
 
     # ---------------------------------------------------------------------------------------- membership
 
-    def remove_member(self, g: ConsumerGroup, m: ConsumerMember, why: str) -> None:
+    def remove_member(self, g: ConsumerGroup, m: ConsumerMember, why: str, downgrade: bool = True) -> None:
+        """Remove ``m``; when the others all use the classic protocol the group may become classic instead
+        (``downgrade``, migration.py)."""
         m.cancel_timers()
         if g.members.get(m.member_id) is not m:
+            return
+        if downgrade and migration.maybe_downgrade(self, g, m):
             return
         del g.members[m.member_id]
         if m.instance_id is not None and g.static_members.get(m.instance_id) == m.member_id:
@@ -551,7 +611,8 @@ class ConsumerGroupManager:
         if m.session_timer is not None:
             m.session_timer.cancel()
         loop = asyncio.get_running_loop()
-        m.session_timer = loop.call_later(self.session_ms / 1000.0, self._session_expired, g.group_id, m.member_id)
+        session_ms = m.classic.session_timeout_ms if m.classic is not None else self.timeouts(g.group_id)[0]
+        m.session_timer = loop.call_later(session_ms / 1000.0, self._session_expired, g.group_id, m.member_id)
 
     def _session_expired(self, group_id: str, member_id: str) -> None:
         g = self.groups.get(group_id)
@@ -646,6 +707,9 @@ class ConsumerGroupManager:
         m.assigned |= free
         if m.epoch != g.assignment_epoch:
             m.previous_epoch, m.epoch = m.epoch, g.assignment_epoch
+        kept = m.assigned | m.pending_revocation
+        m.assignment_epochs = {tp: e for tp, e in m.assignment_epochs.items() if tp in kept and tp not in free}
+        m.assignment_epochs.update((tp, m.epoch) for tp in free)
         m.state = UNRELEASED if new - free else STABLE
 
     # ---------------------------------------------------------------------------------------- topic ids
@@ -697,6 +761,6 @@ class ConsumerGroupManager:
                 "assignment": {"topic_partitions": self._by_topic_id(m.assigned, names=True)},
                 "target_assignment": {"topic_partitions": self._by_topic_id(g.target.get(m.member_id, set()),
                                                                             names=True)},
-                "member_type": 1,  # consumer protocol (0 = classic)
+                "member_type": 0 if m.classic is not None else 1,  # classic protocol / consumer protocol
             } for m in g.members.values()],
         }

@@ -45,6 +45,7 @@ def install(mgr: ConsumerGroupManager, replayed: ConsumerReplay) -> int:
                                    mm.rebalance_timeout_ms if mm.rebalance_timeout_ms >= 0 else 300000,
                                    list(mm.subscribed_topic_names), mm.subscribed_topic_regex,
                                    mm.server_assignor if mm.server_assignor in mgr.assignors else None)
+                m.classic = mm.classic  # a member using the classic protocol (its ClassicMemberMetadata)
                 g.members[m.member_id] = m
                 if m.instance_id is not None:
                     g.static_members[m.instance_id] = m.member_id
@@ -60,6 +61,8 @@ def install(mgr: ConsumerGroupManager, replayed: ConsumerReplay) -> int:
                 m0.state = crec.STATE_NAMES.get(ca.state, "stable")
                 m0.assigned = tps(ca.assigned)
                 m0.pending_revocation = tps(ca.pending_revocation)
+                # KIP-1251's default for a record without assignment epochs: the member epoch (not below 0)
+                m0.assignment_epochs = dict.fromkeys(m0.assigned | m0.pending_revocation, max(m0.epoch, 0))
         except crec.SchemaError as exc:
             log.warning("skipping undecodable consumer group records", extra={"kv": {"group": gid, "error": str(exc)}})
             continue

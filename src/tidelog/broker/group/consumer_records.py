@@ -18,7 +18,9 @@ a null value is a tombstone.
 * ``ConsumerGroupMetadataValue``: ``Epoch int32`` (the group epoch).
 * ``ConsumerGroupMemberMetadataValue``: ``InstanceId nullable string, RackId nullable string, ClientId string,
   ClientHost string, SubscribedTopicNames []string, SubscribedTopicRegex nullable string, RebalanceTimeoutMs
-  int32, ServerAssignor nullable string`` (tag 0: ClassicMemberMetadata, skipped).
+  int32, ServerAssignor nullable string``; tagged field 0 ``ClassicMemberMetadata {SessionTimeoutMs int32,
+  SupportedProtocols [] {Name string, Metadata bytes}}`` (a member using the classic protocol inside a consumer
+  group, written and read as Kafka does).
 * ``ConsumerGroupTargetAssignmentMetadataValue``: ``AssignmentEpoch int32``.
 * ``ConsumerGroupTargetAssignmentMemberValue``: ``TopicPartitions [] {TopicId uuid, Partitions []int32}``.
 * ``ConsumerGroupCurrentMemberAssignmentValue``: ``MemberEpoch int32, PreviousMemberEpoch int32, State int8
@@ -26,7 +28,7 @@ a null value is a tombstone.
   [TopicPartitions], PartitionsPendingRevocation [TopicPartitions]``.
 
 Unknown tagged fields are skipped on read (Kafka 4.1's ``MetadataHash`` tag of ConsumerGroupMetadataValue among
-them); nothing tagged is written.
+them); the only tagged field written is the member metadata's ClassicMemberMetadata.
 """
 
 from __future__ import annotations
@@ -70,6 +72,14 @@ class ConsumerKey:
     member_id: str | None = None
 
 
+@dataclass(slots=True, frozen=True)
+class ClassicMemberMetadata:
+    """A classic-protocol member inside a consumer group: its session timeout and JoinGroup protocols."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...] = ()
+
+
 @dataclass(slots=True)
 class MemberMetadata:
     instance_id: str | None = None
@@ -80,6 +90,7 @@ class MemberMetadata:
     subscribed_topic_regex: str | None = None
     rebalance_timeout_ms: int = -1
     server_assignor: str | None = None
+    classic: ClassicMemberMetadata | None = None
 
 
 @dataclass(slots=True)
@@ -145,12 +156,24 @@ def encode_target_metadata(assignment_epoch: int) -> bytes:
     return _I16.pack(VALUE_VERSION) + _I32.pack(assignment_epoch) + _NO_TAGS
 
 
+def _classic_member(c: ClassicMemberMetadata) -> bytes:
+    parts = [_I32.pack(c.session_timeout_ms), _uvarint(len(c.protocols) + 1)]
+    for name, meta in c.protocols:
+        parts += [_cstr(name), _uvarint(len(meta) + 1), bytes(meta), _NO_TAGS]
+    parts.append(_NO_TAGS)
+    return b"".join(parts)
+
+
 def encode_member_metadata(m: MemberMetadata) -> bytes:
     names = b"".join(_cstr(n) for n in m.subscribed_topic_names)
+    tags = _NO_TAGS
+    if m.classic is not None:  # tagged field 0
+        body = _classic_member(m.classic)
+        tags = _uvarint(1) + _uvarint(0) + _uvarint(len(body)) + body
     return b"".join([
         _I16.pack(VALUE_VERSION), _cstr(m.instance_id), _cstr(m.rack_id), _cstr(m.client_id), _cstr(m.client_host),
         _uvarint(len(m.subscribed_topic_names) + 1), names, _cstr(m.subscribed_topic_regex),
-        _I32.pack(m.rebalance_timeout_ms), _cstr(m.server_assignor), _NO_TAGS,
+        _I32.pack(m.rebalance_timeout_ms), _cstr(m.server_assignor), tags,
     ])
 
 
@@ -227,8 +250,24 @@ def decode_member_metadata(data: bytes) -> MemberMetadata:
     m.subscribed_topic_regex = r.nstr()
     m.rebalance_timeout_ms = r.i32()
     m.server_assignor = r.nstr()
-    r.tags()
+    for _ in range(r.uvarint()):  # tagged fields: 0 = ClassicMemberMetadata, others skipped
+        tag, size = r.uvarint(), r.uvarint()
+        raw = r._take(size)
+        if tag == 0:
+            m.classic = _read_classic_member(_Reader(bytes(raw), flex=True))
     return m
+
+
+def _read_classic_member(r: _Reader) -> ClassicMemberMetadata:
+    session = r.i32()
+    protocols = []
+    for _ in range(r.array_len()):
+        name = r.str()
+        n = r.uvarint() - 1
+        protocols.append((name, bytes(r._take(max(n, 0)))))
+        r.tags()
+    r.tags()
+    return ClassicMemberMetadata(session, tuple(protocols))
 
 
 def decode_target_member(data: bytes) -> TopicAssignment:
@@ -304,6 +343,11 @@ def to_json(key: bytes, value: bytes | None) -> tuple[dict[str, Any], dict[str, 
                 "clientHost": m.client_host, "subscribedTopicNames": m.subscribed_topic_names,
                 "subscribedTopicRegex": m.subscribed_topic_regex, "rebalanceTimeoutMs": m.rebalance_timeout_ms,
                 "serverAssignor": m.server_assignor}
+        if m.classic is not None:
+            data["classicMemberMetadata"] = {
+                "sessionTimeoutMs": m.classic.session_timeout_ms,
+                "supportedProtocols": [{"name": n, "metadata": base64.b64encode(md).decode("ascii")}
+                                       for n, md in m.classic.protocols]}
     elif k.type == TARGET_MEMBER:
         data = {"topicPartitions": _tps_json(decode_target_member(value))}
     else:

@@ -72,6 +72,8 @@ class StoredMember(Protocol):
     def assigned(self) -> set[TopicPartition]: ...
     @property
     def pending_revocation(self) -> set[TopicPartition]: ...
+    @property
+    def classic(self) -> crec.ClassicMemberMetadata | None: ...
 
 
 class StoredGroup(Protocol):
@@ -133,14 +135,14 @@ def _member_records(mgr: GroupManager, g: StoredGroup, m: StoredMember,
     target = g.target.get(m.member_id)
     sig = (m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(m.subscribed_names), m.subscribed_regex,
            m.rebalance_timeout_ms, m.server_assignor, m.epoch, m.previous_epoch, m.state, frozenset(m.assigned),
-           frozenset(m.pending_revocation), None if target is None else frozenset(target))
+           frozenset(m.pending_revocation), None if target is None else frozenset(target), m.classic)
     hit = cache.get(m.member_id)
     if hit is not None and hit[0] == sig:
         return hit
     gid, mid = g.group_id, m.member_id
     sub = (crec.encode_key(ConsumerKey(crec.MEMBER_METADATA, gid, mid)), crec.encode_member_metadata(
         MemberMetadata(m.instance_id, m.rack_id, m.client_id, m.client_host, sorted(m.subscribed_names),
-                       m.subscribed_regex, m.rebalance_timeout_ms, m.server_assignor)))
+                       m.subscribed_regex, m.rebalance_timeout_ms, m.server_assignor, m.classic)))
     tgt = None if target is None else (crec.encode_key(ConsumerKey(crec.TARGET_MEMBER, gid, mid)),
                                        crec.encode_target_member(_ids(mgr, target)))
     cur = (crec.encode_key(ConsumerKey(crec.CURRENT_ASSIGNMENT, gid, mid)), crec.encode_current_assignment(
@@ -196,6 +198,8 @@ class ConsumerGroupStore:
         self._cache: dict[str, dict[str, _MemberRecords]] = {}
         # (group epoch, assignment epoch, member ids) of the state last written in full
         self._shape: dict[str, tuple[int, int, frozenset[str]]] = {}
+        # records written before the group's next full write (an upgraded classic group's GroupMetadata tombstone)
+        self.prefix: dict[str, Entries] = {}
 
     @property
     def _host(self) -> AppendHost:
@@ -232,12 +236,15 @@ class ConsumerGroupStore:
                     written.update((k, v) for k, v in entries if v is not None)
                 return NONE
             after = snapshot(self.manager, g, cache)
-            entries = diff(written or {}, after)
+            prefix = self.prefix.pop(group_id, [])
+            entries = prefix + diff(written or {}, after)
             if not entries:
                 self._shape[group_id] = shape
                 return NONE
             err = await self._host._append(group_id, entries, offsets=False)
             if err:
+                if prefix:
+                    self.prefix.setdefault(group_id, prefix)
                 self._shape.pop(group_id, None)
                 return err
             if self.manager.groups.get(group_id) is g:
@@ -273,6 +280,7 @@ class ConsumerGroupStore:
 
     def forget(self, group_id: str) -> None:
         self.written.pop(group_id, None)
+        self.prefix.pop(group_id, None)
         self._locks.pop(group_id, None)
         self._cache.pop(group_id, None)
         self._shape.pop(group_id, None)

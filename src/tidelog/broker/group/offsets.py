@@ -30,6 +30,7 @@ MEMBER_ID_REQUIRED = ErrorCode.MEMBER_ID_REQUIRED
 NON_EMPTY_GROUP = ErrorCode.NON_EMPTY_GROUP
 OFFSET_METADATA_TOO_LARGE = ErrorCode.OFFSET_METADATA_TOO_LARGE
 REBALANCE_IN_PROGRESS = ErrorCode.REBALANCE_IN_PROGRESS
+STALE_MEMBER_EPOCH = ErrorCode.STALE_MEMBER_EPOCH
 UNKNOWN_MEMBER_ID = ErrorCode.UNKNOWN_MEMBER_ID
 UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 UNSTABLE_OFFSET_COMMIT = ErrorCode.UNSTABLE_OFFSET_COMMIT
@@ -70,11 +71,17 @@ async def commit_offsets(
         err = _validate_commit(self, group_id, generation_id, member_id, group_instance_id)
     if err:
         return err, {(t, p): err for t, p, *_ in offsets}
+    results: dict[tuple[str, int], int] = {}
+    if self.consumer.is_consumer_group(group_id):  # KIP-1251: an older member epoch, partition by partition
+        stale = self.consumer.stale_commit_partitions(group_id, member_id, generation_id,
+                                                      [(t, p) for t, p, *_ in offsets])
+        if stale:
+            results = dict.fromkeys(stale, STALE_MEMBER_EPOCH)
+            offsets = [o for o in offsets if (o[0], o[1]) not in stale]
     g = self._group(group_id, create=True)
     assert g is not None
     now = _now_ms()
     expire = now + retention_time_ms if retention_time_ms is not None and retention_time_ms >= 0 else -1
-    results: dict[tuple[str, int], int] = {}
     entries: list[tuple[bytes, bytes | None]] = []
     accepted: list[tuple[tuple[str, int], OffsetValue]] = []
     topics = self.broker.topics

@@ -37,6 +37,7 @@ NOT_COORDINATOR = ErrorCode.NOT_COORDINATOR
 OFFSET_METADATA_TOO_LARGE = ErrorCode.OFFSET_METADATA_TOO_LARGE
 PRODUCER_FENCED = ErrorCode.PRODUCER_FENCED
 REBALANCE_IN_PROGRESS = ErrorCode.REBALANCE_IN_PROGRESS
+STALE_MEMBER_EPOCH = ErrorCode.STALE_MEMBER_EPOCH
 TRANSACTION_ABORTABLE = ErrorCode.TRANSACTION_ABORTABLE
 UNKNOWN_MEMBER_ID = ErrorCode.UNKNOWN_MEMBER_ID
 UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -109,6 +110,10 @@ async def commit_txn_offsets(
     if err:
         results.update((tp, err) for tp, _ in known)
         return results
+    if self.consumer.is_consumer_group(group_id):  # KIP-1251: an older member epoch, partition by partition
+        stale = self.consumer.stale_commit_partitions(group_id, member_id, generation_id, [tp for tp, _ in known])
+        results.update(dict.fromkeys(stale, STALE_MEMBER_EPOCH))
+        known = [(tp, v) for tp, v in known if tp not in stale]
     now = _now_ms()
     entries: list[tuple[bytes, bytes | None]] = []
     accepted: list[tuple[tuple[str, int], OffsetValue]] = []

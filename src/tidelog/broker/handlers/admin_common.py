@@ -41,8 +41,7 @@ def duplicates(names: Iterable[_T]) -> set[_T]:
 
 
 def node_id(ctx: RequestContext) -> int:
-    nid = getattr(ctx.broker, "node_id", None)
-    return int(nid) if nid is not None else int(ctx.broker.config.node_id)
+    return int(ctx.broker.node_id)
 
 
 def str_value(value: object) -> str | None:

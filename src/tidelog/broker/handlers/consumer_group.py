@@ -36,8 +36,8 @@ async def consumer_group_heartbeat(ctx: RequestContext, request: dict) -> dict:
     group_id = request.get("group_id") or ""
     if not ctx.authorize(READ, GROUP, group_id):
         return fit(CONSUMER_GROUP_HEARTBEAT, v, _error(GROUP_AUTHORIZATION_FAILED, "Group authorization failed."))
-    coord: Any = getattr(ctx.broker, "group_coordinator", None)
-    if coord is None or getattr(coord, "consumer", None) is None:
+    coord = ctx.broker.group_coordinator  # None until the broker starts
+    if coord is None:
         return fit(CONSUMER_GROUP_HEARTBEAT, v, _error(COORDINATOR_NOT_AVAILABLE))
     err = coord.check(group_id) if group_id else 0
     if err:
@@ -55,7 +55,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, request: dict) -> dict:
 @handles(CONSUMER_GROUP_DESCRIBE)
 async def consumer_group_describe(ctx: RequestContext, request: dict) -> dict:
     v = ctx.api_version
-    coord: Any = getattr(ctx.broker, "group_coordinator", None)
+    coord = ctx.broker.group_coordinator  # None until the broker starts
     auth = ctx.broker.authorizer
     groups: list[dict[str, Any]] = []
     for gid in request.get("group_ids") or ():
@@ -65,7 +65,7 @@ async def consumer_group_describe(ctx: RequestContext, request: dict) -> dict:
                            "group_id": gid, "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
                            "assignor_name": "", "members": []})
             continue
-        if coord is None or getattr(coord, "consumer", None) is None:
+        if coord is None:
             groups.append({"error_code": COORDINATOR_NOT_AVAILABLE, "group_id": gid, "group_state": "",
                            "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": []})
             continue

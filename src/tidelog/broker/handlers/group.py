@@ -26,6 +26,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from tidelog.broker.group import classic_in_consumer
 from tidelog.broker.group.coordinator import _join_error
 from tidelog.broker.handlers import Handler, RequestContext, handles
 from tidelog.broker.handlers.group_bodies import (
@@ -123,7 +124,7 @@ def _fitted(api_key: int) -> Callable[[Callable[[RequestContext, _Req], Awaitabl
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
-    return getattr(ctx.broker, "group_coordinator", None)
+    return ctx.broker.group_coordinator  # None until the broker starts
 
 
 def _str(value: object) -> str:
@@ -148,7 +149,7 @@ async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, 
         # leader of the id's partition (ZooKeeper mode)
         if not key:
             return INVALID_REQUEST, "The transactional id must not be empty.", nowhere
-        tc = getattr(b, "txn_coordinator", None)
+        tc = b.txn_coordinator
         if tc is None:
             return COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", nowhere
         err, node = await tc.find_coordinator(key)
@@ -207,18 +208,20 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> Body:
         return _join_response(v, _join_error(GROUP_AUTHORIZATION_FAILED, member_id))
     if coord is None:
         return _join_response(v, _join_error(COORDINATOR_NOT_AVAILABLE, member_id))
-    if coord.consumer.active(_str(request.get("group_id"))):  # a KIP-848 group with members (no migration)
-        return _join_response(v, _join_error(INCONSISTENT_GROUP_PROTOCOL, member_id))
-    if coord.consumer.is_consumer_group(_str(request.get("group_id"))):  # an empty one becomes a classic one
-        err = await coord.consumer.store.delete(_str(request.get("group_id")))  # its ConsumerGroup* tombstones
-        if err:
-            return _join_response(v, _join_error(err, member_id))
-    coord.consumer.drop(_str(request.get("group_id")))
+    gid = _str(request.get("group_id"))
     session = int(request.get("session_timeout_ms", 0))
     rebalance = int(request.get("rebalance_timeout_ms", -1)) if v >= 1 else session
     if rebalance < 0:
         rebalance = session
     protocols = [(_str(p.get("name")), bytes(p.get("metadata") or b"")) for p in request.get("protocols") or ()]
+    if coord.consumer.active(gid):  # a KIP-848 group with members: a member using the classic protocol
+        return _join_response(v, await _join_consumer_group(ctx, coord, request, gid, member_id, session, rebalance,
+                                                            protocols))
+    if coord.consumer.is_consumer_group(gid):  # an empty one becomes a classic one
+        err = await coord.consumer.store.delete(gid)  # its ConsumerGroup* tombstones
+        if err:
+            return _join_response(v, _join_error(err, member_id))
+    coord.consumer.drop(gid)
     res = await coord.join_group(
         _str(request.get("group_id")),
         member_id,
@@ -234,6 +237,28 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> Body:
     return _join_response(v, res)
 
 
+async def _join_consumer_group(ctx: RequestContext, coord: GroupCoordinator, request: JoinGroupRequest, gid: str,
+                               member_id: str, session: int, rebalance: int,
+                               protocols: list[tuple[str, bytes]]) -> JoinResult:
+    """JoinGroup into a consumer group with members (classic_in_consumer.py), answered once its records are
+    written."""
+    err = coord.check(gid)
+    if err:
+        return _join_error(err, member_id)
+    if not coord.min_session_timeout_ms <= session <= coord.max_session_timeout_ms:
+        return _join_error(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
+    v = ctx.api_version
+    res = classic_in_consumer.join(
+        coord.consumer, gid, member_id, request.get("group_instance_id") if v >= 5 else None, _str(ctx.client_id),
+        "/" + ctx.client_host if ctx.client_host else "", session, rebalance, _str(request.get("protocol_type")),
+        protocols, require_known_member_id=v >= 4)
+    if not res["error_code"]:
+        err = await coord.consumer.store.persist(gid)
+        if err:
+            return _join_error(err, res["member_id"])
+    return res
+
+
 @handles(SYNC_GROUP)
 @_fitted(SYNC_GROUP)
 async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> Body:
@@ -244,6 +269,12 @@ async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> Body:
     if coord is None:
         return {"throttle_time_ms": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "assignment": b""}
     assignments = [(_str(a.get("member_id")), bytes(a.get("assignment") or b"")) for a in request.get("assignments") or ()]
+    gid = _str(request.get("group_id"))
+    if coord.consumer.is_consumer_group(gid) and not coord.check(gid):  # a classic member of a consumer group
+        return {**classic_in_consumer.sync(
+            coord.consumer, gid, int(request.get("generation_id", -1)), _str(request.get("member_id")),
+            request.get("group_instance_id") if v >= 3 else None, request.get("protocol_type") if v >= 5 else None,
+            request.get("protocol_name") if v >= 5 else None), "throttle_time_ms": 0}
     res = await coord.sync_group(
         _str(request.get("group_id")),
         int(request.get("generation_id", -1)),
@@ -264,6 +295,11 @@ async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> Body:
         return {"throttle_time_ms": 0, "error_code": GROUP_AUTHORIZATION_FAILED}
     if coord is None:
         return {"throttle_time_ms": 0, "error_code": COORDINATOR_NOT_AVAILABLE}
+    gid = _str(request.get("group_id"))
+    if coord.consumer.is_consumer_group(gid) and not coord.check(gid):  # a classic member of a consumer group
+        return {"throttle_time_ms": 0, "error_code": classic_in_consumer.heartbeat(
+            coord.consumer, gid, int(request.get("generation_id", -1)), _str(request.get("member_id")),
+            request.get("group_instance_id") if ctx.api_version >= 3 else None)}
     err = coord.heartbeat(
         _str(request.get("group_id")),
         int(request.get("generation_id", -1)),
@@ -286,7 +322,12 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> Body:
         return {"throttle_time_ms": 0, "error_code": GROUP_AUTHORIZATION_FAILED, "members": []}
     if coord is None:
         return {"throttle_time_ms": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "members": []}
-    err, results = coord.leave_group(_str(request.get("group_id")), members)
+    gid = _str(request.get("group_id"))
+    if coord.consumer.is_consumer_group(gid) and not coord.check(gid):  # classic members of a consumer group
+        err, results = classic_in_consumer.leave(coord.consumer, gid, members)
+        err = err or await coord.consumer.store.persist(gid)
+    else:
+        err, results = coord.leave_group(gid, members)
     if v < 3 and not err and results:
         err = results[0]["error_code"]
     return {"throttle_time_ms": 0, "error_code": err, "members": results if v >= 3 else []}

@@ -33,7 +33,7 @@ INIT_PRODUCER_ID = ApiKey.INIT_PRODUCER_ID
 
 
 def _manager(ctx: RequestContext) -> ProducerIdManager:
-    mgr = getattr(ctx.broker, "producer_ids", None)
+    mgr = ctx.broker.producer_ids
     if mgr is None:
         # The broker core constructs one at start; this covers brokers built without it (tests, tools).
         mgr = ProducerIdManager(ctx.broker.config.log_dirs)

