@@ -131,7 +131,7 @@ def test_torn_transaction_under_version_1_is_an_aborted_read(setup: Any, tmp_pat
 def test_delayed_end_txn_is_fenced_under_version_2(setup: Any, tmp_path: Path) -> None:
     from javaclient import classpath
 
-    classpath("java4")  # kafka-clients 4.3 (test_tv2_java's jars) and the client, compiled before the clock starts
+    classpath("java4")  # kafka-clients 4.3 (tests/java/jars4.py) and the client, compiled before the clock starts
     b, torn, _proxy = setup
     torn.end_txn_versions.clear()  # the proxy's counts of this test only (the module's first test ran v1)
     faults, _outcome, _events, report = _run(setup, tmp_path, "java4", "jtv2")
