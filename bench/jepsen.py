@@ -4,6 +4,7 @@ namespace (root needed), real confluent-kafka clients, a seeded nemesis, and the
     .venv/bin/python bench/jepsen.py --workload queue --nemesis partition,pause,kill,clock \\
         --time-limit 60 --runs 10 --seed 1 [--acks all|1] [--unclean] [--out DIR] [--clients java,confluent-kafka]
     .venv/bin/python bench/jepsen.py --db noida --workload queue --nemesis pause,kill ...   # the peer, one node
+    .venv/bin/python bench/jepsen.py --workload txn --torn --nemesis "" [--clients java4]   # torn transactions
 
 Run ``i`` uses seed ``K + i``; its directory ``DIR/<workload>-s<seed>`` keeps ``history.jsonl``, ``report.json``
 (tests/jepsen/checker.py), ``summary.json`` and ``db/`` (broker and ZooKeeper logs). The runs go one after the
@@ -99,7 +100,12 @@ def main() -> int:
     ap.add_argument("--db", choices=["tidelog", "noida"], default="tidelog",
                     help="noida: the peer noida-db, one node on 127.0.0.1, --nemesis pause,kill (tests/jepsen/peer.py)")
     ap.add_argument("--clients", default="confluent-kafka",
-                    help="client libraries the roles take in turn: confluent-kafka, java (e.g. java,confluent-kafka)")
+                    help="client libraries the roles take in turn: confluent-kafka, java (kafka-clients 3.9), java4 "
+                         "(4.3; its transactional roles run JepsenTxnClient), e.g. java4,confluent-kafka")
+    ap.add_argument("--torn", action="store_true",
+                    help="txn only: clients through tornproxy, an EndTxn(COMMIT) held until the next transaction "
+                         "wrote, at random (tests/jepsen/tornrun.py); with --clients java4 the transactional "
+                         "clients run transactions v2 (kafka-clients 4.3)")
     ap.add_argument("--aggregate", type=Path, nargs="+", metavar="DIR",
                     help="print the table of the runs already in these directories, run nothing")
     a = ap.parse_args()
@@ -118,12 +124,14 @@ def main() -> int:
     for i in range(a.runs):
         seed = a.seed + i
         name = f"{a.workload}-s{seed}" if a.db == "tidelog" else f"{a.db}-{a.workload}-s{seed}"
+        if a.torn:
+            name = f"torn-{name}"
         o = Options(workload=a.workload, nemesis=[k for k in a.nemesis.split(",") if k],
                     variants=[v for v in a.variants.split(",") if v], time_limit=a.time_limit,
                     seed=seed, acks=a.acks, unclean=a.unclean, partitions=a.partitions,
                     min_insync=a.min_insync if a.db == "tidelog" else 1, rf=3 if a.db == "tidelog" else 1,
                     quiet=a.quiet, out=a.out / name, keep_data=a.keep_data, db=a.db,
-                    clients=[c for c in a.clients.split(",") if c])
+                    clients=[c for c in a.clients.split(",") if c], torn=a.torn)
         t = time.monotonic()
         try:
             s = run(o)
@@ -136,6 +144,10 @@ def main() -> int:
         ok = rows[-1]["ok"]
         print(f"{name}: {s['duration_s']:.0f}s ok-ops={ok} faults={len(s['faults'])} "
               f"anomalies={json.dumps(s['anomalies'])} harness-errors={len(s['harness_errors'])}", flush=True)
+        if "torn" in s:
+            got = Counter(f"{d.get('state')} EndTxn v{d.get('end_txn_version')} late={d.get('late_error')}"
+                          for d in s["torn"])
+            print(f"  torn faults: {dict(got)}; EndTxn versions seen {s['end_txn_versions']}", flush=True)
     out = table(rows)
     print(out)
     a.out.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ import contextlib
 import os
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 PREFIX = "tlj"
@@ -95,10 +96,19 @@ def cleanup_stale() -> list[int]:
             owner = -1
         if owner > 0 and _alive(owner):
             continue
+        if owner == -1 and _young(pidfile):
+            continue  # claimed by a run that has not written its pid yet (O_EXCL create, then write): not stale
         _remove(k)
         pidfile.unlink(missing_ok=True)
         removed.append(k)
     return removed
+
+
+def _young(pidfile: Path, seconds: float = 60.0) -> bool:
+    try:
+        return time.time() - pidfile.stat().st_mtime < seconds
+    except OSError:
+        return False
 
 
 def _remove(k: int) -> None:

@@ -42,22 +42,25 @@ class Options:
     keep_data: bool = False
     db: str = "tidelog"  # or "noida": the peer (tests/jepsen/peer.py), one node, faults pause and kill
     clients: list[str] = field(default_factory=lambda: ["confluent-kafka"])  # roles take these in turn
+    torn: bool = False  # clients through tornproxy: torn-transaction faults at random (tests/jepsen/tornrun.py)
 
 
-CLIENTS = ("confluent-kafka", "java")
+CLIENTS = ("confluent-kafka", "java", "java4")
 
 
 def groups_of(o: Options) -> list[str]:
     """The consumer groups of a run (a Java subscriber has its own group: ``-j``; see ``start_clients``)."""
     base = ["jq-a", "jq-s"] if o.workload == "queue" else ["jt-rc", "jt-s", "jt-g0", "jt-g1"]
-    return base + ([f"{base[1]}-j"] if "java" in o.clients else [])
+    return base + ([f"{base[1]}-j"] if {"java", "java4"} & set(o.clients) else [])
 
 
 def start_clients(ctx: Ctx, o: Options) -> list[Any]:
     """The run's clients. Roles (queue: the producers, the assign consumer, two subscribers; txn: the
-    transactional clients, then the two read_committed consumers) take ``o.clients`` in turn; a transactional
-    client is always confluent-kafka (there is no Java one). A Java subscriber joins group ``<group>-j``: the
-    two clients' default assignors differ (range,roundrobin / range,cooperative-sticky), so they do not share one."""
+    transactional clients, then the two read_committed consumers) take ``o.clients`` in turn. ``java`` is
+    kafka-clients 3.9, ``java4`` 4.3; a transactional role is ``JepsenTxnClient`` (4.3: transactions version 2)
+    when its turn is ``java4``, else confluent-kafka (there is no 3.9 transactional client). A Java subscriber
+    joins group ``<group>-j``: the two clients' default assignors differ (range,roundrobin /
+    range,cooperative-sticky), so they do not share one."""
     from javaclient import JavaClient
 
     unknown = set(o.clients) - set(CLIENTS)
@@ -65,24 +68,33 @@ def start_clients(ctx: Ctx, o: Options) -> list[Any]:
         raise ValueError(f"clients {sorted(unknown) or '[]'}; known: {CLIENTS}")
     turn = iter(range(1 << 30))
 
-    def java() -> bool:
-        return o.clients[next(turn) % len(o.clients)] == "java"
+    def lib() -> str:
+        return o.clients[next(turn) % len(o.clients)]
 
     def consumer(topic: str, group: str, mode: str, isolation: str = "read_uncommitted") -> Any:
-        if java():
-            return JavaClient.consumer(ctx, topic, group + ("-j" if mode == "subscribe" else ""), mode, isolation)
+        kind = lib()
+        if kind != "confluent-kafka":
+            c = JavaClient.consumer(ctx, topic, group + ("-j" if mode == "subscribe" else ""), mode, isolation)
+            c.kind = kind
+            return c
         return ConsumerClient(ctx, topic, group, mode, isolation=isolation)
+
+    def producer() -> Any:
+        kind = lib()
+        if kind != "confluent-kafka":
+            p = JavaClient.producer(ctx, QUEUE_TOPIC, workers=3)
+            p.kind = kind
+            return p
+        return ProducerClient(ctx, QUEUE_TOPIC, workers=3)
 
     clients: list[Any] = []
     if o.workload == "queue":
-        clients += [JavaClient.producer(ctx, QUEUE_TOPIC, workers=3) if java() else
-                    ProducerClient(ctx, QUEUE_TOPIC, workers=3) for _ in range(o.producers)]
+        clients += [producer() for _ in range(o.producers)]
         clients.append(consumer(QUEUE_TOPIC, "jq-a", "assign"))
         clients += [consumer(QUEUE_TOPIC, "jq-s", "subscribe") for _ in range(2)]
     else:
         for n in range(o.producers):
-            next(turn)
-            clients.append(TxnClient(ctx, TXN_TOPIC, n))
+            clients.append(JavaClient.txn(ctx, TXN_TOPIC, n) if lib() == "java4" else TxnClient(ctx, TXN_TOPIC, n))
         clients.append(consumer(TXN_TOPIC, "jt-rc", "assign", isolation="read_committed"))
         clients.append(consumer(TXN_TOPIC, "jt-s", "subscribe", isolation="read_committed"))
     for c in clients:
@@ -235,7 +247,7 @@ def run(o: Options) -> dict[str, Any]:
     topic = QUEUE_TOPIC if o.workload == "queue" else TXN_TOPIC
     h = History(o.out / "history.jsonl")
     h.add("runner", "info", "meta", {"workload": o.workload, "acks": o.acks, "min_insync": o.min_insync, "rf": o.rf,
-                                     "unclean": o.unclean, "seed": o.seed, "nemesis": o.nemesis,
+                                     "unclean": o.unclean, "seed": o.seed, "nemesis": o.nemesis, "torn": o.torn,
                                      "variants": o.variants, "clients": o.producers, "time_limit": o.time_limit,
                                      "db": o.db, "client_libs": o.clients})
     db: Any
@@ -247,6 +259,13 @@ def run(o: Options) -> dict[str, Any]:
         db = Db(o.out / "db", props=broker_props(min_insync=o.min_insync, rf=o.rf, unclean=o.unclean),
                 clock="clock" in o.nemesis)
     summary: dict[str, Any] = {"options": {k: str(v) for k, v in asdict(o).items()}, "phases": {}}
+    torn: Any = None
+    if o.torn:
+        if o.db != "tidelog" or o.workload != "txn":
+            raise ValueError("--torn needs --workload txn on tidelog")
+        import tornrun
+
+        torn = tornrun.TornNemesis(db, h, o.seed)
     nem: Any = None
     ctx: Ctx | None = None
     clients: list[Any] = []
@@ -263,7 +282,7 @@ def run(o: Options) -> dict[str, Any]:
         if o.db == "tidelog":
             wait_until(f"{topic} with full ISRs", lambda: full_isr(db, topic, o.partitions), timeout=120)
         summary["phases"]["setup_s"] = round(time.monotonic() - t0, 1)
-        ctx = Ctx(h, db.bootstrap, o.partitions, acks=o.acks, seed=o.seed)
+        ctx = Ctx(h, torn.bootstrap if torn else db.bootstrap, o.partitions, acks=o.acks, seed=o.seed)
         clients = start_clients(ctx, o)
         wait_until("a first acknowledged write", lambda: any(k in h.counts for k in ("send:ok", "txn:ok")),
                    timeout=120)
@@ -273,12 +292,17 @@ def run(o: Options) -> dict[str, Any]:
             nem = Nemesis(db, h, o.nemesis, o.seed, topic, o.partitions, groups=groups_of(o),
                           txn_ids=[f"{topic}-tx-{n}" for n in range(o.producers)] if o.workload == "txn" else [],
                           variants=o.variants)
-        t = threading.Thread(target=nem.run, daemon=True)
+        t = threading.Thread(target=nem.run if o.nemesis else nem.stop.wait, daemon=True)
         t.start()
+        if torn is not None:
+            torn.clients = {c.txn_id: c for c in clients if getattr(c, "txn_id", None)}
+            threading.Thread(target=torn.run, daemon=True).start()
         nem.stop.wait(o.time_limit)
         nem.stop.set()
         t.join(120)
         nem.heal()
+        if torn is not None:
+            torn.heal()
         t1 = time.monotonic()
         try:
             if o.db == "tidelog":
@@ -305,8 +329,12 @@ def run(o: Options) -> dict[str, Any]:
         for c in clients:
             if hasattr(c, "kill"):
                 c.kill()  # a Java client's JVM (already stopped after a normal run)
+        if torn is not None:
+            torn.heal()
         h.close()
         db.close()
+        if torn is not None:
+            torn.close()
     summary["duration_s"] = round(time.monotonic() - t0, 1)
     summary["ops"] = dict(sorted(h.counts.items()))
     summary["harness_errors"] = (ctx.errors if ctx else []) + (nem.errors if nem else [])
@@ -319,6 +347,11 @@ def run(o: Options) -> dict[str, Any]:
     beyond = acked_beyond_final_end(events)
     summary["acked_beyond_final_end"] = {"count": len(beyond), "examples": beyond[:10]}
     summary["faults"] = [e["value"] for e in events if e["process"] == "nemesis" and e["f"] == "start-fault"]
+    if torn is not None:
+        import tornrun
+
+        summary["torn"] = tornrun.deliveries(events)
+        summary["end_txn_versions"] = dict(torn.torn.end_txn_versions)
     try:
         report = check(o.out / "history.jsonl")
         (o.out / "report.json").write_text(json.dumps(report, indent=1, default=str))

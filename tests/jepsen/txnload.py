@@ -57,6 +57,8 @@ class TxnClient:
     def __init__(self, ctx: Ctx, topic: str, n: int) -> None:
         self.ctx, self.topic, self.n = ctx, topic, n
         self.group = f"{topic}-g{n}"
+        self.txn_id = f"{topic}-tx-{n}"
+        self._abort_next = threading.Event()
         self.thread = threading.Thread(target=ctx.guard(f"txn-{n}", self._run), daemon=True)
 
     def start(self) -> None:
@@ -64,6 +66,11 @@ class TxnClient:
 
     def join(self, timeout: float | None = None) -> None:
         self.thread.join(timeout)
+
+    def abort_next(self) -> None:
+        """The transaction in progress (or the next one) is aborted on purpose when it reaches its end: a
+        scripted schedule (tests/jepsen/test_torn.py) decides it after the transaction has begun."""
+        self._abort_next.set()
 
     def _run(self) -> None:
         while not self.ctx.stop.is_set():
@@ -78,7 +85,7 @@ class TxnClient:
         v = {"role": "producer", "client": CLIENT, "transactional": True, "isolation": "read_committed",
              "mode": "assign", "group": self.group}
         ctx.h.add(pid, "invoke", "open", v)
-        p = Producer({**common_conf(ctx.bootstrap), "transactional.id": f"{self.topic}-tx-{self.n}",
+        p = Producer({**common_conf(ctx.bootstrap), "transactional.id": self.txn_id,
                       "transaction.timeout.ms": 30000, "message.timeout.ms": 30000, "linger.ms": 5})
         c = Consumer({**common_conf(ctx.bootstrap), "group.id": self.group, "enable.auto.commit": False,
                       "auto.offset.reset": "earliest", "isolation.level": "read_committed",
@@ -181,7 +188,8 @@ class TxnClient:
                                             lambda: p.send_offsets_to_transaction(tps, c.consumer_group_metadata(), 30),
                                             60))
             done.append(offsets_op)
-            if abort:
+            if abort or self._abort_next.is_set():
+                self._abort_next.clear()
                 raise _Abort("aborted-on-purpose")
             self._retry(lambda: bounded("commit_transaction", lambda: p.commit_transaction(60), 120))
         except _Abort as why:
