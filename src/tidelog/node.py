@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import os
 import signal
 from collections.abc import Callable
@@ -28,6 +29,8 @@ from tidelog.broker.txn.coordinator import TransactionCoordinator
 from tidelog.cluster.replica_manager import ZkReplicaManager
 from tidelog.protocol.schema import spec_index
 from tidelog.storage.progress import RecoveryProgress
+
+log = logging.getLogger("tidelog.node")
 
 
 def build_broker(config: BrokerConfig, recovery_progress: RecoveryProgress | None = None) -> Broker:
@@ -63,7 +66,17 @@ async def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    await broker.start()
+    try:
+        await broker.start()
+    except BaseException:
+        # a start that failed half-way (ZooKeeper lost mid-start, a cluster id that does not match...) must leave
+        # nothing behind: no ZooKeeper session whose watches re-register the broker, no threads keeping the process
+        # alive (seen: a broker registered in ZooKeeper that served nothing). Kafka: "Fatal error during
+        # KafkaServer startup. Prepare to shutdown", then shutdown() and exit.
+        log.warning("broker start failed: shutting down what was started")
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(broker.shutdown(), 30)
+        raise
     if on_started is not None:
         on_started(broker)
     if ready is not None:

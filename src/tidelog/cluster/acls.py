@@ -101,7 +101,7 @@ class ZkAclStore:
         self._lock = threading.Lock()
         self._seen: dict[str, set[str] | None] = {LITERAL_CHANGES: None, EXTENDED_CHANGES: None}
         for path in (LITERAL_ROOT, PREFIXED_ROOT, LITERAL_CHANGES, EXTENDED_CHANGES):
-            zk.ensure_path(path)
+            zk.retry(zk.ensure_path, path)  # at start: across a connection loss (KazooRetry)
 
     def start(self) -> None:
         """Watch both change paths, then announce every ACL (a change after the watch is set is not missed)."""
@@ -112,19 +112,19 @@ class ZkAclStore:
     def load_all(self) -> list[AclBinding]:
         out = []
         for root, pt in ((LITERAL_ROOT, PatternType.LITERAL), (PREFIXED_ROOT, PatternType.PREFIXED)):
-            for type_name in self.zk.get_children(root):
+            for type_name in self.zk.retry(self.zk.get_children, root):
                 try:
                     rt = parse_enum(ResourceType, type_name)
                 except ValueError:
                     continue
-                for name in self.zk.get_children(f"{root}/{type_name}"):
+                for name in self.zk.retry(self.zk.get_children, f"{root}/{type_name}"):
                     for e in self._read((rt, name, pt))[0]:  # type: ignore[arg-type]
                         out.append(AclBinding(rt, name, pt, e.principal, e.host, e.operation, e.permission))  # type: ignore[arg-type]
         return out
 
     def _read(self, pattern: Pattern) -> tuple[set[AclEntry], int]:
         try:
-            data, stat = self.zk.get(resource_path(*pattern))
+            data, stat = self.zk.retry(self.zk.get, resource_path(*pattern))
         except NoNodeError:
             return set(), -1
         return decode_acls(data), stat.version

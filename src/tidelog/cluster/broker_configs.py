@@ -37,9 +37,10 @@ class ZkBrokerConfigStore:
         self.zk = zk
         self.node_id = node_id
         self.listener = listener
-        zk.ensure_path(CONFIG_BROKERS)
-        zk.ensure_path(zd.CONFIG_CHANGES)
-        first = zk.get_children(zd.CONFIG_CHANGES)
+        # read as the broker starts: retried across a connection loss (KazooRetry), as zk_session does
+        zk.retry(zk.ensure_path, CONFIG_BROKERS)
+        zk.retry(zk.ensure_path, zd.CONFIG_CHANGES)
+        first = zk.retry(zk.get_children, zd.CONFIG_CHANGES)
         self._last_change = max((s for s in map(zd.config_change_sequence, first) if s is not None), default=-1)
         self._watched = {f"brokers/{DEFAULT_ENTITY}", f"brokers/{node_id}"}
 
@@ -50,7 +51,7 @@ class ZkBrokerConfigStore:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, _ = self.zk.get(f"{CONFIG_BROKERS}/{entity}")
+            data, _ = self.zk.retry(self.zk.get, f"{CONFIG_BROKERS}/{entity}")
         except NoNodeError:
             return {}
         return zd.decode_entity_config(data)

@@ -31,9 +31,10 @@ class ZkGroupConfigStore:
     def __init__(self, zk: Any) -> None:
         self.zk = zk
         self.listener: Callable[[str, dict[str, str]], None] | None = None
-        zk.ensure_path(CONFIG_GROUPS)
-        zk.ensure_path(zd.CONFIG_CHANGES)
-        first = zk.get_children(zd.CONFIG_CHANGES)
+        # read as the broker starts: retried across a connection loss (KazooRetry), as zk_session does
+        zk.retry(zk.ensure_path, CONFIG_GROUPS)
+        zk.retry(zk.ensure_path, zd.CONFIG_CHANGES)
+        first = zk.retry(zk.get_children, zd.CONFIG_CHANGES)
         self._last_change = max((s for s in map(zd.config_change_sequence, first) if s is not None), default=-1)
 
     def watch(self, on_change: Callable[[str, dict[str, str]], None]) -> None:
@@ -44,14 +45,14 @@ class ZkGroupConfigStore:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, _ = self.zk.get(f"{CONFIG_GROUPS}/{entity}")
+            data, _ = self.zk.retry(self.zk.get, f"{CONFIG_GROUPS}/{entity}")
         except NoNodeError:
             return {}
         return zd.decode_entity_config(data)
 
     def read(self) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}
-        for entity in self.zk.get_children(CONFIG_GROUPS):
+        for entity in self.zk.retry(self.zk.get_children, CONFIG_GROUPS):
             config = self._get(entity)
             if config:
                 out[zd.desanitize(entity)] = config
