@@ -26,7 +26,7 @@
 PyDoc_STRVAR(append_leader_fast_doc,
 "append_leader_fast(state, batch, base_offset, leader_epoch, now_ms, limits, with_producer=False, /)\n"
 "    -> (last_offset, max_timestamp, record_count, size) | None\n\n"
-"PartitionLog.append_as_leader's common case on the active segment's SegmentState (see _segment.c); None,\n"
+"PartitionLog.append_as_leader's common case on the active segment's SegmentState (see _segment_leader.c); None,\n"
 "having changed nothing, whenever the Python path must take the batch. ``limits``: (max_message_bytes,\n"
 "timestamp_before_max_ms, timestamp_after_max_ms, segment_bytes, segment_ms).");
 
