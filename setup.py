@@ -48,9 +48,10 @@ setup(
     ext_modules=[
         Extension(
             "tidelog.records._recwalk",
-            sources=["src/tidelog/records/_recwalk.c"],
+            sources=["src/tidelog/records/_recwalk.c", "src/tidelog/records/_crc32c.c"],
             depends=[
                 "src/tidelog/records/_bytes.h",
+                "src/tidelog/records/_crc32c.h",
                 "src/tidelog/records/_recwalk.h",
                 "src/tidelog/records/_recwalk_capi.h",
             ],
@@ -58,14 +59,24 @@ setup(
         ),
         Extension(
             "tidelog.client._columnar",
-            sources=["src/tidelog/client/_columnar.c"],
-            depends=["src/tidelog/records/_bytes.h", "src/tidelog/records/_recwalk.h"],
+            sources=["src/tidelog/client/_columnar.c", "src/tidelog/client/_columnar_sink.c"],
+            depends=[
+                "src/tidelog/records/_bytes.h",
+                "src/tidelog/records/_recwalk.h",
+                "src/tidelog/client/_columnar.h",
+            ],
             optional=True,
         ),
         Extension(
             "tidelog.storage._segment",
-            sources=["src/tidelog/storage/_segment.c"],
-            depends=["src/tidelog/records/_bytes.h", "src/tidelog/records/_recwalk_capi.h"],
+            sources=[f"src/tidelog/storage/{name}.c" for name in (
+                "_segment", "_segment_state", "_segment_write", "_segment_scan", "_segment_leader",
+                "_segment_follower")],
+            depends=[
+                "src/tidelog/records/_bytes.h",
+                "src/tidelog/records/_recwalk_capi.h",
+                "src/tidelog/storage/_segment.h",
+            ],
             optional=True,
         ),
         Extension(

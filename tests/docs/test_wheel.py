@@ -35,7 +35,10 @@ def test_wheel_installs_into_an_empty_venv_and_runs(tmp_path: Path) -> None:
     with tarfile.open(sdist) as tar:
         in_sdist = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for c_file in ("src/tidelog/records/_recwalk.c", "src/tidelog/records/_recwalk_capi.h", "src/tidelog/records/_bytes.h",
-                   "src/tidelog/storage/_segment.c",
+                   "src/tidelog/storage/_segment.c", "src/tidelog/storage/_segment.h",
+                   "src/tidelog/storage/_segment_follower.c", "src/tidelog/records/_crc32c.c",
+                   "src/tidelog/records/_crc32c.h", "src/tidelog/client/_columnar_sink.c",
+                   "src/tidelog/client/_columnar.h",
                    "src/tidelog/storage/_cleanwalk.c", "src/tidelog/client/_columnar.c",
                    "src/tidelog/protocol/_produce.c"):
         assert c_file in in_sdist, f"{c_file} missing from {sdist.name}"

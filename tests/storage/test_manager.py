@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tidelog.records.crc import crc32c
-from tidelog.storage import manager as manager_module
+from tidelog.storage import log_checkpointing, log_loading
 from tidelog.storage.checkpoints import (
     MetaProperties,
     read_leader_epoch_checkpoint,
@@ -323,13 +323,13 @@ def test_delete_logs_writes_each_checkpoint_once_per_log_dir(tmp_path: Path, mon
         m.create_log("wide", p, None, TOPIC_ID)
     m.create_log("kept", 0, None, OTHER_ID)
     writes: list[Path] = []
-    real = manager_module.write_offset_checkpoint
+    real = log_checkpointing.write_offset_checkpoint
 
     def counting(path: Path, entries: dict) -> None:
         writes.append(path)
         real(path, entries)
 
-    monkeypatch.setattr(manager_module, "write_offset_checkpoint", counting)
+    monkeypatch.setattr(log_checkpointing, "write_offset_checkpoint", counting)
     found = m.delete_logs([("wide", p) for p in range(40)] + [("nothing", 0)])
     assert found == [True] * 40 + [False]
     assert len(writes) == 3 * len(dirs) and len(set(writes)) == len(writes)  # 3 checkpoints per log dir, once
@@ -353,7 +353,7 @@ def test_delete_dir_name_format(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         renames.append(Path(str(dst)).name)
         real_rename(src, dst)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(manager_module.os, "rename", spy)
+    monkeypatch.setattr(os, "rename", spy)
     m.delete_log("t", 0)
     monkeypatch.undo()
     (name,) = renames
@@ -507,7 +507,7 @@ def test_recovery_reports_progress_through_the_callback(tmp_path: Path, monkeypa
         yield advanced.append
         closed.append(True)
 
-    monkeypatch.setattr(manager_module, "PROGRESS_MIN_BYTES", 1)
+    monkeypatch.setattr(log_loading, "PROGRESS_MIN_BYTES", 1)
     m = LogManager([d], SMALL, recovery_progress=progress)
     m.startup()
     assert len(totals) == 1 and totals[0] > 2000 and closed == [True]

@@ -137,7 +137,7 @@ def new_builder() -> Any:
 # ``murmur2(data)``: Kafka's ``Utils.murmur2`` (signed int32), the default partitioner's hash.
 # ``assign_partitions(n, key, counts, topics, explicit, sticky, base) -> (slots, bad_row)`` and
 # ``new_accumulator(limit)`` (``add(n, slots, key, value, headers, now_ms)`` / ``finish()`` / ``pending``): see
-# the sink section of ``_columnar.c`` for the arguments; the C and Python versions give the same bytes.
+# ``_columnar_sink.c`` for the arguments; the C and Python versions give the same bytes.
 
 RECORD_BATCH_HEADER_SIZE = 61
 

@@ -32,6 +32,11 @@ recovery point (Kafka: the directory comes back at restart, once the disk is fix
 (``add_dir_failure_listener``) learn of each failure once: the broker answers DescribeLogDirs with it and, in
 ZooKeeper mode, tells the controller (``/log_dir_event_notification``).
 
+Its parts, each a mixin in a module of its own over the manager's state: loading at startup (``log_loading.py``),
+log directory failure (``log_dir_failure.py``), the offset checkpoints (``log_checkpointing.py``), the periodic
+work of ``tick`` and the cleaner's start (``log_scheduler.py``) and replica moves between directories
+(``log_move.py``); the registry, creation, deletion and shutdown are here.
+
 Per-topic configuration: ``startup(topic_configs)`` takes either a mapping ``topic -> LogConfig`` or a
 callable ``topic -> LogConfig | None``; topics without an entry use ``default_config``. (The broker keeps
 topic overrides in its own metadata and can hand over a lookup function rather than a snapshot.)
@@ -43,61 +48,43 @@ import contextlib
 import fcntl
 import logging
 import os
-import re
 import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tidelog.storage.checkpoints import (
-    CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
-    LOCK_FILE,
-    LOG_START_OFFSET_CHECKPOINT,
-    META_PROPERTIES,
     PARTITION_METADATA,
-    RECOVERY_POINT_CHECKPOINT,
-    REPLICATION_OFFSET_CHECKPOINT,
-    MetaProperties,
-    clean_shutdown_exists,
-    delete_clean_shutdown,
     fsync_dir,
-    new_uuid,
-    read_meta_properties,
-    read_offset_checkpoint,
-    read_partition_metadata,
     uuid_to_str,
-    write_clean_shutdown,
-    write_meta_properties,
-    write_offset_checkpoint,
     write_partition_metadata,
 )
 from tidelog.storage.cleaner import CleanerConfig, LogCleaner
 from tidelog.storage.config import LogConfig
 from tidelog.storage.epoch import LeaderEpochCache
-from tidelog.storage.errors import CorruptCheckpointError, KafkaStorageError, StorageError
 from tidelog.storage.errors import InvalidTopicError as InvalidTopicError
+from tidelog.storage.errors import KafkaStorageError, StorageError
 from tidelog.storage.errors import LogDirNotFoundError as LogDirNotFoundError
 from tidelog.storage.errors import ReplicaNotAvailableError as ReplicaNotAvailableError
-from tidelog.storage.format import (
-    DELETE_DIR_SUFFIX,
-    LEGAL_TOPIC,
-    STRAY_DIR_SUFFIX,
-    parse_partition_dir,
-    partition_dir_name,
-)
+from tidelog.storage.format import DELETE_DIR_SUFFIX, LEGAL_TOPIC, partition_dir_name
 from tidelog.storage.format import FUTURE_DIR_SUFFIX as FUTURE_DIR_SUFFIX
+from tidelog.storage.format import parse_partition_dir as parse_partition_dir
 from tidelog.storage.log import PartitionLog
+from tidelog.storage.log_checkpointing import LogCheckpointing
+from tidelog.storage.log_dir_failure import LogDirFailures
+from tidelog.storage.log_loading import InconsistentBrokerIdError as InconsistentBrokerIdError
+from tidelog.storage.log_loading import InconsistentClusterIdError as InconsistentClusterIdError
+from tidelog.storage.log_loading import LogDirLockedError as LogDirLockedError
+from tidelog.storage.log_loading import LogLoading, _lock_dir, _LogDir
 from tidelog.storage.log_move import LogMoves, ReplicaMove
-from tidelog.storage.open_files import SHORTAGE, DescriptorsExhaustedError, is_fd_exhaustion
+from tidelog.storage.log_scheduler import INDEX_IDLE_SWEEP_MS as INDEX_IDLE_SWEEP_MS
+from tidelog.storage.log_scheduler import LogScheduler
 from tidelog.storage.producer_state import ProducerStateManager
-from tidelog.storage.progress import PROGRESS_MIN_BYTES, RecoveryProgress
-from tidelog.storage.retention import apply_retention
+from tidelog.storage.progress import RecoveryProgress
 
 if TYPE_CHECKING:
     from tidelog.storage.cleaner import CleanerConfig, LogCleaner
@@ -108,20 +95,7 @@ log = logging.getLogger("tidelog.storage.manager")
 TopicPartition = tuple[str, int]
 TopicConfigs = Mapping[str, LogConfig] | Callable[[str], "LogConfig | None"]
 
-#: how often ``tick`` unmaps the indexes of inactive segments unused since the previous sweep
-INDEX_IDLE_SWEEP_MS = 60_000
 MAX_TOPIC_NAME_LENGTH = 249
-
-class LogDirLockedError(StorageError):
-    """Another process (or another LogManager in this one) holds the log directory's ``.lock``."""
-
-
-class InconsistentBrokerIdError(StorageError):
-    """meta.properties names a different broker id than the one configured."""
-
-
-class InconsistentClusterIdError(StorageError):
-    """meta.properties files (or the configured cluster id) disagree about the cluster id."""
 
 
 class LogExistsError(StorageError):
@@ -140,17 +114,7 @@ def validate_topic_name(topic: str) -> None:
         )
 
 
-@dataclass
-class _LogDir:
-    path: Path
-    lock_fd: int = -1
-    had_clean_shutdown: bool = False
-    recovery_points: dict[TopicPartition, int] = field(default_factory=dict)
-    log_start_offsets: dict[TopicPartition, int] = field(default_factory=dict)
-    high_watermarks: dict[TopicPartition, int] = field(default_factory=dict)
-
-
-class LogManager(LogMoves):
+class LogManager(LogLoading, LogDirFailures, LogCheckpointing, LogScheduler, LogMoves):
     """Owns the log directories and every :class:`PartitionLog` in them. Thread-safe."""
 
     def __init__(
@@ -261,168 +225,6 @@ class LogManager(LogMoves):
         self.had_clean_shutdown = all(d.had_clean_shutdown for d in self._dirs.values())
         self._started = True
 
-    def _check_meta_properties(self) -> None:
-        metas: dict[Path, MetaProperties | None] = {}
-        for path in self._dirs:
-            meta = read_meta_properties(path / META_PROPERTIES)
-            metas[path] = meta
-            if meta is not None and meta.node_id != self.broker_id:
-                key = "broker.id" if meta.version == 0 else "node.id"
-                raise InconsistentBrokerIdError(
-                    f"Configured broker.id {self.broker_id} doesn't match stored {key} {meta.node_id} "
-                    f"in {path / META_PROPERTIES}. If you moved your data, make sure your configured "
-                    f"broker.id matches. If you intend to create a new broker, you should remove all data "
-                    f"in your data directories (log.dirs)."
-                )
-        found = {m.cluster_id for m in metas.values() if m is not None and m.cluster_id}
-        if self.cluster_id is not None:
-            found.add(self.cluster_id)
-        if len(found) > 1:
-            raise InconsistentClusterIdError(
-                f"log directories {[str(p) for p in self._dirs]} disagree about the cluster id: {sorted(found)}"
-            )
-        cluster_id = found.pop() if found else uuid_to_str(new_uuid())
-        self.cluster_id = cluster_id
-        for path, meta in metas.items():
-            if meta is None:
-                write_meta_properties(path / META_PROPERTIES, MetaProperties(0, self.broker_id, cluster_id))
-            elif not meta.cluster_id:
-                # a v0 file without cluster.id (pre-0.10.1 Kafka): record the id, as Kafka does
-                write_meta_properties(path / META_PROPERTIES, MetaProperties(0, meta.node_id, cluster_id))
-
-    def _prepare_dir(self, d: _LogDir) -> None:
-        d.had_clean_shutdown = clean_shutdown_exists(d.path)
-        if d.had_clean_shutdown:
-            # Deleted before loading: a crash from now until the next clean shutdown must recover.
-            delete_clean_shutdown(d.path)
-        d.recovery_points = _read_checkpoint_or_reset(d.path / RECOVERY_POINT_CHECKPOINT)
-        d.log_start_offsets = _read_checkpoint_or_reset(d.path / LOG_START_OFFSET_CHECKPOINT)
-        d.high_watermarks = _read_checkpoint_or_reset(d.path / REPLICATION_OFFSET_CHECKPOINT)
-        for child in d.path.iterdir():
-            if child.is_dir() and child.name.endswith(DELETE_DIR_SUFFIX):
-                log.info("finishing deletion of %s", child)
-                shutil.rmtree(child, ignore_errors=True)
-        fsync_dir(d.path)
-
-    def _load_logs(self) -> None:
-        jobs: list[tuple[_LogDir, TopicPartition, Path]] = []
-        for d in self._dirs.values():
-            for child in sorted(d.path.iterdir()):
-                if not child.is_dir():
-                    continue
-                tp = parse_partition_dir(child.name)
-                if tp is None:
-                    if child.name.endswith(STRAY_DIR_SUFFIX):
-                        log.warning("ignoring %s (stray logs are not supported)", child)
-                    continue
-                if tp in self._log_root:
-                    raise StorageError(
-                        f"Duplicate log directories for {tp[0]}-{tp[1]} are found in both "
-                        f"{self._log_root[tp] / child.name} and {child}"
-                    )
-                self._log_root[tp] = d.path
-                jobs.append((d, tp, child))
-        if not jobs:
-            return
-        to_scan = 0
-        for d in self._dirs.values():
-            in_dir = [(tp, path) for jd, tp, path in jobs if jd is d]
-            if not in_dir:
-                continue
-            if d.had_clean_shutdown:
-                # Kafka: "Skipping recovery of N logs from <dir> since clean shutdown file was found"
-                log.info("skipping recovery of %d logs from %s since the clean shutdown file was found",
-                         len(in_dir), d.path)
-                continue
-            scan = sum(_bytes_to_recover(path, d.recovery_points.get(tp, 0)) for tp, path in in_dir)
-            to_scan += scan
-            # Kafka: "Attempting recovery for all logs in <dir> since no clean shutdown file was found"
-            log.warning("unclean shutdown of %s: recovering %d logs (%d bytes to scan from their recovery points)",
-                        d.path, len(in_dir), scan)
-        progress: AbstractContextManager[Callable[[int], None] | None] = contextlib.nullcontext(None)
-        if self.recovery_progress is not None and to_scan >= PROGRESS_MIN_BYTES:
-            progress = self.recovery_progress(to_scan)  # the bar of whoever started the broker, if any
-        totals = {d.path: sum(1 for jd, _, _ in jobs if jd is d) for d in self._dirs.values()}
-        loaded = dict.fromkeys(totals, 0)
-        with progress as advance:
-            workers = self.recovery_threads * len(self._dirs)
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-recovery") as pool:
-                futures = {
-                    pool.submit(self._open_existing, d, tp, path, advance): (d, tp) for d, tp, path in jobs
-                }
-                errors: list[BaseException] = []
-                opened: dict[TopicPartition, PartitionLog] = {}
-                for fut in as_completed(futures):
-                    d, tp = futures[fut]
-                    try:
-                        plog = opened[tp] = fut.result()
-                        plog.on_io_error = self._on_io_error
-                    except BaseException as e:  # keep loading the others so every opened log can be closed
-                        errors.append(e)
-                        log.error("failed to load log %s-%s: %s", tp[0], tp[1], e)
-                        continue
-                    loaded[d.path] += 1
-                    # Kafka: "Completed load of Log(...) with N segments ... (i/n completed in <dir>)"
-                    log.info("completed load of %s-%s with %d segments, log end offset %d (%d/%d completed in %s)",
-                             tp[0], tp[1], len(plog.segments), plog.log_end_offset, loaded[d.path],
-                             totals[d.path], d.path)
-                for _, tp, _ in jobs:  # the registry in directory order, whatever order the loads finished in
-                    if tp in opened:
-                        self._logs[tp] = opened[tp]
-                if errors:
-                    raise errors[0]
-
-    def _open_existing(
-        self, d: _LogDir, tp: TopicPartition, path: Path, advance: Callable[[int], None] | None
-    ) -> PartitionLog:
-        try:
-            topic_id = read_partition_metadata(path / PARTITION_METADATA)
-        except CorruptCheckpointError as e:
-            # the topic id is the registry's too: the broker writes the file again (ensure_partition_metadata)
-            log.warning("%s; the file will be written again with the topic's id", e)
-            topic_id = None
-        if topic_id is None:
-            with self._lock:
-                self._no_metadata.add(tp)
-        else:
-            with self._lock:
-                known = self._topic_ids.setdefault(tp[0], topic_id)
-            if known != topic_id:
-                raise StorageError(
-                    f"{path / PARTITION_METADATA}: topic id {uuid_to_str(topic_id)} differs from "
-                    f"{uuid_to_str(known)} found in another partition of {tp[0]}"
-                )
-        per_log: Callable[[int, int], None] | None = None
-        if advance is not None:
-            last_done = 0
-
-            def per_log(done: int, _total: int) -> None:  # PartitionLog reports (done, total) per log
-                nonlocal last_done
-                if done > last_done:
-                    advance(done - last_done)
-                    last_done = done
-
-        recovery_point, clean = d.recovery_points.get(tp, 0), d.had_clean_shutdown
-        try:
-            epoch_cache = LeaderEpochCache(path / LEADER_EPOCH_CHECKPOINT)
-        except CorruptCheckpointError as e:
-            # every batch carries its leader epoch: a full recovery of this log assigns them again
-            log.warning("%s; rebuilding the leader epochs from the batches (full recovery of %s-%s)", e, *tp)
-            (path / LEADER_EPOCH_CHECKPOINT).unlink()
-            epoch_cache = LeaderEpochCache(path / LEADER_EPOCH_CHECKPOINT)
-            recovery_point, clean = 0, False
-        return PartitionLog.open(
-            path,
-            self._config_for(tp[0]),
-            recovery_point=recovery_point,
-            log_start_offset=d.log_start_offsets.get(tp, 0),
-            high_watermark=d.high_watermarks.get(tp),
-            clean_shutdown=clean,
-            epoch_cache=epoch_cache,
-            producer_state=ProducerStateManager(path),
-            progress=per_log,
-        )
-
     def _config_for(self, topic: str) -> LogConfig:
         return self._topic_configs(topic) or self.default_config
 
@@ -531,74 +333,6 @@ class LogManager(LogMoves):
             self._topic_ids[topic] = topic_id
             return new_log
 
-    # ============================================================================= log dir failure
-
-    def add_dir_failure_listener(self, fn: Callable[[Path, list[TopicPartition], bool, str], None]) -> None:
-        """``fn(root, partitions, offline, reason)`` is called once per failed directory, on the thread that hit
-        the error (keep it short; hand work to another thread)."""
-        self._dir_failure_listeners.append(fn)
-
-    def failed_dirs(self) -> dict[Path, str]:
-        """The failed log directories and why (empty while all are healthy)."""
-        with self._lock:
-            return dict(self._failed_dirs)
-
-    def is_offline(self, root: Path) -> bool:
-        """Whether ``root`` failed (offline, or read-only as the last online directory)."""
-        with self._lock:
-            return Path(root) in self._failed_dirs
-
-    def metrics_rows(self) -> list[tuple[str, str, dict[str, str], float]]:
-        """Scrape-time gauges: Kafka's ``OfflineLogDirectoryCount`` and ``LogDirectoryOffline`` per directory."""
-        failed = self.failed_dirs()
-        rows: list[tuple[str, str, dict[str, str], float]] = [
-            ("tidelog_offline_log_directories", "Log directories that failed (Kafka's OfflineLogDirectoryCount)",
-             {}, float(len(failed)))]
-        rows += [("tidelog_log_directory_offline", "1 when the log directory failed (Kafka's LogDirectoryOffline)",
-                  {"log_dir": str(p)}, 1.0 if p in failed else 0.0) for p in self.log_dirs]
-        return rows + SHORTAGE.rows()
-
-    def _failed_reasons(self) -> str:
-        return "; ".join(f"{p}: {r}" for p, r in self._failed_dirs.items())
-
-    def _on_io_error(self, plog: PartitionLog, exc: OSError, what: str) -> None:
-        """A partition log's I/O error (its ``on_io_error``): its directory fails."""
-        root = self.log_dir_of(plog.topic, plog.partition) or plog.dir.parent
-        self.fail_dir(root, f"{what} of {plog.topic}-{plog.partition} failed: {exc}")
-
-    def fail_dir(self, root: Path, reason: str) -> bool:
-        """Take the log directory ``root`` offline (Kafka's ``LogDirFailureChannel.maybeAddOfflineLogDir`` and
-        ``ReplicaManager.handleLogDirFailure``); the last online directory becomes read-only instead. Returns
-        False when it had failed already."""
-        root = Path(root)
-        with self._lock:
-            if root in self._failed_dirs or root not in self._dirs:
-                return False
-            offline = any(p not in self._failed_dirs for p in self._dirs if p != root)
-            self._failed_dirs[root] = reason
-            logs = [(tp, plog) for tp, plog in self._logs.items() if self._log_root.get(tp) == root]
-        self._cancel_moves(lambda m: m.dest == root or self._log_root.get(m.tp) == root)
-        for _tp, plog in logs:
-            plog.mark_failed(reason, offline=offline)
-        if self.cleaner is not None:  # an ongoing cleaning stops; it picks healthy logs only from now on
-            for tp, _plog in logs:
-                self.cleaner.abort(tp)
-        if offline:
-            log.error("Log directory %s is offline: %s. Its %d partitions answer KAFKA_STORAGE_ERROR; the other "
-                      "directories keep serving. Fix the disk and restart the broker to bring it back.",
-                      root, reason, len(logs))
-        else:
-            log.error("Log directory %s failed: %s. It is the broker's last online log directory: writes are "
-                      "refused with KAFKA_STORAGE_ERROR, what is on disk stays readable. Fix the disk and restart "
-                      "the broker (Kafka would halt it).", root, reason)
-        tps = sorted(tp for tp, _ in logs)
-        for fn in list(self._dir_failure_listeners):
-            try:
-                fn(root, tps, offline, reason)
-            except Exception:
-                log.exception("a log dir failure listener failed")
-        return True
-
     def delete_log(self, topic: str, partition: int) -> bool:
         """Close the log, rename its directory to ``<topic>-<partition>.<uuid hex>-delete`` and remove it
         in the background. Returns False when there was no such log."""
@@ -659,158 +393,6 @@ class LogManager(LogMoves):
         for fut in pending:
             fut.result()
 
-    # ===================================================================================== checkpoints
-
-    def checkpoint_recovery_points(self) -> None:
-        self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda plog: plog.recovery_point)
-
-    def checkpoint_log_start_offsets(self) -> None:
-        self._checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda plog: plog.log_start_offset)
-
-    def checkpoint_high_watermarks(self) -> None:
-        self._checkpoint(REPLICATION_OFFSET_CHECKPOINT, lambda plog: plog.high_watermark)
-
-    def _checkpoint(
-        self, name: str, value: Callable[[Any], int], roots: Iterable[Path] | None = None
-    ) -> None:
-        with self._lock:
-            by_root: dict[Path, dict[TopicPartition, int]] = {
-                p: {} for p in (roots or self._dirs) if p not in self._failed_dirs}
-            for tp, plog in self._logs.items():
-                root = self._log_root[tp]
-                if root in by_root:
-                    by_root[root][tp] = int(value(plog))
-        self._write_checkpoints(name, by_root)
-
-    def _write_checkpoints(self, name: str, by_root: dict[Path, dict[TopicPartition, int]]) -> None:
-        """Write one checkpoint file per directory; a directory whose write fails fails (Kafka's
-        ``OffsetCheckpointFile`` reports an IOException to the LogDirFailureChannel), except when the process is
-        out of descriptors (EMFILE/ENFILE, issue 24): not a disk failure, the file is written again at the next
-        tick (``tick``) and the directory stays online."""
-        with self._checkpoint_lock:
-            deferred = False
-            for root, entries in by_root.items():
-                try:
-                    write_offset_checkpoint(root / name, entries)
-                except OSError as exc:
-                    if is_fd_exhaustion(exc):
-                        SHORTAGE.note(f"checkpoint {name}", exc, root / name)
-                        deferred = True
-                    else:
-                        self.fail_dir(root, f"writing {root / name} failed: {exc}")
-            if deferred:
-                self._checkpoints_deferred.add(name)
-            else:
-                self._checkpoints_deferred.discard(name)
-
-    def _checkpoint_dir_offsets(self, root: Path) -> None:
-        self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda plog: plog.recovery_point, [root])
-        self._checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda plog: plog.log_start_offset, [root])
-        self._checkpoint(REPLICATION_OFFSET_CHECKPOINT, lambda plog: plog.high_watermark, [root])
-
-    # ========================================================================= retention and cleaning
-
-    def _start_cleaner(self) -> None:
-        initial: dict[TopicPartition, int] = {}
-        for d in self._dirs.values():
-            initial.update(_read_checkpoint_or_reset(d.path / CLEANER_OFFSET_CHECKPOINT))
-        self.cleaner = LogCleaner(
-            self.cleaner_config or CleanerConfig(), self._healthy_logs, initial, self._write_cleaner_checkpoints
-        )
-        self.cleaner.start()
-
-    def _write_cleaner_checkpoints(self, entries: dict[TopicPartition, int]) -> None:
-        """``cleaner-offset-checkpoint`` of every log dir from the cleaner's whole map."""
-        with self._lock:
-            by_root: dict[Path, dict[TopicPartition, int]] = {p: {} for p in self._dirs if p not in self._failed_dirs}
-            for tp, offset in entries.items():
-                root = self._log_root.get(tp)
-                if root in by_root:
-                    by_root[root][tp] = offset
-        self._write_checkpoints(CLEANER_OFFSET_CHECKPOINT, by_root)
-
-    def run_retention(self, now_ms: int) -> int:
-        """One retention pass over every log (``tidelog.storage.retention``); returns segments removed."""
-        removed = 0
-        for tp, plog in self.all_logs().items():
-            if plog.failed is not None:
-                continue
-            try:
-                removed += apply_retention(plog, now_ms).deleted_segments
-            except Exception:  # one bad log must not stop the others
-                log.exception("retention of %s-%s failed", tp[0], tp[1])
-        if removed:
-            self.checkpoint_log_start_offsets()
-        return removed
-
-    def delete_expired_files(self, now_ms: int) -> int:
-        """Remove ``.deleted`` segment files whose ``file.delete.delay.ms`` has passed, in every log."""
-        n = 0
-        for tp, plog in self.all_logs().items():
-            if plog.failed is not None:
-                continue
-            try:
-                n += plog.delete_expired_files(now_ms)
-            except Exception:
-                log.exception("deleting old segment files of %s-%s failed", tp[0], tp[1])
-        return n
-
-    def tick(self, now_ms: int) -> None:
-        """Periodic work for the broker's scheduler thread: the flush.ms policy of every log, then the
-        recovery-point / log-start-offset / high-watermark checkpoints when their intervals elapsed
-        (``log.flush.offset.checkpoint.interval.ms``, ``log.flush.start.offset.checkpoint.interval.ms``,
-        ``replica.high.watermark.checkpoint.interval.ms``)."""
-        self._check_started()
-        for plog in self.all_logs().values():
-            try:
-                plog.flush_if_due(now_ms)
-                cache = plog.epoch_cache
-                if cache is not None and cache.unwritten:  # deferred for want of a descriptor (issue 24)
-                    cache.write_pending()
-            except DescriptorsExhaustedError:
-                pass  # logged and counted; the recovery point did not move, so the next tick flushes again
-            except Exception:  # one bad log must not stop the others' flushes
-                log.exception(
-                    "flush of %s-%s failed", getattr(plog, "topic", "?"), getattr(plog, "partition", "?")
-                )
-        deferred = self._checkpoints_deferred  # a write that met EMFILE is retried at once, not an interval later
-        if (self._due(now_ms, "_last_recovery_checkpoint_ms", self.recovery_point_checkpoint_interval_ms)
-                or RECOVERY_POINT_CHECKPOINT in deferred):
-            self.checkpoint_recovery_points()
-        if (self._due(now_ms, "_last_log_start_checkpoint_ms", self.log_start_offset_checkpoint_interval_ms)
-                or LOG_START_OFFSET_CHECKPOINT in deferred):
-            self.checkpoint_log_start_offsets()
-        if (self._due(now_ms, "_last_hw_checkpoint_ms", self.high_watermark_checkpoint_interval_ms)
-                or REPLICATION_OFFSET_CHECKPOINT in deferred):
-            self.checkpoint_high_watermarks()
-        if self._due(now_ms, "_last_retention_check_ms", self.retention_check_interval_ms):
-            self.run_retention(now_ms)
-        self.delete_expired_files(now_ms)
-        if self._due(now_ms, "_last_index_sweep_ms", INDEX_IDLE_SWEEP_MS):
-            self.unmap_idle_indexes()
-
-    def unmap_idle_indexes(self) -> int:
-        """Unmap the indexes of inactive segments no one read since the previous sweep (every
-        ``INDEX_IDLE_SWEEP_MS`` from ``tick``): an old segment's index costs a mapping only while it is read."""
-        unmapped = 0
-        for plog in self.all_logs().values():
-            try:
-                unmapped += plog.unmap_idle_indexes()
-            except Exception:  # a closed or failing log must not stop the sweep
-                log.exception("unmapping idle indexes of %s-%s failed", getattr(plog, "topic", "?"),
-                              getattr(plog, "partition", "?"))
-        return unmapped
-
-    def _due(self, now_ms: int, attr: str, interval_ms: int) -> bool:
-        last = getattr(self, attr)
-        if last is None:
-            setattr(self, attr, now_ms)  # the first interval starts at the first tick
-            return False
-        if now_ms - last >= interval_ms:
-            setattr(self, attr, now_ms)
-            return True
-        return False
-
     # ======================================================================================= shutdown
 
     def shutdown(self) -> None:
@@ -870,20 +452,6 @@ class LogManager(LogMoves):
         self._release_locks()
         self._started = False
 
-    def _write_shutdown_files(
-        self, root: Path, final: dict[TopicPartition, tuple[int, int, int]], clean: bool
-    ) -> None:
-        try:
-            write_offset_checkpoint(root / RECOVERY_POINT_CHECKPOINT, {tp: v[0] for tp, v in final.items()})
-            write_offset_checkpoint(root / LOG_START_OFFSET_CHECKPOINT, {tp: v[1] for tp, v in final.items()})
-            write_offset_checkpoint(
-                root / REPLICATION_OFFSET_CHECKPOINT, {tp: v[2] for tp, v in final.items()}
-            )
-            if clean:
-                write_clean_shutdown(root, self.broker_epoch)
-        except OSError:
-            log.exception("failed to write the shutdown checkpoints of %s", root)
-
     # ========================================================================================= helpers
 
     def _check_started(self) -> None:
@@ -925,42 +493,3 @@ def _config_lookup(topic_configs: TopicConfigs | None) -> Callable[[str], LogCon
     return mapping.get
 
 
-def _lock_dir(path: Path) -> int:
-    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        raise LogDirLockedError(
-            f"Failed to acquire lock on file {LOCK_FILE} in {path}. A Kafka instance in another process "
-            f"or thread is using this directory."
-        ) from e
-    return fd
-
-
-def _read_checkpoint_or_reset(path: Path) -> dict[TopicPartition, int]:
-    """As Kafka: a corrupt checkpoint is logged and treated as empty (full recovery / segment bases)."""
-    try:
-        return read_offset_checkpoint(path)
-    except CorruptCheckpointError as e:
-        log.warning("%s; resetting it (logs will be recovered from their start)", e)
-        return {}
-
-
-_SEGMENT_LOG = re.compile(r"(\d{20})\.log\Z")
-
-
-def _bytes_to_recover(partition_dir: Path, recovery_point: int) -> int:
-    """Bytes of ``.log`` files holding offsets at or beyond ``recovery_point`` (what recovery scans)."""
-    segments = []
-    for entry in os.scandir(partition_dir):
-        m = _SEGMENT_LOG.match(entry.name)
-        if m:
-            segments.append((int(m.group(1)), entry.stat().st_size))
-    segments.sort()
-    total = 0
-    for i, (_base, size) in enumerate(segments):
-        next_base = segments[i + 1][0] if i + 1 < len(segments) else None
-        if next_base is None or next_base > recovery_point:
-            total += size
-    return total

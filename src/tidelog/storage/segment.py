@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from tidelog.records.batch import check_record_structure
 from tidelog.records.errors import RecordError
@@ -49,6 +48,7 @@ from tidelog.storage.format import (
 )
 from tidelog.storage.header_scan import iter_header_tuples, read_header_at
 from tidelog.storage.index import INT32_MAX, NO_TIMESTAMP, CorruptIndexError, OffsetIndex, TimeIndex
+from tidelog.storage.segment_fields import SegmentStateFields
 from tidelog.storage.segment_names import (
     index_file,
     log_file,
@@ -79,7 +79,7 @@ CHECK_FAILED = -2  # the batch's CRC or records failed their late check (the wri
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
-class LogSegment:
+class LogSegment(SegmentStateFields):
     """A ``.log`` file of batches with its offset and time indexes (Kafka's ``LogSegment``)."""
 
     def __init__(
@@ -118,8 +118,8 @@ class LogSegment:
         self.txn_index = TransactionIndex(txn_index_file(self.dir, base_offset, file_suffix), base_offset)
         # The append state: fd, size, reservation end, index counter, max and rolling timestamps, created time,
         # roll jitter, and the indexes' states.  A SegmentState of the storage C extension (the log's append
-        # fast path changes it in C), else its pure-Python twin (segment_state.py); the properties below read
-        # and set it under the names this class uses.
+        # fast path changes it in C), else its pure-Python twin (segment_state.py); the properties of
+        # SegmentStateFields (segment_fields.py) read and set it under the names this class uses.
         self._st = SegmentState(
             base_offset, config.index_interval_bytes, self.offset_index._st, self.time_index._st
         )
@@ -144,85 +144,6 @@ class LogSegment:
         self._max_ts_and_offset = None if self._size else (NO_TIMESTAMP, -1)
         # max timestamp of the first batch (segment.ms is measured from it); None until loaded lazily
         self._rolling_based_ts = None if self._size else NO_TIMESTAMP
-
-    # ------------------------------------------------------------------ the append state's fields
-    @property
-    def _handle(self) -> FileHandle | None:
-        return self._file_handle
-
-    @_handle.setter
-    def _handle(self, handle: FileHandle | None) -> None:
-        self._file_handle = handle
-        self._st.fd = -1 if handle is None else handle.fd
-
-    @property
-    def _size(self) -> int:
-        return self._st.size
-
-    @_size.setter
-    def _size(self, value: int) -> None:
-        self._st.size = value
-
-    @property
-    def _prealloc_end(self) -> int:
-        return self._st.prealloc_end
-
-    @_prealloc_end.setter
-    def _prealloc_end(self, value: int) -> None:
-        self._st.prealloc_end = value
-
-    @property
-    def _bytes_since_last_index_entry(self) -> int:
-        return self._st.bytes_since_last_index_entry
-
-    @_bytes_since_last_index_entry.setter
-    def _bytes_since_last_index_entry(self, value: int) -> None:
-        self._st.bytes_since_last_index_entry = value
-
-    @property
-    def index_interval_bytes(self) -> int:
-        return self._st.index_interval_bytes
-
-    @index_interval_bytes.setter
-    def index_interval_bytes(self, value: int) -> None:
-        self._st.index_interval_bytes = value
-
-    @property
-    def _max_ts_and_offset(self) -> tuple[int, int] | None:
-        return self._st.max_ts_and_offset
-
-    @_max_ts_and_offset.setter
-    def _max_ts_and_offset(self, value: tuple[int, int] | None) -> None:
-        self._st.max_ts_and_offset = value
-
-    @property
-    def _rolling_based_ts(self) -> int | None:
-        return self._st.rolling_based_ts
-
-    @_rolling_based_ts.setter
-    def _rolling_based_ts(self, value: int | None) -> None:
-        self._st.rolling_based_ts = value
-
-    @property
-    def created_ms(self) -> int:
-        return self._st.created_ms
-
-    @created_ms.setter
-    def created_ms(self, value: int) -> None:
-        self._st.created_ms = value
-
-    @property
-    def roll_jitter_ms(self) -> int:
-        return self._st.roll_jitter_ms
-
-    @roll_jitter_ms.setter
-    def roll_jitter_ms(self, value: int) -> None:
-        self._st.roll_jitter_ms = value
-
-    @property
-    def state(self) -> Any:
-        """The append state (for the log's append fast path)."""
-        return self._st
 
     def _bytes_after_last_index_entry(self) -> int:
         """The append counter a rebuild would have: bytes from the last indexed batch's start to the end.

@@ -1,6 +1,6 @@
 """The append state of a segment and its indexes, owned by the storage C extension when it is built.
 
-``tidelog.storage._segment`` (``_segment.c``) defines two C types, :class:`IndexState` and :class:`SegmentState`,
+``tidelog.storage._segment`` (``_segment_state.c``) defines two C types, :class:`IndexState` and :class:`SegmentState`,
 holding everything the append fast path (:func:`c_append_leader_fast`) reads and changes: the ``.log``'s fd,
 size, end of the reserved disk blocks, bytes since the last index entry, max timestamp so far, rolling
 timestamp, created time and roll jitter; for each index its fd, entry counts, length, last entry and the buffer
@@ -213,7 +213,7 @@ c_append_leader_fast = None if _ext is None else _ext.append_leader_fast
 """``c_append_leader_fast(state, batch, base_offset, leader_epoch, now_ms, limits[, with_producer])``:
 ``PartitionLog.append_as_leader``'s common case on the active segment's :class:`SegmentState` in one C call,
 returning ``(last_offset, max_timestamp, record_count, size)``, or None when the Python path must take the batch
-(see ``_segment.c``). ``with_producer``: a batch with a producer id is taken too (an idempotent one whose
+(see ``_segment_leader.c``). ``with_producer``: a batch with a producer id is taken too (an idempotent one whose
 producer-state check the caller made and whose producer state it updates)."""
 
 c_write_stamped = None if _ext is None else _ext.write_stamped
@@ -225,13 +225,13 @@ failed."""
 
 c_check_follower_batches = None if _ext is None else _ext.check_follower_batches
 """``c_check_follower_batches(buf, expected_min)``: the number of batches of a fetched buffer, each checked as
-``validate_batch`` checks it with base offsets >= ``expected_min`` and increasing, or -1 (see ``_segment.c``)."""
+``validate_batch`` checks it with base offsets >= ``expected_min`` and increasing, or -1 (see ``_segment_follower.c``)."""
 
 c_append_follower_run = None if _ext is None else _ext.append_follower_run
 """``c_append_follower_run(state, buf, start, now_ms, segment_bytes, segment_ms, latest_epoch, headers,
 all_headers, epochs)``: the batches of ``buf[start:]`` that fit the active segment without a roll, written as
 they are in one write with the segment's bookkeeping; returns ``(consumed, last_offset, latest_epoch)`` (see
-``_segment.c``)."""
+``_segment_follower.c``)."""
 
 c_preallocate = None if _ext is None else _ext.preallocate
 """``c_preallocate(fd, offset, length)``: reserve disk blocks past the end of a file (``fallocate`` with
@@ -239,4 +239,4 @@ c_preallocate = None if _ext is None else _ext.preallocate
 reservation)."""
 
 c_scan_batches = None if _ext is None else _ext.scan_batches
-"""``c_scan_batches(...)``: ``LogSegment.recover``'s per-batch loop over one buffer in C (see ``_segment.c``)."""
+"""``c_scan_batches(...)``: ``LogSegment.recover``'s per-batch loop over one buffer in C (see ``_segment_scan.c``)."""

@@ -402,7 +402,7 @@ class PartitionLog(LocalLog):
         self, batch: bytes | bytearray | memoryview, leader_epoch: int, now: int
     ) -> AppendInfo | None:
         """:meth:`append_as_leader`'s common case: the C ``append_leader_fast`` makes the checks, the write and the
-        segment's bookkeeping on the active segment's state (see ``_segment.c``), given the log end offset and
+        segment's bookkeeping on the active segment's state (see ``_segment_leader.c``), given the log end offset and
         the limits; the log's own bookkeeping (log end offset, producer state's mapped range, epoch cache) is
         done here from what it returns, as the steps of :meth:`append_as_leader` do it.  None, having changed
         nothing, when those steps must take the batch.
