@@ -21,8 +21,9 @@ next one (INVALID_SHARE_SESSION_EPOCH) or SHARE_SESSION_NOT_FOUND; at most ``gro
 Lock expiry: a sweep every ``SWEEP_S`` releases expired locks (a SIGKILLed member's records come back after the
 lock duration), besides the check on every fetch.
 
-Everything is in memory: a restart or a leader move loses the share-partition state (Kafka persists it in
-``__share_group_state`` through its share coordinator); see docs/decisions/0067-share-groups.md.
+The share partitions' state is persisted in ``__share_group_state`` through the share coordinator
+(``share_state_store``: read when a share partition is first used here, written on every acknowledgement); group
+membership is in memory. See docs/decisions/0067-share-groups.md.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.group.share_partition import SharePartition
+from tidelog.broker.group.share_state_store import ShareStateStore
 from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -159,6 +161,7 @@ class ShareGroupManager:
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         self._sweeper: asyncio.TimerHandle | None = None
         self.changed = asyncio.Event()  # set when records become available again (release, expiry)
+        self.store = ShareStateStore(self)  # share-partition state through the share coordinator
 
     # ================================================================================= membership
 

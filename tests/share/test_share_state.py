@@ -1,0 +1,167 @@
+"""Share-group state persisted in ``__share_group_state`` (KIP-932's share coordinator) against a real ``tidelog serve``:
+acknowledged records survive a kill -9 of the broker, the unacknowledged ones are redelivered with their delivery
+count + 1; the topic's records decode as ShareSnapshot / ShareUpdate; APIs 83-87 on the wire."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from helpers import RawClient, new_topic, produce_body
+
+from tidelog.broker.group.share_state_records import STATE_TOPIC, ShareKey, state_partition
+from tidelog.cli.main import cli
+from tidelog.records.batch import build_batch
+
+pytestmark = pytest.mark.integration
+
+HB, FETCH, ACK, OFFSETS = 76, 78, 79, 90
+INIT, READ, WRITE, DELETE, SUMMARY = 83, 84, 85, 86, 87
+CREATE_TOPICS, PRODUCE, METADATA = 19, 0, 3
+ACCEPT, RELEASE, REJECT = 1, 2, 3
+UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH, FENCED_STATE_EPOCH, INVALID_REQUEST = 3, 74, 124, 42
+STATE_PARTITIONS = 3
+BROKER = {"share.auto.offset.reset": "earliest", "offsets.topic.num.partitions": "3",
+          "share.coordinator.state.topic.num.partitions": str(STATE_PARTITIONS),
+          "share.coordinator.snapshot.update.records.per.snapshot": "2"}
+
+
+@pytest.fixture(scope="module")
+def state_broker(broker_factory: Any) -> Any:
+    return broker_factory(BROKER)
+
+
+def _produce(c: RawClient, topic: str, n: int, first: int = 0) -> None:
+    for i in range(first, first + n):  # one batch per record: acquisition takes whole batches
+        r = c.request(PRODUCE, 9, produce_body(topic, 0, build_batch([(None, f"v{i}".encode(), [])])))
+        assert r["responses"][0]["partition_responses"][0]["error_code"] == 0, r
+
+
+def _setup(c: RawClient, records: int) -> tuple[str, uuid.UUID]:
+    topic = new_topic("share-state")
+    r = c.request(CREATE_TOPICS, 7, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1}],
+                                     "timeout_ms": 10000})
+    assert r["topics"][0]["error_code"] == 0, r
+    _produce(c, topic, records)
+    md = c.request(METADATA, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False,
+                                  "include_topic_authorized_operations": False})
+    return topic, md["topics"][0]["topic_id"]
+
+
+def _fetch(c: RawClient, group: str, member: str, epoch: int, tid: uuid.UUID, max_records: int = 100) -> dict:
+    return c.request(FETCH, 1, {"group_id": group, "member_id": member, "share_session_epoch": epoch,
+                                "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": max_records,
+                                "batch_size": max_records,
+                                "topics": [{"topic_id": tid, "partitions": [
+                                    {"partition_index": 0, "acknowledgement_batches": []}]}],
+                                "forgotten_topics_data": []})
+
+
+def _ack(c: RawClient, group: str, member: str, epoch: int, tid: uuid.UUID, batches: list[dict]) -> dict:
+    r = c.request(ACK, 1, {"group_id": group, "member_id": member, "share_session_epoch": epoch,
+                           "topics": [{"topic_id": tid, "partitions": [
+                               {"partition_index": 0, "acknowledgement_batches": batches}]}]})
+    return r["responses"][0]["partitions"][0]
+
+
+def _acquired(r: dict) -> list[tuple[int, int, int]]:
+    parts = [p for t in r["responses"] for p in t["partitions"]]
+    assert all(p["error_code"] == 0 for p in parts), parts
+    return [(a["first_offset"], a["last_offset"], a["delivery_count"]) for p in parts for a in p["acquired_records"]]
+
+
+def _state_records(data_dir: Path, partition: int) -> list[dict]:
+    out = CliRunner().invoke(cli, ["dump-log", "--share-group-state-decoder", "--json", "--files",
+                                   *sorted(str(p) for p in (data_dir / f"{STATE_TOPIC}-{partition}").glob("*.log"))])
+    assert out.exit_code == 0, out.output
+    return [json.loads(line) for line in out.output.splitlines() if line.startswith("{")]
+
+
+def test_acknowledged_records_survive_kill9(state_broker: Any) -> None:
+    group = "sstate-" + uuid.uuid4().hex[:6]
+    with RawClient(state_broker.port) as c:
+        topic, tid = _setup(c, 12)
+        assert _acquired(_fetch(c, group, "m1", 0, tid)) == [(0, 11, 1)]
+        # accept 0-3, reject 4, release 9 (available again, delivered once); 5-8, 10-11 stay acquired
+        assert _ack(c, group, "m1", 1, tid, [{"first_offset": 0, "last_offset": 4,
+                                              "acknowledge_types": [ACCEPT] * 4 + [REJECT]}])["error_code"] == 0
+        assert _ack(c, group, "m1", 2, tid, [{"first_offset": 6, "last_offset": 7, "acknowledge_types": [ACCEPT]},
+                                             {"first_offset": 9, "last_offset": 9, "acknowledge_types": [RELEASE]}]
+                    )["error_code"] == 0
+        assert _ack(c, group, "m1", 3, tid, [{"first_offset": 11, "last_offset": 11,
+                                              "acknowledge_types": [ACCEPT]}])["error_code"] == 0
+    state_broker.kill()  # SIGKILL: no clean shutdown
+    state_broker.start()
+    with RawClient(state_broker.port) as c:
+        # a new member after the restart: 0-4, 6-7 and 11 are done; 5, 8-10 come again with their count + 1
+        got = _acquired(_fetch(c, group, "m2", 0, tid))
+        assert got == [(5, 5, 2), (8, 10, 2)], got
+        _produce(c, topic, 1, first=12)
+        assert _acquired(_fetch(c, group, "m2", 1, tid)) == [(12, 12, 1)]  # never delivered before: count 1
+        r = c.request(HB, 1, {"group_id": group, "rack_id": None, "member_id": "m2", "member_epoch": 0,
+                              "subscribed_topic_names": [topic]})
+        assert r["error_code"] == 0
+        r = c.request(OFFSETS, 0, {"groups": [{"group_id": group, "topics": [{"topic_name": topic,
+                                                                              "partitions": [0]}]}]})
+        assert r["groups"][0]["topics"][0]["partitions"][0]["start_offset"] == 5  # the SPSO as persisted
+    # the state topic's records, decoded as Kafka's dump tool does: a snapshot at initialization, then updates,
+    # a new snapshot after share.coordinator.snapshot.update.records.per.snapshot (2) updates
+    key = ShareKey(group, tid.bytes if isinstance(tid, uuid.UUID) else bytes(tid), 0)
+    recs = [r for r in _state_records(state_broker.data_dir, state_partition(key, STATE_PARTITIONS))
+            if r.get("key_decoded") and r["key_decoded"]["data"]["groupId"] == group]
+    types = [r["key_decoded"]["type"] for r in recs]
+    assert types[:4] == ["0", "1", "1", "0"], types
+    first = recs[0]["payload_decoded"]["data"]
+    assert first["startOffset"] == 0 and first["stateEpoch"] == 0 and first["stateBatches"] == []
+    update = recs[1]["payload_decoded"]["data"]
+    assert update["startOffset"] == 5
+    assert update["stateBatches"][0] == {"firstOffset": 5, "lastOffset": 11, "deliveryState": 0, "deliveryCount": 1}
+    snap = recs[3]["payload_decoded"]["data"]
+    assert snap["snapshotEpoch"] == 1 and snap["startOffset"] == 5
+    assert [(b["firstOffset"], b["lastOffset"], b["deliveryState"]) for b in snap["stateBatches"]] == [
+        (5, 5, 0), (6, 7, 2), (8, 10, 0), (11, 11, 2)]
+
+
+def test_share_state_apis(state_broker: Any) -> None:
+    """APIs 83-87 as a share-partition leader calls them: initialize, read, write with fencing, summary, delete."""
+    group, tid = "sapi-" + uuid.uuid4().hex[:6], uuid.uuid4()
+
+    def call(api: int, part: dict, g: str = group) -> dict:
+        with RawClient(state_broker.port) as c:
+            r = c.request(api, 0, {"group_id": g, "topics": [{"topic_id": tid, "partitions": [part]}]})
+        return r["results"][0]["partitions"][0]
+
+    assert call(READ, {"partition": 0, "leader_epoch": 0})["error_code"] == UNKNOWN_TOPIC_OR_PARTITION
+    assert call(WRITE, {"partition": 0, "state_epoch": 0, "leader_epoch": 0, "start_offset": 0,
+                        "state_batches": []})["error_code"] == UNKNOWN_TOPIC_OR_PARTITION
+    s = call(SUMMARY, {"partition": 0, "leader_epoch": 0})
+    assert (s["error_code"], s["start_offset"]) == (0, -1)
+    assert call(INIT, {"partition": 0, "state_epoch": 1, "start_offset": 10})["error_code"] == 0
+    r = call(READ, {"partition": 0, "leader_epoch": 3})
+    assert (r["error_code"], r["state_epoch"], r["start_offset"], r["state_batches"]) == (0, 1, 10, [])
+    batch = {"first_offset": 10, "last_offset": 14, "delivery_state": 2, "delivery_count": 1}
+    w = {"partition": 0, "state_epoch": 1, "leader_epoch": 3, "start_offset": 10, "state_batches": [batch]}
+    assert call(WRITE, w)["error_code"] == 0
+    assert call(WRITE, {**w, "leader_epoch": 2})["error_code"] == FENCED_LEADER_EPOCH  # the read set epoch 3
+    assert call(WRITE, {**w, "state_epoch": 0})["error_code"] == FENCED_STATE_EPOCH
+    bad = {**w, "state_batches": [{**batch, "delivery_state": 1}]}  # acquired is never persisted
+    assert call(WRITE, bad)["error_code"] == INVALID_REQUEST
+    w2 = {**w, "start_offset": 12, "state_batches": [{**batch, "first_offset": 15, "last_offset": 15,
+                                                       "delivery_state": 0, "delivery_count": 2}]}
+    assert call(WRITE, w2)["error_code"] == 0
+    r = call(READ, {"partition": 0, "leader_epoch": 3})
+    assert r["start_offset"] == 12 and [(b["first_offset"], b["last_offset"], b["delivery_state"],
+                                         b["delivery_count"]) for b in r["state_batches"]] == [
+        (12, 14, 2, 1), (15, 15, 0, 2)]
+    s = call(SUMMARY, {"partition": 0, "leader_epoch": 3})
+    assert (s["error_code"], s["state_epoch"], s["start_offset"]) == (0, 1, 12)
+    assert call(INIT, {"partition": 0, "state_epoch": 0, "start_offset": 0})["error_code"] == FENCED_STATE_EPOCH
+    assert call(DELETE, {"partition": 0})["error_code"] == 0
+    assert call(READ, {"partition": 0, "leader_epoch": 3})["error_code"] == UNKNOWN_TOPIC_OR_PARTITION
+    with RawClient(state_broker.port) as c:
+        r = c.request(WRITE, 0, {"group_id": "", "topics": [{"topic_id": tid, "partitions": [w]}]})
+    assert r["results"][0]["partitions"][0]["error_code"] == INVALID_REQUEST
