@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tidelog.broker.group.share_persister import share_coordinator
-from tidelog.broker.group.share_state_records import ShareKey
+from tidelog.broker.group.share_state_records import STATE_TOPIC, ShareKey
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.core_shared import _CLUSTER, _uuid_bytes
 from tidelog.broker.handlers.group import fit
@@ -42,6 +42,9 @@ async def _serve(ctx: RequestContext, api_key: int, request: dict, fn: PartFn) -
     if not gid or sum(len(t.get("partitions") or ()) for t in topics) > MAX_PARTITIONS:
         return fit(api_key, v, error_response(api_key, v, request, INVALID_REQUEST,
                                               "Group id must be set; at most 10000 partitions."))
+    coord = share_coordinator(ctx.broker)
+    if ctx.broker.topics.get(STATE_TOPIC) is None and ctx.broker.replica_manager.internal_topics_led_on_creation:
+        await coord.state_topic()  # one node: created on first use, led here at once
     results = []
     for t in topics:
         tid = _uuid_bytes(t.get("topic_id"))
