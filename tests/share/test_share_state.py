@@ -5,12 +5,18 @@ count + 1; the topic's records decode as ShareSnapshot / ShareUpdate; APIs 83-87
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from confluent_kafka import Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import RawClient, new_topic, produce_body
 
 from tidelog.broker.group.share_state_records import STATE_TOPIC, ShareKey, state_partition
@@ -25,6 +31,7 @@ CREATE_TOPICS, PRODUCE, METADATA = 19, 0, 3
 ACCEPT, RELEASE, REJECT = 1, 2, 3
 UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH, FENCED_STATE_EPOCH, INVALID_REQUEST = 3, 74, 124, 42
 STATE_PARTITIONS = 3
+MEMBER = Path(__file__).resolve().parent / "share_member.py"
 BROKER = {"share.auto.offset.reset": "earliest", "offsets.topic.num.partitions": "3",
           "share.coordinator.state.topic.num.partitions": str(STATE_PARTITIONS),
           "share.coordinator.snapshot.update.records.per.snapshot": "2"}
@@ -165,3 +172,62 @@ def test_share_state_apis(state_broker: Any) -> None:
     with RawClient(state_broker.port) as c:
         r = c.request(WRITE, 0, {"group_id": "", "topics": [{"topic_id": tid, "partitions": [w]}]})
     assert r["results"][0]["partitions"][0]["error_code"] == INVALID_REQUEST
+
+
+def test_share_consumer_after_broker_kill9(state_broker: Any) -> None:
+    """confluent-kafka's ShareConsumer (explicit mode, in a subprocess) accepts 5 of the 10 records it polled and
+    holds the rest; the member and the broker are killed -9; after the restart a new member of the group gets every
+    record but the 5 accepted, the held ones with delivery count 2."""
+    bs = state_broker.bootstrap
+    topic = "share-st-" + uuid.uuid4().hex[:8]
+    admin = AdminClient({"bootstrap.servers": bs})  # kept alive until its future completes
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    values = [f"s{i}" for i in range(30)]
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 5, "batch.num.messages": 10})
+    for v in values:
+        p.produce(topic, v.encode())
+    assert p.flush(30) == 0
+    group = "sg-st-" + uuid.uuid4().hex[:6]
+    events: list[dict[str, Any]] = []
+    acked = threading.Event()
+    proc = subprocess.Popen([sys.executable, str(MEMBER), bs, group, topic,
+                             json.dumps({"ack": "accept", "accept_first": 5, "max_records": 10})],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            events.append(json.loads(line))
+            if events[-1]["event"] == "acked":
+                acked.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert acked.wait(60), f"the member acknowledged nothing: {events}"
+    finally:
+        proc.kill()
+        proc.wait(10)
+        reader.join(5)
+    k = next(i for i, e in enumerate(events) if e["event"] == "acked")
+    accepted = {e["v"] for e in events[:k]}
+    held = {e["v"] for e in events[k + 1:] if e["event"] == "msg"}
+    assert len(accepted) == 5 and held and all(e["n"] == 1 for e in events if e["event"] == "msg")
+    state_broker.kill()
+    state_broker.start()
+    c = ShareConsumer({"bootstrap.servers": bs, "group.id": group, "max.poll.records": 30,
+                       "share.acknowledgement.mode": "implicit"})
+    c.subscribe([topic])
+    got: dict[str, int] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while len(got) < len(values) - len(accepted) and time.monotonic() < deadline:
+            for m in c.poll(0.5):
+                if m.error() is None:
+                    assert m.value().decode() not in got, "a record delivered twice to the new member"
+                    got[m.value().decode()] = m.delivery_count()
+        c.commit_sync(30)
+    finally:
+        c.close()
+    assert set(got) == set(values) - accepted, "the accepted records are never delivered again, the rest are"
+    assert {v: got[v] for v in held} == dict.fromkeys(held, 2), "held records come back with delivery count 2"
