@@ -140,7 +140,7 @@ NO_AUTH = "none"  # APIs Kafka does not authorize (ApiVersions, SASL, DescribeCl
 # Kafka's ``AclEntry.supportedOperations`` and implied operations (``AclAuthorizer``): an ALLOW of any of
 # IMPLIES[op] grants op
 SUPPORTED = {T_TOPIC: (READ, WRITE, CREATE, DESCRIBE, DELETE, ALTER, DESCRIBE_CONFIGS, ALTER_CONFIGS),
-             T_GROUP: (READ, DESCRIBE, DELETE),
+             T_GROUP: (READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS),
              T_CLUSTER: (CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, ALTER, DESCRIBE),
              T_TXN: (DESCRIBE, WRITE)}
 IMPLIES = {DESCRIBE: {DESCRIBE, READ, WRITE, DELETE, ALTER}, DESCRIBE_CONFIGS: {DESCRIBE_CONFIGS, ALTER_CONFIGS}}
@@ -234,6 +234,7 @@ _TXN_HEAD = {"producer_id": 1, "producer_epoch": 0}
 _BROKER = {"resource_type": 4, "resource_name": "0"}
 _BROKER_LOGGER = {"resource_type": 8, "resource_name": "0"}
 _BROKER_DEFAULT = {"resource_type": 4, "resource_name": ""}  # the cluster-wide dynamic default
+_GROUP_RES = {"resource_type": 32, "resource_name": "authz-group"}  # Kafka 4's GROUP config resource
 DEL = "authz-del"  # deleted by its id by the one principal allowed to
 TOPIC_IDS: dict[str, bytes] = {}  # filled by setup_table_resources
 
@@ -439,7 +440,12 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
         Case(4, lambda _u: {"resources": [{**_BROKER_LOGGER, "configuration_keys": None}]},
              lambda r: r["results"][0]["error_code"],
              [Check(T_CLUSTER, DESCRIBE_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "broker logger"),
+        Case(4, lambda _u: {"resources": [{**_GROUP_RES, "configuration_keys": None}]},
+             lambda r: r["results"][0]["error_code"],
+             [Check(T_GROUP, DESCRIBE_CONFIGS, _GROUP_RES["resource_name"], GROUP_AUTH)], "group"),
     ],
+    ApiKey.LIST_CONFIG_RESOURCES: [Case(1, lambda _u: {"resource_types": []}, lambda r: r["error_code"],
+                                        [Check(T_CLUSTER, DESCRIBE_CONFIGS, "kafka-cluster", CLUSTER_AUTH)])],
     ApiKey.ALTER_CONFIGS: [
         Case(2, lambda _u: {"resources": [{"resource_type": 2, "resource_name": T, "configs": [
             {"name": "retention.ms", "value": "86400000"}]}], "validate_only": True},
@@ -467,6 +473,10 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
             {"name": "kafka.server", "config_operation": 0, "value": "INFO"}]}], "validate_only": True},
              lambda r: r["responses"][0]["error_code"],
              [Check(T_CLUSTER, ALTER_CONFIGS, "kafka-cluster", CLUSTER_AUTH)], "broker logger"),
+        Case(1, lambda _u: {"resources": [{**_GROUP_RES, "configs": [
+            {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}], "validate_only": True},
+             lambda r: r["responses"][0]["error_code"],
+             [Check(T_GROUP, ALTER_CONFIGS, _GROUP_RES["resource_name"], GROUP_AUTH)], "group"),
     ],
     ApiKey.ALTER_REPLICA_LOG_DIRS: [Case(2, lambda _u: {"dirs": [{"path": "/nowhere", "topics": [
         {"name": GONE, "partitions": [0]}]}]}, _first_partition("results"),

@@ -36,6 +36,7 @@ from tidelog.broker.fetch_session import FetchSessionCache
 from tidelog.broker.group.coordinator import GroupCoordinator
 from tidelog.broker.group.lag import group_lag_rows
 from tidelog.broker.group.share_coordinator import ShareCoordinator
+from tidelog.broker.group_configs import GroupConfigs, open_group_configs
 
 # the APIs every broker serves: importing the handler modules registers them in REGISTRY
 from tidelog.broker.handlers import (  # noqa: F401
@@ -108,6 +109,7 @@ class Broker:
         # SCRAM credentials: the replica manager's store (one node: a file in the first log dir; ZooKeeper mode:
         # /config/users), made with the storage
         self.scram_credentials: Any = None
+        self.group_configs: GroupConfigs | None = None  # dynamic GROUP configs, opened with the storage
         # the ACL authorizer (authorizer.class.name); None: no authorization, one attribute test per request
         self.authorizer: Authorizer | None = None
         self.logs: Any = None
@@ -224,6 +226,8 @@ class Broker:
         self.cluster_id = self.cluster_id or self._cluster_id_from_storage()
         self.producer_ids = self.replica_manager.make_producer_id_manager(self)
         self.scram_credentials = self.replica_manager.make_scram_store(self)
+        self.group_configs = open_group_configs(self.config.props, self.replica_manager.make_group_config_store(self),
+                                                self.loop)
         self.client_quotas.attach_store(self.replica_manager.make_quota_store(self), self.loop)
         if authorizer_enabled(cfg.get("authorizer.class.name")):
             self.authorizer = Authorizer(self.replica_manager.make_acl_store(self),

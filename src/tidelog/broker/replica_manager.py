@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from tidelog.broker.errors import PartitionError
 from tidelog.broker.fetch import FollowerFetchHooks
+from tidelog.broker.group_configs import STORE_FILE as GROUP_CONFIGS_FILE
+from tidelog.broker.group_configs import FileGroupConfigStore, GroupConfigStore
 from tidelog.broker.handlers import Handler
 from tidelog.broker.leadership import LeadershipChanges
 from tidelog.broker.producer_ids import ProducerIdManager
@@ -78,6 +80,10 @@ class ReplicaManager(Protocol):
 
     def make_broker_config_store(self, broker: Broker) -> object | None:
         """Where dynamic broker configs live beyond the broker's own file (ZooKeeper mode: ``/config/brokers``)."""
+        ...
+
+    def make_group_config_store(self, broker: Broker) -> GroupConfigStore:
+        """Where dynamic group configs live (one node: a file; ZooKeeper mode: ``/config/groups``)."""
         ...
 
     def on_log_dir_failure(self, root: Path, tps: list[tuple[str, int]], offline: bool, reason: str) -> None:
@@ -156,6 +162,10 @@ class LocalReplicaManager:
     def make_broker_config_store(self, broker: Broker) -> None:
         """No store beyond the broker's own file (``dynamic_config.FileStore``)."""
         return None
+
+    def make_group_config_store(self, broker: Broker) -> FileGroupConfigStore:
+        """Group configs: a file in the first log dir (ZooKeeper mode: ``/config/groups``)."""
+        return FileGroupConfigStore(broker.config.log_dirs[0] / GROUP_CONFIGS_FILE)
 
     def make_producer_id_manager(self, broker: Broker) -> ProducerIdManager:
         return ProducerIdManager(broker.config.log_dirs)

@@ -36,14 +36,14 @@ from tidelog.cli.users import scram_credentials
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
 
-TOPIC, BROKER = 2, 4  # ConfigResource types
+TOPIC, BROKER, GROUP = 2, 4, 32  # ConfigResource types
 SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
 DESCRIBE_VERSION, ALTER_VERSION = 4, 1
 # Kafka's ConfigEntry.ConfigSource names by DescribeConfigs config_source
 SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
            4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
            7: "DYNAMIC_CLIENT_METRICS_CONFIG", 8: "DYNAMIC_GROUP_CONFIG"}
-ENTITY_TYPES = ("topics", "brokers", "clients", "users")
+ENTITY_TYPES = ("topics", "brokers", "clients", "users", "groups")
 
 
 def _error(code: int, message: str | None) -> str:
@@ -78,6 +78,8 @@ def describe_resource(bootstrap: str, rtype: int, name: str, timeout: float) -> 
 def _dynamic_source(rtype: int, name: str) -> int:
     if rtype == TOPIC:
         return 1
+    if rtype == GROUP:
+        return 8
     return 2 if name else 3
 
 
@@ -89,10 +91,10 @@ def _entry_line(c: dict) -> str:
 
 
 def _resource(entity_type: str, names: tuple[str, ...], default: bool) -> tuple[int, str | None]:
-    if entity_type == "topics":
+    if entity_type in ("topics", "groups"):
         if default:
-            fail("--entity-default applies to brokers, clients and users, not topics", 2)
-        return TOPIC, names[0] if names else None
+            fail(f"--entity-default applies to brokers, clients and users, not {entity_type}", 2)
+        return (TOPIC if entity_type == "topics" else GROUP), names[0] if names else None
     if default:
         return BROKER, ""
     if names and not names[0].isdigit():
@@ -140,10 +142,10 @@ def _entity_options(fn: Any) -> Any:
     fn = click.option("--entity-default", is_flag=True,
                       help="The default entity: the cluster-wide broker default, the default user or client id.")(fn)
     fn = click.option("--entity-name", "entity_names", multiple=True,
-                      help="Topic name, broker id, client id or user principal (one per --entity-type).")(fn)
+                      help="Topic name, broker id, group id, client id or user principal (one per --entity-type).")(fn)
     fn = click.option("--entity-type", "entity_types", multiple=True, required=True,
                       type=click.Choice(ENTITY_TYPES),
-                      help="topics, brokers, clients or users (users and clients may be given together).")(fn)
+                      help="topics, brokers, groups, clients or users (users and clients may be given together).")(fn)
     return fn
 
 
@@ -154,7 +156,7 @@ def _check_types(types: tuple[str, ...]) -> None:
 
 @click.group()
 def configs() -> None:
-    """Describe and alter topic, broker, client and user configs (kafka-configs.sh)."""
+    """Describe and alter topic, broker, group, client and user configs (kafka-configs.sh)."""
 
 
 @configs.command("describe")
@@ -189,6 +191,12 @@ def describe(entity_types: tuple[str, ...], entity_names: tuple[str, ...], entit
         if rtype == TOPIC:
             md = asyncio.run(_metadata(bootstrap, timeout))
             resources = sorted(t["name"] for t in md["topics"])
+        elif rtype == GROUP:  # the groups that have configs (ListConfigResources v1, Kafka 4.1's kafka-configs.sh)
+            listed = asyncio.run(bootstrap_request(bootstrap, ApiKey.LIST_CONFIG_RESOURCES, 1,
+                                                   {"resource_types": [GROUP]}, timeout))
+            if listed["error_code"]:
+                fail(_error(listed["error_code"], None))
+            resources = sorted(r["resource_name"] for r in listed["config_resources"])
         else:
             resources = [*map(str, sorted(asyncio.run(broker_addresses(bootstrap, timeout)))), ""]
     else:
@@ -198,7 +206,7 @@ def describe(entity_types: tuple[str, ...], entity_names: tuple[str, ...], entit
         wanted = _dynamic_source(rtype, n)
         shown = [c for c in describe_resource(bootstrap, rtype, n, timeout) if show_all or c["config_source"] == wanted]
         if as_json:
-            found.append({"entityType": entity_types[0], "entityName": n if n or rtype == TOPIC else None,
+            found.append({"entityType": entity_types[0], "entityName": n if n or rtype != BROKER else None,
                           "configs": [_entry_json(c) for c in shown]})
             continue
         if rtype == BROKER and not n:

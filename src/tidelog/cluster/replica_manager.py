@@ -75,6 +75,7 @@ from tidelog.cluster.broker_channel import BrokerChannel
 from tidelog.cluster.broker_configs import ZkBrokerConfigStore
 from tidelog.cluster.controlled_shutdown import ControlledShutdown
 from tidelog.cluster.fetcher import ReplicaFetcherManager
+from tidelog.cluster.group_configs import ZkGroupConfigStore
 from tidelog.cluster.handlers import CLUSTER_HANDLERS
 from tidelog.cluster.isr import IsrTracking
 from tidelog.cluster.metadata_cache import MetadataCache
@@ -186,6 +187,10 @@ class ZkReplicaManager(ZkSession, ZkWatches, MetadataCache, IsrTracking, Control
     def make_quota_store(self, broker: Broker) -> Any:
         # client quotas where Kafka keeps them: /config/users, /config/clients, with /config/changes notifications
         return ZkQuotaStore(self.zk)
+
+    def make_group_config_store(self, broker: Broker) -> ZkGroupConfigStore:
+        # group configs: /config/groups/<group>, with /config/changes notifications (Kafka keeps them in KRaft)
+        return ZkGroupConfigStore(self.zk)
 
     def make_broker_config_store(self, broker: Broker) -> Any:
         # dynamic broker configs where Kafka keeps them: /config/brokers/<id>, /config/brokers/<default>

@@ -78,6 +78,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.LIST_CONFIG_RESOURCES: (0, 1),  # KIP-1142 (v0: KIP-714's ListClientMetricsResources); handlers/configs.py
     ApiKey.DESCRIBE_CLUSTER: (0, 2),  # v1 EndpointType (KIP-919); v2 IncludeFencedBrokers / IsFenced (KIP-1073)
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),  # KIP-966, paginated (broker/handlers/describe_topics.py)
     ApiKey.UPDATE_FEATURES: (0, 2),  # broker/handlers/features.py: only the current levels are valid

@@ -197,6 +197,16 @@ class ConsumerGroupManager:
         self._regex_matches: dict[str, frozenset[str]] = {}
         self.store = ConsumerGroupStore(self)  # ConsumerGroup* records in __consumer_offsets
 
+    def timeouts(self, group_id: str) -> tuple[int, int]:
+        """(session timeout, heartbeat interval) of a group: its ``consumer.session.timeout.ms`` /
+        ``consumer.heartbeat.interval.ms`` group configs (Kafka 4's GROUP config resource) when it has them,
+        else the broker's."""
+        configs = self.coordinator.broker.group_configs
+        if configs is None:
+            return self.session_ms, self.heartbeat_ms
+        eff = configs.effective(group_id)
+        return eff.consumer_session_timeout_ms, eff.consumer_heartbeat_interval_ms
+
     # ---------------------------------------------------------------------------------------- queries
 
     def get(self, group_id: str) -> ConsumerGroup | None:
@@ -430,7 +440,7 @@ class ConsumerGroupManager:
         after = (m.epoch, frozenset(m.assigned))
         send = epoch == 0 or before != after or (owned is not None and owned != m.assigned)
         return {"error_code": NONE, "error_message": None, "member_id": m.member_id, "member_epoch": m.epoch,
-                "heartbeat_interval_ms": self.heartbeat_ms,
+                "heartbeat_interval_ms": self.timeouts(g.group_id)[1],
                 "assignment": {"topic_partitions": self._by_topic_id(m.assigned)} if send else None}
 
     def _join(self, g: ConsumerGroup, member_id: str, instance_id: str | None) -> tuple[ConsumerMember, bool]:
@@ -551,7 +561,8 @@ class ConsumerGroupManager:
         if m.session_timer is not None:
             m.session_timer.cancel()
         loop = asyncio.get_running_loop()
-        m.session_timer = loop.call_later(self.session_ms / 1000.0, self._session_expired, g.group_id, m.member_id)
+        session_ms = self.timeouts(g.group_id)[0]
+        m.session_timer = loop.call_later(session_ms / 1000.0, self._session_expired, g.group_id, m.member_id)
 
     def _session_expired(self, group_id: str, member_id: str) -> None:
         g = self.groups.get(group_id)

@@ -9,10 +9,11 @@ a null value or an unknown operation is INVALID_REQUEST for that resource only, 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
 from tidelog.broker import config as bc
+from tidelog.broker import group_configs as gcs
 from tidelog.broker.errors import error_of, is_client_error
 from tidelog.broker.handlers import RequestContext, broker_configs, handles, topic_change
 from tidelog.broker.handlers.admin_common import (
@@ -28,7 +29,7 @@ from tidelog.broker.handlers.bodies import (
     DescribeConfigsResult,
 )
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
-from tidelog.broker.topics import ConfigEntry, TopicInfo
+from tidelog.broker.topics import ConfigEntry, ConfigSynonym, TopicInfo
 from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
@@ -46,13 +47,15 @@ class _ConfigAlter(Protocol[_C_contra]):
 
 log = logging.getLogger("tidelog.broker.configs")
 
-_TOPIC, _CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
+_TOPIC, _CLUSTER, _GROUP = ResourceType.TOPIC, ResourceType.CLUSTER, ResourceType.GROUP
 
 # ConfigResource.Type
 RESOURCE_UNKNOWN = 0
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
+RESOURCE_CLIENT_METRICS = 16
+RESOURCE_GROUP = gcs.RESOURCE_GROUP
 
 # DescribeConfigsResponse.ConfigSource
 SOURCE_UNKNOWN = 0
@@ -61,6 +64,7 @@ SOURCE_DYNAMIC_BROKER_CONFIG = 2
 SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 SOURCE_STATIC_BROKER_CONFIG = 4
 SOURCE_DEFAULT_CONFIG = 5
+SOURCE_GROUP_CONFIG = gcs.SOURCE_GROUP_CONFIG
 
 # DescribeConfigsResponse.ConfigType
 TYPE_UNKNOWN = 0
@@ -269,6 +273,12 @@ async def describe_configs(ctx: RequestContext, request: dict) -> dict:
             res["error_code"] = ErrorCode.INVALID_REQUEST
             res["error_message"] = "Describing broker loggers is not supported."
             continue
+        elif rtype == RESOURCE_GROUP and ctx.broker.group_configs is not None:
+            if not rname:
+                res["error_code"] = ErrorCode.INVALID_REQUEST
+                res["error_message"] = "Group name must not be empty"
+                continue
+            entries = _group_config_entries(ctx.broker.group_configs, rname)
         else:
             res["error_code"] = ErrorCode.INVALID_REQUEST
             res["error_message"] = f"Unsupported resource type {rtype}."
@@ -289,7 +299,23 @@ def _config_refusal(ctx: RequestContext, rtype: int, rname: str, op: AclOperatio
         return 0 if ctx.authorize(op, _TOPIC, rname) else TOPIC_AUTHORIZATION_FAILED
     if rtype in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
         return 0 if ctx.authorize(op, _CLUSTER, CLUSTER_NAME) else CLUSTER_AUTHORIZATION_FAILED
+    if rtype == RESOURCE_GROUP:
+        return 0 if ctx.authorize(op, _GROUP, rname) else ErrorCode.GROUP_AUTHORIZATION_FAILED
     return 0
+
+
+def _group_config_entries(gc: gcs.GroupConfigs, group: str) -> list[ConfigEntry]:
+    """Every group config (Kafka's ``ConfigHelper`` for GROUP): the group's own value (GROUP_CONFIG) or the
+    broker's default (DEFAULT_CONFIG), with both as synonyms."""
+    own, defaults = gc.overrides(group), gc.defaults()
+    out: list[ConfigEntry] = []
+    for name, key in gcs.GROUP_CONFIG_KEYS.items():
+        syns = [ConfigSynonym(name, own[name], SOURCE_GROUP_CONFIG)] if name in own else []
+        syns.append(ConfigSynonym(name, defaults[name], SOURCE_DEFAULT_CONFIG))
+        out.append(ConfigEntry(name, own.get(name, defaults[name]), syns[0].source, synonyms=syns,
+                               config_type=TYPE_INT if key.kind == "int" else TYPE_STRING,
+                               documentation=key.doc or None))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -339,6 +365,12 @@ async def _alter_config_resources(
             refusal = (ErrorCode.INVALID_REQUEST, bad_op)
         elif rtype == RESOURCE_BROKER:
             refusal = _broker_alter_refusal(ctx, rname, names)
+        elif rtype == RESOURCE_GROUP and ctx.broker.group_configs is not None:
+            nulls = [c.get("name") for c in configs if c.get("value") is None and not null_allowed(c)]
+            if not rname:
+                refusal = (ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+            elif nulls:
+                refusal = (ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}")
         elif rtype != RESOURCE_TOPIC:
             refusal = (ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}.")
         elif not topics.exists(rname):
@@ -351,6 +383,12 @@ async def _alter_config_resources(
             res["error_code"], res["error_message"] = error_code(refusal[0]), refusal[1]
             continue
         change_set = changes(configs)
+        if rtype == RESOURCE_GROUP and ctx.broker.group_configs is not None:
+            try:
+                await _alter_group(ctx, ctx.broker.group_configs, rname, change_set, validate_only)
+            except gcs.GroupConfigError as exc:
+                res["error_code"], res["error_message"] = error_code(exc.kafka_error), exc.message
+            continue
         if rtype == RESOURCE_BROKER:  # dynamic broker configs
             refused_change = await broker_configs.alter_broker(ctx, rname, change_set, validate_only)
             if refused_change is not None:
@@ -364,6 +402,19 @@ async def _alter_config_resources(
                 raise
             res["error_code"], res["error_message"] = error_of(exc)
     return {"throttle_time_ms": 0, "responses": responses}
+
+
+async def _alter_group(ctx: RequestContext, gc: gcs.GroupConfigs, group: str, change_set: object,
+                       validate_only: bool) -> None:
+    """A GROUP resource: AlterConfigs replaces the group's configs, IncrementalAlterConfigs applies its operations;
+    the store's write runs in the request pool (a file fsync, or a ZooKeeper transaction)."""
+    if isinstance(change_set, dict):
+        layer = {str(k): str(v) for k, v in change_set.items()}
+    elif isinstance(change_set, list):
+        layer = gc.incremental(group, [(str(n), int(op), v) for n, op, v in change_set])
+    else:
+        raise TypeError(f"unexpected config changes {change_set!r}")
+    await ctx.broker.request_pool.run(gc.alter, group, layer, validate_only)
 
 
 @handles(ApiKey.ALTER_CONFIGS)
@@ -395,3 +446,44 @@ async def incremental_alter_configs(ctx: RequestContext, request: dict) -> dict:
     )
 
 
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ListConfigResources (KIP-1142; v0 was KIP-714's ListClientMetricsResources)
+
+#: ListConfigResourcesRequest.supportedResourceTypes: v0 CLIENT_METRICS only; v1 adds the others
+_LISTABLE_V1 = (RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP)
+
+
+@handles(ApiKey.LIST_CONFIG_RESOURCES)
+async def list_config_resources(ctx: RequestContext, request: dict) -> dict:
+    """The resources a DescribeConfigs / IncrementalAlterConfigs can name (``kafka-configs.sh --describe`` without
+    an entity name): every topic, every live broker (as BROKER and as BROKER_LOGGER), the client-metrics
+    subscriptions (tidelog has none: KIP-714 telemetry is accepted, not configured) and the groups that have
+    configs. Needs DESCRIBE_CONFIGS on the cluster; a type the version does not know is UNSUPPORTED_VERSION."""
+    resp: dict[str, Any] = {"throttle_time_ms": 0, "error_code": 0, "config_resources": []}
+    if ctx.broker.authorizer is not None and not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, _CLUSTER, CLUSTER_NAME):
+        resp["error_code"] = CLUSTER_AUTHORIZATION_FAILED
+        return resp
+    supported = _LISTABLE_V1 if ctx.api_version >= 1 else (RESOURCE_CLIENT_METRICS,)
+    wanted = [int(t) for t in (request.get("resource_types") or [])] if ctx.api_version >= 1 else []
+    if any(t not in supported for t in wanted):
+        resp["error_code"] = ErrorCode.UNSUPPORTED_VERSION
+        return resp
+    types = set(wanted or supported)
+    out: list[dict[str, Any]] = resp["config_resources"]
+
+    def add(rtype: int, names: Iterable[str]) -> None:
+        out.extend({"resource_name": n, "resource_type": rtype} for n in names)
+
+    if RESOURCE_TOPIC in types:
+        add(RESOURCE_TOPIC, sorted(ctx.broker.topics.names()))
+    if types & {RESOURCE_BROKER, RESOURCE_BROKER_LOGGER}:
+        listed = ctx.broker.metadata_brokers(ctx.listener)
+        ids = sorted(int(b["node_id"]) for b in listed) if listed is not None else [node_id(ctx)]
+        for rtype in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+            if rtype in types:
+                add(rtype, [str(i) for i in ids])
+    if RESOURCE_GROUP in types and ctx.broker.group_configs is not None:
+        add(RESOURCE_GROUP, ctx.broker.group_configs.groups())
+    return resp
