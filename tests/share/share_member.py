@@ -5,8 +5,8 @@ Usage: ``python share_member.py BOOTSTRAP GROUP TOPIC [options as JSON]``. Print
 
 Options: ``ack`` ``implicit`` (default: a poll accepts the previous poll's records) or ``hold`` (explicit mode,
 never acknowledges: the records stay acquired until the member dies and their locks expire) or ``accept``
-(explicit mode: accepts the first ``accept_first`` records it polls, commits that, prints ``{"event": "acked"}``
-and holds the rest until it dies); ``max_records`` (``max.poll.records``, default 10).
+(explicit mode: accepts the first ``accept_first`` records it polls, commits that, holds the rest until it dies;
+prints ``{"event": "acked"}`` after the records of the poll where it committed); ``max_records`` (``max.poll.records``, default 10).
 """
 
 from __future__ import annotations
@@ -57,7 +57,10 @@ def main() -> None:
                 c.acknowledge(m, AcknowledgeType.ACCEPT)
                 if accept_first == 0:
                     c.commit_sync(30)
-                    emit(event="acked")
+                    accept_first = -2  # "acked" is told once the rest of this poll is printed
+        if accept_first == -2:
+            accept_first = -1
+            emit(event="acked")
     if not hold:
         c.commit_sync(30)  # implicit mode: accept the last poll's records (close alone would release them)
     c.close()
