@@ -104,17 +104,19 @@ def test_acknowledged_records_survive_kill9(state_broker: Any) -> None:
     state_broker.kill()  # SIGKILL: no clean shutdown
     state_broker.start()
     with RawClient(state_broker.port) as c:
+        r = c.request(HB, 1, {"group_id": group, "rack_id": None, "member_id": "m2", "member_epoch": 0,
+                              "subscribed_topic_names": [topic]})
+        assert r["error_code"] == 0
+        # before any fetch: the SPSO as persisted, from the share coordinator (ReadShareGroupStateSummary)
+        r = c.request(OFFSETS, 0, {"groups": [{"group_id": group, "topics": None}]})
+        assert [(t["topic_name"], [(p["partition_index"], p["start_offset"], p["error_code"])
+                                   for p in t["partitions"]]) for t in r["groups"][0]["topics"]] == [
+            (topic, [(0, 5, 0)])]
         # a new member after the restart: 0-4, 6-7 and 11 are done; 5, 8-10 come again with their count + 1
         got = _acquired(_fetch(c, group, "m2", 0, tid))
         assert got == [(5, 5, 2), (8, 10, 2)], got
         _produce(c, topic, 1, first=12)
         assert _acquired(_fetch(c, group, "m2", 1, tid)) == [(12, 12, 1)]  # never delivered before: count 1
-        r = c.request(HB, 1, {"group_id": group, "rack_id": None, "member_id": "m2", "member_epoch": 0,
-                              "subscribed_topic_names": [topic]})
-        assert r["error_code"] == 0
-        r = c.request(OFFSETS, 0, {"groups": [{"group_id": group, "topics": [{"topic_name": topic,
-                                                                              "partitions": [0]}]}]})
-        assert r["groups"][0]["topics"][0]["partitions"][0]["start_offset"] == 5  # the SPSO as persisted
     # the state topic's records, decoded as Kafka's dump tool does: a snapshot at initialization, then updates,
     # a new snapshot after share.coordinator.snapshot.update.records.per.snapshot (2) updates
     key = ShareKey(group, tid.bytes if isinstance(tid, uuid.UUID) else bytes(tid), 0)

@@ -2,7 +2,8 @@
 and Write of one share partition's state at its share coordinator, the leader of the ``__share_group_state``
 partition its coordinator key hashes to: this broker's :class:`ShareCoordinator` directly when it leads that
 partition, else the other broker over the inter-broker channel (ZooKeeper mode's ``broker_request``) with the
-ReadShareGroupState / InitializeShareGroupState / WriteShareGroupState requests (84 / 83 / 85, v0).
+ReadShareGroupState / InitializeShareGroupState / WriteShareGroupState / ReadShareGroupStateSummary requests
+(84 / 83 / 85 / 87, v0).
 
 Retriable answers (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, an unreachable broker)
 are retried with a short backoff until ``share.coordinator.write.timeout.ms`` has passed; the last error is then
@@ -28,7 +29,7 @@ from tidelog.broker.group.share_state_records import STATE_TOPIC, ShareKey, Shar
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
 
-INITIALIZE, READ, WRITE = 83, 84, 85
+INITIALIZE, READ, WRITE, SUMMARY = 83, 84, 85, 87
 RETRIABLE = (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, REQUEST_TIMED_OUT)
 BACKOFF_S = 0.1
 
@@ -125,3 +126,12 @@ class SharePersister:
                                   for a, b, s, c in batches]}
         r = await self._call(key, local, WRITE, part)
         return int(r.get("error_code") or 0), r.get("error_message")
+
+    async def summary(self, key: ShareKey) -> tuple[int, int]:
+        """(error, start offset) of ReadShareGroupStateSummary: -1 for a share partition never initialized."""
+        async def local() -> dict[str, Any]:
+            err, msg, st = self.coordinator.summary(key)
+            return {"error_code": err, "error_message": msg, "start_offset": st.start_offset if st else -1}
+
+        r = await self._call(key, local, SUMMARY, {"partition": key.partition, "leader_epoch": -1})
+        return int(r.get("error_code") or 0), int(r.get("start_offset", -1))

@@ -23,6 +23,7 @@ from typing import Any
 from tidelog.broker.errors import error_of
 from tidelog.broker.group.share_group import LEAVE_EPOCH, ShareGroupManager, share_manager
 from tidelog.broker.group.share_partition import AckError, batch_ranges
+from tidelog.broker.group.share_state_records import ShareKey
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.core_shared import _uuid_bytes
 from tidelog.broker.handlers.group import fit
@@ -363,15 +364,21 @@ async def share_acknowledge(ctx: RequestContext, request: dict) -> dict:
 # ================================================================================ share group offsets
 
 
-def _offsets_partition(ctx: RequestContext, mgr: ShareGroupManager, gid: str, name: str, tid: bytes,
-                       index: int) -> dict[str, Any]:
+async def _offsets_partition(ctx: RequestContext, mgr: ShareGroupManager, gid: str, name: str, tid: bytes,
+                             index: int) -> dict[str, Any]:
+    """The SPSO of one partition: the share partition's own when this broker leads it (the most recent), else the
+    persisted one from the share coordinator (ReadShareGroupStateSummary, as Kafka's group coordinator asks it)."""
     sp = mgr.partitions.get((gid, tid, index))
     try:
         epoch = int(ctx.broker.leader_epoch(name, index))
     except Exception:  # not led here (cluster mode): the state is on the leader
         epoch = -1
-    return {"partition_index": index, "start_offset": sp.spso if sp is not None else -1, "leader_epoch": epoch,
-            "error_code": NONE, "error_message": None}
+    if sp is not None and epoch >= 0:
+        return {"partition_index": index, "start_offset": sp.spso, "leader_epoch": epoch, "error_code": NONE,
+                "error_message": None}
+    err, start = await mgr.store.persister.summary(ShareKey(gid, tid, index))
+    return {"partition_index": index, "start_offset": start if not err else -1, "leader_epoch": epoch,
+            "error_code": err, "error_message": None}
 
 
 @handles(DESCRIBE_SHARE_GROUP_OFFSETS)
@@ -409,11 +416,15 @@ async def describe_share_group_offsets(ctx: RequestContext, request: dict) -> di
                                         "error_message": _err(TOPIC_AUTHORIZATION_FAILED)}
                                        for i in t.get("partitions") or ()]})
             continue
-        if wanted is None:  # every partition the group has state for (here), on topics it may describe
-            by_tid: dict[bytes, list[int]] = {}
+        if wanted is None:  # the group's subscribed topics and every partition it has state for here
+            by_tid: dict[bytes, set[int]] = {}
             for g_id, tid, index in list(mgr.partitions):
                 if g_id == gid:
-                    by_tid.setdefault(tid, []).append(index)
+                    by_tid.setdefault(tid, set()).add(index)
+            for topic in {t for m in mgr.groups[gid].members.values() for t in m.subscribed}:
+                sub = topics_mgr.get(topic)
+                if sub is not None:
+                    by_tid.setdefault(sub.topic_id, set()).update(range(sub.num_partitions))
             wanted = []
             for tid, indexes in by_tid.items():
                 info = topics_mgr.by_id(tid)
@@ -432,7 +443,7 @@ async def describe_share_group_offsets(ctx: RequestContext, request: dict) -> di
                     parts.append({"partition_index": index, "start_offset": -1, "leader_epoch": -1,
                                   "error_code": UNKNOWN_TOPIC_OR_PARTITION, "error_message": None})
                 else:
-                    parts.append(_offsets_partition(ctx, mgr, gid, name, info.topic_id, int(index)))
+                    parts.append(await _offsets_partition(ctx, mgr, gid, name, info.topic_id, int(index)))
             entry["topics"].append({"topic_name": name, "topic_id": info.topic_id if info is not None else b"\0" * 16,
                                     "partitions": parts})
     return fit(DESCRIBE_SHARE_GROUP_OFFSETS, ctx.api_version, {"throttle_time_ms": 0, "groups": groups})
