@@ -17,6 +17,9 @@ ReadShareGroupStateSummary (APIs 83-87) to the share-partition leaders (``share_
   UNKNOWN_TOPIC_OR_PARTITION (Kafka 4.1, KAFKA-19338).
 * ``__share_group_state`` is created on first use (``share.coordinator.state.topic.*``: partitions 50,
   replication factor 3 (1 on one node), compacted, ``segment.bytes`` 100 MiB, ``min.insync.replicas`` 2).
+  Compaction keeps the latest ShareSnapshot and the latest ShareUpdate of each key: that is enough because every
+  update tidelog writes carries the whole state of the share partition's window (``share_state_store``), and the
+  update a Read writes for a new leader epoch carries the whole merged state.
 
 Bounded: one entry per share partition a group ever read (as Kafka; removed by DeleteShareGroupState), at most
 ``MAX_BATCHES`` state batches per write (INVALID_REQUEST beyond).
@@ -255,7 +258,8 @@ class ShareCoordinator:
             if leader_epoch >= 0 and leader_epoch < cur.leader_epoch:
                 return FENCED_LEADER_EPOCH, f"Leader epoch {leader_epoch} is older than {cur.leader_epoch}.", None
             if leader_epoch > cur.leader_epoch:  # a new share-partition leader: its epoch fences the older one
-                err = await self._update(key, cur, leader_epoch, -1, [])
+                # (the whole state again: under compaction the latest ShareUpdate of a key is all that stays)
+                err = await self._update(key, cur, leader_epoch, cur.start_offset, list(cur.batches))
                 if err:
                     return err, None, None
             return NONE, None, self.states[key]
