@@ -233,3 +233,31 @@ def test_share_consumer_after_broker_kill9(state_broker: Any) -> None:
         c.close()
     assert set(got) == set(values) - accepted, "the accepted records are never delivered again, the rest are"
     assert {v: got[v] for v in held} == dict.fromkeys(held, 2), "held records come back with delivery count 2"
+
+
+def test_released_by_a_closing_session_is_persisted(state_broker: Any) -> None:
+    """A share session closed (epoch -1) releases what its member holds; that state is written in the background
+    (no acknowledgement waits for it): after a kill -9 the records come again with delivery count 2."""
+    group = "srel-" + uuid.uuid4().hex[:6]
+    with RawClient(state_broker.port) as c:
+        topic, tid = _setup(c, 4)
+        assert _acquired(_fetch(c, group, "m1", 0, tid)) == [(0, 3, 1)]
+        r = c.request(FETCH, 1, {"group_id": group, "member_id": "m1", "share_session_epoch": -1, "max_wait_ms": 0,
+                                 "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 0, "batch_size": 0,
+                                 "topics": [], "forgotten_topics_data": []})
+        assert r["error_code"] == 0, r
+        deadline = time.monotonic() + 30
+
+        def persisted() -> list[tuple[int, int, int, int]]:
+            p = c.request(READ, 0, {"group_id": group, "topics": [{"topic_id": tid, "partitions": [
+                {"partition": 0, "leader_epoch": -1}]}]})["results"][0]["partitions"][0]
+            return [(b["first_offset"], b["last_offset"], b["delivery_state"], b["delivery_count"])
+                    for b in p["state_batches"]]
+
+        while not persisted() and time.monotonic() < deadline:  # the background write, read back (bounded)
+            time.sleep(0.05)  # polling interval of the bounded read-back (no event to await from outside)
+        assert persisted() == [(0, 3, 0, 1)]
+    state_broker.kill()
+    state_broker.start()
+    with RawClient(state_broker.port) as c:
+        assert _acquired(_fetch(c, group, "m2", 0, tid)) == [(0, 3, 2)]

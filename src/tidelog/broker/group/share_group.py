@@ -330,9 +330,12 @@ class ShareGroupManager:
         """The member's session ends (epoch -1, or it left the group): it releases every record it holds."""
         self.sessions.pop((gid, mid), None)
         released = 0
-        for (g, _tid, _p), sp in self.partitions.items():
-            if g == gid:
-                released += sp.release_member(mid)
+        for key, sp in self.partitions.items():
+            if key[0] == gid:
+                n = sp.release_member(mid)
+                if n:
+                    self.store.persist_soon(key)  # released records: their state written (as Kafka)
+                released += n
         if released:
             self._wake()
 
@@ -363,7 +366,10 @@ class ShareGroupManager:
         if getattr(self.broker, "stopping", False):
             return
         now = time.monotonic()
-        if any([sp.expire(now) for sp in self.partitions.values()]):
+        expired = [key for key, sp in self.partitions.items() if sp.expire(now)]
+        for key in expired:
+            self.store.persist_soon(key)  # expired locks: the records' state written (as Kafka)
+        if expired:
             self._wake()
         if self.partitions or any(g.members for g in self.groups.values()):
             self._ensure_sweeper()

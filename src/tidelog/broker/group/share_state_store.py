@@ -7,7 +7,8 @@
   (latest: the high watermark; earliest: the log start) and starts there. The persisted batches become the window
   (``SharePartition.restore``): acknowledged and archived records stay done, the others are available again with
   their delivery counts kept, so they are redelivered with the count + 1.
-* **Persist** after every acknowledgement that changed a share partition (its answer waits for it, as Kafka's):
+* **Persist** after every acknowledgement that changed a share partition (its answer waits for it, as Kafka's),
+  and in the background when a closing share session released records or locks expired:
   WriteShareGroupState with the SPSO and the whole window (every in-flight run with its state and delivery count;
   Kafka writes the changed batches only). Writes of one share partition are serialized and coalesced: a write
   waiting behind another returns at once when the other already carried its change.
@@ -16,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,8 @@ from tidelog.broker.group.share_state_records import ShareKey
 
 if TYPE_CHECKING:
     from tidelog.broker.group.share_group import ShareGroupManager
+
+log = logging.getLogger("tidelog.broker.group.share_state_store")
 
 PKey = tuple[str, bytes, int]  # (group, topic id, partition)
 
@@ -46,6 +50,7 @@ class ShareStateStore:
         self.persister = SharePersister(mgr.broker)
         self.held: dict[PKey, _Held] = {}
         self._loading: dict[PKey, asyncio.Lock] = {}
+        self._background: set[asyncio.Task[None]] = set()
 
     async def load(self, gid: str, tid: bytes, index: int, name: str, plog: Any) -> tuple[int, str | None]:
         """Make sure the share partition is here, as persisted, for the current leadership (0 when it is)."""
@@ -104,6 +109,25 @@ class ShareStateStore:
             if err == NONE:
                 held.written = max(held.written, version)
             return err, msg
+
+    def persist_soon(self, key: PKey) -> None:
+        """A change nobody waits for (records released by a closing session, expired locks): written in the
+        background, coalesced with the writes around it; a failure is logged (the next write carries it)."""
+        self.changed(key)
+        if key not in self.held:
+            return
+        task = asyncio.get_running_loop().create_task(self._persist_logged(key))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _persist_logged(self, key: PKey) -> None:
+        try:
+            err, msg = await self.persist(key)
+        except Exception as exc:  # the broker stopping, the loop closing
+            err, msg = -1, repr(exc)
+        if err:
+            log.warning("share partition state not written", extra={"kv": {
+                "group": key[0], "partition": key[2], "error": err, "message": msg}})
 
     def forget(self, key: PKey) -> None:
         self.held.pop(key, None)

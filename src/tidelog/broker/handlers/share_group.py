@@ -196,6 +196,7 @@ async def _acquire(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: s
         sp = mgr.share_partition(gid, tid, index, plog.log_start_offset, hw)
         now = time.monotonic()
         if sp.expire(now):
+            mgr.store.persist_soon((gid, tid, index))
             mgr._wake()
         start = sp.fetch_offset()
         if start is None or start >= hw or taken >= max_records or size >= budget:
