@@ -240,7 +240,7 @@ def test_released_by_a_closing_session_is_persisted(state_broker: Any) -> None:
     (no acknowledgement waits for it): after a kill -9 the records come again with delivery count 2."""
     group = "srel-" + uuid.uuid4().hex[:6]
     with RawClient(state_broker.port) as c:
-        topic, tid = _setup(c, 4)
+        _topic, tid = _setup(c, 4)
         assert _acquired(_fetch(c, group, "m1", 0, tid)) == [(0, 3, 1)]
         r = c.request(FETCH, 1, {"group_id": group, "member_id": "m1", "share_session_epoch": -1, "max_wait_ms": 0,
                                  "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 0, "batch_size": 0,
