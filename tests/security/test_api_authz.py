@@ -412,6 +412,13 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
                                           "state_batches": []}),
         (ApiKey.DELETE_SHARE_GROUP_STATE, {}),
         (ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, {"leader_epoch": 0}))},
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: [Case(0, lambda _u: {"group_id": G, "topics": [
+        {"topic_name": T, "partitions": [{"partition_index": 0, "start_offset": 0}]}]},
+        lambda r: r["error_code"] or r["responses"][0]["partitions"][0]["error_code"],
+        [Check(T_GROUP, READ, G, GROUP_AUTH), Check(T_TOPIC, READ, T, TOPIC_AUTH)])],
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: [Case(0, lambda _u: {"group_id": G, "topics": [{"topic_name": T}]},
+        lambda r: r["error_code"] or r["responses"][0]["error_code"],
+        [Check(T_GROUP, DELETE, G, GROUP_AUTH), Check(T_TOPIC, READ, T, TOPIC_AUTH)])],
     ApiKey.TXN_OFFSET_COMMIT: [Case(3, lambda _u: {
         "transactional_id": X, "group_id": G, **_TXN_HEAD,
         "topics": [{"name": T, "partitions": [{"partition_index": 0, "committed_offset": 1}]}]},

@@ -261,3 +261,36 @@ def test_released_by_a_closing_session_is_persisted(state_broker: Any) -> None:
     state_broker.start()
     with RawClient(state_broker.port) as c:
         assert _acquired(_fetch(c, group, "m2", 0, tid)) == [(0, 3, 2)]
+
+
+ALTER_OFFSETS, DELETE_OFFSETS, NON_EMPTY_GROUP = 91, 92, 68
+
+
+def test_alter_and_delete_share_group_offsets(state_broker: Any) -> None:
+    """AlterShareGroupOffsets moves a share partition's start (the next fetch starts there, every record before it
+    done); refused while the group has members; DeleteShareGroupOffsets drops the state (the next fetch starts at
+    share.auto.offset.reset, earliest here, with delivery counts from 1)."""
+    group = "soffs-" + uuid.uuid4().hex[:6]
+    with RawClient(state_broker.port) as c:
+        topic, tid = _setup(c, 10)
+        assert _acquired(_fetch(c, group, "m1", 0, tid, max_records=3)) == [(0, 2, 1)]
+        r = c.request(HB, 1, {"group_id": group, "rack_id": None, "member_id": "m1", "member_epoch": 0,
+                              "subscribed_topic_names": [topic]})
+        assert r["error_code"] == 0
+        alter = {"group_id": group, "topics": [{"topic_name": topic, "partitions": [
+            {"partition_index": 0, "start_offset": 7}, {"partition_index": 3, "start_offset": 0}]}]}
+        assert c.request(ALTER_OFFSETS, 0, alter)["error_code"] == NON_EMPTY_GROUP
+        r = c.request(HB, 1, {"group_id": group, "rack_id": None, "member_id": "m1", "member_epoch": -1,
+                              "subscribed_topic_names": None})
+        assert r["error_code"] == 0
+        r = c.request(ALTER_OFFSETS, 0, alter)
+        assert r["error_code"] == 0
+        assert [(p["partition_index"], p["error_code"]) for p in r["responses"][0]["partitions"]] == [
+            (0, 0), (3, UNKNOWN_TOPIC_OR_PARTITION)]
+        assert _acquired(_fetch(c, group, "m2", 0, tid)) == [(7, 9, 1)]  # 0-6 done: never delivered (again)
+        r = c.request(DELETE_OFFSETS, 0, {"group_id": group, "topics": [{"topic_name": topic},
+                                                                        {"topic_name": "no-such-topic"}]})
+        assert r["error_code"] == 0
+        assert [(t["topic_name"], t["error_code"]) for t in r["responses"]] == [
+            (topic, 0), ("no-such-topic", UNKNOWN_TOPIC_OR_PARTITION)]
+        assert _acquired(_fetch(c, group, "m3", 0, tid)) == [(0, 9, 1)]  # from the earliest offset again

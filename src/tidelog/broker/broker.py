@@ -54,6 +54,7 @@ from tidelog.broker.handlers import (  # noqa: F401
     replication_admin,
     security,
     share_group,
+    share_offsets,
     share_state,
     storage_admin,
     telemetry,

@@ -29,7 +29,7 @@ from tidelog.broker.group.share_state_records import STATE_TOPIC, ShareKey, Shar
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
 
-INITIALIZE, READ, WRITE, SUMMARY = 83, 84, 85, 87
+INITIALIZE, READ, WRITE, DELETE, SUMMARY = 83, 84, 85, 86, 87
 RETRIABLE = (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, REQUEST_TIMED_OUT)
 BACKOFF_S = 0.1
 
@@ -135,3 +135,20 @@ class SharePersister:
 
         r = await self._call(key, local, SUMMARY, {"partition": key.partition, "leader_epoch": -1})
         return int(r.get("error_code") or 0), int(r.get("start_offset", -1))
+
+    async def summary_epoch(self, key: ShareKey) -> tuple[int, int]:
+        """(error, state epoch) of ReadShareGroupStateSummary (0 for a share partition never initialized)."""
+        async def local() -> dict[str, Any]:
+            err, msg, st = self.coordinator.summary(key)
+            return {"error_code": err, "error_message": msg, "state_epoch": st.state_epoch if st else 0}
+
+        r = await self._call(key, local, SUMMARY, {"partition": key.partition, "leader_epoch": -1})
+        return int(r.get("error_code") or 0), int(r.get("state_epoch", 0))
+
+    async def delete(self, key: ShareKey) -> tuple[int, str | None]:
+        async def local() -> dict[str, Any]:
+            err, msg = await self.coordinator.delete(key)
+            return {"error_code": err, "error_message": msg}
+
+        r = await self._call(key, local, DELETE, {"partition": key.partition})
+        return int(r.get("error_code") or 0), r.get("error_message")

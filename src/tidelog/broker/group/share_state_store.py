@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.group.share_coordinator import NONE, UNKNOWN_TOPIC_OR_PARTITION
+from tidelog.broker.group.share_coordinator import FENCED_STATE_EPOCH, NONE, UNKNOWN_TOPIC_OR_PARTITION
 from tidelog.broker.group.share_partition import SharePartition
 from tidelog.broker.group.share_persister import SharePersister
 from tidelog.broker.group.share_state_records import ShareKey
@@ -108,6 +108,8 @@ class ShareStateStore:
                                                   sp.persisted_batches())
             if err == NONE:
                 held.written = max(held.written, version)
+            elif err in (FENCED_STATE_EPOCH, UNKNOWN_TOPIC_OR_PARTITION):  # offsets altered or deleted: reloaded
+                self.drop(key)
             return err, msg
 
     def persist_soon(self, key: PKey) -> None:
@@ -129,6 +131,8 @@ class ShareStateStore:
             log.warning("share partition state not written", extra={"kv": {
                 "group": key[0], "partition": key[2], "error": err, "message": msg}})
 
-    def forget(self, key: PKey) -> None:
+    def drop(self, key: PKey) -> None:
+        """Forget the share partition here (its persisted state was altered or deleted): loaded again on next use."""
         self.held.pop(key, None)
         self._loading.pop(key, None)
+        self.mgr.partitions.pop(key, None)
