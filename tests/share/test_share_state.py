@@ -294,3 +294,29 @@ def test_alter_and_delete_share_group_offsets(state_broker: Any) -> None:
         assert [(t["topic_name"], t["error_code"]) for t in r["responses"]] == [
             (topic, 0), ("no-such-topic", UNKNOWN_TOPIC_OR_PARTITION)]
         assert _acquired(_fetch(c, group, "m3", 0, tid)) == [(0, 9, 1)]  # from the earliest offset again
+
+
+def test_share_groups_cli_reset_and_delete_offsets(state_broker: Any) -> None:
+    """``tidelog share-groups reset-offsets`` (dry run, then --execute) and ``delete-offsets``, as
+    kafka-share-groups.sh --reset-offsets / --delete-offsets."""
+    group = "scli-" + uuid.uuid4().hex[:6]
+    runner = CliRunner()
+    bs = ["--bootstrap-server", state_broker.bootstrap]
+    with RawClient(state_broker.port) as c:
+        topic, tid = _setup(c, 6)
+        args = ["share-groups", "reset-offsets", "--group", group, "--topic", topic, "--to-latest", *bs]
+        out = runner.invoke(cli, args, catch_exceptions=False)
+        assert out.exit_code == 0, out.output
+        assert [line.split() for line in out.output.splitlines() if line.strip()] == [
+            ["GROUP", "TOPIC", "PARTITION", "NEW-START-OFFSET"], [group, topic, "0", "6"]]
+        assert _acquired(_fetch(c, group, "m0", 0, tid, max_records=1)) == [(0, 0, 1)]  # a dry run changed nothing
+        args = ["share-groups", "reset-offsets", "--group", group, "--topic", f"{topic}:0", "--to-offset", "4",
+                "--execute", *bs]
+        out = runner.invoke(cli, args, catch_exceptions=False)
+        assert out.exit_code == 0, out.output
+        assert _acquired(_fetch(c, group, "m1", 0, tid)) == [(4, 5, 1)]
+        out = runner.invoke(cli, ["share-groups", "delete-offsets", "--group", group, "--topic", topic, *bs],
+                            catch_exceptions=False)
+        assert out.exit_code == 0, out.output
+        assert [line.split() for line in out.output.splitlines() if line.strip()][1] == [topic, "Successful"]
+        assert _acquired(_fetch(c, group, "m2", 0, tid)) == [(0, 5, 1)]
