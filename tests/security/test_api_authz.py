@@ -401,6 +401,24 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
          "topics": [{"name": GONE, "partition_indexes": [0]}]}]},
         lambda r: r["markers"][0]["topics"][0]["partitions"][0]["error_code"],
         [Check(T_CLUSTER, CLUSTER_ACTION, "kafka-cluster", CLUSTER_AUTH)])],
+    # the share coordinator's APIs (83-87): CLUSTER_ACTION, every partition refused (as KafkaApis)
+    **{k: [Case(0, lambda _u, part=part: {"group_id": G, "topics": [
+        {"topic_id": b"\x01" * 16, "partitions": [{"partition": 0, **part}]}]},
+        lambda r: r["results"][0]["partitions"][0]["error_code"],
+        [Check(T_CLUSTER, CLUSTER_ACTION, "kafka-cluster", CLUSTER_AUTH)])] for k, part in (
+        (ApiKey.INITIALIZE_SHARE_GROUP_STATE, {"state_epoch": 0, "start_offset": 0}),
+        (ApiKey.READ_SHARE_GROUP_STATE, {"leader_epoch": 0}),
+        (ApiKey.WRITE_SHARE_GROUP_STATE, {"state_epoch": 0, "leader_epoch": 0, "start_offset": 0,
+                                          "state_batches": []}),
+        (ApiKey.DELETE_SHARE_GROUP_STATE, {}),
+        (ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, {"leader_epoch": 0}))},
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: [Case(0, lambda _u: {"group_id": G, "topics": [
+        {"topic_name": T, "partitions": [{"partition_index": 0, "start_offset": 0}]}]},
+        lambda r: r["error_code"] or r["responses"][0]["partitions"][0]["error_code"],
+        [Check(T_GROUP, READ, G, GROUP_AUTH), Check(T_TOPIC, READ, T, TOPIC_AUTH)])],
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: [Case(0, lambda _u: {"group_id": G, "topics": [{"topic_name": T}]},
+        lambda r: r["error_code"] or r["responses"][0]["error_code"],
+        [Check(T_GROUP, DELETE, G, GROUP_AUTH), Check(T_TOPIC, READ, T, TOPIC_AUTH)])],
     ApiKey.TXN_OFFSET_COMMIT: [Case(3, lambda _u: {
         "transactional_id": X, "group_id": G, **_TXN_HEAD,
         "topics": [{"name": T, "partitions": [{"partition_index": 0, "committed_offset": 1}]}]},

@@ -4,8 +4,9 @@ Usage: ``python share_member.py BOOTSTRAP GROUP TOPIC [options as JSON]``. Print
 ``{"event": "msg", "p": partition, "o": offset, "v": value, "n": delivery count, "t": time}`` for every record polled.
 
 Options: ``ack`` ``implicit`` (default: a poll accepts the previous poll's records) or ``hold`` (explicit mode,
-never acknowledges: the records stay acquired until the member dies and their locks expire); ``max_records``
-(``max.poll.records``, default 10).
+never acknowledges: the records stay acquired until the member dies and their locks expire) or ``accept``
+(explicit mode: accepts the first ``accept_first`` records it polls, commits that, holds the rest until it dies;
+prints ``{"event": "acked"}`` after the records of the poll where it committed); ``max_records`` (``max.poll.records``, default 10).
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ def emit(**kw: Any) -> None:
 
 
 def main() -> None:
-    from confluent_kafka import ShareConsumer
+    from confluent_kafka import AcknowledgeType, ShareConsumer
 
     bootstrap, group, topic = sys.argv[1:4]
     opts: dict[str, Any] = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
-    hold = opts.get("ack") == "hold"
+    accept_first = int(opts.get("accept_first", 0)) if opts.get("ack") == "accept" else -1
+    hold = opts.get("ack") in ("hold", "accept")
     c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
                        "max.poll.records": int(opts.get("max_records", 10)),
                        "share.acknowledgement.mode": "explicit" if hold else "implicit"})
@@ -50,6 +52,15 @@ def main() -> None:
             emit(event="msg", p=m.partition(), o=m.offset(), v=m.value().decode(), n=m.delivery_count(),
                  t=time.time())
             held = True
+            if accept_first > 0:
+                accept_first -= 1
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+                if accept_first == 0:
+                    c.commit_sync(30)
+                    accept_first = -2  # "acked" is told once the rest of this poll is printed
+        if accept_first == -2:
+            accept_first = -1
+            emit(event="acked")
     if not hold:
         c.commit_sync(30)  # implicit mode: accept the last poll's records (close alone would release them)
     c.close()

@@ -36,6 +36,7 @@ from tidelog.broker.fetch import ReadService
 from tidelog.broker.fetch_session import FetchSessionCache
 from tidelog.broker.group.coordinator import GroupCoordinator
 from tidelog.broker.group.lag import group_lag_rows
+from tidelog.broker.group.share_coordinator import ShareCoordinator
 from tidelog.broker.group_configs import GroupConfigs, open_group_configs
 
 # the APIs every broker serves: importing the handler modules registers them in REGISTRY
@@ -54,6 +55,8 @@ from tidelog.broker.handlers import (  # noqa: F401
     replication_admin,
     security,
     share_group,
+    share_offsets,
+    share_state,
     storage_admin,
     telemetry,
     txn,
@@ -284,9 +287,11 @@ class Broker:
             self.metrics.add_rows_source(self.logs.cleaner.metrics)
         self.metrics.add_rows_source(self.logs.metrics_rows)
         self.group_coordinator = GroupCoordinator(self)
+        self.share_coordinator = ShareCoordinator(self)  # __share_group_state (KIP-932)
         # the coordinators follow partition leadership (broker/leadership.py): each loads the partitions of its
         # internal topic this broker leads, in the background, and unloads those it no longer leads
-        self.replica_manager.leadership.listen((self.group_coordinator, self.txn_coordinator))
+        self.replica_manager.leadership.listen((self.group_coordinator, self.txn_coordinator,
+                                                self.share_coordinator))
         await self.group_coordinator.start()
         await self.txn_coordinator.start()
         self.replica_manager.start_leadership()  # one node: leader of everything it hosts, announced now

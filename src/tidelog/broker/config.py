@@ -311,6 +311,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("group.share.max.share.sessions", "2000", _pos_int),
         _key("share.auto.offset.reset", "latest", str, "where a share group starts on a partition it never read: "
              "latest or earliest (Kafka: a group config; tidelog: a broker-wide default)"),
+        # KIP-932 share coordinator (broker/group/share_coordinator.py): Kafka's ShareCoordinatorConfig names, defaults
+        _key("share.coordinator.state.topic.num.partitions", "50", _pos_int),
+        _key("share.coordinator.state.topic.replication.factor", "3", _replication_factor),
+        _key("share.coordinator.state.topic.segment.bytes", "104857600", _pos_int),
+        _key("share.coordinator.state.topic.min.isr", "2", _pos_int),
+        _key("share.coordinator.snapshot.update.records.per.snapshot", "500", _nonneg_int),
+        _key("share.coordinator.write.timeout.ms", "5000", _pos_int),
         _key("offsets.topic.num.partitions", "50", _pos_int),
         _key("offsets.topic.replication.factor", "3", _replication_factor),
         _key("offsets.topic.segment.bytes", "104857600", _pos_int),

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 # Kafka's internal topics (``Topic.INTERNAL_TOPICS``): written only by their coordinators; a client's Produce to
 # them is refused with INVALID_TOPIC_EXCEPTION unless its client id is ``ADMIN_CLIENT_ID`` (Kafka's
 # ``AdminUtils.ADMIN_CLIENT_ID``, the same rule as ``ReplicaManager.appendToLocalLog``).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 ADMIN_CLIENT_ID = "__admin_client"
 
 REGISTRY_FILE = "tidelog-topics.json"

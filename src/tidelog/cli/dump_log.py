@@ -72,6 +72,12 @@ def _split_files(values: tuple[str, ...]) -> list[str]:
     "(implies --print-data-log).",
 )
 @click.option(
+    "--share-group-state-decoder",
+    is_flag=True,
+    help="Decode __share_group_state records (ShareSnapshot, ShareUpdate) as JSON, as Kafka does "
+    "(implies --print-data-log).",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object per line instead of Kafka's text."
 )
 def dump_log(
@@ -84,6 +90,7 @@ def dump_log(
     max_bytes: int,
     skip_record_metadata: bool,
     offsets_decoder: bool,
+    share_group_state_decoder: bool,
     as_json: bool,
 ) -> None:
     """Print the contents of Kafka segment files and verify their indexes (like kafka-dump-log.sh)."""
@@ -99,6 +106,7 @@ def dump_log(
         max_bytes=max_bytes,
         skip_record_metadata=skip_record_metadata,
         offsets_decoder=offsets_decoder,
+        share_state_decoder=share_group_state_decoder,
     )
     dumper = Dumper(options)
     out = sys.stdout

@@ -8,7 +8,7 @@ group's coordinator, through tidelog's own client. Kafka's layouts (ShareGroupCo
 * ``--describe --members [--verbose]``: ``GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS [MEMBER-EPOCH] ASSIGNMENT``
   (an assignment ``topic:0,1;other:2``, ``-`` when empty).
 
-Not here yet: the offsets view (``--describe`` alone: ``START-OFFSET`` and lag per partition, from
+``reset-offsets`` / ``delete-offsets``: ``cli/share_offsets.py``. Not here yet: the offsets view (``--describe`` alone: ``START-OFFSET`` and lag per partition, from
 DescribeShareGroupOffsets, API 90) (docs/decisions/0067-share-groups.md).
 """
 
@@ -30,6 +30,7 @@ from tidelog.cli._client import (
     safe_echo,
 )
 from tidelog.cli.group_kip848 import assignment_text
+from tidelog.cli.share_offsets import register
 from tidelog.client import admin_ops
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_for_code
@@ -133,3 +134,6 @@ def describe_cmd(group: str, view: str, verbose: bool, bootstrap: str, propertie
         fail(f"Share group '{group}': {err}")
     headers, rows = member_rows(g, verbose) if view == "members" else state_rows(g, coordinator, verbose)
     print_table(headers, rows, blank_before=True)
+
+
+register(share_groups)  # reset-offsets, delete-offsets (cli/share_offsets.py)

@@ -138,6 +138,14 @@ GROUP_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SHARE_FETCH: (1, 1),
     ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
     ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 0),
+    # the share coordinator's inter-broker APIs (broker/group/share_coordinator.py, handlers/share_state.py)
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.READ_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.WRITE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.DELETE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: (0, 0),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),  # handlers/share_offsets.py
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),  # v3+ member fields (KIP-447), v5 only adds TRANSACTION_ABORTABLE (KIP-890)
 }
 """Classic group-protocol APIs: codecs exist; the broker adds these to SUPPORTED_VERSIONS once served."""

@@ -73,6 +73,7 @@ from tidelog.storage.header_scan import HeaderScan, classify_header
 from tidelog.storage.producer_state import decrement_sequence
 from tidelog.tools.dump_files import LogFile, read_entries, valid_prefix
 from tidelog.tools.offsets_decoder import parse_offsets_record
+from tidelog.tools.share_state_decoder import parse_share_state_record
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # Kafka's --max-message-size default
 DEFAULT_MAX_BYTES = 2**31 - 1  # Kafka's --max-bytes default (Integer.MAX_VALUE)
@@ -104,10 +105,11 @@ class DumpOptions:
     max_bytes: int = DEFAULT_MAX_BYTES
     skip_record_metadata: bool = False
     offsets_decoder: bool = False  # decode __consumer_offsets records; implies print_data_log, as in Kafka
+    share_state_decoder: bool = False  # decode __share_group_state records (Kafka's --share-group-state-decoder)
 
     @property
     def print_data(self) -> bool:
-        return self.print_data_log or self.offsets_decoder
+        return self.print_data_log or self.offsets_decoder or self.share_state_decoder
 
     @property
     def deep(self) -> bool:
@@ -362,8 +364,9 @@ class Dumper:
                     control_text, control_data = _describe_control(rec)
                     parts.append(control_text)
                     data["control"] = control_data
-            if opts.offsets_decoder and not h.is_control:
-                decoded = parse_offsets_record(rec.offset, key, value)
+            if (opts.offsets_decoder or opts.share_state_decoder) and not h.is_control:
+                parse = parse_share_state_record if opts.share_state_decoder else parse_offsets_record
+                decoded = parse(rec.offset, key, value)
                 parts.append(f"key: {decoded.key_text}" if parts else f"| key: {decoded.key_text}")
                 data["key"] = decoded.key_text
                 data["key_decoded"] = decoded.key_json

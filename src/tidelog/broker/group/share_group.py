@@ -21,8 +21,9 @@ next one (INVALID_SHARE_SESSION_EPOCH) or SHARE_SESSION_NOT_FOUND; at most ``gro
 Lock expiry: a sweep every ``SWEEP_S`` releases expired locks (a SIGKILLed member's records come back after the
 lock duration), besides the check on every fetch.
 
-Everything is in memory: a restart or a leader move loses the share-partition state (Kafka persists it in
-``__share_group_state`` through its share coordinator); see docs/decisions/0067-share-groups.md.
+The share partitions' state is persisted in ``__share_group_state`` through the share coordinator
+(``share_state_store``: read when a share partition is first used here, written on every acknowledgement); group
+membership is in memory. See docs/decisions/0067-share-groups.md.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.group.share_partition import SharePartition
+from tidelog.broker.group.share_state_store import ShareStateStore
 from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -159,6 +161,7 @@ class ShareGroupManager:
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         self._sweeper: asyncio.TimerHandle | None = None
         self.changed = asyncio.Event()  # set when records become available again (release, expiry)
+        self.store = ShareStateStore(self)  # share-partition state through the share coordinator
 
     # ================================================================================= membership
 
@@ -327,9 +330,12 @@ class ShareGroupManager:
         """The member's session ends (epoch -1, or it left the group): it releases every record it holds."""
         self.sessions.pop((gid, mid), None)
         released = 0
-        for (g, _tid, _p), sp in self.partitions.items():
-            if g == gid:
-                released += sp.release_member(mid)
+        for key, sp in self.partitions.items():
+            if key[0] == gid:
+                n = sp.release_member(mid)
+                if n:
+                    self.store.persist_soon(key)  # released records: their state written (as Kafka)
+                released += n
         if released:
             self._wake()
 
@@ -360,7 +366,10 @@ class ShareGroupManager:
         if getattr(self.broker, "stopping", False):
             return
         now = time.monotonic()
-        if any([sp.expire(now) for sp in self.partitions.values()]):
+        expired = [key for key, sp in self.partitions.items() if sp.expire(now)]
+        for key in expired:
+            self.store.persist_soon(key)  # expired locks: the records' state written (as Kafka)
+        if expired:
             self._wake()
         if self.partitions or any(g.members for g in self.groups.values()):
             self._ensure_sweeper()

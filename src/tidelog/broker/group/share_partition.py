@@ -22,7 +22,8 @@ it was given as a whole (the common case) keeps the list at a few runs.
 Bounded: no batch is acquired once the window (SPEO - SPSO) has reached ``group.share.partition.max.record.locks``
 (it may pass it by the rest of the last batch started: batches are acquired whole, as Kafka does); acquisition then
 waits until the head of the window is done. The runs are at most one per offset of the window, and a few when
-consumers acknowledge what they got as a whole. Everything is in memory (docs/decisions/0067-share-groups.md).
+consumers acknowledge what they got as a whole. The state is persisted through the share coordinator
+(``share_state_store``; docs/decisions/0067-share-groups.md).
 """
 
 from __future__ import annotations
@@ -291,3 +292,38 @@ class SharePartition:
 
     def acquired_count(self) -> int:
         return sum(r.last - r.first + 1 for r in self.runs if r.state == ACQUIRED)
+
+    # ----------------------------------------------------------------------------------------- persistence
+
+    @classmethod
+    def restore(cls, start_offset: int, batches: Iterable[tuple[int, int, int, int]], lock_ms: int,
+                delivery_limit: int, max_locks: int) -> SharePartition:
+        """A share partition as its persisted state left it (ReadShareGroupState): the window starts at the SPSO
+        and ends after the last persisted batch; each batch keeps its state (available, acknowledged, archived)
+        and delivery count, offsets between batches are available and never delivered."""
+        sp = cls(start_offset, lock_ms, delivery_limit, max_locks)
+        pos = start_offset
+        for first, last, state, count in sorted(batches):
+            first = max(first, pos)
+            if last < first:
+                continue
+            if first > pos:
+                sp.runs.append(Run(pos, first - 1))
+            st = state if state in (ACKNOWLEDGED, ARCHIVED) else AVAILABLE
+            sp.runs.append(Run(first, last, st, max(int(count), 0)))
+            pos = last + 1
+        sp.speo = pos
+        sp._advance()
+        return sp
+
+    def persisted_batches(self) -> list[tuple[int, int, int, int]]:
+        """The window as WriteShareGroupState's state batches: (first, last, delivery state, delivery count), an
+        acquired run written as available (a lock does not survive the leader), adjacent equal runs joined."""
+        out: list[tuple[int, int, int, int]] = []
+        for r in self.runs:
+            st = r.state if r.state in (ACKNOWLEDGED, ARCHIVED) else AVAILABLE
+            if out and out[-1][1] == r.first - 1 and out[-1][2] == st and out[-1][3] == r.delivery_count:
+                out[-1] = (out[-1][0], r.last, st, r.delivery_count)
+            else:
+                out.append((r.first, r.last, st, r.delivery_count))
+        return out

@@ -8,8 +8,10 @@ describe it, READ on each topic fetched or acknowledged (TOPIC_AUTHORIZATION_FAI
 
 ShareFetch: acknowledgements first (per partition ``AcknowledgeErrorCode``), then records are acquired from every
 partition of the share session; when nothing was acquired and ``MaxWaitMs`` > 0 the fetch waits (checking again
-every ``WAIT_STEP_S`` or as soon as records are released) until the deadline. Records are read on the event loop
-(as the Fetch path does), at most ``MaxBytes`` per partition and ``MaxRecords`` acquired per request.
+every ``WAIT_STEP_S`` or as soon as records are released) until the deadline. Records are read on the request
+pool (as the Fetch path does), at most ``MaxBytes`` per partition and ``MaxRecords`` acquired per request. A share
+partition's state is loaded from its share coordinator on first use and written after every acknowledgement
+(``broker/group/share_state_store.py``); the acknowledgement's answer waits for the write.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from tidelog.broker.errors import error_of
 from tidelog.broker.group.share_group import LEAVE_EPOCH, ShareGroupManager, share_manager
 from tidelog.broker.group.share_partition import AckError, batch_ranges
+from tidelog.broker.group.share_state_records import ShareKey
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.core_shared import _uuid_bytes
 from tidelog.broker.handlers.group import fit
@@ -149,8 +152,10 @@ class _Topics:
         return got
 
 
-def _acknowledge(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: str, topics: _Topics,
-                 tid: bytes, index: int, batches: list[dict]) -> tuple[int, str | None]:
+async def _acknowledge(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: str, topics: _Topics,
+                       tid: bytes, index: int, batches: list[dict]) -> tuple[int, str | None]:
+    """Apply one partition's acknowledgements, then persist the share partition's state: the answer follows the
+    write (WriteShareGroupState), as Kafka's."""
     name, err = topics.resolve(tid)
     if err:
         return err, _err(err)
@@ -159,6 +164,9 @@ def _acknowledge(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: str
         plog = ctx.broker.leader_log(name, index)
     except Exception as exc:  # not the leader, unknown partition, offline: Kafka's partition error
         return error_of(exc)
+    code, msg = await mgr.store.load(gid, tid, index, name, plog)
+    if code:
+        return code, msg
     sp = mgr.share_partition(gid, tid, index, plog.log_start_offset, plog.high_watermark)
     try:
         for b in batches:
@@ -166,30 +174,40 @@ def _acknowledge(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: str
                            [int(t) for t in b.get("acknowledge_types") or ()])
     except AckError as e:
         return error_code(e.name), e.message
-    return NONE, None
+    finally:
+        mgr.store.changed((gid, tid, index))
+    return await mgr.store.persist((gid, tid, index))
 
 
-def _acquire(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: str, name: str, tid: bytes, index: int,
-             entry: dict[str, Any], budget: int, max_records: int) -> tuple[int, int]:
-    """Acquire records of one partition into ``entry``. Returns (bytes, records) acquired."""
+async def _acquire(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: str, name: str, tid: bytes,
+                   index: int, entry: dict[str, Any], budget: int, max_records: int) -> tuple[int, int]:
+    """Acquire records of one partition into ``entry``. Returns (bytes, records) acquired. The log is read on the
+    request pool (as Fetch reads); the share partition's state changes on the loop, after each read."""
     plog = ctx.broker.leader_log(name, index)
-    hw = plog.high_watermark
-    sp = mgr.share_partition(gid, tid, index, plog.log_start_offset, hw)
-    now = time.monotonic()
-    if sp.expire(now):
-        mgr._wake()
+    code, msg = await mgr.store.load(gid, tid, index, name, plog)
+    if code:
+        entry["error_code"], entry["error_message"] = code, msg
+        return 0, 0
     chunks: list[memoryview] = []  # the acquired batches, as read: sent untouched (no join, no copy)
     ranges: list[tuple[int, int, int]] = []
     size = taken = 0
     for _ in range(MAX_READS_PER_PARTITION):
+        hw = plog.high_watermark
+        sp = mgr.share_partition(gid, tid, index, plog.log_start_offset, hw)
+        now = time.monotonic()
+        if sp.expire(now):
+            mgr.store.persist_soon((gid, tid, index))
+            mgr._wake()
         start = sp.fetch_offset()
         if start is None or start >= hw or taken >= max_records or size >= budget:
             break
-        data = plog.read(start, max(budget - size, 1), max_offset=hw, min_one_batch=True).read_bytes()
+        data = await ctx.broker.request_pool.run(_read, plog, start, max(budget - size, 1), hw)
         batches = batch_ranges(data)
         if not batches:
             break
-        got = sp.acquire(mid, [(b, last, c) for _, _, b, last, c in batches], max_records - taken, now, hw)
+        sp = mgr.partitions.get((gid, tid, index), sp)  # (replaced if the partition was reloaded meanwhile)
+        got = sp.acquire(mid, [(b, last, c) for _, _, b, last, c in batches], max_records - taken, time.monotonic(),
+                         hw)
         if got:
             lo, hi = got[0][0], got[-1][1]
             keep = [(s, e) for s, e, b, last, _ in batches if last >= lo and b <= hi]
@@ -204,6 +222,11 @@ def _acquire(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: str, na
         entry["acquired_records"] = [{"first_offset": f, "last_offset": la, "delivery_count": d}
                                      for f, la, d in ranges]
     return size, taken
+
+
+def _read(plog: Any, start: int, max_bytes: int, hw: int) -> bytes:
+    """Blocking (a request-pool thread): whole batches from ``start``, below the high watermark."""
+    return plog.read(start, max_bytes, max_offset=hw, min_one_batch=True).read_bytes()
 
 
 @handles(SHARE_FETCH)
@@ -237,7 +260,7 @@ async def share_fetch(ctx: RequestContext, request: dict) -> dict:
             batches = p.get("acknowledgement_batches") or []
             if batches:
                 entry = out.setdefault((tid, index), _partition_entry(index, node))
-                code, msg = _acknowledge(ctx, mgr, gid, mid, topics, tid, index, batches)
+                code, msg = await _acknowledge(ctx, mgr, gid, mid, topics, tid, index, batches)
                 entry["acknowledge_error_code"], entry["acknowledge_error_message"] = code, msg
     for t in request.get("forgotten_topics_data") or ():
         tid = _uuid_bytes(t.get("topic_id"))
@@ -268,7 +291,7 @@ async def share_fetch(ctx: RequestContext, request: dict) -> dict:
                     continue
                 fresh = _partition_entry(index, node)
                 try:
-                    got_bytes, got = _acquire(ctx, mgr, gid, mid, name, tid, index, fresh,
+                    got_bytes, got = await _acquire(ctx, mgr, gid, mid, name, tid, index, fresh,
                                               max(max_bytes - size, 1), max_records - taken)
                 except Exception as exc:  # not the leader, unknown partition, offline: Kafka's partition error
                     fresh["error_code"], fresh["error_message"] = error_of(exc)
@@ -326,7 +349,8 @@ async def share_acknowledge(ctx: RequestContext, request: dict) -> dict:
         parts = []
         for p in t.get("partitions") or ():
             index = int(p.get("partition_index", 0))
-            code, msg = _acknowledge(ctx, mgr, gid, mid, topics, tid, index, p.get("acknowledgement_batches") or [])
+            code, msg = await _acknowledge(ctx, mgr, gid, mid, topics, tid, index,
+                                           p.get("acknowledgement_batches") or [])
             parts.append({"partition_index": index, "error_code": code, "error_message": msg,
                           "current_leader": {"leader_id": node, "leader_epoch": 0}})
         responses.append({"topic_id": tid, "partitions": parts})
@@ -341,15 +365,21 @@ async def share_acknowledge(ctx: RequestContext, request: dict) -> dict:
 # ================================================================================ share group offsets
 
 
-def _offsets_partition(ctx: RequestContext, mgr: ShareGroupManager, gid: str, name: str, tid: bytes,
-                       index: int) -> dict[str, Any]:
+async def _offsets_partition(ctx: RequestContext, mgr: ShareGroupManager, gid: str, name: str, tid: bytes,
+                             index: int) -> dict[str, Any]:
+    """The SPSO of one partition: the share partition's own when this broker leads it (the most recent), else the
+    persisted one from the share coordinator (ReadShareGroupStateSummary, as Kafka's group coordinator asks it)."""
     sp = mgr.partitions.get((gid, tid, index))
     try:
         epoch = int(ctx.broker.leader_epoch(name, index))
     except Exception:  # not led here (cluster mode): the state is on the leader
         epoch = -1
-    return {"partition_index": index, "start_offset": sp.spso if sp is not None else -1, "leader_epoch": epoch,
-            "error_code": NONE, "error_message": None}
+    if sp is not None and epoch >= 0:
+        return {"partition_index": index, "start_offset": sp.spso, "leader_epoch": epoch, "error_code": NONE,
+                "error_message": None}
+    err, start = await mgr.store.persister.summary(ShareKey(gid, tid, index))
+    return {"partition_index": index, "start_offset": start if not err else -1, "leader_epoch": epoch,
+            "error_code": err, "error_message": None}
 
 
 @handles(DESCRIBE_SHARE_GROUP_OFFSETS)
@@ -387,11 +417,15 @@ async def describe_share_group_offsets(ctx: RequestContext, request: dict) -> di
                                         "error_message": _err(TOPIC_AUTHORIZATION_FAILED)}
                                        for i in t.get("partitions") or ()]})
             continue
-        if wanted is None:  # every partition the group has state for (here), on topics it may describe
-            by_tid: dict[bytes, list[int]] = {}
+        if wanted is None:  # the group's subscribed topics and every partition it has state for here
+            by_tid: dict[bytes, set[int]] = {}
             for g_id, tid, index in list(mgr.partitions):
                 if g_id == gid:
-                    by_tid.setdefault(tid, []).append(index)
+                    by_tid.setdefault(tid, set()).add(index)
+            for topic in {t for m in mgr.groups[gid].members.values() for t in m.subscribed}:
+                sub = topics_mgr.get(topic)
+                if sub is not None:
+                    by_tid.setdefault(sub.topic_id, set()).update(range(sub.num_partitions))
             wanted = []
             for tid, indexes in by_tid.items():
                 info = topics_mgr.by_id(tid)
@@ -410,7 +444,7 @@ async def describe_share_group_offsets(ctx: RequestContext, request: dict) -> di
                     parts.append({"partition_index": index, "start_offset": -1, "leader_epoch": -1,
                                   "error_code": UNKNOWN_TOPIC_OR_PARTITION, "error_message": None})
                 else:
-                    parts.append(_offsets_partition(ctx, mgr, gid, name, info.topic_id, int(index)))
+                    parts.append(await _offsets_partition(ctx, mgr, gid, name, info.topic_id, int(index)))
             entry["topics"].append({"topic_name": name, "topic_id": info.topic_id if info is not None else b"\0" * 16,
                                     "partitions": parts})
     return fit(DESCRIBE_SHARE_GROUP_OFFSETS, ctx.api_version, {"throttle_time_ms": 0, "groups": groups})
