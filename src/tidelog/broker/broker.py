@@ -139,6 +139,7 @@ class Broker:
         #: transaction.version as finalized here (UpdateFeatures may lower it; broker/txn/tv2.py reads it)
         self.finalized_features = FinalizedFeatures()
         self.group_coordinator: Any = None
+        self.share_coordinator: ShareCoordinator | None = None  # __share_group_state (KIP-932), made at start
         self.txn_coordinator: Any = None
 
         # the replica manager is made here, given this broker (the composition root chose which one)

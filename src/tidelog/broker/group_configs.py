@@ -113,6 +113,7 @@ _KEYS = (
                    doc="Controls how to read records written transactionally."),
 )
 GROUP_CONFIG_KEYS: dict[str, GroupConfigKey] = {k.name: k for k in _KEYS}
+_UNBOUNDED_DEFAULTS = frozenset({"share.session.timeout.ms", "share.heartbeat.interval.ms"})
 _SESSION_PAIRS = (("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"),
                   ("share.session.timeout.ms", "share.heartbeat.interval.ms"))
 
@@ -248,20 +249,25 @@ class GroupConfigs:
         cached = self._effective.get(group)
         if cached is not None:
             return cached
-        merged = {**self.defaults(), **self._groups.get(group, {})}
+        own = self._groups.get(group, {})
+        merged = {**self.defaults(), **own}
         ints: dict[str, int] = {}
         for k in _KEYS:
             if k.kind != "int":
                 continue
             value = _int(merged, k.name, int(k.default))
-            if k.bounds is not None:
+            # a group's own value is capped by the broker's bounds (Kafka's GroupConfig.evaluate); the broker's own
+            # default is used as the coordinators always did (the share session/heartbeat ones unbounded)
+            if k.bounds is not None and (k.name in own or k.name not in _UNBOUNDED_DEFAULTS):
                 lo = _int(self.props, k.bounds[0], k.bounds[2])
                 hi = _int(self.props, k.bounds[1], k.bounds[3])
                 value = min(max(value, lo), hi)
             ints[k.name] = value
-        for session, heartbeat in _SESSION_PAIRS:  # Kafka logs this; the member still needs a usable interval
-            if ints[heartbeat] >= ints[session]:
-                ints[heartbeat] = max(ints[session] // 3, 1)
+        session, heartbeat = "consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"
+        if ints[heartbeat] >= ints[session]:  # the member still needs a usable interval (Kafka logs this)
+            ints[heartbeat] = max(ints[session] // 3, 1)
+        session, heartbeat = "share.session.timeout.ms", "share.heartbeat.interval.ms"
+        ints[heartbeat] = min(ints[heartbeat], max(ints[session] // 3, 1))
         reset = merged["share.auto.offset.reset"]
         try:
             parse_auto_offset_reset(reset)

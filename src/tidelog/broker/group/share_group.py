@@ -35,7 +35,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.group.share_partition import SharePartition
+from tidelog.broker.group.share_settings import ShareSettings, TimeIndexed
 from tidelog.broker.group.share_state_store import ShareStateStore
+from tidelog.broker.group_configs import parse_auto_offset_reset
 from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -200,7 +202,7 @@ class ShareGroupManager:
                 # the member's final ShareAcknowledge / ShareFetch (session epoch -1) may still be on its way on
                 # another connection: its session closes then, or after a lock duration at the latest
                 self._remove(g, mid, close=False)
-                asyncio.get_running_loop().call_later(self.lock_ms / 1000.0, self._left, gid, mid)
+                asyncio.get_running_loop().call_later(self.settings(gid).lock_ms / 1000.0, self._left, gid, mid)
             return {"error_code": NONE, "error_message": None, "member_id": mid, "member_epoch": LEAVE_EPOCH,
                     "heartbeat_interval_ms": 0, "assignment": None}
         if g is None:
@@ -241,7 +243,7 @@ class ShareGroupManager:
         if send:
             m.sent = frozenset(m.assigned)
         return {"error_code": NONE, "error_message": None, "member_id": mid, "member_epoch": m.epoch,
-                "heartbeat_interval_ms": self.heartbeat_ms,
+                "heartbeat_interval_ms": self.settings(gid).heartbeat_ms,
                 "assignment": {"topic_partitions": self._by_topic_id(m.assigned)} if send else None}
 
     def _by_topic_id(self, tps: set[TP], names: bool = False) -> list[dict[str, Any]]:
@@ -263,7 +265,8 @@ class ShareGroupManager:
         if m.timer is not None:
             m.timer.cancel()
         loop = asyncio.get_running_loop()
-        m.timer = loop.call_later(self.session_ms / 1000.0, self._expired, g.group_id, m.member_id)
+        m.timer = loop.call_later(self.settings(g.group_id).session_ms / 1000.0, self._expired, g.group_id,
+                                  m.member_id)
         self._ensure_sweeper()
 
     def _expired(self, gid: str, mid: str) -> None:
@@ -339,15 +342,33 @@ class ShareGroupManager:
         if released:
             self._wake()
 
+    # ============================================================================ per-group settings
+
+    def settings(self, gid: str) -> ShareSettings:
+        """The group's share settings: its GROUP configs (``share.*``, Kafka 4's group config resource,
+        broker/group_configs.py) over the broker's ``group.share.*`` values."""
+        configs = self.broker.group_configs
+        if configs is None:
+            return ShareSettings(self.session_ms, self.heartbeat_ms, self.lock_ms, self.delivery_limit,
+                                 self.max_locks, "earliest" if self.reset_earliest else "latest", None)
+        e = configs.effective(gid)
+        kind, back_ms = parse_auto_offset_reset(e.share_auto_offset_reset)
+        return ShareSettings(e.share_session_timeout_ms, e.share_heartbeat_interval_ms,
+                             e.share_record_lock_duration_ms,
+                             min(max(e.share_delivery_count_limit, DELIVERY_LIMIT_RANGE[0]), DELIVERY_LIMIT_RANGE[1]),
+                             min(max(e.share_partition_max_record_locks, MAX_LOCKS_RANGE[0]), MAX_LOCKS_RANGE[1]),
+                             kind, back_ms)
+
     # ============================================================================ share partitions
 
-    def share_partition(self, gid: str, topic_id: bytes, partition: int, log_start: int, high_watermark: int
-                        ) -> SharePartition:
+    def share_partition(self, gid: str, topic_id: bytes, partition: int, log_start: int, high_watermark: int,
+                        plog: TimeIndexed | None = None) -> SharePartition:
         key = (gid, topic_id, partition)
         sp = self.partitions.get(key)
         if sp is None:
-            start = log_start if self.reset_earliest else high_watermark
-            sp = self.partitions[key] = SharePartition(start, self.lock_ms, self.delivery_limit, self.max_locks)
+            s = self.settings(gid)
+            start = s.start_offset(log_start, high_watermark, plog)
+            sp = self.partitions[key] = SharePartition(start, s.lock_ms, s.delivery_limit, s.max_locks)
             self._ensure_sweeper()  # the leader of a partition may not be the group's coordinator
         else:
             sp.reset_start(log_start)

@@ -36,10 +36,9 @@ BACKOFF_S = 0.1
 
 def share_coordinator(broker: Broker) -> ShareCoordinator:
     """The broker's share coordinator (made by the broker at start; made here for brokers built without it)."""
-    coord: ShareCoordinator | None = getattr(broker, "share_coordinator", None)
+    coord = broker.share_coordinator
     if coord is None:
-        coord = ShareCoordinator(broker)
-        broker.share_coordinator = coord  # type: ignore[attr-defined]
+        coord = broker.share_coordinator = ShareCoordinator(broker)
     return coord
 
 

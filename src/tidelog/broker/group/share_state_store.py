@@ -19,15 +19,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group.share_coordinator import FENCED_STATE_EPOCH, NONE, UNKNOWN_TOPIC_OR_PARTITION
 from tidelog.broker.group.share_partition import SharePartition
 from tidelog.broker.group.share_persister import SharePersister
+from tidelog.broker.group.share_settings import ShareSettings
 from tidelog.broker.group.share_state_records import ShareKey
 
 if TYPE_CHECKING:
-    from tidelog.broker.group.share_group import ShareGroupManager
+    from tidelog.broker.broker import Broker
 
 log = logging.getLogger("tidelog.broker.group.share_state_store")
 
@@ -43,8 +44,19 @@ class _Held:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
+class ShareHost(Protocol):
+    """What the store needs of the share group manager (``ShareGroupManager``, which builds this store)."""
+
+    broker: Broker
+    partitions: dict[PKey, SharePartition]
+
+    def settings(self, gid: str) -> ShareSettings: ...
+
+    def _ensure_sweeper(self) -> None: ...
+
+
 class ShareStateStore:
-    def __init__(self, mgr: ShareGroupManager) -> None:
+    def __init__(self, mgr: ShareHost) -> None:
         self.mgr = mgr
         self.broker = mgr.broker
         self.persister = SharePersister(mgr.broker)
@@ -66,8 +78,9 @@ class ShareStateStore:
                 return NONE, None
             skey = ShareKey(gid, tid, index)
             err, msg, st = await self.persister.read(skey, epoch)
+            settings = self.mgr.settings(gid)
             if err == UNKNOWN_TOPIC_OR_PARTITION:
-                start = plog.log_start_offset if self.mgr.reset_earliest else plog.high_watermark
+                start = settings.start_offset(plog.log_start_offset, plog.high_watermark, plog)
                 err, msg = await self.persister.initialize(skey, 0, start)
                 if err:
                     return err, msg
@@ -77,11 +90,10 @@ class ShareStateStore:
             else:
                 state_epoch, start_offset, batches = st.state_epoch, st.start_offset, list(st.batches)
             if start_offset < 0:  # initialized without a start offset: share.auto.offset.reset
-                start_offset = plog.log_start_offset if self.mgr.reset_earliest else plog.high_watermark
+                start_offset = settings.start_offset(plog.log_start_offset, plog.high_watermark, plog)
                 batches = []
-            m = self.mgr
-            self.mgr.partitions[key] = SharePartition.restore(start_offset, batches, m.lock_ms, m.delivery_limit,
-                                                              m.max_locks)
+            self.mgr.partitions[key] = SharePartition.restore(start_offset, batches, settings.lock_ms,
+                                                              settings.delivery_limit, settings.max_locks)
             self.held[key] = _Held(epoch, state_epoch)
             self.mgr._ensure_sweeper()
             return NONE, None

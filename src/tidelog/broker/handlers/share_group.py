@@ -167,7 +167,7 @@ async def _acknowledge(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mi
     code, msg = await mgr.store.load(gid, tid, index, name, plog)
     if code:
         return code, msg
-    sp = mgr.share_partition(gid, tid, index, plog.log_start_offset, plog.high_watermark)
+    sp = mgr.share_partition(gid, tid, index, plog.log_start_offset, plog.high_watermark, plog)
     try:
         for b in batches:
             sp.acknowledge(mid, int(b["first_offset"]), int(b["last_offset"]),
@@ -193,7 +193,7 @@ async def _acquire(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: s
     size = taken = 0
     for _ in range(MAX_READS_PER_PARTITION):
         hw = plog.high_watermark
-        sp = mgr.share_partition(gid, tid, index, plog.log_start_offset, hw)
+        sp = mgr.share_partition(gid, tid, index, plog.log_start_offset, hw, plog)
         now = time.monotonic()
         if sp.expire(now):
             mgr.store.persist_soon((gid, tid, index))

@@ -17,8 +17,6 @@ a delete) and is loaded again then.
 
 from __future__ import annotations
 
-from typing import Any
-
 from tidelog.broker.group.share_group import share_manager
 from tidelog.broker.group.share_state_records import ShareKey
 from tidelog.broker.handlers import RequestContext, handles
@@ -39,7 +37,7 @@ def _group_error(ctx: RequestContext, gid: str) -> tuple[int, str | None]:
     """The group coordinator's refusal (after the group and topic ACLs were checked, as KafkaApis does)."""
     if not gid:
         return int(ErrorCode.INVALID_REQUEST), "The group id must be set."
-    coord: Any = getattr(ctx.broker, "group_coordinator", None)
+    coord = ctx.broker.group_coordinator
     err = coord.check(gid) if coord is not None else int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     if err:
         return err, None
