@@ -36,7 +36,7 @@ _READ_CHUNK = 256 * 1024
 _MAX_READ = 4 * 1024 * 1024  # largest single recv while a big request arrives
 _IOV_MAX = 512
 ANONYMOUS = "User:ANONYMOUS"
-_TCP_CORK: int | None = getattr(socket, "TCP_CORK", None)  # Linux
+_MSG_MORE: int = getattr(socket, "MSG_MORE", 0)  # Linux
 
 
 Buffer = bytes | bytearray | memoryview
@@ -243,11 +243,11 @@ class ConnectionIO:
 
     # -- writing -----------------------------------------------------------------------------------------------
 
-    async def _send_buffers(self, bufs: list[Buffer]) -> None:
+    async def _send_buffers(self, bufs: list[Buffer], flags: int = 0) -> None:
         views = [memoryview(b) for b in bufs if len(b)]
         while views:
             try:
-                n = self.sock.sendmsg(views[:_IOV_MAX])
+                n = self.sock.sendmsg(views[:_IOV_MAX], (), flags)
             except (BlockingIOError, InterruptedError):
                 await self._wait(True)
                 continue
@@ -288,31 +288,21 @@ class ConnectionIO:
             return len(data)
         pending: list[Buffer] = []
         total = 0
-        corked = False
-        try:
-            for chunk in _flatten(chunks):
-                if isinstance(chunk, (bytes, bytearray, memoryview)):
-                    pending.append(chunk)
-                    total += len(chunk)
-                    continue
-                if not corked and self._plain and _TCP_CORK is not None:
-                    # header, file regions and trailer leave as full segments, pushed once at the end: without
-                    # the cork each send is pushed on its own (TCP_NODELAY), and a Fetch answer of one partition
-                    # reaches the reader as three bursts (three wake-ups of a follower; issue 30)
-                    with contextlib.suppress(OSError):  # not TCP (a test's socketpair): sent uncorked
-                        self.sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 1)
-                        corked = True
-                if pending:
-                    await self._send_buffers(pending)
-                    pending = []
-                await self._send_region(chunk.fd, chunk.position, chunk.length)
-                total += chunk.length
+        for chunk in _flatten(chunks):
+            if isinstance(chunk, (bytes, bytearray, memoryview)):
+                pending.append(chunk)
+                total += len(chunk)
+                continue
             if pending:
-                await self._send_buffers(pending)
-        finally:
-            if corked and _TCP_CORK is not None:
-                with contextlib.suppress(OSError):
-                    self.sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 0)
+                # MSG_MORE: the bytes before a file region (a Fetch answer's header) wait for the region's
+                # data and leave in its segments, instead of being pushed alone (TCP_NODELAY) and waking the
+                # reader for a few bytes (issue 30)
+                await self._send_buffers(pending, _MSG_MORE if self._plain else 0)
+                pending = []
+            await self._send_region(chunk.fd, chunk.position, chunk.length)
+            total += chunk.length
+        if pending:
+            await self._send_buffers(pending)
         return total
 
     async def _mute(self) -> None:
