@@ -132,7 +132,7 @@ def test_frame_reader_splits_frames_however_the_bytes_arrive(step: int) -> None:
         _feed(reader, b"".join(_frame(p) for p in payloads), step)
         got = [bytes(await reader.next_frame()) for _ in payloads]
         assert got == payloads
-        assert not reader._frames and reader._frame is None and not reader._head
+        assert not reader._frames and reader._frame is None and reader._head_filled == 0
 
     asyncio.run(main())
 
@@ -149,7 +149,7 @@ def test_frame_reader_large_frame_grows_and_lying_prefix_is_refused(monkeypatch:
         _feed(reader, _frame(big) + _frame(b"after"), 77)
         assert bytes(await reader.next_frame()) == big
         assert bytes(await reader.next_frame()) == b"after"
-        assert len(reader._frame or b"") == 0
+        assert reader._frame is None and reader._scratch is None
         # a prefix above the maximum fails the waiting request before anything is allocated for it
         _feed(reader, (1001).to_bytes(4, "big"), 4)
         with pytest.raises(FrameTooLargeError):
@@ -170,5 +170,30 @@ def test_frame_reader_eof_mid_frame_fails_the_waiter() -> None:
         reader.eof_received()
         with pytest.raises(asyncio.IncompleteReadError):
             await waiter
+
+    asyncio.run(main())
+
+
+def test_frame_reader_reuses_a_buffer_only_when_nothing_refers_to_it() -> None:
+    from tidelog.cluster import peer as peer_mod
+
+    async def main() -> None:
+        reader = peer_mod.FrameReader()
+        first = bytes(range(200)) * 500
+        _feed(reader, _frame(first), 1 << 20)
+        held = await reader.next_frame()
+        records = held[10:20]  # a view into it, as a decoded answer's records are
+        del held
+        _feed(reader, _frame(b"x" * 90_000), 1 << 20)
+        second = await reader.next_frame()
+        assert bytes(second) == b"x" * 90_000
+        assert bytes(records) == first[10:20]  # still referred to: not overwritten
+        assert second.obj is not records.obj
+        buf = id(second.obj)  # (the reader keeps the object alive: the id stays its own)
+        del records, second
+        _feed(reader, _frame(b"y" * 80_000), 1 << 20)
+        third = await reader.next_frame()
+        assert bytes(third) == b"y" * 80_000
+        assert id(third.obj) == buf  # dropped: its buffer was used again
 
     asyncio.run(main())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 from collections import deque
 from struct import Struct
 from typing import Any
@@ -22,25 +23,28 @@ from tidelog.protocol.exceptions import FrameTooLargeError
 from tidelog.protocol.framing import MAX_FRAME_SIZE, ClientConnection
 
 _I32 = Struct(">i")
-_SCRATCH = 256 * 1024  # what the loop reads into while no frame is being filled (prefix and first bytes)
+_SCRATCH = 256 * 1024  # what the loop reads into while a frame above _DIRECT_MAX grows
 _DIRECT_MAX = 16 << 20  # a frame up to this size is received into a buffer allocated at its prefix; a larger
 # one (never a follower's answer at Kafka's defaults) grows as its bytes arrive, so a lying prefix costs nothing
 
 
 class FrameReader(asyncio.BufferedProtocol):
-    """Size-prefixed frames off a connection, each received into its own buffer (no copy after the kernel's
-    except for the bytes read with a prefix). :meth:`next_frame` waits for the next whole payload."""
+    """Size-prefixed frames off a connection, each payload received into a buffer of its size (no copy after
+    the kernel's). The loop first receives the 4-byte prefix into a buffer of its own, then the payload into the
+    frame's buffer; libuv reads again at once after a read that filled the buffer it was given, so this costs
+    one more ``recv``, not one more loop iteration. :meth:`next_frame` waits for the next whole payload."""
 
     def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
         self.max_frame_size = max_frame_size
         self.transport: asyncio.Transport | None = None
-        self._scratch = bytearray(_SCRATCH)
-        self._head = bytearray()  # prefix bytes received so far (< 4)
-        self._frame: bytearray | None = None  # the payload being filled
+        self._head = bytearray(4)  # the size prefix
+        self._head_filled = 0
+        self._frame: bytearray | None = None  # the payload being filled (None: reading a prefix)
         self._size = 0  # its size
         self._filled = 0  # bytes of it received
-        self._direct = False  # the loop receives into _frame itself
-        self._frames: deque[bytearray] = deque()
+        self._scratch: bytearray | None = None  # reads of a frame above _DIRECT_MAX, appended to it
+        self._frames: deque[memoryview] = deque()
+        self._spare: bytearray | None = None  # the last direct frame's buffer, reused once nothing refers to it
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
 
@@ -50,56 +54,59 @@ class FrameReader(asyncio.BufferedProtocol):
         self.transport = transport  # type: ignore[assignment]
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._direct:
-            assert self._frame is not None
-            return memoryview(self._frame)[self._filled:]
-        return memoryview(self._scratch)
+        frame = self._frame
+        if frame is None:
+            return memoryview(self._head)[self._head_filled:]
+        if self._size <= _DIRECT_MAX:
+            return memoryview(frame)[self._filled:self._size]
+        if self._scratch is None:
+            self._scratch = bytearray(_SCRATCH)
+        return memoryview(self._scratch)[:min(_SCRATCH, self._size - self._filled)]
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._direct:
-            self._filled += nbytes
-            if self._filled == self._size:
+        frame = self._frame
+        if frame is None:
+            self._head_filled += nbytes
+            if self._head_filled < 4:
+                return
+            self._head_filled = 0
+            (size,) = _I32.unpack(self._head)
+            if size < 0 or size > self.max_frame_size:
+                self._fail(FrameTooLargeError(size, self.max_frame_size))
+                if self.transport is not None:
+                    self.transport.abort()
+                return
+            self._size, self._filled = size, 0
+            # a frame above _DIRECT_MAX grows as its bytes arrive, so a lying prefix allocates nothing
+            self._frame = self._buffer(size) if size <= _DIRECT_MAX else bytearray()
+            if size == 0:
                 self._complete()
             return
-        data = memoryview(self._scratch)[:nbytes]
-        try:
-            while data:
-                if self._frame is None:
-                    need = 4 - len(self._head)
-                    self._head += data[:need]
-                    data = data[need:]
-                    if len(self._head) < 4:
-                        return
-                    (size,) = _I32.unpack(self._head)
-                    self._head.clear()
-                    if size < 0 or size > self.max_frame_size:
-                        raise FrameTooLargeError(size, self.max_frame_size)
-                    self._size, self._filled = size, 0
-                    self._frame = bytearray(size) if size <= _DIRECT_MAX else bytearray()
-                    if size == 0:
-                        self._complete()
-                    continue
-                take = min(len(data), self._size - self._filled)
-                if self._size <= _DIRECT_MAX:
-                    self._frame[self._filled:self._filled + take] = data[:take]
-                else:
-                    self._frame += data[:take]
-                self._filled += take
-                data = data[take:]
-                if self._filled == self._size:
-                    self._complete()
-        except FrameTooLargeError as exc:
-            self._fail(exc)
-            if self.transport is not None:
-                self.transport.abort()
-            return
-        if self._frame is not None and self._size <= _DIRECT_MAX:
-            self._direct = True  # the rest of this frame goes straight into it
+        if self._size > _DIRECT_MAX:
+            assert self._scratch is not None
+            frame += memoryview(self._scratch)[:nbytes]
+        self._filled += nbytes
+        if self._filled == self._size:
+            self._complete()
+
+    def _buffer(self, size: int) -> bytearray:
+        """A buffer of at least ``size`` bytes for the next frame: the previous frame's when no one holds it or a
+        view of it any more (the caller has dropped the answer; a view keeps a reference to its bytearray, so
+        the count is exact), else a new one. A fresh buffer of a few hundred KiB per answer costs page faults and
+        zeroing that outweigh the copies saved (bench/peer_read_bench.py)."""
+        spare = self._spare
+        if spare is not None and len(spare) >= size and sys.getrefcount(spare) <= 3:  # attribute, local, argument
+            return spare
+        self._spare = None
+        return bytearray(size)
 
     def _complete(self) -> None:
-        assert self._frame is not None
-        self._frames.append(self._frame)
-        self._frame, self._direct = None, False
+        frame = self._frame
+        assert frame is not None
+        self._frames.append(memoryview(frame)[:self._size] if len(frame) != self._size else memoryview(frame))
+        if self._size <= _DIRECT_MAX:
+            self._spare = frame
+        self._frame = self._scratch = None
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -120,7 +127,7 @@ class FrameReader(asyncio.BufferedProtocol):
 
     # -- the request side ------------------------------------------------------------------------------------
 
-    async def next_frame(self) -> bytearray:
+    async def next_frame(self) -> memoryview:
         while not self._frames:
             if self._error is not None:
                 raise self._error
@@ -188,7 +195,7 @@ class Peer:
         _, data = conn.send(api_key, version, body)
         self._next_cid = conn.next_correlation_id
         self._transport.write(data)  # one small request in flight: nothing to drain
-        return conn.response_from(memoryview(await frames.next_frame())).body
+        return conn.response_from(await frames.next_frame()).body
 
     @property
     def connected(self) -> bool:
