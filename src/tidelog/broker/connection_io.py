@@ -297,7 +297,7 @@ class ConnectionIO:
                 # MSG_MORE: the bytes before a file region (a Fetch answer's header) wait for the region's
                 # data and leave in its segments, instead of being pushed alone (TCP_NODELAY) and waking the
                 # reader for a few bytes (issue 30)
-                await self._send_buffers(pending, _MSG_MORE if self._plain else 0)
+                await self._send_buffers(pending, _MSG_MORE if self._plain and chunk.length > 0 else 0)
                 pending = []
             await self._send_region(chunk.fd, chunk.position, chunk.length)
             total += chunk.length
