@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _cluster_harness import Cluster, ProcessExited, ZooKeeper, kill_all, kill_group, track
 from broker_bench import RdkafkaPerf, Result, Run, machine_busy_seconds, run_bounded
-from peers import ROOT, WORK
+from peers import ROOT, WORK, _proc_tree
 from tidelog_revs import snapshot_tidelog
 
 # the two produce configurations compared: key -> (label, replication factor, acks, topic configs)
@@ -237,6 +237,32 @@ def rdkafka_loadgen() -> RdkafkaPerf | None:
 # 1. produce throughput, RF=3 acks=all vs RF=1 acks=1
 
 
+def wakeups(pid: int) -> int:
+    """Voluntary context switches of every thread of ``pid`` and its descendants: how often the process went to
+    sleep and was woken (an event loop blocking in epoll_wait and woken by a socket counts one). Unlike CPU
+    seconds, the machine's other load hardly moves it (issue 30)."""
+    total = 0
+    for p in _proc_tree(pid):
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/status") as f:
+                    for line in f:
+                        if line.startswith("voluntary_ctxt_switches:"):
+                            total += int(line.split()[1])
+                            break
+            except OSError:
+                continue
+    return total
+
+
+def _broker_wakeups(cluster: Cluster) -> dict[int, int]:
+    return {bid: wakeups(b.proc.pid) for bid, b in cluster.brokers.items() if b.running and b.proc is not None}
+
+
 def bench_throughput(
     cluster: Cluster, loadgen: Any, sizes: list[int], counts: dict[int, int], repeats: int, timeout: float
 ) -> dict[str, Any]:
@@ -253,12 +279,16 @@ def bench_throughput(
                 state = cluster.create_topic(topic, rf, cfg)
                 c0, m0 = cluster.cpu_seconds(), machine_busy_seconds()
                 per0 = {bid: b.cpu_seconds() for bid, b in cluster.brokers.items()}
+                w0 = _broker_wakeups(cluster)
                 res, run = loadgen.produce(cluster.bootstrap, topic, 1, size, acks, counts[size], timeout)
                 res.broker_cpu_s = cluster.cpu_seconds() - c0
                 # CPU of each broker in the run: the leader's and the followers' (the replicas that are not it)
                 per = {bid: b.cpu_seconds() - per0.get(bid, 0.0) for bid, b in cluster.brokers.items()}
                 res.extra["leader_cpu_s"] = per.get(state.leader, 0.0)
                 res.extra["follower_cpu_s"] = [per[r] for r in state.isr if r != state.leader and r in per]
+                woke = {bid: n - w0.get(bid, 0) for bid, n in _broker_wakeups(cluster).items()}
+                res.extra["leader_wakeups"] = woke.get(state.leader, 0)
+                res.extra["follower_wakeups"] = [woke[r] for r in state.isr if r != state.leader and r in woke]
                 res.extra["other_cpu_s"] = max(
                     0.0, machine_busy_seconds() - m0 - res.broker_cpu_s - res.loadgen_cpu_s
                 )
@@ -311,10 +341,10 @@ def _per_record(rs: list[dict], what: str) -> float | None:
         if r["msgs"] <= 0:
             continue
         ex = r["extra"]
-        if what == "leader":
-            v = ex.get("leader_cpu_s")
-        elif what == "follower":
-            fs = ex.get("follower_cpu_s") or []
+        if what in ("leader", "leader_wakeups"):
+            v = ex.get("leader_cpu_s" if what == "leader" else what)
+        elif what in ("follower", "follower_wakeups"):
+            fs = ex.get("follower_cpu_s" if what == "follower" else what) or []
             v = sum(fs) / len(fs) if fs else None
         else:
             v = r["broker_cpu_s"]
@@ -335,11 +365,14 @@ def cpu_ratio_table(runs: dict[str, Any]) -> str:
         "RF=3 cluster us/rec",
         "follower/leader (goal <= 0.5)",
         "cluster/RF=1 (goal <= 3)",
+        "wake-ups/1k rec RF=1 / leader / follower",
     ]
     rows = []
     for size, by in runs.items():
         one = _per_record(by["rf1"], "leader")
         lead, fol, clu = (_per_record(by["rf3"], w) for w in ("leader", "follower", "brokers"))
+        wakes = (_per_record(by["rf1"], "leader_wakeups"), _per_record(by["rf3"], "leader_wakeups"),
+                 _per_record(by["rf3"], "follower_wakeups"))
 
         def us(v: float | None) -> str:
             return "-" if v is None else f"{v * 1e6:.2f}"
@@ -348,6 +381,7 @@ def cpu_ratio_table(runs: dict[str, Any]) -> str:
             f"{size} B", us(one), us(lead), us(fol), us(clu),
             f"{fol / lead:.2f}x" if fol and lead else "-",
             f"{clu / one:.2f}x" if clu and one else "-",
+            " / ".join("-" if w is None else f"{w * 1e3:.1f}" for w in wakes),
         ])
     return _render(header, rows)
 

@@ -74,7 +74,7 @@ def test_mismatched_correlation_id_closes_and_the_next_request_reconnects() -> N
             with pytest.raises(CorrelationIdMismatchError) as e:
                 await peer.request(ApiKey.API_VERSIONS, 1, {})
             assert (e.value.expected, e.value.got) == (2, 3)
-            assert peer._writer is None  # closed
+            assert not peer.connected  # closed
             assert (await peer.request(ApiKey.API_VERSIONS, 1, {}))["error_code"] == 0
         finally:
             peer.close()
@@ -96,9 +96,104 @@ def test_connection_closed_mid_response() -> None:
         try:
             with pytest.raises(asyncio.IncompleteReadError):
                 await peer.request(ApiKey.API_VERSIONS, 1, {}, timeout=5)
-            assert peer._writer is None
+            assert not peer.connected
         finally:
             peer.close()
             server.close()
 
     _run(main())
+
+
+# -- FrameReader: the PLAINTEXT read path, fed as the event loop feeds it ------------------------------------------
+
+
+def _frame(payload: bytes) -> bytes:
+    return len(payload).to_bytes(4, "big") + payload
+
+
+def _feed(reader: Any, data: bytes, step: int) -> None:
+    """Deliver ``data`` in reads of at most ``step`` bytes, each into the buffer the reader hands out."""
+    pos = 0
+    while pos < len(data):
+        buf = reader.get_buffer(-1)
+        n = min(step, len(buf), len(data) - pos)
+        buf[:n] = data[pos : pos + n]
+        reader.buffer_updated(n)
+        pos += n
+
+
+@pytest.mark.parametrize("step", [1, 3, 5, 4096, 1 << 20])
+def test_frame_reader_splits_frames_however_the_bytes_arrive(step: int) -> None:
+    from tidelog.cluster import peer as peer_mod
+
+    async def main() -> None:
+        reader = peer_mod.FrameReader()
+        payloads = [b"", b"a", bytes(range(256)) * 300, b"xyz" * 10, bytes(70_000)]
+        _feed(reader, b"".join(_frame(p) for p in payloads), step)
+        got = [bytes(await reader.next_frame()) for _ in payloads]
+        assert got == payloads
+        assert not reader._frames and reader._frame is None and reader._head_filled == 0
+
+    asyncio.run(main())
+
+
+def test_frame_reader_large_frame_grows_and_lying_prefix_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidelog.cluster import peer as peer_mod
+    from tidelog.protocol.exceptions import FrameTooLargeError
+
+    monkeypatch.setattr(peer_mod, "_DIRECT_MAX", 100)  # frames above it are assembled as they arrive
+
+    async def main() -> None:
+        reader = peer_mod.FrameReader(max_frame_size=1000)
+        big = bytes(range(250)) * 4
+        _feed(reader, _frame(big) + _frame(b"after"), 77)
+        assert bytes(await reader.next_frame()) == big
+        assert bytes(await reader.next_frame()) == b"after"
+        assert reader._frame is None and reader._scratch is None
+        # a prefix above the maximum fails the waiting request before anything is allocated for it
+        _feed(reader, (1001).to_bytes(4, "big"), 4)
+        with pytest.raises(FrameTooLargeError):
+            await reader.next_frame()
+
+    asyncio.run(main())
+
+
+def test_frame_reader_eof_mid_frame_fails_the_waiter() -> None:
+    from tidelog.cluster import peer as peer_mod
+
+    async def main() -> None:
+        reader = peer_mod.FrameReader()
+        _feed(reader, _frame(b"0123456789")[:-2], 4)
+        waiter = asyncio.ensure_future(reader.next_frame())
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        reader.eof_received()
+        with pytest.raises(asyncio.IncompleteReadError):
+            await waiter
+
+    asyncio.run(main())
+
+
+def test_frame_reader_reuses_a_buffer_only_when_nothing_refers_to_it() -> None:
+    from tidelog.cluster import peer as peer_mod
+
+    async def main() -> None:
+        reader = peer_mod.FrameReader()
+        first = bytes(range(200)) * 500
+        _feed(reader, _frame(first), 1 << 20)
+        held = await reader.next_frame()
+        records = held[10:20]  # a view into it, as a decoded answer's records are
+        del held
+        _feed(reader, _frame(b"x" * 90_000), 1 << 20)
+        second = await reader.next_frame()
+        assert bytes(second) == b"x" * 90_000
+        assert bytes(records) == first[10:20]  # still referred to: not overwritten
+        assert second.obj is not records.obj
+        buf = id(second.obj)  # (the reader keeps the object alive: the id stays its own)
+        del records, second
+        _feed(reader, _frame(b"y" * 80_000), 1 << 20)
+        third = await reader.next_frame()
+        assert bytes(third) == b"y" * 80_000
+        assert id(third.obj) == buf  # dropped: its buffer was used again
+
+    asyncio.run(main())

@@ -36,6 +36,7 @@ _READ_CHUNK = 256 * 1024
 _MAX_READ = 4 * 1024 * 1024  # largest single recv while a big request arrives
 _IOV_MAX = 512
 ANONYMOUS = "User:ANONYMOUS"
+_MSG_MORE: int = getattr(socket, "MSG_MORE", 0)  # Linux
 
 
 Buffer = bytes | bytearray | memoryview
@@ -242,11 +243,11 @@ class ConnectionIO:
 
     # -- writing -----------------------------------------------------------------------------------------------
 
-    async def _send_buffers(self, bufs: list[Buffer]) -> None:
+    async def _send_buffers(self, bufs: list[Buffer], flags: int = 0) -> None:
         views = [memoryview(b) for b in bufs if len(b)]
         while views:
             try:
-                n = self.sock.sendmsg(views[:_IOV_MAX])
+                n = self.sock.sendmsg(views[:_IOV_MAX], (), flags)
             except (BlockingIOError, InterruptedError):
                 await self._wait(True)
                 continue
@@ -293,7 +294,10 @@ class ConnectionIO:
                 total += len(chunk)
                 continue
             if pending:
-                await self._send_buffers(pending)
+                # MSG_MORE: the bytes before a file region (a Fetch answer's header) wait for the region's
+                # data and leave in its segments, instead of being pushed alone (TCP_NODELAY) and waking the
+                # reader for a few bytes (issue 30)
+                await self._send_buffers(pending, _MSG_MORE if self._plain and chunk.length > 0 else 0)
                 pending = []
             await self._send_region(chunk.fd, chunk.position, chunk.length)
             total += chunk.length

@@ -105,18 +105,36 @@ class ProduceLane(SaslAuthenticator):
         metrics = self.broker.metrics
         try:
             while pending:
-                deferred, api_key, version, correlation_id, name, t0 = pending[0]
+                deferred, _, _, _, name, _ = pending[0]
                 try:
-                    result: object = await deferred.op.wait()
-                except Exception as exc:  # the operation failed: finish answers UNKNOWN_SERVER_ERROR for it
-                    log.error("delayed operation failed", exc_info=exc, extra={"kv": {"peer": self.peer, "api": name}})
-                    result = exc
-                response = deferred.finish(result)
-                chunks = codec.encode_response(api_key, version, correlation_id, response)
+                    await deferred.op.wait()
+                except Exception:
+                    pass  # read again below, with the answers completed with it
+                # every answer at the head of the queue whose operation is complete goes out in one send: a high
+                # watermark move completes the produces it covers together (issue 30: one send, one wake-up of
+                # the client, instead of one per answer)
+                chunks: list[object] = []
+                done: list[tuple[str, dict, float, int, int]] = []
+                for deferred, api_key, version, correlation_id, name, t0 in pending:
+                    fut = deferred.op.future
+                    if not fut.done() or fut.cancelled():
+                        break  # (a cancelled one ends the writer at the next await, as it always did)
+                    failure = fut.exception()
+                    result: object = failure
+                    if failure is not None:  # the operation failed: finish answers UNKNOWN_SERVER_ERROR for it
+                        log.error("delayed operation failed", exc_info=failure,
+                                  extra={"kv": {"peer": self.peer, "api": name}})
+                    else:
+                        result = fut.result()
+                    response = deferred.finish(result)
+                    chunks.extend(codec.encode_response(api_key, version, correlation_id, response))
+                    done.append((name, response, t0, api_key, version))
                 await self.write_chunks(chunks)
-                pending.popleft()
-                self._record_errors(api_key, version, name, response)
-                metrics.record_request(name, time.perf_counter() - t0)
+                now = time.perf_counter()
+                for name, response, t0, api_key, version in done:
+                    pending.popleft()
+                    self._record_errors(api_key, version, name, response)
+                    metrics.record_request(name, now - t0)
                 self.last_active = self._loop.time()
                 if not pending and not self._in_request:
                     self.busy = False  # idle again: connections.max.idle.ms counts from here

@@ -95,7 +95,7 @@ class TlsConnection(Connection):
                 raise ConnectionClosed() from None
             data = data[n:]
 
-    async def _send_buffers(self, bufs: list[Buffer]) -> None:
+    async def _send_buffers(self, bufs: list[Buffer], flags: int = 0) -> None:  # flags: plain sockets only
         views = [memoryview(b).cast("B") for b in bufs if len(b)]
         small: list[memoryview] = []
         small_len = 0

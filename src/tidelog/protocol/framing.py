@@ -207,6 +207,11 @@ class ClientConnection:
         payload = self.frames.next_frame()
         if payload is None:
             return None
+        return self.response_from(payload)
+
+    def response_from(self, payload: memoryview) -> Response:
+        """The response in ``payload`` (a whole frame's payload, read by the caller's own framing), decoded for
+        the oldest request in flight; raises as :meth:`next_response`."""
         if len(payload) < 4:
             raise InvalidRequestError(f"response of {len(payload)} bytes has no correlation id")
         (got,) = _unpack_i32(payload, 0)
