@@ -43,6 +43,7 @@ LEGITIMATE: dict[tuple[str, str, str], str] = {
     ("broker/log_setup.py", "h", "_tidelog"): "marks the logging handlers tidelog installed",
     ("broker/metrics.py", "_prometheus_metrics", "_use_created"): "prometheus_client's setting, by version",
     ("broker/request_pool.py", "os", "setpriority"): "an OS function not every platform has",
+    ("broker/connection_io.py", "socket", "MSG_MORE"): "a send flag only Linux has",
 }
 
 # probes of parts still there, in rooms another change owns (broker/group/, the share-group handlers): shrink only
