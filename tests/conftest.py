@@ -1,6 +1,6 @@
 """Shared by every test package (pytest runs in importlib import mode, so nothing here is importable by default).
 
-* ``tests/integration``, ``tests/cluster``, ``tests/docs``, ``tests/txn`` and ``tests/jepsen`` are put on ``sys.path``: ``from helpers
+* ``tests/integration``, ``tests/cluster``, ``tests/docs``, ``tests/broker/txn`` and ``tests/jepsen`` are put on ``sys.path``: ``from helpers
   import ...``, ``from support import ...`` (the cluster tests' shared helpers), ``from docrun import ...`` (the
   runner of the documents' console blocks) and ``from txnhelp import ...`` (the transaction suites' clients and
   readers) work in any test module.
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 _INTEGRATION = Path(__file__).resolve().parent / "integration"
-for _dir in (_INTEGRATION, _INTEGRATION.parent / "cluster", _INTEGRATION.parent / "docs", _INTEGRATION.parent / "txn",
+for _dir in (_INTEGRATION, _INTEGRATION.parent / "cluster", _INTEGRATION.parent / "docs", _INTEGRATION.parent / "broker" / "txn",
              _INTEGRATION.parent / "jepsen", _INTEGRATION.parent / "java"):
     if str(_dir) not in sys.path:
         sys.path.insert(0, str(_dir))

@@ -37,7 +37,7 @@ OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, HEARTBEAT = 8, 9, 10, 12
 REQUEST_TIMED_OUT, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 7, 15, 16
 
 _spec = importlib.util.spec_from_file_location(
-    "tidelog_test_groups_helpers", Path(__file__).resolve().parents[1] / "groups" / "conftest.py")
+    "tidelog_test_groups_helpers", Path(__file__).resolve().parents[1] / "broker" / "group" / "conftest.py")
 assert _spec is not None and _spec.loader is not None
 _groups = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_groups)

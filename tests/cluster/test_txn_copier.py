@@ -1,4 +1,4 @@
-"""Transactions (issue 14) in a 3-broker ZooKeeper cluster: a transactional copier (``tests/txn/txn_worker.py``)
+"""Transactions (issue 14) in a 3-broker ZooKeeper cluster: a transactional copier (``tests/broker/txn/txn_worker.py``)
 copies an RF=3 input topic to an RF=3 output topic while brokers are killed -9 and restarted one at a time (the
 copier's transaction coordinator, partition leaders and group coordinator move) and the copier itself is killed -9
 and restarted, once hung (SIGSTOP) instead while a new one fences it. The output must hold each input record exactly

@@ -84,7 +84,7 @@ def test_tv2_across_brokers_and_the_delayed_end_txn(cluster: Any) -> None:
 
 
 def test_java_4_producer_runs_transactions_v2_across_brokers(cluster: Any, java_classpath: str) -> None:  # noqa: F811
-    """The Kafka 4.3 Java producer of ``tests/txn/test_tv2_java.py`` against the cluster: its partitions are led by
+    """The Kafka 4.3 Java producer of ``tests/broker/txn/test_tv2_java.py`` against the cluster: its partitions are led by
     brokers other than its coordinator (asserted), so the implicit adds and the markers cross brokers."""
     topic, txn_id, group = f"tv2j-{uuid.uuid4().hex[:8]}", f"tv2j-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     create_topic(cluster.bootstrap, topic, 2, 3)

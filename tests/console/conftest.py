@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker" / "security"))
 
 from aclsupport import USERS, acl_overrides, sasl_port
 from consolesupport import CHROMEDRIVER, CHROMIUM, RunningConsole, browser_missing, start_console
@@ -60,7 +60,7 @@ def sasl_props(user: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def acl_broker(broker_factory: Any) -> Any:
-    """A broker with an authorizer, super user admin, and a SASL PLAIN listener (users of tests/security)."""
+    """A broker with an authorizer, super user admin, and a SASL PLAIN listener (users of tests/broker/security)."""
     b = broker_factory(acl_overrides())
     b.sasl_port = sasl_port(b)
     return b

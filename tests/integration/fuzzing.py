@@ -1,5 +1,5 @@
 """Frame fuzzing shared by the fuzz tests (``tests/integration/test_fuzz.py``, and before/after SASL
-authentication ``tests/security/test_fuzz_auth.py``): a corpus of valid request frames, mutations of them, and a
+authentication ``tests/broker/security/test_fuzz_auth.py``): a corpus of valid request frames, mutations of them, and a
 reader of whatever the broker answers."""
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ _CLUSTER_OR_QUOTA = {
     "tidelog_quota_bound",
     "tidelog_fd_exhausted_total",
     "tidelog_quota_sensors", "tidelog_quota_resolutions_cached", "tidelog_quota_sensors_evicted_total",
-    "tidelog_quota_sensors_overflowed_total",  # only once a descriptor ran out (tests/security/test_descriptor_limits.py)
+    "tidelog_quota_sensors_overflowed_total",  # only once a descriptor ran out (tests/broker/security/test_descriptor_limits.py)
 }
 
 

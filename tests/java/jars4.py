@@ -1,4 +1,4 @@
-"""kafka-clients 4.3.0 for the tests that drive tidelog with the Java 4.x client (tests/txn/test_tv2_java.py,
+"""kafka-clients 4.3.0 for the tests that drive tidelog with the Java 4.x client (tests/broker/txn/test_tv2_java.py,
 tests/java/test_java4_groups.py): where the jars come from and how a Java program is compiled against them.
 
 No Maven repository is reachable here, so, as ``tests/java/conftest.py`` does for 3.9, the jars come from a pinned

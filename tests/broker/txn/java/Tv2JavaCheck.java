@@ -1,4 +1,4 @@
-// A Kafka 4.x Java transactional producer against tidelog (tests/txn/test_tv2_java.py): with transaction.version 2
+// A Kafka 4.x Java transactional producer against tidelog (tests/broker/txn/test_tv2_java.py): with transaction.version 2
 // finalized it runs transactions v2 by itself (EndTxn v5, Produce v12, TxnOffsetCommit v5, no AddPartitionsToTxn).
 // Usage: Tv2JavaCheck BOOTSTRAP TOPIC TRANSACTIONAL_ID GROUP. Prints one JSON line per transaction, then "done".
 import java.util.HashMap;

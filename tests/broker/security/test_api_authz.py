@@ -59,7 +59,7 @@ from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import GROUP_API_VERSIONS, SUPPORTED_VERSIONS
 from tidelog.records.batch import build_batch
 
-_path = Path(__file__).resolve().parents[1] / "integration" / "conftest.py"
+_path = Path(__file__).resolve().parents[2] / "integration" / "conftest.py"
 _spec = importlib.util.spec_from_file_location("tidelog_test_api_authz_fixtures", _path)
 assert _spec is not None and _spec.loader is not None
 _fixtures = importlib.util.module_from_spec(_spec)

@@ -11,7 +11,7 @@ from tidelog.broker.txn.state import TxnState
 from tidelog.errors import ErrorCode
 
 _spec = importlib.util.spec_from_file_location(
-    "tidelog_test_admin_harness_txn", Path(__file__).parents[1] / "broker" / "test_admin_handlers.py")
+    "tidelog_test_admin_harness_txn", Path(__file__).parents[1] / "test_admin_handlers.py")
 assert _spec is not None and _spec.loader is not None
 _harness = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_harness)

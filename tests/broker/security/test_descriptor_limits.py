@@ -31,7 +31,7 @@ from tidelog.errors import ErrorCode
 from tidelog.records.batch import build_batch
 
 _spec = importlib.util.spec_from_file_location("tidelog_fd24_fixtures",
-                                               Path(__file__).parents[1] / "integration" / "conftest.py")
+                                               Path(__file__).parents[2] / "integration" / "conftest.py")
 assert _spec is not None and _spec.loader is not None
 _fixtures = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_fixtures)

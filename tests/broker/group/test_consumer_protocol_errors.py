@@ -296,7 +296,7 @@ def test_offsets_with_member_epochs(b: Any) -> None:
         assert "g-off" not in {g["group_id"] for g in lg["groups"]}
         # a classic JoinGroup into it (Kafka 4: a member using the classic protocol): a member id first, then its
         # metadata must be a ConsumerProtocolSubscription (else INCONSISTENT_GROUP_PROTOCOL); another protocol type
-        # is refused (tests/groups/test_group_migration_raw.py has the members that join)
+        # is refused (tests/broker/group/test_group_migration_raw.py has the members that join)
         body = {"group_id": "g-off", "session_timeout_ms": 6000, "rebalance_timeout_ms": 6000, "member_id": "",
                 "group_instance_id": None, "protocol_type": "consumer",
                 "protocols": [{"name": "range", "metadata": b""}]}

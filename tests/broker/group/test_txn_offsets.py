@@ -219,7 +219,7 @@ def test_bad_input_is_answered_per_partition_and_changes_nothing(b: Any) -> None
         assert txn_commit(c, other, t, {0: 8}, version=4) == {0: INVALID_TXN_STATE}
         assert fetch(c, other, [0], stable=True) == {0: (-1, NONE)}
         # transactions v2 (transaction.version 2 finalized, D0063): v5 adds the offsets partition itself (at level
-        # 0 it answers TRANSACTION_ABORTABLE, as Produce v12 does: tests/txn/test_tv2.py)
+        # 0 it answers TRANSACTION_ABORTABLE, as Produce v12 does: tests/broker/txn/test_tv2.py)
         assert txn_commit(c, other, t, {0: 8}, version=5) == {0: NONE}
         assert fetch(c, other, [0], stable=True) == {0: (-1, UNSTABLE_OFFSET_COMMIT)}
         assert fetch(c, "g-bad", [0, 1], stable=True) == {0: (-1, NONE), 1: (-1, UNSTABLE_OFFSET_COMMIT)}

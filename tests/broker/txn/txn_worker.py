@@ -173,7 +173,7 @@ def read(bootstrap: str, isolation: str, timeout: float, tps: list[str]) -> None
     """Every record a consumer with ``isolation`` reads to the end of each ``topic:partition`` (txnhelp's
     read_to_end), printed as one JSON line: a test reads in this subprocess so that a client crashing fails that
     test, never the whole pytest run."""
-    from txnhelp import read_to_end  # tests/txn is this script's directory, so sys.path[0]
+    from txnhelp import read_to_end  # tests/broker/txn is this script's directory, so sys.path[0]
 
     def b64(v: bytes | None) -> str | None:
         return None if v is None else base64.b64encode(v).decode()

@@ -210,7 +210,7 @@ def test_raw_producer_speaks_sasl_ssl(scram_broker: Any, certs: Certs) -> None:
 # -- Spark: one small job per path (Spark is slow) ----------------------------------------------------------------
 
 def _spark_fixture() -> Any:
-    path = Path(__file__).resolve().parents[1] / "spark" / "conftest.py"
+    path = Path(__file__).resolve().parents[2] / "spark" / "conftest.py"
     spec = importlib.util.spec_from_file_location("tidelog_spark_fixtures_for_security", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
