@@ -110,6 +110,13 @@ class ReplicaManager(Protocol):
         may then create its internal topic on a request's path. False: the controller elects leaders later."""
         ...
 
+    @property
+    def coordinating(self) -> bool:
+        """False while what this broker believes it leads may already be led elsewhere (ZooKeeper mode: its
+        connection to ZooKeeper is down, so the controller may have elected others): its coordinators then answer
+        NOT_COORDINATOR instead of serving a view that may be stale. One node: always True."""
+        ...
+
     def start_leadership(self) -> None:
         """Once the coordinators listen (broker start): announce what this node leads now (one node: every hosted
         partition; ZooKeeper mode: nothing, its elections arrive through the watches after registration)."""
@@ -151,6 +158,7 @@ class LocalReplicaManager:
 
     handlers: dict[int, Handler] = {}  # no APIs beyond the broker's own
     internal_topics_led_on_creation = True  # created here, led here at once
+    coordinating = True  # nobody else can lead what this node leads
     followers: FollowerFetchHooks | None = None  # no follower fetches
 
     def __init__(self, broker: Broker, leadership: LeadershipChanges | None = None) -> None:

@@ -189,9 +189,26 @@ class ZkSession(ZkReplicaState):
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(fn, *args)
 
+    _zk_connected = True  # False from a SUSPENDED until the next CONNECTED (read on the loop, set by kazoo)
+
+    @property
+    def coordinating(self) -> bool:
+        """The coordinators may answer: this broker's ZooKeeper connection is up (see ``ReplicaManager``)."""
+        return self._zk_connected
+
     def _zk_state(self, state: Any) -> None:
         from kazoo.protocol.states import KazooState
 
+        if state == KazooState.SUSPENDED:
+            # connection to ZooKeeper down: the session may expire on the server and the controller elect others
+            # for what this broker leads, and unlike Kafka's controller (LeaderAndIsr) nothing here tells it so;
+            # the coordinators stop answering until the connection is back (a stale OffsetFetch was seen otherwise)
+            self._zk_connected = False
+            log.warning("ZooKeeper connection suspended: coordinators answer NOT_COORDINATOR until it is back")
+        elif state == KazooState.CONNECTED:
+            if not self._zk_connected:
+                log.info("ZooKeeper connection back: coordinators answer again")
+            self._zk_connected = True
         if state == KazooState.LOST:
             log.warning("ZooKeeper session lost: resigning every leadership")
             self._session_lost = True

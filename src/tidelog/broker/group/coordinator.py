@@ -319,7 +319,7 @@ class GroupCoordinator:
 
     def check(self, group_id: str | None) -> int:
         """The coordinator-level error for a request about ``group_id`` (0 = go ahead)."""
-        if not self.active or self.broker.stopping:
+        if not self.active or self.broker.stopping or not self.broker.replica_manager.coordinating:
             return NOT_COORDINATOR
         if group_id is None:
             return INVALID_GROUP_ID
