@@ -223,9 +223,11 @@ def _int(props: Mapping[str, str], key: str, default: int) -> int:
 class GroupConfigs:
     """Every group's dynamic configs, their validation against the broker's, and the effective values."""
 
-    def __init__(self, props: Mapping[str, str], store: GroupConfigStore) -> None:
+    def __init__(self, props: Mapping[str, str], store: GroupConfigStore,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.props = props
         self.store = store
+        self.loop = loop  # where the in-memory configs change (the coordinators read them there); None: here
         self._lock = threading.Lock()
         self._groups: dict[str, dict[str, str]] = store.read()
         self._effective: dict[str, EffectiveGroupConfig] = {}
@@ -334,7 +336,8 @@ class GroupConfigs:
                 raise GroupConfigError(f"{session} must be greater than {heartbeat}")
 
     def alter(self, group: str, configs: dict[str, str], validate_only: bool = False) -> None:
-        """Blocking (the store writes): replaces the group's configs after validating them."""
+        """Blocking (the store writes; a request handler thread): replaces the group's configs after validating
+        them; the in-memory copy changes on the loop, in the order of the writes."""
         self.validate(group, configs)
         if configs and group not in self._groups and len(self._groups) >= MAX_CONFIGURED_GROUPS:
             raise GroupConfigError(f"{MAX_CONFIGURED_GROUPS} groups have configs already", ErrorCode.POLICY_VIOLATION)
@@ -342,7 +345,13 @@ class GroupConfigs:
             return
         with self._lock:
             self.store.write(group, configs)
+            self._changed(group, dict(configs))
+
+    def _changed(self, group: str, configs: dict[str, str]) -> None:
+        if self.loop is None:
             self.set_group(group, configs)
+        else:
+            self.loop.call_soon_threadsafe(self.set_group, group, configs)
 
     def incremental(self, group: str, ops: Iterable[tuple[str, int, str | None]]) -> dict[str, str]:
         """IncrementalAlterConfigs' SET (0) / DELETE (1) on the group's configs; APPEND / SUBTRACT are refused
@@ -378,13 +387,6 @@ def open_group_configs(props: Mapping[str, str], store: GroupConfigStore,
                        loop: asyncio.AbstractEventLoop | None) -> GroupConfigs:
     """Blocking (the store's first read): the broker's group configs, with the changes the store reports (made
     through other brokers, in ZooKeeper mode) applied on ``loop``."""
-    configs = GroupConfigs(props, store)
-
-    def changed(group: str, layer: dict[str, str]) -> None:
-        if loop is None:
-            configs.set_group(group, layer)
-        else:
-            loop.call_soon_threadsafe(configs.set_group, group, layer)
-
-    store.watch(changed)
+    configs = GroupConfigs(props, store, loop)
+    store.watch(configs._changed)
     return configs
