@@ -25,31 +25,42 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import socket
 import struct
+import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from tidelog.records.varint import decode_unsigned_varint as _uvarint
 
 PRODUCE, END_TXN = 0, 26
 NONE, PRODUCER_FENCED = 0, 90
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
-_MAX_FRAME = 256 << 20
+
+
+def _faultproxy() -> Any:
+    """tests/cluster/faultproxy.py (its frame reader and its proxies' loop), loaded by path: this module also runs
+    outside pytest (bench/jepsen.py --torn). The same module object as tests/cluster's conftest loads."""
+    mod = sys.modules.get("tidelog_test_faultproxy")
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(
+            "tidelog_test_faultproxy", Path(__file__).resolve().parents[1] / "cluster" / "faultproxy.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["tidelog_test_faultproxy"] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
+_read_frame = _faultproxy()._read_frame
+_Loop = _faultproxy()._Loop
 # the first flexible (compact strings, tagged fields) version of each request parsed here
 _FLEXIBLE = {PRODUCE: 9, END_TXN: 3}
-
-
-def _uvarint(b: bytes, i: int) -> tuple[int, int]:
-    shift = out = 0
-    while True:
-        x = b[i]
-        i += 1
-        out |= (x & 0x7F) << shift
-        if not x & 0x80:
-            return out, i
-        shift += 7
 
 
 def _skip_tags(b: bytes, i: int) -> int:
@@ -98,19 +109,6 @@ def response_error(frame: bytes, key: int, version: int) -> int:
     return int(_I16.unpack_from(frame, i)[0]) if len(frame) >= i + 2 else -1
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> bytes | None:
-    try:
-        head = await reader.readexactly(4)
-    except asyncio.IncompleteReadError as exc:
-        if exc.partial:
-            raise
-        return None
-    (size,) = _I32.unpack(head)
-    if size < 0 or size > _MAX_FRAME:
-        raise ConnectionError(f"bad frame size {size}")
-    return head + await reader.readexactly(size)
-
-
 @dataclass
 class Delivery:
     """One torn-transaction fault, from arming to the late copy's answer."""
@@ -136,24 +134,6 @@ class Delivery:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
-
-
-class _Loop:
-    _lock = threading.Lock()
-    _loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    def get(cls) -> asyncio.AbstractEventLoop:
-        with cls._lock:
-            if cls._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="tornproxy", daemon=True).start()
-                cls._loop = loop
-            return cls._loop
-
-    @classmethod
-    def run(cls, coro: Coroutine[Any, Any, Any], timeout: float = 30.0) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, cls.get()).result(timeout)
 
 
 class Torn:
