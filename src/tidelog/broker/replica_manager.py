@@ -113,8 +113,9 @@ class ReplicaManager(Protocol):
     @property
     def coordinating(self) -> bool:
         """False while what this broker believes it leads may already be led elsewhere (ZooKeeper mode: its
-        connection to ZooKeeper is down, so the controller may have elected others): its coordinators then answer
-        NOT_COORDINATOR instead of serving a view that may be stale. One node: always True."""
+        connection to ZooKeeper is down, so the controller may have elected others): its coordinators (group,
+        transaction, share) then answer NOT_COORDINATOR instead of serving a view that may be stale. One node: always
+        True."""
         ...
 
     def start_leadership(self) -> None:

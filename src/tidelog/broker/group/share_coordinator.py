@@ -195,7 +195,8 @@ class ShareCoordinator:
 
     def check(self, key: ShareKey) -> int:
         """NOT_COORDINATOR unless this broker leads the key's partition and has loaded it."""
-        if self.broker.stopping or self.broker.topics.get(STATE_TOPIC) is None:
+        if (self.broker.stopping or not self.broker.replica_manager.coordinating
+                or self.broker.topics.get(STATE_TOPIC) is None):
             return NOT_COORDINATOR
         p = self.partition_of(key)
         if p not in self.owned:

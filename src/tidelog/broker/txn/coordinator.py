@@ -296,8 +296,8 @@ class TransactionCoordinator:
 
     def _check(self, transactional_id: str) -> ErrorCode | None:
         """Kafka's ``getTransactionState`` preconditions: is this id coordinated here, and loaded?"""
-        if not self.active or self.broker.stopping:
-            return ErrorCode.NOT_COORDINATOR
+        if not self.active or self.broker.stopping or not self.broker.replica_manager.coordinating:
+            return ErrorCode.NOT_COORDINATOR  # (the last: cut from ZooKeeper, its view may be stale)
         if not self.loaded.is_set():
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         if self.broker.topics.get(TRANSACTION_STATE_TOPIC) is None:
