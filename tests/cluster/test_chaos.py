@@ -87,6 +87,7 @@ class Group:
         self.seen: dict[bytes, int] = {}
         self.records = 0
         self.errors: list[Any] = []
+        self.assignments: list[tuple[float, list[int]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-group", daemon=True)
         self._thread.start()
@@ -95,8 +96,8 @@ class Group:
         cons = Consumer({"bootstrap.servers": self.c.bootstrap, "group.id": f"chaos-{uuid.uuid4().hex[:6]}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 10000,
                          "heartbeat.interval.ms": 1000, "fetch.wait.max.ms": 100,
-                         "topic.metadata.refresh.interval.ms": 2000})
-        cons.subscribe([self.topic])
+                         "topic.metadata.refresh.interval.ms": 2000, "error_cb": self.errors.append})
+        cons.subscribe([self.topic], on_assign=self._assigned)
         n = 0
         try:
             while not self._stop.is_set():
@@ -117,6 +118,18 @@ class Group:
                         self.errors.append(exc)
         finally:
             cons.close()
+
+    def _assigned(self, _consumer: Any, partitions: list[Any]) -> None:
+        self.assignments.append((round(time.monotonic(), 1), sorted(p.partition for p in partitions)))
+
+    def wait_progress(self, consumed: int, what: str) -> None:
+        """Until the member consumed more than ``consumed`` records; a timeout names its last errors and
+        assignments (the member's own view, to tell a stuck coordinator from a stuck fetch)."""
+        try:
+            _until(what, lambda: self.records > consumed)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; now {round(time.monotonic(), 1)}, records {self.records}, "
+                                 f"assignments {self.assignments[-4:]}, errors {self.errors[-8:]}") from None
 
     def stop(self) -> None:
         self._stop.set()
@@ -160,7 +173,7 @@ def test_kill_leader_20_times_under_load(chaos: Any) -> None:
             chaos.brokers[victim].start()
             _back_in_isr(chaos, topic, victim)
             # the group keeps going through every failover
-            _until(f"kill {k + 1}: consumer group progress", lambda consumed=consumed: group.records > consumed)
+            group.wait_progress(consumed, f"kill {k + 1}: consumer group progress")
         load.wait_progress(100)
     finally:
         load.stop()
@@ -214,6 +227,18 @@ class Monitor:
                     self.regressions.append((p, o, -1))
         finally:
             cons.close()
+
+    def _assigned(self, _consumer: Any, partitions: list[Any]) -> None:
+        self.assignments.append((round(time.monotonic(), 1), sorted(p.partition for p in partitions)))
+
+    def wait_progress(self, consumed: int, what: str) -> None:
+        """Until the member consumed more than ``consumed`` records; a timeout names its last errors and
+        assignments (the member's own view, to tell a stuck coordinator from a stuck fetch)."""
+        try:
+            _until(what, lambda: self.records > consumed)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; now {round(time.monotonic(), 1)}, records {self.records}, "
+                                 f"assignments {self.assignments[-4:]}, errors {self.errors[-8:]}") from None
 
     def stop(self) -> None:
         self._stop.set()

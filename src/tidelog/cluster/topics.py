@@ -208,6 +208,15 @@ class ZkTopicBackend:
 
     # -- requests ---------------------------------------------------------------------------------------------
 
+    def _live(self, need: int) -> list[int]:
+        """The live brokers to place replicas on: this broker's watched view, and when that holds fewer than
+        ``need``, ``/brokers/ids`` read now (a broker that registered a moment ago may not have reached the watch
+        yet: a cluster just started rejected RF 3 with "larger than available brokers: 2" under load)."""
+        live = set(self.cluster.live)
+        if len(live) < need:
+            live |= {int(c) for c in self.cluster.zk.get_children(zd.BROKER_IDS) if c.isdigit()}
+        return sorted(live)
+
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, str | None] | None, validate_only: bool,
                      assignments: dict[int, list[int]] | None) -> TopicInfo:
@@ -222,7 +231,7 @@ class ZkTopicBackend:
             num_partitions = len(assignments)
             replication_factor = len(next(iter(assignments.values())))
         num_partitions, replication_factor = store.counts_or_defaults(num_partitions, replication_factor)
-        live = sorted(self.cluster.live)
+        live = self._live(replication_factor)
         if not assignments and (replication_factor <= 0 or replication_factor > len(live)):
             raise TopicError(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
@@ -335,7 +344,7 @@ class ZkTopicBackend:
                 raise TopicError(ErrorCode.INVALID_PARTITIONS, f"Topic currently has {current} partitions, which is higher "
                                                        f"than the requested {total_count}.")
             first = a.partitions.get(0) or next(iter(a.partitions.values()))
-            live = sorted(self.cluster.live)
+            live = self._live(len(first))
             if assignments is not None:
                 added = self._check_added_assignments(assignments, total_count - current, len(first), set(live),
                                                       current)
