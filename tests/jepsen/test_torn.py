@@ -63,9 +63,10 @@ def _run(setup: Any, tmp_path: Path, kind: str, topic: str) -> tuple[list[Any], 
         # polls records too, and sends their offsets (see docs/RELIABILITY.md, "The torn transaction")
         tornrun.wait_for("a committed transaction that polled records",
                          lambda: tornrun.polled(h, tmp_path / "history.jsonl"), 60)
-        # a fault's N+1 is aborted on purpose, but whether the history can show the torn commit depends on how far
-        # N+1 got (docs: "What a version-1 history shows"); faults are repeated (at most 4) until N+1 is
-        # recorded `fail` -- always the first one so far under version 2, most of the time under version 1
+        # a fault's N+1 is aborted on purpose, and whether the history can show the torn commit depends on how far
+        # N+1 got (docs: "What a version-1 history shows"): the client makes that N+1 poll until it has records,
+        # write one record and flush it before sending offsets, so the first fault shows it under both versions
+        # (6 of 6 on a loaded machine); faults are still repeated (at most 4) until N+1 is recorded `fail`
         faults = []
         for _ in range(4):
             d = tornrun.one_fault(torn, h, client, f"{topic}-tx-0")
