@@ -17,6 +17,9 @@ Validation rules follow Kafka 2.5+ (KIP-360; ``ProducerAppendInfo.checkProducerE
 * a batch of a *new* epoch must start at sequence 0, else :class:`OutOfOrderSequenceError`;
 * a batch whose (first, last) sequence and epoch equal one of the retained batches is a duplicate:
   ``check`` returns that batch's ``(first_offset, last_offset, timestamp)`` and nothing is written;
+  unless it is transactional and the retained batch's transaction has ended at this partition (no open
+  transaction, or the batch lies before the open one's first offset): then the client reused a sequence, and the
+  batch is refused with :class:`InvalidTxnStateError` (a difference from Kafka, decision 0072);
 * otherwise the first sequence must be ``last_seq + 1`` (``Integer.MAX_VALUE`` wraps to 0), else
   :class:`OutOfOrderSequenceError`;
 * an *unknown* producer id (never seen, expired, or removed with its data by retention) is accepted at
