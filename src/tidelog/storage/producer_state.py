@@ -17,6 +17,9 @@ Validation rules follow Kafka 2.5+ (KIP-360; ``ProducerAppendInfo.checkProducerE
 * a batch of a *new* epoch must start at sequence 0, else :class:`OutOfOrderSequenceError`;
 * a batch whose (first, last) sequence and epoch equal one of the retained batches is a duplicate:
   ``check`` returns that batch's ``(first_offset, last_offset, timestamp)`` and nothing is written;
+  unless it is transactional and the retained batch's transaction has ended at this partition (no open
+  transaction, or the batch lies before the open one's first offset): then the client reused a sequence, and the
+  batch is refused with :class:`InvalidTxnStateError` (a difference from Kafka, decision 0072);
 * otherwise the first sequence must be ``last_seq + 1`` (``Integer.MAX_VALUE`` wraps to 0), else
   :class:`OutOfOrderSequenceError`;
 * an *unknown* producer id (never seen, expired, or removed with its data by retention) is accepted at
@@ -278,6 +281,8 @@ class ProducerStateManager:
                     return None
                 dup = entry.find_duplicate(epoch, header.base_sequence, header.last_sequence)
                 if dup is not None:
+                    if header.is_transactional:
+                        self._check_not_ended(entry, dup, header)
                     return dup.first_offset, dup.last_offset, dup.timestamp
             if epoch < entry.producer_epoch:
                 raise InvalidProducerEpochError(
@@ -330,6 +335,27 @@ class ProducerStateManager:
                     f"the transactional batch of producer {producer_id} was not verified in an ongoing transaction "
                     "(its transaction ended between the verification and the append)"
                 )
+
+    @staticmethod
+    def _check_not_ended(entry: ProducerStateEntry, dup: BatchMetadata, header: BatchHeader) -> None:
+        """A transactional batch with the (epoch, first, last sequence) of a retained batch is a retry only when
+        that batch belongs to the producer's transaction still open here. A retained batch of a transaction that
+        already ended at this partition (no open transaction, or the batch lies before the open one's first
+        offset) cannot be retried any more (a client ends a transaction only once its writes are answered): the
+        client reused the sequence of a write it took as not persisted (librdkafka purges a message queued for a
+        retry at ``abort_transaction`` and gives its sequence to the next one, without an epoch bump). Answering
+        the old offsets would acknowledge a write that is never appended (docs/RELIABILITY.md, bug 9), so it is
+        refused with INVALID_TXN_STATE, an abortable error for librdkafka and the Java client (decision 0072;
+        Kafka answers the old offsets)."""
+        first = entry.current_txn_first_offset
+        if first is None or dup.first_offset < first:
+            where = "no open transaction" if first is None else f"an open transaction from offset {first}"
+            raise InvalidTxnStateError(
+                f"transactional batch of producer {entry.producer_id} epoch {header.producer_epoch} with sequences "
+                f"{header.base_sequence}..{header.last_sequence} repeats the batch at offsets "
+                f"{dup.first_offset}..{dup.last_offset}, whose transaction has ended here ({where}): the sequence "
+                "was reused, not retried"
+            )
 
     @staticmethod
     def _check_txn_state(entry: ProducerStateEntry, header: BatchHeader) -> None:
