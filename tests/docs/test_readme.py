@@ -33,6 +33,7 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -160,8 +161,11 @@ def test_examples(session: Session) -> None:
     cmds = [c for block in console_blocks(REPO / "examples" / "README.md") for c in block]
     assert [c.text for c in cmds] == [f".venv/bin/python examples/{name}.py"
                                       for name in ("pipeline", "exactly_once", "results_and_offsets", "recent_events")]
-    for cmd in cmds:
-        session.shell.run(cmd, timeout=900)
+    # two at a time (each starts its own broker in its own temporary directory, on free ports): the four Spark
+    # applications were the longest test of CI run one after the other (~250 s), mostly JVM start and waits
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for f in [pool.submit(session.shell.run, cmd, timeout=900) for cmd in cmds]:
+            f.result()
 
 
 def test_ctrl_c_stops_the_broker_cleanly(session: Session) -> None:
