@@ -128,8 +128,12 @@ class Group:
         try:
             _until(what, lambda: self.records > consumed)
         except AssertionError as exc:
+            logs = {i: [ln[:300] for ln in Path(b.log_path).read_text(errors="replace").splitlines()
+                        if " WARNING " in ln or " ERROR " in ln or "group" in ln][-15:]
+                    for i, b in self.c.brokers.items() if Path(b.log_path).exists()}
             raise AssertionError(f"{exc}; now {round(time.monotonic(), 1)}, records {self.records}, "
-                                 f"assignments {self.assignments[-4:]}, errors {self.errors[-8:]}") from None
+                                 f"assignments {self.assignments[-4:]}, errors {self.errors[-8:]}, "
+                                 f"broker logs (warnings and group lines) {logs}") from None
 
     def stop(self) -> None:
         self._stop.set()
@@ -237,8 +241,12 @@ class Monitor:
         try:
             _until(what, lambda: self.records > consumed)
         except AssertionError as exc:
+            logs = {i: [ln[:300] for ln in Path(b.log_path).read_text(errors="replace").splitlines()
+                        if " WARNING " in ln or " ERROR " in ln or "group" in ln][-15:]
+                    for i, b in self.c.brokers.items() if Path(b.log_path).exists()}
             raise AssertionError(f"{exc}; now {round(time.monotonic(), 1)}, records {self.records}, "
-                                 f"assignments {self.assignments[-4:]}, errors {self.errors[-8:]}") from None
+                                 f"assignments {self.assignments[-4:]}, errors {self.errors[-8:]}, "
+                                 f"broker logs (warnings and group lines) {logs}") from None
 
     def stop(self) -> None:
         self._stop.set()
