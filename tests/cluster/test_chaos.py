@@ -232,22 +232,6 @@ class Monitor:
         finally:
             cons.close()
 
-    def _assigned(self, _consumer: Any, partitions: list[Any]) -> None:
-        self.assignments.append((round(time.monotonic(), 1), sorted(p.partition for p in partitions)))
-
-    def wait_progress(self, consumed: int, what: str) -> None:
-        """Until the member consumed more than ``consumed`` records; a timeout names its last errors and
-        assignments (the member's own view, to tell a stuck coordinator from a stuck fetch)."""
-        try:
-            _until(what, lambda: self.records > consumed)
-        except AssertionError as exc:
-            logs = {i: [ln[:300] for ln in Path(b.log_path).read_text(errors="replace").splitlines()
-                        if " WARNING " in ln or " ERROR " in ln or "group" in ln][-15:]
-                    for i, b in self.c.brokers.items() if Path(b.log_path).exists()}
-            raise AssertionError(f"{exc}; now {round(time.monotonic(), 1)}, records {self.records}, "
-                                 f"assignments {self.assignments[-4:]}, errors {self.errors[-8:]}, "
-                                 f"broker logs (warnings and group lines) {logs}") from None
-
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(60)

@@ -277,12 +277,13 @@ class Torn:
             flow.set()
 
 
-class TornProxy:
-    """Listens on ``listen`` (host, port 0 = any), forwards to ``target`` (settable before traffic flows)."""
+class FrameProxy:
+    """A TCP proxy between Kafka clients and one broker, frame by frame: listens on ``listen`` (host, port 0 = any),
+    forwards to ``target`` (settable before traffic flows); per connection, ``_requests`` and ``_responses``
+    (subclasses') share a dict keyed by correlation id. Also the base of tests/broker/txn/leaderloss_proxy.py."""
 
-    def __init__(self, torn: Torn, listen: tuple[str, int] = ("127.0.0.1", 0),
-                 target: tuple[str, int] = ("127.0.0.1", 0)) -> None:
-        self.torn, self.listen, self.target = torn, listen, target
+    def __init__(self, listen: tuple[str, int] = ("127.0.0.1", 0), target: tuple[str, int] = ("127.0.0.1", 0)) -> None:
+        self.listen, self.target = listen, target
         self.port = 0
         self._server: asyncio.AbstractServer | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -291,7 +292,7 @@ class TornProxy:
     def address(self) -> str:
         return f"{self.listen[0]}:{self.port}"
 
-    def start(self) -> TornProxy:
+    def start(self) -> Any:
         async def start() -> None:
             self._server = await asyncio.start_server(self._handle, self.listen[0], self.listen[1])
             self.port = self._server.sockets[0].getsockname()[1]
@@ -319,9 +320,9 @@ class TornProxy:
             self._writers.add(w)
             with contextlib.suppress(Exception):
                 w.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        watch: dict[int, tuple[str, int, int]] = {}  # correlation id -> (what, api key, version)
-        tasks = [asyncio.create_task(self._requests(creader, swriter, watch)),
-                 asyncio.create_task(self._responses(sreader, cwriter, watch))]
+        shared: dict[int, Any] = {}  # correlation id -> what the request side noted for its answer
+        tasks = [asyncio.create_task(self._requests(creader, swriter, shared)),
+                 asyncio.create_task(self._responses(sreader, cwriter, shared))]
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -330,6 +331,22 @@ class TornProxy:
             for w in (cwriter, swriter):
                 w.transport.abort()
                 self._writers.discard(w)
+
+    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, shared: Any) -> None:
+        raise NotImplementedError
+
+    async def _responses(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, shared: Any) -> None:
+        raise NotImplementedError
+
+
+class TornProxy(FrameProxy):
+    """The torn fault's proxy: requests and answers watched by ``torn`` (watch: correlation id -> (what, api key,
+    version))."""
+
+    def __init__(self, torn: Torn, listen: tuple[str, int] = ("127.0.0.1", 0),
+                 target: tuple[str, int] = ("127.0.0.1", 0)) -> None:
+        super().__init__(listen, target)
+        self.torn = torn
 
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         watch: dict[int, tuple[str, int, int]]) -> None:

@@ -11,8 +11,9 @@ Armed with ``arm(transactional_id, topic, partition)``:
   client keeps the message in its partition queue, waiting for a leader.
 
 ``release()`` ends both. Each answer is decoded and encoded again with tidelog's codec at the version the client
-asked for (``produce_versions`` lists them). The frame reader and the proxies' loop are those of
-``tests/cluster/faultproxy.py``, the request parser that of ``tests/jepsen/tornproxy.py`` (both loaded by path).
+asked for (``produce_versions`` lists them). The frame reader is ``tests/cluster/faultproxy.py``'s; the proxy
+plumbing (listening, connecting, the loop) ``FrameProxy`` and the request parser those of
+``tests/jepsen/tornproxy.py`` (both loaded by path).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
-import socket
 import struct
 import sys
 import threading
@@ -49,7 +49,6 @@ def _load(name: str, path: Path) -> Any:
 _faultproxy = _load("tidelog_test_faultproxy", _TESTS / "cluster" / "faultproxy.py")
 _tornproxy = _load("tidelog_test_tornproxy", _TESTS / "jepsen" / "tornproxy.py")
 _read_frame = _faultproxy._read_frame
-_Loop = _faultproxy._Loop
 parse_request = _tornproxy.parse_request
 
 
@@ -60,14 +59,11 @@ def _encode(api_key: int, version: int, corr: int, body: dict[str, Any]) -> byte
     return frame
 
 
-class LeaderLossProxy:
+class LeaderLossProxy(_tornproxy.FrameProxy):
     """Listens on 127.0.0.1 (a free port), forwards to ``target`` (set once the broker runs)."""
 
     def __init__(self) -> None:
-        self.target: tuple[str, int] = ("127.0.0.1", 0)
-        self.port = 0
-        self._server: asyncio.AbstractServer | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
+        super().__init__()
         self._lock = threading.Lock()
         self._armed: tuple[str, str, int] | None = None
         self.hiding = False
@@ -78,24 +74,6 @@ class LeaderLossProxy:
         self.hidden_since_rewrite = 0  # hidden Metadata answers asked for after the latest rewritten Produce answer
 
     # -- the test's thread --------------------------------------------------------------------------------------
-
-    def start(self) -> LeaderLossProxy:
-        async def start() -> None:
-            self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-            self.port = self._server.sockets[0].getsockname()[1]
-
-        _Loop.run(start())
-        return self
-
-    def stop(self) -> None:
-        async def stop() -> None:
-            if self._server is not None:
-                self._server.close()
-            for w in list(self._writers):
-                w.transport.abort()
-
-        with contextlib.suppress(Exception):
-            _Loop.run(stop(), timeout=10)
 
     def arm(self, transactional_id: str, topic: str, partition: int) -> None:
         with self._lock:
@@ -114,29 +92,6 @@ class LeaderLossProxy:
             return self.produce_rewritten > 0 and self.inflight_produce == 0 and self.hidden_since_rewrite >= 2
 
     # -- the proxies' loop ------------------------------------------------------------------------------------
-
-    async def _handle(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
-        try:
-            sreader, swriter = await asyncio.wait_for(asyncio.open_connection(*self.target), 15)
-        except (TimeoutError, OSError):
-            cwriter.transport.abort()
-            return
-        for w in (cwriter, swriter):
-            self._writers.add(w)
-            with contextlib.suppress(Exception):
-                w.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # correlation id -> (api key, version, armed Produce, rewritten Produce answers before the request)
-        asked: dict[int, tuple[int, int, bool, int]] = {}
-        tasks = [asyncio.create_task(self._requests(creader, swriter, asked)),
-                 asyncio.create_task(self._responses(sreader, cwriter, asked))]
-        try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in tasks:
-                t.cancel()
-            for w in (cwriter, swriter):
-                w.transport.abort()
-                self._writers.discard(w)
 
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         asked: dict[int, tuple[int, int, bool, int]]) -> None:
