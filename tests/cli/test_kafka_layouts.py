@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import new_topic, wait_for
 
 from tidelog.cli._tables import aligned_lines, tabbed_lines
+from tidelog.cli.topics import kafka_uuid
 
 pytestmark = pytest.mark.integration
 
@@ -181,7 +182,9 @@ def test_reset_and_delete_offsets_are_kafka_layout(b: Any, topic: str) -> None:
 
 def test_topics_describe_is_kafka_topics(b: Any, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
-    topic_id = str(admin.describe_topics(TopicCollection([topic]))[topic].result(30).topic_id)
+    uuid = admin.describe_topics(TopicCollection([topic]))[topic].result(30).topic_id
+    # str(uuid) is librdkafka's standard base64 ('/', '+'); Kafka prints the URL-safe alphabet ('_', '-')
+    topic_id = kafka_uuid(uuid.get_most_significant_bits(), uuid.get_least_significant_bits())
     lines = tl(b, "topics", "describe", topic).stdout.splitlines()
     assert lines[0] == (f"Topic: {topic}\tTopicId: {topic_id}\tPartitionCount: 2\tReplicationFactor: 1\t"
                         "Configs: retention.ms=3600000")
