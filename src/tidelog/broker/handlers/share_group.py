@@ -330,7 +330,7 @@ async def share_fetch(ctx: RequestContext, request: dict) -> dict:
     for (tid, _index), entry in sorted(out.items(), key=lambda kv: kv[0]):
         by_topic.setdefault(tid, []).append(entry)
     body = {"throttle_time_ms": 0, "error_code": NONE, "error_message": None,
-            "acquisition_lock_timeout_ms": mgr.lock_ms,
+            "acquisition_lock_timeout_ms": mgr.settings(gid).lock_ms,
             "responses": [{"topic_id": tid, "partitions": parts} for tid, parts in by_topic.items()],
             "node_endpoints": []}
     return fit(SHARE_FETCH, v, body)
