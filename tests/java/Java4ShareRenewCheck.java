@@ -11,6 +11,9 @@
 //   java ... Java4ShareRenewCheck disabled BOOTSTRAP TOPIC GROUP LOCK_MS
 //       sets the group config share.renew.acknowledge.enable=false (Admin.incrementalAlterConfigs on the GROUP
 //       resource), then member "a" renews its record: commitSync reports the partition's error.
+//   java ... Java4ShareRenewCheck record_limit BOOTSTRAP TOPIC GROUP LOCK_MS
+//       (KIP-1206) produces 10 records in one batch, then a member with share.acquire.mode=record_limit and
+//       max.poll.records=3 accepts them poll by poll: {"event": "polled", "offsets": [...]} per poll.
 //
 // One JSON object per line on stdout; every wait is bounded; {"event": "error", ...} on a failure.
 
@@ -102,6 +105,7 @@ public final class Java4ShareRenewCheck {
         long lockMs = Long.parseLong(args[4]);
         try {
             if (mode.equals("renew")) renew(bootstrap, topic, group, lockMs);
+            else if (mode.equals("record_limit")) recordLimit(bootstrap, topic, group);
             else disabled(bootstrap, topic, group);
         } catch (Throwable e) {
             emit("error", "error", e.getClass().getSimpleName(), "message", String.valueOf(e.getMessage()));
@@ -196,6 +200,42 @@ public final class Java4ShareRenewCheck {
             a.acknowledge(r, AcknowledgeType.RENEW);
             Map<TopicIdPartition, Optional<KafkaException>> res = a.commitSync(Duration.ofSeconds(15));
             emit("renewed", "how", "commit", "errors", errors(res), "partitions", res.size());
+        }
+    }
+
+    static void recordLimit(String bootstrap, String topic, String group) throws Exception {
+        Properties pp = new Properties();
+        pp.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        pp.put(ProducerConfig.LINGER_MS_CONFIG, "1000");  // the 10 records in one batch
+        try (KafkaProducer<String, String> p = new KafkaProducer<>(pp, new StringSerializer(), new StringSerializer())) {
+            List<java.util.concurrent.Future<?>> sent = new ArrayList<>();
+            for (int i = 0; i < 10; i++) sent.add(p.send(new ProducerRecord<>(topic, 0, null, "r" + i)));
+            p.flush();
+            for (java.util.concurrent.Future<?> f : sent) f.get();
+        }
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        p.put("share.acknowledgement.mode", "explicit");
+        p.put("share.acquire.mode", "record_limit");
+        p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "3");
+        try (KafkaShareConsumer<String, String> c = new KafkaShareConsumer<>(p, new StringDeserializer(),
+                new StringDeserializer())) {
+            c.subscribe(List.of(topic));
+            int got = 0;
+            long deadline = System.nanoTime() + 30_000_000_000L;
+            while (got < 10 && System.nanoTime() < deadline) {
+                ConsumerRecords<String, String> rs = c.poll(Duration.ofMillis(200));
+                if (rs.isEmpty()) continue;
+                List<Object> offsets = new ArrayList<>();
+                for (ConsumerRecord<String, String> r : rs) {
+                    offsets.add(r.offset());
+                    c.acknowledge(r, AcknowledgeType.ACCEPT);
+                }
+                Map<TopicIdPartition, Optional<KafkaException>> res = c.commitSync(Duration.ofSeconds(15));
+                emit("polled", "offsets", offsets, "errors", errors(res));
+                got += offsets.size();
+            }
         }
     }
 }

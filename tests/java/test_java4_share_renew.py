@@ -7,6 +7,8 @@ explicit acknowledgement mode calls ``acknowledge(record, AcknowledgeType.RENEW)
   final accept succeed (an accept after a lapsed lock would be INVALID_RECORD_STATE), the renewed record comes back
   to the application with its delivery count unchanged, and member ``b``, polling all along, never gets it (but does
   get the record produced afterwards).
+* record_limit (KIP-1206, the other half of v2): ``share.acquire.mode=record_limit`` with ``max.poll.records`` 3 on
+  one batch of 10 records: no poll gets more than 3, every record exactly once.
 * disabled: ``share.renew.acknowledge.enable=false`` set through ``Admin.incrementalAlterConfigs`` (GROUP resource,
   a BOOLEAN in ``describeConfigs``): the renewal's commitSync reports ``InvalidRecordStateException``.
 """
@@ -100,3 +102,13 @@ def test_java_share_consumer_renew_disabled_by_group_config(classpath: str, brok
     assert _one(events, "config") == {**_one(events, "config"), "value": "false", "type": "BOOLEAN"}
     renewed = _one(events, "renewed", how="commit")
     assert renewed["errors"] == ["InvalidRecordStateException"], renewed
+
+
+def test_java_share_consumer_record_limit_acquire_mode(classpath: str, broker: Any) -> None:
+    topic, group = f"j4-limit-{uuid.uuid4().hex[:6]}", f"g-j4-limit-{uuid.uuid4().hex[:6]}"
+    create_topic(broker.bootstrap, topic, 1, 1)
+    events = _run(classpath, "record_limit", broker.bootstrap, topic, group, str(LOCK_MS))
+    polls = [e for e in events if e["event"] == "polled"]
+    assert all(e["errors"] == [] for e in polls), polls
+    assert max(len(e["offsets"]) for e in polls) <= 3, polls  # batch-optimized would hand the whole batch of 10
+    assert sorted(o for e in polls for o in e["offsets"]) == list(range(10)), polls
