@@ -19,6 +19,7 @@ group config                         broker default                            b
 ``share.partition.max.record.locks`` ``group.share.partition.max.record.locks`` ``group.share.min/max.partition.max.record.locks``
 ``share.auto.offset.reset``          ``share.auto.offset.reset`` (tidelog)     latest / earliest / by_duration:<ISO-8601>
 ``share.isolation.level``            read_uncommitted                          read_committed / read_uncommitted
+``share.renew.acknowledge.enable``   true (no broker config)                   true / false (KIP-1222)
 ==================================== ========================================= ==============================
 
 An alteration is validated as Kafka's ``GroupConfig.validate`` does: the group's configs merged with the broker
@@ -111,6 +112,9 @@ _KEYS = (
     GroupConfigKey("share.isolation.level", None, "read_uncommitted", "string",
                    choices=("read_committed", "read_uncommitted"),
                    doc="Controls how to read records written transactionally."),
+    # KIP-1222 (Kafka 4.2): Kafka's GroupConfig BOOLEAN, default true, no broker-level default (share_renew.py)
+    GroupConfigKey("share.renew.acknowledge.enable", None, "true", "boolean",
+                   doc="Whether the renew acknowledge type is enabled for the share group."),
 )
 GROUP_CONFIG_KEYS: dict[str, GroupConfigKey] = {k.name: k for k in _KEYS}
 _UNBOUNDED_DEFAULTS = frozenset({"share.session.timeout.ms", "share.heartbeat.interval.ms"})
@@ -151,6 +155,12 @@ def parse_auto_offset_reset(value: str) -> tuple[str, int | None]:
                      "must be earliest, latest or by_duration:<ISO-8601 duration>")
 
 
+def parse_boolean(value: str, default: bool | None) -> bool | None:
+    """A BOOLEAN config as Kafka's ``ConfigDef`` parses it: ``true`` / ``false``, any case, around blanks."""
+    v = str(value).strip().lower()
+    return True if v == "true" else False if v == "false" else default
+
+
 @dataclass(frozen=True)
 class EffectiveGroupConfig:
     """A group's configs as the coordinators read them (clamped to the broker's bounds)."""
@@ -164,6 +174,7 @@ class EffectiveGroupConfig:
     share_partition_max_record_locks: int
     share_auto_offset_reset: str
     share_isolation_level: str
+    share_renew_acknowledge_enable: bool = True
 
 
 class GroupConfigStore(Protocol):
@@ -285,6 +296,7 @@ class GroupConfigs:
             share_partition_max_record_locks=ints["share.partition.max.record.locks"],
             share_auto_offset_reset=reset,
             share_isolation_level=merged["share.isolation.level"],
+            share_renew_acknowledge_enable=parse_boolean(merged["share.renew.acknowledge.enable"], True) is not False,
         )
         if len(self._effective) > 10_000:  # a cache, bounded: every entry can be rebuilt
             self._effective.clear()
@@ -323,6 +335,10 @@ class GroupConfigs:
                         raise GroupConfigError(f"{k.name} must be greater than or equal to {k.bounds[0]}")
                     if value > hi:
                         raise GroupConfigError(f"{k.name} must be less than or equal to {k.bounds[1]}")
+            elif k.kind == "boolean":
+                if parse_boolean(str(raw), None) is None:
+                    raise GroupConfigError(f"Invalid value {raw} for configuration {k.name}: Expected value to be "
+                                           "either true or false")
             elif k.choices and str(raw).strip().lower() not in k.choices:
                 raise GroupConfigError(f"Invalid value {raw} for configuration {k.name}: String must be one of: "
                                        + ", ".join(k.choices))

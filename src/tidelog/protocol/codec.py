@@ -135,8 +135,10 @@ GROUP_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),  # KIP-932 share groups, v1 (broker/group/share_group.py)
     ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
-    ApiKey.SHARE_FETCH: (1, 1),
-    ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
+    # v2 (Kafka 4.2/4.3): ShareAcquireMode (KIP-1206) and IsRenewAck + the RENEW type (KIP-1222,
+    # broker/group/share_renew.py)
+    ApiKey.SHARE_FETCH: (1, 2),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 2),  # v2: IsRenewAck; the answer carries AcquisitionLockTimeoutMs
     ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 0),
     # the share coordinator's inter-broker APIs (broker/group/share_coordinator.py, handlers/share_state.py)
     ApiKey.INITIALIZE_SHARE_GROUP_STATE: (0, 0),

@@ -11,7 +11,8 @@ group has handed out, to whom, how often, and which are done.
   available again (when it is released or its lock expires).
 * **Acknowledgement** (ShareFetch's piggy-backed batches or ShareAcknowledge): type 1 accept -> ACKNOWLEDGED,
   2 release -> AVAILABLE (or ARCHIVED at the limit), 3 reject -> ARCHIVED, 0 gap -> ARCHIVED. Only the member
-  holding the lock may acknowledge a record (INVALID_RECORD_STATE otherwise, as Kafka).
+  holding the lock may acknowledge a record (INVALID_RECORD_STATE otherwise, as Kafka). Type 4 renew (KIP-1222,
+  ``share_renew.py``) keeps the record ACQUIRED by its member with the same delivery count and a new lock deadline.
 * The SPSO moves over every leading ACKNOWLEDGED / ARCHIVED record and their state is dropped.
 
 State is kept per *run* of offsets (Kafka keeps it per batch and splits a batch into offsets only when its records'
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 from tidelog.errors import ErrorCode
 
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
-GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
+GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 STATE_NAMES = {AVAILABLE: "AVAILABLE", ACQUIRED: "ACQUIRED", ACKNOWLEDGED: "ACKNOWLEDGED", ARCHIVED: "ARCHIVED"}
 
 _BATCH_HEAD = struct.Struct(">qi")  # baseOffset, batchLength
@@ -178,7 +179,7 @@ class SharePartition:
         return self.speo if self.speo - self.spso < self.max_locks else None
 
     def acquire(self, member: str, batches: Iterable[tuple[int, int, bool]], max_records: int, now: float,
-                high_watermark: int) -> list[tuple[int, int, int]]:
+                high_watermark: int, record_limit: bool = False) -> list[tuple[int, int, int]]:
         """Acquire for ``member`` the acquirable records of ``batches`` ((base, last, control) as read from the
         log, in order): records made available again, at most ``max_records`` of them, then new records by whole
         batches (as Kafka, ``max_records`` is a soft limit there: no batch is started beyond it or beyond the
@@ -223,6 +224,8 @@ class SharePartition:
                 runs.append(Run(self.speo, base - 1, ARCHIVED))
                 self.speo = base
             a, b = self.speo, last
+            if record_limit and not control:  # ShareAcquireMode record-limit: a batch may be split
+                b = min(b, a + (max_records - taken) - 1)
             if control:  # transaction markers are never delivered
                 runs.append(Run(a, b, ARCHIVED))
             else:
@@ -238,12 +241,17 @@ class SharePartition:
 
     # ----------------------------------------------------------------------------------------- acknowledge
 
-    def acknowledge(self, member: str, first: int, last: int, types: list[int]) -> None:
-        """Apply one AcknowledgementBatch: ``types`` has one type for the whole range or one per offset."""
+    def acknowledge(self, member: str, first: int, last: int, types: list[int],
+                    renew_until: float | None = None) -> None:
+        """Apply one AcknowledgementBatch: ``types`` has one type for the whole range or one per offset. A RENEW
+        sets the lock deadline to ``renew_until`` (None: the group refuses renewals, INVALID_RECORD_STATE)."""
         if last < first or not types or (len(types) != 1 and len(types) != last - first + 1):
             raise AckError(ErrorCode.INVALID_REQUEST, f"Invalid acknowledgement batch {first}-{last}")
-        if any(t not in (GAP, ACCEPT, RELEASE, REJECT) for t in types):
+        if any(t not in (GAP, ACCEPT, RELEASE, REJECT, RENEW) for t in types):
             raise AckError(ErrorCode.INVALID_REQUEST, "Invalid acknowledge type")
+        if renew_until is None and RENEW in types:
+            raise AckError(ErrorCode.INVALID_RECORD_STATE, "The record state is invalid. Renew acknowledgements "
+                                                           "are disabled for the share group.")
         if first < self.spso or last >= self.speo:
             bad = first if first < self.spso else max(first, self.speo)
             raise AckError(ErrorCode.INVALID_RECORD_STATE,
@@ -274,6 +282,8 @@ class SharePartition:
                     r.state, r.member, r.deadline = ACKNOWLEDGED, "", 0.0
                 elif t == RELEASE:
                     self._done(r)
+                elif t == RENEW:  # still ACQUIRED by the same member, same delivery count: a new deadline
+                    r.deadline = renew_until if renew_until is not None else r.deadline
                 else:  # REJECT, GAP
                     r.state, r.member, r.deadline = ARCHIVED, "", 0.0
                 i += 1

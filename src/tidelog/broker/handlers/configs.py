@@ -313,7 +313,7 @@ def _group_config_entries(gc: gcs.GroupConfigs, group: str) -> list[ConfigEntry]
         syns = [ConfigSynonym(name, own[name], SOURCE_GROUP_CONFIG)] if name in own else []
         syns.append(ConfigSynonym(name, defaults[name], SOURCE_DEFAULT_CONFIG))
         out.append(ConfigEntry(name, own.get(name, defaults[name]), syns[0].source, synonyms=syns,
-                               config_type=TYPE_INT if key.kind == "int" else TYPE_STRING,
+                               config_type={"int": TYPE_INT, "boolean": TYPE_BOOLEAN}.get(key.kind, TYPE_STRING),
                                documentation=key.doc or None))
     return out
 

@@ -1,5 +1,6 @@
 """KIP-932 share group APIs: ShareGroupHeartbeat (76), ShareGroupDescribe (77), ShareFetch (78) and
-ShareAcknowledge (79), version 1 (Kafka 4.1/4.2's, the one librdkafka 2.16's share consumer speaks), and
+ShareAcknowledge (79), versions 1 (Kafka 4.1's, the one librdkafka 2.16's share consumer speaks) and, for the last
+two, 2 (Kafka 4.2/4.3's: the RENEW acknowledge type and the acquire mode, ``broker/group/share_renew.py``), and
 DescribeShareGroupOffsets (90) v0.
 
 Adapters to :class:`tidelog.broker.group.share_group.ShareGroupManager`. Authorization as Kafka's KafkaApis: READ on
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 from tidelog.broker.errors import error_of
+from tidelog.broker.group import share_renew
 from tidelog.broker.group.share_group import LEAVE_EPOCH, ShareGroupManager, share_manager
 from tidelog.broker.group.share_partition import AckError, batch_ranges
 from tidelog.broker.group.share_state_records import ShareKey
@@ -160,6 +162,9 @@ async def _acknowledge(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mi
     if err:
         return err, _err(err)
     assert name is not None
+    refused = share_renew.batches_refusal(ctx.api_version, batches)
+    if refused:
+        return refused
     try:
         plog = ctx.broker.leader_log(name, index)
     except Exception as exc:  # not the leader, unknown partition, offline: Kafka's partition error
@@ -168,10 +173,11 @@ async def _acknowledge(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mi
     if code:
         return code, msg
     sp = mgr.share_partition(gid, tid, index, plog.log_start_offset, plog.high_watermark, plog)
+    renew_until = share_renew.renew_until(ctx.broker.group_configs, gid, mgr.settings(gid).lock_ms, time.monotonic())
     try:
         for b in batches:
             sp.acknowledge(mid, int(b["first_offset"]), int(b["last_offset"]),
-                           [int(t) for t in b.get("acknowledge_types") or ()])
+                           [int(t) for t in b.get("acknowledge_types") or ()], renew_until)
     except AckError as e:
         return error_code(e.name), e.message
     finally:
@@ -180,7 +186,8 @@ async def _acknowledge(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mi
 
 
 async def _acquire(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: str, name: str, tid: bytes,
-                   index: int, entry: dict[str, Any], budget: int, max_records: int) -> tuple[int, int]:
+                   index: int, entry: dict[str, Any], budget: int, max_records: int,
+                   record_limit: bool = False) -> tuple[int, int]:
     """Acquire records of one partition into ``entry``. Returns (bytes, records) acquired. The log is read on the
     request pool (as Fetch reads); the share partition's state changes on the loop, after each read."""
     plog = ctx.broker.leader_log(name, index)
@@ -207,7 +214,7 @@ async def _acquire(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: s
             break
         sp = mgr.partitions.get((gid, tid, index), sp)  # (replaced if the partition was reloaded meanwhile)
         got = sp.acquire(mid, [(b, last, c) for _, _, b, last, c in batches], max_records - taken, time.monotonic(),
-                         hw)
+                         hw, record_limit)
         if got:
             lo, hi = got[0][0], got[-1][1]
             keep = [(s, e) for s, e, b, last, _ in batches if last >= lo and b <= hi]
@@ -244,6 +251,10 @@ async def share_fetch(ctx: RequestContext, request: dict) -> dict:
     if epoch == 0 and has_acks:
         return _top_error(SHARE_FETCH, v, INVALID_REQUEST,
                           "Acknowledge data present on initial fetch request.")
+    refused = share_renew.fetch_refusal(v, request)
+    if refused:
+        return _top_error(SHARE_FETCH, v, *refused)
+    record_limit = share_renew.record_limit(v, request)
     mgr = share_manager(ctx.broker)
     err, session = mgr.session(gid, mid, epoch)
     if err or session is None:
@@ -292,7 +303,7 @@ async def share_fetch(ctx: RequestContext, request: dict) -> dict:
                 fresh = _partition_entry(index, node)
                 try:
                     got_bytes, got = await _acquire(ctx, mgr, gid, mid, name, tid, index, fresh,
-                                              max(max_bytes - size, 1), max_records - taken)
+                                              max(max_bytes - size, 1), max_records - taken, record_limit)
                 except Exception as exc:  # not the leader, unknown partition, offline: Kafka's partition error
                     fresh["error_code"], fresh["error_message"] = error_of(exc)
                     got_bytes, got = 0, 0
@@ -319,7 +330,7 @@ async def share_fetch(ctx: RequestContext, request: dict) -> dict:
     for (tid, _index), entry in sorted(out.items(), key=lambda kv: kv[0]):
         by_topic.setdefault(tid, []).append(entry)
     body = {"throttle_time_ms": 0, "error_code": NONE, "error_message": None,
-            "acquisition_lock_timeout_ms": mgr.lock_ms,
+            "acquisition_lock_timeout_ms": mgr.settings(gid).lock_ms,
             "responses": [{"topic_id": tid, "partitions": parts} for tid, parts in by_topic.items()],
             "node_endpoints": []}
     return fit(SHARE_FETCH, v, body)
@@ -359,6 +370,7 @@ async def share_acknowledge(ctx: RequestContext, request: dict) -> dict:
     else:
         session.epoch = epoch + 1
     return fit(SHARE_ACKNOWLEDGE, v, {"throttle_time_ms": 0, "error_code": NONE, "error_message": None,
+                                      "acquisition_lock_timeout_ms": mgr.settings(gid).lock_ms,
                                       "responses": responses, "node_endpoints": []})
 
 
