@@ -277,3 +277,48 @@ def test_classic_static_member_replacing_last_consumer_member_downgrades(b: Any)
         # the ConsumerGroup* records were tombstoned and the GroupMetadata written: a classic group after the load
         assert describe(c, g)["error_code"] != NONE
         assert group_type(c, g)[0] == "classic"
+
+
+def test_install_uses_the_replayed_resolution() -> None:
+    """At load a member's regex topics are the replayed resolution's (and its Version raises the coordinator's),
+    not a fresh match: the group's metadata is the one it was assigned from; the next metadata check resolves the
+    regex again and sees the topic created meanwhile."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from tidelog.broker.group.consumer_group import ConsumerGroupManager
+    from tidelog.broker.group.consumer_install import install
+    from tidelog.broker.group.consumer_records import MemberMetadata
+
+    topics = {TID_A: SimpleNamespace(name="rx-a", num_partitions=2, topic_id=TID_A),
+              TID_B: SimpleNamespace(name="rx-b", num_partitions=1, topic_id=TID_B)}
+    broker = SimpleNamespace(config=SimpleNamespace(props={}), group_configs=None, topics=SimpleNamespace(
+        by_id=topics.get, all_topics=lambda: list(topics.values()),
+        get=lambda name: next((t for t in topics.values() if t.name == name), None)))
+    mgr = ConsumerGroupManager(SimpleNamespace(broker=broker, groups={}))  # type: ignore[arg-type]
+    key = crec.encode_key
+    records = [
+        (key(ConsumerKey(5, "g", "m1")), crec.encode_member_metadata(
+            MemberMetadata(None, None, "c", "/h", [], "rx-.*", 45000, None))),
+        (key(ConsumerKey(16, "g", regex="rx-.*")), crec.encode_regex_value(ResolvedRegex(("rx-a",), 57, 1))),
+        (key(ConsumerKey(3, "g")), crec.encode_group_metadata(4)),
+        (key(ConsumerKey(7, "g", "m1")), crec.encode_target_member({TID_A: [0, 1]})),
+        (key(ConsumerKey(6, "g")), crec.encode_target_metadata(4)),
+        (key(ConsumerKey(8, "g", "m1")), crec.encode_current_assignment(
+            CurrentAssignment(4, 3, 0, {TID_A: [0, 1]}, {}, {(TID_A, 0): 2, (TID_A, 1): 4}))),
+    ]
+    replay = ConsumerReplay()
+    for k, v in records:
+        replay.add(k, v)
+
+    async def run() -> None:
+        assert install(mgr, replay) == 1
+        g = mgr.groups["g"]
+        assert g.resolved == {"rx-.*": ResolvedRegex(("rx-a",), 57, 1)} and mgr.topics_version >= 57
+        assert g.metadata == (("rx-a", 2),)  # from the replayed resolution, although rx-b exists
+        assert g.members["m1"].assignment_epochs == {("rx-a", 0): 2, ("rx-a", 1): 4}
+        assert mgr._metadata_changed(g, force=True)  # resolved again: rx-b matches now
+        assert g.resolved["rx-.*"].topics == ("rx-a", "rx-b") and g.resolved["rx-.*"].version >= 57
+        mgr.shutdown()
+
+    asyncio.run(run())
