@@ -16,7 +16,7 @@ timeline snapshots roll a failed write back); tidelog keeps the in-memory state 
 **Deleting.** DeleteGroups of a consumer group writes the tombstones of every record last written for it
 (:meth:`tombstones`: target assignment epoch and group epoch).
 
-**Replaying.** :class:`ConsumerReplay` collects the latest value of each type 3-8 key while a partition replays (in
+**Replaying.** :class:`ConsumerReplay` collects the latest value of each type 3-8 and 16 key while a partition replays (in
 the loader's worker thread, :mod:`replay`); :func:`install` builds the groups on the loop: a group exists if its
 ConsumerGroupMetadata record does; members come from their member metadata, target and current assignment records
 (topic ids resolved to names; a partition of a topic that no longer exists is dropped), session timers start anew
