@@ -244,10 +244,14 @@ def _to_classic(mgr: MigrationHost, g: ConsumerGroup, members: list[ConsumerMemb
     written = mgr.store.converting(gid)
 
     async def write() -> None:
-        err = await coord._append(gid, entries, offsets=False)
-        if not err:
-            classic.persisted = True
-        written.set_result(err)
+        err = int(ErrorCode.UNKNOWN_SERVER_ERROR)  # unless the append answers (a request waits on ``written``)
+        try:
+            err = await coord._append(gid, entries, offsets=False)
+            if not err:
+                classic.persisted = True
+        finally:
+            if not written.done():
+                written.set_result(err)
 
     coord._spawn(write())
     log.info("consumer group downgraded to classic group", extra={"kv": {
