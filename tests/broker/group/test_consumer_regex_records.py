@@ -322,3 +322,19 @@ def test_install_uses_the_replayed_resolution() -> None:
         mgr.shutdown()
 
     asyncio.run(run())
+
+
+def test_metadata_by_topic_id_with_an_empty_name(b: Any) -> None:
+    """The Java 4.x client asks Metadata for the topic ids of a regex assignment with its generated default name
+    "" (not null): Kafka looks them up by id, and so does tidelog (before, the Java 4.3 consumer of a
+    SubscriptionPattern never resolved its assignment and heartbeated in a tight loop)."""
+    import uuid
+
+    with RawClient(b.port) as c:
+        tid = _tid(c, "cg27r-a")
+        md = c.request(3, 12, {"topics": [{"name": "", "topic_id": tid}], "allow_auto_topic_creation": False,
+                               "include_topic_authorized_operations": False})["topics"]
+        assert [(t["error_code"], t["name"], len(t["partitions"])) for t in md] == [(NONE, "cg27r-a", 2)]
+        md = c.request(3, 12, {"topics": [{"name": "", "topic_id": uuid.UUID(int=7)}],
+                               "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+        assert md["topics"][0]["error_code"] == 100  # UNKNOWN_TOPIC_ID
