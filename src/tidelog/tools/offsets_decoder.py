@@ -75,7 +75,7 @@ def parse_offsets_record(offset: int, key: bytes | None, value: bytes | None) ->
         )
     key = bytes(key)
     key_version = _version(key) if len(key) >= 2 else None  # a shorter key fails in decode_key below
-    if key_version in consumer_records.KEY_TYPES:  # KIP-848 ConsumerGroup* records (types 3-8)
+    if key_version in consumer_records.KEY_TYPES:  # KIP-848 ConsumerGroup* records (types 3-8, 16)
         try:
             ckey, cpayload = consumer_records.to_json(key, None if value is None else bytes(value))
         except (ValueError, struct.error) as exc:

@@ -27,6 +27,7 @@ import asyncio
 import logging
 import uuid
 
+from tidelog.broker.group import migration
 from tidelog.broker.group.assignors import TopicPartition
 from tidelog.broker.group.consumer_group import ConsumerGroupManager
 from tidelog.broker.group.consumer_model import (
@@ -149,7 +150,7 @@ def join(mgr: ConsumerGroupManager, group_id: str, member_id: str, instance_id: 
     sub = parse_subscription(protocols[0][1])
     if sub is None:
         return _join_error(INCONSISTENT_GROUP_PROTOCOL, member_id, "Malformed embedded consumer protocol.")
-    changed = replaced = False
+    changed = replaced = replaced_consumer = False
     if instance_id is not None:
         holder = g.static_members.get(instance_id)
         old = g.members.get(holder) if holder is not None else None
@@ -163,6 +164,8 @@ def join(mgr: ConsumerGroupManager, group_id: str, member_id: str, instance_id: 
                                subscribed_names=list(old.subscribed_names), assigned=set(old.assigned),
                                pending_revocation=set(old.pending_revocation), epoch=0, previous_epoch=0,
                                state=old.state)
+            m.assignment_epochs = dict.fromkeys(m.assigned | m.pending_revocation, 0)  # KIP-1251, as Kafka
+            replaced_consumer = old.classic is None
             if old.member_id in g.target:
                 g.target[member_id] = g.target.pop(old.member_id)
             g.members[member_id] = m
@@ -198,13 +201,16 @@ def join(mgr: ConsumerGroupManager, group_id: str, member_id: str, instance_id: 
     if g.group_epoch != g.assignment_epoch:
         mgr._compute_target(g)
     _reconcile(mgr, g, m, sub.owned)
+    answer: JoinResult = {"error_code": NONE, "generation_id": m.epoch, "protocol_type": PROTOCOL_TYPE,
+                          "protocol_name": protocols[0][0], "leader": "", "skip_assignment": False,
+                          "member_id": member_id, "members": []}
+    if replaced and migration.maybe_downgrade_replaced(mgr, g, m, replaced_consumer):
+        return answer  # the group is classic now: its SyncGroup is the classic group's (migration.py)
     _cancel(m, "join_timer")
     mgr._touch(g, m)
     _fence_later(mgr, g, m, "sync_timer", m.rebalance_timeout_ms, "the classic member did not sync within its "
                  "rebalance timeout")
-    return {"error_code": NONE, "generation_id": m.epoch, "protocol_type": PROTOCOL_TYPE,
-            "protocol_name": protocols[0][0], "leader": "", "skip_assignment": False, "member_id": member_id,
-            "members": []}
+    return answer
 
 
 def _reconcile(mgr: ConsumerGroupManager, g: ConsumerGroup, m: ConsumerMember, owned: set[TopicPartition]) -> None:

@@ -41,7 +41,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.group import migration
+from tidelog.broker.group import consumer_regex, migration
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.assignors import ASSIGNORS, MemberSubscription, TopicPartition
 from tidelog.broker.group.consumer_model import (
@@ -130,6 +130,7 @@ class ConsumerGroupManager:
         self._topics: dict[str, int] | None = None
         self._topics_at = 0.0
         self._regex_matches: dict[str, frozenset[str]] = {}
+        self.topics_version = 0  # changes to the topic set seen (a regex resolution's Version, consumer_regex.py)
         self.store = ConsumerGroupStore(self)  # ConsumerGroup* records in __consumer_offsets
 
     def timeouts(self, group_id: str) -> tuple[int, int]:
@@ -420,6 +421,9 @@ class ConsumerGroupManager:
                                    subscribed_names=list(old.subscribed_names), subscribed_regex=old.subscribed_regex,
                                    server_assignor=old.server_assignor, assigned=set(old.assigned),
                                    pending_revocation=set(old.pending_revocation))
+                # KIP-1251: the partitions it takes over count as assigned at epoch 0 (Kafka resets a static
+                # member's assignment epochs when it is replaced)
+                m.assignment_epochs = dict.fromkeys(m.assigned | m.pending_revocation, 0)
                 if old.member_id in g.target:
                     g.target[member_id] = g.target.pop(old.member_id)
                 g.members[member_id] = m
@@ -514,6 +518,7 @@ class ConsumerGroupManager:
         if m.instance_id is not None and g.static_members.get(m.instance_id) == m.member_id:
             del g.static_members[m.instance_id]
         g.target.pop(m.member_id, None)
+        consumer_regex.prune(g)  # a regex nobody subscribes to any more: its record is tombstoned
         g.group_epoch += 1
         log.info("consumer group member removed", extra={"kv": {"group": g.group_id, "member": m.member_id,
                                                                  "reason": why, "group_epoch": g.group_epoch}})
@@ -544,13 +549,8 @@ class ConsumerGroupManager:
 
     def _subscribed_topics(self, g: ConsumerGroup, m: ConsumerMember, existing: dict[str, int]) -> frozenset[str]:
         out = {t for t in m.subscribed_names if t in existing}
-        if m.subscribed_regex:
-            matched = self._regex_matches.get(m.subscribed_regex)
-            if matched is None:
-                rx = self._compiled(m.subscribed_regex)
-                matched = frozenset(t for t in existing if not t.startswith("__") and rx.fullmatch(t))
-                self._regex_matches[m.subscribed_regex] = matched
-            out.update(matched)
+        if m.subscribed_regex:  # the group's resolution of the regex (consumer_regex.py)
+            out.update(t for t in consumer_regex.topics(self, g, m.subscribed_regex, existing) if t in existing)
         return frozenset(out)
 
     def _existing_topics(self) -> dict[str, int]:
@@ -558,9 +558,12 @@ class ConsumerGroupManager:
         metadata check costs a dict lookup per subscribed topic, not a scan of every topic per member."""
         now = time.monotonic()
         if self._topics is None or now - self._topics_at >= TOPICS_CACHE_S:
+            before = self._topics
             self._topics = {info.name: info.num_partitions for info in self.coordinator.broker.topics.all_topics()}
             self._topics_at = now
             self._regex_matches = {}
+            if before is None or before.keys() != self._topics.keys():
+                self.topics_version += 1
         return self._topics
 
     def _metadata_changed(self, g: ConsumerGroup, force: bool) -> bool:
@@ -571,6 +574,7 @@ class ConsumerGroupManager:
             return False
         g.metadata_checked = now
         existing = self._existing_topics()
+        consumer_regex.refresh(self, g, existing)  # the regexes resolved again (their topics change the metadata)
         topics: set[str] = set()
         for m in g.members.values():
             topics |= self._subscribed_topics(g, m, existing)

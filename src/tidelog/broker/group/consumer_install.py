@@ -31,7 +31,7 @@ def install(mgr: ConsumerGroupManager, replayed: ConsumerReplay) -> int:
         decoded: dict[int, dict[str | None, bytes]] = {}
         for kb, vb in recs.items():
             k = crec.decode_key(kb)
-            decoded.setdefault(k.type, {})[k.member_id] = vb
+            decoded.setdefault(k.type, {})[k.regex if k.type == crec.REGULAR_EXPRESSION else k.member_id] = vb
         try:
             meta = decoded.get(crec.GROUP_METADATA, {}).get(None)
             if meta is None:
@@ -62,8 +62,18 @@ def install(mgr: ConsumerGroupManager, replayed: ConsumerReplay) -> int:
                 m0.state = crec.STATE_NAMES.get(ca.state, "stable")
                 m0.assigned = tps(ca.assigned)
                 m0.pending_revocation = tps(ca.pending_revocation)
-                # KIP-1251's default for a record without assignment epochs: the member epoch (not below 0)
-                m0.assignment_epochs = dict.fromkeys(m0.assigned | m0.pending_revocation, max(m0.epoch, 0))
+                # KIP-1251: each partition's AssignmentEpochs entry, else the member epoch (not below 0)
+                m0.assignment_epochs = {}
+                for part in (ca.assigned, ca.pending_revocation):
+                    for tid, ps in part.items():
+                        name = names.get(tid)
+                        if name is not None:
+                            m0.assignment_epochs.update(((name, p), ca.epoch_of(tid, p)) for p in ps)
+            for regex, vb in decoded.get(crec.REGULAR_EXPRESSION, {}).items():
+                if regex is not None:  # the group's regex resolutions (consumer_regex.py)
+                    r = crec.decode_regex_value(vb)
+                    g.resolved[regex] = r
+                    mgr.topics_version = max(mgr.topics_version, r.version)
         except crec.SchemaError as exc:
             log.warning("skipping undecodable consumer group records", extra={"kv": {"group": gid, "error": str(exc)}})
             continue

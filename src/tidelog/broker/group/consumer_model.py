@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group.assignors import TopicPartition
-from tidelog.broker.group.consumer_records import ClassicMemberMetadata
+from tidelog.broker.group.consumer_records import ClassicMemberMetadata, ResolvedRegex
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -60,7 +60,7 @@ class ConsumerMember:
     assigned: set[TopicPartition] = field(default_factory=set)
     pending_revocation: set[TopicPartition] = field(default_factory=set)
     # KIP-1251: the member epoch at which each owned partition was assigned to it (absent: the member's epoch, as
-    # Kafka reads a record without them; not persisted, so a loaded member starts strict)
+    # Kafka reads a record without them); written in the current-assignment record's AssignmentEpochs
     assignment_epochs: dict[TopicPartition, int] = field(default_factory=dict)
     session_timer: asyncio.TimerHandle | None = None
     revocation_timer: asyncio.TimerHandle | None = None
@@ -88,6 +88,10 @@ class ConsumerGroup:
     metadata: tuple[tuple[str, int], ...] = ()
     metadata_checked: float = 0.0
     assignor: str = "uniform"
+    # the members' regular expressions resolved (ConsumerGroupRegularExpression records, regex_records.py), and a
+    # count of their changes (a change makes the store compare the whole group)
+    resolved: dict[str, ResolvedRegex] = field(default_factory=dict)
+    regex_changes: int = 0
 
     def state(self) -> str:
         """Kafka's ConsumerGroup states: Empty, Assigning, Reconciling, Stable."""

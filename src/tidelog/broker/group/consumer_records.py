@@ -11,6 +11,8 @@ Keys (not flexible): an int16 *key version* naming the record type, then int16-l
 * 6 ``ConsumerGroupTargetAssignmentMetadataKey``: ``GroupId``.
 * 7 ``ConsumerGroupTargetAssignmentMemberKey``: ``GroupId, MemberId``.
 * 8 ``ConsumerGroupCurrentMemberAssignmentKey``: ``GroupId, MemberId``.
+* 16 ``ConsumerGroupRegularExpressionKey``: ``GroupId, RegularExpression`` (Kafka 4.x: a regex subscription's
+  resolution, per group and regex).
 
 Values: int16 value version 0, flexible (compact strings and arrays, a tagged-field section after every struct);
 a null value is a tombstone.
@@ -25,10 +27,16 @@ a null value is a tombstone.
 * ``ConsumerGroupTargetAssignmentMemberValue``: ``TopicPartitions [] {TopicId uuid, Partitions []int32}``.
 * ``ConsumerGroupCurrentMemberAssignmentValue``: ``MemberEpoch int32, PreviousMemberEpoch int32, State int8
   (MemberState: 0 stable, 1 unrevoked partitions, 2 unreleased partitions, 127 unknown), AssignedPartitions
-  [TopicPartitions], PartitionsPendingRevocation [TopicPartitions]``.
+  [TopicPartitions], PartitionsPendingRevocation [TopicPartitions]``; each ``TopicPartitions {TopicId uuid,
+  Partitions []int32}`` has the tagged field 0 ``AssignmentEpochs`` (nullable ``[]int32``, one per partition: the
+  member epoch at which it was assigned; KIP-1251, Kafka 4.3), read as Kafka's ``Utils.assignmentFromTopicPartitions``
+  does: absent or not one per partition, every partition takes the member epoch (not below 0).
+* ``ConsumerGroupRegularExpressionValue``: ``Topics []string, Version int64, Timestamp int64`` (the topics the
+  regex matched, the metadata version and the time (ms) of that resolution).
 
 Unknown tagged fields are skipped on read (Kafka 4.1's ``MetadataHash`` tag of ConsumerGroupMetadataValue among
-them); the only tagged field written is the member metadata's ClassicMemberMetadata.
+them); the tagged fields written are the member metadata's ClassicMemberMetadata and the current assignment's
+AssignmentEpochs.
 """
 
 from __future__ import annotations
@@ -43,11 +51,12 @@ from tidelog.broker.group.records import SchemaError, _Reader, _str
 
 GROUP_METADATA, PARTITION_METADATA, MEMBER_METADATA = 3, 4, 5
 TARGET_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT = 6, 7, 8
-KEY_TYPES = (3, 4, 5, 6, 7, 8)
+REGULAR_EXPRESSION = 16
+KEY_TYPES = (3, 4, 5, 6, 7, 8, 16)
 KEY_NAMES = {
     3: "ConsumerGroupMetadata", 4: "ConsumerGroupPartitionMetadata", 5: "ConsumerGroupMemberMetadata",
     6: "ConsumerGroupTargetAssignmentMetadata", 7: "ConsumerGroupTargetAssignmentMember",
-    8: "ConsumerGroupCurrentMemberAssignment",
+    8: "ConsumerGroupCurrentMemberAssignment", 16: "ConsumerGroupRegularExpression",
 }
 _MEMBER_KEYS = (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT)
 VALUE_VERSION = 0
@@ -58,6 +67,7 @@ STATE_NAMES = {v: k for k, v in STATE_IDS.items()}
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
 
 # topic id (16 bytes) -> sorted partitions
 TopicAssignment = dict[bytes, list[int]]
@@ -65,11 +75,13 @@ TopicAssignment = dict[bytes, list[int]]
 
 @dataclass(slots=True, frozen=True)
 class ConsumerKey:
-    """A key of types 3-8; ``member_id`` is ``None`` for the group-level types (3, 4, 6)."""
+    """A key of types 3-8 and 16; ``member_id`` is ``None`` for the group-level types (3, 4, 6, 16), ``regex`` is
+    type 16's regular expression."""
 
     type: int
     group: str
     member_id: str | None = None
+    regex: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -100,6 +112,27 @@ class CurrentAssignment:
     state: int
     assigned: TopicAssignment = field(default_factory=dict)
     pending_revocation: TopicAssignment = field(default_factory=dict)
+    # KIP-1251 AssignmentEpochs: (topic id, partition) -> the epoch it was assigned at, for assigned and pending
+    # partitions (disjoint); ``None``: the record has none (every partition reads as the member epoch, not below 0)
+    epochs: dict[tuple[bytes, int], int] | None = None
+
+    def epoch_of(self, tid: bytes, partition: int) -> int:
+        """Kafka's reading: the stored epoch, else the member epoch (not below 0)."""
+        if self.epochs is not None:
+            e = self.epochs.get((tid, partition))
+            if e is not None:
+                return e
+        return max(self.member_epoch, 0)
+
+
+@dataclass(slots=True, frozen=True)
+class ResolvedRegex:
+    """ConsumerGroupRegularExpressionValue: the topics a regex matched, the metadata version and time (ms) of that
+    resolution."""
+
+    topics: tuple[str, ...]
+    version: int
+    timestamp: int
 
 
 # ----------------------------------------------------------------------------------------------- writing
@@ -129,13 +162,19 @@ def _cstr(s: str | None) -> bytes:
 _NO_TAGS = b"\x00"
 
 
-def _topic_partitions(tps: TopicAssignment) -> bytes:
+def _topic_partitions(tps: TopicAssignment, epochs: CurrentAssignment | None = None) -> bytes:
+    """[]TopicPartitions; with ``epochs`` each struct carries its tagged AssignmentEpochs (tag 0)."""
     parts = [_uvarint(len(tps) + 1)]
     for tid in sorted(tps):
         if len(tid) != 16:
             raise SchemaError("topic id must be 16 bytes")
         ps = sorted(tps[tid])
-        parts += [tid, _uvarint(len(ps) + 1), b"".join(_I32.pack(p) for p in ps), _NO_TAGS]
+        parts += [tid, _uvarint(len(ps) + 1), b"".join(_I32.pack(p) for p in ps)]
+        if epochs is None:
+            parts.append(_NO_TAGS)
+        else:
+            body = _uvarint(len(ps) + 1) + b"".join(_I32.pack(epochs.epoch_of(tid, p)) for p in ps)
+            parts += [_uvarint(1), _uvarint(0), _uvarint(len(body)), body]
     return b"".join(parts)
 
 
@@ -145,6 +184,8 @@ def encode_key(key: ConsumerKey) -> bytes:
     out = _I16.pack(key.type) + _str(key.group)
     if key.type in _MEMBER_KEYS:
         out += _str(key.member_id or "")
+    elif key.type == REGULAR_EXPRESSION:
+        out += _str(key.regex or "")
     return out
 
 
@@ -182,10 +223,18 @@ def encode_target_member(tps: TopicAssignment) -> bytes:
 
 
 def encode_current_assignment(a: CurrentAssignment) -> bytes:
+    """Written with AssignmentEpochs (as Kafka 4.3 does) when ``a.epochs`` is set."""
+    ep = a if a.epochs is not None else None
     return b"".join([
         _I16.pack(VALUE_VERSION), _I32.pack(a.member_epoch), _I32.pack(a.previous_member_epoch),
-        struct.pack(">b", a.state), _topic_partitions(a.assigned), _topic_partitions(a.pending_revocation), _NO_TAGS,
+        struct.pack(">b", a.state), _topic_partitions(a.assigned, ep), _topic_partitions(a.pending_revocation, ep),
+        _NO_TAGS,
     ])
+
+
+def encode_regex_value(r: ResolvedRegex) -> bytes:
+    return b"".join([_I16.pack(VALUE_VERSION), _uvarint(len(r.topics) + 1), *(_cstr(t) for t in r.topics),
+                     _I64.pack(r.version), _I64.pack(r.timestamp), _NO_TAGS])
 
 
 # ----------------------------------------------------------------------------------------------- reading
@@ -207,7 +256,8 @@ def decode_key(data: bytes) -> ConsumerKey:
         raise SchemaError(f"not a consumer group key type: {t}")
     group = r.str()
     member = r.str() if t in _MEMBER_KEYS else None
-    return ConsumerKey(t, group, member)
+    regex = r.str() if t == REGULAR_EXPRESSION else None
+    return ConsumerKey(t, group, member, regex)
 
 
 def _value_reader(data: bytes) -> _Reader:
@@ -226,12 +276,22 @@ def _read_uuid(r: _Reader) -> bytes:
     return bytes(r._take(16))
 
 
-def _read_topic_partitions(r: _Reader) -> TopicAssignment:
+def _read_topic_partitions(r: _Reader, epochs: dict[tuple[bytes, int], int] | None = None) -> TopicAssignment:
+    """[]TopicPartitions; with ``epochs`` the tagged AssignmentEpochs (tag 0) found go there (a list that does not
+    hold one epoch per partition is ignored, as Kafka reads it); other tags are skipped."""
     out: TopicAssignment = {}
     for _ in range(r.array_len()):
         tid = _read_uuid(r)
-        out[tid] = _read_int32s(r)
-        r.tags()
+        ps = out[tid] = _read_int32s(r)
+        for _ in range(r.uvarint()):
+            tag, size = r.uvarint(), r.uvarint()
+            raw = r._take(size)
+            if tag == 0 and epochs is not None:
+                t = _Reader(bytes(raw), flex=True)
+                n = t.uvarint() - 1
+                values = [t.i32() for _ in range(max(n, 0))]
+                if n == len(ps):
+                    epochs.update(((tid, p), e) for p, e in zip(ps, values, strict=True))
     return out
 
 
@@ -281,9 +341,19 @@ def decode_current_assignment(data: bytes) -> CurrentAssignment:
     r = _value_reader(data)
     epoch, previous = r.i32(), r.i32()
     state = struct.unpack(">b", r._take(1))[0]
-    a = CurrentAssignment(epoch, previous, int(state), _read_topic_partitions(r), _read_topic_partitions(r))
+    epochs: dict[tuple[bytes, int], int] = {}
+    a = CurrentAssignment(epoch, previous, int(state), _read_topic_partitions(r, epochs),
+                          _read_topic_partitions(r, epochs), epochs or None)
     r.tags()
     return a
+
+
+def decode_regex_value(data: bytes) -> ResolvedRegex:
+    r = _value_reader(data)
+    topics = tuple(r.str() for _ in range(r.array_len()))
+    version, timestamp = r.i64(), r.i64()
+    r.tags()
+    return ResolvedRegex(topics, version, timestamp)
 
 
 def decode_partition_metadata(data: bytes) -> list[dict[str, Any]]:
@@ -316,17 +386,25 @@ def kafka_uuid(tid: bytes) -> str:
     return base64.urlsafe_b64encode(tid).decode("ascii").rstrip("=")
 
 
-def _tps_json(tps: TopicAssignment) -> list[dict[str, Any]]:
-    return [{"topicId": kafka_uuid(t), "partitions": list(ps)} for t, ps in tps.items()]
+def _tps_json(tps: TopicAssignment, a: CurrentAssignment | None = None) -> list[dict[str, Any]]:
+    out = []
+    for t, ps in tps.items():
+        entry: dict[str, Any] = {"topicId": kafka_uuid(t), "partitions": list(ps)}
+        if a is not None and a.epochs is not None and all((t, p) in a.epochs for p in ps):
+            entry["assignmentEpochs"] = [a.epochs[(t, p)] for p in ps]
+        out.append(entry)
+    return out
 
 
 def to_json(key: bytes, value: bytes | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Kafka's ``OffsetsMessageParser`` view of a type 3-8 record: ``{"type": "<key type>", "data": {...}}`` and
+    """Kafka's ``OffsetsMessageParser`` view of a type 3-8 or 16 record: ``{"type": "<key type>", "data": {...}}`` and
     ``{"version": "0", "data": {...}}`` (``None`` for a tombstone), the specs' camelCase field names."""
     k = decode_key(key)
     key_data: dict[str, Any] = {"groupId": k.group}
     if k.member_id is not None:
         key_data["memberId"] = k.member_id
+    if k.regex is not None:
+        key_data["regularExpression"] = k.regex
     key_json = {"type": str(k.type), "data": key_data}
     if value is None:
         return key_json, None
@@ -350,11 +428,14 @@ def to_json(key: bytes, value: bytes | None) -> tuple[dict[str, Any], dict[str, 
                                        for n, md in m.classic.protocols]}
     elif k.type == TARGET_MEMBER:
         data = {"topicPartitions": _tps_json(decode_target_member(value))}
+    elif k.type == REGULAR_EXPRESSION:
+        rx = decode_regex_value(value)
+        data = {"topics": list(rx.topics), "version": rx.version, "timestamp": rx.timestamp}
     else:
         a = decode_current_assignment(value)
         data = {"memberEpoch": a.member_epoch, "previousMemberEpoch": a.previous_member_epoch, "state": a.state,
-                "assignedPartitions": _tps_json(a.assigned),
-                "partitionsPendingRevocation": _tps_json(a.pending_revocation)}
+                "assignedPartitions": _tps_json(a.assigned, a),
+                "partitionsPendingRevocation": _tps_json(a.pending_revocation, a)}
     return key_json, {"version": str(VALUE_VERSION), "data": data}
 
 

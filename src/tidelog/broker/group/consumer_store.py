@@ -1,12 +1,13 @@
-"""Persistence of KIP-848 consumer groups in ``__consumer_offsets`` (Kafka's StoredGroup* records, types 3-8,
+"""Persistence of KIP-848 consumer groups in ``__consumer_offsets`` (Kafka's StoredGroup* records, types 3-8 and 16,
 :mod:`consumer_records`): writing a group's changes, replaying them when a partition loads.
 
 **Writing.** The group's state is kept in memory by :class:`GroupManager`; after each heartbeat (and after a
 member is removed by a timer) :meth:`ConsumerGroupStore.persist` compares the records the group's state makes now
 with the ones last written for it and appends the difference as one batch through the coordinator's append path
 (the one classic GroupMetadata records take: acks=-1, ``offsets.commit.timeout.ms``) — values in Kafka's order
-(member subscriptions, group epoch, target assignment members, target assignment epoch, current assignments) and
-tombstones for the members gone (current assignment, target assignment, member subscription). Writes of one group
+(member subscriptions, resolved regular expressions, group epoch, target assignment members, target assignment
+epoch, current assignments with their KIP-1251 assignment epochs) and tombstones for the members gone (current
+assignment, target assignment, member subscription) and the regexes no member uses any more. Writes of one group
 are serialized (a lock per group), so the log's last record of every key is the latest state. The heartbeat is
 answered after its records are written; a failed write answers the append's error (NOT_COORDINATOR, ...) and the
 records stay due: the next persist of the group writes them. Kafka instead applies state only once written (its
@@ -15,7 +16,7 @@ timeline snapshots roll a failed write back); tidelog keeps the in-memory state 
 **Deleting.** DeleteGroups of a consumer group writes the tombstones of every record last written for it
 (:meth:`tombstones`: target assignment epoch and group epoch).
 
-**Replaying.** :class:`ConsumerReplay` collects the latest value of each type 3-8 key while a partition replays (in
+**Replaying.** :class:`ConsumerReplay` collects the latest value of each type 3-8 and 16 key while a partition replays (in
 the loader's worker thread, :mod:`replay`); :func:`install` builds the groups on the loop: a group exists if its
 ConsumerGroupMetadata record does; members come from their member metadata, target and current assignment records
 (topic ids resolved to names; a partition of a topic that no longer exists is dropped), session timers start anew
@@ -74,6 +75,8 @@ class StoredMember(Protocol):
     def pending_revocation(self) -> set[TopicPartition]: ...
     @property
     def classic(self) -> crec.ClassicMemberMetadata | None: ...
+    @property
+    def assignment_epochs(self) -> dict[TopicPartition, int]: ...
 
 
 class StoredGroup(Protocol):
@@ -89,6 +92,10 @@ class StoredGroup(Protocol):
     def members(self) -> Mapping[str, StoredMember]: ...
     @property
     def target(self) -> Mapping[str, set[TopicPartition]]: ...
+    @property
+    def resolved(self) -> Mapping[str, crec.ResolvedRegex]: ...
+    @property
+    def regex_changes(self) -> int: ...
 
 
 class GroupManager(Protocol):
@@ -126,6 +133,18 @@ def _ids(mgr: GroupManager, tps: set[TopicPartition]) -> crec.TopicAssignment:
     return out
 
 
+def _epochs(mgr: GroupManager, m: StoredMember) -> dict[tuple[bytes, int], int]:
+    """KIP-1251 AssignmentEpochs of the member's owned partitions, by topic id (absent: its epoch, not below 0)."""
+    topics = mgr.coordinator.broker.topics
+    default = max(m.epoch, 0)
+    out: dict[tuple[bytes, int], int] = {}
+    for tp in m.assigned | m.pending_revocation:
+        info = topics.get(tp[0])
+        if info is not None:
+            out[(crec.topic_uuid(info.topic_id), tp[1])] = m.assignment_epochs.get(tp, default)
+    return out
+
+
 # a member's three records, cached by what they are made of: (signature, subscription, target, current)
 _MemberRecords = tuple[tuple[Any, ...], tuple[bytes, bytes], tuple[bytes, bytes] | None, tuple[bytes, bytes]]
 
@@ -135,7 +154,8 @@ def _member_records(mgr: GroupManager, g: StoredGroup, m: StoredMember,
     target = g.target.get(m.member_id)
     sig = (m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(m.subscribed_names), m.subscribed_regex,
            m.rebalance_timeout_ms, m.server_assignor, m.epoch, m.previous_epoch, m.state, frozenset(m.assigned),
-           frozenset(m.pending_revocation), None if target is None else frozenset(target), m.classic)
+           frozenset(m.pending_revocation), None if target is None else frozenset(target), m.classic,
+           frozenset(m.assignment_epochs.items()))
     hit = cache.get(m.member_id)
     if hit is not None and hit[0] == sig:
         return hit
@@ -147,7 +167,7 @@ def _member_records(mgr: GroupManager, g: StoredGroup, m: StoredMember,
                                        crec.encode_target_member(_ids(mgr, target)))
     cur = (crec.encode_key(ConsumerKey(crec.CURRENT_ASSIGNMENT, gid, mid)), crec.encode_current_assignment(
         CurrentAssignment(m.epoch, m.previous_epoch, crec.STATE_IDS.get(m.state, 127), _ids(mgr, m.assigned),
-                          _ids(mgr, m.pending_revocation))))
+                          _ids(mgr, m.pending_revocation), _epochs(mgr, m))))
     out = cache[mid] = (sig, sub, tgt, cur)
     return out
 
@@ -164,6 +184,9 @@ def snapshot(mgr: GroupManager, g: StoredGroup,
     out: dict[bytes, bytes] = {}
     for _, (k, v), _, _ in members:
         out[k] = v
+    for regex in sorted(g.resolved):  # ConsumerGroupRegularExpression (consumer_regex.py)
+        out[crec.encode_key(ConsumerKey(crec.REGULAR_EXPRESSION, gid, regex=regex))] = crec.encode_regex_value(
+            g.resolved[regex])
     out[crec.encode_key(ConsumerKey(crec.GROUP_METADATA, gid))] = crec.encode_group_metadata(g.group_epoch)
     for _, _, tgt, _ in members:
         if tgt is not None:
@@ -175,7 +198,8 @@ def snapshot(mgr: GroupManager, g: StoredGroup,
 
 
 _TOMBSTONE_ORDER = {crec.CURRENT_ASSIGNMENT: 0, crec.TARGET_MEMBER: 1, crec.MEMBER_METADATA: 2,
-                    crec.TARGET_METADATA: 3, crec.PARTITION_METADATA: 4, crec.GROUP_METADATA: 5}
+                    crec.TARGET_METADATA: 3, crec.REGULAR_EXPRESSION: 4, crec.PARTITION_METADATA: 5,
+                    crec.GROUP_METADATA: 6}
 
 
 def diff(before: dict[bytes, bytes], after: dict[bytes, bytes]) -> Entries:
@@ -196,10 +220,27 @@ class ConsumerGroupStore:
         self.written: dict[str, dict[bytes, bytes]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._cache: dict[str, dict[str, _MemberRecords]] = {}
-        # (group epoch, assignment epoch, member ids) of the state last written in full
-        self._shape: dict[str, tuple[int, int, frozenset[str]]] = {}
+        # (group epoch, assignment epoch, member ids, regex changes) of the state last written in full
+        self._shape: dict[str, tuple[int, int, frozenset[str], int]] = {}
         # records written before the group's next full write (an upgraded classic group's GroupMetadata tombstone)
         self.prefix: dict[str, Entries] = {}
+        # a downgrade's write (migration.py): its error code, awaited by the persist that follows the request
+        self._converting: dict[str, asyncio.Future[int]] = {}
+
+    def converting(self, group_id: str) -> asyncio.Future[int]:
+        """A future for the write of a downgrade of ``group_id`` (set to the append's error code): the
+        request's :meth:`persist` (the group being gone) answers once it is written. Forgotten a few seconds after
+        it is set if no persist asked for it."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        self._converting[group_id] = fut
+
+        def forget(_: object) -> None:
+            loop.call_later(5.0, lambda: self._converting.pop(group_id, None)
+                            if self._converting.get(group_id) is fut else None)
+
+        fut.add_done_callback(forget)
+        return fut
 
     @property
     def _host(self) -> AppendHost:
@@ -218,9 +259,10 @@ class ConsumerGroupStore:
         async with lock:
             g = self.manager.groups.get(group_id)
             if g is None:
-                return NONE
+                conversion = self._converting.pop(group_id, None)  # downgraded: answer once that is written
+                return NONE if conversion is None else await asyncio.shield(conversion)
             cache = self._cache.setdefault(group_id, {})
-            shape = (g.group_epoch, g.assignment_epoch, frozenset(g.members))
+            shape = (g.group_epoch, g.assignment_epoch, frozenset(g.members), g.regex_changes)
             written = self.written.get(group_id)
             if (member_id is not None and written is not None and self._shape.get(group_id) == shape
                     and member_id in g.members):
@@ -291,7 +333,7 @@ class ConsumerGroupStore:
 
 @dataclass(slots=True)
 class ConsumerReplay:
-    """Latest type 3-8 records per group, collected while ``__consumer_offsets`` partitions replay (blocking)."""
+    """Latest type 3-8 and 16 records per group, collected while ``__consumer_offsets`` partitions replay (blocking)."""
 
     groups: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
     skipped: int = 0

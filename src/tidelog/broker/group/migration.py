@@ -17,7 +17,10 @@ group coordinator does it (``validateOnlineUpgrade`` / ``convertToConsumerGroup`
   becomes a classic group with them (generation = the group epoch, protocol type ``consumer``, the protocol all
   members support, each member's assignment its target in its ConsumerProtocol version), the ConsumerGroup*
   records are tombstoned and the GroupMetadata written, and a rebalance is prepared (the members learn it from
-  their next Heartbeat). A classic LeaveGroup does not downgrade (Kafka neither).
+  their next Heartbeat). A classic LeaveGroup does not downgrade (Kafka neither). The same when a classic static
+  member (JoinGroup with the instance id of the last member using the consumer protocol) replaces that member
+  (``validateOnlineDowngradeWithReplacedMember``): the group becomes classic with every member, the newcomer holding
+  the replaced member's assignment, Stable, without a rebalance.
 """
 
 from __future__ import annotations
@@ -167,14 +170,46 @@ def maybe_downgrade(mgr: MigrationHost, g: ConsumerGroup, leaving: ConsumerMembe
     others = [m for m in g.members.values() if m is not leaving]
     if not others or any(m.classic is None for m in others):
         return False
+    if not _may_downgrade(mgr, g, len(others)):
+        return False
+    _to_classic(mgr, g, others, leaving.member_id, None)
+    return True
+
+
+def maybe_downgrade_replaced(mgr: MigrationHost, g: ConsumerGroup, joining: ConsumerMember,
+                             replaced_used_consumer_protocol: bool) -> bool:
+    """Kafka's validateOnlineDowngradeWithReplacedMember: a static member joining with the classic protocol
+    (``joining``, already in ``g`` in the place of the member it replaced) downgrades the group when the member it
+    replaced was the last one using the consumer protocol; the group becomes classic with every member, Stable, the
+    joining member holding the replaced one's target assignment, and no rebalance (Kafka's convertToClassicGroup
+    with a joining member). True when it did."""
+    if not replaced_used_consumer_protocol or any(m.classic is None for m in g.members.values()):
+        return False
+    if not _may_downgrade(mgr, g, len(g.members)):
+        return False
+    _to_classic(mgr, g, list(g.members.values()), None, joining)
+    return True
+
+
+def _may_downgrade(mgr: MigrationHost, g: ConsumerGroup, size: int) -> bool:
     gid = g.group_id
     if not downgrade_enabled(mgr.migration_policy):
         log.info("consumer group not downgraded: the online downgrade is disabled", extra={"kv": {"group": gid}})
         return False
-    coord = mgr.coordinator
-    if len(others) > coord.group_max_size:
+    if size > mgr.coordinator.group_max_size:
         log.info("consumer group not downgraded: larger than group.max.size", extra={"kv": {"group": gid}})
         return False
+    return True
+
+
+def _to_classic(mgr: MigrationHost, g: ConsumerGroup, members: list[ConsumerMember], leaving_id: str | None,
+                joining: ConsumerMember | None) -> None:
+    """Kafka's convertToClassicGroup: ``members`` (all using the classic protocol) become the classic group's;
+    the ConsumerGroup* records are tombstoned and the GroupMetadata written in one batch (the group's next
+    ``store.persist`` waits for it). A member leaving prepares a rebalance; a static member replacing the last
+    consumer-protocol one does not (the group stays Stable, as in Kafka)."""
+    gid = g.group_id
+    coord = mgr.coordinator
     for m in g.members.values():
         m.cancel_timers()
     tombstones = mgr.store.tombstones(gid)
@@ -186,7 +221,7 @@ def maybe_downgrade(mgr: MigrationHost, g: ConsumerGroup, leaving: ConsumerMembe
     classic.protocol_type = "consumer"
     classic.members.clear()
     classic.static_members.clear()
-    for m in others:
+    for m in members:
         assert m.classic is not None
         protocols = list(m.classic.protocols)
         version = protocol_version(protocols[0][1]) if protocols else 0
@@ -206,13 +241,21 @@ def maybe_downgrade(mgr: MigrationHost, g: ConsumerGroup, leaving: ConsumerMembe
     value = rec.GroupValue(classic.protocol_type or "", classic.generation, classic.protocol_name, classic.leader_id,
                            classic.current_state_timestamp, classic.member_values())
     entries = [*tombstones, (rec.encode_group_key(gid), rec.encode_group_value(value))]
+    written = mgr.store.converting(gid)
 
     async def write() -> None:
-        if not await coord._append(gid, entries, offsets=False):
-            classic.persisted = True
+        err = int(ErrorCode.UNKNOWN_SERVER_ERROR)  # unless the append answers (a request waits on ``written``)
+        try:
+            err = await coord._append(gid, entries, offsets=False)
+            if not err:
+                classic.persisted = True
+        finally:
+            if not written.done():
+                written.set_result(err)
 
     coord._spawn(write())
     log.info("consumer group downgraded to classic group", extra={"kv": {
-        "group": gid, "members": len(classic.members), "generation": classic.generation, "left": leaving.member_id}})
-    membership._prepare_rebalance(coord, classic, f"Downgrade group {gid} from consumer to classic.")
-    return True
+        "group": gid, "members": len(classic.members), "generation": classic.generation, "left": leaving_id,
+        "joined": None if joining is None else joining.member_id}})
+    if joining is None:
+        membership._prepare_rebalance(coord, classic, f"Downgrade group {gid} from consumer to classic.")

@@ -117,6 +117,8 @@ async def metadata(ctx: RequestContext, request: dict) -> dict:
         for t in requested:
             name = t.get("name")
             tid = _uuid_bytes(t.get("topic_id")) if v >= 10 else ZERO_UUID
+            if name == "" and tid != ZERO_UUID:
+                name = None  # by id: the Java client sends its generated default "" as the name (Kafka uses the id)
             if name is None:
                 if tid == ZERO_UUID:
                     out.append(_topic_error(None, INVALID_TOPIC_EXCEPTION))
