@@ -46,6 +46,7 @@ broker waits, on its own state watches, until no partition it hosts still names 
 in-sync replica exists) nor has it in the ISR, for ``request.timeout.ms``; if not done it recreates the znode
 after ``controlled.shutdown.retry.backoff.ms``, up to ``controlled.shutdown.max.retries`` attempts, then shuts
 down anyway (the session's end makes the controller elect, as after a crash). Only then is the session closed.
+Bounded with ZooKeeper gone too (dead, frozen, cut off): see :mod:`~tidelog.cluster.controlled_shutdown`.
 
 Why a znode and not Kafka's ControlledShutdown request to the controller: every other decision here already
 travels as ZooKeeper state, and the broker has no request channel to the controller. A znode request survives
