@@ -22,13 +22,13 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from support import Cluster, Ledger, create_topic, read_all, start_zookeeper, until
+from support import Cluster, Ledger, create_topic, read_all, request, start_zookeeper, until
 
 pytestmark = pytest.mark.integration
 
@@ -77,9 +77,9 @@ def _topic(c: Any) -> None:
         t.partitions) == PARTITIONS and all(len(q.isrs) == 3 for q in t.partitions.values()), timeout=90)
 
 
-def _sigterm(brokers: list[Any], limit: float) -> dict[Any, float]:
+def _sigterm(brokers: list[Any], limit: float, during: Callable[[], None] | None = None) -> dict[Any, float]:
     """SIGTERM each (at once) and wait for each to exit (at most ``limit`` s, then SIGKILL and fail); seconds from
-    the signal to the exit of each (one waiting thread per process)."""
+    the signal to the exit of each (one waiting thread per process). ``during()`` runs once they are signalled."""
     t0 = time.monotonic()
     took: dict[Any, float] = {}
 
@@ -93,6 +93,8 @@ def _sigterm(brokers: list[Any], limit: float) -> dict[Any, float]:
         b.proc.send_signal(signal.SIGTERM)
     for t in waiters:
         t.start()
+    if during is not None:
+        during()
     for t in waiters:
         t.join(limit + 5)
     for b in brokers:
@@ -164,7 +166,15 @@ def test_sigterm_with_zookeeper_frozen_ends_at_the_session_timeout(cluster3: Any
     try:
         until("broker 2 sees its ZooKeeper connection drop",
               lambda: "ZooKeeper connection suspended" in b2.log_text()[seen:], timeout=3 * SESSION_S)
-        took = _sigterm([b2], KAFKA_DEFAULT_BOUND_S)[b2]
+
+        def serving_while_waiting() -> None:
+            """The wait for ZooKeeper does not block the event loop: a client is still answered meanwhile."""
+            until("broker 2's controlled shutdown asking the controller",
+                  lambda: "controlled shutdown: asking the controller" in b2.log_text()[seen:], timeout=SESSION_S)
+            r = request(b2, 18, 3, {"client_software_name": "t", "client_software_version": "1"}, timeout=5)
+            assert r["error_code"] == 0 and "controlled shutdown failed" not in b2.log_text()[seen:], r
+
+        took = _sigterm([b2], KAFKA_DEFAULT_BOUND_S, serving_while_waiting)[b2]
     finally:
         os.killpg(c.zk.proc.pid, signal.SIGCONT)
     reason, ms = _warning(b2, seen)

@@ -233,7 +233,7 @@ class ZkSession(ZkReplicaState):
             down = time.monotonic() - since
             if down >= self.session_timeout_s:
                 return (f"ZooKeeper unreachable for {down:.1f} s, longer than zookeeper.session.timeout.ms "
-                        f"({self.session_timeout_s * 1000:.0f} ms): the session has expired")
+                        f"({self.session_timeout_s * 1000:.0f} ms): its session is expired or expiring")
         return None
 
     def post(self, fn: Any, *args: Any) -> None:
