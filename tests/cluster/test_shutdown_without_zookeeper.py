@@ -148,6 +148,7 @@ def test_sigterm_with_zookeeper_dead_is_bounded_and_the_acknowledged_data_surviv
     for b in c.brokers.values():
         b.start()
     c.wait_for("3 registered brokers", lambda md: len(md.brokers) == 3)
+    _topic(c)  # led again, every replica back in the ISR (they were all stopped while ZooKeeper was away)
     records = read_all(c.bootstrap, TOPIC, PARTITIONS, at_least=ledger.acked_ends())
     ledger.check(records, exact=True)
 
