@@ -126,8 +126,10 @@ class ControlledShutdown(ZkReplicaState):
                     reason = f"ZooKeeper: {type(exc).__name__}"
                 if not self._controlled_shutdown_pending(shutting):
                     break
-                if attempt < self.controlled_shutdown_retries:
-                    await asyncio.sleep(self.controlled_shutdown_backoff_s)  # controlled.shutdown.retry.backoff.ms
+                if attempt < self.controlled_shutdown_retries:  # controlled.shutdown.retry.backoff.ms, cut short
+                    end = loop.time() + self.controlled_shutdown_backoff_s  # when the session is gone meanwhile
+                    while loop.time() < end and not self._zookeeper_gone():
+                        await asyncio.sleep(min(0.25, end - loop.time()))
         except Exception as exc:  # never keeps the broker from stopping
             log.exception("controlled shutdown: unexpected error")
             reason = f"unexpected error: {exc!r}"
