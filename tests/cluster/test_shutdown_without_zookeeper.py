@@ -4,7 +4,7 @@ Before the fix a broker whose ZooKeeper had died (or froze) ignored SIGTERM: its
 worker thread, for a ZooKeeper request that kazoo only sends after a reconnect (> 120 s, then SIGKILL). The bound
 (``controlled_shutdown.py``): ``controlled.shutdown.max.retries`` x ``request.timeout.ms`` +
 (``max.retries`` - 1) x ``controlled.shutdown.retry.backoff.ms`` (Kafka's), and no longer than until the connection
-has been down for ``zookeeper.session.timeout.ms`` (the session cannot be alive then); the session close after it
+has been down for ``zookeeper.session.timeout.ms`` (the session is expired or expiring then); the session close after it
 at most ``zookeeper.session.timeout.ms``. Brokers 1 and 3 run with small controlled.shutdown values (their bound:
 2 x 1.5 s + 0.5 s = 3.5 s), broker 2 with Kafka's defaults (3 x 30 s + 2 x 5 s = 100 s), which only the session
 rule (6 s here) cuts short.

@@ -6,7 +6,7 @@ Bounded as Kafka's ``KafkaServer.controlledShutdown`` (ZooKeeper mode): at most 
 attempts, each waiting at most ``request.timeout.ms`` (the request znode's write included), with
 ``controlled.shutdown.retry.backoff.ms`` between two; every ZooKeeper request on the way is awaited with that
 deadline (:func:`~tidelog.cluster.zk_async.zk_await`), never in a thread that waits for a reconnect. It also stops
-as soon as this broker's ZooKeeper session cannot be alive any more (:meth:`ZkSession._zookeeper_gone`): lost, or
+as soon as this broker's ZooKeeper session is lost or expiring (:meth:`ZkSession._zookeeper_gone`): lost, or
 the connection down for ``zookeeper.session.timeout.ms``. Then the broker shuts down without it ("unclean" in
 Kafka's words: leaderships move when the session ends, as after a crash; the logs are still flushed and closed),
 after one WARN line saying why.
@@ -121,7 +121,7 @@ class ControlledShutdown(ZkReplicaState):
                 except ZooKeeperGone as exc:
                     reason = str(exc)
                     if self._zookeeper_gone():
-                        break  # the session cannot be alive: nothing to retry
+                        break  # the session is lost or expiring: nothing to retry
                 except KazooException as exc:  # ConnectionLoss, SessionExpiredError, ConnectionClosedError...
                     reason = f"ZooKeeper: {type(exc).__name__}"
                 if not self._controlled_shutdown_pending(shutting):

@@ -222,7 +222,7 @@ class ZkSession(ZkReplicaState):
     _zk_down_since: float | None = None  # monotonic time of the SUSPENDED that began the current outage
 
     def _zookeeper_gone(self) -> str | None:
-        """Why this broker's ZooKeeper session cannot be alive any more, or None: kazoo reported it lost (expired,
+        """Why this broker's ZooKeeper session is lost or expiring, or None: kazoo reported it lost (expired,
         closed), or the connection has been down for ``zookeeper.session.timeout.ms`` (a running ZooKeeper expires a
         session it has not heard from for that long, and the controller then moves its leaderships as after a
         crash; one that is frozen or gone answers nobody). Read on the loop, set on kazoo's thread."""
