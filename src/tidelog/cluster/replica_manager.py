@@ -46,6 +46,7 @@ broker waits, on its own state watches, until no partition it hosts still names 
 in-sync replica exists) nor has it in the ISR, for ``request.timeout.ms``; if not done it recreates the znode
 after ``controlled.shutdown.retry.backoff.ms``, up to ``controlled.shutdown.max.retries`` attempts, then shuts
 down anyway (the session's end makes the controller elect, as after a crash). Only then is the session closed.
+Bounded with ZooKeeper gone too (dead, frozen, cut off): see :mod:`~tidelog.cluster.controlled_shutdown`.
 
 Why a znode and not Kafka's ControlledShutdown request to the controller: every other decision here already
 travels as ZooKeeper state, and the broker has no request channel to the controller. A znode request survives
@@ -58,7 +59,6 @@ state znodes themselves, which the broker watches anyway, so there is no second 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -271,18 +271,14 @@ class ZkReplicaManager(ZkSession, ZkWatches, MetadataCache, IsrTracking, Control
         """Controlled shutdown, then stop the fetchers and the controller and leave ZooKeeper (called once, as the
         broker's shutdown begins)."""
         if not self._shutting_down and self.zk is not None and self.controlled_shutdown_enable:
-            try:
-                await self._controlled_shutdown()
-            except Exception:
-                log.exception("controlled shutdown failed; shutting down without it")
+            await self._controlled_shutdown()  # bounded; logs why when it fails (controlled_shutdown.py)
         self.fetchers.shutdown()
         self.channel.close()
         if self.controller is not None:
             self.controller.stop()
         if self.zk is not None:
             zk, self.zk = self.zk, None
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(self._stop_zk, zk)
+            await self._close_session(zk)  # at most zookeeper.session.timeout.ms (zk_session.py)
 
     # -- ZooKeeper watches (kazoo thread) -> the loop ----------------------------------------------------------
 

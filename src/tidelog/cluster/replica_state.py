@@ -109,6 +109,10 @@ class ZkReplicaState:
 
         def _register(self) -> None: ...  # zk_session
 
+        def _zookeeper_gone(self) -> str | None: ...  # zk_session
+
+        async def _close_session(self, zk: Any) -> None: ...  # zk_session
+
         def _brokers_changed(self, children: list[str]) -> bool | None: ...  # zk_watches
 
         def _controller_moved(self, data: Any, _stat: Any) -> bool | None: ...  # zk_watches

@@ -6,6 +6,7 @@ Kafka's ``KafkaZkClient`` registration and ``BrokerLifecycle`` pieces. Part of `
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -184,6 +185,57 @@ class ZkSession(ZkReplicaState):
         zk.stop()
         zk.close()
 
+    async def _close_session(self, zk: Any) -> None:
+        """Close the ZooKeeper session (its ephemeral registration goes at once) waiting at most
+        ``zookeeper.session.timeout.ms``: past that the session expires on the server by itself, so waiting longer
+        for the close gains nothing. kazoo's ``stop()`` waits for its connection thread, which with ZooKeeper frozen
+        sits in a connect attempt for up to the session timeout; it runs in a daemon thread of its own (not the
+        default executor, whose threads the interpreter joins at exit), so a close that does not finish in time is
+        left behind and the broker stops anyway."""
+        import threading
+
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def finished(exc: BaseException | None) -> None:
+            if not done.done():
+                done.set_result(None)
+            if exc is not None:
+                log.info("closing the ZooKeeper session failed", extra={"kv": {"error": repr(exc)}})
+
+        def close() -> None:
+            exc: BaseException | None = None
+            try:
+                self._stop_zk(zk)
+            except BaseException as e:  # WriterNotClosedException, ...: the broker stops anyway
+                exc = e
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(finished, exc)
+
+        threading.Thread(target=close, name=f"zk-close-{self.node_id}", daemon=True).start()
+        try:
+            await asyncio.wait_for(asyncio.shield(done), self.session_timeout_s)
+        except TimeoutError:
+            log.warning("ZooKeeper session not closed within zookeeper.session.timeout.ms; stopping without it (it "
+                        "expires on the server)", extra={"kv": {"timeout_ms": int(self.session_timeout_s * 1000)}})
+
+    _zk_down_since: float | None = None  # monotonic time of the SUSPENDED that began the current outage
+
+    def _zookeeper_gone(self) -> str | None:
+        """Why this broker's ZooKeeper session is lost or expiring, or None: kazoo reported it lost (expired,
+        closed), or the connection has been down for ``zookeeper.session.timeout.ms`` (a running ZooKeeper expires a
+        session it has not heard from for that long, and the controller then moves its leaderships as after a
+        crash; one that is frozen or gone answers nobody). Read on the loop, set on kazoo's thread."""
+        if self._session_lost:
+            return "ZooKeeper session lost"
+        since = self._zk_down_since
+        if since is not None:
+            down = time.monotonic() - since
+            if down >= self.session_timeout_s:
+                return (f"ZooKeeper unreachable for {down:.1f} s, longer than zookeeper.session.timeout.ms "
+                        f"({self.session_timeout_s * 1000:.0f} ms): its session is expired or expiring")
+        return None
+
     def post(self, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` on the event loop, from a watch callback or a worker thread (in the order posted)."""
         if self._loop is not None and not self._loop.is_closed():
@@ -204,17 +256,22 @@ class ZkSession(ZkReplicaState):
             # for what this broker leads, and unlike Kafka's controller (LeaderAndIsr) nothing here tells it so;
             # the coordinators stop answering until the connection is back (a stale OffsetFetch was seen otherwise)
             self._zk_connected = False
+            if self._zk_down_since is None:
+                self._zk_down_since = time.monotonic()
             log.warning("ZooKeeper connection suspended: coordinators answer NOT_COORDINATOR until it is back")
         elif state == KazooState.CONNECTED:
             if not self._zk_connected:
                 log.info("ZooKeeper connection back: coordinators answer again")
             self._zk_connected = True
+            self._zk_down_since = None
         if state == KazooState.LOST:
             log.warning("ZooKeeper session lost: resigning every leadership")
             self._session_lost = True
             self._registration_zxid = float("inf")
             self.post(self._resign_all)
         elif state == KazooState.CONNECTED and self._session_lost and self.zk is not None:
+            if self._shutting_down or self.stopping:
+                return  # a broker on its way out does not register again (the old session's end moved its leaderships)
             # a new session: our ephemeral registration died with the old one
             self._session_lost = False
             self.zk.handler.spawn(self._reregister)
