@@ -57,7 +57,15 @@ import logging
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.group import describe, loading, membership, offsets, txn_offsets
+from tidelog.broker.group import (
+    describe,
+    loading,
+    membership,
+    offsets,
+    share_group_cleanup,
+    share_group_install,
+    txn_offsets,
+)
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.consumer_group import ConsumerGroupManager
 from tidelog.broker.group.deleted_topics import drop_topics
@@ -238,6 +246,7 @@ class GroupCoordinator:
         self._load_generation[partition] = self._load_generation.get(partition, 0) + 1  # a running load is stale
         n = self.num_partitions
         self.consumer.unload_partition(partition, n)
+        share_group_install.unload_partition(self.broker, partition, n)
         gone = [g for gid, g in self.groups.items() if rec.partition_for(gid, n) == partition]
         for g in gone:
             self._release_group(g)
@@ -269,6 +278,7 @@ class GroupCoordinator:
         for p in self.loading_partitions:
             self._deleted_while_loading.setdefault(p, set()).add(topic)
         drop_topics(self, {topic}, self.groups.values())
+        share_group_cleanup.on_topic_deleted(self.broker, topic)  # share groups' state of the topic
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = self._loop_().create_task(coro)
