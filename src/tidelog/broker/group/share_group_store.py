@@ -129,9 +129,9 @@ class ShareGroupStore:
             out[srec.encode_key(ShareGroupKey(srec.CURRENT_ASSIGNMENT, gid, mid))] = srec.encode_current_assignment(
                 ShareCurrentAssignment(m.epoch, m.previous_epoch, srec.STABLE, targets[mid]))
         meta = self.state_meta.get(gid)
-        if meta is not None and not meta.empty():
-            out[srec.encode_key(ShareGroupKey(srec.STATE_PARTITION_METADATA, gid))] = \
-                srec.encode_state_partition_metadata(meta)
+        key = srec.encode_key(ShareGroupKey(srec.STATE_PARTITION_METADATA, gid))
+        if meta is not None and (not meta.empty() or key in self.written.get(gid, {})):
+            out[key] = srec.encode_state_partition_metadata(meta)  # kept, with empty lists, until the group goes
         return out
 
     @staticmethod
