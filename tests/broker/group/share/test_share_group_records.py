@@ -34,7 +34,7 @@ pytestmark = pytest.mark.integration
 HB, DESCRIBE, FETCH, ACK, FIND, DELETE_GROUPS, SUMMARY = 76, 77, 78, 79, 10, 42, 87
 CREATE_TOPICS, DELETE_TOPICS, PRODUCE, METADATA = 19, 20, 0, 3
 ACCEPT = 1
-INVALID_REQUEST, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND = 42, 68, 69
+INVALID_REQUEST, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, COORDINATOR_LOAD_IN_PROGRESS = 42, 68, 69, 14
 OFFSETS_PARTITIONS, STATE_PARTITIONS = 3, 3
 MEMBER = Path(__file__).resolve().parent / "share_member.py"
 BROKER = {"share.auto.offset.reset": "earliest", "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
@@ -93,7 +93,13 @@ def _hb(c: RawClient, group: str, member: str, epoch: int, topics: list[str] | N
 
 
 def _describe(c: RawClient, group: str) -> dict:
-    return c.request(DESCRIBE, 1, {"group_ids": [group], "include_authorized_operations": False})["groups"][0]
+    """ShareGroupDescribe, asked again (bounded) while the coordinator still loads after a start."""
+    deadline = time.monotonic() + 15
+    while True:
+        d = c.request(DESCRIBE, 1, {"group_ids": [group], "include_authorized_operations": False})["groups"][0]
+        if d["error_code"] != COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+            return d
+        time.sleep(0.05)  # the load ends in a worker thread the client cannot await
 
 
 def _fetch_ack(c: RawClient, group: str, member: str, tid: Any, n: int) -> None:
