@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.group.consumer_records import topic_uuid
+from tidelog.broker.group.share_group_records import StatePartitionMetadata, TopicPartitionsInfo
 from tidelog.broker.group.share_state_records import ShareKey
 from tidelog.errors import ErrorCode
 
@@ -144,3 +146,30 @@ async def _delete_topic_state(mgr: ShareGroupManager, gid: str, tid: bytes, name
     err = await mgr.records.persist(gid)
     log.info("share state of a deleted topic deleted", extra={"kv": {
         "group": gid, "topic": name, "partitions": len(entry.partitions), "error": err}})
+
+
+# ----------------------------------------------------------------------------------------------- offsets admin
+
+
+def note_initialized(mgr: ShareGroupManager, gid: str, name: str, tid: bytes, partition: int) -> None:
+    """AlterShareGroupOffsets initialized a share partition's state: recorded in the group's state-partition
+    metadata (a group this coordinator knows)."""
+    if gid not in mgr.groups:
+        return
+    meta = mgr.records.state_meta.setdefault(gid, StatePartitionMetadata())
+    tid = topic_uuid(tid)
+    entry = meta.initialized.get(tid)
+    if entry is None:
+        entry = meta.initialized[tid] = TopicPartitionsInfo(name, [], int(time.time() * 1000))
+    if partition not in entry.partitions:
+        entry.partitions.append(partition)
+        entry.partitions.sort()
+
+
+def note_deleted(mgr: ShareGroupManager, gid: str, tid: bytes) -> None:
+    """DeleteShareGroupOffsets deleted every share partition's state of a topic: it leaves the metadata."""
+    meta = mgr.records.state_meta.get(gid)
+    if meta is not None:
+        tid = topic_uuid(tid)
+        meta.initialized.pop(tid, None)
+        meta.initializing.pop(tid, None)

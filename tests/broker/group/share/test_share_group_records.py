@@ -336,3 +336,27 @@ def test_find_coordinator_share_key(records_broker: Any) -> None:
         assert got[1][1:] == (INVALID_REQUEST, -1) and got[2][1:] == (INVALID_REQUEST, -1)
         r = c.request(FIND, 5, {"key_type": 2, "coordinator_keys": [key]})
         assert r["coordinators"][0]["error_code"] == INVALID_REQUEST  # share keys need v6 (KafkaApis)
+
+
+def test_share_offsets_admin_updates_state_partition_metadata(records_broker: Any) -> None:
+    """DeleteShareGroupOffsets takes the topic out of the group's ShareGroupStatePartitionMetadata (its state is
+    gone); AlterShareGroupOffsets puts the partition it initialized back."""
+    group = "sgr-offs-" + uuid.uuid4().hex[:6]
+    with RawClient(records_broker.port) as c:
+        topic, _tid = _setup(c, 3)
+        assert _hb(c, group, "m1", 0, [topic])["error_code"] == 0
+        assert _hb(c, group, "m1", -1, None)["error_code"] == 0
+
+        def initialized() -> list[tuple[str, list[int]]]:
+            meta = [d for t, _, d in _group_records(records_broker.data_dir, group) if t == "15"]
+            assert meta and meta[-1] is not None, meta
+            return [(x["topicName"], x["partitions"]) for x in meta[-1]["initializedTopics"]]
+
+        assert initialized() == [(topic, [0])]
+        r = c.request(92, 0, {"group_id": group, "topics": [{"topic_name": topic}]})
+        assert r["error_code"] == 0 and r["responses"][0]["error_code"] == 0, r
+        assert initialized() == []
+        r = c.request(91, 0, {"group_id": group, "topics": [{"topic_name": topic, "partitions": [
+            {"partition_index": 0, "start_offset": 2}]}]})
+        assert r["error_code"] == 0 and r["responses"][0]["partitions"][0]["error_code"] == 0, r
+        assert initialized() == [(topic, [0])]
