@@ -5,8 +5,8 @@ InitializeShareGroupState with the next state epoch and the new start offset, or
 
 As Kafka: the group must be empty (NON_EMPTY_GROUP); a group of another type is GROUP_ID_NOT_FOUND (top-level, and
 on every authorized topic / partition). A group id this
-broker does not know is taken as an empty share group (tidelog does not persist share-group membership, so after a
-restart a share group is known again only once a member heartbeats). Authorization as KafkaApis: READ (alter) or
+broker does not know is taken as an empty share group (one whose ShareGroup* records were never written). The group's
+ShareGroupStatePartitionMetadata follows (decision 0073). Authorization as KafkaApis: READ (alter) or
 DELETE (delete) on the group first, then READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions / the
 topic), then the group coordinator's checks (skipped when no topic is authorized).
 
