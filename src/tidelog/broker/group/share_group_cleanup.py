@@ -102,6 +102,7 @@ def on_topic_deleted(broker: Broker, topic: str) -> None:
     mgr = _manager(broker)
     if mgr is None:
         return
+    mgr.records._cache.clear()  # cached target records name topics by id: a topic made again has a new one
     info = broker.topics.get(topic) if broker.topics is not None else None
     live = topic_uuid(info.topic_id) if info is not None else None  # created again already: keep the new one's
     for gid, meta in mgr.records.state_meta.items():

@@ -42,12 +42,14 @@ from tidelog.broker.group.share_group_records import (
 )
 
 if TYPE_CHECKING:
-    from tidelog.broker.group.share_group import ShareGroup, ShareGroupManager
+    from tidelog.broker.group.share_group import ShareGroup, ShareGroupManager, ShareMember
 
 log = logging.getLogger("tidelog.broker.group.share")
 
 NONE = 0
 Entries = list[tuple[bytes, bytes | None]]
+# a member's records, cached by what they are made of: (signature, subscription, target, current assignment)
+_MemberRecords = tuple[tuple[Any, ...], tuple[bytes, bytes], tuple[bytes, bytes], tuple[bytes, bytes]]
 
 _TOMBSTONE_ORDER = {srec.CURRENT_ASSIGNMENT: 0, srec.TARGET_MEMBER: 1, srec.MEMBER_METADATA: 2,
                     srec.STATE_PARTITION_METADATA: 3, srec.TARGET_METADATA: 4, srec.PARTITION_METADATA: 5,
@@ -68,6 +70,7 @@ class ShareGroupStore:
         self.written: dict[str, dict[bytes, bytes]] = {}
         self.state_meta: dict[str, StatePartitionMetadata] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._cache: dict[str, dict[str, _MemberRecords]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
@@ -108,26 +111,42 @@ class ShareGroupStore:
             ps.sort()
         return out
 
+    def _member_records(self, gid: str, m: ShareMember) -> _MemberRecords:
+        """A member's three records, encoded again only when what they are made of changed (a heartbeat of a
+        stable group re-encodes nothing)."""
+        cache = self._cache.setdefault(gid, {})
+        sig = (m.rack_id, m.client_id, m.client_host, tuple(m.subscribed), m.epoch, m.previous_epoch,
+               frozenset(m.assigned))
+        hit = cache.get(m.member_id)
+        if hit is not None and hit[0] == sig:
+            return hit
+        mid = m.member_id
+        target = self._ids(m.assigned)
+        sub = (srec.encode_key(ShareGroupKey(srec.MEMBER_METADATA, gid, mid)), srec.encode_member_metadata(
+            ShareMemberMetadata(m.rack_id, m.client_id, m.client_host, list(m.subscribed))))
+        tgt = (srec.encode_key(ShareGroupKey(srec.TARGET_MEMBER, gid, mid)), srec.encode_target_member(target))
+        cur = (srec.encode_key(ShareGroupKey(srec.CURRENT_ASSIGNMENT, gid, mid)), srec.encode_current_assignment(
+            ShareCurrentAssignment(m.epoch, m.previous_epoch, srec.STABLE, target)))
+        out = cache[mid] = (sig, sub, tgt, cur)
+        return out
+
     def snapshot(self, g: ShareGroup) -> dict[bytes, bytes]:
         """Every record (key -> value) the group's state makes now, in Kafka's write order."""
         gid = g.group_id
         self.note_assigned(g)
+        cache = self._cache.setdefault(gid, {})
+        for mid in [mid for mid in cache if mid not in g.members]:
+            del cache[mid]
+        members = [self._member_records(gid, g.members[mid]) for mid in sorted(g.members)]
         out: dict[bytes, bytes] = {}
-        mids = sorted(g.members)
-        targets = {mid: self._ids(g.members[mid].assigned) for mid in mids}
-        for mid in mids:
-            m = g.members[mid]
-            out[srec.encode_key(ShareGroupKey(srec.MEMBER_METADATA, gid, mid))] = srec.encode_member_metadata(
-                ShareMemberMetadata(m.rack_id, m.client_id, m.client_host, list(m.subscribed)))
+        for _, (k, v), _, _ in members:
+            out[k] = v
         out[srec.encode_key(ShareGroupKey(srec.GROUP_METADATA, gid))] = srec.encode_epoch(g.epoch)
-        for mid in mids:
-            out[srec.encode_key(ShareGroupKey(srec.TARGET_MEMBER, gid, mid))] = srec.encode_target_member(
-                targets[mid])
+        for _, _, (k, v), _ in members:
+            out[k] = v
         out[srec.encode_key(ShareGroupKey(srec.TARGET_METADATA, gid))] = srec.encode_epoch(g.assignment_epoch)
-        for mid in mids:
-            m = g.members[mid]
-            out[srec.encode_key(ShareGroupKey(srec.CURRENT_ASSIGNMENT, gid, mid))] = srec.encode_current_assignment(
-                ShareCurrentAssignment(m.epoch, m.previous_epoch, srec.STABLE, targets[mid]))
+        for _, _, _, (k, v) in members:
+            out[k] = v
         meta = self.state_meta.get(gid)
         key = srec.encode_key(ShareGroupKey(srec.STATE_PARTITION_METADATA, gid))
         if meta is not None and (not meta.empty() or key in self.written.get(gid, {})):
@@ -198,6 +217,7 @@ class ShareGroupStore:
 
     def forget(self, gid: str) -> None:
         self.written.pop(gid, None)
+        self._cache.pop(gid, None)
         self.state_meta.pop(gid, None)
         self._locks.pop(gid, None)
 
