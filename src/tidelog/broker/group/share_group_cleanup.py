@@ -85,12 +85,9 @@ async def delete_share_group(broker: Broker, gid: str) -> int | None:
     if err:
         log.warning("share group state not deleted", extra={"kv": {"group": gid, "error": err}})
         return err
-    if mgr.groups.get(gid) is not g or g.members:
-        return NON_EMPTY_GROUP  # a member joined meanwhile
-    err = await mgr.records.delete(gid)
+    err = await mgr.records.delete(g)  # NON_EMPTY_GROUP if a member joined meanwhile
     if err:
         return err
-    mgr.groups.pop(gid, None)
     for key in [k for k in mgr.sessions if k[0] == gid]:
         mgr.sessions.pop(key, None)
     log.info("share group deleted", extra={"kv": {"group": gid}})

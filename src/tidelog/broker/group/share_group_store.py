@@ -40,6 +40,7 @@ from tidelog.broker.group.share_group_records import (
     StatePartitionMetadata,
     TopicPartitionsInfo,
 )
+from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tidelog.broker.group.share_group import ShareGroup, ShareGroupManager, ShareMember
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidelog.broker.group.share")
 
 NONE = 0
+NON_EMPTY_GROUP = int(ErrorCode.NON_EMPTY_GROUP)
 Entries = list[tuple[bytes, bytes | None]]
 # a member's records, cached by what they are made of: (signature, subscription, target, current assignment)
 _MemberRecords = tuple[tuple[Any, ...], tuple[bytes, bytes], tuple[bytes, bytes], tuple[bytes, bytes]]
@@ -202,16 +204,26 @@ class ShareGroupStore:
         if err:
             log.warning("share group records not written", extra={"kv": {"group": gid, "error": err}})
 
-    async def delete(self, gid: str) -> int:
-        """Tombstones for every record last written for the group (DeleteGroups); an error code."""
+    async def delete(self, g: ShareGroup) -> int:
+        """DeleteGroups: tombstones for every record last written for the group, which then leaves memory; an error
+        code (NON_EMPTY_GROUP if a member joined meanwhile). Under the group's write lock, so no write of the group
+        slips between the check and the tombstones; a member joining during the append is answered, then finds the
+        group gone at its next heartbeat (UNKNOWN_MEMBER_ID: it rejoins a new group)."""
+        gid = g.group_id
         coord = self._coordinator
         async with self._lock(gid):
-            before = self.written.get(gid, {})
-            entries = self.diff(before, {})
+            if self.manager.groups.get(gid) is not g or g.members:
+                return NON_EMPTY_GROUP
+            entries = self.diff(self.written.get(gid, {}), {})
             if entries and coord is not None:
                 err = int(await coord._append(gid, entries, offsets=False))
                 if err:
                     return err
+            if self.manager.groups.get(gid) is g:
+                self.manager.groups.pop(gid, None)
+                for m in g.members.values():
+                    if m.timer is not None:
+                        m.timer.cancel()
             self.forget(gid)
             return NONE
 
