@@ -360,3 +360,25 @@ def test_share_offsets_admin_updates_state_partition_metadata(records_broker: An
             {"partition_index": 0, "start_offset": 2}]}]})
         assert r["error_code"] == 0 and r["responses"][0]["partitions"][0]["error_code"] == 0, r
         assert initialized() == [(topic, [0])]
+
+
+def test_share_groups_cli_delete(records_broker: Any) -> None:
+    """``tidelog share-groups delete`` (kafka-share-groups.sh --delete): refused while the group has a member and for a
+    group that is not a share group; then the group and its share state are deleted."""
+    group = "sgr-cli-" + uuid.uuid4().hex[:6]
+    bs = ["--bootstrap-server", records_broker.bootstrap]
+    runner = CliRunner()
+    with RawClient(records_broker.port) as c:
+        topic, tid = _setup(c, 2)
+        assert _hb(c, group, "m1", 0, [topic])["error_code"] == 0
+        _fetch_ack(c, group, "m1", tid, 2)
+        out = runner.invoke(cli, ["share-groups", "delete", "--group", group, "--group", "no-such-group", *bs])
+        assert out.exit_code == 1, out.output
+        assert f"* Share group '{group}' could not be deleted due to: NON_EMPTY_GROUP" in out.output, out.output
+        assert "* Share group 'no-such-group' could not be deleted due to: GROUP_ID_NOT_FOUND" in out.output
+        assert _hb(c, group, "m1", -1, None)["error_code"] == 0
+        out = runner.invoke(cli, ["share-groups", "delete", "--group", group, *bs])
+        assert out.exit_code == 0, out.output
+        assert out.output.strip() == f"Deletion of requested share groups ('{group}') was successful."
+        assert _summary(c, group, tid) == -1
+        assert _describe(c, group)["error_code"] == GROUP_ID_NOT_FOUND
