@@ -37,8 +37,9 @@ UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 MAX_PARALLEL = 32  # state deletes in flight for one group
 
 
-def _manager(broker: Broker) -> ShareGroupManager | None:
-    return getattr(broker, "share_groups", None)
+def _manager(broker: Broker) -> ShareGroupManager:
+    from tidelog.broker.group.share_group import share_manager  # share_group imports this module's neighbours
+    return share_manager(broker)
 
 
 async def _delete_states(mgr: ShareGroupManager, keys: list[ShareKey]) -> int:
@@ -76,7 +77,7 @@ async def delete_share_group(broker: Broker, gid: str) -> int | None:
     """DeleteGroups of ``gid`` if it is a share group coordinated here: an error code, or ``None`` when it is not a
     share group (the classic / consumer path answers)."""
     mgr = _manager(broker)
-    if mgr is None or gid not in mgr.groups:
+    if gid not in mgr.groups:
         return None
     g = mgr.groups[gid]
     if g.members:
@@ -97,8 +98,6 @@ async def delete_share_group(broker: Broker, gid: str) -> int | None:
 def on_topic_deleted(broker: Broker, topic: str) -> None:
     """On the loop, once ``topic`` is gone: delete the share state the groups coordinated here have of it."""
     mgr = _manager(broker)
-    if mgr is None:
-        return
     mgr.records._cache.clear()  # cached target records name topics by id: a topic made again has a new one
     info = broker.topics.get(topic) if broker.topics is not None else None
     live = topic_uuid(info.topic_id) if info is not None else None  # created again already: keep the new one's

@@ -94,9 +94,8 @@ def install(broker: Broker, replayed: ShareGroupReplay) -> int:
 def unload_partition(broker: Broker, partition: int, num_partitions: int) -> None:
     """This broker no longer coordinates ``__consumer_offsets-<partition>``: its share groups leave memory (the new
     coordinator loads them from the log)."""
-    mgr = getattr(broker, "share_groups", None)
-    if mgr is None:
-        return
+    from tidelog.broker.group.share_group import share_manager
+    mgr = share_manager(broker)
     for gid in [gid for gid in mgr.groups if rec.partition_for(gid, num_partitions) == partition]:
         g = mgr.groups.pop(gid)
         for m in g.members.values():

@@ -77,7 +77,7 @@ class ShareGroupStore:
 
     @property
     def _coordinator(self) -> Any:
-        return getattr(self.manager.broker, "group_coordinator", None)
+        return self.manager.broker.group_coordinator
 
     # ------------------------------------------------------------------------------------ the state partitions
 
