@@ -21,13 +21,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.group.consumer_records import topic_uuid
+from tidelog.broker.group.share_group import ShareGroupManager, share_manager
 from tidelog.broker.group.share_group_records import StatePartitionMetadata, TopicPartitionsInfo
 from tidelog.broker.group.share_state_records import ShareKey
 from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
-    from tidelog.broker.group.share_group import ShareGroupManager
 
 log = logging.getLogger("tidelog.broker.group.share")
 
@@ -38,7 +38,6 @@ MAX_PARALLEL = 32  # state deletes in flight for one group
 
 
 def _manager(broker: Broker) -> ShareGroupManager:
-    from tidelog.broker.group.share_group import share_manager  # share_group imports this module's neighbours
     return share_manager(broker)
 
 

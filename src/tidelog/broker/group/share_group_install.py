@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from tidelog.broker.group import records as rec
 from tidelog.broker.group import share_group_records as srec
+from tidelog.broker.group.share_group import ShareGroup, ShareMember, share_manager
 from tidelog.broker.group.share_group_store import ShareGroupReplay
 
 if TYPE_CHECKING:
@@ -25,7 +26,6 @@ def install(broker: Broker, replayed: ShareGroupReplay) -> int:
     load is removed, as Kafka's ``onLoaded`` does."""
     if not replayed.groups:
         return 0
-    from tidelog.broker.group.share_group import ShareGroup, ShareMember, share_manager
     mgr = share_manager(broker)
     topics = broker.topics
     names: dict[bytes, str | None] = {}
@@ -94,7 +94,6 @@ def install(broker: Broker, replayed: ShareGroupReplay) -> int:
 def unload_partition(broker: Broker, partition: int, num_partitions: int) -> None:
     """This broker no longer coordinates ``__consumer_offsets-<partition>``: its share groups leave memory (the new
     coordinator loads them from the log)."""
-    from tidelog.broker.group.share_group import share_manager
     mgr = share_manager(broker)
     for gid in [gid for gid in mgr.groups if rec.partition_for(gid, num_partitions) == partition]:
         g = mgr.groups.pop(gid)

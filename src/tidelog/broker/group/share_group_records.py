@@ -45,6 +45,7 @@ from tidelog.broker.group.consumer_records import (
     _uvarint,
     kafka_uuid,
 )
+from tidelog.broker.group.consumer_records import decode_partition_metadata as _consumer_partition_metadata
 from tidelog.broker.group.records import SchemaError, _Reader, _str
 
 PARTITION_METADATA, MEMBER_METADATA, GROUP_METADATA = 9, 10, 11
@@ -254,8 +255,7 @@ def decode_state_partition_metadata(data: bytes) -> StatePartitionMetadata:
 
 def decode_partition_metadata(data: bytes) -> list[dict[str, Any]]:
     """ShareGroupPartitionMetadataValue (type 9, Kafka 4.0): decoded for ``dump-log`` only."""
-    from tidelog.broker.group.consumer_records import decode_partition_metadata as consumer_layout
-    return consumer_layout(data)  # the same layout as ConsumerGroupPartitionMetadataValue
+    return _consumer_partition_metadata(data)  # the same layout as ConsumerGroupPartitionMetadataValue
 
 
 # ----------------------------------------------------------------------------------------------- JSON (dump-log)

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tidelog.broker.group import share_group_records as srec
 from tidelog.broker.group.consumer_records import TopicAssignment, topic_uuid
@@ -42,8 +43,36 @@ from tidelog.broker.group.share_group_records import (
 )
 from tidelog.errors import ErrorCode
 
-if TYPE_CHECKING:
-    from tidelog.broker.group.share_group import ShareGroup, ShareGroupManager, ShareMember
+
+class ShareMember(Protocol):
+    """What the records hold of a :class:`~tidelog.broker.group.share_group.ShareMember` (Protocols: that module
+    builds this store, so this one does not import it back)."""
+
+    member_id: str
+    client_id: str
+    client_host: str
+    rack_id: str | None
+    subscribed: list[str]
+    epoch: int
+    previous_epoch: int
+    assigned: set[tuple[str, int]]
+    timer: asyncio.TimerHandle | None
+
+
+class ShareGroup(Protocol):
+    group_id: str
+    epoch: int
+    assignment_epoch: int
+
+    @property
+    def members(self) -> Mapping[str, ShareMember]: ...
+
+
+class ShareGroupManager(Protocol):
+    broker: Any
+
+    @property
+    def groups(self) -> MutableMapping[str, Any]: ...
 
 log = logging.getLogger("tidelog.broker.group.share")
 
