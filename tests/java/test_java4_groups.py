@@ -475,7 +475,8 @@ def test_share_members_survive_coordinator_restart(classpath: str, target: Targe
         live = next(b for b in target.brokers if b.running)
         err, node = find_coordinator(live, group)
         assert err == 0, err
-        killed = target.brokers[node] if target.kind == "cluster" else target.brokers[0]
+        killed = next(b for b in target.brokers  # the coordinator, by its broker.id (one node: the only broker)
+                      if target.kind == "one_node" or str(b.overrides.get("broker.id")) == str(node))
         killed.kill()
         if target.kind == "one_node":
             killed.start()
