@@ -436,6 +436,69 @@ def test_share_consumers_kill_lock_expiry_and_poison(classpath: str, target: Tar
     assert {v for v, n in counts.items() if n > 1} == {"poison"}, "a survivor got an accepted record again"
 
 
+def test_share_members_survive_coordinator_restart(classpath: str, target: Target) -> None:
+    """KafkaShareConsumers ``a``, ``b``, ``c`` join, ``c`` closes (group epoch 4); the group's coordinator is killed -9
+    (one node: restarted; cluster: its broker stays down until the end). The new coordinator replays the ShareGroup*
+    records: ``a`` and ``b`` go on with their epochs (the group epoch stays 4; had they rejoined a group rebuilt from
+    nothing it would be 2), and every record produced after the kill is accepted exactly once."""
+    from confluent_kafka import Producer
+    from support import find_coordinator
+
+    topic, group = _name("j4-share-fo"), _name("g-j4-share-fo")
+    create_topic(target.bootstrap, topic, 1, target.rf)
+    p = Producer({"bootstrap.servers": target.bootstrap, "acks": "all", "linger.ms": 5})
+
+    def produce(values: list[str]) -> None:
+        for v in values:
+            p.produce(topic, v.encode(), partition=0)
+        assert p.flush(60) == 0
+
+    def described() -> dict[str, Any]:
+        return run_java(classpath, "describe_share_group", target.bootstrap, group)["share_group"]
+
+    main = Jvm(classpath, "share", target.bootstrap, topic, group)
+    killed: Any = None
+    try:
+        for name in ("a", "b", "c"):
+            main.send(f"join {name} accept")
+        produce([f"f{i}" for i in range(30)])
+        accepted = lambda: {ack[1] for e in main.of("acked") for ack in e["acks"] if ack[2] == "accept"}  # noqa: E731
+        wait_for(lambda: {f"f{i}" for i in range(30)} <= accepted(), 60, "the first records accepted", target, main)
+        wait_for(lambda: len(described()["members"]) == 3, 30, "three members", target, main)
+        main.send("close c")
+        def two_members() -> dict[str, Any] | None:
+            d = described()
+            return d if len(d["members"]) == 2 else None
+
+        before = wait_for(two_members, 30, "c gone", target, main)
+        assert before["group_epoch"] == 4, before
+        live = next(b for b in target.brokers if b.running)
+        err, node = find_coordinator(live, group)
+        assert err == 0, err
+        killed = next(b for b in target.brokers  # the coordinator, by its broker.id (one node: the only broker)
+                      if target.kind == "one_node" or str(b.overrides.get("broker.id")) == str(node))
+        killed.kill()
+        if target.kind == "one_node":
+            killed.start()
+            killed = None
+        produce([f"g{i}" for i in range(30)])
+        wait_for(lambda: {f"g{i}" for i in range(30)} <= accepted(), 90, "records after the kill accepted", target,
+                 main)
+        after = described()
+        main.finish()
+    finally:
+        p.flush(5)
+        main.kill()
+        if killed is not None and not killed.running:
+            killed.start(timeout=120)
+    assert after["group_epoch"] == before["group_epoch"], (before, after)
+    assert sorted((m["client_id"], m["member_epoch"]) for m in after["members"]) == sorted(
+        (m["client_id"], m["member_epoch"]) for m in before["members"]), (before, after)
+    acks = [ack[1] for e in main.of("acked") for ack in e["acks"] if ack[2] == "accept"]
+    assert sorted(v for v in acks if v.startswith("g")) == sorted(f"g{i}" for i in range(30)), "accepted twice"
+    assert not main.of("member_error"), main.of("member_error")
+
+
 # ------------------------------------------------------------------------------------------------- 4. API 75
 
 def _requests_of(target: Target, api: str) -> float:

@@ -6,6 +6,8 @@
   must be empty). The earliest / latest offsets come from ListOffsets.
 * ``delete-offsets --group G --topic T [--topic T2]``: deletes the group's state of every partition of the topics;
   prints ``TOPIC STATUS`` (``Successful`` or the error's name).
+* ``delete --group G [--group G2]``: DeleteGroups of empty share groups (their share state deleted by the coordinator,
+  decision 0073); prints kafka-share-groups.sh --delete's lines.
 """
 
 from __future__ import annotations
@@ -48,6 +50,24 @@ async def delete(t: CliTransport, group: str, topics: list[str]) -> dict[str, in
         {"topic_name": x} for x in topics]})
     check(resp["error_code"], f"DeleteShareGroupOffsets {group}", resp.get("error_message"))
     return {x["topic_name"]: x["error_code"] for x in resp["responses"]}
+
+
+async def delete_groups(t: CliTransport, groups: list[str]) -> dict[str, str | None]:
+    """DeleteGroups of each share group at its coordinator (which deletes its share state too): ``None`` or the
+    error's text per group. A group that is not a share group is refused, as kafka-share-groups.sh does."""
+    out: dict[str, str | None] = {}
+    for g in groups:
+        try:
+            host, port = await _coordinator(t, g)
+        except AdminError as exc:
+            out[g] = exc.detail
+            continue
+        d = (await t.call(host, port, ApiKey.SHARE_GROUP_DESCRIBE, 1, {
+            "group_ids": [g], "include_authorized_operations": False}))["groups"][0]
+        code = d["error_code"] or (await t.call(host, port, ApiKey.DELETE_GROUPS, 2, {
+            "groups_names": [g]}))["results"][0]["error_code"]
+        out[g] = None if not code else f"{error_for_code(code).name}: {d.get('error_message') or ''}".rstrip(": ")
+    return out
 
 
 def _partitions(admin: Any, specs: tuple[str, ...], timeout: float) -> list[tuple[str, int]]:
@@ -126,3 +146,24 @@ def register(group: click.Group) -> None:
                                           for t, e in sorted(errors.items())], blank_before=True)
         if any(errors.values()):
             raise SystemExit(1)
+
+    @group.command("delete")
+    @click.option("--group", "group_ids", multiple=True, required=True, help="A share group (repeatable).")
+    @bootstrap_option
+    @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the brokers.")
+    def delete_groups_cmd(group_ids: tuple[str, ...], bootstrap: str, properties: tuple[str, ...],
+                          timeout: float) -> None:
+        """Delete empty share groups and their share-partition state, as kafka-share-groups.sh --delete."""
+        del properties
+        result = asyncio.run(delete_groups(CliTransport(bootstrap, timeout), list(group_ids)))
+        ok = [g for g, e in result.items() if e is None]
+        failed = {g: e for g, e in result.items() if e is not None}
+        if not failed:
+            click.echo("Deletion of requested share groups (" + ", ".join(f"'{g}'" for g in ok) + ") was successful.")
+            return
+        click.echo("\nError: Deletion of some share groups failed:", err=True)
+        for g, e in failed.items():
+            click.echo(f"* Share group '{g}' could not be deleted due to: {e}")
+        if ok:
+            click.echo("\nThese share groups were deleted successfully: " + ",".join(f"'{g}'" for g in ok))
+        raise SystemExit(1)

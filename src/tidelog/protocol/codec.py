@@ -116,7 +116,7 @@ ACCEPTED_MIN: dict[int, int] = {
 """Per-API minimum actually accepted when it differs from the advertised minimum."""
 
 GROUP_API_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.FIND_COORDINATOR: (0, 6),  # v4+ batched keys; v5 only adds TRANSACTION_ABORTABLE, v6 share keys (refused)
+    ApiKey.FIND_COORDINATOR: (0, 6),  # v4+ batched keys; v5 only adds TRANSACTION_ABORTABLE, v6 share keys (group/share_find.py)
     ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.HEARTBEAT: (0, 4),

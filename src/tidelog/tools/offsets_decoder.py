@@ -9,7 +9,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from tidelog.broker.group import consumer_records
+from tidelog.broker.group import consumer_records, share_group_records
 from tidelog.broker.group.records import (
     GroupValue,
     OffsetKey,
@@ -82,6 +82,13 @@ def parse_offsets_record(offset: int, key: bytes | None, value: bytes | None) ->
             return OffsetsRecord(f"Error at offset {offset}, skipping. {exc}", None, None, None)
         ptext = DELETE_PAYLOAD if cpayload is None else _compact_json(cpayload)
         return OffsetsRecord(_compact_json(ckey), ptext, ckey, cpayload)
+    if key_version in share_group_records.KEY_TYPES:  # KIP-932 ShareGroup* records (types 9-15)
+        try:
+            skey, spayload = share_group_records.to_json(key, None if value is None else bytes(value))
+        except (ValueError, struct.error) as exc:
+            return OffsetsRecord(f"Error at offset {offset}, skipping. {exc}", None, None, None)
+        ptext = DELETE_PAYLOAD if spayload is None else _compact_json(spayload)
+        return OffsetsRecord(_compact_json(skey), ptext, skey, spayload)
     if key_version is not None and key_version not in OFFSETS_KEY_TYPES:
         return OffsetsRecord(f"Unknown record type {key_version} at offset {offset}, skipping.", None, None, None)
     try:

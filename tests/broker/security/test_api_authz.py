@@ -287,6 +287,9 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
              [Check(T_GROUP, DESCRIBE, G, GROUP_AUTH)]),
         Case(3, lambda _u: {"key": X, "key_type": 1}, lambda r: r["error_code"],
              [Check(T_TXN, DESCRIBE, X, TXN_AUTH)], "transaction coordinator"),
+        Case(6, lambda _u: {"key_type": 2, "coordinator_keys": [f"{G}:AAAAAAAAAAAAAAAAAAAAAA:0"]},
+             lambda r: r["coordinators"][0]["error_code"],
+             [Check(T_CLUSTER, CLUSTER_ACTION, "kafka-cluster", CLUSTER_AUTH)], "share coordinator"),
     ],
     ApiKey.JOIN_GROUP: [Case(7, lambda _u: {
         "group_id": G, "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000, "member_id": "",

@@ -65,6 +65,8 @@ from tidelog.broker.group.membership import _join_error
 from tidelog.broker.group.records import OFFSETS_TOPIC, GroupValue
 from tidelog.broker.group.replay import Migration, Replay, _read_partitions  # noqa: F401 (tests import them here)
 from tidelog.broker.group.results import DescribedGroup, ListedGroup
+from tidelog.broker.group.share_group_cleanup import on_topic_deleted as share_topic_deleted
+from tidelog.broker.group.share_group_install import unload_partition as unload_share_groups
 from tidelog.broker.group.state import Group, GroupState
 from tidelog.broker.group.state import now_ms as _now_ms
 from tidelog.broker.internal_topics import append_and_wait
@@ -238,6 +240,7 @@ class GroupCoordinator:
         self._load_generation[partition] = self._load_generation.get(partition, 0) + 1  # a running load is stale
         n = self.num_partitions
         self.consumer.unload_partition(partition, n)
+        unload_share_groups(self.broker, partition, n)
         gone = [g for gid, g in self.groups.items() if rec.partition_for(gid, n) == partition]
         for g in gone:
             self._release_group(g)
@@ -269,6 +272,7 @@ class GroupCoordinator:
         for p in self.loading_partitions:
             self._deleted_while_loading.setdefault(p, set()).add(topic)
         drop_topics(self, {topic}, self.groups.values())
+        share_topic_deleted(self.broker, topic)  # share groups' state of the topic
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = self._loop_().create_task(coro)

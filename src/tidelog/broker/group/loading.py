@@ -17,6 +17,8 @@ from tidelog.broker.group.consumer_store import ConsumerReplay
 from tidelog.broker.group.deleted_topics import drop_topics
 from tidelog.broker.group.records import OFFSETS_TOPIC, GroupValue, OffsetValue
 from tidelog.broker.group.replay import Migration, Replay, _read_partitions
+from tidelog.broker.group.share_group_install import install as install_share_groups
+from tidelog.broker.group.share_group_store import ShareGroupReplay
 from tidelog.broker.group.state import Group, GroupState, Member
 from tidelog.broker.group.state import now_ms as _now_ms
 
@@ -76,14 +78,15 @@ async def _load_partitions(self: LoadingHost, batch: dict[int, int]) -> None:
         await asyncio.gather(*(_load_partition(self, p, gen) for p, gen in sorted(batch.items())))
         return
     t0 = time.monotonic()
-    consumer = ConsumerReplay()
+    consumer, share = ConsumerReplay(), ShareGroupReplay()
     logs = [lg for p in sorted(batch) if (lg := self.broker.topics.get_log(OFFSETS_TOPIC, p)) is not None]
     try:
-        state = await asyncio.to_thread(_read_partitions, logs, n, adopt_misplaced=True, consumer=consumer)
+        state = await asyncio.to_thread(_read_partitions, logs, n, adopt_misplaced=True, consumer=consumer,
+                                        share=share)
     except Exception:
         log.exception("loading __consumer_offsets failed; groups start empty")
         state = Replay({}, {}, set(), Migration(), {})
-        consumer = ConsumerReplay()
+        consumer, share = ConsumerReplay(), ShareGroupReplay()
     current = {p: gen for p, gen in batch.items()
                if self._load_generation.get(p) == gen and p in self.loading_partitions}
     if len(current) < len(batch):
@@ -111,6 +114,7 @@ async def _load_partitions(self: LoadingHost, batch: dict[int, int]) -> None:
         g.offsets[(topic, part)] = ov
     self._install_pending(pending_v)
     install_consumer_groups(self.consumer, consumer)
+    install_share_groups(self.broker, share)
     deleted: set[str] = set()
     for p in batch:
         deleted |= self._deleted_while_loading.pop(p, set())
@@ -212,16 +216,16 @@ def _chunks(self: LoadingHost, partition: int, entries: Sequence[tuple[bytes, by
 async def _load_partition(self: LoadingHost, partition: int, gen: int) -> None:
     t0 = time.monotonic()
     plog = self.broker.topics.get_log(OFFSETS_TOPIC, partition)
-    consumer = ConsumerReplay()
+    consumer, share = ConsumerReplay(), ShareGroupReplay()
     try:
         groups_v, offsets_v, misplaced, _, pending_v = await asyncio.to_thread(
             _read_partitions, [plog] if plog is not None else [], self.num_partitions, adopt_misplaced=False,
-            consumer=consumer)
+            consumer=consumer, share=share)
     except Exception:
         log.exception("loading __consumer_offsets partition failed; its groups start empty",
                       extra={"kv": {"partition": partition}})
         groups_v, offsets_v, misplaced, pending_v = {}, {}, set(), {}
-        consumer = ConsumerReplay()
+        consumer, share = ConsumerReplay(), ShareGroupReplay()
     if misplaced:
         # records of groups another partition coordinates (tidelog's pre-Kafka placement): not installed here
         log.warning("skipped misplaced __consumer_offsets records of groups this partition does not coordinate",
@@ -242,6 +246,7 @@ async def _load_partition(self: LoadingHost, partition: int, gen: int) -> None:
         del self._open_txns[key]
     self._install_pending(pending_v)
     install_consumer_groups(self.consumer, consumer)
+    install_share_groups(self.broker, share)
     deleted = self._deleted_while_loading.pop(partition, None)
     if deleted:
         n = self.num_partitions

@@ -11,8 +11,10 @@ from typing import Any, NamedTuple
 
 from tidelog.broker.group import consumer_records as crec
 from tidelog.broker.group import records as rec
+from tidelog.broker.group import share_group_records as srec
 from tidelog.broker.group.consumer_store import ConsumerReplay
 from tidelog.broker.group.records import GroupValue, OffsetValue
+from tidelog.broker.group.share_group_store import ShareGroupReplay
 from tidelog.broker.internal_topics import replay_log
 from tidelog.records.batch import ControlRecordType, parse_control_record
 
@@ -63,7 +65,7 @@ def _materialize(offsets: dict[Any, OffsetValue], pending: dict[Any, OffsetValue
 
 
 def _read_partitions(logs: list[Any], num_partitions: int, *, adopt_misplaced: bool,
-                     consumer: ConsumerReplay | None = None) -> Replay:
+                     consumer: ConsumerReplay | None = None, share: ShareGroupReplay | None = None) -> Replay:
     """Blocking: replay ``__consumer_offsets`` partitions (latest record per key wins, tombstones delete).
 
     A record in a partition that is not its group's (:func:`records.partition_for`) is *misplaced*: tidelog placed
@@ -125,6 +127,11 @@ def _read_partitions(logs: list[Any], num_partitions: int, *, adopt_misplaced: b
                 if r.key is None:
                     continue
                 try:
+                    if share is not None and srec.is_share_group_key(r.key):
+                        # KIP-932 share-group records (types 9-15), their group's own partition only
+                        if rec.partition_for(srec.decode_key(r.key).group, num_partitions) == partition:
+                            share.add(r.key, None if r.value is None else bytes(r.value))
+                        continue
                     if consumer is not None and crec.is_consumer_key(r.key):
                         # KIP-848 group records (types 3-8), their group's own partition only
                         if rec.partition_for(crec.decode_key(r.key).group, num_partitions) == partition:

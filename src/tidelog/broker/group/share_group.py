@@ -23,7 +23,8 @@ lock duration), besides the check on every fetch.
 
 The share partitions' state is persisted in ``__share_group_state`` through the share coordinator
 (``share_state_store``: read when a share partition is first used here, written on every acknowledgement); group
-membership is in memory. See docs/decisions/0067-share-groups.md.
+membership in ``__consumer_offsets`` as Kafka's ShareGroup* records (``share_group_store``). See
+docs/decisions/0067-share-groups.md and 0073-share-group-records.md.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tidelog.broker.group.share_group_store import ShareGroupStore
 from tidelog.broker.group.share_partition import SharePartition
 from tidelog.broker.group.share_settings import ShareSettings, TimeIndexed
 from tidelog.broker.group.share_state_store import ShareStateStore
@@ -88,6 +90,7 @@ class ShareMember:
     assigned: set[TP] = field(default_factory=set)
     sent: frozenset[TP] | None = None  # the assignment last told to the member
     timer: asyncio.TimerHandle | None = None
+    previous_epoch: int = 0  # ShareGroupCurrentMemberAssignment.PreviousMemberEpoch
 
 
 @dataclass(slots=True)
@@ -164,6 +167,7 @@ class ShareGroupManager:
         self._sweeper: asyncio.TimerHandle | None = None
         self.changed = asyncio.Event()  # set when records become available again (release, expiry)
         self.store = ShareStateStore(self)  # share-partition state through the share coordinator
+        self.records = ShareGroupStore(self)  # the groups' ShareGroup* records in __consumer_offsets
 
     # ================================================================================= membership
 
@@ -237,7 +241,8 @@ class ShareGroupManager:
             for member_id, tps in simple_assign(g.members, wanted).items():
                 g.members[member_id].assigned = tps
             g.assignment_epoch = g.epoch
-        m.epoch = g.epoch
+        if m.epoch != g.epoch:
+            m.previous_epoch, m.epoch = m.epoch, g.epoch
         self._touch(g, m)
         send = m.sent is None or m.sent != frozenset(m.assigned)
         if send:
@@ -291,6 +296,7 @@ class ShareGroupManager:
         for member_id, tps in simple_assign(g.members, g.partitions_seen).items():
             g.members[member_id].assigned = tps
         g.assignment_epoch = g.epoch
+        self.records.schedule(g.group_id)  # the member's records tombstoned (share_group_store)
 
     def list_groups(self, states: set[str], types: set[str]) -> list[dict[str, Any]]:
         if types and "share" not in types:

@@ -6,8 +6,9 @@ Thin adapters between request/response versions and :class:`tidelog.broker.group
 
 * FindCoordinator v0-3 carries one ``key``; v4+ a batch of ``coordinator_keys``. Key type 0 = group (single
   node: this broker; ZooKeeper mode: the leader of the group's ``__consumer_offsets`` partition); type 1
-  (transaction) the transaction coordinator of the id (``broker.txn_coordinator.find_coordinator``); other key
-  types get INVALID_REQUEST.
+  (transaction) the transaction coordinator of the id (``broker.txn_coordinator.find_coordinator``); 2 (share,
+  v6+, CLUSTER_ACTION) the share coordinator of ``groupId:topicId:partition`` (``group/share_find.py``); other
+  key types get INVALID_REQUEST.
 * JoinGroup v0 has no rebalance timeout (the session timeout is used); v4+ needs a known member id
   (MEMBER_ID_REQUIRED round trip) unless the member is static (v5+ ``group_instance_id``).
 * LeaveGroup v0-2 name one ``member_id``; v3+ a batch of members with per-member errors.
@@ -28,6 +29,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from tidelog.broker.group import classic_in_consumer
 from tidelog.broker.group.coordinator import _join_error
+from tidelog.broker.group.share_find import MIN_VERSION as SHARE_MIN_VERSION
+from tidelog.broker.group.share_find import find_share_coordinator
+from tidelog.broker.group.share_group_cleanup import delete_share_group
 from tidelog.broker.handlers import Handler, RequestContext, handles
 from tidelog.broker.handlers.group_bodies import (
     DeleteGroupsRequest,
@@ -76,6 +80,8 @@ INVALID_REQUEST = ErrorCode.INVALID_REQUEST
 TOPIC_AUTHORIZATION_FAILED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 GROUP_AUTHORIZATION_FAILED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+CLUSTER_AUTHORIZATION_FAILED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+SHARE_KEY_TYPE = 2  # FindCoordinator's CoordinatorType.SHARE
 READ, DESCRIBE, DELETE, WRITE = AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.WRITE
 GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 
@@ -156,6 +162,14 @@ async def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[int, 
         if err is not None or node is None:
             return error_code(err or ErrorCode.COORDINATOR_NOT_AVAILABLE), "The coordinator is not available.", nowhere
         return NONE, None, b.node_endpoint(node, ctx.listener)
+    if key_type == SHARE_KEY_TYPE:
+        # KafkaApis: v6+ only, CLUSTER_ACTION on the cluster (brokers ask it), then the __share_group_state leader
+        if ctx.api_version < SHARE_MIN_VERSION:
+            return INVALID_REQUEST, "Share coordinator keys need FindCoordinator v6 or later.", nowhere
+        if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+            return CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.", nowhere
+        err, msg, node = await find_share_coordinator(b, key)
+        return err, msg, b.node_endpoint(node, ctx.listener) if node is not None else nowhere
     if key_type != 0:
         return INVALID_REQUEST, f"Unknown coordinator key type {key_type}", nowhere
     if coord is None or not coord.active or b.stopping:
@@ -623,7 +637,14 @@ async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> Bo
     for gid in request.get("groups_names") or ():
         if not ctx.authorize(DELETE, GROUP, _str(gid)):
             err: int = GROUP_AUTHORIZATION_FAILED
+        elif coord is None:
+            err = COORDINATOR_NOT_AVAILABLE
         else:
-            err = COORDINATOR_NOT_AVAILABLE if coord is None else await coord.delete_group(_str(gid))
+            err = coord.check(_str(gid))
+            share_err = None if err else await delete_share_group(ctx.broker, _str(gid))
+            if share_err is not None:
+                err = share_err  # a share group: its share state, then its records (share_group_cleanup)
+            elif not err:
+                err = await coord.delete_group(_str(gid))
         results.append({"group_id": gid, "error_code": err})
     return {"throttle_time_ms": 0, "results": results}

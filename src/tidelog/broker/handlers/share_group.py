@@ -84,7 +84,12 @@ async def share_group_heartbeat(ctx: RequestContext, request: dict) -> dict:
     if err:
         return fit(SHARE_GROUP_HEARTBEAT, v, {**base, "error_code": err})
     host = ("/" + ctx.client_host) if ctx.client_host else ""
-    body = share_manager(ctx.broker).heartbeat(request, ctx.client_id or "", host)
+    mgr = share_manager(ctx.broker)
+    body = mgr.heartbeat(request, ctx.client_id or "", host)
+    if not body.get("error_code") and gid:
+        err = await mgr.records.persist(gid)  # ShareGroup* records written before the answer, as Kafka
+        if err:
+            return fit(SHARE_GROUP_HEARTBEAT, v, {**base, "error_code": err})
     body["throttle_time_ms"] = 0
     return fit(SHARE_GROUP_HEARTBEAT, v, body)
 

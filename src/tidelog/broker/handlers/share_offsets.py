@@ -5,8 +5,8 @@ InitializeShareGroupState with the next state epoch and the new start offset, or
 
 As Kafka: the group must be empty (NON_EMPTY_GROUP); a group of another type is GROUP_ID_NOT_FOUND (top-level, and
 on every authorized topic / partition). A group id this
-broker does not know is taken as an empty share group (tidelog does not persist share-group membership, so after a
-restart a share group is known again only once a member heartbeats). Authorization as KafkaApis: READ (alter) or
+broker does not know is taken as an empty share group (one whose ShareGroup* records were never written). The group's
+ShareGroupStatePartitionMetadata follows (decision 0073). Authorization as KafkaApis: READ (alter) or
 DELETE (delete) on the group first, then READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions / the
 topic), then the group coordinator's checks (skipped when no topic is authorized).
 
@@ -18,6 +18,7 @@ a delete) and is loaded again then.
 from __future__ import annotations
 
 from tidelog.broker.group.share_group import share_manager
+from tidelog.broker.group.share_group_cleanup import note_deleted, note_initialized
 from tidelog.broker.group.share_state_records import ShareKey
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.group import fit
@@ -87,10 +88,14 @@ async def alter_share_group_offsets(ctx: RequestContext, request: dict) -> dict:
                 code, epoch = await persister.summary_epoch(key)
                 if not code:
                     code, text = await persister.initialize(key, epoch + 1, start)
+                    if not code:
+                        note_initialized(mgr, gid, name, info.topic_id, index)
                 mgr.store.drop((gid, info.topic_id, index))
             parts.append({"partition_index": index, "error_code": code, "error_message": text})
         responses.append({"topic_name": name, "topic_id": info.topic_id if info is not None and allowed
                           else b"\0" * 16, "partitions": parts})
+    if authorized and not err:
+        await mgr.records.persist(gid)  # ShareGroupStatePartitionMetadata (share_group_cleanup)
     return fit(ALTER, v, {"throttle_time_ms": 0, "error_code": err, "error_message": msg,
                           "responses": responses})
 
@@ -127,8 +132,12 @@ async def delete_share_group_offsets(ctx: RequestContext, request: dict) -> dict
                 mgr.store.drop((gid, info.topic_id, index))
                 if perr and not code:
                     code, text = perr, ptext
+            if not code:
+                note_deleted(mgr, gid, info.topic_id)
         shown = info is not None and code != ErrorCode.TOPIC_AUTHORIZATION_FAILED
         responses.append({"topic_name": name, "topic_id": info.topic_id if shown and info else b"\0" * 16,
                           "error_code": code, "error_message": text})
+    if authorized and not err:
+        await mgr.records.persist(gid)  # ShareGroupStatePartitionMetadata (share_group_cleanup)
     return fit(DELETE, v, {"throttle_time_ms": 0, "error_code": err, "error_message": msg,
                            "responses": responses})
