@@ -44,7 +44,7 @@ import struct
 import threading
 from collections import Counter
 from collections.abc import Coroutine, Iterable
-from typing import Any
+from typing import Any, Self
 
 from tidelog.protocol import codec
 from tidelog.protocol.api_keys import ApiKey
@@ -93,6 +93,42 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes | None:
     return head + await reader.readexactly(size)
 
 
+class ProxyServer:
+    """A proxy's listening socket on the shared loop: ``start`` listens on ``listen`` (port 0: any free one) and sets
+    ``port``; ``stop`` closes it and aborts every connection still open (``_abort_connections``). The base of
+    FaultProxy and of tests/jepsen/tornproxy.py's FrameProxy."""
+
+    listen: tuple[str, int] = ("127.0.0.1", 0)
+    port = 0
+    _server: asyncio.AbstractServer | None = None
+
+    def start(self) -> Self:
+        async def start() -> None:
+            self._on_loop()
+            self._server = await asyncio.start_server(self._handle, self.listen[0], self.listen[1])
+            self.port = self._server.sockets[0].getsockname()[1]
+
+        _Loop.run(start())
+        return self
+
+    def stop(self) -> None:
+        async def stop() -> None:
+            if self._server is not None:
+                self._server.close()
+            self._abort_connections()
+
+        _Loop.run(stop(), timeout=10)
+
+    def _on_loop(self) -> None:
+        """Made on the loop when the proxy starts (asyncio objects bound to it)."""
+
+    def _abort_connections(self) -> None:
+        raise NotImplementedError
+
+    async def _handle(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
 class _Conn:
     def __init__(self, proxy: FaultProxy) -> None:
         self.proxy = proxy
@@ -132,7 +168,7 @@ class _Conn:
             self.task.cancel()
 
 
-class FaultProxy:
+class FaultProxy(ProxyServer):
     """``FaultProxy(port_of_target)`` then ``start()``; ``port`` is where clients connect."""
 
     def __init__(self, target_port: int = 0, target_host: str = "127.0.0.1", *, kafka: bool = True,
@@ -153,8 +189,8 @@ class FaultProxy:
         self.corrupted: list[tuple[str, str, int, int]] = []  # (client id, topic, partition, fetch response offset)
         self.accepted = 0
         self._conns: set[_Conn] = set()
-        self._server: asyncio.AbstractServer | None = None
-        self._changed: asyncio.Event = None  # type: ignore[assignment]  (made on the loop)
+        self._server = None
+        self._changed: asyncio.Event = None  # type: ignore[assignment]  # made on the loop
 
     def __repr__(self) -> str:
         return (f"FaultProxy({self.name or ''} :{self.port} -> {self.target_host}:{self.target_port}, mode={self.mode}, "
@@ -162,24 +198,13 @@ class FaultProxy:
 
     # -- test thread API -------------------------------------------------------------------------------
 
-    def start(self) -> FaultProxy:
-        async def start() -> None:
-            self._changed = asyncio.Event()
-            self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-            self.port = self._server.sockets[0].getsockname()[1]
+    def _on_loop(self) -> None:
+        self._changed = asyncio.Event()
 
-        _Loop.run(start())
-        return self
-
-    def stop(self) -> None:
-        async def stop() -> None:
-            if self._server is not None:
-                self._server.close()
-            for c in list(self._conns):
-                c.abort()
-            self._conns.clear()
-
-        _Loop.run(stop())
+    def _abort_connections(self) -> None:
+        for c in list(self._conns):
+            c.abort()
+        self._conns.clear()
 
     def set_mode(self, mode: str) -> None:
         assert mode in _MODES, mode

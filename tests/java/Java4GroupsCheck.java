@@ -30,7 +30,6 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -42,11 +41,9 @@ import java.util.concurrent.ConcurrentHashMap;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
-import org.apache.kafka.clients.admin.DescribeTopicsOptions;
 import org.apache.kafka.clients.admin.MemberDescription;
 import org.apache.kafka.clients.admin.ShareGroupDescription;
 import org.apache.kafka.clients.admin.ShareMemberDescription;
-import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.CloseOptions;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -58,7 +55,6 @@ import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.serialization.StringDeserializer;
 
 public class Java4GroupsCheck {
@@ -140,10 +136,8 @@ public class Java4GroupsCheck {
 
         @Override
         public void run() {
-            Properties p = props();
+            Properties p = TestKit.manualCommit(props(), group, null);
             p.put("group.protocol", mode);
-            p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-            p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
             p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "50");
             if (mode.equals("classic")) {
                 p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "6000");
@@ -301,80 +295,19 @@ public class Java4GroupsCheck {
 
     static void describeTopics(String bootstrap, String topic, int limit) throws Exception {
         try (Admin admin = admin(bootstrap)) {
-            TopicDescription d = admin.describeTopics(List.of(topic),
-                    new DescribeTopicsOptions().partitionSizeLimitPerResponse(limit)).allTopicNames().get().get(topic);
-            List<Object> parts = new ArrayList<>();
-            for (TopicPartitionInfo p : d.partitions()) {
-                parts.add(obj("partition", p.partition(), "leader", p.leader() == null ? null : p.leader().id(),
-                        "replicas", p.replicas().size(), "isr", p.isr().size()));
-            }
-            emit(obj("event", "described", "name", d.name(), "topic_id", String.valueOf(d.topicId()),
-                    "partitions", parts));
+            emit(TestKit.describedPaged(admin, topic, limit));
         }
     }
 
     // ------------------------------------------------------------------------------------------------ JSON out
 
     static Map<String, Object> obj(Object... kv) {
-        Map<String, Object> m = new LinkedHashMap<>();
-        for (int i = 0; i < kv.length; i += 2) m.put((String) kv[i], kv[i + 1]);
-        return m;
+        return TestKit.obj(kv);
     }
 
-    static synchronized void emit(Map<String, Object> m) {
+    /** One JSON line, stamped with the wall-clock time ("t"). */
+    static void emit(Map<String, Object> m) {
         m.put("t", System.currentTimeMillis());
-        StringBuilder sb = new StringBuilder();
-        json(sb, m);
-        System.out.println(sb);
-        System.out.flush();
-    }
-
-    static void json(StringBuilder sb, Object v) {
-        if (v == null) {
-            sb.append("null");
-        } else if (v instanceof Boolean || v instanceof Integer || v instanceof Long || v instanceof Short) {
-            sb.append(v);
-        } else if (v instanceof Map<?, ?> m) {
-            sb.append('{');
-            boolean firstItem = true;
-            for (var e : m.entrySet()) {
-                if (!firstItem) sb.append(',');
-                firstItem = false;
-                string(sb, String.valueOf(e.getKey()));
-                sb.append(':');
-                json(sb, e.getValue());
-            }
-            sb.append('}');
-        } else if (v instanceof Iterable<?> it) {
-            sb.append('[');
-            boolean firstItem = true;
-            for (Object x : it) {
-                if (!firstItem) sb.append(',');
-                firstItem = false;
-                json(sb, x);
-            }
-            sb.append(']');
-        } else {
-            string(sb, v.toString());
-        }
-    }
-
-    static void string(StringBuilder sb, String s) {
-        sb.append('"');
-        for (int i = 0; i < s.length(); i++) {
-            char ch = s.charAt(i);
-            switch (ch) {
-                case '"' -> sb.append("\\\"");
-                case '\\' -> sb.append("\\\\");
-                case '\n' -> sb.append("\\n");
-                case '\r' -> sb.append("\\r");
-                case '\t' -> sb.append("\\t");
-                default -> {
-                    if (ch < 0x20 || ch > 0x7e) sb.append(String.format("\\u%04x", (int) ch));
-                    else sb.append(ch);
-                }
-            }
-        }
-        sb.append('"');
+        TestKit.emit(m);
     }
 }

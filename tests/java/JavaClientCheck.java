@@ -21,7 +21,6 @@ import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Optional;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeMap;
@@ -161,54 +160,37 @@ public final class JavaClientCheck {
     }
 
     static KafkaProducer<byte[], byte[]> producer(String bootstrap, String codec) {
-        Properties p = common(bootstrap, "java-check-producer-" + codec);
-        p.put(ProducerConfig.ACKS_CONFIG, "all");
-        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
-        p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec);
         // long linger + flush(): everything sent before flush() leaves in as few batches as fit
-        p.put(ProducerConfig.LINGER_MS_CONFIG, "5000");
+        Properties p = TestKit.delivery(common(bootstrap, "java-check-producer-" + codec), "all", 5000, 30000, 20000);
+        p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec);
         p.put(ProducerConfig.BATCH_SIZE_CONFIG, "1048576");
-        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
-        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "20000");
         return new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
     }
 
     static KafkaConsumer<byte[], byte[]> consumer(String bootstrap, String clientId, String group) {
-        Properties p = common(bootstrap, clientId);
+        Properties p = TestKit.manualCommit(common(bootstrap, clientId), group, null);
         if (group != null) {
-            p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
             p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "6000");
             p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "500");
             p.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, "30000");
         }
-        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "7");  // several polls per partition
         return new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer());
     }
 
     static KafkaProducer<byte[], byte[]> txnProducer(String bootstrap, String transactionalId) {
-        Properties p = common(bootstrap, "java-check-txn");
+        Properties p = TestKit.delivery(common(bootstrap, "java-check-txn"), "all", 5, 30000, 20000);
         p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
-        p.put(ProducerConfig.ACKS_CONFIG, "all");
-        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
-        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
         p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "10000");
-        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
-        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "20000");
         return new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
     }
 
     static KafkaConsumer<byte[], byte[]> consumer(String bootstrap, String clientId, String group, String isolation) {
-        Properties p = common(bootstrap, clientId);
+        Properties p = TestKit.manualCommit(common(bootstrap, clientId), group, isolation);
         if (group != null) {
-            p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
             p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "6000");
             p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "500");
         }
-        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
-        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         return new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer());
     }
 
@@ -305,15 +287,7 @@ public final class JavaClientCheck {
      * describeFeatures (ApiVersions' features), as kafka-features.sh describe reads them. */
     static void describeTopicsPaged(String bootstrap, String topic, int limit) throws Exception {
         try (Admin admin = admin(bootstrap)) {
-            TopicDescription d = admin.describeTopics(List.of(topic),
-                    new DescribeTopicsOptions().partitionSizeLimitPerResponse(limit)).allTopicNames().get().get(topic);
-            List<Object> parts = new ArrayList<>();
-            for (TopicPartitionInfo p : d.partitions()) {
-                parts.add(obj("partition", p.partition(), "leader", p.leader() == null ? null : p.leader().id(),
-                        "elr", p.elr() == null ? null : p.elr().size()));
-            }
-            emit(obj("event", "described", "name", d.name(), "topic_id", String.valueOf(d.topicId()),
-                    "partitions", parts));
+            emit(TestKit.describedPaged(admin, topic, limit));
             org.apache.kafka.clients.admin.FeatureMetadata fm = admin.describeFeatures().featureMetadata().get();
             Map<String, Object> supported = new TreeMap<>();
             fm.supportedFeatures().forEach((k, v) -> supported.put(k, List.of(v.minVersion(), v.maxVersion())));
@@ -1395,66 +1369,10 @@ public final class JavaClientCheck {
     }
 
     static Map<String, Object> obj(Object... kv) {
-        Map<String, Object> m = new LinkedHashMap<>();
-        for (int i = 0; i < kv.length; i += 2) m.put((String) kv[i], kv[i + 1]);
-        return m;
+        return TestKit.obj(kv);
     }
 
-    static synchronized void emit(Map<String, Object> m) {
-        StringBuilder sb = new StringBuilder();
-        json(sb, m);
-        System.out.println(sb);
-        System.out.flush();
-    }
-
-    static void json(StringBuilder sb, Object v) {
-        if (v == null) {
-            sb.append("null");
-        } else if (v instanceof Boolean || v instanceof Integer || v instanceof Long || v instanceof Short) {
-            sb.append(v);
-        } else if (v instanceof Optional<?> o) {
-            json(sb, o.orElse(null));
-        } else if (v instanceof Map<?, ?> m) {
-            sb.append('{');
-            boolean firstItem = true;
-            for (var e : m.entrySet()) {
-                if (!firstItem) sb.append(',');
-                firstItem = false;
-                string(sb, String.valueOf(e.getKey()));
-                sb.append(':');
-                json(sb, e.getValue());
-            }
-            sb.append('}');
-        } else if (v instanceof Iterable<?> it) {
-            sb.append('[');
-            boolean firstItem = true;
-            for (Object x : it) {
-                if (!firstItem) sb.append(',');
-                firstItem = false;
-                json(sb, x);
-            }
-            sb.append(']');
-        } else {
-            string(sb, v.toString());
-        }
-    }
-
-    static void string(StringBuilder sb, String s) {
-        sb.append('"');
-        for (int i = 0; i < s.length(); i++) {
-            char ch = s.charAt(i);
-            switch (ch) {
-                case '"' -> sb.append("\\\"");
-                case '\\' -> sb.append("\\\\");
-                case '\n' -> sb.append("\\n");
-                case '\r' -> sb.append("\\r");
-                case '\t' -> sb.append("\\t");
-                default -> {
-                    if (ch < 0x20 || ch > 0x7e) sb.append(String.format("\\u%04x", (int) ch));
-                    else sb.append(ch);
-                }
-            }
-        }
-        sb.append('"');
+    static void emit(Map<String, Object> m) {
+        TestKit.emit(m);
     }
 }

@@ -42,6 +42,7 @@ JARS = {  # jar file name -> why it is on the classpath
 }
 KAFKA_CLIENTS_VERSION = "3.9.0"
 SOURCE = Path(__file__).with_name("JavaClientCheck.java")
+KIT = Path(__file__).with_name("TestKit.java")  # what the Java test clients share, compiled with each
 RUN_TIMEOUT = 90.0
 
 
@@ -102,7 +103,7 @@ def java_client(tmp_path_factory: pytest.TempPathFactory) -> JavaClient:
     out = tmp_path_factory.mktemp("java-classes")
     # C1 only: javac (and the short client runs) finish sooner without the optimising JIT
     proc = subprocess.run([javac, "-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC", "-Xlint:all", "-Werror",
-                           "-d", str(out), "-cp", classpath, str(SOURCE)],
+                           "-d", str(out), "-cp", classpath, str(SOURCE), str(KIT)],
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, f"javac failed:\n{proc.stdout}\n{proc.stderr}"
     return JavaClient(java, classpath + os.pathsep + str(out), tmp_path_factory.mktemp("java-tmp"))

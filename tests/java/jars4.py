@@ -27,6 +27,7 @@ JARS = (f"kafka-clients-{KAFKA_CLIENTS_VERSION}.jar", "lz4-java-1.10.2.jar", "sl
         "snappy-java-1.1.1.7.jar", "zstd-jni-1.5.6-10.jar")
 # the JVM flags of every short client run: C1 only and the serial GC start sooner on a loaded 2-core machine
 JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+KIT = Path(__file__).with_name("TestKit.java")  # what the Java test clients share, compiled with each source
 
 
 def cache_root() -> Path:
@@ -83,13 +84,14 @@ def jars4() -> Path:
 
 
 def compile4(source: Path, out: Path) -> str:
-    """Compile ``source`` against kafka-clients 4.3 into ``out``; the classpath to run it with."""
+    """Compile ``source`` (with TestKit.java, what the Java test clients share) against kafka-clients 4.3 into
+    ``out``; the classpath to run it with."""
     java, javac = shutil.which("java"), shutil.which("javac")
     if java is None or javac is None:
         pytest.skip("no JDK (java / javac) on this machine (Debian: openjdk-17-jdk-headless)")
     jars = jars4()
     cp = os.pathsep.join(str(jars / j) for j in JARS)
-    proc = subprocess.run([javac, *(f"-J{f}" for f in JVM_FLAGS), "-d", str(out), "-cp", cp, str(source)],
+    proc = subprocess.run([javac, *(f"-J{f}" for f in JVM_FLAGS), "-d", str(out), "-cp", cp, str(source), str(KIT)],
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, f"javac {source.name} failed:\n{proc.stdout}\n{proc.stderr[-3000:]}"
     return os.pathsep.join([str(out), cp])

@@ -10,6 +10,7 @@
 // confluent-kafka clients of workloads.py: a send is ok when its future gives the offset, info on any error (its
 // producer is then replaced, with a new process); a commit is ok, fail when the group rejected it
 // (CommitFailedException, RebalanceInProgressException), else info (the consumer is replaced).
+// Compiled with tests/java/TestKit.java (the JSON output and client settings the Java test clients share).
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -52,7 +53,6 @@ import org.apache.kafka.common.serialization.StringSerializer;
 public class JepsenClient {
     static final AtomicBoolean STOP = new AtomicBoolean(false);
     static final AtomicInteger PIDS = new AtomicInteger();
-    static final Object OUT = new Object();
     static final Map<Integer, Semaphore> GO = new ConcurrentHashMap<>();
 
     /** Released by the runner ("g PID" on stdin) once it has recorded PID's invoke: a send starts only then, so
@@ -61,13 +61,16 @@ public class JepsenClient {
         return GO.computeIfAbsent(pid, x -> new Semaphore(0));
     }
 
-    public static void main(String[] args) throws Exception {
+    /** Reads the runner's commands from stdin on a daemon thread: "g PID" releases {@link #go}, any other line goes
+     *  to {@code other}; at EOF (or a read error) {@link #STOP} is set. */
+    static void readStdin(java.util.function.Consumer<String> other) {
         Thread stdin = new Thread(() -> {
             try {
                 BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
                 String line;
                 while ((line = in.readLine()) != null) {
                     if (line.startsWith("g ")) go(Integer.parseInt(line.substring(2).trim())).release();
+                    else other.accept(line);
                 }
             } catch (Exception e) {
                 // treated as EOF
@@ -76,6 +79,10 @@ public class JepsenClient {
         }, "stdin");
         stdin.setDaemon(true);
         stdin.start();
+    }
+
+    public static void main(String[] args) throws Exception {
+        readStdin(line -> { });
         List<Thread> threads = new ArrayList<>();
         if (args[0].equals("producer")) {
             String bootstrap = args[1], topic = args[2], acks = args[6];
@@ -94,10 +101,7 @@ public class JepsenClient {
         }
         for (Thread t : threads) t.start();
         for (Thread t : threads) t.join();
-        synchronized (OUT) {
-            System.out.println("{\"done\":true}");
-            System.out.flush();
-        }
+        TestKit.println("{\"done\":true}");
         System.exit(0);
     }
 
@@ -115,22 +119,15 @@ public class JepsenClient {
     }
 
     static KafkaProducer<String, String> producer(String bootstrap, String acks) {
-        Properties p = common(bootstrap);
-        p.put(ProducerConfig.ACKS_CONFIG, acks);
-        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, acks.equals("all") ? "true" : "false");
-        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "60000");
-        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        Properties p = TestKit.delivery(common(bootstrap), acks, 5, 60000, 30000);
         p.put(ProducerConfig.RETRY_BACKOFF_MS_CONFIG, "200");
-        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "30000");
-        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
-        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
-        return new KafkaProducer<>(p);
+        return new KafkaProducer<>(p, new StringSerializer(), new StringSerializer());
     }
 
     static int open(String role, String isolation, String mode, String group) {
         int pid = PIDS.getAndIncrement();
         String v = "{\"role\":\"" + role + "\",\"client\":\"java\",\"transactional\":false,\"isolation\":\""
-                + isolation + "\",\"mode\":" + str(mode) + ",\"group\":" + str(group) + "}";
+                + isolation + "\",\"mode\":" + TestKit.str(mode) + ",\"group\":" + TestKit.str(group) + "}";
         emit(pid, "invoke", "open", v, null);
         emit(pid, "ok", "open", v, null);
         return pid;
@@ -142,7 +139,7 @@ public class JepsenClient {
         int pid = open("producer", "read_uncommitted", null, null);
         while (!STOP.get()) {
             int part = rng.nextInt(partitions);
-            String k = str(topic + "/" + part);
+            String k = TestKit.str(topic + "/" + part);
             long value = values.getAndIncrement();
             String op = "[[\"send\"," + k + "," + value + "]]";
             emit(pid, "invoke", "send", op, null);
@@ -193,19 +190,13 @@ public class JepsenClient {
     static void consumeSession(String bootstrap, String topic, int partitions, String group, String mode,
                                String isolation) {
         int pid = open("consumer", isolation, mode, group);
-        Properties p = common(bootstrap);
-        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+        Properties p = TestKit.manualCommit(common(bootstrap), group, isolation);
         p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
         p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
         p.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, "120000");
         p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "200");
         p.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "15000");
-        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        KafkaConsumer<String, String> c = new KafkaConsumer<>(p);
+        KafkaConsumer<String, String> c = new KafkaConsumer<>(p, new StringDeserializer(), new StringDeserializer());
         boolean[] pollOpen = {false};
         try {
             List<TopicPartition> parts = new ArrayList<>();
@@ -293,8 +284,8 @@ public class JepsenClient {
                 parts.append(',');
                 pos.append(',');
             }
-            parts.append(str(e.getKey()));
-            pos.append(str(e.getKey())).append(':').append(e.getValue() == null ? "null" : e.getValue().toString());
+            parts.append(TestKit.str(e.getKey()));
+            pos.append(TestKit.str(e.getKey())).append(':').append(e.getValue() == null ? "null" : e.getValue().toString());
         }
         parts.append(']');
         pos.append('}');
@@ -309,10 +300,10 @@ public class JepsenClient {
         for (Map.Entry<TopicPartition, OffsetAndMetadata> e : new TreeMap<String, Map.Entry<TopicPartition,
                 OffsetAndMetadata>>(keyed(offs)).values()) {
             if (sb.length() > 1) sb.append(',');
-            sb.append(str(e.getKey().topic() + "/" + e.getKey().partition())).append(':').append(e.getValue().offset());
+            sb.append(TestKit.str(e.getKey().topic() + "/" + e.getKey().partition())).append(':').append(e.getValue().offset());
         }
         sb.append('}');
-        String v = "{\"group\":" + str(group) + ",\"offsets\":" + sb + "}";
+        String v = "{\"group\":" + TestKit.str(group) + ",\"offsets\":" + sb + "}";
         emit(pid, "invoke", "commit-offsets", v, null);
         try {
             c.commitSync(offs, Duration.ofSeconds(15));
@@ -340,28 +331,14 @@ public class JepsenClient {
         StringBuilder sb = new StringBuilder("{");
         for (Map.Entry<String, StringBuilder> e : byKey.entrySet()) {
             if (sb.length() > 1) sb.append(',');
-            sb.append(str(e.getKey())).append(":[").append(e.getValue()).append(']');
+            sb.append(TestKit.str(e.getKey())).append(":[").append(e.getValue()).append(']');
         }
         return sb.append('}').toString();
     }
 
-    static String str(String s) {
-        if (s == null) return "null";
-        StringBuilder sb = new StringBuilder("\"");
-        for (char ch : s.toCharArray()) {
-            if (ch == '"' || ch == '\\') sb.append('\\').append(ch);
-            else if (ch < 0x20) sb.append(String.format("\\u%04x", (int) ch));
-            else sb.append(ch);
-        }
-        return sb.append('"').toString();
-    }
-
     static void emit(int pid, String type, String f, String valueJson, String error) {
         String line = "{\"p\":" + pid + ",\"type\":\"" + type + "\",\"f\":\"" + f + "\",\"value\":" + valueJson
-                + (error == null ? "" : ",\"error\":" + str(error)) + "}";
-        synchronized (OUT) {
-            System.out.println(line);
-            System.out.flush();
-        }
+                + (error == null ? "" : ",\"error\":" + TestKit.str(error)) + "}";
+        TestKit.println(line);
     }
 }

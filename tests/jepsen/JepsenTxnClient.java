@@ -1,7 +1,8 @@
 // The Java consume-transform-produce client of the txn workload (tests/jepsen/txnload.py's TxnClient in
 // kafka-clients): built against kafka-clients 4.3 (the jars of tests/broker/txn/test_tv2_java.py), so it runs transactions
 // version 2 by itself (KIP-890 part 2: EndTxn v5 bumps the epoch per transaction, Produce v12 / TxnOffsetCommit v5
-// add partitions implicitly). Compiled together with JepsenClient.java (its output helpers are shared).
+// add partitions implicitly). Compiled together with JepsenClient.java and tests/java/TestKit.java (the output and
+// client settings the Java test clients share).
 //
 //   java -cp <jars>:<classes> JepsenTxnClient BOOTSTRAP TOPIC PARTITIONS TXN_ID GROUP VALUE_BASE ABORT_RATE SEED
 //
@@ -14,9 +15,6 @@
 // after which the session ends and a new one (new process) starts. A txn starts only after the runner has
 // recorded its invoke ("g PID" on stdin), as JepsenClient's sends do. Stops at stdin EOF.
 
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -60,66 +58,40 @@ public class JepsenTxnClient {
     }
 
     public static void main(String[] args) throws Exception {
-        Thread stdin = new Thread(() -> {
-            try {
-                BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-                String line;
-                while ((line = in.readLine()) != null) {
-                    if (line.startsWith("g ")) JepsenClient.go(Integer.parseInt(line.substring(2).trim())).release();
-                    else if (line.equals("a")) ABORT_NEXT.set(true);
-                }
-            } catch (Exception e) {
-                // treated as EOF
-            }
-            JepsenClient.STOP.set(true);
-        }, "stdin");
-        stdin.setDaemon(true);
-        stdin.start();
+        JepsenClient.readStdin(line -> {
+            if (line.equals("a")) ABORT_NEXT.set(true);
+        });
         String bootstrap = args[0], topic = args[1], tid = args[3], group = args[4];
         int partitions = Integer.parseInt(args[2]);
         long[] values = {Long.parseLong(args[5])};
         double abortRate = Double.parseDouble(args[6]);
         Random rng = new Random(Long.parseLong(args[7]));
         while (!JepsenClient.STOP.get()) session(bootstrap, topic, partitions, tid, group, values, abortRate, rng);
-        synchronized (JepsenClient.OUT) {
-            System.out.println("{\"done\":true}");
-            System.out.flush();
-        }
+        TestKit.println("{\"done\":true}");
         System.exit(0);
     }
 
     static KafkaProducer<String, String> producer(String bootstrap, String tid) {
-        Properties p = JepsenClient.common(bootstrap);
+        Properties p = TestKit.delivery(JepsenClient.common(bootstrap), "all", 5, 30000, 60000);
         p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, tid);
         p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "30000");
-        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
-        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
         p.put(ProducerConfig.RETRY_BACKOFF_MS_CONFIG, "200");
-        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "60000");
-        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
-        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
-        return new KafkaProducer<>(p);
+        return new KafkaProducer<>(p, new StringSerializer(), new StringSerializer());
     }
 
     static KafkaConsumer<String, String> consumer(String bootstrap, String group) {
-        Properties p = JepsenClient.common(bootstrap);
-        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        Properties p = TestKit.manualCommit(JepsenClient.common(bootstrap), group, "read_committed");
         p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "200");
         p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "50");
         p.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "30000");
-        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        return new KafkaConsumer<>(p);
+        return new KafkaConsumer<>(p, new StringDeserializer(), new StringDeserializer());
     }
 
     static void session(String bootstrap, String topic, int partitions, String tid, String group, long[] values,
                         double abortRate, Random rng) {
         int pid = JepsenClient.PIDS.getAndIncrement();
         String v = "{\"role\":\"producer\",\"client\":\"java4\",\"transactional\":true,\"isolation\":"
-                + "\"read_committed\",\"mode\":\"assign\",\"group\":" + JepsenClient.str(group) + "}";
+                + "\"read_committed\",\"mode\":\"assign\",\"group\":" + TestKit.str(group) + "}";
         JepsenClient.emit(pid, "invoke", "open", v, null);
         KafkaProducer<String, String> prod = null;
         KafkaConsumer<String, String> cons = null;
@@ -203,10 +175,10 @@ public class JepsenTxnClient {
         for (int i = 0; i < sends; i++) {
             sendPart[i] = rng.nextInt(partitions);
             sendValue[i] = values[0]++;
-            inv.append(",[\"send\",").append(JepsenClient.str(topic + "/" + sendPart[i])).append(',')
+            inv.append(",[\"send\",").append(TestKit.str(topic + "/" + sendPart[i])).append(',')
                     .append(sendValue[i]).append(']');
         }
-        inv.append(",[\"offsets\",").append(JepsenClient.str(group)).append(",null]]");
+        inv.append(",[\"offsets\",").append(TestKit.str(group)).append(",null]]");
         String invoke = inv.toString();
         JepsenClient.emit(pid, "invoke", "txn", invoke, null);
         try {
@@ -270,16 +242,16 @@ public class JepsenTxnClient {
             } catch (Exception e) {
                 // committed without its offset known
             }
-            ok.append(",[\"send\",").append(JepsenClient.str(topic + "/" + sendPart[i])).append(",[").append(off)
+            ok.append(",[\"send\",").append(TestKit.str(topic + "/" + sendPart[i])).append(",[").append(off)
                     .append(',').append(sendValue[i]).append("]]");
         }
         StringBuilder offs = new StringBuilder("{");
         for (Map.Entry<TopicPartition, OffsetAndMetadata> e : next.entrySet()) {
             if (offs.length() > 1) offs.append(',');
-            offs.append(JepsenClient.str(e.getKey().topic() + "/" + e.getKey().partition())).append(':')
+            offs.append(TestKit.str(e.getKey().topic() + "/" + e.getKey().partition())).append(':')
                     .append(e.getValue().offset());
         }
-        ok.append(",[\"offsets\",").append(JepsenClient.str(group)).append(',').append(offs).append("}]]");
+        ok.append(",[\"offsets\",").append(TestKit.str(group)).append(',').append(offs).append("}]]");
         JepsenClient.emit(pid, "ok", "txn", ok.toString(), null);
         return true;
     }

@@ -40,6 +40,7 @@ def _jars() -> tuple[Path, list[str]]:
 
 
 TXN_SOURCE = HERE / "JepsenTxnClient.java"
+KIT = HERE.parent / "java" / "TestKit.java"  # what the Java test clients share (JSON out, client settings)
 
 
 def _jars4() -> tuple[Path, list[str]]:
@@ -66,7 +67,7 @@ def classpath(kind: str = "java") -> str:
         if java is None or javac is None:
             raise RuntimeError("the Java clients need a JDK (java and javac on PATH)")
         jars, names = _jars() if kind == "java" else _jars4()
-        sources = [SOURCE] if kind == "java" else [SOURCE, TXN_SOURCE]
+        sources = [SOURCE, KIT] if kind == "java" else [SOURCE, TXN_SOURCE, KIT]
         cp = os.pathsep.join(str(jars / j) for j in names)
         digest = hashlib.sha256(b"".join(s.read_bytes() for s in sources)).hexdigest()[:16]
         out = jars.parent / f"jepsen-client-{kind}-{digest}"

@@ -59,6 +59,7 @@ def _faultproxy() -> Any:
 
 _read_frame = _faultproxy()._read_frame
 _Loop = _faultproxy()._Loop
+_ProxyServer = _faultproxy().ProxyServer
 # the first flexible (compact strings, tagged fields) version of each request parsed here
 _FLEXIBLE = {PRODUCE: 9, END_TXN: 3}
 
@@ -277,38 +278,29 @@ class Torn:
             flow.set()
 
 
-class FrameProxy:
+class FrameProxy(_ProxyServer):  # type: ignore[misc,valid-type]  # faultproxy is loaded by path
     """A TCP proxy between Kafka clients and one broker, frame by frame: listens on ``listen`` (host, port 0 = any),
     forwards to ``target`` (settable before traffic flows); per connection, ``_requests`` and ``_responses``
-    (subclasses') share a dict keyed by correlation id. Also the base of tests/broker/txn/leaderloss_proxy.py."""
+    (subclasses') share a dict keyed by correlation id. Listening and stopping are faultproxy's ``ProxyServer``.
+    Also the base of tests/broker/txn/leaderloss_proxy.py."""
 
     def __init__(self, listen: tuple[str, int] = ("127.0.0.1", 0), target: tuple[str, int] = ("127.0.0.1", 0)) -> None:
         self.listen, self.target = listen, target
         self.port = 0
-        self._server: asyncio.AbstractServer | None = None
+        self._server = None
         self._writers: set[asyncio.StreamWriter] = set()
 
     @property
     def address(self) -> str:
         return f"{self.listen[0]}:{self.port}"
 
-    def start(self) -> Any:
-        async def start() -> None:
-            self._server = await asyncio.start_server(self._handle, self.listen[0], self.listen[1])
-            self.port = self._server.sockets[0].getsockname()[1]
-
-        _Loop.run(start())
-        return self
-
     def stop(self) -> None:
-        async def stop() -> None:
-            if self._server is not None:
-                self._server.close()
-            for w in list(self._writers):
-                w.transport.abort()
+        with contextlib.suppress(Exception):  # a test's cleanup: the proxy may be gone with its loop
+            super().stop()
 
-        with contextlib.suppress(Exception):
-            _Loop.run(stop(), timeout=10)
+    def _abort_connections(self) -> None:
+        for w in list(self._writers):
+            w.transport.abort()
 
     async def _handle(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
         try:

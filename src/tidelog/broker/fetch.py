@@ -43,6 +43,7 @@ from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.purgatory import DelayedFetch, FetchPartitionStatus, Purgatory
 from tidelog.errors import ErrorCode
 from tidelog.protocol.compiler import RecordsChunks
+from tidelog.records.header import RECORD_BATCH_OVERHEAD
 from tidelog.storage.log.partition_log import PartitionLog
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 MAX_INT32 = 0x7FFFFFFF
-MIN_BATCH = 61  # a v2 batch header: for the long poll, any available batch satisfies a min_bytes up to this
+MIN_BATCH = RECORD_BATCH_OVERHEAD  # a v2 batch header: for the long poll, any available batch satisfies a min_bytes up to this
 # a follower's records up to this size go out copied (one send), larger ones by sendfile like a consumer's: with
 # 2-3 batches of 64 KiB per follower fetch (pipelined acks=all produce) the copy cost the leader more CPU than the
 # two extra sends (bench/README.md, issue 30); was 1 MiB

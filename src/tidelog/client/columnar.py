@@ -23,6 +23,7 @@ from typing import Any
 
 from tidelog.records.batch import parse_records
 from tidelog.records.errors import RecordError
+from tidelog.records.header import RECORD_BATCH_OVERHEAD
 from tidelog.records.varint import encode_varlong
 
 
@@ -139,7 +140,7 @@ def new_builder() -> Any:
 # ``new_accumulator(limit)`` (``add(n, slots, key, value, headers, now_ms)`` / ``finish()`` / ``pending``): see
 # ``_columnar_sink.c`` for the arguments; the C and Python versions give the same bytes.
 
-RECORD_BATCH_HEADER_SIZE = 61
+RECORD_BATCH_HEADER_SIZE = RECORD_BATCH_OVERHEAD  # the name tests and callers use here
 
 
 def py_murmur2(data: Any) -> int:

@@ -35,6 +35,7 @@ from tidelog.protocol.schema import (
     field_default,
     in_range,
 )
+from tidelog.records.varint import ONE_BYTE, encode_unsigned
 
 # ------------------------------------------------------------------------------------ runtime helpers
 
@@ -47,7 +48,7 @@ ZERO_COPY_MIN = 32 * 1024
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_UV1 = [bytes((i,)) for i in range(128)]
+_UV1 = ONE_BYTE
 
 
 class FileRegionLike(Protocol):
@@ -99,12 +100,7 @@ def uvarint(n: int) -> bytes:
         if n < 0:
             raise EncodeError(f"negative unsigned varint {n}")
         return _UV1[n]
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    return encode_unsigned(n)
 
 
 def _uuid_bytes(x: Any) -> bytes:

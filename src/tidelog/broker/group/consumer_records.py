@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidelog.broker.group.records import SchemaError, _Reader, _str
+from tidelog.records.varint import encode_unsigned
 
 GROUP_METADATA, PARTITION_METADATA, MEMBER_METADATA = 3, 4, 5
 TARGET_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT = 6, 7, 8
@@ -138,16 +139,7 @@ class ResolvedRegex:
 # ----------------------------------------------------------------------------------------------- writing
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+_uvarint = encode_unsigned
 
 
 def _cstr(s: str | None) -> bytes:

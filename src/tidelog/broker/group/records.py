@@ -31,6 +31,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from tidelog.records.errors import CorruptRecordError
+from tidelog.records.varint import decode_unsigned_varint
+
 OFFSETS_TOPIC = "__consumer_offsets"
 
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -117,15 +120,11 @@ class _Reader:
         return int(_I64.unpack(self._take(8))[0])
 
     def uvarint(self) -> int:
-        result = shift = 0
-        while True:
-            b = self._take(1)[0]
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-            if shift > 35:
-                raise SchemaError("varint too long")
+        try:
+            value, self.pos = decode_unsigned_varint(self.buf, self.pos)
+        except CorruptRecordError as exc:
+            raise SchemaError(str(exc)) from exc
+        return value
 
     def nstr(self) -> str | None:
         n = self.uvarint() - 1 if self.flex else self.i16()
