@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from tidelog.broker.topic_backend import TopicStore
 from tidelog.broker.topics import TopicError, TopicInfo, new_topic_id
 from tidelog.cluster import zkdata as zd
+from tidelog.cluster.zk_async import ZooKeeperGone, zk_await
 from tidelog.errors import ErrorCode
 
 log = logging.getLogger("tidelog.cluster.topics")
@@ -265,21 +266,33 @@ class ZkTopicBackend:
     async def delete_topic(self, name: str, timeout_s: float = DELETE_TIMEOUT_S) -> TopicInfo:
         """Queue ``/admin/delete_topics/<name>`` and wait until this broker has forgotten the topic (the
         controller deleted its znodes); REQUEST_TIMED_OUT if that takes longer than ``timeout_s`` (the deletion
-        goes on)."""
-        from kazoo.exceptions import NodeExistsError
+        goes on). The ZooKeeper requests on the way are awaited on the loop within the same ``timeout_s``
+        (:func:`~tidelog.cluster.zk_async.zk_await`, no worker thread waits for them): with ZooKeeper
+        unreachable the request ends REQUEST_TIMED_OUT, as Kafka's when its ZooKeeper client cannot reach the
+        ensemble in time."""
+        from kazoo.exceptions import KazooException, NodeExistsError
 
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         info = self.store.get(name)
         zk = self.cluster.zk
-        if info is None or await asyncio.to_thread(zk.exists, zd.topic_path(name)) is None:
-            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
-        event = self._deleted.setdefault(name, asyncio.Event())
         try:
-            await asyncio.to_thread(zk.create, zd.delete_topic_path(name), b"", makepath=True)
-        except NodeExistsError:
-            pass  # already queued: wait for the same deletion
+            if info is None or await zk_await(zk.exists_async(zd.topic_path(name)), timeout_s) is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                 "This server does not host this topic-partition.")
+            event = self._deleted.setdefault(name, asyncio.Event())
+            try:
+                await zk_await(zk.create_async(zd.delete_topic_path(name), b"", makepath=True),
+                               deadline - loop.time())
+            except NodeExistsError:
+                pass  # already queued: wait for the same deletion
+        except (ZooKeeperGone, KazooException) as exc:  # no answer in time; ConnectionLoss, SessionExpiredError...
+            reason = str(exc) if isinstance(exc, ZooKeeperGone) else type(exc).__name__
+            raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"Deletion of topic '{name}' could not be queued: "
+                                                          f"ZooKeeper: {reason}.") from None
         log.info("topic deletion queued", extra={"kv": {"topic": name}})
         try:
-            await asyncio.wait_for(event.wait(), timeout_s)
+            await asyncio.wait_for(event.wait(), max(0.0, deadline - loop.time()))
         except TimeoutError:
             raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"Deletion of topic '{name}' did not complete in time; it goes "
                                                   "on in the background.") from None
