@@ -11,7 +11,8 @@ Here: 20 partitions led by broker 1 (RF 3) and a single-replica ``clock`` partit
 (SIGSTOP: connections stay open, nothing answers); broker 3 killed, so broker 1 wants to shrink all 20 ISRs. Seen
 from outside: a record produced to ``clock`` must reach broker 1's high-watermark checkpoint file (written by the
 tick every ``replica.high.watermark.checkpoint.interval.ms``), and ListPartitionReassignments must end with
-REQUEST_TIMED_OUT within its ``timeout_ms``. Once ZooKeeper is back the ISR shrinks are written.
+REQUEST_TIMED_OUT within its ``timeout_ms``, CreateTopics (its ZooKeeper calls on a request handler thread) within
+``zookeeper.session.timeout.ms``. Once ZooKeeper is back the ISR shrinks are written.
 
 Real ZooKeeper, real ``tidelog serve`` processes, confluent-kafka clients."""
 
@@ -111,6 +112,15 @@ def test_isr_writes_pending_on_a_frozen_zookeeper_pin_no_worker_thread(cluster3:
         took = time.monotonic() - t0
         assert r["error_code"] == REQUEST_TIMED_OUT, r
         assert 1.5 <= took < 8, took
+
+        # CreateTopics (its ZooKeeper calls on a request handler thread) ends at zookeeper.session.timeout.ms
+        t0 = time.monotonic()
+        r = request(b1, 19, 5, {"topics": [{"name": "late", "num_partitions": 1, "replication_factor": 3,
+                                            "assignments": [], "configs": []}],
+                                "timeout_ms": 30000, "validate_only": False}, timeout=3 * SESSION_S)
+        took = time.monotonic() - t0
+        assert r["topics"][0]["error_code"] == REQUEST_TIMED_OUT, r
+        assert SESSION_S - 0.5 <= took < SESSION_S + 8, took
     finally:
         os.killpg(c.zk.proc.pid, signal.SIGCONT)
 

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from tidelog.broker.topic_backend import TopicStore
 from tidelog.broker.topics import TopicError, TopicInfo, new_topic_id
 from tidelog.cluster import zkdata as zd
-from tidelog.cluster.zk_async import ZooKeeperGone, zk_await
+from tidelog.cluster.zk_async import ZooKeeperGone, zk_await, zk_wait
 from tidelog.errors import ErrorCode
 
 log = logging.getLogger("tidelog.cluster.topics")
@@ -47,6 +47,7 @@ class TopicCluster(Protocol):
 
     zk: Any  # the kazoo client (None before the session is up)
     live: dict[int, zd.BrokerInfo]  # the registered brokers
+    session_timeout_s: float  # zookeeper.session.timeout.ms: how long a request handler thread waits for ZooKeeper
 
     def live_brokers(self) -> set[int]: ...
 
@@ -209,13 +210,26 @@ class ZkTopicBackend:
 
     # -- requests ---------------------------------------------------------------------------------------------
 
+    def _zk(self, result: Any) -> Any:
+        """The answer to a ZooKeeper request made from a request handler thread (kazoo's ``IAsyncResult``),
+        waited for at most ``zookeeper.session.timeout.ms``: with ZooKeeper unreachable the request ends with
+        REQUEST_TIMED_OUT (Kafka's answer when its controller or ZooKeeper cannot be reached in time) instead of
+        holding the thread until a reconnect. ZooKeeper's own answers (NoNodeError...) are raised as they are."""
+        from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, SessionExpiredError
+
+        try:
+            return zk_wait(result, self.cluster.session_timeout_s)
+        except (ZooKeeperGone, ConnectionLoss, SessionExpiredError, ConnectionClosedError) as exc:
+            reason = str(exc) if isinstance(exc, ZooKeeperGone) else type(exc).__name__
+            raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"ZooKeeper: {reason}.") from None
+
     def _live(self, need: int) -> list[int]:
         """The live brokers to place replicas on: this broker's watched view, and when that holds fewer than
         ``need``, ``/brokers/ids`` read now (a broker that registered a moment ago may not have reached the watch
         yet: a cluster just started rejected RF 3 with "larger than available brokers: 2" under load)."""
         live = set(self.cluster.live)
         if len(live) < need:
-            live |= {int(c) for c in self.cluster.zk.get_children(zd.BROKER_IDS) if c.isdigit()}
+            live |= {int(c) for c in self._zk(self.cluster.zk.get_children_async(zd.BROKER_IDS)) if c.isdigit()}
         return sorted(live)
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
@@ -226,7 +240,7 @@ class ZkTopicBackend:
 
         store = self.store
         store.validate_new_name(name)
-        if self.cluster.zk.exists(zd.delete_topic_path(name)) is not None:
+        if self._zk(self.cluster.zk.exists_async(zd.delete_topic_path(name))) is not None:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' is marked for deletion.")
         if assignments:
             num_partitions = len(assignments)
@@ -248,7 +262,7 @@ class ZkTopicBackend:
         t = zk.transaction()
         t.create(zd.topic_config_path(name), zd.encode_topic_config(overrides))
         t.create(zd.topic_path(name), zd.encode_topic(zd.TopicAssignment(assignment, info.topic_id)))
-        results = t.commit()
+        results = self._zk(t.commit_async())
         for res in results:
             if isinstance(res, NodeExistsError):
                 raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -346,7 +360,7 @@ class ZkTopicBackend:
         zk = self.cluster.zk
         for _attempt in range(10):
             try:
-                data, stat = zk.get(zd.topic_path(name))
+                data, stat = self._zk(zk.get_async(zd.topic_path(name)))
             except NoNodeError:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.") from None
             a = zd.decode_topic(data)
@@ -375,7 +389,7 @@ class ZkTopicBackend:
                 return info
             new = zd.TopicAssignment({**a.partitions, **added}, a.topic_id, a.adding, a.removing)
             try:
-                zk.set(zd.topic_path(name), zd.encode_topic(new), version=stat.version)
+                self._zk(zk.set_async(zd.topic_path(name), zd.encode_topic(new), version=stat.version))
             except BadVersionError:
                 continue  # changed meanwhile (another CreatePartitions): decide again on the new assignment
             log.info("partitions added in ZooKeeper", extra={"kv": {"topic": name, "from": current,
@@ -401,10 +415,10 @@ class ZkTopicBackend:
         path = zd.topic_config_path(name)
         for _attempt in range(10):
             try:
-                data, stat = zk.get(path)
+                data, stat = self._zk(zk.get_async(path))
                 current, version = zd.decode_topic_config(data), stat.version
             except NoNodeError:
-                if zk.exists(zd.topic_path(name)) is None:
+                if self._zk(zk.exists_async(zd.topic_path(name))) is None:
                     raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.") from None
                 current, version = {}, -1  # a topic without a config znode: created by this write
             overrides, _cfg = self.store.validate_configs(change(current))
@@ -416,7 +430,7 @@ class ZkTopicBackend:
             else:
                 t.set_data(path, zd.encode_topic_config(overrides), version=version)
             t.create(zd.config_change_path(), zd.encode_config_change(zd.topic_entity_path(name)), sequence=True)
-            results = t.commit()
+            results = self._zk(t.commit_async())
             if any(isinstance(res, BadVersionError | NodeExistsError | NoNodeError) for res in results[:1]):
                 continue  # the config znode changed (or went) meanwhile
             for res in results:
