@@ -14,7 +14,7 @@ import pytest
 from kazoo.exceptions import NoNodeError
 from kazoo.handlers.threading import SequentialThreadingHandler
 
-from tidelog.cluster.zk_async import ZooKeeperGone, zk_await
+from tidelog.cluster.zk_async import ZooKeeperGone, zk_await, zk_wait
 
 
 @pytest.fixture
@@ -75,3 +75,20 @@ def test_give_up_ends_the_wait_before_the_deadline_and_a_late_answer_is_dropped(
 
     assert asyncio.run(go()) < 5
     assert unhandled == []  # no "Future exception was never retrieved"
+
+
+def test_zk_wait_returns_the_value_or_raises_the_exception_set_by_another_thread(handler: Any) -> None:
+    r = handler.async_result()
+    threading.Thread(target=r.set, args=(["1"],)).start()
+    assert zk_wait(r, 10) == ["1"]
+    r = handler.async_result()
+    threading.Thread(target=r.set_exception, args=(NoNodeError(),)).start()
+    with pytest.raises(NoNodeError):
+        zk_wait(r, 10)
+
+
+def test_zk_wait_gives_up_at_the_deadline(handler: Any) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(ZooKeeperGone, match=r"no answer from ZooKeeper within 0\.3 s"):
+        zk_wait(handler.async_result(), 0.3)
+    assert 0.3 <= time.monotonic() - t0 < 5

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from tidelog.broker.errors import PartitionError, error_of
 from tidelog.broker.handlers import Handler, RequestContext, handles
@@ -27,6 +27,7 @@ from tidelog.broker.handlers.bodies import (
 )
 from tidelog.broker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.cluster import zkdata as zd
+from tidelog.cluster.zk_async import ZooKeeperGone, zk_await
 from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import error_code
@@ -53,11 +54,12 @@ class ClusterController(Protocol):
 
 
 class ZkReader(Protocol):
-    """The reads ListPartitionReassignments makes of the ZooKeeper session (kazoo's ``KazooClient``)."""
+    """The reads ListPartitionReassignments makes of the ZooKeeper session (kazoo's ``KazooClient``; its
+    asynchronous calls return an ``IAsyncResult``, awaited with :func:`~tidelog.cluster.zk_async.zk_await`)."""
 
-    def get_children(self, path: str) -> list[str]: ...
+    def get_children_async(self, path: str) -> Any: ...
 
-    def get(self, path: str) -> tuple[bytes, object]: ...
+    def get_async(self, path: str) -> Any: ...
 
 
 @runtime_checkable
@@ -221,15 +223,22 @@ async def elect_leaders(ctx: RequestContext, request: dict) -> dict:
     return _elect_response(None, not_controller if results is None else results)
 
 
-def list_reassignments(zk: ZkReader, wanted: dict[str, list[int]] | None) -> list[OngoingTopicReassignment]:
-    """The ongoing reassignments as ListPartitionReassignments topics (from ZooKeeper; blocking)."""
+async def list_reassignments(zk: ZkReader, wanted: dict[str, list[int]] | None,
+                             timeout_s: float) -> list[OngoingTopicReassignment]:
+    """The ongoing reassignments as ListPartitionReassignments topics, read from ZooKeeper on the loop (no worker
+    thread waits) within ``timeout_s`` in all: :class:`~tidelog.cluster.zk_async.ZooKeeperGone` after it. The
+    topics' znodes are requested at once (kazoo pipelines them on its one connection)."""
     from kazoo.exceptions import NoNodeError
 
-    names = sorted(wanted) if wanted is not None else sorted(zk.get_children(zd.BROKER_TOPICS))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    names = (sorted(wanted) if wanted is not None
+             else sorted(await zk_await(zk.get_children_async(zd.BROKER_TOPICS), timeout_s)))
+    pending = [(name, zk.get_async(zd.topic_path(name))) for name in names]
     out: list[OngoingTopicReassignment] = []
-    for name in names:
+    for name, result in pending:
         try:
-            a = zd.decode_topic(zk.get(zd.topic_path(name))[0])
+            a = zd.decode_topic((await zk_await(result, deadline - loop.time()))[0])
         except NoNodeError:
             continue
         parts: list[OngoingPartitionReassignment] = [{"partition_index": p, "replicas": list(a.partitions[p]), "adding_replicas": a.adding.get(p, []),
@@ -253,5 +262,13 @@ async def list_partition_reassignments(ctx: RequestContext, request: dict) -> di
     if zk is None:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.BROKER_NOT_AVAILABLE,
                 "error_message": "Not connected to ZooKeeper.", "topics": []}
-    found = await asyncio.to_thread(list_reassignments, zk, wanted)
+    from kazoo.exceptions import KazooException
+
+    timeout_ms = int(request.get("timeout_ms") or 0)  # 0 or absent: the spec's default, 60000
+    try:
+        found = await list_reassignments(zk, wanted, (timeout_ms if timeout_ms > 0 else 60000) / 1000)
+    except (ZooKeeperGone, KazooException) as exc:  # no answer in time; ConnectionLoss, SessionExpiredError...
+        reason = str(exc) if isinstance(exc, ZooKeeperGone) else type(exc).__name__
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.REQUEST_TIMED_OUT,
+                "error_message": f"ZooKeeper: {reason}.", "topics": []}
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "topics": found}

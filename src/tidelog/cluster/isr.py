@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Any
 
 from tidelog.broker.errors import PartitionError
 from tidelog.cluster import zkdata as zd
 from tidelog.cluster.replica_state import Replica, ZkReplicaState
+from tidelog.cluster.zk_async import ZooKeeperGone, zk_await
 from tidelog.errors import ErrorCode
 
 log = logging.getLogger("tidelog.cluster.broker")
@@ -86,7 +88,7 @@ class IsrTracking(ZkReplicaState):
             zk = self.zk
             if zk is None:
                 return
-            stat = await asyncio.to_thread(zk.set, zd.state_path(*r.tp), zd.encode_state(new), version)
+            stat = await self._await_isr_write(r, zk.set_async(zd.state_path(*r.tp), zd.encode_state(new), version))
         except (BadVersionError, NoNodeError):
             log.info("ISR update refused (state changed); waiting for the new state",
                      extra={"kv": {"topic": r.tp[0], "partition": r.tp[1]}})
@@ -108,6 +110,28 @@ class IsrTracking(ZkReplicaState):
             r.isr, r.zk_version = new_isr, stat.version
             self.states[r.tp] = new.with_zk_version(stat.version)
             self._leader_progress(r)
+
+    async def _await_isr_write(self, r: Replica, result: Any) -> Any:
+        """The answer to the ISR write ``result`` (kazoo's asynchronous ``set``), awaited on the loop: no worker
+        thread waits for it. While ZooKeeper is unreachable kazoo keeps the request queued until the connection
+        is back (then sends it) or fails it (``ConnectionLoss`` when a connection drops, ``SessionExpiredError``
+        when the session is found expired): it is never lost unanswered. So after ``zookeeper.session.timeout.ms``
+        without an answer the current ISR is kept (one WARN line) and the write stays the partition's one pending
+        ISR change until it is answered: that queued write is the retry Kafka's AlterPartition makes (a second
+        conditional write would queue behind it and could only fail), and the "maximal ISR" (the committed and
+        the proposed members) keeps bounding the high watermark meanwhile, as the write may still land. Once it
+        fails, the next ISR check proposes again."""
+        try:
+            return await zk_await(result, self.session_timeout_s)
+        except ZooKeeperGone:
+            log.warning("ISR update not answered by ZooKeeper within zookeeper.session.timeout.ms; the current ISR "
+                        "is kept until ZooKeeper answers (the write stays queued in the ZooKeeper client)",
+                        extra={"kv": {"topic": r.tp[0], "partition": r.tp[1],
+                                      "isr": ",".join(map(str, r.isr)),
+                                      "proposed": ",".join(map(str, r.pending_isr)),
+                                      "timeout_ms": int(self.session_timeout_s * 1000)}})
+        # no deadline: kazoo answers it (see above); a wake-up per session timeout, nothing polled meanwhile
+        return await zk_await(result, math.inf, poll=max(1.0, self.session_timeout_s))
 
     async def _isr_shrink_loop(self) -> None:
         period = max(0.05, self.lag_max_s / 2)

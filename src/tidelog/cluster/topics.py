@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from tidelog.broker.topic_backend import TopicStore
 from tidelog.broker.topics import TopicError, TopicInfo, new_topic_id
 from tidelog.cluster import zkdata as zd
+from tidelog.cluster.zk_async import ZooKeeperGone, zk_await, zk_wait
 from tidelog.errors import ErrorCode
 
 log = logging.getLogger("tidelog.cluster.topics")
@@ -46,6 +47,7 @@ class TopicCluster(Protocol):
 
     zk: Any  # the kazoo client (None before the session is up)
     live: dict[int, zd.BrokerInfo]  # the registered brokers
+    session_timeout_s: float  # zookeeper.session.timeout.ms: how long a request handler thread waits for ZooKeeper
 
     def live_brokers(self) -> set[int]: ...
 
@@ -208,13 +210,26 @@ class ZkTopicBackend:
 
     # -- requests ---------------------------------------------------------------------------------------------
 
+    def _zk(self, result: Any) -> Any:
+        """The answer to a ZooKeeper request made from a request handler thread (kazoo's ``IAsyncResult``),
+        waited for at most ``zookeeper.session.timeout.ms``: with ZooKeeper unreachable the request ends with
+        REQUEST_TIMED_OUT (Kafka's answer when its controller or ZooKeeper cannot be reached in time) instead of
+        holding the thread until a reconnect. ZooKeeper's own answers (NoNodeError...) are raised as they are."""
+        from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, SessionExpiredError
+
+        try:
+            return zk_wait(result, self.cluster.session_timeout_s)
+        except (ZooKeeperGone, ConnectionLoss, SessionExpiredError, ConnectionClosedError) as exc:
+            reason = str(exc) if isinstance(exc, ZooKeeperGone) else type(exc).__name__
+            raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"ZooKeeper: {reason}.") from None
+
     def _live(self, need: int) -> list[int]:
         """The live brokers to place replicas on: this broker's watched view, and when that holds fewer than
         ``need``, ``/brokers/ids`` read now (a broker that registered a moment ago may not have reached the watch
         yet: a cluster just started rejected RF 3 with "larger than available brokers: 2" under load)."""
         live = set(self.cluster.live)
         if len(live) < need:
-            live |= {int(c) for c in self.cluster.zk.get_children(zd.BROKER_IDS) if c.isdigit()}
+            live |= {int(c) for c in self._zk(self.cluster.zk.get_children_async(zd.BROKER_IDS)) if c.isdigit()}
         return sorted(live)
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
@@ -225,7 +240,7 @@ class ZkTopicBackend:
 
         store = self.store
         store.validate_new_name(name)
-        if self.cluster.zk.exists(zd.delete_topic_path(name)) is not None:
+        if self._zk(self.cluster.zk.exists_async(zd.delete_topic_path(name))) is not None:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' is marked for deletion.")
         if assignments:
             num_partitions = len(assignments)
@@ -247,7 +262,7 @@ class ZkTopicBackend:
         t = zk.transaction()
         t.create(zd.topic_config_path(name), zd.encode_topic_config(overrides))
         t.create(zd.topic_path(name), zd.encode_topic(zd.TopicAssignment(assignment, info.topic_id)))
-        results = t.commit()
+        results = self._zk(t.commit_async())
         for res in results:
             if isinstance(res, NodeExistsError):
                 raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -265,21 +280,33 @@ class ZkTopicBackend:
     async def delete_topic(self, name: str, timeout_s: float = DELETE_TIMEOUT_S) -> TopicInfo:
         """Queue ``/admin/delete_topics/<name>`` and wait until this broker has forgotten the topic (the
         controller deleted its znodes); REQUEST_TIMED_OUT if that takes longer than ``timeout_s`` (the deletion
-        goes on)."""
-        from kazoo.exceptions import NodeExistsError
+        goes on). The ZooKeeper requests on the way are awaited on the loop within the same ``timeout_s``
+        (:func:`~tidelog.cluster.zk_async.zk_await`, no worker thread waits for them): with ZooKeeper
+        unreachable the request ends REQUEST_TIMED_OUT, as Kafka's when its ZooKeeper client cannot reach the
+        ensemble in time."""
+        from kazoo.exceptions import KazooException, NodeExistsError
 
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         info = self.store.get(name)
         zk = self.cluster.zk
-        if info is None or await asyncio.to_thread(zk.exists, zd.topic_path(name)) is None:
-            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
-        event = self._deleted.setdefault(name, asyncio.Event())
         try:
-            await asyncio.to_thread(zk.create, zd.delete_topic_path(name), b"", makepath=True)
-        except NodeExistsError:
-            pass  # already queued: wait for the same deletion
+            if info is None or await zk_await(zk.exists_async(zd.topic_path(name)), timeout_s) is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                 "This server does not host this topic-partition.")
+            event = self._deleted.setdefault(name, asyncio.Event())
+            try:
+                await zk_await(zk.create_async(zd.delete_topic_path(name), b"", makepath=True),
+                               deadline - loop.time())
+            except NodeExistsError:
+                pass  # already queued: wait for the same deletion
+        except (ZooKeeperGone, KazooException) as exc:  # no answer in time; ConnectionLoss, SessionExpiredError...
+            reason = str(exc) if isinstance(exc, ZooKeeperGone) else type(exc).__name__
+            raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"Deletion of topic '{name}' could not be queued: "
+                                                          f"ZooKeeper: {reason}.") from None
         log.info("topic deletion queued", extra={"kv": {"topic": name}})
         try:
-            await asyncio.wait_for(event.wait(), timeout_s)
+            await asyncio.wait_for(event.wait(), max(0.0, deadline - loop.time()))
         except TimeoutError:
             raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"Deletion of topic '{name}' did not complete in time; it goes "
                                                   "on in the background.") from None
@@ -333,7 +360,7 @@ class ZkTopicBackend:
         zk = self.cluster.zk
         for _attempt in range(10):
             try:
-                data, stat = zk.get(zd.topic_path(name))
+                data, stat = self._zk(zk.get_async(zd.topic_path(name)))
             except NoNodeError:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.") from None
             a = zd.decode_topic(data)
@@ -362,7 +389,7 @@ class ZkTopicBackend:
                 return info
             new = zd.TopicAssignment({**a.partitions, **added}, a.topic_id, a.adding, a.removing)
             try:
-                zk.set(zd.topic_path(name), zd.encode_topic(new), version=stat.version)
+                self._zk(zk.set_async(zd.topic_path(name), zd.encode_topic(new), version=stat.version))
             except BadVersionError:
                 continue  # changed meanwhile (another CreatePartitions): decide again on the new assignment
             log.info("partitions added in ZooKeeper", extra={"kv": {"topic": name, "from": current,
@@ -388,10 +415,10 @@ class ZkTopicBackend:
         path = zd.topic_config_path(name)
         for _attempt in range(10):
             try:
-                data, stat = zk.get(path)
+                data, stat = self._zk(zk.get_async(path))
                 current, version = zd.decode_topic_config(data), stat.version
             except NoNodeError:
-                if zk.exists(zd.topic_path(name)) is None:
+                if self._zk(zk.exists_async(zd.topic_path(name))) is None:
                     raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.") from None
                 current, version = {}, -1  # a topic without a config znode: created by this write
             overrides, _cfg = self.store.validate_configs(change(current))
@@ -403,7 +430,7 @@ class ZkTopicBackend:
             else:
                 t.set_data(path, zd.encode_topic_config(overrides), version=version)
             t.create(zd.config_change_path(), zd.encode_config_change(zd.topic_entity_path(name)), sequence=True)
-            results = t.commit()
+            results = self._zk(t.commit_async())
             if any(isinstance(res, BadVersionError | NodeExistsError | NoNodeError) for res in results[:1]):
                 continue  # the config znode changed (or went) meanwhile
             for res in results:

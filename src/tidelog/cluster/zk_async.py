@@ -61,3 +61,13 @@ async def zk_await(result: Any, timeout: float, give_up: Callable[[], str | None
         raise ZooKeeperGone(f"no answer from ZooKeeper within {timeout:.1f} s")
     finally:
         fut.cancel()  # given up: a late answer is dropped (settle sees it done), never an unretrieved exception
+
+
+def zk_wait(result: Any, timeout: float) -> Any:
+    """For code that already runs on a worker thread (the request handler threads: CreateTopics,
+    CreatePartitions, AlterConfigs in ZooKeeper mode): the value of kazoo's ``IAsyncResult`` ``result`` (its
+    exception raised as is), waited for at most ``timeout`` seconds; then :class:`ZooKeeperGone`. kazoo's blocking
+    calls wait for a reconnect without a bound; this holds the thread at most ``timeout``."""
+    if not result.wait(max(0.0, timeout)):
+        raise ZooKeeperGone(f"no answer from ZooKeeper within {timeout:.1f} s")
+    return result.get(block=False)

@@ -1,0 +1,135 @@
+"""No ZooKeeper request pins a worker thread while ZooKeeper is unreachable.
+
+Before the fix the leader's ISR writes ran kazoo's blocking ``set`` in the default executor
+(``asyncio.to_thread``: min(32, cores + 4) threads, 6 on a 2-core machine). kazoo keeps a request made while the
+connection is down queued until it reconnects, so with ZooKeeper frozen each partition wanting to shrink its ISR
+pinned one of those threads for as long as the outage lasted; with more such partitions than threads, everything
+else the broker runs there waited behind them: the log manager's tick (flushes, retention, the checkpoints) and
+ListPartitionReassignments (its ZooKeeper reads went to the same executor).
+
+Here: 20 partitions led by broker 1 (RF 3) and a single-replica ``clock`` partition on broker 1; ZooKeeper frozen
+(SIGSTOP: connections stay open, nothing answers); broker 3 killed, so broker 1 wants to shrink all 20 ISRs. Seen
+from outside: a record produced to ``clock`` must reach broker 1's high-watermark checkpoint file (written by the
+tick every ``replica.high.watermark.checkpoint.interval.ms``), and ListPartitionReassignments must end with
+REQUEST_TIMED_OUT within its ``timeout_ms``, CreateTopics (its ZooKeeper calls on a request handler thread) within
+``zookeeper.session.timeout.ms``. Once ZooKeeper is back the ISR shrinks are written.
+
+Real ZooKeeper, real ``tidelog serve`` processes, confluent-kafka clients."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from support import Cluster, create_topic, kazoo, request, start_zookeeper, state, until
+
+pytestmark = pytest.mark.integration
+
+SESSION_S = 6.0
+PARTITIONS = 20  # more than the default executor's threads on any machine with fewer than 16 cores
+TOPIC, CLOCK = "pinned", "clock"
+REQUEST_TIMED_OUT = 7
+OUT_OF_SYNC = re.compile(r"follower out of sync.*? partition=(\d+)")
+
+
+@pytest.fixture(scope="module")
+def cluster3() -> Iterator[Any]:
+    """ZooKeeper and 3 brokers: session timeout 6 s, a follower leaves the ISR after 1.5 s, the log manager ticks
+    every 200 ms and writes the high-watermark checkpoint every 500 ms."""
+    pytest.importorskip("kazoo", reason="kazoo is not installed")
+    root = Path(tempfile.mkdtemp(prefix="tidelog-zk-outage-"))
+    zk = start_zookeeper(root)
+    c = Cluster(root, zk, overrides={"zookeeper.session.timeout.ms": str(int(SESSION_S * 1000)),
+                                     "replica.lag.time.max.ms": "1500", "tidelog.log.tick.interval.ms": "200",
+                                     "replica.high.watermark.checkpoint.interval.ms": "500"})
+    try:
+        for b in c.brokers.values():
+            b.start()
+        c.wait_for("3 registered brokers and a controller", lambda md: len(md.brokers) == 3 and md.controller_id > 0)
+        yield c
+    finally:
+        if zk.proc is not None and zk.proc.poll() is None:
+            os.killpg(zk.proc.pid, signal.SIGCONT)  # a test that failed while ZooKeeper was frozen
+        for b in c.brokers.values():
+            b.kill()
+        zk.stop()
+        if os.environ.get("TIDELOG_KEEP_TEST_DIRS") is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _checkpointed_hw(b: Any, topic: str, p: int = 0) -> int:
+    """The high watermark of ``topic``-``p`` in broker ``b``'s ``replication-offset-checkpoint`` (-1: not listed)."""
+    path = b.data_dir / "replication-offset-checkpoint"
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return -1
+    for line in lines[2:]:
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == topic and int(parts[1]) == p:
+            return int(parts[2])
+    return -1
+
+
+def test_isr_writes_pending_on_a_frozen_zookeeper_pin_no_worker_thread(cluster3: Any) -> None:
+    c = cluster3
+    b1 = c.brokers[1]
+    create_topic(c.bootstrap, TOPIC, assignment=[[1, 2, 3]] * PARTITIONS)  # all led by broker 1
+    create_topic(c.bootstrap, CLOCK, assignment=[[1]])
+    seen = len(b1.log_text())
+
+    os.killpg(c.zk.proc.pid, signal.SIGSTOP)  # frozen: connections stay open, nothing answers
+    try:
+        until("broker 1 sees its ZooKeeper connection drop",
+              lambda: "ZooKeeper connection suspended" in b1.log_text()[seen:], timeout=3 * SESSION_S)
+        c.brokers[3].kill()  # every partition now wants broker 3 out of its ISR
+        until(f"broker 1 wants to shrink the ISR of all {PARTITIONS} partitions",
+              lambda: len(set(OUT_OF_SYNC.findall(b1.log_text()[seen:]))) >= PARTITIONS, timeout=15)
+
+        # the log manager's tick still runs: a record produced now reaches the high-watermark checkpoint
+        before = _checkpointed_hw(b1, CLOCK)
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{b1.port}", "acks": "1", "linger.ms": 0})
+        p.produce(CLOCK, b"tick")
+        assert p.flush(10) == 0
+        t0 = time.monotonic()
+        until("the clock's record in broker 1's high-watermark checkpoint",
+              lambda: _checkpointed_hw(b1, CLOCK) > before, timeout=10)
+        print(f"high-watermark checkpoint written {time.monotonic() - t0:.2f} s after the produce, "
+              f"{PARTITIONS} ISR writes waiting for ZooKeeper")
+
+        # a ZooKeeper read of an admin request ends at the request's timeout with Kafka's REQUEST_TIMED_OUT
+        t0 = time.monotonic()
+        r = request(b1, 46, 0, {"timeout_ms": 2000, "topics": None}, timeout=15)  # ListPartitionReassignments
+        took = time.monotonic() - t0
+        assert r["error_code"] == REQUEST_TIMED_OUT, r
+        print(f"ListPartitionReassignments (timeout_ms 2000): REQUEST_TIMED_OUT after {took:.2f} s")
+        assert 1.5 <= took < 8, took
+
+        # CreateTopics (its ZooKeeper calls on a request handler thread) ends at zookeeper.session.timeout.ms
+        t0 = time.monotonic()
+        r = request(b1, 19, 5, {"topics": [{"name": "late", "num_partitions": 1, "replication_factor": 3,
+                                            "assignments": [], "configs": []}],
+                                "timeout_ms": 30000, "validate_only": False}, timeout=3 * SESSION_S)
+        took = time.monotonic() - t0
+        assert r["topics"][0]["error_code"] == REQUEST_TIMED_OUT, r
+        print(f"CreateTopics (session timeout {SESSION_S:.0f} s): REQUEST_TIMED_OUT after {took:.2f} s")
+        assert SESSION_S - 0.5 <= took < SESSION_S + 8, took
+        # the ISR writes queued since before the CreateTopics are still pending (the current ISR kept)
+        assert "ISR update not answered by ZooKeeper" in b1.log_text()[seen:], b1.log_text()[seen:][-3000:]
+    finally:
+        os.killpg(c.zk.proc.pid, signal.SIGCONT)
+
+    # ZooKeeper back: the pending (or retried) ISR shrinks are written, broker 3 leaves every ISR
+    with kazoo(c.zk.connect) as zk:
+        until("broker 3 out of every ISR in ZooKeeper",
+              lambda: all(3 not in state(zk, TOPIC, p).isr for p in range(PARTITIONS)), timeout=60)
+    assert "Traceback" not in b1.log_text()[seen:], b1.log_text()[seen:][-3000:]
