@@ -32,12 +32,14 @@ import pytest
 from confluent_kafka import Producer
 from support import Cluster, create_topic, kazoo, request, start_zookeeper, state, until
 
+from tidelog.errors import ErrorCode
+
 pytestmark = pytest.mark.integration
 
 SESSION_S = 6.0
 PARTITIONS = 20  # more than the default executor's threads on any machine with fewer than 16 cores
 TOPIC, CLOCK = "pinned", "clock"
-REQUEST_TIMED_OUT = 7
+REQUEST_TIMED_OUT = ErrorCode.REQUEST_TIMED_OUT
 OUT_OF_SYNC = re.compile(r"follower out of sync.*? partition=(\d+)")
 
 
