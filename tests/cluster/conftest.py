@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -129,20 +130,27 @@ class Cluster:
         return t.partitions[p]
 
 
-def _cluster(overrides: dict[str, str] | None = None) -> Iterator[Cluster]:
+def _cluster(overrides: dict[str, str] | None = None, per_broker: dict[int, dict[str, str]] | None = None,
+             prefix: str = "tidelog-cluster-") -> Iterator[Cluster]:
+    """A fresh ZooKeeper and 3 brokers with ``overrides`` (and ``per_broker[id]`` on top for that broker), all
+    registered; everything killed at the end (a ZooKeeper a failed test left frozen with SIGSTOP is resumed first)."""
     pytest.importorskip("kazoo", reason="kazoo is not installed (pip install kazoo==2.11.0)")
     if not ZK_SERVER.exists() or shutil.which("java") is None:
         pytest.skip(f"ZooKeeper is not installed ({ZK_SERVER} missing or no java); apt-get install zookeeper")
-    root = Path(tempfile.mkdtemp(prefix="tidelog-cluster-"))
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     zk = ZooKeeper(root)
     zk.start()
     c = Cluster(root, zk, overrides=overrides)
+    for i, extra in (per_broker or {}).items():
+        c.brokers[i].overrides.update(extra)
     try:
         for b in c.brokers.values():
             b.start()
         c.wait_for("3 registered brokers and a controller", lambda md: len(md.brokers) == 3 and md.controller_id > 0)
         yield c
     finally:
+        if zk.proc is not None and zk.proc.poll() is None:
+            os.killpg(zk.proc.pid, signal.SIGCONT)
         for b in c.brokers.values():
             b.kill()
         zk.stop()

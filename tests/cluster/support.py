@@ -45,6 +45,8 @@ def _conftest() -> Any:
 ZK_SERVER: Path = _conftest().ZK_SERVER
 ZooKeeper: Any = _conftest().ZooKeeper
 Cluster: Any = _conftest().Cluster
+#: ``yield from zk_cluster(overrides, per_broker, prefix)`` in a fixture: conftest.py's fresh ZooKeeper and 3 brokers
+zk_cluster: Any = _conftest()._cluster
 
 
 def until(what: str, fn: Callable[[], Any], timeout: float = 90.0, interval: float = 0.2) -> Any:

@@ -16,19 +16,16 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from support import Cluster, Ledger, create_topic, read_all, request, start_zookeeper, until
+from support import Ledger, create_topic, read_all, request, until, zk_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -47,25 +44,8 @@ WARN = re.compile(r"WARNING tidelog\.cluster\.broker controlled shutdown failed.
 @pytest.fixture(scope="module")
 def cluster3() -> Iterator[Any]:
     """ZooKeeper and 3 brokers (session timeout 6 s); brokers 1 and 3 with the small controlled.shutdown values."""
-    pytest.importorskip("kazoo", reason="kazoo is not installed")
-    root = Path(tempfile.mkdtemp(prefix="tidelog-shutdown-"))
-    zk = start_zookeeper(root)
-    c = Cluster(root, zk, overrides={"zookeeper.session.timeout.ms": str(int(SESSION_S * 1000))})
-    for i in (1, 3):
-        c.brokers[i].overrides.update(SMALL)
-    try:
-        for b in c.brokers.values():
-            b.start()
-        c.wait_for("3 registered brokers and a controller", lambda md: len(md.brokers) == 3 and md.controller_id > 0)
-        yield c
-    finally:
-        if zk.proc is not None and zk.proc.poll() is None:
-            os.killpg(zk.proc.pid, signal.SIGCONT)  # a test that failed while ZooKeeper was frozen
-        for b in c.brokers.values():
-            b.kill()
-        zk.stop()
-        if os.environ.get("TIDELOG_KEEP_TEST_DIRS") is None:
-            shutil.rmtree(root, ignore_errors=True)
+    yield from zk_cluster({"zookeeper.session.timeout.ms": str(int(SESSION_S * 1000))}, {1: SMALL, 3: SMALL},
+                          "tidelog-shutdown-")
 
 
 def _topic(c: Any) -> None:

@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from support import Cluster, create_topic, kazoo, request, start_zookeeper, state, until
+from support import create_topic, kazoo, request, state, until, zk_cluster
 
 from tidelog.errors import ErrorCode
 
@@ -47,25 +44,9 @@ OUT_OF_SYNC = re.compile(r"follower out of sync.*? partition=(\d+)")
 def cluster3() -> Iterator[Any]:
     """ZooKeeper and 3 brokers: session timeout 6 s, a follower leaves the ISR after 1.5 s, the log manager ticks
     every 200 ms and writes the high-watermark checkpoint every 500 ms."""
-    pytest.importorskip("kazoo", reason="kazoo is not installed")
-    root = Path(tempfile.mkdtemp(prefix="tidelog-zk-outage-"))
-    zk = start_zookeeper(root)
-    c = Cluster(root, zk, overrides={"zookeeper.session.timeout.ms": str(int(SESSION_S * 1000)),
-                                     "replica.lag.time.max.ms": "1500", "tidelog.log.tick.interval.ms": "200",
-                                     "replica.high.watermark.checkpoint.interval.ms": "500"})
-    try:
-        for b in c.brokers.values():
-            b.start()
-        c.wait_for("3 registered brokers and a controller", lambda md: len(md.brokers) == 3 and md.controller_id > 0)
-        yield c
-    finally:
-        if zk.proc is not None and zk.proc.poll() is None:
-            os.killpg(zk.proc.pid, signal.SIGCONT)  # a test that failed while ZooKeeper was frozen
-        for b in c.brokers.values():
-            b.kill()
-        zk.stop()
-        if os.environ.get("TIDELOG_KEEP_TEST_DIRS") is None:
-            shutil.rmtree(root, ignore_errors=True)
+    yield from zk_cluster({"zookeeper.session.timeout.ms": str(int(SESSION_S * 1000)), "replica.lag.time.max.ms": "1500",
+                           "tidelog.log.tick.interval.ms": "200", "replica.high.watermark.checkpoint.interval.ms": "500"},
+                          prefix="tidelog-zk-outage-")
 
 
 def _checkpointed_hw(b: Any, topic: str, p: int = 0) -> int:

@@ -3,29 +3,46 @@ the group manager, when a partition of the topic loads."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from tidelog.broker.group import consumer_records as crec
 from tidelog.broker.group.assignors import TopicPartition
 from tidelog.broker.group.consumer_group import ConsumerGroupManager
 from tidelog.broker.group.consumer_model import ConsumerGroup, ConsumerMember
 from tidelog.broker.group.consumer_store import ConsumerReplay, log
+from tidelog.broker.topic_model import TopicInfo
 
 
-def install(mgr: ConsumerGroupManager, replayed: ConsumerReplay) -> int:
-    """Build the replayed groups in ``mgr`` (on the loop); the number installed."""
-    topics = mgr.coordinator.broker.topics
-    names: dict[bytes, str | None] = {}
+class _TopicsById(Protocol):
+    def by_id(self, topic_id: bytes) -> TopicInfo | None: ...
 
-    def tps(assignment: crec.TopicAssignment) -> set[TopicPartition]:
+
+class NamedPartitions:
+    """A replayed assignment (topic ids) as topic-partition names, each id looked up once; a partition of a topic
+    that no longer exists is dropped (the consumer and the share group loads alike)."""
+
+    def __init__(self, topics: _TopicsById) -> None:
+        self._topics = topics
+        self._names: dict[bytes, str | None] = {}
+
+    def name(self, topic_id: bytes) -> str | None:
+        if topic_id not in self._names:
+            info = self._topics.by_id(topic_id)
+            self._names[topic_id] = info.name if info is not None else None
+        return self._names[topic_id]
+
+    def __call__(self, assignment: crec.TopicAssignment) -> set[TopicPartition]:
         out: set[TopicPartition] = set()
         for tid, ps in assignment.items():
-            if tid not in names:
-                info = topics.by_id(tid)
-                names[tid] = info.name if info is not None else None
-            name = names[tid]
+            name = self.name(tid)
             if name is not None:
                 out.update((name, p) for p in ps)
         return out
 
+
+def install(mgr: ConsumerGroupManager, replayed: ConsumerReplay) -> int:
+    """Build the replayed groups in ``mgr`` (on the loop); the number installed."""
+    tps = NamedPartitions(mgr.coordinator.broker.topics)
     installed = 0
     for gid, recs in replayed.groups.items():
         decoded: dict[int, dict[str | None, bytes]] = {}
@@ -66,7 +83,7 @@ def install(mgr: ConsumerGroupManager, replayed: ConsumerReplay) -> int:
                 m0.assignment_epochs = {}
                 for part in (ca.assigned, ca.pending_revocation):
                     for tid, ps in part.items():
-                        name = names.get(tid)
+                        name = tps.name(tid)
                         if name is not None:
                             m0.assignment_epochs.update(((name, p), ca.epoch_of(tid, p)) for p in ps)
             for regex, vb in decoded.get(crec.REGULAR_EXPRESSION, {}).items():

@@ -252,11 +252,12 @@ def decode_key(data: bytes) -> ConsumerKey:
     return ConsumerKey(t, group, member, regex)
 
 
-def _value_reader(data: bytes) -> _Reader:
+def _value_reader(data: bytes, family: str = "consumer group") -> _Reader:
+    """A reader past a record value's version (0, flexible, for the KIP-848 and the share group records alike)."""
     r = _Reader(bytes(data), flex=True)
     version = r.i16()
     if version != VALUE_VERSION:
-        raise SchemaError(f"unknown consumer group record value version {version}")
+        raise SchemaError(f"unknown {family} record value version {version}")
     return r
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from tidelog.broker.group import records as rec
 from tidelog.broker.group import share_group_records as srec
+from tidelog.broker.group.consumer_install import NamedPartitions
 from tidelog.broker.group.share_group import ShareGroup, ShareMember, share_manager
 from tidelog.broker.group.share_group_store import ShareGroupReplay
 
@@ -27,20 +28,7 @@ def install(broker: Broker, replayed: ShareGroupReplay) -> int:
     if not replayed.groups:
         return 0
     mgr = share_manager(broker)
-    topics = broker.topics
-    names: dict[bytes, str | None] = {}
-
-    def tps(assignment: srec.TopicAssignment) -> set[tuple[str, int]]:
-        out: set[tuple[str, int]] = set()
-        for tid, ps in assignment.items():
-            if tid not in names:
-                info = topics.by_id(tid)
-                names[tid] = info.name if info is not None else None
-            name = names[tid]
-            if name is not None:
-                out.update((name, p) for p in ps)
-        return out
-
+    tps = NamedPartitions(broker.topics)
     installed = 0
     for gid, recs in replayed.groups.items():
         decoded: dict[int, dict[str | None, bytes]] = {}

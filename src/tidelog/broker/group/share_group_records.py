@@ -44,7 +44,9 @@ from tidelog.broker.group.consumer_records import (
     _topic_partitions,
     _uvarint,
     kafka_uuid,
+    key_type,
 )
+from tidelog.broker.group.consumer_records import _value_reader as _consumer_value_reader
 from tidelog.broker.group.consumer_records import decode_partition_metadata as _consumer_partition_metadata
 from tidelog.broker.group.records import SchemaError, _Reader, _str
 
@@ -163,10 +165,6 @@ def encode_state_partition_metadata(s: StatePartitionMetadata) -> bytes:
 # ----------------------------------------------------------------------------------------------- reading
 
 
-def key_type(data: bytes) -> int | None:
-    return int(_I16.unpack_from(data, 0)[0]) if len(data) >= 2 else None
-
-
 def is_share_group_key(data: bytes) -> bool:
     return key_type(data) in KEY_TYPES
 
@@ -182,11 +180,7 @@ def decode_key(data: bytes) -> ShareGroupKey:
 
 
 def _value_reader(data: bytes) -> _Reader:
-    r = _Reader(bytes(data), flex=True)
-    version = r.i16()
-    if version != VALUE_VERSION:
-        raise SchemaError(f"unknown share group record value version {version}")
-    return r
+    return _consumer_value_reader(data, "share group")
 
 
 def decode_epoch(data: bytes) -> int:
