@@ -253,9 +253,10 @@ class ProxiedCluster(Cluster):
 
 
 @pytest.fixture(scope="module")
-def proxied_cluster() -> Iterator[ProxiedCluster]:
+def proxied_cluster(request: pytest.FixtureRequest) -> Iterator[ProxiedCluster]:
     """ZooKeeper and 3 brokers (the defaults above, session timeout 3 s) with every link through a FaultProxy
-    (see ``ProxiedCluster``); the proxies are healed before the fixture is handed out and closed at the end."""
+    (see ``ProxiedCluster``); the proxies are healed before the fixture is handed out and closed at the end. A
+    module's ``PROXIED_CLUSTER_OVERRIDES`` (broker properties) go on top."""
     pytest.importorskip("kazoo", reason="kazoo is not installed (pip install kazoo==2.11.0)")
     if not ZK_SERVER.exists() or shutil.which("java") is None:
         pytest.skip(f"ZooKeeper is not installed ({ZK_SERVER} missing or no java); apt-get install zookeeper")
@@ -264,7 +265,8 @@ def proxied_cluster() -> Iterator[ProxiedCluster]:
     zk.start()
     c: ProxiedCluster | None = None
     try:
-        c = ProxiedCluster(root, zk, overrides={"replica.fetch.wait.max.ms": "200", "replica.fetch.backoff.ms": "100"})
+        c = ProxiedCluster(root, zk, overrides={"replica.fetch.wait.max.ms": "200", "replica.fetch.backoff.ms": "100",
+                                                **getattr(request.module, "PROXIED_CLUSTER_OVERRIDES", {})})
         for b in c.brokers.values():
             b.start()
         c.wait_for("3 registered brokers and a controller", lambda md: len(md.brokers) == 3 and md.controller_id > 0)

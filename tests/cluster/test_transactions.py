@@ -27,6 +27,10 @@ from tidelog.records.batch import build_batch
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TXN_TOPIC = "__transaction_state"
+# the proxied cluster of test_isolated_coordinator_cannot_commit: the isolated coordinator answers the zombie's
+# EndTxn(commit) once its PrepareCommit append times out (Coordinator._write: COORDINATOR_NOT_AVAILABLE after the
+# broker's request.timeout.ms, as Kafka's appendTransactionToLog); Kafka's default 30 s was most of the test's time
+PROXIED_CLUSTER_OVERRIDES = {"request.timeout.ms": "10000"}
 PRODUCE, FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = 0, 10, 22, 24, 26
 DESCRIBE_TRANSACTIONS = ApiKey.DESCRIBE_TRANSACTIONS
 NOT_COORDINATOR, INVALID_TXN_STATE = 16, 48

@@ -44,6 +44,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600
 JOB = Path(__file__).with_name("standalone_job.py")
 START_TIMEOUT_S = 60.0
 JOB_TIMEOUT_S = 300.0  # about 45 s on an idle 2-core machine; CI machines are shared
+# every JVM here (master, workers, driver, executors) runs a short job on a shared 2-core machine: C1 only and the
+# serial GC start sooner (the flags of tests/java/jars4.py's client runs)
+JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 _MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
 _MASTER_UI = re.compile(r"Successfully started service 'MasterUI' on port (\d+)")
 
@@ -75,7 +78,7 @@ class SparkStandalone:
         conf.mkdir(parents=True, exist_ok=True)
         self.env = dict(
             os.environ, SPARK_HOME=str(self.home), SPARK_CONF_DIR=str(conf), SPARK_LOG_DIR=str(root),
-            SPARK_LOCAL_IP="127.0.0.1", SPARK_DAEMON_MEMORY="256m",
+            SPARK_LOCAL_IP="127.0.0.1", SPARK_DAEMON_MEMORY="256m", SPARK_DAEMON_JAVA_OPTS=JVM_FLAGS,
             SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",  # no REST server on the fixed port 6066
             PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
         )
@@ -128,6 +131,7 @@ class SparkStandalone:
         ``during(process)`` while it runs; the driver's log is ``submit.log``."""
         cmd = [str(self.home / "bin" / "spark-submit"), "--master", self.url, "--driver-memory", "512m",
                "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1",
+               "--driver-java-options", JVM_FLAGS, "--conf", f"spark.executor.extraJavaOptions={JVM_FLAGS}",
                "--conf", f"spark.cores.max={self.n_workers}", "--conf", "spark.ui.enabled=false",
                # schedule only once both executors are registered, so both workers take tasks
                "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",

@@ -249,10 +249,11 @@ def commit_batch(conf: Mapping[str, Any], marker_topic: str, batch: int, message
     return open_txns
 
 
-def decided_txns(client: RawProducer, prefix: str, marker_topic: str, batch: int) -> dict[str, list[int]] | None:
+def decided_txns(client: RawProducer, prefix: str, marker_topic: str, batch: int,
+                 timeout_s: float | None = None) -> dict[str, list[int]] | None:
     """The transactions the decision of ``batch`` names (partition -> [producer id, epoch]); None = no decision
     for this batch; empty = a decision too big to name them (all of the batch's transactions count as decided)."""
-    decided = client.committed_offset(decision_group(prefix), marker_topic, MARKER_PARTITION)
+    decided = client.committed_offset(decision_group(prefix), marker_topic, MARKER_PARTITION, timeout_s=timeout_s)
     if decided is None or decided[0] != batch:
         return None
     try:
@@ -276,7 +277,12 @@ def abort_batch(conf: Mapping[str, Any], marker_topic: str, batch: int, messages
     left = []
     client = TxnClient(conf)
     try:
-        decided = decided_txns(client, prefix_of(open_txns[0].transactional_id), marker_topic, batch)
+        try:
+            decided = decided_txns(client, prefix_of(open_txns[0].transactional_id), marker_topic, batch, timeout_s)
+        except (DeliveryError, OSError) as exc:  # no broker answers (within timeout_s): some may be committed
+            log.warning("exactly-once sink: batch %d: its commit decision cannot be read (%s); its transactions "
+                        "are left for the replay of the batch", batch, exc)
+            return [m.transactional_id for m in open_txns]
         for m in open_txns:
             named = decided is not None and (
                 not decided or decided.get(m.transactional_id.rsplit("-", 1)[1]) == [m.producer_id, m.producer_epoch])

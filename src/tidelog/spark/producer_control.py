@@ -240,8 +240,11 @@ class ProducerControl:
 
     # -- producer id and transactions --------------------------------------------------------------------
 
-    def _find_coordinator(self, key_type: int, key: str) -> int:
-        deadline = time.monotonic() + self.delivery_timeout_s
+    def _find_coordinator(self, key_type: int, key: str, deadline: float | None = None) -> int:
+        """The coordinator's node id, FindCoordinator retried until ``deadline`` (monotonic; default
+        ``delivery.timeout.ms`` from now): a caller's bound holds while no broker answers."""
+        if deadline is None:
+            deadline = time.monotonic() + self.delivery_timeout_s
         attempt = 0
         while True:
             try:
@@ -275,9 +278,9 @@ class ProducerControl:
         while True:
             if node is None:
                 if key is not None:
-                    node = self._find_coordinator(*key)
+                    node = self._find_coordinator(*key, deadline=deadline)
                 elif self.tid is not None:
-                    node = self.coordinator = self._find_coordinator(1, self.tid)
+                    node = self.coordinator = self._find_coordinator(1, self.tid, deadline=deadline)
                 else:  # only transactional requests go without a key: a bug, not a broker error
                     raise RuntimeError(f"{what} needs a transactional producer (no transactional.id)")
             try:
@@ -360,9 +363,11 @@ class ProducerControl:
                           lambda r: [p["error_code"] for t in r["topics"] for p in t["partitions"]],
                           key=(0, group))
 
-    def committed_offset(self, group: str, topic: str, partition: int) -> tuple[int, str] | None:
+    def committed_offset(self, group: str, topic: str, partition: int,
+                         timeout_s: float | None = None) -> tuple[int, str] | None:
         """``group``'s committed offset and metadata of ``topic``-``partition``, stable offsets only (OffsetFetch
-        v7 ``require_stable``: waits out a transaction that is completing), or None."""
+        v7 ``require_stable``: waits out a transaction that is completing), or None; DeliveryError after
+        ``timeout_s`` (default ``delivery.timeout.ms``)."""
         body = {"group_id": group, "topics": [{"name": topic, "partition_indexes": [partition]}],
                 "require_stable": True}
 
@@ -370,11 +375,11 @@ class ProducerControl:
             errs = [r.get("error_code", NONE)] + [p["error_code"] for t in r["topics"] for p in t["partitions"]]
             return [c for c in errs if c != GROUP_ID_NOT_FOUND]
 
-        deadline = time.monotonic() + self.delivery_timeout_s
+        deadline = time.monotonic() + (self.delivery_timeout_s if timeout_s is None else timeout_s)
         while True:
             try:
                 r = self._coordinated("OffsetFetch", ApiKey.OFFSET_FETCH, MAX_OFFSET_FETCH_VERSION, body, codes,
-                                      key=(0, group))
+                                      key=(0, group), timeout_s=max(0.0, deadline - time.monotonic()))
                 break
             except DeliveryError as exc:
                 if "UNSTABLE_OFFSET_COMMIT" in str(exc) and time.monotonic() < deadline:
