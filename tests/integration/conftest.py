@@ -70,7 +70,7 @@ class BrokerProcess:
             cmd += ["--override", f"{k}={v}"]
         return cmd
 
-    def _read(self, stream: Any) -> None:
+    def _read(self, stream: Any, started: threading.Event) -> None:
         with open(self.log_path, "a", encoding="utf-8") as sink:
             for line in stream:
                 sink.write(line)
@@ -83,19 +83,21 @@ class BrokerProcess:
                 m = _STARTED.search(line)
                 if m:
                     self.port = int(m.group(1))
-                    self._started.set()
-        self._started.set()  # EOF: wake the waiter (it checks whether the process died)
+                    started.set()
+        started.set()  # EOF: wake the waiter (it checks whether the process died)
 
     def start(self, timeout: float = START_TIMEOUT) -> BrokerProcess:
         assert not self.running, "broker already running"
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._started.clear()
+        # a new event per start: the previous process's reader, if its pipe outlived the 5 s join, sets only its own
+        # at EOF (it once woke a restart's wait before the new broker listened: a connection refused right after)
+        self._started = threading.Event()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             self._command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
             start_new_session=True,
         )
-        self._reader = threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True)
+        self._reader = threading.Thread(target=self._read, args=(self.proc.stdout, self._started), daemon=True)
         self._reader.start()
         if not self._started.wait(timeout) or self.proc.poll() is not None:
             rc = self.proc.poll()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,15 @@ def _produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) ->
         p.poll(0)
     assert p.flush(30) == 0, "messages still in flight"
     return [v for _, v in sorted(acked)], errors
+
+
+def _listening(broker: Any) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", broker.port), timeout=2).close()
+        return True
+    except OSError:
+        assert broker.running, f"the broker exited after starting:\n{broker.log_text()[-4000:]}"
+        return False
 
 
 def _values(bootstrap: str, topic: str, partition: int) -> list[bytes]:
@@ -177,6 +187,8 @@ def test_jbod_full_directory_goes_offline_alone_and_recovers(tmp_path: Path) -> 
             broker.stop()
             filler.unlink()
             broker.start()
+            # CI once saw the restarted broker refuse the next connection: if it died after starting, say why
+            wait_for(lambda: _listening(broker), 30, "the restarted broker accepting connections")
             assert _values(broker.bootstrap, later, 0) == []
             assert {p: (m.leader, m.error) for p, m in _partitions(broker.bootstrap, topic).items()} == \
                 {p: (0, None) for p in range(4)}
