@@ -259,7 +259,8 @@ def test_delete_topic_across_brokers_and_recreate(cluster: Any) -> None:
     with kazoo(cluster.zk.connect) as zk:
         old_id = topic_assignment(zk, topic).topic_id
         admin = cluster.admin()
-        admin.delete_topics([topic])[topic].result(60)
+        # operation_timeout: the broker answers once the deletion is done (librdkafka's default 0 returns at once)
+        admin.delete_topics([topic], operation_timeout=30)[topic].result(60)
         for path in (zd.topic_path(topic), zd.topic_config_path(topic), zd.delete_topic_path(topic)):
             assert zk.exists(path) is None, path
         for b in cluster.brokers.values():
@@ -289,11 +290,34 @@ def test_delete_topic_while_a_replica_is_down(cluster: Any) -> None:
     cluster.wait_for("broker 3 unregistered", lambda md: 3 not in md.brokers)
     assert replica_dirs(cluster.brokers[3].data_dir, topic) == [f"{topic}-0"]
     admin = cluster.admin()
-    admin.delete_topics([topic])[topic].result(60)
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(60)
     cluster.brokers[3].start()
     cluster.wait_for("3 registered brokers", lambda md: len(md.brokers) == 3)
     until("broker 3's stray replica deleted", lambda: replica_dirs(cluster.brokers[3].data_dir, topic) == [])
     assert topic not in AdminClient({"bootstrap.servers": cluster.brokers[3].bootstrap}).list_topics(timeout=10).topics
+
+
+def test_delete_topics_timeout_ms_zero_answers_at_once_and_the_deletion_goes_on(cluster: Any) -> None:
+    """Kafka's DeleteTopics with ``timeout_ms`` <= 0 queues the deletion and answers REQUEST_TIMED_OUT at once
+    (``ZkAdminManager.deleteTopics``); librdkafka, whose default ``operation_timeout`` is 0, shows that as
+    success. The topic is deleted all the same."""
+    from confluent_kafka.admin import AdminClient
+
+    all_up(cluster)
+    names = [f"delz-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    for name in names:
+        create_topic(cluster.bootstrap, name, assignment=[[1, 2, 3]])
+    b = cluster.brokers[1]
+    r = request(b, 20, 6, {"topics": [{"name": names[0], "topic_id": uuid.UUID(int=0)}], "timeout_ms": 0}, timeout=20)
+    assert r["responses"][0]["error_code"] == 7, r  # REQUEST_TIMED_OUT: queued, not waited for
+    admin = cluster.admin()
+    admin.delete_topics([names[1]])[names[1]].result(20)  # operation_timeout 0: librdkafka hides REQUEST_TIMED_OUT
+    for name in names:
+        until(f"{name} gone from every broker", lambda name=name: all(
+            name not in AdminClient({"bootstrap.servers": x.bootstrap}).list_topics(timeout=10).topics
+            for x in cluster.brokers.values()))
+    with kazoo(cluster.zk.connect) as zk:
+        until("the deletion znodes gone", lambda: all(zk.exists(f"/admin/delete_topics/{n}") is None for n in names))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -166,9 +166,11 @@ class TopicBackend(Protocol):
                           assignments: list[list[int]] | None) -> TopicInfo:
         """CreatePartitions (blocking)."""
 
-    def delete_topic(self, name: str) -> Any:  # TopicInfo, or (ZooKeeper mode, a coroutine function) its awaitable
+    def delete_topic(self, name: str, timeout_s: float = 30.0) -> Any:  # TopicInfo, or (ZooKeeper mode, a
+        # coroutine function) its awaitable
         """DeleteTopics: a plain method (blocking) or a coroutine function (awaited on the loop); the store
-        binds it as its own ``delete_topic`` and ``handlers.topic_change`` runs either kind."""
+        binds it as its own ``delete_topic`` and ``handlers.topic_change`` runs either kind. ``timeout_s`` is the
+        request's ``timeout_ms``: how long ZooKeeper mode waits for the controller's deletion."""
 
     def change_configs(self, name: str, change: Callable[[dict[str, str]], dict[str, str | None]],
                        validate_only: bool) -> TopicInfo:
@@ -264,7 +266,8 @@ class LocalTopicBackend:
         )
         return info
 
-    def delete_topic(self, name: str) -> TopicInfo:
+    def delete_topic(self, name: str, timeout_s: float = 30.0) -> TopicInfo:
+        # one node deletes at once (files off the loop): nothing to wait for, timeout_s unused
         store = self.store
         with store.change_lock:
             info = store.get(name)

@@ -39,7 +39,7 @@ from tidelog.errors import ErrorCode
 log = logging.getLogger("tidelog.cluster.topics")
 
 
-DELETE_TIMEOUT_S = 30.0  # how long DeleteTopics waits for the deletion (Kafka's DelayedDeleteTopics)
+DELETE_TIMEOUT_S = 30.0  # DeleteTopics' wait when no timeout_ms is given (the console); a request's timeout_ms wins
 
 
 class TopicCluster(Protocol):
@@ -279,25 +279,28 @@ class ZkTopicBackend:
 
     async def delete_topic(self, name: str, timeout_s: float = DELETE_TIMEOUT_S) -> TopicInfo:
         """Queue ``/admin/delete_topics/<name>`` and wait until this broker has forgotten the topic (the
-        controller deleted its znodes); REQUEST_TIMED_OUT if that takes longer than ``timeout_s`` (the deletion
-        goes on). The ZooKeeper requests on the way are awaited on the loop within the same ``timeout_s``
-        (:func:`~tidelog.cluster.zk_async.zk_await`, no worker thread waits for them): with ZooKeeper
-        unreachable the request ends REQUEST_TIMED_OUT, as Kafka's when its ZooKeeper client cannot reach the
-        ensemble in time."""
+        controller deleted its znodes) for at most ``timeout_s``, the request's ``timeout_ms``: REQUEST_TIMED_OUT
+        when that runs out, at once when it is 0 or less (the deletion goes on in both cases), as Kafka's
+        ``ZkAdminManager.deleteTopics`` and its ``DelayedDeleteTopics``. The ZooKeeper requests that queue the
+        deletion are awaited on the loop (:func:`~tidelog.cluster.zk_async.zk_await`, no worker thread waits for
+        them) within ``zookeeper.session.timeout.ms``, the bound Kafka's ZooKeeper client puts on them: with
+        ZooKeeper unreachable the request ends REQUEST_TIMED_OUT."""
         from kazoo.exceptions import KazooException, NodeExistsError
 
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
+        start = loop.time()
+        zk_deadline = start + self.cluster.session_timeout_s
         info = self.store.get(name)
         zk = self.cluster.zk
         try:
-            if info is None or await zk_await(zk.exists_async(zd.topic_path(name)), timeout_s) is None:
+            if info is None or await zk_await(zk.exists_async(zd.topic_path(name)),
+                                              self.cluster.session_timeout_s) is None:
                 raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                  "This server does not host this topic-partition.")
             event = self._deleted.setdefault(name, asyncio.Event())
             try:
                 await zk_await(zk.create_async(zd.delete_topic_path(name), b"", makepath=True),
-                               deadline - loop.time())
+                               zk_deadline - loop.time())
             except NodeExistsError:
                 pass  # already queued: wait for the same deletion
         except (ZooKeeperGone, KazooException) as exc:  # no answer in time; ConnectionLoss, SessionExpiredError...
@@ -305,8 +308,11 @@ class ZkTopicBackend:
             raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"Deletion of topic '{name}' could not be queued: "
                                                           f"ZooKeeper: {reason}.") from None
         log.info("topic deletion queued", extra={"kv": {"topic": name}})
+        if timeout_s <= 0:
+            raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"Deletion of topic '{name}' queued (timeout_ms 0: not "
+                                                          "waited for); it goes on in the background.")
         try:
-            await asyncio.wait_for(event.wait(), max(0.0, deadline - loop.time()))
+            await asyncio.wait_for(event.wait(), max(0.0, start + timeout_s - loop.time()))
         except TimeoutError:
             raise TopicError(ErrorCode.REQUEST_TIMED_OUT, f"Deletion of topic '{name}' did not complete in time; it goes "
                                                   "on in the background.") from None

@@ -351,7 +351,8 @@ class Cluster:
 
     def delete_topic(self, name: str) -> None:
         self.forget_topic(name)
-        self._result(self.admin().delete_topics([name], request_timeout=self.timeout)[name], f"delete topic {name}")
+        self._result(self.admin().delete_topics([name], operation_timeout=self.timeout,
+                                                request_timeout=self.timeout)[name], f"delete topic {name}")
 
     def add_partitions(self, name: str, total: int) -> None:
         from confluent_kafka.admin import NewPartitions

@@ -27,6 +27,7 @@ Kafka behaviours reproduced (sources: Kafka ``ControllerApis``/``KafkaApis``, ``
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -310,11 +311,13 @@ async def delete_topics(ctx: RequestContext, request: dict) -> dict:
     name_dups = duplicates(n for n, _ in wanted if n is not None)
     id_dups = duplicates(i for n, i in wanted if n is None and i.int != 0)
     responses: list[DeletableTopicResult] = []
+    # one deadline for the whole request, as Kafka's DelayedDeleteTopics (cluster mode; one node deletes at once)
+    deadline = time.monotonic() + int(request.get("timeout_ms", 0) or 0) / 1000
     for name, topic_id in wanted:
         resp: DeletableTopicResult = {"name": name, "error_code": 0, "error_message": None}
         if v >= 6:
             resp["topic_id"] = topic_id
-        code, msg = await _delete_one(ctx, name, topic_id, name_dups, id_dups, resp)
+        code, msg = await _delete_one(ctx, name, topic_id, name_dups, id_dups, resp, deadline)
         resp["error_code"], resp["error_message"] = code, msg
         responses.append(resp)
     mutation_throttle(ctx)  # controller_mutation_rate (KIP-599)
@@ -328,6 +331,7 @@ async def _delete_one(
     name_dups: set[str],
     id_dups: set[uuid.UUID],
     resp: DeletableTopicResult,
+    deadline: float,
 ) -> tuple[int, str | None]:
     topics = ctx.broker.topics
     if name is not None and topic_id.int != 0:
@@ -357,8 +361,9 @@ async def _delete_one(
     if mutation_refused(ctx):
         return ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLING_QUOTA_EXCEEDED_MESSAGE
     try:
-        # off the loop (files, checkpoints)
-        deleted: TopicInfo = await topic_change(ctx.broker.request_pool, topics.delete_topic, name)
+        # off the loop (files, checkpoints); ZooKeeper mode's delete waits on the loop up to the request's timeout_ms
+        deleted: TopicInfo = await topic_change(ctx.broker.request_pool, topics.delete_topic, name,
+                                                deadline - time.monotonic())
     except Exception as exc:
         if not is_client_error(exc):
             raise
