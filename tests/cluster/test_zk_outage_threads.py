@@ -116,3 +116,54 @@ def test_isr_writes_pending_on_a_frozen_zookeeper_pin_no_worker_thread(cluster3:
         until("broker 3 out of every ISR in ZooKeeper",
               lambda: all(3 not in state(zk, TOPIC, p).isr for p in range(PARTITIONS)), timeout=60)
     assert "Traceback" not in b1.log_text()[seen:], b1.log_text()[seen:][-3000:]
+
+
+def test_config_stores_answer_request_timed_out_while_zookeeper_is_frozen(cluster3: Any) -> None:
+    """The stores written from request handler threads (client quotas, SCRAM credentials, dynamic broker configs;
+    the ACL and group-config stores go through the same client) wait for ZooKeeper at most
+    ``zookeeper.session.timeout.ms``, as Kafka's ZooKeeper client bounds a request by its connection timeout: each
+    request ends REQUEST_TIMED_OUT instead of holding a handler thread for the whole outage (before: no answer until
+    ZooKeeper came back). Sent together, more of them than ``num.io.threads``, all are answered; once ZooKeeper is
+    back the same changes succeed."""
+    c = cluster3
+    b1 = c.brokers[1]
+    quota = {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": "frozen"}],
+                          "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}],
+             "validate_only": False}
+    scram = {"deletions": [], "upsertions": [{"name": "frozen", "mechanism": 2, "iterations": 4096,
+                                              "salt": b"s" * 16, "salted_password": b"p" * 64}]}
+    broker_cfg = {"resources": [{"resource_type": 4, "resource_name": "1",
+                                 "configs": [{"name": "log.cleaner.threads", "config_operation": 0, "value": "2"}]}],
+                  "validate_only": False}
+    calls = [("AlterClientQuotas", 49, 1, quota, lambda r: r["entries"][0]["error_code"]),
+             ("AlterUserScramCredentials", 51, 0, scram, lambda r: r["results"][0]["error_code"]),
+             ("IncrementalAlterConfigs", 44, 1, broker_cfg, lambda r: r["responses"][0]["error_code"])]
+    calls = calls * 4  # 12 at once: more than the 8 request handler threads, and 4 behind each store's lock
+    seen = len(b1.log_text())
+    os.killpg(c.zk.proc.pid, signal.SIGSTOP)
+    try:
+        until("broker 1 sees its ZooKeeper connection drop",
+              lambda: "ZooKeeper connection suspended" in b1.log_text()[seen:], timeout=3 * SESSION_S)
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(call: Any) -> tuple[str, int, float]:
+            name, key, version, body, code_of = call
+            t0 = time.monotonic()
+            r = request(b1, key, version, body, timeout=4 * SESSION_S)
+            return name, code_of(r), time.monotonic() - t0
+
+        with ThreadPoolExecutor(len(calls)) as pool:
+            answers = list(pool.map(one, calls))
+        for name, code, took in answers:
+            print(f"{name}: error {code} after {took:.2f} s")
+            assert code == REQUEST_TIMED_OUT, (name, code)
+            # within one bound of the outage's start: a request queued behind a store's lock or a busy handler
+            # thread fails at once once ZooKeeper has been unreachable for the session timeout (measured: ~6 s each)
+            assert took < 2 * SESSION_S, (name, took)
+    finally:
+        os.killpg(c.zk.proc.pid, signal.SIGCONT)
+    with kazoo(c.zk.connect) as zk:
+        until("broker 1 connected to ZooKeeper again", lambda: request(b1, *calls[0][1:4])["entries"][0]["error_code"] == 0,
+              timeout=6 * SESSION_S)
+        assert zk.exists("/config/clients/frozen") is not None
+    assert "Traceback" not in b1.log_text()[seen:], b1.log_text()[seen:][-3000:]

@@ -22,7 +22,7 @@ from tidelog.broker.api_names import (
     error_name,
 )
 from tidelog.broker.connection_io import ConnectionClosed
-from tidelog.broker.errors import UNKNOWN_SERVER_ERROR_MESSAGE
+from tidelog.broker.errors import UNKNOWN_SERVER_ERROR_MESSAGE, error_of, is_client_error
 from tidelog.broker.handlers import DeferredResponse, RequestContext
 from tidelog.broker.handlers.produce import produce
 from tidelog.broker.produce_lane import ProduceLane, _encode_produce, _parse_produce
@@ -231,22 +231,29 @@ class Connection(ProduceLane):
         return await self._answer_failure(api_key, header, body, name, exc)
 
     async def _answer_failure(self, api_key: int, header: codec.RequestHeader, body: dict, name: str, exc: Exception) -> bool:
-        """A handler raised: answer UNKNOWN_SERVER_ERROR in the API's error response (Kafka's getErrorResponse)
-        and keep the connection; an acks=0 produce has no response, so that connection is closed, as Kafka does."""
+        """A handler raised: answer the API's error response (Kafka's getErrorResponse, ``Errors.forException``):
+        an exception naming its Kafka error (e.g. ZooKeeper not answering in time: REQUEST_TIMED_OUT) in every error
+        code with its message, anything else UNKNOWN_SERVER_ERROR, and keep the connection; an acks=0 produce has
+        no response, so that connection is closed, as Kafka does."""
         broker = self.broker
-        broker.metrics.record_error(name, "UNKNOWN_SERVER_ERROR")
+        if is_client_error(exc):
+            code, message = error_of(exc)
+        else:  # no exception text to the client (it is in the log below): Kafka's generic message
+            code, message = UNKNOWN_SERVER_ERROR, UNKNOWN_SERVER_ERROR_MESSAGE
+        broker.metrics.record_error(name, error_name(code))
         kv = {"peer": self.peer, "api": name, "version": header.api_version, "client_id": header.client_id}
         if api_key == PRODUCE_KEY and body.get("acks") == 0:
             log.exception("handler failed; closing connection (acks=0 produce)", extra={"kv": kv})
             broker.metrics.record_close("handler_error")
             return False
-        log.exception("handler failed; answering UNKNOWN_SERVER_ERROR", extra={"kv": kv})
+        if code == UNKNOWN_SERVER_ERROR:
+            log.exception("handler failed; answering UNKNOWN_SERVER_ERROR", extra={"kv": kv})
+        else:
+            log.warning("request failed; answering %s: %s", error_name(code), message, extra={"kv": kv})
         if self._pending:
             await self._drain()
         try:
-            # no exception text to the client (it is in the log above): Kafka's generic message
-            response = error_response(api_key, header.api_version, body, UNKNOWN_SERVER_ERROR,
-                                      UNKNOWN_SERVER_ERROR_MESSAGE)
+            response = error_response(api_key, header.api_version, body, code, message)
             chunks = codec.encode_response(api_key, header.api_version, header.correlation_id, response)
         except Exception:
             log.exception("no error response could be built; closing connection", extra={"kv": kv})

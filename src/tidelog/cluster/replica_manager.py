@@ -88,6 +88,7 @@ from tidelog.cluster.quotas import ZkQuotaStore
 from tidelog.cluster.replica_state import Replica
 from tidelog.cluster.scram import ZkScramCredentialStore
 from tidelog.cluster.topics import ZkTopicBackend
+from tidelog.cluster.zk_bounded import BoundedZooKeeper
 from tidelog.cluster.zk_session import SESSION_FILE, ZkSession
 from tidelog.cluster.zk_watches import CONFIG_CHANGE_EXPIRATION_S, ZkWatches
 from tidelog.errors import ErrorCode
@@ -184,25 +185,33 @@ class ZkReplicaManager(ZkSession, ZkWatches, MetadataCache, IsrTracking, Control
         # producer id blocks from ZooKeeper's /latest_producer_id_block: unique across the cluster
         return zk_producer_id_manager(self.zk, self.node_id, self.config.log_dirs)
 
+    @property
+    def bounded_zk(self) -> BoundedZooKeeper:
+        """The ZooKeeper client for the stores written from request handler threads: each call ends within
+        ``zookeeper.session.timeout.ms`` (Kafka's ``zookeeper.connection.timeout.ms``, which defaults to it and
+        which tidelog does not have apart), then REQUEST_TIMED_OUT (``cluster/zk_bounded.py``); at once while
+        ZooKeeper has been unreachable for longer than that."""
+        return BoundedZooKeeper(self.zk, self.session_timeout_s, give_up=self._zookeeper_gone)
+
     def make_acl_store(self, broker: Broker, changes: AclListener) -> ZkAclStore:
         # ACLs where Kafka's AclAuthorizer keeps them: /kafka-acl, /kafka-acl-extended, with change notifications
-        return ZkAclStore(self.zk, changes)
+        return ZkAclStore(self.bounded_zk, changes)
 
     def make_scram_store(self, broker: Broker) -> Any:
         # SCRAM credentials where Kafka keeps them: /config/users/<name>, cached from watches
-        return ZkScramCredentialStore(self.zk)
+        return ZkScramCredentialStore(self.bounded_zk)
 
     def make_quota_store(self, broker: Broker, listener: QuotaListener) -> ZkQuotaStore:
         # client quotas where Kafka keeps them: /config/users, /config/clients, with /config/changes notifications
-        return ZkQuotaStore(self.zk, listener)
+        return ZkQuotaStore(self.bounded_zk, listener)
 
     def make_group_config_store(self, broker: Broker) -> ZkGroupConfigStore:
         # group configs: /config/groups/<group>, with /config/changes notifications (Kafka keeps them in KRaft)
-        return ZkGroupConfigStore(self.zk)
+        return ZkGroupConfigStore(self.bounded_zk)
 
     def make_broker_config_store(self, broker: Broker, listener: Callable[[], None]) -> ZkBrokerConfigStore:
         # dynamic broker configs where Kafka keeps them: /config/brokers/<id>, /config/brokers/<default>
-        return ZkBrokerConfigStore(self.zk, self.node_id, listener)
+        return ZkBrokerConfigStore(self.bounded_zk, self.node_id, listener)
 
     def become_leader(self, tp: tuple[str, int], log_: Any) -> None:
         """At start nothing is led until ZooKeeper says so."""

@@ -17,9 +17,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tidelog.errors import ApiError, ErrorCode
 
-class ZooKeeperGone(Exception):
-    """The request was not answered in time, or the session it needs is gone (the message says which)."""
+
+class ZooKeeperGone(ApiError):
+    """The request was not answered in time, or the session it needs is gone (the message says which). A client
+    whose request needed it is answered REQUEST_TIMED_OUT (Kafka's ZooKeeperClientTimeoutException ends the same
+    requests with a timeout)."""
+
+    kafka_error = ErrorCode.REQUEST_TIMED_OUT
 
 
 async def zk_await(result: Any, timeout: float, give_up: Callable[[], str | None] | None = None,
