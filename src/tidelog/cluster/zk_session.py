@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from typing import Any
 
@@ -84,8 +85,6 @@ class ZkSession(ZkReplicaState):
         """Create ``/brokers/ids/<id>``; after a kill -9 the previous session's node lingers until its session
         times out, so wait for its deletion (a watch, not a poll), unless it is this broker's own previous session,
         which is closed instead (:meth:`_close_own_previous_session`)."""
-        import threading
-
         from kazoo.exceptions import NodeExistsError
 
         path = zd.broker_path(self.node_id)
@@ -192,8 +191,6 @@ class ZkSession(ZkReplicaState):
         sits in a connect attempt for up to the session timeout; it runs in a daemon thread of its own (not the
         default executor, whose threads the interpreter joins at exit), so a close that does not finish in time is
         left behind and the broker stops anyway."""
-        import threading
-
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
 
@@ -287,15 +284,22 @@ class ZkSession(ZkReplicaState):
             self.post(self.fetchers.remove, tp)
         if self.zk is None:
             return
+        # the ZooKeeper writes on a thread of their own (Kafka's LogDirFailureHandler thread): the failing thread may
+        # be the event loop, and with ZooKeeper unreachable kazoo's blocking calls wait until it is back (then the
+        # notification is delivered); a daemon thread, so a broker stopping meanwhile does not wait for it
+        threading.Thread(target=self._notify_log_dir_failure, args=(str(root), len(tps)), daemon=True,
+                         name="log-dir-failure-handler").start()
+
+    def _notify_log_dir_failure(self, root: str, partitions: int) -> None:
         try:
             self._write_offline_replicas()
             self.zk.create(f"{zd.LOG_DIR_EVENT_NOTIFICATION}/{zd.LOG_DIR_EVENT_PREFIX}",
                            zd.encode_log_dir_event(self.node_id), sequence=True, makepath=True)
             log.warning("log directory failure notified to the controller", extra={"kv": {
-                "log_dir": str(root), "partitions": len(tps)}})
+                "log_dir": root, "partitions": partitions}})
         except Exception:
             log.exception("notifying the controller of the log directory failure failed", extra={"kv": {
-                "log_dir": str(root)}})
+                "log_dir": root}})
 
     def _write_offline_replicas(self) -> None:
         from kazoo.exceptions import NodeExistsError
