@@ -90,7 +90,9 @@ DEFAULTS = {
     "group.consumer.min.heartbeat.interval.ms": 5000,
     "group.consumer.max.heartbeat.interval.ms": 15000,
     "group.consumer.max.size": 2**31 - 1,
+    "group.consumer.regex.refresh.interval.ms": 600000,  # Kafka 4.1 (KAFKA-18961)
 }
+MIN_REGEX_REFRESH_MS = 1000
 
 def _regex(pattern: str) -> re.Pattern[str]:
     """KIP-848's RE2J syntax, read as Python's ``re`` (the common subset: classes, groups, alternation,
@@ -131,6 +133,10 @@ class ConsumerGroupManager:
         self._topics_at = 0.0
         self._regex_matches: dict[str, frozenset[str]] = {}
         self.topics_version = 0  # changes to the topic set seen (a regex resolution's Version, consumer_regex.py)
+        # a group's regexes are resolved again at least this often (ACL changes show then, consumer_regex.py)
+        self.regex_refresh_ms = max(_conf(props, "group.consumer.regex.refresh.interval.ms"), MIN_REGEX_REFRESH_MS)
+        # (principal, host) of the request being served: the regexes are resolved with its DESCRIBE rights
+        self.auth_context: tuple[str, str] | None = None
         self.store = ConsumerGroupStore(self)  # ConsumerGroup* records in __consumer_offsets
 
     def timeouts(self, group_id: str) -> tuple[int, int]:
@@ -266,14 +272,19 @@ class ConsumerGroupManager:
 
     # ---------------------------------------------------------------------------------------- heartbeat
 
-    def heartbeat(self, version: int, req: dict[str, Any], client_id: str, client_host: str) -> dict[str, Any]:
+    def heartbeat(self, version: int, req: dict[str, Any], client_id: str, client_host: str,
+                  auth_context: tuple[str, str] | None = None) -> dict[str, Any]:
         """One ConsumerGroupHeartbeat; the response body (without throttle time). Raises nothing for client
-        errors: they are answered with the Kafka error code and message."""
+        errors: they are answered with the Kafka error code and message. ``auth_context`` (principal, host): the
+        regexes this heartbeat resolves keep only the topics that principal may DESCRIBE (consumer_regex.py)."""
+        self.auth_context = auth_context
         try:
             return self._heartbeat(version, req, client_id, client_host)
         except ConsumerGroupError as exc:
             return {"error_code": exc.code, "error_message": exc.message, "member_id": None, "member_epoch": -1,
                     "heartbeat_interval_ms": 0, "assignment": None}
+        finally:
+            self.auth_context = None
 
     def _validate(self, version: int, req: dict[str, Any]) -> None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid (v1: the member id is the client's)."""
