@@ -191,6 +191,23 @@ class ConsumerGroupManager:
         for gid in [gid for gid in self.groups if rec.partition_for(gid, num_partitions) == partition]:
             self.drop(gid)
 
+    def restore(self, group_id: str, written: dict[bytes, bytes] | None) -> None:
+        """A failed write rolled back (consumer_store.py): the group as its records last written make it, as a load
+        builds it (members, epochs, assignments, regex resolutions; session timers anew); a group never written is
+        dropped from memory (its creation undone)."""
+        from tidelog.broker.group import consumer_install  # it imports this module
+        from tidelog.broker.group.consumer_store import ConsumerReplay
+
+        g = self.groups.pop(group_id, None)
+        if g is not None:
+            for m in g.members.values():
+                m.cancel_timers()
+        if not written:
+            return
+        replay = ConsumerReplay()
+        replay.groups[group_id] = dict(written)
+        consumer_install.install(self, replay)
+
     def drop(self, group_id: str) -> None:
         g = self.groups.pop(group_id, None)
         self.store.forget(group_id)
