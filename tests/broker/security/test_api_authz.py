@@ -308,10 +308,11 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
         Case(4, lambda _u: {}, _group_listed, [Check(T_CLUSTER, DESCRIBE, "kafka-cluster", GROUP_AUTH)],
              "cluster"),
     ],
+    # KIP-848: READ on the group, then DESCRIBE on every subscribed topic name (Kafka 4, KAFKA-18813)
     ApiKey.CONSUMER_GROUP_HEARTBEAT: [Case(1, lambda _u: {
         "group_id": G, "member_id": "m", "member_epoch": 0, "rebalance_timeout_ms": 5000,
-        "subscribed_topic_names": ["t"], "topic_partitions": []}, lambda r: r["error_code"],
-        [Check(T_GROUP, READ, G, GROUP_AUTH)])],
+        "subscribed_topic_names": [T], "topic_partitions": []}, lambda r: r["error_code"],
+        [Check(T_GROUP, READ, G, GROUP_AUTH), Check(T_TOPIC, DESCRIBE, T, TOPIC_AUTH)])],
     ApiKey.CONSUMER_GROUP_DESCRIBE: [Case(1, lambda _u: {"group_ids": [G]}, lambda r: r["groups"][0]["error_code"],
                                           [Check(T_GROUP, DESCRIBE, G, GROUP_AUTH)])],
     # KIP-932 share groups: READ on the group, then (heartbeat) DESCRIBE on the subscribed topics, (fetch) READ on
