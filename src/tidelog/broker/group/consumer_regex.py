@@ -27,9 +27,9 @@ different principals share a regex the topics are those the last refreshing memb
 every member (as in Kafka). A refresh resolves all the group's regexes together and is due when a regex is new,
 the topic set changed (``topics_version``), or the last refresh is older than
 ``group.consumer.regex.refresh.interval.ms`` (Kafka 4.1's KAFKA-18961 time-based refresh, default 10 minutes), so a
-topic an ACL makes visible later is assigned after that interval. Without a request context (a classic member's
-JoinGroup, a timer, a load) no refresh is made when an authorizer is on: an unresolved regex matches nothing until a
-heartbeat resolves it.
+topic an ACL makes visible later is assigned after that interval (a classic member's JoinGroup into the group
+refreshes with its principal too). Without a request context (a timer, a load) no refresh is made when an authorizer
+is on: an unresolved regex matches nothing until a heartbeat resolves it.
 """
 
 from __future__ import annotations
