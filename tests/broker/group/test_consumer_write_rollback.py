@@ -9,13 +9,14 @@ fail with NOT_ENOUGH_REPLICAS; setting it back to 1 heals it.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
 import pytest
 from helpers import RawClient
 
-from .conftest import create_topic
+from .conftest import create_topic, produce_values, wait_until
 from .test_consumer_protocol import FAST_CONSUMER_GROUPS
 
 HEARTBEAT, DESCRIBE, METADATA, INCREMENTAL_ALTER_CONFIGS = 68, 69, 3, 44
@@ -28,6 +29,9 @@ def b(broker_factory: Any) -> Any:
     b = broker_factory({**FAST_CONSUMER_GROUPS, "offsets.topic.num.partitions": "1",
                         "offsets.topic.replication.factor": "1"})
     create_topic(b.bootstrap, TOPIC, 2)
+    with RawClient(b.port) as c:  # __consumer_offsets is made by the first FindCoordinator
+        wait_until(lambda: c.request(10, 1, {"key": "rollback", "key_type": 0})["error_code"] == 0, 20,
+                   "the group coordinator")
     return b
 
 
@@ -94,3 +98,43 @@ def test_failed_write_rolls_the_group_back(b: Any) -> None:
         assert d["group_epoch"] == 2 and sorted(m["member_id"] for m in d["members"]) == sorted([m1, m2]), d
         r = _hb(c, group, m1, 1, [0, 1], tid)  # m1 is told to give one partition up
         assert r["error_code"] == 0 and len(_parts(r)) == 1, r
+
+
+def test_confluent_member_joins_once_writes_work(b: Any) -> None:
+    """A real client (confluent-kafka, ``group.protocol=consumer``) whose join cannot be written: answered
+    COORDINATOR_NOT_AVAILABLE, it gets no assignment and the group is not created; once the write works its next
+    heartbeat joins and it consumes every record."""
+    from confluent_kafka import Consumer
+
+    topic, group = "rollback-ck", "rollback-ck-g"
+    create_topic(b.bootstrap, topic, 2)
+    values = [f"v{i}" for i in range(20)]
+    produce_values(b.bootstrap, topic, values, 2)
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    seen: list[str] = []
+    with RawClient(b.port) as raw:
+        try:
+            try:
+                _min_isr(raw, "2")
+                c.subscribe([topic])
+                # a few heartbeats' worth of polling (interval 250 ms): none of them can be written
+                deadline = time.monotonic() + 2.0
+                while time.monotonic() < deadline:
+                    m = c.poll(0.1)
+                    assert m is None or m.error() is not None, "consumed although the join was never written"
+                    assert not c.assignment()
+                assert _describe(raw, group)["error_code"] == 69  # GROUP_ID_NOT_FOUND: its creation was undone
+            finally:
+                _min_isr(raw, "1")
+            deadline = time.monotonic() + 30
+            while len(seen) < len(values):
+                assert time.monotonic() < deadline, f"only {len(seen)} records after the write healed"
+                m = c.poll(0.2)
+                if m is not None and m.error() is None:
+                    seen.append(m.value().decode())
+        finally:
+            c.close()
+        assert sorted(seen) == sorted(values)
+        d = _describe(raw, group)
+        assert d["error_code"] == 0 and d["group_epoch"] >= 1, d
