@@ -132,7 +132,7 @@ def test_confluent_member_joins_once_writes_work(b: Any) -> None:
                 assert time.monotonic() < deadline, f"only {len(seen)} records after the write healed"
                 m = c.poll(0.2)
                 if m is not None and m.error() is None:
-                    seen.append(m.value().decode())
+                    seen.append((m.value() or b"").decode())
         finally:
             c.close()
         assert sorted(seen) == sorted(values)

@@ -12,6 +12,7 @@ DESCRIBE, as Kafka 4's group coordinator filters them (``filterTopicDescribeAuth
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Any
@@ -106,7 +107,7 @@ def test_confluent_regex_member_sees_only_describable_topics(rx_broker: Any) -> 
             while not pred():
                 m = c.poll(0.1)
                 if m is not None and m.error() is None:
-                    seen.append(m.value().decode())
+                    seen.append((m.value() or b"").decode())
                 assert time.monotonic() < deadline, f"timed out waiting for {what}: {seen}, {c.assignment()}"
 
         poll_until(lambda: len(seen) >= 3, 30, "rxa-a1's records")
@@ -187,3 +188,49 @@ def test_subscribed_names_need_describe(rx_broker: Any) -> None:
     body["subscribed_topic_names"] = ["rxa-a1"]
     r = call(b, "alice", 68, 1, body)
     assert r["error_code"] == 0 and r["member_epoch"] > 0, r
+
+
+def test_refresh_rules_in_process(tmp_path: Any) -> None:
+    """The resolution rules with the real ACL authorizer (no broker): no request context, no resolution; a refresh
+    is not redone before the interval even if an ACL changed, and is after it; a topic-set change makes it due."""
+    from types import SimpleNamespace
+
+    from tidelog.broker.group import consumer_regex
+    from tidelog.broker.group.consumer_model import ConsumerGroup, ConsumerMember
+    from tidelog.broker.security.acls import (
+        AclBinding,
+        AclOperation,
+        PatternType,
+        PermissionType,
+        ResourceType,
+    )
+    from tidelog.broker.security.authorizer import AclChanges, Authorizer, FileAclStore
+
+    changes = AclChanges()
+    auth = Authorizer(FileAclStore(tmp_path / "acls.json", changes), changes)
+
+    def allow(name: str, pt: PatternType) -> None:
+        assert auth.create([AclBinding(ResourceType.TOPIC, name, pt, "User:alice", "*", AclOperation.DESCRIBE,
+                                       PermissionType.ALLOW)]) == [None]
+
+    allow("u-a", PatternType.PREFIXED)
+    mgr: Any = SimpleNamespace(coordinator=SimpleNamespace(broker=SimpleNamespace(authorizer=auth)),
+                               topics_version=1, regex_refresh_ms=60_000, auth_context=None, _regex_matches={},
+                               _compiled=re.compile)
+    existing = {"u-a1": 1, "u-b1": 1, "other": 1}
+    g = ConsumerGroup("g")
+    g.members["m"] = ConsumerMember("m", subscribed_regex="u-.*")
+    assert consumer_regex.topics(mgr, g, "u-.*", existing) == () and not g.resolved  # no context: nothing
+    assert not consumer_regex.refresh(mgr, g, existing)
+    mgr.auth_context = ("User:alice", "127.0.0.1")
+    assert consumer_regex.refresh(mgr, g, existing) and g.resolved["u-.*"].topics == ("u-a1",)
+    allow("u-b1", PatternType.LITERAL)
+    assert not consumer_regex.refresh(mgr, g, existing)  # within the interval: not resolved again
+    assert g.resolved["u-.*"].topics == ("u-a1",)
+    g.regex_refreshed_ms -= 60_000  # the interval has passed
+    assert consumer_regex.refresh(mgr, g, existing) and g.resolved["u-.*"].topics == ("u-a1", "u-b1")
+    # a new topic: due at once (topic-set version), resolved with the current principal
+    existing["u-a2"] = 1
+    mgr.topics_version, mgr._regex_matches = 2, {}
+    mgr.auth_context = ("User:bob", "127.0.0.1")  # bob may describe nothing: the group's resolution empties
+    assert consumer_regex.refresh(mgr, g, existing) and g.resolved["u-.*"].topics == ()
