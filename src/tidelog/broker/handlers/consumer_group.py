@@ -3,7 +3,9 @@
 Adapters to :class:`tidelog.broker.group.consumer_group.ConsumerGroupManager` (``coordinator.consumer``). As Kafka's
 KafkaApis: READ on the group for a heartbeat (GROUP_AUTHORIZATION_FAILED), DESCRIBE on the group to describe it;
 subscribed topic names must all be describable (TOPIC_AUTHORIZATION_FAILED otherwise, Kafka 4's KAFKA-18813), and the
-topics a regex matches are filtered by the heartbeating principal's DESCRIBE rights (broker/group/consumer_regex.py).
+topics a regex matches are filtered by the heartbeating principal's DESCRIBE rights (broker/group/consumer_regex.py);
+a described group whose (target) assignments name a topic the caller may not describe is answered
+TOPIC_AUTHORIZATION_FAILED (KAFKA-18813).
 """
 
 from __future__ import annotations
@@ -57,6 +59,13 @@ async def consumer_group_heartbeat(ctx: RequestContext, request: dict) -> dict:
     return fit(CONSUMER_GROUP_HEARTBEAT, v, body)
 
 
+def _topics_describable(ctx: RequestContext, described: dict[str, Any]) -> bool:
+    """May the caller DESCRIBE every topic of the group's members' assignments and target assignments?"""
+    names = {tp["topic_name"] for m in described["members"] for a in (m["assignment"], m["target_assignment"])
+             for tp in a["topic_partitions"]}
+    return all(ctx.authorize(DESCRIBE, TOPIC, n) for n in names)
+
+
 @handles(CONSUMER_GROUP_DESCRIBE)
 async def consumer_group_describe(ctx: RequestContext, request: dict) -> dict:
     v = ctx.api_version
@@ -82,6 +91,12 @@ async def consumer_group_describe(ctx: RequestContext, request: dict) -> dict:
         d = coord.consumer.describe(gid, v)
         if d["error_code"] and gid in coord.groups and coord.groups[gid].members:
             d["error_message"] = f"Group {gid} is not a consumer group."
+        if auth is not None and not d["error_code"] and not _topics_describable(ctx, d):
+            # Kafka 4 (KAFKA-18813): a group whose assignments name a topic the caller may not describe is not shown
+            groups.append({"error_code": TOPIC_AUTHORIZATION_FAILED, "error_message": "Topic authorization failed.",
+                           "group_id": gid, "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
+                           "assignor_name": "", "members": []})
+            continue
         if request.get("include_authorized_operations"):
             d["authorized_operations"] = (ALL_GROUP_OPS if auth is None else
                                           auth.authorized_operations(ctx.principal, ctx.client_host, GROUP, gid))
