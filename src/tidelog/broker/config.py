@@ -295,6 +295,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("group.consumer.min.heartbeat.interval.ms", "5000", _pos_int),
         _key("group.consumer.max.heartbeat.interval.ms", "15000", _pos_int),
         _key("group.consumer.max.size", "2147483647", _pos_int),
+        _key("group.consumer.regex.refresh.interval.ms", "600000", _pos_int, "a group's regex subscriptions are "
+             "resolved again (with the heartbeating principal's DESCRIBE ACLs) at least this often; min 1000 here"),
         _key("group.consumer.assignors", "uniform", str, "server-side assignors: uniform, range (the first is the "
              "default)"),
         _key("group.consumer.migration.policy", "bidirectional", _migration_policy,

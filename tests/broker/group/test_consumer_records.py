@@ -162,7 +162,8 @@ def test_install_records_as_kafka_writes_them() -> None:
     from tidelog.broker.group.consumer_install import install
 
     topics = {TID_A: SimpleNamespace(name="orders", num_partitions=4, topic_id=TID_A)}  # TID_B: deleted
-    broker = SimpleNamespace(config=SimpleNamespace(props={}), group_configs=None, topics=SimpleNamespace(
+    broker = SimpleNamespace(config=SimpleNamespace(props={}), group_configs=None, authorizer=None,
+                             topics=SimpleNamespace(
         by_id=topics.get, all_topics=lambda: list(topics.values()),
         get=lambda name: next((t for t in topics.values() if t.name == name), None)))
     mgr = ConsumerGroupManager(SimpleNamespace(broker=broker, groups={}))  # type: ignore[arg-type]

@@ -292,7 +292,8 @@ def test_install_uses_the_replayed_resolution() -> None:
 
     topics = {TID_A: SimpleNamespace(name="rx-a", num_partitions=2, topic_id=TID_A),
               TID_B: SimpleNamespace(name="rx-b", num_partitions=1, topic_id=TID_B)}
-    broker = SimpleNamespace(config=SimpleNamespace(props={}), group_configs=None, topics=SimpleNamespace(
+    broker = SimpleNamespace(config=SimpleNamespace(props={}), group_configs=None, authorizer=None,
+                             topics=SimpleNamespace(
         by_id=topics.get, all_topics=lambda: list(topics.values()),
         get=lambda name: next((t for t in topics.values() if t.name == name), None)))
     mgr = ConsumerGroupManager(SimpleNamespace(broker=broker, groups={}))  # type: ignore[arg-type]

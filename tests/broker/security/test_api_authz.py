@@ -308,12 +308,16 @@ KAFKA_AUTHZ: dict[int, list[Case] | str] = {
         Case(4, lambda _u: {}, _group_listed, [Check(T_CLUSTER, DESCRIBE, "kafka-cluster", GROUP_AUTH)],
              "cluster"),
     ],
+    # KIP-848: READ on the group, then DESCRIBE on every subscribed topic name (Kafka 4, KAFKA-18813)
     ApiKey.CONSUMER_GROUP_HEARTBEAT: [Case(1, lambda _u: {
         "group_id": G, "member_id": "m", "member_epoch": 0, "rebalance_timeout_ms": 5000,
-        "subscribed_topic_names": ["t"], "topic_partitions": []}, lambda r: r["error_code"],
-        [Check(T_GROUP, READ, G, GROUP_AUTH)])],
+        "subscribed_topic_names": [T], "topic_partitions": []}, lambda r: r["error_code"],
+        [Check(T_GROUP, READ, G, GROUP_AUTH), Check(T_TOPIC, DESCRIBE, T, TOPIC_AUTH)])],
+    # ... and DESCRIBE on the topics of the group's assignments (KAFKA-18813): G has T assigned by then (the table
+    # runs in API key order: the heartbeat case above joined a member subscribed to T)
     ApiKey.CONSUMER_GROUP_DESCRIBE: [Case(1, lambda _u: {"group_ids": [G]}, lambda r: r["groups"][0]["error_code"],
-                                          [Check(T_GROUP, DESCRIBE, G, GROUP_AUTH)])],
+                                          [Check(T_GROUP, DESCRIBE, G, GROUP_AUTH),
+                                           Check(T_TOPIC, DESCRIBE, T, TOPIC_AUTH)])],
     # KIP-932 share groups: READ on the group, then (heartbeat) DESCRIBE on the subscribed topics, (fetch) READ on
     # each topic after the share session; an acknowledgement without a session fails on the session first
     ApiKey.SHARE_GROUP_HEARTBEAT: [Case(1, lambda _u: {

@@ -90,7 +90,9 @@ DEFAULTS = {
     "group.consumer.min.heartbeat.interval.ms": 5000,
     "group.consumer.max.heartbeat.interval.ms": 15000,
     "group.consumer.max.size": 2**31 - 1,
+    "group.consumer.regex.refresh.interval.ms": 600000,  # Kafka 4.1 (KAFKA-18961)
 }
+MIN_REGEX_REFRESH_MS = 1000
 
 def _regex(pattern: str) -> re.Pattern[str]:
     """KIP-848's RE2J syntax, read as Python's ``re`` (the common subset: classes, groups, alternation,
@@ -131,6 +133,10 @@ class ConsumerGroupManager:
         self._topics_at = 0.0
         self._regex_matches: dict[str, frozenset[str]] = {}
         self.topics_version = 0  # changes to the topic set seen (a regex resolution's Version, consumer_regex.py)
+        # a group's regexes are resolved again at least this often (ACL changes show then, consumer_regex.py)
+        self.regex_refresh_ms = max(_conf(props, "group.consumer.regex.refresh.interval.ms"), MIN_REGEX_REFRESH_MS)
+        # (principal, host) of the request being served: the regexes are resolved with its DESCRIBE rights
+        self.auth_context: tuple[str, str] | None = None
         self.store = ConsumerGroupStore(self)  # ConsumerGroup* records in __consumer_offsets
 
     def timeouts(self, group_id: str) -> tuple[int, int]:
@@ -184,6 +190,23 @@ class ConsumerGroupManager:
         members find the new coordinator and rejoin there)."""
         for gid in [gid for gid in self.groups if rec.partition_for(gid, num_partitions) == partition]:
             self.drop(gid)
+
+    def restore(self, group_id: str, written: dict[bytes, bytes] | None) -> None:
+        """A failed write rolled back (consumer_store.py): the group as its records last written make it, as a load
+        builds it (members, epochs, assignments, regex resolutions; session timers anew); a group never written is
+        dropped from memory (its creation undone)."""
+        from tidelog.broker.group import consumer_install  # it imports this module
+        from tidelog.broker.group.consumer_store import ConsumerReplay
+
+        g = self.groups.pop(group_id, None)
+        if g is not None:
+            for m in g.members.values():
+                m.cancel_timers()
+        if not written:
+            return
+        replay = ConsumerReplay()
+        replay.groups[group_id] = dict(written)
+        consumer_install.install(self, replay)
 
     def drop(self, group_id: str) -> None:
         g = self.groups.pop(group_id, None)
@@ -266,14 +289,19 @@ class ConsumerGroupManager:
 
     # ---------------------------------------------------------------------------------------- heartbeat
 
-    def heartbeat(self, version: int, req: dict[str, Any], client_id: str, client_host: str) -> dict[str, Any]:
+    def heartbeat(self, version: int, req: dict[str, Any], client_id: str, client_host: str,
+                  auth_context: tuple[str, str] | None = None) -> dict[str, Any]:
         """One ConsumerGroupHeartbeat; the response body (without throttle time). Raises nothing for client
-        errors: they are answered with the Kafka error code and message."""
+        errors: they are answered with the Kafka error code and message. ``auth_context`` (principal, host): the
+        regexes this heartbeat resolves keep only the topics that principal may DESCRIBE (consumer_regex.py)."""
+        self.auth_context = auth_context
         try:
             return self._heartbeat(version, req, client_id, client_host)
         except ConsumerGroupError as exc:
             return {"error_code": exc.code, "error_message": exc.message, "member_id": None, "member_epoch": -1,
                     "heartbeat_interval_ms": 0, "assignment": None}
+        finally:
+            self.auth_context = None
 
     def _validate(self, version: int, req: dict[str, Any]) -> None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid (v1: the member id is the client's)."""

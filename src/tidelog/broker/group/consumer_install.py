@@ -91,6 +91,10 @@ def install(mgr: ConsumerGroupManager, replayed: ConsumerReplay) -> int:
                     r = crec.decode_regex_value(vb)
                     g.resolved[regex] = r
                     mgr.topics_version = max(mgr.topics_version, r.version)
+                    # the group's last refresh: the oldest of its resolutions (the refresh interval counts from it)
+                    g.regex_version = r.version if g.regex_version < 0 else min(g.regex_version, r.version)
+                    g.regex_refreshed_ms = r.timestamp if not g.regex_refreshed_ms else min(g.regex_refreshed_ms,
+                                                                                            r.timestamp)
         except crec.SchemaError as exc:
             log.warning("skipping undecodable consumer group records", extra={"kv": {"group": gid, "error": str(exc)}})
             continue

@@ -92,6 +92,9 @@ class ConsumerGroup:
     # count of their changes (a change makes the store compare the whole group)
     resolved: dict[str, ResolvedRegex] = field(default_factory=dict)
     regex_changes: int = 0
+    # the last refresh of the regexes (consumer_regex.refresh): the topic-set version and wall time (ms) it used
+    regex_version: int = -1
+    regex_refreshed_ms: int = 0
 
     def state(self) -> str:
         """Kafka's ConsumerGroup states: Empty, Assigning, Reconciling, Stable."""

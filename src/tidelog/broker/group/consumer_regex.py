@@ -18,32 +18,53 @@ records, key type 16, :mod:`consumer_records`).
 metadata log; it writes a count of the changes to the topic set this coordinator has seen (raised at load to the
 largest version loaded, so it only grows on one coordinator). Kafka reads it only to decide whether to resolve
 again, which a tidelog-written version can at most make it do once more.
+
+*ACLs* (Kafka's ``GroupMetadataManager.refreshRegularExpressions`` / ``filterTopicDescribeAuthorizedTopics``, KAFKA-18813):
+with an authorizer, a resolution keeps only the matched topics the principal may DESCRIBE, so a member is never
+assigned a topic it could not see in Metadata. The principal is the one of the heartbeat that triggers the refresh
+(Kafka passes that request's context to the refresh): a group has one resolution per regex, so when members with
+different principals share a regex the topics are those the last refreshing member's principal may describe, for
+every member (as in Kafka). A refresh resolves all the group's regexes together and is due when a regex is new,
+the topic set changed (``topics_version``), or the last refresh is older than
+``group.consumer.regex.refresh.interval.ms`` (Kafka 4.1's KAFKA-18961 time-based refresh, default 10 minutes), so a
+topic an ACL makes visible later is assigned after that interval (a classic member's JoinGroup into the group
+refreshes with its principal too). Without a request context (a timer, a load) no refresh is made when an authorizer
+is on: an unresolved regex matches nothing until a heartbeat resolves it.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group.consumer_records import ResolvedRegex
+from tidelog.broker.security.acls import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     import re
 
     from tidelog.broker.group.consumer_model import ConsumerGroup
 
+# (principal, client host) of the request that triggers a resolution (Kafka's AuthorizableRequestContext)
+AuthContext = tuple[str, str]
+
 
 class RegexHost(Protocol):
     """What the resolution uses of the :class:`ConsumerGroupManager`."""
 
     topics_version: int
+    regex_refresh_ms: int
+    auth_context: AuthContext | None
     _regex_matches: dict[str, frozenset[str]]
+
+    @property
+    def coordinator(self) -> Any: ...
 
     def _compiled(self, pattern: str) -> re.Pattern[str]: ...
 
 
 def matches(mgr: RegexHost, regex: str, existing: dict[str, int]) -> frozenset[str]:
-    """The topics ``regex`` matches now (shared by all groups while the topic list is cached)."""
+    """The topics ``regex`` matches now, before any ACL (shared by all groups while the topic list is cached)."""
     matched = mgr._regex_matches.get(regex)
     if matched is None:
         rx = mgr._compiled(regex)
@@ -52,31 +73,63 @@ def matches(mgr: RegexHost, regex: str, existing: dict[str, int]) -> frozenset[s
     return matched
 
 
-def _resolve(mgr: RegexHost, g: ConsumerGroup, regex: str, existing: dict[str, int]) -> ResolvedRegex:
-    r = ResolvedRegex(tuple(sorted(matches(mgr, regex, existing))), mgr.topics_version, int(time.time() * 1000))
-    g.resolved[regex] = r
-    g.regex_changes += 1
-    return r
+def _describable(mgr: RegexHost, topics: frozenset[str]) -> frozenset[str] | None:
+    """The topics the current request's principal may DESCRIBE (all without an authorizer); None when an authorizer
+    is on and no request context is known (nothing can be resolved then)."""
+    auth = mgr.coordinator.broker.authorizer
+    if auth is None:
+        return topics
+    ctx = mgr.auth_context
+    if ctx is None:
+        return None
+    principal, host = ctx
+    return frozenset(t for t in topics
+                     if auth.authorize(principal, host, AclOperation.DESCRIBE, ResourceType.TOPIC, t))
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def topics(mgr: RegexHost, g: ConsumerGroup, regex: str, existing: dict[str, int]) -> tuple[str, ...]:
-    """The topics the group assigns for ``regex``: its resolution (made now if the group has none)."""
+    """The topics the group assigns for ``regex``: its resolution (made now if the group has none and the request
+    context allows it; else none)."""
     r = g.resolved.get(regex)
     if r is None:
-        r = _resolve(mgr, g, regex, existing)
+        allowed = _describable(mgr, matches(mgr, regex, existing))
+        if allowed is None:
+            return ()
+        r = g.resolved[regex] = ResolvedRegex(tuple(sorted(allowed)), mgr.topics_version, _now_ms())
+        g.regex_changes += 1
     return r.topics
 
 
 def refresh(mgr: RegexHost, g: ConsumerGroup, existing: dict[str, int]) -> bool:
-    """Resolve the group's regexes again and drop those no member uses; True when a resolution changed (its topics)
-    or was dropped."""
+    """Drop the resolutions no member uses and, when a refresh is due (a new regex, the topic set changed, or
+    ``group.consumer.regex.refresh.interval.ms`` since the last one), resolve all the group's regexes again with the
+    current request's principal; True when a resolution changed (its topics) or was dropped."""
     changed = prune(g)
-    for regex in {m.subscribed_regex for m in g.members.values() if m.subscribed_regex}:
+    used = {m.subscribed_regex for m in g.members.values() if m.subscribed_regex}
+    if not used:
+        return changed
+    now_ms = _now_ms()
+    due = (any(rx not in g.resolved for rx in used) or g.regex_version != mgr.topics_version
+           or now_ms - g.regex_refreshed_ms >= mgr.regex_refresh_ms)
+    if not due:
+        return changed
+    found = {rx: matches(mgr, rx, existing) for rx in used}
+    allowed = _describable(mgr, frozenset().union(*found.values()))
+    if allowed is None:
+        return changed
+    for regex, matched in found.items():
+        now = matched & allowed
         old = g.resolved.get(regex)
-        now = matches(mgr, regex, existing)
         if old is None or frozenset(old.topics) != now:
-            _resolve(mgr, g, regex, existing)
+            g.resolved[regex] = ResolvedRegex(tuple(sorted(now)), mgr.topics_version, now_ms)
+            g.regex_changes += 1
             changed = True
+    g.regex_version = mgr.topics_version
+    g.regex_refreshed_ms = now_ms
     return changed
 
 

@@ -9,9 +9,14 @@ with the ones last written for it and appends the difference as one batch throug
 epoch, current assignments with their KIP-1251 assignment epochs) and tombstones for the members gone (current
 assignment, target assignment, member subscription) and the regexes no member uses any more. Writes of one group
 are serialized (a lock per group), so the log's last record of every key is the latest state. The heartbeat is
-answered after its records are written; a failed write answers the append's error (NOT_COORDINATOR, ...) and the
-records stay due: the next persist of the group writes them. Kafka instead applies state only once written (its
-timeline snapshots roll a failed write back); tidelog keeps the in-memory state and rewrites it.
+answered after its records are written. A failed write is rolled back as Kafka's coordinator runtime reverts its
+timeline snapshots: the group is rebuilt from the records last written for it (as a load builds it; a group never
+written is dropped), so every in-memory change since the last successful write is undone and the member's next
+heartbeat recomputes; the request answers the error Kafka's ``CoordinatorOperationExceptionHelper`` maps the
+append's to (NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, UNKNOWN_TOPIC_OR_PARTITION: COORDINATOR_NOT_AVAILABLE;
+NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR: NOT_COORDINATOR; too large: UNKNOWN_SERVER_ERROR), and so does every
+request whose changes were rolled back with it (they were waiting for the group's lock). A group being converted
+from a classic one (its GroupMetadata tombstone pending) is not rolled back: its records stay due, as before.
 
 **Deleting.** DeleteGroups of a consumer group writes the tombstones of every record last written for it
 (:meth:`tombstones`: target assignment epoch and group epoch).
@@ -34,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group import consumer_records as crec
 from tidelog.broker.group.consumer_records import ConsumerKey, CurrentAssignment, MemberMetadata
+from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tidelog.broker.group.assignors import TopicPartition
@@ -106,7 +112,13 @@ class GroupManager(Protocol):
     @property
     def groups(self) -> Mapping[str, StoredGroup]: ...
 
+    def restore(self, group_id: str, written: dict[bytes, bytes] | None) -> None: ...
+
 NONE = 0
+# the offsets mapping of GroupCoordinator._append_error, turned into Kafka's new coordinator's
+# (CoordinatorOperationExceptionHelper.handleOperationException)
+_KIP848_ERRORS = {int(ErrorCode.REQUEST_TIMED_OUT): int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                  int(ErrorCode.INVALID_COMMIT_OFFSET_SIZE): int(ErrorCode.UNKNOWN_SERVER_ERROR)}
 Entries = list[tuple[bytes, bytes | None]]
 
 
@@ -226,6 +238,8 @@ class ConsumerGroupStore:
         self.prefix: dict[str, Entries] = {}
         # a downgrade's write (migration.py): its error code, awaited by the persist that follows the request
         self._converting: dict[str, asyncio.Future[int]] = {}
+        # failed writes rolled back per group: (count, error code); a persist that started before one answers it
+        self._rollbacks: dict[str, tuple[int, int]] = {}
 
     def converting(self, group_id: str) -> asyncio.Future[int]:
         """A future for the write of a downgrade of ``group_id`` (set to the append's error code): the
@@ -256,7 +270,11 @@ class ConsumerGroupStore:
         lock = self._locks.get(group_id)
         if lock is None:
             lock = self._locks[group_id] = asyncio.Lock()
+        rolled = self._rollbacks.get(group_id, (0, NONE))[0]
         async with lock:
+            rb = self._rollbacks.get(group_id)
+            if rb is not None and rb[0] != rolled:
+                return rb[1]  # this request's changes were undone with a failed write's
             g = self.manager.groups.get(group_id)
             if g is None:
                 conversion = self._converting.pop(group_id, None)  # downgraded: answer once that is written
@@ -270,9 +288,9 @@ class ConsumerGroupStore:
                 entries: Entries = [kv for kv in (sub, tgt, cur) if kv is not None and written.get(kv[0]) != kv[1]]
                 if not entries:
                     return NONE
-                err = await self._host._append(group_id, entries, offsets=False)
+                err = await self._append(group_id, entries)
                 if err:
-                    self._shape.pop(group_id, None)
+                    self._rollback(group_id, g, err)
                     return err
                 if self.manager.groups.get(group_id) is g and self.written.get(group_id) is written:
                     written.update((k, v) for k, v in entries if v is not None)
@@ -283,16 +301,34 @@ class ConsumerGroupStore:
             if not entries:
                 self._shape[group_id] = shape
                 return NONE
-            err = await self._host._append(group_id, entries, offsets=False)
+            err = await self._append(group_id, entries)
             if err:
-                if prefix:
+                if prefix:  # a conversion from a classic group: not rolled back, its records stay due
                     self.prefix.setdefault(group_id, prefix)
-                self._shape.pop(group_id, None)
+                    self._shape.pop(group_id, None)
+                else:
+                    self._rollback(group_id, g, err)
                 return err
             if self.manager.groups.get(group_id) is g:
                 self.written[group_id] = after
                 self._shape[group_id] = shape
             return NONE
+
+    async def _append(self, group_id: str, entries: Entries) -> int:
+        err = await self._host._append(group_id, entries, offsets=True)
+        return _KIP848_ERRORS.get(err, err)
+
+    def _rollback(self, group_id: str, g: StoredGroup, err: int) -> None:
+        """Undo every in-memory change of the group since its last successful write (Kafka's coordinator runtime
+        reverting to the last committed snapshot): it is rebuilt from the records last written."""
+        count = self._rollbacks.get(group_id, (0, NONE))[0] + 1
+        self._rollbacks[group_id] = (count, err)
+        self._shape.pop(group_id, None)
+        self._cache.pop(group_id, None)
+        if self.manager.groups.get(group_id) is g:
+            log.warning("consumer group write failed, state rolled back",
+                        extra={"kv": {"group": group_id, "error": err}})
+            self.manager.restore(group_id, self.written.get(group_id))
 
     def schedule(self, group_id: str) -> None:
         """Persist later (a timer removed a member: no request waits for the write)."""
@@ -321,6 +357,7 @@ class ConsumerGroupStore:
         return err
 
     def forget(self, group_id: str) -> None:
+        self._rollbacks.pop(group_id, None)
         self.written.pop(group_id, None)
         self.prefix.pop(group_id, None)
         self._locks.pop(group_id, None)

@@ -8,6 +8,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group import records as rec
+from tidelog.broker.group.consumer_expiry import expire_empty_groups
 from tidelog.broker.group.records import OffsetValue
 from tidelog.broker.group.replay import _materialize
 from tidelog.broker.group.state import Group, GroupState, Member
@@ -233,5 +234,7 @@ async def expire_offsets(self: OffsetsHost, now_ms: int) -> int:
         if expired:
             log.info("offsets expired", extra={"kv": {"group": g.group_id, "count": len(expired),
                                                       "group_removed": drop_group}})
+    # empty KIP-848 groups that have no offsets (left) are deleted too, as Kafka's cleanupGroupMetadata does
+    await expire_empty_groups(self)
     return removed
 

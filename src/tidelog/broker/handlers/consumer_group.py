@@ -2,8 +2,10 @@
 
 Adapters to :class:`tidelog.broker.group.consumer_group.ConsumerGroupManager` (``coordinator.consumer``). As Kafka's
 KafkaApis: READ on the group for a heartbeat (GROUP_AUTHORIZATION_FAILED), DESCRIBE on the group to describe it;
-heartbeat v1 with a topic regex needs no per-topic authorization here (Kafka filters the topics a regex matches by
-DESCRIBE; tidelog does not yet, see docs/decisions/0062-kip848-consumer-groups.md).
+subscribed topic names must all be describable (TOPIC_AUTHORIZATION_FAILED otherwise, Kafka 4's KAFKA-18813), and the
+topics a regex matches are filtered by the heartbeating principal's DESCRIBE rights (broker/group/consumer_regex.py);
+a described group whose (target) assignments name a topic the caller may not describe is answered
+TOPIC_AUTHORIZATION_FAILED (KAFKA-18813).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
 GROUP_AUTHORIZATION_FAILED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 READ, DESCRIBE = AclOperation.READ, AclOperation.DESCRIBE
-GROUP = ResourceType.GROUP
+GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
+TOPIC_AUTHORIZATION_FAILED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 # Kafka's authorized operations of a group without an authorizer: READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS,
 # ALTER_CONFIGS
 ALL_GROUP_OPS = sum(1 << op for op in (3, 6, 8))
@@ -43,13 +46,24 @@ async def consumer_group_heartbeat(ctx: RequestContext, request: dict) -> dict:
     if err:
         return fit(CONSUMER_GROUP_HEARTBEAT, v, _error(err))
     host = ("/" + ctx.client_host) if ctx.client_host else ""
-    body = coord.consumer.heartbeat(v, request, ctx.client_id or "", host)
+    names = request.get("subscribed_topic_names")
+    if names and ctx.broker.authorizer is not None and not all(ctx.authorize(DESCRIBE, TOPIC, n) for n in names):
+        # Kafka 4 (KAFKA-18813): every subscribed topic name must be describable
+        return fit(CONSUMER_GROUP_HEARTBEAT, v, _error(TOPIC_AUTHORIZATION_FAILED))
+    body = coord.consumer.heartbeat(v, request, ctx.client_id or "", host, (ctx.principal, ctx.client_host))
     if not body["error_code"]:  # the group's ConsumerGroup* records, written before the answer
         err = await coord.consumer.store.persist(group_id, body["member_id"])
         if err:
             body = _error(err)
     body["throttle_time_ms"] = 0
     return fit(CONSUMER_GROUP_HEARTBEAT, v, body)
+
+
+def _topics_describable(ctx: RequestContext, described: dict[str, Any]) -> bool:
+    """May the caller DESCRIBE every topic of the group's members' assignments and target assignments?"""
+    names = {tp["topic_name"] for m in described["members"] for a in (m["assignment"], m["target_assignment"])
+             for tp in a["topic_partitions"]}
+    return all(ctx.authorize(DESCRIBE, TOPIC, n) for n in names)
 
 
 @handles(CONSUMER_GROUP_DESCRIBE)
@@ -77,6 +91,12 @@ async def consumer_group_describe(ctx: RequestContext, request: dict) -> dict:
         d = coord.consumer.describe(gid, v)
         if d["error_code"] and gid in coord.groups and coord.groups[gid].members:
             d["error_message"] = f"Group {gid} is not a consumer group."
+        if auth is not None and not d["error_code"] and not _topics_describable(ctx, d):
+            # Kafka 4 (KAFKA-18813): a group whose assignments name a topic the caller may not describe is not shown
+            groups.append({"error_code": TOPIC_AUTHORIZATION_FAILED, "error_message": "Topic authorization failed.",
+                           "group_id": gid, "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
+                           "assignor_name": "", "members": []})
+            continue
         if request.get("include_authorized_operations"):
             d["authorized_operations"] = (ALL_GROUP_OPS if auth is None else
                                           auth.authorized_operations(ctx.principal, ctx.client_host, GROUP, gid))

@@ -262,10 +262,14 @@ async def _join_consumer_group(ctx: RequestContext, coord: GroupCoordinator, req
     if not coord.min_session_timeout_ms <= session <= coord.max_session_timeout_ms:
         return _join_error(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
     v = ctx.api_version
-    res = classic_in_consumer.join(
-        coord.consumer, gid, member_id, request.get("group_instance_id") if v >= 5 else None, _str(ctx.client_id),
-        "/" + ctx.client_host if ctx.client_host else "", session, rebalance, _str(request.get("protocol_type")),
-        protocols, require_known_member_id=v >= 4)
+    coord.consumer.auth_context = (ctx.principal, ctx.client_host)  # the group's regexes resolve with its rights
+    try:
+        res = classic_in_consumer.join(
+            coord.consumer, gid, member_id, request.get("group_instance_id") if v >= 5 else None,
+            _str(ctx.client_id), "/" + ctx.client_host if ctx.client_host else "", session, rebalance,
+            _str(request.get("protocol_type")), protocols, require_known_member_id=v >= 4)
+    finally:
+        coord.consumer.auth_context = None
     if not res["error_code"]:
         err = await coord.consumer.store.persist(gid)
         if err:
