@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 from helpers import RawClient
 
+from tidelog.errors import ErrorCode
+
 from .conftest import create_topic, wait_until
 from .test_consumer_protocol import FAST_CONSUMER_GROUPS
 
 HEARTBEAT, DESCRIBE, OFFSET_COMMIT, LIST_GROUPS = 68, 69, 8, 16
-GROUP_ID_NOT_FOUND = 69
+GROUP_ID_NOT_FOUND = ErrorCode.GROUP_ID_NOT_FOUND
 TOPIC = "expiry-t"
 
 

@@ -16,11 +16,13 @@ from typing import Any
 import pytest
 from helpers import RawClient
 
+from tidelog.errors import ErrorCode
+
 from .conftest import create_topic, produce_values, wait_until
 from .test_consumer_protocol import FAST_CONSUMER_GROUPS
 
 HEARTBEAT, DESCRIBE, METADATA, INCREMENTAL_ALTER_CONFIGS = 68, 69, 3, 44
-COORDINATOR_NOT_AVAILABLE = 15
+COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
 TOPIC = "rollback-t"
 
 

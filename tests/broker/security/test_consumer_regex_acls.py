@@ -31,10 +31,11 @@ from aclsupport import (
     sasl_port,
 )
 
+from tidelog.errors import ErrorCode
 from tidelog.records.batch import build_batch
 
 REFRESH_MS = 1500
-TOPIC_AUTHORIZATION_FAILED = 29
+TOPIC_AUTHORIZATION_FAILED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
 def _wait(pred: Any, timeout: float, what: str) -> Any:

@@ -17,19 +17,29 @@ tombstoned (the ConsumerGroup* records last written, and the holder's GroupMetad
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group import records as rec
-from tidelog.broker.group.state import GroupState
+from tidelog.broker.group.state import Group, GroupState
 from tidelog.broker.group.state import now_ms as _now_ms
 
 if TYPE_CHECKING:
-    from tidelog.broker.group.offsets import OffsetsHost
+    from tidelog.broker.group.consumer_group import ConsumerGroupManager
+
+
+class ExpiryHost(Protocol):
+    """What the expiry reads and calls of the group coordinator (``offsets.OffsetsHost`` has it)."""
+
+    groups: dict[str, Group]
+    consumer: ConsumerGroupManager
+
+    async def _append(self, group_id: str, entries: list[tuple[bytes, bytes | None]], *, offsets: bool = True,
+                      **kw: Any) -> int: ...
 
 log = logging.getLogger("tidelog.broker.group.consumer")
 
 
-async def expire_empty_groups(host: OffsetsHost) -> int:
+async def expire_empty_groups(host: ExpiryHost) -> int:
     """Delete the empty consumer groups left without committed offsets; how many were deleted."""
     mgr = host.consumer
     deleted = 0

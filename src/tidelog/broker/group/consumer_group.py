@@ -41,7 +41,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.group import consumer_regex, migration
+from tidelog.broker.group import consumer_install, consumer_regex, migration
 from tidelog.broker.group import records as rec
 from tidelog.broker.group.assignors import ASSIGNORS, MemberSubscription, TopicPartition
 from tidelog.broker.group.consumer_model import (
@@ -52,7 +52,7 @@ from tidelog.broker.group.consumer_model import (
     ConsumerGroupError,
     ConsumerMember,
 )
-from tidelog.broker.group.consumer_store import ConsumerGroupStore
+from tidelog.broker.group.consumer_store import ConsumerGroupStore, ConsumerReplay
 from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -195,9 +195,6 @@ class ConsumerGroupManager:
         """A failed write rolled back (consumer_store.py): the group as its records last written make it, as a load
         builds it (members, epochs, assignments, regex resolutions; session timers anew); a group never written is
         dropped from memory (its creation undone)."""
-        from tidelog.broker.group import consumer_install  # it imports this module
-        from tidelog.broker.group.consumer_store import ConsumerReplay
-
         g = self.groups.pop(group_id, None)
         if g is not None:
             for m in g.members.values():

@@ -3,18 +3,29 @@ the group manager, when a partition of the topic loads."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from tidelog.broker.group import consumer_records as crec
 from tidelog.broker.group.assignors import TopicPartition
-from tidelog.broker.group.consumer_group import ConsumerGroupManager
 from tidelog.broker.group.consumer_model import ConsumerGroup, ConsumerMember
-from tidelog.broker.group.consumer_store import ConsumerReplay, log
+from tidelog.broker.group.consumer_store import ConsumerGroupStore, ConsumerReplay, log
 from tidelog.broker.topic_model import TopicInfo
 
 
 class _TopicsById(Protocol):
     def by_id(self, topic_id: bytes) -> TopicInfo | None: ...
+
+
+class InstallHost(Protocol):
+    """What installing replayed groups reads and changes of the group manager (``ConsumerGroupManager``)."""
+
+    coordinator: Any  # its broker's topics resolve the records' topic ids
+    assignors: list[str]
+    groups: dict[str, ConsumerGroup]
+    topics_version: int
+    store: ConsumerGroupStore
+
+    def loaded_group(self, g: ConsumerGroup) -> None: ...
 
 
 class NamedPartitions:
@@ -40,7 +51,7 @@ class NamedPartitions:
         return out
 
 
-def install(mgr: ConsumerGroupManager, replayed: ConsumerReplay) -> int:
+def install(mgr: InstallHost, replayed: ConsumerReplay) -> int:
     """Build the replayed groups in ``mgr`` (on the loop); the number installed."""
     tps = NamedPartitions(mgr.coordinator.broker.topics)
     installed = 0
