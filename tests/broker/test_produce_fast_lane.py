@@ -31,6 +31,7 @@ from tidelog.broker.config import BrokerConfig
 from tidelog.node import build_broker
 from tidelog.protocol import codec
 from tidelog.records.batch import build_batch
+from tidelog.records.compression import CompressionType
 
 pytestmark = pytest.mark.skipif(srv._parse_produce is None, reason="tidelog.protocol._produce is not built")
 
@@ -144,7 +145,7 @@ def _logs(root: Path) -> dict[str, bytes]:
 def produce_requests(draw: Any) -> tuple[bytes, str, str]:
     version = draw(st.integers(3, 13))
     shape = draw(st.sampled_from(["one", "one", "one", "two_partitions", "two_topics", "txn_id", "txn_batch",
-                                  "tagged", "null_records", "empty_records"]))
+                                  "tagged", "null_records", "empty_records", "gzip"]))
     acks = draw(st.sampled_from([1, -1, 1, -1, 0, 2]))
     topic = draw(st.sampled_from(["t1", "t3", "small", "denied", "nope", "__consumer_offsets"]))
     partition = draw(st.integers(0, 3))
@@ -154,8 +155,11 @@ def produce_requests(draw: Any) -> tuple[bytes, str, str]:
     principal = draw(st.sampled_from(["User:ANONYMOUS", "User:mallory", "User:admin"]))
     values = draw(st.lists(st.binary(max_size=300), min_size=1, max_size=3))
     txn = shape == "txn_batch"
+    # "gzip": a compressed batch, whose worst case is validated on a worker before the append (produce_one's
+    # _append_all branch; an uncompressed one is appended inline)
     batch = build_batch([(None, v) for v in values], now_ms=NOW_MS, is_transactional=txn,
-                        producer_id=1000 if txn else -1, producer_epoch=0 if txn else -1, base_sequence=0 if txn else -1)
+                        producer_id=1000 if txn else -1, producer_epoch=0 if txn else -1, base_sequence=0 if txn else -1,
+                        compression=CompressionType.GZIP if shape == "gzip" else CompressionType.NONE)
     corrupt = draw(st.one_of(st.none(), st.integers(0, len(batch) - 1)))
     if corrupt is not None:
         flipped = bytearray(batch)

@@ -241,12 +241,22 @@ async def produce_one(ctx: RequestContext, acks: int, timeout_ms: int, name: str
     appended: dict[tuple[str, int], int] = {}
     results: dict[tuple[str, int], dict] = {}
     if pp is not None:
-        await _append_all(ctx, [pp], now_ms, _validation_cost(pp), broker.append_sequencer.busy((pp.name, index)),
-                          appended, results)
-    _record_produce_bytes(ctx)
-    done = await _wait_for_acks(ctx, acks, timeout_ms, appended, results,
-                                produce_one_body(name or "", pr, 0, topic_id))
-    return done if type(done) is DeferredResponse else pr
+        cost = _validation_cost(pp)
+        ordered = broker.append_sequencer.busy((pp.name, index))
+        if cost > INLINE_VALIDATION_NS or ordered:
+            await _append_all(ctx, [pp], now_ms, cost, ordered, appended, results)
+        else:  # the common case, _append_all's inline branch without its coroutine (issue 30, goal 3)
+            _append_one(ctx, pp, now_ms, appended, results)
+    if broker.client_quotas.enabled:
+        _record_produce_bytes(ctx)
+    # acks=-1 whose high watermark already covers the batch (one node, always; Kafka's tryCompleteElseWatch
+    # completes at once): answered now, without the response body a waiting produce needs (issue 30, goal 3)
+    if acks == -1 and appended and not _replicated(broker, appended):
+        done = await _wait_for_acks(ctx, acks, timeout_ms, appended, results,
+                                    produce_one_body(name or "", pr, 0, topic_id))
+        if type(done) is DeferredResponse:
+            return done
+    return pr
 
 
 def produce_one_body(name: str, pr: dict, throttle_ms: int, topic_id: bytes | None = None) -> dict:
