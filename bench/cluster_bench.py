@@ -929,6 +929,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--timeout", type=float, default=60.0, help="cap per load-generator run, seconds")
     ap.add_argument(
+        "--rf3-acks",
+        choices=["all", "1"],
+        default="all",
+        help="acks of the RF=3 runs (default all; 1 is a diagnostic: the copies without the acks=all coupling of "
+        "produce and follower rounds, issue 30)",
+    )
+    ap.add_argument(
         "--loadgen",
         choices=["rdkafka", "python"],
         default="rdkafka",
@@ -979,6 +986,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=1000.0, help=argparse.SUPPRESS)
     ap.add_argument("--config-json", default="{}", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.rf3_acks == "1":
+        CONFIGS["rf3"] = ("RF=3 acks=1", 3, "1", {"min.insync.replicas": "2"})
     if args.worker == "produce":
         return worker_produce(args)
     if args.worker == "failover-producer":
