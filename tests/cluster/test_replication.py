@@ -663,7 +663,7 @@ def test_replica_fetcher_counts_rounds_and_empty_answers(cluster: Any) -> None:
         assert 0 <= empty <= sent
         return sent, empty
 
-    sent0, empty0 = counts()
+    _sent0, empty0 = counts()
     # idle: the follower's long polls expire empty, one every replica.fetch.wait.max.ms
     cluster.wait_for("two expired long polls counted", lambda _md: counts()[1] >= empty0 + 2)
     sent1, empty1 = counts()
