@@ -346,7 +346,8 @@ def _replication_counts(before: dict[int, dict[str, float]], after: dict[int, di
 
 
 def bench_throughput(
-    cluster: Cluster, loadgen: Any, sizes: list[int], counts: dict[int, int], repeats: int, timeout: float
+    cluster: Cluster, loadgen: Any, sizes: list[int], counts: dict[int, int], repeats: int, timeout: float,
+    producer: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     runs: dict[str, dict[str, list[dict]]] = {str(s): {k: [] for k in CONFIGS} for s in sizes}
     metrics = _MetricsPorts(cluster)
@@ -364,7 +365,8 @@ def bench_throughput(
                 per0 = {bid: b.cpu_seconds() for bid, b in cluster.brokers.items()}
                 w0 = _broker_wakeups(cluster)
                 r0 = metrics.scrape()
-                res, run = loadgen.produce(cluster.bootstrap, topic, 1, size, acks, counts[size], timeout)
+                res, run = loadgen.produce(cluster.bootstrap, topic, 1, size, acks, counts[size], timeout,
+                                           **(producer or {}))
                 res.broker_cpu_s = cluster.cpu_seconds() - c0
                 # CPU of each broker in the run: the leader's and the followers' (the replicas that are not it)
                 per = {bid: b.cpu_seconds() - per0.get(bid, 0.0) for bid, b in cluster.brokers.items()}
@@ -929,6 +931,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--timeout", type=float, default=60.0, help="cap per load-generator run, seconds")
     ap.add_argument(
+        "--batch-kib", type=int, default=None,
+        help="the load generator's batch.size in KiB (default 64; rdkafka_performance only): with --linger-ms, "
+        "fewer produce requests and follower rounds for the same records (issue 30)",
+    )
+    ap.add_argument("--linger-ms", type=int, default=None, help="the load generator's linger.ms (default 5)")
+    ap.add_argument(
         "--rf3-acks",
         choices=["all", "1"],
         default="all",
@@ -1018,6 +1026,13 @@ def main(argv: list[str] | None = None) -> int:
             loadgen = PythonLoad()
             if args.loadgen == "rdkafka":
                 log("falling back to the Python load generator")
+    producer: dict[str, int] = {}
+    if args.batch_kib is not None:
+        producer["batch_size"] = args.batch_kib * 1024
+    if args.linger_ms is not None:
+        producer["linger_ms"] = args.linger_ms
+    if producer and isinstance(loadgen, PythonLoad):
+        ap.error("--batch-kib/--linger-ms need rdkafka_performance")
 
     runs_root = WORK / "runs"
     runs_root.mkdir(parents=True, exist_ok=True)
@@ -1062,6 +1077,7 @@ def main(argv: list[str] | None = None) -> int:
         "counts": counts,
         "repeats": repeats,
         "loadgen": getattr(loadgen, "name", None),
+        "producer": producer,
     }
     load0 = os.getloadavg()
     try:
@@ -1073,7 +1089,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if "throughput" in kinds:
             log(f"throughput: {loadgen.name}; messages per run {counts}; {repeats} alternating repeats")
-            out["throughput"] = bench_throughput(cluster, loadgen, sizes, counts, repeats, args.timeout)
+            out["throughput"] = bench_throughput(cluster, loadgen, sizes, counts, repeats, args.timeout, producer)
         if "failover" in kinds:
             log(
                 f"failover: {n_failovers} {'kill -9' if args.signal == 'kill' else 'SIGTERM'} of the leader, "
@@ -1120,7 +1136,8 @@ def main(argv: list[str] | None = None) -> int:
     if "throughput" in out:
         print(
             f"\nproduce throughput, 1 partition, same cluster, load generator {loadgen.name}; messages per run "
-            f"{counts}, no keys, linger.ms=5, batch.size=64 KiB, idempotence off; median of {repeats} runs per "
+            f"{counts}, no keys, linger.ms={producer.get('linger_ms', 5)}, batch.size="
+            f"{producer.get('batch_size', 65536) // 1024} KiB, idempotence off; median of {repeats} runs per "
             f"cell, alternating RF=1, RF=3, RF=1, RF=3 ...; each run on a fresh topic; cpu s = median CPU "
             f"seconds per run of the 3 brokers / the load generator / the rest of the machine\n"
         )
