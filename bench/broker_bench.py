@@ -146,6 +146,7 @@ class RdkafkaPerf:
         timeout: float,
         rate: float = 0.0,
         linger_ms: int = 5,
+        batch_size: int = 65536,
     ) -> tuple[Result, Run]:
         cmd = [
             str(self.binary),
@@ -165,7 +166,7 @@ class RdkafkaPerf:
             "-X",
             f"linger.ms={linger_ms}",
             "-X",
-            "batch.size=65536",
+            f"batch.size={batch_size}",
             "-X",
             f"enable.idempotence={_idempotence(acks)}",
             "-X",

@@ -23,6 +23,7 @@ results.json kept). Every process started here is killed at the end, on Ctrl-C a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -263,10 +265,92 @@ def _broker_wakeups(cluster: Cluster) -> dict[int, int]:
     return {bid: wakeups(b.proc.pid) for bid, b in cluster.brokers.items() if b.running and b.proc is not None}
 
 
+def _listening_ports(pid: int) -> set[int]:
+    """TCP ports ``pid`` listens on (its socket inodes matched against /proc/net/tcp's LISTEN rows)."""
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        ports = set()
+        for table in ("tcp", "tcp6"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/net/{table}") as f:
+                for line in f.readlines()[1:]:
+                    cols = line.split()
+                    if cols[3] == "0A" and cols[9] in inodes:
+                        ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    except OSError:
+        return set()
+    return ports
+
+
+def _scrape(port: int) -> dict[str, float]:
+    """The replication series of one broker's /metrics: its Fetch requests handled (the followers' fetches, on a
+    leader) and its replica fetchers' requests and empty answers, keyed by name and source broker."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except (OSError, ValueError):
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith('tidelog_requests_total{api="Fetch"}'):
+            out["fetch"] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith(("tidelog_replica_fetcher_requests{", "tidelog_replica_fetcher_empty_responses{")):
+            name = "fetcher_requests" if "_requests{" in line else "fetcher_empty"
+            source = line.split('source="', 1)[1].split('"', 1)[0]
+            key = f"{name}:{source}"
+            out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+class _MetricsPorts:
+    """Each broker's metrics port (``tidelog.metrics.listener=127.0.0.1:0``: any free port, found from /proc as
+    the broker's listening port that is not its Kafka port), looked up again after a restart."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.ports: dict[tuple[int, int], int] = {}
+
+    def scrape(self) -> dict[int, dict[str, float]]:
+        out = {}
+        for bid, b in self.cluster.brokers.items():
+            if not b.running or b.proc is None:
+                continue
+            key = (bid, b.proc.pid)
+            if key not in self.ports:
+                others = _listening_ports(b.proc.pid) - {b.port}
+                if len(others) != 1:
+                    continue
+                self.ports[key] = others.pop()
+            out[bid] = _scrape(self.ports[key])
+        return out
+
+
+def _replication_counts(before: dict[int, dict[str, float]], after: dict[int, dict[str, float]], leader: int,
+                        followers: list[int]) -> dict[str, Any]:
+    """Follower fetch rounds of one run: the Fetch requests the leader handled, and per follower the requests
+    its fetcher sent to the leader and the answers that carried no records (None where a revision has no such
+    series)."""
+    def delta(bid: int, key: str) -> float | None:
+        a, b = after.get(bid, {}).get(key), before.get(bid, {}).get(key, 0.0)
+        return None if a is None else a - b
+
+    return {
+        "leader_fetches": delta(leader, "fetch"),
+        "follower_rounds": [delta(f, f"fetcher_requests:{leader}") for f in followers],
+        "follower_empty": [delta(f, f"fetcher_empty:{leader}") for f in followers],
+    }
+
+
 def bench_throughput(
-    cluster: Cluster, loadgen: Any, sizes: list[int], counts: dict[int, int], repeats: int, timeout: float
+    cluster: Cluster, loadgen: Any, sizes: list[int], counts: dict[int, int], repeats: int, timeout: float,
+    producer: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     runs: dict[str, dict[str, list[dict]]] = {str(s): {k: [] for k in CONFIGS} for s in sizes}
+    metrics = _MetricsPorts(cluster)
     # warm-up (not recorded): first connections, imports on the brokers' first produce/replication paths
     for key, (_label, rf, acks, cfg) in CONFIGS.items():
         topic = f"warmup-{key}"
@@ -280,7 +364,9 @@ def bench_throughput(
                 c0, m0 = cluster.cpu_seconds(), machine_busy_seconds()
                 per0 = {bid: b.cpu_seconds() for bid, b in cluster.brokers.items()}
                 w0 = _broker_wakeups(cluster)
-                res, run = loadgen.produce(cluster.bootstrap, topic, 1, size, acks, counts[size], timeout)
+                r0 = metrics.scrape()
+                res, run = loadgen.produce(cluster.bootstrap, topic, 1, size, acks, counts[size], timeout,
+                                           **(producer or {}))
                 res.broker_cpu_s = cluster.cpu_seconds() - c0
                 # CPU of each broker in the run: the leader's and the followers' (the replicas that are not it)
                 per = {bid: b.cpu_seconds() - per0.get(bid, 0.0) for bid, b in cluster.brokers.items()}
@@ -289,6 +375,8 @@ def bench_throughput(
                 woke = {bid: n - w0.get(bid, 0) for bid, n in _broker_wakeups(cluster).items()}
                 res.extra["leader_wakeups"] = woke.get(state.leader, 0)
                 res.extra["follower_wakeups"] = [woke[r] for r in state.isr if r != state.leader and r in woke]
+                res.extra["replication"] = _replication_counts(
+                    r0, metrics.scrape(), state.leader, [r for r in state.isr if r != state.leader])
                 res.extra["other_cpu_s"] = max(
                     0.0, machine_busy_seconds() - m0 - res.broker_cpu_s - res.loadgen_cpu_s
                 )
@@ -353,6 +441,25 @@ def _per_record(rs: list[dict], what: str) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def _rounds(rs: list[dict]) -> str:
+    """Fetch rounds of one follower per 1,000 produced records (median of the runs, mean of the followers), and
+    in brackets those whose answer carried no records: one round per produced batch is the protocol's floor
+    with ``replica.fetch.min.bytes=1``; many empty rounds would mean a fetcher that spins."""
+    rounds, empty = [], []
+    for r in rs:
+        rep = r["extra"].get("replication") or {}
+        fr = [v for v in rep.get("follower_rounds") or () if v is not None]
+        fe = [v for v in rep.get("follower_empty") or () if v is not None]
+        if r["msgs"] > 0 and fr:
+            rounds.append(sum(fr) / len(fr) / r["msgs"] * 1e3)
+        if r["msgs"] > 0 and fe:
+            empty.append(sum(fe) / len(fe) / r["msgs"] * 1e3)
+    if not rounds:
+        return "-"
+    e = f" ({statistics.median(empty):.2f})" if empty else ""
+    return f"{statistics.median(rounds):.2f}{e}"
+
+
 def cpu_ratio_table(runs: dict[str, Any]) -> str:
     """Issue 30 goal 1: a follower's CPU per replicated record against the leader's (<= 0.5x), and the RF=3
     cluster's CPU per record against the one broker of RF=1 (<= 3x). Medians over the runs of CPU seconds per
@@ -366,6 +473,7 @@ def cpu_ratio_table(runs: dict[str, Any]) -> str:
         "follower/leader (goal <= 0.5)",
         "cluster/RF=1 (goal <= 3)",
         "wake-ups/1k rec RF=1 / leader / follower",
+        "follower fetches/1k rec (empty)",
     ]
     rows = []
     for size, by in runs.items():
@@ -382,6 +490,7 @@ def cpu_ratio_table(runs: dict[str, Any]) -> str:
             f"{fol / lead:.2f}x" if fol and lead else "-",
             f"{clu / one:.2f}x" if clu and one else "-",
             " / ".join("-" if w is None else f"{w * 1e3:.1f}" for w in wakes),
+            _rounds(by["rf3"]),
         ])
     return _render(header, rows)
 
@@ -822,6 +931,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--timeout", type=float, default=60.0, help="cap per load-generator run, seconds")
     ap.add_argument(
+        "--batch-kib", type=int, default=None,
+        help="the load generator's batch.size in KiB (default 64; rdkafka_performance only): with --linger-ms, "
+        "fewer produce requests and follower rounds for the same records (issue 30)",
+    )
+    ap.add_argument("--linger-ms", type=int, default=None, help="the load generator's linger.ms (default 5)")
+    ap.add_argument(
+        "--rf3-acks",
+        choices=["all", "1"],
+        default="all",
+        help="acks of the RF=3 runs (default all; 1 is a diagnostic: the copies without the acks=all coupling of "
+        "produce and follower rounds, issue 30)",
+    )
+    ap.add_argument(
         "--loadgen",
         choices=["rdkafka", "python"],
         default="rdkafka",
@@ -872,6 +994,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=1000.0, help=argparse.SUPPRESS)
     ap.add_argument("--config-json", default="{}", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.rf3_acks == "1":
+        CONFIGS["rf3"] = ("RF=3 acks=1", 3, "1", {"min.insync.replicas": "2"})
     if args.worker == "produce":
         return worker_produce(args)
     if args.worker == "failover-producer":
@@ -902,6 +1026,13 @@ def main(argv: list[str] | None = None) -> int:
             loadgen = PythonLoad()
             if args.loadgen == "rdkafka":
                 log("falling back to the Python load generator")
+    producer: dict[str, int] = {}
+    if args.batch_kib is not None:
+        producer["batch_size"] = args.batch_kib * 1024
+    if args.linger_ms is not None:
+        producer["linger_ms"] = args.linger_ms
+    if producer and isinstance(loadgen, PythonLoad):
+        ap.error("--batch-kib/--linger-ms need rdkafka_performance")
 
     runs_root = WORK / "runs"
     runs_root.mkdir(parents=True, exist_ok=True)
@@ -920,6 +1051,8 @@ def main(argv: list[str] | None = None) -> int:
         "auto.create.topics.enable": "false",
         # leaderships stay where failures put them; the periodic rebalance would move them mid-measurement
         "auto.leader.rebalance.enable": "false",
+        # metrics on any free port: the follower fetch rounds per run are read from them (issue 30)
+        "tidelog.metrics.listener": "127.0.0.1:0",
     }
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored
     for kv in args.broker_config:
@@ -944,6 +1077,7 @@ def main(argv: list[str] | None = None) -> int:
         "counts": counts,
         "repeats": repeats,
         "loadgen": getattr(loadgen, "name", None),
+        "producer": producer,
     }
     load0 = os.getloadavg()
     try:
@@ -955,7 +1089,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if "throughput" in kinds:
             log(f"throughput: {loadgen.name}; messages per run {counts}; {repeats} alternating repeats")
-            out["throughput"] = bench_throughput(cluster, loadgen, sizes, counts, repeats, args.timeout)
+            out["throughput"] = bench_throughput(cluster, loadgen, sizes, counts, repeats, args.timeout, producer)
         if "failover" in kinds:
             log(
                 f"failover: {n_failovers} {'kill -9' if args.signal == 'kill' else 'SIGTERM'} of the leader, "
@@ -1002,7 +1136,8 @@ def main(argv: list[str] | None = None) -> int:
     if "throughput" in out:
         print(
             f"\nproduce throughput, 1 partition, same cluster, load generator {loadgen.name}; messages per run "
-            f"{counts}, no keys, linger.ms=5, batch.size=64 KiB, idempotence off; median of {repeats} runs per "
+            f"{counts}, no keys, linger.ms={producer.get('linger_ms', 5)}, batch.size="
+            f"{producer.get('batch_size', 65536) // 1024} KiB, idempotence off; median of {repeats} runs per "
             f"cell, alternating RF=1, RF=3, RF=1, RF=3 ...; each run on a fresh topic; cpu s = median CPU "
             f"seconds per run of the 3 brokers / the load generator / the rest of the machine\n"
         )

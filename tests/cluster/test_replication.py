@@ -645,6 +645,37 @@ def test_replication_metrics(cluster: Any) -> None:
     assert _metric(_metrics(lb), "tidelog_replica_follower_lag_messages", topic=topic, follower=str(follower)) == 0
 
 
+def test_replica_fetcher_counts_rounds_and_empty_answers(cluster: Any) -> None:
+    """/metrics of a follower (issue 30): its fetcher's requests to the leader and, of their answers, those that
+    carried no records. A long poll that expires (``replica.fetch.wait.max.ms``, 500 ms) is an empty answer; an
+    answer with the produced records is not one."""
+    _all_up(cluster)
+    topic = f"rounds-{uuid.uuid4().hex[:8]}"
+    _create(cluster, topic)
+    leader = _state(cluster, topic).leader
+    fb = cluster.brokers[next(b for b in cluster.brokers if b != leader)]
+
+    def counts() -> tuple[float, float]:
+        text = _metrics(fb)
+        sent = _metric(text, "tidelog_replica_fetcher_requests", source=str(leader))
+        empty = _metric(text, "tidelog_replica_fetcher_empty_responses", source=str(leader))
+        assert sent is not None and empty is not None
+        assert 0 <= empty <= sent
+        return sent, empty
+
+    _sent0, empty0 = counts()
+    # idle: the follower's long polls expire empty, one every replica.fetch.wait.max.ms
+    cluster.wait_for("two expired long polls counted", lambda _md: counts()[1] >= empty0 + 2)
+    sent1, empty1 = counts()
+    prod = _producer(cluster)
+    for i in range(20):
+        prod.produce(topic, f"r{i}".encode(), partition=0)
+    assert prod.flush(60) == 0  # acks=all: the follower (in the ISR) fetched the records before the answer
+    sent2, empty2 = counts()
+    assert sent2 - sent1 >= 1
+    assert (sent2 - empty2) - (sent1 - empty1) >= 1  # at least one answer with records, not counted empty
+
+
 def test_new_leader_deduplicates_retried_idempotent_batches(cluster: Any) -> None:
     """A new leader knows the producers' last sequences from the log it replicated (follower appends rebuild
     producer state): a batch retried after the failover gets its original offset instead of a second copy, a

@@ -101,6 +101,7 @@ class ReplicaFetcher:
         self._stopped = False
         self.task: asyncio.Task | None = None
         self.rounds = 0  # Fetch requests sent (tests and metrics)
+        self.empty_rounds = 0  # answers that carried no records for any partition (issue 30: is the fetcher spinning?)
         self.session = FollowerSessionState()  # KIP-227 (reset with the connection)
 
     # -- membership (called on the loop by ReplicaFetcherManager) --------------------------------------------
@@ -300,6 +301,7 @@ class ReplicaFetcher:
             return
         if code:
             raise _FetchError(f"fetch error {code}")
+        carried = False
         for t in resp.get("responses") or ():
             name = t.get("topic")
             for part in t.get("partitions") or ():
@@ -308,6 +310,8 @@ class ReplicaFetcher:
                 if sent_entry is None or self.partitions.get(tp) is not sent_entry[0]:
                     continue  # removed (or a new term) while the answer was on its way
                 st, offset = sent_entry
+                if part.get("records"):
+                    carried = True
                 try:
                     self._process(st, offset, part)
                 except RecordError as exc:
@@ -324,6 +328,8 @@ class ReplicaFetcher:
                                                              "leader": self.source, "error": repr(exc)}})
                     st.truncating, st.ask_epoch = True, None
                     self._back_off(st, repr(exc))
+        if not carried:
+            self.empty_rounds += 1
 
     def _process(self, st: FetchState, fetch_offset: int, part: dict) -> None:
         """One partition of a Fetch answer."""

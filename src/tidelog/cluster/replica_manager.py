@@ -437,6 +437,9 @@ class ZkReplicaManager(ZkSession, ZkWatches, MetadataCache, IsrTracking, Control
                          "follows (one Fetch carries them all)", labels, float(len(fetcher.partitions))))
             rows.append(("tidelog_replica_fetcher_requests", "Fetch requests sent by the replica fetcher of a "
                          "source broker since it started", labels, float(fetcher.rounds)))
+            rows.append(("tidelog_replica_fetcher_empty_responses", "Fetch answers to the replica fetcher of a "
+                         "source broker that carried no records (a long poll that expired, an HW-only or error "
+                         "answer)", labels, float(fetcher.empty_rounds)))
         return [
             ("tidelog_replicamanager_under_replicated_partitions", "Partitions led here with an ISR smaller than "
              "the replica set", {}, float(under)),
