@@ -1,17 +1,25 @@
-"""Share group vs classic consumer: consume throughput of 100-byte records on one partition (issue 27).
+"""Share group vs classic consumer: sustained consume throughput of 100-byte records on one partition (issue 27).
 
 One ``tidelog serve`` (``share.auto.offset.reset=earliest``); a one-partition topic preloaded with ``--records``
-100-byte records; then, side by side in one run, in this process:
+100-byte records (default 1,000,000: enough that both consumers are measured well past what librdkafka prefetches
+while it joins its group); then, side by side in one run, in this process, ``--rounds`` times in alternating order
+(classic first in odd rounds, share first in even ones), each consumer in a new group of its own:
 
-* ``classic``: a confluent-kafka ``Consumer`` (classic group, ``auto.offset.reset=earliest``) reads them all;
+* ``classic``: a confluent-kafka ``Consumer`` (classic group, ``auto.offset.reset=earliest``,
+  ``fetch.queue.backoff.ms`` 20: with librdkafka's 1 s default a full prefetch queue makes the consumer pause a
+  whole second, which caps it far below the broker's rate; the KIP-848 bench sets it for the same reason);
 * ``share``: a confluent-kafka ``ShareConsumer`` (implicit acknowledgement: every poll accepts the previous poll's
-  records, piggy-backed on the next ShareFetch; ``max.poll.records`` ``--max-records``) reads them all.
+  records, piggy-backed on the next ShareFetch; ``max.poll.records`` ``--max-records``).
 
-Each is timed from its first record to its last (group join excluded). Prints records/s of each and share/classic.
+Each is timed from its first record to its last (group join excluded). Per round it prints records/s and the
+broker's CPU seconds per 1,000 records (the broker's process tree, ``/proc``), which tells whether the broker or the
+client is the limit: a consumer that leaves the broker idle (low CPU per record at a low rate) waits on itself or
+on round trips. The summary is the best round of each (interference on a shared machine only lowers a rate) and
+share/classic.
 
 Usage::
 
-    .venv/bin/python bench/share_bench.py [--records 200000] [--max-records 2000]
+    .venv/bin/python bench/share_bench.py [--records 1000000] [--max-records 2000] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -30,11 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers import BROKERS, free_port
 
 
-def _classic(bootstrap: str, topic: str, n: int) -> float:
+def _classic(bootstrap: str, topic: str, n: int, on_first: Callable[[], None]) -> float:
     from confluent_kafka import Consumer
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "classic-" + uuid.uuid4().hex[:6],
-                  "auto.offset.reset": "earliest", "enable.auto.commit": True})
+                  "auto.offset.reset": "earliest", "enable.auto.commit": True,
+                  "fetch.queue.backoff.ms": 20})
     c.subscribe([topic])
     got, t0 = 0, 0.0
     try:
@@ -42,13 +52,14 @@ def _classic(bootstrap: str, topic: str, n: int) -> float:
             msgs = c.consume(1000, 1.0)
             if msgs and not t0:
                 t0 = time.perf_counter()
+                on_first()
             got += sum(1 for m in msgs if m.error() is None)
         return got / (time.perf_counter() - t0)
     finally:
         c.close()
 
 
-def _share(bootstrap: str, topic: str, n: int, max_records: int) -> float:
+def _share(bootstrap: str, topic: str, n: int, max_records: int, on_first: Callable[[], None]) -> float:
     from confluent_kafka import ShareConsumer
 
     c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "share-" + uuid.uuid4().hex[:6],
@@ -60,6 +71,7 @@ def _share(bootstrap: str, topic: str, n: int, max_records: int) -> float:
             msgs = c.poll(1.0)
             if len(msgs) and not t0:
                 t0 = time.perf_counter()
+                on_first()
             got += sum(1 for m in msgs if m.error() is None)
         rate = got / (time.perf_counter() - t0)
         c.commit_sync(30)
@@ -68,10 +80,23 @@ def _share(bootstrap: str, topic: str, n: int, max_records: int) -> float:
         c.close()
 
 
+def _measure(broker: object, run: Callable[[Callable[[], None]], float], n: int) -> tuple[float, float]:
+    """(records/s, broker CPU ms per 1,000 records) of one consumer run, CPU counted from its first record."""
+    cpu0 = [0.0]
+
+    def first() -> None:
+        cpu0[0] = broker.cpu_seconds()  # type: ignore[attr-defined]
+
+    rate = run(first)
+    cpu = broker.cpu_seconds() - cpu0[0]  # type: ignore[attr-defined]
+    return rate, cpu * 1000.0 / n * 1000.0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--max-records", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     os.environ.setdefault("TIDELOG_SERVE_ARGS", "-o share.auto.offset.reset=earliest")
     root = Path(tempfile.mkdtemp(prefix="sharebench-"))
@@ -80,6 +105,7 @@ def main() -> None:
     if why:
         raise SystemExit(why)
     broker.start()
+    rows: list[tuple[int, str, float, float]] = []
     try:
         from confluent_kafka import Producer
 
@@ -95,16 +121,33 @@ def main() -> None:
                 except BufferError:
                     p.poll(0.05)
         p.flush(120)
-        classic = _classic(broker.bootstrap, topic, args.records)
-        share = _share(broker.bootstrap, topic, args.records, args.max_records)
+        del p  # closed before the broker stops
+        bs, n = broker.bootstrap, args.records
+        runs: dict[str, Callable[[Callable[[], None]], float]] = {
+            "classic": lambda f: _classic(bs, topic, n, f),
+            "share": lambda f: _share(bs, topic, n, args.max_records, f),
+        }
+        for r in range(1, args.rounds + 1):
+            order = ["classic", "share"] if r % 2 else ["share", "classic"]
+            for name in order:
+                rate, cpu_ms = _measure(broker, runs[name], n)
+                rows.append((r, name, rate, cpu_ms))
+                print(f"round {r} {name:8s} {rate:>12,.0f} rec/s  broker {cpu_ms:6.1f} ms CPU / 1000 records",
+                      flush=True)
     finally:
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)
-    print(f"\n{args.records} records of 100 B on one partition; share max.poll.records {args.max_records}\n")
-    print("| consumer | records/s | vs classic |")
-    print("|---|---|---|")
-    print(f"| classic Consumer | {classic:,.0f} | 1.00 |")
-    print(f"| ShareConsumer (implicit acks) | {share:,.0f} | {share / classic:.2f} |")
+    best = {name: max(rows_of, key=lambda x: x[2]) for name in ("classic", "share")
+            for rows_of in [[x for x in rows if x[1] == name]]}
+    load = os.getloadavg()
+    print(f"\n{args.records:,} records of 100 B on one partition; share max.poll.records {args.max_records}; "
+          f"best of {args.rounds} rounds; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n")
+    print("| consumer | records/s (best) | rounds | broker CPU ms / 1000 rec | vs classic |")
+    print("|---|---|---|---|---|")
+    c_rate = best["classic"][2]
+    for name, label in (("classic", "classic Consumer"), ("share", "ShareConsumer (implicit acks)")):
+        each = ", ".join(f"{x[2] / 1000:,.0f}k" for x in rows if x[1] == name)
+        print(f"| {label} | {best[name][2]:,.0f} | {each} | {best[name][3]:.2f} | {best[name][2] / c_rate:.2f} |")
 
 
 if __name__ == "__main__":
