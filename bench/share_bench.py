@@ -17,9 +17,13 @@ client is the limit: a consumer that leaves the broker idle (low CPU per record 
 on round trips. The summary is the best round of each (interference on a shared machine only lowers a rate) and
 share/classic.
 
+With ``--java`` the same two with the Java 4.3 client (``bench/ShareBench.java``, compiled against the kafka-clients
+4.3 jars ``tests/java/jars4.py`` provisions): ``KafkaConsumer`` (``group.protocol=classic``) and ``KafkaShareConsumer``
+(implicit acknowledgement), each in a JVM of its own; a Java row's ratio is against the Java classic consumer.
+
 Usage::
 
-    .venv/bin/python bench/share_bench.py [--records 1000000] [--max-records 2000] [--rounds 3]
+    .venv/bin/python bench/share_bench.py [--records 1000000] [--max-records 2000] [--rounds 3] [--java]
 """
 
 from __future__ import annotations
@@ -80,6 +84,40 @@ def _share(bootstrap: str, topic: str, n: int, max_records: int, on_first: Calla
         c.close()
 
 
+def _java_classpath() -> str:
+    """Compile ShareBench.java against kafka-clients 4.3 (the jars tests/java/jars4.py provisions)."""
+    import subprocess
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "java"))
+    from jars4 import JARS, jars4
+
+    jars = jars4()
+    cp = os.pathsep.join(str(jars / j) for j in JARS)
+    out = Path(tempfile.mkdtemp(prefix="sharebench-java-"))
+    subprocess.run(["javac", "-d", str(out), "-cp", cp, str(Path(__file__).with_name("ShareBench.java"))],
+                   check=True, timeout=180)
+    return os.pathsep.join([str(out), cp])
+
+
+def _java(classpath: str, mode: str, bootstrap: str, topic: str, n: int, max_records: int,
+          on_first: Callable[[], None]) -> float:
+    """One Java 4.3 consumer (ShareBench.java): records/s from its first record to its last."""
+    import subprocess
+
+    proc = subprocess.Popen(["java", "-XX:+UseSerialGC", "-Dslf4j.internal.verbosity=ERROR", "-cp", classpath, "ShareBench", mode, bootstrap, topic,
+                             str(n), str(max_records)], stdout=subprocess.PIPE, text=True)
+    rate = 0.0
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("first"):
+            on_first()
+        elif line.startswith("rate "):
+            rate = float(line.split()[1])
+    if proc.wait(120) != 0 or not rate:
+        raise SystemExit(f"ShareBench.java {mode} failed (exit {proc.returncode})")
+    return rate
+
+
 def _measure(broker: object, run: Callable[[Callable[[], None]], float], n: int) -> tuple[float, float]:
     """(records/s, broker CPU ms per 1,000 records) of one consumer run, CPU counted from its first record."""
     cpu0 = [0.0]
@@ -97,6 +135,8 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--max-records", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--java", action="store_true",
+                    help="also the Java 4.3 KafkaConsumer (classic) and KafkaShareConsumer (tests/java's jars)")
     args = ap.parse_args()
     os.environ.setdefault("TIDELOG_SERVE_ARGS", "-o share.auto.offset.reset=earliest")
     root = Path(tempfile.mkdtemp(prefix="sharebench-"))
@@ -127,27 +167,34 @@ def main() -> None:
             "classic": lambda f: _classic(bs, topic, n, f),
             "share": lambda f: _share(bs, topic, n, args.max_records, f),
         }
+        if args.java:
+            cp = _java_classpath()
+            runs["java-classic"] = lambda f: _java(cp, "classic", bs, topic, n, args.max_records, f)
+            runs["java-share"] = lambda f: _java(cp, "share", bs, topic, n, args.max_records, f)
         for r in range(1, args.rounds + 1):
-            order = ["classic", "share"] if r % 2 else ["share", "classic"]
+            order = list(runs) if r % 2 else list(reversed(runs))
             for name in order:
                 rate, cpu_ms = _measure(broker, runs[name], n)
                 rows.append((r, name, rate, cpu_ms))
-                print(f"round {r} {name:8s} {rate:>12,.0f} rec/s  broker {cpu_ms:6.1f} ms CPU / 1000 records",
+                print(f"round {r} {name:12s} {rate:>12,.0f} rec/s  broker {cpu_ms:6.1f} ms CPU / 1000 records",
                       flush=True)
     finally:
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)
-    best = {name: max(rows_of, key=lambda x: x[2]) for name in ("classic", "share")
-            for rows_of in [[x for x in rows if x[1] == name]]}
+    names = list(dict.fromkeys(x[1] for x in rows))
+    best = {name: max((x for x in rows if x[1] == name), key=lambda x: x[2]) for name in names}
     load = os.getloadavg()
     print(f"\n{args.records:,} records of 100 B on one partition; share max.poll.records {args.max_records}; "
           f"best of {args.rounds} rounds; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n")
-    print("| consumer | records/s (best) | rounds | broker CPU ms / 1000 rec | vs classic |")
+    print("| consumer | records/s (best) | rounds | broker CPU ms / 1000 rec | vs classic (same client) |")
     print("|---|---|---|---|---|")
-    c_rate = best["classic"][2]
-    for name, label in (("classic", "classic Consumer"), ("share", "ShareConsumer (implicit acks)")):
+    labels = {"classic": "confluent-kafka Consumer (classic)", "share": "confluent-kafka ShareConsumer (implicit acks)",
+              "java-classic": "Java 4.3 KafkaConsumer (classic)",
+              "java-share": "Java 4.3 KafkaShareConsumer (implicit acks)"}
+    for name in names:
+        c_rate = best["java-classic" if name.startswith("java") else "classic"][2]
         each = ", ".join(f"{x[2] / 1000:,.0f}k" for x in rows if x[1] == name)
-        print(f"| {label} | {best[name][2]:,.0f} | {each} | {best[name][3]:.2f} | {best[name][2] / c_rate:.2f} |")
+        print(f"| {labels[name]} | {best[name][2]:,.0f} | {each} | {best[name][3]:.2f} | {best[name][2] / c_rate:.2f} |")
 
 
 if __name__ == "__main__":
