@@ -8,8 +8,10 @@ the group for a heartbeat, a fetch and an acknowledgement (GROUP_AUTHORIZATION_F
 describe it, READ on each topic fetched or acknowledged (TOPIC_AUTHORIZATION_FAILED for that partition).
 
 ShareFetch: acknowledgements first (per partition ``AcknowledgeErrorCode``), then records are acquired from every
-partition of the share session; when nothing was acquired and ``MaxWaitMs`` > 0 the fetch waits (checking again
-every ``WAIT_STEP_S`` or as soon as records are released) until the deadline. Records are read on the request
+partition of the share session; when nothing was acquired and ``MaxWaitMs`` > 0 the fetch waits until the deadline,
+acquiring again as soon as a partition of the session gets new records (its high watermark moves: a delayed
+operation in the Fetch purgatory, ``broker/group/share_wait.py``) or records are released or acknowledged (the
+manager's ``changed`` event), and at the latest every ``WAIT_STEP_S``. Records are read on the request
 pool (as the Fetch path does), at most ``MaxBytes`` per partition and ``MaxRecords`` acquired per request: only
 batch headers are read, up to the batch completing ``MaxRecords``, and the acquired batches are answered as slices of
 the segment files sent by ``sendfile`` (``broker/group/share_read.py``), never copied. A share
@@ -19,7 +21,6 @@ partition's state is loaded from its share coordinator on first use and written 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -29,6 +30,7 @@ from tidelog.broker.group.share_group import LEAVE_EPOCH, ShareGroupManager, sha
 from tidelog.broker.group.share_partition import AckError
 from tidelog.broker.group.share_read import read_batches, regions_of
 from tidelog.broker.group.share_state_records import ShareKey
+from tidelog.broker.group.share_wait import wait_for_records
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.core_shared import _uuid_bytes
 from tidelog.broker.handlers.group import fit
@@ -51,7 +53,7 @@ COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
 READ, DESCRIBE = AclOperation.READ, AclOperation.DESCRIBE
 GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 ALL_GROUP_OPS = sum(1 << op for op in (3, 6, 8))
-WAIT_STEP_S = 0.1
+WAIT_STEP_S = 0.5  # a waiting ShareFetch is woken by events (share_wait.py); this is only a safety net
 MAX_READS_PER_PARTITION = 8  # reads of one partition in one ShareFetch (skipping records others hold)
 DEFAULT_MAX_RECORDS = 500
 MAX_SESSION_PARTITIONS = 10000  # partitions of one share session
@@ -191,6 +193,7 @@ async def _acknowledge(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mi
         return error_code(e.name), e.message
     finally:
         mgr.store.changed((gid, tid, index))
+        mgr._wake()  # released records, or room in the window: a waiting ShareFetch may acquire now
     return await mgr.store.persist((gid, tid, index))
 
 
@@ -296,8 +299,16 @@ async def share_fetch(ctx: RequestContext, request: dict) -> dict:
         while max_records > 0:
             taken = size = 0
             failed = False
+            changed = mgr.changed  # (taken before acquiring: a wake during the pass is not missed)
+            seen: dict[tuple[str, int], tuple[Any, int]] = {}
             for tid, index in sorted(session.partitions):
                 name, perr = topics.resolve(tid)
+                if name is not None and not perr:
+                    try:
+                        plog = ctx.broker.leader_log(name, index)
+                        seen[(name, index)] = (plog, plog.high_watermark)
+                    except Exception:  # answered by _acquire below with the partition's error
+                        pass
                 acked = out.get((tid, index))
                 if perr or name is None:
                     bad = out.setdefault((tid, index), _partition_entry(index, node))
@@ -324,10 +335,7 @@ async def share_fetch(ctx: RequestContext, request: dict) -> dict:
             left = deadline - time.monotonic()
             if taken or failed or left <= 0 or not session.partitions:
                 break
-            try:
-                await asyncio.wait_for(mgr.changed.wait(), min(left, WAIT_STEP_S))
-            except TimeoutError:
-                pass
+            await wait_for_records(ctx.broker.purgatory.fetch, seen, changed, min(left, WAIT_STEP_S))
             if mgr.sessions.get((gid, mid)) is not session:  # closed or replaced meanwhile
                 break
     by_topic: dict[bytes, list[dict[str, Any]]] = {}
