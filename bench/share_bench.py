@@ -24,11 +24,13 @@ With ``--java`` the same two with the Java 4.3 client (``bench/ShareBench.java``
 Usage::
 
     .venv/bin/python bench/share_bench.py [--records 1000000] [--max-records 2000] [--rounds 3] [--java]
+        [--tidelog-rev REV]   # REV (before) and HEAD (after), each a broker of its own, rounds interleaved
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import sys
@@ -37,10 +39,15 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from peers import BROKERS, free_port
+from tidelog_revs import add_argument as add_rev_argument
+from tidelog_revs import parse_revs, prepare
+
+TOPIC = "share-bench"
 
 
 def _classic(bootstrap: str, topic: str, n: int, on_first: Callable[[], None]) -> float:
@@ -118,15 +125,15 @@ def _java(classpath: str, mode: str, bootstrap: str, topic: str, n: int, max_rec
     return rate
 
 
-def _measure(broker: object, run: Callable[[Callable[[], None]], float], n: int) -> tuple[float, float]:
+def _measure(broker: Any, run: Callable[[Callable[[], None]], float], n: int) -> tuple[float, float]:
     """(records/s, broker CPU ms per 1,000 records) of one consumer run, CPU counted from its first record."""
     cpu0 = [0.0]
 
     def first() -> None:
-        cpu0[0] = broker.cpu_seconds()  # type: ignore[attr-defined]
+        cpu0[0] = broker.cpu_seconds()
 
     rate = run(first)
-    cpu = broker.cpu_seconds() - cpu0[0]  # type: ignore[attr-defined]
+    cpu = broker.cpu_seconds() - cpu0[0]
     return rate, cpu * 1000.0 / n * 1000.0
 
 
@@ -137,65 +144,78 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--java", action="store_true",
                     help="also the Java 4.3 KafkaConsumer (classic) and KafkaShareConsumer (tests/java's jars)")
+    add_rev_argument(ap, what="Each revision is a broker of its own, preloaded alike; the rounds interleave them.")
     args = ap.parse_args()
     os.environ.setdefault("TIDELOG_SERVE_ARGS", "-o share.auto.offset.reset=earliest")
     root = Path(tempfile.mkdtemp(prefix="sharebench-"))
-    broker = BROKERS["tidelog"](port=free_port(), data_dir=root / "data", log_path=root / "broker.log")
-    why = broker.available()
-    if why:
-        raise SystemExit(why)
-    broker.start()
-    rows: list[tuple[int, str, float, float]] = []
+    revs: list[tuple[str, str | None]] = [("tidelog", None)]
+    if args.tidelog_rev:
+        revs = [(r.label, str(r.src)) for r in prepare(parse_revs(args.tidelog_rev), root)]
+    n = args.records
+    brokers: dict[str, Any] = {}
+    rows: list[tuple[int, str, str, float, float]] = []  # (round, broker, consumer, rec/s, CPU ms / 1000)
     try:
-        from confluent_kafka import Producer
-
-        topic = "share-bench"
-        broker.create_topic(topic, 1)
-        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
-        payload = b"x" * 100
-        for _ in range(args.records):
-            while True:
-                try:
-                    p.produce(topic, payload, partition=0)
-                    break
-                except BufferError:
-                    p.poll(0.05)
-        p.flush(120)
-        del p  # closed before the broker stops
-        bs, n = broker.bootstrap, args.records
-        runs: dict[str, Callable[[Callable[[], None]], float]] = {
-            "classic": lambda f: _classic(bs, topic, n, f),
-            "share": lambda f: _share(bs, topic, n, args.max_records, f),
-        }
-        if args.java:
-            cp = _java_classpath()
-            runs["java-classic"] = lambda f: _java(cp, "classic", bs, topic, n, args.max_records, f)
-            runs["java-share"] = lambda f: _java(cp, "share", bs, topic, n, args.max_records, f)
+        cp = _java_classpath() if args.java else ""
+        runs: dict[tuple[str, str], Callable[[Callable[[], None]], float]] = {}
+        for i, (label, src) in enumerate(revs):
+            cls: Any = type("TidelogRev", (BROKERS["tidelog"],), {"src": src}) if src else BROKERS["tidelog"]
+            broker = cls(port=free_port(), data_dir=root / f"data{i}", log_path=root / f"broker{i}.log")
+            why = broker.available()
+            if why:
+                raise SystemExit(why)
+            broker.start()
+            brokers[label] = broker
+            _preload(broker, TOPIC, n)
+            bs = broker.bootstrap
+            runs[(label, "classic")] = functools.partial(_classic, bs, TOPIC, n)
+            runs[(label, "share")] = functools.partial(_share, bs, TOPIC, n, args.max_records)
+            if args.java:
+                runs[(label, "java-classic")] = functools.partial(_java, cp, "classic", bs, TOPIC, n, args.max_records)
+                runs[(label, "java-share")] = functools.partial(_java, cp, "share", bs, TOPIC, n, args.max_records)
         for r in range(1, args.rounds + 1):
             order = list(runs) if r % 2 else list(reversed(runs))
-            for name in order:
-                rate, cpu_ms = _measure(broker, runs[name], n)
-                rows.append((r, name, rate, cpu_ms))
-                print(f"round {r} {name:12s} {rate:>12,.0f} rec/s  broker {cpu_ms:6.1f} ms CPU / 1000 records",
+            for label, name in order:
+                rate, cpu_ms = _measure(brokers[label], runs[(label, name)], n)
+                rows.append((r, label, name, rate, cpu_ms))
+                who = f"{label} {name}" if len(revs) > 1 else name
+                print(f"round {r} {who:28s} {rate:>12,.0f} rec/s  broker {cpu_ms:6.2f} ms CPU / 1000 records",
                       flush=True)
     finally:
-        broker.stop()
+        for broker in brokers.values():
+            broker.stop()
         shutil.rmtree(root, ignore_errors=True)
-    names = list(dict.fromkeys(x[1] for x in rows))
-    best = {name: max((x for x in rows if x[1] == name), key=lambda x: x[2]) for name in names}
     load = os.getloadavg()
-    print(f"\n{args.records:,} records of 100 B on one partition; share max.poll.records {args.max_records}; "
+    print(f"\n{n:,} records of 100 B on one partition; share max.poll.records {args.max_records}; "
           f"best of {args.rounds} rounds; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n")
-    print("| consumer | records/s (best) | rounds | broker CPU ms / 1000 rec | vs classic (same client) |")
-    print("|---|---|---|---|---|")
+    print("| broker | consumer | records/s (best) | rounds | broker CPU ms / 1000 rec | vs classic (same client) |")
+    print("|---|---|---|---|---|---|")
     labels = {"classic": "confluent-kafka Consumer (classic)", "share": "confluent-kafka ShareConsumer (implicit acks)",
               "java-classic": "Java 4.3 KafkaConsumer (classic)",
               "java-share": "Java 4.3 KafkaShareConsumer (implicit acks)"}
-    for name in names:
-        c_rate = best["java-classic" if name.startswith("java") else "classic"][2]
-        each = ", ".join(f"{x[2] / 1000:,.0f}k" for x in rows if x[1] == name)
-        print(f"| {labels[name]} | {best[name][2]:,.0f} | {each} | {best[name][3]:.2f} | {best[name][2] / c_rate:.2f} |")
+    for label, name in runs:
+        mine = [x for x in rows if x[1] == label and x[2] == name]
+        best = max(mine, key=lambda x: x[3])
+        classic = "java-classic" if name.startswith("java") else "classic"
+        c_rate = max(x[3] for x in rows if x[1] == label and x[2] == classic)
+        each = ", ".join(f"{x[3] / 1000:,.0f}k" for x in mine)
+        print(f"| {label} | {labels[name]} | {best[3]:,.0f} | {each} | {best[4]:.2f} | {best[3] / c_rate:.2f} |")
 
+
+def _preload(broker: Any, topic: str, n: int) -> None:
+    from confluent_kafka import Producer
+
+    broker.create_topic(topic, 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
+    payload = b"x" * 100
+    for _ in range(n):
+        while True:
+            try:
+                p.produce(topic, payload, partition=0)
+                break
+            except BufferError:
+                p.poll(0.05)
+    p.flush(120)
+    del p  # closed before the broker stops
 
 if __name__ == "__main__":
     main()
