@@ -21,7 +21,7 @@ from helpers import RawClient, new_topic, produce_body
 from tidelog.broker.group.share_read import read_batches, regions_of
 from tidelog.broker.group.share_wait import wait_for_records
 from tidelog.broker.purgatory import DelayedOperationPurgatory
-from tidelog.records.batch import build_batch
+from tidelog.records.batch import build_batch, decode_batches
 from tidelog.storage.config import LogConfig
 from tidelog.storage.log import PartitionLog
 
@@ -158,3 +158,39 @@ def test_a_waiting_share_fetch_answers_the_record_produced_meanwhile(broker_fact
         part = r["responses"][0]["partitions"][0]
         assert part["acquired_records"] == [{"first_offset": 0, "last_offset": 0, "delivery_count": 1}], r
         assert took < 10, took  # answered when the record came, long before MaxWaitMs
+
+
+@pytest.mark.integration
+def test_share_fetch_answers_batches_across_segments_by_sendfile(broker_factory: Any) -> None:
+    """A ShareFetch whose acquired batches lie in three 1 MiB segments answers them whole, in order, CRCs intact
+    (the file regions of each segment sent one after the other), with the values produced."""
+    broker = broker_factory({"share.auto.offset.reset": "earliest"})  # (max.record.locks 2000: the window)
+    with RawClient(broker.port, timeout=30) as c:
+        topic = new_topic("share-segs")
+        r = c.request(19, 7, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1,
+                                          "configs": [{"name": "segment.bytes", "value": str(1 << 20)}]}],
+                              "timeout_ms": 10000})
+        assert r["topics"][0]["error_code"] == 0, r
+        per, batches = 100, 20  # 2000 records of 1400 B (~2.7 MiB): three segments
+        for i in range(batches):
+            body = build_batch([(None, f"{i * per + j:08d}".encode() + b"x" * 1392, []) for j in range(per)])
+            resp = c.request(0, 9, produce_body(topic, 0, body))
+            assert resp["responses"][0]["partition_responses"][0]["error_code"] == 0
+        tid = c.request(3, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False,
+                                "include_topic_authorized_operations": False})["topics"][0]["topic_id"]
+        group, member = "ssegs-" + uuid.uuid4().hex[:6], "m1"
+        r = c.request(76, 1, {"group_id": group, "rack_id": None, "member_id": member, "member_epoch": 0,
+                              "subscribed_topic_names": [topic]})
+        assert r["error_code"] == 0, r
+        r = c.request(78, 1, {"group_id": group, "member_id": member, "share_session_epoch": 0, "max_wait_ms": 0,
+                              "min_bytes": 1, "max_bytes": 50 << 20, "max_records": per * batches,
+                              "batch_size": per * batches,
+                              "topics": [{"topic_id": tid, "partitions": [
+                                  {"partition_index": 0, "acknowledgement_batches": []}]}],
+                              "forgotten_topics_data": []})
+        part = r["responses"][0]["partitions"][0]
+        assert part["error_code"] == 0, part
+        assert part["acquired_records"] == [{"first_offset": 0, "last_offset": per * batches - 1,
+                                             "delivery_count": 1}]
+        values = [rec.value for _, _, recs in decode_batches(part["records"]) for rec in recs]  # (CRCs checked)
+        assert values == [f"{k:08d}".encode() + b"x" * 1392 for k in range(per * batches)]
