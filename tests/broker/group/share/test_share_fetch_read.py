@@ -3,7 +3,8 @@
 * only the batch headers up to the batch completing ``MaxRecords`` are read, and the answer is file regions of the
   segment files (sendfile, never a copy of ``MaxBytes``), joined per segment, byte-identical to the log;
 * a ShareFetch waiting for records is woken by the high watermark moving (the Fetch purgatory) or by records being
-  released, not by a timer; on the wire a waiting ShareFetch answers with the record produced meanwhile.
+  released (the handler's 0.5 s step is only a safety net); on the wire a waiting ShareFetch answers with the record
+  produced meanwhile.
 """
 
 from __future__ import annotations
