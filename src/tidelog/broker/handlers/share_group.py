@@ -8,24 +8,29 @@ the group for a heartbeat, a fetch and an acknowledgement (GROUP_AUTHORIZATION_F
 describe it, READ on each topic fetched or acknowledged (TOPIC_AUTHORIZATION_FAILED for that partition).
 
 ShareFetch: acknowledgements first (per partition ``AcknowledgeErrorCode``), then records are acquired from every
-partition of the share session; when nothing was acquired and ``MaxWaitMs`` > 0 the fetch waits (checking again
-every ``WAIT_STEP_S`` or as soon as records are released) until the deadline. Records are read on the request
-pool (as the Fetch path does), at most ``MaxBytes`` per partition and ``MaxRecords`` acquired per request. A share
+partition of the share session; when nothing was acquired and ``MaxWaitMs`` > 0 the fetch waits until the deadline,
+acquiring again as soon as a partition of the session gets new records (its high watermark moves: a delayed
+operation in the Fetch purgatory, ``broker/group/share_wait.py``) or records are released or acknowledged (the
+manager's ``changed`` event), and at the latest every ``WAIT_STEP_S``. Records are read on the request
+pool (as the Fetch path does), at most ``MaxBytes`` per partition and ``MaxRecords`` acquired per request: only
+batch headers are read, up to the batch completing ``MaxRecords``, and the acquired batches are answered as slices of
+the segment files sent by ``sendfile`` (``broker/group/share_read.py``), never copied. A share
 partition's state is loaded from its share coordinator on first use and written after every acknowledgement
 (``broker/group/share_state_store.py``); the acknowledgement's answer waits for the write.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
 from tidelog.broker.errors import error_of
 from tidelog.broker.group import share_renew
 from tidelog.broker.group.share_group import LEAVE_EPOCH, ShareGroupManager, share_manager
-from tidelog.broker.group.share_partition import AckError, batch_ranges
+from tidelog.broker.group.share_partition import AckError
+from tidelog.broker.group.share_read import read_batches, regions_of
 from tidelog.broker.group.share_state_records import ShareKey
+from tidelog.broker.group.share_wait import wait_for_records
 from tidelog.broker.handlers import RequestContext, handles
 from tidelog.broker.handlers.core_shared import _uuid_bytes
 from tidelog.broker.handlers.group import fit
@@ -34,6 +39,7 @@ from tidelog.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.compiler import RecordsChunks
 from tidelog.protocol.errors import error_code
+from tidelog.storage.file_handles import FileRegion
 
 SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 77, 78, 79
 DESCRIBE_SHARE_GROUP_OFFSETS = ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS
@@ -47,7 +53,7 @@ COORDINATOR_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
 READ, DESCRIBE = AclOperation.READ, AclOperation.DESCRIBE
 GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 ALL_GROUP_OPS = sum(1 << op for op in (3, 6, 8))
-WAIT_STEP_S = 0.1
+WAIT_STEP_S = 0.5  # a waiting ShareFetch is woken by events (share_wait.py); this is only a safety net
 MAX_READS_PER_PARTITION = 8  # reads of one partition in one ShareFetch (skipping records others hold)
 DEFAULT_MAX_RECORDS = 500
 MAX_SESSION_PARTITIONS = 10000  # partitions of one share session
@@ -187,6 +193,7 @@ async def _acknowledge(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mi
         return error_code(e.name), e.message
     finally:
         mgr.store.changed((gid, tid, index))
+        mgr._wake()  # released records, or room in the window: a waiting ShareFetch may acquire now
     return await mgr.store.persist((gid, tid, index))
 
 
@@ -200,7 +207,7 @@ async def _acquire(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: s
     if code:
         entry["error_code"], entry["error_message"] = code, msg
         return 0, 0
-    chunks: list[memoryview] = []  # the acquired batches, as read: sent untouched (no join, no copy)
+    regions: list[FileRegion] = []  # the acquired batches: slices of the segment files, sent by sendfile
     ranges: list[tuple[int, int, int]] = []
     size = taken = 0
     for _ in range(MAX_READS_PER_PARTITION):
@@ -213,32 +220,27 @@ async def _acquire(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: s
         start = sp.fetch_offset()
         if start is None or start >= hw or taken >= max_records or size >= budget:
             break
-        data = await ctx.broker.request_pool.run(_read, plog, start, max(budget - size, 1), hw)
-        batches = batch_ranges(data)
+        batches = await ctx.broker.request_pool.run(read_batches, plog, start, max(budget - size, 1), hw,
+                                                    max_records - taken)
         if not batches:
             break
         sp = mgr.partitions.get((gid, tid, index), sp)  # (replaced if the partition was reloaded meanwhile)
-        got = sp.acquire(mid, [(b, last, c) for _, _, b, last, c in batches], max_records - taken, time.monotonic(),
-                         hw, record_limit)
+        got = sp.acquire(mid, [(b.base, b.last, b.control) for b in batches], max_records - taken,
+                         time.monotonic(), hw, record_limit)
         if got:
             lo, hi = got[0][0], got[-1][1]
-            keep = [(s, e) for s, e, b, last, _ in batches if last >= lo and b <= hi]
-            chunks.append(memoryview(data)[keep[0][0]:keep[-1][1]])
-            size += keep[-1][1] - keep[0][0]
+            keep = [b for b in batches if b.last >= lo and b.base <= hi]
+            regions += regions_of(keep)
+            size += sum(b.length for b in keep)
             ranges += got
             taken += sum(r[1] - r[0] + 1 for r in got)
         elif sp.first_available() is None and sp.speo >= hw:
             break
     if ranges:
-        entry["records"] = RecordsChunks(chunks, size)
+        entry["records"] = RecordsChunks(list(regions), size)
         entry["acquired_records"] = [{"first_offset": f, "last_offset": la, "delivery_count": d}
                                      for f, la, d in ranges]
     return size, taken
-
-
-def _read(plog: Any, start: int, max_bytes: int, hw: int) -> bytes:
-    """Blocking (a request-pool thread): whole batches from ``start``, below the high watermark."""
-    return plog.read(start, max_bytes, max_offset=hw, min_one_batch=True).read_bytes()
 
 
 @handles(SHARE_FETCH)
@@ -297,8 +299,16 @@ async def share_fetch(ctx: RequestContext, request: dict) -> dict:
         while max_records > 0:
             taken = size = 0
             failed = False
+            changed = mgr.changed  # (taken before acquiring: a wake during the pass is not missed)
+            seen: dict[tuple[str, int], tuple[Any, int]] = {}
             for tid, index in sorted(session.partitions):
                 name, perr = topics.resolve(tid)
+                if name is not None and not perr:
+                    try:
+                        plog = ctx.broker.leader_log(name, index)
+                        seen[(name, index)] = (plog, plog.high_watermark)
+                    except Exception:  # answered by _acquire below with the partition's error
+                        pass
                 acked = out.get((tid, index))
                 if perr or name is None:
                     bad = out.setdefault((tid, index), _partition_entry(index, node))
@@ -325,10 +335,7 @@ async def share_fetch(ctx: RequestContext, request: dict) -> dict:
             left = deadline - time.monotonic()
             if taken or failed or left <= 0 or not session.partitions:
                 break
-            try:
-                await asyncio.wait_for(mgr.changed.wait(), min(left, WAIT_STEP_S))
-            except TimeoutError:
-                pass
+            await wait_for_records(ctx.broker.purgatory.fetch, seen, changed, min(left, WAIT_STEP_S))
             if mgr.sessions.get((gid, mid)) is not session:  # closed or replaced meanwhile
                 break
     by_topic: dict[bytes, list[dict[str, Any]]] = {}
