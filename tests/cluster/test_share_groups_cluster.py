@@ -75,10 +75,10 @@ def test_share_group_members_survive_coordinator_kill(share_cluster: Any) -> Non
 
     assert hb(b, "m1", 0)["error_code"] == 0
     assert hb(b, "m2", 0)["error_code"] == 0
-    r1 = hb(b, "m1", 1)
-    assert r1["error_code"] == 0 and r1["member_epoch"] == 2, r1
+    r1 = hb(b, "m1", 2)  # 1 at the join, 2 once its partitions were initialized and assigned, 3 with m2
+    assert r1["error_code"] == 0 and r1["member_epoch"] == 3, r1
     before = _share_describe(b, group)
-    assert before["error_code"] == 0 and before["group_epoch"] == 2
+    assert before["error_code"] == 0 and before["group_epoch"] == 3
     try:
         b.kill()
         new = agreed_coordinator(cluster, group)
@@ -97,8 +97,8 @@ def test_share_group_members_survive_coordinator_kill(share_cluster: Any) -> Non
                     for m in d["members"]}
 
         assert members(after) == members(before)
-        r1 = hb(nb, "m1", 2)
-        assert r1["error_code"] == 0 and r1["member_epoch"] == 2, r1
+        r1 = hb(nb, "m1", 3)
+        assert r1["error_code"] == 0 and r1["member_epoch"] == 3, r1
         md = request(nb, 3, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False,
                                  "include_topic_authorized_operations": False})
         from tidelog.broker.group.consumer_records import kafka_uuid

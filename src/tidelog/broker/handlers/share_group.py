@@ -22,8 +22,8 @@ import time
 from typing import Any
 
 from tidelog.broker.errors import error_of
-from tidelog.broker.group import share_renew
-from tidelog.broker.group.share_group import LEAVE_EPOCH, ShareGroupManager, share_manager
+from tidelog.broker.group import share_group_cleanup, share_group_init, share_renew
+from tidelog.broker.group.share_group import INIT_KEY, LEAVE_EPOCH, ShareGroupManager, share_manager
 from tidelog.broker.group.share_partition import AckError, batch_ranges
 from tidelog.broker.group.share_state_records import ShareKey
 from tidelog.broker.handlers import RequestContext, handles
@@ -86,8 +86,13 @@ async def share_group_heartbeat(ctx: RequestContext, request: dict) -> dict:
     host = ("/" + ctx.client_host) if ctx.client_host else ""
     mgr = share_manager(ctx.broker)
     body = mgr.heartbeat(request, ctx.client_id or "", host)
+    todo = body.pop(INIT_KEY, None)
     if not body.get("error_code") and gid:
         err = await mgr.records.persist(gid)  # ShareGroup* records written before the answer, as Kafka
+        if not err and todo:  # InitializeShareGroupState of new share partitions, then their assignment
+            err = await share_group_init.complete_heartbeat(mgr, gid, body.get("member_id") or "", body, todo)
+        if not err:
+            share_group_cleanup.resume_deleting(ctx.broker, gid)  # a topic-state delete left unfinished
         if err:
             return fit(SHARE_GROUP_HEARTBEAT, v, {**base, "error_code": err})
     body["throttle_time_ms"] = 0
