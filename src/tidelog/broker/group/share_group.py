@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.group import share_group_init
+from tidelog.broker.group import share_group_init, share_metrics
 from tidelog.broker.group.share_group_store import ShareGroupStore
 from tidelog.broker.group.share_partition import SharePartition
 from tidelog.broker.group.share_settings import ShareSettings, TimeIndexed
@@ -146,6 +146,10 @@ def share_manager(broker: Broker) -> ShareGroupManager:
     if mgr is None:
         mgr = ShareGroupManager(broker)
         broker.share_groups = mgr  # type: ignore[attr-defined]
+        metrics = getattr(broker, "metrics", None)
+        if metrics is not None:
+            made = mgr
+            metrics.add_rows_source(lambda: share_metrics.rows(made))
     return mgr
 
 
@@ -173,6 +177,7 @@ class ShareGroupManager:
         self.changed = asyncio.Event()  # set when records become available again (release, expiry)
         self.store = ShareStateStore(self)  # share-partition state through the share coordinator
         self.records = ShareGroupStore(self)  # the groups' ShareGroup* records in __consumer_offsets
+        self.counters = share_metrics.ShareCounters()  # share_metrics: the Prometheus rows
 
     # ================================================================================= membership
 
@@ -190,6 +195,7 @@ class ShareGroupManager:
         if not changed and wanted == g.partitions_seen:
             return False
         g.epoch += 1
+        self.counters.rebalances += 1
         g.partitions_seen = wanted
         for member_id, tps in simple_assign(g.members, wanted).items():
             g.members[member_id].assigned = tps

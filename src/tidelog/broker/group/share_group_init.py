@@ -126,6 +126,7 @@ async def initialize(mgr: ShareGroupManager, gid: str, state_epoch: int, todo: T
 
     errors = await asyncio.gather(*(one(tid, p) for tid, e in todo.items() for p in e.partitions))
     err = next((e for e in errors if e), NONE)
+    mgr.counters.initialized(err == NONE, len(errors))
     meta = mgr.records.state_meta.get(gid)
     if meta is None:  # the group went meanwhile
         return err

@@ -192,6 +192,7 @@ async def _acknowledge(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mi
         return error_code(e.name), e.message
     finally:
         mgr.store.changed((gid, tid, index))
+    mgr.counters.acked(batches)
     return await mgr.store.persist((gid, tid, index))
 
 
@@ -235,6 +236,7 @@ async def _acquire(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: s
         elif sp.first_available() is None and sp.speo >= hw:
             break
     if ranges:
+        mgr.counters.records_acquired += taken
         entry["records"] = RecordsChunks(chunks, size)
         entry["acquired_records"] = [{"first_offset": f, "last_offset": la, "delivery_count": d}
                                      for f, la, d in ranges]
@@ -266,6 +268,7 @@ async def share_fetch(ctx: RequestContext, request: dict) -> dict:
         return _top_error(SHARE_FETCH, v, *refused)
     record_limit = share_renew.record_limit(v, request)
     mgr = share_manager(ctx.broker)
+    mgr.counters.fetch_requests += 1
     err, session = mgr.session(gid, mid, epoch)
     if err or session is None:
         return _top_error(SHARE_FETCH, v, err)
@@ -359,6 +362,7 @@ async def share_acknowledge(ctx: RequestContext, request: dict) -> dict:
     if epoch == 0:  # Kafka: a ShareAcknowledge cannot open a share session
         return _top_error(SHARE_ACKNOWLEDGE, v, ErrorCode.INVALID_SHARE_SESSION_EPOCH)
     mgr = share_manager(ctx.broker)
+    mgr.counters.acknowledge_requests += 1
     err, session = mgr.session(gid, mid, epoch)
     if err or session is None:
         return _top_error(SHARE_ACKNOWLEDGE, v, err)

@@ -215,3 +215,50 @@ def test_lock_duration_follows_the_group_config(init_broker: Any) -> None:
             again = _wait(redelivered, 10, "offset 1 back after its 1 s lock")
             assert again == [(1, 1, 2)], again  # offset 0 keeps its 30 s lock
             assert time.monotonic() - acquired_at >= 0.9
+
+
+def _scrape(b: Any) -> dict[tuple[str, str], float]:
+    """(metric name, labels text) -> value of the broker's /metrics page."""
+    import urllib.request
+
+    assert b.metrics_port, "metrics endpoint"
+    text = urllib.request.urlopen(f"http://127.0.0.1:{b.metrics_port}/metrics", timeout=10).read().decode()
+    out: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        if line.startswith("tidelog_share_"):
+            head, value = line.rsplit(" ", 1)
+            name, _, labels = head.partition("{")
+            out[(name, labels.rstrip("}"))] = float(value)
+    return out
+
+
+def test_share_metrics_on_the_prometheus_page(init_broker: Any) -> None:
+    """ShareFetch / ShareAcknowledge requests, records acquired and acknowledged by type, the share partition's
+    in-flight records and runs, the groups by state and the initializations, on the broker's /metrics page."""
+    group = "sinit-metrics-" + uuid.uuid4().hex[:6]
+    before = _scrape(init_broker)
+    with RawClient(init_broker.port) as c:
+        topic, tid = _setup(c, 4)
+        assert _hb(c, group, "m1", 0, [topic])["error_code"] == 0
+        p = _fetch(c, group, "m1", tid)
+        assert [(a["first_offset"], a["last_offset"]) for a in p["acquired_records"]] == [(0, 3)], p
+        r = c.request(79, 1, {"group_id": group, "member_id": "m1", "share_session_epoch": 1, "topics": [
+            {"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+                {"first_offset": 0, "last_offset": 2, "acknowledge_types": [1, 1, 3]}]}]}]})
+        assert r["responses"][0]["partitions"][0]["error_code"] == 0, r
+    after = _scrape(init_broker)
+
+    def delta(name: str, labels: str = "") -> float:
+        return after.get((name, labels), 0.0) - before.get((name, labels), 0.0)
+
+    assert delta("tidelog_share_fetch_requests_total") == 1
+    assert delta("tidelog_share_acknowledgement_requests_total") == 1
+    assert delta("tidelog_share_records_acquired_total") == 4
+    assert delta("tidelog_share_record_acknowledgements_total", 'ack_type="Accept"') == 2
+    assert delta("tidelog_share_record_acknowledgements_total", 'ack_type="Reject"') == 1
+    assert delta("tidelog_share_state_initializations_total", 'result="success"') == 1
+    assert delta("tidelog_share_group_rebalances_total") == 2  # the join, then the initialized partition
+    labels = f'group="{group}",partition="0",topic="{topic}"'
+    assert after[("tidelog_share_partition_in_flight_records", labels)] == 1  # offset 3 still acquired
+    assert after[("tidelog_share_partition_in_flight_batches", labels)] == 1
+    assert after[("tidelog_share_groups", 'state="Stable"')] >= 1
