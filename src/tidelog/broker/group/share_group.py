@@ -146,10 +146,8 @@ def share_manager(broker: Broker) -> ShareGroupManager:
     if mgr is None:
         mgr = ShareGroupManager(broker)
         broker.share_groups = mgr  # type: ignore[attr-defined]
-        metrics = getattr(broker, "metrics", None)
-        if metrics is not None:
-            made = mgr
-            metrics.add_rows_source(lambda: share_metrics.rows(made))
+        made = mgr
+        broker.metrics.add_rows_source(lambda: share_metrics.rows(made))  # share_metrics: the Prometheus rows
     return mgr
 
 
