@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def share_cluster(cluster_with: Any) -> Any:
-    return cluster_with({"share.auto.offset.reset": "earliest"})
+    # the lock-duration floor lowered so a group config can set a short lock (the default lock stays 30 s)
+    return cluster_with({"share.auto.offset.reset": "earliest", "group.share.min.record.lock.duration.ms": "1000"})
 
 
 def test_share_group_across_brokers(share_cluster: Any) -> None:
@@ -117,3 +118,76 @@ def test_share_group_members_survive_coordinator_kill(share_cluster: Any) -> Non
     finally:
         if not b.running:
             b.start(timeout=120)
+
+
+def test_renew_on_a_partition_led_away_from_the_coordinator(share_cluster: Any) -> None:
+    """KIP-1222's RENEW in cluster mode: the share partition's leader is not the group's coordinator. The group's
+    ``share.record.lock.duration.ms`` (3 s, a GROUP config through ZooKeeper) reaches the leader; a member acquires
+    the record there, renews it halfway, and past the first deadline the record is still its own (another member
+    gets nothing) and its ACCEPT succeeds."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    cluster = share_cluster
+    topic, group = f"share-renew-{uuid.uuid4().hex[:8]}", f"sg-renew-{uuid.uuid4().hex[:8]}"
+    coord = agreed_coordinator(cluster, group)
+    leader = next(i for i in sorted(cluster.brokers) if i != coord and cluster.brokers[i].running)
+    create_topic(cluster.bootstrap, topic, assignment=[[leader] + [i for i in sorted(cluster.brokers) if i != leader]])
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.record.lock.duration.ms", "3000", incremental_operation=AlterConfigOpType.SET)])
+    AdminClient({"bootstrap.servers": cluster.bootstrap}).incremental_alter_configs([res])[res].result(30)
+    lb, cb = cluster.brokers[leader], cluster.brokers[coord]
+    hb = request(cb, 76, 1, {"group_id": group, "rack_id": None, "member_id": "m1", "member_epoch": 0,
+                             "subscribed_topic_names": [topic]})
+    assert hb["error_code"] == 0 and hb["assignment"]["topic_partitions"][0]["partitions"] == [0], hb
+    tid = hb["assignment"]["topic_partitions"][0]["topic_id"]
+
+    def fetch(member: str, epoch: int) -> dict:
+        r = request(lb, 78, 2, {"group_id": group, "member_id": member, "share_session_epoch": epoch,
+                                "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 10,
+                                "batch_size": 10, "share_acquire_mode": 0, "is_renew_ack": False,
+                                "topics": [{"topic_id": tid, "partitions": [
+                                    {"partition_index": 0, "acknowledgement_batches": []}]}],
+                                "forgotten_topics_data": []})
+        assert r["error_code"] == 0, r
+        return r
+
+    def ack(epoch: int, ack_type: int) -> dict:
+        r = request(lb, 79, 2, {"group_id": group, "member_id": "m1", "share_session_epoch": epoch,
+                                "is_renew_ack": ack_type == 4, "topics": [{"topic_id": tid, "partitions": [
+                                    {"partition_index": 0, "acknowledgement_batches": [
+                                        {"first_offset": 0, "last_offset": 0, "acknowledge_types": [ack_type]}]}]}]})
+        assert r["error_code"] == 0, r
+        return r["responses"][0]["partitions"][0]
+
+    def acquired(r: dict) -> list[tuple[int, int, int]]:
+        return [(a["first_offset"], a["last_offset"], a["delivery_count"])
+                for t in r["responses"] for p in t["partitions"] for a in p["acquired_records"]]
+
+    # the group config reaches the leader through ZooKeeper's change notification: awaited on its answers
+    probe_epoch = 0
+    deadline = time.monotonic() + 30
+    while fetch("probe", probe_epoch)["acquisition_lock_timeout_ms"] != 3000:
+        assert time.monotonic() < deadline, "the group config never reached the partition leader"
+        probe_epoch += 1
+        time.sleep(0.1)  # polled: the notification is the leader's, not the client's, to see
+    probe_epoch += 1
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    p.produce(topic, b"slow", partition=0)
+    assert p.flush(30) == 0
+    r = fetch("m1", 0)
+    got_at = time.monotonic()
+    assert acquired(r) == [(0, 0, 1)] and r["acquisition_lock_timeout_ms"] == 3000, r
+    time.sleep(max(got_at + 1.5 - time.monotonic(), 0))  # halfway through the lock
+    renewed_at = time.monotonic()
+    assert ack(1, 4)["error_code"] == 0  # RENEW
+    time.sleep(max(got_at + 3.4 - time.monotonic(), 0))  # past the first deadline, before the renewed one
+    r = fetch("probe", probe_epoch)
+    assert time.monotonic() < renewed_at + 3.0, "the check ran too late to tell (an overloaded machine)"
+    assert acquired(r) == []  # still m1's
+    assert ack(2, 1)["error_code"] == 0  # ACCEPT with the renewed lock
