@@ -140,7 +140,8 @@ def test_renew_on_a_partition_led_away_from_the_coordinator(share_cluster: Any) 
     create_topic(cluster.bootstrap, topic, assignment=[[leader] + [i for i in sorted(cluster.brokers) if i != leader]])
     res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
         ConfigEntry("share.record.lock.duration.ms", "3000", incremental_operation=AlterConfigOpType.SET)])
-    AdminClient({"bootstrap.servers": cluster.bootstrap}).incremental_alter_configs([res])[res].result(30)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})  # kept alive until its future completes
+    admin.incremental_alter_configs([res])[res].result(30)
     lb, cb = cluster.brokers[leader], cluster.brokers[coord]
     hb = request(cb, 76, 1, {"group_id": group, "rack_id": None, "member_id": "m1", "member_epoch": 0,
                              "subscribed_topic_names": [topic]})
