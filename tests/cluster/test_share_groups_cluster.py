@@ -192,3 +192,60 @@ def test_renew_on_a_partition_led_away_from_the_coordinator(share_cluster: Any) 
     assert time.monotonic() < renewed_at + 3.0, "the check ran too late to tell (an overloaded machine)"
     assert acquired(r) == []  # still m1's
     assert ack(2, 1)["error_code"] == 0  # ACCEPT with the renewed lock
+
+
+def test_topic_deleted_while_the_coordinator_is_away(share_cluster: Any) -> None:
+    """A share group's coordinator is killed -9 and the group's topic (its replicas elsewhere) deleted meanwhile: the
+    new coordinator, whichever of the load and the deletion it sees first, deletes the topic's share state (decision
+    0073: a topic id of the loaded metadata naming no topic any more), as the classic offsets are (decision 0039)."""
+    from tidelog.broker.group.consumer_records import kafka_uuid
+
+    cluster = share_cluster
+    topic, group = f"share-del-{uuid.uuid4().hex[:8]}", f"sg-del-{uuid.uuid4().hex[:8]}"
+    coord = agreed_coordinator(cluster, group)
+    others = [i for i in sorted(cluster.brokers) if i != coord and cluster.brokers[i].running]
+    create_topic(cluster.bootstrap, topic, assignment=[others], timeout=60)  # no replica on the coordinator
+    cb = cluster.brokers[coord]
+    hb = request(cb, 76, 1, {"group_id": group, "rack_id": None, "member_id": "m1", "member_epoch": 0,
+                             "subscribed_topic_names": [topic]})
+    assert hb["error_code"] == 0 and hb["assignment"]["topic_partitions"], hb
+    tid = hb["assignment"]["topic_partitions"][0]["topic_id"]
+    key = f"{group}:{kafka_uuid(tid.bytes if isinstance(tid, uuid.UUID) else bytes(tid))}:0"
+
+    def summary() -> tuple[int, int] | None:
+        """(error, state epoch) of ReadShareGroupStateSummary at the key's share coordinator (None: not found yet);
+        a share partition without state answers state epoch 0."""
+        for b in cluster.brokers.values():
+            if not b.running:
+                continue
+            fc = request(b, 10, 6, {"key_type": 2, "coordinator_keys": [key]})["coordinators"][0]
+            if fc["error_code"] or not cluster.brokers[fc["node_id"]].running:
+                return None
+            r = request(cluster.brokers[fc["node_id"]], 87, 0, {"group_id": group, "topics": [
+                {"topic_id": tid, "partitions": [{"partition": 0, "leader_epoch": -1}]}]})
+            p = r["results"][0]["partitions"][0]
+            return int(p["error_code"]), int(p["state_epoch"])
+        return None
+
+    assert summary() == (0, 1)  # initialized by the coordinator with the group epoch of the join
+    try:
+        cb.kill()
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": cluster.brokers[others[0]].bootstrap})
+        admin.delete_topics([topic], operation_timeout=30)[topic].result(60)
+        new = agreed_coordinator(cluster, group)
+        assert new != coord
+        deadline = time.monotonic() + 60
+        last = summary()
+        while time.monotonic() < deadline:
+            last = summary()
+            nb = cluster.brokers[new]
+            d = _share_describe(nb, group)
+            if d["error_code"] == 0 and last == (0, 0):  # the state is gone
+                break
+            time.sleep(0.2)  # the new coordinator loads, then deletes in the background (bounded)
+        assert last == (0, 0), last
+    finally:
+        if not cb.running:
+            cb.start(timeout=120)
