@@ -374,6 +374,11 @@ class ShareGroupManager:
                              min(max(e.share_partition_max_record_locks, MAX_LOCKS_RANGE[0]), MAX_LOCKS_RANGE[1]),
                              kind, back_ms)
 
+    def lock_ms_of(self, gid: str) -> int:
+        """The group's current ``share.record.lock.duration.ms`` (cheap: the effective configs are cached)."""
+        configs = self.broker.group_configs
+        return self.lock_ms if configs is None else configs.effective(gid).share_record_lock_duration_ms
+
     # ============================================================================ share partitions
 
     def share_partition(self, gid: str, topic_id: bytes, partition: int, log_start: int, high_watermark: int,
@@ -389,7 +394,7 @@ class ShareGroupManager:
             sp.reset_start(log_start)
             # the group's current share.record.lock.duration.ms for this acquisition (Kafka's SharePartition reads
             # the group config at every acquire; RENEW uses the same value)
-            sp.lock_ms = self.settings(gid).lock_ms
+            sp.lock_ms = self.lock_ms_of(gid)
         return sp
 
     def _wake(self) -> None:
