@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from helpers import RawClient, produce_body
 from tests.broker.group.share.test_share_group_records import (
+    DELETE_GROUPS,
     DELETE_TOPICS,
     FETCH,
     PRODUCE,
@@ -182,6 +183,34 @@ def test_interrupted_topic_state_delete_resumed_at_load(init_broker: Any) -> Non
             _tid_text(tid) not in str(metas[-1])
 
     _wait(resumed, 20, "the delete resumed after the load")
+
+
+def test_delete_groups_covers_an_interrupted_topic_state_delete(init_broker: Any) -> None:
+    """An empty share group whose topic-state delete was interrupted (the topic in DeletingTopics, its state still
+    there): DeleteGroups deletes that state too, then the group's records."""
+    group = "sinit-delg-" + uuid.uuid4().hex[:6]
+    with RawClient(init_broker.port) as c:
+        topic, tid = _setup(c, 2)
+        assert _hb(c, group, "m1", 0, [topic])["error_code"] == 0
+        _fetch_ack(c, group, "m1", tid, 2)
+        assert _hb(c, group, "m1", -1, None)["error_code"] == 0  # empty: no heartbeat resumes the delete
+        _state_writes_fail(init_broker, True)
+        try:
+            r = c.request(DELETE_TOPICS, 6, {"topics": [{"name": topic, "topic_id": uuid.UUID(int=0)}],
+                                             "timeout_ms": 10000})
+            assert r["responses"][0]["error_code"] == 0, r
+            _wait(lambda: any(m and m["deletingTopics"] for m in _state_meta(init_broker, group)), 15,
+                  "DeletingTopics written")
+            time.sleep(1.0)  # the delete fails within its 0.4 s write timeout: nothing to await
+            assert all(not tomb for _, tomb in _state_keys(init_broker.data_dir, group, tid))
+        finally:
+            _state_writes_fail(init_broker, False)
+        r = c.request(DELETE_GROUPS, 2, {"groups_names": [group]})
+        assert r["results"][0]["error_code"] == 0, r
+    state = _state_keys(init_broker.data_dir, group, tid)
+    assert state[-2:] == [("0", True), ("1", True)], state
+    recs = _group_records(init_broker.data_dir, group)
+    assert recs[-1] == ("11", None, None), recs
 
 
 def test_lock_duration_follows_the_group_config(init_broker: Any) -> None:
