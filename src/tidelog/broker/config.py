@@ -311,6 +311,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("group.share.delivery.count.limit", "5", _pos_int),
         _key("group.share.partition.max.record.locks", "2000", _pos_int),
         _key("group.share.max.share.sessions", "2000", _pos_int),
+        _key("group.share.initialize.retry.interval.ms", "30000", _pos_int),
         _key("share.auto.offset.reset", "latest", str, "where a share group starts on a partition it never read: "
              "latest or earliest (Kafka: a group config; tidelog: a broker-wide default)"),
         # KIP-932 share coordinator (broker/group/share_coordinator.py): Kafka's ShareCoordinatorConfig names, defaults

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tidelog.broker.group import share_group_init, share_metrics
 from tidelog.broker.group.share_group_store import ShareGroupStore
 from tidelog.broker.group.share_partition import SharePartition
 from tidelog.broker.group.share_settings import ShareSettings, TimeIndexed
@@ -77,6 +78,7 @@ DELIVERY_LIMIT_RANGE = (2, 10)
 MAX_LOCKS_RANGE = (100, 10000)
 
 TP = tuple[str, int]  # (topic name, partition)
+INIT_KEY = "_initialize"  # the heartbeat's partitions to initialize (share_group_init), popped by the handler
 
 
 @dataclass(slots=True)
@@ -99,7 +101,8 @@ class ShareGroup:
     epoch: int = 0
     assignment_epoch: int = 0
     members: dict[str, ShareMember] = field(default_factory=dict)
-    partitions_seen: dict[str, int] = field(default_factory=dict)  # subscribed topic -> partitions at assignment
+    # subscribed topic -> its initialized partitions at the last assignment (share_group_init.assignable)
+    partitions_seen: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def state(self) -> str:
         if not self.members:
@@ -117,21 +120,23 @@ def _conf(props: Any, name: str) -> int:
     return int(props.get(name, str(DEFAULTS[name])))
 
 
-def simple_assign(members: dict[str, ShareMember], partitions: dict[str, int]) -> dict[str, set[TP]]:
-    """Kafka's simple share assignor (homogeneous case per topic): every partition to at least one member, every
-    member at least one partition of each topic it subscribes to that has partitions."""
+def simple_assign(members: dict[str, ShareMember], partitions: dict[str, tuple[int, ...]]) -> dict[str, set[TP]]:
+    """Kafka's simple share assignor (homogeneous case per topic) over the assignable (initialized) partitions of
+    each topic: every partition to at least one member, every member at least one partition of each topic it
+    subscribes to that has assignable partitions."""
     out: dict[str, set[TP]] = {mid: set() for mid in members}
     for topic in sorted(partitions):
-        n = partitions[topic]
+        parts = sorted(partitions[topic])
+        n = len(parts)
         subs = sorted(mid for mid, m in members.items() if topic in m.subscribed)
         if not subs or n <= 0:
             continue
         if n >= len(subs):
-            for p in range(n):
-                out[subs[p % len(subs)]].add((topic, p))
+            for i, p in enumerate(parts):
+                out[subs[i % len(subs)]].add((topic, p))
         else:
             for j, mid in enumerate(subs):
-                out[mid].add((topic, j % n))
+                out[mid].add((topic, parts[j % n]))
     return out
 
 
@@ -141,6 +146,8 @@ def share_manager(broker: Broker) -> ShareGroupManager:
     if mgr is None:
         mgr = ShareGroupManager(broker)
         broker.share_groups = mgr  # type: ignore[attr-defined]
+        made = mgr
+        broker.metrics.add_rows_source(lambda: share_metrics.rows(made))  # share_metrics: the Prometheus rows
     return mgr
 
 
@@ -168,20 +175,30 @@ class ShareGroupManager:
         self.changed = asyncio.Event()  # set when records become available again (release, expiry)
         self.store = ShareStateStore(self)  # share-partition state through the share coordinator
         self.records = ShareGroupStore(self)  # the groups' ShareGroup* records in __consumer_offsets
+        self.counters = share_metrics.ShareCounters()  # share_metrics: the Prometheus rows
 
     # ================================================================================= membership
 
     def is_share_group(self, group_id: str) -> bool:
         return group_id in self.groups
 
-    def _topic_partitions(self, names: set[str]) -> dict[str, int]:
-        topics = self.broker.topics
-        out: dict[str, int] = {}
-        for n in names:
-            info = topics.get(n)
-            if info is not None:
-                out[n] = info.num_partitions
-        return out
+    def _topic_partitions(self, gid: str, names: set[str]) -> dict[str, tuple[int, ...]]:
+        """The partitions of ``names`` the group may assign: those initialized (share_group_init)."""
+        return share_group_init.assignable(self, gid, names)
+
+    def reassign_if_needed(self, g: ShareGroup, changed: bool = False) -> bool:
+        """Recompute the assignment (new group epoch) when membership changed or the assignable partitions of the
+        subscribed topics did (Kafka's metadata hash / ``initializedAssignmentPending``); whether it did."""
+        wanted = self._topic_partitions(g.group_id, {t for x in g.members.values() for t in x.subscribed})
+        if not changed and wanted == g.partitions_seen:
+            return False
+        g.epoch += 1
+        self.counters.rebalances += 1
+        g.partitions_seen = wanted
+        for member_id, tps in simple_assign(g.members, wanted).items():
+            g.members[member_id].assigned = tps
+        g.assignment_epoch = g.epoch
+        return True
 
     def heartbeat(self, req: dict[str, Any], client_id: str, client_host: str) -> dict[str, Any]:
         gid = req.get("group_id") or ""
@@ -234,13 +251,8 @@ class ShareGroupManager:
         if subscribed is not None and sorted(subscribed) != sorted(m.subscribed):
             m.subscribed = sorted(set(subscribed))
             changed = True
-        wanted = self._topic_partitions({t for x in g.members.values() for t in x.subscribed})
-        if changed or wanted != g.partitions_seen:
-            g.epoch += 1
-            g.partitions_seen = wanted
-            for member_id, tps in simple_assign(g.members, wanted).items():
-                g.members[member_id].assigned = tps
-            g.assignment_epoch = g.epoch
+        todo = share_group_init.mark_initializing(self, g)
+        self.reassign_if_needed(g, changed)
         if m.epoch != g.epoch:
             m.previous_epoch, m.epoch = m.epoch, g.epoch
         self._touch(g, m)
@@ -249,7 +261,8 @@ class ShareGroupManager:
             m.sent = frozenset(m.assigned)
         return {"error_code": NONE, "error_message": None, "member_id": mid, "member_epoch": m.epoch,
                 "heartbeat_interval_ms": self.settings(gid).heartbeat_ms,
-                "assignment": {"topic_partitions": self._by_topic_id(m.assigned)} if send else None}
+                "assignment": {"topic_partitions": self._by_topic_id(m.assigned)} if send else None,
+                INIT_KEY: todo}
 
     def _by_topic_id(self, tps: set[TP], names: bool = False) -> list[dict[str, Any]]:
         by: dict[str, list[int]] = {}
@@ -291,11 +304,7 @@ class ShareGroupManager:
             m.timer.cancel()
         if close:
             self.close_session(g.group_id, mid)
-        g.epoch += 1
-        g.partitions_seen = self._topic_partitions({t for x in g.members.values() for t in x.subscribed})
-        for member_id, tps in simple_assign(g.members, g.partitions_seen).items():
-            g.members[member_id].assigned = tps
-        g.assignment_epoch = g.epoch
+        self.reassign_if_needed(g, changed=True)
         self.records.schedule(g.group_id)  # the member's records tombstoned (share_group_store)
 
     def list_groups(self, states: set[str], types: set[str]) -> list[dict[str, Any]]:
@@ -365,6 +374,11 @@ class ShareGroupManager:
                              min(max(e.share_partition_max_record_locks, MAX_LOCKS_RANGE[0]), MAX_LOCKS_RANGE[1]),
                              kind, back_ms)
 
+    def lock_ms_of(self, gid: str) -> int:
+        """The group's current ``share.record.lock.duration.ms`` (cheap: the effective configs are cached)."""
+        configs = self.broker.group_configs
+        return self.lock_ms if configs is None else configs.effective(gid).share_record_lock_duration_ms
+
     # ============================================================================ share partitions
 
     def share_partition(self, gid: str, topic_id: bytes, partition: int, log_start: int, high_watermark: int,
@@ -378,6 +392,9 @@ class ShareGroupManager:
             self._ensure_sweeper()  # the leader of a partition may not be the group's coordinator
         else:
             sp.reset_start(log_start)
+            # the group's current share.record.lock.duration.ms for this acquisition (Kafka's SharePartition reads
+            # the group config at every acquire; RENEW uses the same value)
+            sp.lock_ms = self.lock_ms_of(gid)
         return sp
 
     def _wake(self) -> None:

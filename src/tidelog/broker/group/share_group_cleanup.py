@@ -7,10 +7,19 @@
   keys), then the group's ShareGroup* records are tombstoned. A failed state delete answers its error and keeps the
   group (a retry deletes what is left).
 * **A deleted topic** (Kafka's ``onTopicsDeleted`` → ``maybeCleanupShareGroupState``): for each share group coordinated
-  here whose state-partition metadata holds the topic's id, the topic moves to ``DeletingTopics`` (record written),
-  the state of each of its share partitions is deleted, and the topic leaves the record. A topic created again with
-  the same name has a new topic id, so its share partitions start afresh (``share.auto.offset.reset``) and never see
-  the old state.
+  here whose state-partition metadata holds the topic's id, the topic is added to ``DeletingTopics`` (record written;
+  its entry in ``InitializedTopics`` is kept meanwhile: it is the list of partitions to delete, which
+  ``DeletingTopics`` does not hold), the state of each of its share partitions is deleted, and the topic leaves the
+  record. A topic created again with the same name has a new topic id, so its share partitions start afresh
+  (``share.auto.offset.reset``) and never see the old state.
+* **An interrupted delete is resumed** (:func:`resume_deleting`): a topic still in ``DeletingTopics`` (the coordinator
+  moved or restarted, the share coordinator was unavailable past ``share.coordinator.write.timeout.ms``) is deleted
+  again when the group is loaded and at the group's next heartbeat; DeleteGroups deletes its state too (Kafka's
+  ``shareGroupBuildPartitionDeleteRequest`` retries ``DeletingTopics``, with the partition count of a topic that still
+  exists: a ``DeletingTopics`` entry without partitions and without its topic is left as Kafka leaves it).
+* **A topic deleted while the coordinator was loading or away** (:func:`on_loaded`): once the groups of a
+  ``__consumer_offsets`` partition are installed, a topic id in a group's metadata that names no topic any more has
+  its state deleted as above (as the classic offsets of a topic deleted during the load are, decision 0039).
 """
 
 from __future__ import annotations
@@ -66,6 +75,8 @@ def state_keys(mgr: ShareGroupManager, gid: str) -> list[ShareKey]:
         for infos in (meta.initializing, meta.initialized):
             for tid, info in infos.items():
                 keys.update(ShareKey(gid, tid, p) for p in info.partitions)
+        for tid in meta.deleting:
+            keys.update(ShareKey(gid, tid, p) for p in _deleting_partitions(mgr, meta, tid))
     for g, tid, p in mgr.partitions:
         if g == gid:
             keys.add(ShareKey(gid, tid, p))
@@ -100,7 +111,7 @@ def on_topic_deleted(broker: Broker, topic: str) -> None:
     mgr.records._cache.clear()  # cached target records name topics by id: a topic made again has a new one
     info = broker.topics.get(topic) if broker.topics is not None else None
     live = topic_uuid(info.topic_id) if info is not None else None  # created again already: keep the new one's
-    for gid, meta in mgr.records.state_meta.items():
+    for gid, meta in list(mgr.records.state_meta.items()):
         for tid, entry in list(meta.initialized.items()) + list(meta.initializing.items()):
             if entry.name == topic and tid != live:
                 _spawn(mgr, _delete_topic_state(mgr, gid, tid, topic))
@@ -124,24 +135,87 @@ def _spawn(mgr: ShareGroupManager, coro: Any) -> None:
     task.add_done_callback(mgr.records._tasks.discard)
 
 
+def _deleting_partitions(mgr: ShareGroupManager, meta: StatePartitionMetadata, tid: bytes) -> list[int]:
+    """The partitions whose state a topic in DeletingTopics may have: its InitializedTopics / InitializingTopics
+    entries (kept while deleting), else every partition of the topic when it still exists (Kafka's retry)."""
+    parts: set[int] = set()
+    for infos in (meta.initialized, meta.initializing):
+        entry = infos.get(tid)
+        if entry is not None:
+            parts.update(entry.partitions)
+    if not parts and mgr.broker.topics is not None:
+        for info in mgr.broker.topics.all_topics():
+            if topic_uuid(info.topic_id) == tid:
+                parts.update(range(info.num_partitions))
+    return sorted(parts)
+
+
 async def _delete_topic_state(mgr: ShareGroupManager, gid: str, tid: bytes, name: str) -> None:
-    meta = mgr.records.state_meta.get(gid)
+    store = mgr.records
+    if (gid, tid) in store.deleting_now:
+        return
+    meta = store.state_meta.get(gid)
     if meta is None:
         return
-    entry = meta.initialized.pop(tid, None) or meta.initializing.pop(tid, None)
-    if entry is None:
+    store.deleting_now.add((gid, tid))
+    try:
+        parts = _deleting_partitions(mgr, meta, tid)
+        if not parts and tid not in meta.deleting:
+            return
+        if meta.deleting.get(tid) != name:
+            meta.deleting[tid] = name
+            await mgr.records.persist(gid)  # DeletingTopics recorded before the deletes (Kafka's order)
+        err = await _delete_states(mgr, [ShareKey(gid, tid, p) for p in parts])
+        if err:
+            log.warning("share state of a deleted topic not deleted", extra={"kv": {
+                "group": gid, "topic": name, "error": err}})
+            return  # stays in DeletingTopics: resumed at the next load or heartbeat, or by DeleteGroups
+        if not parts:
+            log.warning("a topic in DeletingTopics without partitions nor topic: left", extra={"kv": {
+                "group": gid, "topic": name}})
+            return
+        meta = store.state_meta.get(gid)
+        if meta is None:
+            return
+        meta.deleting.pop(tid, None)
+        meta.initialized.pop(tid, None)
+        meta.initializing.pop(tid, None)
+        err = await mgr.records.persist(gid)
+        log.info("share state of a deleted topic deleted", extra={"kv": {
+            "group": gid, "topic": name, "partitions": len(parts), "error": err}})
+    finally:
+        store.deleting_now.discard((gid, tid))
+
+
+def resume_deleting(broker: Broker, gid: str) -> None:
+    """Delete again (in the background) the state of each topic the group still has in DeletingTopics."""
+    mgr = _manager(broker)
+    meta = mgr.records.state_meta.get(gid)
+    if meta is None or not meta.deleting:
         return
-    meta.deleting[tid] = name
-    await mgr.records.persist(gid)  # DeletingTopics recorded before the deletes (Kafka's order)
-    err = await _delete_states(mgr, [ShareKey(gid, tid, p) for p in entry.partitions])
-    if err:
-        log.warning("share state of a deleted topic not deleted", extra={"kv": {
-            "group": gid, "topic": name, "error": err}})
-        return  # stays in DeletingTopics
-    meta.deleting.pop(tid, None)
-    err = await mgr.records.persist(gid)
-    log.info("share state of a deleted topic deleted", extra={"kv": {
-        "group": gid, "topic": name, "partitions": len(entry.partitions), "error": err}})
+    for tid, name in list(meta.deleting.items()):
+        if (gid, tid) not in mgr.records.deleting_now and _deleting_partitions(mgr, meta, tid):
+            _spawn(mgr, _delete_topic_state(mgr, gid, tid, name))
+
+
+def on_loaded(broker: Broker, gids: list[str]) -> None:
+    """The groups ``gids`` were just installed from the log: resume their unfinished deletes, and delete the state of
+    topics deleted while this coordinator was loading them (or not coordinating them)."""
+    mgr = _manager(broker)
+    topics = broker.topics
+    if topics is None:
+        return
+    live = {topic_uuid(info.topic_id) for info in topics.all_topics()}
+    for gid in gids:
+        meta = mgr.records.state_meta.get(gid)
+        if meta is None:
+            continue
+        for tid, entry in list(meta.initialized.items()) + list(meta.initializing.items()):
+            if tid not in live and tid not in meta.deleting:
+                log.info("share state of a topic deleted meanwhile to delete", extra={"kv": {
+                    "group": gid, "topic": entry.name}})
+                _spawn(mgr, _delete_topic_state(mgr, gid, tid, entry.name))
+        resume_deleting(broker, gid)
 
 
 # ----------------------------------------------------------------------------------------------- offsets admin

@@ -8,6 +8,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from tidelog.broker.group import records as rec
+from tidelog.broker.group import share_group_cleanup
 from tidelog.broker.group import share_group_records as srec
 from tidelog.broker.group.consumer_install import NamedPartitions
 from tidelog.broker.group.share_group import ShareGroup, ShareMember, share_manager
@@ -30,6 +31,7 @@ def install(broker: Broker, replayed: ShareGroupReplay) -> int:
     mgr = share_manager(broker)
     tps = NamedPartitions(broker.topics)
     installed = 0
+    loaded: list[str] = []
     for gid, recs in replayed.groups.items():
         decoded: dict[int, dict[str | None, bytes]] = {}
         for kb, vb in recs.items():
@@ -65,17 +67,20 @@ def install(broker: Broker, replayed: ShareGroupReplay) -> int:
             for om in old.members.values():
                 if om.timer is not None:
                     om.timer.cancel()
-        g.partitions_seen = mgr._topic_partitions({t for x in g.members.values() for t in x.subscribed})
         mgr.groups[gid] = g
         store = mgr.records
         store.written[gid] = {kb: vb for kb, vb in recs.items() if srec.key_type(kb) != srec.PARTITION_METADATA}
         if state_meta is not None:
             store.state_meta[gid] = state_meta
+        g.partitions_seen = mgr._topic_partitions(gid, {t for x in g.members.values() for t in x.subscribed})
+        loaded.append(gid)
         for m in g.members.values():
             mgr._touch(g, m)
         installed += 1
     if installed:
         log.info("loaded share groups", extra={"kv": {"groups": installed}})
+        # unfinished topic-state deletes resumed; topics deleted while loading (or away) get theirs deleted
+        share_group_cleanup.on_loaded(broker, loaded)
     return installed
 
 

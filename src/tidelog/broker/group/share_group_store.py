@@ -18,10 +18,9 @@ current assignments, state-partition metadata), then tombstones for members gone
 subscription). Writes of a group are serialized; the heartbeat is answered after its write, with the append's error
 when it failed (the records stay due and the next persist writes them).
 
-**Differences from Kafka.** Kafka's coordinator initializes a share partition's state (InitializeShareGroupState)
-when it first assigns it, recording it as *initializing* then *initialized*; tidelog's share-partition leader
-initializes it on first use, and the coordinator records every partition it assigned as *initialized* (so a delete
-finds every state that may exist); ``InitializingTopics`` is therefore always empty here.
+**The state partitions** (ShareGroupStatePartitionMetadata) move as Kafka's: subscribed partitions *initializing*,
+then *initialized* once InitializeShareGroupState succeeded (``share_group_init``), *deleting* while a deleted
+topic's state is deleted (``share_group_cleanup``).
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ from tidelog.broker.group.share_group_records import (
     ShareGroupKey,
     ShareMemberMetadata,
     StatePartitionMetadata,
-    TopicPartitionsInfo,
 )
 from tidelog.errors import ErrorCode
 
@@ -87,11 +85,6 @@ _TOMBSTONE_ORDER = {srec.CURRENT_ASSIGNMENT: 0, srec.TARGET_MEMBER: 1, srec.MEMB
                     srec.GROUP_METADATA: 6}
 
 
-def _now_ms() -> int:
-    import time
-    return int(time.time() * 1000)
-
-
 class ShareGroupStore:
     """What was last written for each share group, the writes that bring the log up to date, and each group's
     share-state partitions (ShareGroupStatePartitionMetadata)."""
@@ -103,31 +96,11 @@ class ShareGroupStore:
         self._locks: dict[str, asyncio.Lock] = {}
         self._cache: dict[str, dict[str, _MemberRecords]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.deleting_now: set[tuple[str, bytes]] = set()  # (group, topic id) whose state delete is running
 
     @property
     def _coordinator(self) -> Any:
         return self.manager.broker.group_coordinator
-
-    # ------------------------------------------------------------------------------------ the state partitions
-
-    def note_assigned(self, g: ShareGroup) -> None:
-        """Record the group's assigned partitions as having share state (InitializedTopics)."""
-        meta = self.state_meta.setdefault(g.group_id, StatePartitionMetadata())
-        topics = self.manager.broker.topics
-        for m in g.members.values():
-            for t, p in m.assigned:
-                info = topics.get(t)
-                if info is None:
-                    continue
-                tid = topic_uuid(info.topic_id)
-                if tid in meta.deleting:
-                    continue
-                entry = meta.initialized.get(tid)
-                if entry is None:
-                    entry = meta.initialized[tid] = TopicPartitionsInfo(t, [], _now_ms())
-                if p not in entry.partitions:
-                    entry.partitions.append(p)
-                    entry.partitions.sort()
 
     # ------------------------------------------------------------------------------------ snapshot
 
@@ -164,7 +137,6 @@ class ShareGroupStore:
     def snapshot(self, g: ShareGroup) -> dict[bytes, bytes]:
         """Every record (key -> value) the group's state makes now, in Kafka's write order."""
         gid = g.group_id
-        self.note_assigned(g)
         cache = self._cache.setdefault(gid, {})
         for mid in [mid for mid in cache if mid not in g.members]:
             del cache[mid]

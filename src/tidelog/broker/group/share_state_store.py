@@ -2,9 +2,11 @@
 ``writeShareGroupState``), through the :class:`SharePersister`.
 
 * **Load** (the first ShareFetch / ShareAcknowledge of a share partition here, or the first after the partition's
-  leader epoch changed): ReadShareGroupState with this broker's leader epoch of the partition; a share partition
-  never initialized is initialized (InitializeShareGroupState, state epoch 0) at ``share.auto.offset.reset``
-  (latest: the high watermark; earliest: the log start) and starts there. The persisted batches become the window
+  leader epoch changed): ReadShareGroupState with this broker's leader epoch of the partition. The group coordinator
+  initializes a share partition before assigning it (``share_group_init``, start offset -1: the leader starts at
+  ``share.auto.offset.reset``, latest: the high watermark; earliest: the log start). A share partition fetched
+  without having been initialized (a client fetching what it was not assigned) is still initialized here (state
+  epoch 0) as a fallback Kafka 4.1+ does not have (decision 0073). The persisted batches become the window
   (``SharePartition.restore``): acknowledged and archived records stay done, the others are available again with
   their delivery counts kept, so they are redelivered with the count + 1.
 * **Persist** after every acknowledgement that changed a share partition (its answer waits for it, as Kafka's),

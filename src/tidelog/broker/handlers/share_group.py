@@ -25,8 +25,8 @@ import time
 from typing import Any
 
 from tidelog.broker.errors import error_of
-from tidelog.broker.group import share_renew
-from tidelog.broker.group.share_group import LEAVE_EPOCH, ShareGroupManager, share_manager
+from tidelog.broker.group import share_group_cleanup, share_group_init, share_renew
+from tidelog.broker.group.share_group import INIT_KEY, LEAVE_EPOCH, ShareGroupManager, share_manager
 from tidelog.broker.group.share_partition import AckError
 from tidelog.broker.group.share_read import read_batches, regions_of
 from tidelog.broker.group.share_state_records import ShareKey
@@ -92,8 +92,13 @@ async def share_group_heartbeat(ctx: RequestContext, request: dict) -> dict:
     host = ("/" + ctx.client_host) if ctx.client_host else ""
     mgr = share_manager(ctx.broker)
     body = mgr.heartbeat(request, ctx.client_id or "", host)
+    todo = body.pop(INIT_KEY, None)
     if not body.get("error_code") and gid:
         err = await mgr.records.persist(gid)  # ShareGroup* records written before the answer, as Kafka
+        if not err and todo:  # InitializeShareGroupState of new share partitions, then their assignment
+            err = await share_group_init.complete_heartbeat(mgr, gid, body.get("member_id") or "", body, todo)
+        if not err:
+            share_group_cleanup.resume_deleting(ctx.broker, gid)  # a topic-state delete left unfinished
         if err:
             return fit(SHARE_GROUP_HEARTBEAT, v, {**base, "error_code": err})
     body["throttle_time_ms"] = 0
@@ -194,6 +199,7 @@ async def _acknowledge(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mi
     finally:
         mgr.store.changed((gid, tid, index))
         mgr._wake()  # released records, or room in the window: a waiting ShareFetch may acquire now
+    mgr.counters.acked(batches)
     return await mgr.store.persist((gid, tid, index))
 
 
@@ -237,6 +243,7 @@ async def _acquire(ctx: RequestContext, mgr: ShareGroupManager, gid: str, mid: s
         elif sp.first_available() is None and sp.speo >= hw:
             break
     if ranges:
+        mgr.counters.records_acquired += taken
         entry["records"] = RecordsChunks(list(regions), size)
         entry["acquired_records"] = [{"first_offset": f, "last_offset": la, "delivery_count": d}
                                      for f, la, d in ranges]
@@ -263,6 +270,7 @@ async def share_fetch(ctx: RequestContext, request: dict) -> dict:
         return _top_error(SHARE_FETCH, v, *refused)
     record_limit = share_renew.record_limit(v, request)
     mgr = share_manager(ctx.broker)
+    mgr.counters.fetch_requests += 1
     err, session = mgr.session(gid, mid, epoch)
     if err or session is None:
         return _top_error(SHARE_FETCH, v, err)
@@ -361,6 +369,7 @@ async def share_acknowledge(ctx: RequestContext, request: dict) -> dict:
     if epoch == 0:  # Kafka: a ShareAcknowledge cannot open a share session
         return _top_error(SHARE_ACKNOWLEDGE, v, ErrorCode.INVALID_SHARE_SESSION_EPOCH)
     mgr = share_manager(ctx.broker)
+    mgr.counters.acknowledge_requests += 1
     err, session = mgr.session(gid, mid, epoch)
     if err or session is None:
         return _top_error(SHARE_ACKNOWLEDGE, v, err)

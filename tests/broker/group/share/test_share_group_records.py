@@ -165,20 +165,20 @@ def test_membership_survives_broker_kill9(records_broker: Any) -> None:
     group = "sgr-" + uuid.uuid4().hex[:6]
     with RawClient(records_broker.port) as c:
         topic, tid = _setup(c, 0)
-        r1 = _hb(c, group, "m1", 0, [topic])
-        assert r1["error_code"] == 0 and r1["member_epoch"] == 1
-        r2 = _hb(c, group, "m2", 0, [topic])
-        assert r2["error_code"] == 0 and r2["member_epoch"] == 2
-        r1 = _hb(c, group, "m1", 1, [topic])
+        r1 = _hb(c, group, "m1", 0, [topic])  # epoch 1, then 2 with the initialized partition assigned
         assert r1["error_code"] == 0 and r1["member_epoch"] == 2
+        r2 = _hb(c, group, "m2", 0, [topic])
+        assert r2["error_code"] == 0 and r2["member_epoch"] == 3
+        r1 = _hb(c, group, "m1", 2, [topic])
+        assert r1["error_code"] == 0 and r1["member_epoch"] == 3
     recs = _group_records(records_broker.data_dir, group)
     latest = {(t, m): d for t, m, d in recs}
     tid_text = kafka_uuid(tid.bytes if isinstance(tid, uuid.UUID) else bytes(tid))
-    assert latest[("11", None)] == {"epoch": 2}
-    assert latest[("12", None)] == {"assignmentEpoch": 2}
+    assert latest[("11", None)] == {"epoch": 3}
+    assert latest[("12", None)] == {"assignmentEpoch": 3}
     assert latest[("10", "m1")]["subscribedTopicNames"] == [topic]
     assert latest[("13", "m2")] == {"topicPartitions": [{"topicId": tid_text, "partitions": [0]}]}
-    assert latest[("14", "m1")] == {"memberEpoch": 2, "previousMemberEpoch": 1, "state": 0,
+    assert latest[("14", "m1")] == {"memberEpoch": 3, "previousMemberEpoch": 2, "state": 0,
                                     "assignedPartitions": [{"topicId": tid_text, "partitions": [0]}]}
     assert latest[("15", None)]["initializedTopics"][0]["topicName"] == topic
     # Kafka's write order within the group's first write: subscription, group epoch, target, assignment epoch,
@@ -189,14 +189,14 @@ def test_membership_survives_broker_kill9(records_broker: Any) -> None:
     records_broker.start()
     with RawClient(records_broker.port) as c:
         d = _describe(c, group)
-        assert d["error_code"] == 0 and d["group_epoch"] == 2, d
-        assert sorted((m["member_id"], m["member_epoch"]) for m in d["members"]) == [("m1", 2), ("m2", 2)]
-        r1 = _hb(c, group, "m1", 2, None)  # goes on with its epoch: no UNKNOWN_MEMBER_ID, no rejoin
-        assert r1["error_code"] == 0 and r1["member_epoch"] == 2, r1
+        assert d["error_code"] == 0 and d["group_epoch"] == 3, d
+        assert sorted((m["member_id"], m["member_epoch"]) for m in d["members"]) == [("m1", 3), ("m2", 3)]
+        r1 = _hb(c, group, "m1", 3, None)  # goes on with its epoch: no UNKNOWN_MEMBER_ID, no rejoin
+        assert r1["error_code"] == 0 and r1["member_epoch"] == 3, r1
         assert r1["assignment"]["topic_partitions"][0]["partitions"] == [0]  # told again after the load
         r2 = _hb(c, group, "m2", -1, None)
         assert r2["error_code"] == 0
-        assert _describe(c, group)["group_epoch"] == 3
+        assert _describe(c, group)["group_epoch"] == 4
     tail = [(t, m, d) for t, m, d in _group_records(records_broker.data_dir, group)][-6:]
     assert [(t, m) for t, m, d in tail if d is None] == [("14", "m2"), ("13", "m2"), ("10", "m2")], tail
 

@@ -56,10 +56,11 @@ def test_heartbeat_describe_and_list(share_broker: Any) -> None:
         r = c.request(HB, 1, {**base, "member_id": "m1", "member_epoch": 0, "subscribed_topic_names": None})
         assert r["error_code"] == INVALID_REQUEST  # a join names its topics
         r = c.request(HB, 1, {**base, "member_id": "m1", "member_epoch": 0, "subscribed_topic_names": [topic]})
-        assert r["error_code"] == 0 and r["member_epoch"] == 1
+        # epoch 1 at the join, 2 once the partition's share state is initialized and assigned (Kafka's handshake)
+        assert r["error_code"] == 0 and r["member_epoch"] == 2
         assert r["assignment"]["topic_partitions"] == [{"topic_id": tid, "partitions": [0]}]
         r2 = c.request(HB, 1, {**base, "member_id": "m2", "member_epoch": 0, "subscribed_topic_names": [topic]})
-        assert r2["member_epoch"] == 2  # one partition, two members: both get it
+        assert r2["member_epoch"] == 3  # one partition, two members: both get it
         assert r2["assignment"]["topic_partitions"] == [{"topic_id": tid, "partitions": [0]}]
         r = c.request(HB, 1, {**base, "member_id": "m1", "member_epoch": 5, "subscribed_topic_names": None})
         assert r["error_code"] == FENCED_MEMBER_EPOCH
@@ -136,7 +137,7 @@ def test_share_groups_cli_list_and_describe(share_broker: Any) -> None:
                             catch_exceptions=False)
         lines = [line.split() for line in out.stdout.splitlines() if line.strip()]
         assert lines[0] == ["GROUP", "COORDINATOR", "(ID)", "STATE", "GROUP-EPOCH", "ASSIGNMENT-EPOCH", "#MEMBERS"]
-        assert lines[1][0] == group and lines[1][-4:] == ["Stable", "1", "1", "1"]
+        assert lines[1][0] == group and lines[1][-4:] == ["Stable", "2", "2", "1"]
         out = runner.invoke(cli, ["share-groups", "describe", group, "--members", *bs], catch_exceptions=False)
         lines = [line.split() for line in out.stdout.splitlines() if line.strip()]
         assert lines[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
