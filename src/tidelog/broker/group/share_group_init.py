@@ -26,14 +26,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group.consumer_records import topic_uuid
 from tidelog.broker.group.share_group_records import StatePartitionMetadata, TopicPartitionsInfo
+from tidelog.broker.group.share_group_store import ShareGroup, ShareGroupStore
+from tidelog.broker.group.share_metrics import ShareCounters
 from tidelog.broker.group.share_state_records import ShareKey
+from tidelog.broker.group.share_state_store import ShareStateStore
 
 if TYPE_CHECKING:
-    from tidelog.broker.group.share_group import ShareGroup, ShareGroupManager
+    from tidelog.broker.broker import Broker
+
+
+class ShareGroupManager(Protocol):
+    """What the initialisation reads and calls of :class:`~tidelog.broker.group.share_group.ShareGroupManager`
+    (Protocols: that module calls this one, so this one does not import it back)."""
+
+    broker: Broker
+    counters: ShareCounters
+    records: ShareGroupStore
+    store: ShareStateStore
+
+    @property
+    def groups(self) -> MutableMapping[str, Any]: ...
+
+    def reassign_if_needed(self, g: Any, changed: bool = False) -> bool: ...
+
+    def _by_topic_id(self, tps: set[tuple[str, int]], names: bool = False) -> list[dict[str, Any]]: ...
 
 log = logging.getLogger("tidelog.broker.group.share")
 

@@ -19,11 +19,11 @@ partitions this broker leads (bounded by ``group.share.max.share.sessions`` and 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from tidelog.broker.group.share_group import ShareGroupManager
+from tidelog.broker.group.share_partition import SharePartition
 
 Row = tuple[str, str, dict[str, str], float]
 ACK_TYPES = {0: "Gap", 1: "Accept", 2: "Release", 3: "Reject", 4: "Renew"}
@@ -54,6 +54,21 @@ class ShareCounters:
     def initialized(self, ok: bool, partitions: int) -> None:
         key = "success" if ok else "failure"
         self.initializations[key] = self.initializations.get(key, 0) + partitions
+
+
+class ShareGroupManager(Protocol):
+    """What the rows read of :class:`~tidelog.broker.group.share_group.ShareGroupManager` (which imports this
+    module: Protocols, not an import back)."""
+
+    counters: ShareCounters
+    broker: Any
+    records: Any  # share_group_store.ShareGroupStore: its state_meta
+
+    @property
+    def groups(self) -> Mapping[str, Any]: ...
+
+    @property
+    def partitions(self) -> Mapping[tuple[str, bytes, int], SharePartition]: ...
 
 
 def rows(mgr: ShareGroupManager) -> list[Row]:
