@@ -230,10 +230,11 @@ def test_topic_deleted_while_the_coordinator_is_away(share_cluster: Any) -> None
     assert summary() == (0, 1)  # initialized by the coordinator with the group epoch of the join
     try:
         cb.kill()
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient({"bootstrap.servers": cluster.brokers[others[0]].bootstrap})
-        admin.delete_topics([topic], operation_timeout=30)[topic].result(60)
+        # DeleteTopics at a live broker (any broker queues it): librdkafka's admin sends it to the controller, which
+        # may be the broker just killed until its ZooKeeper session expires ("Failed while waiting for controller")
+        r = request(cluster.brokers[others[0]], 20, 6, {"topics": [{"name": topic, "topic_id": uuid.UUID(int=0)}],
+                                                        "timeout_ms": 30000}, timeout=60)
+        assert r["responses"][0]["error_code"] == 0, r
         new = agreed_coordinator(cluster, group)
         assert new != coord
         deadline = time.monotonic() + 60
