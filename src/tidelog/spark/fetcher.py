@@ -273,9 +273,11 @@ class PartitionFetcher:
     def release(self) -> None:
         """The end of a clean read (no request in flight): the connection goes back to the pool, if any."""
         if self.pool is not None and self.conn is not None and self.addr is not None:
-            self.pool.give(self.addr, self.conn)
+            self.pool.give(self.addr, self.conn)  # the leader stays known to the pool
             self.conn = None
-        self.close()
+        elif self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
     def _leader(self) -> tuple[str, int]:
         """The leader's host and port: from the pool's last Metadata response for the topic, else from a Metadata
