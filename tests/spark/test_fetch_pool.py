@@ -66,3 +66,22 @@ def test_a_read_stopped_with_a_fetch_in_flight_closes_its_connection(kt: Any) ->
         assert len(pool.idle) == 1
     finally:
         pool.close()
+
+
+def test_trace_log_is_opt_in(tmp_path: Any) -> None:
+    """``TIDELOG_SPARK_TRACE`` writes ``<time> <pid> <event>`` lines; unset, nothing is written anywhere."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "trace.log"
+    code = "from tidelog.spark.trace import TRACING, trace; trace('an event'); print(TRACING)"
+    env = {k: v for k, v in os.environ.items() if k != "TIDELOG_SPARK_TRACE"}
+    off = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert off.stdout.strip() == "False" and not path.exists()
+    on = subprocess.run([sys.executable, "-c", code], env={**env, "TIDELOG_SPARK_TRACE": str(path)},
+                        capture_output=True, text=True, timeout=60, check=True)
+    assert on.stdout.strip() == "True"
+    lines = path.read_text().splitlines()
+    assert [line.split(" ", 2)[2] for line in lines] == ["tidelog.spark imported", "an event"]
+    assert all(float(line.split()[0]) > 1.7e9 and line.split()[1].isdigit() for line in lines)

@@ -67,7 +67,7 @@ from tidelog.records.header import (
 )
 from tidelog.spark.arrow import COLUMNAR_BATCH_ROWS, columns_batch, record_batch
 from tidelog.spark.options import report_data_loss
-from tidelog.spark.trace import trace
+from tidelog.spark.trace import TRACING, trace
 
 CLIENT_ID = "tidelog-spark-executor"
 MAX_FETCH_VERSION = 12
@@ -565,7 +565,8 @@ def read_range_raw(
                 raise KafkaFetchError(code, f"Fetch {tp_name} at offset {expected}")
             leader_retries = 0
             batches = whole_batches(p["records"])
-            trace(f"fetch {expected}: {len(p['records'] or b'')} B")
+            if TRACING:
+                trace(f"fetch {expected}: {len(p['records'] or b'')} B")
             if not batches:
                 if time.monotonic() > deadline:
                     raise TimeoutError(

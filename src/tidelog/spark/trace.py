@@ -12,6 +12,8 @@ import os
 import time
 
 _PATH = os.environ.get("TIDELOG_SPARK_TRACE") or None
+TRACING = _PATH is not None
+"""Whether events are written: guard the per-Fetch events with it, so that their text is not even formatted."""
 
 
 def trace(event: str) -> None:
