@@ -303,6 +303,9 @@ class PartitionFetcher:
                 c.close()
                 last = exc
                 continue
+            except BaseException:
+                c.close()
+                raise
             brokers = {b["node_id"]: (b["host"], b["port"]) for b in md["brokers"]}
             if pool is not None:
                 pool.learn(self.topic, md, brokers)
