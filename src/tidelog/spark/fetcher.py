@@ -67,6 +67,7 @@ from tidelog.records.header import (
 )
 from tidelog.spark.arrow import COLUMNAR_BATCH_ROWS, columns_batch, record_batch
 from tidelog.spark.options import report_data_loss
+from tidelog.spark.trace import TRACING, trace
 
 CLIENT_ID = "tidelog-spark-executor"
 MAX_FETCH_VERSION = 12
@@ -201,11 +202,48 @@ class Connection:
         return self.receive(api_key, version, self.send(api_key, version, body))
 
 
+class ConnectionPool:
+    """The broker connections of one Spark task's reads (issue 29): the ranges of a packed partition
+    (:mod:`tidelog.spark.packing`) are read one after the other; without a pool each range paid a Metadata request on
+    a new bootstrap connection and a new leader connection with its ApiVersions (and TLS and SASL handshakes). With
+    one, a topic's leaders come from one Metadata response and each leader's connection passes from one range to the
+    next. Bounded: at most one idle connection per broker, all closed by :meth:`close` at the end of the task. A
+    connection is only handed back after a clean read (no request in flight); after an error it is closed and the
+    partition's leader looked up again."""
+
+    def __init__(self) -> None:
+        self.leaders: dict[tuple[str, int], tuple[str, int]] = {}
+        self.idle: dict[tuple[str, int], Connection] = {}
+
+    def learn(self, topic: str, md: Mapping[str, Any], brokers: Mapping[int, tuple[str, int]]) -> None:
+        """Keep the leader of every partition of ``topic`` that a Metadata response names without error."""
+        for t in md["topics"]:
+            if t["name"] == topic and t["error_code"] == NONE:
+                for p in t["partitions"]:
+                    if p["error_code"] in (NONE, ErrorCode.REPLICA_NOT_AVAILABLE) and p["leader_id"] in brokers:
+                        self.leaders[(topic, p["partition_index"])] = brokers[p["leader_id"]]
+
+    def take(self, addr: tuple[str, int]) -> Connection | None:
+        return self.idle.pop(addr, None)
+
+    def give(self, addr: tuple[str, int], conn: Connection) -> None:
+        old = self.idle.pop(addr, None)
+        if old is not None and old is not conn:
+            old.close()
+        self.idle[addr] = conn
+
+    def close(self) -> None:
+        for conn in self.idle.values():
+            conn.close()
+        self.idle.clear()
+        self.leaders.clear()
+
+
 class PartitionFetcher:
     """Leader lookup, Fetch and ListOffsets for one topic partition (one leader connection at a time)."""
 
     def __init__(self, client: Mapping[str, str], topic: str, partition: int, timeout_s: float,
-                 read_committed: bool = False) -> None:
+                 read_committed: bool = False, pool: ConnectionPool | None = None) -> None:
         self.bootstrap = [_split_hostport(s) for s in (_conf(client, "bootstrap.servers") or "").split(",")
                           if s.strip()]
         self.topic = topic
@@ -220,14 +258,34 @@ class PartitionFetcher:
         self.check_crcs = (_conf(client, "check.crcs") or "false").strip().lower() == "true"
         self.isolation_level = 1 if read_committed else 0
         self.security = client_security(client)
+        self.pool = pool
+        self.addr: tuple[str, int] | None = None
 
     def close(self) -> None:
+        """Close the connection (after an error, or at the end without a pool): with a pool, the leader is looked
+        up again by the next fetcher of this partition."""
         if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if self.pool is not None:
+            self.pool.leaders.pop((self.topic, self.partition), None)
+
+    def release(self) -> None:
+        """The end of a clean read (no request in flight): the connection goes back to the pool, if any."""
+        if self.pool is not None and self.conn is not None and self.addr is not None:
+            self.pool.give(self.addr, self.conn)  # the leader stays known to the pool
+            self.conn = None
+        elif self.conn is not None:
             self.conn.close()
             self.conn = None
 
     def _leader(self) -> tuple[str, int]:
-        """The leader's host and port from a Metadata request to the first bootstrap server that answers."""
+        """The leader's host and port: from the pool's last Metadata response for the topic, else from a Metadata
+        request to the first bootstrap server that answers (with a pool, its answer for every partition of the
+        topic is kept, and the bootstrap connection too when it is the leader's)."""
+        pool = self.pool
+        if pool is not None and (self.topic, self.partition) in pool.leaders:
+            return pool.leaders[(self.topic, self.partition)]
         last: Exception | None = None
         for host, port in self.bootstrap:
             try:
@@ -242,11 +300,21 @@ class PartitionFetcher:
                                         "include_topic_authorized_operations": False}
                 md = c.request(ApiKey.METADATA, v, body)
             except OSError as exc:
+                c.close()
                 last = exc
                 continue
-            finally:
+            except BaseException:
                 c.close()
+                raise
             brokers = {b["node_id"]: (b["host"], b["port"]) for b in md["brokers"]}
+            if pool is not None:
+                pool.learn(self.topic, md, brokers)
+                if (host, port) in pool.leaders.values():
+                    pool.give((host, port), c)  # the bootstrap server leads partitions: keep its connection
+                else:
+                    c.close()
+            else:
+                c.close()
             for t in md["topics"]:
                 if t["name"] != self.topic:
                     continue
@@ -270,7 +338,9 @@ class PartitionFetcher:
         while True:
             try:
                 host, port = self._leader()
-                self.conn = Connection(host, port, self.timeout_s, self.security)
+                self.addr = (host, port)
+                pooled = self.pool.take(self.addr) if self.pool is not None else None
+                self.conn = pooled or Connection(host, port, self.timeout_s, self.security)
                 self.fetch_version = self.conn.version(ApiKey.FETCH, MAX_FETCH_VERSION)
                 if self.isolation_level and self.fetch_version < MIN_READ_COMMITTED_FETCH_VERSION:
                     raise KafkaFetchError(35, f"read_committed needs Fetch v{MIN_READ_COMMITTED_FETCH_VERSION}+, "
@@ -442,14 +512,17 @@ def read_range_raw(
     fail_on_data_loss: bool,
     poll_timeout_ms: int,
     read_committed: bool = False,
+    pool: ConnectionPool | None = None,
 ) -> Iterator[Any]:
     """Yield Arrow batches with the records [start, end) of one partition over raw Fetch requests (with
-    ``read_committed``, only the committed ones: see the module docstring)."""
+    ``read_committed``, only the committed ones: see the module docstring). With ``pool``, the connection comes
+    from it and goes back to it after a clean read (:class:`ConnectionPool`)."""
     if end <= start:
         return
     tp_name = f"{topic}-{partition}"
     timeout_s = poll_timeout_ms / 1000.0
-    f = PartitionFetcher(client, topic, partition, timeout_s, read_committed)
+    f = PartitionFetcher(client, topic, partition, timeout_s, read_committed, pool)
+    clean = False
     builder = new_builder()
     expected = start
     leader_retries = 0
@@ -495,6 +568,8 @@ def read_range_raw(
                 raise KafkaFetchError(code, f"Fetch {tp_name} at offset {expected}")
             leader_retries = 0
             batches = whole_batches(p["records"])
+            if TRACING:
+                trace(f"fetch {expected}: {len(p['records'] or b'')} B")
             if not batches:
                 if time.monotonic() > deadline:
                     raise TimeoutError(
@@ -557,7 +632,11 @@ def read_range_raw(
                 elif builder.rows >= COLUMNAR_BATCH_ROWS:
                     yield columns_batch(topic, partition, builder.finish())
             expected = max(expected, next_offset)
+        clean = pending is None  # nothing in flight: the connection can serve the next range
         if builder.rows:
             yield columns_batch(topic, partition, builder.finish())
     finally:
-        f.close()
+        if clean:
+            f.release()
+        else:
+            f.close()

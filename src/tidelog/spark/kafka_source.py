@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from tidelog.spark.arrow import COLUMNAR_BATCH_ROWS, record_batch
-from tidelog.spark.fetcher import raw_fetch_allowed, read_range_raw
+from tidelog.spark.fetcher import ConnectionPool, raw_fetch_allowed, read_range_raw
 from tidelog.spark.options import (
     EARLIEST,
     LATEST,
@@ -41,6 +41,7 @@ from tidelog.spark.options import (
 )
 from tidelog.spark.packing import members, pack
 from tidelog.spark.pushdown import PushedFilters, push_filters
+from tidelog.spark.trace import trace
 
 log = logging.getLogger("tidelog.spark")
 
@@ -370,13 +371,14 @@ def read_range(
         consumer.close()
 
 
-def read_partition(o: SourceOptions, r: OffsetRange) -> Iterator[Any]:
+def read_partition(o: SourceOptions, r: OffsetRange, pool: ConnectionPool | None = None) -> Iterator[Any]:
     """An executor's read of one range: raw Fetch requests into Arrow columns (:mod:`tidelog.spark.fetcher`)
-    when that is safe and ``fetchClient`` is ``raw`` (the default), else confluent-kafka."""
+    when that is safe and ``fetchClient`` is ``raw`` (the default), else confluent-kafka. ``pool``: the task's
+    broker connections, shared by the ranges of a packed partition."""
     if raw_fetch_allowed(o.client, o.include_headers, o.fetch_client):
         yield from read_range_raw(o.client, r.topic, r.partition, r.start, r.end,
                                   fail_on_data_loss=o.fail_on_data_loss, poll_timeout_ms=o.poll_timeout_ms,
-                                  read_committed=o.read_committed)
+                                  read_committed=o.read_committed, pool=pool)
         return
     yield from read_range(executor_consumer_config(o), r, fail_on_data_loss=o.fail_on_data_loss,
                           include_headers=o.include_headers, poll_timeout_ms=o.poll_timeout_ms)
@@ -391,6 +393,7 @@ class KafkaBatchReader(DataSourceReader):
         self.pushed = PushedFilters()
 
     def partitions(self) -> Sequence[InputPartition]:
+        trace("partitions() start")
         o = self.opts
         pushed = self.pushed
         meta = KafkaMetadata(o)
@@ -435,12 +438,20 @@ class KafkaBatchReader(DataSourceReader):
         if not pushed.empty:
             log.info("tidelog source: pushed filters [%s], %d ranges in %d partitions", pushed.describe(),
                      len(ranges), len(planned))
+        trace(f"partitions() end: {len(planned)} partitions")
         return planned
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        for r in members(partition):
-            if isinstance(r, OffsetRange):  # else no ranges planned: PySpark hands a placeholder partition
-                yield from read_partition(self.opts, r)
+        trace("read() start")
+        pool = ConnectionPool()  # one Metadata lookup and one connection per leader for all the task's ranges
+        try:
+            for r in members(partition):
+                if isinstance(r, OffsetRange):  # else no ranges planned: PySpark hands a placeholder partition
+                    trace(f"range {r.topic}-{r.partition} [{r.start}, {r.end}) start")
+                    yield from read_partition(self.opts, r, pool)
+        finally:
+            pool.close()
+        trace("read() end")
 
 
 class KafkaPushdownReader(KafkaBatchReader):
