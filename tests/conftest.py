@@ -21,9 +21,8 @@ def _compile_tidelog() -> None:
     """Write tidelog's ``__pycache__`` once for the session. CI (and the helpers' shells) run with
     PYTHONDONTWRITEBYTECODE=1, so without this every ``tidelog serve`` / CLI subprocess a test starts compiled ~220
     modules from source again: about half of a broker's start-up CPU (bench/startup_bench.py), thousands of
-    starts in the suite. Python still checks each
-    .pyc against its source's mtime and size, so an edited module is recompiled, never run stale; a read-only
-    checkout is simply not cached (as before)."""
+    starts in the suite. Python still checks each .pyc against its source's mtime and size, so an edited module
+    is recompiled, never run stale; a read-only checkout is simply not cached (as before)."""
     spec = importlib.util.find_spec("tidelog")
     if spec is None or not spec.submodule_search_locations:
         return
