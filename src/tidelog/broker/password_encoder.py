@@ -24,10 +24,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cryptography.hazmat.primitives import padding
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 SECRET = "password.encoder.secret"
 OLD_SECRET = "password.encoder.old.secret"
 KEYFACTORY_ALGORITHM = "password.encoder.keyfactory.algorithm"
@@ -108,6 +104,12 @@ class PasswordEncoder:
         return hashlib.pbkdf2_hmac(hmac, self.secret.encode("utf-8"), salt, iterations, key_length // 8)
 
     def encode(self, password: str) -> str:
+        # imported when a password is en/decoded, not with the module: most brokers never do, and cryptography's
+        # import is ~60 ms of every `tidelog serve` start-up otherwise
+        from cryptography.hazmat.primitives import padding
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         salt = os.urandom(SALT_BYTES)
         key = self._key(self.key_factory_algorithm, self.key_length, salt, self.iterations)
         plain = password.encode("utf-8")
@@ -133,6 +135,11 @@ class PasswordEncoder:
         return ",".join(f"{k}:{v}" for k, v in fields.items())
 
     def decode(self, encoded: str) -> str:
+        # (see encode)
+        from cryptography.hazmat.primitives import padding
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         try:
             params = dict(item.split(":", 1) for item in encoded.split(","))
             cipher_alg = params["cipherAlgorithm"]

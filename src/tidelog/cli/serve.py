@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import shutil
 import subprocess
@@ -143,6 +142,8 @@ def _print_how_to_reach(broker: Any) -> None:
 
 
 def _version() -> str:
+    import importlib.metadata  # here, not at the top: ~80 ms (email, zipfile...) the broker needs only for the banner
+
     try:
         return importlib.metadata.version("tidelog")
     except importlib.metadata.PackageNotFoundError:

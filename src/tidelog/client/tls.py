@@ -20,9 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization as _ser
-from cryptography.hazmat.primitives.serialization import pkcs12 as _pkcs12
-
 
 class TlsConfigError(ValueError):
     """A TLS setting is invalid; ``name`` is the config key (its value is never shown: it may be secret)."""
@@ -48,6 +45,9 @@ def _pkcs12_load(path: str, password: str | None, name: str) -> tuple[Any, Any, 
         data = Path(path).read_bytes()
     except OSError as exc:
         raise TlsConfigError(name, f"cannot read {path}: {exc.strerror or exc}") from None
+    # cryptography is imported only for a PKCS12 store (PEM needs only ssl): it is ~60 ms of every start-up otherwise
+    from cryptography.hazmat.primitives.serialization import pkcs12 as _pkcs12
+
     try:
         return _pkcs12.load_key_and_certificates(data, password.encode() if password else None)
     except (ValueError, TypeError) as exc:
@@ -84,6 +84,8 @@ def load_keystore(ctx: ssl.SSLContext, get: Callable[[str], Any]) -> None:
     if kind == "PKCS12":
         if not location:
             raise TlsConfigError("ssl.keystore.location", "a PKCS12 key store needs ssl.keystore.location")
+        from cryptography.hazmat.primitives import serialization as _ser  # (see _pkcs12_load)
+
         pkey, cert, extra = _pkcs12_load(location, get("ssl.keystore.password"), "ssl.keystore.location")
         if pkey is None or cert is None:
             raise TlsConfigError("ssl.keystore.location", f"{location} holds no private key and certificate")
@@ -125,6 +127,8 @@ def load_truststore(ctx: ssl.SSLContext, get: Callable[[str], Any],
     if kind == "PKCS12":
         if not location:
             raise TlsConfigError("ssl.truststore.location", "a PKCS12 trust store needs ssl.truststore.location")
+        from cryptography.hazmat.primitives import serialization as _ser  # (see _pkcs12_load)
+
         _, cert, extra = _pkcs12_load(location, get("ssl.truststore.password"), "ssl.truststore.location")
         certs = ([cert] if cert is not None else []) + list(extra or ())
         if not certs:
