@@ -426,7 +426,7 @@ def floor_sources() -> tuple[Any, Any]:
             self.first, self.count = first, count
 
     class FloorReader(DataSourceReader):
-        def __init__(self, options: dict[str, str], narrow: bool) -> None:
+        def __init__(self, options: Any, narrow: bool) -> None:
             self.rows = int(options.get("rows", "1000000"))
             self.parts = int(options.get("partitions", "4"))
             self.value_size = int(options.get("valueSize", "100"))
