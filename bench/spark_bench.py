@@ -236,6 +236,11 @@ def main() -> None:
     ap.add_argument("--pushdown", action="store_true",
                     help="only the filter pushdown comparison (issue 29): the last 1 %% of the topic by timestamp")
     ap.add_argument("--pushdown-trace", action="store_true", help="--pushdown: also where a pushed query's time goes")
+    ap.add_argument("--reads-only", action="store_true",
+                    help="only the interleaved read rows (raw fetch, tidelog-log, Parquet and the floor rows): no "
+                         "librdkafka, JSON lines, transactional or sink rows")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="without the floor rows (PySpark's Python data source path on in-memory Arrow batches)")
     args = ap.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -271,7 +276,7 @@ def main() -> None:
                  .option("subscribe", "bench").load())
         log = spark.read.format("tidelog-log").option("subscribe", "bench").load(str(data_dir))
         # the same records as JSON lines and Parquet (values are ASCII, so they survive as strings)
-        if not args.sink:
+        if not args.sink and not args.reads_only:
             log.selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "topic", "partition",
                            "offset", "timestamp", "timestampType").write.mode("overwrite").json(str(root / "json"))
         log.write.mode("overwrite").parquet(str(root / "parquet"))
@@ -458,7 +463,118 @@ def pushdown_trace(spark: Any, query: Any, n: int) -> None:
           f"timestamp) {time.perf_counter() - t0:.3f}s", flush=True)
 
 
+FLOOR_ROWS_PER_BATCH = 65536
+"""Rows per Arrow batch of the floor sources (the columnar readers' ``COLUMNAR_BATCH_ROWS``)."""
+
+
+def floor_sources() -> tuple[Any, Any]:
+    """Two trivial Python data sources, the floor of PySpark's Python data source path: ``read()`` yields
+    ``pyarrow.RecordBatch``es built in memory (no I/O, no decoding: one shared value buffer, only the offset
+    column is new per batch). ``tidelog-floor`` has the schema of ``tidelog``/``tidelog-log`` (without headers, as
+    by default); ``tidelog-floor2`` only ``offset long, value binary``. Options: ``rows`` (total),
+    ``partitions`` (Spark partitions, the rows split evenly), ``valueSize``, ``rowsPerBatch``.
+
+    Defined in the script (``__main__``), so cloudpickle ships the classes to the Python workers by value."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class FloorPartition(InputPartition):
+        def __init__(self, first: int, count: int) -> None:
+            self.first, self.count = first, count
+
+    class FloorReader(DataSourceReader):
+        def __init__(self, options: Any, narrow: bool) -> None:
+            self.rows = int(options.get("rows", "1000000"))
+            self.parts = int(options.get("partitions", "4"))
+            self.value_size = int(options.get("valueSize", "100"))
+            self.per_batch = int(options.get("rowsPerBatch", str(FLOOR_ROWS_PER_BATCH)))
+            self.narrow = narrow
+
+        def partitions(self) -> list[Any]:
+            step = -(-self.rows // self.parts)
+            return [FloorPartition(i, min(step, self.rows - i)) for i in range(0, self.rows, step)]
+
+        def read(self, partition: Any) -> Any:
+            import numpy as np
+            import pyarrow as pa
+
+            from tidelog.spark.arrow import arrow_schema
+
+            full = arrow_schema(False)
+            n = self.per_batch
+            vs = self.value_size
+            values = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.arange(0, (n + 1) * vs, vs,
+                                                                                           dtype=np.int32)),
+                                                            pa.py_buffer(b"x" * (n * vs))])
+            if self.narrow:
+                schema = pa.schema([full.field("offset"), full.field("value")])
+                rest: list[Any] = [values]
+            else:
+                schema = full
+                keys = pa.array([f"k{i % 1000}".encode() for i in range(n)], pa.binary())
+                stamps = pa.array(np.full(n, 1_767_225_600_000_000, dtype=np.int64)).cast(full.field("timestamp").type)
+                rest = [keys, values, pa.repeat(pa.scalar("bench", pa.string()), n),
+                        pa.repeat(pa.scalar(0, pa.int32()), n), stamps, pa.repeat(pa.scalar(0, pa.int32()), n)]
+            first, end = partition.first, partition.first + partition.count
+            while first < end:
+                k = min(n, end - first)
+                offsets = pa.array(np.arange(first, first + k, dtype=np.int64))
+                cols = [c.slice(0, k) for c in rest]
+                if self.narrow:
+                    arrays = [offsets, cols[0]]
+                else:
+                    arrays = [cols[0], cols[1], cols[2], cols[3], offsets, cols[4], cols[5]]
+                yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+                first += k
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "tidelog-floor"
+
+        def schema(self) -> str:
+            from tidelog.spark.arrow import ddl
+
+            return ddl(False)
+
+        def reader(self, schema: Any) -> Any:
+            return FloorReader(self.options, narrow=False)
+
+    class NarrowFloorSource(FloorSource):
+        @classmethod
+        def name(cls) -> str:
+            return "tidelog-floor2"
+
+        def schema(self) -> str:
+            return "offset long, value binary"
+
+        def reader(self, schema: Any) -> Any:
+            return FloorReader(self.options, narrow=True)
+
+    return FloorSource, NarrowFloorSource
+
+
 BOOTSTRAP: list[str] = []
+READ_CPU: dict[str, float] = {}
+"""The least CPU seconds (this process tree: driver, Spark's JVM, its Python workers, the broker) of each read row."""
+
+
+def print_ratios(args: Any, reads: list[tuple[str, Any]], runs: dict[str, list[float]],
+                 best: dict[str, float]) -> None:
+    parquet = best["Spark Parquet (upper reference)"]
+    print(f"\nagainst Spark's Parquet reader on the same rows (best of {args.repeat}, interleaved; every run: "
+          + "; ".join(f"{label} {'/'.join(f'{x:.1f}' for x in runs[label])}s" for label, _ in reads)
+          + "):", flush=True)
+    for label, _ in reads:
+        if not label.startswith("Spark "):
+            print(f"  {label}: {parquet / best[label]:.2f}x", flush=True)
+    pcpu = READ_CPU["Spark Parquet (upper reference)"]
+    print("\n| read | best rows/s | against Parquet | least CPU s | rows per CPU s against Parquet |")
+    print("|---|---:|---:|---:|---:|")
+    n = args.records
+    for label, _ in reads:
+        print(f"| {label} | {n / best[label]:,.0f} | {parquet / best[label]:.2f}x | {READ_CPU[label]:.1f} | "
+              f"{pcpu / READ_CPU[label]:.2f}x |", flush=True)
+    print(f"load average (1, 5, 15 min) at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
 
 
 def other_rows(spark: Any, bootstrap: str, data_dir: Path, root: Path, kafka: Any, log: Any, json_schema: str,
@@ -474,24 +590,52 @@ def other_rows(spark: Any, bootstrap: str, data_dir: Path, root: Path, kafka: An
          spark.read.format("tidelog").option("kafka.bootstrap.servers", bootstrap)
          .option("subscribe", "bench").option("fetchClient", "librdkafka").load()),
         ("tidelog-log (data directory)", log),
-        ("Spark JSON lines", spark.read.schema(json_schema).json(str(root / "json"))),
+        ("Spark JSON lines", None),
         ("Spark Parquet (upper reference)", spark.read.parquet(str(root / "parquet"))),
     ]
+    if args.reads_only:
+        reads = [r for r in reads if "librdkafka" not in r[0] and "JSON" not in r[0]]
+        # the same read in fewer, larger tasks (one per partition here): the per-task cost of the Python source path
+        reads.insert(2, ("tidelog-log, maxBytesPerPartition=1 GiB",
+                         spark.read.format("tidelog-log").option("subscribe", "bench")
+                         .option("maxBytesPerPartition", str(1 << 30)).load(str(data_dir))))
+    else:
+        reads[3] = ("Spark JSON lines", spark.read.schema(json_schema).json(str(root / "json")))
+    if not args.no_floor:
+        # the floor: PySpark's Python data source path itself, on Arrow batches built in memory, as many Spark
+        # partitions as the tidelog-log read has
+        for src in floor_sources():
+            spark.dataSource.register(src)
+        parts = log.rdd.getNumPartitions()
+        opts = {"rows": str(n), "partitions": str(parts), "valueSize": str(args.value_size)}
+        reads.insert(3, ("floor: Python data source, in-memory Arrow, tidelog's schema",
+                         spark.read.format("tidelog-floor").options(**opts).load()))
+        reads.insert(4, ("floor: Python data source, in-memory Arrow, (offset, value) only",
+                         spark.read.format("tidelog-floor2").options(**opts).load()))
     best: dict[str, float] = {}
     runs: dict[str, list[float]] = {}
     for r in range(args.repeat):
         for i in range(len(reads)):
             label, df = reads[(i + r) % len(reads)]
+            c0 = tree_cpu_seconds()
             t0 = time.perf_counter()
             df.write.format("noop").mode("overwrite").save()
             dt = time.perf_counter() - t0
+            dc = tree_cpu_seconds() - c0
             runs.setdefault(label, []).append(dt)
             best[label] = min(best.get(label, float("inf")), dt)
-            print(f"{label} (round {r + 1}): {n / dt:,.0f} rows/s ({dt:.1f}s)", flush=True)
+            READ_CPU[label] = min(READ_CPU.get(label, float("inf")), dc)
+            print(f"{label} (round {r + 1}): {n / dt:,.0f} rows/s ({dt:.1f}s, {dc:.1f} CPU s)", flush=True)
     for label, _ in reads:
         if label.startswith("Spark "):
             continue  # reported after the transactional rows, as before
         results.append((label, n, best[label]))
+    if args.reads_only:
+        for label, _ in reads:
+            if label.startswith("Spark "):
+                results.append((label, n, best[label]))
+        print_ratios(args, reads, runs, best)
+        return
 
     # transactions: the same reads of a transactional topic at both isolation levels, side by side
     tn = args.txn_records if args.txn_records is not None else n
@@ -520,12 +664,7 @@ def other_rows(spark: Any, bootstrap: str, data_dir: Path, root: Path, kafka: An
     for label, _ in reads:
         if label.startswith("Spark "):
             results.append((label, n, best[label]))
-    parquet = best["Spark Parquet (upper reference)"]
-    print(f"\nagainst Spark's Parquet reader on the same rows (best of {args.repeat}, interleaved; every run: "
-          + "; ".join(f"{label} {'/'.join(f'{x:.1f}' for x in runs[label])}s" for label, _ in reads)
-          + "):", flush=True)
-    for label, _ in reads[:3]:
-        print(f"  {label}: {parquet / best[label]:.2f}x", flush=True)
+    print_ratios(args, reads, runs, best)
 
     t0 = time.perf_counter()
     (spark.read.parquet(str(root / "parquet")).select("key", "value").write.mode("append").format("tidelog")

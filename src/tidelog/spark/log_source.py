@@ -500,42 +500,56 @@ class LogDirPushdownReader(LogDirReader):
 
 def _batches(s: SegmentSlice) -> Iterator[tuple[memoryview, int]]:
     """Yield ``(buffer, position)`` of each whole batch in the slice. A partial batch at the end of the active
-    segment is a torn tail and ends the slice; elsewhere it is corruption."""
-    with open(s.path, "rb") as f:
+    segment is a torn tail and ends the slice; elsewhere it is corruption.
+
+    The file is read with ``readinto`` into one reused buffer (the partial batch left at its end moves to its front
+    first): a yielded view is valid until the next one is asked for (every caller copies what it keeps:
+    ``decode_batch``, the column builder). Before, each refill concatenated the rest and the new chunk into a new
+    ``bytes``: one more copy of every byte read (issue 29)."""
+    with open(s.path, "rb", buffering=0) as f:
         f.seek(s.start_pos)
-        pos = s.start_pos
-        buf = b""
-        off = 0
+        pos = s.start_pos  # file position of buf[end]
+        buf = bytearray(min(READ_CHUNK, max(0, s.end_pos - s.start_pos)) or LOG_OVERHEAD)
+        mv = memoryview(buf)
+        off = end = 0  # buf[off:end] is read and not yet yielded
         eof = False
         while True:
-            if len(buf) - off < LOG_OVERHEAD or (
-                len(buf) - off >= LOG_OVERHEAD
-                and BATCH_LENGTH_FIELD.unpack_from(buf, off + LENGTH_OFFSET)[0] + LOG_OVERHEAD > len(buf) - off
-            ):
+            avail = end - off
+            need = LOG_OVERHEAD
+            if avail >= LOG_OVERHEAD:
+                need = BATCH_LENGTH_FIELD.unpack_from(buf, off + LENGTH_OFFSET)[0] + LOG_OVERHEAD
+            if avail < need:
                 if eof or pos >= s.end_pos:
-                    rest = len(buf) - off
-                    if rest and not s.active:
-                        raise RecordError(f"{s.path}: truncated batch at position {pos - rest}")
+                    if avail and not s.active:
+                        raise RecordError(f"{s.path}: truncated batch at position {pos - avail}")
                     return
-                want = READ_CHUNK
-                if len(buf) - off >= LOG_OVERHEAD:
-                    want = max(want, BATCH_LENGTH_FIELD.unpack_from(buf, off + LENGTH_OFFSET)[0] + LOG_OVERHEAD)
-                want = min(want, s.end_pos - pos)
-                chunk = f.read(want)
-                if len(chunk) < want:
-                    eof = True
-                pos += len(chunk)
-                buf = buf[off:] + chunk
-                off = 0
+                want = min(max(READ_CHUNK, need), s.end_pos - pos)
+                if avail + want > len(buf):
+                    # a batch larger than the buffer: a new one (the old may still be exported by a caller's view)
+                    nbuf = bytearray(avail + want)
+                    nbuf[:avail] = mv[off:end]
+                    buf, mv = nbuf, memoryview(nbuf)
+                elif avail:
+                    mv[:avail] = mv[off:end]  # the partial batch to the front (memoryview assignment is a memmove)
+                off, end = 0, avail
+                got = 0
+                while got < want:
+                    k = f.readinto(mv[end + got : end + want])
+                    if not k:
+                        eof = True
+                        break
+                    got += k
+                pos += got
+                end += got
                 continue
-            (length,) = BATCH_LENGTH_FIELD.unpack_from(buf, off + LENGTH_OFFSET)
+            length = need - LOG_OVERHEAD
             if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
                 # zero-filled (preallocated) or torn space at the end of the active segment
                 if s.active:
                     return
-                raise RecordError(f"{s.path}: invalid batch length {length} at position {pos - (len(buf) - off)}")
-            yield memoryview(buf)[off : off + length + LOG_OVERHEAD], 0
-            off += length + LOG_OVERHEAD
+                raise RecordError(f"{s.path}: invalid batch length {length} at position {pos - avail}")
+            yield mv[off : off + need], 0
+            off += need
 
 
 def read_slice(
