@@ -11,6 +11,7 @@ import java.time.Duration;
 import java.util.List;
 import java.util.Properties;
 import java.util.UUID;
+import java.util.function.Function;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -27,43 +28,38 @@ public class ShareBench {
         p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(ConsumerConfig.GROUP_ID_CONFIG, mode + "-java-" + UUID.randomUUID().toString().substring(0, 6));
         p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, maxPoll);
-        long got = 0, polls = 0, t0 = 0;
         ByteArrayDeserializer d = new ByteArrayDeserializer();
         if (mode.equals("classic")) {
             p.put("group.protocol", "classic");
             p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
             try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p, d, d)) {
                 c.subscribe(List.of(topic));
-                while (got < n) {
-                    ConsumerRecords<byte[], byte[]> rs = c.poll(Duration.ofSeconds(1));
-                    if (rs.count() > 0 && t0 == 0) {
-                        t0 = System.nanoTime();
-                        System.out.println("first");
-                        System.out.flush();
-                    }
-                    got += rs.count();
-                    polls++;
-                }
-                report(got, polls, t0);
+                consume(c::poll, n);
             }
         } else {
             p.put("share.acknowledgement.mode", "implicit");
             try (KafkaShareConsumer<byte[], byte[]> c = new KafkaShareConsumer<>(p, d, d)) {
                 c.subscribe(List.of(topic));
-                while (got < n) {
-                    ConsumerRecords<byte[], byte[]> rs = c.poll(Duration.ofSeconds(1));
-                    if (rs.count() > 0 && t0 == 0) {
-                        t0 = System.nanoTime();
-                        System.out.println("first");
-                        System.out.flush();
-                    }
-                    got += rs.count();
-                    polls++;
-                }
-                report(got, polls, t0);
+                consume(c::poll, n);
                 c.commitSync(Duration.ofSeconds(30));
             }
         }
+    }
+
+    // Poll until n records arrived, print "first" at the first one, then the rate from there.
+    static void consume(Function<Duration, ConsumerRecords<byte[], byte[]>> poll, long n) {
+        long got = 0, polls = 0, t0 = 0;
+        while (got < n) {
+            ConsumerRecords<byte[], byte[]> rs = poll.apply(Duration.ofSeconds(1));
+            if (rs.count() > 0 && t0 == 0) {
+                t0 = System.nanoTime();
+                System.out.println("first");
+                System.out.flush();
+            }
+            got += rs.count();
+            polls++;
+        }
+        report(got, polls, t0);
     }
 
     static void report(long got, long polls, long t0) {

@@ -30,23 +30,13 @@ from aclsupport import (
     call,
     sasl_port,
 )
+from helpers import wait_for
 
 from tidelog.errors import ErrorCode
 from tidelog.records.batch import build_batch
 
 REFRESH_MS = 1500
 TOPIC_AUTHORIZATION_FAILED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-
-
-def _wait(pred: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)  # bounded polling interval
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +159,7 @@ def test_two_principals_share_one_resolution(rx_broker: Any) -> None:
         bob_epoch = _hb(b, "bob", group, b_id, bob_epoch)["member_epoch"]
         return set().union(*_targets(b, group).values()) == {"rxs-a1", "rxs-b1"}
 
-    _wait(bob_refreshed, 15, "bob's refresh adding rxs-b1")
+    wait_for(bob_refreshed, 15, "bob's refresh adding rxs-b1")
     # ConsumerGroupDescribe (KAFKA-18813): alice may not describe rxs-b1, now in the group's target assignment
     assert _describe_code(b, "alice", group) == TOPIC_AUTHORIZATION_FAILED
     assert _describe_code(b, "bob", group) == 0
@@ -181,14 +171,14 @@ def test_two_principals_share_one_resolution(rx_broker: Any) -> None:
         alice_epoch = r["member_epoch"]
         return set().union(*_targets(b, group).values()) == {"rxs-a1"}
 
-    _wait(alice_refreshed, 15, "alice's refresh removing rxs-b1")
+    wait_for(alice_refreshed, 15, "alice's refresh removing rxs-b1")
 
     def revoked() -> bool:  # once bob gave rxs-b1 back (its heartbeats own nothing), alice may describe the group
         nonlocal bob_epoch
         bob_epoch = _hb(b, "bob", group, b_id, bob_epoch)["member_epoch"]
         return _describe_code(b, "alice", group) == 0
 
-    _wait(revoked, 15, "rxs-b1 gone from every assignment")
+    wait_for(revoked, 15, "rxs-b1 gone from every assignment")
     for member, user in ((a_id, "alice"), (b_id, "bob")):
         call(b, user, 68, 1, {"group_id": group, "member_id": member, "member_epoch": -1, "instance_id": None,
                               "rack_id": None, "rebalance_timeout_ms": -1, "subscribed_topic_names": None,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-from helpers import RawClient, produce_body
+from helpers import RawClient, produce_body, wait_for
 from tests.broker.group.share.test_share_group_records import (
     DELETE_GROUPS,
     DELETE_TOPICS,
@@ -77,17 +77,6 @@ def _fetch(c: RawClient, group: str, member: str, tid: Any, epoch: int = 0) -> d
     if not r["responses"]:  # nothing acquired: the partition may be left out of the answer
         return {"acquired_records": []}
     return r["responses"][0]["partitions"][0]
-
-
-def _wait(cond: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        time.sleep(0.05)  # written by a background task of the broker: polled, bounded
 
 
 def test_first_heartbeat_initializes_then_assigns(init_broker: Any) -> None:
@@ -166,7 +155,7 @@ def test_interrupted_topic_state_delete_resumed_at_load(init_broker: Any) -> Non
                 return bool(metas) and metas[-1]["deletingTopics"] == [
                     {"topicId": _tid_text(tid), "topicName": topic}]
 
-            _wait(deleting, 15, "DeletingTopics written")
+            wait_for(deleting, 15, "DeletingTopics written")
             # the delete fails (write timeout 0.4 s, retried within it): no tombstone, the record stays
             time.sleep(1.0)  # nothing to await: the point is that nothing happens
             assert all(not tomb for _, tomb in _state_keys(init_broker.data_dir, group, tid))
@@ -182,7 +171,7 @@ def test_interrupted_topic_state_delete_resumed_at_load(init_broker: Any) -> Non
         return state[-2:] == [("0", True), ("1", True)] and not metas[-1]["deletingTopics"] and \
             _tid_text(tid) not in str(metas[-1])
 
-    _wait(resumed, 20, "the delete resumed after the load")
+    wait_for(resumed, 20, "the delete resumed after the load")
 
 
 def test_delete_groups_covers_an_interrupted_topic_state_delete(init_broker: Any) -> None:
@@ -199,7 +188,7 @@ def test_delete_groups_covers_an_interrupted_topic_state_delete(init_broker: Any
             r = c.request(DELETE_TOPICS, 6, {"topics": [{"name": topic, "topic_id": uuid.UUID(int=0)}],
                                              "timeout_ms": 10000})
             assert r["responses"][0]["error_code"] == 0, r
-            _wait(lambda: any(m and m["deletingTopics"] for m in _state_meta(init_broker, group)), 15,
+            wait_for(lambda: any(m and m["deletingTopics"] for m in _state_meta(init_broker, group)), 15,
                   "DeletingTopics written")
             time.sleep(1.0)  # the delete fails within its 0.4 s write timeout: nothing to await
             assert all(not tomb for _, tomb in _state_keys(init_broker.data_dir, group, tid))
@@ -241,7 +230,7 @@ def test_lock_duration_follows_the_group_config(init_broker: Any) -> None:
                 got = _fetch(c2, group, "m2", tid)["acquired_records"]
                 return [(a["first_offset"], a["last_offset"], a["delivery_count"]) for a in got]
 
-            again = _wait(redelivered, 10, "offset 1 back after its 1 s lock")
+            again = wait_for(redelivered, 10, "offset 1 back after its 1 s lock")
             assert again == [(1, 1, 2)], again  # offset 0 keeps its 30 s lock
             assert time.monotonic() - acquired_at >= 0.9
 
