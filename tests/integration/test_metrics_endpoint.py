@@ -102,6 +102,14 @@ _CLUSTER_OR_QUOTA = {
     "tidelog_fd_exhausted_total",
     "tidelog_quota_sensors", "tidelog_quota_resolutions_cached", "tidelog_quota_sensors_evicted_total",
     "tidelog_quota_sensors_overflowed_total",  # only once a descriptor ran out (tests/broker/security/test_descriptor_limits.py)
+    # a follower's replica fetchers (ZooKeeper mode; tests/cluster/test_replication.py reads them)
+    "tidelog_replica_fetcher_requests", "tidelog_replica_fetcher_partitions", "tidelog_replica_fetcher_empty_responses",
+    # once a share group exists on the broker (tests/broker/group/share/test_share_group_init.py reads them)
+    "tidelog_share_fetch_requests_total", "tidelog_share_acknowledgement_requests_total",
+    "tidelog_share_records_acquired_total", "tidelog_share_record_acknowledgements_total",
+    "tidelog_share_group_rebalances_total", "tidelog_share_groups", "tidelog_share_group_members",
+    "tidelog_share_state_initializations_total", "tidelog_share_state_partitions",
+    "tidelog_share_partition_in_flight_records", "tidelog_share_partition_in_flight_batches",
 }
 
 

@@ -468,10 +468,12 @@ def test_share_members_survive_coordinator_restart(classpath: str, target: Targe
         wait_for(lambda: len(described()["members"]) == 3, 30, "three members", target, main)
         main.send("close c")
         def two_members() -> dict[str, Any] | None:
+            # both at the group's epoch: a member catches up at its next heartbeat after c's leave
             d = described()
-            return d if len(d["members"]) == 2 else None
+            return d if len(d["members"]) == 2 and all(
+                m["member_epoch"] == d["group_epoch"] for m in d["members"]) else None
 
-        before = wait_for(two_members, 30, "c gone", target, main)
+        before = wait_for(two_members, 30, "c gone, a and b at the group's epoch", target, main)
         assert before["group_epoch"] == 5, before  # 3 joins, the partition's initialization, c's leave
         live = next(b for b in target.brokers if b.running)
         err, node = find_coordinator(live, group)
