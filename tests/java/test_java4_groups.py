@@ -437,11 +437,11 @@ def test_share_consumers_kill_lock_expiry_and_poison(classpath: str, target: Tar
 
 
 def test_share_members_survive_coordinator_restart(classpath: str, target: Target) -> None:
-    """KafkaShareConsumers ``a``, ``b``, ``c`` join, ``c`` closes (group epoch 5: the partition's share-state
-    initialization bumps it once, as Kafka's); the group's coordinator is killed -9
-    (one node: restarted; cluster: its broker stays down until the end). The new coordinator replays the ShareGroup*
-    records: ``a`` and ``b`` go on with their epochs (the group epoch stays 4; had they rejoined a group rebuilt from
-    nothing it would be 2), and every record produced after the kill is accepted exactly once."""
+    """KafkaShareConsumers ``a``, ``b``, ``c`` join, ``c`` closes (group epoch 4 or 5: the partition's share-state
+    initialization bumps it once, as Kafka's, unless a join's recomputation takes it along); the group's coordinator
+    is killed -9 (one node: restarted; cluster: its broker stays down until the end). The new coordinator replays the
+    ShareGroup* records: ``a`` and ``b`` go on with their epochs (the group epoch stays what it was; had they rejoined
+    a group rebuilt from nothing it would be 2), and every record produced after the kill is accepted exactly once."""
     from confluent_kafka import Producer
     from support import find_coordinator
 
@@ -474,7 +474,9 @@ def test_share_members_survive_coordinator_restart(classpath: str, target: Targe
                 m["member_epoch"] == d["group_epoch"] for m in d["members"]) else None
 
         before = wait_for(two_members, 30, "c gone, a and b at the group's epoch", target, main)
-        assert before["group_epoch"] == 5, before  # 3 joins, the partition's initialization, c's leave
+        # 3 joins and c's leave, and the partition's initialization (its own bump, or folded into a later join's
+        # when that join came while it ran): 4 or 5; a group rebuilt from nothing after the kill would be at 2
+        assert before["group_epoch"] in (4, 5), before
         live = next(b for b in target.brokers if b.running)
         err, node = find_coordinator(live, group)
         assert err == 0, err

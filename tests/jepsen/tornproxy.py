@@ -242,6 +242,29 @@ class Torn:
             else:  # the commit failed: the client aborts or gives up; the held copy would meet no open N+1
                 self._finish(d, "expired")
 
+    def next_answer_ok(self, frame: bytes, key: int, version: int) -> bool:
+        """N+1's first Produce was answered: inject now if it wrote (every partition NONE). Refused -- e.g.
+        CONCURRENT_TRANSACTIONS while N's commit is still being completed (its markers: state PrepareCommit), when
+        the implicit add to N+1 is not possible yet -- nothing of N+1 is in the log: wait for its next Produce (the
+        client retries), everything flowing meanwhile."""
+        from tidelog.protocol import codec
+
+        try:
+            _corr, body = codec.decode_response(key, version, frame[4:])
+            errors = [int(p.get("error_code", 0)) for t in body.get("responses") or ()
+                      for p in t.get("partition_responses") or ()]
+        except Exception:
+            return True  # not decodable here: inject as before
+        if not any(errors):
+            return True
+        d = self.current
+        if d is not None and d.state == "injecting" and not d.injecting:
+            with self._lock:
+                d.state = "retried"
+            d.note(f"next transaction's first Produce answered {sorted(set(errors))}: waiting for its retry")
+        self.flow().set()
+        return False
+
     def give_up(self, d: Delivery | None) -> None:
         """N+1's first write got no answer in ``gate_s`` (a fault elsewhere): let everything flow, drop the fault."""
         if d is not None and d is self.current and d.state == "injecting" and not d.injecting:
@@ -380,7 +403,7 @@ class TornProxy(FrameProxy):
                     w = watch.pop(_I32.unpack_from(frame, 4)[0], None)
                     if w is not None and w[0] == "retry":
                         self.torn.on_retry_answer(frame, w[2])
-                    elif w is not None and w[0] == "next":
+                    elif w is not None and w[0] == "next" and self.torn.next_answer_ok(frame, w[1], w[2]):
                         await self.torn.inject()
                 writer.write(frame)
                 await writer.drain()
