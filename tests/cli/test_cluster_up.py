@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -64,8 +65,12 @@ def test_cluster_up_forms_a_cluster_and_stops_cleanly(tmp_path: Path) -> None:
         bootstrap = next(line.split()[-1] for line in lines if "bootstrap servers" in line)
         assert bootstrap == ",".join(f"127.0.0.1:{base + i}" for i in range(3))
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        md = admin.list_topics(timeout=30)
-        assert sorted(md.brokers) == [1, 2, 3]
+        # "ready" means every broker registered in ZooKeeper; the broker answering Metadata learns of the last
+        # registration from its watch a few ms later (CI once asked within that window and saw two brokers)
+        deadline = time.monotonic() + 30
+        while sorted(admin.list_topics(timeout=30).brokers) != [1, 2, 3] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sorted(admin.list_topics(timeout=30).brokers) == [1, 2, 3]
         admin.create_topics([NewTopic("up", 2, 3)])["up"].result(60)
         p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
         for i in range(20):
