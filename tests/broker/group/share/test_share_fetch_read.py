@@ -43,6 +43,17 @@ def _bytes(regions: list[Any]) -> bytes:
     return b"".join(r.read_bytes() for r in regions)
 
 
+def _join(c: RawClient, topic: str, prefix: str) -> tuple[Any, str, str]:
+    """The topic's id, and a new share group joined by member ``m1`` subscribed to it (ShareGroupHeartbeat)."""
+    tid = c.request(3, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False,
+                            "include_topic_authorized_operations": False})["topics"][0]["topic_id"]
+    group, member = prefix + "-" + uuid.uuid4().hex[:6], "m1"
+    r = c.request(76, 1, {"group_id": group, "rack_id": None, "member_id": member, "member_epoch": 0,
+                          "subscribed_topic_names": [topic]})
+    assert r["error_code"] == 0, r
+    return tid, group, member
+
+
 def test_reads_headers_up_to_max_records_and_answers_file_regions(tmp_path: Path) -> None:
     lg = _log(tmp_path, 50)
     try:
@@ -124,12 +135,7 @@ def test_a_waiting_share_fetch_answers_the_record_produced_meanwhile(broker_fact
         r = c.request(19, 7, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1}],
                               "timeout_ms": 10000})
         assert r["topics"][0]["error_code"] == 0, r
-        tid = c.request(3, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False,
-                                "include_topic_authorized_operations": False})["topics"][0]["topic_id"]
-        group, member = "swait-" + uuid.uuid4().hex[:6], "m1"
-        r = c.request(76, 1, {"group_id": group, "rack_id": None, "member_id": member, "member_epoch": 0,
-                              "subscribed_topic_names": [topic]})
-        assert r["error_code"] == 0, r
+        tid, group, member = _join(c, topic, "swait")
 
         def fetch(epoch: int, wait_ms: int) -> dict:
             return c.request(78, 1, {"group_id": group, "member_id": member, "share_session_epoch": epoch,
@@ -177,12 +183,7 @@ def test_share_fetch_answers_batches_across_segments_by_sendfile(broker_factory:
             body = build_batch([(None, f"{i * per + j:08d}".encode() + b"x" * 1392, []) for j in range(per)])
             resp = c.request(0, 9, produce_body(topic, 0, body))
             assert resp["responses"][0]["partition_responses"][0]["error_code"] == 0
-        tid = c.request(3, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False,
-                                "include_topic_authorized_operations": False})["topics"][0]["topic_id"]
-        group, member = "ssegs-" + uuid.uuid4().hex[:6], "m1"
-        r = c.request(76, 1, {"group_id": group, "rack_id": None, "member_id": member, "member_epoch": 0,
-                              "subscribed_topic_names": [topic]})
-        assert r["error_code"] == 0, r
+        tid, group, member = _join(c, topic, "ssegs")
         r = c.request(78, 1, {"group_id": group, "member_id": member, "share_session_epoch": 0, "max_wait_ms": 0,
                               "min_bytes": 1, "max_bytes": 50 << 20, "max_records": per * batches,
                               "batch_size": per * batches,
