@@ -50,8 +50,9 @@ Framing and order (as Kafka's SocketServer)
 Errors
     Unknown API key, unsupported version (except ApiVersions, answered in v0 with UNSUPPORTED_VERSION and the
     full list: KIP-511) and malformed requests close the connection, as Kafka does. A handler exception is
-    logged and answered with the API's error response, UNKNOWN_SERVER_ERROR in every error code and one entry
-    per topic/partition/group the request named (``tidelog.protocol.error_response``); the connection stays
+    logged and answered with the API's error response, one entry per topic/partition/group the request named
+    (``tidelog.protocol.error_response``): the exception's own Kafka error when it names one (``ApiError``, e.g.
+    REQUEST_TIMED_OUT when ZooKeeper does not answer in time), else UNKNOWN_SERVER_ERROR; the connection stays
     open. An acks=0 produce has no response to carry it, so that connection is closed, as in Kafka.
 
 Leadership
