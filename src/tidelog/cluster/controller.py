@@ -67,7 +67,14 @@ import threading
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    SessionExpiredError,
+)
 from kazoo.protocol.states import EventType
 
 from tidelog.cluster import zkdata as zd
@@ -81,6 +88,7 @@ log = logging.getLogger("tidelog.cluster.controller")
 
 
 _REPLIED = ("alter_reassign", "elect_leaders")  # events from a request handler waiting for the controller's answer
+_ZK_RETRY_PAUSE_S = 0.2  # between retries of an event that met a ZooKeeper connection loss
 
 
 class Controller(Reassignments):
@@ -169,6 +177,14 @@ class Controller(Reassignments):
                 self.active = False
                 if kind in _REPLIED:
                     arg[-1](None)
+            except (ConnectionLoss, SessionExpiredError) as e:
+                # ZooKeeper unreachable (an expected fault, not a bug: no traceback): the event is decided again once
+                # it answers; a pause so that an outage is not a busy loop (kazoo fails queued calls at once while
+                # it reconnects)
+                log.warning("controller event interrupted by a ZooKeeper connection loss; retrying",
+                            extra={"kv": {"event": kind, "error": type(e).__name__}})
+                if self.active and not self._stopped and not self._stop_event.wait(_ZK_RETRY_PAUSE_S):
+                    self._events.put((kind, arg))
             except Exception:
                 log.exception("controller event failed", extra={"kv": {"event": kind}})
                 if self.active and not self._stopped:
