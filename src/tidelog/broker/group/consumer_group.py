@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import re
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -53,6 +52,7 @@ from tidelog.broker.group.consumer_model import (
     ConsumerMember,
 )
 from tidelog.broker.group.consumer_store import ConsumerGroupStore, ConsumerReplay
+from tidelog.broker.re2j import Pattern, PatternError, compile_pattern
 from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -80,6 +80,7 @@ STATIC_LEAVE_EPOCH = -2
 METADATA_CHECK_S = 1.0
 TOPICS_CACHE_S = 0.5
 MAX_REGEX_LEN = 1024
+REGEX_CACHE = 1000  # compiled regexes kept (each bounded by re2j.MAX_MEM)
 
 # Kafka's GroupCoordinatorConfig defaults
 DEFAULTS = {
@@ -94,10 +95,11 @@ DEFAULTS = {
 }
 MIN_REGEX_REFRESH_MS = 1000
 
-def _regex(pattern: str) -> re.Pattern[str]:
-    """KIP-848's RE2J syntax, read as Python's ``re`` (the common subset: classes, groups, alternation,
-    quantifiers; a full match of the topic name, as Kafka's ``Pattern.matcher(topic).matches()``)."""
-    return re.compile(pattern)
+def _regex(pattern: str) -> Pattern:
+    """KIP-848's RE2J syntax, compiled with RE2 (linear-time matching, no backreferences nor lookaround,
+    :mod:`tidelog.broker.re2j`); a full match of the topic name, as Kafka's ``Pattern.matcher(topic).matches()``.
+    Raises :class:`PatternError`."""
+    return compile_pattern(pattern)
 
 
 def _conf(props: Any, name: str) -> int:
@@ -128,7 +130,7 @@ class ConsumerGroupManager:
         if unknown:
             log.warning("unknown group.consumer.assignors ignored", extra={"kv": {"assignors": unknown}})
         self.groups: dict[str, ConsumerGroup] = {}
-        self._regex_cache: dict[str, re.Pattern[str]] = {}
+        self._regex_cache: dict[str, Pattern] = {}
         self._topics: dict[str, int] | None = None
         self._topics_at = 0.0
         self._regex_matches: dict[str, frozenset[str]] = {}
@@ -345,14 +347,16 @@ class ConsumerGroupManager:
                 raise ConsumerGroupError(INVALID_REGULAR_EXPRESSION, "SubscribedTopicRegex is too long.")
             try:
                 self._compiled(regex)
-            except re.error as exc:
-                raise ConsumerGroupError(INVALID_REGULAR_EXPRESSION,
-                                         f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}.") from None
+            except PatternError as exc:
+                raise ConsumerGroupError(
+                    INVALID_REGULAR_EXPRESSION,
+                    f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc.description}.") from None
 
-    def _compiled(self, pattern: str) -> re.Pattern[str]:
+    def _compiled(self, pattern: str) -> Pattern:
+        """``pattern`` compiled (cached; at most REGEX_CACHE of them); raises :class:`PatternError`."""
         rx = self._regex_cache.get(pattern)
         if rx is None:
-            if len(self._regex_cache) > 10_000:
+            if len(self._regex_cache) >= REGEX_CACHE:
                 self._regex_cache.clear()
             rx = self._regex_cache[pattern] = _regex(pattern)
         return rx

@@ -1,0 +1,61 @@
+"""Client-supplied regular expressions, compiled as Kafka compiles them: with RE2 (Kafka: Google's RE2J), never
+with Python's backtracking ``re``.
+
+Kafka reads the KIP-848 ``SubscribedTopicRegex`` of a ConsumerGroupHeartbeat (and KIP-1152's
+``TransactionalIdPattern`` of ListTransactions) with ``com.google.re2j.Pattern``: matching takes time linear in the
+pattern and the subject, so no pattern a client sends can stall the coordinator. Python's ``re`` backtracks (a
+pattern like ``(a+)+$`` or ``(a|aa)*c`` against a topic named ``aaaa...a`` takes exponential time, all of it on the
+broker's event loop), so tidelog compiles these patterns with Google's RE2 (``google-re2``, module ``re2``), whose
+syntax is the one RE2J implements: no backreferences (``\\1``) nor lookaround (``(?=``, ``(?!``, ``(?<=``); such a
+pattern fails to compile, as in Kafka. A match is a full match of the name (RE2J's ``matcher(name).matches()``).
+
+Bounds: a compiled program is limited to RE2's ``max_mem`` (``MAX_MEM``; a larger one fails to compile), and RE2's
+own error logging is off (a client could otherwise fill the broker's stderr).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import re2
+
+# RE2's budget for one compiled pattern (its program and its lazily built DFA); RE2's default is 8 MiB
+MAX_MEM = 2 << 20
+
+
+class Pattern(Protocol):
+    """What tidelog uses of a compiled RE2 pattern."""
+
+    def fullmatch(self, text: str) -> Any: ...
+
+
+class PatternError(ValueError):
+    """A pattern RE2 (and so RE2J) does not accept; ``description`` is RE2's reason (RE2J's ``getDescription``
+    differs in wording)."""
+
+    def __init__(self, pattern: str, description: str) -> None:
+        super().__init__(f"{pattern!r}: {description}")
+        self.pattern = pattern
+        self.description = description
+
+
+def _options() -> Any:
+    opts = re2.Options()
+    opts.log_errors = False
+    opts.max_mem = MAX_MEM
+    opts.never_capture = True  # only whether it matches is read: no submatch tracking
+    return opts
+
+
+_OPTIONS = _options()
+
+
+def compile_pattern(pattern: str) -> Pattern:
+    """``pattern`` compiled with RE2 (linear-time matching); raises :class:`PatternError` when RE2 rejects it."""
+    try:
+        rx: Pattern = re2.compile(pattern, _OPTIONS)
+    except re2.error as exc:
+        raw = exc.args[0] if exc.args else ""
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        raise PatternError(pattern, text or "invalid pattern") from None
+    return rx
