@@ -50,12 +50,38 @@ def _options() -> Any:
 _OPTIONS = _options()
 
 
+try:  # google-re2's pybind11 object: one call per match, without the module's Python-level _Match building
+    from re2 import _re2
+
+    _ANCHOR_BOTH: Any = _re2.RE2.Anchor.ANCHOR_BOTH
+except (ImportError, AttributeError):  # pragma: no cover - another google-re2 layout: the public API
+    _ANCHOR_BOTH = None
+
+
+class _FullMatcher:
+    """A compiled pattern whose ``fullmatch`` calls RE2's ``Match`` (anchored at both ends) directly: ~1.3 us a
+    topic name instead of ~4 us through ``re2._Regexp.fullmatch`` (bench/kip848_regex_re2.py)."""
+
+    __slots__ = ("_match",)
+
+    def __init__(self, compiled: Any) -> None:
+        self._match = compiled._regexp.Match
+
+    def fullmatch(self, text: str) -> bool | None:
+        data = text.encode()
+        return True if self._match(_ANCHOR_BOTH, data, 0, len(data))[0][0] >= 0 else None
+
+
 def compile_pattern(pattern: str) -> Pattern:
-    """``pattern`` compiled with RE2 (linear-time matching); raises :class:`PatternError` when RE2 rejects it."""
+    """``pattern`` compiled with RE2 (linear-time matching); raises :class:`PatternError` when RE2 rejects it.
+    ``fullmatch(name)`` is truthy when the whole name matches (None otherwise)."""
     try:
-        rx: Pattern = re2.compile(pattern, _OPTIONS)
+        rx = re2.compile(pattern, _OPTIONS)
     except re2.error as exc:
         raw = exc.args[0] if exc.args else ""
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
         raise PatternError(pattern, text or "invalid pattern") from None
-    return rx
+    if _ANCHOR_BOTH is not None and hasattr(rx, "_regexp"):
+        return _FullMatcher(rx)
+    out: Pattern = rx
+    return out
