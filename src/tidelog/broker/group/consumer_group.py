@@ -294,9 +294,13 @@ class ConsumerGroupManager:
         errors: they are answered with the Kafka error code and message. ``auth_context`` (principal, host): the
         regexes this heartbeat resolves keep only the topics that principal may DESCRIBE (consumer_regex.py)."""
         self.auth_context = auth_context
+        gid = str(req.get("group_id") or "")
+        upgrading = gid in self.store.upgrades  # an earlier request's upgrade, its write under way
         try:
             return self._heartbeat(version, req, client_id, client_host)
         except ConsumerGroupError as exc:
+            if not upgrading:  # this request's upgrade of a classic group is undone with it (as Kafka reverts)
+                self.store.undo_upgrade(gid)
             return {"error_code": exc.code, "error_message": exc.message, "member_id": None, "member_epoch": -1,
                     "heartbeat_interval_ms": 0, "assignment": None}
         finally:
