@@ -25,6 +25,8 @@ from .test_group_migration_raw import (
     DESCRIBE69,
     DESCRIBE_GROUPS,
     GROUP_ID_NOT_FOUND,
+    JOIN,
+    MEMBER_ID_REQUIRED,
     NONE,
     REBALANCE_IN_PROGRESS,
     TOPIC,
@@ -35,6 +37,7 @@ from .test_group_migration_raw import (
     hb68,
     heartbeat,
     join,
+    subscription,
     sync,
 )
 
@@ -94,3 +97,36 @@ def test_failed_upgrade_write_restores_the_classic_group(b: Any) -> None:
         assert group_type(c, g)[0] == "consumer"
         assert heartbeat(c, g, a, gen + 1) == REBALANCE_IN_PROGRESS  # now a classic member inside it
         assert committed(c, g) == 7  # offsets kept throughout
+
+
+def test_failed_upgrade_of_a_rebalancing_group(b: Any) -> None:
+    """The classic group is preparing a rebalance (a second member waits in JoinGroup) when the upgrade's write
+    fails: the waiting JoinGroup is answered REBALANCE_IN_PROGRESS (as Kafka completes the join futures), the group is
+    back preparing its rebalance with both members, and their rejoins complete it."""
+    g = "g-upgrade-rb2"
+    with RawClient(b.port) as c, RawClient(b.port) as c2:
+        a, gen = _classic_stable(c, g)
+        r = join(c2, g, "")
+        assert r["error_code"] == MEMBER_ID_REQUIRED, r
+        bid = r["member_id"]
+        c2.send_request(JOIN, 5, {"group_id": g, "session_timeout_ms": 3000, "rebalance_timeout_ms": 3000,
+                                  "member_id": bid, "group_instance_id": None, "protocol_type": "consumer",
+                                  "protocols": [{"name": "range", "metadata": subscription()}]})
+        wait_until(lambda: group_type(c, g) == ("classic", "PreparingRebalance"), 5, "the rebalance prepared")
+        try:
+            _min_isr(c, "2")
+            assert hb68(c, g, "m2", 0)["error_code"] == COORDINATOR_NOT_AVAILABLE
+            assert c2.response()["error_code"] == REBALANCE_IN_PROGRESS  # b's JoinGroup, answered by the upgrade
+            assert group_type(c, g) == ("classic", "PreparingRebalance")
+            assert _classic(c, g)["members"] == sorted([a, bid])
+        finally:
+            _min_isr(c, "1")
+        c2.send_request(JOIN, 5, {"group_id": g, "session_timeout_ms": 3000, "rebalance_timeout_ms": 3000,
+                                  "member_id": bid, "group_instance_id": None, "protocol_type": "consumer",
+                                  "protocols": [{"name": "range", "metadata": subscription()}]})
+        ra = join(c, g, a)
+        rb = c2.response()
+        assert ra["error_code"] == rb["error_code"] == NONE, (ra, rb)
+        assert ra["generation_id"] == rb["generation_id"] == gen + 1
+        assert ra["leader"] == rb["leader"] and sorted(m["member_id"] for m in ra["members"] or rb["members"]) == \
+            sorted([a, bid])
