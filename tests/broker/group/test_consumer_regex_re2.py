@@ -25,6 +25,7 @@ from .conftest import create_topic
 HEARTBEAT, DESCRIBE, METADATA, API_VERSIONS = 68, 69, 3, 18
 INVALID_REGULAR_EXPRESSION = int(ErrorCode.INVALID_REGULAR_EXPRESSION)
 GROUP_ID_NOT_FOUND = int(ErrorCode.GROUP_ID_NOT_FOUND)
+UNKNOWN_MEMBER_ID = int(ErrorCode.UNKNOWN_MEMBER_ID)
 A_TOPIC = "a" * 45
 OTHER_TOPIC = "re2-other"
 # exponential for a backtracking engine against A_TOPIC (no full match: it must try every split of the a's)
@@ -122,6 +123,10 @@ def test_member_changing_to_an_invalid_regex_keeps_its_subscription(b: Any) -> N
         assert [m["subscribed_topic_regex"] for m in d["members"]] == ["re2-oth.*"], d
         r = _hb(c, group, member, epoch, None, owned)  # its next heartbeat is served as before
         assert r["error_code"] == 0 and r["member_epoch"] == epoch, r
+        # where Kafka checks it: after the member checks (an unknown member is told so), not on a leave
+        assert _hb(c, group, "ghost", epoch, r"(a)\1", owned)["error_code"] == UNKNOWN_MEMBER_ID
+        r = _hb(c, group, member, -1, r"(a)\1")
+        assert r["error_code"] == 0 and r["member_epoch"] == -1, r
 
 
 def test_list_transactions_pattern_is_re2(b: Any) -> None:

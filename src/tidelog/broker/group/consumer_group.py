@@ -345,16 +345,18 @@ class ConsumerGroupManager:
             raise ConsumerGroupError(
                 UNSUPPORTED_ASSIGNOR,
                 f"ServerAssignor {assignor} is not supported. Supported assignors: {', '.join(self.assignors)}.")
-        regex = req.get("subscribed_topic_regex")
-        if regex is not None:
-            if len(regex) > MAX_REGEX_LEN:
-                raise ConsumerGroupError(INVALID_REGULAR_EXPRESSION, "SubscribedTopicRegex is too long.")
-            try:
-                self._compiled(regex)
-            except PatternError as exc:
-                raise ConsumerGroupError(
-                    INVALID_REGULAR_EXPRESSION,
-                    f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc.description}.") from None
+
+    def _check_regex(self, regex: str) -> None:
+        """Kafka's throwIfRegularExpressionIsInvalid (RE2J there, RE2 here), where Kafka calls it: when a joining or
+        existing member's regex changes, after the group and member checks (not on a leave)."""
+        if len(regex) > MAX_REGEX_LEN:  # tidelog's bound (Kafka has none)
+            raise ConsumerGroupError(INVALID_REGULAR_EXPRESSION, "SubscribedTopicRegex is too long.")
+        try:
+            self._compiled(regex)
+        except PatternError as exc:
+            raise ConsumerGroupError(
+                INVALID_REGULAR_EXPRESSION,
+                f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc.description}.") from None
 
     def _compiled(self, pattern: str) -> Pattern:
         """``pattern`` compiled (cached; at most REGEX_CACHE of them); raises :class:`PatternError`."""
@@ -384,7 +386,10 @@ class ConsumerGroupManager:
         epoch = int(req.get("member_epoch", 0))
         member_id = str(req.get("member_id") or "")
         instance_id = req.get("instance_id")
+        regex = req.get("subscribed_topic_regex") if version >= 1 else None
         if epoch == 0:
+            if regex:  # before the join changes anything (Kafka: after its group checks, then reverted)
+                self._check_regex(regex)
             g = self._group_for_join(group_id)
             if not member_id:
                 member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -403,6 +408,8 @@ class ConsumerGroupManager:
             m, changed = self._join(g, member_id, instance_id)
         else:
             m = self._existing(g, member_id, instance_id, epoch, req.get("topic_partitions"))
+            if regex and regex != m.subscribed_regex:
+                self._check_regex(regex)
         before = (m.epoch, frozenset(m.assigned))
         # fields a heartbeat may change (null = unchanged)
         m.client_id, m.client_host = client_id, client_host
