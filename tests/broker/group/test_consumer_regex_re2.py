@@ -155,3 +155,21 @@ def test_list_transactions_pattern_is_re2(b: Any) -> None:
         assert time.monotonic() - t0 < 2.0
         assert [t["transactional_id"] for t in listed("a+")["transaction_states"]] == [A_TOPIC]
         assert listed(r"(a)\1")["error_code"] == INVALID_REGULAR_EXPRESSION
+
+
+def test_a_loaded_regex_re2_rejects_matches_nothing() -> None:
+    """A regex from records (an older tidelog accepted Python-only syntax such as lookahead) that RE2 does not
+    compile resolves to no topic instead of failing the resolution."""
+    from tidelog.broker.group import consumer_regex
+    from tidelog.broker.re2j import compile_pattern
+
+    class Mgr:
+        _regex_matches: dict[str, frozenset[str]] = {}
+
+        def _compiled(self, pattern: str) -> Any:
+            return compile_pattern(pattern)
+
+    existing = {"orders-1": 1, "orders-x": 1, "__consumer_offsets": 50}
+    assert consumer_regex.matches(Mgr(), "orders-(?!x).*", existing) == frozenset()  # type: ignore[arg-type]
+    assert consumer_regex.matches(Mgr(), "orders-.*", existing) == {"orders-1", "orders-x"}  # type: ignore[arg-type]
+    assert consumer_regex.matches(Mgr(), ".*", existing) == {"orders-1", "orders-x"}  # type: ignore[arg-type]
