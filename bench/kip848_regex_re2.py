@@ -6,6 +6,7 @@ Run: ``.venv/bin/python bench/kip848_regex_re2.py [topics]`` (default 20000).
 
 from __future__ import annotations
 
+import random
 import re
 import sys
 import time
@@ -56,6 +57,18 @@ def main() -> None:
         print(f"{regex:32} {'a*45/24':>8} {t2 * 1000:9.3f} {t1 * 1000:9.1f}   (re at 45 a's: ~{t1 * 2 ** 21:.0f} s "
               "for (a+)+b)" if regex == "(a+)+b" else
               f"{regex:32} {'a*45/24':>8} {t2 * 1000:9.3f} {t1 * 1000:9.1f}")
+
+    # linear is not free: regexes whose DFA explodes, against 20000 random [ab] names (an adversarial topic set)
+    rnd = random.Random(1)
+    for length in (40, 249):
+        names = {"".join(rnd.choice("ab") for _ in range(length)): 1 for _ in range(20000)}
+        for regex in ("[ab]*a[ab]{30}c", "(?:[ab]{1,50}){1,20}c"):
+            t2, _ = _time(compile_pattern, regex, names, 1)
+            if regex.startswith("(?:"):  # re backtracks combinatorially here: not run
+                print(f"{regex:32} {'ab*' + str(length):>8} {t2 * 1000:9.1f} {'(hours)':>9}")
+                continue
+            t1, _ = _time(re.compile, regex, names, 1)
+            print(f"{regex:32} {'ab*' + str(length):>8} {t2 * 1000:9.1f} {t1 * 1000:9.1f} {t2 / t1:7.2f}")
 
 
 if __name__ == "__main__":

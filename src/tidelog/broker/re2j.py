@@ -9,8 +9,12 @@ broker's event loop), so tidelog compiles these patterns with Google's RE2 (``go
 syntax is the one RE2J implements: no backreferences (``\\1``) nor lookaround (``(?=``, ``(?!``, ``(?<=``); such a
 pattern fails to compile, as in Kafka. A match is a full match of the name (RE2J's ``matcher(name).matches()``).
 
-Bounds: a compiled program is limited to RE2's ``max_mem`` (``MAX_MEM``; a larger one fails to compile), and RE2's
-own error logging is off (a client could otherwise fill the broker's stderr).
+Bounds: a compiled pattern (its program and its lazily built DFAs) is limited to RE2's default ``max_mem`` of 8 MiB
+(a larger program fails to compile: "pattern too large"); a smaller budget is worse, not safer: the DFA runs out and
+RE2 falls back to its NFA, 100-1000x slower (a 2 MiB budget made ``(?:\\w{1,40}){1,25}x`` take 17 ms per 249-character
+name instead of 3 us). RE2's own error logging is off (a client could otherwise fill the broker's stderr). Linear
+is not free: a pattern whose DFA explodes (``[ab]*a[ab]{30}c``) costs up to ~0.1 ms per long name
+(bench/kip848_regex_re2.py).
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from typing import Any, Protocol
 
 import re2
 
-# RE2's budget for one compiled pattern (its program and its lazily built DFA); RE2's default is 8 MiB
-MAX_MEM = 2 << 20
+# RE2's budget for one compiled pattern (its program and its lazily built DFAs): RE2's default
+MAX_MEM = 8 << 20
 
 
 class Pattern(Protocol):

@@ -80,7 +80,7 @@ STATIC_LEAVE_EPOCH = -2
 METADATA_CHECK_S = 1.0
 TOPICS_CACHE_S = 0.5
 MAX_REGEX_LEN = 1024
-REGEX_CACHE = 1000  # compiled regexes kept (each bounded by re2j.MAX_MEM)
+REGEX_CACHE = 64  # compiled regexes kept (each up to re2j.MAX_MEM of RE2 memory: at most 512 MiB in all)
 
 # Kafka's GroupCoordinatorConfig defaults
 DEFAULTS = {
