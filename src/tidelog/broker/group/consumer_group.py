@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import re
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -53,6 +52,7 @@ from tidelog.broker.group.consumer_model import (
     ConsumerMember,
 )
 from tidelog.broker.group.consumer_store import ConsumerGroupStore, ConsumerReplay
+from tidelog.broker.re2j import Pattern, PatternError, compile_pattern
 from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -80,6 +80,7 @@ STATIC_LEAVE_EPOCH = -2
 METADATA_CHECK_S = 1.0
 TOPICS_CACHE_S = 0.5
 MAX_REGEX_LEN = 1024
+REGEX_CACHE = 64  # compiled regexes kept (each up to re2j.MAX_MEM of RE2 memory: at most 512 MiB in all)
 
 # Kafka's GroupCoordinatorConfig defaults
 DEFAULTS = {
@@ -94,10 +95,11 @@ DEFAULTS = {
 }
 MIN_REGEX_REFRESH_MS = 1000
 
-def _regex(pattern: str) -> re.Pattern[str]:
-    """KIP-848's RE2J syntax, read as Python's ``re`` (the common subset: classes, groups, alternation,
-    quantifiers; a full match of the topic name, as Kafka's ``Pattern.matcher(topic).matches()``)."""
-    return re.compile(pattern)
+def _regex(pattern: str) -> Pattern:
+    """KIP-848's RE2J syntax, compiled with RE2 (linear-time matching, no backreferences nor lookaround,
+    :mod:`tidelog.broker.re2j`); a full match of the topic name, as Kafka's ``Pattern.matcher(topic).matches()``.
+    Raises :class:`PatternError`."""
+    return compile_pattern(pattern)
 
 
 def _conf(props: Any, name: str) -> int:
@@ -128,7 +130,7 @@ class ConsumerGroupManager:
         if unknown:
             log.warning("unknown group.consumer.assignors ignored", extra={"kv": {"assignors": unknown}})
         self.groups: dict[str, ConsumerGroup] = {}
-        self._regex_cache: dict[str, re.Pattern[str]] = {}
+        self._regex_cache: dict[str, Pattern] = {}
         self._topics: dict[str, int] | None = None
         self._topics_at = 0.0
         self._regex_matches: dict[str, frozenset[str]] = {}
@@ -292,9 +294,13 @@ class ConsumerGroupManager:
         errors: they are answered with the Kafka error code and message. ``auth_context`` (principal, host): the
         regexes this heartbeat resolves keep only the topics that principal may DESCRIBE (consumer_regex.py)."""
         self.auth_context = auth_context
+        gid = str(req.get("group_id") or "")
+        upgrading = gid in self.store.upgrades  # an earlier request's upgrade, its write under way
         try:
             return self._heartbeat(version, req, client_id, client_host)
         except ConsumerGroupError as exc:
+            if not upgrading:  # this request's upgrade of a classic group is undone with it (as Kafka reverts)
+                self.store.undo_upgrade(gid)
             return {"error_code": exc.code, "error_message": exc.message, "member_id": None, "member_epoch": -1,
                     "heartbeat_interval_ms": 0, "assignment": None}
         finally:
@@ -339,20 +345,24 @@ class ConsumerGroupManager:
             raise ConsumerGroupError(
                 UNSUPPORTED_ASSIGNOR,
                 f"ServerAssignor {assignor} is not supported. Supported assignors: {', '.join(self.assignors)}.")
-        regex = req.get("subscribed_topic_regex")
-        if regex is not None:
-            if len(regex) > MAX_REGEX_LEN:
-                raise ConsumerGroupError(INVALID_REGULAR_EXPRESSION, "SubscribedTopicRegex is too long.")
-            try:
-                self._compiled(regex)
-            except re.error as exc:
-                raise ConsumerGroupError(INVALID_REGULAR_EXPRESSION,
-                                         f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}.") from None
 
-    def _compiled(self, pattern: str) -> re.Pattern[str]:
+    def _check_regex(self, regex: str) -> None:
+        """Kafka's throwIfRegularExpressionIsInvalid (RE2J there, RE2 here), where Kafka calls it: when a joining or
+        existing member's regex changes, after the group and member checks (not on a leave)."""
+        if len(regex) > MAX_REGEX_LEN:  # tidelog's bound (Kafka has none)
+            raise ConsumerGroupError(INVALID_REGULAR_EXPRESSION, "SubscribedTopicRegex is too long.")
+        try:
+            self._compiled(regex)
+        except PatternError as exc:
+            raise ConsumerGroupError(
+                INVALID_REGULAR_EXPRESSION,
+                f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc.description}.") from None
+
+    def _compiled(self, pattern: str) -> Pattern:
+        """``pattern`` compiled (cached; at most REGEX_CACHE of them); raises :class:`PatternError`."""
         rx = self._regex_cache.get(pattern)
         if rx is None:
-            if len(self._regex_cache) > 10_000:
+            if len(self._regex_cache) >= REGEX_CACHE:
                 self._regex_cache.clear()
             rx = self._regex_cache[pattern] = _regex(pattern)
         return rx
@@ -376,7 +386,10 @@ class ConsumerGroupManager:
         epoch = int(req.get("member_epoch", 0))
         member_id = str(req.get("member_id") or "")
         instance_id = req.get("instance_id")
+        regex = req.get("subscribed_topic_regex") if version >= 1 else None
         if epoch == 0:
+            if regex:  # before the join changes anything (Kafka: after its group checks, then reverted)
+                self._check_regex(regex)
             g = self._group_for_join(group_id)
             if not member_id:
                 member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -395,6 +408,8 @@ class ConsumerGroupManager:
             m, changed = self._join(g, member_id, instance_id)
         else:
             m = self._existing(g, member_id, instance_id, epoch, req.get("topic_partitions"))
+            if regex and regex != m.subscribed_regex:
+                self._check_regex(regex)
         before = (m.epoch, frozenset(m.assigned))
         # fields a heartbeat may change (null = unchanged)
         m.client_id, m.client_host = client_id, client_host

@@ -2,6 +2,10 @@
 coordinator keeps them (``ConsumerGroup.resolvedRegularExpressions``, persisted as ConsumerGroupRegularExpression
 records, key type 16, :mod:`consumer_records`).
 
+* Syntax: RE2J's, compiled with RE2 (:mod:`tidelog.broker.re2j`): matching is linear in the topic name, so no
+  regex can stall the loop; each resolution walks the topic list once per distinct regex (the matches are cached
+  for all groups until the topic list changes), and a group holds at most one regex per member
+  (``group.consumer.max.size``).
 * A regex a member subscribes to is resolved against the broker's topics (internal topics never match, a full
   match as RE2J's ``matches``) the first time the group needs it, and again on the group's metadata checks (at most
   once a second, :meth:`ConsumerGroupManager._metadata_changed`); the group keeps the resolution (topics, a metadata
@@ -34,16 +38,19 @@ is on: an unresolved regex matches nothing until a heartbeat resolves it.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group.consumer_records import ResolvedRegex
+from tidelog.broker.re2j import PatternError
 from tidelog.broker.security.acls import AclOperation, ResourceType
 
 if TYPE_CHECKING:
-    import re
-
     from tidelog.broker.group.consumer_model import ConsumerGroup
+    from tidelog.broker.re2j import Pattern
+
+log = logging.getLogger("tidelog.broker.group.consumer")
 
 # (principal, client host) of the request that triggers a resolution (Kafka's AuthorizableRequestContext)
 AuthContext = tuple[str, str]
@@ -60,15 +67,22 @@ class RegexHost(Protocol):
     @property
     def coordinator(self) -> Any: ...
 
-    def _compiled(self, pattern: str) -> re.Pattern[str]: ...
+    def _compiled(self, pattern: str) -> Pattern: ...
 
 
 def matches(mgr: RegexHost, regex: str, existing: dict[str, int]) -> frozenset[str]:
     """The topics ``regex`` matches now, before any ACL (shared by all groups while the topic list is cached)."""
     matched = mgr._regex_matches.get(regex)
     if matched is None:
-        rx = mgr._compiled(regex)
-        matched = frozenset(t for t in existing if not t.startswith("__") and rx.fullmatch(t))
+        try:
+            rx = mgr._compiled(regex)
+        except PatternError as exc:
+            # only a regex loaded from records (a heartbeat's is validated): one RE2 rejects matches nothing
+            log.warning("subscribed regex does not compile, it matches no topic",
+                        extra={"kv": {"regex": regex[:200], "error": exc.description}})
+            rx = None
+        matched = frozenset() if rx is None else frozenset(
+            t for t in existing if not t.startswith("__") and rx.fullmatch(t) is not None)
         mgr._regex_matches[regex] = matched
     return matched
 

@@ -16,7 +16,8 @@ heartbeat recomputes; the request answers the error Kafka's ``CoordinatorOperati
 append's to (NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, UNKNOWN_TOPIC_OR_PARTITION: COORDINATOR_NOT_AVAILABLE;
 NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR: NOT_COORDINATOR; too large: UNKNOWN_SERVER_ERROR), and so does every
 request whose changes were rolled back with it (they were waiting for the group's lock). A group being converted
-from a classic one (its GroupMetadata tombstone pending) is not rolled back: its records stay due, as before.
+from a classic one whose first write (the classic GroupMetadata tombstone and the ConsumerGroup* records) fails is
+undone: the consumer group is dropped and the classic group restored as it was (:mod:`migration`, ``upgrades``).
 
 **Deleting.** DeleteGroups of a consumer group writes the tombstones of every record last written for it
 (:meth:`tombstones`: target assignment epoch and group epoch).
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -236,6 +237,8 @@ class ConsumerGroupStore:
         self._shape: dict[str, tuple[int, int, frozenset[str], int]] = {}
         # records written before the group's next full write (an upgraded classic group's GroupMetadata tombstone)
         self.prefix: dict[str, Entries] = {}
+        # an upgrade not written yet: how to restore the classic group if its write fails (migration.py)
+        self.upgrades: dict[str, Callable[[], None]] = {}
         # a downgrade's write (migration.py): its error code, awaited by the persist that follows the request
         self._converting: dict[str, asyncio.Future[int]] = {}
         # failed writes rolled back per group: (count, error code); a persist that started before one answers it
@@ -303,12 +306,12 @@ class ConsumerGroupStore:
                 return NONE
             err = await self._append(group_id, entries)
             if err:
-                if prefix:  # a conversion from a classic group: not rolled back, its records stay due
-                    self.prefix.setdefault(group_id, prefix)
-                    self._shape.pop(group_id, None)
-                else:
-                    self._rollback(group_id, g, err)
+                self._rollback(group_id, g, err)
+                if prefix:  # a conversion from a classic group: the classic group is back
+                    self.undo_upgrade(group_id)
                 return err
+            if prefix:
+                self.upgrades.pop(group_id, None)
             if self.manager.groups.get(group_id) is g:
                 self.written[group_id] = after
                 self._shape[group_id] = shape
@@ -329,6 +332,19 @@ class ConsumerGroupStore:
             log.warning("consumer group write failed, state rolled back",
                         extra={"kv": {"group": group_id, "error": err}})
             self.manager.restore(group_id, self.written.get(group_id))
+
+    def undo_upgrade(self, group_id: str) -> bool:
+        """Undo an upgrade from a classic group not written yet (its write failed, or the request that made it
+        failed after it: Kafka reverts both): the consumer group is dropped, the classic group restored. True if
+        there was one."""
+        undo = self.upgrades.pop(group_id, None)
+        if undo is None:
+            return False
+        self.prefix.pop(group_id, None)
+        self._shape.pop(group_id, None)
+        self._cache.pop(group_id, None)
+        undo()
+        return True
 
     def schedule(self, group_id: str) -> None:
         """Persist later (a timer removed a member: no request waits for the write)."""
@@ -360,6 +376,7 @@ class ConsumerGroupStore:
         self._rollbacks.pop(group_id, None)
         self.written.pop(group_id, None)
         self.prefix.pop(group_id, None)
+        self.upgrades.pop(group_id, None)
         self._locks.pop(group_id, None)
         self._cache.pop(group_id, None)
         self._shape.pop(group_id, None)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group import membership
@@ -121,6 +122,10 @@ def upgrade(mgr: MigrationHost, classic: Group) -> ConsumerGroup:
             raise ConsumerGroupError(GROUP_ID_NOT_FOUND, f"Cannot upgrade the classic group {gid} to consumer group "
                                      "because the embedded consumer protocol is malformed.")
         parsed[m.member_id] = (sub, assigned)
+    # the classic group as it is, restored if the conversion's write fails (Kafka reverts to its snapshot)
+    before = _ClassicSnapshot(classic.state, classic.current_state_timestamp, classic.generation,
+                              classic.protocol_type, classic.protocol_name, classic.leader_id, dict(classic.members),
+                              dict(classic.static_members), classic.persisted)
     # the classic group's waiting requests: they rejoin (Kafka's completeAllJoinFutures / SyncFutures)
     if classic.join_timer is not None:
         classic.join_timer.cancel()
@@ -157,11 +162,61 @@ def upgrade(mgr: MigrationHost, classic: Group) -> ConsumerGroup:
     mgr.groups[gid] = g
     # the classic group's GroupMetadata tombstone goes first in the group's next write (Kafka's record order)
     mgr.store.prefix[gid] = [(rec.encode_group_key(gid), None)]
+    mgr.store.upgrades[gid] = lambda: _restore_classic(mgr, classic, before)
     for cm in g.members.values():
         mgr._touch(g, cm)
     log.info("classic group upgraded to consumer group", extra={"kv": {"group": gid, "members": members,
                                                                       "epoch": gen}})
     return g
+
+
+@dataclass(slots=True)
+class _ClassicSnapshot:
+    """What an upgrade changes of the classic group (its members' own fields it leaves as they are)."""
+
+    state: GroupState
+    state_timestamp: int
+    generation: int
+    protocol_type: str | None
+    protocol_name: str | None
+    leader_id: str | None
+    members: dict[str, Member]
+    static_members: dict[str, str]
+    persisted: bool
+
+
+def _restore_classic(mgr: MigrationHost, classic: Group, before: _ClassicSnapshot) -> None:
+    """The upgrade's write failed: the classic group is back as it was (members, generation, leader, protocol,
+    state; Kafka's coordinator reverting to its last committed snapshot) and the consumer group is gone. As in
+    Kafka, what the upgrade answered stays answered: the members that were waiting in a JoinGroup or SyncGroup were
+    told REBALANCE_IN_PROGRESS and rejoin. The members' session timers start anew (tidelog stopped them; Kafka's
+    kept running), a group that was preparing a rebalance prepares it again (its join timer was stopped)."""
+    gid = classic.group_id
+    g = mgr.groups.get(gid)
+    if g is not None:
+        for cm in g.members.values():
+            cm.cancel_timers()
+        del mgr.groups[gid]
+    coord = mgr.coordinator
+    if coord.groups.get(gid) is not classic:  # the classic group was replaced meanwhile (deleted, loaded again)
+        return
+    classic.generation = before.generation
+    classic.protocol_type = before.protocol_type
+    classic.protocol_name = before.protocol_name
+    classic.leader_id = before.leader_id
+    classic.members.clear()
+    classic.members.update(before.members)
+    classic.static_members.clear()
+    classic.static_members.update(before.static_members)
+    classic.persisted = before.persisted
+    classic.transition(before.state, before.state_timestamp)
+    for m in classic.members.values():
+        membership._schedule_heartbeat(coord, classic, m)
+    log.warning("classic group upgrade not written, the classic group is restored",
+                extra={"kv": {"group": gid, "members": len(classic.members), "generation": classic.generation,
+                              "state": before.state.name}})
+    if before.state == GroupState.PREPARING_REBALANCE:
+        membership._prepare_rebalance(coord, classic, f"Upgrade of group {gid} to consumer group not written.")
 
 
 def maybe_downgrade(mgr: MigrationHost, g: ConsumerGroup, leaving: ConsumerMember) -> bool:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from tidelog.broker.group.records import OFFSETS_TOPIC
 from tidelog.broker.group.records import partition_for as group_partition_for
 from tidelog.broker.internal_topics import append_and_wait, replay_log
+from tidelog.broker.re2j import PatternError, compile_pattern
 from tidelog.broker.txn import records as rec
 from tidelog.broker.txn import tv2
 from tidelog.broker.txn.markers import TxnMarkerChannel
@@ -710,9 +710,9 @@ class TransactionCoordinator:
         pids = set(producer_ids)
         regex = None
         if pattern:
-            try:
-                regex = re.compile(pattern)
-            except re.error:
+            try:  # RE2 as Kafka's RE2J (KIP-1152): a client's pattern matches in linear time (broker/re2j.py)
+                regex = compile_pattern(pattern)
+            except PatternError:
                 return ErrorCode.INVALID_REGULAR_EXPRESSION, unknown, []
         now = _now_ms() if now_ms is None else now_ms
         n = self.num_partitions
