@@ -85,7 +85,10 @@ def compile_pattern(pattern: str) -> Pattern:
         raw = exc.args[0] if exc.args else ""
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
         raise PatternError(pattern, text or "invalid pattern") from None
-    if _ANCHOR_BOTH is not None and hasattr(rx, "_regexp"):
-        return _FullMatcher(rx)
+    if _ANCHOR_BOTH is not None:
+        try:
+            return _FullMatcher(rx)
+        except AttributeError:  # pragma: no cover - another google-re2 layout: the public API
+            pass
     out: Pattern = rx
     return out
