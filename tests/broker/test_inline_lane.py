@@ -221,3 +221,31 @@ def test_a_request_that_waits_is_finished_by_the_task(pair: Pair) -> None:
         assert codec.decode_response(0, 9, got[0])[1]["responses"][0]["partition_responses"][0]["error_code"] == 0
     assert pair.inline.conn.inline_answered == before  # each one suspended: finished by the task
     assert _logs(pair.root / "inline") == _logs(pair.root / "task")
+
+
+def test_a_failure_in_the_callback_ends_the_connection_not_the_loop(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Something the callback does raises (here the C parser, patched): the connection's task gets the error and
+    closes the connection, as when its own process() raises; the broker's other connections go on."""
+    import tidelog.broker.inline_lane as inline_lane
+    from tidelog.records.batch import build_batch
+
+    async def side() -> Side:
+        return Side(pair.inline.broker, True)
+
+    extra = pair.call(side())
+    assert extra.exchange([_other("api_versions", 1)], False, 1)  # the task answers; it then waits inline
+
+    def broken(frame: Any, versions: Any) -> Any:
+        raise RuntimeError("parser failure")
+
+    monkeypatch.setattr(inline_lane, "_parse_produce", broken)
+    batch = build_batch([(None, b"x")], now_ms=1_700_000_000_000)
+    body = {"transactional_id": None, "acks": 1, "timeout_ms": 5000,
+            "topic_data": [{"name": "t1", "partition_data": [{"index": 0, "records": batch}]}]}
+    frame = codec.encode_request(0, 9, 1, "c", body)[4:]
+    extra.client.sendall(len(frame).to_bytes(4, "big") + frame)
+    assert extra.client.recv(1 << 16) == b""  # closed by the broker, no answer
+    pair.call(asyncio.wait_for(extra.task, 10))
+    monkeypatch.undo()
+    extra.client.close()
+    assert pair.inline.exchange([frame], False, 1) == pair.task.exchange([frame], False, 1)

@@ -89,6 +89,13 @@ class InlineLane(ProduceLane):
                 and not broker.request_memory.bounded and not broker.stopping)
 
     def _serve_inline(self) -> bool:
+        try:
+            return self._serve_readable()
+        except Exception as exc:  # (e.g. a frame the C parser chokes on): raised in the task, which then closes
+            self._recv_exc = exc
+            return False
+
+    def _serve_readable(self) -> bool:
         if not self._inline_allowed():  # (a request answered here left pipelined answers pending, say)
             self._maybe_empty = False  # the task reads
             return False
