@@ -131,7 +131,7 @@ class Broker:
         self.metrics.add_rows_source(self.decompression_budget.rows)
         self.loop: asyncio.AbstractEventLoop | None = None  # the network loop (set by start)
         self.append_sequencer = AppendSequencer()
-        self.stopping = False
+        self.stopping: bool = False
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._shutdown_started = False
@@ -156,7 +156,7 @@ class Broker:
         self.metadata_brokers = rm.metadata_brokers
         self.metadata_controller_id = rm.metadata_controller_id
         # the APIs this broker serves: every broker's, plus its mode's
-        self.handlers = {**REGISTRY, **rm.handlers}
+        self.handlers: dict[int, Any] = {**REGISTRY, **rm.handlers}
         groups = {k: r for k, r in codec.GROUP_API_VERSIONS.items() if k in self.handlers}
         self.accepted_versions: dict[int, tuple[int, int]] = {**codec.ACCEPTED_VERSIONS,
                                                               **codec.accepted_versions(groups)}

@@ -3,8 +3,9 @@
 :class:`Connection` reads a frame, decodes it, dispatches it to its handler (``broker.handlers``), applies client
 quotas (KIP-219 throttling and muting) and writes the answer, one request at a time and in order; a handler's
 failure is answered with the API's error response. Its bases hold the socket (:mod:`tidelog.broker.connection_io`),
-SASL (:mod:`tidelog.broker.authenticator`) and the Produce fast lane and pipelining
-(:mod:`tidelog.broker.produce_lane`).
+SASL (:mod:`tidelog.broker.authenticator`), the Produce fast lane and pipelining
+(:mod:`tidelog.broker.produce_lane`) and the inline lane, Produce requests answered in the reader callback
+(:mod:`tidelog.broker.inline_lane`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from tidelog.broker.connection_io import ConnectionClosed
 from tidelog.broker.errors import UNKNOWN_SERVER_ERROR_MESSAGE, error_of, is_client_error
 from tidelog.broker.handlers import DeferredResponse, RequestContext
 from tidelog.broker.handlers.produce import produce
-from tidelog.broker.produce_lane import ProduceLane, _encode_produce, _parse_produce
+from tidelog.broker.inline_lane import InlineLane
+from tidelog.broker.produce_lane import _encode_produce, _parse_produce
 from tidelog.broker.quotas import after_handler, client_throttles
 from tidelog.protocol import codec
 from tidelog.protocol.error_response import UNKNOWN_SERVER_ERROR, error_counter, error_response
@@ -55,7 +57,7 @@ def _count_errors(body: object, out: dict[int, int], depth: int = 0) -> None:
                 _count_errors(v, out, depth + 1)
 
 
-class Connection(ProduceLane):
+class Connection(InlineLane):
     """One client connection: reads frames, runs handlers one at a time, writes responses (zero-copy regions
     with ``os.sendfile``)."""
 
@@ -71,6 +73,7 @@ class Connection(ProduceLane):
         try:
             if not await self.secure():
                 return
+            self._serving = True  # the reader callback may answer Produce requests (inline lane)
             while not self.closed:
                 frame = await self.read_frame()
                 if frame is None:

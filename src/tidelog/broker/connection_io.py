@@ -59,6 +59,11 @@ class ConnectionClosed(Exception):
     """The peer closed, or the connection was aborted (idle reaper, shutdown): the request loop ends."""
 
 
+class RequestEnded(ConnectionClosed):
+    """A request answered in the reader callback (inline lane) ended the connection (its handler asked for a
+    close, or the broker is stopping): the request loop ends as after any request that returned False."""
+
+
 class ConnectionIO:
     """The socket of one client connection: waits for readiness, reads frames (bounded by
     ``socket.request.max.bytes`` and the request memory pool), writes responses (zero-copy regions with
@@ -101,6 +106,11 @@ class ConnectionIO:
         # the last recv emptied the socket and no readiness was seen since: wait before trying recv again (saves a
         # recv that fails with EAGAIN per request when requests arrive one at a time)
         self._maybe_empty = False
+        # the inline lane (tidelog.broker.inline_lane): while the request loop waits between requests, the reader
+        # callback may read and answer Produce requests itself; what it leaves to the loop is one of these
+        self._inline = False  # the loop waits in _recv_more and the reader callback may serve requests
+        self._held: memoryview | None = None  # a frame the callback took from the decoder for the loop
+        self._recv_exc: BaseException | None = None  # raised in the loop (a recv error, end of stream)
 
     # -- readiness ---------------------------------------------------------------------------------------------
 
@@ -142,8 +152,12 @@ class ConnectionIO:
     def _on_readable(self) -> None:
         fut = self._read_waiter
         if fut is not None:
-            if not fut.done():
-                fut.set_result(None)
+            if fut.done():
+                return
+            if self._inline and self._serve_inline():
+                return  # answered in this callback: the loop waits on
+            self._inline = False
+            fut.set_result(None)
             return
         self._maybe_empty = False  # bytes arrived: the next read tries recv first
         self._loop.remove_reader(self.fd)
@@ -156,6 +170,20 @@ class ConnectionIO:
             if fut is not None and not fut.done():
                 fut.set_exception(ConnectionClosed())
 
+    # -- the inline lane's hooks (tidelog.broker.inline_lane overrides them) ---------------------------------
+
+    def _inline_allowed(self) -> bool:
+        """May the reader callback serve requests while the loop waits for the next one?"""
+        return False
+
+    def _serve_inline(self) -> bool:
+        """The reader callback's turn (only while ``_inline``): True when the loop may go on waiting."""
+        return False
+
+    async def _inline_woken(self) -> None:
+        """The loop's side after the reader callback, which read the socket, woke it: finish what the callback
+        handed over (a started request, an error); the loop then looks for frames before it reads again."""
+
     # -- reading -----------------------------------------------------------------------------------------------
 
     async def _recv_more(self, want: int) -> None:
@@ -163,7 +191,14 @@ class ConnectionIO:
             if self.closed:
                 raise ConnectionClosed()
             if self._maybe_empty:
-                await self._wait_readable()
+                inline = self._inline = self._inline_allowed() and not self._frames.in_frame
+                try:
+                    await self._wait_readable()
+                finally:
+                    self._inline = False
+                if inline:  # the callback read the socket (or failed to): what it left to this loop
+                    await self._inline_woken()
+                    return
                 self._maybe_empty = False
             try:
                 data = self.sock.recv(want)
@@ -183,6 +218,10 @@ class ConnectionIO:
         straight from it); ``tidelog.protocol.framing.FrameDecoder`` never writes to those bytes afterwards."""
         frames = self._frames
         while True:
+            held = self._held
+            if held is not None:  # taken from the decoder by the reader callback (inline lane), not answered
+                self._held = None
+                return held
             try:
                 frame = frames.next_frame()
             except FrameTooLargeError as exc:
@@ -206,8 +245,8 @@ class ConnectionIO:
                 want = max(_READ_CHUNK, min(frames.missing, _MAX_READ))
             try:
                 await self._recv_more(want)
-            except ConnectionClosed:
-                if frames.in_frame:
+            except ConnectionClosed as exc:
+                if frames.in_frame and not isinstance(exc, RequestEnded):
                     size = frames.frame_size
                     kv: dict[str, object] = (
                         {"peer": self.peer, "buffered": frames.buffered}
