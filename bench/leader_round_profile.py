@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,6 +54,7 @@ def main() -> int:
     ap.add_argument("--rf", type=int, default=3, help="replication factor of the profiled topic (1: acks=1)")
     ap.add_argument("--tidelog-rev", default="worktree")
     ap.add_argument("-o", "--broker-config", action="append", default=[])
+    ap.add_argument("--keep", action="store_true", help="keep the run dir (data dirs: ~3 GB per 1,000,000 x 1 KiB)")
     a = ap.parse_args()
     run_dir = Path(tempfile.mkdtemp(prefix="leaderprof-", dir=WORK / "runs"))
     if a.tidelog_rev != "worktree":
@@ -129,6 +131,8 @@ def main() -> int:
     finally:
         cluster.stop()
         kill_all()
+        if not a.keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
     return 0
 
 
