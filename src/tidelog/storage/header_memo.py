@@ -10,8 +10,8 @@ nothing from the file until it reaches a position it has not seen.
 
 Why it stays right: a position below the segment's size holds the same batch until the segment is truncated
 (``truncate_to``, recovery), which clears the memo; appends only add batches after the end, and a read never
-looks past the size it was given. It is bounded (a few KiB per segment that is read; cleared when it fills up and
-by the idle sweep of inactive segments)."""
+looks past the size it was given. It is bounded: :data:`MEMO_ENTRIES` headers (~4 KiB) per segment that is read,
+the older half dropped when it fills up, all of it by the idle sweep of inactive segments."""
 
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ from tidelog.records.header import (
 )
 from tidelog.storage.header_scan import iter_header_tuples
 
-MEMO_ENTRIES = 16
+MEMO_ENTRIES = 8
 """Headers kept per segment: a follower round's answer is 2-3 batches of 64 KiB at the cluster bench's load, and
-two followers read the same ones; small batches simply fall back to the 4 KiB chunked scan sooner."""
+two followers read the same ones; small batches simply fall back to the 4 KiB chunked scan sooner. Bounded for
+brokers with many partitions read (a header tuple with its ints is ~0.5 KiB)."""
 
 
 class HeaderMemo:
@@ -77,8 +78,10 @@ class HeaderMemo:
     def remember(self, position: int, fields: HeaderTuple) -> None:
         at = self._at
         if len(at) >= MEMO_ENTRIES:
-            # start again rather than evict one by one: reads go forward, the next round refills what it needs
-            at = self._at = {}
-            self._start = {}
+            # keep the newer half (inserted last: reads go forward) in new dicts, so a concurrent reader of the old
+            # ones never sees them change size under it
+            kept = list(at.items())[MEMO_ENTRIES // 2:]
+            at = self._at = dict(kept)
+            self._start = {f[H_BASE_OFFSET]: p for p, f in kept}
         at[position] = fields
         self._start[fields[H_BASE_OFFSET]] = position
