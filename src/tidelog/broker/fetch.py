@@ -18,10 +18,10 @@ follower that it is a replica (hook ``check_follower``) and, with ``last_fetched
 diverge (KIP-320: ``diverging_epoch`` instead of records), then the range (OFFSET_OUT_OF_RANGE), then reads whole
 batches up to the max offset, bounded by ``partition_max_bytes`` and by what is left of the response's
 ``max_bytes``, the first batch of the response whole even when larger (KIP-74; not for Fetch v0-2). Records
-stay file regions, sent with ``sendfile`` by the server, for followers as for consumers (issue 30: a
-follower's answer is no longer copied out of the page cache with ``pread`` and into the socket with
-``sendmsg``); only a follower answer of at most :data:`FOLLOWER_INLINE_RECORDS_MAX` (one small batch, the
-paced ``acks=all`` case) carries its records copied in, one ``sendmsg`` instead of three sends.
+stay file regions, sent with ``sendfile`` by the server, for consumers; a follower answer of at most
+:data:`FOLLOWER_INLINE_RECORDS_MAX` (``replica.fetch.max.bytes``' default, so in practice every one) carries its
+records copied in: one ``sendmsg`` and one push through the socket instead of header, ``sendfile`` and a
+separate push of the few trailing bytes, which woke the follower a second time per answer (issue 30).
 A follower's fetch then updates its fetch state on the leader (hook ``update_follower_fetch_state``: its LEO,
 ISR expansion, the HW), once per request, after its read and before the entry's HW is filled in, so the
 follower learns the HW its own fetch moved.
@@ -53,10 +53,11 @@ NONE = 0  # "no error" stays a plain int (docs/decisions/0066)
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 MAX_INT32 = 0x7FFFFFFF
 MIN_BATCH = RECORD_BATCH_OVERHEAD  # a v2 batch header: for the long poll, any available batch satisfies a min_bytes up to this
-# a follower's records up to this size go out copied (one send), larger ones by sendfile like a consumer's: with
-# 2-3 batches of 64 KiB per follower fetch (pipelined acks=all produce) the copy cost the leader more CPU than the
-# two extra sends (bench/README.md, issue 30); was 1 MiB
-FOLLOWER_INLINE_RECORDS_MAX = 16 << 10
+# a follower's records up to this size go out copied (one send), larger ones by sendfile like a consumer's. Was
+# 16 KiB for a while (a loaded-machine A/B had the copy dearer); on a quiet machine the sendfile answer's 3-byte
+# trailer, pushed as a segment of its own, woke each follower twice per answer: 1 MiB again halves the followers'
+# wake-ups and lowers both sides' CPU per record (bench/README.md, "the leader's cost per follower round")
+FOLLOWER_INLINE_RECORDS_MAX = 1 << 20
 
 
 class FetchIsolation(Enum):

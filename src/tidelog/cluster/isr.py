@@ -66,8 +66,12 @@ class IsrTracking(ZkReplicaState):
         if (follower not in r.isr and follower in r.replicas and fetch_offset >= r.log.high_watermark
                 and fetch_offset >= r.epoch_start_offset):
             self._change_isr(r, tuple(sorted((*r.isr, follower))))
-        if moved:  # an idle partition in a fetcher's request (same offset as last time) cannot move the HW
-            self._leader_progress(r)
+        # an idle partition in a fetcher's request (same offset as last time) cannot move the HW; a fetch that does
+        # not move it cannot complete a waiting produce either (neither the HW nor the ISR changed: an ISR change
+        # runs _leader_progress itself), so only an HW move re-checks the purgatories (issue 30: with two followers
+        # every other follower fetch moves nothing, and re-checking each pipelined DelayedProduce was per round)
+        if moved and self.maybe_increment_high_watermark(r.tp, r.log):
+            self.broker.purgatory.check_and_complete(r.tp)
 
     def _change_isr(self, r: Replica, new_isr: tuple[int, ...]) -> None:
         if r.isr_update_pending or self._loop is None or self.zk is None:

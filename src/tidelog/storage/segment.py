@@ -46,6 +46,7 @@ from tidelog.storage.format import (
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
 )
+from tidelog.storage.header_memo import HeaderMemo
 from tidelog.storage.header_scan import iter_header_tuples, read_header_at
 from tidelog.storage.index import INT32_MAX, NO_TIMESTAMP, CorruptIndexError, OffsetIndex, TimeIndex
 from tidelog.storage.segment_fields import SegmentStateFields
@@ -133,6 +134,8 @@ class LogSegment(SegmentStateFields):
         # Kafka's preallocate=true reserves the whole segment.bytes at once (the file keeps its size here)
         self._prealloc_step = config.segment_bytes if config.preallocate else PREALLOC_MIN_BYTES
         self._lock = threading.RLock()
+        # the batch headers reads found last (a follower's next read starts where its answer ended): header_memo.py
+        self._memo = HeaderMemo()
         self.created_ms = int(time.time() * 1000) if now_ms is None else now_ms
         if roll_jitter_ms is None:
             roll_jitter_ms = self.random_jitter(config)
@@ -472,8 +475,12 @@ class LogSegment(SegmentStateFields):
         return iter_header_tuples(self.fd, start_position, end)
 
     def _translate(self, offset: int, start_position: int = 0) -> tuple[int, HeaderTuple] | None:
+        memo = self._memo
+        found = memo.find(offset)  # the batch starting at ``offset``: no earlier batch reaches it
+        if found is not None and found[0] >= start_position:
+            return found
         _, index_pos = self.offset_index.lookup(offset)
-        for pos, fields in iter_header_tuples(self.fd, max(index_pos, start_position), self._size):
+        for pos, fields in memo.headers(self.fd, max(index_pos, start_position), self._size):
             if fields[H_BASE_OFFSET] + fields[H_LAST_OFFSET_DELTA] >= offset:
                 return pos, fields
         return None
@@ -515,7 +522,7 @@ class LogSegment(SegmentStateFields):
             length = size
         next_offset = first[0] + first[6] + 1 if length else -1
         if length and max_size - length >= RECORD_BATCH_OVERHEAD:
-            for _, fields in iter_header_tuples(handle.fd, start + length, limit):
+            for _, fields in self._memo.headers(handle.fd, start + length, limit):
                 last = fields[H_BASE_OFFSET] + fields[H_LAST_OFFSET_DELTA]
                 if max_offset is not None and last >= max_offset:
                     break
@@ -564,7 +571,9 @@ class LogSegment(SegmentStateFields):
                 index.unmap()
 
     def unmap_idle_indexes(self) -> int:
-        """Unmap this segment's indexes unused since the previous call (an inactive segment's); how many."""
+        """Unmap this segment's indexes unused since the previous call (an inactive segment's); how many. Its
+        header memo goes too (a tail reader is on the active segment)."""
+        self._memo.clear()
         return self.offset_index.unmap_if_idle() + self.time_index.unmap_if_idle()
 
     def _sanity_check(self) -> None:
@@ -622,6 +631,7 @@ class LogSegment(SegmentStateFields):
             self.offset_index.append_bulk(r.off_rel, r.off_pos)
             self.time_index.append_bulk(r.time_ts, r.time_rel)
             truncated = size - valid_bytes
+            self._memo.clear()
             if truncated > 0:
                 os.ftruncate(self.fd, valid_bytes)
                 self._size = valid_bytes
@@ -639,6 +649,7 @@ class LogSegment(SegmentStateFields):
         """Drop every batch whose last offset is >= ``offset`` (cut at a batch boundary); bytes removed."""
         with self._lock:
             found = self.translate_offset(offset)
+            self._memo.clear()  # the positions from the cut on will hold other batches
             self.offset_index.truncate_to(offset)
             self.time_index.truncate_to(offset)
             self.txn_index.truncate_to(offset)
