@@ -607,8 +607,8 @@ class ConsumerGroupManager:
             before = self._topics
             self._topics = {info.name: info.num_partitions for info in self.coordinator.broker.topics.all_topics()}
             self._topics_at = now
-            self._regex_matches = {}
             if before is None or before.keys() != self._topics.keys():
+                self._regex_matches = {}  # the matches depend on the names only
                 self.topics_version += 1
         return self._topics
 

@@ -125,14 +125,17 @@ def refresh(mgr: RegexHost, g: ConsumerGroup, existing: dict[str, int]) -> bool:
     (:mod:`consumer_regex_async`) to resolve all the group's regexes again with the current request's principal,
     off the loop; True when a resolution was dropped (or, resolved at once without a loop, changed)."""
     changed = prune(g)
-    regexes = used(g)
-    if not regexes:
-        return changed
-    due = (any(rx not in g.resolved for rx in regexes) or g.regex_version != mgr.topics_version
-           or _now_ms() - g.regex_refreshed_ms >= mgr.regex_refresh_ms)
-    if not due:
+    if not due(mgr, g):
         return changed
     return mgr.regex_resolver.request(g, existing) or changed
+
+
+def due(mgr: RegexHost, g: ConsumerGroup) -> bool:
+    """Whether the group's regexes must be resolved again: a regex is new, the topic set changed, or
+    ``group.consumer.regex.refresh.interval.ms`` passed since the last refresh."""
+    regexes = used(g)
+    return bool(regexes) and (any(rx not in g.resolved for rx in regexes) or g.regex_version != mgr.topics_version
+                              or _now_ms() - g.regex_refreshed_ms >= mgr.regex_refresh_ms)
 
 
 def apply(mgr: RegexHost, g: ConsumerGroup, found: dict[str, frozenset[str]], version: int,

@@ -151,8 +151,8 @@ class RegexResolver:
                 if consumer_regex.apply(mgr, g, found, version, ctx):
                     mgr.regexes_applied(g)
                     await mgr.store.persist(gid)  # the group's write path (rolled back if the write fails)
-                if again is _UNSET:
-                    return
+                if again is _UNSET or not consumer_regex.due(mgr, g):
+                    return  # (a heartbeat that asked meanwhile for what this resolution brought: nothing more)
                 ctx = again
         except Exception:  # never kill the loop's task silently: the next heartbeat asks again
             log.exception("consumer group regex resolution failed", extra={"kv": {"group": gid}})
