@@ -2,16 +2,21 @@
 coordinator keeps them (``ConsumerGroup.resolvedRegularExpressions``, persisted as ConsumerGroupRegularExpression
 records, key type 16, :mod:`consumer_records`).
 
-* Syntax: RE2J's, compiled with RE2 (:mod:`tidelog.broker.re2j`): matching is linear in the topic name, so no
-  regex can stall the loop; each resolution walks the topic list once per distinct regex (the matches are cached
-  for all groups until the topic list changes), and a group holds at most one regex per member
-  (``group.consumer.max.size``).
+* Syntax: RE2J's, compiled with RE2 (:mod:`tidelog.broker.re2j`): matching is linear in the topic name; each
+  resolution walks the topic list once per distinct regex (the matches are cached for all groups until the topic
+  names change), and a group holds at most one regex per member (``group.consumer.max.size``).
+* Asynchronous, as Kafka (``maybeUpdateRegularExpressions`` on the coordinator's executor): a due refresh asks
+  :class:`~tidelog.broker.group.consumer_regex_async.RegexResolver`, which matches on a thread of its own (linear is
+  not free: a regex whose RE2 DFA explodes took 3.4 s over 20,000 long names), at most one resolution in flight per
+  group (requests meanwhile coalesce into one more), and applies the result on the loop (:func:`apply`; a new group
+  epoch when a regex's topics changed, written through the group's persist). The heartbeat that brought the regex
+  is answered at once: until its first resolution lands a regex matches nothing (:func:`topics`), as in Kafka.
 * A regex a member subscribes to is resolved against the broker's topics (internal topics never match, a full
-  match as RE2J's ``matches``) the first time the group needs it, and again on the group's metadata checks (at most
-  once a second, :meth:`ConsumerGroupManager._metadata_changed`); the group keeps the resolution (topics, a metadata
-  version, the time in ms) and assigns from it. A resolution whose topics changed replaces the old one (its record
-  is rewritten); an unchanged one is kept as it is (no record: Kafka rewrites the record on each of its refreshes,
-  at most every 10 s).
+  match as RE2J's ``matches``) when the group first needs it, and again on the group's metadata checks (at most
+  once a second, :meth:`ConsumerGroupManager._metadata_changed`) when due (:func:`due`); the group keeps the
+  resolution (topics, a metadata version, the time in ms) and assigns from it. A resolution whose topics changed
+  replaces the old one (its record is rewritten); an unchanged one is kept as it is (no record: Kafka rewrites the
+  record on each of its refreshes, at most every 10 s).
 * A regex no member subscribes to any more (a member changed its regex, left or was removed) loses its resolution:
   its record gets a tombstone in the group's next write. Deleting or converting the group tombstones them all.
 * At load the resolutions come back with the group (:func:`consumer_install.install`), so after a restart or a
@@ -26,7 +31,8 @@ again, which a tidelog-written version can at most make it do once more.
 *ACLs* (Kafka's ``GroupMetadataManager.refreshRegularExpressions`` / ``filterTopicDescribeAuthorizedTopics``, KAFKA-18813):
 with an authorizer, a resolution keeps only the matched topics the principal may DESCRIBE, so a member is never
 assigned a topic it could not see in Metadata. The principal is the one of the heartbeat that triggers the refresh
-(Kafka passes that request's context to the refresh): a group has one resolution per regex, so when members with
+(Kafka passes that request's context to the refresh; a refresh coalesced into a running one uses the newest
+request's; the filter runs on the loop when the result is applied): a group has one resolution per regex, so when members with
 different principals share a regex the topics are those the last refreshing member's principal may describe, for
 every member (as in Kafka). A refresh resolves all the group's regexes together and is due when a regex is new,
 the topic set changed (``topics_version``), or the last refresh is older than
