@@ -157,11 +157,11 @@ class RegexResolver:
                     stale += 1
                     continue  # the topic set changed meanwhile: resolve again
                 stale = 0  # (past MAX_STALE it is applied as of its version: the next metadata check is due)
-                again = self._again.pop(gid, _UNSET)
                 if consumer_regex.apply(mgr, g, found, version, ctx):
                     mgr.regexes_applied(g)
                     await mgr.store.persist(gid)  # the group's write path (rolled back if the write fails)
-                if again is _UNSET or not consumer_regex.due(mgr, g):
+                again = self._again.pop(gid, _UNSET)  # (after the write: a request during it counts too)
+                if again is _UNSET or mgr.groups.get(gid) is not g or not consumer_regex.due(mgr, g):
                     return  # (a heartbeat that asked meanwhile for what this resolution brought: nothing more)
                 ctx = again
         except Exception:  # never kill the loop's task silently: the next heartbeat asks again
