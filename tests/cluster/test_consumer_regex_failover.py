@@ -7,6 +7,7 @@ epoch, STALE_MEMBER_EPOCH for the one given away)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -44,13 +45,25 @@ def test_regex_group_and_assignment_epochs_after_coordinator_kill(cluster: Any) 
                                    "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
     raw = md["topics"][0]["topic_id"]
     tid = raw if isinstance(raw, uuid.UUID) else uuid.UUID(bytes=bytes(raw))
-    assert _parts(_hb(c, group, "m1", 0, regex=regex)) == [0, 1]
-    r2 = _hb(c, group, "m2", 0, regex=regex)
-    assert r2["error_code"] == NONE and r2["member_epoch"] == 2
-    kept = _parts(_hb(c, group, "m1", 1, owned=[(tid, [0, 1])]))  # m1 revokes one partition at epoch 1
+    r = _hb(c, group, "m1", 0, regex=regex)
+    assert r["error_code"] == NONE, r
+    e1 = r["member_epoch"]
+    deadline = time.monotonic() + 30
+    while True:  # the regex is resolved off the loop (regexloop): m1 gets the topic once the resolution lands
+        r = _hb(c, group, "m1", e1, owned=[])
+        assert r["error_code"] == NONE, r
+        e1 = r["member_epoch"]
+        if r["assignment"] is not None and _parts(r) == [0, 1]:
+            break
+        assert time.monotonic() < deadline, r
+        time.sleep(0.1)
+    r2 = _hb(c, group, "m2", 0, regex=regex)  # the regex is resolved already: only m2's join moves the epoch
+    e2 = e1 + 1
+    assert r2["error_code"] == NONE and r2["member_epoch"] == e2
+    kept = _parts(_hb(c, group, "m1", e1, owned=[(tid, [0, 1])]))  # m1 revokes one partition at epoch e1
     given = 1 - kept[0]
-    assert _hb(c, group, "m1", 1, owned=[(tid, kept)])["member_epoch"] == 2
-    assert _parts(_hb(c, group, "m2", 2, owned=[])) == [given]
+    assert _hb(c, group, "m1", e1, owned=[(tid, kept)])["member_epoch"] == e2
+    assert _parts(_hb(c, group, "m2", e2, owned=[])) == [given]
 
     def commit(broker: Any, member: str, epoch: int, partitions: list[int]) -> dict[int, int]:
         res = request(broker, COMMIT, 9, {
@@ -64,7 +77,7 @@ def test_regex_group_and_assignment_epochs_after_coordinator_kill(cluster: Any) 
         return request(broker, DESCRIBE, 1, {"group_ids": [group], "include_authorized_operations": False},
                        timeout=15)["groups"][0]
 
-    assert commit(c, "m1", 1, [0, 1]) == {kept[0]: NONE, given: STALE_MEMBER_EPOCH}
+    assert commit(c, "m1", e1, [0, 1]) == {kept[0]: NONE, given: STALE_MEMBER_EPOCH}
     before = describe(c)
     c.kill()
     try:
@@ -77,12 +90,12 @@ def test_regex_group_and_assignment_epochs_after_coordinator_kill(cluster: Any) 
         view = {m["member_id"]: (m["member_epoch"], m["subscribed_topic_regex"],
                                  [p for t in m["assignment"]["topic_partitions"] for p in t["partitions"]])
                 for m in d["members"]}
-        assert view == {"m1": (2, regex, kept), "m2": (2, regex, [given])}
-        # the assignment epochs came with the group: the commit at epoch 1 is judged as before the move
-        assert commit(nb, "m1", 1, [0, 1]) == {kept[0]: NONE, given: STALE_MEMBER_EPOCH}
+        assert view == {"m1": (e2, regex, kept), "m2": (e2, regex, [given])}
+        # the assignment epochs came with the group: the commit at epoch e1 is judged as before the move
+        assert commit(nb, "m1", e1, [0, 1]) == {kept[0]: NONE, given: STALE_MEMBER_EPOCH}
         # heartbeats go on at the same epochs: the regex's replayed resolution gives the same topics
-        r = _hb(nb, group, "m1", 2, owned=[(tid, kept)])
-        assert r["error_code"] == NONE and r["member_epoch"] == 2
+        r = _hb(nb, group, "m1", e2, owned=[(tid, kept)])
+        assert r["error_code"] == NONE and r["member_epoch"] == e2
         assert describe(nb)["group_epoch"] == before["group_epoch"]
     finally:
         if not c.running:

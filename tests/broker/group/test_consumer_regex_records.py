@@ -166,8 +166,17 @@ def test_regex_resolution_written_replayed_and_tombstoned(b: Any) -> None:
     g, rx = "g-cg27-regex", "cg27r-.*"
     with RawClient(b.port) as c:
         r = hb(c, g, "m1", 0, regex=rx)
-        assert r["error_code"] == NONE and parts(r) == [0, 0, 1]  # cg27r-a 0, 1 and cg27r-b 0
+        assert r["error_code"] == NONE
         epoch = r["member_epoch"]
+
+        def assigned() -> bool:  # the regex is resolved off the loop (regexloop): it matches nothing until then
+            nonlocal epoch
+            resp = hb(c, g, "m1", epoch, owned=[])
+            assert resp["error_code"] == NONE, resp
+            epoch = resp["member_epoch"]
+            return resp["assignment"] is not None and parts(resp) == [0, 0, 1]  # cg27r-a 0, 1 and cg27r-b 0
+
+        wait_until(assigned, 10, "the regex's topics assigned")
         before = describe(c, g)
     recs = regex_records(b.data_dir, g)
     assert recs and recs[-1][0] == rx and recs[-1][1] is not None
@@ -198,9 +207,13 @@ def test_regex_resolution_written_replayed_and_tombstoned(b: Any) -> None:
         # the member moves to another regex: the old one's record is tombstoned, the new one's written
         r = hb(c, g, "m1", epoch, regex="cg27r-b")
         assert r["error_code"] == NONE
-    last = dict(regex_records(b.data_dir, g))
-    assert last[rx] is None
-    assert last["cg27r-b"] is not None and last["cg27r-b"]["topics"] == ["cg27r-b"]
+    assert dict(regex_records(b.data_dir, g))[rx] is None  # tombstoned with the heartbeat's write
+
+    def new_written() -> bool:  # the new regex's resolution lands after the heartbeat (regexloop)
+        last = dict(regex_records(b.data_dir, g)).get("cg27r-b")
+        return last is not None and last["topics"] == ["cg27r-b"]
+
+    wait_until(new_written, 10, "the new regex's resolution written")
 
 
 def test_assignment_epochs_survive_restart(b: Any) -> None:
@@ -296,7 +309,13 @@ def test_install_uses_the_replayed_resolution() -> None:
                              topics=SimpleNamespace(
         by_id=topics.get, all_topics=lambda: list(topics.values()),
         get=lambda name: next((t for t in topics.values() if t.name == name), None)))
-    mgr = ConsumerGroupManager(SimpleNamespace(broker=broker, groups={}))  # type: ignore[arg-type]
+    written: list[tuple[str, Any]] = []
+
+    async def append(group_id: str, entries: Any, offsets: bool) -> int:  # the coordinator's append, recorded
+        written.append((group_id, entries))
+        return 0
+
+    mgr = ConsumerGroupManager(SimpleNamespace(broker=broker, groups={}, _append=append))  # type: ignore[arg-type]
     key = crec.encode_key
     records = [
         (key(ConsumerKey(5, "g", "m1")), crec.encode_member_metadata(
@@ -318,8 +337,15 @@ def test_install_uses_the_replayed_resolution() -> None:
         assert g.resolved == {"rx-.*": ResolvedRegex(("rx-a",), 57, 1)} and mgr.topics_version >= 57
         assert g.metadata == (("rx-a", 2),)  # from the replayed resolution, although rx-b exists
         assert g.members["m1"].assignment_epochs == {("rx-a", 0): 2, ("rx-a", 1): 4}
-        assert mgr._metadata_changed(g, force=True)  # resolved again: rx-b matches now
+        epoch = g.group_epoch
+        # a refresh is due (the topic set's version moved): resolved again off the loop, the replayed resolution
+        # kept until it lands (regexloop)
+        assert not mgr._metadata_changed(g, force=True)
+        assert mgr.regex_resolver.in_flight("g") and g.resolved["rx-.*"].topics == ("rx-a",)
+        await mgr.regex_resolver._running["g"]
         assert g.resolved["rx-.*"].topics == ("rx-a", "rx-b") and g.resolved["rx-.*"].version >= 57
+        assert g.group_epoch == epoch + 1 and g.metadata == (("rx-a", 2), ("rx-b", 1))  # rx-b matches now
+        assert written and written[-1][0] == "g"  # applied through the group's write path
         mgr.shutdown()
 
     asyncio.run(run())

@@ -143,9 +143,16 @@ def test_two_principals_share_one_resolution(rx_broker: Any) -> None:
     group, regex = "rx-shared", "rxs-.*"
     names = _topic_names_by_id(b)
     a_id, b_id = "alice-" + uuid.uuid4().hex[:8], "bob-" + uuid.uuid4().hex[:8]
-    r = _hb(b, "alice", group, a_id, 0, regex)
-    assert {names[t["topic_id"]] for t in r["assignment"]["topic_partitions"]} == {"rxs-a1"}
-    alice_epoch = r["member_epoch"]
+    alice_epoch = _hb(b, "alice", group, a_id, 0, regex)["member_epoch"]
+
+    def alice_assigned() -> bool:  # resolved off the loop (regexloop): nothing is assigned until it lands
+        nonlocal alice_epoch
+        r = _hb(b, "alice", group, a_id, alice_epoch)
+        alice_epoch = r["member_epoch"]
+        return r["assignment"] is not None and \
+            {names[t["topic_id"]] for t in r["assignment"]["topic_partitions"]} == {"rxs-a1"}
+
+    wait_for(alice_assigned, 15, "alice assigned rxs-a1")
     # bob joins within the refresh interval: the regex is resolved already, no refresh, the group's topics stay
     # alice's (bob gets nothing: rxs-a1's one partition is alice's)
     r = _hb(b, "bob", group, b_id, 0, regex)
@@ -203,6 +210,7 @@ def test_refresh_rules_in_process(tmp_path: Any) -> None:
 
     from tidelog.broker.group import consumer_regex
     from tidelog.broker.group.consumer_model import ConsumerGroup, ConsumerMember
+    from tidelog.broker.group.consumer_regex_async import RegexResolver
     from tidelog.broker.security.acls import (
         AclBinding,
         AclOperation,
@@ -223,10 +231,11 @@ def test_refresh_rules_in_process(tmp_path: Any) -> None:
     mgr: Any = SimpleNamespace(coordinator=SimpleNamespace(broker=SimpleNamespace(authorizer=auth)),
                                topics_version=1, regex_refresh_ms=60_000, auth_context=None, _regex_matches={},
                                _compiled=re.compile)
+    mgr.regex_resolver = RegexResolver(mgr)  # no running loop here: it resolves at once
     existing = {"u-a1": 1, "u-b1": 1, "other": 1}
     g = ConsumerGroup("g")
     g.members["m"] = ConsumerMember("m", subscribed_regex="u-.*")
-    assert consumer_regex.topics(mgr, g, "u-.*", existing) == () and not g.resolved  # no context: nothing
+    assert consumer_regex.topics(g, "u-.*") == () and not g.resolved  # no context: nothing
     assert not consumer_regex.refresh(mgr, g, existing)
     mgr.auth_context = ("User:alice", "127.0.0.1")
     assert consumer_regex.refresh(mgr, g, existing) and g.resolved["u-.*"].topics == ("u-a1",)

@@ -51,6 +51,7 @@ from tidelog.broker.group.consumer_model import (
     ConsumerGroupError,
     ConsumerMember,
 )
+from tidelog.broker.group.consumer_regex_async import RegexResolver
 from tidelog.broker.group.consumer_store import ConsumerGroupStore, ConsumerReplay
 from tidelog.broker.re2j import Pattern, PatternError, compile_pattern
 from tidelog.errors import ErrorCode
@@ -139,6 +140,10 @@ class ConsumerGroupManager:
         self.regex_refresh_ms = max(_conf(props, "group.consumer.regex.refresh.interval.ms"), MIN_REGEX_REFRESH_MS)
         # (principal, host) of the request being served: the regexes are resolved with its DESCRIBE rights
         self.auth_context: tuple[str, str] | None = None
+        self.regex_resolver = RegexResolver(self)  # the resolutions, off the loop (consumer_regex_async.py)
+        metrics = getattr(coordinator.broker, "metrics", None)
+        if metrics is not None:
+            metrics.add_rows_source(self.regex_resolver.rows)
         self.store = ConsumerGroupStore(self)  # ConsumerGroup* records in __consumer_offsets
 
     def timeouts(self, group_id: str) -> tuple[int, int]:
@@ -232,6 +237,7 @@ class ConsumerGroupManager:
                                                      g.group_id, m.member_id, m.epoch)
 
     def shutdown(self) -> None:
+        self.regex_resolver.shutdown()
         for gid in list(self.groups):
             self.drop(gid)
 
@@ -590,7 +596,7 @@ class ConsumerGroupManager:
     def _subscribed_topics(self, g: ConsumerGroup, m: ConsumerMember, existing: dict[str, int]) -> frozenset[str]:
         out = {t for t in m.subscribed_names if t in existing}
         if m.subscribed_regex:  # the group's resolution of the regex (consumer_regex.py)
-            out.update(t for t in consumer_regex.topics(self, g, m.subscribed_regex, existing) if t in existing)
+            out.update(t for t in consumer_regex.topics(g, m.subscribed_regex) if t in existing)
         return frozenset(out)
 
     def _existing_topics(self) -> dict[str, int]:
@@ -601,8 +607,8 @@ class ConsumerGroupManager:
             before = self._topics
             self._topics = {info.name: info.num_partitions for info in self.coordinator.broker.topics.all_topics()}
             self._topics_at = now
-            self._regex_matches = {}
             if before is None or before.keys() != self._topics.keys():
+                self._regex_matches = {}  # the matches depend on the names only
                 self.topics_version += 1
         return self._topics
 
@@ -623,6 +629,18 @@ class ConsumerGroupManager:
             g.metadata = md
             return True
         return False
+
+    def regexes_applied(self, g: ConsumerGroup) -> None:
+        """A resolution whose topics changed was applied (consumer_regex_async.py): a new group epoch (Kafka's
+        handleRegularExpressionsResult), the metadata and target with it; members see it on their next heartbeat."""
+        existing = self._existing_topics()
+        topics: set[str] = set()
+        for m in g.members.values():
+            topics |= self._subscribed_topics(g, m, existing)
+        g.metadata = tuple(sorted((t, existing[t]) for t in topics))
+        g.metadata_checked = time.monotonic()
+        g.group_epoch += 1
+        self._compute_target(g)
 
     def _compute_target(self, g: ConsumerGroup) -> None:
         existing = self._existing_topics()

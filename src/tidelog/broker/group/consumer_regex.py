@@ -2,16 +2,21 @@
 coordinator keeps them (``ConsumerGroup.resolvedRegularExpressions``, persisted as ConsumerGroupRegularExpression
 records, key type 16, :mod:`consumer_records`).
 
-* Syntax: RE2J's, compiled with RE2 (:mod:`tidelog.broker.re2j`): matching is linear in the topic name, so no
-  regex can stall the loop; each resolution walks the topic list once per distinct regex (the matches are cached
-  for all groups until the topic list changes), and a group holds at most one regex per member
-  (``group.consumer.max.size``).
+* Syntax: RE2J's, compiled with RE2 (:mod:`tidelog.broker.re2j`): matching is linear in the topic name; each
+  resolution walks the topic list once per distinct regex (the matches are cached for all groups until the topic
+  names change), and a group holds at most one regex per member (``group.consumer.max.size``).
+* Asynchronous, as Kafka (``maybeUpdateRegularExpressions`` on the coordinator's executor): a due refresh asks
+  :class:`~tidelog.broker.group.consumer_regex_async.RegexResolver`, which matches on a thread of its own (linear is
+  not free: a regex whose RE2 DFA explodes took 3.4 s over 20,000 long names), at most one resolution in flight per
+  group (requests meanwhile coalesce into one more), and applies the result on the loop (:func:`apply`; a new group
+  epoch when a regex's topics changed, written through the group's persist). The heartbeat that brought the regex
+  is answered at once: until its first resolution lands a regex matches nothing (:func:`topics`), as in Kafka.
 * A regex a member subscribes to is resolved against the broker's topics (internal topics never match, a full
-  match as RE2J's ``matches``) the first time the group needs it, and again on the group's metadata checks (at most
-  once a second, :meth:`ConsumerGroupManager._metadata_changed`); the group keeps the resolution (topics, a metadata
-  version, the time in ms) and assigns from it. A resolution whose topics changed replaces the old one (its record
-  is rewritten); an unchanged one is kept as it is (no record: Kafka rewrites the record on each of its refreshes,
-  at most every 10 s).
+  match as RE2J's ``matches``) when the group first needs it, and again on the group's metadata checks (at most
+  once a second, :meth:`ConsumerGroupManager._metadata_changed`) when due (:func:`due`); the group keeps the
+  resolution (topics, a metadata version, the time in ms) and assigns from it. A resolution whose topics changed
+  replaces the old one (its record is rewritten); an unchanged one is kept as it is (no record: Kafka rewrites the
+  record on each of its refreshes, at most every 10 s).
 * A regex no member subscribes to any more (a member changed its regex, left or was removed) loses its resolution:
   its record gets a tombstone in the group's next write. Deleting or converting the group tombstones them all.
 * At load the resolutions come back with the group (:func:`consumer_install.install`), so after a restart or a
@@ -26,7 +31,8 @@ again, which a tidelog-written version can at most make it do once more.
 *ACLs* (Kafka's ``GroupMetadataManager.refreshRegularExpressions`` / ``filterTopicDescribeAuthorizedTopics``, KAFKA-18813):
 with an authorizer, a resolution keeps only the matched topics the principal may DESCRIBE, so a member is never
 assigned a topic it could not see in Metadata. The principal is the one of the heartbeat that triggers the refresh
-(Kafka passes that request's context to the refresh): a group has one resolution per regex, so when members with
+(Kafka passes that request's context to the refresh; a refresh coalesced into a running one uses the newest
+request's; the filter runs on the loop when the result is applied): a group has one resolution per regex, so when members with
 different principals share a regex the topics are those the last refreshing member's principal may describe, for
 every member (as in Kafka). A refresh resolves all the group's regexes together and is due when a regex is new,
 the topic set changed (``topics_version``), or the last refresh is older than
@@ -48,6 +54,7 @@ from tidelog.broker.security.acls import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from tidelog.broker.group.consumer_model import ConsumerGroup
+    from tidelog.broker.group.consumer_regex_async import RegexResolver
     from tidelog.broker.re2j import Pattern
 
 log = logging.getLogger("tidelog.broker.group.consumer")
@@ -69,6 +76,9 @@ class RegexHost(Protocol):
 
     def _compiled(self, pattern: str) -> Pattern: ...
 
+    @property
+    def regex_resolver(self) -> RegexResolver: ...
+
 
 def matches(mgr: RegexHost, regex: str, existing: dict[str, int]) -> frozenset[str]:
     """The topics ``regex`` matches now, before any ACL (shared by all groups while the topic list is cached)."""
@@ -87,13 +97,17 @@ def matches(mgr: RegexHost, regex: str, existing: dict[str, int]) -> frozenset[s
     return matched
 
 
-def _describable(mgr: RegexHost, topics: frozenset[str]) -> frozenset[str] | None:
-    """The topics the current request's principal may DESCRIBE (all without an authorizer); None when an authorizer
-    is on and no request context is known (nothing can be resolved then)."""
+def used(g: ConsumerGroup) -> set[str]:
+    """The regexes the group's members subscribe to."""
+    return {m.subscribed_regex for m in g.members.values() if m.subscribed_regex}
+
+
+def _describable(mgr: RegexHost, topics: frozenset[str], ctx: AuthContext | None) -> frozenset[str] | None:
+    """The topics the principal of ``ctx`` may DESCRIBE (all without an authorizer); None when an authorizer is on
+    and no request context is known (nothing can be resolved then)."""
     auth = mgr.coordinator.broker.authorizer
     if auth is None:
         return topics
-    ctx = mgr.auth_context
     if ctx is None:
         return None
     principal, host = ctx
@@ -105,52 +119,61 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def topics(mgr: RegexHost, g: ConsumerGroup, regex: str, existing: dict[str, int]) -> tuple[str, ...]:
-    """The topics the group assigns for ``regex``: its resolution (made now if the group has none and the request
-    context allows it; else none)."""
+def topics(g: ConsumerGroup, regex: str) -> tuple[str, ...]:
+    """The topics the group assigns for ``regex``: its resolution, none until the first one lands (as Kafka)."""
     r = g.resolved.get(regex)
-    if r is None:
-        allowed = _describable(mgr, matches(mgr, regex, existing))
-        if allowed is None:
-            return ()
-        r = g.resolved[regex] = ResolvedRegex(tuple(sorted(allowed)), mgr.topics_version, _now_ms())
-        g.regex_changes += 1
-    return r.topics
+    return () if r is None else r.topics
 
 
 def refresh(mgr: RegexHost, g: ConsumerGroup, existing: dict[str, int]) -> bool:
     """Drop the resolutions no member uses and, when a refresh is due (a new regex, the topic set changed, or
-    ``group.consumer.regex.refresh.interval.ms`` since the last one), resolve all the group's regexes again with the
-    current request's principal; True when a resolution changed (its topics) or was dropped."""
+    ``group.consumer.regex.refresh.interval.ms`` since the last one), ask the resolver
+    (:mod:`consumer_regex_async`) to resolve all the group's regexes again with the current request's principal,
+    off the loop; True when a resolution was dropped (or, resolved at once without a loop, changed)."""
     changed = prune(g)
-    used = {m.subscribed_regex for m in g.members.values() if m.subscribed_regex}
-    if not used:
+    if not due(mgr, g):
         return changed
-    now_ms = _now_ms()
-    due = (any(rx not in g.resolved for rx in used) or g.regex_version != mgr.topics_version
-           or now_ms - g.regex_refreshed_ms >= mgr.regex_refresh_ms)
-    if not due:
-        return changed
-    found = {rx: matches(mgr, rx, existing) for rx in used}
-    allowed = _describable(mgr, frozenset().union(*found.values()))
+    return mgr.regex_resolver.request(g, existing) or changed
+
+
+def due(mgr: RegexHost, g: ConsumerGroup) -> bool:
+    """Whether the group's regexes must be resolved again: a regex is new, the topic set changed, or
+    ``group.consumer.regex.refresh.interval.ms`` passed since the last refresh."""
+    regexes = used(g)
+    return bool(regexes) and (any(rx not in g.resolved for rx in regexes) or g.regex_version != mgr.topics_version
+                              or _now_ms() - g.regex_refreshed_ms >= mgr.regex_refresh_ms)
+
+
+def apply(mgr: RegexHost, g: ConsumerGroup, found: dict[str, frozenset[str]], version: int,
+          ctx: AuthContext | None) -> bool:
+    """Apply a resolution (regex -> matched topics before ACLs, against topic-set ``version``) made with the
+    principal of ``ctx``: the regexes still subscribed get their describable topics; True when a resolution's
+    topics changed (a new one counts)."""
+    allowed = _describable(mgr, frozenset().union(*found.values()), ctx)
     if allowed is None:
-        return changed
+        return False
+    now_ms = _now_ms()
+    regexes = used(g)
+    changed = False
     for regex, matched in found.items():
+        if regex not in regexes:
+            continue  # its member changed regex or left meanwhile
         now = matched & allowed
         old = g.resolved.get(regex)
         if old is None or frozenset(old.topics) != now:
-            g.resolved[regex] = ResolvedRegex(tuple(sorted(now)), mgr.topics_version, now_ms)
+            g.resolved[regex] = ResolvedRegex(tuple(sorted(now)), version, now_ms)
             g.regex_changes += 1
             changed = True
-    g.regex_version = mgr.topics_version
-    g.regex_refreshed_ms = now_ms
+    if regexes <= found.keys():  # every regex resolved: the group is up to date
+        g.regex_version = version
+        g.regex_refreshed_ms = now_ms
     return changed
 
 
 def prune(g: ConsumerGroup) -> bool:
     """Drop the resolutions of regexes no member subscribes to (their records are tombstoned); True if any."""
-    used = {m.subscribed_regex for m in g.members.values() if m.subscribed_regex}
-    gone = [rx for rx in g.resolved if rx not in used]
+    regexes = used(g)
+    gone = [rx for rx in g.resolved if rx not in regexes]
     for rx in gone:
         del g.resolved[rx]
     if gone:
