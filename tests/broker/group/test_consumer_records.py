@@ -13,6 +13,7 @@ from tidelog.broker.group import consumer_records as crec
 from tidelog.broker.group.consumer_records import ConsumerKey, CurrentAssignment, MemberMetadata
 from tidelog.broker.group.consumer_store import ConsumerReplay, diff
 from tidelog.broker.group.records import SchemaError
+from tidelog.broker.metrics import BrokerMetrics
 
 TID_A = uuid.UUID("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0").bytes
 TID_B = uuid.UUID("11111111-2222-3333-4444-555555555555").bytes
@@ -162,7 +163,7 @@ def test_install_records_as_kafka_writes_them() -> None:
     from tidelog.broker.group.consumer_install import install
 
     topics = {TID_A: SimpleNamespace(name="orders", num_partitions=4, topic_id=TID_A)}  # TID_B: deleted
-    broker = SimpleNamespace(config=SimpleNamespace(props={}), group_configs=None, authorizer=None,
+    broker = SimpleNamespace(config=SimpleNamespace(props={}), group_configs=None, authorizer=None, metrics=BrokerMetrics(),
                              topics=SimpleNamespace(
         by_id=topics.get, all_topics=lambda: list(topics.values()),
         get=lambda name: next((t for t in topics.values() if t.name == name), None)))

@@ -161,9 +161,10 @@ def test_a_result_is_applied_only_if_still_current() -> None:
     from types import SimpleNamespace
 
     from tidelog.broker.group.consumer_group import ConsumerGroupManager
+    from tidelog.broker.metrics import BrokerMetrics
 
     topics = {n: SimpleNamespace(name=n, num_partitions=1, topic_id=uuid.uuid4()) for n in ("rx-a", "rx-b", "other")}
-    broker = SimpleNamespace(config=SimpleNamespace(props={}), group_configs=None, authorizer=None,
+    broker = SimpleNamespace(config=SimpleNamespace(props={}), group_configs=None, authorizer=None, metrics=BrokerMetrics(),
                              topics=SimpleNamespace(all_topics=lambda: list(topics.values()), get=topics.get,
                                                     by_id=lambda tid: next((t for t in topics.values()
                                                                             if t.topic_id == tid), None)))

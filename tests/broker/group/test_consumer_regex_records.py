@@ -23,6 +23,7 @@ from helpers import RawClient
 from tidelog.broker.group import consumer_records as crec
 from tidelog.broker.group.consumer_records import ConsumerKey, CurrentAssignment, ResolvedRegex
 from tidelog.broker.group.consumer_store import ConsumerReplay, diff
+from tidelog.broker.metrics import BrokerMetrics
 
 from .conftest import create_topic, wait_until
 from .test_consumer_persistence import describe, members
@@ -305,7 +306,7 @@ def test_install_uses_the_replayed_resolution() -> None:
 
     topics = {TID_A: SimpleNamespace(name="rx-a", num_partitions=2, topic_id=TID_A),
               TID_B: SimpleNamespace(name="rx-b", num_partitions=1, topic_id=TID_B)}
-    broker = SimpleNamespace(config=SimpleNamespace(props={}), group_configs=None, authorizer=None,
+    broker = SimpleNamespace(config=SimpleNamespace(props={}), group_configs=None, authorizer=None, metrics=BrokerMetrics(),
                              topics=SimpleNamespace(
         by_id=topics.get, all_topics=lambda: list(topics.values()),
         get=lambda name: next((t for t in topics.values() if t.name == name), None)))

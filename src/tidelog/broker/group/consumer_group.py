@@ -141,9 +141,7 @@ class ConsumerGroupManager:
         # (principal, host) of the request being served: the regexes are resolved with its DESCRIBE rights
         self.auth_context: tuple[str, str] | None = None
         self.regex_resolver = RegexResolver(self)  # the resolutions, off the loop (consumer_regex_async.py)
-        metrics = getattr(coordinator.broker, "metrics", None)
-        if metrics is not None:
-            metrics.add_rows_source(self.regex_resolver.rows)
+        coordinator.broker.metrics.add_rows_source(self.regex_resolver.rows)
         self.store = ConsumerGroupStore(self)  # ConsumerGroup* records in __consumer_offsets
 
     def timeouts(self, group_id: str) -> tuple[int, int]:

@@ -54,13 +54,19 @@ from tidelog.broker.security.acls import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from tidelog.broker.group.consumer_model import ConsumerGroup
-    from tidelog.broker.group.consumer_regex_async import RegexResolver
     from tidelog.broker.re2j import Pattern
 
 log = logging.getLogger("tidelog.broker.group.consumer")
 
 # (principal, client host) of the request that triggers a resolution (Kafka's AuthorizableRequestContext)
 AuthContext = tuple[str, str]
+
+
+class Resolver(Protocol):
+    """What a refresh asks of :class:`~tidelog.broker.group.consumer_regex_async.RegexResolver` (a Protocol here:
+    that module imports this one)."""
+
+    def request(self, g: ConsumerGroup, existing: dict[str, int]) -> bool: ...
 
 
 class RegexHost(Protocol):
@@ -77,7 +83,7 @@ class RegexHost(Protocol):
     def _compiled(self, pattern: str) -> Pattern: ...
 
     @property
-    def regex_resolver(self) -> RegexResolver: ...
+    def regex_resolver(self) -> Resolver: ...
 
 
 def matches(mgr: RegexHost, regex: str, existing: dict[str, int]) -> frozenset[str]:
