@@ -24,11 +24,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.broker.test_produce_fast_lane import PLACEHOLDER_IDS, TOPICS, produce_requests
+from tests.broker.test_produce_fast_lane import PLACEHOLDER_IDS, produce_requests, start_broker
 
 from tidelog.broker import server as srv
-from tidelog.broker.config import BrokerConfig
-from tidelog.node import build_broker
 from tidelog.protocol import codec
 from tidelog.protocol.framing import FrameDecoder
 
@@ -95,16 +93,7 @@ class Pair:
     async def _start(self) -> tuple[Side, Side]:
         sides = []
         for name, inline in (("inline", True), ("task", False)):
-            cfg = BrokerConfig.from_properties({
-                "log.dirs": str(self.root / name), "listeners": "PLAINTEXT://127.0.0.1:0",
-                "tidelog.metrics.listener": "off", "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-                "super.users": "User:admin", "allow.everyone.if.no.acl.found": "true"})
-            broker = build_broker(cfg)
-            await broker.start()
-            for topic, n in TOPICS.items():
-                configs = {"max.message.bytes": "200"} if topic == "small" else None
-                await asyncio.to_thread(broker.topics.create_topic, topic, n, 1, configs)
-            sides.append(Side(broker, inline))
+            sides.append(Side(await start_broker(self.root / name), inline))
         return sides[0], sides[1]
 
     def close(self) -> None:

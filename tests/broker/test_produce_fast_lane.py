@@ -45,6 +45,21 @@ PLACEHOLDER_IDS = {t: uuid.uuid5(uuid.NAMESPACE_URL, f"tidelog-fast-lane/{t}") f
                    [*TOPICS, "nope", "__consumer_offsets"]}
 
 
+async def start_broker(log_dir: Path) -> Any:
+    """A started in-process broker with an authorizer (admin a super user) and the ``TOPICS``; shared with
+    test_inline_lane.py."""
+    cfg = BrokerConfig.from_properties({
+        "log.dirs": str(log_dir), "listeners": "PLAINTEXT://127.0.0.1:0",
+        "tidelog.metrics.listener": "off", "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin", "allow.everyone.if.no.acl.found": "true"})
+    broker = build_broker(cfg)
+    await broker.start()
+    for topic, n in TOPICS.items():
+        configs = {"max.message.bytes": "200"} if topic == "small" else None
+        await asyncio.to_thread(broker.topics.create_topic, topic, n, 1, configs)
+    return broker
+
+
 class Lane:
     def __init__(self, broker: Any, fast: bool) -> None:
         self.broker = broker
@@ -98,16 +113,7 @@ class Lanes:
     async def _start(self) -> tuple[Lane, Lane]:
         lanes = []
         for name, fast in (("fast", True), ("generic", False)):
-            cfg = BrokerConfig.from_properties({
-                "log.dirs": str(self.root / name), "listeners": "PLAINTEXT://127.0.0.1:0",
-                "tidelog.metrics.listener": "off", "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-                "super.users": "User:admin", "allow.everyone.if.no.acl.found": "true"})
-            broker = build_broker(cfg)
-            await broker.start()
-            for topic, n in TOPICS.items():
-                configs = {"max.message.bytes": "200"} if topic == "small" else None
-                await asyncio.to_thread(broker.topics.create_topic, topic, n, 1, configs)
-            lane = Lane(broker, fast)
+            lane = Lane(await start_broker(self.root / name), fast)
             acls = {"creations": [{"resource_type": 2, "resource_name": "denied", "resource_pattern_type": 3,
                                    "principal": "User:mallory", "host": "*", "operation": 4, "permission_type": 2}]}
             quotas = {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": SLOW_CLIENT}],

@@ -217,16 +217,20 @@ class ConsumerGroupManager:
             for m in g.members.values():
                 m.cancel_timers()
 
-    def loaded_group(self, g: ConsumerGroup) -> None:
-        """A group replayed from ``__consumer_offsets`` (:func:`consumer_install.install`): its subscribed topics'
-        partitions as they are now, a session timer per member (one that does not heartbeat in time is removed,
-        as in Kafka after a load) and a revocation timer per member still revoking."""
+    def _set_metadata(self, g: ConsumerGroup) -> None:
+        """The group's metadata: its members' subscribed topics with their partition counts, as they are now."""
         existing = self._existing_topics()
         topics: set[str] = set()
         for m in g.members.values():
             topics |= self._subscribed_topics(g, m, existing)
         g.metadata = tuple(sorted((t, existing[t]) for t in topics))
         g.metadata_checked = time.monotonic()
+
+    def loaded_group(self, g: ConsumerGroup) -> None:
+        """A group replayed from ``__consumer_offsets`` (:func:`consumer_install.install`): its subscribed topics'
+        partitions as they are now, a session timer per member (one that does not heartbeat in time is removed,
+        as in Kafka after a load) and a revocation timer per member still revoking."""
+        self._set_metadata(g)
         loop = asyncio.get_running_loop()
         for m in g.members.values():
             self._touch(g, m)
@@ -631,12 +635,7 @@ class ConsumerGroupManager:
     def regexes_applied(self, g: ConsumerGroup) -> None:
         """A resolution whose topics changed was applied (consumer_regex_async.py): a new group epoch (Kafka's
         handleRegularExpressionsResult), the metadata and target with it; members see it on their next heartbeat."""
-        existing = self._existing_topics()
-        topics: set[str] = set()
-        for m in g.members.values():
-            topics |= self._subscribed_topics(g, m, existing)
-        g.metadata = tuple(sorted((t, existing[t]) for t in topics))
-        g.metadata_checked = time.monotonic()
+        self._set_metadata(g)
         g.group_epoch += 1
         self._compute_target(g)
 
