@@ -49,6 +49,14 @@ def cluster3() -> Iterator[Any]:
                           prefix="tidelog-zk-outage-")
 
 
+def _log_near(b: Any, seen: int, needle: str = "Traceback") -> str:
+    """What a failure message shows of broker ``b``'s log since ``seen``: around the first ``needle`` when there is
+    one (a traceback's own lines, not the tail after it), else the tail."""
+    text = b.log_text()[seen:]
+    i = text.find(needle)
+    return text[max(0, i - 1500):i + 3500] if i >= 0 else text[-4000:]
+
+
 def _checkpointed_hw(b: Any, topic: str, p: int = 0) -> int:
     """The high watermark of ``topic``-``p`` in broker ``b``'s ``replication-offset-checkpoint`` (-1: not listed)."""
     path = b.data_dir / "replication-offset-checkpoint"
@@ -113,9 +121,14 @@ def test_isr_writes_pending_on_a_frozen_zookeeper_pin_no_worker_thread(cluster3:
 
     # ZooKeeper back: the pending (or retried) ISR shrinks are written, broker 3 leaves every ISR
     with kazoo(c.zk.connect) as zk:
-        until("broker 3 out of every ISR in ZooKeeper",
-              lambda: all(3 not in state(zk, TOPIC, p).isr for p in range(PARTITIONS)), timeout=60)
-    assert "Traceback" not in b1.log_text()[seen:], b1.log_text()[seen:][-3000:]
+        try:
+            until("broker 3 out of every ISR in ZooKeeper",
+                  lambda: all(3 not in state(zk, TOPIC, p).isr for p in range(PARTITIONS)), timeout=60)
+        except AssertionError as exc:
+            states = {p: state(zk, TOPIC, p) for p in range(PARTITIONS)}
+            raise AssertionError(f"{exc}\nstates: {states}\nbroker 1:\n{_log_near(b1, seen, 'ISR')}\n"
+                                 f"broker 2:\n{c.brokers[2].log_text()[-3000:]}") from None
+    assert "Traceback" not in b1.log_text()[seen:], _log_near(b1, seen)
 
 
 def test_config_stores_answer_request_timed_out_while_zookeeper_is_frozen(cluster3: Any) -> None:
@@ -156,14 +169,15 @@ def test_config_stores_answer_request_timed_out_while_zookeeper_is_frozen(cluste
             answers = list(pool.map(one, calls))
         for name, code, took in answers:
             print(f"{name}: error {code} after {took:.2f} s")
-            assert code == REQUEST_TIMED_OUT, (name, code)
+        for name, code, took in answers:
+            assert code == REQUEST_TIMED_OUT, (name, code, answers, _log_near(b1, seen, "request failed"))
             # within one bound of the outage's start: a request queued behind a store's lock or a busy handler
             # thread fails at once once ZooKeeper has been unreachable for the session timeout (measured: ~6 s each)
-            assert took < 2 * SESSION_S, (name, took)
+            assert took < 2 * SESSION_S, (name, took, answers)
     finally:
         os.killpg(c.zk.proc.pid, signal.SIGCONT)
     with kazoo(c.zk.connect) as zk:
         until("broker 1 connected to ZooKeeper again", lambda: request(b1, *calls[0][1:4])["entries"][0]["error_code"] == 0,
               timeout=6 * SESSION_S)
         assert zk.exists("/config/clients/frozen") is not None
-    assert "Traceback" not in b1.log_text()[seen:], b1.log_text()[seen:][-3000:]
+    assert "Traceback" not in b1.log_text()[seen:], _log_near(b1, seen)

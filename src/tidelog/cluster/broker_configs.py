@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tidelog.cluster import zkdata as zd
+from tidelog.cluster.zk_bounded import log_zk_failure, watch_callback
 
 log = logging.getLogger("tidelog.cluster.broker_configs")
 
@@ -59,13 +60,14 @@ class ZkBrokerConfigStore:
     def read(self) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
         return self._get(DEFAULT_ENTITY), {str(self.node_id): self._get(str(self.node_id))}
 
+    @watch_callback("reading broker config changes", log)
     def _changes(self, children: list[str]) -> bool | None:
         self._last_change, paths = zd.new_config_changes(self.zk, children, self._last_change)
         if any(path in self._watched for path in paths) and self.listener is not None:
             try:
                 self.listener()
-            except Exception:
-                log.exception("applying dynamic broker configs failed")
+            except Exception as exc:
+                log_zk_failure(log, "applying dynamic broker configs failed", exc)
         return None
 
     def write(self, resource_name: str, node_id: int, layer: dict[str, str]) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tidelog.cluster import zkdata as zd
+from tidelog.cluster.zk_bounded import log_zk_failure, watch_callback
 
 log = logging.getLogger("tidelog.cluster.group_configs")
 
@@ -58,6 +59,7 @@ class ZkGroupConfigStore:
                 out[zd.desanitize(entity)] = config
         return out
 
+    @watch_callback("reading group config changes", log)
     def _changes(self, children: list[str]) -> bool | None:
         self._last_change, paths = zd.new_config_changes(self.zk, children, self._last_change)
         for path in paths:
@@ -68,8 +70,8 @@ class ZkGroupConfigStore:
                 config = self._get(entity)
                 if self.listener is not None:
                     self.listener(zd.desanitize(entity), config)
-            except Exception:
-                log.exception("reading a group's configs failed", extra={"kv": {"entity": entity}})
+            except Exception as exc:
+                log_zk_failure(log, "reading a group's configs failed", exc, {"entity": entity})
         return None
 
     def write(self, group: str, configs: dict[str, str]) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from tidelog.broker.quotas import DEFAULT, DEFAULT_NAME, QUOTA_KEYS, Entity, QuotaListener, apply_alterations
 from tidelog.cluster import zkdata as zd
+from tidelog.cluster.zk_bounded import watch_callback
 
 log = logging.getLogger("tidelog.cluster.quotas")
 
@@ -139,6 +140,7 @@ class ZkQuotaStore:
         with self._lock:
             self._entities = found
 
+    @watch_callback("reading client quota changes", log)
     def _changes(self, children: list[str]) -> bool | None:
         changed = False
         self._last_change, paths = zd.new_config_changes(self.zk, children, self._last_change)

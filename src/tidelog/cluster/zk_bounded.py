@@ -17,6 +17,8 @@ lost connection are turned into the same, and ``retry`` retries them only within
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +35,41 @@ def _connection_errors() -> tuple[type[BaseException], ...]:
     )
 
     return ConnectionLoss, SessionExpiredError, ConnectionClosedError, OperationTimeoutError
+
+
+def zk_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says ZooKeeper could not be reached or the session is gone: an expected fault during an outage
+    (logged as one line), not a defect (logged with its traceback)."""
+    return isinstance(exc, (ZooKeeperGone, *_connection_errors()))
+
+
+def log_zk_failure(logger: logging.Logger, message: str, exc: BaseException, kv: dict[str, Any] | None = None) -> None:
+    """Log a failed ZooKeeper-backed step of a background thread (a watch callback, a re-registration): a warning
+    line when ZooKeeper was unreachable, else an error with the traceback."""
+    extra = {"kv": kv or {}}
+    if zk_unreachable(exc):
+        logger.warning(f"{message}: ZooKeeper unreachable ({type(exc).__name__})", extra=extra)
+    else:
+        logger.error(message, exc_info=exc, extra=extra)
+
+
+def watch_callback(what: str, logger: logging.Logger) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """For a kazoo watch callback that reads ZooKeeper: when ZooKeeper is unreachable mid-callback, one warning line
+    instead of kazoo's logged traceback, and the watch kept (kazoo calls it again once the session is connected:
+    its watchers re-read on reconnection)."""
+    def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(func)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return func(*args, **kwargs)
+            except Exception as exc:
+                if not zk_unreachable(exc):
+                    raise
+                logger.warning(f"{what}: ZooKeeper unreachable ({type(exc).__name__}); read again on reconnection",
+                               extra={"kv": {}})
+                return None
+        return run
+    return wrap
 
 
 class BoundedTransaction:

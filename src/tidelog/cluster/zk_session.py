@@ -17,6 +17,7 @@ from tidelog.broker.topics import new_cluster_id
 from tidelog.cluster import zkdata as zd
 from tidelog.cluster.controller import Controller
 from tidelog.cluster.replica_state import ZkReplicaState
+from tidelog.cluster.zk_bounded import log_zk_failure
 from tidelog.storage.checkpoints import atomic_write
 
 log = logging.getLogger("tidelog.cluster.broker")
@@ -297,9 +298,8 @@ class ZkSession(ZkReplicaState):
                            zd.encode_log_dir_event(self.node_id), sequence=True, makepath=True)
             log.warning("log directory failure notified to the controller", extra={"kv": {
                 "log_dir": root, "partitions": partitions}})
-        except Exception:
-            log.exception("notifying the controller of the log directory failure failed", extra={"kv": {
-                "log_dir": root}})
+        except Exception as exc:
+            log_zk_failure(log, "notifying the controller of the log directory failure failed", exc, {"log_dir": root})
 
     def _write_offline_replicas(self) -> None:
         from kazoo.exceptions import NodeExistsError
@@ -318,5 +318,5 @@ class ZkSession(ZkReplicaState):
         try:
             self._write_offline_replicas()  # a new session: the ephemeral list went with the old one
             self._register()
-        except Exception:
-            log.exception("re-registration in ZooKeeper failed")
+        except Exception as exc:
+            log_zk_failure(log, "re-registration in ZooKeeper failed", exc)

@@ -11,6 +11,7 @@ from typing import Any
 
 from tidelog.cluster import zkdata as zd
 from tidelog.cluster.replica_state import ZkReplicaState
+from tidelog.cluster.zk_bounded import watch_callback
 
 log = logging.getLogger("tidelog.cluster.broker")
 
@@ -37,6 +38,7 @@ class ZkWatches(ZkReplicaState):
         self.post(setattr, self, "controller_node", zd.decode_controller(data))
         return None
 
+    @watch_callback("watching new topics", log)
     def _topics_changed(self, children: list[str]) -> bool | None:
         if self.zk is None:
             return False
@@ -68,6 +70,7 @@ class ZkWatches(ZkReplicaState):
 
         return changed
 
+    @watch_callback("reading topic config changes", log)
     def _config_changes(self, children: list[str]) -> bool | None:
         """Kafka's config change listener (``ZkNodeChangeNotificationListener`` with ``DynamicConfigManager``'s
         handler): every notification newer than the last one processed names a topic whose
