@@ -17,7 +17,7 @@ from tidelog.records.batch import build_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-PRODUCE, METADATA, FETCH, ACK = 0, 3, 78, 79
+PRODUCE, LIST_OFFSETS, METADATA, FETCH, ACK = 0, 2, 3, 78, 79
 ACCEPT = 1
 STATE_PARTITIONS = 3
 
@@ -98,5 +98,15 @@ def test_state_on_another_broker_survives_the_share_partition_leader(state_clust
 
     until("a new leader of the share partition", led_elsewhere)
     leader = cluster.brokers[_metadata(new, [topic])[topic]["partitions"][0]["leader_id"]]
+
+    def high_watermark() -> int:
+        body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]}
+        p = request(leader, LIST_OFFSETS, 7, body)["topics"][0]["partitions"][0]
+        return int(p["offset"]) if p["error_code"] == 0 else -1
+
+    # a new leader's high watermark reaches its log end only once the other ISR member fetched from it (Kafka's
+    # rule): share fetches acquire below it, so wait for all 12 to be readable before the one fetch that is checked
+    until("the new leader's high watermark over the 12 records", lambda: high_watermark() == 12)
     got = until("records acquired on the new leader", lambda: _acquired(_fetch(leader, group, "m2", 0, tid)))
     assert got == [(5, 5, 2), (7, 11, 2)], got  # 0-4 and 6 acknowledged: never again; the rest once more

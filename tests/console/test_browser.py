@@ -30,9 +30,13 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
 
 
 def wait(driver: Any, cond: Any, timeout: float = WAIT, what: str = "") -> Any:
+    """Poll ``cond`` until truthy; an element the page re-rendered between its lookup and its read (the live tail
+    and the search progress redraw their rows) is looked up again at the next poll, not a failure."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(cond, what)
+    return WebDriverWait(driver, timeout, poll_frequency=0.1,
+                         ignored_exceptions=(StaleElementReferenceException,)).until(cond, what)
 
 
 def css(driver: Any, selector: str) -> Any:
