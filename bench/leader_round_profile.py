@@ -56,6 +56,7 @@ def main() -> int:
     ap.add_argument("-o", "--broker-config", action="append", default=[])
     ap.add_argument("--keep", action="store_true", help="keep the run dir (data dirs: ~3 GB per 1,000,000 x 1 KiB)")
     a = ap.parse_args()
+    (WORK / "runs").mkdir(parents=True, exist_ok=True)  # a fresh checkout has no bench/.work/runs yet
     run_dir = Path(tempfile.mkdtemp(prefix="leaderprof-", dir=WORK / "runs"))
     if a.tidelog_rev != "worktree":
         snapshot_tidelog(run_dir / "tidelog-src", a.tidelog_rev)
