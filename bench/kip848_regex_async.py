@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from tidelog.broker.group import consumer_regex_async as resolver
+from tidelog.broker.group import consumer_regex as resolver
 from tidelog.broker.re2j import compile_pattern
 
 

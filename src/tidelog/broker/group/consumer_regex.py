@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.broker.group.consumer_records import ResolvedRegex
@@ -86,20 +87,48 @@ class RegexHost(Protocol):
     def regex_resolver(self) -> Resolver: ...
 
 
+def compiled_or_none(mgr: RegexHost, regex: str) -> Pattern | None:
+    """The compiled regex; None (logged) for one RE2 rejects, which only a regex loaded from records can be (a
+    heartbeat's is validated): it matches nothing."""
+    try:
+        return mgr._compiled(regex)
+    except PatternError as exc:
+        log.warning("subscribed regex does not compile, it matches no topic",
+                    extra={"kv": {"regex": regex[:200], "error": exc.description}})
+        return None
+
+
+# the resolver thread hands the GIL over at least this often (else only CPython's forced switch every 5 ms, after a
+# match that may itself take ms): the loop's wake-ups wait less for it (bench/kip848_regex_async.py: p99 ~3 -> ~1-2
+# ms on a quiet machine, for the same worker time; noisy under load)
+YIELD_S = 0.001
+
+
+def match_all(patterns: dict[str, Pattern | None], names: Iterable[str]) -> dict[str, frozenset[str]]:
+    """The topics each pattern fully matches among ``names`` (internal topics never; None matches nothing). Runs on
+    the resolver thread (:mod:`consumer_regex_async`; without a loop, in :func:`matches`): reads only its arguments."""
+    out: dict[str, set[str]] = {rx: set() for rx in patterns}
+    live = [(rx, p) for rx, p in patterns.items() if p is not None]
+    clock, pause = time.perf_counter, time.sleep
+    last = clock()
+    for name in names:
+        if name.startswith("__"):
+            continue
+        for rx, p in live:
+            if p.fullmatch(name) is not None:
+                out[rx].add(name)
+        now = clock()
+        if now - last >= YIELD_S:  # hand the GIL to the loop now rather than at the next forced switch (5 ms)
+            pause(0)
+            last = clock()
+    return {rx: frozenset(s) for rx, s in out.items()}
+
+
 def matches(mgr: RegexHost, regex: str, existing: dict[str, int]) -> frozenset[str]:
     """The topics ``regex`` matches now, before any ACL (shared by all groups while the topic list is cached)."""
     matched = mgr._regex_matches.get(regex)
     if matched is None:
-        try:
-            rx = mgr._compiled(regex)
-        except PatternError as exc:
-            # only a regex loaded from records (a heartbeat's is validated): one RE2 rejects matches nothing
-            log.warning("subscribed regex does not compile, it matches no topic",
-                        extra={"kv": {"regex": regex[:200], "error": exc.description}})
-            rx = None
-        matched = frozenset() if rx is None else frozenset(
-            t for t in existing if not t.startswith("__") and rx.fullmatch(t) is not None)
-        mgr._regex_matches[regex] = matched
+        matched = mgr._regex_matches[regex] = match_all({regex: compiled_or_none(mgr, regex)}, existing)[regex]
     return matched
 
 

@@ -36,13 +36,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.group import consumer_regex
-from tidelog.broker.re2j import PatternError
 from tidelog.broker.request_pool import HEAVY_NICE, _lower_priority
 
 if TYPE_CHECKING:
     from tidelog.broker.group.consumer_model import ConsumerGroup
     from tidelog.broker.group.consumer_regex import AuthContext
-    from tidelog.broker.re2j import Pattern
 
 log = logging.getLogger("tidelog.broker.group.consumer")
 
@@ -50,32 +48,6 @@ _UNSET: Any = object()
 # results resolved again in a row because the topic set changed meanwhile; the next one is applied as of its version
 # (the group's next metadata check resolves again), so topics created without pause cannot keep a group unresolved
 MAX_STALE = 2
-# the resolver thread hands the GIL over at least this often (else only CPython's forced switch every 5 ms, after a
-# match that may itself take ms): the loop's wake-ups wait less for it (bench/kip848_regex_async.py: p99 ~3 -> ~1-2
-# ms on a quiet machine, for the same worker time; noisy under load)
-YIELD_S = 0.001
-
-
-def match_all(patterns: dict[str, Pattern | None], names: Iterable[str]) -> dict[str, frozenset[str]]:
-    """The topics each pattern fully matches among ``names`` (internal topics never; None matches nothing). Runs on
-    the resolver thread: reads only its arguments."""
-    out: dict[str, set[str]] = {rx: set() for rx in patterns}
-    live = [(rx, p) for rx, p in patterns.items() if p is not None]
-    clock, pause = time.perf_counter, time.sleep
-    last = clock()
-    for name in names:
-        if name.startswith("__"):
-            continue
-        for rx, p in live:
-            if p.fullmatch(name) is not None:
-                out[rx].add(name)
-        now = clock()
-        if now - last >= YIELD_S:  # hand the GIL to the loop now rather than at the next forced switch (5 ms)
-            pause(0)
-            last = clock()
-    return {rx: frozenset(s) for rx, s in out.items()}
-
-
 class RegexResolver:
     """The asynchronous regex resolutions of one :class:`ConsumerGroupManager` (see the module docstring)."""
 
@@ -129,17 +101,12 @@ class RegexResolver:
                 existing = mgr._existing_topics()
                 version = mgr.topics_version
                 found = {rx: mgr._regex_matches[rx] for rx in regexes if rx in mgr._regex_matches}
-                todo: dict[str, Pattern | None] = {}
-                for rx in regexes - found.keys():
-                    try:
-                        todo[rx] = mgr._compiled(rx)
-                    except PatternError:
-                        todo[rx] = None  # only a regex loaded from records: it matches nothing
+                todo = {rx: consumer_regex.compiled_or_none(mgr, rx) for rx in regexes - found.keys()}
                 if todo:
                     t0 = time.perf_counter()
                     # the topic dict is replaced, never changed, when the topic list is read again: safe to walk
                     fut = asyncio.get_running_loop().run_in_executor(
-                        self._pool(), functools.partial(match_all, todo, existing))
+                        self._pool(), functools.partial(consumer_regex.match_all, todo, existing))
                     got = await asyncio.shield(fut)
                     took = time.perf_counter() - t0
                     self.resolutions += 1
