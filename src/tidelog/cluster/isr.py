@@ -46,11 +46,13 @@ class IsrTracking(ZkReplicaState):
             raise PartitionError(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
         return plog.high_watermark
 
-    def _leader_progress(self, r: Replica) -> None:
+    def _leader_progress(self, r: Replica, isr_changed: bool = True) -> None:
+        """The HW moved: re-check every purgatory of the partition; else, after an ISR change, the waiting produces
+        (the ISR may have fallen below min.insync.replicas)."""
         if self.maybe_increment_high_watermark(r.tp, r.log):
             self.broker.purgatory.check_and_complete(r.tp)
-        else:
-            self.broker.purgatory.produce.check_and_complete(r.tp)  # the ISR may have fallen below min.insync.replicas
+        elif isr_changed:
+            self.broker.purgatory.produce.check_and_complete(r.tp)
 
     def record_follower_fetch(self, r: Replica, follower: int, fetch_offset: int) -> None:
         now = time.monotonic()
@@ -70,8 +72,8 @@ class IsrTracking(ZkReplicaState):
         # not move it cannot complete a waiting produce either (neither the HW nor the ISR changed: an ISR change
         # runs _leader_progress itself), so only an HW move re-checks the purgatories (issue 30: with two followers
         # every other follower fetch moves nothing, and re-checking each pipelined DelayedProduce was per round)
-        if moved and self.maybe_increment_high_watermark(r.tp, r.log):
-            self.broker.purgatory.check_and_complete(r.tp)
+        if moved:
+            self._leader_progress(r, isr_changed=False)
 
     def _change_isr(self, r: Replica, new_isr: tuple[int, ...]) -> None:
         if r.isr_update_pending or self._loop is None or self.zk is None:

@@ -123,4 +123,4 @@ class ZkReplicaState:
 
         def _set_live(self, live: dict[int, zd.BrokerInfo]) -> None: ...  # metadata_cache
 
-        def _leader_progress(self, r: Replica) -> None: ...  # isr
+        def _leader_progress(self, r: Replica, isr_changed: bool = True) -> None: ...  # isr
