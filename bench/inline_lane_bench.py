@@ -25,6 +25,10 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from paced_profile import sched_stats
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -60,15 +64,7 @@ def client(port: int, rate: float, seconds: float, acks: int) -> None:
 
 
 def loop_thread_stats() -> tuple[float, int]:
-    with open(f"/proc/self/task/{threading.get_native_id()}/sched") as f:
-        text = f.read()
-    runtime, vol = 0.0, 0
-    for line in text.splitlines():
-        if line.startswith("se.sum_exec_runtime"):
-            runtime = float(line.split(":")[1]) / 1000.0
-        elif line.startswith("nr_voluntary_switches"):
-            vol = int(line.split(":")[1])
-    return runtime, vol
+    return sched_stats(f"/proc/self/task/{threading.get_native_id()}/sched")
 
 
 async def serve(args: argparse.Namespace) -> None:

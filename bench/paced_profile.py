@@ -43,23 +43,29 @@ from tidelog_revs import parse_revs, prepare
 LATENCY_PRODUCER = WORK / "bin" / "latency_producer"
 
 
+def sched_stats(path: str) -> tuple[float, int]:
+    """(ms of CPU, voluntary switches) of one thread from its ``/proc/.../sched`` file."""
+    with open(path) as f:
+        text = f.read()
+    runtime, vol = 0.0, 0
+    for line in text.splitlines():
+        if line.startswith("se.sum_exec_runtime"):
+            runtime = float(line.split(":")[1]) / 1000.0
+        elif line.startswith("nr_voluntary_switches"):
+            vol = int(line.split(":")[1])
+    return runtime, vol
+
+
 def thread_stats(pid: int) -> dict[str, tuple[float, int]]:
     """{thread name + tid: (CPU seconds, voluntary switches)} of every thread of pid."""
     out: dict[str, tuple[float, int]] = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/{pid}/task/{tid}/sched") as f:
-                text = f.read()
+            runtime, vol = sched_stats(f"/proc/{pid}/task/{tid}/sched")
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
                 comm = f.read().strip()
         except OSError:
             continue
-        runtime, vol = 0.0, 0
-        for line in text.splitlines():
-            if line.startswith("se.sum_exec_runtime"):
-                runtime = float(line.split(":")[1]) / 1000.0
-            elif line.startswith("nr_voluntary_switches"):
-                vol = int(line.split(":")[1])
         out[f"{comm}/{tid}"] = (runtime, vol)
     return out
 
